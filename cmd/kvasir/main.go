@@ -1,0 +1,77 @@
+// Command kvasir is an LLM inference engine and OpenAI-compatible server.
+//
+// Usage:
+//
+//	kvasir <command> [flags] [arguments]
+//
+// Run "kvasir help" for the list of commands.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+)
+
+// command is one subcommand of the kvasir binary. Each lives in its own file and adds
+// itself to the table with register from an init function.
+type command struct {
+	name    string
+	summary string                    // one line for "kvasir help"
+	run     func(args []string) error // receives the arguments after the command name
+}
+
+var commands = map[string]command{}
+
+func register(c command) { commands[c.name] = c }
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+		os.Exit(2)
+	}
+	name := os.Args[1]
+	if name == "help" || name == "-h" || name == "--help" {
+		usage()
+		return
+	}
+	c, ok := commands[name]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "kvasir: unknown command %q\n\n", name)
+		usage()
+		os.Exit(2)
+	}
+	if err := c.run(os.Args[2:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintf(os.Stderr, "kvasir %s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "kvasir: LLM inference engine and OpenAI-compatible server")
+	fmt.Fprintln(os.Stderr, "\nUsage: kvasir <command> [flags] [arguments]\n\nCommands:")
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintln(os.Stderr, "\nRun \"kvasir <command> -h\" for the flags of a command.")
+}
+
+// newFlags returns a flag set for a subcommand that reports errors instead of exiting.
+func newFlags(name, usageLine string) *flag.FlagSet {
+	fs := flag.NewFlagSet("kvasir "+name, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: kvasir %s %s\n\nFlags:\n", name, usageLine)
+		fs.PrintDefaults()
+	}
+	return fs
+}

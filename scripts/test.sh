@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The project's test command: formatting, vet, every package's tests (the CPU kernels under
+# both their SIMD and their pure-Go dispatch), then each fuzz target for a short time.
+#
+#   bash scripts/test.sh            # everything
+#   FUZZTIME=0 bash scripts/test.sh # skip the fuzzing pass
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+fuzztime=${FUZZTIME:-4s}
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+	echo "these files need gofmt:"; echo "$unformatted"; exit 1
+fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test"
+go test -count=1 ./...
+
+echo "== go test (pure-Go kernels, KVASIR_CPU=generic)"
+KVASIR_CPU=generic go test -count=1 ./internal/backend/...
+
+if [ "$fuzztime" != "0" ]; then
+	echo "== fuzz ($fuzztime per target)"
+	for pkg in $(go list ./...); do
+		for target in $(go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
+			echo "-- $pkg $target"
+			go test -run '^$' -fuzz "^${target}\$" -fuzztime "$fuzztime" "$pkg" >/tmp/kvasir-fuzz.log 2>&1 || {
+				cat /tmp/kvasir-fuzz.log; exit 1; }
+		done
+	done
+fi
+echo "== all tests passed"
