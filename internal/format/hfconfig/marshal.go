@@ -1,0 +1,147 @@
+package hfconfig
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// Marshal returns config.json text that transformers loads as c's architecture. It
+// validates c first. Keys that an architecture does not know are left out.
+func (c *Config) Marshal() ([]byte, error) {
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("hfconfig: marshal: %w", err)
+	}
+	info := archs[c.Architecture]
+	dtype := c.TorchDType
+	if dtype == "" {
+		dtype = "float32"
+	}
+	m := map[string]any{
+		"architectures":           []string{c.Architecture},
+		"model_type":              info.modelType,
+		"torch_dtype":             dtype,
+		"vocab_size":              c.VocabSize,
+		"hidden_size":             c.HiddenSize,
+		"intermediate_size":       c.IntermediateSize,
+		"num_hidden_layers":       c.NumHiddenLayers,
+		"num_attention_heads":     c.NumAttentionHeads,
+		"num_key_value_heads":     c.NumKeyValueHeads,
+		"head_dim":                c.HeadDim,
+		"max_position_embeddings": c.MaxPositionEmbeddings,
+		"rms_norm_eps":            c.RMSNormEps,
+		"rope_theta":              c.RopeTheta,
+		"rope_scaling":            nil,
+		"tie_word_embeddings":     c.TieWordEmbeddings,
+		"hidden_act":              "silu",
+		"initializer_range":       0.02,
+		"attention_dropout":       0.0,
+		"use_cache":               true,
+		"bos_token_id":            c.BOSTokenID,
+		"eos_token_id":            c.EOSTokenIDs,
+	}
+	if c.RopeScaling != nil {
+		m["rope_scaling"] = c.RopeScaling.toJSON()
+	}
+	switch c.Architecture {
+	case Llama:
+		m["attention_bias"] = c.AttentionBias
+		m["mlp_bias"] = false
+		m["pretraining_tp"] = 1
+	case Qwen3:
+		m["attention_bias"] = c.AttentionBias
+	}
+	if info.qwenWindowKeys {
+		m["use_sliding_window"] = c.UseSlidingWindow
+		m["sliding_window"] = nil
+		if c.SlidingWindow > 0 {
+			m["sliding_window"] = c.SlidingWindow
+		}
+		mwl := c.MaxWindowLayers
+		if mwl == 0 {
+			mwl = c.NumHiddenLayers
+		}
+		m["max_window_layers"] = mwl
+	} else if c.Architecture == Mistral || c.Architecture == Mixtral {
+		m["sliding_window"] = nil // null: no window (an absent key would mean 4096 for Mistral)
+		if c.SlidingWindow > 0 {
+			m["sliding_window"] = c.SlidingWindow
+		}
+	}
+	switch c.Architecture {
+	case Mixtral:
+		m["num_local_experts"] = c.NumExperts
+		m["num_experts_per_tok"] = c.NumExpertsPerTok
+		m["router_aux_loss_coef"] = 0.02
+		m["output_router_logits"] = false
+	case Qwen2MoE:
+		m["num_experts"] = c.NumExperts
+		m["num_experts_per_tok"] = c.NumExpertsPerTok
+		m["moe_intermediate_size"] = c.MoEIntermediateSize
+		m["shared_expert_intermediate_size"] = c.SharedExpertIntermediateSize
+		m["norm_topk_prob"] = c.NormTopKProb
+		step := c.DecoderSparseStep
+		if step == 0 {
+			step = 1
+		}
+		m["decoder_sparse_step"] = step
+		layers := c.MLPOnlyLayers
+		if layers == nil {
+			layers = []int{}
+		}
+		m["mlp_only_layers"] = layers
+		m["router_aux_loss_coef"] = 0.001
+		m["output_router_logits"] = false
+	}
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("hfconfig: marshal: %w", err)
+	}
+	return append(data, '\n'), nil
+}
+
+// NewConfig returns a Config for arch with the given sizes and transformers' defaults for
+// everything else, ready to adjust and Marshal. It does not validate.
+func NewConfig(arch string, vocab, hidden, intermediate, layers, heads, kvHeads int) (*Config, error) {
+	info, ok := archs[arch]
+	if !ok {
+		return nil, fmt.Errorf("hfconfig: unsupported architecture %q", arch)
+	}
+	c := &Config{
+		Architecture:                 arch,
+		Architectures:                []string{arch},
+		ModelType:                    info.modelType,
+		VocabSize:                    vocab,
+		HiddenSize:                   hidden,
+		IntermediateSize:             intermediate,
+		NumHiddenLayers:              layers,
+		NumAttentionHeads:            heads,
+		NumKeyValueHeads:             kvHeads,
+		MaxPositionEmbeddings:        info.maxPos,
+		RMSNormEps:                   info.rmsNormEps,
+		RopeTheta:                    info.ropeTheta,
+		NumExperts:                   info.experts,
+		NumExpertsPerTok:             info.expertsPerTok,
+		MoEIntermediateSize:          info.moeFFN,
+		SharedExpertIntermediateSize: info.sharedFFN,
+	}
+	if heads > 0 {
+		c.HeadDim = hidden / heads
+	}
+	if info.bosID >= 0 && info.bosID < vocab {
+		c.BOSTokenID = TokenIDs{info.bosID}
+	}
+	if info.eosID >= 0 && info.eosID < vocab {
+		c.EOSTokenIDs = TokenIDs{info.eosID}
+	}
+	if arch == Mixtral {
+		c.MoEIntermediateSize = intermediate
+		c.NormTopKProb = true
+	}
+	if info.experts > 0 {
+		c.DecoderSparseStep = 1
+	}
+	if info.qwenWindowKeys {
+		c.MaxWindowLayers = layers
+	}
+	return c, nil
+}
