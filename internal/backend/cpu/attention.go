@@ -1,0 +1,212 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+)
+
+// KVCacheLayer holds one layer's keys and values in fixed-size physical blocks. K and V are
+// flat slices of NumBlocks blocks, each [BlockSize][KVHeads][HeadDim], so the vector of kv
+// head h at slot s (s = block*BlockSize + offset) starts at (s*KVHeads + h)*HeadDim. Values
+// are float32; a future F16 cache would add an element type field and keep this layout.
+type KVCacheLayer struct {
+	BlockSize, KVHeads, HeadDim int
+	K, V                        []float32
+}
+
+// NewKVCacheLayer allocates a zeroed cache layer of numBlocks blocks.
+func NewKVCacheLayer(numBlocks, blockSize, kvHeads, headDim int) (*KVCacheLayer, error) {
+	if numBlocks <= 0 || blockSize <= 0 || kvHeads <= 0 || headDim <= 0 {
+		return nil, fmt.Errorf("cpu: kv cache: bad shape blocks=%d blockSize=%d kvHeads=%d headDim=%d", numBlocks, blockSize, kvHeads, headDim)
+	}
+	n := numBlocks * blockSize * kvHeads * headDim
+	return &KVCacheLayer{BlockSize: blockSize, KVHeads: kvHeads, HeadDim: headDim,
+		K: make([]float32, n), V: make([]float32, n)}, nil
+}
+
+// NumBlocks returns how many physical blocks the layer holds.
+func (c *KVCacheLayer) NumBlocks() int {
+	per := c.BlockSize * c.KVHeads * c.HeadDim
+	if per <= 0 {
+		return 0
+	}
+	return min(len(c.K), len(c.V)) / per
+}
+
+func (c *KVCacheLayer) check() error {
+	if c == nil || c.BlockSize <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 {
+		return fmt.Errorf("cpu: kv cache: bad layer %+v", c)
+	}
+	return nil
+}
+
+// WriteKV stores the keys and values of len(slotMapping) new tokens (k and v laid out
+// [tokens][KVHeads][HeadDim]) into the cache: token t goes to slot slotMapping[t]
+// (= physical block * BlockSize + offset). A negative slot skips the token (padding).
+func WriteKV(kv *KVCacheLayer, k, v []float32, slotMapping []int32) error {
+	if err := kv.check(); err != nil {
+		return err
+	}
+	row := kv.KVHeads * kv.HeadDim
+	n := len(slotMapping)
+	if len(k) < n*row || len(v) < n*row {
+		return fmt.Errorf("cpu: write kv: k has %d, v %d values, need %d tokens x %d", len(k), len(v), n, row)
+	}
+	slots := kv.NumBlocks() * kv.BlockSize
+	for t, s := range slotMapping {
+		if s < 0 {
+			continue
+		}
+		if int(s) >= slots {
+			return fmt.Errorf("cpu: write kv: token %d: slot %d outside the cache's %d slots", t, s, slots)
+		}
+		copy(kv.K[int(s)*row:][:row], k[t*row:][:row])
+		copy(kv.V[int(s)*row:][:row], v[t*row:][:row])
+	}
+	return nil
+}
+
+// attnTileTokens is how many query tokens one attention work unit handles: every K/V block
+// it loads serves all of them and all query heads of one kv head.
+const attnTileTokens = 16
+
+// Attention computes causal multi-head attention of nTokens query tokens of one sequence
+// over its paged cache. q and out are [nTokens][heads][HeadDim]; query head h uses kv head
+// h / (heads/KVHeads) (grouped-query attention; heads must be a multiple of KVHeads).
+// blockTable maps the sequence's logical blocks to physical blocks of kv; token t, at
+// absolute position positions[t], attends to the cached positions 0..positions[t], which
+// must already be written (WriteKV the chunk's own K/V first). Softmax is taken of
+// scale * q·k.
+//
+// It runs FlashAttention-style: K/V are read block by block with an online softmax, so
+// memory stays O(tokens x heads x HeadDim) whatever the context length. Work is split over
+// (token tile, kv head) units.
+func Attention(p *Pool, out, q []float32, nTokens, heads int, kv *KVCacheLayer, blockTable []int32, positions []int32, scale float32) error {
+	if err := kv.check(); err != nil {
+		return err
+	}
+	if heads <= 0 || heads%kv.KVHeads != 0 {
+		return fmt.Errorf("cpu: attention: %d heads is not a multiple of %d kv heads", heads, kv.KVHeads)
+	}
+	hd := kv.HeadDim
+	if err := checkRows("attention", heads*hd, nTokens, len(q), len(out)); err != nil {
+		return err
+	}
+	if len(positions) < nTokens {
+		return fmt.Errorf("cpu: attention: %d positions for %d tokens", len(positions), nTokens)
+	}
+	nBlocks := kv.NumBlocks()
+	for t, pos := range positions[:nTokens] {
+		if pos < 0 || int(pos)/kv.BlockSize >= len(blockTable) {
+			return fmt.Errorf("cpu: attention: token %d: position %d outside the block table (%d blocks of %d)", t, pos, len(blockTable), kv.BlockSize)
+		}
+	}
+	maxPos := int(positions[0])
+	for _, pos := range positions[:nTokens] {
+		maxPos = max(maxPos, int(pos))
+	}
+	for i, b := range blockTable[:maxPos/kv.BlockSize+1] {
+		if b < 0 || int(b) >= nBlocks {
+			return fmt.Errorf("cpu: attention: block table entry %d: block %d outside the cache's %d blocks", i, b, nBlocks)
+		}
+	}
+
+	tiles := (nTokens + attnTileTokens - 1) / attnTileTokens
+	a := attnJob{k: p.kern, out: out, q: q, nTokens: nTokens, heads: heads, kv: kv,
+		blockTable: blockTable, positions: positions, scale: scale}
+	p.Run(tiles*kv.KVHeads, func(start, end int) {
+		st := newAttnState(attnTileTokens*(heads/kv.KVHeads), hd, kv.BlockSize)
+		for u := start; u < end; u++ {
+			a.unit(st, u/kv.KVHeads, u%kv.KVHeads)
+		}
+	})
+	return nil
+}
+
+// attnJob is one Attention call's arguments.
+type attnJob struct {
+	k                     *kernels
+	out, q                []float32
+	nTokens, heads        int
+	kv                    *KVCacheLayer
+	blockTable, positions []int32
+	scale                 float32
+}
+
+// attnState is a work unit's online-softmax state, one row per (token, query head).
+type attnState struct {
+	m, l   []float32 // running max and sum of exponentials
+	acc    []float32 // running weighted sum of values, [rows][HeadDim]
+	scores []float32 // one block's scores
+}
+
+func newAttnState(rows, hd, blockSize int) *attnState {
+	return &attnState{m: make([]float32, rows), l: make([]float32, rows),
+		acc: make([]float32, rows*hd), scores: make([]float32, blockSize)}
+}
+
+// unit computes the outputs of the query heads of kv head kvh for the tokens of tile.
+func (a *attnJob) unit(st *attnState, tile, kvh int) {
+	kv, hd := a.kv, a.kv.HeadDim
+	group := a.heads / kv.KVHeads
+	t0 := tile * attnTileTokens
+	t1 := min(t0+attnTileTokens, a.nTokens)
+	rows := (t1 - t0) * group
+	for i := range rows {
+		st.m[i], st.l[i] = float32(math.Inf(-1)), 0
+	}
+	clear(st.acc[:rows*hd])
+	maxPos := 0
+	for t := t0; t < t1; t++ {
+		maxPos = max(maxPos, int(a.positions[t]))
+	}
+	stride := kv.KVHeads * hd
+	for lb := 0; lb*kv.BlockSize <= maxPos; lb++ {
+		base := int(a.blockTable[lb]) * kv.BlockSize
+		for t := t0; t < t1; t++ {
+			// Positions of this block that token t sees.
+			n := min(kv.BlockSize, int(a.positions[t])-lb*kv.BlockSize+1)
+			if n <= 0 {
+				continue
+			}
+			for g := range group {
+				h := kvh*group + g
+				r := (t-t0)*group + g
+				qv := a.q[(t*a.heads+h)*hd:][:hd]
+				sc := st.scores[:n]
+				bmax := float32(math.Inf(-1))
+				for j := range sc {
+					kvec := kv.K[(base+j)*stride+kvh*hd:][:hd]
+					sc[j] = a.k.dotF32(kvec, qv) * a.scale
+					bmax = max(bmax, sc[j])
+				}
+				acc := st.acc[r*hd : (r+1)*hd]
+				if bmax > st.m[r] {
+					c := float32(math.Exp(float64(st.m[r] - bmax)))
+					st.l[r] *= c
+					for i := range acc {
+						acc[i] *= c
+					}
+					st.m[r] = bmax
+				}
+				m := st.m[r]
+				for j, s := range sc {
+					e := float32(math.Exp(float64(s - m)))
+					st.l[r] += e
+					a.k.axpy(acc, e, kv.V[(base+j)*stride+kvh*hd:][:hd])
+				}
+			}
+		}
+	}
+	for t := t0; t < t1; t++ {
+		for g := range group {
+			h := kvh*group + g
+			r := (t-t0)*group + g
+			inv := 1 / st.l[r]
+			o := a.out[(t*a.heads+h)*hd:][:hd]
+			for i, v := range st.acc[r*hd : (r+1)*hd] {
+				o[i] = v * inv
+			}
+		}
+	}
+}

@@ -1,0 +1,131 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand"
+	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/quant"
+)
+
+// benchWeight returns a rows x cols weight of type wt with random contents of realistic
+// magnitude (valid scales, no NaNs), made quickly without running a quantizer.
+func benchWeight(r *rand.Rand, wt quant.Type, rows, cols int) Weight {
+	w := Weight{Type: wt, Rows: rows, Cols: cols}
+	switch wt {
+	case quant.F32, quant.F16, quant.BF16:
+		w.Data = make([]byte, rows*cols*wt.BlockBytes())
+		for i := range rows * cols {
+			v := float32(r.NormFloat64()) * 0.02
+			switch wt {
+			case quant.F32:
+				copy(w.Data[4*i:], f32Bytes([]float32{v}))
+			case quant.F16:
+				binary.LittleEndian.PutUint16(w.Data[2*i:], quant.F32ToF16(v))
+			default:
+				binary.LittleEndian.PutUint16(w.Data[2*i:], quant.F32ToBF16(v))
+			}
+		}
+	default:
+		w.Data = randWeights(r, wt, rows*cols/wt.BlockSize(), modeRandom)
+	}
+	return w
+}
+
+func BenchmarkMatMul(b *testing.B) {
+	types := []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_K, quant.Q6_K}
+	shapes := []struct{ rows, cols int }{{2048, 2048}, {5632, 2048}, {2048, 5632}}
+	r := rand.New(rand.NewSource(1))
+	for _, ks := range KernelSets() {
+		p, err := NewPoolKernels(2, ks)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer p.Close()
+		for _, wt := range types {
+			for _, sh := range shapes {
+				for _, tokens := range []int{1, 128} {
+					name := fmt.Sprintf("%s/%s/%dx%d/tokens=%d", ks, wt, sh.rows, sh.cols, tokens)
+					b.Run(name, func(b *testing.B) {
+						w := benchWeight(r, wt, sh.rows, sh.cols)
+						x := normals(r, tokens*sh.cols)
+						out := make([]float32, tokens*sh.rows)
+						b.SetBytes(int64(len(w.Data)))
+						for b.Loop() {
+							if err := MatMul(p, out, w, x, tokens); err != nil {
+								b.Fatal(err)
+							}
+						}
+						flops := 2 * float64(sh.rows) * float64(sh.cols) * float64(tokens) * float64(b.N)
+						b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+					})
+				}
+			}
+		}
+	}
+}
+
+func BenchmarkAttentionDecode(b *testing.B) {
+	r := rand.New(rand.NewSource(2))
+	const blockSize, kvHeads, heads, hd, ctx = 16, 4, 32, 64, 1024
+	kv, err := NewKVCacheLayer(ctx/blockSize, blockSize, kvHeads, hd)
+	if err != nil {
+		b.Fatal(err)
+	}
+	table := make([]int32, ctx/blockSize)
+	for i := range table {
+		table[i] = int32(i)
+	}
+	q := normals(r, heads*hd)
+	out := make([]float32, len(q))
+	p := NewPool(2)
+	defer p.Close()
+	for b.Loop() {
+		if err := Attention(p, out, q, 1, heads, kv, table, []int32{ctx - 1}, 0.125); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkProbeBandwidth(b *testing.B) {
+	p := NewPool(2)
+	defer p.Close()
+	var gbs float64
+	for b.Loop() {
+		gbs = ProbeBandwidth(p, 256<<20)
+	}
+	b.ReportMetric(gbs, "GB/s")
+}
+
+func TestProbeBandwidth(t *testing.T) {
+	p := NewPool(2)
+	defer p.Close()
+	if g := ProbeBandwidth(p, 4<<20); g <= 0 {
+		t.Fatalf("ProbeBandwidth = %g GB/s", g)
+	}
+	if g := ProbeBandwidth(p, 10); g != 0 {
+		t.Fatalf("ProbeBandwidth(10 bytes) = %g, want 0", g)
+	}
+}
+
+// BenchmarkDot times each quantized dot kernel on one 4096-element row (L1-resident).
+func BenchmarkDot(b *testing.B) {
+	r := rand.New(rand.NewSource(3))
+	for _, k := range allKernels() {
+		for _, c := range quantCases {
+			nb := 4096 / c.wt.BlockSize()
+			w := randWeights(r, c.wt, nb, modeRandom)
+			x := randActivations(r, c.xt, nb, modeRandom)
+			dot := c.kernel(k)
+			b.Run(k.name+"/"+c.name, func(b *testing.B) {
+				b.SetBytes(int64(len(w)))
+				var s float32
+				for b.Loop() {
+					s += dot(w, x, nb)
+				}
+				_ = s
+			})
+		}
+	}
+}

@@ -1,0 +1,157 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"math"
+
+	"github.com/kvasir-llm/kvasir/internal/quant"
+)
+
+// Block sizes in bytes of the formats the quantized kernels read.
+const (
+	q8_0Bytes = 34  // f16 d; int8 qs[32]
+	q4_0Bytes = 18  // f16 d; uint8 qs[16]
+	q4KBytes  = 144 // f16 d, dmin; uint8 scales[12]; uint8 qs[128]
+	q6KBytes  = 210 // uint8 ql[128], qh[64]; int8 scales[16]; f16 d
+	q8KBytes  = 292 // f32 d; int8 qs[256]; int16 bsums[16]
+)
+
+func f16At(b []byte) float32 { return quant.F16ToF32(binary.LittleEndian.Uint16(b)) }
+
+func bf16At(b []byte) float32 {
+	return math.Float32frombits(uint32(binary.LittleEndian.Uint16(b)) << 16)
+}
+
+func dotF32Generic(w, x []float32) float32 {
+	w = w[:len(x)]
+	var s0, s1, s2, s3 float32
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		s0 += w[i] * x[i]
+		s1 += w[i+1] * x[i+1]
+		s2 += w[i+2] * x[i+2]
+		s3 += w[i+3] * x[i+3]
+	}
+	for ; i < len(x); i++ {
+		s0 += w[i] * x[i]
+	}
+	return (s0 + s1) + (s2 + s3)
+}
+
+func dotF16Generic(w []byte, x []float32) float32 {
+	w = w[:2*len(x)]
+	var s float32
+	for i, v := range x {
+		s += f16At(w[2*i:]) * v
+	}
+	return s
+}
+
+func dotBF16Generic(w []byte, x []float32) float32 {
+	w = w[:2*len(x)]
+	var s float32
+	for i, v := range x {
+		s += bf16At(w[2*i:]) * v
+	}
+	return s
+}
+
+func dotQ8_0Generic(w, x []byte, nb int) float32 {
+	var sum float32
+	for i := range nb {
+		wb := w[i*q8_0Bytes : (i+1)*q8_0Bytes]
+		xb := x[i*q8_0Bytes : (i+1)*q8_0Bytes]
+		var s int32
+		for j := 2; j < q8_0Bytes; j++ {
+			s += int32(int8(wb[j])) * int32(int8(xb[j]))
+		}
+		sum += float32(s) * (f16At(wb) * f16At(xb))
+	}
+	return sum
+}
+
+func dotQ4_0Generic(w, x []byte, nb int) float32 {
+	var sum float32
+	for i := range nb {
+		wb := w[i*q4_0Bytes : (i+1)*q4_0Bytes]
+		xb := x[i*q8_0Bytes : (i+1)*q8_0Bytes]
+		var s int32
+		for j := range 16 {
+			q := wb[2+j]
+			s += (int32(q&15) - 8) * int32(int8(xb[2+j]))
+			s += (int32(q>>4) - 8) * int32(int8(xb[2+16+j]))
+		}
+		sum += float32(s) * (f16At(wb) * f16At(xb))
+	}
+	return sum
+}
+
+func dotQ4KGeneric(w, x []byte, nb int) float32 {
+	var sum float32
+	for i := range nb {
+		wb := w[i*q4KBytes : (i+1)*q4KBytes]
+		xb := x[i*q8KBytes : (i+1)*q8KBytes]
+		dx := math.Float32frombits(binary.LittleEndian.Uint32(xb))
+		scales := (*[12]byte)(wb[4:16])
+		var sumi, summ int32
+		for j := range 8 {
+			sc, m := quant.ScaleMinK4(j, scales)
+			qs := wb[16+32*(j/2) : 16+32*(j/2)+32]
+			q8 := xb[4+32*j : 4+32*j+32]
+			var s int32
+			for l := range 32 {
+				q := qs[l] & 15
+				if j%2 == 1 {
+					q = qs[l] >> 4
+				}
+				s += int32(q) * int32(int8(q8[l]))
+			}
+			sumi += int32(sc) * s
+			bs := int32(int16(binary.LittleEndian.Uint16(xb[260+4*j:]))) +
+				int32(int16(binary.LittleEndian.Uint16(xb[262+4*j:])))
+			summ += int32(m) * bs
+		}
+		d := dx * f16At(wb[0:])
+		dmin := dx * f16At(wb[2:])
+		sum += d*float32(sumi) - dmin*float32(summ)
+	}
+	return sum
+}
+
+func dotQ6KGeneric(w, x []byte, nb int) float32 {
+	var sum float32
+	for i := range nb {
+		wb := w[i*q6KBytes : (i+1)*q6KBytes]
+		xb := x[i*q8KBytes : (i+1)*q8KBytes]
+		dx := math.Float32frombits(binary.LittleEndian.Uint32(xb))
+		var q [256]int32
+		for h := range 2 {
+			ql := wb[64*h : 64*h+64]
+			qh := wb[128+32*h : 128+32*h+32]
+			y := q[128*h : 128*h+128]
+			for l := range 32 {
+				y[l] = int32(ql[l]&15|(qh[l]&3)<<4) - 32
+				y[l+32] = int32(ql[l+32]&15|(qh[l]>>2&3)<<4) - 32
+				y[l+64] = int32(ql[l]>>4|(qh[l]>>4&3)<<4) - 32
+				y[l+96] = int32(ql[l+32]>>4|(qh[l]>>6&3)<<4) - 32
+			}
+		}
+		var sumi int32
+		for k := range 16 {
+			var s int32
+			for l := 16 * k; l < 16*k+16; l++ {
+				s += q[l] * int32(int8(xb[4+l]))
+			}
+			sumi += int32(int8(wb[192+k])) * s
+		}
+		sum += dx * f16At(wb[208:]) * float32(sumi)
+	}
+	return sum
+}
+
+func axpyGeneric(y []float32, a float32, x []float32) {
+	y = y[:len(x)]
+	for i, v := range x {
+		y[i] += a * v
+	}
+}

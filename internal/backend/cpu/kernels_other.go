@@ -1,0 +1,6 @@
+//go:build !amd64
+
+package cpu
+
+// platformKernels returns the SIMD kernel sets of this architecture: none yet.
+func platformKernels() []*kernels { return nil }
