@@ -8,6 +8,8 @@ import (
 	"sort"
 
 	"github.com/kvasir-llm/kvasir/internal/quant"
+
+	"github.com/kvasir-llm/kvasir/internal/format/mmap"
 )
 
 // Magic is the four bytes every GGUF file starts with.
@@ -72,7 +74,7 @@ func Open(path string) (*File, error) {
 	if st.Size() > math.MaxInt {
 		return nil, fmt.Errorf("gguf %s: file of %d bytes is too large to map", path, st.Size())
 	}
-	data, unmap, err := mapFile(fd, int(st.Size()))
+	data, unmap, err := mmap.File(fd, st.Size())
 	if err != nil {
 		return nil, fmt.Errorf("gguf %s: %w", path, err)
 	}

@@ -3,6 +3,8 @@ package llama2c
 import (
 	"fmt"
 	"os"
+
+	"github.com/kvasir-llm/kvasir/internal/format/mmap"
 )
 
 // Tensor is one float32 weight of a checkpoint.
@@ -56,7 +58,7 @@ func Open(path string) (*Checkpoint, error) {
 	if err := checkSize(cfg, st.Size()); err != nil {
 		return nil, fmt.Errorf("llama2c %s: %w", path, err)
 	}
-	data, unmap, err := mapFile(f, st.Size())
+	data, unmap, err := mmap.File(f, st.Size())
 	if err != nil {
 		return nil, fmt.Errorf("llama2c %s: %w", path, err)
 	}

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/kvasir-llm/kvasir/internal/format/mmap"
 )
 
 // MaxHeaderSize bounds the JSON header; larger headers are rejected as corrupt.
@@ -79,7 +81,7 @@ func Open(path string) (*File, error) {
 	if _, err := headerLen(prefix[:], st.Size()); err != nil {
 		return nil, fmt.Errorf("safetensors %s: %w", path, err)
 	}
-	data, unmap, err := mapFile(f, st.Size())
+	data, unmap, err := mmap.File(f, st.Size())
 	if err != nil {
 		return nil, fmt.Errorf("safetensors %s: %w", path, err)
 	}

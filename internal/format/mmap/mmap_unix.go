@@ -1,6 +1,6 @@
 //go:build unix
 
-package safetensors
+package mmap
 
 import (
 	"fmt"
@@ -8,14 +8,14 @@ import (
 	"syscall"
 )
 
-// mapFile maps the whole of f read-only and returns the mapping and a function that
-// releases it. An empty file maps to an empty slice.
-func mapFile(f *os.File, size int64) ([]byte, func() error, error) {
+// File maps the first size bytes of f read-only and returns them with a function that
+// releases the mapping. An empty file maps to an empty slice.
+func File(f *os.File, size int64) ([]byte, func() error, error) {
 	if size == 0 {
 		return []byte{}, func() error { return nil }, nil
 	}
-	if int64(int(size)) != size {
-		return nil, nil, fmt.Errorf("file of %d bytes is too large to map", size)
+	if size < 0 || int64(int(size)) != size {
+		return nil, nil, fmt.Errorf("file of %d bytes cannot be mapped", size)
 	}
 	data, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
 	if err != nil {

@@ -1,14 +1,15 @@
 //go:build !unix
 
-package llama2c
+package mmap
 
 import (
 	"io"
 	"os"
 )
 
-// mapFile reads the whole of f into memory on systems without mmap support here.
-func mapFile(f *os.File, size int64) ([]byte, func() error, error) {
+// File reads the first size bytes of f into memory, on systems where this package does
+// not map files.
+func File(f *os.File, size int64) ([]byte, func() error, error) {
 	data := make([]byte, size)
 	if _, err := io.ReadFull(f, data); err != nil {
 		return nil, nil, err

@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/kvasir-llm/kvasir/internal/format"
+	"github.com/kvasir-llm/kvasir/internal/hub"
+	"github.com/kvasir-llm/kvasir/internal/tokenizer"
+)
+
+// resolveModel turns a -m argument into a local path, downloading "hf:ORG/REPO[/FILE]"
+// references into the Hugging Face cache first.
+func resolveModel(ref string) (string, error) {
+	if !hub.IsRef(ref) {
+		return ref, nil
+	}
+	r, err := hub.ParseRef(ref)
+	if err != nil {
+		return "", err
+	}
+	opt := hub.OptionsFromEnv()
+	opt.Progress = os.Stderr
+	return hub.Download(context.Background(), r, opt)
+}
+
+// openModel opens the model named by a -m argument; tok names a separate tokenizer file
+// (a llama2.c tokenizer for a .bin checkpoint), or "".
+func openModel(ref, tok string) (*format.Model, error) {
+	path, err := resolveModel(ref)
+	if err != nil {
+		return nil, err
+	}
+	return format.Open(path, format.Options{Tokenizer: tok})
+}
+
+// openTokenizer returns the tokenizer of the model or vocabulary file named by a -m
+// argument. Unlike openModel it also takes files that hold only a vocabulary (a vocab-only
+// GGUF, a tokenizer.json), and needs no weights.
+func openTokenizer(ref, tok string) (*tokenizer.Tokenizer, error) {
+	path, err := resolveModel(ref)
+	if err != nil {
+		return nil, err
+	}
+	var v *tokenizer.Vocab
+	st, err := os.Stat(path)
+	switch {
+	case err != nil:
+		return nil, err
+	case tok != "":
+		v, err = format.LoadVocab(tok, 0)
+	case st.IsDir():
+		v, err = format.LoadVocab(filepath.Join(path, "tokenizer.json"), 0)
+	case strings.HasSuffix(path, ".bin"):
+		return nil, fmt.Errorf("%s is a llama2.c checkpoint: name its tokenizer with -z tokenizer.bin", path)
+	default:
+		v, err = format.LoadVocab(path, 0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return tokenizer.New(v)
+}

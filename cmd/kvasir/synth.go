@@ -1,0 +1,136 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/kvasir-llm/kvasir/internal/format"
+	"github.com/kvasir-llm/kvasir/internal/format/hfconfig"
+	"github.com/kvasir-llm/kvasir/internal/quant"
+	"github.com/kvasir-llm/kvasir/internal/synth"
+	"github.com/kvasir-llm/kvasir/internal/tokenizer"
+)
+
+func init() {
+	register(command{name: "synth", summary: "write a random-weight model of a real shape (GGUF or HF folder)", run: runSynth})
+}
+
+func runSynth(args []string) error {
+	fs := newFlags("synth", "--shape NAME | --config config.json  -o OUT(.gguf | folder)")
+	shape := fs.String("shape", "", "model shape: "+strings.Join(synth.Names(), ", "))
+	configPath := fs.String("config", "", "a Hugging Face config.json giving the shape instead of --shape")
+	dtypeName := fs.String("dtype", "f16", "weight type: f32, f16, bf16, q8_0, q4_0, q4_k (and the other GGUF types)")
+	seed := fs.Uint64("seed", 0, "random seed; the same seed gives the same weights")
+	out := fs.String("o", "", "output: a .gguf file, or a folder for a Hugging Face model")
+	tokPath := fs.String("tokenizer", "", "attach a real tokenizer: a tokenizer.json, or a GGUF whose vocabulary is used")
+	quiet := fs.Bool("quiet", false, "no progress bar")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *out == "" || (*shape == "") == (*configPath == "") || fs.NArg() > 0 {
+		fs.Usage()
+		return fmt.Errorf("need -o and exactly one of --shape or --config")
+	}
+	dtype, err := quant.ParseType(*dtypeName)
+	if err != nil {
+		return err
+	}
+	var cfg format.Config
+	name := *shape
+	if *shape != "" {
+		s, err := synth.Lookup(*shape)
+		if err != nil {
+			return err
+		}
+		cfg = s.Config
+	} else {
+		h, err := hfconfig.ReadConfig(*configPath)
+		if err != nil {
+			return err
+		}
+		if cfg, err = format.ConfigFromHF(h); err != nil {
+			return fmt.Errorf("%s: %w", *configPath, err)
+		}
+		if h.Architecture == hfconfig.Llama || h.Architecture == hfconfig.Mistral || h.Architecture == hfconfig.Mixtral {
+			cfg.RopeStyle = format.RopeInterleaved // as llama.cpp's converter lays out "llama"
+		}
+		name = strings.TrimSuffix(filepath.Base(*configPath), ".json")
+	}
+
+	// The vocabulary: a real one when asked, else a made-up byte-fallback one so that the
+	// model can read and write any text.
+	var vocab *tokenizer.Vocab
+	if *tokPath != "" {
+		if vocab, err = format.LoadVocab(*tokPath, cfg.VocabSize); err != nil {
+			return err
+		}
+		if len(vocab.Tokens) != cfg.VocabSize {
+			fmt.Fprintf(os.Stderr, "synth: the tokenizer has %d tokens; the model's vocabulary is resized from %d to match\n", len(vocab.Tokens), cfg.VocabSize)
+			cfg.VocabSize = len(vocab.Tokens)
+		}
+	} else if vocab, err = synth.ByteVocab(cfg.VocabSize); err != nil {
+		return err
+	}
+
+	toHF := !strings.HasSuffix(*out, ".gguf")
+	target := synth.GGUF
+	if toHF {
+		target = synth.HF
+		if dtype != quant.F32 && dtype != quant.F16 && dtype != quant.BF16 {
+			return fmt.Errorf("a Hugging Face folder holds f32, f16 or bf16 weights, not %s; write a .gguf for quantized weights", dtype)
+		}
+	}
+	tensors, err := synth.Tensors(cfg, dtype, *seed, target)
+	if err != nil {
+		return err
+	}
+	contents := format.Contents{Name: "synthetic " + name, Config: cfg, Vocab: vocab}
+	var total int64
+	for i := range tensors {
+		n, err := tensors[i].Size()
+		if err != nil {
+			return err
+		}
+		total += n
+	}
+	fmt.Fprintf(os.Stderr, "synth: %s (%s, random weights, seed %d) -> %s, %.2f GB\n", name, dtype, *seed, *out, float64(total)/1e9)
+	bar := newProgress("writing", total, *quiet)
+	defer bar.Finish()
+	if toHF {
+		if err := format.WriteHF(*out, contents, dtype, tensors, 0, bar.Update); err != nil {
+			return err
+		}
+		return writeHFTokenizer(*out, *tokPath, vocab)
+	}
+	return format.WriteGGUF(*out, contents, dtype, tensors, bar.Update)
+}
+
+// writeHFTokenizer puts the tokenizer beside a Hugging Face model: a given tokenizer.json
+// (and the tokenizer_config.json beside it) is copied; a vocabulary without one cannot be
+// written as tokenizer.json and is left out with a note.
+func writeHFTokenizer(dir, tokPath string, vocab *tokenizer.Vocab) error {
+	if strings.HasSuffix(tokPath, ".json") {
+		if err := copyFile(tokPath, filepath.Join(dir, "tokenizer.json")); err != nil {
+			return err
+		}
+		cfg := filepath.Join(filepath.Dir(tokPath), "tokenizer_config.json")
+		if _, err := os.Stat(cfg); err == nil {
+			return copyFile(cfg, filepath.Join(dir, "tokenizer_config.json"))
+		}
+		return nil
+	}
+	if err := format.WriteHFTokenizer(dir, vocab, ""); err != nil {
+		fmt.Fprintf(os.Stderr, "synth: no tokenizer.json written (%v); pass --tokenizer tokenizer.json to attach one\n", err)
+	}
+	return nil
+}
+
+func copyFile(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o644)
+}

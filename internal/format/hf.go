@@ -1,0 +1,257 @@
+package format
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/kvasir-llm/kvasir/internal/format/hfconfig"
+	"github.com/kvasir-llm/kvasir/internal/format/safetensors"
+	"github.com/kvasir-llm/kvasir/internal/quant"
+)
+
+// archOfHF maps Hugging Face architecture classes to GGUF architecture names.
+var archOfHF = map[string]string{
+	hfconfig.Llama:    "llama",
+	hfconfig.Mistral:  "llama",
+	hfconfig.Mixtral:  "llama",
+	hfconfig.Qwen2:    "qwen2",
+	hfconfig.Qwen3:    "qwen3",
+	hfconfig.Qwen2MoE: "qwen2moe",
+}
+
+// ConfigFromHF turns a parsed config.json into a Config. Hugging Face checkpoints keep q/k
+// rows in the NeoX rotary order, so the result has RopeStyle RopeNeox.
+func ConfigFromHF(h *hfconfig.Config) (Config, error) {
+	arch, ok := archOfHF[h.Architecture]
+	if !ok {
+		return Config{}, fmt.Errorf("architecture %q is not supported", h.Architecture)
+	}
+	if h.OutputBias() {
+		return Config{}, fmt.Errorf("attention_bias on the output projection is not supported")
+	}
+	if len(h.MLPOnlyLayers) > 0 || h.DecoderSparseStep > 1 {
+		return Config{}, fmt.Errorf("Qwen2-MoE models with dense layers (mlp_only_layers, decoder_sparse_step) are not supported")
+	}
+	c := Config{
+		Arch: arch, VocabSize: h.VocabSize, Dim: h.HiddenSize, Layers: h.NumHiddenLayers,
+		Heads: h.NumAttentionHeads, KVHeads: h.NumKeyValueHeads, HeadDim: h.HeadDim, RopeDim: h.HeadDim,
+		FFNDim: h.IntermediateSize, ContextLen: h.MaxPositionEmbeddings, NormEps: h.RMSNormEps,
+		RopeTheta: h.RopeTheta, RopeStyle: RopeNeox, TiedEmbeddings: h.TieWordEmbeddings,
+		QKVBias: h.QKVBias(), QKNorm: h.QKNorm(), SlidingWindow: h.SlidingWindow,
+	}
+	if s := h.RopeScaling; s != nil {
+		c.Scaling = RopeScaling{
+			Type: s.Type, Factor: s.Factor, LowFreqFactor: s.LowFreqFactor, HighFreqFactor: s.HighFreqFactor,
+			OriginalContextLen: s.OriginalMaxPositionEmbeddings, BetaFast: s.BetaFast, BetaSlow: s.BetaSlow,
+			AttnFactor: s.AttentionFactor,
+		}
+	}
+	if h.IsMoE() {
+		c.Experts, c.ExpertsUsed, c.NormTopKProbs = h.NumExperts, h.NumExpertsPerTok, h.NormTopKProb
+		c.ExpertFFNDim = h.IntermediateSize
+		if h.MoEIntermediateSize > 0 {
+			c.ExpertFFNDim = h.MoEIntermediateSize
+		}
+		c.SharedExpertFFN = h.SharedExpertIntermediateSize
+		if h.Architecture == hfconfig.Mixtral {
+			c.NormTopKProbs = true
+		}
+	}
+	return c, nil
+}
+
+// HFArchitecture returns the Hugging Face class a Config is written as.
+func HFArchitecture(c Config) string {
+	switch {
+	case c.Arch == "qwen2":
+		return hfconfig.Qwen2
+	case c.Arch == "qwen3":
+		return hfconfig.Qwen3
+	case c.Arch == "qwen2moe":
+		return hfconfig.Qwen2MoE
+	case c.Experts > 0:
+		return hfconfig.Mixtral
+	}
+	return hfconfig.Llama
+}
+
+// ConfigToHF returns the config.json description of c.
+func ConfigToHF(c Config, dtype quant.Type) (*hfconfig.Config, error) {
+	h, err := hfconfig.NewConfig(HFArchitecture(c), c.VocabSize, c.Dim, c.FFNDim, c.Layers, c.Heads, c.KVHeads)
+	if err != nil {
+		return nil, err
+	}
+	h.HeadDim, h.MaxPositionEmbeddings, h.RMSNormEps, h.RopeTheta = c.HeadDim, c.ContextLen, c.NormEps, c.RopeTheta
+	h.TieWordEmbeddings = c.TiedEmbeddings
+	h.TorchDType = map[quant.Type]string{quant.F32: "float32", quant.F16: "float16", quant.BF16: "bfloat16"}[dtype]
+	if c.Scaling.Type != "" {
+		s := c.Scaling
+		h.RopeScaling = &hfconfig.RopeScaling{
+			Type: s.Type, Factor: s.Factor, OriginalMaxPositionEmbeddings: s.OriginalContextLen,
+			LowFreqFactor: s.LowFreqFactor, HighFreqFactor: s.HighFreqFactor,
+			BetaFast: s.BetaFast, BetaSlow: s.BetaSlow, AttentionFactor: s.AttnFactor,
+		}
+	}
+	if c.Experts > 0 {
+		h.NumExperts, h.NumExpertsPerTok, h.NormTopKProb = c.Experts, c.ExpertsUsed, c.NormTopKProbs
+		if h.Architecture == hfconfig.Qwen2MoE {
+			h.MoEIntermediateSize, h.SharedExpertIntermediateSize = c.ExpertFFNDim, c.SharedExpertFFN
+		} else {
+			h.IntermediateSize = c.ExpertFFNDim
+		}
+	}
+	if c.SlidingWindow > 0 {
+		h.SlidingWindow, h.UseSlidingWindow = c.SlidingWindow, true
+	}
+	return h, nil
+}
+
+// dtypeOfSafetensors maps the safetensors element types kvasir computes with.
+var dtypeOfSafetensors = map[safetensors.DType]quant.Type{
+	safetensors.F32: quant.F32, safetensors.F16: quant.F16, safetensors.BF16: quant.BF16,
+}
+
+// openHF opens a Hugging Face model folder: config.json, safetensors weights (one file or
+// sharded), and the tokenizer and generation files when present.
+func openHF(dir string) (*Model, error) {
+	h, err := hfconfig.ReadConfig(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := ConfigFromHF(h)
+	if err != nil {
+		return nil, fmt.Errorf("hf %s: %w", dir, err)
+	}
+	set, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{Path: dir, Format: "safetensors", Config: cfg, Metadata: map[string]any{}}
+	m.closers = append(m.closers, set)
+	for k, v := range set.Metadata() {
+		m.Metadata[k] = v
+	}
+	m.Metadata["architecture"] = h.Architecture
+	m.Metadata["torch_dtype"] = h.TorchDType
+	for _, hfName := range set.Names() {
+		ti, _ := set.Tensor(hfName)
+		name, ok := GGUFName(hfName)
+		if !ok {
+			continue // e.g. rotary_emb.inv_freq caches, which kvasir recomputes
+		}
+		t, ok := dtypeOfSafetensors[ti.DType]
+		if !ok {
+			m.Close()
+			return nil, fmt.Errorf("hf %s: tensor %q: dtype %s is not supported (want F32, F16 or BF16)", dir, hfName, ti.DType)
+		}
+		m.addTensor(&Tensor{Name: name, Type: t, Shape: ti.Shape, Data: ti.Data})
+	}
+	if err := m.readHFTokenizer(dir); err != nil {
+		m.Close()
+		return nil, err
+	}
+	if err := m.inferFromTensors(); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("hf %s: %w", dir, err)
+	}
+	return m, nil
+}
+
+// readHFTokenizer loads tokenizer.json, the chat template and generation_config.json.
+func (m *Model) readHFTokenizer(dir string) error {
+	tokJSON := filepath.Join(dir, "tokenizer.json")
+	tokCfg := filepath.Join(dir, "tokenizer_config.json")
+	if fileExists(tokJSON) {
+		v, err := vocabFromHFFiles(tokJSON, tokCfg)
+		if err != nil {
+			return err
+		}
+		m.Vocab = v
+	}
+	if fileExists(tokCfg) {
+		tc, err := hfconfig.ReadTokenizerConfig(tokCfg)
+		if err != nil {
+			return err
+		}
+		m.ChatTemplate = tc.ChatTemplate
+	}
+	// Newer checkpoints keep the template in a file of its own.
+	if b, err := os.ReadFile(filepath.Join(dir, "chat_template.jinja")); err == nil {
+		m.ChatTemplate = string(b)
+	}
+	if p := filepath.Join(dir, "generation_config.json"); fileExists(p) {
+		g, err := hfconfig.ReadGenerationConfig(p)
+		if err != nil {
+			return err
+		}
+		m.Generation = g
+		if m.Vocab != nil {
+			for _, id := range g.EOSTokenIDs {
+				if id != m.Vocab.EOS && id >= 0 && id < len(m.Vocab.Tokens) {
+					m.Vocab.EOG = append(m.Vocab.EOG, id)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// WriteHF writes a Hugging Face model folder: config.json, model.safetensors (sharded above
+// maxShard bytes when maxShard > 0) and generation_config.json. The tensors must be in GGUF
+// naming and the NeoX rotary layout, in F32, F16 or BF16. Tokenizer files are the caller's.
+func WriteHF(dir string, c Contents, dtype quant.Type, tensors []OutTensor, maxShard int64, progress func(done, total int64)) error {
+	h, err := ConfigToHF(c.Config, dtype)
+	if err != nil {
+		return err
+	}
+	if c.Vocab != nil {
+		h.BOSTokenID, h.EOSTokenIDs = hfconfig.TokenIDs{c.Vocab.BOS}, hfconfig.TokenIDs{c.Vocab.EOS}
+	}
+	cfgJSON, err := h.Marshal()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), cfgJSON, 0o644); err != nil {
+		return err
+	}
+	gen := &hfconfig.GenerationConfig{BOSTokenID: h.BOSTokenID, EOSTokenIDs: h.EOSTokenIDs}
+	genJSON, err := gen.Marshal()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "generation_config.json"), genJSON, 0o644); err != nil {
+		return err
+	}
+	sts := make([]safetensors.WriteTensor, 0, len(tensors))
+	for i := range tensors {
+		t := &tensors[i]
+		if t.Name == "rope_freqs.weight" {
+			continue // config.json's rope_scaling says the same
+		}
+		var st safetensors.DType
+		switch t.Type {
+		case quant.F32:
+			st = safetensors.F32
+		case quant.F16:
+			st = safetensors.F16
+		case quant.BF16:
+			st = safetensors.BF16
+		default:
+			return fmt.Errorf("hf %s: tensor %q: safetensors cannot hold %s weights (use f32, f16 or bf16)", dir, t.Name, t.Type)
+		}
+		name, err := HFName(t.Name, c.Config.Arch)
+		if err != nil {
+			return err
+		}
+		sts = append(sts, safetensors.WriteTensor{Name: name, DType: st, Shape: t.Shape, Data: t.Data, Stream: t.Write})
+	}
+	meta := map[string]string{"format": "pt"}
+	if maxShard > 0 {
+		return safetensors.WriteSharded(dir, sts, meta, maxShard, progress)
+	}
+	return safetensors.Write(filepath.Join(dir, safetensors.SingleFileName), sts, meta, progress)
+}

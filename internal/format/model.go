@@ -1,0 +1,128 @@
+// Package format opens a model in any supported file format (GGUF, a Hugging Face
+// safetensors folder, a llama2.c checkpoint) and presents it one way: a Config of
+// hyperparameters, named tensors in GGUF naming, and the tokenizer and chat template that came
+// with it.
+//
+// Tensor data is memory-mapped by the format readers and handed out as slices of the mapping;
+// nothing is copied on load.
+package format
+
+import (
+	"fmt"
+
+	"github.com/kvasir-llm/kvasir/internal/quant"
+)
+
+// Tensor is one named weight as stored in a model file.
+type Tensor struct {
+	// Name in GGUF naming: "token_embd.weight", "blk.3.attn_q.weight", "output_norm.weight".
+	Name string
+	// Type is the element type of Data.
+	Type quant.Type
+	// Shape lists dimensions outermost first, as PyTorch and safetensors do: a weight matrix
+	// of a linear layer mapping In to Out features has Shape {Out, In}, and its rows (each In
+	// elements, a whole number of blocks) lie one after another in Data. GGUF files store the
+	// same dimensions in the reverse order; readers reverse them.
+	Shape []int
+	// Data is the raw bytes in Type's block format, usually a slice of a read-only mapping.
+	Data []byte
+}
+
+// Elements returns the number of elements, the product of Shape.
+func (t *Tensor) Elements() int {
+	n := 1
+	for _, d := range t.Shape {
+		n *= d
+	}
+	return n
+}
+
+// Rows returns the number of rows (all dimensions but the innermost) and the row length.
+func (t *Tensor) Rows() (rows, cols int) {
+	if len(t.Shape) == 0 {
+		return 1, 1
+	}
+	cols = t.Shape[len(t.Shape)-1]
+	return t.Elements() / max(cols, 1), cols
+}
+
+// Check verifies that Data holds exactly the bytes that Type and Shape call for.
+func (t *Tensor) Check() error {
+	_, cols := t.Rows()
+	rowBytes, err := t.Type.RowBytes(cols)
+	if err != nil {
+		return fmt.Errorf("tensor %q: %w", t.Name, err)
+	}
+	rows, _ := t.Rows()
+	if want := rows * rowBytes; len(t.Data) != want {
+		return fmt.Errorf("tensor %q: %s %v needs %d bytes, have %d", t.Name, t.Type, t.Shape, want, len(t.Data))
+	}
+	return nil
+}
+
+// RopeStyle says which pairs of a head's dimensions rotary embedding rotates together.
+type RopeStyle int
+
+const (
+	// RopeInterleaved rotates pairs (2i, 2i+1): Meta's Llama, llama2.c, and llama.cpp's
+	// "llama" architecture (whose converter permutes the Hugging Face q/k rows into it).
+	RopeInterleaved RopeStyle = iota
+	// RopeNeox rotates pairs (i, i+d/2): the Hugging Face layout, used unpermuted for
+	// Qwen2/Qwen3 in GGUF and for every architecture loaded from safetensors.
+	RopeNeox
+)
+
+func (s RopeStyle) String() string {
+	if s == RopeNeox {
+		return "neox"
+	}
+	return "interleaved"
+}
+
+// RopeScaling describes how rotary frequencies are stretched for long contexts.
+type RopeScaling struct {
+	// Type is "" (none), "linear", "llama3", "yarn" or "dynamic".
+	Type   string
+	Factor float64
+	// Llama 3 parameters.
+	LowFreqFactor  float64
+	HighFreqFactor float64
+	// OriginalContextLen is the context the model was trained with before scaling.
+	OriginalContextLen int
+	// YaRN parameters.
+	BetaFast, BetaSlow float64
+	AttnFactor         float64
+}
+
+// Config holds the hyperparameters of a decoder-only transformer of the Llama family.
+type Config struct {
+	// Arch is the GGUF architecture name: "llama" (also Mistral), "qwen2", "qwen3",
+	// "qwen2moe"; Mixtral is "llama" with experts.
+	Arch       string
+	VocabSize  int
+	Dim        int // hidden size
+	Layers     int
+	Heads      int
+	KVHeads    int
+	HeadDim    int // usually Dim / Heads
+	FFNDim     int // intermediate size of the dense MLP (or of each expert when Experts > 0)
+	ContextLen int
+	NormEps    float64
+	RopeTheta  float64
+	RopeDim    int // dimensions of a head that are rotated (usually HeadDim)
+	RopeStyle  RopeStyle
+	Scaling    RopeScaling
+
+	TiedEmbeddings bool // the output projection reuses token_embd.weight
+	QKVBias        bool // Qwen2: biases on q, k and v projections
+	QKNorm         bool // Qwen3: per-head RMSNorm of q and k
+
+	// Mixture of experts: Experts > 0 turns each MLP into a routed set of experts.
+	Experts         int
+	ExpertsUsed     int
+	ExpertFFNDim    int  // intermediate size of each routed expert
+	SharedExpertFFN int  // Qwen2-MoE shared expert size; 0 when absent
+	NormTopKProbs   bool // renormalize the chosen experts' router weights to sum to 1
+
+	SlidingWindow int // 0 when attention is not windowed
+}

@@ -1,0 +1,85 @@
+// Package synth makes random-weight models of real shapes, deterministic for a seed, so that
+// tests and benchmarks get the sizes of real models without downloading any.
+package synth
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/kvasir-llm/kvasir/internal/format"
+)
+
+// Shape is a named model shape: the hyperparameters of a real model.
+type Shape struct {
+	Name string
+	// HFArch is the Hugging Face architecture class the shape is written as.
+	HFArch string
+	Config format.Config
+}
+
+func llama(dim, ffn, layers, heads, kvHeads, vocab, ctx int, theta float64) format.Config {
+	hd := dim / heads
+	return format.Config{
+		Arch: "llama", VocabSize: vocab, Dim: dim, Layers: layers, Heads: heads, KVHeads: kvHeads,
+		HeadDim: hd, RopeDim: hd, FFNDim: ffn, ContextLen: ctx, NormEps: 1e-5, RopeTheta: theta,
+	}
+}
+
+func llama3Scaling(factor float64) format.RopeScaling {
+	return format.RopeScaling{Type: "llama3", Factor: factor, LowFreqFactor: 1, HighFreqFactor: 4, OriginalContextLen: 8192}
+}
+
+// shapes lists the built-in shapes, with hyperparameters from each model's config.json.
+var shapes = func() map[string]Shape {
+	smol := llama(576, 1536, 30, 9, 3, 49152, 8192, 100000)
+	smol.TiedEmbeddings = true
+
+	qwen25 := llama(896, 4864, 24, 14, 2, 151936, 32768, 1000000)
+	qwen25.Arch, qwen25.NormEps, qwen25.TiedEmbeddings, qwen25.QKVBias = "qwen2", 1e-6, true, true
+	qwen25.RopeStyle = format.RopeNeox
+
+	qwen3 := llama(1024, 3072, 28, 16, 8, 151936, 40960, 1000000)
+	qwen3.Arch, qwen3.NormEps, qwen3.TiedEmbeddings, qwen3.QKNorm = "qwen3", 1e-6, true, true
+	qwen3.HeadDim, qwen3.RopeDim, qwen3.RopeStyle = 128, 128, format.RopeNeox
+
+	tiny := llama(2048, 5632, 22, 32, 4, 32000, 2048, 10000)
+
+	l1b := llama(2048, 8192, 16, 32, 8, 128256, 131072, 500000)
+	l1b.TiedEmbeddings, l1b.Scaling = true, llama3Scaling(32)
+
+	l8b := llama(4096, 14336, 32, 32, 8, 128256, 131072, 500000)
+	l8b.Scaling = llama3Scaling(8)
+
+	mix := llama(512, 1024, 4, 8, 4, 32000, 4096, 1000000)
+	mix.Experts, mix.ExpertsUsed, mix.ExpertFFNDim, mix.NormTopKProbs = 8, 2, 1024, true
+
+	return map[string]Shape{
+		"smollm2-135m":   {"smollm2-135m", "LlamaForCausalLM", smol},
+		"qwen2.5-0.5b":   {"qwen2.5-0.5b", "Qwen2ForCausalLM", qwen25},
+		"qwen3-0.6b":     {"qwen3-0.6b", "Qwen3ForCausalLM", qwen3},
+		"tinyllama-1.1b": {"tinyllama-1.1b", "LlamaForCausalLM", tiny},
+		"llama-3.2-1b":   {"llama-3.2-1b", "LlamaForCausalLM", l1b},
+		"llama-3.1-8b":   {"llama-3.1-8b", "LlamaForCausalLM", l8b},
+		"mixtral-tiny":   {"mixtral-tiny", "MixtralForCausalLM", mix},
+	}
+}()
+
+// Lookup returns the built-in shape with the given name.
+func Lookup(name string) (Shape, error) {
+	s, ok := shapes[strings.ToLower(name)]
+	if !ok {
+		return Shape{}, fmt.Errorf("unknown shape %q (known: %s)", name, strings.Join(Names(), ", "))
+	}
+	return s, nil
+}
+
+// Names lists the built-in shapes.
+func Names() []string {
+	var names []string
+	for n := range shapes {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

@@ -1,0 +1,136 @@
+package tokenizer
+
+import (
+	"bytes"
+	"reflect"
+	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/format/gguf"
+)
+
+// kvMeta is an in-memory ggufMeta.
+type kvMeta map[string]gguf.Value
+
+func (m kvMeta) Get(key string) (gguf.Value, bool) { v, ok := m[key]; return v, ok }
+
+func writeParse(t *testing.T, kvs []gguf.KV) *gguf.File {
+	t.Helper()
+	var buf bytes.Buffer
+	w, err := gguf.NewWriter(&buf, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range kvs {
+		if err := w.AddKV(kv.Key, kv.Value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse("mem.gguf", buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestGGUFMetadataRoundTrip(t *testing.T) {
+	tok := loadGGUFTokenizer(t, "tokenizers/vocab/ggml-vocab-llama-spm.gguf")
+	v := tok.Vocab()
+	f := writeParse(t, v.GGUFMetadata())
+	got, err := VocabFromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, v) {
+		t.Fatalf("round trip differs:\n got %+v\nwant %+v", summary(got), summary(v))
+	}
+
+	syn := &Vocab{Model: "gpt2", Pre: "qwen2", Tokens: []string{"a", "b", "ab", "<|im_end|>"},
+		Types: []TokenType{1, 1, 1, 3}, Merges: []string{"a b"}, BOS: -1, EOS: 3, UNK: -1, PAD: 3,
+		SEP: -1, CLS: -1, MASK: -1, EOT: 3, AddEOS: false}
+	got, err = VocabFromGGUF(writeParse(t, syn.GGUFMetadata()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, syn) {
+		t.Fatalf("gpt2 round trip differs:\n got %+v\nwant %+v", summary(got), summary(syn))
+	}
+}
+
+func summary(v *Vocab) Vocab {
+	s := *v
+	s.Tokens, s.Scores, s.Types, s.Merges = s.Tokens[:min(4, len(s.Tokens))], nil, nil, nil
+	return s
+}
+
+func TestVocabFromGGUFDefaults(t *testing.T) {
+	toks := gguf.Strings([]string{"<unk>", "<s>", "</s>", "a"})
+	tests := []struct {
+		name string
+		meta kvMeta
+		want func(v *Vocab) bool
+	}{
+		{"llama defaults", kvMeta{keyModel: gguf.String("llama"), keyTokens: toks},
+			func(v *Vocab) bool {
+				return v.BOS == 1 && v.EOS == 2 && v.UNK == 0 && v.AddBOS && !v.AddEOS && v.AddSpacePrefix && v.PAD == -1
+			}},
+		{"llama overrides", kvMeta{keyModel: gguf.String("llama"), keyTokens: toks,
+			keyAddBOS: gguf.Bool(false), keyAddPrefix: gguf.Bool(false), keyEOS: gguf.Uint32(3),
+			keySEP: gguf.Uint32(0xFFFFFFFF)},
+			func(v *Vocab) bool { return !v.AddBOS && !v.AddSpacePrefix && v.EOS == 3 && v.SEP == -1 }},
+		{"bert defaults past a small vocab", kvMeta{keyModel: gguf.String("bert"), keyTokens: toks},
+			func(v *Vocab) bool { return v.BOS == -1 && v.UNK == -1 && v.PAD == 0 && !v.AddBOS }},
+		{"gpt2 llama-bpe adds bos", kvMeta{keyModel: gguf.String("gpt2"), keyPre: gguf.String("llama-bpe"),
+			keyTokens: toks, keyBOS: gguf.Uint32(1)},
+			func(v *Vocab) bool { return v.AddBOS && v.BOS == 1 && v.EOS == -1 && !v.AddSpacePrefix }},
+		{"eom is eog", kvMeta{keyModel: gguf.String("gpt2"), keyTokens: toks, keyEOM: gguf.Uint32(3)},
+			func(v *Vocab) bool { return len(v.EOG) == 1 && v.EOG[0] == 3 }},
+	}
+	for _, tc := range tests {
+		v, err := vocabFromMeta(tc.meta)
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if !tc.want(v) {
+			t.Errorf("%s: unexpected vocab %+v", tc.name, v)
+		}
+	}
+}
+
+func TestVocabFromGGUFErrors(t *testing.T) {
+	toks := gguf.Strings([]string{"a", "b"})
+	bad := []kvMeta{
+		{},
+		{keyModel: gguf.String("llama")},
+		{keyModel: gguf.String("llama"), keyTokens: gguf.String("x")},
+		{keyModel: gguf.String("llama"), keyTokens: gguf.Strings(nil)},
+		{keyModel: gguf.String("llama"), keyTokens: toks, keyScores: gguf.Float32s([]float32{1})},
+		{keyModel: gguf.String("llama"), keyTokens: toks, keyTokenType: gguf.Int32s([]int32{1, 1, 1})},
+		{keyModel: gguf.String("llama"), keyTokens: toks, keyMerges: gguf.Uint32(1)},
+		{keyModel: gguf.String("t5"), keyTokens: toks},
+	}
+	for i, m := range bad {
+		if v, err := vocabFromMeta(m); err == nil {
+			t.Errorf("case %d: no error, vocab %+v", i, v)
+		}
+	}
+}
+
+func TestVocabFromGGUFBert(t *testing.T) {
+	tok := loadGGUFTokenizer(t, "tokenizers/vocab/ggml-vocab-bert-bge.gguf")
+	v := tok.Vocab()
+	if v.CLS != 101 || v.BOS != 101 || v.SEP != 102 || v.UNK != 100 || v.PAD != 0 || v.MASK != 103 || v.EOS != -1 {
+		t.Fatalf("bert specials %+v", summary(v))
+	}
+	got := tok.Encode("Hello world!", EncodeOptions{AddSpecial: true})
+	want := []int{101, 7592, 2088, 999, 102}
+	if !equalIDs(got, want) {
+		t.Fatalf("Encode = %v, want %v", got, want)
+	}
+	if s := tok.Decode(got, true); s != "hello world !" { // no clean-up of spaces before punctuation
+		t.Fatalf("Decode = %q", s)
+	}
+}

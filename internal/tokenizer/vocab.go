@@ -1,0 +1,73 @@
+// Package tokenizer turns text into token ids and back for the vocabularies kvasir loads:
+// SentencePiece-style BPE ("llama"), byte-level BPE ("gpt2") and WordPiece ("bert").
+//
+// Every tokenizer source (GGUF metadata, llama2.c tokenizer files, HF tokenizer.json) is first
+// turned into a Vocab, which mirrors GGUF's tokenizer.ggml.* metadata; New builds a Tokenizer
+// from a Vocab.
+package tokenizer
+
+// TokenType mirrors GGUF tokenizer.ggml.token_type.
+type TokenType int32
+
+// Token types, with the values GGUF stores.
+const (
+	TypeUndefined   TokenType = 0
+	TypeNormal      TokenType = 1
+	TypeUnknown     TokenType = 2
+	TypeControl     TokenType = 3
+	TypeUserDefined TokenType = 4
+	TypeUnused      TokenType = 5
+	TypeByte        TokenType = 6
+)
+
+// Vocab mirrors the GGUF tokenizer.ggml.* metadata; every tokenizer source is turned into one.
+type Vocab struct {
+	Model  string      // "llama" (SentencePiece BPE), "gpt2" (byte-level BPE), "bert" (WordPiece)
+	Pre    string      // pre-tokenizer name for gpt2 models: "default", "gpt-2", "llama-bpe", "qwen2", "deepseek-llm", ...
+	Tokens []string    // token texts, indexed by id
+	Scores []float32   // may be nil
+	Types  []TokenType // may be nil (then all normal)
+	Merges []string    // "a b" pairs, gpt2 only
+
+	// Special token ids; -1 when absent.
+	BOS, EOS, UNK, PAD, SEP, CLS, MASK, EOT int
+
+	AddBOS, AddEOS bool
+	AddSpacePrefix bool // SentencePiece "add_dummy_prefix"
+
+	// Strip holds lstrip/rstrip flags of added tokens by id; may be nil.
+	Strip map[int]Strip
+	// EOG lists further end-of-generation token ids beyond EOS, EOT and the well-known
+	// end-of-turn texts (e.g. from a generation config); may be nil.
+	EOG []int
+}
+
+// TypeOf returns the type of token id, TypeNormal when the vocab has no types and
+// TypeUndefined for an id out of range.
+func (v *Vocab) TypeOf(id int) TokenType {
+	if id < 0 || id >= len(v.Tokens) {
+		return TypeUndefined
+	}
+	if id >= len(v.Types) {
+		return TypeNormal
+	}
+	return v.Types[id]
+}
+
+// ScoreOf returns the score of token id, or 0 when the vocab has no scores.
+func (v *Vocab) ScoreOf(id int) float32 {
+	if id < 0 || id >= len(v.Scores) {
+		return 0
+	}
+	return v.Scores[id]
+}
+
+// Strip marks an added token that swallows the whitespace beside it when it is matched in the
+// input (HF added tokens' lstrip/rstrip).
+type Strip uint8
+
+// Strip flags.
+const (
+	StripLeft  Strip = 1 << iota // drop whitespace to the left of the token
+	StripRight                   // drop whitespace to the right of the token
+)
