@@ -1,0 +1,61 @@
+package kvcache
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Export describes a request's KV blocks for moving them to another engine (prefill/decode
+// disaggregation): the transfer layer reads the KV of Table's blocks; Hashes let the
+// receiver skip blocks it already caches.
+type Export struct {
+	// BlockSize is the sender's tokens per block; the receiver must use the same.
+	BlockSize int
+	// Table is the request's block table, in logical order.
+	Table []BlockID
+	// Hashes are the chained hashes of the request's leading finalized full blocks.
+	Hashes []BlockHash
+	// Salt is the request's cache salt.
+	Salt string
+}
+
+// ExportBlocks returns request id's blocks for a transfer. The request keeps its blocks:
+// the sender frees it (Free) once the transfer is done.
+func (m *Manager) ExportBlocks(id RequestID) (Export, error) {
+	s := m.seqs[id]
+	if s == nil {
+		return Export{}, fmt.Errorf("kvcache: export %q: unknown request", id)
+	}
+	return Export{
+		BlockSize: m.pool.blockSize,
+		Table:     slices.Clone(s.table),
+		Hashes:    slices.Clone(s.hashes[:s.numCached]),
+		Salt:      s.salt,
+	}, nil
+}
+
+// Import says where a transferred request's KV goes on the receiving side.
+type Import struct {
+	// Table is the request's new block table, with slots for all its tokens.
+	Table []BlockID
+	// NumCachedTokens leading tokens were found in the local prefix cache: the blocks
+	// Table[:NumCachedTokens/BlockSize] already hold their KV and need no transfer.
+	NumCachedTokens int
+}
+
+// ImportBlocks admits request id, whose KV for all of tokens is computed elsewhere: it takes
+// local prefix-cache hits (every full block may hit, since no logits are needed) and
+// allocates blocks for the rest. It returns false, changing nothing, when the pool has too
+// few free blocks. Once the transferred KV has landed, call CacheFullBlocks(id, tokens,
+// len(tokens)) to cache it.
+func (m *Manager) ImportBlocks(id RequestID, tokens []int32, salt string) (Import, bool, error) {
+	if m.seqs[id] != nil {
+		return Import{}, false, fmt.Errorf("kvcache: import %q: request already exists", id)
+	}
+	hits, n := m.lookupPrefix(tokens, salt, len(tokens), false)
+	ok, err := m.Allocate(id, Alloc{NumComputed: n, NumNew: len(tokens) - n, Computed: hits, Salt: salt})
+	if !ok || err != nil {
+		return Import{}, false, err
+	}
+	return Import{Table: m.BlockTable(id), NumCachedTokens: n}, true, nil
+}

@@ -1,0 +1,103 @@
+package kvcache
+
+import (
+	"fmt"
+	"math"
+)
+
+// Sizing is the KV cache's size derived from a model's shape and a memory budget; its
+// String is the start-up log line.
+type Sizing struct {
+	Layers, KVHeads, HeadDim, BytesPerElem int
+	// BlockSize is the number of tokens per block.
+	BlockSize int
+	// MemoryBytes is the budget the pool was sized from.
+	MemoryBytes int64
+	// BytesPerToken is 2 (K and V) x layers x KV heads x head dim x bytes per element.
+	BytesPerToken int64
+	// BytesPerBlock is BytesPerToken x BlockSize.
+	BytesPerBlock int64
+	// NumBlocks is the number of blocks the budget holds, the null block included
+	// (pass it as Config.NumBlocks).
+	NumBlocks int
+	// MaxModelLen is the context length used for MaxConcurrentFullContext.
+	MaxModelLen int
+	// BlocksPerSequence is the number of blocks one full-context sequence needs.
+	BlocksPerSequence int
+	// MaxConcurrentFullContext is how many sequences at full context fit at once.
+	MaxConcurrentFullContext int
+}
+
+// Plan sizes a KV cache pool: it divides memoryBytes into blocks of blockSize tokens of a
+// model with the given layers, KV heads, head dimension and bytes per element, and reports
+// how many full-context (maxModelLen) sequences fit at once.
+func Plan(layers, kvHeads, headDim, bytesPerElem, blockSize int, memoryBytes int64, maxModelLen int) (Sizing, error) {
+	s := Sizing{
+		Layers: layers, KVHeads: kvHeads, HeadDim: headDim, BytesPerElem: bytesPerElem,
+		BlockSize: blockSize, MemoryBytes: memoryBytes, MaxModelLen: maxModelLen,
+	}
+	if layers <= 0 || kvHeads <= 0 || headDim <= 0 || bytesPerElem <= 0 || blockSize <= 0 || maxModelLen <= 0 {
+		return s, fmt.Errorf("kvcache: plan: layers %d, kv heads %d, head dim %d, bytes per element %d, block size %d, max model len %d: all must be positive",
+			layers, kvHeads, headDim, bytesPerElem, blockSize, maxModelLen)
+	}
+	perToken := int64(2)
+	for _, f := range []int{layers, kvHeads, headDim, bytesPerElem} {
+		if perToken > math.MaxInt64/int64(f) {
+			return s, fmt.Errorf("kvcache: plan: bytes per token overflow")
+		}
+		perToken *= int64(f)
+	}
+	if perToken > math.MaxInt64/int64(blockSize) {
+		return s, fmt.Errorf("kvcache: plan: bytes per block overflow")
+	}
+	s.BytesPerToken = perToken
+	s.BytesPerBlock = perToken * int64(blockSize)
+	blocks := memoryBytes / s.BytesPerBlock
+	if blocks < 2 {
+		return s, fmt.Errorf("kvcache: plan: a budget of %d bytes holds %d blocks of %d bytes (%d tokens x %d bytes); need at least 2 (one is the null block)",
+			memoryBytes, max(blocks, 0), s.BytesPerBlock, blockSize, perToken)
+	}
+	if blocks > math.MaxInt32 {
+		blocks = math.MaxInt32
+	}
+	s.NumBlocks = int(blocks)
+	s.BlocksPerSequence = maxModelLen / blockSize
+	if maxModelLen%blockSize != 0 {
+		s.BlocksPerSequence++
+	}
+	s.MaxConcurrentFullContext = (s.NumBlocks - 1) / s.BlocksPerSequence
+	return s, nil
+}
+
+// String returns the start-up log line; the block and token counts exclude the null block.
+// For smollm2-135m in f16 with 1 GiB and an 8192-token context:
+//
+//	kv cache: 23040 B/token (2 x 30 layers x 3 kv heads x 64 dim x 2 B); 16-token blocks of
+//	360.00 KiB; 2911 blocks = 46576 tokens in 1023.40 MiB; 5.69x concurrency at 8192 tokens
+//	(5 full-context sequences)
+func (s Sizing) String() string {
+	usable := max(s.NumBlocks-1, 0)
+	conc := 0.0
+	if s.BlocksPerSequence > 0 {
+		conc = float64(usable) / float64(s.BlocksPerSequence)
+	}
+	return fmt.Sprintf("kv cache: %d B/token (2 x %d layers x %d kv heads x %d dim x %d B); %d-token blocks of %s; %d blocks = %d tokens in %s; %.2fx concurrency at %d tokens (%d full-context sequences)",
+		s.BytesPerToken, s.Layers, s.KVHeads, s.HeadDim, s.BytesPerElem,
+		s.BlockSize, formatBytes(s.BytesPerBlock),
+		usable, usable*s.BlockSize, formatBytes(s.BytesPerBlock*int64(usable)),
+		conc, s.MaxModelLen, s.MaxConcurrentFullContext)
+}
+
+// formatBytes renders n in binary units with three significant digits.
+func formatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n)/unit, 0
+	for v >= unit && i < 4 {
+		v /= unit
+		i++
+	}
+	return fmt.Sprintf("%.2f %ciB", v, "KMGTP"[i])
+}

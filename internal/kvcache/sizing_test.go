@@ -1,0 +1,77 @@
+package kvcache
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestPlan(t *testing.T) {
+	cases := []struct {
+		name                                      string
+		layers, kvHeads, headDim, elem, blockSize int
+		memory                                    int64
+		maxLen                                    int
+		wantPerToken                              int64
+		wantBlocks, wantPerSeq, wantConcurrent    int
+		wantInString                              []string
+	}{
+		{
+			name:   "smollm2-135m f16, 1 GiB",
+			layers: 30, kvHeads: 3, headDim: 64, elem: 2, blockSize: 16, memory: 1 << 30, maxLen: 8192,
+			wantPerToken: 23040, wantBlocks: 2912, wantPerSeq: 512, wantConcurrent: 5,
+			wantInString: []string{"23040 B/token", "2 x 30 layers x 3 kv heads x 64 dim x 2 B", "360.00 KiB", "2911 blocks", "46576 tokens", "5.69x concurrency at 8192 tokens"},
+		},
+		{
+			name:   "llama-7b f16, 16 GiB",
+			layers: 32, kvHeads: 32, headDim: 128, elem: 2, blockSize: 16, memory: 16 << 30, maxLen: 4096,
+			wantPerToken: 512 << 10, wantBlocks: 2048, wantPerSeq: 256, wantConcurrent: 7,
+			wantInString: []string{"8.00 MiB", "2047 blocks"},
+		},
+		{
+			name:   "stories260K f32, 1 MiB, uneven context",
+			layers: 5, kvHeads: 4, headDim: 8, elem: 4, blockSize: 16, memory: 1 << 20, maxLen: 500,
+			wantPerToken: 1280, wantBlocks: 51, wantPerSeq: 32, wantConcurrent: 1,
+		},
+	}
+	for _, tc := range cases {
+		s, err := Plan(tc.layers, tc.kvHeads, tc.headDim, tc.elem, tc.blockSize, tc.memory, tc.maxLen)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if s.BytesPerToken != tc.wantPerToken || s.NumBlocks != tc.wantBlocks || s.BlocksPerSequence != tc.wantPerSeq || s.MaxConcurrentFullContext != tc.wantConcurrent {
+			t.Errorf("%s: got %+v", tc.name, s)
+		}
+		if s.BytesPerBlock != s.BytesPerToken*int64(tc.blockSize) || int64(s.NumBlocks)*s.BytesPerBlock > tc.memory {
+			t.Errorf("%s: blocks exceed the budget: %+v", tc.name, s)
+		}
+		str := s.String()
+		for _, want := range tc.wantInString {
+			if !strings.Contains(str, want) {
+				t.Errorf("%s: %q lacks %q", tc.name, str, want)
+			}
+		}
+	}
+}
+
+func TestPlanErrors(t *testing.T) {
+	cases := []struct {
+		name   string
+		args   [5]int
+		memory int64
+		maxLen int
+		want   string
+	}{
+		{"zero layers", [5]int{0, 1, 1, 1, 16}, 1 << 20, 10, "must be positive"},
+		{"negative block size", [5]int{1, 1, 1, 1, -16}, 1 << 20, 10, "must be positive"},
+		{"zero max model len", [5]int{1, 1, 1, 1, 16}, 1 << 20, 0, "must be positive"},
+		{"budget too small", [5]int{32, 32, 128, 2, 16}, 1 << 20, 10, "need at least 2"},
+		{"negative budget", [5]int{1, 1, 1, 1, 16}, -5, 10, "need at least 2"},
+		{"overflow", [5]int{1 << 30, 1 << 30, 1 << 30, 1 << 30, 16}, 1 << 40, 10, "overflow"},
+	}
+	for _, tc := range cases {
+		_, err := Plan(tc.args[0], tc.args[1], tc.args[2], tc.args[3], tc.args[4], tc.memory, tc.maxLen)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+}
