@@ -6,9 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/hub"
+	"github.com/kvasir-llm/kvasir/internal/quant"
+	"github.com/kvasir-llm/kvasir/internal/synth"
 	"github.com/kvasir-llm/kvasir/internal/tokenizer"
 )
 
@@ -27,9 +30,44 @@ func resolveModel(ref string) (string, error) {
 	return hub.Download(context.Background(), r, opt)
 }
 
-// openModel opens the model named by a -m argument; tok names a separate tokenizer file
-// (a llama2.c tokenizer for a .bin checkpoint), or "".
+// defaultShape and defaultDType give the built-in model served when no -m is given.
+const (
+	defaultShape = "smollm2-135m"
+	defaultDType = quant.Q8_0
+)
+
+// defaultChatTemplate is ChatML, the template the built-in model is given.
+const defaultChatTemplate = `{%- for message in messages -%}
+{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>\n' -}}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}`
+
+// openDefaultModel synthesizes the built-in model in memory: random weights of a real
+// shape, so that every command works on a fresh machine with no download.
+func openDefaultModel() (*format.Model, error) {
+	shape, err := synth.Lookup(defaultShape)
+	if err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	m, err := synth.Model(shape, defaultDType, 0)
+	if err != nil {
+		return nil, err
+	}
+	m.ChatTemplate = defaultChatTemplate
+	fmt.Fprintf(os.Stderr, "kvasir: no -m given: using the built-in default model, %s-shaped with RANDOM weights (%s, synthesized in %.1fs).\n"+
+		"kvasir: its output is gibberish by design; to run a real model pass -m with a .gguf file, a Hugging Face folder, or hf:ORG/REPO.\n",
+		defaultShape, defaultDType, time.Since(start).Seconds())
+	return m, nil
+}
+
+// openModel opens the model named by a -m argument, or the built-in default model when ref
+// is ""; tok names a separate tokenizer file (a llama2.c tokenizer for a .bin checkpoint),
+// or "".
 func openModel(ref, tok string) (*format.Model, error) {
+	if ref == "" {
+		return openDefaultModel()
+	}
 	path, err := resolveModel(ref)
 	if err != nil {
 		return nil, err

@@ -206,7 +206,13 @@ func WriteHF(dir string, c Contents, dtype quant.Type, tensors []OutTensor, maxS
 		return err
 	}
 	if c.Vocab != nil {
-		h.BOSTokenID, h.EOSTokenIDs = hfconfig.TokenIDs{c.Vocab.BOS}, hfconfig.TokenIDs{c.Vocab.EOS}
+		h.BOSTokenID, h.EOSTokenIDs = nil, nil
+		if c.Vocab.BOS >= 0 {
+			h.BOSTokenID = hfconfig.TokenIDs{c.Vocab.BOS}
+		}
+		if c.Vocab.EOS >= 0 {
+			h.EOSTokenIDs = hfconfig.TokenIDs{c.Vocab.EOS}
+		}
 	}
 	cfgJSON, err := h.Marshal()
 	if err != nil {

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/testdata"
+)
+
+// captureStdout runs fn with os.Stdout redirected and returns what it printed.
+func captureStdout(t *testing.T, fn func() error) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := os.Stdout
+	os.Stdout = w
+	done := make(chan string)
+	go func() {
+		b, _ := io.ReadAll(r)
+		done <- string(b)
+	}()
+	runErr := fn()
+	os.Stdout = old
+	w.Close()
+	out := <-done
+	if runErr != nil {
+		t.Fatal(runErr)
+	}
+	return out
+}
+
+// TestRunGreedyStories: `kvasir run` with temperature 0 and no prompt prints llama2.c's
+// greedy text.
+func TestRunGreedyStories(t *testing.T) {
+	bin := testdata.Path(t, "models/stories260K/stories260K.bin")
+	tok := testdata.Path(t, "models/stories260K/tok512.bin")
+	want, err := os.ReadFile(testdata.Path(t, "models/stories260K/ref_runc_greedy200.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := captureStdout(t, func() error {
+		return runRun([]string{"-m", bin, "-z", tok, "--temperature", "0", "-n", "200", "--threads", "1"})
+	})
+	if strings.TrimSuffix(got, "\n") != string(want) {
+		t.Errorf("kvasir run printed\n%q\nwant\n%q", got, want)
+	}
+	// With a prompt, the echoed prompt and the continuation join up.
+	got = captureStdout(t, func() error {
+		return runRun([]string{"-m", bin, "-z", tok, "--temperature", "0", "-n", "5", "-p", "Once upon a"})
+	})
+	if !strings.HasPrefix(got, "Once upon a time,") {
+		t.Errorf("kvasir run -p printed %q", got)
+	}
+}
+
+// TestBenchGenerateJSON: `kvasir bench generate --json` prints one object with the figures.
+func TestBenchGenerateJSON(t *testing.T) {
+	gguf := testdata.Path(t, "models/stories260K/stories260K.gguf")
+	out := captureStdout(t, func() error {
+		return runBench([]string{"generate", "-m", gguf, "--prompt-len", "16", "--gen-len", "8", "--threads", "2", "--json"})
+	})
+	var res map[string]any
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("output is not one JSON object: %v\n%s", err, out)
+	}
+	for _, k := range []string{"prefill_tokens_per_s", "decode_tokens_per_s", "decode_gb_per_s", "probe_gb_per_s", "decode_bandwidth_ratio"} {
+		if f, ok := res[k].(float64); !ok || f <= 0 {
+			t.Errorf("%s = %v, want a positive figure", k, res[k])
+		}
+	}
+}
+
+func TestBenchDispatch(t *testing.T) {
+	if err := runBench([]string{"no-such-benchmark"}); err == nil {
+		t.Error("an unknown benchmark was accepted")
+	}
+	for _, name := range []string{"kernels", "generate"} {
+		if _, ok := benchmarks[name]; !ok {
+			t.Errorf("benchmark %q is not registered", name)
+		}
+	}
+}

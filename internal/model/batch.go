@@ -1,0 +1,79 @@
+package model
+
+import "fmt"
+
+// Batch is the input of one forward step: the tokens of one or more sequences, concatenated
+// sequence after sequence, with where each token sits and where its keys and values go.
+type Batch struct {
+	// Tokens and Positions have one entry per token in the step.
+	Tokens, Positions []int32
+	// SlotMapping gives the KV cache slot (block*BlockSize + offset) each token's keys and
+	// values are written to.
+	SlotMapping []int32
+	// Seqs describes each sequence of the step; their token ranges tile Tokens in order.
+	Seqs []Seq
+	// LogitsIndices lists the token rows whose logits Forward returns, in this order
+	// (usually each sequence's last token).
+	LogitsIndices []int
+}
+
+// Seq is one sequence's part of a Batch.
+type Seq struct {
+	// BlockTable maps the sequence's logical blocks to physical blocks of the KV cache.
+	BlockTable []int32
+	// QueryStart and QueryLen locate the sequence's tokens in the Batch.
+	QueryStart, QueryLen int
+	// ContextLen is the number of the sequence's tokens in the cache after this step
+	// (cached prefix + the step's tokens).
+	ContextLen int
+}
+
+// check validates a batch against the model's vocabulary and the cache.
+func (b *Batch) check(vocab int, kv *KVCache) error {
+	n := len(b.Tokens)
+	switch {
+	case n == 0:
+		return fmt.Errorf("batch: no tokens")
+	case len(b.Positions) != n || len(b.SlotMapping) != n:
+		return fmt.Errorf("batch: %d tokens, %d positions, %d slots", n, len(b.Positions), len(b.SlotMapping))
+	case len(b.Seqs) == 0:
+		return fmt.Errorf("batch: no sequences")
+	}
+	for i, tok := range b.Tokens {
+		if tok < 0 || int(tok) >= vocab {
+			return fmt.Errorf("batch: token %d: id %d outside the vocabulary of %d", i, tok, vocab)
+		}
+		if s := b.SlotMapping[i]; int(s) >= kv.Slots() {
+			return fmt.Errorf("batch: token %d: slot %d outside the cache's %d slots", i, s, kv.Slots())
+		}
+	}
+	next := 0
+	for i, s := range b.Seqs {
+		if s.QueryStart != next || s.QueryLen <= 0 || s.QueryStart+s.QueryLen > n {
+			return fmt.Errorf("batch: sequence %d: tokens [%d, %d) do not follow on at %d of %d", i, s.QueryStart, s.QueryStart+s.QueryLen, next, n)
+		}
+		next += s.QueryLen
+		if s.ContextLen > len(s.BlockTable)*kv.BlockSize {
+			return fmt.Errorf("batch: sequence %d: context of %d tokens exceeds its %d blocks", i, s.ContextLen, len(s.BlockTable))
+		}
+		for t := s.QueryStart; t < s.QueryStart+s.QueryLen; t++ {
+			if p := b.Positions[t]; p < 0 || int(p) >= s.ContextLen {
+				return fmt.Errorf("batch: sequence %d: token %d at position %d outside its context of %d", i, t, p, s.ContextLen)
+			}
+		}
+		for j, blk := range s.BlockTable[:(s.ContextLen+kv.BlockSize-1)/kv.BlockSize] {
+			if blk < 0 || int(blk) >= kv.NumBlocks {
+				return fmt.Errorf("batch: sequence %d: block table entry %d: block %d outside the cache's %d blocks", i, j, blk, kv.NumBlocks)
+			}
+		}
+	}
+	if next != n {
+		return fmt.Errorf("batch: sequences cover %d of %d tokens", next, n)
+	}
+	for _, i := range b.LogitsIndices {
+		if i < 0 || i >= n {
+			return fmt.Errorf("batch: logits index %d outside %d tokens", i, n)
+		}
+	}
+	return nil
+}

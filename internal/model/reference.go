@@ -1,0 +1,248 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/kvasir-llm/kvasir/internal/backend/cpu"
+	"github.com/kvasir-llm/kvasir/internal/format"
+)
+
+// Reference is the single-sequence fp32 forward pass written for clarity, in the manner of
+// llama2.c's run.c: one token at a time, each weight row dequantized as it is used, a
+// contiguous KV cache, and attention as a plain softmax over all past positions. It is the
+// oracle the fast path is tested against; it is slow on purpose.
+type Reference struct {
+	cfg  format.Config
+	w    *weights
+	rope *rope
+	// Keys and values per layer, position after position: [pos][KVHeads*HeadDim].
+	keys, values [][]float32
+	pos          int
+	row          []float32 // scratch for one dequantized weight row
+}
+
+// NewReference prepares the reference path for an opened model.
+func NewReference(m *format.Model) (*Reference, error) {
+	w, err := bindWeights(m)
+	if err != nil {
+		return nil, err
+	}
+	r, err := newRope(m.Config, w.ropeDivisors)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", m.Path, err)
+	}
+	c := m.Config
+	return &Reference{cfg: c, w: w, rope: r,
+		keys: make([][]float32, c.Layers), values: make([][]float32, c.Layers),
+		row: make([]float32, max(c.Dim, c.Heads*c.HeadDim, c.FFNDim, c.ExpertFFNDim, c.SharedExpertFFN))}, nil
+}
+
+// Pos returns the number of tokens processed so far (the position of the next token).
+func (r *Reference) Pos() int { return r.pos }
+
+// Reset forgets the sequence, so that the next token is at position 0.
+func (r *Reference) Reset() {
+	r.pos = 0
+	for l := range r.keys {
+		r.keys[l], r.values[l] = r.keys[l][:0], r.values[l][:0]
+	}
+}
+
+// Forward runs one token at the next position and returns the logits of the next token.
+func (r *Reference) Forward(token int) ([]float32, error) {
+	c := r.cfg
+	if token < 0 || token >= c.VocabSize {
+		return nil, fmt.Errorf("reference: token %d outside the vocabulary of %d", token, c.VocabSize)
+	}
+	hd, kvDim := c.HeadDim, c.KVHeads*c.HeadDim
+	x := make([]float32, c.Dim)
+	if err := dequantRow(r.w.embd, token, x); err != nil {
+		return nil, fmt.Errorf("reference: embedding: %w", err)
+	}
+	cos := make([]float32, r.rope.dim/2)
+	sin := make([]float32, r.rope.dim/2)
+	r.rope.angles(r.pos, cos, sin)
+	eps := float32(c.NormEps)
+
+	for l := range r.w.layers {
+		lw := &r.w.layers[l]
+		// Attention.
+		xb := rmsNorm(x, lw.attnNorm, eps)
+		q := r.matVec(lw.q, xb)
+		k := r.matVec(lw.k, xb)
+		v := r.matVec(lw.v, xb)
+		if lw.qBias != nil {
+			addInto(q, lw.qBias)
+			addInto(k, lw.kBias)
+			addInto(v, lw.vBias)
+		}
+		for h := range c.Heads {
+			qh := q[h*hd : (h+1)*hd]
+			if lw.qNorm != nil {
+				copy(qh, rmsNorm(qh, lw.qNorm, eps))
+			}
+			r.rope.apply(qh, cos, sin)
+		}
+		for h := range c.KVHeads {
+			kh := k[h*hd : (h+1)*hd]
+			if lw.kNorm != nil {
+				copy(kh, rmsNorm(kh, lw.kNorm, eps))
+			}
+			r.rope.apply(kh, cos, sin)
+		}
+		r.keys[l] = append(r.keys[l], k...)
+		r.values[l] = append(r.values[l], v...)
+
+		att := make([]float32, c.Heads*hd)
+		group := c.Heads / c.KVHeads
+		scale := 1 / math.Sqrt(float64(hd))
+		scores := make([]float64, r.pos+1)
+		for h := range c.Heads {
+			qh := q[h*hd : (h+1)*hd]
+			off := (h / group) * hd
+			for t := 0; t <= r.pos; t++ {
+				kt := r.keys[l][t*kvDim+off:][:hd]
+				scores[t] = dot64(qh, kt) * scale
+			}
+			softmax64(scores)
+			out := att[h*hd : (h+1)*hd]
+			for i := range out {
+				var s float64
+				for t := 0; t <= r.pos; t++ {
+					s += scores[t] * float64(r.values[l][t*kvDim+off+i])
+				}
+				out[i] = float32(s)
+			}
+		}
+		addInto(x, r.matVec(lw.o, att))
+
+		// Feed-forward.
+		xb = rmsNorm(x, lw.ffnNorm, eps)
+		if c.Experts == 0 {
+			addInto(x, r.mlp(lw.gate, lw.up, lw.down, xb))
+		} else {
+			addInto(x, r.moe(lw, xb))
+		}
+	}
+	x = rmsNorm(x, r.w.outNorm, eps)
+	r.pos++
+	return r.matVec(r.w.output, x), nil
+}
+
+// mlp is the SwiGLU feed-forward: down(silu(gate x) * up x).
+func (r *Reference) mlp(gate, up, down cpu.Weight, x []float32) []float32 {
+	g := r.matVec(gate, x)
+	u := r.matVec(up, x)
+	for i := range g {
+		g[i] = silu(g[i]) * u[i]
+	}
+	return r.matVec(down, g)
+}
+
+// moe routes x to the top ExpertsUsed experts by softmax router probability (renormalized
+// over the chosen ones when NormTopKProbs) and sums their weighted outputs, plus the shared
+// expert (gated by a sigmoid) when the model has one.
+func (r *Reference) moe(lw *layerWeights, x []float32) []float32 {
+	c := r.cfg
+	probs64 := make([]float64, c.Experts)
+	for e, v := range r.matVec(lw.router, x) {
+		probs64[e] = float64(v)
+	}
+	softmax64(probs64)
+	chosen := topExperts(probs64, c.ExpertsUsed)
+	var sum float64
+	for _, e := range chosen {
+		sum += probs64[e]
+	}
+	out := make([]float32, c.Dim)
+	for _, e := range chosen {
+		wgt := probs64[e]
+		if c.NormTopKProbs {
+			wgt /= sum
+		}
+		ew := lw.experts[e]
+		for i, v := range r.mlp(ew.gate, ew.up, ew.down, x) {
+			out[i] += float32(wgt) * v
+		}
+	}
+	if lw.hasShared {
+		g := sigmoid(float32(dot64(lw.shGateInp, x)))
+		for i, v := range r.mlp(lw.shGate, lw.shUp, lw.shDown, x) {
+			out[i] += g * v
+		}
+	}
+	return out
+}
+
+// topExperts returns the indices of the k largest probabilities, largest first (the lower
+// index first on ties).
+func topExperts(p []float64, k int) []int {
+	idx := make([]int, len(p))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return p[idx[a]] > p[idx[b]] })
+	return idx[:k]
+}
+
+// matVec returns w·x, dequantizing one row of w at a time and summing in float64.
+func (r *Reference) matVec(w cpu.Weight, x []float32) []float32 {
+	out := make([]float32, w.Rows)
+	row := r.row[:w.Cols]
+	for i := range out {
+		if err := dequantRow(w, i, row); err != nil {
+			// Shapes were checked when the weights were bound; a failure here is a bug.
+			panic(fmt.Sprintf("reference: %v", err))
+		}
+		out[i] = float32(dot64(row, x))
+	}
+	return out
+}
+
+func rmsNorm(x, weight []float32, eps float32) []float32 {
+	var ss float64
+	for _, v := range x {
+		ss += float64(v) * float64(v)
+	}
+	inv := 1 / math.Sqrt(ss/float64(len(x))+float64(eps))
+	out := make([]float32, len(x))
+	for i, v := range x {
+		out[i] = float32(float64(v)*inv) * weight[i]
+	}
+	return out
+}
+
+func dot64(a, b []float32) float64 {
+	var s float64
+	for i, v := range a {
+		s += float64(v) * float64(b[i])
+	}
+	return s
+}
+
+func softmax64(x []float64) {
+	m := math.Inf(-1)
+	for _, v := range x {
+		m = max(m, v)
+	}
+	var sum float64
+	for i, v := range x {
+		x[i] = math.Exp(v - m)
+		sum += x[i]
+	}
+	for i := range x {
+		x[i] /= sum
+	}
+}
+
+func addInto(dst, src []float32) {
+	for i, v := range src {
+		dst[i] += v
+	}
+}
+
+func silu(x float32) float32 { return x / (1 + float32(math.Exp(float64(-x)))) }
+
+func sigmoid(x float32) float32 { return 1 / (1 + float32(math.Exp(float64(-x)))) }
