@@ -42,31 +42,43 @@ const defaultChatTemplate = `{%- for message in messages -%}
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}`
 
-// openDefaultModel synthesizes the built-in model in memory: random weights of a real
-// shape, so that every command works on a fresh machine with no download.
-func openDefaultModel() (*format.Model, error) {
-	shape, err := synth.Lookup(defaultShape)
+// openSynthModel synthesizes a model in memory: random weights of a real shape, given as
+// "SHAPE[:TYPE]" (such as "smollm2-135m:q8_0"), with the ChatML template.
+func openSynthModel(spec string) (*format.Model, error) {
+	name, typ, _ := strings.Cut(spec, ":")
+	shape, err := synth.Lookup(name)
 	if err != nil {
 		return nil, err
 	}
+	dtype := defaultDType
+	if typ != "" {
+		if dtype, err = quant.ParseType(typ); err != nil {
+			return nil, err
+		}
+	}
 	start := time.Now()
-	m, err := synth.Model(shape, defaultDType, 0)
+	m, err := synth.Model(shape, dtype, 0)
 	if err != nil {
 		return nil, err
 	}
 	m.ChatTemplate = defaultChatTemplate
-	fmt.Fprintf(os.Stderr, "kvasir: no -m given: using the built-in default model, %s-shaped with RANDOM weights (%s, synthesized in %.1fs).\n"+
-		"kvasir: its output is gibberish by design; to run a real model pass -m with a .gguf file, a Hugging Face folder, or hf:ORG/REPO.\n",
-		defaultShape, defaultDType, time.Since(start).Seconds())
+	fmt.Fprintf(os.Stderr, "kvasir: model %s-shaped with RANDOM weights (%s, synthesized in memory in %.1fs); its output is gibberish by design.\n",
+		shape.Name, dtype, time.Since(start).Seconds())
 	return m, nil
 }
 
-// openModel opens the model named by a -m argument, or the built-in default model when ref
-// is ""; tok names a separate tokenizer file (a llama2.c tokenizer for a .bin checkpoint),
+// openModel opens the model named by a -m argument: a file or folder, an hf: reference, a
+// "synth:SHAPE[:TYPE]" model made in memory, or the built-in default model when ref is "";
+// tok names a separate tokenizer file (a llama2.c tokenizer for a .bin checkpoint),
 // or "".
 func openModel(ref, tok string) (*format.Model, error) {
 	if ref == "" {
-		return openDefaultModel()
+		fmt.Fprintf(os.Stderr, "kvasir: no -m given: using the built-in default model (synth:%s:%s).\n"+
+			"kvasir: to run a real model pass -m with a .gguf file, a Hugging Face folder, or hf:ORG/REPO.\n", defaultShape, defaultDType)
+		return openSynthModel(defaultShape)
+	}
+	if spec, ok := strings.CutPrefix(ref, "synth:"); ok {
+		return openSynthModel(spec)
 	}
 	path, err := resolveModel(ref)
 	if err != nil {

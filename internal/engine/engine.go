@@ -1,0 +1,437 @@
+// Package engine serves many generation requests on one model and one paged KV cache: a
+// token-budget scheduler with chunked prefill, prefix caching and preemption by recompute
+// (scheduler.go), a runner that turns each step into a model batch (runner.go), per-request
+// sampling and stop handling (postprocess.go), all driven by one loop goroutine.
+package engine
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/kvasir-llm/kvasir/internal/kvcache"
+	"github.com/kvasir-llm/kvasir/internal/model"
+	"github.com/kvasir-llm/kvasir/internal/tokenizer"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxNumSeqs          = 256
+	DefaultMaxNumBatchedTokens = 2048
+)
+
+// Config configures an Engine.
+type Config struct {
+	// NumBlocks is the number of KV blocks, the null block included; BlockSize the tokens
+	// per block (kvcache.DefaultBlockSize when 0).
+	NumBlocks, BlockSize int
+	// MaxModelLen caps prompt plus output tokens of a sequence (0: the model's context
+	// length, itself capped by the pool).
+	MaxModelLen int
+	SchedulerConfig
+	// DisablePrefixCaching turns the prefix cache off.
+	DisablePrefixCaching bool
+	// MaxWaiting refuses submissions with ErrQueueFull when that many requests wait
+	// (0: no limit).
+	MaxWaiting int
+	// OnRequestDone, when set, is called from the engine loop for every finished request;
+	// it must return quickly.
+	OnRequestDone func(RequestStats)
+	// Now is the clock (time.Now when nil); tests may replace it.
+	Now func() time.Time
+}
+
+// command is a message to the engine loop.
+type command struct {
+	add   *request
+	abort string
+}
+
+// Engine runs requests on a model. Its methods are safe for concurrent use; all the work
+// happens on one loop goroutine.
+type Engine struct {
+	cfg    Config
+	model  *model.Model
+	tok    *tokenizer.Tokenizer
+	vocab  int
+	kv     *kvcache.Manager
+	sched  *scheduler
+	runner *runner
+	rng    *rand.Rand // seeds for requests without one; loop goroutine only
+
+	mu       sync.Mutex
+	inbox    []command
+	closing  bool
+	inFlight map[string]*request // submitted, not yet finished
+	nextID   uint64
+	order    uint64
+	stats    Stats
+	wake     chan struct{}
+	done     chan struct{}
+
+	// Loop-only state.
+	active map[string]*request
+	// afterStep, when set (tests), runs on the loop after every step.
+	afterStep func()
+}
+
+// New makes an engine for m, whose tokenizer (nil: token ids only, no text, no stop
+// strings) is tok, and starts its loop.
+func New(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
+	e, err := build(m, tok, cfg)
+	if err != nil {
+		return nil, err
+	}
+	go e.loop()
+	return e, nil
+}
+
+// build makes an engine without starting its loop.
+func build(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
+	mc := m.Config()
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = kvcache.DefaultBlockSize
+	}
+	if cfg.MaxNumSeqs <= 0 {
+		cfg.MaxNumSeqs = DefaultMaxNumSeqs
+	}
+	if cfg.MaxNumBatchedTokens <= 0 {
+		cfg.MaxNumBatchedTokens = DefaultMaxNumBatchedTokens
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.MaxModelLen <= 0 {
+		cfg.MaxModelLen = mc.ContextLen
+	}
+	if cfg.NumBlocks < 2 {
+		return nil, fmt.Errorf("engine: %d KV blocks: need at least 2 (one is the null block)", cfg.NumBlocks)
+	}
+	poolTokens := (cfg.NumBlocks - 1) * cfg.BlockSize
+	if cfg.MaxModelLen <= 0 || cfg.MaxModelLen > poolTokens {
+		cfg.MaxModelLen = poolTokens
+	}
+	mgr, err := kvcache.NewManager(kvcache.Config{NumBlocks: cfg.NumBlocks, BlockSize: cfg.BlockSize, DisablePrefixCaching: cfg.DisablePrefixCaching})
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	cache, err := model.NewKVCache(mc, cfg.NumBlocks, cfg.BlockSize)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	e := &Engine{
+		cfg: cfg, model: m, tok: tok, vocab: mc.VocabSize, kv: mgr,
+		sched:    &scheduler{cfg: cfg.SchedulerConfig, kv: mgr},
+		runner:   &runner{model: m, kv: cache},
+		rng:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		inFlight: make(map[string]*request),
+		active:   make(map[string]*request),
+		wake:     make(chan struct{}, 1),
+		done:     make(chan struct{}),
+	}
+	e.stats.NumBlocks = cfg.NumBlocks - 1
+	e.stats.Finished = make(map[string]int64)
+	return e, nil
+}
+
+// Config returns the engine's configuration with defaults filled in.
+func (e *Engine) Config() Config { return e.cfg }
+
+// Tokenizer returns the engine's tokenizer (nil when it has none).
+func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
+
+// MaxModelLen is the most prompt plus output tokens a sequence may hold.
+func (e *Engine) MaxModelLen() int { return e.cfg.MaxModelLen }
+
+// Generate submits a request and returns the channel its outputs arrive on, closed after
+// the last one (each choice ends with an Output whose FinishReason is set). Cancelling ctx
+// aborts the request and frees its KV blocks; the consumer must read the channel to the
+// end or cancel ctx. A request that can never fit, or has invalid parameters, is refused
+// here with an error (a *ParamError, or one wrapping ErrTooLong, ErrQueueFull or
+// ErrClosed).
+func (e *Engine) Generate(ctx context.Context, req Request) (<-chan Output, error) {
+	r, err := e.prepare(req)
+	if err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	if e.closing {
+		e.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if r.id == "" {
+		e.nextID++
+		r.id = "req-" + strconv.FormatUint(e.nextID, 10)
+	}
+	if e.inFlight[r.id] != nil {
+		e.mu.Unlock()
+		return nil, paramErr("request_id", "%q is already in flight", r.id)
+	}
+	if e.cfg.MaxWaiting > 0 && e.numWaitingLocked() >= e.cfg.MaxWaiting {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("%w: %d requests waiting", ErrQueueFull, e.cfg.MaxWaiting)
+	}
+	e.order++
+	r.order = e.order
+	e.inFlight[r.id] = r
+	e.inbox = append(e.inbox, command{add: r})
+	e.mu.Unlock()
+	e.signal()
+
+	ch := make(chan Output)
+	id := r.id
+	go r.out.pump(ctx, ch, func() { e.Abort(id) })
+	return ch, nil
+}
+
+// numWaitingLocked counts submitted requests not yet admitted (caller holds e.mu).
+func (e *Engine) numWaitingLocked() int {
+	n := 0
+	for _, c := range e.inbox {
+		if c.add != nil {
+			n++
+		}
+	}
+	return n + e.stats.Waiting
+}
+
+// prepare validates a request and builds its state.
+func (e *Engine) prepare(req Request) (*request, error) {
+	p := req.Params
+	if err := p.validate(e.vocab, e.cfg.MaxNumSeqs); err != nil {
+		return nil, err
+	}
+	prompt := req.PromptTokens
+	if prompt == nil {
+		if e.tok == nil {
+			return nil, paramErr("prompt", "the model has no tokenizer: give prompt token ids")
+		}
+		for _, id := range e.tok.Encode(req.Prompt, tokenizer.EncodeOptions{AddSpecial: true}) {
+			prompt = append(prompt, int32(id))
+		}
+	}
+	if len(prompt) == 0 {
+		return nil, paramErr("prompt", "empty prompt")
+	}
+	for i, t := range prompt {
+		if t < 0 || int(t) >= e.vocab {
+			return nil, paramErr("prompt", "token %d: id %d outside the vocabulary of %d", i, t, e.vocab)
+		}
+	}
+	maxLen := e.cfg.MaxModelLen
+	poolTokens := (e.cfg.NumBlocks - 1) * e.cfg.BlockSize
+	maxTokens := p.MaxTokens
+	if maxTokens == 0 {
+		maxTokens = maxLen - len(prompt)
+		if maxTokens < 1 {
+			return nil, fmt.Errorf("%w: prompt of %d tokens leaves no room in the context length of %d tokens", ErrTooLong, len(prompt), maxLen)
+		}
+	}
+	if need := len(prompt) + maxTokens; need > maxLen {
+		return nil, fmt.Errorf("%w: prompt of %d tokens + max_tokens %d = %d tokens exceeds the context length of %d tokens (KV pool: %d tokens)", ErrTooLong, len(prompt), maxTokens, need, maxLen, poolTokens)
+	} else if need > poolTokens {
+		return nil, fmt.Errorf("%w: prompt of %d tokens + max_tokens %d = %d tokens exceeds the whole KV pool of %d tokens", ErrTooLong, len(prompt), maxTokens, need, poolTokens)
+	}
+	n := max(p.N, 1)
+	r := &request{
+		id: req.ID, params: p, n: n, maxTokens: maxTokens, priority: req.Priority,
+		salt: req.CacheSalt, prompt: prompt, out: newOutbox(), reasons: make([]string, n),
+		arrival: e.cfg.Now(),
+	}
+	return r, nil
+}
+
+// Abort ends a request: its choices finish with FinishAbort and its blocks are freed at the
+// start of the next step. Aborting an unknown or finished request does nothing.
+func (e *Engine) Abort(id string) {
+	e.mu.Lock()
+	e.inbox = append(e.inbox, command{abort: id})
+	e.mu.Unlock()
+	e.signal()
+}
+
+func (e *Engine) signal() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Stats returns a snapshot of the engine's gauges and counters.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.stats
+	s.Finished = make(map[string]int64, len(e.stats.Finished))
+	for k, v := range e.stats.Finished {
+		s.Finished[k] = v
+	}
+	return s
+}
+
+// Close stops accepting requests, waits for those in flight to finish, and stops the loop.
+func (e *Engine) Close() error { return e.Shutdown(context.Background()) }
+
+// Shutdown is Close with a deadline: when ctx ends first, the requests still in flight are
+// aborted. It returns ctx's error in that case.
+func (e *Engine) Shutdown(ctx context.Context) error {
+	e.mu.Lock()
+	e.closing = true
+	e.mu.Unlock()
+	e.signal()
+	select {
+	case <-e.done:
+		return nil
+	case <-ctx.Done():
+	}
+	e.mu.Lock()
+	for id := range e.inFlight {
+		e.inbox = append(e.inbox, command{abort: id})
+	}
+	e.mu.Unlock()
+	e.signal()
+	<-e.done
+	return ctx.Err()
+}
+
+// loop is the engine goroutine: take commands, run a step, repeat.
+func (e *Engine) loop() {
+	defer close(e.done)
+	for {
+		e.mu.Lock()
+		cmds := e.inbox
+		e.inbox = nil
+		closing := e.closing
+		e.mu.Unlock()
+		for _, c := range cmds {
+			if c.add != nil {
+				e.admit(c.add)
+			} else {
+				e.abort(c.abort)
+			}
+		}
+		if len(cmds) > 0 {
+			e.publishStats()
+		}
+		if len(e.active) == 0 {
+			if closing && len(cmds) == 0 {
+				return
+			}
+			if len(cmds) == 0 {
+				<-e.wake
+			}
+			continue
+		}
+		e.step()
+	}
+}
+
+// admit queues a new request's first sequence.
+func (e *Engine) admit(r *request) {
+	e.active[r.id] = r
+	seq := e.newSequence(r, 0, r.prompt)
+	seq.forkPending = r.n > 1
+	r.seqs = []*sequence{seq}
+	e.sched.add(seq)
+}
+
+// abort finishes every unfinished choice of a request with FinishAbort.
+func (e *Engine) abort(id string) {
+	r := e.active[id]
+	if r == nil {
+		return
+	}
+	e.failRequest(r, nil)
+}
+
+// failRequest aborts all of r's unfinished choices, with err on their last outputs.
+func (e *Engine) failRequest(r *request, err error) {
+	if r.seqs[0].forkPending && r.seqs[0].status != statusFinished {
+		// Choices 1..n-1 never started: finish them too.
+		for i := 1; i < r.n; i++ {
+			r.reasons[i] = FinishAbort
+			r.finished++
+			r.out.push(Output{RequestID: r.id, Index: i, FinishReason: FinishAbort, Err: err, Usage: e.usage(r)})
+		}
+		r.seqs[0].forkPending = false
+	}
+	for _, seq := range r.seqs {
+		if seq.status != statusFinished {
+			e.finishSeq(seq, FinishAbort, nil, "", err)
+		}
+	}
+}
+
+// step runs one scheduling step, forward pass and postprocessing.
+func (e *Engine) step() {
+	plan, err := e.sched.schedule()
+	if err != nil {
+		e.failAll(err)
+		return
+	}
+	e.publishStats()
+	if len(plan.seqs) == 0 {
+		// Nothing fits this step although requests are active: cannot happen for requests
+		// that passed admission, but never spin.
+		e.failAll(fmt.Errorf("engine: no request could be scheduled (%d waiting, %d free blocks)", len(e.sched.waiting), e.kv.NumFreeBlocks()))
+		return
+	}
+	now := e.cfg.Now()
+	for _, sc := range plan.seqs {
+		if r := sc.seq.req; r.firstScheduled.IsZero() {
+			r.firstScheduled = now
+		}
+	}
+	logits, err := e.forward(&plan)
+	if err != nil {
+		for _, sc := range plan.seqs {
+			if sc.seq.status != statusFinished {
+				e.failRequest(sc.seq.req, err)
+			}
+		}
+		e.publishStats()
+		return
+	}
+	e.postprocess(&plan, logits)
+	e.publishStats()
+	if e.afterStep != nil {
+		e.afterStep()
+	}
+}
+
+// forward runs the runner, turning a panic into an error so that one bad step cannot take
+// the process down.
+func (e *Engine) forward(plan *stepPlan) (logits []float32, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("engine: step panicked: %v", p)
+		}
+	}()
+	return e.runner.run(plan, e.kv)
+}
+
+// failAll aborts every active request with err.
+func (e *Engine) failAll(err error) {
+	for _, r := range e.active {
+		e.failRequest(r, err)
+	}
+	e.publishStats()
+}
+
+// publishStats copies the loop's gauges and counters into the shared snapshot.
+func (e *Engine) publishStats() {
+	used := e.cfg.NumBlocks - 1 - e.kv.NumFreeBlocks()
+	e.mu.Lock()
+	s := &e.stats
+	s.Running = len(e.sched.running)
+	s.Waiting = len(e.sched.waiting)
+	s.UsedBlocks = used
+	s.KVUsage = e.kv.Usage()
+	s.Preemptions = e.sched.preemptions
+	s.PrefixQueries = e.sched.prefixQueries
+	s.PrefixHits = e.sched.hits
+	e.mu.Unlock()
+}

@@ -1,0 +1,178 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kvasir-llm/kvasir/internal/format"
+	"github.com/kvasir-llm/kvasir/internal/model"
+	"github.com/kvasir-llm/kvasir/internal/quant"
+	"github.com/kvasir-llm/kvasir/internal/synth"
+	"github.com/kvasir-llm/kvasir/internal/testdata"
+	"github.com/kvasir-llm/kvasir/internal/tokenizer"
+)
+
+// tinyModel is a 2-layer synthesized smollm2 shape with a 256-token byte vocabulary.
+type tinyModel struct {
+	fm  *format.Model
+	m   *model.Model
+	tok *tokenizer.Tokenizer
+}
+
+func newTinyModel(t testing.TB) *tinyModel {
+	t.Helper()
+	shape, err := synth.Lookup("smollm2-135m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := shape.Config
+	c.Layers, c.VocabSize, c.Dim, c.Heads, c.KVHeads, c.HeadDim, c.RopeDim, c.FFNDim, c.ContextLen = 2, 320, 128, 4, 2, 32, 32, 256, 1024
+	shape.Config = c
+	fm, err := synth.Model(shape, quant.F32, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bindModel(t, fm)
+}
+
+// storiesModel is the real stories260K checkpoint.
+func storiesModel(t testing.TB) *tinyModel {
+	t.Helper()
+	p := testdata.Path(t, "models/stories260K/stories260K.bin")
+	tp := testdata.Path(t, "models/stories260K/tok512.bin")
+	fm, err := format.Open(p, format.Options{Tokenizer: tp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fm.Close() })
+	return bindModel(t, fm)
+}
+
+func bindModel(t testing.TB, fm *format.Model) *tinyModel {
+	m, err := model.New(fm, model.Options{Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	tok, err := tokenizer.New(fm.Vocab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tinyModel{fm: fm, m: m, tok: tok}
+}
+
+func (tm *tinyModel) engine(t testing.TB, cfg Config) *Engine {
+	t.Helper()
+	if cfg.NumBlocks == 0 {
+		cfg.NumBlocks = 257
+	}
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = 16
+	}
+	e, err := New(tm.m, tm.tok, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// result is one choice's collected output.
+type result struct {
+	tokens []int32
+	text   string
+	finish string
+	stop   any
+	lps    []Logprob
+	usage  Usage
+}
+
+// collect reads a request's stream to the end.
+func collect(t testing.TB, ch <-chan Output, n int) []result {
+	t.Helper()
+	res := make([]result, n)
+	timeout := time.After(60 * time.Second)
+	for {
+		select {
+		case o, ok := <-ch:
+			if !ok {
+				for i, r := range res {
+					if r.finish == "" {
+						t.Errorf("choice %d ended without a finish reason", i)
+					}
+				}
+				return res
+			}
+			if o.Err != nil {
+				t.Errorf("output error: %v", o.Err)
+			}
+			if o.Index < 0 || o.Index >= n {
+				t.Fatalf("output for choice %d of %d", o.Index, n)
+			}
+			r := &res[o.Index]
+			if r.finish != "" {
+				t.Errorf("choice %d: output after its finish", o.Index)
+			}
+			r.tokens = append(r.tokens, o.TokenIDs...)
+			r.text += o.Text
+			r.lps = append(r.lps, o.Logprobs...)
+			r.finish, r.stop, r.usage = o.FinishReason, o.StopReason, o.Usage
+		case <-timeout:
+			t.Fatal("timed out waiting for outputs")
+		}
+	}
+}
+
+// generate runs requests concurrently and returns each one's results.
+func generate(t testing.TB, e *Engine, reqs []Request) [][]result {
+	t.Helper()
+	out := make([][]result, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		ch, err := e.Generate(context.Background(), r)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = collect(t, ch, max(r.Params.N, 1))
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// waitIdle waits until the engine holds no blocks and no requests.
+func waitIdle(t testing.TB, e *Engine) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s := e.Stats()
+		if s.UsedBlocks == 0 && s.Running == 0 && s.Waiting == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("engine not idle: %+v", s)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// randomPrompt makes a deterministic prompt of n tokens in [1, vocab).
+func randomPrompt(seed, n, vocab int) []int32 {
+	p := make([]int32, n)
+	x := uint64(seed)*0x9e3779b97f4a7c15 + 1
+	for i := range p {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		p[i] = int32(1 + x%uint64(vocab-1))
+	}
+	return p
+}
+
+func fmtTokens(r []result) string { return fmt.Sprint(r[0].tokens) }

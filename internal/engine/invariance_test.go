@@ -1,0 +1,86 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"testing"
+)
+
+// workload makes count greedy requests, every other one sharing a 40-token prefix, with
+// prompts of 5..64 tokens and 12 output tokens.
+func workload(count, vocab int) []Request {
+	shared := randomPrompt(999, 40, vocab)
+	reqs := make([]Request, count)
+	for i := range reqs {
+		p := randomPrompt(i, 5+(i*7)%60, vocab)
+		if i%2 == 0 {
+			p = append(slices.Clone(shared), p[:min(len(p), 5+i%9)]...)
+		}
+		reqs[i] = Request{PromptTokens: p, Params: SamplingParams{MaxTokens: 12, IgnoreEOS: true}}
+	}
+	return reqs
+}
+
+// sequential runs requests one at a time.
+func sequential(t *testing.T, e *Engine, reqs []Request) [][]result {
+	out := make([][]result, len(reqs))
+	for i, r := range reqs {
+		ch, err := e.Generate(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[i] = collect(t, ch, 1)
+	}
+	return out
+}
+
+func TestGreedyInvariance(t *testing.T) {
+	models := map[string]func(testing.TB) *tinyModel{"synth": newTinyModel, "stories260K": storiesModel}
+	for name, mk := range models {
+		t.Run(name, func(t *testing.T) {
+			tm := mk(t)
+			vocab := tm.m.Config().VocabSize
+			reqs := workload(64, vocab)
+			ref := sequential(t, tm.engine(t, Config{DisablePrefixCaching: true, SchedulerConfig: SchedulerConfig{MaxNumBatchedTokens: 4096, MaxNumSeqs: 1}}), reqs)
+			cases := []struct {
+				name       string
+				cfg        Config
+				preempt    bool
+				sequential bool
+			}{
+				{name: "batch64-prefix", cfg: Config{SchedulerConfig: SchedulerConfig{MaxNumSeqs: 64}}},
+				{name: "batch64-noprefix", cfg: Config{DisablePrefixCaching: true, SchedulerConfig: SchedulerConfig{MaxNumSeqs: 64}}},
+				{name: "sequential-prefix", cfg: Config{}, sequential: true},
+				{name: "chunked", cfg: Config{SchedulerConfig: SchedulerConfig{MaxNumBatchedTokens: 7, MaxNumSeqs: 64}}},
+				{name: "no-chunking", cfg: Config{SchedulerConfig: SchedulerConfig{MaxNumBatchedTokens: 128, MaxNumSeqs: 64, DisableChunkedPrefill: true}}},
+				{name: "preemption", cfg: Config{NumBlocks: 24, BlockSize: 8, SchedulerConfig: SchedulerConfig{MaxNumSeqs: 64}}, preempt: true},
+				{name: "preemption-noprefix", cfg: Config{NumBlocks: 24, BlockSize: 8, DisablePrefixCaching: true, SchedulerConfig: SchedulerConfig{MaxNumSeqs: 64, MaxNumBatchedTokens: 16}}, preempt: true},
+			}
+			for _, c := range cases {
+				t.Run(c.name, func(t *testing.T) {
+					e := tm.engine(t, c.cfg)
+					var got [][]result
+					if c.sequential {
+						got = sequential(t, e, reqs)
+					} else {
+						got = generate(t, e, reqs)
+					}
+					for i := range reqs {
+						if !slices.Equal(got[i][0].tokens, ref[i][0].tokens) {
+							t.Errorf("request %d: tokens %v, want %v", i, got[i][0].tokens, ref[i][0].tokens)
+						}
+					}
+					waitIdle(t, e)
+					st := e.Stats()
+					if c.preempt && st.Preemptions == 0 {
+						t.Errorf("no preemption happened (%+v)", st)
+					}
+					if !c.cfg.DisablePrefixCaching && st.PrefixHits == 0 {
+						t.Errorf("no prefix cache hit (%+v)", st)
+					}
+					t.Logf("%+v", st)
+				})
+			}
+		})
+	}
+}

@@ -1,0 +1,88 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/kvasir-llm/kvasir/internal/sample"
+)
+
+// Finish reasons.
+const (
+	FinishStop   = "stop"
+	FinishLength = "length"
+	FinishAbort  = "abort"
+)
+
+// TokenLogprob is a token with its log probability.
+type TokenLogprob = sample.TokenLogprob
+
+// Logprob is one generated token's log probability and the most likely alternatives
+// (computed from the model's raw logits, before penalties and temperature).
+type Logprob struct {
+	Token TokenLogprob
+	Top   []TokenLogprob
+}
+
+// Usage counts a request's tokens.
+type Usage struct {
+	PromptTokens     int
+	CompletionTokens int // over all choices
+	// CachedPromptTokens is how many prompt tokens came from the prefix cache.
+	CachedPromptTokens int
+}
+
+// Output is an incremental result for one choice of a request: the text and tokens
+// generated since the previous Output of that choice.
+type Output struct {
+	RequestID string
+	// Index is the choice (0..n-1).
+	Index int
+	// Text is the new text; text that could be the start of a stop string is held back
+	// until it is known not to be.
+	Text     string
+	TokenIDs []int32
+	// Logprobs has one entry per token of TokenIDs when the request asked for logprobs.
+	Logprobs []Logprob
+	// FinishReason is "" while the choice runs, then FinishStop, FinishLength or
+	// FinishAbort on its last Output.
+	FinishReason string
+	// StopReason is the stop string or stop token id that ended the choice (nil for EOS,
+	// length or abort).
+	StopReason any
+	// Usage is the request's running total (all choices).
+	Usage Usage
+	// Err is set when the engine failed the request (FinishReason is FinishAbort).
+	Err error
+}
+
+// RequestStats are the timings and counts of a finished request, handed to
+// Config.OnRequestDone for latency histograms.
+type RequestStats struct {
+	RequestID string
+	// QueueTime is from arrival to first scheduled; TTFT from arrival to first token;
+	// E2E from arrival to the end. ITL lists the gaps between consecutive tokens of
+	// choice 0 (inter-token latencies).
+	QueueTime, TTFT, E2E time.Duration
+	ITL                  []time.Duration
+	PromptTokens         int
+	GenerationTokens     int
+	CachedPromptTokens   int
+	// FinishReasons has one entry per choice.
+	FinishReasons []string
+}
+
+// Stats is a snapshot of the engine's gauges and counters (counters count since start).
+type Stats struct {
+	Running, Waiting int
+	// KVUsage is the fraction of KV blocks in use, in [0, 1].
+	KVUsage               float64
+	NumBlocks, UsedBlocks int
+	Preemptions           int64
+	PrefixQueries         int64 // prompt tokens looked up in the prefix cache
+	PrefixHits            int64 // of which found
+	PromptTokens          int64 // prompt tokens computed or taken from the cache
+	GenerationTokens      int64
+	Steps                 int64
+	// Finished counts finished choices by finish reason.
+	Finished map[string]int64
+}

@@ -1,0 +1,142 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// SamplingParams are one request's generation settings, as the OpenAI and vLLM APIs name
+// them. The zero value is greedy decoding up to the context length.
+type SamplingParams struct {
+	// N is the number of sequences (choices) generated from the prompt; 0 means 1.
+	N int
+	// MaxTokens caps each choice's output tokens; 0 means up to the context length.
+	MaxTokens int
+	// MinTokens holds back end-of-generation, stop tokens and stop strings until a choice has
+	// this many output tokens.
+	MinTokens int
+	// Temperature scales the logits; 0 is greedy decoding.
+	Temperature float32
+	// TopK keeps the K most likely tokens (0 or -1: all).
+	TopK int
+	// TopP keeps the most likely tokens whose probability sums to P (0 or 1: all).
+	TopP float32
+	// MinP drops tokens less likely than MinP times the most likely one.
+	MinP float32
+	// RepetitionPenalty (> 1 discourages repeats; 0 or 1: off), PresencePenalty and
+	// FrequencyPenalty (-2..2) as vLLM applies them.
+	RepetitionPenalty, PresencePenalty, FrequencyPenalty float32
+	// LogitBias adds a bias to the logits of chosen token ids (-100..100).
+	LogitBias map[int32]float32
+	// Seed makes sampling reproducible; choice i of a request draws from Seed+i. Nil picks
+	// a random seed.
+	Seed *uint64
+	// Logprobs asks for the log probability of each sampled token; TopLogprobs for that
+	// many alternatives per position as well.
+	Logprobs    bool
+	TopLogprobs int
+	// Stop strings end a choice when they appear in its text (matched across token
+	// boundaries); the stop string is left out of the text unless IncludeStopStrInOutput.
+	Stop                   []string
+	IncludeStopStrInOutput bool
+	// StopTokenIDs end a choice when sampled (the token is kept in the token ids).
+	StopTokenIDs []int32
+	// IgnoreEOS keeps generating past end-of-generation tokens.
+	IgnoreEOS bool
+	// KeepSpecialTokens puts the text of special tokens into the output (skip_special_tokens
+	// false).
+	KeepSpecialTokens bool
+}
+
+// Limits of the sampling parameters.
+const (
+	MaxTopLogprobs = 20
+	MaxLogitBias   = 100
+)
+
+// ParamError is an invalid request parameter; Param names it as the API does.
+type ParamError struct {
+	Param   string
+	Message string
+}
+
+func (e *ParamError) Error() string { return fmt.Sprintf("invalid %s: %s", e.Param, e.Message) }
+
+// Errors a submission may be refused with (wrapped with the numbers; test with errors.Is).
+var (
+	// ErrTooLong: the prompt plus max_tokens exceeds the context length or the KV pool.
+	ErrTooLong = errors.New("request does not fit")
+	// ErrQueueFull: the waiting queue is at Config.MaxWaiting.
+	ErrQueueFull = errors.New("waiting queue full")
+	// ErrClosed: the engine is closing or closed.
+	ErrClosed = errors.New("engine closed")
+)
+
+func paramErr(param, format string, args ...any) error {
+	return &ParamError{Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+// validate checks the parameters against the vocabulary size and the engine's limits.
+func (p *SamplingParams) validate(vocab, maxSeqs int) error {
+	bad := func(v float32) bool { return math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) }
+	switch {
+	case p.N < 0:
+		return paramErr("n", "%d: must be at least 1", p.N)
+	case p.N > maxSeqs:
+		return paramErr("n", "%d: more than the engine's %d concurrent sequences", p.N, maxSeqs)
+	case p.MaxTokens < 0:
+		return paramErr("max_tokens", "%d: must be at least 1", p.MaxTokens)
+	case p.MinTokens < 0:
+		return paramErr("min_tokens", "%d: must not be negative", p.MinTokens)
+	case p.MaxTokens > 0 && p.MinTokens > p.MaxTokens:
+		return paramErr("min_tokens", "%d: more than max_tokens %d", p.MinTokens, p.MaxTokens)
+	case bad(p.Temperature) || p.Temperature < 0:
+		return paramErr("temperature", "%v: must be at least 0", p.Temperature)
+	case p.TopK < -1:
+		return paramErr("top_k", "%d: must be -1, 0 or positive", p.TopK)
+	case bad(p.TopP) || p.TopP < 0 || p.TopP > 1:
+		return paramErr("top_p", "%v: must be in (0, 1]", p.TopP)
+	case bad(p.MinP) || p.MinP < 0 || p.MinP > 1:
+		return paramErr("min_p", "%v: must be in [0, 1]", p.MinP)
+	case bad(p.RepetitionPenalty) || p.RepetitionPenalty < 0:
+		return paramErr("repetition_penalty", "%v: must be positive", p.RepetitionPenalty)
+	case bad(p.PresencePenalty) || p.PresencePenalty < -2 || p.PresencePenalty > 2:
+		return paramErr("presence_penalty", "%v: must be in [-2, 2]", p.PresencePenalty)
+	case bad(p.FrequencyPenalty) || p.FrequencyPenalty < -2 || p.FrequencyPenalty > 2:
+		return paramErr("frequency_penalty", "%v: must be in [-2, 2]", p.FrequencyPenalty)
+	case p.TopLogprobs < 0 || p.TopLogprobs > MaxTopLogprobs:
+		return paramErr("top_logprobs", "%d: must be in [0, %d]", p.TopLogprobs, MaxTopLogprobs)
+	}
+	for id, b := range p.LogitBias {
+		if id < 0 || int(id) >= vocab {
+			return paramErr("logit_bias", "token %d outside the vocabulary of %d", id, vocab)
+		}
+		if bad(b) || b < -MaxLogitBias || b > MaxLogitBias {
+			return paramErr("logit_bias", "token %d: bias %v outside [-100, 100]", id, b)
+		}
+	}
+	for _, id := range p.StopTokenIDs {
+		if id < 0 || int(id) >= vocab {
+			return paramErr("stop_token_ids", "token %d outside the vocabulary of %d", id, vocab)
+		}
+	}
+	return nil
+}
+
+// Request is one generation request.
+type Request struct {
+	// ID names the request in outputs and metrics; the engine makes one when empty. It
+	// must be unique among the requests in flight.
+	ID string
+	// PromptTokens is the prompt; when nil, Prompt is tokenized (with BOS as the
+	// vocabulary asks).
+	PromptTokens []int32
+	Prompt       string
+	Params       SamplingParams
+	// Priority orders waiting requests and chooses preemption victims: lower values are
+	// served first (vLLM's convention); equal priorities are first come, first served.
+	Priority int
+	// CacheSalt separates prefix-cache entries between tenants.
+	CacheSalt string
+}

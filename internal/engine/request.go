@@ -1,0 +1,86 @@
+package engine
+
+import (
+	"time"
+
+	"github.com/kvasir-llm/kvasir/internal/kvcache"
+	"github.com/kvasir-llm/kvasir/internal/sample"
+	"github.com/kvasir-llm/kvasir/internal/tokenizer"
+)
+
+// request is a submitted request: the parent of its n sequences (choices).
+type request struct {
+	id        string
+	params    SamplingParams
+	n         int
+	maxTokens int // resolved: never 0
+	priority  int
+	salt      string
+	order     uint64 // arrival order (FCFS tie-break)
+	prompt    []int32
+	out       *outbox
+
+	seqs     []*sequence // choice i at index i once forked; only seqs[0] before
+	finished int         // choices finished
+	reasons  []string
+	cached   int  // prompt tokens taken from the prefix cache on first admission
+	admitted bool // scheduled at least once
+	genCount int  // output tokens over all choices
+
+	arrival, firstScheduled, firstToken, lastToken time.Time
+	itl                                            []time.Duration
+}
+
+// status is where a sequence is in its life.
+type status int
+
+const (
+	statusWaiting status = iota
+	statusRunning
+	statusFinished
+)
+
+// sequence is one choice of a request as the scheduler sees it: its tokens, how many of them
+// have KV in the cache, and the per-choice sampling and output state. A sequence is a
+// kvcache request of its own.
+type sequence struct {
+	id          kvcache.RequestID
+	req         *request
+	index       int
+	tokens      []int32 // prompt then output
+	numPrompt   int
+	numComputed int // tokens whose KV is in the cache
+	status      status
+	// forkPending is true for choice 0 of an n > 1 request until it samples its first
+	// token, when choices 1..n-1 fork from it; until then it holds n running slots.
+	forkPending bool
+
+	sampler   *sample.Sampler
+	penalties *sample.Penalties
+	suppress  *sample.Suppress
+	detok     *tokenizer.Detokenizer
+	stop      *sample.StopMatcher
+}
+
+// slots is the number of running slots (max-num-seqs) the sequence accounts for.
+func (s *sequence) slots() int {
+	if s.forkPending {
+		return s.req.n
+	}
+	return 1
+}
+
+// numOutput is the number of output tokens so far.
+func (s *sequence) numOutput() int { return len(s.tokens) - s.numPrompt }
+
+// before orders sequences for scheduling: lower priority value first, then arrival, then
+// choice index. The last in this order is the first preemption victim.
+func (s *sequence) before(o *sequence) bool {
+	if s.req.priority != o.req.priority {
+		return s.req.priority < o.req.priority
+	}
+	if s.req.order != o.req.order {
+		return s.req.order < o.req.order
+	}
+	return s.index < o.index
+}

@@ -1,0 +1,79 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/kvasir-llm/kvasir/internal/kvcache"
+	"github.com/kvasir-llm/kvasir/internal/model"
+)
+
+// runner turns a step plan into a model Batch, performs the KV block copies the plan
+// ordered, and runs the forward pass. It reuses its buffers from step to step.
+type runner struct {
+	model *model.Model
+	kv    *model.KVCache
+	batch model.Batch
+	table []int32 // backing store of the step's block tables
+}
+
+// copyBlocks performs copy-on-write orders: block Src's keys and values, in every layer,
+// into block Dst.
+func (r *runner) copyBlocks(ops []kvcache.CopyOp) error {
+	for _, op := range ops {
+		if op.Src < 0 || op.Dst < 0 || int(op.Src) >= r.kv.NumBlocks || int(op.Dst) >= r.kv.NumBlocks {
+			return fmt.Errorf("engine: copy block %d to %d: outside the cache's %d blocks", op.Src, op.Dst, r.kv.NumBlocks)
+		}
+		for _, l := range r.kv.Layers {
+			per := l.BlockSize * l.KVHeads * l.HeadDim
+			s, d := int(op.Src)*per, int(op.Dst)*per
+			copy(l.K[d:d+per], l.K[s:s+per])
+			copy(l.V[d:d+per], l.V[s:s+per])
+		}
+	}
+	return nil
+}
+
+// build fills r.batch from the plan, reading block tables from the manager.
+func (r *runner) build(plan *stepPlan, mgr *kvcache.Manager) {
+	b := &r.batch
+	b.Tokens, b.Positions, b.SlotMapping = b.Tokens[:0], b.Positions[:0], b.SlotMapping[:0]
+	b.Seqs, b.LogitsIndices = b.Seqs[:0], b.LogitsIndices[:0]
+	r.table = r.table[:0]
+	bs := r.kv.BlockSize
+	// Block tables first, into one buffer, so that growing it does not move slices taken
+	// earlier in the loop below.
+	starts := make([]int, len(plan.seqs)+1)
+	for i, sc := range plan.seqs {
+		starts[i] = len(r.table)
+		r.table = mgr.AppendBlockTable(r.table, sc.seq.id)
+	}
+	starts[len(plan.seqs)] = len(r.table)
+	for i, sc := range plan.seqs {
+		seq := sc.seq
+		table := r.table[starts[i]:starts[i+1]]
+		qs := len(b.Tokens)
+		for p := seq.numComputed; p < seq.numComputed+sc.numNew; p++ {
+			b.Tokens = append(b.Tokens, seq.tokens[p])
+			b.Positions = append(b.Positions, int32(p))
+			b.SlotMapping = append(b.SlotMapping, table[p/bs]*int32(bs)+int32(p%bs))
+		}
+		b.Seqs = append(b.Seqs, model.Seq{BlockTable: table, QueryStart: qs, QueryLen: sc.numNew, ContextLen: seq.numComputed + sc.numNew})
+		if sc.logits {
+			b.LogitsIndices = append(b.LogitsIndices, len(b.Tokens)-1)
+		}
+	}
+}
+
+// run executes one step: copies, then the forward pass. It returns the logits of the
+// sequences with logits set, in plan order, one vocabulary-sized row each.
+func (r *runner) run(plan *stepPlan, mgr *kvcache.Manager) ([]float32, error) {
+	if err := r.copyBlocks(mgr.TakeCopies()); err != nil {
+		return nil, err
+	}
+	r.build(plan, mgr)
+	logits, err := r.model.Forward(&r.batch, r.kv)
+	if err != nil {
+		return nil, fmt.Errorf("engine: step of %d tokens in %d sequences: %w", len(r.batch.Tokens), len(r.batch.Seqs), err)
+	}
+	return logits, nil
+}

@@ -1,0 +1,255 @@
+// Package kvasir is the Go API of the kvasir inference engine: open a model, submit
+// generation requests with a context, and receive their outputs as a stream. Many requests
+// run at once on one model and one paged KV cache, with continuous batching, chunked
+// prefill, prefix caching and preemption.
+//
+//	e, err := kvasir.Open("model.gguf", kvasir.Options{})
+//	...
+//	defer e.Close()
+//	out, err := e.Generate(ctx, kvasir.Request{Prompt: "Once upon a time",
+//		Params: kvasir.SamplingParams{MaxTokens: 64, Temperature: 0.8}})
+//	for o := range out {
+//		fmt.Print(o.Text)
+//	}
+package kvasir
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/kvasir-llm/kvasir/internal/engine"
+	"github.com/kvasir-llm/kvasir/internal/format"
+	"github.com/kvasir-llm/kvasir/internal/kvcache"
+	"github.com/kvasir-llm/kvasir/internal/model"
+	"github.com/kvasir-llm/kvasir/internal/tokenizer"
+)
+
+type (
+	// Request is one generation request: a prompt (text or token ids), sampling
+	// parameters, a priority and a cache salt.
+	Request = engine.Request
+	// SamplingParams are a request's generation settings (OpenAI/vLLM names).
+	SamplingParams = engine.SamplingParams
+	// Output is an incremental result for one choice of a request.
+	Output = engine.Output
+	// Usage counts a request's prompt, completion and cached prompt tokens.
+	Usage = engine.Usage
+	// Logprob is a generated token's log probability with the top alternatives.
+	Logprob = engine.Logprob
+	// TokenLogprob is a token id with its log probability.
+	TokenLogprob = engine.TokenLogprob
+	// RequestStats are a finished request's latencies and counts (for metrics).
+	RequestStats = engine.RequestStats
+	// Stats is a snapshot of the engine's gauges and counters (for metrics).
+	Stats = engine.Stats
+	// ParamError is an invalid request parameter, naming it.
+	ParamError = engine.ParamError
+)
+
+// Finish reasons of an Output.
+const (
+	FinishStop   = engine.FinishStop
+	FinishLength = engine.FinishLength
+	FinishAbort  = engine.FinishAbort
+)
+
+// Errors Generate refuses a request with (wrapped with details; test with errors.Is).
+var (
+	ErrTooLong   = engine.ErrTooLong
+	ErrQueueFull = engine.ErrQueueFull
+	ErrClosed    = engine.ErrClosed
+)
+
+// DefaultKVCacheMemory is the KV cache budget when Options.KVCacheMemory is 0 (capped at what
+// MaxNumSeqs sequences of MaxModelLen tokens need).
+const DefaultKVCacheMemory = 1 << 30
+
+// Options configures an Engine. Zero values pick defaults.
+type Options struct {
+	// Threads is the number of CPU worker threads (0: all cores).
+	Threads int
+	// KVCacheMemory is the KV cache budget in bytes (0: DefaultKVCacheMemory).
+	KVCacheMemory int64
+	// BlockSize is the tokens per KV block (0: 16).
+	BlockSize int
+	// MaxNumSeqs caps concurrently running sequences (0: 256).
+	MaxNumSeqs int
+	// MaxNumBatchedTokens is the token budget of one step (0: 2048).
+	MaxNumBatchedTokens int
+	// MaxModelLen caps prompt plus output tokens (0: the model's context length, capped by
+	// the KV cache).
+	MaxModelLen int
+	// DisablePrefixCaching turns prefix caching off; DisableChunkedPrefill makes prompts wait
+	// for a step with room for all of their remaining tokens.
+	DisablePrefixCaching, DisableChunkedPrefill bool
+	// MaxWaiting refuses requests with ErrQueueFull when that many wait (0: no limit).
+	MaxWaiting int
+	// Tokenizer names a separate tokenizer file (a llama2.c checkpoint's tokenizer.bin).
+	Tokenizer string
+	// OnRequestDone, when set, receives every finished request's stats, from the engine
+	// loop: it must return quickly.
+	OnRequestDone func(RequestStats)
+}
+
+// Engine serves generation requests on one model. Its methods are safe for concurrent use.
+type Engine struct {
+	fm     *format.Model
+	m      *model.Model
+	tok    *tokenizer.Tokenizer
+	e      *engine.Engine
+	sizing kvcache.Sizing
+}
+
+// Open opens the model at path (a .gguf file, a llama2.c .bin checkpoint, or a Hugging
+// Face folder) and starts an engine on it.
+func Open(path string, opt Options) (*Engine, error) {
+	fm, err := format.Open(path, format.Options{Tokenizer: opt.Tokenizer})
+	if err != nil {
+		return nil, err
+	}
+	e, err := OpenModel(fm, opt)
+	if err != nil {
+		fm.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// OpenModel starts an engine on an opened model (for example a synthesized one). The
+// Engine takes ownership of fm and closes it on Close.
+func OpenModel(fm *format.Model, opt Options) (*Engine, error) {
+	cfg := fm.Config
+	var tok *tokenizer.Tokenizer
+	if fm.Vocab != nil {
+		var err error
+		if tok, err = tokenizer.New(fm.Vocab); err != nil {
+			return nil, fmt.Errorf("open %s: %w", fm.Path, err)
+		}
+	}
+	blockSize := opt.BlockSize
+	if blockSize <= 0 {
+		blockSize = kvcache.DefaultBlockSize
+	}
+	maxLen := opt.MaxModelLen
+	if maxLen <= 0 {
+		maxLen = cfg.ContextLen
+	}
+	if maxLen <= 0 {
+		return nil, fmt.Errorf("open %s: the model has no context length: set MaxModelLen", fm.Path)
+	}
+	maxSeqs := opt.MaxNumSeqs
+	if maxSeqs <= 0 {
+		maxSeqs = engine.DefaultMaxNumSeqs
+	}
+	mem := opt.KVCacheMemory
+	if mem <= 0 {
+		mem = min(DefaultKVCacheMemory, model.BytesPerToken(cfg)*int64(maxLen)*int64(maxSeqs)+model.BytesPerToken(cfg)*int64(blockSize))
+	}
+	sizing, err := kvcache.Plan(cfg.Layers, cfg.KVHeads, cfg.HeadDim, 4, blockSize, mem, maxLen)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", fm.Path, err)
+	}
+	m, err := model.New(fm, model.Options{Threads: opt.Threads})
+	if err != nil {
+		return nil, err
+	}
+	e, err := engine.New(m, tok, engine.Config{
+		NumBlocks: sizing.NumBlocks, BlockSize: blockSize, MaxModelLen: opt.MaxModelLen,
+		SchedulerConfig: engine.SchedulerConfig{
+			MaxNumSeqs: opt.MaxNumSeqs, MaxNumBatchedTokens: opt.MaxNumBatchedTokens,
+			DisableChunkedPrefill: opt.DisableChunkedPrefill,
+		},
+		DisablePrefixCaching: opt.DisablePrefixCaching,
+		MaxWaiting:           opt.MaxWaiting,
+		OnRequestDone:        opt.OnRequestDone,
+	})
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	return &Engine{fm: fm, m: m, tok: tok, e: e, sizing: sizing}, nil
+}
+
+// Generate submits a request and returns the channel its outputs arrive on; the channel is
+// closed after the last output (every choice ends with an Output whose FinishReason is
+// set). Cancelling ctx aborts the request and frees its KV blocks at once. The caller must
+// read the channel to its end or cancel ctx. Invalid or oversized requests are refused
+// here: a *ParamError, or an error wrapping ErrTooLong (with the numbers), ErrQueueFull or
+// ErrClosed.
+func (e *Engine) Generate(ctx context.Context, req Request) (<-chan Output, error) {
+	return e.e.Generate(ctx, req)
+}
+
+// Abort ends the request with the given ID (its choices finish with FinishAbort).
+func (e *Engine) Abort(id string) { e.e.Abort(id) }
+
+// Stats returns the engine's current gauges and counters.
+func (e *Engine) Stats() Stats { return e.e.Stats() }
+
+// Close waits for the requests in flight to finish, then stops the engine and closes the
+// model.
+func (e *Engine) Close() error { return e.Shutdown(context.Background()) }
+
+// Shutdown is Close with a deadline: when ctx ends first, requests still in flight are
+// aborted.
+func (e *Engine) Shutdown(ctx context.Context) error {
+	err := e.e.Shutdown(ctx)
+	e.m.Close()
+	if cerr := e.fm.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// ModelName returns the model's name (its file or folder name).
+func (e *Engine) ModelName() string { return e.fm.Name() }
+
+// ChatTemplate returns the model's Jinja chat template ("" when it has none).
+func (e *Engine) ChatTemplate() string { return e.fm.ChatTemplate }
+
+// MaxModelLen returns the most prompt plus output tokens a sequence may hold.
+func (e *Engine) MaxModelLen() int { return e.e.MaxModelLen() }
+
+// VocabSize returns the number of token ids the model knows.
+func (e *Engine) VocabSize() int { return e.fm.Config.VocabSize }
+
+// KVCacheSizing returns the KV cache sizing line (bytes per token, blocks, concurrency) to
+// log at start.
+func (e *Engine) KVCacheSizing() string { return e.sizing.String() }
+
+// HasTokenizer reports whether the model came with a tokenizer (text prompts and outputs).
+func (e *Engine) HasTokenizer() bool { return e.tok != nil }
+
+// Tokenize turns text into token ids; with addSpecial the vocabulary's BOS/EOS are added
+// as it asks, and special-token texts in the input are parsed as such.
+func (e *Engine) Tokenize(text string, addSpecial bool) ([]int32, error) {
+	if e.tok == nil {
+		return nil, fmt.Errorf("model %s has no tokenizer", e.ModelName())
+	}
+	ids := e.tok.Encode(text, tokenizer.EncodeOptions{AddSpecial: addSpecial, ParseSpecial: addSpecial})
+	out := make([]int32, len(ids))
+	for i, id := range ids {
+		out[i] = int32(id)
+	}
+	return out, nil
+}
+
+// Detokenize turns token ids into text, leaving special tokens out when skipSpecial.
+func (e *Engine) Detokenize(ids []int32, skipSpecial bool) (string, error) {
+	if e.tok == nil {
+		return "", fmt.Errorf("model %s has no tokenizer", e.ModelName())
+	}
+	in := make([]int, len(ids))
+	for i, id := range ids {
+		in[i] = int(id)
+	}
+	return e.tok.Decode(in, skipSpecial), nil
+}
+
+// TokenText returns the text of one token id (for logprobs), "" when out of range.
+func (e *Engine) TokenText(id int32) string {
+	if e.tok == nil || id < 0 || int(id) >= e.tok.NumTokens() {
+		return ""
+	}
+	return string(e.tok.TokenBytes(int(id)))
+}

@@ -1,0 +1,47 @@
+package kvasir
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/testdata"
+)
+
+func TestOpenGenerate(t *testing.T) {
+	p := testdata.Path(t, "models/stories260K/stories260K.bin")
+	e, err := Open(p, Options{Tokenizer: testdata.Path(t, "models/stories260K/tok512.bin"), Threads: 2, KVCacheMemory: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	t.Log(e.KVCacheSizing())
+	ch, err := e.Generate(context.Background(), Request{Prompt: "Once upon a time", Params: SamplingParams{MaxTokens: 30, N: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := make([]string, 2)
+	var last Output
+	for o := range ch {
+		texts[o.Index] += o.Text
+		last = o
+	}
+	if texts[0] == "" || texts[0] != texts[1] {
+		t.Errorf("greedy choices differ or are empty: %q", texts)
+	}
+	if !strings.Contains(texts[0], "Lily") {
+		t.Errorf("unexpected story %q", texts[0])
+	}
+	if last.Usage.CompletionTokens != 60 || last.Usage.PromptTokens < 5 {
+		t.Errorf("usage %+v", last.Usage)
+	}
+	_, err = e.Generate(context.Background(), Request{Prompt: "x", Params: SamplingParams{MaxTokens: 100000}})
+	if !errors.Is(err, ErrTooLong) {
+		t.Errorf("huge max_tokens: %v", err)
+	}
+	ids, _ := e.Tokenize("Once upon", true)
+	if s, _ := e.Detokenize(ids, true); s != "Once upon" {
+		t.Errorf("round trip %q", s)
+	}
+}
