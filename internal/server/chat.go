@@ -1,0 +1,280 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/kvasir-llm/kvasir"
+	"github.com/kvasir-llm/kvasir/internal/chat"
+)
+
+// handleChat answers POST /v1/chat/completions.
+func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
+	var req chatRequest
+	unknown, apiErr := decodeBody(w, r, s.cfg.MaxBodyBytes, &req)
+	if apiErr != nil {
+		writeError(w, apiErr)
+		return
+	}
+	s.warnUnknown(r.URL.Path, unknown)
+	if apiErr := s.checkModel(req.Model); apiErr != nil {
+		writeError(w, apiErr)
+		return
+	}
+	kreq, apiErr := s.chatRequest(&req)
+	if apiErr != nil {
+		writeError(w, apiErr)
+		return
+	}
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	id := newID("chatcmpl-")
+	ch, apiErr := s.submit(ctx, id, []kvasir.Request{kreq}, "messages")
+	if apiErr != nil {
+		writeError(w, apiErr)
+		return
+	}
+	n := max(kreq.Params.N, 1)
+	base := chatResponse{ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: s.modelName()}
+	if req.Stream {
+		base.Object = "chat.completion.chunk"
+		s.streamChat(w, ch, base, &req, n, kreq.Params.Logprobs)
+		return
+	}
+	res, apiErr := collect(ch, 1, n)
+	if apiErr != nil {
+		s.log.Error("chat completion failed", "id", id, "err", apiErr.Message)
+		writeError(w, apiErr)
+		return
+	}
+	base.Choices = make([]chatChoice, n)
+	for i := range res.choices {
+		cs := &res.choices[i]
+		c := chatChoice{Index: i, Message: &chatMessageOut{Role: "assistant", Content: cs.text.String()},
+			FinishReason: strPtr(cs.finish), StopReason: cs.stop}
+		if kreq.Params.Logprobs {
+			c.Logprobs = s.chatLogprobs(cs.tokens, cs.logprobs)
+		}
+		base.Choices[i] = c
+	}
+	base.Usage = &res.usage
+	writeJSON(w, http.StatusOK, base)
+}
+
+// chatRequest validates a chat request, renders its messages and makes the engine request.
+func (s *Server) chatRequest(req *chatRequest) (kvasir.Request, *APIError) {
+	maxTokens, maxParam := req.MaxTokens, "max_tokens"
+	if req.MaxCompletionTokens != nil {
+		maxTokens, maxParam = req.MaxCompletionTokens, "max_completion_tokens"
+	}
+	params, apiErr := req.params(maxTokens, maxParam, 0)
+	if apiErr != nil {
+		return kvasir.Request{}, apiErr
+	}
+	if req.TopLogprobs != nil {
+		if !req.Logprobs && *req.TopLogprobs > 0 {
+			return kvasir.Request{}, badRequest("top_logprobs", "top_logprobs needs logprobs set to true")
+		}
+		if *req.TopLogprobs < 0 || *req.TopLogprobs > MaxTopLogprobs {
+			return kvasir.Request{}, badRequest("top_logprobs", "top_logprobs must be in [0, %d], got %d", MaxTopLogprobs, *req.TopLogprobs)
+		}
+		params.TopLogprobs = *req.TopLogprobs
+	}
+	params.Logprobs = req.Logprobs
+	if req.ResponseFormat != nil {
+		if apiErr := req.ResponseFormat.validate(); apiErr != nil {
+			return kvasir.Request{}, apiErr
+		}
+	}
+	addGen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
+	ids, apiErr := s.renderChat(req.Messages, req.Tools, addGen, req.ContinueFinal, req.ChatTemplateKwargs)
+	if apiErr != nil {
+		return kvasir.Request{}, apiErr
+	}
+	return kvasir.Request{PromptTokens: ids, Params: params, Priority: req.Priority, CacheSalt: req.CacheSalt}, nil
+}
+
+// renderChat validates messages, renders them with the chat template and tokenizes the
+// result (special tokens parsed; a BOS the template wrote itself is not doubled).
+func (s *Server) renderChat(msgs []chatMessage, tools []json.RawMessage, addGen, continueFinal bool, kwargs map[string]any) ([]int32, *APIError) {
+	if len(msgs) == 0 {
+		return nil, badRequest("messages", "messages must hold at least one message")
+	}
+	if s.tmpl == nil {
+		return nil, badRequest("messages", "%v", s.tmplErr)
+	}
+	if !s.eng.HasTokenizer() {
+		return nil, badRequest("messages", "the model has no tokenizer")
+	}
+	in := chat.Input{Messages: make([]chat.Message, len(msgs)), AddGenerationPrompt: addGen && !continueFinal,
+		BOSToken: s.cfg.BOSToken, EOSToken: s.cfg.EOSToken, Extra: kwargs}
+	for i, m := range msgs {
+		cm, apiErr := convertMessage(i, m)
+		if apiErr != nil {
+			return nil, apiErr
+		}
+		in.Messages[i] = cm
+	}
+	for i, raw := range tools {
+		var t map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &t); err != nil {
+			return nil, badRequest(fmt.Sprintf("tools[%d]", i), "tools[%d] must be an object", i)
+		}
+		tm := make(map[string]any, len(t))
+		for k, v := range t {
+			tm[k] = v
+		}
+		in.Tools = append(in.Tools, tm)
+	}
+	text, err := s.tmpl.Render(in)
+	if err != nil {
+		var raised *chat.RaisedError
+		if errors.As(err, &raised) {
+			return nil, badRequest("messages", "the chat template refused the messages: %s", raised.Message)
+		}
+		return nil, badRequest("messages", "rendering the chat template: %v", err)
+	}
+	if continueFinal {
+		last := in.Messages[len(in.Messages)-1]
+		content, _ := last.Content.(string)
+		if last.Role != "assistant" {
+			return nil, badRequest("continue_final_message", "continue_final_message needs an assistant message last")
+		}
+		if i := strings.LastIndex(text, content); content != "" && i >= 0 {
+			text = text[:i+len(content)]
+		}
+	}
+	ids, err := s.eng.Tokenize(text, true)
+	if err != nil {
+		return nil, badRequest("messages", "%v", err)
+	}
+	if len(ids) >= 2 && s.bosID >= 0 && ids[0] == s.bosID && ids[1] == s.bosID {
+		ids = ids[1:]
+	}
+	return ids, nil
+}
+
+// convertMessage turns message i of a request into the template's message, with content
+// flattened to a string (text parts joined by newlines).
+func convertMessage(i int, m chatMessage) (chat.Message, *APIError) {
+	param := fmt.Sprintf("messages[%d]", i)
+	if m.Role == "" {
+		return chat.Message{}, badRequest(param+".role", "%s.role is required", param)
+	}
+	out := chat.Message{Role: m.Role, Name: m.Name, ToolCallID: m.ToolCallID, ReasoningContent: m.ReasoningContent}
+	for _, tc := range m.ToolCalls {
+		out.ToolCalls = append(out.ToolCalls, chat.ToolCall{ID: tc.ID, Type: tc.Type,
+			Function: chat.FunctionCall{Name: tc.Function.Name, Arguments: tc.Function.Arguments}})
+	}
+	raw := bytes.TrimSpace(m.Content)
+	switch {
+	case len(raw) == 0 || string(raw) == "null":
+		if len(m.ToolCalls) == 0 {
+			out.Content = ""
+		}
+	case raw[0] == '"':
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return chat.Message{}, badRequest(param+".content", "%s.content: %v", param, err)
+		}
+		out.Content = s
+	case raw[0] == '[':
+		var parts []contentPart
+		if err := json.Unmarshal(raw, &parts); err != nil {
+			return chat.Message{}, badRequest(param+".content", "%s.content must be a string or an array of content parts", param)
+		}
+		texts := make([]string, 0, len(parts))
+		for j, p := range parts {
+			switch p.Type {
+			case "text", "input_text":
+				texts = append(texts, p.Text)
+			case "":
+				return chat.Message{}, badRequest(fmt.Sprintf("%s.content[%d].type", param, j), "%s.content[%d] needs a type", param, j)
+			default:
+				return chat.Message{}, badRequest(fmt.Sprintf("%s.content[%d].type", param, j),
+					"%s.content[%d]: content parts of type %q are not supported: the model takes text only", param, j, p.Type)
+			}
+		}
+		out.Content = strings.Join(texts, "\n")
+	default:
+		return chat.Message{}, badRequest(param+".content", "%s.content must be a string or an array of content parts", param)
+	}
+	return out, nil
+}
+
+// streamChat streams chat.completion.chunk events: first a role delta per choice, then
+// content deltas, finish_reason on each choice's last chunk, an optional usage chunk, and
+// [DONE].
+func (s *Server) streamChat(w http.ResponseWriter, ch <-chan item, base chatResponse, req *chatRequest, n int, logprobs bool) {
+	sse := newSSE(w)
+	u := usageTracker{last: make([]kvasir.Usage, 1)}
+	chunk := func(c chatChoice) bool {
+		out := base
+		out.Choices = []chatChoice{c}
+		if req.continuousUsage() {
+			out.Usage = u.total()
+		}
+		return sse.send(out)
+	}
+	empty := ""
+	for i := 0; i < n; i++ {
+		if !chunk(chatChoice{Index: i, Delta: &chatDelta{Role: "assistant", Content: &empty}}) {
+			return
+		}
+	}
+	for it := range ch {
+		o := it.Out
+		u.update(it)
+		if o.Err != nil {
+			s.log.Error("chat completion failed mid-stream", "id", base.ID, "err", o.Err)
+			sse.fail(internalError(o.Err))
+			sse.done()
+			return
+		}
+		if o.Text == "" && o.FinishReason == "" && len(o.Logprobs) == 0 {
+			continue
+		}
+		c := chatChoice{Index: o.Index, Delta: &chatDelta{}, FinishReason: strPtr(o.FinishReason), StopReason: stopReason(o)}
+		if o.Text != "" {
+			text := o.Text
+			c.Delta.Content = &text
+		}
+		if logprobs {
+			c.Logprobs = s.chatLogprobs(o.TokenIDs, o.Logprobs)
+		}
+		if !chunk(c) {
+			return
+		}
+	}
+	if req.includeUsage() {
+		out := base
+		out.Choices = []chatChoice{}
+		out.Usage = u.total()
+		sse.send(out)
+	}
+	sse.done()
+}
+
+// chatLogprobs makes the chat API's logprobs object for generated tokens.
+func (s *Server) chatLogprobs(ids []int32, lps []kvasir.Logprob) *chatLogprobs {
+	out := &chatLogprobs{Content: []chatTokenLogprob{}}
+	for i, id := range ids {
+		if i >= len(lps) {
+			break
+		}
+		text := s.eng.TokenText(id)
+		e := chatTokenLogprob{Token: text, Logprob: finiteLogprob(lps[i].Token.Logprob), Bytes: tokenBytes(text),
+			TopLogprobs: []chatTopLogprob{}}
+		for _, t := range lps[i].Top {
+			tt := s.eng.TokenText(t.ID)
+			e.TopLogprobs = append(e.TopLogprobs, chatTopLogprob{Token: tt, Logprob: finiteLogprob(t.Logprob), Bytes: tokenBytes(tt)})
+		}
+		out.Content = append(out.Content, e)
+	}
+	return out
+}

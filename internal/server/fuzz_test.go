@@ -1,0 +1,68 @@
+package server
+
+import (
+	"testing"
+)
+
+// FuzzDecodeRequests feeds arbitrary bodies to the request decoders and validators: they
+// must never panic, and a body they accept must give parameters within the limits.
+func FuzzDecodeRequests(f *testing.F) {
+	for _, seed := range []string{
+		`{"prompt":"hello","max_tokens":5,"stop":["a","b"],"n":2,"logprobs":3}`,
+		`{"prompt":[1,2,3],"echo":true,"stream":true,"stream_options":{"include_usage":true}}`,
+		`{"prompt":[[1,2],[3]],"logit_bias":{"5":-100},"seed":-1}`,
+		`{"prompt":["a","b"],"temperature":0.5,"top_p":0.9,"top_k":40,"min_p":0.1}`,
+		`{"messages":[{"role":"user","content":"hi"}],"max_completion_tokens":3,"logprobs":true,"top_logprobs":2}`,
+		`{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"x"}}]}]}`,
+		`{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{}"}}]}]}`,
+		`{"messages":[],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}}`,
+		`{"prompt":"x","max_tokens":-1}`, `{"prompt":{}}`, `{"stop":5}`, `[]`, `null`, `{`, "\xff",
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var c completionRequest
+		if _, err := decodeJSON(body, &c); err == nil {
+			if p, err := c.params(c.MaxTokens, "max_tokens", DefaultCompletionMaxTokens); err == nil {
+				if p.MaxTokens < 1 || p.N < 0 || p.N > MaxN || p.MinTokens < 0 {
+					t.Errorf("accepted out-of-range params %+v", p)
+				}
+			} else if err.Status != 400 || err.Param == "" {
+				t.Errorf("params error %+v", err)
+			}
+			for _, item := range c.Prompt {
+				if item.IsText == (item.Tokens != nil) {
+					t.Errorf("prompt item is both or neither text and tokens: %+v", item)
+				}
+			}
+		} else if err.Status != 400 {
+			t.Errorf("decode error status %d", err.Status)
+		}
+		var ch chatRequest
+		if _, err := decodeJSON(body, &ch); err == nil {
+			for i, m := range ch.Messages {
+				if _, err := convertMessage(i, m); err != nil && err.Param == "" {
+					t.Errorf("message error without param: %+v", err)
+				}
+			}
+			if ch.ResponseFormat != nil {
+				if err := ch.ResponseFormat.validate(); err != nil && err.Status != 400 {
+					t.Errorf("response_format error %+v", err)
+				}
+			}
+		}
+	})
+}
+
+func TestParamPath(t *testing.T) {
+	for in, want := range map[string]string{
+		"commonRequest.max_tokens": "max_tokens",
+		"messages.0.role":          "messages[0].role",
+		"prompt":                   "prompt",
+		"messages.12.content.3":    "messages[12].content[3]",
+	} {
+		if got := paramPath(in); got != want {
+			t.Errorf("paramPath(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

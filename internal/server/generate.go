@@ -1,0 +1,123 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/kvasir-llm/kvasir"
+)
+
+// item is one engine output of the prompt at index Prompt of a request.
+type item struct {
+	Prompt int
+	Out    kvasir.Output
+}
+
+// submit hands the engine one request per prompt (all with ctx) and merges their outputs
+// into one channel, closed when every request has finished or ctx is done. When the
+// engine refuses a request, the ones already submitted are left to the caller to abort
+// by cancelling ctx.
+func (s *Server) submit(ctx context.Context, id string, reqs []kvasir.Request, promptParam string) (<-chan item, *APIError) {
+	chans := make([]<-chan kvasir.Output, len(reqs))
+	for i, req := range reqs {
+		req.ID = id + "-" + strconv.Itoa(i)
+		ch, err := s.eng.Generate(ctx, req)
+		if err != nil {
+			return nil, engineError(err, promptParam)
+		}
+		chans[i] = ch
+	}
+	merged := make(chan item)
+	var wg sync.WaitGroup
+	for i, ch := range chans {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for o := range ch {
+				select {
+				case merged <- item{Prompt: i, Out: o}:
+				case <-ctx.Done():
+					// The engine's pump stops delivering once ctx is done, so ch
+					// need not be drained.
+					return
+				}
+			}
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(merged)
+	}()
+	return merged, nil
+}
+
+// choiceState accumulates one choice of a non-streaming response.
+type choiceState struct {
+	text     strings.Builder
+	tokens   []int32
+	logprobs []kvasir.Logprob
+	finish   string
+	stop     any
+}
+
+// collected is a finished non-streaming generation.
+type collected struct {
+	choices []choiceState
+	usage   usage
+}
+
+// collect reads a generation to its end: n choices per prompt, choice index
+// prompt*n + output index.
+func collect(ch <-chan item, prompts, n int) (*collected, *APIError) {
+	c := &collected{choices: make([]choiceState, prompts*n)}
+	last := make([]kvasir.Usage, prompts)
+	var failed error
+	for it := range ch {
+		o := it.Out
+		if o.Err != nil && failed == nil {
+			failed = o.Err
+		}
+		cs := &c.choices[it.Prompt*n+o.Index]
+		cs.text.WriteString(o.Text)
+		cs.tokens = append(cs.tokens, o.TokenIDs...)
+		cs.logprobs = append(cs.logprobs, o.Logprobs...)
+		if o.FinishReason != "" {
+			cs.finish = o.FinishReason
+			cs.stop = o.StopReason
+		}
+		last[it.Prompt] = o.Usage
+	}
+	if failed != nil {
+		return nil, internalError(failed)
+	}
+	for _, u := range last {
+		c.usage.add(u)
+	}
+	return c, nil
+}
+
+// usageTracker sums the running usage of a streamed generation's requests.
+type usageTracker struct {
+	last []kvasir.Usage
+}
+
+func (u *usageTracker) update(it item) {
+	u.last[it.Prompt] = it.Out.Usage
+}
+
+func (u *usageTracker) total() *usage {
+	var t usage
+	for _, k := range u.last {
+		t.add(k)
+	}
+	return &t
+}
+
+// requestContext is the context of a generation: the client's request context, which ends
+// when the client goes away, so that its request is aborted at once.
+func requestContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithCancel(r.Context())
+}

@@ -1,0 +1,179 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestOpenAINpmClient builds the kvasir binary, starts `kvasir serve` with the built-in
+// default model on a random port, and runs test/openai (the official openai npm client
+// under node --test) against it; then it sends SIGTERM and expects a clean exit. It skips
+// only when node or npm is missing and KVASIR_REQUIRE_TESTDATA is unset.
+func TestOpenAINpmClient(t *testing.T) {
+	node, nodeErr := exec.LookPath("node")
+	npm, npmErr := exec.LookPath("npm")
+	if nodeErr != nil || npmErr != nil {
+		if os.Getenv("KVASIR_REQUIRE_TESTDATA") != "" {
+			t.Fatalf("node and npm are required (KVASIR_REQUIRE_TESTDATA is set): node: %v, npm: %v", nodeErr, npmErr)
+		}
+		t.Skipf("node or npm not installed (node: %v, npm: %v)", nodeErr, npmErr)
+	}
+	dir := t.TempDir()
+	src := filepath.Join("..", "..", "test", "openai")
+	for _, name := range []string{"package.json", "package-lock.json", "openai.test.mjs"} {
+		b, err := os.ReadFile(filepath.Join(src, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+
+	// Install the client while the binary builds.
+	var wg sync.WaitGroup
+	var npmOut []byte
+	var npmErrRun error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
+		cmd.Dir = dir
+		npmOut, npmErrRun = cmd.CombinedOutput()
+	}()
+	bin := filepath.Join(dir, "kvasir")
+	build := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "github.com/kvasir-llm/kvasir/cmd/kvasir")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	wg.Wait()
+	if npmErrRun != nil {
+		t.Fatalf("npm ci: %v\n%s", npmErrRun, npmOut)
+	}
+
+	var key [8]byte
+	rand.Read(key[:])
+	apiKey := "test-" + hex.EncodeToString(key[:])
+	srv := exec.Command(bin, "serve", "--port", "0", "--api-key", apiKey, "--max-num-seqs", "4", "--max-waiting", "2",
+		"--kv-cache-memory", "128MiB", "--threads", "2", "--drain-timeout", "20s")
+	stderr, err := srv.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	defer func() {
+		select {
+		case <-exited:
+		default:
+			srv.Process.Kill()
+			<-exited
+		}
+	}()
+	logs := &lockedBuffer{}
+	addr := make(chan [2]string, 1)
+	go func() {
+		re := regexp.MustCompile(`serving (\S+) on (http://\S+/v1)`)
+		sc := bufio.NewScanner(stderr)
+		found := false
+		for sc.Scan() {
+			logs.WriteString(sc.Text() + "\n")
+			if m := re.FindStringSubmatch(sc.Text()); m != nil && !found {
+				found = true
+				addr <- [2]string{m[1], m[2]}
+			}
+		}
+		io.Copy(io.Discard, stderr)
+		exited <- srv.Wait()
+	}()
+	var model, baseURL string
+	select {
+	case a := <-addr:
+		model, baseURL = a[0], a[1]
+	case err := <-exited:
+		exited <- err
+		t.Fatalf("kvasir serve exited before serving: %v\n%s", err, logs.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("kvasir serve did not start:\n%s", logs.String())
+	}
+
+	test := exec.CommandContext(ctx, node, "--test", "openai.test.mjs")
+	test.Dir = dir
+	test.Env = append(os.Environ(), "KVASIR_BASE_URL="+baseURL, "KVASIR_API_KEY="+apiKey, "KVASIR_MODEL="+model)
+	out, err := test.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test: %v\n%s\nserver log:\n%s", err, tail(out, 12000), logs.String())
+	}
+	t.Logf("openai client tests passed against %s (%s)", baseURL, summary(out))
+
+	if err := srv.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		exited <- err
+		if err != nil {
+			t.Errorf("kvasir serve after SIGTERM: %v\n%s", err, logs.String())
+		}
+	case <-time.After(40 * time.Second):
+		t.Errorf("kvasir serve did not exit after SIGTERM:\n%s", logs.String())
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for one writer and concurrent readers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) WriteString(s string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf.WriteString(s)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// tail returns the last n bytes of b.
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// summary picks node --test's "# pass N" and "# fail N" lines.
+func summary(out []byte) string {
+	var parts []string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "# pass") || strings.HasPrefix(line, "# fail") {
+			parts = append(parts, strings.TrimPrefix(line, "# "))
+		}
+	}
+	if len(parts) == 0 {
+		return "no summary"
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,279 @@
+// Package server is kvasir's OpenAI-compatible HTTP API: /v1/completions,
+// /v1/chat/completions (with server-sent-event streaming), /v1/models, vLLM's /tokenize and
+// /detokenize, /health, /version and Prometheus /metrics, on top of a kvasir.Engine.
+// Requests are validated here (errors in OpenAI's shape, naming the parameter), chat
+// messages are rendered with the model's template, and a client that goes away aborts its
+// request at once.
+package server
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvasir-llm/kvasir"
+	"github.com/kvasir-llm/kvasir/internal/chat"
+)
+
+// Config configures a Server. Zero values pick defaults.
+type Config struct {
+	// ModelNames are the names the model is served under (the request's model field must
+	// be one of them, or empty); the first is the one reported. Empty: the engine's
+	// ModelName.
+	ModelNames []string
+	// APIKey, when set, is required as "Authorization: Bearer KEY" on /v1/*, /tokenize and
+	// /detokenize.
+	APIKey string
+	// MaxBodyBytes limits request bodies (0: DefaultMaxBodyBytes); larger ones get 413.
+	MaxBodyBytes int64
+	// ChatTemplate overrides the model's chat template (Jinja source).
+	ChatTemplate string
+	// BOSToken and EOSToken are the vocabulary's BOS and EOS texts, handed to the chat
+	// template as bos_token and eos_token.
+	BOSToken, EOSToken string
+	// Version is reported by /version.
+	Version string
+	// Logger receives warnings and errors (nil: slog.Default()).
+	Logger *slog.Logger
+	// Metrics is the registry served on /metrics; its OnRequestDone should be the engine's
+	// Options.OnRequestDone so that latency histograms fill (nil: a fresh one without
+	// latency histograms being fed).
+	Metrics *Metrics
+}
+
+// Server answers the HTTP API for one engine. It is an http.Handler.
+type Server struct {
+	eng     *kvasir.Engine
+	cfg     Config
+	log     *slog.Logger
+	metrics *Metrics
+	tmpl    *chat.Template // nil when there is no chat template
+	tmplErr error          // why tmpl is nil
+	bosID   int32          // the BOS id the tokenizer adds, or -1
+	created int64
+	mux     *http.ServeMux
+	handler http.Handler
+
+	draining atomic.Bool
+}
+
+// New makes a server for eng.
+func New(eng *kvasir.Engine, cfg Config) (*Server, error) {
+	if len(cfg.ModelNames) == 0 {
+		cfg.ModelNames = []string{eng.ModelName()}
+	}
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Version == "" {
+		cfg.Version = buildVersion()
+	}
+	s := &Server{eng: eng, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, bosID: -1, created: time.Now().Unix()}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	if s.metrics == nil {
+		s.metrics = NewMetrics(cfg.ModelNames[0])
+	}
+	if err := s.metrics.attach(eng); err != nil {
+		return nil, err
+	}
+	src := cfg.ChatTemplate
+	if src == "" {
+		src = eng.ChatTemplate()
+	}
+	if src == "" {
+		s.tmplErr = fmt.Errorf("model %s has no chat template: use /v1/completions, or start the server with --chat-template", eng.ModelName())
+	} else if t, err := chat.New(src); err != nil {
+		s.tmplErr = fmt.Errorf("the chat template does not compile: %w", err)
+		s.log.Warn("chat template", "err", err)
+	} else {
+		s.tmpl = t
+	}
+	if eng.HasTokenizer() {
+		if ids, err := eng.Tokenize("", true); err == nil && len(ids) == 1 {
+			s.bosID = ids[0]
+		}
+	}
+	s.routes()
+	return s, nil
+}
+
+// buildVersion is the main module's version from the build info.
+func buildVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}
+
+// routes builds the handler chain: recover, authentication, then the endpoints.
+func (s *Server) routes() {
+	mux := http.NewServeMux()
+	mux.Handle("/v1/models", method(http.MethodGet, s.handleModels))
+	mux.Handle("/v1/models/{model...}", method(http.MethodGet, s.handleModel))
+	mux.Handle("/v1/completions", method(http.MethodPost, s.handleCompletions))
+	mux.Handle("/v1/chat/completions", method(http.MethodPost, s.handleChat))
+	mux.Handle("/tokenize", method(http.MethodPost, s.handleTokenize))
+	mux.Handle("/detokenize", method(http.MethodPost, s.handleDetokenize))
+	mux.Handle("/health", method(http.MethodGet, s.handleHealth))
+	mux.Handle("/version", method(http.MethodGet, s.handleVersion))
+	mux.Handle("/metrics", method(http.MethodGet, s.metrics.Handler().ServeHTTP))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, notFound("", "", "no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	s.mux = mux
+	s.handler = s.recoverPanics(s.authenticate(mux))
+}
+
+// ServeHTTP answers one HTTP request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// Metrics returns the server's metrics.
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
+// method restricts a handler to one HTTP method (GET also answers HEAD), answering 405
+// in OpenAI's error shape otherwise.
+func method(m string, h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != m && !(m == http.MethodGet && r.Method == http.MethodHead) {
+			w.Header().Set("Allow", m)
+			writeError(w, &APIError{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
+				Message: fmt.Sprintf("method %s not allowed on %s: use %s", r.Method, r.URL.Path, m)})
+			return
+		}
+		h(w, r)
+	})
+}
+
+// recoverPanics turns a handler panic into a logged 500, so that no input takes the server
+// down.
+func (s *Server) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			p := recover()
+			if p == nil || p == http.ErrAbortHandler {
+				if p != nil {
+					panic(p)
+				}
+				return
+			}
+			s.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", p, "stack", string(debug.Stack()))
+			writeError(w, internalError(fmt.Errorf("internal error: %v", p)))
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// authenticate requires the API key on the API paths when one is configured.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	if s.cfg.APIKey == "" {
+		return next
+	}
+	want := []byte("Bearer " + s.cfg.APIKey)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p := r.URL.Path
+		if strings.HasPrefix(p, "/v1/") || p == "/tokenize" || p == "/detokenize" {
+			got := []byte(r.Header.Get("Authorization"))
+			if subtle.ConstantTimeCompare(got, want) != 1 {
+				msg := "missing API key: send Authorization: Bearer KEY"
+				if len(got) > 0 {
+					msg = "incorrect API key provided"
+				}
+				writeError(w, &APIError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "invalid_api_key", Message: msg})
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// checkModel accepts an empty model or one of the served names.
+func (s *Server) checkModel(name string) *APIError {
+	if name == "" {
+		return nil
+	}
+	for _, n := range s.cfg.ModelNames {
+		if n == name {
+			return nil
+		}
+	}
+	return notFound("model", "model_not_found", "the model `%s` does not exist: this server serves %s", name, strings.Join(s.cfg.ModelNames, ", "))
+}
+
+// modelName is the name responses report.
+func (s *Server) modelName() string { return s.cfg.ModelNames[0] }
+
+// warnUnknown logs the request fields the server ignores.
+func (s *Server) warnUnknown(path string, fields []string) {
+	if len(fields) > 0 {
+		s.log.Warn("ignoring unknown request fields", "path", path, "fields", fields)
+	}
+}
+
+// newID returns a fresh response id with the given prefix.
+func newID(prefix string) string {
+	var b [12]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return prefix + fmt.Sprint(time.Now().UnixNano())
+	}
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// modelCard is a model object of /v1/models.
+type modelCard struct {
+	ID          string `json:"id"`
+	Object      string `json:"object"`
+	Created     int64  `json:"created"`
+	OwnedBy     string `json:"owned_by"`
+	Root        string `json:"root"`
+	Parent      any    `json:"parent"`
+	MaxModelLen int    `json:"max_model_len"`
+}
+
+func (s *Server) card(name string) modelCard {
+	return modelCard{ID: name, Object: "model", Created: s.created, OwnedBy: "kvasir", Root: s.eng.ModelName(), MaxModelLen: s.eng.MaxModelLen()}
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+	list := struct {
+		Object string      `json:"object"`
+		Data   []modelCard `json:"data"`
+	}{Object: "list"}
+	for _, n := range s.cfg.ModelNames {
+		list.Data = append(list.Data, s.card(n))
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+// handleModel answers GET /v1/models/{model} (OpenAI's retrieve).
+func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("model")
+	if apiErr := s.checkModel(name); apiErr != nil || name == "" {
+		if apiErr == nil {
+			apiErr = notFound("model", "model_not_found", "give a model name")
+		}
+		writeError(w, apiErr)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.card(name))
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeError(w, &APIError{Status: http.StatusServiceUnavailable, Type: "service_unavailable_error", Message: "the server is shutting down"})
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (s *Server) handleVersion(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"version": s.cfg.Version})
+}
