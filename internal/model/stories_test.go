@@ -103,9 +103,10 @@ func readFile(t *testing.T, rel string) string {
 //
 // The Q8_0 file's quantized weights make a different model: its reference path (weights
 // dequantized exactly, fp32 activations) leaves run.c's path at a near-tie after some 70
-// tokens. For it the test requires the fast path to follow its own reference path token for
-// token, to match run.c for at least 60 tokens, and to part from run.c only where run.c's
-// own logits of the two tokens are within 0.5.
+// tokens. For it the test requires the fast path (which also quantizes activations) to
+// follow its own reference path for at least 60 tokens and to part from it only at a
+// near-tie (reference logits within 0.05), to match run.c for at least 60 tokens, and to
+// part from run.c only where run.c's own logits of the two tokens are within 0.5.
 func TestStoriesGreedyFromBOS(t *testing.T) {
 	want := readFile(t, storiesDir+"ref_runc_greedy200.txt")
 	wantLogits := readLogits(t)
@@ -136,11 +137,28 @@ func TestStoriesGreedyFromBOS(t *testing.T) {
 				}
 				return
 			}
+			// The fast path quantizes activations to 8 bits for Q8_0 weights, so it may part
+			// from the reference path only at a near-tie of the reference's own logits.
 			refIDs := greedy(t, refStepper(t, fm), []int{fm.Vocab.BOS}, 200)
 			for i := range ids {
-				if ids[i] != refIDs[i] {
-					t.Fatalf("fast path leaves the reference path at step %d: %d vs %d", i, ids[i], refIDs[i])
+				if ids[i] == refIDs[i] {
+					continue
 				}
+				ref := refStepper(t, fm)
+				var l []float32
+				for _, tok := range append([]int{fm.Vocab.BOS}, refIDs[:i]...) {
+					var err error
+					if l, err = ref(tok); err != nil {
+						t.Fatal(err)
+					}
+				}
+				gap := l[refIDs[i]] - l[ids[i]]
+				t.Logf("fast path leaves the reference path at step %d (%d vs %d) where the reference's logits differ by %.4f", i, ids[i], refIDs[i], gap)
+				if i < 60 || gap > 0.05 {
+					t.Fatalf("fast path leaves the reference path at step %d: %d vs %d, reference logit gap %.4f", i, ids[i], refIDs[i], gap)
+				}
+				ids = ids[:i] // compare with run.c only as far as both paths agree
+				break
 			}
 			same := 0
 			for same < len(ids) && same+1 < len(wantLogits) && ids[same] == wantLogits[same+1].Token {

@@ -80,7 +80,8 @@ const attnTileTokens = 16
 //
 // It runs FlashAttention-style: K/V are read block by block with an online softmax, so
 // memory stays O(tokens x heads x HeadDim) whatever the context length. Work is split over
-// (token tile, kv head) units.
+// (token tile, kv head) units; a decode step with few kv heads also splits its context into
+// chunks whose partial softmax states are merged at the end (flash-decoding).
 func Attention(p *Pool, out, q []float32, nTokens, heads int, kv *KVCacheLayer, blockTable []int32, positions []int32, scale float32) error {
 	if err := kv.check(); err != nil {
 		return err
@@ -111,17 +112,14 @@ func Attention(p *Pool, out, q []float32, nTokens, heads int, kv *KVCacheLayer, 
 		}
 	}
 
-	tiles := (nTokens + attnTileTokens - 1) / attnTileTokens
 	a := attnJob{k: p.kern, out: out, q: q, nTokens: nTokens, heads: heads, kv: kv,
 		blockTable: blockTable, positions: positions, scale: scale}
-	p.Run(tiles*kv.KVHeads, func(start, end int) {
-		st := newAttnState(attnTileTokens*(heads/kv.KVHeads), hd, kv.BlockSize)
-		for u := start; u < end; u++ {
-			a.unit(st, u/kv.KVHeads, u%kv.KVHeads)
-		}
-	})
+	a.run(p, maxPos, attnSplitMinPositions)
 	return nil
 }
+
+// attnSplitMinPositions is the least context a split-K chunk of a decode attention covers.
+const attnSplitMinPositions = 128
 
 // attnJob is one Attention call's arguments.
 type attnJob struct {
@@ -131,6 +129,84 @@ type attnJob struct {
 	kv                    *KVCacheLayer
 	blockTable, positions []int32
 	scale                 float32
+}
+
+// run computes the attention over (token tile, kv head) units. When one tile holds all
+// tokens (decode) and the kv heads alone would give the threads fewer than 4 units each,
+// the context is also split into chunks of at least minSplit positions (flash-decoding):
+// each chunk leaves its partial max, sum and weighted values, merged afterwards.
+func (a *attnJob) run(p *Pool, maxPos, minSplit int) {
+	kv := a.kv
+	group := a.heads / kv.KVHeads
+	tiles := (a.nTokens + attnTileTokens - 1) / attnTileTokens
+	units := tiles * kv.KVHeads
+	ctxBlocks := maxPos/kv.BlockSize + 1
+	nSplit := 1
+	if tiles == 1 && p.Threads() > 1 {
+		want := (4*p.Threads() + units - 1) / units
+		nSplit = max(1, min(want, (maxPos+1)/max(1, minSplit), ctxBlocks))
+	}
+	if nSplit == 1 {
+		p.Run(units, func(start, end int) {
+			st := newAttnState(attnTileTokens*group, kv.HeadDim, kv.BlockSize)
+			for u := start; u < end; u++ {
+				tile, kvh := u/kv.KVHeads, u%kv.KVHeads
+				a.partial(st, tile, kvh, 0, ctxBlocks)
+				a.finish(st, tile, kvh)
+			}
+		})
+		return
+	}
+
+	per := (ctxBlocks + nSplit - 1) / nSplit // cache blocks per chunk
+	nSplit = (ctxBlocks + per - 1) / per
+	rows := a.nTokens * group
+	hd := kv.HeadDim
+	slot := rows * (hd + 2) // one chunk's m, l and acc
+	p.attnMu.Lock()
+	defer p.attnMu.Unlock()
+	if n := kv.KVHeads * nSplit * slot; cap(p.attnScratch) < n {
+		p.attnScratch = make([]float32, n)
+	}
+	part := p.attnScratch[:kv.KVHeads*nSplit*slot]
+	p.Run(kv.KVHeads*nSplit, func(start, end int) {
+		st := newAttnState(rows, hd, kv.BlockSize)
+		for u := start; u < end; u++ {
+			kvh, s := u/nSplit, u%nSplit
+			a.partial(st, 0, kvh, s*per, min((s+1)*per, ctxBlocks))
+			dst := part[u*slot : (u+1)*slot]
+			copy(dst, st.m[:rows])
+			copy(dst[rows:], st.l[:rows])
+			copy(dst[2*rows:], st.acc[:rows*hd])
+		}
+	})
+	negInf := float32(math.Inf(-1))
+	for kvh := range kv.KVHeads {
+		chunks := part[kvh*nSplit*slot : (kvh+1)*nSplit*slot]
+		for r := range rows {
+			m := negInf
+			for s := range nSplit {
+				m = max(m, chunks[s*slot+r])
+			}
+			t, g := r/group, r%group
+			o := a.out[(t*a.heads+kvh*group+g)*hd:][:hd]
+			clear(o)
+			var l float32
+			for s := range nSplit {
+				c := chunks[s*slot:]
+				if c[r] == negInf {
+					continue // the chunk lies beyond this token's position
+				}
+				f := float32(math.Exp(float64(c[r] - m)))
+				l += f * c[rows+r]
+				a.k.axpy(o, f, c[2*rows+r*hd:][:hd])
+			}
+			inv := 1 / l
+			for i := range o {
+				o[i] *= inv
+			}
+		}
+	}
 }
 
 // attnState is a work unit's online-softmax state, one row per (token, query head).
@@ -145,8 +221,10 @@ func newAttnState(rows, hd, blockSize int) *attnState {
 		acc: make([]float32, rows*hd), scores: make([]float32, blockSize)}
 }
 
-// unit computes the outputs of the query heads of kv head kvh for the tokens of tile.
-func (a *attnJob) unit(st *attnState, tile, kvh int) {
+// partial runs the online softmax of the query heads of kv head kvh for the tokens of tile
+// over the logical cache blocks [lb0, lb1), leaving the running max, sum and weighted values
+// in st.
+func (a *attnJob) partial(st *attnState, tile, kvh, lb0, lb1 int) {
 	kv, hd := a.kv, a.kv.HeadDim
 	group := a.heads / kv.KVHeads
 	t0 := tile * attnTileTokens
@@ -161,7 +239,7 @@ func (a *attnJob) unit(st *attnState, tile, kvh int) {
 		maxPos = max(maxPos, int(a.positions[t]))
 	}
 	stride := kv.KVHeads * hd
-	for lb := 0; lb*kv.BlockSize <= maxPos; lb++ {
+	for lb := lb0; lb < lb1 && lb*kv.BlockSize <= maxPos; lb++ {
 		base := int(a.blockTable[lb]) * kv.BlockSize
 		for t := t0; t < t1; t++ {
 			// Positions of this block that token t sees.
@@ -174,10 +252,10 @@ func (a *attnJob) unit(st *attnState, tile, kvh int) {
 				r := (t-t0)*group + g
 				qv := a.q[(t*a.heads+h)*hd:][:hd]
 				sc := st.scores[:n]
+				a.k.attnScores(sc, qv, kv.K[base*stride+kvh*hd:], stride)
 				bmax := float32(math.Inf(-1))
 				for j := range sc {
-					kvec := kv.K[(base+j)*stride+kvh*hd:][:hd]
-					sc[j] = a.k.dotF32(kvec, qv) * a.scale
+					sc[j] *= a.scale
 					bmax = max(bmax, sc[j])
 				}
 				acc := st.acc[r*hd : (r+1)*hd]
@@ -190,14 +268,25 @@ func (a *attnJob) unit(st *attnState, tile, kvh int) {
 					st.m[r] = bmax
 				}
 				m := st.m[r]
-				for j, s := range sc {
-					e := float32(math.Exp(float64(s - m)))
-					st.l[r] += e
-					a.k.axpy(acc, e, kv.V[(base+j)*stride+kvh*hd:][:hd])
+				for j := range sc {
+					sc[j] -= m
 				}
+				a.k.exp(sc, sc)
+				for _, e := range sc {
+					st.l[r] += e
+				}
+				a.k.attnWsum(acc, sc, kv.V[base*stride+kvh*hd:], stride)
 			}
 		}
 	}
+}
+
+// finish writes the outputs of a partial run over the whole context.
+func (a *attnJob) finish(st *attnState, tile, kvh int) {
+	hd := a.kv.HeadDim
+	group := a.heads / a.kv.KVHeads
+	t0 := tile * attnTileTokens
+	t1 := min(t0+attnTileTokens, a.nTokens)
 	for t := t0; t < t1; t++ {
 		for g := range group {
 			h := kvh*group + g

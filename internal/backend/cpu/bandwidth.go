@@ -9,34 +9,56 @@ import (
 // the last-level cache), fills it, then times parallel sum-of-squares passes over it and
 // returns the best pass. Returns 0 when bytes is too small to measure.
 func ProbeBandwidth(p *Pool, bytes int) float64 {
-	n := bytes / 4
-	if n < 1024 {
+	b := newBandwidthProbe(bytes)
+	if b == nil {
 		return 0
 	}
-	buf := make([]float32, n)
-	for i := range buf {
-		buf[i] = float32(i&1023) * 1e-3
-	}
-	const chunk = 1 << 16 // floats per work item (256 KiB)
-	items := (n + chunk - 1) / chunk
-	partial := make([]float32, items)
-	pass := func() {
-		p.Run(items, func(start, end int) {
-			for i := start; i < end; i++ {
-				s := buf[i*chunk : min((i+1)*chunk, n)]
-				partial[i] = p.kern.dotF32(s, s)
-			}
-		})
-	}
-	pass() // warm up: page faults, worker wake-ups
+	b.pass(p) // warm up: page faults, worker wake-ups
 	best := time.Duration(1 << 62)
 	for range 5 {
-		start := time.Now()
-		pass()
-		best = min(best, time.Since(start))
+		best = min(best, b.pass(p))
 	}
-	if best <= 0 {
+	return b.gbs(best)
+}
+
+// bandwidthProbe is ProbeBandwidth's buffer, kept so that benchmarks can interleave probe
+// passes with the work they compare against it.
+type bandwidthProbe struct {
+	buf, partial []float32
+}
+
+// probeChunk is how many floats one probe work item reads (256 KiB).
+const probeChunk = 1 << 16
+
+func newBandwidthProbe(bytes int) *bandwidthProbe {
+	n := bytes / 4
+	if n < 1024 {
+		return nil
+	}
+	b := &bandwidthProbe{buf: make([]float32, n), partial: make([]float32, (n+probeChunk-1)/probeChunk)}
+	for i := range b.buf {
+		b.buf[i] = float32(i&1023) * 1e-3
+	}
+	return b
+}
+
+// pass reads the whole buffer once on the pool and returns how long it took.
+func (b *bandwidthProbe) pass(p *Pool) time.Duration {
+	n := len(b.buf)
+	start := time.Now()
+	p.Run(len(b.partial), func(s, e int) {
+		for i := s; i < e; i++ {
+			c := b.buf[i*probeChunk : min((i+1)*probeChunk, n)]
+			b.partial[i] = p.kern.dotF32(c, c)
+		}
+	})
+	return time.Since(start)
+}
+
+// gbs converts the time of one pass to GB/s (0 for a non-positive time).
+func (b *bandwidthProbe) gbs(d time.Duration) float64 {
+	if d <= 0 {
 		return 0
 	}
-	return float64(4*n) / best.Seconds() / 1e9
+	return float64(4*len(b.buf)) / d.Seconds() / 1e9
 }

@@ -30,6 +30,8 @@ TEXT ·dotF32AVX2(SB), NOSPLIT, $0-28
 f32loop32:
 	CMPQ CX, $32
 	JLT  f32loop8
+	PREFETCHT0  1024(SI)
+	PREFETCHT0  1088(SI)
 	VMOVUPS     (SI), Y4
 	VMOVUPS     32(SI), Y5
 	VMOVUPS     64(SI), Y6
@@ -75,6 +77,7 @@ TEXT ·dotF16AVX2(SB), NOSPLIT, $0-28
 f16loop32:
 	CMPQ CX, $32
 	JLT  f16loop8
+	PREFETCHT0  1024(SI)
 	VCVTPH2PS   (SI), Y4
 	VCVTPH2PS   16(SI), Y5
 	VCVTPH2PS   32(SI), Y6
@@ -120,6 +123,7 @@ TEXT ·dotBF16AVX2(SB), NOSPLIT, $0-28
 bf16loop32:
 	CMPQ CX, $32
 	JLT  bf16loop8
+	PREFETCHT0  1024(SI)
 	VPMOVZXWD   (SI), Y4
 	VPMOVZXWD   16(SI), Y5
 	VPMOVZXWD   32(SI), Y6
@@ -367,6 +371,9 @@ TEXT ·dotQ4KAVX2(SB), NOSPLIT, $16-28
 	VPBROADCASTB X14, Y14 // 0x0f bytes
 
 q4kloop:
+	PREFETCHT0 2048(SI)
+	PREFETCHT0 2112(SI)
+	PREFETCHT0 2176(SI)
 	// d*dx and dmin*dx.
 	MOVL         (SI), AX
 	VMOVD        AX, X9
@@ -486,6 +493,10 @@ TEXT ·dotQ6KAVX2(SB), NOSPLIT, $32-28
 	VPBROADCASTB X13, Y13 // 0x30 bytes
 
 q6kloop:
+	PREFETCHT0 2048(SI)
+	PREFETCHT0 2112(SI)
+	PREFETCHT0 2176(SI)
+	PREFETCHT0 2240(SI)
 	MOVWLZX      208(SI), AX
 	VMOVD        AX, X9
 	VCVTPH2PS    X9, X9
@@ -513,4 +524,877 @@ q6kloop:
 	HSUM
 	VZEROUPPER
 	MOVSS X0, ret+24(FP)
+	RET
+
+// GEMM_REDUCE adds the four row sums of token column j (accumulators a0..a3 for rows 0..3)
+// to the 4 floats at (DX), then steps DX to the next token's row (clobbers a0, a2, X12).
+#define GEMM_REDUCE(a0, a1, a2, a3, x0) \
+	VHADDPS      a1, a0, a0 \
+	VHADDPS      a3, a2, a2 \
+	VHADDPS      a2, a0, a0 \
+	VEXTRACTF128 $1, a0, X12 \
+	VADDPS       X12, x0, x0 \
+	VADDPS       (DX), x0, x0 \
+	VMOVUPS      x0, (DX) \
+	ADDQ         R11, DX
+
+// func gemm4x3AVX2(w *float32, ldw int, x *float32, ldx int, k int, out *float32, ldo int)
+// out[j*ldo+i] += sum_{c<k} w[i*ldw+c] * x[j*ldx+c] for rows i < 4 and tokens j < 3
+// (k % 8 == 0, k > 0). Twelve accumulators: Y(3i+j) holds row i, token j.
+TEXT ·gemm4x3AVX2(SB), NOSPLIT, $0-56
+	MOVQ w+0(FP), SI
+	MOVQ ldw+8(FP), R8
+	SHLQ $2, R8
+	LEAQ (R8)(R8*2), R9
+	MOVQ x+16(FP), DI
+	MOVQ ldx+24(FP), R10
+	SHLQ $2, R10
+	MOVQ k+32(FP), CX
+	SHRQ $3, CX
+	MOVQ out+40(FP), DX
+	MOVQ ldo+48(FP), R11
+	SHLQ $2, R11
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+
+gemmloop:
+	VMOVUPS     (DI), Y12
+	VMOVUPS     (DI)(R10*1), Y13
+	VMOVUPS     (DI)(R10*2), Y14
+	VMOVUPS     (SI), Y15
+	VFMADD231PS Y12, Y15, Y0
+	VFMADD231PS Y13, Y15, Y1
+	VFMADD231PS Y14, Y15, Y2
+	VMOVUPS     (SI)(R8*1), Y15
+	VFMADD231PS Y12, Y15, Y3
+	VFMADD231PS Y13, Y15, Y4
+	VFMADD231PS Y14, Y15, Y5
+	VMOVUPS     (SI)(R8*2), Y15
+	VFMADD231PS Y12, Y15, Y6
+	VFMADD231PS Y13, Y15, Y7
+	VFMADD231PS Y14, Y15, Y8
+	VMOVUPS     (SI)(R9*1), Y15
+	VFMADD231PS Y12, Y15, Y9
+	VFMADD231PS Y13, Y15, Y10
+	VFMADD231PS Y14, Y15, Y11
+	ADDQ        $32, SI
+	ADDQ        $32, DI
+	DECQ        CX
+	JNZ         gemmloop
+
+	GEMM_REDUCE(Y0, Y3, Y6, Y9, X0)
+	GEMM_REDUCE(Y1, Y4, Y7, Y10, X1)
+	GEMM_REDUCE(Y2, Y5, Y8, Y11, X2)
+	VZEROUPPER
+	RET
+
+// func cvtF16AVX2(dst *float32, src *byte, n int)   (n % 8 == 0, n > 0)
+TEXT ·cvtF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+
+cvtf16loop:
+	VCVTPH2PS (SI), Y0
+	VMOVUPS   Y0, (DI)
+	ADDQ      $16, SI
+	ADDQ      $32, DI
+	DECQ      CX
+	JNZ       cvtf16loop
+	VZEROUPPER
+	RET
+
+// func cvtBF16AVX2(dst *float32, src *byte, n int)   (n % 8 == 0, n > 0)
+TEXT ·cvtBF16AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+
+cvtbf16loop:
+	VPMOVZXWD (SI), Y0
+	VPSLLD    $16, Y0, Y0
+	VMOVDQU   Y0, (DI)
+	ADDQ      $16, SI
+	ADDQ      $32, DI
+	DECQ      CX
+	JNZ       cvtbf16loop
+	VZEROUPPER
+	RET
+
+// ROWS4_SETUP prepares a 4-row quantized dot kernel whose arguments are loaded: rows at SI,
+// SI+R8, SI+2*R8, SI+R9 (it sets R9); activations at DI; CX blocks; output at DX. It zeroes
+// the accumulators Y0..Y3 and sets Y15 to int16 ones.
+#define ROWS4_SETUP \
+	LEAQ     (R8)(R8*2), R9 \
+	VXORPS   Y0, Y0, Y0 \
+	VXORPS   Y1, Y1, Y1 \
+	VXORPS   Y2, Y2, Y2 \
+	VXORPS   Y3, Y3, Y3 \
+	VPCMPEQW Y15, Y15, Y15 \
+	VPSRLW   $15, Y15, Y15
+
+// ROWS4_STORE writes the sums of accumulators Y0..Y3 to the 4 floats at (DX).
+#define ROWS4_STORE \
+	VHADDPS      Y1, Y0, Y0 \
+	VHADDPS      Y3, Y2, Y2 \
+	VHADDPS      Y2, Y0, Y0 \
+	VEXTRACTF128 $1, Y0, X1 \
+	VADDPS       X1, X0, X0 \
+	VMOVUPS      X0, (DX) \
+	VZEROUPPER
+
+// ROW_SCALE_FMA scales the int32 lanes of Y7 by the float at soff(SP) into acc.
+#define ROW_SCALE_FMA(soff, acc) \
+	VCVTDQ2PS    Y7, Y7 \
+	VBROADCASTSS soff(SP), Y8 \
+	VFMADD231PS  Y7, Y8, acc
+
+// ROWS4_SCALES stores to 0(SP) the 4 floats d_i*dx, d_i the f16 at (SI)+i*stride (the
+// first bytes of the current block of row i) and dx the f16 at (DI) (clobbers AX, BX, R10,
+// X6, X9).
+#define ROWS4_SCALES \
+	MOVWLZX      (SI), AX \
+	MOVWLZX      (SI)(R8*1), BX \
+	SHLL         $16, BX \
+	ORL          BX, AX \
+	MOVWLZX      (SI)(R8*2), BX \
+	MOVWLZX      (SI)(R9*1), R10 \
+	SHLL         $16, R10 \
+	ORL          R10, BX \
+	SHLQ         $32, BX \
+	ORQ          BX, AX \
+	VMOVQ        AX, X9 \
+	VCVTPH2PS    X9, X9 \
+	VPBROADCASTW (DI), X6 \
+	VCVTPH2PS    X6, X6 \
+	VMULPS       X6, X9, X9 \
+	VMOVUPS      X9, 0(SP)
+
+// Q40_ROW adds one Q4_0 block (nibbles at wq, scale product at soff(SP)) times the
+// activation block (quants Y4, 8*pair sums Y5) to acc: q in 0..15 times x unsigned-by-signed, minus
+// 8*x, in int16 pairs (exact), then int32 lanes.
+#define Q40_ROW(wq, soff, acc) \
+	VBROADCASTI128 wq, Y7 \
+	VPSRLVQ        Y12, Y7, Y7 \
+	VPAND          Y14, Y7, Y7 \
+	VPMADDUBSW     Y4, Y7, Y7 \
+	VPSUBW         Y5, Y7, Y7 \
+	VPMADDWD       Y15, Y7, Y7 \
+	ROW_SCALE_FMA(soff, acc)
+
+// func dot4Q4_0AVX2(w *byte, stride int, x *byte, nb int, out *float32)
+// out[i] = dot of the Q4_0 row at w+i*stride with the Q8_0 activations x, for i < 4.
+TEXT ·dot4Q4_0AVX2(SB), NOSPLIT, $16-40
+	MOVQ w+0(FP), SI
+	MOVQ stride+8(FP), R8
+	MOVQ x+16(FP), DI
+	MOVQ nb+24(FP), CX
+	MOVQ out+32(FP), DX
+	ROWS4_SETUP
+	MOVL           $0x0f0f0f0f, AX
+	VMOVD          AX, X14
+	VPBROADCASTD   X14, Y14 // 0x0f bytes
+	MOVL           $0x08080808, AX
+	VMOVD          AX, X13
+	VPBROADCASTD   X13, Y13 // 8s
+	MOVQ           $4, AX
+	VMOVQ          AX, X12
+	VPBROADCASTQ   X12, X12
+	VPXOR          X11, X11, X11
+	VINSERTI128    $1, X12, Y11, Y12 // qword shifts 0,0,4,4
+	LEAQ           (SI)(R8*8), R12   // the 4 rows after the next, prefetched 72 bytes per block
+
+q40r4loop:
+	PREFETCHT0   (R12)
+	ADDQ         $72, R12
+	ROWS4_SCALES
+	VMOVDQU      2(DI), Y4
+	VPMADDUBSW   Y4, Y13, Y5
+	Q40_ROW(2(SI), 0, Y0)
+	Q40_ROW(2(SI)(R8*1), 4, Y1)
+	Q40_ROW(2(SI)(R8*2), 8, Y2)
+	Q40_ROW(2(SI)(R9*1), 12, Y3)
+	ADDQ         $18, SI
+	ADDQ         $34, DI
+	DECQ         CX
+	JNZ          q40r4loop
+	ROWS4_STORE
+	RET
+
+// Q80_ROW adds one Q8_0 block (quants at wq, scale product at soff(SP)) times the
+// activation block (quants Y4) to acc.
+#define Q80_ROW(wq, soff, acc) \
+	VMOVDQU    wq, Y7 \
+	VPSIGNB    Y7, Y4, Y9 \
+	VPABSB     Y7, Y7 \
+	VPMADDUBSW Y9, Y7, Y7 \
+	VPMADDWD   Y15, Y7, Y7 \
+	ROW_SCALE_FMA(soff, acc)
+
+// func dot4Q8_0AVX2(w *byte, stride int, x *byte, nb int, out *float32)
+TEXT ·dot4Q8_0AVX2(SB), NOSPLIT, $16-40
+	MOVQ w+0(FP), SI
+	MOVQ stride+8(FP), R8
+	MOVQ x+16(FP), DI
+	MOVQ nb+24(FP), CX
+	MOVQ out+32(FP), DX
+	ROWS4_SETUP
+	LEAQ (SI)(R8*4), R12 // the next 4 rows, prefetched 136 bytes per block
+
+q80r4loop:
+	PREFETCHT0   (R12)
+	PREFETCHT0   64(R12)
+	PREFETCHT0   128(R12)
+	ADDQ         $136, R12
+	ROWS4_SCALES
+	VMOVDQU      2(DI), Y4
+	Q80_ROW(2(SI), 0, Y0)
+	Q80_ROW(2(SI)(R8*1), 4, Y1)
+	Q80_ROW(2(SI)(R8*2), 8, Y2)
+	Q80_ROW(2(SI)(R9*1), 12, Y3)
+	ADDQ         $34, SI
+	ADDQ         $34, DI
+	DECQ         CX
+	JNZ          q80r4loop
+	ROWS4_STORE
+	RET
+
+// Constants of expAVX2 (float32 bit patterns).
+#define EXP_HI   $0x42b00000 // 88.0
+#define EXP_LO   $0xc2ae999a // -87.3
+#define EXP_LOG2E $0x3fb8aa3b // 1/ln 2
+#define EXP_C1   $0x3f318000 // ln 2, high part (0.693359375)
+#define EXP_C2   $0xb95e8083 // ln 2, low part (-2.12194440e-4)
+#define EXP_P0   $0x39506967 // 1.9875691500e-4
+#define EXP_P1   $0x3ab743ce // 1.3981999507e-3
+#define EXP_P2   $0x3c088908 // 8.3334519073e-3
+#define EXP_P3   $0x3d2aa9c1 // 4.1665795894e-2
+#define EXP_P4   $0x3e2aaaaa // 1.6666665459e-1
+#define EXP_P5   $0x3f000000 // 5.0000001201e-1
+#define EXP_ONE  $0x3f800000 // 1.0
+
+#define BCAST(c, y) \
+	MOVL         c, AX \
+	VMOVD        AX, X15 \
+	VBROADCASTSS X15, y
+
+// func expAVX2(dst, src *float32, n int)   (n % 8 == 0, n > 0)
+// dst[i] = e^src[i]: inputs clamped to [-87.3, 88], n = round(x/ln2), r = x - n*ln2 in two
+// parts, a degree-6 polynomial for e^r, and 2^n added to the exponent bits. NaNs propagate.
+TEXT ·expAVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	SHRQ $3, CX
+	BCAST(EXP_HI, Y1)
+	BCAST(EXP_LO, Y2)
+	BCAST(EXP_LOG2E, Y3)
+	BCAST(EXP_C1, Y4)
+	BCAST(EXP_C2, Y5)
+	BCAST(EXP_P0, Y6)
+	BCAST(EXP_P1, Y7)
+	BCAST(EXP_P2, Y8)
+	BCAST(EXP_P3, Y9)
+	BCAST(EXP_P4, Y10)
+	BCAST(EXP_P5, Y11)
+	BCAST(EXP_ONE, Y12)
+
+exploop:
+	VMOVUPS      (SI), Y0
+	VMINPS       Y0, Y1, Y0 // NaN in Y0 wins: it is the second source
+	VMAXPS       Y0, Y2, Y0
+	VMULPS       Y3, Y0, Y13
+	VROUNDPS     $0, Y13, Y13 // n
+	VFNMADD231PS Y4, Y13, Y0  // r = x - n*C1
+	VFNMADD231PS Y5, Y13, Y0  // r -= n*C2
+	VMOVAPS      Y6, Y14
+	VFMADD213PS  Y7, Y0, Y14  // p = p*r + P1
+	VFMADD213PS  Y8, Y0, Y14
+	VFMADD213PS  Y9, Y0, Y14
+	VFMADD213PS  Y10, Y0, Y14
+	VFMADD213PS  Y11, Y0, Y14
+	VMULPS       Y0, Y0, Y15  // r*r
+	VFMADD213PS  Y0, Y15, Y14 // p*r*r + r
+	VADDPS       Y12, Y14, Y14
+	VCVTPS2DQ    Y13, Y13
+	VPSLLD       $23, Y13, Y13
+	VPADDD       Y13, Y14, Y14
+	VMOVUPS      Y14, (DI)
+	ADDQ         $32, SI
+	ADDQ         $32, DI
+	DECQ         CX
+	JNZ          exploop
+	VZEROUPPER
+	RET
+
+// func attnScores4AVX2(sc, q, k *float32, stride, n, hd int)
+// sc[j] = q . k[j*stride : j*stride+hd] for j < n (n % 4 == 0, hd % 8 == 0, both > 0), four
+// keys at a time.
+TEXT ·attnScores4AVX2(SB), NOSPLIT, $0-48
+	MOVQ sc+0(FP), DX
+	MOVQ q+8(FP), DI
+	MOVQ k+16(FP), SI
+	MOVQ stride+24(FP), R8
+	SHLQ $2, R8
+	LEAQ (R8)(R8*2), R9
+	MOVQ n+32(FP), R10
+	SHRQ $2, R10
+	MOVQ hd+40(FP), R11
+	SHRQ $3, R11
+
+scoreskeys:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ   AX, AX
+	MOVQ   R11, CX
+
+scoresdim:
+	VMOVUPS     (DI)(AX*1), Y4
+	LEAQ        (SI)(AX*1), BX
+	VFMADD231PS (BX), Y4, Y0
+	VFMADD231PS (BX)(R8*1), Y4, Y1
+	VFMADD231PS (BX)(R8*2), Y4, Y2
+	VFMADD231PS (BX)(R9*1), Y4, Y3
+	ADDQ        $32, AX
+	DECQ        CX
+	JNZ         scoresdim
+
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $16, DX
+	LEAQ         (SI)(R8*4), SI
+	DECQ         R10
+	JNZ          scoreskeys
+	VZEROUPPER
+	RET
+
+// func attnWsumAVX2(acc, e, v *float32, stride, n, hd int)
+// acc[i] += sum_{j<n} e[j] * v[j*stride+i] for i < hd (hd % 8 == 0, n > 0): acc chunks of
+// 32 (then 8) values stay in registers while the n value vectors go by.
+TEXT ·attnWsumAVX2(SB), NOSPLIT, $0-48
+	MOVQ acc+0(FP), DI
+	MOVQ e+8(FP), DX
+	MOVQ v+16(FP), SI
+	MOVQ stride+24(FP), R8
+	SHLQ $2, R8
+	MOVQ n+32(FP), R10
+	MOVQ hd+40(FP), R11
+
+wsum32:
+	CMPQ    R11, $32
+	JLT     wsum8
+	VMOVUPS (DI), Y0
+	VMOVUPS 32(DI), Y1
+	VMOVUPS 64(DI), Y2
+	VMOVUPS 96(DI), Y3
+	MOVQ    SI, BX
+	XORQ    AX, AX
+
+wsum32j:
+	VBROADCASTSS (DX)(AX*4), Y4
+	VFMADD231PS  (BX), Y4, Y0
+	VFMADD231PS  32(BX), Y4, Y1
+	VFMADD231PS  64(BX), Y4, Y2
+	VFMADD231PS  96(BX), Y4, Y3
+	ADDQ         R8, BX
+	INCQ         AX
+	CMPQ         AX, R10
+	JLT          wsum32j
+
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	ADDQ    $128, DI
+	ADDQ    $128, SI
+	SUBQ    $32, R11
+	JMP     wsum32
+
+wsum8:
+	CMPQ    R11, $8
+	JLT     wsumdone
+	VMOVUPS (DI), Y0
+	MOVQ    SI, BX
+	XORQ    AX, AX
+
+wsum8j:
+	VBROADCASTSS (DX)(AX*4), Y4
+	VFMADD231PS  (BX), Y4, Y0
+	ADDQ         R8, BX
+	INCQ         AX
+	CMPQ         AX, R10
+	JLT          wsum8j
+
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, DI
+	ADDQ    $32, SI
+	SUBQ    $8, R11
+	JMP     wsum8
+
+wsumdone:
+	VZEROUPPER
+	RET
+
+// DATA for quantizeQ8_0AVX2: the dword order that undoes the lane interleaving of the
+// VPACKSSDW/VPACKSSWB pair.
+DATA q8perm<>+0(SB)/4, $0
+DATA q8perm<>+4(SB)/4, $4
+DATA q8perm<>+8(SB)/4, $1
+DATA q8perm<>+12(SB)/4, $5
+DATA q8perm<>+16(SB)/4, $2
+DATA q8perm<>+20(SB)/4, $6
+DATA q8perm<>+24(SB)/4, $3
+DATA q8perm<>+28(SB)/4, $7
+GLOBL q8perm<>(SB), RODATA|NOPTR, $32
+
+// Q8_ROUND rounds the floats of reg to integers, ties away from zero, clamps them to
+// [-127, 127] (NaN to 0) and converts them to int32 (uses Y8-Y13 constants, clobbers Y14/Y15).
+#define Q8_ROUND(reg) \
+	VROUNDPS   $3, reg, Y14 \
+	VSUBPS     Y14, reg, Y15 \
+	VCMPPS     $0x0d, Y9, Y15, reg \
+	VANDPS     Y8, reg, reg \
+	VADDPS     reg, Y14, Y14 \
+	VCMPPS     $0x02, Y10, Y15, Y15 \
+	VANDPS     Y8, Y15, Y15 \
+	VSUBPS     Y15, Y14, Y14 \
+	VCMPPS     $0x07, Y14, Y14, Y15 \
+	VANDPS     Y15, Y14, Y14 \
+	VMINPS     Y11, Y14, Y14 \
+	VMAXPS     Y12, Y14, Y14 \
+	VCVTTPS2DQ Y14, reg
+
+// func quantizeQ8_0AVX2(dst *byte, src *float32, nb int)
+// The same blocks as quant.QuantizeBlockQ8_0, bit for bit: d = max|x|/127 (NaNs ignored),
+// id = 1/d (0 when d is 0), q = round(x*id) ties away from zero, d stored as f16.
+TEXT ·quantizeQ8_0AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ nb+16(FP), CX
+	BCAST($0x3f800000, Y8)  // 1
+	BCAST($0x3f000000, Y9)  // 0.5
+	BCAST($0xbf000000, Y10) // -0.5
+	BCAST($0x42fe0000, Y11) // 127
+	BCAST($0xc2fe0000, Y12) // -127
+	BCAST($0x7fffffff, Y13) // abs mask
+	VMOVDQU q8perm<>(SB), Y7
+
+q80quantloop:
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+	VXORPS  Y4, Y4, Y4
+	VANDPS  Y13, Y0, Y5
+	VMAXPS  Y4, Y5, Y4 // max(|x|, acc): a NaN |x| yields acc
+	VANDPS  Y13, Y1, Y5
+	VMAXPS  Y4, Y5, Y4
+	VANDPS  Y13, Y2, Y5
+	VMAXPS  Y4, Y5, Y4
+	VANDPS  Y13, Y3, Y5
+	VMAXPS  Y4, Y5, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VMAXPS  X5, X4, X4
+	VPERMILPS $0x4e, X4, X5
+	VMAXPS  X5, X4, X4
+	VPERMILPS $0xb1, X4, X5
+	VMAXPS  X5, X4, X4 // amax in every lane
+	VDIVSS  X11, X4, X4 // d = amax/127
+	VCVTPS2PH $0, X4, X5
+	VPEXTRW $0, X5, AX
+	MOVW    AX, (DI)
+	VDIVSS  X4, X8, X5 // 1/d
+	VXORPS  X6, X6, X6
+	VCMPSS  $4, X6, X4, X6 // d != 0
+	VANDPS  X6, X5, X5
+	VBROADCASTSS X5, Y5 // id
+	VMULPS  Y5, Y0, Y0
+	VMULPS  Y5, Y1, Y1
+	VMULPS  Y5, Y2, Y2
+	VMULPS  Y5, Y3, Y3
+	Q8_ROUND(Y0)
+	Q8_ROUND(Y1)
+	Q8_ROUND(Y2)
+	Q8_ROUND(Y3)
+	VPACKSSDW Y1, Y0, Y0
+	VPACKSSDW Y3, Y2, Y2
+	VPACKSSWB Y2, Y0, Y0
+	VPERMD    Y0, Y7, Y0
+	VMOVDQU   Y0, 2(DI)
+	ADDQ    $128, SI
+	ADDQ    $34, DI
+	DECQ    CX
+	JNZ     q80quantloop
+	VZEROUPPER
+	RET
+
+// GEMV4_REDUCE adds accumulator pairs (Y0,Y4) (Y1,Y5) (Y2,Y6) (Y3,Y7) of rows 0..3 and
+// writes the four row sums to (DX).
+#define GEMV4_REDUCE \
+	VADDPS       Y4, Y0, Y0 \
+	VADDPS       Y5, Y1, Y1 \
+	VADDPS       Y6, Y2, Y2 \
+	VADDPS       Y7, Y3, Y3 \
+	ROWS4_STORE
+
+// GEMV4_INIT prepares a 4-row float matrix-vector kernel whose arguments are loaded (rows
+// at SI, SI+R8, SI+2*R8, and SI+R9, which it sets; x at DI; n in CX, which it turns into
+// iterations of 32 elements; output at DX) and zeroes the accumulators Y0-Y7.
+#define GEMV4_INIT \
+	LEAQ   (R8)(R8*2), R9 \
+	SHRQ   $5, CX \
+	VXORPS Y0, Y0, Y0 \
+	VXORPS Y1, Y1, Y1 \
+	VXORPS Y2, Y2, Y2 \
+	VXORPS Y3, Y3, Y3 \
+	VXORPS Y4, Y4, Y4 \
+	VXORPS Y5, Y5, Y5 \
+	VXORPS Y6, Y6, Y6 \
+	VXORPS Y7, Y7, Y7
+
+// GEMV4_X loads 32 activations into Y8-Y11.
+#define GEMV4_X \
+	VMOVUPS (DI), Y8 \
+	VMOVUPS 32(DI), Y9 \
+	VMOVUPS 64(DI), Y10 \
+	VMOVUPS 96(DI), Y11
+
+// GEMV_F16_ROW adds 32 f16 weights at base times Y8-Y11 to acc0/acc1.
+#define GEMV_F16_ROW(b0, b1, b2, b3, pf, acc0, acc1) \
+	PREFETCHT0  pf \
+	VCVTPH2PS   b0, Y12 \
+	VCVTPH2PS   b1, Y13 \
+	VFMADD231PS Y12, Y8, acc0 \
+	VFMADD231PS Y13, Y9, acc1 \
+	VCVTPH2PS   b2, Y12 \
+	VCVTPH2PS   b3, Y13 \
+	VFMADD231PS Y12, Y10, acc0 \
+	VFMADD231PS Y13, Y11, acc1
+
+// func gemv4F16AVX2(w *byte, stride int, x *float32, n int, out *float32)   (n % 32 == 0)
+// out[i] = sum_{c<n} f16 w[i*stride/2 + c] * x[c] for rows i < 4 (stride in bytes).
+TEXT ·gemv4F16AVX2(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ stride+8(FP), R8
+	MOVQ x+16(FP), DI
+	MOVQ n+24(FP), CX
+	MOVQ out+32(FP), DX
+	GEMV4_INIT
+	LEAQ (SI)(R8*4), R12 // the next 4 rows, prefetched 256 bytes per iteration
+
+gemv4f16loop:
+	GEMV4_X
+	GEMV_F16_ROW((SI), 16(SI), 32(SI), 48(SI), 0(R12), Y0, Y4)
+	GEMV_F16_ROW((SI)(R8*1), 16(SI)(R8*1), 32(SI)(R8*1), 48(SI)(R8*1), 64(R12), Y1, Y5)
+	GEMV_F16_ROW((SI)(R8*2), 16(SI)(R8*2), 32(SI)(R8*2), 48(SI)(R8*2), 128(R12), Y2, Y6)
+	GEMV_F16_ROW((SI)(R9*1), 16(SI)(R9*1), 32(SI)(R9*1), 48(SI)(R9*1), 192(R12), Y3, Y7)
+	ADDQ $64, SI
+	ADDQ $256, R12
+	ADDQ $128, DI
+	DECQ CX
+	JNZ  gemv4f16loop
+	GEMV4_REDUCE
+	RET
+
+// GEMV_BF16_ROW is GEMV_F16_ROW for bf16 weights.
+#define GEMV_BF16_ROW(b0, b1, b2, b3, pf, acc0, acc1) \
+	PREFETCHT0  pf \
+	VPMOVZXWD   b0, Y12 \
+	VPMOVZXWD   b1, Y13 \
+	VPSLLD      $16, Y12, Y12 \
+	VPSLLD      $16, Y13, Y13 \
+	VFMADD231PS Y12, Y8, acc0 \
+	VFMADD231PS Y13, Y9, acc1 \
+	VPMOVZXWD   b2, Y12 \
+	VPMOVZXWD   b3, Y13 \
+	VPSLLD      $16, Y12, Y12 \
+	VPSLLD      $16, Y13, Y13 \
+	VFMADD231PS Y12, Y10, acc0 \
+	VFMADD231PS Y13, Y11, acc1
+
+// func gemv4BF16AVX2(w *byte, stride int, x *float32, n int, out *float32)   (n % 32 == 0)
+TEXT ·gemv4BF16AVX2(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ stride+8(FP), R8
+	MOVQ x+16(FP), DI
+	MOVQ n+24(FP), CX
+	MOVQ out+32(FP), DX
+	GEMV4_INIT
+	LEAQ (SI)(R8*4), R12 // the next 4 rows, prefetched 256 bytes per iteration
+
+gemv4bf16loop:
+	GEMV4_X
+	GEMV_BF16_ROW((SI), 16(SI), 32(SI), 48(SI), 0(R12), Y0, Y4)
+	GEMV_BF16_ROW((SI)(R8*1), 16(SI)(R8*1), 32(SI)(R8*1), 48(SI)(R8*1), 64(R12), Y1, Y5)
+	GEMV_BF16_ROW((SI)(R8*2), 16(SI)(R8*2), 32(SI)(R8*2), 48(SI)(R8*2), 128(R12), Y2, Y6)
+	GEMV_BF16_ROW((SI)(R9*1), 16(SI)(R9*1), 32(SI)(R9*1), 48(SI)(R9*1), 192(R12), Y3, Y7)
+	ADDQ $64, SI
+	ADDQ $256, R12
+	ADDQ $128, DI
+	DECQ CX
+	JNZ  gemv4bf16loop
+	GEMV4_REDUCE
+	RET
+
+#define GEMV_F32_ROW(b0, b1, b2, b3, pf, pf2, acc0, acc1) \
+	PREFETCHT0  pf \
+	PREFETCHT0  pf2 \
+	VFMADD231PS b0, Y8, acc0 \
+	VFMADD231PS b1, Y9, acc1 \
+	VFMADD231PS b2, Y10, acc0 \
+	VFMADD231PS b3, Y11, acc1
+
+// func gemv4F32AVX2(w *byte, stride int, x *float32, n int, out *float32)   (n % 32 == 0)
+TEXT ·gemv4F32AVX2(SB), NOSPLIT, $0-40
+	MOVQ w+0(FP), SI
+	MOVQ stride+8(FP), R8
+	MOVQ x+16(FP), DI
+	MOVQ n+24(FP), CX
+	MOVQ out+32(FP), DX
+	GEMV4_INIT
+
+gemv4f32loop:
+	GEMV4_X
+	GEMV_F32_ROW((SI), 32(SI), 64(SI), 96(SI), 1024(SI), 1088(SI), Y0, Y4)
+	GEMV_F32_ROW((SI)(R8*1), 32(SI)(R8*1), 64(SI)(R8*1), 96(SI)(R8*1), 1024(SI)(R8*1), 1088(SI)(R8*1), Y1, Y5)
+	GEMV_F32_ROW((SI)(R8*2), 32(SI)(R8*2), 64(SI)(R8*2), 96(SI)(R8*2), 1024(SI)(R8*2), 1088(SI)(R8*2), Y2, Y6)
+	GEMV_F32_ROW((SI)(R9*1), 32(SI)(R9*1), 64(SI)(R9*1), 96(SI)(R9*1), 1024(SI)(R9*1), 1088(SI)(R9*1), Y3, Y7)
+	ADDQ $128, SI
+	ADDQ $128, DI
+	DECQ CX
+	JNZ  gemv4f32loop
+	GEMV4_REDUCE
+	RET
+
+// func dequantQ8_0AVX2(dst *float32, src *byte, nb int)   (nb > 0)
+// dst = d*q for nb Q8_0 blocks, bit for bit as quant.DequantizeBlockQ8_0.
+TEXT ·dequantQ8_0AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ nb+16(FP), CX
+
+deq80loop:
+	VPBROADCASTW (SI), X4
+	VCVTPH2PS    X4, Y4
+	VPMOVSXBD    2(SI), Y0
+	VPMOVSXBD    10(SI), Y1
+	VPMOVSXBD    18(SI), Y2
+	VPMOVSXBD    26(SI), Y3
+	VCVTDQ2PS    Y0, Y0
+	VCVTDQ2PS    Y1, Y1
+	VCVTDQ2PS    Y2, Y2
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y4, Y0, Y0
+	VMULPS       Y4, Y1, Y1
+	VMULPS       Y4, Y2, Y2
+	VMULPS       Y4, Y3, Y3
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $34, SI
+	ADDQ         $128, DI
+	DECQ         CX
+	JNZ          deq80loop
+	VZEROUPPER
+	RET
+
+// func dequantQ4_0AVX2(dst *float32, src *byte, nb int)   (nb > 0)
+// dst = d*(q-8) for nb Q4_0 blocks, bit for bit as quant.DequantizeBlockQ4_0.
+TEXT ·dequantQ4_0AVX2(SB), NOSPLIT, $0-24
+	MOVQ         dst+0(FP), DI
+	MOVQ         src+8(FP), SI
+	MOVQ         nb+16(FP), CX
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, X14 // 0x0f bytes
+	MOVL         $0x08080808, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, X13 // 8s
+
+deq40loop:
+	VPBROADCASTW (SI), X4
+	VCVTPH2PS    X4, Y4
+	VMOVDQU      2(SI), X5
+	VPSRLW       $4, X5, X6
+	VPAND        X14, X5, X5 // low nibbles: elements 0..15
+	VPAND        X14, X6, X6 // high nibbles: elements 16..31
+	VPSUBB       X13, X5, X5
+	VPSUBB       X13, X6, X6
+	VPMOVSXBD    X5, Y0
+	VPSRLDQ      $8, X5, X5
+	VPMOVSXBD    X5, Y1
+	VPMOVSXBD    X6, Y2
+	VPSRLDQ      $8, X6, X6
+	VPMOVSXBD    X6, Y3
+	VCVTDQ2PS    Y0, Y0
+	VCVTDQ2PS    Y1, Y1
+	VCVTDQ2PS    Y2, Y2
+	VCVTDQ2PS    Y3, Y3
+	VMULPS       Y4, Y0, Y0
+	VMULPS       Y4, Y1, Y1
+	VMULPS       Y4, Y2, Y2
+	VMULPS       Y4, Y3, Y3
+	VMOVUPS      Y0, (DI)
+	VMOVUPS      Y1, 32(DI)
+	VMOVUPS      Y2, 64(DI)
+	VMOVUPS      Y3, 96(DI)
+	ADDQ         $18, SI
+	ADDQ         $128, DI
+	DECQ         CX
+	JNZ          deq40loop
+	VZEROUPPER
+	RET
+
+// DEQ4K_HALF widens the 32 nibbles in yreg (bytes, 0..15; xreg its low half) to floats, y = s*q - m with s and m
+// broadcast from soff(R8) and soff(R9), and stores them at doff(DI).
+#define DEQ4K_HALF(xreg, yreg, soff, doff) \
+	VBROADCASTSS soff(R8), Y8 \
+	VBROADCASTSS soff(R9), Y9 \
+	VPMOVZXBD    xreg, Y2 \
+	VPSRLDQ      $8, xreg, X3 \
+	VPMOVZXBD    X3, Y3 \
+	VEXTRACTI128 $1, yreg, X4 \
+	VPSRLDQ      $8, X4, X5 \
+	VPMOVZXBD    X4, Y4 \
+	VPMOVZXBD    X5, Y5 \
+	VCVTDQ2PS    Y2, Y2 \
+	VCVTDQ2PS    Y3, Y3 \
+	VCVTDQ2PS    Y4, Y4 \
+	VCVTDQ2PS    Y5, Y5 \
+	VMULPS       Y8, Y2, Y2 \
+	VMULPS       Y8, Y3, Y3 \
+	VMULPS       Y8, Y4, Y4 \
+	VMULPS       Y8, Y5, Y5 \
+	VSUBPS       Y9, Y2, Y2 \
+	VSUBPS       Y9, Y3, Y3 \
+	VSUBPS       Y9, Y4, Y4 \
+	VSUBPS       Y9, Y5, Y5 \
+	VMOVUPS      Y2, doff(DI) \
+	VMOVUPS      Y3, doff+32(DI) \
+	VMOVUPS      Y4, doff+64(DI) \
+	VMOVUPS      Y5, doff+96(DI)
+
+// func dequantQ4KBodyAVX2(dst *float32, qs *byte, sc, mn *float32)
+// The 256 values of one Q4_K block from its 128 nibble bytes qs, given the 8 sub-block
+// scales sc[j] = d*scale_j and mins mn[j] = dmin*min_j: y = float32(sc*q) - mn, rounded as
+// quant.DequantizeBlockQ4_K rounds.
+TEXT ·dequantQ4KBodyAVX2(SB), NOSPLIT, $0-32
+	MOVQ         dst+0(FP), DI
+	MOVQ         qs+8(FP), SI
+	MOVQ         sc+16(FP), R8
+	MOVQ         mn+24(FP), R9
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+	MOVQ         $4, CX
+
+deq4kloop:
+	VMOVDQU (SI), Y0
+	VPAND   Y14, Y0, Y1
+	DEQ4K_HALF(X1, Y1, 0, 0)
+	VPSRLW  $4, Y0, Y1
+	VPAND   Y14, Y1, Y1
+	DEQ4K_HALF(X1, Y1, 4, 128)
+	ADDQ    $32, SI
+	ADDQ    $256, DI
+	ADDQ    $8, R8
+	ADDQ    $8, R9
+	DECQ    CX
+	JNZ     deq4kloop
+	VZEROUPPER
+	RET
+
+// DEQ6K_VEC widens the 32 quants in yreg (unsigned 6-bit bytes; xreg its low half) to
+// floats y = sc * (q-32), elements 0..15 scaled by the float at soff(R8) and 16..31 by the
+// next one, and stores them at doff(DI).
+#define DEQ6K_VEC(xreg, yreg, soff, doff) \
+	VPSUBB       Y12, yreg, yreg \
+	VPMOVSXBD    xreg, Y2 \
+	VPSRLDQ      $8, xreg, X3 \
+	VPMOVSXBD    X3, Y3 \
+	VEXTRACTI128 $1, yreg, X4 \
+	VPSRLDQ      $8, X4, X5 \
+	VPMOVSXBD    X4, Y4 \
+	VPMOVSXBD    X5, Y5 \
+	VCVTDQ2PS    Y2, Y2 \
+	VCVTDQ2PS    Y3, Y3 \
+	VCVTDQ2PS    Y4, Y4 \
+	VCVTDQ2PS    Y5, Y5 \
+	VBROADCASTSS soff(R8), Y8 \
+	VBROADCASTSS soff+4(R8), Y9 \
+	VMULPS       Y8, Y2, Y2 \
+	VMULPS       Y8, Y3, Y3 \
+	VMULPS       Y9, Y4, Y4 \
+	VMULPS       Y9, Y5, Y5 \
+	VMOVUPS      Y2, doff(DI) \
+	VMOVUPS      Y3, doff+32(DI) \
+	VMOVUPS      Y4, doff+64(DI) \
+	VMOVUPS      Y5, doff+96(DI)
+
+// DEQ6K_HALF widens 128 values of a Q6_K block: ql at qloff(SI), qh at qhoff(SI), scales
+// from soff(R8), output at doff(DI).
+#define DEQ6K_HALF(qloff, qloff2, qhoff, s0, s1, s2, s3, d0, d1, d2, d3) \
+	VMOVDQU qloff(SI), Y0 \
+	VMOVDQU qloff2(SI), Y1 \
+	VMOVDQU qhoff(SI), Y11 \
+	VPSRLW  $4, Y0, Y6 \
+	VPSRLW  $4, Y1, Y7 \
+	VPAND   Y14, Y0, Y0 \
+	VPAND   Y14, Y1, Y1 \
+	VPAND   Y14, Y6, Y6 \
+	VPAND   Y14, Y7, Y7 \
+	VPSLLW  $4, Y11, Y10 \
+	VPAND   Y13, Y10, Y10 \
+	VPOR    Y10, Y0, Y0 \
+	VPSLLW  $2, Y11, Y10 \
+	VPAND   Y13, Y10, Y10 \
+	VPOR    Y10, Y1, Y1 \
+	VPAND   Y13, Y11, Y10 \
+	VPOR    Y10, Y6, Y6 \
+	VPSRLW  $2, Y11, Y10 \
+	VPAND   Y13, Y10, Y10 \
+	VPOR    Y10, Y7, Y7 \
+	DEQ6K_VEC(X0, Y0, s0, d0) \
+	DEQ6K_VEC(X1, Y1, s1, d1) \
+	DEQ6K_VEC(X6, Y6, s2, d2) \
+	DEQ6K_VEC(X7, Y7, s3, d3)
+
+// func dequantQ6KBodyAVX2(dst *float32, b *byte, sc *float32)
+// The 256 values of the Q6_K block at b given its 16 scales sc[i] = d*scales[i]:
+// y = sc*(q-32), rounded as quant.DequantizeBlockQ6_K rounds.
+TEXT ·dequantQ6KBodyAVX2(SB), NOSPLIT, $0-24
+	MOVQ         dst+0(FP), DI
+	MOVQ         b+8(FP), SI
+	MOVQ         sc+16(FP), R8
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14 // 0x0f bytes
+	MOVL         $0x30303030, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Y13 // 0x30 bytes
+	MOVL         $0x20202020, AX
+	VMOVD        AX, X12
+	VPBROADCASTD X12, Y12 // 32s
+	DEQ6K_HALF(0, 32, 128, 0, 8, 16, 24, 0, 128, 256, 384)
+	DEQ6K_HALF(64, 96, 160, 32, 40, 48, 56, 512, 640, 768, 896)
+	VZEROUPPER
 	RET

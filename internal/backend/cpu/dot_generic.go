@@ -155,3 +155,68 @@ func axpyGeneric(y []float32, a float32, x []float32) {
 		y[i] += a * v
 	}
 }
+
+func gemm4x3Generic(w []float32, ldw int, x []float32, ldx, k int, out []float32, ldo int) {
+	for i := range 4 {
+		wi := w[i*ldw:][:k]
+		for j := range 3 {
+			xj := x[j*ldx:][:k]
+			var s float32
+			for c, v := range wi {
+				s += v * xj[c]
+			}
+			out[j*ldo+i] += s
+		}
+	}
+}
+
+func cvtF16Generic(dst []float32, src []byte) {
+	src = src[:2*len(dst)]
+	for i := range dst {
+		dst[i] = f16At(src[2*i:])
+	}
+}
+
+func cvtBF16Generic(dst []float32, src []byte) {
+	src = src[:2*len(dst)]
+	for i := range dst {
+		dst[i] = bf16At(src[2*i:])
+	}
+}
+
+// dot4Generic is the scalar twin of the 4-row dot kernels: four single-row dots.
+func dot4Generic(dot func(w, x []byte, nb int) float32, w []byte, stride int, x []byte, nb int, out []float32) {
+	out = out[:4]
+	for i := range out {
+		out[i] = dot(w[i*stride:], x, nb)
+	}
+}
+
+func attnScoresGeneric(sc, q, k []float32, stride int) {
+	for j := range sc {
+		sc[j] = dotF32Generic(k[j*stride:][:len(q)], q)
+	}
+}
+
+func attnWsumGeneric(acc, e, v []float32, stride int) {
+	for j, w := range e {
+		axpyGeneric(acc, w, v[j*stride:][:len(acc)])
+	}
+}
+
+func quantQ8_0Generic(dst []byte, src []float32) {
+	for i := range len(src) / 32 {
+		quant.QuantizeBlockQ8_0((*[32]float32)(src[32*i:]), (*[34]byte)(dst[q8_0Bytes*i:]))
+	}
+}
+
+// q4KScales computes the 8 sub-block scales d*scale_j and mins dmin*min_j of a Q4_K block,
+// rounded as quant.DequantizeBlockQ4_K rounds them.
+func q4KScales(b *[q4KBytes]byte, sc, mn *[8]float32) {
+	d, dmin := f16At(b[0:]), f16At(b[2:])
+	scales := (*[12]byte)(b[4:16])
+	for j := range 8 {
+		s, m := quant.ScaleMinK4(j, scales)
+		sc[j], mn[j] = d*float32(s), dmin*float32(m)
+	}
+}

@@ -3,6 +3,8 @@ package cpu
 import (
 	"fmt"
 	"os"
+
+	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
 // kernels is one set of inner-loop kernels. Every set computes the same functions; a set is
@@ -25,8 +27,46 @@ type kernels struct {
 	dotQ4K  func(w, x []byte, nb int) float32
 	dotQ6K  func(w, x []byte, nb int) float32
 
+	// dot4Q8_0 and dot4Q4_0 are the matrix-vector kernels: out[i] = dot of the row at
+	// w[i*stride:] with x over nb blocks, for 4 rows at once sharing each activation load.
+	dot4Q8_0 func(w []byte, stride int, x []byte, nb int, out []float32)
+	dot4Q4_0 func(w []byte, stride int, x []byte, nb int, out []float32)
+
+	// gemv4F32, gemv4F16 and gemv4BF16 are the float matrix-vector kernels: out[i] = dot
+	// of the row at w[i*stride:] (bytes) with x over len(x), for 4 rows at once.
+	gemv4F32  func(w []byte, stride int, x, out []float32)
+	gemv4F16  func(w []byte, stride int, x, out []float32)
+	gemv4BF16 func(w []byte, stride int, x, out []float32)
+
 	// axpy adds a*x to y over len(x).
 	axpy func(y []float32, a float32, x []float32)
+
+	// gemm4x3 is the register-blocked micro-kernel of the many-token path: for rows i < 4
+	// and tokens j < 3 it adds sum_{c<k} w[i*ldw+c]*x[j*ldx+c] to out[j*ldo+i].
+	gemm4x3 func(w []float32, ldw int, x []float32, ldx, k int, out []float32, ldo int)
+
+	// cvtF16 and cvtBF16 widen len(dst) half-precision values at src to float32.
+	cvtF16  func(dst []float32, src []byte)
+	cvtBF16 func(dst []float32, src []byte)
+
+	// attnScores sets sc[j] = q . k[j*stride:][:len(q)] for j < len(sc); attnWsum adds
+	// sum_j e[j] * v[j*stride:][:len(acc)] to acc for j < len(e).
+	attnScores func(sc, q, k []float32, stride int)
+	attnWsum   func(acc, e, v []float32, stride int)
+
+	// quantQ8_0 quantizes len(src)/32 blocks of src into dst as Q8_0, bit-exactly as
+	// quant.QuantizeBlockQ8_0 does.
+	quantQ8_0 func(dst []byte, src []float32)
+
+	// The dequant kernels widen whole blocks of a quantized type to float32 for the GEMM
+	// panels, bit-exactly as quant.Dequantize does.
+	dequantQ8_0 func(dst []float32, src []byte)
+	dequantQ4_0 func(dst []float32, src []byte)
+	dequantQ4K  func(dst []float32, src []byte)
+	dequantQ6K  func(dst []float32, src []byte)
+
+	// exp sets dst[i] = e^src[i] over len(dst) in float32 (see expGeneric); dst may be src.
+	exp func(dst, src []float32)
 }
 
 // genericName is the name of the pure-Go kernel set.
@@ -44,6 +84,38 @@ func genericKernels() *kernels {
 		dotQ4K:  dotQ4KGeneric,
 		dotQ6K:  dotQ6KGeneric,
 		axpy:    axpyGeneric,
+		gemv4F32: func(w []byte, stride int, x, out []float32) {
+			for i := range out[:4] {
+				out[i] = dotF32Generic(bytesAsF32(w[i*stride:])[:len(x)], x)
+			}
+		},
+		gemv4F16: func(w []byte, stride int, x, out []float32) {
+			for i := range out[:4] {
+				out[i] = dotF16Generic(w[i*stride:], x)
+			}
+		},
+		gemv4BF16: func(w []byte, stride int, x, out []float32) {
+			for i := range out[:4] {
+				out[i] = dotBF16Generic(w[i*stride:], x)
+			}
+		},
+		dot4Q8_0: func(w []byte, stride int, x []byte, nb int, out []float32) {
+			dot4Generic(dotQ8_0Generic, w, stride, x, nb, out)
+		},
+		dot4Q4_0: func(w []byte, stride int, x []byte, nb int, out []float32) {
+			dot4Generic(dotQ4_0Generic, w, stride, x, nb, out)
+		},
+		gemm4x3:     gemm4x3Generic,
+		cvtF16:      cvtF16Generic,
+		cvtBF16:     cvtBF16Generic,
+		exp:         expGeneric,
+		quantQ8_0:   quantQ8_0Generic,
+		dequantQ8_0: func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q8_0, src, dst) },
+		dequantQ4_0: func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q4_0, src, dst) },
+		dequantQ4K:  func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q4_K, src, dst) },
+		dequantQ6K:  func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q6_K, src, dst) },
+		attnScores:  attnScoresGeneric,
+		attnWsum:    attnWsumGeneric,
 	}
 }
 

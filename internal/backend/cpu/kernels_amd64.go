@@ -32,6 +32,36 @@ func avx2Kernels() *kernels {
 		dotQ4K:  dotQ4KAVX2Slice,
 		dotQ6K:  dotQ6KAVX2Slice,
 		axpy:    axpyAVX2Slice,
+		gemv4F32: func(w []byte, stride int, x, out []float32) {
+			gemv4AVX2(gemv4F32AVX2, 4, dotF32Bytes, w, stride, x, out)
+		},
+		gemv4F16: func(w []byte, stride int, x, out []float32) {
+			gemv4AVX2(gemv4F16AVX2, 2, dotF16Generic, w, stride, x, out)
+		},
+		gemv4BF16: func(w []byte, stride int, x, out []float32) {
+			gemv4AVX2(gemv4BF16AVX2, 2, dotBF16Generic, w, stride, x, out)
+		},
+		dot4Q8_0: func(w []byte, stride int, x []byte, nb int, out []float32) {
+			dot4AVX2(dot4Q8_0AVX2, q8_0Bytes, w, stride, x, nb, out)
+		},
+		dot4Q4_0: func(w []byte, stride int, x []byte, nb int, out []float32) {
+			dot4AVX2(dot4Q4_0AVX2, q4_0Bytes, w, stride, x, nb, out)
+		},
+		gemm4x3:   gemm4x3AVX2Slice,
+		cvtF16:    cvtF16AVX2Slice,
+		cvtBF16:   cvtBF16AVX2Slice,
+		exp:       expAVX2Slice,
+		quantQ8_0: quantQ8_0AVX2Slice,
+		dequantQ8_0: func(dst []float32, src []byte) {
+			dequantAVX2(dequantQ8_0AVX2, q8_0Bytes, dst, src)
+		},
+		dequantQ4_0: func(dst []float32, src []byte) {
+			dequantAVX2(dequantQ4_0AVX2, q4_0Bytes, dst, src)
+		},
+		dequantQ4K: dequantQ4KAVX2,
+		dequantQ6K: dequantQ6KAVX2,
+		attnScores: attnScoresAVX2Slice,
+		attnWsum:   attnWsumAVX2Slice,
 	}
 }
 
@@ -58,6 +88,54 @@ func dotQ4KAVX2(w, x *byte, nb int) float32
 
 //go:noescape
 func dotQ6KAVX2(w, x *byte, nb int) float32
+
+//go:noescape
+func gemm4x3AVX2(w *float32, ldw int, x *float32, ldx, k int, out *float32, ldo int)
+
+//go:noescape
+func cvtF16AVX2(dst *float32, src *byte, n int)
+
+//go:noescape
+func cvtBF16AVX2(dst *float32, src *byte, n int)
+
+//go:noescape
+func dot4Q8_0AVX2(w *byte, stride int, x *byte, nb int, out *float32)
+
+//go:noescape
+func dot4Q4_0AVX2(w *byte, stride int, x *byte, nb int, out *float32)
+
+//go:noescape
+func expAVX2(dst, src *float32, n int)
+
+//go:noescape
+func attnScores4AVX2(sc, q, k *float32, stride, n, hd int)
+
+//go:noescape
+func attnWsumAVX2(acc, e, v *float32, stride, n, hd int)
+
+//go:noescape
+func quantizeQ8_0AVX2(dst *byte, src *float32, nb int)
+
+//go:noescape
+func gemv4F32AVX2(w *byte, stride int, x *float32, n int, out *float32)
+
+//go:noescape
+func gemv4F16AVX2(w *byte, stride int, x *float32, n int, out *float32)
+
+//go:noescape
+func gemv4BF16AVX2(w *byte, stride int, x *float32, n int, out *float32)
+
+//go:noescape
+func dequantQ8_0AVX2(dst *float32, src *byte, nb int)
+
+//go:noescape
+func dequantQ4_0AVX2(dst *float32, src *byte, nb int)
+
+//go:noescape
+func dequantQ4KBodyAVX2(dst *float32, qs *byte, sc, mn *float32)
+
+//go:noescape
+func dequantQ6KBodyAVX2(dst *float32, b *byte, sc *float32)
 
 //go:noescape
 func axpyAVX2(y *float32, a float32, x *float32, n int)
@@ -145,5 +223,155 @@ func axpyAVX2Slice(y []float32, a float32, x []float32) {
 	}
 	for i := m; i < n; i++ {
 		y[i] += a * x[i]
+	}
+}
+
+func gemm4x3AVX2Slice(w []float32, ldw int, x []float32, ldx, k int, out []float32, ldo int) {
+	if k <= 0 {
+		return
+	}
+	_, _, _ = w[3*ldw+k-1], x[2*ldx+k-1], out[2*ldo+3]
+	m := k &^ 7
+	if m > 0 {
+		gemm4x3AVX2(unsafe.SliceData(w), ldw, unsafe.SliceData(x), ldx, m, unsafe.SliceData(out), ldo)
+	}
+	if m < k {
+		gemm4x3Generic(w[m:], ldw, x[m:], ldx, k-m, out, ldo)
+	}
+}
+
+func cvtF16AVX2Slice(dst []float32, src []byte) {
+	n := len(dst)
+	src = src[:2*n]
+	m := n &^ 7
+	if m > 0 {
+		cvtF16AVX2(unsafe.SliceData(dst), unsafe.SliceData(src), m)
+	}
+	cvtF16Generic(dst[m:], src[2*m:])
+}
+
+func cvtBF16AVX2Slice(dst []float32, src []byte) {
+	n := len(dst)
+	src = src[:2*n]
+	m := n &^ 7
+	if m > 0 {
+		cvtBF16AVX2(unsafe.SliceData(dst), unsafe.SliceData(src), m)
+	}
+	cvtBF16Generic(dst[m:], src[2*m:])
+}
+
+// dot4AVX2 checks the bounds of a 4-row quantized dot kernel with blocks of wb bytes
+// (activations in Q8_0) and calls it.
+func dot4AVX2(kernel func(w *byte, stride int, x *byte, nb int, out *float32), wb int, w []byte, stride int, x []byte, nb int, out []float32) {
+	out = out[:4]
+	if nb <= 0 {
+		clear(out)
+		return
+	}
+	_, _ = w[3*stride+nb*wb-1], x[nb*q8_0Bytes-1]
+	kernel(unsafe.SliceData(w), stride, unsafe.SliceData(x), nb, unsafe.SliceData(out))
+}
+
+func expAVX2Slice(dst, src []float32) {
+	n := len(dst)
+	src = src[:n]
+	m := n &^ 7
+	if m > 0 {
+		expAVX2(unsafe.SliceData(dst), unsafe.SliceData(src), m)
+	}
+	expGeneric(dst[m:], src[m:])
+}
+
+func attnScoresAVX2Slice(sc, q, k []float32, stride int) {
+	n, hd := len(sc), len(q)
+	m := n &^ 3
+	if m == 0 || hd%8 != 0 {
+		attnScoresGeneric(sc, q, k, stride)
+		return
+	}
+	_ = k[(m-1)*stride+hd-1]
+	attnScores4AVX2(unsafe.SliceData(sc), unsafe.SliceData(q), unsafe.SliceData(k), stride, m, hd)
+	for j := m; j < n; j++ {
+		sc[j] = dotF32AVX2Slice(k[j*stride:][:hd], q)
+	}
+}
+
+func attnWsumAVX2Slice(acc, e, v []float32, stride int) {
+	n, hd := len(e), len(acc)
+	if n == 0 || hd%8 != 0 {
+		attnWsumGeneric(acc, e, v, stride)
+		return
+	}
+	_ = v[(n-1)*stride+hd-1]
+	attnWsumAVX2(unsafe.SliceData(acc), unsafe.SliceData(e), unsafe.SliceData(v), stride, n, hd)
+}
+
+func quantQ8_0AVX2Slice(dst []byte, src []float32) {
+	nb := len(src) / 32
+	if nb == 0 {
+		return
+	}
+	_ = dst[nb*q8_0Bytes-1]
+	quantizeQ8_0AVX2(unsafe.SliceData(dst), unsafe.SliceData(src), nb)
+}
+
+// gemv4AVX2 checks the bounds of a 4-row float matrix-vector kernel over weights of es bytes
+// per element, runs it over the multiple of 32 elements and finishes the tail with tail.
+func gemv4AVX2(kernel func(w *byte, stride int, x *float32, n int, out *float32), es int,
+	tail func(w []byte, x []float32) float32, w []byte, stride int, x, out []float32) {
+	n := len(x)
+	out = out[:4]
+	_ = w[3*stride+n*es-1]
+	m := n &^ 31
+	if m > 0 {
+		kernel(unsafe.SliceData(w), stride, unsafe.SliceData(x), m, unsafe.SliceData(out))
+	} else {
+		clear(out)
+	}
+	if m < n {
+		for i := range out {
+			out[i] += tail(w[i*stride+m*es:], x[m:])
+		}
+	}
+}
+
+// dotF32Bytes is dotF32Generic over weights given as bytes.
+func dotF32Bytes(w []byte, x []float32) float32 { return dotF32Generic(bytesAsF32(w)[:len(x)], x) }
+
+// dequantAVX2 checks the bounds of a dequantization kernel for 32-element blocks of bb bytes
+// and runs it over the len(dst)/32 blocks.
+func dequantAVX2(kernel func(dst *float32, src *byte, nb int), bb int, dst []float32, src []byte) {
+	nb := len(dst) / 32
+	if nb == 0 {
+		return
+	}
+	_, _ = dst[32*nb-1], src[nb*bb-1]
+	kernel(unsafe.SliceData(dst), unsafe.SliceData(src), nb)
+}
+
+// dequantQ4KAVX2 widens len(dst)/256 Q4_K blocks: the sub-block scales and mins in Go, the
+// 256 values of each block in assembly.
+func dequantQ4KAVX2(dst []float32, src []byte) {
+	var sc, mn [8]float32
+	for b := range len(dst) / 256 {
+		blk := (*[q4KBytes]byte)(src[b*q4KBytes:])
+		q4KScales(blk, &sc, &mn)
+		y := dst[256*b : 256*b+256]
+		dequantQ4KBodyAVX2(unsafe.SliceData(y), &blk[16], &sc[0], &mn[0])
+	}
+}
+
+// dequantQ6KAVX2 widens len(dst)/256 Q6_K blocks: the 16 scales in Go, the 256 values of
+// each block in assembly.
+func dequantQ6KAVX2(dst []float32, src []byte) {
+	var sc [16]float32
+	for b := range len(dst) / 256 {
+		blk := (*[q6KBytes]byte)(src[b*q6KBytes:])
+		d := f16At(blk[208:])
+		for i := range sc {
+			sc[i] = d * float32(int8(blk[192+i]))
+		}
+		y := dst[256*b : 256*b+256]
+		dequantQ6KBodyAVX2(unsafe.SliceData(y), &blk[0], &sc[0])
 	}
 }

@@ -27,9 +27,15 @@ const (
 // MatMul computes out[t][r] = sum_c w[r][c] * x[t][c] for nTokens tokens: out is
 // [nTokens][w.Rows], x is [nTokens][w.Cols] (both may be longer). Weights of type F32, F16,
 // BF16, Q8_0, Q4_0, Q4_K and Q6_K are supported. For quantized weights the activations are
-// quantized once per call (to Q8_0 for Q8_0/Q4_0, to Q8_K for Q4_K/Q6_K) and dotted in
-// integers, as GGML does. One token runs as a matrix-vector product split over rows; more
-// tokens run tile by tile so that each weight tile is read from memory once per call.
+// quantized once per call (to Q8_0 for Q8_0/Q4_0, to Q8_K for Q4_K/Q6_K).
+//
+// Fewer than 3 tokens (decode) run as matrix-vector products split over rows, 4 rows per
+// kernel call where the type has such a kernel, quantized weights dotted in integers with
+// the quantized activations, as GGML does. From 3 tokens on (prefill) the product runs as
+// a cache-blocked GEMM (see matMulGEMM): weight panels of 4 rows x 512 columns are widened
+// to float32 once and multiplied by a register-blocked 4x3 kernel; quantized activations
+// are dequantized back to float for it, so the products are those of the integer path,
+// summed in float32.
 func MatMul(p *Pool, out []float32, w Weight, x []float32, nTokens int) error {
 	rb, err := w.check(len(x), len(out), nTokens)
 	if err != nil {
@@ -41,26 +47,20 @@ func MatMul(p *Pool, out []float32, w Weight, x []float32, nTokens int) error {
 	var (
 		actType quant.Type
 		dot     func(w, x []byte, nb int) float32
+		dot4    func(w []byte, stride int, x []byte, nb int, out []float32)
 	)
 	switch w.Type {
 	case quant.F32, quant.F16, quant.BF16:
-		p.Run(w.tiles(rb, 4*w.Cols, nTokens), func(start, end int) {
-			w.runTiles(start, end, rb, 4*w.Cols, nTokens, out, func(row []byte, t int) float32 {
-				xt := xs[t*w.Cols : (t+1)*w.Cols]
-				switch w.Type {
-				case quant.F16:
-					return k.dotF16(row, xt)
-				case quant.BF16:
-					return k.dotBF16(row, xt)
-				}
-				return k.dotF32(bytesAsF32(row), xt)
-			})
-		})
+		if nTokens >= gemmMinTokens {
+			matMulGEMM(p, out, w, rb, xs, nTokens)
+			return nil
+		}
+		matVecFloat(p, out, w, rb, xs, nTokens)
 		return nil
 	case quant.Q8_0:
-		actType, dot = quant.Q8_0, k.dotQ8_0
+		actType, dot, dot4 = quant.Q8_0, k.dotQ8_0, k.dot4Q8_0
 	case quant.Q4_0:
-		actType, dot = quant.Q8_0, k.dotQ4_0
+		actType, dot, dot4 = quant.Q8_0, k.dotQ4_0, k.dot4Q4_0
 	case quant.Q4_K:
 		actType, dot = quant.Q8_K, k.dotQ4K
 	case quant.Q6_K:
@@ -78,8 +78,26 @@ func MatMul(p *Pool, out []float32, w Weight, x []float32, nTokens int) error {
 	}
 	xq := p.scratch[:nTokens*xrb]
 	quantizeActivations(p, actType, xq, xs, nTokens, w.Cols)
+	if nTokens >= gemmMinTokens {
+		// Many tokens: multiply the dequantized activations in float against weight panels
+		// dequantized 4 rows x gemmKC at a time. The products are those of the integer path
+		// (same quantized activations), summed in float32 instead of int32.
+		if cap(p.scratchF) < nTokens*w.Cols {
+			p.scratchF = make([]float32, nTokens*w.Cols)
+		}
+		xf := p.scratchF[:nTokens*w.Cols]
+		if err := quant.Dequantize(actType, xq, xf); err != nil {
+			return fmt.Errorf("cpu: matmul: activations: %w", err)
+		}
+		matMulGEMM(p, out, w, rb, xf, nTokens)
+		return nil
+	}
 
 	nb := w.Cols / w.Type.BlockSize()
+	if dot4 != nil {
+		matVec4(p, out, w, rb, xq, xrb, nTokens, dot, dot4)
+		return nil
+	}
 	p.Run(w.tiles(rb, xrb, nTokens), func(start, end int) {
 		w.runTiles(start, end, rb, xrb, nTokens, out, func(row []byte, t int) float32 {
 			return dot(row, xq[t*xrb:(t+1)*xrb], nb)
@@ -154,13 +172,10 @@ func quantizeActivations(p *Pool, t quant.Type, dst []byte, x []float32, nTokens
 	bs, bb := t.BlockSize(), t.BlockBytes()
 	nb := cols / bs
 	quantize := func(start, end int) {
-		for i := start; i < end; i++ {
-			src, d := x[i*bs:(i+1)*bs], dst[i*bb:(i+1)*bb]
-			if t == quant.Q8_0 {
-				quant.QuantizeBlockQ8_0((*[32]float32)(src), (*[34]byte)(d))
-			} else {
-				quant.QuantizeBlockQ8_K((*[256]float32)(src), (*[292]byte)(d))
-			}
+		if t == quant.Q8_0 {
+			p.kern.quantQ8_0(dst[start*bb:end*bb], x[start*bs:end*bs])
+		} else {
+			quantQ8_KFast(dst[start*bb:end*bb], x[start*bs:end*bs])
 		}
 	}
 	if nTokens == 1 {
@@ -168,4 +183,56 @@ func quantizeActivations(p *Pool, t quant.Type, dst []byte, x []float32, nTokens
 		return
 	}
 	p.Run(nTokens*nb, quantize)
+}
+
+// matVec4 computes the quantized products of a few tokens 4 weight rows at a time, so that
+// each activation block loaded serves 4 rows; work is split over groups of 4 rows.
+func matVec4(p *Pool, out []float32, w Weight, rb int, xq []byte, xrb, nTokens int,
+	dot func(w, x []byte, nb int) float32, dot4 func(w []byte, stride int, x []byte, nb int, out []float32)) {
+	rows := w.Rows
+	nb := w.Cols / w.Type.BlockSize()
+	p.Run((rows+3)/4, func(start, end int) {
+		for g := start; g < end; g++ {
+			r := 4 * g
+			for t := range nTokens {
+				xt := xq[t*xrb : (t+1)*xrb]
+				if r+4 <= rows {
+					dot4(w.Data[r*rb:], rb, xt, nb, out[t*rows+r:])
+					continue
+				}
+				for i := r; i < rows; i++ {
+					out[t*rows+i] = dot(w.Data[i*rb:(i+1)*rb], xt, nb)
+				}
+			}
+		}
+	})
+}
+
+// matVecFloat computes the products of a few tokens with F32, F16 or BF16 weights 4 rows at
+// a time; work is split over groups of 4 rows.
+func matVecFloat(p *Pool, out []float32, w Weight, rb int, xs []float32, nTokens int) {
+	k := p.kern
+	rows, cols := w.Rows, w.Cols
+	gemv4, dot := k.gemv4F32, func(row []byte, x []float32) float32 { return k.dotF32(bytesAsF32(row), x) }
+	switch w.Type {
+	case quant.F16:
+		gemv4, dot = k.gemv4F16, k.dotF16
+	case quant.BF16:
+		gemv4, dot = k.gemv4BF16, k.dotBF16
+	}
+	p.Run((rows+3)/4, func(start, end int) {
+		for g := start; g < end; g++ {
+			r := 4 * g
+			for t := range nTokens {
+				xt := xs[t*cols : (t+1)*cols]
+				if r+4 <= rows {
+					gemv4(w.Data[r*rb:], rb, xt, out[t*rows+r:])
+					continue
+				}
+				for i := r; i < rows; i++ {
+					out[t*rows+i] = dot(w.Data[i*rb:(i+1)*rb], xt)
+				}
+			}
+		}
+	})
 }

@@ -160,15 +160,28 @@ func SwiGLU(p *Pool, out, gate, up []float32) error {
 	if len(gate) != n || len(up) != n {
 		return fmt.Errorf("cpu: swiglu: lengths out=%d gate=%d up=%d differ", n, len(gate), len(up))
 	}
+	k := p.kern
 	fn := func(start, end int) {
-		for i := start; i < end; i++ {
-			g := gate[i]
-			out[i] = g / (1 + float32(math.Exp(float64(-g)))) * up[i]
+		var e [swigluChunk]float32
+		for c := start; c < end; c += swigluChunk {
+			m := min(swigluChunk, end-c)
+			g := gate[c : c+m]
+			for i, v := range g {
+				e[i] = -v
+			}
+			k.exp(e[:m], e[:m])
+			o, u := out[c:c+m], up[c:c+m]
+			for i, v := range g {
+				o[i] = v / (1 + e[i]) * u[i]
+			}
 		}
 	}
 	runRows(p, n, 1, fn)
 	return nil
 }
+
+// swigluChunk is how many values SwiGLU exponentiates per kernel call.
+const swigluChunk = 256
 
 // Add computes dst = a + b element-wise; dst may be a or b.
 func Add(p *Pool, dst, a, b []float32) error {

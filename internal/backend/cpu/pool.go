@@ -29,8 +29,12 @@ type Pool struct {
 	chunk int
 	next  atomic.Int64
 
-	scratchMu sync.Mutex // guards scratch, the activation buffer of MatMul
+	scratchMu sync.Mutex // guards scratch and scratchF, the activation buffers of MatMul
 	scratch   []byte
+	scratchF  []float32
+
+	attnMu      sync.Mutex // guards attnScratch, the split-K partial results of Attention
+	attnScratch []float32
 }
 
 // NewPool starts a pool of threads workers (threads < 1 means runtime.GOMAXPROCS(0)). It

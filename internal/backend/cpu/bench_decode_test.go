@@ -1,0 +1,123 @@
+package cpu
+
+import (
+	"math/rand"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/kvasir-llm/kvasir/internal/quant"
+)
+
+// decodeBenchBytes is the least total weight size the decode benchmark cycles through: well
+// beyond the last-level cache, so every matrix-vector product streams its weights from DRAM.
+const decodeBenchBytes = 96 << 20
+
+// decodeWeights returns copies of one random rows x cols weight of type wt totalling at
+// least decodeBenchBytes.
+func decodeWeights(r *rand.Rand, wt quant.Type, rows, cols int) []Weight {
+	w0 := benchWeight(r, wt, rows, cols)
+	n := max(2, (decodeBenchBytes+len(w0.Data)-1)/len(w0.Data))
+	ws := []Weight{w0}
+	for range n - 1 {
+		w := w0
+		w.Data = append([]byte(nil), w0.Data...)
+		ws = append(ws, w)
+	}
+	return ws
+}
+
+// BenchmarkDecode times matrix-vector products (one token) over 5632x2048 weights of every
+// type, cycling through more weight bytes than the caches hold, and reports the weight
+// bandwidth of the best pass (one product with every copy) beside the best ProbeBandwidth
+// pass, the two kinds of passes alternating, and their ratio. Best-of on both sides keeps
+// the ratio steady on a busy machine; run it with e.g. -benchtime 20x.
+func BenchmarkDecode(b *testing.B) {
+	types := []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_K, quant.Q6_K}
+	const rows, cols = 5632, 2048
+	r := rand.New(rand.NewSource(7))
+	p := NewPool(0)
+	defer p.Close()
+	for _, wt := range types {
+		b.Run(wt.String(), func(b *testing.B) {
+			ws := decodeWeights(r, wt, rows, cols)
+			x := normals(r, cols)
+			out := make([]float32, rows)
+			probe := newBandwidthProbe(128 << 20)
+			probe.pass(p)
+			runtime.GC() // collect the previous type's weights now, not while timing
+			best, bestProbe := time.Duration(1<<62), time.Duration(1<<62)
+			for b.Loop() {
+				bestProbe = min(bestProbe, probe.pass(p))
+				start := time.Now()
+				for _, w := range ws {
+					if err := MatMul(p, out, w, x, 1); err != nil {
+						b.Fatal(err)
+					}
+				}
+				best = min(best, time.Since(start))
+			}
+			gbs := float64(len(ws)*len(ws[0].Data)) / best.Seconds() / 1e9
+			probeGBs := probe.gbs(bestProbe)
+			b.ReportMetric(gbs, "GB/s")
+			b.ReportMetric(probeGBs, "probe-GB/s")
+			b.ReportMetric(gbs/probeGBs, "probe-ratio")
+		})
+	}
+}
+
+// BenchmarkPrefill times 128-token products with a 2048x5632 weight and reports GFLOP/s,
+// by the wall clock and per CPU-second times the threads.
+func BenchmarkPrefill(b *testing.B) {
+	types := []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_K, quant.Q6_K}
+	const rows, cols, tokens = 2048, 5632, 128
+	r := rand.New(rand.NewSource(8))
+	p := NewPool(0)
+	defer p.Close()
+	for _, wt := range types {
+		b.Run(wt.String(), func(b *testing.B) {
+			w := benchWeight(r, wt, rows, cols)
+			x := normals(r, tokens*cols)
+			out := make([]float32, tokens*rows)
+			var cpu time.Duration
+			for b.Loop() {
+				c0 := processCPU()
+				if err := MatMul(p, out, w, x, tokens); err != nil {
+					b.Fatal(err)
+				}
+				cpu += processCPU() - c0
+			}
+			flops := 2 * float64(rows) * float64(cols) * tokens * float64(b.N)
+			b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+			if cpu > 0 {
+				// What the threads would reach on an idle machine: flops per CPU-second
+				// times the threads (meaningful when other processes share the cores).
+				b.ReportMetric(flops/cpu.Seconds()/1e9*float64(p.Threads()), "GFLOP/s-idle")
+			}
+		})
+	}
+}
+
+// BenchmarkPoolRun times the fixed cost of one Run (waking the workers and waiting for
+// them) with trivial work, and one small decode product (2048x256 Q8_0, L2-resident).
+func BenchmarkPoolRun(b *testing.B) {
+	p := NewPool(0)
+	defer p.Close()
+	var sink [64]int
+	b.Run("empty", func(b *testing.B) {
+		for b.Loop() {
+			p.Run(64, func(start, end int) { sink[start%64] += end - start })
+		}
+	})
+	b.Run("matvec-256x2048-Q8_0", func(b *testing.B) {
+		r := rand.New(rand.NewSource(9))
+		w := benchWeight(r, quant.Q8_0, 256, 2048)
+		x := normals(r, 2048)
+		out := make([]float32, 256)
+		for b.Loop() {
+			if err := MatMul(p, out, w, x, 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
