@@ -1,0 +1,242 @@
+package cuda
+
+import (
+	"fmt"
+)
+
+// KVCacheLayer is one layer's paged KV cache on the device: K and V each hold NumBlocks
+// blocks of [BlockSize][KVHeads][HeadDim] values (F32, F16 or BF16, the same for both), so
+// slot s = block*BlockSize + offset starts at element s*KVHeads*HeadDim.
+type KVCacheLayer struct {
+	K, V                                   Buffer
+	NumBlocks, BlockSize, KVHeads, HeadDim int
+}
+
+// maxHeadDim is the largest head dimension the attention kernels support.
+const maxHeadDim = 256
+
+func (c *KVCacheLayer) check(op string) error {
+	if c == nil || c.NumBlocks <= 0 || c.BlockSize <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 {
+		return fmt.Errorf("cuda %s: bad kv cache layer %+v", op, c)
+	}
+	if c.HeadDim%32 != 0 || c.HeadDim > maxHeadDim {
+		return fmt.Errorf("cuda %s: head dim %d is not a multiple of 32 up to %d", op, c.HeadDim, maxHeadDim)
+	}
+	if c.K.DType != c.V.DType {
+		return fmt.Errorf("cuda %s: K cache is %s, V cache %s", op, c.K.DType, c.V.DType)
+	}
+	n := c.NumBlocks * c.BlockSize * c.KVHeads * c.HeadDim
+	return firstErr(need(op, "K cache", c.K, n, F32, F16, BF16), need(op, "V cache", c.V, n, F32, F16, BF16))
+}
+
+// Rope describes the rotary embedding of a model.
+type Rope struct {
+	InvFreq Buffer  // F32, one inverse frequency per rotated pair (Dim/2), scaling applied
+	Dim     int     // rotated dimensions per head (even, at most HeadDim)
+	NeoX    bool    // pairs (i, i+Dim/2) instead of (2i, 2i+1)
+	MScale  float32 // multiplies cos and sin (YaRN); 1 for none
+}
+
+// RopeKVArgs are the operands of RopeKV. Q, K and V are float32 projection outputs of
+// Tokens tokens; row t of each starts at t*stride (views into one fused QKV buffer work).
+type RopeKVArgs struct {
+	Q, K, V                   Buffer
+	QStride, KStride, VStride int
+	Tokens, Heads             int
+	Positions, Slots          Buffer // I32, one per token; a negative slot skips the write
+	Rope                      Rope
+	Cache                     *KVCacheLayer
+}
+
+// RopeKV rotates the queries in place and writes the rotated keys and the values of each
+// token into its cache slot: RoPE fused with the KV write through the slot mapping.
+func (o *Ops) RopeKV(a RopeKVArgs) error {
+	c := a.Cache
+	if err := c.check("rope kv"); err != nil {
+		return err
+	}
+	hd := c.HeadDim
+	if a.Tokens <= 0 || a.Heads <= 0 || a.Rope.Dim <= 0 || a.Rope.Dim%2 != 0 || a.Rope.Dim > hd {
+		return fmt.Errorf("cuda rope kv: bad shape tokens=%d heads=%d ropeDim=%d headDim=%d", a.Tokens, a.Heads, a.Rope.Dim, hd)
+	}
+	if a.QStride < a.Heads*hd || a.KStride < c.KVHeads*hd || a.VStride < c.KVHeads*hd {
+		return fmt.Errorf("cuda rope kv: strides q=%d k=%d v=%d too small", a.QStride, a.KStride, a.VStride)
+	}
+	last := a.Tokens - 1
+	if err := firstErr(need("rope kv", "q", a.Q, last*a.QStride+a.Heads*hd, F32),
+		need("rope kv", "k", a.K, last*a.KStride+c.KVHeads*hd, F32),
+		need("rope kv", "v", a.V, last*a.VStride+c.KVHeads*hd, F32),
+		need("rope kv", "positions", a.Positions, a.Tokens, I32), need("rope kv", "slots", a.Slots, a.Tokens, I32),
+		need("rope kv", "inverse frequencies", a.Rope.InvFreq, a.Rope.Dim/2, F32)); err != nil {
+		return err
+	}
+	neox := 0
+	if a.Rope.NeoX {
+		neox = 1
+	}
+	return o.Dev.Launch(o.Kern.mod, "rope_kv_"+suffix(c.K.DType), Dim3{a.Tokens, 1, 1}, Dim3{128, 1, 1}, 0,
+		a.Q, a.K, a.V, a.QStride, a.KStride, a.VStride, c.K, c.V, a.Slots, a.Positions, a.Rope.InvFreq,
+		a.Rope.MScale, a.Heads, c.KVHeads, hd, a.Rope.Dim, neox)
+}
+
+// DecodeWorkspace holds the split-K partial results of decode attention, sized for up to
+// Seqs sequences x Heads heads x Splits splits.
+type DecodeWorkspace struct {
+	M, L, O             Buffer // F32: max, sum [seqs][heads][splits]; output [...][headDim]
+	Seqs, Heads, Splits int
+	HeadDim             int
+}
+
+// NewDecodeWorkspace allocates a workspace (inside Do).
+func (dv *Device) NewDecodeWorkspace(seqs, heads, splits, headDim int) (*DecodeWorkspace, error) {
+	if seqs <= 0 || heads <= 0 || splits <= 0 || headDim <= 0 {
+		return nil, fmt.Errorf("cuda decode workspace: bad shape seqs=%d heads=%d splits=%d headDim=%d", seqs, heads, splits, headDim)
+	}
+	w := &DecodeWorkspace{Seqs: seqs, Heads: heads, Splits: splits, HeadDim: headDim}
+	n := seqs * heads * splits
+	var err error
+	if w.M, err = dv.Alloc(F32, n); err != nil {
+		return nil, err
+	}
+	if w.L, err = dv.Alloc(F32, n); err != nil {
+		dv.Free(w.M)
+		return nil, err
+	}
+	if w.O, err = dv.Alloc(F32, n*headDim); err != nil {
+		dv.Free(w.M)
+		dv.Free(w.L)
+		return nil, err
+	}
+	return w, nil
+}
+
+// FreeDecodeWorkspace releases w (inside Do).
+func (dv *Device) FreeDecodeWorkspace(w *DecodeWorkspace) error {
+	return firstErr(dv.Free(w.M), dv.Free(w.L), dv.Free(w.O))
+}
+
+// DecodeArgs are the operands of AttentionDecode: one query token per sequence.
+type DecodeArgs struct {
+	Out       Buffer // [Seqs] rows at OutStride, head h at h*HeadDim (F32, F16 or BF16)
+	OutStride int
+	Q         Buffer // F32 [Seqs] rows at QStride
+	QStride   int
+	Seqs      int
+	Heads     int
+	Cache     *KVCacheLayer
+	// BlockTables is I32 [Seqs][MaxBlocks]; ContextLens (I32 [Seqs]) gives how many cached
+	// positions each sequence attends to (its query's position + 1).
+	BlockTables Buffer
+	MaxBlocks   int
+	ContextLens Buffer
+	// MaxContext bounds every ContextLens entry; it sizes the split-K partition.
+	MaxContext int
+	Scale      float32
+	Work       *DecodeWorkspace
+	// Splits forces the number of splits when > 0; otherwise enough to fill the device.
+	Splits int
+}
+
+// AttentionDecode runs split-K flash-decoding: each (split, head, sequence) block reduces a
+// range of the context with an online softmax, and a combine kernel merges the splits.
+func (o *Ops) AttentionDecode(a DecodeArgs) error {
+	c := a.Cache
+	if err := c.check("attention decode"); err != nil {
+		return err
+	}
+	hd := c.HeadDim
+	if a.Seqs <= 0 || a.Heads <= 0 || a.Heads%c.KVHeads != 0 || a.MaxContext <= 0 || a.MaxBlocks <= 0 {
+		return fmt.Errorf("cuda attention decode: bad shape seqs=%d heads=%d kvHeads=%d maxContext=%d maxBlocks=%d",
+			a.Seqs, a.Heads, c.KVHeads, a.MaxContext, a.MaxBlocks)
+	}
+	if a.MaxContext > a.MaxBlocks*c.BlockSize {
+		return fmt.Errorf("cuda attention decode: context %d exceeds %d blocks of %d", a.MaxContext, a.MaxBlocks, c.BlockSize)
+	}
+	if a.QStride < a.Heads*hd || a.OutStride < a.Heads*hd {
+		return fmt.Errorf("cuda attention decode: strides q=%d out=%d below %d", a.QStride, a.OutStride, a.Heads*hd)
+	}
+	w := a.Work
+	if w == nil || w.Seqs < a.Seqs || w.Heads < a.Heads || w.HeadDim < hd {
+		return fmt.Errorf("cuda attention decode: workspace too small for %d seqs x %d heads x %d dims", a.Seqs, a.Heads, hd)
+	}
+	last := a.Seqs - 1
+	if err := firstErr(need("attention decode", "out", a.Out, last*a.OutStride+a.Heads*hd, F32, F16, BF16),
+		need("attention decode", "q", a.Q, last*a.QStride+a.Heads*hd, F32),
+		need("attention decode", "block tables", a.BlockTables, a.Seqs*a.MaxBlocks, I32),
+		need("attention decode", "context lengths", a.ContextLens, a.Seqs, I32)); err != nil {
+		return err
+	}
+	splits := a.Splits
+	if splits <= 0 {
+		// Aim for two blocks per multiprocessor, with at least 64 positions per split.
+		want := (2*max(o.Dev.info.Multiprocessors, 1) + a.Seqs*a.Heads - 1) / (a.Seqs * a.Heads)
+		splits = max(1, min(want, (a.MaxContext+63)/64))
+	}
+	maxSplits := w.Splits * w.Seqs * w.Heads / (a.Seqs * a.Heads)
+	splits = min(splits, maxSplits, a.MaxContext)
+	splitLen := (a.MaxContext + splits - 1) / splits
+	splits = (a.MaxContext + splitLen - 1) / splitLen
+	err := o.Dev.Launch(o.Kern.mod, "attn_decode_"+suffix(c.K.DType), Dim3{splits, a.Heads, a.Seqs}, Dim3{128, 1, 1}, 0,
+		a.Q, a.QStride, c.K, c.V, a.BlockTables, a.MaxBlocks, a.ContextLens, w.M, w.L, w.O,
+		a.Heads, c.KVHeads, hd, c.BlockSize, splitLen, a.Scale)
+	if err != nil {
+		return err
+	}
+	return o.Dev.Launch(o.Kern.mod, "attn_combine_"+suffix(a.Out.DType), Dim3{a.Heads, a.Seqs, 1}, Dim3{128, 1, 1}, 0,
+		a.Out, a.OutStride, w.M, w.L, w.O, splits, a.Heads, hd)
+}
+
+// PrefillArgs are the operands of AttentionPrefill: variable-length query chunks of Seqs
+// sequences, concatenated.
+type PrefillArgs struct {
+	Out       Buffer // [Tokens] rows at OutStride (F32, F16 or BF16)
+	OutStride int
+	Q         Buffer // F32 [Tokens] rows at QStride
+	QStride   int
+	Tokens    int
+	Seqs      int
+	Heads     int
+	Cache     *KVCacheLayer
+	// SeqStarts (I32 [Seqs+1]) gives each sequence's first token; Positions (I32 [Tokens])
+	// each token's absolute position. A token attends to cached positions 0..its own,
+	// which must be written already (prefix-cache hits included).
+	SeqStarts, Positions Buffer
+	// MaxQueryLen bounds every sequence's token count; it sizes the grid.
+	MaxQueryLen int
+	BlockTables Buffer // I32 [Seqs][MaxBlocks]
+	MaxBlocks   int
+	Scale       float32
+}
+
+// prefillTile is the query tokens one prefill block handles (PF_TQ in attention.cu).
+const prefillTile = 16
+
+// AttentionPrefill runs causal attention of variable-length query chunks over the paged
+// cache, FlashAttention-style: K/V tiles in shared memory serve 16 queries of one head.
+func (o *Ops) AttentionPrefill(a PrefillArgs) error {
+	c := a.Cache
+	if err := c.check("attention prefill"); err != nil {
+		return err
+	}
+	hd := c.HeadDim
+	if a.Tokens <= 0 || a.Seqs <= 0 || a.Heads <= 0 || a.Heads%c.KVHeads != 0 || a.MaxQueryLen <= 0 || a.MaxBlocks <= 0 {
+		return fmt.Errorf("cuda attention prefill: bad shape tokens=%d seqs=%d heads=%d kvHeads=%d maxQuery=%d maxBlocks=%d",
+			a.Tokens, a.Seqs, a.Heads, c.KVHeads, a.MaxQueryLen, a.MaxBlocks)
+	}
+	if a.QStride < a.Heads*hd || a.OutStride < a.Heads*hd {
+		return fmt.Errorf("cuda attention prefill: strides q=%d out=%d below %d", a.QStride, a.OutStride, a.Heads*hd)
+	}
+	last := a.Tokens - 1
+	if err := firstErr(need("attention prefill", "out", a.Out, last*a.OutStride+a.Heads*hd, F32, F16, BF16),
+		need("attention prefill", "q", a.Q, last*a.QStride+a.Heads*hd, F32),
+		need("attention prefill", "seq starts", a.SeqStarts, a.Seqs+1, I32),
+		need("attention prefill", "positions", a.Positions, a.Tokens, I32),
+		need("attention prefill", "block tables", a.BlockTables, a.Seqs*a.MaxBlocks, I32)); err != nil {
+		return err
+	}
+	name := "attn_prefill_" + suffix(c.K.DType) + "_" + suffix(a.Out.DType)
+	tiles := (a.MaxQueryLen + prefillTile - 1) / prefillTile
+	return o.Dev.Launch(o.Kern.mod, name, Dim3{tiles, a.Heads, a.Seqs}, Dim3{128, 1, 1}, 0,
+		a.Out, a.OutStride, a.Q, a.QStride, c.K, c.V, a.BlockTables, a.MaxBlocks, a.SeqStarts, a.Positions,
+		a.Heads, c.KVHeads, hd, c.BlockSize, a.Scale)
+}

@@ -1,0 +1,219 @@
+// Paged attention: split-K flash-decoding for one query per sequence, and a tiled
+// flash-attention prefill over variable-length query chunks. The cache of one layer is
+// [numBlocks][blockSize][kvHeads][headDim]; blockTables is [seqs][maxBlocks]; query head h
+// reads kv head h / (heads / kvHeads). headDim is a multiple of 32, at most 256.
+
+#define ATT_MAXC 8  // headDim / 32 at most
+
+// attn_decode: grid (splits, heads, seqs), block 128 (4 warps). Sequence s attends to
+// cache positions [0, ctxLens[s]); split x covers [x*splitLen, (x+1)*splitLen). Each
+// block writes the split's running max, sum and unnormalized output to pm, pl, po
+// ([seqs][heads][splits] and [...][headDim]); attn_combine merges them.
+template <typename T>
+__device__ void attn_decode(const float* q, int qStride, const T* kc, const T* vc, const int* blockTables,
+                            int maxBlocks, const int* ctxLens, float* pm, float* pl, float* po, int heads,
+                            int kvHeads, int headDim, int blockSize, int splitLen, float scale) {
+    __shared__ float swm[4], swl[4];
+    __shared__ float sacc[4][256];
+    int split = blockIdx.x, h = blockIdx.y, s = blockIdx.z, splits = gridDim.x;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    int nc = headDim >> 5;
+    int kvh = h / (heads / kvHeads);
+    int ctx = ctxLens[s];
+    int start = split * splitLen, end = min(ctx, start + splitLen);
+    const float* qp = q + (long long)s * qStride + h * headDim;
+    float qr[ATT_MAXC], acc[ATT_MAXC];
+#pragma unroll
+    for (int c = 0; c < ATT_MAXC; c++) {
+        qr[c] = c < nc ? qp[lane + 32 * c] * scale : 0.f;
+        acc[c] = 0.f;
+    }
+    float m = -KV_INF, l = 0.f;
+    const int* bt = blockTables + (long long)s * maxBlocks;
+    for (int p = start + w; p < end; p += nw) {
+        long long slot = (long long)bt[p / blockSize] * blockSize + p % blockSize;
+        long long base = (slot * kvHeads + kvh) * headDim;
+        float d = 0.f;
+#pragma unroll
+        for (int c = 0; c < ATT_MAXC; c++)
+            if (c < nc) d += qr[c] * to_f32(kc[base + lane + 32 * c]);
+        d = warp_sum(d);
+        float mn = fmaxf(m, d);
+        float corr = expf(m - mn), e = expf(d - mn);
+        l = l * corr + e;
+#pragma unroll
+        for (int c = 0; c < ATT_MAXC; c++)
+            if (c < nc) acc[c] = acc[c] * corr + e * to_f32(vc[base + lane + 32 * c]);
+        m = mn;
+    }
+    if (lane == 0) {
+        swm[w] = m;
+        swl[w] = l;
+    }
+    for (int c = 0; c < nc; c++) sacc[w][lane + 32 * c] = acc[c];
+    __syncthreads();
+    float M = -KV_INF;
+    for (int i = 0; i < nw; i++) M = fmaxf(M, swm[i]);
+    long long row = ((long long)s * heads + h) * splits + split;
+    if (M == -KV_INF) {  // empty split
+        if (threadIdx.x == 0) {
+            pm[row] = -KV_INF;
+            pl[row] = 0.f;
+        }
+        for (int d = threadIdx.x; d < headDim; d += blockDim.x) po[row * headDim + d] = 0.f;
+        return;
+    }
+    for (int d = threadIdx.x; d < headDim; d += blockDim.x) {
+        float o = 0.f;
+        for (int i = 0; i < nw; i++)
+            if (swm[i] != -KV_INF) o += sacc[i][d] * expf(swm[i] - M);
+        po[row * headDim + d] = o;
+    }
+    if (threadIdx.x == 0) {
+        float L = 0.f;
+        for (int i = 0; i < nw; i++)
+            if (swm[i] != -KV_INF) L += swl[i] * expf(swm[i] - M);
+        pm[row] = M;
+        pl[row] = L;
+    }
+}
+#define ATTN_DECODE(NAME, T)                                                                              \
+    extern "C" __global__ void NAME(const float* q, int qs, const T* kc, const T* vc, const int* bt,       \
+                                    int maxBlocks, const int* ctx, float* pm, float* pl, float* po,       \
+                                    int heads, int kvh, int hd, int bs, int splitLen, float scale) {      \
+        attn_decode(q, qs, kc, vc, bt, maxBlocks, ctx, pm, pl, po, heads, kvh, hd, bs, splitLen, scale); \
+    }
+ATTN_DECODE(attn_decode_f32, float)
+ATTN_DECODE(attn_decode_f16, f16)
+ATTN_DECODE(attn_decode_bf16, bf16)
+
+// attn_combine: grid (heads, seqs), block 128: out[s][h*headDim + d] = the softmax-weighted
+// merge of the splits' partial results. A sequence with no context gets zeros.
+template <typename T>
+__device__ void attn_combine(T* out, int outStride, const float* pm, const float* pl, const float* po,
+                             int splits, int heads, int headDim) {
+    int h = blockIdx.x, s = blockIdx.y;
+    long long row0 = ((long long)s * heads + h) * splits;
+    float M = -KV_INF;
+    for (int i = 0; i < splits; i++) M = fmaxf(M, pm[row0 + i]);
+    float L = 0.f;
+    if (M != -KV_INF)
+        for (int i = 0; i < splits; i++)
+            if (pm[row0 + i] != -KV_INF) L += pl[row0 + i] * expf(pm[row0 + i] - M);
+    T* o = out + (long long)s * outStride + h * headDim;
+    for (int d = threadIdx.x; d < headDim; d += blockDim.x) {
+        float v = 0.f;
+        if (L > 0.f) {
+            for (int i = 0; i < splits; i++)
+                if (pm[row0 + i] != -KV_INF) v += po[(row0 + i) * headDim + d] * expf(pm[row0 + i] - M);
+            v /= L;
+        }
+        o[d] = from_f32<T>(v);
+    }
+}
+extern "C" __global__ void attn_combine_f32(float* o, int os, const float* pm, const float* pl, const float* po, int sp, int heads, int hd) { attn_combine(o, os, pm, pl, po, sp, heads, hd); }
+extern "C" __global__ void attn_combine_f16(f16* o, int os, const float* pm, const float* pl, const float* po, int sp, int heads, int hd) { attn_combine(o, os, pm, pl, po, sp, heads, hd); }
+extern "C" __global__ void attn_combine_bf16(bf16* o, int os, const float* pm, const float* pl, const float* po, int sp, int heads, int hd) { attn_combine(o, os, pm, pl, po, sp, heads, hd); }
+
+#define PF_TQ 16  // query tokens per block (4 warps x 4)
+#define PF_QW 4   // query tokens per warp
+#define PF_KT 16  // keys per shared-memory tile
+
+// attn_prefill: grid (ceil(maxQueryLen/16), heads, seqs), block 128. Sequence s owns query
+// tokens [seqStarts[s], seqStarts[s+1]) of q (row t at t*qStride) and out (row t at
+// t*outStride); token t at absolute position pos[t] attends causally to cache positions
+// [0, pos[t]], which must already hold its keys and values. K/V are read tile by tile into
+// shared memory and shared by the block's 16 queries, with an online softmax.
+template <typename T, typename O>
+__device__ void attn_prefill(O* out, int outStride, const float* q, int qStride, const T* kc, const T* vc,
+                             const int* blockTables, int maxBlocks, const int* seqStarts, const int* pos,
+                             int heads, int kvHeads, int headDim, int blockSize, float scale) {
+    __shared__ float ks[PF_KT][256], vs[PF_KT][256];
+    int tile = blockIdx.x, h = blockIdx.y, s = blockIdx.z;
+    int q0 = seqStarts[s], qlen = seqStarts[s + 1] - q0;
+    if (tile * PF_TQ >= qlen) return;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    int nc = headDim >> 5;
+    int kvh = h / (heads / kvHeads);
+    const int* bt = blockTables + (long long)s * maxBlocks;
+
+    int kmax = -1;  // the tile's last key position
+    for (int j = 0; j < PF_TQ; j++) {
+        int t = tile * PF_TQ + j;
+        if (t < qlen) kmax = max(kmax, pos[q0 + t]);
+    }
+    float qr[PF_QW][ATT_MAXC], acc[PF_QW][ATT_MAXC], m[PF_QW], l[PF_QW];
+    int qpos[PF_QW];
+#pragma unroll
+    for (int i = 0; i < PF_QW; i++) {
+        int t = tile * PF_TQ + w * PF_QW + i;
+        qpos[i] = t < qlen ? pos[q0 + t] : -1;
+        const float* qp = q + (long long)(q0 + (t < qlen ? t : 0)) * qStride + h * headDim;
+#pragma unroll
+        for (int c = 0; c < ATT_MAXC; c++) {
+            qr[i][c] = (qpos[i] >= 0 && c < nc) ? qp[lane + 32 * c] * scale : 0.f;
+            acc[i][c] = 0.f;
+        }
+        m[i] = -KV_INF;
+        l[i] = 0.f;
+    }
+    for (int k0 = 0; k0 <= kmax; k0 += PF_KT) {
+        __syncthreads();
+        for (int e = threadIdx.x; e < PF_KT * headDim; e += blockDim.x) {
+            int j = e / headDim, d = e - j * headDim;
+            int p = k0 + j;
+            float kv = 0.f, vv = 0.f;
+            if (p <= kmax) {
+                long long slot = (long long)bt[p / blockSize] * blockSize + p % blockSize;
+                long long idx = (slot * kvHeads + kvh) * headDim + d;
+                kv = to_f32(kc[idx]);
+                vv = to_f32(vc[idx]);
+            }
+            ks[j][d] = kv;
+            vs[j][d] = vv;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < PF_QW; i++) {
+            int last = min(PF_KT - 1, qpos[i] - k0);  // warp-uniform
+            for (int j = 0; j <= last; j++) {
+                float d = 0.f;
+#pragma unroll
+                for (int c = 0; c < ATT_MAXC; c++)
+                    if (c < nc) d += qr[i][c] * ks[j][lane + 32 * c];
+                d = warp_sum(d);
+                float mn = fmaxf(m[i], d);
+                float corr = expf(m[i] - mn), e = expf(d - mn);
+                l[i] = l[i] * corr + e;
+#pragma unroll
+                for (int c = 0; c < ATT_MAXC; c++)
+                    if (c < nc) acc[i][c] = acc[i][c] * corr + e * vs[j][lane + 32 * c];
+                m[i] = mn;
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < PF_QW; i++) {
+        if (qpos[i] < 0) continue;
+        int t = tile * PF_TQ + w * PF_QW + i;
+        O* o = out + (long long)(q0 + t) * outStride + h * headDim;
+        float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+        for (int c = 0; c < nc; c++) o[lane + 32 * c] = from_f32<O>(acc[i][c] * inv);
+    }
+}
+// Instances are named attn_prefill_<cache>_<out>.
+#define ATTN_PREFILL(NAME, T, O)                                                                          \
+    extern "C" __global__ void NAME(O* out, int os, const float* q, int qs, const T* kc, const T* vc,      \
+                                    const int* bt, int maxBlocks, const int* starts, const int* pos,       \
+                                    int heads, int kvh, int hd, int bs, float scale) {                     \
+        attn_prefill<T, O>(out, os, q, qs, kc, vc, bt, maxBlocks, starts, pos, heads, kvh, hd, bs, scale);   \
+    }
+ATTN_PREFILL(attn_prefill_f32_f32, float, float)
+ATTN_PREFILL(attn_prefill_f32_f16, float, f16)
+ATTN_PREFILL(attn_prefill_f32_bf16, float, bf16)
+ATTN_PREFILL(attn_prefill_f16_f32, f16, float)
+ATTN_PREFILL(attn_prefill_f16_f16, f16, f16)
+ATTN_PREFILL(attn_prefill_f16_bf16, f16, bf16)
+ATTN_PREFILL(attn_prefill_bf16_f32, bf16, float)
+ATTN_PREFILL(attn_prefill_bf16_f16, bf16, f16)
+ATTN_PREFILL(attn_prefill_bf16_bf16, bf16, bf16)

@@ -1,0 +1,69 @@
+// Shared helpers of kvasir's CUDA kernels. The kernel files are compiled as one NVRTC
+// program with this file first; no CUDA headers are included, so 16-bit floats are
+// converted by hand (bf16) and through PTX (f16).
+
+#define KV_INF __int_as_float(0x7f800000)
+
+// bf16 and f16 hold raw 16-bit patterns; distinct structs let overloads tell them apart.
+struct bf16 { unsigned short x; };
+struct f16 { unsigned short x; };
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(bf16 v) { return __uint_as_float(((unsigned int)v.x) << 16); }
+__device__ __forceinline__ float to_f32(f16 v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.x));
+    return f;
+}
+
+template <typename T> __device__ __forceinline__ T from_f32(float v);
+template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
+template <> __device__ __forceinline__ bf16 from_f32<bf16>(float v) {
+    unsigned int u = __float_as_uint(v);
+    bf16 r;
+    if ((u & 0x7fffffffu) > 0x7f800000u) {  // NaN stays a quiet NaN
+        r.x = (unsigned short)((u >> 16) | 0x40u);
+        return r;
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even
+    r.x = (unsigned short)(u >> 16);
+    return r;
+}
+template <> __device__ __forceinline__ f16 from_f32<f16>(float v) {
+    f16 r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.x) : "f"(v));
+    return r;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+// block_sum returns the sum of v over the block to every thread. blockDim.x is a multiple
+// of 32; sh holds 32 floats of shared memory.
+__device__ __forceinline__ float block_sum(float v, float* sh) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : 0.f;
+    return warp_sum(v);
+}
+
+// block_max is block_sum's twin for the maximum.
+__device__ __forceinline__ float block_max(float v, float* sh) {
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) sh[w] = v;
+    __syncthreads();
+    v = lane < nw ? sh[lane] : -KV_INF;
+    return warp_max(v);
+}

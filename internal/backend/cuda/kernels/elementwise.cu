@@ -1,0 +1,58 @@
+// Embedding gather, row gather, casts, add and SwiGLU.
+
+// embed: out[row] = table[tokens[row]] as float32; grid = tokens, any block size. Ids
+// outside [0, vocab) give a zero row.
+template <typename T>
+__device__ void embed(float* out, const T* table, const int* tokens, int vocab, int dim) {
+    long long row = blockIdx.x;
+    int tok = tokens[row];
+    float* dst = out + row * dim;
+    if (tok < 0 || tok >= vocab) {
+        for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = 0.f;
+        return;
+    }
+    const T* src = table + (long long)tok * dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = to_f32(src[i]);
+}
+extern "C" __global__ void embed_f32(float* out, const float* t, const int* tok, int vocab, int dim) { embed(out, t, tok, vocab, dim); }
+extern "C" __global__ void embed_f16(float* out, const f16* t, const int* tok, int vocab, int dim) { embed(out, t, tok, vocab, dim); }
+extern "C" __global__ void embed_bf16(float* out, const bf16* t, const int* tok, int vocab, int dim) { embed(out, t, tok, vocab, dim); }
+
+// gather_rows_f32: out[i] = in[idx[i]], rows of dim floats; grid = rows.
+extern "C" __global__ void gather_rows_f32(float* out, const float* in, const int* idx, int dim) {
+    long long row = blockIdx.x;
+    const float* src = in + (long long)idx[row] * dim;
+    float* dst = out + row * dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) dst[i] = src[i];
+}
+
+// cast: out = (T)in over n values; grid-stride.
+template <typename T>
+__device__ void cast_from_f32(T* out, const float* in, long long n) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        out[i] = from_f32<T>(in[i]);
+}
+extern "C" __global__ void cast_f32_f16(f16* out, const float* in, long long n) { cast_from_f32(out, in, n); }
+extern "C" __global__ void cast_f32_bf16(bf16* out, const float* in, long long n) { cast_from_f32(out, in, n); }
+
+// add_f32: out = a + b over n values; out may alias a or b.
+extern "C" __global__ void add_f32(float* out, const float* a, const float* b, long long n) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        out[i] = a[i] + b[i];
+}
+
+// swiglu: out[r][c] = silu(gate[r*inStride+c]) * up[r*inStride+c] for rows x dim values;
+// out is contiguous [rows][dim]. With a fused gate|up projection, up = gate + dim and
+// inStride = 2*dim.
+template <typename T>
+__device__ void swiglu(T* out, const float* gate, const float* up, int rows, int dim, int inStride) {
+    long long n = (long long)rows * dim;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        long long r = i / dim, c = i - r * dim;
+        float g = gate[r * inStride + c], u = up[r * inStride + c];
+        out[i] = from_f32<T>(g / (1.f + expf(-g)) * u);
+    }
+}
+extern "C" __global__ void swiglu_f32(float* o, const float* g, const float* u, int rows, int dim, int s) { swiglu(o, g, u, rows, dim, s); }
+extern "C" __global__ void swiglu_f16(f16* o, const float* g, const float* u, int rows, int dim, int s) { swiglu(o, g, u, rows, dim, s); }
+extern "C" __global__ void swiglu_bf16(bf16* o, const float* g, const float* u, int rows, int dim, int s) { swiglu(o, g, u, rows, dim, s); }

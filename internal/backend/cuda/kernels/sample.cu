@@ -1,0 +1,207 @@
+// Greedy argmax and top-k / top-p sampling on the device, one block per row of logits.
+
+// argmax_f32: out[row] = the index of the largest logit (the lowest index among ties;
+// NaN never wins). grid = rows, block = 1024.
+extern "C" __global__ void argmax_f32(int* out, const float* logits, int vocab) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    const float* lg = logits + (long long)blockIdx.x * vocab;
+    float bv = -KV_INF;
+    int bi = 0x7fffffff;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+        float v = lg[i];
+        if (v > bv || (v == bv && i < bi)) {  // false for NaN
+            bv = v;
+            bi = i;
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ov > bv || (ov == bv && oi < bi)) {
+            bv = ov;
+            bi = oi;
+        }
+    }
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) {
+        sv[w] = bv;
+        si[w] = bi;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < nw; i++)
+            if (sv[i] > bv || (sv[i] == bv && si[i] < bi)) {
+                bv = sv[i];
+                bi = si[i];
+            }
+        out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+    }
+}
+
+// order_key maps a float to an unsigned key with the same order (larger float, larger key).
+__device__ __forceinline__ unsigned int order_key(float f) {
+    unsigned int u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// sample_f32: for each row (grid = rows, block = 1024) draws a token from
+// softmax(logits / temps[row]) restricted to the top topks[row] logits (<= 0 or >= vocab:
+// no limit) and then to the smallest set of those whose probability mass reaches
+// topps[row] (>= 1: no limit); ties at either threshold are kept. The draw inverts the
+// cumulative distribution in index order at uniforms[row] in [0, 1). temps[row] > 0.
+extern "C" __global__ void sample_f32(int* out, const float* logits, int vocab, const float* temps,
+                                      const int* topks, const float* topps, const float* uniforms) {
+    __shared__ unsigned int hc[256];
+    __shared__ float hm[256];
+    __shared__ float sh[32];
+    __shared__ unsigned int s_prefix, s_mask;
+    __shared__ float s_rem;
+    __shared__ unsigned int s_remc;
+    __shared__ int s_found;
+    const float* lg = logits + (long long)blockIdx.x * vocab;
+    float invT = 1.f / temps[blockIdx.x];
+    int topk = topks[blockIdx.x];
+    float topp = topps[blockIdx.x];
+    float u = uniforms[blockIdx.x];
+    int tid = threadIdx.x;
+
+    float mx = -KV_INF;
+    for (int i = tid; i < vocab; i += blockDim.x) mx = fmaxf(mx, lg[i]);
+    mx = block_max(mx, sh);
+
+    unsigned int thr = 0;  // keep keys >= thr
+    if (topk > 0 && topk < vocab) {
+        // Radix select of the topk-th largest key, 8 bits at a time from the top.
+        if (tid == 0) {
+            s_prefix = 0;
+            s_mask = 0;
+            s_remc = (unsigned int)topk;
+        }
+        for (int shift = 24; shift >= 0; shift -= 8) {
+            __syncthreads();
+            for (int b = tid; b < 256; b += blockDim.x) hc[b] = 0;
+            __syncthreads();
+            unsigned int prefix = s_prefix, mask = s_mask;
+            for (int i = tid; i < vocab; i += blockDim.x) {
+                unsigned int key = order_key(lg[i]);
+                if ((key & mask) == prefix) atomicAdd(&hc[(key >> shift) & 255u], 1u);
+            }
+            __syncthreads();
+            if (tid == 0) {
+                unsigned int cum = 0, rem = s_remc;
+                int pick = 0;
+                for (int b = 255; b >= 0; b--) {
+                    if (cum + hc[b] >= rem) {
+                        pick = b;
+                        break;
+                    }
+                    cum += hc[b];
+                }
+                s_remc = rem - cum;
+                s_prefix = prefix | ((unsigned int)pick << shift);
+                s_mask = mask | (255u << shift);
+            }
+        }
+        __syncthreads();
+        thr = s_prefix;
+    }
+    if (topp < 1.f) {
+        float z = 0.f;
+        for (int i = tid; i < vocab; i += blockDim.x)
+            if (order_key(lg[i]) >= thr) z += expf((lg[i] - mx) * invT);
+        z = block_sum(z, sh);
+        // Radix select of the key where the mass, taken from the top, reaches topp * z.
+        if (tid == 0) {
+            s_prefix = 0;
+            s_mask = 0;
+            s_rem = topp * z;
+        }
+        for (int shift = 24; shift >= 0; shift -= 8) {
+            __syncthreads();
+            for (int b = tid; b < 256; b += blockDim.x) hm[b] = 0.f;
+            __syncthreads();
+            unsigned int prefix = s_prefix, mask = s_mask;
+            for (int i = tid; i < vocab; i += blockDim.x) {
+                unsigned int key = order_key(lg[i]);
+                if ((key & mask) == prefix && key >= thr) atomicAdd(&hm[(key >> shift) & 255u], expf((lg[i] - mx) * invT));
+            }
+            __syncthreads();
+            if (tid == 0) {
+                float cum = 0.f, rem = s_rem;
+                int pick = -1, lastNonEmpty = -1;
+                for (int b = 255; b >= 0; b--) {
+                    if (hm[b] <= 0.f) continue;
+                    lastNonEmpty = b;
+                    if (cum + hm[b] >= rem) {
+                        pick = b;
+                        break;
+                    }
+                    cum += hm[b];
+                }
+                if (pick < 0) {  // rounding left the target just out of reach: take all
+                    pick = lastNonEmpty < 0 ? 0 : lastNonEmpty;
+                    cum = cum - (lastNonEmpty < 0 ? 0.f : hm[pick]);
+                }
+                s_rem = rem - cum;
+                s_prefix = prefix | ((unsigned int)pick << shift);
+                s_mask = mask | (255u << shift);
+            }
+        }
+        __syncthreads();
+        thr = max(thr, s_prefix);
+    }
+
+    // Inverse-CDF draw over the kept tokens in index order.
+    float z = 0.f;
+    for (int i = tid; i < vocab; i += blockDim.x)
+        if (order_key(lg[i]) >= thr) z += expf((lg[i] - mx) * invT);
+    z = block_sum(z, sh);
+    float target = u * z;
+    if (tid == 0) s_found = 0x7fffffff;
+    int lane = tid & 31, w = tid >> 5, nw = blockDim.x >> 5;
+    float running = 0.f;
+    int lastKept = -1;
+    for (int base = 0; base < vocab; base += blockDim.x) {
+        int i = base + tid;
+        float e = 0.f;
+        if (i < vocab && order_key(lg[i]) >= thr) {
+            e = expf((lg[i] - mx) * invT);
+            lastKept = i;
+        }
+        // Block inclusive scan of e.
+        float x = e;
+        for (int o = 1; o < 32; o <<= 1) {
+            float y = __shfl_up_sync(0xffffffffu, x, o);
+            if (lane >= o) x += y;
+        }
+        __syncthreads();
+        if (lane == 31) sh[w] = x;
+        __syncthreads();
+        float before = 0.f, total = 0.f;
+        for (int j = 0; j < nw; j++) {
+            if (j < w) before += sh[j];
+            total += sh[j];
+        }
+        float incl = running + before + x;
+        if (e > 0.f && incl >= target) atomicMin(&s_found, i);
+        __syncthreads();
+        if (s_found != 0x7fffffff) break;
+        running += total;
+    }
+    __syncthreads();
+    if (s_found == 0x7fffffff) {  // rounding: fall back to the last kept token
+        __shared__ int slk[32];
+        int lk = lastKept;
+        for (int o = 16; o > 0; o >>= 1) lk = max(lk, __shfl_xor_sync(0xffffffffu, lk, o));
+        if (lane == 0) slk[w] = lk;
+        __syncthreads();
+        if (tid == 0) {
+            int best = 0;
+            for (int j = 0; j < nw; j++) best = max(best, slk[j]);
+            out[blockIdx.x] = best;
+        }
+        return;
+    }
+    if (tid == 0) out[blockIdx.x] = s_found;
+}

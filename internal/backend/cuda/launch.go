@@ -1,0 +1,208 @@
+package cuda
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"unsafe"
+)
+
+// Module is a loaded CUDA module (a cubin) with its kernels looked up by name.
+type Module struct {
+	h     uintptr
+	funcs map[string]uintptr
+}
+
+// LoadModule loads a cubin image (inside Do).
+func (dv *Device) LoadModule(cubin []byte) (*Module, error) {
+	if len(cubin) == 0 {
+		return nil, fmt.Errorf("cuda: load module: empty image")
+	}
+	var h uintptr
+	err := dv.drv.check("cuModuleLoadData", dv.drv.cuModuleLoadData(&h, unsafe.Pointer(&cubin[0])))
+	runtime.KeepAlive(cubin)
+	if err != nil {
+		return nil, err
+	}
+	return &Module{h: h, funcs: map[string]uintptr{}}, nil
+}
+
+// UnloadModule unloads m (inside Do).
+func (dv *Device) UnloadModule(m *Module) error {
+	if m == nil || m.h == 0 {
+		return nil
+	}
+	err := dv.drv.check("cuModuleUnload", dv.drv.cuModuleUnload(m.h))
+	m.h = 0
+	return err
+}
+
+// function returns the kernel named name of m, looking it up once (inside Do).
+func (dv *Device) function(m *Module, name string) (uintptr, error) {
+	if f, ok := m.funcs[name]; ok {
+		return f, nil
+	}
+	var f uintptr
+	cname := cString(name)
+	err := dv.drv.check("cuModuleGetFunction", dv.drv.cuModuleGetFunction(&f, m.h, &cname[0]))
+	if err != nil {
+		return 0, fmt.Errorf("kernel %q: %w", name, err)
+	}
+	m.funcs[name] = f
+	return f, nil
+}
+
+// Dim3 is a CUDA grid or block shape; every extent must be at least 1.
+type Dim3 struct{ X, Y, Z int }
+
+// Launch queues kernel name of m on the device's stream (inside Do). args are the kernel's
+// parameters in order: Buffer (its device address), uint64, int (passed as a 32-bit int),
+// int32, uint32 and float32; they must match the kernel's C types.
+func (dv *Device) Launch(m *Module, name string, grid, block Dim3, sharedBytes int, args ...any) error {
+	f, err := dv.function(m, name)
+	if err != nil {
+		return err
+	}
+	for _, v := range []int{grid.X, grid.Y, grid.Z, block.X, block.Y, block.Z} {
+		if v <= 0 || v > math.MaxInt32 {
+			return fmt.Errorf("kernel %s: bad launch shape grid %v block %v", name, grid, block)
+		}
+	}
+	slots := make([]uint64, len(args))
+	ptrs := make([]unsafe.Pointer, len(args)+1)
+	for i, a := range args {
+		switch v := a.(type) {
+		case Buffer:
+			slots[i] = v.Ptr
+		case uint64:
+			slots[i] = v
+		case int:
+			if v < math.MinInt32 || v > math.MaxInt32 {
+				return fmt.Errorf("kernel %s: argument %d: %d overflows a 32-bit int", name, i, v)
+			}
+			slots[i] = uint64(uint32(int32(v)))
+		case int32:
+			slots[i] = uint64(uint32(v))
+		case uint32:
+			slots[i] = uint64(v)
+		case float32:
+			slots[i] = uint64(math.Float32bits(v))
+		default:
+			return fmt.Errorf("kernel %s: argument %d: unsupported type %T", name, i, a)
+		}
+		ptrs[i] = unsafe.Pointer(&slots[i])
+	}
+	r := dv.drv.cuLaunchKernel(f, uint32(grid.X), uint32(grid.Y), uint32(grid.Z),
+		uint32(block.X), uint32(block.Y), uint32(block.Z), uint32(sharedBytes), dv.stream,
+		unsafe.Pointer(&ptrs[0]), nil)
+	runtime.KeepAlive(slots)
+	runtime.KeepAlive(ptrs)
+	if err := dv.drv.check("cuLaunchKernel", r); err != nil {
+		return fmt.Errorf("kernel %s grid %v block %v: %w", name, grid, block, err)
+	}
+	return nil
+}
+
+// SetMaxDynamicShared lets kernel name of m use up to n bytes of dynamic shared memory
+// (needed above 48 KiB; inside Do).
+func (dv *Device) SetMaxDynamicShared(m *Module, name string, n int) error {
+	f, err := dv.function(m, name)
+	if err != nil {
+		return err
+	}
+	return dv.drv.check("cuFuncSetAttribute", dv.drv.cuFuncSetAttribute(f, funcAttrMaxDynamicSmem, int32(n)))
+}
+
+// Timer measures device time on the stream between Start and Stop with CUDA events.
+type Timer struct {
+	start, stop uintptr
+}
+
+// NewTimer creates the timer's two events (inside Do).
+func (dv *Device) NewTimer() (*Timer, error) {
+	t := &Timer{}
+	if err := dv.drv.check("cuEventCreate", dv.drv.cuEventCreate(&t.start, 0)); err != nil {
+		return nil, err
+	}
+	if err := dv.drv.check("cuEventCreate", dv.drv.cuEventCreate(&t.stop, 0)); err != nil {
+		dv.drv.cuEventDestroy(t.start)
+		return nil, err
+	}
+	return t, nil
+}
+
+// Start records the start event on the stream (inside Do).
+func (dv *Device) Start(t *Timer) error {
+	return dv.drv.check("cuEventRecord", dv.drv.cuEventRecord(t.start, dv.stream))
+}
+
+// Stop records the stop event, waits for it and returns the milliseconds since Start
+// (inside Do).
+func (dv *Device) Stop(t *Timer) (float64, error) {
+	d := dv.drv
+	if err := d.check("cuEventRecord", d.cuEventRecord(t.stop, dv.stream)); err != nil {
+		return 0, err
+	}
+	if err := d.check("cuEventSynchronize", d.cuEventSynchronize(t.stop)); err != nil {
+		return 0, err
+	}
+	var ms float32
+	if err := d.check("cuEventElapsedTime", d.cuEventElapsedTime(&ms, t.start, t.stop)); err != nil {
+		return 0, err
+	}
+	return float64(ms), nil
+}
+
+// FreeTimer destroys the timer's events (inside Do).
+func (dv *Device) FreeTimer(t *Timer) {
+	dv.drv.cuEventDestroy(t.start)
+	dv.drv.cuEventDestroy(t.stop)
+}
+
+// Graph is an instantiated CUDA graph captured from the device's stream.
+type Graph struct {
+	exec uintptr
+}
+
+// Capture records the stream work that fn queues into a CUDA graph instead of running it,
+// and instantiates it (inside Do). fn must only queue stream work (launches, async copies);
+// synchronous copies and synchronization fail during capture.
+func (dv *Device) Capture(fn func() error) (*Graph, error) {
+	d := dv.drv
+	if err := d.check("cuStreamBeginCapture_v2", d.cuStreamBeginCapture(dv.stream, captureModeThreadLocal)); err != nil {
+		return nil, err
+	}
+	ferr := fn()
+	var g uintptr
+	eerr := d.check("cuStreamEndCapture", d.cuStreamEndCapture(dv.stream, &g))
+	if ferr != nil || eerr != nil {
+		if g != 0 {
+			d.cuGraphDestroy(g)
+		}
+		if ferr != nil {
+			return nil, fmt.Errorf("cuda graph capture: %w", ferr)
+		}
+		return nil, eerr
+	}
+	defer d.cuGraphDestroy(g)
+	gr := &Graph{}
+	if err := d.check("cuGraphInstantiateWithFlags", d.cuGraphInstantiateWithFlag(&gr.exec, g, 0)); err != nil {
+		return nil, err
+	}
+	return gr, nil
+}
+
+// LaunchGraph replays g on the stream (inside Do).
+func (dv *Device) LaunchGraph(g *Graph) error {
+	return dv.drv.check("cuGraphLaunch", dv.drv.cuGraphLaunch(g.exec, dv.stream))
+}
+
+// FreeGraph destroys g (inside Do).
+func (dv *Device) FreeGraph(g *Graph) error {
+	if g == nil || g.exec == 0 {
+		return nil
+	}
+	err := dv.drv.check("cuGraphExecDestroy", dv.drv.cuGraphExecDestroy(g.exec))
+	g.exec = 0
+	return err
+}

@@ -1,0 +1,184 @@
+package cuda
+
+import (
+	"fmt"
+)
+
+// Ops launches the project's kernels and GEMMs on one device's stream. Every method queues
+// work and returns without waiting; all must be called inside Device.Do. Shapes and
+// dtypes are checked here; the contents of index buffers (tokens, slots, block tables,
+// positions) are not, so the caller validates them before upload.
+type Ops struct {
+	Dev  *Device
+	Kern *Kernels
+	BLAS *BLAS
+}
+
+// threads is the block size of the row and element-wise kernels.
+const threads = 256
+
+// gridFor returns a grid-stride launch size for n elements.
+func gridFor(n int) int {
+	return max(1, min((n+threads-1)/threads, 65535))
+}
+
+// need checks that b holds at least n elements of one of dtypes.
+func need(op, what string, b Buffer, n int, dtypes ...DType) error {
+	if b.Ptr == 0 {
+		return fmt.Errorf("cuda %s: %s: no buffer", op, what)
+	}
+	ok := false
+	for _, t := range dtypes {
+		ok = ok || b.DType == t
+	}
+	if !ok {
+		return fmt.Errorf("cuda %s: %s is %s, want one of %v", op, what, b.DType, dtypes)
+	}
+	if b.Len < n {
+		return fmt.Errorf("cuda %s: %s holds %d elements, need %d", op, what, b.Len, n)
+	}
+	return nil
+}
+
+// suffix returns the kernel-name suffix of a float dtype.
+func suffix(t DType) string { return t.String() }
+
+// Embedding writes out[i] = table[tokens[i]] as float32 for n tokens; table is [vocab][dim]
+// in F32, F16 or BF16. Ids outside the vocabulary give zero rows.
+func (o *Ops) Embedding(out, table, tokens Buffer, n, vocab, dim int) error {
+	if n <= 0 || vocab <= 0 || dim <= 0 {
+		return fmt.Errorf("cuda embedding: bad shape n=%d vocab=%d dim=%d", n, vocab, dim)
+	}
+	if err := firstErr(need("embedding", "out", out, n*dim, F32),
+		need("embedding", "table", table, vocab*dim, F32, F16, BF16),
+		need("embedding", "tokens", tokens, n, I32)); err != nil {
+		return err
+	}
+	return o.Dev.Launch(o.Kern.mod, "embed_"+suffix(table.DType), Dim3{n, 1, 1}, Dim3{threads, 1, 1}, 0,
+		out, table, tokens, vocab, dim)
+}
+
+// GatherRows writes out[i] = in[idx[i]] for rows rows of dim float32 values (the logits
+// gather: the hidden rows whose logits are wanted).
+func (o *Ops) GatherRows(out, in, idx Buffer, rows, dim int) error {
+	if rows <= 0 || dim <= 0 {
+		return fmt.Errorf("cuda gather: bad shape rows=%d dim=%d", rows, dim)
+	}
+	if err := firstErr(need("gather", "out", out, rows*dim, F32), need("gather", "in", in, dim, F32),
+		need("gather", "idx", idx, rows, I32)); err != nil {
+		return err
+	}
+	return o.Dev.Launch(o.Kern.mod, "gather_rows_f32", Dim3{rows, 1, 1}, Dim3{threads, 1, 1}, 0, out, in, idx, dim)
+}
+
+// Cast converts the float32 buffer in into out (F16 or BF16), element for element.
+func (o *Ops) Cast(out, in Buffer) error {
+	n := in.Len
+	if err := firstErr(need("cast", "in", in, 1, F32), need("cast", "out", out, n, F16, BF16)); err != nil {
+		return err
+	}
+	return o.Dev.Launch(o.Kern.mod, "cast_f32_"+suffix(out.DType), Dim3{gridFor(n), 1, 1}, Dim3{threads, 1, 1}, 0,
+		out, in, uint64(n))
+}
+
+// Add computes out = a + b over float32 buffers of equal length; out may be a or b.
+func (o *Ops) Add(out, a, b Buffer) error {
+	n := out.Len
+	if err := firstErr(need("add", "out", out, 1, F32), need("add", "a", a, n, F32), need("add", "b", b, n, F32)); err != nil {
+		return err
+	}
+	return o.Dev.Launch(o.Kern.mod, "add_f32", Dim3{gridFor(n), 1, 1}, Dim3{threads, 1, 1}, 0, out, a, b, uint64(n))
+}
+
+// RMSNorm normalizes rows rows of dim values: when x is non-zero it first adds x into
+// residual (the fused residual step), then writes residual / rms * weight to out (F32, F16
+// or BF16). residual, x and weight are float32. out may be residual when x is zero.
+func (o *Ops) RMSNorm(out, residual, x, weight Buffer, rows, dim int, eps float32) error {
+	if rows <= 0 || dim <= 0 {
+		return fmt.Errorf("cuda rmsnorm: bad shape rows=%d dim=%d", rows, dim)
+	}
+	if err := firstErr(need("rmsnorm", "out", out, rows*dim, F32, F16, BF16),
+		need("rmsnorm", "residual", residual, rows*dim, F32), need("rmsnorm", "weight", weight, dim, F32)); err != nil {
+		return err
+	}
+	if x.Ptr != 0 {
+		if err := need("rmsnorm", "x", x, rows*dim, F32); err != nil {
+			return err
+		}
+		if out.Ptr == residual.Ptr {
+			return fmt.Errorf("cuda rmsnorm: out may not alias residual when x is added")
+		}
+	}
+	return o.Dev.Launch(o.Kern.mod, "rmsnorm_"+suffix(out.DType), Dim3{rows, 1, 1}, Dim3{threads, 1, 1}, 0,
+		out, residual, x, weight, dim, eps)
+}
+
+// SwiGLU writes out[r][c] = silu(gate[r*inStride+c]) * up[r*inStride+c] for rows x dim
+// values; out is contiguous [rows][dim] (F32, F16 or BF16), gate and up float32 (views
+// into one fused buffer are fine).
+func (o *Ops) SwiGLU(out, gate, up Buffer, rows, dim, inStride int) error {
+	if rows <= 0 || dim <= 0 || inStride < dim {
+		return fmt.Errorf("cuda swiglu: bad shape rows=%d dim=%d stride=%d", rows, dim, inStride)
+	}
+	in := (rows-1)*inStride + dim
+	if err := firstErr(need("swiglu", "out", out, rows*dim, F32, F16, BF16),
+		need("swiglu", "gate", gate, in, F32), need("swiglu", "up", up, in, F32)); err != nil {
+		return err
+	}
+	return o.Dev.Launch(o.Kern.mod, "swiglu_"+suffix(out.DType), Dim3{gridFor(rows * dim), 1, 1}, Dim3{threads, 1, 1}, 0,
+		out, gate, up, rows, dim, inStride)
+}
+
+// MatMulT computes y = x · wᵀ with cuBLAS (see BLAS.MatMulT).
+func (o *Ops) MatMulT(y, x, w Buffer, n, k, m int) error {
+	if o.BLAS == nil {
+		return fmt.Errorf("cuda matmul: no cuBLAS handle")
+	}
+	return o.BLAS.MatMulT(y, x, w, n, k, m)
+}
+
+// Argmax writes out[r] = the index of the largest of row r's vocab logits (float32;
+// lowest index among ties).
+func (o *Ops) Argmax(out, logits Buffer, rows, vocab int) error {
+	if rows <= 0 || vocab <= 0 {
+		return fmt.Errorf("cuda argmax: bad shape rows=%d vocab=%d", rows, vocab)
+	}
+	if err := firstErr(need("argmax", "out", out, rows, I32), need("argmax", "logits", logits, rows*vocab, F32)); err != nil {
+		return err
+	}
+	return o.Dev.Launch(o.Kern.mod, "argmax_f32", Dim3{rows, 1, 1}, Dim3{1024, 1, 1}, 0, out, logits, vocab)
+}
+
+// SampleParams holds per-row sampling parameters on the device, one element per row.
+type SampleParams struct {
+	Temperature Buffer // F32, > 0 (use Argmax for greedy rows)
+	TopK        Buffer // I32, <= 0 for no limit
+	TopP        Buffer // F32, >= 1 for no limit
+	Uniform     Buffer // F32 in [0, 1): the random draw of each row
+}
+
+// Sample draws one token per row of logits (float32 [rows][vocab]) into out (I32) from the
+// temperature-scaled softmax restricted by top-k, then top-p (ties at a threshold kept),
+// by inverting the cumulative distribution in index order at the row's uniform draw.
+func (o *Ops) Sample(out, logits Buffer, rows, vocab int, p SampleParams) error {
+	if rows <= 0 || vocab <= 0 {
+		return fmt.Errorf("cuda sample: bad shape rows=%d vocab=%d", rows, vocab)
+	}
+	if err := firstErr(need("sample", "out", out, rows, I32), need("sample", "logits", logits, rows*vocab, F32),
+		need("sample", "temperature", p.Temperature, rows, F32), need("sample", "top-k", p.TopK, rows, I32),
+		need("sample", "top-p", p.TopP, rows, F32), need("sample", "uniform", p.Uniform, rows, F32)); err != nil {
+		return err
+	}
+	return o.Dev.Launch(o.Kern.mod, "sample_f32", Dim3{rows, 1, 1}, Dim3{1024, 1, 1}, 0,
+		out, logits, vocab, p.Temperature, p.TopK, p.TopP, p.Uniform)
+}
+
+// firstErr returns the first non-nil error.
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	return nil
+}

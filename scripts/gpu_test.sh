@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Runs the CUDA backend's tests on a GPU machine in one go and writes a results table.
+#
+# Build the test binary where Go is (no cgo; nothing is compiled on the GPU machine):
+#   CGO_ENABLED=0 go test -c -o bin/cuda.test ./internal/backend/cuda
+# then, on the GPU machine:
+#   OUT=/some/dir bash scripts/gpu_test.sh [bin/cuda.test]
+# It writes $OUT/gpu_test.log (the verbose test output) and $OUT/gpu_results.md (device,
+# kernel errors against the CPU references, NVRTC compile time, GEMM and copy figures).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+out=${OUT:-out/gpu}
+bin=${1:-bin/cuda.test}
+mkdir -p "$out"
+
+if [ ! -x "$bin" ]; then
+	if command -v go >/dev/null; then
+		CGO_ENABLED=0 go test -c -o "$bin" ./internal/backend/cuda || exit 1
+	else
+		echo "no test binary at $bin and no Go toolchain to build one" >&2
+		exit 1
+	fi
+fi
+
+# NVRTC and cuBLAS may live outside the loader's path: in the CUDA toolkit or in Python
+# wheels (nvidia-cuda-nvrtc, nvidia-cublas). Add the directories that hold them.
+libdirs=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+	[ -d "$d" ] && libdirs="$libdirs:$d"
+done
+if ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc.so.1[23]\|libcublas.so.1[23]'; then
+	for f in $(find /usr/local /opt /usr/lib -maxdepth 9 \( -name 'libnvrtc.so.1[23]' -o -name 'libcublas.so.1[23]' \) 2>/dev/null); do
+		libdirs="$libdirs:$(dirname "$f")"
+	done
+fi
+export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}$libdirs"
+echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+
+{
+	echo "# kvasir CUDA backend: GPU test results"
+	echo
+	echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+	echo "- gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
+	echo "- binary: $bin"
+	echo
+} >"$out/gpu_results.md"
+
+start=$(date +%s)
+"$bin" -test.v -test.count=1 -test.timeout=300s 2>&1 | tee "$out/gpu_test.log"
+rc=${PIPESTATUS[0]}
+secs=$(( $(date +%s) - start ))
+
+{
+	echo "| kind | what | value | detail |"
+	echo "| --- | --- | --- | --- |"
+	grep -o 'RESULT|.*' "$out/gpu_test.log" | awk -F'|' '{ printf "| %s | %s | %s | %s |\n", $2, $3, $4, $5 }'
+	echo
+	echo "Tests: exit status $rc in ${secs}s; $(grep -c -- '--- PASS' "$out/gpu_test.log") passed, $(grep -c -- '--- FAIL' "$out/gpu_test.log") failed, $(grep -c -- '--- SKIP' "$out/gpu_test.log") skipped."
+	if grep -q -- '--- FAIL' "$out/gpu_test.log"; then
+		echo
+		echo "Failures:"
+		echo '```'
+		grep -B2 -A8 -- '--- FAIL\|Error\|error' "$out/gpu_test.log" | head -80
+		echo '```'
+	fi
+} >>"$out/gpu_results.md"
+cat "$out/gpu_results.md"
+exit "$rc"
