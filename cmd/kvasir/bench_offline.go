@@ -63,6 +63,10 @@ type offlineResult struct {
 	P99E2ELms            float64 `json:"p99_e2el_ms"`
 	PrefixCacheHitRate   float64 `json:"prefix_cache_hit_rate"`
 	NumPreemptions       int64   `json:"num_preemptions"`
+	// Per request, in submission order (vLLM's keys; TTFTs in seconds, 0 for a failure).
+	InputLens  []int     `json:"input_lens"`
+	OutputLens []int     `json:"output_lens"`
+	TTFTs      []float64 `json:"ttfts"`
 }
 
 func benchOffline(args []string) error {
@@ -217,6 +221,9 @@ func runOffline(e *kvasir.Engine, reqs []offlineRequest, concurrency int, ignore
 	var ttft, tpot, itl, e2e []float64
 	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
 	for _, t := range timings {
+		res.InputLens = append(res.InputLens, t.input)
+		res.OutputLens = append(res.OutputLens, t.output)
+		res.TTFTs = append(res.TTFTs, t.ttft.Seconds())
 		if t.err != nil {
 			res.Failed++
 			continue
