@@ -16,14 +16,7 @@ import (
 // handleChat answers POST /v1/chat/completions.
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	var req chatRequest
-	unknown, apiErr := decodeBody(w, r, s.cfg.MaxBodyBytes, &req)
-	if apiErr != nil {
-		writeError(w, apiErr)
-		return
-	}
-	s.warnUnknown(r.URL.Path, unknown)
-	if apiErr := s.checkModel(req.Model); apiErr != nil {
-		writeError(w, apiErr)
+	if !s.readRequest(w, r, &req, func() string { return req.Model }) {
 		return
 	}
 	kreq, apiErr := s.chatRequest(&req)

@@ -10,14 +10,7 @@ import (
 // handleCompletions answers POST /v1/completions.
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	var req completionRequest
-	unknown, apiErr := decodeBody(w, r, s.cfg.MaxBodyBytes, &req)
-	if apiErr != nil {
-		writeError(w, apiErr)
-		return
-	}
-	s.warnUnknown(r.URL.Path, unknown)
-	if apiErr := s.checkModel(req.Model); apiErr != nil {
-		writeError(w, apiErr)
+	if !s.readRequest(w, r, &req, func() string { return req.Model }) {
 		return
 	}
 	reqs, apiErr := s.completionRequests(&req)

@@ -171,3 +171,19 @@ func jsonFields(t reflect.Type) map[string]bool {
 	}
 	return out
 }
+
+// readRequest decodes the request body into dst, logs the fields kvasir does not know, and
+// checks the model the request names (model reads it from dst once decoded). On failure it
+// answers the client itself and returns false.
+func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, dst any, model func() string) bool {
+	unknown, apiErr := decodeBody(w, r, s.cfg.MaxBodyBytes, dst)
+	if apiErr == nil {
+		s.warnUnknown(r.URL.Path, unknown)
+		apiErr = s.checkModel(model())
+	}
+	if apiErr != nil {
+		writeError(w, apiErr)
+		return false
+	}
+	return true
+}

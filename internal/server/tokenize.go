@@ -8,14 +8,7 @@ import (
 // the template, to token ids.
 func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 	var req tokenizeRequest
-	unknown, apiErr := decodeBody(w, r, s.cfg.MaxBodyBytes, &req)
-	if apiErr != nil {
-		writeError(w, apiErr)
-		return
-	}
-	s.warnUnknown(r.URL.Path, unknown)
-	if apiErr := s.checkModel(req.Model); apiErr != nil {
-		writeError(w, apiErr)
+	if !s.readRequest(w, r, &req, func() string { return req.Model }) {
 		return
 	}
 	if !s.eng.HasTokenizer() {
@@ -36,6 +29,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		}
 	case req.Messages != nil:
 		addGen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
+		var apiErr *APIError
 		if ids, apiErr = s.renderChat(req.Messages, req.Tools, addGen, req.ContinueFinal, req.ChatTemplateKwargs); apiErr != nil {
 			writeError(w, apiErr)
 			return
@@ -65,14 +59,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 // handleDetokenize answers vLLM's POST /detokenize: token ids to text.
 func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 	var req detokenizeRequest
-	unknown, apiErr := decodeBody(w, r, s.cfg.MaxBodyBytes, &req)
-	if apiErr != nil {
-		writeError(w, apiErr)
-		return
-	}
-	s.warnUnknown(r.URL.Path, unknown)
-	if apiErr := s.checkModel(req.Model); apiErr != nil {
-		writeError(w, apiErr)
+	if !s.readRequest(w, r, &req, func() string { return req.Model }) {
 		return
 	}
 	if req.Tokens == nil {
