@@ -118,7 +118,7 @@ func build(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	cache, err := model.NewKVCache(mc, cfg.NumBlocks, cfg.BlockSize)
+	cache, err := m.NewKVCache(cfg.NumBlocks, cfg.BlockSize)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}

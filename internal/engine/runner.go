@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 
+	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
 	"github.com/kvasir-llm/kvasir/internal/model"
 )
@@ -19,16 +20,15 @@ type runner struct {
 // copyBlocks performs copy-on-write orders: block Src's keys and values, in every layer,
 // into block Dst.
 func (r *runner) copyBlocks(ops []kvcache.CopyOp) error {
-	for _, op := range ops {
-		if op.Src < 0 || op.Dst < 0 || int(op.Src) >= r.kv.NumBlocks || int(op.Dst) >= r.kv.NumBlocks {
-			return fmt.Errorf("engine: copy block %d to %d: outside the cache's %d blocks", op.Src, op.Dst, r.kv.NumBlocks)
-		}
-		for _, l := range r.kv.Layers {
-			per := l.BlockSize * l.KVHeads * l.HeadDim
-			s, d := int(op.Src)*per, int(op.Dst)*per
-			copy(l.K[d:d+per], l.K[s:s+per])
-			copy(l.V[d:d+per], l.V[s:s+per])
-		}
+	if len(ops) == 0 {
+		return nil
+	}
+	copies := make([]backend.BlockCopy, len(ops))
+	for i, op := range ops {
+		copies[i] = backend.BlockCopy{Src: op.Src, Dst: op.Dst}
+	}
+	if err := r.kv.CopyBlocks(copies); err != nil {
+		return fmt.Errorf("engine: %w", err)
 	}
 	return nil
 }

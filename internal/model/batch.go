@@ -1,6 +1,10 @@
 package model
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/kvasir-llm/kvasir/internal/backend"
+)
 
 // Batch is the input of one forward step: the tokens of one or more sequences, concatenated
 // sequence after sequence, with where each token sits and where its keys and values go.
@@ -76,4 +80,34 @@ func (b *Batch) check(vocab int, kv *KVCache) error {
 		}
 	}
 	return nil
+}
+
+// fillMeta fills dst with the step metadata of b (a checked batch) for a cache of
+// blockSize-token blocks, reusing dst's buffers. Tokens, positions and slots are shared
+// with b, not copied.
+func (b *Batch) fillMeta(dst *backend.StepMeta, blockSize int) {
+	dst.Tokens, dst.Positions, dst.SlotMapping = b.Tokens, b.Positions, b.SlotMapping
+	dst.QueryStarts, dst.ContextLens, dst.LogitsIndices = dst.QueryStarts[:0], dst.ContextLens[:0], dst.LogitsIndices[:0]
+	dst.MaxBlocks, dst.MaxQueryLen, dst.MaxContextLen = 0, 0, 0
+	for _, s := range b.Seqs {
+		dst.QueryStarts = append(dst.QueryStarts, int32(s.QueryStart))
+		dst.ContextLens = append(dst.ContextLens, int32(s.ContextLen))
+		dst.MaxBlocks = max(dst.MaxBlocks, (s.ContextLen+blockSize-1)/blockSize)
+		dst.MaxQueryLen = max(dst.MaxQueryLen, s.QueryLen)
+		dst.MaxContextLen = max(dst.MaxContextLen, s.ContextLen)
+	}
+	dst.QueryStarts = append(dst.QueryStarts, int32(len(b.Tokens)))
+	n := len(b.Seqs) * dst.MaxBlocks
+	if cap(dst.BlockTables) < n {
+		dst.BlockTables = make([]int32, n)
+	}
+	dst.BlockTables = dst.BlockTables[:n]
+	clear(dst.BlockTables)
+	for i, s := range b.Seqs {
+		blocks := (s.ContextLen + blockSize - 1) / blockSize
+		copy(dst.BlockTables[i*dst.MaxBlocks:], s.BlockTable[:blocks])
+	}
+	for _, i := range b.LogitsIndices {
+		dst.LogitsIndices = append(dst.LogitsIndices, int32(i))
+	}
 }

@@ -79,7 +79,7 @@ func TestBatchInvariance(t *testing.T) {
 			}
 			vocab := m.Config().VocabSize
 			// Together: prefill all but the last token of each, then decode the last ones.
-			kv, err := NewKVCache(m.Config(), 10, bs)
+			kv, err := m.NewKVCache(10, bs)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -95,7 +95,7 @@ func TestBatchInvariance(t *testing.T) {
 			}
 			row := 0
 			for i, s := range seqs {
-				alone, err := NewKVCache(m.Config(), 10, bs)
+				alone, err := m.NewKVCache(10, bs)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -165,7 +165,7 @@ func TestChunkedPrefill(t *testing.T) {
 // TestForwardRejectsBadBatches: malformed batches are errors, not panics.
 func TestForwardRejectsBadBatches(t *testing.T) {
 	m := batchModel(t, quant.F32)
-	kv, err := NewKVCache(m.Config(), 2, 4)
+	kv, err := m.NewKVCache(2, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,11 +201,18 @@ func TestForwardRejectsBadBatches(t *testing.T) {
 			t.Errorf("%s: Forward accepted the batch", name)
 		}
 	}
-	other, err := NewKVCache(format.Config{Layers: 1, KVHeads: 1, HeadDim: 2}, 1, 1)
-	if err != nil {
+	// A cache of another model's shape, and one on another backend.
+	small := format.Config{Layers: 1, KVHeads: 1, HeadDim: 2}
+	other := &Model{cfg: small, be: m.be}
+	if kv, err := other.NewKVCache(2, 4); err != nil {
 		t.Fatal(err)
-	}
-	if _, err := m.Forward(good(), other); err == nil {
+	} else if _, err := m.Forward(good(), kv); err == nil {
 		t.Errorf("Forward accepted a cache of another shape")
+	}
+	elsewhere := batchModel(t, quant.F32)
+	if kv, err := elsewhere.NewKVCache(2, 4); err != nil {
+		t.Fatal(err)
+	} else if _, err := m.Forward(good(), kv); err == nil {
+		t.Errorf("Forward accepted a cache made on another backend")
 	}
 }

@@ -3,32 +3,38 @@ package model
 import (
 	"fmt"
 
-	"github.com/kvasir-llm/kvasir/internal/backend/cpu"
+	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/format"
+	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
 // KVCache holds the keys and values of every layer in fixed-size blocks of BlockSize token
-// slots. Slot s is block s/BlockSize, offset s%BlockSize; which blocks belong to which
-// sequence is the caller's business (block tables in the Batch).
+// slots, on the model's backend. Slot s is block s/BlockSize, offset s%BlockSize; which
+// blocks belong to which sequence is the caller's business (block tables in the Batch).
 type KVCache struct {
 	BlockSize int
 	NumBlocks int
-	Layers    []*cpu.KVCacheLayer
+	be        backend.Backend
+	cache     backend.KVCache
 }
 
-// NewKVCache allocates a zeroed cache of numBlocks blocks of blockSize tokens for a model of
-// config cfg.
-func NewKVCache(cfg format.Config, numBlocks, blockSize int) (*KVCache, error) {
+// NewKVCache allocates a zeroed cache of numBlocks blocks of blockSize tokens on the
+// model's backend.
+func (m *Model) NewKVCache(numBlocks, blockSize int) (*KVCache, error) {
 	if numBlocks <= 0 || blockSize <= 0 {
 		return nil, fmt.Errorf("kv cache: %d blocks of %d tokens", numBlocks, blockSize)
 	}
-	kv := &KVCache{BlockSize: blockSize, NumBlocks: numBlocks, Layers: make([]*cpu.KVCacheLayer, cfg.Layers)}
-	for l := range kv.Layers {
-		layer, err := cpu.NewKVCacheLayer(numBlocks, blockSize, cfg.KVHeads, cfg.HeadDim)
-		if err != nil {
-			return nil, fmt.Errorf("kv cache: layer %d: %w", l, err)
-		}
-		kv.Layers[l] = layer
+	c := m.cfg
+	spec := backend.KVSpec{Layers: c.Layers, NumBlocks: numBlocks, BlockSize: blockSize,
+		KVHeads: c.KVHeads, HeadDim: c.HeadDim, DType: quant.F32}
+	kv := &KVCache{BlockSize: blockSize, NumBlocks: numBlocks, be: m.be}
+	err := m.be.Run(func() error {
+		var err error
+		kv.cache, err = m.be.NewKVCache(spec)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("kv cache: %w", err)
 	}
 	return kv, nil
 }
@@ -42,15 +48,24 @@ func BytesPerToken(cfg format.Config) int64 {
 // Slots returns the number of token slots the cache holds.
 func (kv *KVCache) Slots() int { return kv.NumBlocks * kv.BlockSize }
 
-// fits checks that the cache was made for a model of config c.
-func (kv *KVCache) fits(c format.Config) error {
-	if kv == nil || len(kv.Layers) != c.Layers {
-		return fmt.Errorf("kv cache does not have the model's %d layers", c.Layers)
+// CopyBlocks copies blocks as ordered (keys and values, every layer), in order: the
+// copy-on-write orders of the KV manager.
+func (kv *KVCache) CopyBlocks(copies []backend.BlockCopy) error {
+	if len(copies) == 0 {
+		return nil
 	}
-	for l, layer := range kv.Layers {
-		if layer == nil || layer.KVHeads != c.KVHeads || layer.HeadDim != c.HeadDim || layer.BlockSize != kv.BlockSize || layer.NumBlocks() != kv.NumBlocks {
-			return fmt.Errorf("kv cache layer %d does not match the model (%d kv heads of %d)", l, c.KVHeads, c.HeadDim)
-		}
+	return kv.be.Run(func() error { return kv.be.CopyBlocks(kv.cache, copies) })
+}
+
+// fits checks that the cache was made for model m.
+func (kv *KVCache) fits(m *Model) error {
+	if kv == nil || kv.cache == nil || kv.be != m.be {
+		return fmt.Errorf("kv cache was not made on the model's backend")
+	}
+	c, s := m.cfg, kv.cache.Spec()
+	if s.Layers != c.Layers || s.KVHeads != c.KVHeads || s.HeadDim != c.HeadDim || s.BlockSize != kv.BlockSize || s.NumBlocks != kv.NumBlocks {
+		return fmt.Errorf("kv cache of %d layers of %d kv heads of %d does not match the model's %d of %d of %d",
+			s.Layers, s.KVHeads, s.HeadDim, c.Layers, c.KVHeads, c.HeadDim)
 	}
 	return nil
 }

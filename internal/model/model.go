@@ -1,304 +1,286 @@
 // Package model runs transformer models of the Llama family (Llama 2/3, Mistral, Mixtral,
-// Qwen2, Qwen3, Qwen2-MoE) on the CPU backend.
+// Qwen2, Qwen3, Qwen2-MoE) on any backend that implements the op set of package backend.
 //
-// Model is the fast path: weights bound by name from an opened format.Model without
-// copying, and a batched Forward over a paged KV cache, written once against the backend's
+// Model is the fast path: weights bound by name from an opened format.Model and uploaded
+// once, and a batched Forward over a paged KV cache, written once against the backend's
 // small op set. Reference is the slow single-sequence fp32 path that tests use as the
 // oracle. Session drives a Model for one sequence (run, chat, benchmarks).
 package model
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 
+	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/backend/cpu"
+	"github.com/kvasir-llm/kvasir/internal/backend/cpubackend"
 	"github.com/kvasir-llm/kvasir/internal/format"
+	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
 // Options configures a Model.
 type Options struct {
-	// Pool is the worker pool kernels run on; nil makes one of Threads threads, owned by the
-	// Model and closed by Close.
-	Pool *cpu.Pool
-	// Threads is the size of the pool made when Pool is nil (< 1: all cores).
+	// Backend runs the model's ops; nil makes a CPU backend of Threads threads, owned by
+	// the Model and closed by Close.
+	Backend backend.Backend
+	// Threads is the size of the CPU backend made when Backend is nil (< 1: all cores).
 	Threads int
 }
 
 // Model is a transformer bound to its weights, ready to run batches. A Model runs one
-// Forward at a time (its scratch buffers are reused from step to step); it is not safe for
-// concurrent use.
+// Forward at a time (its activation buffers are reused from step to step); it is not safe
+// for concurrent use.
 type Model struct {
-	cfg      format.Config
-	w        *weights
-	rope     *rope
-	pool     *cpu.Pool
-	ownsPool bool
-	s        scratch
+	cfg         format.Config
+	be          backend.Backend
+	ownsBackend bool
+	w           *weights[backend.Tensor]
+	experts     [][]backend.Expert // per layer, for mixtures of experts
+	rope        backend.Rope
+	scale       float32 // attention scores' scale, 1/sqrt(HeadDim)
+
+	meta backend.StepMeta // the step being run, its buffers reused
+	act  stepBuffers
 }
 
-// New binds the weights of an opened model. The format.Model must stay open while the
-// Model is used.
+// New binds the weights of an opened model and uploads them to the backend. The
+// format.Model must stay open while the Model is used.
 func New(m *format.Model, opt Options) (*Model, error) {
-	w, err := bindWeights(m)
-	if err != nil {
+	md := &Model{cfg: m.Config, be: opt.Backend, scale: float32(1 / math.Sqrt(float64(m.Config.HeadDim)))}
+	if md.be == nil {
+		md.be, md.ownsBackend = cpubackend.New(opt.Threads), true
+	}
+	if err := md.be.Run(func() error { return md.upload(m) }); err != nil {
+		md.Close()
 		return nil, err
+	}
+	return md, nil
+}
+
+// upload binds and uploads the weights and the rotary frequencies (inside Run).
+func (md *Model) upload(m *format.Model) error {
+	w, err := bindWeights(m, md.be.UploadWeight)
+	if err != nil {
+		return err
 	}
 	r, err := newRope(m.Config, w.ropeDivisors)
 	if err != nil {
-		return nil, fmt.Errorf("model %s: %w", m.Path, err)
+		return fmt.Errorf("model %s: %w", m.Path, err)
 	}
-	md := &Model{cfg: m.Config, w: w, rope: r, pool: opt.Pool}
-	if md.pool == nil {
-		md.pool, md.ownsPool = cpu.NewPool(opt.Threads), true
+	data := make([]byte, 0, 4*len(r.invFreq))
+	for _, f := range r.invFreq {
+		data = binary.LittleEndian.AppendUint32(data, math.Float32bits(f))
 	}
-	return md, nil
+	inv, err := md.be.UploadWeight(&format.Tensor{Name: "rope inverse frequencies", Type: quant.F32, Shape: []int{len(r.invFreq)}, Data: data})
+	if err != nil {
+		return fmt.Errorf("model %s: %w", m.Path, err)
+	}
+	md.w = w
+	md.rope = backend.Rope{InvFreq: inv, Dim: r.dim, NeoX: r.neox, MScale: r.mscale}
+	md.experts = make([][]backend.Expert, len(w.layers))
+	for l, lw := range w.layers {
+		for _, e := range lw.experts {
+			md.experts[l] = append(md.experts[l], backend.Expert{Gate: e.gate, Up: e.up, Down: e.down})
+		}
+	}
+	return nil
 }
 
 // Config returns the model's hyperparameters.
 func (m *Model) Config() format.Config { return m.cfg }
 
-// Pool returns the worker pool the model runs on.
-func (m *Model) Pool() *cpu.Pool { return m.pool }
+// Pool returns the worker pool of the model's CPU backend, or nil when the model runs on
+// another backend.
+func (m *Model) Pool() *cpu.Pool {
+	if cb, ok := m.be.(*cpubackend.Backend); ok {
+		return cb.Pool()
+	}
+	return nil
+}
 
-// Close stops the worker pool when the Model made it.
+// Close closes the backend when the Model made it. (A backend passed in Options keeps the
+// model's tensors until it is closed.)
 func (m *Model) Close() {
-	if m.ownsPool {
-		m.pool.Close()
+	if m.ownsBackend {
+		m.be.Close()
 	}
 }
 
 // WeightBytesPerToken returns the bytes of weights one decoded token reads: every matrix
 // of every layer (for mixtures of experts only the experts used) and the output
-// projection. The embedding row is negligible and left out.
+// projection, as the backend holds them. The embedding row is negligible and left out.
 func (m *Model) WeightBytesPerToken() int64 {
-	size := func(w cpu.Weight) int64 { return int64(len(w.Data)) }
 	var n int64
-	for _, lw := range m.w.layers {
-		n += size(lw.q) + size(lw.k) + size(lw.v) + size(lw.o)
-		n += size(lw.gate) + size(lw.up) + size(lw.down)
-		if len(lw.experts) > 0 {
-			e := lw.experts[0]
-			n += size(lw.router) + int64(m.cfg.ExpertsUsed)*(size(e.gate)+size(e.up)+size(e.down))
+	for l, lw := range m.w.layers {
+		n += tensorBytes(lw.q) + tensorBytes(lw.k) + tensorBytes(lw.v) + tensorBytes(lw.o)
+		n += tensorBytes(lw.gate) + tensorBytes(lw.up) + tensorBytes(lw.down)
+		if e := m.experts[l]; len(e) > 0 {
+			perExpert := tensorBytes(e[0].Gate) + tensorBytes(e[0].Up) + tensorBytes(e[0].Down)
+			n += tensorBytes(lw.router) + int64(m.cfg.ExpertsUsed)*perExpert
 		}
-		if lw.hasShared {
-			n += size(lw.shGate) + size(lw.shUp) + size(lw.shDown)
-		}
+		n += tensorBytes(lw.shGate) + tensorBytes(lw.shUp) + tensorBytes(lw.shDown)
 	}
-	return n + size(m.w.output)
+	return n + tensorBytes(m.w.output)
 }
 
-// scratch holds the activations of one step, grown as batches need.
-type scratch struct {
-	x, xb, q, k, v, att, ffnOut []float32
-	gate, up                    []float32
-	cos, sin                    []float32
-	ropePos                     []int32
-	logitsIn                    []float32
-	// Mixture of experts.
-	router, moeX, moeOut []float32
-}
-
-// grow makes the scratch buffers big enough for n tokens.
-func (m *Model) grow(n int) {
-	c := m.cfg
-	s := &m.s
-	ffn := max(c.FFNDim, c.ExpertFFNDim, c.SharedExpertFFN)
-	size := func(b *[]float32, k int) {
-		if cap(*b) < k {
-			*b = make([]float32, k)
-		}
-		*b = (*b)[:k]
+// tensorBytes returns the bytes of a weight matrix as its backend holds it (0 for nil).
+func tensorBytes(t backend.Tensor) int64 {
+	if t == nil {
+		return 0
 	}
-	size(&s.x, n*c.Dim)
-	size(&s.xb, n*c.Dim)
-	size(&s.ffnOut, n*c.Dim)
-	size(&s.q, n*c.Heads*c.HeadDim)
-	size(&s.att, n*c.Heads*c.HeadDim)
-	size(&s.k, n*c.KVHeads*c.HeadDim)
-	size(&s.v, n*c.KVHeads*c.HeadDim)
-	size(&s.gate, n*ffn)
-	size(&s.up, n*ffn)
-	size(&s.cos, n*m.rope.dim/2)
-	size(&s.sin, n*m.rope.dim/2)
-	if cap(s.ropePos) < n {
-		s.ropePos = make([]int32, n)
+	shape := t.Shape()
+	rb, err := t.DType().RowBytes(shape[len(shape)-1])
+	if err != nil {
+		return 0
 	}
-	s.ropePos = s.ropePos[:n]
-	if c.Experts > 0 {
-		size(&s.router, n*c.Experts)
-		size(&s.moeX, n*c.Dim)
-		size(&s.moeOut, n*c.Dim)
+	rows := 1
+	for _, d := range shape[:len(shape)-1] {
+		rows *= d
 	}
+	return int64(rows * rb)
 }
 
 // Forward runs one step: it writes the keys and values of the batch's tokens into kv at
 // their slots, attends each sequence's tokens over its cached context, and returns the
 // logits of the rows named by b.LogitsIndices, len(LogitsIndices) x vocabulary, row after
-// row. The returned slice is new for each call.
+// row (nil when none are named). The returned slice is new for each call.
 func (m *Model) Forward(b *Batch, kv *KVCache) ([]float32, error) {
-	c := m.cfg
-	if err := kv.fits(c); err != nil {
+	if err := kv.fits(m); err != nil {
 		return nil, fmt.Errorf("forward: %w", err)
 	}
-	if err := b.check(c.VocabSize, kv); err != nil {
+	if err := b.check(m.cfg.VocabSize, kv); err != nil {
 		return nil, fmt.Errorf("forward: %w", err)
 	}
-	n := len(b.Tokens)
-	m.grow(n)
-	s := &m.s
-	p := m.pool
-	dim, hd := c.Dim, c.HeadDim
-	eps := float32(c.NormEps)
+	b.fillMeta(&m.meta, kv.BlockSize)
+	var logits []float32
+	if len(b.LogitsIndices) > 0 {
+		logits = make([]float32, len(b.LogitsIndices)*m.cfg.VocabSize)
+	}
+	if err := m.be.Run(func() error { return m.forward(kv, logits) }); err != nil {
+		return nil, fmt.Errorf("forward: %w", err)
+	}
+	return logits, nil
+}
 
-	for t, tok := range b.Tokens {
-		if err := dequantRow(m.w.embd, int(tok), s.x[t*dim:(t+1)*dim]); err != nil {
-			return nil, fmt.Errorf("forward: embedding: %w", err)
-		}
+// forward runs the step described by m.meta on the backend (inside Run) and writes the
+// logits into logits. Every op reads and writes buffers that exist before the step, and
+// the final Logits is the only read-back: a device backend can replay the step as a graph.
+func (m *Model) forward(kv *KVCache, logits []float32) error {
+	be, eps := m.be, float32(m.cfg.NormEps)
+	a, err := m.act.forStep(m, m.meta.NumTokens(), len(m.meta.LogitsIndices))
+	if err != nil {
+		return err
 	}
-	// Rotation tables for this step's tokens only: row t holds position Positions[t].
-	half := m.rope.dim / 2
-	for t, pos := range b.Positions {
-		m.rope.angles(int(pos), s.cos[t*half:(t+1)*half], s.sin[t*half:(t+1)*half])
-		s.ropePos[t] = int32(t)
+	st, err := be.UploadStep(&m.meta)
+	if err != nil {
+		return err
 	}
-	style := cpu.RopeInterleaved
-	if m.rope.neox {
-		style = cpu.RopeNeoX
+	if err := be.Embedding(a.x, m.w.embd, st); err != nil {
+		return fmt.Errorf("embedding: %w", err)
 	}
-	scale := float32(1 / math.Sqrt(float64(hd)))
-
 	for l := range m.w.layers {
-		lw := &m.w.layers[l]
-		var err error
-		if l == 0 {
-			err = cpu.RMSNorm(p, s.xb, s.x, lw.attnNorm, n, eps)
-		} else {
-			err = cpu.RMSNormResidual(p, s.xb, s.x, s.ffnOut, lw.attnNorm, n, eps)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("forward: layer %d: %w", l, err)
-		}
-		if err := m.attention(l, b, kv, style, scale); err != nil {
-			return nil, fmt.Errorf("forward: layer %d: %w", l, err)
-		}
-		if err := cpu.RMSNormResidual(p, s.xb, s.x, s.ffnOut, lw.ffnNorm, n, eps); err != nil {
-			return nil, fmt.Errorf("forward: layer %d: %w", l, err)
-		}
-		if c.Experts > 0 {
-			err = m.moe(lw, n)
-		} else {
-			err = m.mlp(lw.gate, lw.up, lw.down, s.xb, s.ffnOut, n)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("forward: layer %d: %w", l, err)
+		if err := m.layer(l, a, kv, st); err != nil {
+			return fmt.Errorf("layer %d: %w", l, err)
 		}
 	}
-	return m.logits(b.LogitsIndices)
+	if len(logits) == 0 {
+		return nil
+	}
+	// The last block's output joins the residual stream; the final norm follows, and only
+	// the rows whose logits are wanted are projected onto the vocabulary.
+	if err := be.RMSNormResidual(a.xb, a.x, a.ffnOut, m.w.outNorm, eps); err != nil {
+		return fmt.Errorf("output norm: %w", err)
+	}
+	if err := be.GatherRows(a.last, a.xb, st); err != nil {
+		return fmt.Errorf("logits rows: %w", err)
+	}
+	if err := be.Logits(logits, a.last, m.w.output); err != nil {
+		return fmt.Errorf("output: %w", err)
+	}
+	return nil
 }
 
-// attention runs the attention half of layer l: projections, rotary embedding, cache
-// write, paged attention per sequence, and the output projection into s.ffnOut (which the
-// next fused norm adds to the residual).
-func (m *Model) attention(l int, b *Batch, kv *KVCache, style cpu.RopeStyle, scale float32) error {
-	c := m.cfg
-	s := &m.s
-	p := m.pool
-	lw := &m.w.layers[l]
-	n := len(b.Tokens)
-	hd := c.HeadDim
-	qDim, kvDim := c.Heads*hd, c.KVHeads*hd
-	q, k, v := s.q[:n*qDim], s.k[:n*kvDim], s.v[:n*kvDim]
-	if err := matMul(p, q, lw.q, s.xb, n); err != nil {
+// layer runs transformer block l: pre-norm attention, then a pre-norm feed-forward. Each
+// half leaves its output in a.ffnOut, which the next fused norm adds to the residual
+// stream a.x.
+func (m *Model) layer(l int, a *activations, kv *KVCache, st backend.Step) error {
+	be, lw, eps := m.be, &m.w.layers[l], float32(m.cfg.NormEps)
+	var err error
+	if l == 0 {
+		err = be.RMSNorm(a.xb, a.x, lw.attnNorm, eps)
+	} else {
+		err = be.RMSNormResidual(a.xb, a.x, a.ffnOut, lw.attnNorm, eps)
+	}
+	if err != nil {
 		return err
 	}
-	if err := matMul(p, k, lw.k, s.xb, n); err != nil {
+	if err := m.attention(l, a, kv, st); err != nil {
 		return err
 	}
-	if err := matMul(p, v, lw.v, s.xb, n); err != nil {
+	if err := be.RMSNormResidual(a.xb, a.x, a.ffnOut, lw.ffnNorm, eps); err != nil {
 		return err
 	}
-	if lw.qBias != nil {
-		addBias(q, lw.qBias)
-		addBias(k, lw.kBias)
-		addBias(v, lw.vBias)
+	if m.cfg.Experts > 0 {
+		return m.moe(l, a)
 	}
-	eps := float32(c.NormEps)
-	if lw.qNorm != nil {
-		if err := cpu.RMSNorm(p, q, q, lw.qNorm, n*c.Heads, eps); err != nil {
+	return m.mlp(a.ffnOut, a.xb, a, lw.gate, lw.up, lw.down)
+}
+
+// attention is the attention half of block l on the normalized rows a.xb: projections,
+// (biases, QK norm,) rotary embedding fused with the cache write, paged attention, and the
+// output projection into a.ffnOut.
+func (m *Model) attention(l int, a *activations, kv *KVCache, st backend.Step) error {
+	be, lw, c := m.be, &m.w.layers[l], m.cfg
+	if err := be.MatMul(a.q, a.xb, lw.q); err != nil {
+		return err
+	}
+	if err := be.MatMul(a.k, a.xb, lw.k); err != nil {
+		return err
+	}
+	if err := be.MatMul(a.v, a.xb, lw.v); err != nil {
+		return err
+	}
+	if c.QKVBias {
+		if err := be.AddBias(a.q, lw.qBias); err != nil {
 			return err
 		}
-		if err := cpu.RMSNorm(p, k, k, lw.kNorm, n*c.KVHeads, eps); err != nil {
+		if err := be.AddBias(a.k, lw.kBias); err != nil {
+			return err
+		}
+		if err := be.AddBias(a.v, lw.vBias); err != nil {
 			return err
 		}
 	}
-	if err := cpu.Rope(p, q, n, c.Heads, hd, m.rope.dim, s.ropePos, s.cos, s.sin, style); err != nil {
-		return err
-	}
-	if err := cpu.Rope(p, k, n, c.KVHeads, hd, m.rope.dim, s.ropePos, s.cos, s.sin, style); err != nil {
-		return err
-	}
-	if err := cpu.WriteKV(kv.Layers[l], k, v, b.SlotMapping); err != nil {
-		return err
-	}
-	for i, seq := range b.Seqs {
-		t0, t1 := seq.QueryStart, seq.QueryStart+seq.QueryLen
-		err := cpu.Attention(p, s.att[t0*qDim:t1*qDim], q[t0*qDim:t1*qDim], seq.QueryLen, c.Heads,
-			kv.Layers[l], seq.BlockTable, b.Positions[t0:t1], scale)
-		if err != nil {
-			return fmt.Errorf("sequence %d: %w", i, err)
+	if c.QKNorm {
+		if err := be.HeadNorm(a.q, lw.qNorm, float32(c.NormEps)); err != nil {
+			return err
+		}
+		if err := be.HeadNorm(a.k, lw.kNorm, float32(c.NormEps)); err != nil {
+			return err
 		}
 	}
-	return matMul(p, s.ffnOut[:n*c.Dim], lw.o, s.att, n)
-}
-
-// mlp computes the SwiGLU feed-forward of n rows of x into out.
-func (m *Model) mlp(gate, up, down cpu.Weight, x, out []float32, n int) error {
-	s := &m.s
-	f := gate.Rows
-	g, u := s.gate[:n*f], s.up[:n*f]
-	if err := matMul(m.pool, g, gate, x, n); err != nil {
+	if err := be.RopeKVWrite(a.q, a.k, a.v, m.rope, kv.cache, l, st); err != nil {
 		return err
 	}
-	if err := matMul(m.pool, u, up, x, n); err != nil {
+	if err := be.Attention(a.att, a.q, kv.cache, l, m.scale, st); err != nil {
 		return err
 	}
-	if err := cpu.SwiGLU(m.pool, g, g, u); err != nil {
+	return be.MatMul(a.ffnOut, a.att, lw.o)
+}
+
+// mlp computes the SwiGLU feed-forward out = down(silu(gate·x) * up·x), with a.gate and
+// a.up as scratch.
+func (m *Model) mlp(out, x backend.Tensor, a *activations, gate, up, down backend.Tensor) error {
+	be := m.be
+	if err := be.MatMul(a.gate, x, gate); err != nil {
 		return err
 	}
-	return matMul(m.pool, out[:n*down.Rows], down, g, n)
-}
-
-// logits applies the final norm to the rows in idx and projects them onto the vocabulary.
-func (m *Model) logits(idx []int) ([]float32, error) {
-	c := m.cfg
-	s := &m.s
-	if len(idx) == 0 {
-		return nil, nil
+	if err := be.MatMul(a.up, x, up); err != nil {
+		return err
 	}
-	// The last layer's feed-forward output still has to join the residual stream.
-	dim := c.Dim
-	if cap(s.logitsIn) < len(idx)*dim {
-		s.logitsIn = make([]float32, len(idx)*dim)
+	if err := be.SwiGLU(a.gate, a.gate, a.up); err != nil {
+		return err
 	}
-	in := s.logitsIn[:len(idx)*dim]
-	for j, t := range idx {
-		row := in[j*dim : (j+1)*dim]
-		copy(row, s.x[t*dim:(t+1)*dim])
-		addInto(row, s.ffnOut[t*dim:(t+1)*dim])
-	}
-	if err := cpu.RMSNorm(m.pool, in, in, m.w.outNorm, len(idx), float32(c.NormEps)); err != nil {
-		return nil, fmt.Errorf("forward: output norm: %w", err)
-	}
-	out := make([]float32, len(idx)*c.VocabSize)
-	if err := matMul(m.pool, out, m.w.output, in, len(idx)); err != nil {
-		return nil, fmt.Errorf("forward: output: %w", err)
-	}
-	return out, nil
-}
-
-// addBias adds bias to every row of x.
-func addBias(x, bias []float32) {
-	for off := 0; off < len(x); off += len(bias) {
-		addInto(x[off:off+len(bias)], bias)
-	}
+	return be.MatMul(out, a.gate, down)
 }

@@ -5,8 +5,8 @@ import (
 	"math"
 	"sort"
 
-	"github.com/kvasir-llm/kvasir/internal/backend/cpu"
 	"github.com/kvasir-llm/kvasir/internal/format"
+	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
 // Reference is the single-sequence fp32 forward pass written for clarity, in the manner of
@@ -15,7 +15,7 @@ import (
 // oracle the fast path is tested against; it is slow on purpose.
 type Reference struct {
 	cfg  format.Config
-	w    *weights
+	w    *weights[*format.Tensor]
 	rope *rope
 	// Keys and values per layer, position after position: [pos][KVHeads*HeadDim].
 	keys, values [][]float32
@@ -25,7 +25,7 @@ type Reference struct {
 
 // NewReference prepares the reference path for an opened model.
 func NewReference(m *format.Model) (*Reference, error) {
-	w, err := bindWeights(m)
+	w, err := bindWeights(m, fileTensor)
 	if err != nil {
 		return nil, err
 	}
@@ -58,9 +58,7 @@ func (r *Reference) Forward(token int) ([]float32, error) {
 	}
 	hd, kvDim := c.HeadDim, c.KVHeads*c.HeadDim
 	x := make([]float32, c.Dim)
-	if err := dequantRow(r.w.embd, token, x); err != nil {
-		return nil, fmt.Errorf("reference: embedding: %w", err)
-	}
+	r.dequantRow(r.w.embd, token, x)
 	cos := make([]float32, r.rope.dim/2)
 	sin := make([]float32, r.rope.dim/2)
 	r.rope.angles(r.pos, cos, sin)
@@ -69,26 +67,26 @@ func (r *Reference) Forward(token int) ([]float32, error) {
 	for l := range r.w.layers {
 		lw := &r.w.layers[l]
 		// Attention.
-		xb := rmsNorm(x, lw.attnNorm, eps)
+		xb := rmsNorm(x, r.vector(lw.attnNorm), eps)
 		q := r.matVec(lw.q, xb)
 		k := r.matVec(lw.k, xb)
 		v := r.matVec(lw.v, xb)
-		if lw.qBias != nil {
-			addInto(q, lw.qBias)
-			addInto(k, lw.kBias)
-			addInto(v, lw.vBias)
+		if c.QKVBias {
+			addInto(q, r.vector(lw.qBias))
+			addInto(k, r.vector(lw.kBias))
+			addInto(v, r.vector(lw.vBias))
 		}
 		for h := range c.Heads {
 			qh := q[h*hd : (h+1)*hd]
-			if lw.qNorm != nil {
-				copy(qh, rmsNorm(qh, lw.qNorm, eps))
+			if c.QKNorm {
+				copy(qh, rmsNorm(qh, r.vector(lw.qNorm), eps))
 			}
 			r.rope.apply(qh, cos, sin)
 		}
 		for h := range c.KVHeads {
 			kh := k[h*hd : (h+1)*hd]
-			if lw.kNorm != nil {
-				copy(kh, rmsNorm(kh, lw.kNorm, eps))
+			if c.QKNorm {
+				copy(kh, rmsNorm(kh, r.vector(lw.kNorm), eps))
 			}
 			r.rope.apply(kh, cos, sin)
 		}
@@ -119,20 +117,20 @@ func (r *Reference) Forward(token int) ([]float32, error) {
 		addInto(x, r.matVec(lw.o, att))
 
 		// Feed-forward.
-		xb = rmsNorm(x, lw.ffnNorm, eps)
+		xb = rmsNorm(x, r.vector(lw.ffnNorm), eps)
 		if c.Experts == 0 {
 			addInto(x, r.mlp(lw.gate, lw.up, lw.down, xb))
 		} else {
 			addInto(x, r.moe(lw, xb))
 		}
 	}
-	x = rmsNorm(x, r.w.outNorm, eps)
+	x = rmsNorm(x, r.vector(r.w.outNorm), eps)
 	r.pos++
 	return r.matVec(r.w.output, x), nil
 }
 
 // mlp is the SwiGLU feed-forward: down(silu(gate x) * up x).
-func (r *Reference) mlp(gate, up, down cpu.Weight, x []float32) []float32 {
+func (r *Reference) mlp(gate, up, down *format.Tensor, x []float32) []float32 {
 	g := r.matVec(gate, x)
 	u := r.matVec(up, x)
 	for i := range g {
@@ -144,7 +142,7 @@ func (r *Reference) mlp(gate, up, down cpu.Weight, x []float32) []float32 {
 // moe routes x to the top ExpertsUsed experts by softmax router probability (renormalized
 // over the chosen ones when NormTopKProbs) and sums their weighted outputs, plus the shared
 // expert (gated by a sigmoid) when the model has one.
-func (r *Reference) moe(lw *layerWeights, x []float32) []float32 {
+func (r *Reference) moe(lw *layerWeights[*format.Tensor], x []float32) []float32 {
 	c := r.cfg
 	probs64 := make([]float64, c.Experts)
 	for e, v := range r.matVec(lw.router, x) {
@@ -167,8 +165,8 @@ func (r *Reference) moe(lw *layerWeights, x []float32) []float32 {
 			out[i] += float32(wgt) * v
 		}
 	}
-	if lw.hasShared {
-		g := sigmoid(float32(dot64(lw.shGateInp, x)))
+	if c.SharedExpertFFN > 0 {
+		g := sigmoid(float32(dot64(r.vector(lw.shGateInp), x)))
 		for i, v := range r.mlp(lw.shGate, lw.shUp, lw.shDown, x) {
 			out[i] += g * v
 		}
@@ -188,16 +186,34 @@ func topExperts(p []float64, k int) []int {
 }
 
 // matVec returns w·x, dequantizing one row of w at a time and summing in float64.
-func (r *Reference) matVec(w cpu.Weight, x []float32) []float32 {
-	out := make([]float32, w.Rows)
-	row := r.row[:w.Cols]
+func (r *Reference) matVec(w *format.Tensor, x []float32) []float32 {
+	rows, cols := w.Rows()
+	out := make([]float32, rows)
+	row := r.row[:cols]
 	for i := range out {
-		if err := dequantRow(w, i, row); err != nil {
-			// Shapes were checked when the weights were bound; a failure here is a bug.
-			panic(fmt.Sprintf("reference: %v", err))
-		}
+		r.dequantRow(w, i, row)
 		out[i] = float32(dot64(row, x))
 	}
+	return out
+}
+
+// dequantRow decodes row i of w into dst.
+func (r *Reference) dequantRow(w *format.Tensor, i int, dst []float32) {
+	_, cols := w.Rows()
+	rb, err := w.Type.RowBytes(cols)
+	if err == nil {
+		err = quant.Dequantize(w.Type, w.Data[i*rb:(i+1)*rb], dst[:cols])
+	}
+	if err != nil {
+		// Shapes and types were checked when the weights were bound; a failure here is a bug.
+		panic(fmt.Sprintf("reference: tensor %q row %d: %v", w.Name, i, err))
+	}
+}
+
+// vector returns the values of a 1-D weight as float32.
+func (r *Reference) vector(w *format.Tensor) []float32 {
+	out := make([]float32, w.Elements())
+	r.dequantRow(w, 0, out)
 	return out
 }
 

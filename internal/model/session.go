@@ -31,7 +31,7 @@ func (m *Model) NewSession(maxTokens int) (*Session, error) {
 		return nil, fmt.Errorf("session: no token limit given and the model has no context length")
 	}
 	blocks := (maxTokens + DefaultBlockSize - 1) / DefaultBlockSize
-	kv, err := NewKVCache(m.cfg, blocks, DefaultBlockSize)
+	kv, err := m.NewKVCache(blocks, DefaultBlockSize)
 	if err != nil {
 		return nil, fmt.Errorf("session: %w", err)
 	}

@@ -114,7 +114,7 @@ func fastLogits(t *testing.T, fm *format.Model, prompt, decode []int32) [][]floa
 		t.Fatal(err)
 	}
 	defer m.Close()
-	kv, err := NewKVCache(m.Config(), 8, 8)
+	kv, err := m.NewKVCache(8, 8)
 	if err != nil {
 		t.Fatal(err)
 	}

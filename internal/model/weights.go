@@ -3,52 +3,55 @@ package model
 import (
 	"fmt"
 
-	"github.com/kvasir-llm/kvasir/internal/backend/cpu"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
-// weights are a model's tensors bound by name. Matrices point into the model file's mapped
-// data (no copies); only the small vectors (norms, biases, rope divisors) are decoded to
-// float32.
-type weights struct {
-	embd    cpu.Weight // token_embd.weight [vocab][dim]
-	outNorm []float32
-	output  cpu.Weight // output.weight, or token_embd.weight when tied
+// weights are a model's tensors bound by name, each held as a T: the file's tensor
+// (*format.Tensor) for the reference path, a backend.Tensor uploaded once for the fast
+// path. Only the rope divisors, which set up the rotary frequencies, are decoded here.
+type weights[T any] struct {
+	embd    T // token_embd.weight [vocab][dim]
+	outNorm T
+	output  T // output.weight, or token_embd.weight when tied
 	// ropeDivisors divides each rotary frequency (Llama 3 scaling); nil when absent.
 	ropeDivisors []float32
-	layers       []layerWeights
+	layers       []layerWeights[T]
 }
 
-// layerWeights are one transformer block's tensors.
-type layerWeights struct {
-	attnNorm, ffnNorm   []float32
-	q, k, v, o          cpu.Weight
-	qBias, kBias, vBias []float32 // nil without QKV bias
-	qNorm, kNorm        []float32 // nil without QK norm
+// layerWeights are one transformer block's tensors. Which of them are set follows the
+// config: QKV biases with QKVBias, QK norms with QKNorm, the dense MLP without experts.
+type layerWeights[T any] struct {
+	attnNorm, ffnNorm   T
+	q, k, v, o          T
+	qBias, kBias, vBias T
+	qNorm, kNorm        T
 
 	// Dense MLP.
-	gate, up, down cpu.Weight
+	gate, up, down T
 
 	// Mixture of experts: a router and one MLP per expert, and the optional shared expert
-	// with its sigmoid gate.
-	router               cpu.Weight
-	experts              []expertWeights
-	shGate, shUp, shDown cpu.Weight
-	shGateInp            []float32
-	hasShared            bool
+	// with its sigmoid gate (set when the config's SharedExpertFFN > 0).
+	router               T
+	experts              []expertWeights[T]
+	shGate, shUp, shDown T
+	shGateInp            T
 }
 
 // expertWeights are one routed expert's MLP matrices.
-type expertWeights struct {
-	gate, up, down cpu.Weight
+type expertWeights[T any] struct {
+	gate, up, down T
 }
 
-// bindWeights looks up every tensor the config calls for and checks its shape.
-func bindWeights(m *format.Model) (*weights, error) {
+// fileTensor keeps a file's tensor as it is: the reference path reads the bytes in place.
+func fileTensor(t *format.Tensor) (*format.Tensor, error) { return t, nil }
+
+// bindWeights looks up every tensor the config calls for, checks its shape and type, and
+// makes it a T with load.
+func bindWeights[T any](m *format.Model, load func(*format.Tensor) (T, error)) (*weights[T], error) {
 	c := m.Config
-	b := binder{m: m}
-	w := &weights{}
+	b := binder[T]{m: m, load: load}
+	w := &weights[T]{}
 	w.embd = b.matrix("token_embd.weight", c.VocabSize, c.Dim)
 	w.outNorm = b.vector("output_norm.weight", c.Dim)
 	if c.TiedEmbeddings {
@@ -56,11 +59,11 @@ func bindWeights(m *format.Model) (*weights, error) {
 	} else {
 		w.output = b.matrix("output.weight", c.VocabSize, c.Dim)
 	}
-	if _, ok := m.Tensor("rope_freqs.weight"); ok {
-		w.ropeDivisors = b.vector("rope_freqs.weight", c.RopeDim/2)
+	if t := b.tensor("rope_freqs.weight", c.RopeDim/2); t != nil {
+		w.ropeDivisors = b.decode(t)
 	}
 	q, kv := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
-	w.layers = make([]layerWeights, c.Layers)
+	w.layers = make([]layerWeights[T], c.Layers)
 	for l := range w.layers {
 		p := fmt.Sprintf("blk.%d.", l)
 		lw := &w.layers[l]
@@ -87,19 +90,19 @@ func bindWeights(m *format.Model) (*weights, error) {
 		}
 		lw.router = b.matrix(p+"ffn_gate_inp.weight", c.Experts, c.Dim)
 		f := c.ExpertFFNDim
-		lw.experts = make([]expertWeights, c.Experts)
+		lw.experts = make([]expertWeights[T], c.Experts)
 		if _, stacked := m.Tensor(p + "ffn_gate_exps.weight"); stacked {
 			gate := b.stacked(p+"ffn_gate_exps.weight", c.Experts, f, c.Dim)
 			up := b.stacked(p+"ffn_up_exps.weight", c.Experts, f, c.Dim)
 			down := b.stacked(p+"ffn_down_exps.weight", c.Experts, c.Dim, f)
 			for e := range lw.experts {
 				if b.err == nil {
-					lw.experts[e] = expertWeights{gate: gate[e], up: up[e], down: down[e]}
+					lw.experts[e] = expertWeights[T]{gate: gate[e], up: up[e], down: down[e]}
 				}
 			}
 		} else {
 			for e := range lw.experts {
-				lw.experts[e] = expertWeights{
+				lw.experts[e] = expertWeights[T]{
 					gate: b.matrix(fmt.Sprintf("%sffn_gate.%d.weight", p, e), f, c.Dim),
 					up:   b.matrix(fmt.Sprintf("%sffn_up.%d.weight", p, e), f, c.Dim),
 					down: b.matrix(fmt.Sprintf("%sffn_down.%d.weight", p, e), c.Dim, f),
@@ -107,7 +110,6 @@ func bindWeights(m *format.Model) (*weights, error) {
 			}
 		}
 		if s := c.SharedExpertFFN; s > 0 {
-			lw.hasShared = true
 			lw.shGate = b.matrix(p+"ffn_gate_shexp.weight", s, c.Dim)
 			lw.shUp = b.matrix(p+"ffn_up_shexp.weight", s, c.Dim)
 			lw.shDown = b.matrix(p+"ffn_down_shexp.weight", c.Dim, s)
@@ -122,12 +124,14 @@ func bindWeights(m *format.Model) (*weights, error) {
 
 // binder looks tensors up and remembers the first error, so that bindWeights reads as a
 // list of names.
-type binder struct {
-	m   *format.Model
-	err error
+type binder[T any] struct {
+	m    *format.Model
+	load func(*format.Tensor) (T, error)
+	err  error
 }
 
-func (b *binder) tensor(name string, shape ...int) *format.Tensor {
+// lookup returns the tensor called name, checked against shape.
+func (b *binder[T]) lookup(name string, shape ...int) *format.Tensor {
 	if b.err != nil {
 		return nil
 	}
@@ -148,25 +152,48 @@ func (b *binder) tensor(name string, shape ...int) *format.Tensor {
 		b.err = err
 		return nil
 	}
+	if !quant.Supported(t.Type) {
+		b.err = fmt.Errorf("tensor %q: type %s is not supported", name, t.Type)
+		return nil
+	}
 	return t
 }
 
-// matrix binds a rows x cols weight in place.
-func (b *binder) matrix(name string, rows, cols int) cpu.Weight {
-	t := b.tensor(name, rows, cols)
-	if t == nil {
-		return cpu.Weight{}
+// tensor returns the tensor called name when the file has it (nil otherwise), checked
+// against shape.
+func (b *binder[T]) tensor(name string, shape ...int) *format.Tensor {
+	if _, ok := b.m.Tensor(name); !ok {
+		return nil
 	}
-	if !quant.Supported(t.Type) {
-		b.err = fmt.Errorf("tensor %q: type %s is not supported", name, t.Type)
-		return cpu.Weight{}
-	}
-	return cpu.Weight{Type: t.Type, Rows: rows, Cols: cols, Data: t.Data}
+	return b.lookup(name, shape...)
 }
 
-// stacked binds an [n][rows][cols] tensor as n weights sharing its data.
-func (b *binder) stacked(name string, n, rows, cols int) []cpu.Weight {
-	t := b.tensor(name, n, rows, cols)
+// bind loads t (nil after an error) as a T with the given shape.
+func (b *binder[T]) bind(t *format.Tensor, shape ...int) T {
+	var v T
+	if t == nil || b.err != nil {
+		return v
+	}
+	if len(t.Shape) != len(shape) {
+		t = &format.Tensor{Name: t.Name, Type: t.Type, Shape: shape, Data: t.Data}
+	}
+	v, b.err = b.load(t)
+	return v
+}
+
+// matrix binds a rows x cols weight.
+func (b *binder[T]) matrix(name string, rows, cols int) T {
+	return b.bind(b.lookup(name, rows, cols), rows, cols)
+}
+
+// vector binds a 1-D weight of n values.
+func (b *binder[T]) vector(name string, n int) T {
+	return b.bind(b.lookup(name, n), n)
+}
+
+// stacked binds an [n][rows][cols] tensor as n matrices sharing its data.
+func (b *binder[T]) stacked(name string, n, rows, cols int) []T {
+	t := b.lookup(name, n, rows, cols)
 	if t == nil {
 		return nil
 	}
@@ -175,39 +202,25 @@ func (b *binder) stacked(name string, n, rows, cols int) []cpu.Weight {
 		b.err = fmt.Errorf("tensor %q: %w", name, err)
 		return nil
 	}
-	out := make([]cpu.Weight, n)
+	out := make([]T, n)
 	per := rows * rb
 	for e := range out {
-		out[e] = cpu.Weight{Type: t.Type, Rows: rows, Cols: cols, Data: t.Data[e*per : (e+1)*per]}
+		part := &format.Tensor{Name: fmt.Sprintf("%s[%d]", name, e), Type: t.Type, Shape: []int{rows, cols},
+			Data: t.Data[e*per : (e+1)*per]}
+		out[e] = b.bind(part, rows, cols)
 	}
 	return out
 }
 
-// vector decodes a 1-D tensor of n values to float32.
-func (b *binder) vector(name string, n int) []float32 {
-	t := b.tensor(name, n)
-	if t == nil {
+// decode returns the values of t as float32.
+func (b *binder[T]) decode(t *format.Tensor) []float32 {
+	if b.err != nil {
 		return nil
 	}
-	out := make([]float32, n)
+	out := make([]float32, t.Elements())
 	if err := quant.Dequantize(t.Type, t.Data, out); err != nil {
-		b.err = fmt.Errorf("tensor %q: %w", name, err)
+		b.err = fmt.Errorf("tensor %q: %w", t.Name, err)
 		return nil
 	}
 	return out
-}
-
-// rowBytes returns the bytes of one row of w.
-func rowBytes(w cpu.Weight) int {
-	rb, _ := w.Type.RowBytes(w.Cols)
-	return rb
-}
-
-// dequantRow decodes row r of w into dst (len w.Cols).
-func dequantRow(w cpu.Weight, r int, dst []float32) error {
-	rb := rowBytes(w)
-	if r < 0 || r >= w.Rows {
-		return fmt.Errorf("row %d outside %d rows", r, w.Rows)
-	}
-	return quant.Dequantize(w.Type, w.Data[r*rb:(r+1)*rb], dst[:w.Cols])
 }

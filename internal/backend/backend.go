@@ -1,0 +1,183 @@
+// Package backend defines the narrow op set the model is written against. A Backend owns
+// memory (weights, activations, the paged KV cache, a step's metadata) and runs a handful
+// of coarse ops over it: embedding, RMSNorm (fused with the residual add), matmul over a
+// weight in any format the backend supports, RoPE fused with the KV cache write, paged
+// attention over variable-length sequences, SwiGLU, logits gather and read-back, and the
+// pieces of a mixture of experts.
+//
+// The CPU backend (backend/cpu) runs each op eagerly as it is called. A device backend
+// (backend/cuda) queues the ops on its stream, and may capture the ops of one step as a
+// graph and replay it: within a step every op reads and writes tensors allocated before the
+// step, and the only host synchronisation is Logits, the step's last op.
+//
+// Ops take their operands' shapes from the tensors (activations are [rows][cols], row-major;
+// views of the first rows of a buffer come from Tensor.Rows) and check them; the contents
+// of index buffers (tokens, slots, block tables) are validated by the caller before
+// UploadStep.
+package backend
+
+import (
+	"github.com/kvasir-llm/kvasir/internal/format"
+	"github.com/kvasir-llm/kvasir/internal/quant"
+)
+
+// Tensor is a buffer owned by a backend: a weight, an activation or a routing table. Its
+// contents are reached only through the backend's ops.
+type Tensor interface {
+	// DType is the element type the backend holds the tensor in.
+	DType() quant.Type
+	// Shape lists the dimensions, outermost first. The slice must not be modified.
+	Shape() []int
+	// Rows returns a view of the first n rows (outermost dimension) sharing t's memory,
+	// which stays at the same address: a captured graph can replay over it. n must be
+	// between 1 and t's row count.
+	Rows(n int) Tensor
+}
+
+// KVCache is the paged key/value cache of every layer of a model, owned by a backend.
+type KVCache interface {
+	// Spec returns the geometry the cache was made with.
+	Spec() KVSpec
+}
+
+// KVSpec is the geometry of a KV cache: Layers layers of NumBlocks blocks of BlockSize
+// token slots, each slot holding KVHeads key and value vectors of HeadDim elements of
+// DType. Slot s is block s/BlockSize, offset s%BlockSize.
+type KVSpec struct {
+	Layers, NumBlocks, BlockSize, KVHeads, HeadDim int
+	DType                                          quant.Type
+}
+
+// BlockCopy orders the keys and values of block Src copied into block Dst, in every layer
+// (the KV manager's copy-on-write).
+type BlockCopy struct {
+	Src, Dst int32
+}
+
+// StepMeta is the host-side description of one forward step, built once from the batch and
+// uploaded once (UploadStep): which tokens run, where each sits and where its keys and
+// values go, and which sequence each belongs to. Tokens of one sequence are contiguous,
+// sequence after sequence.
+type StepMeta struct {
+	// Tokens, Positions and SlotMapping have one entry per token of the step. A token's
+	// keys and values are written to slot SlotMapping[t]; a negative slot skips the write.
+	Tokens, Positions, SlotMapping []int32
+	// QueryStarts has one entry per sequence plus one: sequence i's tokens are
+	// [QueryStarts[i], QueryStarts[i+1]).
+	QueryStarts []int32
+	// ContextLens gives each sequence's cached tokens after the step (cached prefix plus
+	// the step's tokens).
+	ContextLens []int32
+	// BlockTables is [sequences][MaxBlocks], row-major: sequence i's logical block j is
+	// physical block BlockTables[i*MaxBlocks+j]. Rows are padded with zeros beyond the
+	// blocks the sequence's context needs.
+	BlockTables []int32
+	MaxBlocks   int
+	// MaxQueryLen and MaxContextLen bound the sequences' token counts and context lengths.
+	MaxQueryLen, MaxContextLen int
+	// LogitsIndices lists the token rows whose logits the step returns, in order.
+	LogitsIndices []int32
+}
+
+// NumTokens returns the number of tokens in the step.
+func (m *StepMeta) NumTokens() int { return len(m.Tokens) }
+
+// NumSeqs returns the number of sequences in the step.
+func (m *StepMeta) NumSeqs() int { return len(m.QueryStarts) - 1 }
+
+// Step is a StepMeta uploaded to a backend, handed to the ops that need it. It is valid
+// until the backend's next UploadStep.
+type Step interface {
+	// Meta returns the host copy the step was uploaded from.
+	Meta() *StepMeta
+}
+
+// Rope describes a model's rotary position embedding.
+type Rope struct {
+	// InvFreq holds one inverse frequency per rotated pair (F32, Dim/2 values), the
+	// model's context scaling applied.
+	InvFreq Tensor
+	// Dim is the number of rotated dimensions per head (even, at most the head size).
+	Dim int
+	// NeoX rotates pairs (i, i+Dim/2) instead of (2i, 2i+1).
+	NeoX bool
+	// MScale multiplies cos and sin (YaRN's attention factor); 1 for none.
+	MScale float32
+}
+
+// Expert is one routed expert's SwiGLU MLP: down(silu(gate·x) * up·x).
+type Expert struct {
+	Gate, Up, Down Tensor
+}
+
+// Backend runs the model's ops on one device. All methods but Run, Name and Close must be
+// called from inside Run.
+type Backend interface {
+	// Name describes the backend and its device, e.g. "cpu (2 threads, avx2 kernels)".
+	Name() string
+	// Run runs fn where the backend's ops may be called: on the device's goroutine for a
+	// GPU backend, which serializes calls. A whole forward step runs inside one Run. fn
+	// must not call Run.
+	Run(fn func() error) error
+	// Close releases the backend and everything it allocated.
+	Close() error
+
+	// UploadWeight makes a tensor of a model's weight: matrices are kept in their block
+	// format (the CPU backend wraps the file's mapped bytes without a copy), 1-D tensors
+	// (norms, biases, frequencies) are decoded to F32.
+	UploadWeight(t *format.Tensor) (Tensor, error)
+	// NewTensor allocates a zeroed tensor of the given shape (F32 or I32 activations).
+	NewTensor(dtype quant.Type, shape ...int) (Tensor, error)
+	// Free releases a tensor made by UploadWeight or NewTensor (not a view).
+	Free(t Tensor) error
+	// NewKVCache allocates a zeroed KV cache.
+	NewKVCache(spec KVSpec) (KVCache, error)
+	// UploadStep makes meta available to the step's ops.
+	UploadStep(meta *StepMeta) (Step, error)
+
+	// Embedding writes row t of out ([tokens][dim], F32) from row Tokens[t] of table.
+	Embedding(out, table Tensor, st Step) error
+	// RMSNorm writes x / sqrt(mean(x²) + eps) * weight to out, row by row; out may be x.
+	RMSNorm(out, x, weight Tensor, eps float32) error
+	// RMSNormResidual is the fused residual step of a pre-norm transformer: residual += x,
+	// then out = RMSNorm(residual) * weight, row by row.
+	RMSNormResidual(out, residual, x, weight Tensor, eps float32) error
+	// HeadNorm normalizes each head of x ([rows][heads*len(weight)]) in place by RMSNorm
+	// with weight (Qwen3's QK norm).
+	HeadNorm(x, weight Tensor, eps float32) error
+	// MatMul computes out = x · wᵀ: out is [rows][w rows], x is [rows][w cols].
+	MatMul(out, x, w Tensor) error
+	// AddBias adds bias (1-D) to every row of x.
+	AddBias(x, bias Tensor) error
+	// RopeKVWrite rotates q ([tokens][heads*HeadDim]) and k ([tokens][KVHeads*HeadDim])
+	// in place by each token's position, then writes k and v into layer's cache at each
+	// token's slot.
+	RopeKVWrite(q, k, v Tensor, rope Rope, kv KVCache, layer int, st Step) error
+	// Attention computes causal attention of every sequence's query tokens over its paged
+	// context in layer's cache (prefill chunks and decode tokens alike): a token at
+	// position p attends to positions 0..p, scores scaled by scale. q and out are
+	// [tokens][heads*HeadDim]; query head h uses kv head h/(heads/KVHeads).
+	Attention(out, q Tensor, kv KVCache, layer int, scale float32, st Step) error
+	// SwiGLU computes out = silu(gate) * up element-wise; out may be gate or up.
+	SwiGLU(out, gate, up Tensor) error
+	// GatherRows writes row j of out from row LogitsIndices[j] of in.
+	GatherRows(out, in Tensor, st Step) error
+	// RouteExperts picks each token's experts from router logits ([tokens][experts]):
+	// the k = ids' column count experts of highest softmax probability, best first (lower
+	// index on ties), into ids (I32 [tokens][k]) with their probabilities into gains (F32
+	// [tokens][k]), renormalized to sum to 1 over the chosen ones when normalize is set.
+	RouteExperts(ids, gains, logits Tensor, normalize bool) error
+	// ExpertMLP writes out[t] = sum over j of gains[t][j] * experts[ids[t][j]](x[t]): the
+	// tokens routed to one expert are multiplied together, so each expert's weights are
+	// read once.
+	ExpertMLP(out, x, ids, gains Tensor, experts []Expert) error
+	// GatedAdd adds sigmoid(x[t]·gate) * y[t] to out[t] for every row t (the gate of
+	// Qwen2-MoE's shared expert; gate is 1-D).
+	GatedAdd(out, y, x, gate Tensor) error
+	// Logits computes x · wᵀ ([rows][vocabulary]) into the host slice dst: the step's
+	// last op and its only host synchronisation.
+	Logits(dst []float32, x, w Tensor) error
+
+	// CopyBlocks copies blocks of kv as ordered, in every layer, in order.
+	CopyBlocks(kv KVCache, copies []BlockCopy) error
+}

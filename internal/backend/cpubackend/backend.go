@@ -1,0 +1,160 @@
+// Package cpubackend implements the backend op set (package backend) on the CPU: each op
+// checks its operands and calls the cpu package's kernels on a worker pool, eagerly.
+// Weights are the model file's mapped bytes, used in place.
+package cpubackend
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/backend/cpu"
+	"github.com/kvasir-llm/kvasir/internal/format"
+	"github.com/kvasir-llm/kvasir/internal/quant"
+)
+
+// Backend is the CPU backend. Run serializes its callers, so it runs one step at a time,
+// as a device does.
+type Backend struct {
+	pool *cpu.Pool
+	mu   sync.Mutex // held by Run
+	step step       // the current step; its buffers are reused from step to step
+}
+
+// New starts a CPU backend on a pool of threads workers (< 1: all cores).
+func New(threads int) *Backend {
+	return &Backend{pool: cpu.NewPool(threads)}
+}
+
+// Pool returns the worker pool the kernels run on.
+func (b *Backend) Pool() *cpu.Pool { return b.pool }
+
+// Name describes the backend.
+func (b *Backend) Name() string {
+	return fmt.Sprintf("cpu (%d threads, %s kernels)", b.pool.Threads(), b.pool.KernelSet())
+}
+
+// Run calls fn, one caller at a time.
+func (b *Backend) Run(fn func() error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return fn()
+}
+
+// Close stops the worker pool.
+func (b *Backend) Close() error {
+	b.pool.Close()
+	return nil
+}
+
+// UploadWeight wraps a matrix's bytes in place (no copy) and decodes a 1-D tensor to
+// float32.
+func (b *Backend) UploadWeight(t *format.Tensor) (backend.Tensor, error) {
+	if err := t.Check(); err != nil {
+		return nil, fmt.Errorf("cpu upload: %w", err)
+	}
+	if !quant.Supported(t.Type) {
+		return nil, fmt.Errorf("cpu upload: tensor %q: type %s is not supported", t.Name, t.Type)
+	}
+	if len(t.Shape) == 1 {
+		v := make([]float32, t.Shape[0])
+		if err := quant.Dequantize(t.Type, t.Data, v); err != nil {
+			return nil, fmt.Errorf("cpu upload: tensor %q: %w", t.Name, err)
+		}
+		return &tensor{shape: []int{len(v)}, f32: v}, nil
+	}
+	rows, cols := t.Rows()
+	return &tensor{shape: []int{rows, cols}, w: cpu.Weight{Type: t.Type, Rows: rows, Cols: cols, Data: t.Data}}, nil
+}
+
+// NewTensor allocates a zeroed F32 or I32 tensor of one or two dimensions.
+func (b *Backend) NewTensor(dtype quant.Type, shape ...int) (backend.Tensor, error) {
+	if len(shape) < 1 || len(shape) > 2 {
+		return nil, fmt.Errorf("cpu: new tensor of shape %v: want 1 or 2 dimensions", shape)
+	}
+	n := 1
+	for _, d := range shape {
+		if d <= 0 {
+			return nil, fmt.Errorf("cpu: new tensor of shape %v", shape)
+		}
+		n *= d
+	}
+	t := &tensor{shape: append([]int(nil), shape...)}
+	switch dtype {
+	case quant.F32:
+		t.f32 = make([]float32, n)
+	case quant.I32:
+		t.i32 = make([]int32, n)
+	default:
+		return nil, fmt.Errorf("cpu: new tensor of %s: want f32 or i32", dtype)
+	}
+	return t, nil
+}
+
+// Free lets the garbage collector have t.
+func (b *Backend) Free(t backend.Tensor) error { return nil }
+
+// NewKVCache allocates a zeroed float32 cache.
+func (b *Backend) NewKVCache(spec backend.KVSpec) (backend.KVCache, error) {
+	if spec.DType != quant.F32 {
+		return nil, fmt.Errorf("cpu kv cache: %s values: the CPU cache holds f32", spec.DType)
+	}
+	if spec.Layers <= 0 {
+		return nil, fmt.Errorf("cpu kv cache: %d layers", spec.Layers)
+	}
+	c := &kvCache{spec: spec, layers: make([]*cpu.KVCacheLayer, spec.Layers)}
+	for l := range c.layers {
+		layer, err := cpu.NewKVCacheLayer(spec.NumBlocks, spec.BlockSize, spec.KVHeads, spec.HeadDim)
+		if err != nil {
+			return nil, fmt.Errorf("cpu kv cache: layer %d: %w", l, err)
+		}
+		c.layers[l] = layer
+	}
+	return c, nil
+}
+
+// UploadStep keeps meta (no copy: it must not change until the step is done) and
+// forgets the previous step's rotation tables.
+func (b *Backend) UploadStep(meta *backend.StepMeta) (backend.Step, error) {
+	n, seqs := meta.NumTokens(), meta.NumSeqs()
+	switch {
+	case n == 0 || seqs <= 0:
+		return nil, fmt.Errorf("cpu step: %d tokens in %d sequences", n, seqs)
+	case len(meta.Positions) != n || len(meta.SlotMapping) != n:
+		return nil, fmt.Errorf("cpu step: %d tokens, %d positions, %d slots", n, len(meta.Positions), len(meta.SlotMapping))
+	case len(meta.ContextLens) != seqs || len(meta.BlockTables) != seqs*meta.MaxBlocks:
+		return nil, fmt.Errorf("cpu step: %d sequences, %d context lengths, %d block table entries of %d per sequence",
+			seqs, len(meta.ContextLens), len(meta.BlockTables), meta.MaxBlocks)
+	case meta.QueryStarts[0] != 0 || int(meta.QueryStarts[seqs]) != n:
+		return nil, fmt.Errorf("cpu step: sequences cover tokens [%d, %d) of %d", meta.QueryStarts[0], meta.QueryStarts[seqs], n)
+	}
+	for i := range seqs {
+		if meta.QueryStarts[i+1] <= meta.QueryStarts[i] {
+			return nil, fmt.Errorf("cpu step: sequence %d has no tokens", i)
+		}
+	}
+	s := &b.step
+	s.meta = meta
+	s.rope = backend.Rope{}
+	return s, nil
+}
+
+// CopyBlocks copies whole blocks, keys and values, in every layer.
+func (b *Backend) CopyBlocks(kv backend.KVCache, copies []backend.BlockCopy) error {
+	c, _, err := cache("copy blocks", kv, -1)
+	if err != nil {
+		return err
+	}
+	for _, op := range copies {
+		if op.Src < 0 || op.Dst < 0 || int(op.Src) >= c.spec.NumBlocks || int(op.Dst) >= c.spec.NumBlocks {
+			return fmt.Errorf("cpu copy blocks: block %d to %d: outside the cache's %d blocks", op.Src, op.Dst, c.spec.NumBlocks)
+		}
+		for _, l := range c.layers {
+			per := l.BlockSize * l.KVHeads * l.HeadDim
+			s, d := int(op.Src)*per, int(op.Dst)*per
+			copy(l.K[d:d+per], l.K[s:s+per])
+			copy(l.V[d:d+per], l.V[s:s+per])
+		}
+	}
+	return nil
+}

@@ -1,0 +1,123 @@
+package model
+
+import (
+	"fmt"
+
+	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/quant"
+)
+
+// activations are the tensors one step computes in, [tokens][row length] each.
+type activations struct {
+	x      backend.Tensor // the residual stream [tokens][Dim]
+	xb     backend.Tensor // its normalized form
+	ffnOut backend.Tensor // a block's output, added to x by the next fused norm
+	q, att backend.Tensor // [tokens][Heads*HeadDim]
+	k, v   backend.Tensor // [tokens][KVHeads*HeadDim]
+	// The feed-forward's hidden rows [tokens][FFNDim] (the shared expert's, in a mixture
+	// of experts).
+	gate, up backend.Tensor
+	// Mixture of experts: router logits [tokens][Experts], each token's experts and their
+	// gains [tokens][ExpertsUsed], the shared expert's output [tokens][Dim].
+	router, expertIDs, expertGains, shared backend.Tensor
+	// last holds the rows whose logits the step returns [logits rows][Dim].
+	last backend.Tensor
+}
+
+// buffer describes one tensor of activations: where it is, its element type and row
+// length, and whether it has a row per logits row rather than per token.
+type buffer struct {
+	t         *backend.Tensor
+	dtype     quant.Type
+	cols      int
+	perLogits bool
+}
+
+// buffers lists the tensors of a that model m uses.
+func buffers(a *activations, m *Model) []buffer {
+	c := m.cfg
+	q, kv := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
+	bs := []buffer{
+		{t: &a.x, dtype: quant.F32, cols: c.Dim}, {t: &a.xb, dtype: quant.F32, cols: c.Dim},
+		{t: &a.ffnOut, dtype: quant.F32, cols: c.Dim},
+		{t: &a.q, dtype: quant.F32, cols: q}, {t: &a.att, dtype: quant.F32, cols: q},
+		{t: &a.k, dtype: quant.F32, cols: kv}, {t: &a.v, dtype: quant.F32, cols: kv},
+		{t: &a.last, dtype: quant.F32, cols: c.Dim, perLogits: true},
+	}
+	ffn := c.FFNDim
+	if c.Experts > 0 {
+		ffn = c.SharedExpertFFN
+		bs = append(bs, buffer{t: &a.router, dtype: quant.F32, cols: c.Experts},
+			buffer{t: &a.expertIDs, dtype: quant.I32, cols: c.ExpertsUsed},
+			buffer{t: &a.expertGains, dtype: quant.F32, cols: c.ExpertsUsed})
+		if ffn > 0 {
+			bs = append(bs, buffer{t: &a.shared, dtype: quant.F32, cols: c.Dim})
+		}
+	}
+	if ffn > 0 {
+		bs = append(bs, buffer{t: &a.gate, dtype: quant.F32, cols: ffn}, buffer{t: &a.up, dtype: quant.F32, cols: ffn})
+	}
+	return bs
+}
+
+// stepBuffers holds a model's activations, allocated on the backend for the largest step
+// seen so far, and views of them at the current step's size. Steps of one size reuse the
+// same views, so they run the same ops on the same tensors.
+type stepBuffers struct {
+	full                 activations
+	tokens, rows         int // the capacity of full: tokens and logits rows
+	current              activations
+	viewTokens, viewRows int // the step size current was made for
+}
+
+// forStep returns the activations for a step of n tokens and rows logits rows, growing the
+// buffers first when the step is larger than any before (inside Run).
+func (s *stepBuffers) forStep(m *Model, n, rows int) (*activations, error) {
+	if n == s.viewTokens && rows == s.viewRows {
+		return &s.current, nil
+	}
+	if n > s.tokens || rows > s.rows {
+		if err := s.grow(m, max(n, s.tokens), max(rows, s.rows, 1)); err != nil {
+			return nil, err
+		}
+	}
+	full, view := buffers(&s.full, m), buffers(&s.current, m)
+	for i, b := range full {
+		k := n
+		if b.perLogits {
+			k = rows
+		}
+		*view[i].t = nil
+		if k > 0 {
+			*view[i].t = (*b.t).Rows(k)
+		}
+	}
+	s.viewTokens, s.viewRows = n, rows
+	return &s.current, nil
+}
+
+// grow replaces the buffers with ones of tokens rows (rows for the logits rows).
+func (s *stepBuffers) grow(m *Model, tokens, rows int) error {
+	for _, b := range buffers(&s.full, m) {
+		if *b.t != nil {
+			if err := m.be.Free(*b.t); err != nil {
+				return err
+			}
+			*b.t = nil
+		}
+	}
+	s.tokens, s.rows, s.viewTokens, s.viewRows = 0, 0, 0, 0
+	for _, b := range buffers(&s.full, m) {
+		k := tokens
+		if b.perLogits {
+			k = rows
+		}
+		t, err := m.be.NewTensor(b.dtype, k, b.cols)
+		if err != nil {
+			return fmt.Errorf("activations: %w", err)
+		}
+		*b.t = t
+	}
+	s.tokens, s.rows = tokens, rows
+	return nil
+}
