@@ -17,6 +17,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/engine"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
@@ -68,6 +69,9 @@ const DefaultKVCacheMemory = 1 << 30
 type Options struct {
 	// Threads is the number of CPU worker threads (0: all cores).
 	Threads int
+	// Backend runs the model (for example a CUDA backend); nil runs it on a CPU backend of
+	// Threads threads. The caller keeps ownership and closes it after the Engine.
+	Backend backend.Backend
 	// KVCacheMemory is the KV cache budget in bytes (0: DefaultKVCacheMemory).
 	KVCacheMemory int64
 	// BlockSize is the tokens per KV block (0: 16).
@@ -149,7 +153,7 @@ func OpenModel(fm *format.Model, opt Options) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", fm.Path, err)
 	}
-	m, err := model.New(fm, model.Options{Threads: opt.Threads})
+	m, err := model.New(fm, model.Options{Threads: opt.Threads, Backend: opt.Backend})
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,14 @@
 #   OUT=/some/dir bash scripts/gpu_test.sh [bin/cuda.test]
 # It writes $OUT/gpu_test.log (the verbose test output) and $OUT/gpu_results.md (device,
 # kernel errors against the CPU references, NVRTC compile time, GEMM and copy figures).
+#
+# The Backend's model tests need files the GPU machine lacks; copy them into bin/testdata
+# (stories260K.bin, tok512.bin, ref_runc_greedy200.txt) and build the CLI too:
+#   CGO_ENABLED=0 go build -o bin/kvasir ./cmd/kvasir
+# With bin/kvasir present, the script synthesizes BF16 llama-3.2-1b and qwen3-0.6b (GGUF
+# and Hugging Face folders) under $KVASIR_GPU_MODELS (default /tmp/kvasir-models) for the
+# CPU-vs-GPU tests, then compares the HF folders with PyTorch (scripts/torch_ref.py).
+# TEST_RUN restricts the tests (a -test.run pattern).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -46,9 +54,28 @@ echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 	echo
 } >"$out/gpu_results.md"
 
+[ -d bin/testdata ] && export KVASIR_GPU_TESTDATA=${KVASIR_GPU_TESTDATA:-$PWD/bin/testdata}
+export KVASIR_GPU_OUT=${KVASIR_GPU_OUT:-$out}
+if [ -x bin/kvasir ]; then
+	export KVASIR_GPU_MODELS=${KVASIR_GPU_MODELS:-/tmp/kvasir-models}
+	mkdir -p "$KVASIR_GPU_MODELS"
+	for s in llama-3.2-1b qwen3-0.6b; do
+		[ -e "$KVASIR_GPU_MODELS/$s.gguf" ] || bin/kvasir synth --shape "$s" --dtype bf16 --quiet -o "$KVASIR_GPU_MODELS/$s.gguf"
+		[ -e "$KVASIR_GPU_MODELS/$s" ] || bin/kvasir synth --shape "$s" --dtype bf16 --quiet -o "$KVASIR_GPU_MODELS/$s"
+	done
+fi
+
 start=$(date +%s)
-"$bin" -test.v -test.count=1 -test.timeout=300s 2>&1 | tee "$out/gpu_test.log"
+"$bin" -test.v -test.count=1 -test.timeout=300s ${TEST_RUN:+-test.run "$TEST_RUN"} 2>&1 | tee "$out/gpu_test.log"
 rc=${PIPESTATUS[0]}
+if [ -x bin/kvasir ] && command -v python3 >/dev/null; then
+	for s in llama-3.2-1b qwen3-0.6b; do
+		rec="$KVASIR_GPU_OUT/kvasir_$s.json"
+		[ -e "$rec" ] || continue
+		PYTHONUNBUFFERED=1 python3 scripts/torch_ref.py --hf "$KVASIR_GPU_MODELS/$s" --record "$rec" 2>&1 | tee -a "$out/gpu_test.log"
+		[ "${PIPESTATUS[0]}" = 0 ] || rc=1
+	done
+fi
 secs=$(( $(date +%s) - start ))
 
 {

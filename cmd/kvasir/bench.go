@@ -206,6 +206,7 @@ func benchGenerate(args []string) error {
 	chunk := fs.Int("chunk", model.DefaultPrefillChunk, "prefill chunk size in tokens")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	tokPath := fs.String("z", "", "tokenizer file (llama2.c checkpoints)")
+	device := deviceFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -222,7 +223,12 @@ func benchGenerate(args []string) error {
 		return err
 	}
 	defer fm.Close()
-	m, err := model.New(fm, model.Options{Threads: *threads})
+	be, err := openBackend(*device)
+	if err != nil {
+		return err
+	}
+	defer closeBackend(be)
+	m, err := model.New(fm, model.Options{Threads: *threads, Backend: be})
 	if err != nil {
 		return err
 	}
@@ -230,7 +236,10 @@ func benchGenerate(args []string) error {
 	c := m.Config()
 	fmt.Fprintf(os.Stderr, "loaded %s (%s, %.1f MB of weights) in %v; probing memory bandwidth...\n",
 		fm.Name(), c.Arch, float64(fm.Bytes())/1e6, time.Since(start).Round(time.Millisecond))
-	probe := cpu.ProbeBandwidth(m.Pool(), probeBytes)
+	var probe float64
+	if m.Pool() != nil {
+		probe = cpu.ProbeBandwidth(m.Pool(), probeBytes)
+	}
 
 	s, err := m.NewSession(*promptLen + *genLen)
 	if err != nil {
@@ -263,10 +272,13 @@ func benchGenerate(args []string) error {
 	}
 	decode := time.Since(t0)
 	// Probe again and keep the better figure: on a shared machine one probe can be unlucky.
-	probe = max(probe, cpu.ProbeBandwidth(m.Pool(), probeBytes))
+	if m.Pool() != nil {
+		probe = max(probe, cpu.ProbeBandwidth(m.Pool(), probeBytes))
+	}
+	nt, kernels := backendInfo(m, be)
 
 	res := generateResult{
-		Model: fm.Name(), Arch: c.Arch, Threads: m.Pool().Threads(), KernelSet: m.Pool().KernelSet(),
+		Model: fm.Name(), Arch: c.Arch, Threads: nt, KernelSet: kernels,
 		PromptLen: *promptLen, GenLen: *genLen,
 		PrefillSeconds: prefill.Seconds(), PrefillTokensPerS: perSecond(*promptLen, prefill),
 		DecodeSeconds: decode.Seconds(), DecodeTokensPerS: perSecond(*genLen, decode),

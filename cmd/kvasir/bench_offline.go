@@ -88,6 +88,7 @@ func benchOffline(args []string) error {
 	maxLen := fs.Int("max-model-len", 0, "context length cap (0: the model's)")
 	noPrefix := fs.Bool("no-prefix-caching", false, "disable prefix caching")
 	asJSON := fs.Bool("json", false, "print the results as JSON (vLLM's keys)")
+	device := deviceFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -99,8 +100,14 @@ func benchOffline(args []string) error {
 	if err != nil {
 		return err
 	}
+	be, err := openBackend(*device)
+	if err != nil {
+		fm.Close()
+		return err
+	}
+	defer closeBackend(be)
 	e, err := kvasir.OpenModel(fm, kvasir.Options{
-		Threads: *threads, KVCacheMemory: *kvMem, MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatched,
+		Threads: *threads, Backend: be, KVCacheMemory: *kvMem, MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatched,
 		MaxModelLen: *maxLen, DisablePrefixCaching: *noPrefix,
 	})
 	if err != nil {

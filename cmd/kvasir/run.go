@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/chat"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/model"
@@ -24,12 +25,18 @@ type loaded struct {
 	file *format.Model
 	tok  *tokenizer.Tokenizer
 	m    *model.Model
+	be   backend.Backend // the device backend, nil on the CPU
 }
 
 // loadModel opens the model named by a -m argument (tokPath: a separate tokenizer, for a
 // llama2.c checkpoint) and binds its weights on a pool of threads workers, logging the load
 // time to standard error.
 func loadModel(ref, tokPath string, threads int) (*loaded, error) {
+	return loadModelOn(ref, tokPath, threads, "cpu")
+}
+
+// loadModelOn is loadModel on the device named by a --device value.
+func loadModelOn(ref, tokPath string, threads int, device string) (*loaded, error) {
 	start := time.Now()
 	fm, err := openModel(ref, tokPath)
 	if err != nil {
@@ -44,21 +51,29 @@ func loadModel(ref, tokPath string, threads int) (*loaded, error) {
 		fm.Close()
 		return nil, fmt.Errorf("%s: tokenizer: %w", ref, err)
 	}
-	m, err := model.New(fm, model.Options{Threads: threads})
+	be, err := openBackend(device)
 	if err != nil {
 		fm.Close()
 		return nil, err
 	}
+	m, err := model.New(fm, model.Options{Threads: threads, Backend: be})
+	if err != nil {
+		closeBackend(be)
+		fm.Close()
+		return nil, err
+	}
 	c := fm.Config
+	nt, kernels := backendInfo(m, be)
 	fmt.Fprintf(os.Stderr, "loaded %s (%s, %d layers, dim %d, %.1f MB of weights) in %v on %d threads (%s kernels)\n",
 		fm.Name(), c.Arch, c.Layers, c.Dim, float64(fm.Bytes())/1e6, time.Since(start).Round(time.Millisecond),
-		m.Pool().Threads(), m.Pool().KernelSet())
-	return &loaded{file: fm, tok: tok, m: m}, nil
+		nt, kernels)
+	return &loaded{file: fm, tok: tok, m: m, be: be}, nil
 }
 
 // Close releases the model.
 func (l *loaded) Close() {
 	l.m.Close()
+	closeBackend(l.be)
 	l.file.Close()
 }
 
@@ -152,6 +167,7 @@ func runRun(args []string) error {
 	useChat := fs.Bool("chat", false, "wrap the prompt in the model's chat template as a user turn")
 	tokPath := fs.String("z", "", "tokenizer file (for a llama2.c checkpoint: tokenizer.bin)")
 	threads := fs.Int("threads", 0, "worker threads (0: all cores)")
+	device := deviceFlag(fs)
 	params := samplingFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -163,7 +179,7 @@ func runRun(args []string) error {
 	if *n <= 0 {
 		return fmt.Errorf("-n %d: need a positive number of tokens", *n)
 	}
-	l, err := loadModel(*ref, *tokPath, *threads)
+	l, err := loadModelOn(*ref, *tokPath, *threads, *device)
 	if err != nil {
 		return err
 	}

@@ -35,6 +35,7 @@ func runServe(args []string) error {
 	kvMem := fs.String("kv-cache-memory", "", "KV cache budget: bytes, or with a unit (512MiB, 2GiB, 1GB) (default: 1GiB, capped by need)")
 	maxWaiting := fs.Int("max-waiting", 0, "answer 429 when this many requests wait (0: no limit)")
 	threads := fs.Int("threads", 0, "CPU worker threads (0: all cores)")
+	device := deviceFlag(fs)
 	blockSize := fs.Int("block-size", 0, "tokens per KV block (0: 16)")
 	noPrefix := fs.Bool("no-prefix-caching", false, "turn prefix caching off")
 	maxBody := fs.Int64("max-request-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (larger: 413)")
@@ -84,8 +85,14 @@ func runServe(args []string) error {
 	}
 	metrics := server.NewMetrics(names[0])
 	start := time.Now()
+	be, err := openBackend(*device)
+	if err != nil {
+		fm.Close()
+		return err
+	}
+	defer closeBackend(be)
 	eng, err := kvasir.OpenModel(fm, kvasir.Options{
-		Threads: *threads, KVCacheMemory: kvBytes, BlockSize: *blockSize, MaxNumSeqs: *maxSeqs,
+		Threads: *threads, Backend: be, KVCacheMemory: kvBytes, BlockSize: *blockSize, MaxNumSeqs: *maxSeqs,
 		MaxNumBatchedTokens: *maxBatched, MaxModelLen: *maxModelLen, DisablePrefixCaching: *noPrefix,
 		MaxWaiting: *maxWaiting, OnRequestDone: metrics.OnRequestDone,
 	})

@@ -19,14 +19,26 @@ func (c *KVCacheLayer) check(op string) error {
 	if c == nil || c.NumBlocks <= 0 || c.BlockSize <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 {
 		return fmt.Errorf("cuda %s: bad kv cache layer %+v", op, c)
 	}
-	if c.HeadDim%32 != 0 || c.HeadDim > maxHeadDim {
-		return fmt.Errorf("cuda %s: head dim %d is not a multiple of 32 up to %d", op, c.HeadDim, maxHeadDim)
+	if c.HeadDim > maxHeadDim {
+		return fmt.Errorf("cuda %s: head dim %d above %d", op, c.HeadDim, maxHeadDim)
 	}
 	if c.K.DType != c.V.DType {
 		return fmt.Errorf("cuda %s: K cache is %s, V cache %s", op, c.K.DType, c.V.DType)
 	}
 	n := c.NumBlocks * c.BlockSize * c.KVHeads * c.HeadDim
 	return firstErr(need(op, "K cache", c.K, n, F32, F16, BF16), need(op, "V cache", c.V, n, F32, F16, BF16))
+}
+
+// checkTiled checks c for the tiled attention kernels, which take head dims that are
+// multiples of 32.
+func (c *KVCacheLayer) checkTiled(op string) error {
+	if err := c.check(op); err != nil {
+		return err
+	}
+	if c.HeadDim%32 != 0 {
+		return fmt.Errorf("cuda %s: head dim %d is not a multiple of 32", op, c.HeadDim)
+	}
+	return nil
 }
 
 // Rope describes the rotary embedding of a model.
@@ -141,7 +153,7 @@ type DecodeArgs struct {
 // range of the context with an online softmax, and a combine kernel merges the splits.
 func (o *Ops) AttentionDecode(a DecodeArgs) error {
 	c := a.Cache
-	if err := c.check("attention decode"); err != nil {
+	if err := c.checkTiled("attention decode"); err != nil {
 		return err
 	}
 	hd := c.HeadDim
@@ -215,7 +227,7 @@ const prefillTile = 16
 // cache, FlashAttention-style: K/V tiles in shared memory serve 16 queries of one head.
 func (o *Ops) AttentionPrefill(a PrefillArgs) error {
 	c := a.Cache
-	if err := c.check("attention prefill"); err != nil {
+	if err := c.checkTiled("attention prefill"); err != nil {
 		return err
 	}
 	hd := c.HeadDim

@@ -1,0 +1,422 @@
+package cuda
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/format"
+	"github.com/kvasir-llm/kvasir/internal/quant"
+)
+
+// BackendOptions configures a Backend.
+type BackendOptions struct {
+	// Ordinal is the CUDA device to run on.
+	Ordinal int
+	// KVCacheType is the element type the KV cache holds: "bf16" (the default when empty),
+	// "f16" or "f32". The cache holds it whatever KVSpec.DType asks; Spec reports what is
+	// held.
+	KVCacheType string
+	// Cache is where compiled kernels are kept; the zero value uses DefaultCubinCache.
+	Cache *CubinCache
+}
+
+// Backend implements backend.Backend on one NVIDIA GPU. Every op is queued on the device's
+// stream from the device goroutine (Run is Device.Do); Logits is the step's only host
+// synchronisation.
+//
+// Memory: weights in BF16, F16 or F32 are uploaded as they are; quantized weights are
+// dequantized to BF16 at upload; 1-D weights become F32. Activations are F32. MatMul over
+// a 16-bit weight runs a warp-per-row GEMV kernel (F32 activations) for up to 8 rows and
+// otherwise casts the activations to the weight's type for a cuBLAS GEMM with float32
+// accumulation. The KV cache holds BackendOptions.KVDType (BF16 by default).
+type Backend struct {
+	dev  *Device
+	ops  *Ops
+	nv   *NVRTC
+	blas *CuBLAS
+	kv   DType
+
+	allocs map[uint64]Buffer // every allocation the backend made, freed by Close
+
+	// The current step: its metadata in pinned host memory and on the device.
+	cur       *step
+	metaHost  *HostBuffer
+	metaDev   Buffer
+	scratch   Buffer // 16-bit activations cast for cuBLAS
+	logitsDev Buffer // F32 logits of the step
+	work      *DecodeWorkspace
+}
+
+// decodeSplits is the most split-K partitions decode attention uses per sequence and head.
+const decodeSplits = 32
+
+// gemvMaxRows is the most activation rows the GEMV kernel takes (GEMV_MAXN in gemv.cu).
+const gemvMaxRows = 8
+
+// NewBackend opens the CUDA driver, the device, NVRTC and cuBLAS, and compiles (or loads
+// from cache) the kernels. Without a driver or a device it returns an error saying so.
+func NewBackend(opt BackendOptions) (*Backend, error) {
+	drv, err := Open()
+	if err != nil {
+		return nil, err
+	}
+	n, err := drv.DeviceCount()
+	if err != nil {
+		return nil, err
+	}
+	if opt.Ordinal < 0 || opt.Ordinal >= n {
+		return nil, fmt.Errorf("cuda: device %d requested, %d present", opt.Ordinal, n)
+	}
+	kvType, ok := map[string]DType{"": BF16, "bf16": BF16, "f16": F16, "f32": F32}[opt.KVCacheType]
+	if !ok {
+		return nil, fmt.Errorf("cuda: KV cache of %q values: want bf16, f16 or f32", opt.KVCacheType)
+	}
+	nv, err := OpenNVRTC()
+	if err != nil {
+		return nil, err
+	}
+	blasLib, err := OpenCuBLAS()
+	if err != nil {
+		return nil, err
+	}
+	dev, err := drv.OpenDevice(opt.Ordinal)
+	if err != nil {
+		return nil, err
+	}
+	cache := DefaultCubinCache()
+	if opt.Cache != nil {
+		cache = *opt.Cache
+	}
+	b := &Backend{dev: dev, nv: nv, blas: blasLib, kv: kvType, allocs: map[uint64]Buffer{}}
+	err = dev.Do(func() error {
+		k, err := dev.LoadKernels(nv, cache)
+		if err != nil {
+			return err
+		}
+		bl, err := dev.NewBLAS(blasLib)
+		if err != nil {
+			dev.FreeKernels(k)
+			return err
+		}
+		b.ops = &Ops{Dev: dev, Kern: k, BLAS: bl}
+		return nil
+	})
+	if err != nil {
+		dev.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// Device returns the device the backend runs on.
+func (b *Backend) Device() *Device { return b.dev }
+
+// Name describes the backend and its device.
+func (b *Backend) Name() string {
+	i := b.dev.Info()
+	return fmt.Sprintf("cuda (%s, %s, %d SMs, %.0f GiB, cuBLAS %d, KV %s)", i.Name, i.Arch(), i.Multiprocessors,
+		float64(i.TotalMem)/(1<<30), b.ops.BLAS.Version, b.kv)
+}
+
+// Run runs fn on the device goroutine.
+func (b *Backend) Run(fn func() error) error { return b.dev.Do(fn) }
+
+// Close frees every buffer, the kernels and the cuBLAS handle, and stops the device.
+func (b *Backend) Close() error {
+	err := b.dev.Do(func() error {
+		errs := []error{b.dev.Sync()}
+		for _, buf := range b.allocs {
+			errs = append(errs, b.dev.Free(buf))
+		}
+		b.allocs = map[uint64]Buffer{}
+		if b.work != nil {
+			errs = append(errs, b.dev.FreeDecodeWorkspace(b.work))
+			b.work = nil
+		}
+		errs = append(errs, b.dev.FreeHost(b.metaHost), b.dev.FreeBLAS(b.ops.BLAS), b.dev.FreeKernels(b.ops.Kern))
+		b.metaHost = nil
+		return firstErr(errs...)
+	})
+	if cerr := b.dev.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// alloc allocates n elements of t and remembers the buffer for Close (inside Run).
+func (b *Backend) alloc(t DType, n int) (Buffer, error) {
+	buf, err := b.dev.Alloc(t, n)
+	if err != nil {
+		return Buffer{}, err
+	}
+	b.allocs[buf.Ptr] = buf
+	return buf, nil
+}
+
+// free releases a buffer made by alloc (inside Run).
+func (b *Backend) free(buf Buffer) error {
+	if buf.Ptr == 0 {
+		return nil
+	}
+	if _, ok := b.allocs[buf.Ptr]; !ok {
+		return fmt.Errorf("cuda: free of a buffer the backend did not allocate")
+	}
+	delete(b.allocs, buf.Ptr)
+	return b.dev.Free(buf)
+}
+
+// deviceType maps a quant type to the device dtype that holds it as is.
+func deviceType(t quant.Type) (DType, bool) {
+	switch t {
+	case quant.F32:
+		return F32, true
+	case quant.F16:
+		return F16, true
+	case quant.BF16:
+		return BF16, true
+	case quant.I32:
+		return I32, true
+	}
+	return 0, false
+}
+
+// UploadWeight copies a weight to the device: matrices of F32, F16 or BF16 as they are,
+// quantized matrices dequantized to BF16 row by row, 1-D tensors decoded to F32.
+func (b *Backend) UploadWeight(t *format.Tensor) (backend.Tensor, error) {
+	if err := t.Check(); err != nil {
+		return nil, fmt.Errorf("cuda upload: %w", err)
+	}
+	if !quant.Supported(t.Type) {
+		return nil, fmt.Errorf("cuda upload: tensor %q: type %s is not supported", t.Name, t.Type)
+	}
+	if len(t.Shape) == 1 {
+		v := make([]float32, t.Shape[0])
+		if err := quant.Dequantize(t.Type, t.Data, v); err != nil {
+			return nil, fmt.Errorf("cuda upload: tensor %q: %w", t.Name, err)
+		}
+		buf, err := b.alloc(F32, len(v))
+		if err != nil {
+			return nil, fmt.Errorf("cuda upload: tensor %q: %w", t.Name, err)
+		}
+		if err := Upload(b.dev, buf, v); err != nil {
+			return nil, fmt.Errorf("cuda upload: tensor %q: %w", t.Name, err)
+		}
+		return &tensor{buf: buf, shape: []int{len(v)}}, nil
+	}
+	rows, cols := t.Rows()
+	dt, direct := deviceType(t.Type)
+	if !direct || dt == I32 {
+		dt = BF16
+	}
+	buf, err := b.alloc(dt, rows*cols)
+	if err != nil {
+		return nil, fmt.Errorf("cuda upload: tensor %q: %w", t.Name, err)
+	}
+	if direct {
+		err = b.dev.drv.check("cuMemcpyHtoD_v2", b.dev.drv.cuMemcpyHtoD(buf.Ptr, unsafe.Pointer(&t.Data[0]), uint64(buf.Bytes())))
+	} else {
+		err = b.uploadDequantized(buf, t, rows, cols)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cuda upload: tensor %q: %w", t.Name, err)
+	}
+	return &tensor{buf: buf, shape: []int{rows, cols}}, nil
+}
+
+// uploadDequantized dequantizes a block-format matrix to BF16, a chunk of rows at a time,
+// into buf (inside Run).
+func (b *Backend) uploadDequantized(buf Buffer, t *format.Tensor, rows, cols int) error {
+	rb, err := t.Type.RowBytes(cols)
+	if err != nil {
+		return err
+	}
+	chunk := max(1, (8<<20)/(2*cols)) // rows per copy: about 8 MiB of BF16
+	row := make([]float32, cols)
+	half := make([]uint16, min(chunk, rows)*cols)
+	for r0 := 0; r0 < rows; r0 += chunk {
+		r1 := min(rows, r0+chunk)
+		for r := r0; r < r1; r++ {
+			if err := quant.Dequantize(t.Type, t.Data[r*rb:(r+1)*rb], row); err != nil {
+				return fmt.Errorf("row %d: %w", r, err)
+			}
+			dst := half[(r-r0)*cols : (r-r0+1)*cols]
+			for i, v := range row {
+				dst[i] = quant.F32ToBF16(v)
+			}
+		}
+		part, err := buf.Slice(r0*cols, r1*cols)
+		if err != nil {
+			return err
+		}
+		if err := Upload(b.dev, part, half[:(r1-r0)*cols]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// NewTensor allocates a zeroed F32 or I32 tensor of one or two dimensions.
+func (b *Backend) NewTensor(dtype quant.Type, shape ...int) (backend.Tensor, error) {
+	if len(shape) < 1 || len(shape) > 2 {
+		return nil, fmt.Errorf("cuda: new tensor of shape %v: want 1 or 2 dimensions", shape)
+	}
+	n := 1
+	for _, d := range shape {
+		if d <= 0 {
+			return nil, fmt.Errorf("cuda: new tensor of shape %v", shape)
+		}
+		n *= d
+	}
+	dt, ok := deviceType(dtype)
+	if !ok || (dt != F32 && dt != I32) {
+		return nil, fmt.Errorf("cuda: new tensor of %s: want f32 or i32", dtype)
+	}
+	buf, err := b.alloc(dt, n)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.dev.Fill32(buf, 0); err != nil {
+		return nil, err
+	}
+	return &tensor{buf: buf, shape: append([]int(nil), shape...)}, nil
+}
+
+// Free releases a tensor made by UploadWeight or NewTensor, after the work queued so far.
+func (b *Backend) Free(t backend.Tensor) error {
+	c, ok := t.(*tensor)
+	if !ok || c == nil {
+		return fmt.Errorf("cuda free: not a CUDA tensor")
+	}
+	if c.view {
+		return fmt.Errorf("cuda free: a view (Rows) is not freed on its own")
+	}
+	if err := b.dev.Sync(); err != nil {
+		return err
+	}
+	err := b.free(c.buf)
+	c.buf = Buffer{}
+	return err
+}
+
+// NewKVCache allocates a zeroed cache holding the backend's KV dtype.
+func (b *Backend) NewKVCache(spec backend.KVSpec) (backend.KVCache, error) {
+	if spec.Layers <= 0 || spec.NumBlocks <= 0 || spec.BlockSize <= 0 || spec.KVHeads <= 0 || spec.HeadDim <= 0 {
+		return nil, fmt.Errorf("cuda kv cache: bad geometry %+v", spec)
+	}
+	spec.DType = map[DType]quant.Type{F32: quant.F32, F16: quant.F16, BF16: quant.BF16}[b.kv]
+	c := &kvCache{spec: spec}
+	n := spec.NumBlocks * spec.BlockSize * spec.KVHeads * spec.HeadDim
+	for l := range spec.Layers {
+		layer := &KVCacheLayer{NumBlocks: spec.NumBlocks, BlockSize: spec.BlockSize, KVHeads: spec.KVHeads, HeadDim: spec.HeadDim}
+		var err error
+		if layer.K, err = b.alloc(b.kv, n); err != nil {
+			return nil, fmt.Errorf("cuda kv cache: layer %d: %w", l, err)
+		}
+		if layer.V, err = b.alloc(b.kv, n); err != nil {
+			return nil, fmt.Errorf("cuda kv cache: layer %d: %w", l, err)
+		}
+		if err := firstErr(layer.check("kv cache"), b.dev.Fill32(layer.K, 0), b.dev.Fill32(layer.V, 0)); err != nil {
+			return nil, err
+		}
+		c.layers = append(c.layers, layer)
+	}
+	return c, nil
+}
+
+// UploadStep copies the step's index arrays into pinned memory and from there, in one
+// asynchronous copy, to the device.
+func (b *Backend) UploadStep(meta *backend.StepMeta) (backend.Step, error) {
+	n, seqs := meta.NumTokens(), meta.NumSeqs()
+	switch {
+	case n == 0 || seqs <= 0:
+		return nil, fmt.Errorf("cuda step: %d tokens in %d sequences", n, seqs)
+	case len(meta.Positions) != n || len(meta.SlotMapping) != n:
+		return nil, fmt.Errorf("cuda step: %d tokens, %d positions, %d slots", n, len(meta.Positions), len(meta.SlotMapping))
+	case meta.MaxBlocks <= 0 || len(meta.ContextLens) != seqs || len(meta.BlockTables) != seqs*meta.MaxBlocks:
+		return nil, fmt.Errorf("cuda step: %d sequences, %d context lengths, %d block table entries of %d per sequence",
+			seqs, len(meta.ContextLens), len(meta.BlockTables), meta.MaxBlocks)
+	case meta.QueryStarts[0] != 0 || int(meta.QueryStarts[seqs]) != n:
+		return nil, fmt.Errorf("cuda step: sequences cover tokens [%d, %d) of %d", meta.QueryStarts[0], meta.QueryStarts[seqs], n)
+	}
+	for i := range seqs {
+		if meta.QueryStarts[i+1] <= meta.QueryStarts[i] {
+			return nil, fmt.Errorf("cuda step: sequence %d has no tokens", i)
+		}
+	}
+	parts := [][]int32{meta.Tokens, meta.Positions, meta.SlotMapping, meta.QueryStarts, meta.ContextLens,
+		meta.BlockTables, meta.LogitsIndices}
+	total := 0
+	for _, p := range parts {
+		total += len(p)
+	}
+	// The previous step's copy out of the pinned buffer must be done before it is rewritten.
+	if err := b.dev.Sync(); err != nil {
+		return nil, err
+	}
+	if b.metaHost == nil || len(b.metaHost.Int32s()) < total {
+		if err := b.dev.FreeHost(b.metaHost); err != nil {
+			return nil, err
+		}
+		b.metaHost = nil
+		if err := b.free(b.metaDev); err != nil {
+			return nil, err
+		}
+		b.metaDev = Buffer{}
+		size := max(total*2, 4096)
+		h, err := b.dev.AllocHost(4 * size)
+		if err != nil {
+			return nil, fmt.Errorf("cuda step: %w", err)
+		}
+		b.metaHost = h
+		if b.metaDev, err = b.alloc(I32, size); err != nil {
+			return nil, fmt.Errorf("cuda step: %w", err)
+		}
+	}
+	host := b.metaHost.Int32s()
+	views := make([]Buffer, len(parts))
+	off := 0
+	for i, p := range parts {
+		copy(host[off:], p)
+		views[i] = Buffer{Ptr: b.metaDev.Ptr + uint64(4*off), DType: I32, Len: len(p)}
+		off += len(p)
+	}
+	all, err := b.metaDev.Slice(0, total)
+	if err != nil {
+		return nil, err
+	}
+	if err := b.dev.UploadAsync(all, b.metaHost, 0); err != nil {
+		return nil, fmt.Errorf("cuda step: %w", err)
+	}
+	b.cur = &step{meta: meta, tokens: views[0], positions: views[1], slots: views[2], queryStarts: views[3],
+		contextLens: views[4], blockTables: views[5], logitsIndices: views[6]}
+	return b.cur, nil
+}
+
+// CopyBlocks copies whole blocks, keys and values, in every layer, in order on the stream.
+func (b *Backend) CopyBlocks(kv backend.KVCache, copies []backend.BlockCopy) error {
+	c, _, err := kvOf("copy blocks", kv, -1)
+	if err != nil {
+		return err
+	}
+	s := c.spec
+	per := s.BlockSize * s.KVHeads * s.HeadDim
+	for _, op := range copies {
+		if op.Src < 0 || op.Dst < 0 || int(op.Src) >= s.NumBlocks || int(op.Dst) >= s.NumBlocks {
+			return fmt.Errorf("cuda copy blocks: block %d to %d: outside the cache's %d blocks", op.Src, op.Dst, s.NumBlocks)
+		}
+		for _, l := range c.layers {
+			for _, buf := range []Buffer{l.K, l.V} {
+				src, err1 := buf.Slice(int(op.Src)*per, int(op.Src+1)*per)
+				dst, err2 := buf.Slice(int(op.Dst)*per, int(op.Dst+1)*per)
+				if err := firstErr(err1, err2); err != nil {
+					return err
+				}
+				if err := b.dev.CopyAsync(dst, src); err != nil {
+					return fmt.Errorf("cuda copy blocks: %w", err)
+				}
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,389 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/kvasir-llm/kvasir/internal/backend"
+)
+
+// ErrUnsupported is returned by the ops the CUDA backend does not implement yet (the
+// mixture-of-experts ops).
+var ErrUnsupported = errors.New("unsupported on cuda")
+
+// Embedding gathers the step's token rows of table into out.
+func (b *Backend) Embedding(out, table backend.Tensor, st backend.Step) error {
+	o, err := devTensor("embedding", "out", out, F32)
+	if err != nil {
+		return err
+	}
+	w, err := devTensor("embedding", "table", table, F32, F16, BF16)
+	if err != nil {
+		return err
+	}
+	s, err := b.stepOf("embedding", st)
+	if err != nil {
+		return err
+	}
+	n := s.meta.NumTokens()
+	if o.rows() != n || o.cols() != w.cols() {
+		return fmt.Errorf("cuda embedding: out %v for %d tokens of %d values", o.shape, n, w.cols())
+	}
+	return b.ops.Embedding(o.buf, w.buf, s.tokens, n, w.rows(), w.cols())
+}
+
+// normOperands checks out and x of one shape and weight as long as a row.
+func normOperands(op string, out, x, weight backend.Tensor) (o, xs, w *tensor, err error) {
+	if o, err = devTensor(op, "out", out, F32); err != nil {
+		return nil, nil, nil, err
+	}
+	if xs, err = devTensor(op, "x", x, F32); err != nil {
+		return nil, nil, nil, err
+	}
+	if w, err = devTensor(op, "weight", weight, F32); err != nil {
+		return nil, nil, nil, err
+	}
+	if err := sameShape(op, o, xs); err != nil {
+		return nil, nil, nil, err
+	}
+	if w.buf.Len != xs.cols() {
+		return nil, nil, nil, fmt.Errorf("cuda %s: weight of %d for rows of %d", op, w.buf.Len, xs.cols())
+	}
+	return o, xs, w, nil
+}
+
+// RMSNorm normalizes the rows of x into out.
+func (b *Backend) RMSNorm(out, x, weight backend.Tensor, eps float32) error {
+	o, xs, w, err := normOperands("rmsnorm", out, x, weight)
+	if err != nil {
+		return err
+	}
+	return b.ops.RMSNorm(o.buf, xs.buf, Buffer{}, w.buf, xs.rows(), xs.cols(), eps)
+}
+
+// RMSNormResidual adds x into residual and normalizes the sums into out.
+func (b *Backend) RMSNormResidual(out, residual, x, weight backend.Tensor, eps float32) error {
+	o, r, w, err := normOperands("rmsnorm residual", out, residual, weight)
+	if err != nil {
+		return err
+	}
+	xs, err := devTensor("rmsnorm residual", "x", x, F32)
+	if err != nil {
+		return err
+	}
+	if err := sameShape("rmsnorm residual", r, xs); err != nil {
+		return err
+	}
+	return b.ops.RMSNorm(o.buf, r.buf, xs.buf, w.buf, r.rows(), r.cols(), eps)
+}
+
+// HeadNorm normalizes every head vector of x in place (the RMSNorm kernel over rows of one
+// head).
+func (b *Backend) HeadNorm(x, weight backend.Tensor, eps float32) error {
+	xs, err := devTensor("head norm", "x", x, F32)
+	if err != nil {
+		return err
+	}
+	w, err := devTensor("head norm", "weight", weight, F32)
+	if err != nil {
+		return err
+	}
+	hd := w.buf.Len
+	if hd == 0 || xs.cols()%hd != 0 {
+		return fmt.Errorf("cuda head norm: rows of %d are not whole heads of %d", xs.cols(), hd)
+	}
+	return b.ops.RMSNorm(xs.buf, xs.buf, Buffer{}, w.buf, xs.rows()*xs.cols()/hd, hd, eps)
+}
+
+// MatMul computes out = x · wᵀ.
+func (b *Backend) MatMul(out, x, w backend.Tensor) error {
+	o, err := devTensor("matmul", "out", out, F32)
+	if err != nil {
+		return err
+	}
+	xs, err := devTensor("matmul", "x", x, F32)
+	if err != nil {
+		return err
+	}
+	wm, err := devTensor("matmul", "w", w, F32, F16, BF16)
+	if err != nil {
+		return err
+	}
+	if len(wm.shape) != 2 || xs.cols() != wm.cols() || o.cols() != wm.rows() || o.rows() != xs.rows() {
+		return fmt.Errorf("cuda matmul: out %v = x %v · w %vᵀ", o.shape, xs.shape, wm.shape)
+	}
+	return b.matMul(o.buf, xs.buf, wm, xs.rows())
+}
+
+// matMul computes y = x · wᵀ for n rows of float32 x into float32 y (inside Run): cuBLAS
+// directly for F32 weights, the GEMV kernel for up to gemvMaxRows rows of a 16-bit weight,
+// else x cast to the weight's type and cuBLAS.
+func (b *Backend) matMul(y, x Buffer, w *tensor, n int) error {
+	m, k := w.rows(), w.cols()
+	if w.buf.DType == F32 {
+		return b.ops.MatMulT(y, x, w.buf, n, k, m)
+	}
+	if n <= gemvMaxRows && k%8 == 0 {
+		return b.ops.Dev.Launch(b.ops.Kern.mod, "gemv_"+suffix(w.buf.DType), Dim3{(m + 7) / 8, 1, 1}, Dim3{256, 1, 1}, 0,
+			y, x, w.buf, n, k, m)
+	}
+	if b.scratch.Len < n*k {
+		if err := b.dev.Sync(); err != nil {
+			return err
+		}
+		if err := b.free(b.scratch); err != nil {
+			return err
+		}
+		b.scratch = Buffer{}
+		s, err := b.alloc(BF16, n*k)
+		if err != nil {
+			return fmt.Errorf("cuda matmul scratch: %w", err)
+		}
+		b.scratch = s
+	}
+	xc := Buffer{Ptr: b.scratch.Ptr, DType: w.buf.DType, Len: n * k}
+	if err := b.ops.Cast(xc, x); err != nil {
+		return err
+	}
+	return b.ops.MatMulT(y, xc, w.buf, n, k, m)
+}
+
+// AddBias adds bias to every row of x.
+func (b *Backend) AddBias(x, bias backend.Tensor) error {
+	xs, err := devTensor("add bias", "x", x, F32)
+	if err != nil {
+		return err
+	}
+	bs, err := devTensor("add bias", "bias", bias, F32)
+	if err != nil {
+		return err
+	}
+	if bs.buf.Len != xs.cols() {
+		return fmt.Errorf("cuda add bias: bias of %d for rows of %d", bs.buf.Len, xs.cols())
+	}
+	return b.dev.Launch(b.ops.Kern.mod, "add_bias_f32", Dim3{gridFor(xs.buf.Len), 1, 1}, Dim3{threads, 1, 1}, 0,
+		xs.buf, bs.buf, uint64(xs.rows()), xs.cols())
+}
+
+// RopeKVWrite rotates q and k by their tokens' positions and writes k and v into layer's
+// cache at their slots (one fused kernel).
+func (b *Backend) RopeKVWrite(q, k, v backend.Tensor, rope backend.Rope, kv backend.KVCache, layer int, st backend.Step) error {
+	const op = "rope kv"
+	qs, err := devTensor(op, "q", q, F32)
+	if err != nil {
+		return err
+	}
+	ks, err := devTensor(op, "k", k, F32)
+	if err != nil {
+		return err
+	}
+	vs, err := devTensor(op, "v", v, F32)
+	if err != nil {
+		return err
+	}
+	inv, err := devTensor(op, "inverse frequencies", rope.InvFreq, F32)
+	if err != nil {
+		return err
+	}
+	_, l, err := kvOf(op, kv, layer)
+	if err != nil {
+		return err
+	}
+	s, err := b.stepOf(op, st)
+	if err != nil {
+		return err
+	}
+	n, hd := s.meta.NumTokens(), l.HeadDim
+	if qs.rows() != n || ks.rows() != n || vs.rows() != n || qs.cols()%hd != 0 ||
+		ks.cols() != l.KVHeads*hd || vs.cols() != ks.cols() {
+		return fmt.Errorf("cuda rope kv: q %v, k %v, v %v for %d tokens and %d kv heads of %d", qs.shape, ks.shape, vs.shape, n, l.KVHeads, hd)
+	}
+	if inv.buf.Len*2 != rope.Dim {
+		return fmt.Errorf("cuda rope kv: %d inverse frequencies for %d rotated dimensions", inv.buf.Len, rope.Dim)
+	}
+	return b.ops.RopeKV(RopeKVArgs{Q: qs.buf, K: ks.buf, V: vs.buf, QStride: qs.cols(), KStride: ks.cols(), VStride: vs.cols(),
+		Tokens: n, Heads: qs.cols() / hd, Positions: s.positions, Slots: s.slots,
+		Rope: Rope{InvFreq: inv.buf, Dim: rope.Dim, NeoX: rope.NeoX, MScale: rope.MScale}, Cache: l})
+}
+
+// Attention runs paged causal attention: split-K decode when every sequence has one query
+// token, the varlen prefill kernel otherwise.
+func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int, scale float32, st backend.Step) error {
+	o, err := devTensor("attention", "out", out, F32)
+	if err != nil {
+		return err
+	}
+	qs, err := devTensor("attention", "q", q, F32)
+	if err != nil {
+		return err
+	}
+	_, l, err := kvOf("attention", kv, layer)
+	if err != nil {
+		return err
+	}
+	s, err := b.stepOf("attention", st)
+	if err != nil {
+		return err
+	}
+	m := s.meta
+	if err := sameShape("attention", o, qs); err != nil {
+		return err
+	}
+	qDim := qs.cols()
+	if qs.rows() != m.NumTokens() || qDim%l.HeadDim != 0 {
+		return fmt.Errorf("cuda attention: q %v for %d tokens of heads of %d", qs.shape, m.NumTokens(), l.HeadDim)
+	}
+	heads, seqs := qDim/l.HeadDim, m.NumSeqs()
+	if l.HeadDim%32 != 0 {
+		return b.attentionSmall(o, qs, l, s, heads, scale)
+	}
+	if m.NumTokens() == seqs {
+		if b.work == nil || b.work.Seqs < seqs || b.work.Heads < heads || b.work.HeadDim < l.HeadDim {
+			if b.work != nil {
+				if err := firstErr(b.dev.Sync(), b.dev.FreeDecodeWorkspace(b.work)); err != nil {
+					return err
+				}
+				b.work = nil
+			}
+			w, err := b.dev.NewDecodeWorkspace(max(seqs, 64), heads, decodeSplits, l.HeadDim)
+			if err != nil {
+				return fmt.Errorf("cuda attention: %w", err)
+			}
+			b.work = w
+		}
+		maxCtx := m.MaxContextLen
+		for _, c := range m.ContextLens {
+			maxCtx = max(maxCtx, int(c))
+		}
+		return b.ops.AttentionDecode(DecodeArgs{Out: o.buf, OutStride: qDim, Q: qs.buf, QStride: qDim, Seqs: seqs, Heads: heads,
+			Cache: l, BlockTables: s.blockTables, MaxBlocks: m.MaxBlocks, ContextLens: s.contextLens,
+			MaxContext: maxCtx, Scale: scale, Work: b.work})
+	}
+	maxQ := m.MaxQueryLen
+	for i := range seqs {
+		maxQ = max(maxQ, int(m.QueryStarts[i+1]-m.QueryStarts[i]))
+	}
+	return b.ops.AttentionPrefill(PrefillArgs{Out: o.buf, OutStride: qDim, Q: qs.buf, QStride: qDim, Tokens: m.NumTokens(),
+		Seqs: seqs, Heads: heads, Cache: l, SeqStarts: s.queryStarts, Positions: s.positions, MaxQueryLen: maxQ,
+		BlockTables: s.blockTables, MaxBlocks: m.MaxBlocks, Scale: scale})
+}
+
+// smallMaxContext bounds the context of the plain attention kernel (its scores sit in
+// shared memory).
+const smallMaxContext = 12000
+
+// attentionSmall runs the plain attention kernel, for head sizes that are not a multiple
+// of 32 (tiny models such as stories260K).
+func (b *Backend) attentionSmall(o, q *tensor, l *KVCacheLayer, s *step, heads int, scale float32) error {
+	m := s.meta
+	maxPos := 0
+	for _, p := range m.Positions {
+		maxPos = max(maxPos, int(p))
+	}
+	if maxPos+1 > smallMaxContext || l.HeadDim > maxHeadDim || heads%l.KVHeads != 0 {
+		return fmt.Errorf("cuda attention: head dim %d with context %d and %d/%d heads: unsupported", l.HeadDim, maxPos+1, heads, l.KVHeads)
+	}
+	return b.dev.Launch(b.ops.Kern.mod, "attn_small_"+suffix(l.K.DType), Dim3{heads, m.NumTokens(), 1}, Dim3{128, 1, 1}, 4*(maxPos+1),
+		o.buf, q.buf, l.K, l.V, s.blockTables, m.MaxBlocks, s.queryStarts, m.NumSeqs(), s.positions,
+		heads, l.KVHeads, l.HeadDim, l.BlockSize, scale)
+}
+
+// SwiGLU computes out = silu(gate) * up.
+func (b *Backend) SwiGLU(out, gate, up backend.Tensor) error {
+	o, err := devTensor("swiglu", "out", out, F32)
+	if err != nil {
+		return err
+	}
+	g, err := devTensor("swiglu", "gate", gate, F32)
+	if err != nil {
+		return err
+	}
+	u, err := devTensor("swiglu", "up", up, F32)
+	if err != nil {
+		return err
+	}
+	if err := firstErr(sameShape("swiglu", o, g), sameShape("swiglu", o, u)); err != nil {
+		return err
+	}
+	return b.ops.SwiGLU(o.buf, g.buf, u.buf, o.rows(), o.cols(), o.cols())
+}
+
+// GatherRows copies the rows named by the step's logits indices.
+func (b *Backend) GatherRows(out, in backend.Tensor, st backend.Step) error {
+	o, err := devTensor("gather", "out", out, F32)
+	if err != nil {
+		return err
+	}
+	x, err := devTensor("gather", "in", in, F32)
+	if err != nil {
+		return err
+	}
+	s, err := b.stepOf("gather", st)
+	if err != nil {
+		return err
+	}
+	idx, dim := s.meta.LogitsIndices, x.cols()
+	if o.rows() != len(idx) || o.cols() != dim {
+		return fmt.Errorf("cuda gather: out %v for %d rows of %d", o.shape, len(idx), dim)
+	}
+	for _, r := range idx {
+		if r < 0 || int(r) >= x.rows() {
+			return fmt.Errorf("cuda gather: row %d outside %d", r, x.rows())
+		}
+	}
+	return b.ops.GatherRows(o.buf, x.buf, s.logitsIndices, len(idx), dim)
+}
+
+// Logits multiplies x by wᵀ on the device and copies the result into dst: the step's one
+// host synchronisation.
+func (b *Backend) Logits(dst []float32, x, w backend.Tensor) error {
+	xs, err := devTensor("logits", "x", x, F32)
+	if err != nil {
+		return err
+	}
+	wm, err := devTensor("logits", "w", w, F32, F16, BF16)
+	if err != nil {
+		return err
+	}
+	n := xs.rows()
+	if len(wm.shape) != 2 || xs.cols() != wm.cols() || len(dst) != n*wm.rows() {
+		return fmt.Errorf("cuda logits: %d values for x %v · w %vᵀ", len(dst), xs.shape, wm.shape)
+	}
+	if b.logitsDev.Len < len(dst) {
+		if err := b.dev.Sync(); err != nil {
+			return err
+		}
+		if err := b.free(b.logitsDev); err != nil {
+			return err
+		}
+		b.logitsDev = Buffer{}
+		l, err := b.alloc(F32, len(dst))
+		if err != nil {
+			return fmt.Errorf("cuda logits: %w", err)
+		}
+		b.logitsDev = l
+	}
+	y := Buffer{Ptr: b.logitsDev.Ptr, DType: F32, Len: len(dst)}
+	if err := b.matMul(y, xs.buf, wm, n); err != nil {
+		return err
+	}
+	return Download(b.dev, dst, y)
+}
+
+// RouteExperts is not implemented on the GPU yet.
+func (b *Backend) RouteExperts(ids, gains, logits backend.Tensor, normalize bool) error {
+	return fmt.Errorf("cuda route experts: %w", ErrUnsupported)
+}
+
+// ExpertMLP is not implemented on the GPU yet.
+func (b *Backend) ExpertMLP(out, x, ids, gains backend.Tensor, experts []backend.Expert) error {
+	return fmt.Errorf("cuda expert mlp: %w", ErrUnsupported)
+}
+
+// GatedAdd is not implemented on the GPU yet.
+func (b *Backend) GatedAdd(out, y, x, gate backend.Tensor) error {
+	return fmt.Errorf("cuda gated add: %w", ErrUnsupported)
+}
+
+// Compile-time check that Backend implements the op set.
+var _ backend.Backend = (*Backend)(nil)

@@ -1,0 +1,126 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/quant"
+)
+
+// tensor is a device tensor of the Backend: a Buffer with its shape. Views (Rows) share
+// the buffer's memory and are never freed themselves.
+type tensor struct {
+	buf   Buffer
+	shape []int
+	view  bool
+}
+
+// DType returns the element type as a quant.Type.
+func (t *tensor) DType() quant.Type {
+	switch t.buf.DType {
+	case F16:
+		return quant.F16
+	case BF16:
+		return quant.BF16
+	case I32:
+		return quant.I32
+	}
+	return quant.F32
+}
+
+// Shape returns the dimensions, outermost first.
+func (t *tensor) Shape() []int { return t.shape }
+
+// Rows returns the view of the first n rows, at the same device address.
+func (t *tensor) Rows(n int) backend.Tensor {
+	per := t.cols()
+	if len(t.shape) < 2 {
+		per = 1
+	}
+	b, err := t.buf.Slice(0, n*per)
+	if err != nil {
+		// An out-of-range n is a caller bug; keep the whole tensor so the next op's shape
+		// check reports it rather than panicking here.
+		return t
+	}
+	return &tensor{buf: b, shape: append([]int{n}, t.shape[1:]...), view: true}
+}
+
+// rows returns the outermost dimension (1 for a vector).
+func (t *tensor) rows() int {
+	if len(t.shape) < 2 {
+		return 1
+	}
+	return t.shape[0]
+}
+
+// cols returns the innermost dimension.
+func (t *tensor) cols() int { return t.shape[len(t.shape)-1] }
+
+// devTensor returns t as a tensor of this backend holding one of dtypes.
+func devTensor(op, what string, t backend.Tensor, dtypes ...DType) (*tensor, error) {
+	c, ok := t.(*tensor)
+	if !ok || c == nil || c.buf.Ptr == 0 {
+		return nil, fmt.Errorf("cuda %s: %s is not a CUDA tensor", op, what)
+	}
+	for _, d := range dtypes {
+		if c.buf.DType == d {
+			return c, nil
+		}
+	}
+	return nil, fmt.Errorf("cuda %s: %s is %s, want one of %v", op, what, c.buf.DType, dtypes)
+}
+
+// sameShape checks that a and b have the same rows and columns.
+func sameShape(op string, a, b *tensor) error {
+	if a.rows() != b.rows() || a.cols() != b.cols() {
+		return fmt.Errorf("cuda %s: shapes %v and %v differ", op, a.shape, b.shape)
+	}
+	return nil
+}
+
+// kvCache is the Backend's paged KV cache: one KVCacheLayer per layer, each layer's K and V
+// a separate allocation.
+type kvCache struct {
+	spec   backend.KVSpec
+	layers []*KVCacheLayer
+}
+
+// Spec returns the cache's geometry; DType is the type the cache holds (the backend's KV
+// dtype, which may differ from what was asked).
+func (c *kvCache) Spec() backend.KVSpec { return c.spec }
+
+// kvOf returns kv as this backend's cache and its layer l (l < 0: none).
+func kvOf(op string, kv backend.KVCache, l int) (*kvCache, *KVCacheLayer, error) {
+	c, ok := kv.(*kvCache)
+	if !ok || c == nil {
+		return nil, nil, fmt.Errorf("cuda %s: the KV cache is not a CUDA cache", op)
+	}
+	if l < 0 {
+		return c, nil, nil
+	}
+	if l >= len(c.layers) {
+		return nil, nil, fmt.Errorf("cuda %s: layer %d outside the cache's %d", op, l, len(c.layers))
+	}
+	return c, c.layers[l], nil
+}
+
+// step is an uploaded StepMeta: the host copy and views of its index arrays in one device
+// buffer.
+type step struct {
+	meta                                    *backend.StepMeta
+	tokens, positions, slots, queryStarts   Buffer
+	contextLens, blockTables, logitsIndices Buffer
+}
+
+// Meta returns the host copy.
+func (s *step) Meta() *backend.StepMeta { return s.meta }
+
+// stepOf returns st as this backend's current step.
+func (b *Backend) stepOf(op string, st backend.Step) (*step, error) {
+	s, ok := st.(*step)
+	if !ok || s == nil || s != b.cur || s.meta == nil {
+		return nil, fmt.Errorf("cuda %s: the step is not the backend's current step", op)
+	}
+	return s, nil
+}
