@@ -145,11 +145,17 @@ func OpenModel(fm *format.Model, opt Options) (*Engine, error) {
 	if maxSeqs <= 0 {
 		maxSeqs = engine.DefaultMaxNumSeqs
 	}
+	// The cache is sized by the element the backend holds (BF16 on a GPU, F32 on the CPU).
+	elem := 4
+	if opt.Backend != nil {
+		elem = backend.KVBytesPerElement(opt.Backend)
+	}
+	perToken := model.KVBytesPerToken(cfg, elem)
 	mem := opt.KVCacheMemory
 	if mem <= 0 {
-		mem = min(DefaultKVCacheMemory, model.BytesPerToken(cfg)*int64(maxLen)*int64(maxSeqs)+model.BytesPerToken(cfg)*int64(blockSize))
+		mem = min(DefaultKVCacheMemory, perToken*int64(maxLen)*int64(maxSeqs)+perToken*int64(blockSize))
 	}
-	sizing, err := kvcache.Plan(cfg.Layers, cfg.KVHeads, cfg.HeadDim, 4, blockSize, mem, maxLen)
+	sizing, err := kvcache.Plan(cfg.Layers, cfg.KVHeads, cfg.HeadDim, elem, blockSize, mem, maxLen)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", fm.Path, err)
 	}

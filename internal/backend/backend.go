@@ -181,3 +181,45 @@ type Backend interface {
 	// CopyBlocks copies blocks of kv as ordered, in every layer, in order.
 	CopyBlocks(kv KVCache, copies []BlockCopy) error
 }
+
+// StepGrapher is implemented by backends that can capture the ops of a decode step as a
+// graph and replay it. A step of n one-token sequences is padded by the caller to
+// DecodeBucket(n) sequences (padding sequences write no keys and values), so that steps of
+// one bucket share a graph.
+type StepGrapher interface {
+	// DecodeBucket returns the sequence count a decode step of n sequences is padded to
+	// (n itself when steps of n sequences are not replayed as graphs).
+	DecodeBucket(n int) int
+	// RunStep runs ops, which queues the ops of step st after UploadStep and before the
+	// read-back. For a decode step it may capture them as a graph the first times a step
+	// of st's shape is seen for owner (any value naming the buffers the ops use) and
+	// replay the graph afterwards instead of calling ops.
+	RunStep(st Step, owner any, ops func() error) error
+}
+
+// ArgmaxLogits is implemented by backends that can pick each row's greedy token on the
+// device, so that full logits need not be copied back.
+type ArgmaxLogits interface {
+	// LogitsArgmax computes x · wᵀ and writes, for each row of x, the index of its largest
+	// logit (the lowest index among ties; NaN never wins) into dst, one entry per row: the
+	// step's last op and its only host synchronisation.
+	LogitsArgmax(dst []int32, x, w Tensor) error
+}
+
+// KVElementSizer is implemented by backends whose KV cache holds elements of a size of
+// their own choosing (a GPU backend's BF16 cache), whatever KVSpec.DType asks.
+type KVElementSizer interface {
+	// KVBytesPerElement returns the bytes one cached key or value element takes.
+	KVBytesPerElement() int
+}
+
+// KVBytesPerElement returns the bytes per KV cache element be holds: its own answer when
+// it implements KVElementSizer, else 4 (F32).
+func KVBytesPerElement(be Backend) int {
+	if s, ok := be.(KVElementSizer); ok {
+		if n := s.KVBytesPerElement(); n > 0 {
+			return n
+		}
+	}
+	return 4
+}

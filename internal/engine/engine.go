@@ -385,7 +385,7 @@ func (e *Engine) step() {
 			r.firstScheduled = now
 		}
 	}
-	logits, err := e.forward(&plan)
+	logits, ids, err := e.forward(&plan)
 	if err != nil {
 		for _, sc := range plan.seqs {
 			if sc.seq.status != statusFinished {
@@ -395,7 +395,7 @@ func (e *Engine) step() {
 		e.publishStats()
 		return
 	}
-	e.postprocess(&plan, logits)
+	e.postprocess(&plan, logits, ids)
 	e.publishStats()
 	if e.afterStep != nil {
 		e.afterStep()
@@ -404,7 +404,7 @@ func (e *Engine) step() {
 
 // forward runs the runner, turning a panic into an error so that one bad step cannot take
 // the process down.
-func (e *Engine) forward(plan *stepPlan) (logits []float32, err error) {
+func (e *Engine) forward(plan *stepPlan) (logits []float32, ids []int32, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("engine: step panicked: %v", p)

@@ -71,8 +71,9 @@ func (e *Engine) usage(r *request) Usage {
 
 // postprocess advances the scheduled sequences past the step: marks their tokens computed,
 // offers full blocks to the prefix cache, and samples, checks stops and streams outputs
-// for those that reached their last token.
-func (e *Engine) postprocess(plan *stepPlan, logits []float32) {
+// for those that reached their last token. When the runner picked greedy token ids (ids
+// non-nil), row i's token is ids[i] and logits is nil.
+func (e *Engine) postprocess(plan *stepPlan, logits []float32, ids []int32) {
 	row := 0
 	var promptTokens int64
 	for _, sc := range plan.seqs {
@@ -92,6 +93,13 @@ func (e *Engine) postprocess(plan *stepPlan, logits []float32) {
 			continue
 		}
 		if !sc.logits {
+			continue
+		}
+		if ids != nil {
+			if seq.status != statusFinished {
+				e.appendToken(seq, ids[row], nil)
+			}
+			row++
 			continue
 		}
 		l := logits[row*e.vocab : (row+1)*e.vocab]

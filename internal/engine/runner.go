@@ -65,15 +65,40 @@ func (r *runner) build(plan *stepPlan, mgr *kvcache.Manager) {
 }
 
 // run executes one step: copies, then the forward pass. It returns the logits of the
-// sequences with logits set, in plan order, one vocabulary-sized row each.
-func (r *runner) run(plan *stepPlan, mgr *kvcache.Manager) ([]float32, error) {
+// sequences with logits set, in plan order, one vocabulary-sized row each; or, when every
+// such sequence samples greedily from unprocessed logits (greedyOnly), their greedy token
+// ids instead (picked on the device where the backend can), with nil logits.
+func (r *runner) run(plan *stepPlan, mgr *kvcache.Manager) (logits []float32, ids []int32, err error) {
 	if err := r.copyBlocks(mgr.TakeCopies()); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	r.build(plan, mgr)
-	logits, err := r.model.Forward(&r.batch, r.kv)
-	if err != nil {
-		return nil, fmt.Errorf("engine: step of %d tokens in %d sequences: %w", len(r.batch.Tokens), len(r.batch.Seqs), err)
+	if len(r.batch.LogitsIndices) > 0 && greedyOnly(plan) {
+		ids, err = r.model.ForwardGreedy(&r.batch, r.kv)
+	} else {
+		logits, err = r.model.Forward(&r.batch, r.kv)
 	}
-	return logits, nil
+	if err != nil {
+		return nil, nil, fmt.Errorf("engine: step of %d tokens in %d sequences: %w", len(r.batch.Tokens), len(r.batch.Seqs), err)
+	}
+	return logits, ids, nil
+}
+
+// greedyOnly reports whether every sequence of the plan that samples this step takes the
+// plain argmax of its logits: temperature 0, no penalties, logit bias or min-tokens
+// suppression, no logprobs, and no fork pending (a fork samples its children from the
+// same logits).
+func greedyOnly(plan *stepPlan) bool {
+	for _, sc := range plan.seqs {
+		if !sc.logits {
+			continue
+		}
+		seq := sc.seq
+		p := &seq.req.params
+		if p.Temperature > 0 || seq.penalties != nil || seq.suppress != nil || len(p.LogitBias) > 0 ||
+			p.Logprobs || p.TopLogprobs > 0 || seq.forkPending {
+			return false
+		}
+	}
+	return true
 }

@@ -45,6 +45,19 @@ func BytesPerToken(cfg format.Config) int64 {
 	return int64(2 * cfg.Layers * cfg.KVHeads * cfg.HeadDim * 4)
 }
 
+// KVBytesPerToken returns the cache bytes one token takes across all layers on the model's
+// backend: keys and values of the element size the backend's cache holds (BF16 on a GPU,
+// float32 on the CPU).
+func (m *Model) KVBytesPerToken() int64 {
+	return KVBytesPerToken(m.cfg, backend.KVBytesPerElement(m.be))
+}
+
+// KVBytesPerToken returns the cache bytes one token takes across all layers, keys and
+// values of elemBytes bytes each.
+func KVBytesPerToken(cfg format.Config, elemBytes int) int64 {
+	return int64(2 * cfg.Layers * cfg.KVHeads * cfg.HeadDim * elemBytes)
+}
+
 // Slots returns the number of token slots the cache holds.
 func (kv *KVCache) Slots() int { return kv.NumBlocks * kv.BlockSize }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/backend/cpubackend"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/quant"
+	"github.com/kvasir-llm/kvasir/internal/sample"
 )
 
 // Options configures a Model.
@@ -41,6 +42,7 @@ type Model struct {
 	scale       float32 // attention scores' scale, 1/sqrt(HeadDim)
 
 	meta backend.StepMeta // the step being run, its buffers reused
+	pad  decodePad        // a padded decode step's per-token arrays
 	act  stepBuffers
 }
 
@@ -146,27 +148,81 @@ func tensorBytes(t backend.Tensor) int64 {
 // logits of the rows named by b.LogitsIndices, len(LogitsIndices) x vocabulary, row after
 // row (nil when none are named). The returned slice is new for each call.
 func (m *Model) Forward(b *Batch, kv *KVCache) ([]float32, error) {
-	if err := kv.fits(m); err != nil {
-		return nil, fmt.Errorf("forward: %w", err)
+	if err := m.prepare(b, kv); err != nil {
+		return nil, err
 	}
-	if err := b.check(m.cfg.VocabSize, kv); err != nil {
-		return nil, fmt.Errorf("forward: %w", err)
-	}
-	b.fillMeta(&m.meta, kv.BlockSize)
 	var logits []float32
 	if len(b.LogitsIndices) > 0 {
 		logits = make([]float32, len(b.LogitsIndices)*m.cfg.VocabSize)
 	}
-	if err := m.be.Run(func() error { return m.forward(kv, logits) }); err != nil {
+	if err := m.be.Run(func() error { return m.forward(kv, len(b.LogitsIndices), logits, nil) }); err != nil {
 		return nil, fmt.Errorf("forward: %w", err)
 	}
 	return logits, nil
 }
 
-// forward runs the step described by m.meta on the backend (inside Run) and writes the
-// logits into logits. Every op reads and writes buffers that exist before the step, and
-// the final Logits is the only read-back: a device backend can replay the step as a graph.
-func (m *Model) forward(kv *KVCache, logits []float32) error {
+// ForwardGreedy runs one step as Forward does but returns, instead of the logits, the
+// greedy token of each row named by b.LogitsIndices: the index of the row's largest logit
+// (the lowest among ties, NaN never chosen), as sample.Greedy picks it. A backend that
+// implements backend.ArgmaxLogits picks them on the device and copies back only the ids.
+func (m *Model) ForwardGreedy(b *Batch, kv *KVCache) ([]int32, error) {
+	if err := m.prepare(b, kv); err != nil {
+		return nil, err
+	}
+	n := len(b.LogitsIndices)
+	ids := make([]int32, n)
+	if n == 0 {
+		return ids, nil
+	}
+	err := m.be.Run(func() error {
+		if _, ok := m.be.(backend.ArgmaxLogits); ok {
+			return m.forward(kv, n, nil, ids)
+		}
+		logits := make([]float32, n*m.cfg.VocabSize)
+		if err := m.forward(kv, n, logits, nil); err != nil {
+			return err
+		}
+		v := m.cfg.VocabSize
+		for i := range ids {
+			ids[i] = int32(sample.Greedy(logits[i*v : (i+1)*v]))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("forward: %w", err)
+	}
+	return ids, nil
+}
+
+// prepare checks the batch and the cache and fills m.meta, padded to the backend's decode
+// bucket when the backend replays decode steps as graphs.
+func (m *Model) prepare(b *Batch, kv *KVCache) error {
+	if err := kv.fits(m); err != nil {
+		return fmt.Errorf("forward: %w", err)
+	}
+	if err := b.check(m.cfg.VocabSize, kv); err != nil {
+		return fmt.Errorf("forward: %w", err)
+	}
+	b.fillMeta(&m.meta, kv.BlockSize)
+	if g, ok := m.be.(backend.StepGrapher); ok {
+		m.padDecode(g)
+	}
+	return nil
+}
+
+// graphOwner names the buffers a captured step uses: the model's (weights, activations)
+// and the cache's.
+type graphOwner struct {
+	m  *Model
+	kv *KVCache
+}
+
+// forward runs the step described by m.meta on the backend (inside Run). The first
+// nOut rows of logits are wanted: into logits (F32, nOut x vocabulary) when it is non-nil,
+// or as greedy token ids into ids. Every op reads and writes buffers that exist before the
+// step, and the final read-back is the only host synchronisation: a device backend can
+// replay the ops before it as a graph.
+func (m *Model) forward(kv *KVCache, nOut int, logits []float32, ids []int32) error {
 	be, eps := m.be, float32(m.cfg.NormEps)
 	a, err := m.act.forStep(m, m.meta.NumTokens(), len(m.meta.LogitsIndices))
 	if err != nil {
@@ -176,26 +232,47 @@ func (m *Model) forward(kv *KVCache, logits []float32) error {
 	if err != nil {
 		return err
 	}
-	if err := be.Embedding(a.x, m.w.embd, st); err != nil {
-		return fmt.Errorf("embedding: %w", err)
-	}
-	for l := range m.w.layers {
-		if err := m.layer(l, a, kv, st); err != nil {
-			return fmt.Errorf("layer %d: %w", l, err)
+	wantOut := nOut > 0 && (logits != nil || ids != nil)
+	ops := func() error {
+		if err := be.Embedding(a.x, m.w.embd, st); err != nil {
+			return fmt.Errorf("embedding: %w", err)
 		}
-	}
-	if len(logits) == 0 {
+		for l := range m.w.layers {
+			if err := m.layer(l, a, kv, st); err != nil {
+				return fmt.Errorf("layer %d: %w", l, err)
+			}
+		}
+		if !wantOut {
+			return nil
+		}
+		// The last block's output joins the residual stream; the final norm follows, and
+		// only the rows whose logits are wanted are projected onto the vocabulary.
+		if err := be.RMSNormResidual(a.xb, a.x, a.ffnOut, m.w.outNorm, eps); err != nil {
+			return fmt.Errorf("output norm: %w", err)
+		}
+		if err := be.GatherRows(a.last, a.xb, st); err != nil {
+			return fmt.Errorf("logits rows: %w", err)
+		}
 		return nil
 	}
-	// The last block's output joins the residual stream; the final norm follows, and only
-	// the rows whose logits are wanted are projected onto the vocabulary.
-	if err := be.RMSNormResidual(a.xb, a.x, a.ffnOut, m.w.outNorm, eps); err != nil {
-		return fmt.Errorf("output norm: %w", err)
+	if g, ok := be.(backend.StepGrapher); ok {
+		err = g.RunStep(st, graphOwner{m: m, kv: kv}, ops)
+	} else {
+		err = ops()
 	}
-	if err := be.GatherRows(a.last, a.xb, st); err != nil {
-		return fmt.Errorf("logits rows: %w", err)
+	if err != nil || !wantOut {
+		return err
 	}
-	if err := be.Logits(logits, a.last, m.w.output); err != nil {
+	last := a.last
+	if nOut < len(m.meta.LogitsIndices) {
+		last = last.Rows(nOut)
+	}
+	if ids != nil {
+		err = be.(backend.ArgmaxLogits).LogitsArgmax(ids, last, m.w.output)
+	} else {
+		err = be.Logits(logits, last, m.w.output)
+	}
+	if err != nil {
 		return fmt.Errorf("output: %w", err)
 	}
 	return nil

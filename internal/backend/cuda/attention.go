@@ -91,6 +91,10 @@ func (o *Ops) RopeKV(a RopeKVArgs) error {
 		a.Rope.MScale, a.Heads, c.KVHeads, hd, a.Rope.Dim, neox)
 }
 
+// gqaMaxGroup is the most query heads per kv head the grouped decode kernel takes
+// (GQA_MAXG in attention.cu).
+const gqaMaxGroup = 8
+
 // DecodeWorkspace holds the split-K partial results of decode attention, sized for up to
 // Seqs sequences x Heads heads x Splits splits.
 type DecodeWorkspace struct {
@@ -178,19 +182,34 @@ func (o *Ops) AttentionDecode(a DecodeArgs) error {
 		need("attention decode", "context lengths", a.ContextLens, a.Seqs, I32)); err != nil {
 		return err
 	}
+	// The grouped kernel takes a kv head's query heads together (keys and values read once
+	// per group) for head sizes of 64 and 128.
+	group := a.Heads / c.KVHeads
+	gqa := group <= gqaMaxGroup && (hd == 64 || hd == 128)
+	blockHeads := a.Heads
+	if gqa {
+		blockHeads = c.KVHeads
+	}
 	splits := a.Splits
 	if splits <= 0 {
 		// Aim for two blocks per multiprocessor, with at least 64 positions per split.
-		want := (2*max(o.Dev.info.Multiprocessors, 1) + a.Seqs*a.Heads - 1) / (a.Seqs * a.Heads)
+		want := (2*max(o.Dev.info.Multiprocessors, 1) + a.Seqs*blockHeads - 1) / (a.Seqs * blockHeads)
 		splits = max(1, min(want, (a.MaxContext+63)/64))
 	}
 	maxSplits := w.Splits * w.Seqs * w.Heads / (a.Seqs * a.Heads)
 	splits = min(splits, maxSplits, a.MaxContext)
 	splitLen := (a.MaxContext + splits - 1) / splits
 	splits = (a.MaxContext + splitLen - 1) / splitLen
-	err := o.Dev.Launch(o.Kern.mod, "attn_decode_"+suffix(c.K.DType), Dim3{splits, a.Heads, a.Seqs}, Dim3{128, 1, 1}, 0,
-		a.Q, a.QStride, c.K, c.V, a.BlockTables, a.MaxBlocks, a.ContextLens, w.M, w.L, w.O,
-		a.Heads, c.KVHeads, hd, c.BlockSize, splitLen, a.Scale)
+	var err error
+	if gqa {
+		err = o.Dev.Launch(o.Kern.mod, fmt.Sprintf("attn_decode_gqa%d_%s", hd/32, suffix(c.K.DType)), Dim3{splits, c.KVHeads, a.Seqs},
+			Dim3{128, 1, 1}, 0, a.Q, a.QStride, c.K, c.V, a.BlockTables, a.MaxBlocks, a.ContextLens, w.M, w.L, w.O,
+			a.Heads, c.KVHeads, c.BlockSize, splitLen, a.Scale)
+	} else {
+		err = o.Dev.Launch(o.Kern.mod, "attn_decode_"+suffix(c.K.DType), Dim3{splits, a.Heads, a.Seqs}, Dim3{128, 1, 1}, 0,
+			a.Q, a.QStride, c.K, c.V, a.BlockTables, a.MaxBlocks, a.ContextLens, w.M, w.L, w.O,
+			a.Heads, c.KVHeads, hd, c.BlockSize, splitLen, a.Scale)
+	}
 	if err != nil {
 		return err
 	}

@@ -46,6 +46,14 @@ type Backend struct {
 	scratch   Buffer // 16-bit activations cast for cuBLAS
 	logitsDev Buffer // F32 logits of the step
 	work      *DecodeWorkspace
+	idsDev    Buffer  // I32 token ids picked on the device (LogitsArgmax)
+	tables    []int32 // block tables re-laid with a graph step's stride
+
+	// Captured decode graphs by owner, bucket and block-table stride; dropped whenever a
+	// buffer is freed (a graph holds device addresses).
+	graphs    map[graphKey]*graphEntry
+	capturing bool // ops are being captured into a graph
+	warned    bool // a capture failure was reported
 }
 
 // decodeSplits is the most split-K partitions decode attention uses per sequence and head.
@@ -88,7 +96,7 @@ func NewBackend(opt BackendOptions) (*Backend, error) {
 	if opt.Cache != nil {
 		cache = *opt.Cache
 	}
-	b := &Backend{dev: dev, nv: nv, blas: blasLib, kv: kvType, allocs: map[uint64]Buffer{}}
+	b := &Backend{dev: dev, nv: nv, blas: blasLib, kv: kvType, allocs: map[uint64]Buffer{}, graphs: map[graphKey]*graphEntry{}}
 	err = dev.Do(func() error {
 		k, err := dev.LoadKernels(nv, cache)
 		if err != nil {
@@ -125,7 +133,7 @@ func (b *Backend) Run(fn func() error) error { return b.dev.Do(fn) }
 // Close frees every buffer, the kernels and the cuBLAS handle, and stops the device.
 func (b *Backend) Close() error {
 	err := b.dev.Do(func() error {
-		errs := []error{b.dev.Sync()}
+		errs := []error{b.dev.Sync(), b.dropGraphs()}
 		for _, buf := range b.allocs {
 			errs = append(errs, b.dev.Free(buf))
 		}
@@ -163,7 +171,7 @@ func (b *Backend) free(buf Buffer) error {
 		return fmt.Errorf("cuda: free of a buffer the backend did not allocate")
 	}
 	delete(b.allocs, buf.Ptr)
-	return b.dev.Free(buf)
+	return firstErr(b.dropGraphs(), b.dev.Free(buf))
 }
 
 // deviceType maps a quant type to the device dtype that holds it as is.
@@ -344,8 +352,17 @@ func (b *Backend) UploadStep(meta *backend.StepMeta) (backend.Step, error) {
 			return nil, fmt.Errorf("cuda step: sequence %d has no tokens", i)
 		}
 	}
+	// A decode step of a bucket's size is laid out for graph replay: its block tables get a
+	// stride rounded up to a power of two, so that steps of one bucket share kernel
+	// arguments (and a graph) while their contexts grow.
+	graphable := seqs == n && len(meta.LogitsIndices) == seqs && b.DecodeBucket(seqs) == seqs && seqs <= maxGraphSeqs
+	stride, tables := meta.MaxBlocks, meta.BlockTables
+	if graphable {
+		stride = blockStrideBound(meta.MaxBlocks)
+		tables = b.paddedTables(meta, stride)
+	}
 	parts := [][]int32{meta.Tokens, meta.Positions, meta.SlotMapping, meta.QueryStarts, meta.ContextLens,
-		meta.BlockTables, meta.LogitsIndices}
+		tables, meta.LogitsIndices}
 	total := 0
 	for _, p := range parts {
 		total += len(p)
@@ -389,7 +406,7 @@ func (b *Backend) UploadStep(meta *backend.StepMeta) (backend.Step, error) {
 		return nil, fmt.Errorf("cuda step: %w", err)
 	}
 	b.cur = &step{meta: meta, tokens: views[0], positions: views[1], slots: views[2], queryStarts: views[3],
-		contextLens: views[4], blockTables: views[5], logitsIndices: views[6]}
+		contextLens: views[4], blockTables: views[5], logitsIndices: views[6], maxBlocks: stride, graphable: graphable}
 	return b.cur, nil
 }
 

@@ -329,3 +329,58 @@ func TestBackendEnginePrefixCaching(t *testing.T) {
 	fmt.Printf("RESULT|engine|stories260K 12 requests, prefix caching on vs off (bf16 KV)|%d/%d equal|prefix hits %d, no block leak\n",
 		len(prompts)-diff, len(prompts), stOn.PrefixHits)
 }
+
+// TestBackendEngineGraphsMatchCPU: the engine's decode steps, replayed as CUDA graphs over
+// padded buckets and sampled greedily on the device, give the CPU engine's tokens.
+func TestBackendEngineGraphsMatchCPU(t *testing.T) {
+	be := newBackend(t, "f32")
+	r := rand.New(rand.NewPCG(5, 6))
+	var prompts [][]int32
+	for i := range 12 {
+		p := []int32{1}
+		for range 3 + 2*i {
+			p = append(p, int32(3+r.IntN(500)))
+		}
+		prompts = append(prompts, p)
+	}
+	gpu, _ := engineRun(t, be, prompts, false)
+	captured, failed, ferr := be.GraphStats()
+	cpuEngine := func() [][]int32 {
+		e, err := kvasir.OpenModel(openStories(t), kvasir.Options{KVCacheMemory: 64 << 20, MaxNumSeqs: 16, Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		outs := make([][]int32, len(prompts))
+		for i, p := range prompts {
+			ch, err := e.Generate(context.Background(), kvasir.Request{PromptTokens: p,
+				Params: kvasir.SamplingParams{Temperature: 0, MaxTokens: 48, IgnoreEOS: true}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for o := range ch {
+				outs[i] = append(outs[i], o.TokenIDs...)
+			}
+		}
+		return outs
+	}
+	cpu := cpuEngine()
+	const head = 16
+	same, sameHead := 0, 0
+	for i := range prompts {
+		if slices.Equal(gpu[i], cpu[i]) {
+			same++
+		}
+		if len(gpu[i]) >= head && len(cpu[i]) >= head && slices.Equal(gpu[i][:head], cpu[i][:head]) {
+			sameHead++
+		}
+	}
+	if captured == 0 {
+		t.Errorf("no decode graph captured (%d keys failed: %v)", failed, ferr)
+	}
+	if sameHead < len(prompts)-2 {
+		t.Errorf("only %d/%d requests agree with the CPU engine on their first %d tokens", sameHead, len(prompts), head)
+	}
+	fmt.Printf("RESULT|engine|stories260K 12 requests, cuda graphs + device greedy vs cpu engine|%d/%d equal (%d/%d first %d)|graphs captured %d, failed %d\n",
+		same, len(prompts), sameHead, len(prompts), head, captured, failed)
+}

@@ -240,10 +240,15 @@ func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int
 	if m.NumTokens() == seqs {
 		if b.work == nil || b.work.Seqs < seqs || b.work.Heads < heads || b.work.HeadDim < l.HeadDim {
 			if b.work != nil {
-				if err := firstErr(b.dev.Sync(), b.dev.FreeDecodeWorkspace(b.work)); err != nil {
+				// Sync first: it fails during a graph capture, before anything is freed.
+				if err := b.dev.Sync(); err != nil {
 					return err
 				}
+				w := b.work
 				b.work = nil
+				if err := firstErr(b.dropGraphs(), b.dev.FreeDecodeWorkspace(w)); err != nil {
+					return err
+				}
 			}
 			w, err := b.dev.NewDecodeWorkspace(max(seqs, 64), heads, decodeSplits, l.HeadDim)
 			if err != nil {
@@ -255,8 +260,12 @@ func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int
 		for _, c := range m.ContextLens {
 			maxCtx = max(maxCtx, int(c))
 		}
+		if s.graphable {
+			// Split-K sizing from the stride bound, fixed for the steps that share a graph.
+			maxCtx = s.maxBlocks * l.BlockSize
+		}
 		return b.ops.AttentionDecode(DecodeArgs{Out: o.buf, OutStride: qDim, Q: qs.buf, QStride: qDim, Seqs: seqs, Heads: heads,
-			Cache: l, BlockTables: s.blockTables, MaxBlocks: m.MaxBlocks, ContextLens: s.contextLens,
+			Cache: l, BlockTables: s.blockTables, MaxBlocks: s.maxBlocks, ContextLens: s.contextLens,
 			MaxContext: maxCtx, Scale: scale, Work: b.work})
 	}
 	maxQ := m.MaxQueryLen
@@ -265,7 +274,7 @@ func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int
 	}
 	return b.ops.AttentionPrefill(PrefillArgs{Out: o.buf, OutStride: qDim, Q: qs.buf, QStride: qDim, Tokens: m.NumTokens(),
 		Seqs: seqs, Heads: heads, Cache: l, SeqStarts: s.queryStarts, Positions: s.positions, MaxQueryLen: maxQ,
-		BlockTables: s.blockTables, MaxBlocks: m.MaxBlocks, Scale: scale})
+		BlockTables: s.blockTables, MaxBlocks: s.maxBlocks, Scale: scale})
 }
 
 // smallMaxContext bounds the context of the plain attention kernel (its scores sit in
@@ -283,8 +292,18 @@ func (b *Backend) attentionSmall(o, q *tensor, l *KVCacheLayer, s *step, heads i
 	if maxPos+1 > smallMaxContext || l.HeadDim > maxHeadDim || heads%l.KVHeads != 0 {
 		return fmt.Errorf("cuda attention: head dim %d with context %d and %d/%d heads: unsupported", l.HeadDim, maxPos+1, heads, l.KVHeads)
 	}
-	return b.dev.Launch(b.ops.Kern.mod, "attn_small_"+suffix(l.K.DType), Dim3{heads, m.NumTokens(), 1}, Dim3{128, 1, 1}, 4*(maxPos+1),
-		o.buf, q.buf, l.K, l.V, s.blockTables, m.MaxBlocks, s.queryStarts, m.NumSeqs(), s.positions,
+	shared := 4 * (maxPos + 1)
+	if b.capturing {
+		// A replayed graph keeps this launch's shared memory: size it for the longest
+		// context the step's block-table stride allows.
+		bound := s.maxBlocks * l.BlockSize
+		if bound > smallMaxContext {
+			return fmt.Errorf("cuda attention: head dim %d with a context bound of %d: not captured", l.HeadDim, bound)
+		}
+		shared = 4 * bound
+	}
+	return b.dev.Launch(b.ops.Kern.mod, "attn_small_"+suffix(l.K.DType), Dim3{heads, m.NumTokens(), 1}, Dim3{128, 1, 1}, shared,
+		o.buf, q.buf, l.K, l.V, s.blockTables, s.maxBlocks, s.queryStarts, m.NumSeqs(), s.positions,
 		heads, l.KVHeads, l.HeadDim, l.BlockSize, scale)
 }
 

@@ -111,6 +111,11 @@ type step struct {
 	meta                                    *backend.StepMeta
 	tokens, positions, slots, queryStarts   Buffer
 	contextLens, blockTables, logitsIndices Buffer
+	// maxBlocks is the block tables' row stride on the device: meta.MaxBlocks, or a bound
+	// of it for a graphable decode step.
+	maxBlocks int
+	// graphable marks a decode step of a bucket's size, laid out for graph replay.
+	graphable bool
 }
 
 // Meta returns the host copy.

@@ -40,7 +40,8 @@ func TestKernelSourceHasEveryKernel(t *testing.T) {
 	var names []string
 	for _, dt := range floatTypes {
 		s := dt.String()
-		names = append(names, "embed_"+s, "rmsnorm_"+s, "swiglu_"+s, "rope_kv_"+s, "attn_decode_"+s, "attn_combine_"+s)
+		names = append(names, "embed_"+s, "rmsnorm_"+s, "swiglu_"+s, "rope_kv_"+s, "attn_decode_"+s, "attn_combine_"+s,
+			"attn_decode_gqa2_"+s, "attn_decode_gqa4_"+s)
 		for _, o := range floatTypes {
 			names = append(names, "attn_prefill_"+s+"_"+o.String())
 		}

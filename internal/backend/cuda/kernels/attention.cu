@@ -87,6 +87,120 @@ ATTN_DECODE(attn_decode_f32, float)
 ATTN_DECODE(attn_decode_f16, f16)
 ATTN_DECODE(attn_decode_bf16, bf16)
 
+#define GQA_MAXG 8  // query heads per kv head the grouped decode kernel takes at most
+
+// attn_decode_gqa: the split-K decode of attn_decode for all G = heads/kvHeads query heads
+// of one kv head at once, so that each cached key and value is read once per group
+// instead of once per query head. grid (splits, kvHeads, seqs), block 128 (4 warps);
+// headDim == 32*NC, G <= GQA_MAXG. Writes the same partial results as attn_decode.
+template <typename T, int NC>
+__device__ void attn_decode_gqa(const float* q, int qStride, const T* kc, const T* vc, const int* blockTables,
+                                int maxBlocks, const int* ctxLens, float* pm, float* pl, float* po, int heads,
+                                int kvHeads, int blockSize, int splitLen, float scale) {
+    const int headDim = 32 * NC;
+    __shared__ float swm[4][GQA_MAXG], swl[4][GQA_MAXG];
+    __shared__ float sacc[4][GQA_MAXG * 32 * NC];
+    int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z, splits = gridDim.x;
+    int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
+    int G = heads / kvHeads;
+    int ctx = ctxLens[s];
+    int start = split * splitLen, end = min(ctx, start + splitLen);
+    float qr[GQA_MAXG][NC], acc[GQA_MAXG][NC], m[GQA_MAXG], l[GQA_MAXG];
+    const float* qp = q + (long long)s * qStride + (long long)kvh * G * headDim;
+#pragma unroll
+    for (int g = 0; g < GQA_MAXG; g++) {
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+            qr[g][c] = g < G ? qp[g * headDim + lane + 32 * c] * scale : 0.f;
+            acc[g][c] = 0.f;
+        }
+        m[g] = -KV_INF;
+        l[g] = 0.f;
+    }
+    const int* bt = blockTables + (long long)s * maxBlocks;
+    for (int p = start + w; p < end; p += 4) {
+        long long slot = (long long)bt[p / blockSize] * blockSize + p % blockSize;
+        long long base = (slot * kvHeads + kvh) * headDim;
+        float kf[NC], vf[NC];
+#pragma unroll
+        for (int c = 0; c < NC; c++) {
+            kf[c] = to_f32(kc[base + lane + 32 * c]);
+            vf[c] = to_f32(vc[base + lane + 32 * c]);
+        }
+        float d[GQA_MAXG];
+#pragma unroll
+        for (int g = 0; g < GQA_MAXG; g++) {
+            d[g] = 0.f;
+            if (g < G) {
+#pragma unroll
+                for (int c = 0; c < NC; c++) d[g] += qr[g][c] * kf[c];
+                d[g] = warp_sum(d[g]);
+            }
+        }
+#pragma unroll
+        for (int g = 0; g < GQA_MAXG; g++) {
+            if (g < G) {
+                float mn = fmaxf(m[g], d[g]);
+                float corr = expf(m[g] - mn), e = expf(d[g] - mn);
+                l[g] = l[g] * corr + e;
+#pragma unroll
+                for (int c = 0; c < NC; c++) acc[g][c] = acc[g][c] * corr + e * vf[c];
+                m[g] = mn;
+            }
+        }
+    }
+#pragma unroll
+    for (int g = 0; g < GQA_MAXG; g++) {
+        if (g < G) {
+            if (lane == 0) {
+                swm[w][g] = m[g];
+                swl[w][g] = l[g];
+            }
+#pragma unroll
+            for (int c = 0; c < NC; c++) sacc[w][g * headDim + lane + 32 * c] = acc[g][c];
+        }
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < G * headDim; i += blockDim.x) {
+        int g = i / headDim, dd = i % headDim;
+        long long row = ((long long)s * heads + kvh * G + g) * splits + split;
+        float M = -KV_INF;
+        for (int wi = 0; wi < 4; wi++) M = fmaxf(M, swm[wi][g]);
+        if (M == -KV_INF) {  // empty split
+            po[row * headDim + dd] = 0.f;
+            if (dd == 0) {
+                pm[row] = -KV_INF;
+                pl[row] = 0.f;
+            }
+            continue;
+        }
+        float o = 0.f, L = 0.f;
+        for (int wi = 0; wi < 4; wi++)
+            if (swm[wi][g] != -KV_INF) {
+                float f = expf(swm[wi][g] - M);
+                o += sacc[wi][g * headDim + dd] * f;
+                L += swl[wi][g] * f;
+            }
+        po[row * headDim + dd] = o;
+        if (dd == 0) {
+            pm[row] = M;
+            pl[row] = L;
+        }
+    }
+}
+#define ATTN_DECODE_GQA(NAME, T, NC)                                                                        \
+    extern "C" __global__ void NAME(const float* q, int qs, const T* kc, const T* vc, const int* bt,         \
+                                    int maxBlocks, const int* ctx, float* pm, float* pl, float* po,         \
+                                    int heads, int kvh, int bs, int splitLen, float scale) {                \
+        attn_decode_gqa<T, NC>(q, qs, kc, vc, bt, maxBlocks, ctx, pm, pl, po, heads, kvh, bs, splitLen, scale); \
+    }
+ATTN_DECODE_GQA(attn_decode_gqa2_f32, float, 2)
+ATTN_DECODE_GQA(attn_decode_gqa2_f16, f16, 2)
+ATTN_DECODE_GQA(attn_decode_gqa2_bf16, bf16, 2)
+ATTN_DECODE_GQA(attn_decode_gqa4_f32, float, 4)
+ATTN_DECODE_GQA(attn_decode_gqa4_f16, f16, 4)
+ATTN_DECODE_GQA(attn_decode_gqa4_bf16, bf16, 4)
+
 // attn_combine: grid (heads, seqs), block 128: out[s][h*headDim + d] = the softmax-weighted
 // merge of the splits' partial results. A sequence with no context gets zeros.
 template <typename T>
