@@ -526,78 +526,6 @@ q6kloop:
 	MOVSS X0, ret+24(FP)
 	RET
 
-// GEMM_REDUCE adds the four row sums of token column j (accumulators a0..a3 for rows 0..3)
-// to the 4 floats at (DX), then steps DX to the next token's row (clobbers a0, a2, X12).
-#define GEMM_REDUCE(a0, a1, a2, a3, x0) \
-	VHADDPS      a1, a0, a0 \
-	VHADDPS      a3, a2, a2 \
-	VHADDPS      a2, a0, a0 \
-	VEXTRACTF128 $1, a0, X12 \
-	VADDPS       X12, x0, x0 \
-	VADDPS       (DX), x0, x0 \
-	VMOVUPS      x0, (DX) \
-	ADDQ         R11, DX
-
-// func gemm4x3AVX2(w *float32, ldw int, x *float32, ldx int, k int, out *float32, ldo int)
-// out[j*ldo+i] += sum_{c<k} w[i*ldw+c] * x[j*ldx+c] for rows i < 4 and tokens j < 3
-// (k % 8 == 0, k > 0). Twelve accumulators: Y(3i+j) holds row i, token j.
-TEXT ·gemm4x3AVX2(SB), NOSPLIT, $0-56
-	MOVQ w+0(FP), SI
-	MOVQ ldw+8(FP), R8
-	SHLQ $2, R8
-	LEAQ (R8)(R8*2), R9
-	MOVQ x+16(FP), DI
-	MOVQ ldx+24(FP), R10
-	SHLQ $2, R10
-	MOVQ k+32(FP), CX
-	SHRQ $3, CX
-	MOVQ out+40(FP), DX
-	MOVQ ldo+48(FP), R11
-	SHLQ $2, R11
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
-	VXORPS Y8, Y8, Y8
-	VXORPS Y9, Y9, Y9
-	VXORPS Y10, Y10, Y10
-	VXORPS Y11, Y11, Y11
-
-gemmloop:
-	VMOVUPS     (DI), Y12
-	VMOVUPS     (DI)(R10*1), Y13
-	VMOVUPS     (DI)(R10*2), Y14
-	VMOVUPS     (SI), Y15
-	VFMADD231PS Y12, Y15, Y0
-	VFMADD231PS Y13, Y15, Y1
-	VFMADD231PS Y14, Y15, Y2
-	VMOVUPS     (SI)(R8*1), Y15
-	VFMADD231PS Y12, Y15, Y3
-	VFMADD231PS Y13, Y15, Y4
-	VFMADD231PS Y14, Y15, Y5
-	VMOVUPS     (SI)(R8*2), Y15
-	VFMADD231PS Y12, Y15, Y6
-	VFMADD231PS Y13, Y15, Y7
-	VFMADD231PS Y14, Y15, Y8
-	VMOVUPS     (SI)(R9*1), Y15
-	VFMADD231PS Y12, Y15, Y9
-	VFMADD231PS Y13, Y15, Y10
-	VFMADD231PS Y14, Y15, Y11
-	ADDQ        $32, SI
-	ADDQ        $32, DI
-	DECQ        CX
-	JNZ         gemmloop
-
-	GEMM_REDUCE(Y0, Y3, Y6, Y9, X0)
-	GEMM_REDUCE(Y1, Y4, Y7, Y10, X1)
-	GEMM_REDUCE(Y2, Y5, Y8, Y11, X2)
-	VZEROUPPER
-	RET
-
 // func cvtF16AVX2(dst *float32, src *byte, n int)   (n % 8 == 0, n > 0)
 TEXT ·cvtF16AVX2(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI
@@ -655,16 +583,42 @@ cvtbf16loop:
 	VMOVUPS      X0, (DX) \
 	VZEROUPPER
 
-// ROW_SCALE_FMA scales the int32 lanes of Y7 by the float at soff(SP) into acc.
-#define ROW_SCALE_FMA(soff, acc) \
-	VCVTDQ2PS    Y7, Y7 \
-	VBROADCASTSS soff(SP), Y8 \
-	VFMADD231PS  Y7, Y8, acc
+// ROWS4_SCALES2 leaves in Y9 the 8 scale products of the next two blocks of the 4 rows:
+// lanes 0..3 d_i*dx for block 0 of rows i = 0..3 (d_i the f16 at (SI)+i*stride, dx the f16
+// at (DI)), lanes 4..7 the same for block 1 (weights wb bytes and activations 34 bytes
+// further) (clobbers AX, BX, R10, R11, X6, X7).
+#define ROWS4_SCALES2(wb) \
+	MOVWLZX      (SI), AX \
+	MOVWLZX      (SI)(R8*1), BX \
+	SHLL         $16, BX \
+	ORL          BX, AX \
+	MOVWLZX      (SI)(R8*2), BX \
+	MOVWLZX      (SI)(R9*1), R10 \
+	SHLL         $16, R10 \
+	ORL          R10, BX \
+	SHLQ         $32, BX \
+	ORQ          BX, AX \
+	MOVWLZX      wb(SI), R11 \
+	MOVWLZX      wb(SI)(R8*1), BX \
+	SHLL         $16, BX \
+	ORL          BX, R11 \
+	MOVWLZX      wb(SI)(R8*2), BX \
+	MOVWLZX      wb(SI)(R9*1), R10 \
+	SHLL         $16, R10 \
+	ORL          R10, BX \
+	SHLQ         $32, BX \
+	ORQ          BX, R11 \
+	VMOVQ        AX, X9 \
+	VPINSRQ      $1, R11, X9, X9 \
+	VCVTPH2PS    X9, Y9 \
+	VPBROADCASTW (DI), X6 \
+	VPBROADCASTW 34(DI), X7 \
+	VPBLENDD     $0x0c, X7, X6, X6 \
+	VCVTPH2PS    X6, Y6 \
+	VMULPS       Y6, Y9, Y9
 
-// ROWS4_SCALES stores to 0(SP) the 4 floats d_i*dx, d_i the f16 at (SI)+i*stride (the
-// first bytes of the current block of row i) and dx the f16 at (DI) (clobbers AX, BX, R10,
-// X6, X9).
-#define ROWS4_SCALES \
+// ROWS4_SCALES1 is ROWS4_SCALES2 for the last, single block: lanes 4..7 of Y9 are zero.
+#define ROWS4_SCALES1 \
 	MOVWLZX      (SI), AX \
 	MOVWLZX      (SI)(R8*1), BX \
 	SHLL         $16, BX \
@@ -676,98 +630,188 @@ cvtbf16loop:
 	SHLQ         $32, BX \
 	ORQ          BX, AX \
 	VMOVQ        AX, X9 \
-	VCVTPH2PS    X9, X9 \
+	VCVTPH2PS    X9, Y9 \
 	VPBROADCASTW (DI), X6 \
-	VCVTPH2PS    X6, X6 \
-	VMULPS       X6, X9, X9 \
-	VMOVUPS      X9, 0(SP)
+	VCVTPH2PS    X6, Y6 \
+	VMULPS       Y6, Y9, Y9
 
-// Q40_ROW adds one Q4_0 block (nibbles at wq, scale product at soff(SP)) times the
-// activation block (quants Y4, 8*pair sums Y5) to acc: q in 0..15 times x unsigned-by-signed, minus
-// 8*x, in int16 pairs (exact), then int32 lanes.
-#define Q40_ROW(wq, soff, acc) \
-	VBROADCASTI128 wq, Y7 \
-	VPSRLVQ        Y12, Y7, Y7 \
-	VPAND          Y14, Y7, Y7 \
-	VPMADDUBSW     Y4, Y7, Y7 \
-	VPSUBW         Y5, Y7, Y7 \
-	VPMADDWD       Y15, Y7, Y7 \
-	ROW_SCALE_FMA(soff, acc)
+// Q40_LOAD, Q40_LOAD_HI and Q40_ROW leave in yp the int16 sums over two Q4_0 blocks of
+// one row times the activations. The 16 nibble bytes of block 0 (at w0) and block 1 (w1)
+// share one register, block 0 in the low lane (Q40_LOAD_HI inserts block 1; without it the
+// high lane stays zero): their low nibbles (elements 0..15) meet the activations in Y4,
+// their high nibbles (16..31) those in Y5, laid out the same way. (q in 0..15)*x pairs of
+// both halves are added, less the 8*x pairs in Y12, so that every int16 lane sums 4
+// products (q-8)*x: |lane| <= 4064 (clobbers Y8).
+#define Q40_LOAD(w0, xp) VMOVDQU w0, xp
+
+#define Q40_LOAD_HI(w1, yp) VINSERTI128 $1, w1, yp, yp
+
+#define Q40_ROW(yp) \
+	VPSRLW     $4, yp, Y8 \
+	VPAND      Y14, yp, yp \
+	VPAND      Y14, Y8, Y8 \
+	VPMADDUBSW Y4, yp, yp \
+	VPMADDUBSW Y5, Y8, Y8 \
+	VPADDW     Y8, yp, yp \
+	VPSUBW     Y12, yp, yp
+
+// Q40_REDUCE folds the int16 sums of rows 0..3 in Y0..Y3 by pairwise adds into int32 lanes
+// r0 r1 r2 r3 per block (block 0 in lanes 0..3, block 1 in 4..7; no int16 partial sum
+// exceeds 4*4064), converts them, and adds them times the scale products in Y9 to Y11.
+#define Q40_REDUCE \
+	VPHADDW     Y1, Y0, Y0 \
+	VPHADDW     Y3, Y2, Y2 \
+	VPHADDW     Y2, Y0, Y0 \
+	VPMADDWD    Y15, Y0, Y0 \
+	VCVTDQ2PS   Y0, Y0 \
+	VFMADD231PS Y0, Y9, Y11
+
+// Q40_X2 loads the activations of the next two blocks: elements 0..15 of both blocks in Y4
+// (block 0 in the low lane), 16..31 in Y5, and their 8*x pair sums in Y12.
+#define Q40_X2 \
+	VMOVDQU      2(DI), X4 \
+	VINSERTI128  $1, 36(DI), Y4, Y4 \
+	VMOVDQU      18(DI), X5 \
+	VINSERTI128  $1, 52(DI), Y5, Y5 \
+	VPMADDUBSW   Y4, Y13, Y6 \
+	VPMADDUBSW   Y5, Y13, Y12 \
+	VPADDW       Y6, Y12, Y12
 
 // func dot4Q4_0AVX2(w *byte, stride int, x *byte, nb int, out *float32)
-// out[i] = dot of the Q4_0 row at w+i*stride with the Q8_0 activations x, for i < 4.
-TEXT ·dot4Q4_0AVX2(SB), NOSPLIT, $16-40
+// out[i] = dot of the Q4_0 row at w+i*stride with the Q8_0 activations x, for i < 4, two
+// blocks per iteration; Y11 holds the sums of rows 0..3 in lanes 0..3 and again in 4..7.
+TEXT ·dot4Q4_0AVX2(SB), NOSPLIT, $0-40
 	MOVQ w+0(FP), SI
 	MOVQ stride+8(FP), R8
 	MOVQ x+16(FP), DI
 	MOVQ nb+24(FP), CX
 	MOVQ out+32(FP), DX
 	ROWS4_SETUP
+	VXORPS         Y11, Y11, Y11
 	MOVL           $0x0f0f0f0f, AX
 	VMOVD          AX, X14
 	VPBROADCASTD   X14, Y14 // 0x0f bytes
 	MOVL           $0x08080808, AX
 	VMOVD          AX, X13
 	VPBROADCASTD   X13, Y13 // 8s
-	MOVQ           $4, AX
-	VMOVQ          AX, X12
-	VPBROADCASTQ   X12, X12
-	VPXOR          X11, X11, X11
-	VINSERTI128    $1, X12, Y11, Y12 // qword shifts 0,0,4,4
-	LEAQ           (SI)(R8*8), R12   // the 4 rows after the next, prefetched 72 bytes per block
+	LEAQ           (SI)(R8*4), R12 // the next 4 rows, prefetched 144 bytes per iteration
 
 q40r4loop:
+	CMPQ         CX, $2
+	JLT          q40r4tail
 	PREFETCHT0   (R12)
-	ADDQ         $72, R12
-	ROWS4_SCALES
-	VMOVDQU      2(DI), Y4
-	VPMADDUBSW   Y4, Y13, Y5
-	Q40_ROW(2(SI), 0, Y0)
-	Q40_ROW(2(SI)(R8*1), 4, Y1)
-	Q40_ROW(2(SI)(R8*2), 8, Y2)
-	Q40_ROW(2(SI)(R9*1), 12, Y3)
-	ADDQ         $18, SI
-	ADDQ         $34, DI
-	DECQ         CX
-	JNZ          q40r4loop
-	ROWS4_STORE
+	PREFETCHT0   64(R12)
+	PREFETCHT0   128(R12)
+	ADDQ         $144, R12
+	ROWS4_SCALES2(18)
+	Q40_X2
+	Q40_LOAD(2(SI), X0)
+	Q40_LOAD_HI(20(SI), Y0)
+	Q40_ROW(Y0)
+	Q40_LOAD(2(SI)(R8*1), X1)
+	Q40_LOAD_HI(20(SI)(R8*1), Y1)
+	Q40_ROW(Y1)
+	Q40_LOAD(2(SI)(R8*2), X2)
+	Q40_LOAD_HI(20(SI)(R8*2), Y2)
+	Q40_ROW(Y2)
+	Q40_LOAD(2(SI)(R9*1), X3)
+	Q40_LOAD_HI(20(SI)(R9*1), Y3)
+	Q40_ROW(Y3)
+	Q40_REDUCE
+	ADDQ         $36, SI
+	ADDQ         $68, DI
+	SUBQ         $2, CX
+	JMP          q40r4loop
+
+q40r4tail:
+	CMPQ         CX, $0
+	JEQ          q40r4done
+	ROWS4_SCALES1
+	VMOVDQU      2(DI), X4
+	VMOVDQU      18(DI), X5
+	VPMADDUBSW   Y4, Y13, Y6
+	VPMADDUBSW   Y5, Y13, Y12
+	VPADDW       Y6, Y12, Y12
+	Q40_LOAD(2(SI), X0)
+	Q40_ROW(Y0)
+	Q40_LOAD(2(SI)(R8*1), X1)
+	Q40_ROW(Y1)
+	Q40_LOAD(2(SI)(R8*2), X2)
+	Q40_ROW(Y2)
+	Q40_LOAD(2(SI)(R9*1), X3)
+	Q40_ROW(Y3)
+	Q40_REDUCE
+
+q40r4done:
+	VEXTRACTF128 $1, Y11, X1
+	VADDPS       X1, X11, X0
+	VMOVUPS      X0, (DX)
+	VZEROUPPER
 	RET
 
 // Q80_ROW adds one Q8_0 block (quants at wq, scale product at soff(SP)) times the
-// activation block (quants Y4) to acc.
-#define Q80_ROW(wq, soff, acc) \
-	VMOVDQU    wq, Y7 \
-	VPSIGNB    Y7, Y4, Y9 \
-	VPABSB     Y7, Y7 \
-	VPMADDUBSW Y9, Y7, Y7 \
-	VPMADDWD   Y15, Y7, Y7 \
-	ROW_SCALE_FMA(soff, acc)
+// activation block (quants in xq) to acc: |w| (unsigned) times x signed by w, in int16
+// pairs (exact while x is in [-127, 127]), then int32 lanes, then float.
+#define Q80_ROW(wq, xq, soff, acc) \
+	VMOVDQU      wq, Y7 \
+	VPSIGNB      Y7, xq, Y10 \
+	VPABSB       Y7, Y7 \
+	VPMADDUBSW   Y10, Y7, Y7 \
+	VPMADDWD     Y15, Y7, Y7 \
+	VCVTDQ2PS    Y7, Y7 \
+	VBROADCASTSS soff(SP), Y8 \
+	VFMADD231PS  Y7, Y8, acc
 
 // func dot4Q8_0AVX2(w *byte, stride int, x *byte, nb int, out *float32)
-TEXT ·dot4Q8_0AVX2(SB), NOSPLIT, $16-40
+// out[i] = dot of the Q8_0 row at w+i*stride with the Q8_0 activations x, for i < 4, two
+// blocks per iteration; 0(SP) holds the 8 scale products of the current pair of blocks.
+TEXT ·dot4Q8_0AVX2(SB), NOSPLIT, $32-40
 	MOVQ w+0(FP), SI
 	MOVQ stride+8(FP), R8
 	MOVQ x+16(FP), DI
 	MOVQ nb+24(FP), CX
 	MOVQ out+32(FP), DX
 	ROWS4_SETUP
-	LEAQ (SI)(R8*4), R12 // the next 4 rows, prefetched 136 bytes per block
+	LEAQ (SI)(R8*4), R12 // the next 4 rows, prefetched 272 bytes per iteration
 
 q80r4loop:
+	CMPQ         CX, $2
+	JLT          q80r4tail
 	PREFETCHT0   (R12)
 	PREFETCHT0   64(R12)
 	PREFETCHT0   128(R12)
-	ADDQ         $136, R12
-	ROWS4_SCALES
+	PREFETCHT0   192(R12)
+	PREFETCHT0   256(R12)
+	ADDQ         $272, R12
+	ROWS4_SCALES2(34)
+	VMOVUPS      Y9, 0(SP)
 	VMOVDQU      2(DI), Y4
-	Q80_ROW(2(SI), 0, Y0)
-	Q80_ROW(2(SI)(R8*1), 4, Y1)
-	Q80_ROW(2(SI)(R8*2), 8, Y2)
-	Q80_ROW(2(SI)(R9*1), 12, Y3)
-	ADDQ         $34, SI
-	ADDQ         $34, DI
-	DECQ         CX
-	JNZ          q80r4loop
+	VMOVDQU      36(DI), Y5
+	Q80_ROW(2(SI), Y4, 0, Y0)
+	Q80_ROW(2(SI)(R8*1), Y4, 4, Y1)
+	Q80_ROW(2(SI)(R8*2), Y4, 8, Y2)
+	Q80_ROW(2(SI)(R9*1), Y4, 12, Y3)
+	Q80_ROW(36(SI), Y5, 16, Y0)
+	Q80_ROW(36(SI)(R8*1), Y5, 20, Y1)
+	Q80_ROW(36(SI)(R8*2), Y5, 24, Y2)
+	Q80_ROW(36(SI)(R9*1), Y5, 28, Y3)
+	ADDQ         $68, SI
+	ADDQ         $68, DI
+	SUBQ         $2, CX
+	JMP          q80r4loop
+
+q80r4tail:
+	CMPQ         CX, $0
+	JEQ          q80r4done
+	ROWS4_SCALES1
+	VMOVUPS      X9, 0(SP)
+	VMOVDQU      2(DI), Y4
+	Q80_ROW(2(SI), Y4, 0, Y0)
+	Q80_ROW(2(SI)(R8*1), Y4, 4, Y1)
+	Q80_ROW(2(SI)(R8*2), Y4, 8, Y2)
+	Q80_ROW(2(SI)(R9*1), Y4, 12, Y3)
+
+q80r4done:
 	ROWS4_STORE
 	RET
 
@@ -1396,5 +1440,90 @@ TEXT ·dequantQ6KBodyAVX2(SB), NOSPLIT, $0-24
 	VPBROADCASTD X12, Y12 // 32s
 	DEQ6K_HALF(0, 32, 128, 0, 8, 16, 24, 0, 128, 256, 384)
 	DEQ6K_HALF(64, 96, 160, 32, 40, 48, 56, 512, 640, 768, 896)
+	VZEROUPPER
+	RET
+
+// func absMaxAVX2(src *float32, n int) float32   (n % 8 == 0, n > 0)
+// The largest |src[i]|, NaNs ignored (0 when all are NaN or zero).
+TEXT ·absMaxAVX2(SB), NOSPLIT, $0-20
+	MOVQ src+0(FP), SI
+	MOVQ n+8(FP), CX
+	SHRQ $3, CX
+	BCAST($0x7fffffff, Y13) // abs mask
+	VXORPS Y0, Y0, Y0
+
+absmaxloop:
+	VANDPS  (SI), Y13, Y1
+	VMAXPS  Y0, Y1, Y0 // max(|x|, acc): a NaN |x| yields acc
+	ADDQ    $32, SI
+	DECQ    CX
+	JNZ     absmaxloop
+	VEXTRACTF128 $1, Y0, X1
+	VMAXPS  X1, X0, X0
+	VPERMILPS $0x4e, X0, X1
+	VMAXPS  X1, X0, X0
+	VPERMILPS $0xb1, X0, X1
+	VMAXPS  X1, X0, X0
+	VZEROUPPER
+	MOVSS   X0, ret+16(FP)
+	RET
+
+// Q8K_ROUND turns the floats of reg into the int32 quants of quant.QuantizeBlockQ8_K:
+// v = iscale*x (Y8), rounded to nearest even as v + 1.5*2^23 - 1.5*2^23 (Y9, exact for the
+// |v| <= 2^22 that are not clamped anyway), NaNs to 0, clamped to [-128, 127] (Y10, Y11),
+// infinities included (clobbers Y12).
+#define Q8K_ROUND(reg) \
+	VMULPS     Y8, reg, reg \
+	VADDPS     Y9, reg, reg \
+	VSUBPS     Y9, reg, reg \
+	VCMPPS     $7, reg, reg, Y12 \
+	VANDPS     Y12, reg, reg \
+	VMINPS     Y10, reg, reg \
+	VMAXPS     Y11, reg, reg \
+	VCVTTPS2DQ reg, reg
+
+// func quantQ8KBodyAVX2(dst *byte, src *float32, iscale float32)
+// The 256 quants (at dst+4) and 16 int16 sums of 16 (at dst+260) of one Q8_K block of src
+// with the given inverse scale, bit for bit as quant.QuantizeBlockQ8_K computes them.
+TEXT ·quantQ8KBodyAVX2(SB), NOSPLIT, $0-20
+	MOVQ         dst+0(FP), DI
+	MOVQ         src+8(FP), SI
+	VBROADCASTSS iscale+16(FP), Y8
+	BCAST($0x4b400000, Y9)  // 1.5 * 2^23
+	BCAST($0x42fe0000, Y10) // 127
+	BCAST($0xc3000000, Y11) // -128
+	VMOVDQU      q8perm<>(SB), Y7
+	LEAQ         260(DI), DX // bsums
+	ADDQ         $4, DI
+	MOVQ         $8, CX
+
+q8kloop:
+	VMOVUPS   (SI), Y0
+	VMOVUPS   32(SI), Y1
+	VMOVUPS   64(SI), Y2
+	VMOVUPS   96(SI), Y3
+	Q8K_ROUND(Y0)
+	Q8K_ROUND(Y1)
+	Q8K_ROUND(Y2)
+	Q8K_ROUND(Y3)
+	VPADDD    Y1, Y0, Y4 // partial sums of elements 0..15
+	VPADDD    Y3, Y2, Y5 // 16..31
+	VPHADDD   Y5, Y4, Y4
+	VPHADDD   Y4, Y4, Y4
+	VEXTRACTI128 $1, Y4, X5
+	VPADDD    X5, X4, X4 // lanes 0, 1: the two sums
+	VPACKSSDW X4, X4, X4
+	VMOVD     X4, AX
+	MOVL      AX, (DX)
+	VPACKSSDW Y1, Y0, Y0
+	VPACKSSDW Y3, Y2, Y2
+	VPACKSSWB Y2, Y0, Y0
+	VPERMD    Y0, Y7, Y0
+	VMOVDQU   Y0, (DI)
+	ADDQ      $128, SI
+	ADDQ      $32, DI
+	ADDQ      $4, DX
+	DECQ      CX
+	JNZ       q8kloop
 	VZEROUPPER
 	RET

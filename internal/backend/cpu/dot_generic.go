@@ -156,20 +156,6 @@ func axpyGeneric(y []float32, a float32, x []float32) {
 	}
 }
 
-func gemm4x3Generic(w []float32, ldw int, x []float32, ldx, k int, out []float32, ldo int) {
-	for i := range 4 {
-		wi := w[i*ldw:][:k]
-		for j := range 3 {
-			xj := x[j*ldx:][:k]
-			var s float32
-			for c, v := range wi {
-				s += v * xj[c]
-			}
-			out[j*ldo+i] += s
-		}
-	}
-}
-
 func cvtF16Generic(dst []float32, src []byte) {
 	src = src[:2*len(dst)]
 	for i := range dst {

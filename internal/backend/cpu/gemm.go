@@ -1,83 +1,337 @@
 package cpu
 
 import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
 // Blocking of the many-token path (see matMulGEMM).
 const (
-	// gemmKC is the k-chunk: the float panel of 4 weight rows (8 KiB) stays in L1 while it
-	// meets every token, and all tokens' activations for one chunk (nTokens x 2 KiB) stay in
-	// L2 while the row blocks of a work unit go by.
-	gemmKC = 512
 	// gemmMinTokens is the least token count that takes the GEMM path; fewer tokens run as
 	// dot products straight off the weights.
 	gemmMinTokens = 3
+	// gemmRows is the number of weight rows of a micro-tile: a panel of gemmRows rows is
+	// widened to float32 once and meets every token before the next panel is made.
+	gemmRows = 6
+	// gemmWide and gemmNarrow are the token widths of the micro-tiles: tokens run along
+	// the vector lanes, in groups of 16 and, for a remainder of at most 8, one group of 8.
+	gemmWide   = 16
+	gemmNarrow = 8
+	// gemmPackCols is the column chunk (a whole number of Q8_0 blocks) in which the
+	// activations are widened and packed, in parallel.
+	gemmPackCols = 64
 )
 
-// matMulGEMM computes out[t][r] = sum_c w[r][c] * xf[t][c] for nTokens >= gemmMinTokens
-// float activations xf ([nTokens][w.Cols]). Work is split over blocks of 4 weight rows.
-// For each k-chunk a block's rows are widened to a float32 panel once (F32 rows are used in
-// place; F16/BF16 are converted and quantized rows dequantized, one panel of 4 x gemmKC at a
-// time, never the whole matrix) and the register-blocked gemm4x3 kernel runs the panel
-// against 3 tokens at a time.
-func matMulGEMM(p *Pool, out []float32, w Weight, rb int, xf []float32, nTokens int) {
-	k := p.kern
-	rows, cols := w.Rows, w.Cols
-	bs, bb := w.Type.BlockSize(), w.Type.BlockBytes()
-	nBlocks := (rows + 3) / 4
-	p.Run(nBlocks, func(start, end int) {
-		var panel []float32
-		if w.Type != quant.F32 {
-			panel = make([]float32, 4*min(gemmKC, cols))
-		}
-		r0, r1 := 4*start, min(4*end, rows)
-		for t := range nTokens {
-			clear(out[t*rows+r0 : t*rows+r1])
-		}
-		for k0 := 0; k0 < cols; k0 += gemmKC {
-			kn := min(gemmKC, cols-k0)
-			for b := start; b < end; b++ {
-				r := 4 * b
-				nr := min(4, rows-r)
-				var pw []float32
-				ldw := kn
-				if w.Type == quant.F32 {
-					pw, ldw = bytesAsF32(w.Data[r*rb:])[k0:], cols
-				} else {
-					pw = panel[:nr*kn]
-					for i := range nr {
-						dst := pw[i*kn : (i+1)*kn]
-						src := w.Data[(r+i)*rb+(k0/bs)*bb:][:(kn/bs)*bb]
-						switch w.Type {
-						case quant.F16:
-							k.cvtF16(dst, src)
-						case quant.BF16:
-							k.cvtBF16(dst, src)
-						case quant.Q8_0:
-							k.dequantQ8_0(dst, src)
-						case quant.Q4_0:
-							k.dequantQ4_0(dst, src)
-						case quant.Q4_K:
-							k.dequantQ4K(dst, src)
-						case quant.Q6_K:
-							k.dequantQ6K(dst, src)
-						}
-					}
-				}
-				t := 0
-				if nr == 4 {
-					for ; t+3 <= nTokens; t += 3 {
-						k.gemm4x3(pw, ldw, xf[t*cols+k0:], cols, kn, out[t*rows+r:], rows)
-					}
-				}
-				for ; t < nTokens; t++ {
-					xt := xf[t*cols+k0:][:kn]
-					for i := range nr {
-						out[t*rows+r+i] += k.dotF32(pw[i*ldw:][:kn], xt)
-					}
-				}
+// gemmKernels are the micro-kernels of the many-token path. tile16 and tile8 set
+// acc[r*W+t] = sum_{c<k} w[r*ldw+c] * xt[c*W+t] for rows r < gemmRows and tokens t < W,
+// with W = 16 and 8: xt holds a group of W tokens' activations packed column by column.
+// Each sum runs in order of c.
+type gemmKernels struct {
+	tile16 func(w []float32, ldw int, xt []float32, k int, acc []float32)
+	tile8  func(w []float32, ldw int, xt []float32, k int, acc []float32)
+	// prefetch hints b into the caches (a no-op in pure Go): the next panel's weights are
+	// fetched while the current panel is multiplied.
+	prefetch func(b []byte)
+}
+
+// genericGemmKernels returns the pure-Go micro-kernels, the twins of the SIMD ones.
+func genericGemmKernels() gemmKernels {
+	return gemmKernels{
+		tile16: func(w []float32, ldw int, xt []float32, k int, acc []float32) {
+			gemmTGeneric(gemmWide, w, ldw, xt, k, acc)
+		},
+		tile8: func(w []float32, ldw int, xt []float32, k int, acc []float32) {
+			gemmTGeneric(gemmNarrow, w, ldw, xt, k, acc)
+		},
+		prefetch: func([]byte) {},
+	}
+}
+
+// gemmTGeneric sets acc[r*width+t] = sum_{c<k} w[r*ldw+c] * xt[c*width+t] for rows
+// r < gemmRows and tokens t < width, summing in order of c.
+func gemmTGeneric(width int, w []float32, ldw int, xt []float32, k int, acc []float32) {
+	for r := range gemmRows {
+		var sum [gemmWide]float32
+		s := sum[:width]
+		for c, v := range w[r*ldw:][:k] {
+			for t, xv := range xt[c*width:][:width] {
+				s[t] += v * xv
 			}
 		}
-	})
+		copy(acc[r*width:][:width], s)
+	}
+}
+
+// gemmSlot is the scratch of one worker of the many-token path.
+type gemmSlot struct {
+	panel []float32 // gemmRows weight rows widened to float32
+	tile  []float32 // the results of one micro-tile, gemmRows x gemmWide
+}
+
+// gemmScratch holds the buffers of the many-token path, owned by a Pool and reused from
+// call to call, so that the path allocates nothing once warm, and the product in progress.
+type gemmScratch struct {
+	mu    sync.Mutex           // serializes products on the Pool
+	xq    []byte               // quantized activations
+	xbuf  []float32            // quantized activations widened back to float32, [nTokens][cols]
+	xt    []float32            // activations packed by token group (see packTokens)
+	slots []gemmSlot           // one per thread
+	prep  func(start, end int) // s.prepare, bound once
+	run   func(start, end int) // s.work, bound once
+	next  atomic.Int64         // the next row panel to claim
+
+	// The product in progress, set under mu.
+	kern    *kernels
+	tiles   gemmKernels
+	out     []float32
+	w       Weight
+	rb      int
+	nTokens int
+	xin     []float32 // the caller's activations when they are quantized, [nTokens][cols]
+	xf      []float32 // the float activations the product uses, [nTokens][cols]
+	xqRow   int       // bytes per token of s.xq when prepare quantizes xin to Q8_0 into xf, or 0
+	chunk   int       // row panels per claim
+}
+
+// matMulGEMM computes out[t][r] = sum_c w[r][c] * x[t][c] for nTokens >= gemmMinTokens tokens
+// of activations x ([nTokens][w.Cols]); rb is the bytes per weight row. For quantized
+// weights the activations are first quantized as the matrix-vector path quantizes them (Q8_0
+// or Q8_K) and widened back, so that the products are those of the integer path, summed in
+// float32.
+//
+// The activations are packed once per call into groups of 16 tokens (the last group 8 or
+// 16, padded with zeros), column by column. The weights are then taken in panels of
+// gemmRows rows, claimed in short runs of consecutive panels by the pool's threads: each panel is widened to
+// float32 once (F32 rows are used in place) and multiplied with every token group by a
+// register-blocked micro-kernel that broadcasts one weight to all token lanes. Only one
+// panel per thread is ever widened at a time, never the whole matrix.
+func matMulGEMM(p *Pool, out []float32, w Weight, rb int, x []float32, nTokens int) error {
+	s := &p.gemm
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := p.kern
+	cols := w.Cols
+
+	s.kern, s.tiles, s.out, s.w, s.rb, s.nTokens = k, gemmTileKernels(k), out, w, rb, nTokens
+	s.xf, s.xqRow = x[:nTokens*cols], 0
+	if actType := gemmActType(w.Type); actType != quant.F32 {
+		xrb, err := actType.RowBytes(cols)
+		if err != nil {
+			return fmt.Errorf("cpu: matmul: activations: %w", err)
+		}
+		s.xq = grow(s.xq, nTokens*xrb)
+		s.xbuf = grow(s.xbuf, nTokens*cols)
+		s.xin = s.xf
+		if actType == quant.Q8_0 {
+			s.xqRow = xrb // quantized and widened back chunk by chunk in prepare
+		} else {
+			quantizeActivations(p, actType, s.xq, s.xin, nTokens, cols)
+			if err := quant.Dequantize(actType, s.xq, s.xbuf); err != nil {
+				return fmt.Errorf("cpu: matmul: activations: %w", err)
+			}
+		}
+		s.xf = s.xbuf
+	}
+	s.xt = grow(s.xt, packedLen(nTokens, cols))
+	if s.prep == nil {
+		s.prep = s.prepare
+	}
+	p.Run((cols+gemmPackCols-1)/gemmPackCols, s.prep)
+
+	if len(s.slots) != p.threads || len(s.slots[0].panel) < gemmRows*cols {
+		s.slots = make([]gemmSlot, p.threads)
+		for i := range s.slots {
+			s.slots[i] = gemmSlot{panel: make([]float32, gemmRows*cols), tile: make([]float32, gemmRows*gemmWide)}
+		}
+	}
+	if s.run == nil {
+		s.run = s.work
+	}
+	s.next.Store(0)
+	// Threads claim runs of consecutive panels, so that each streams through contiguous
+	// weights and fills whole cache lines of out, in runs short enough to balance.
+	s.chunk = max(1, min(8, (w.Rows+gemmRows-1)/gemmRows/(8*p.threads)))
+	// One index per thread: each call of s.run owns the slots of its range while it
+	// claims row panels from s.next.
+	p.Run(p.threads, s.run)
+	s.out, s.w, s.xf, s.xin = nil, Weight{}, nil, nil
+	return nil
+}
+
+// gemmActType returns the format the activations are quantized to for weights of type t,
+// or F32 when they stay float.
+func gemmActType(t quant.Type) quant.Type {
+	switch t {
+	case quant.Q8_0, quant.Q4_0:
+		return quant.Q8_0
+	case quant.Q4_K, quant.Q6_K:
+		return quant.Q8_K
+	}
+	return quant.F32
+}
+
+// grow returns buf resliced to n elements, reallocated only when too small.
+func grow[T any](buf []T, n int) []T {
+	if cap(buf) < n {
+		return make([]T, n)
+	}
+	return buf[:n]
+}
+
+// tokenGroupWidth returns the width of the token group that starts after done of nTokens
+// tokens: 16, or 8 for a remainder of at most 8 tokens.
+func tokenGroupWidth(done, nTokens int) int {
+	if nTokens-done <= gemmNarrow {
+		return gemmNarrow
+	}
+	return gemmWide
+}
+
+// packedLen returns the length of the packed activations of nTokens tokens of cols values.
+func packedLen(nTokens, cols int) int {
+	n := 0
+	for t0 := 0; t0 < nTokens; {
+		wd := tokenGroupWidth(t0, nTokens)
+		n += wd * cols
+		t0 += wd
+	}
+	return n
+}
+
+// prepare packs the activations of column chunks [start, end) of gemmPackCols columns,
+// first quantizing them to Q8_0 and widening them back when the weights call for it.
+func (s *gemmScratch) prepare(start, end int) {
+	cols, n := s.w.Cols, s.nTokens
+	c0, c1 := start*gemmPackCols, min(end*gemmPackCols, cols)
+	if s.xqRow > 0 {
+		b0, b1 := c0/32, c1/32
+		for t := range n {
+			xq := s.xq[t*s.xqRow+b0*34 : t*s.xqRow+b1*34]
+			s.kern.quantQ8_0(xq, s.xin[t*cols+c0:t*cols+c1])
+			s.kern.dequantQ8_0(s.xf[t*cols+c0:t*cols+c1], xq)
+		}
+	}
+	packTokens(s.xt, s.xf, n, cols, c0, c1)
+}
+
+// packTokens packs columns [c0, c1) of the activations x ([nTokens][cols]) into dst by
+// token groups: group g of width W starting at token t0 holds x[t0+t][c] at dst[off+c*W+t],
+// lanes past the last token zero.
+func packTokens(dst, x []float32, nTokens, cols, c0, c1 int) {
+	off := 0
+	for t0 := 0; t0 < nTokens; {
+		wd := tokenGroupWidth(t0, nTokens)
+		g := dst[off : off+wd*cols]
+		nt := min(wd, nTokens-t0)
+		t := 0
+		for ; t+4 <= nt; t += 4 {
+			x0 := x[(t0+t)*cols+c0 : (t0+t)*cols+c1]
+			x1 := x[(t0+t+1)*cols+c0:][:len(x0)]
+			x2 := x[(t0+t+2)*cols+c0:][:len(x0)]
+			x3 := x[(t0+t+3)*cols+c0:][:len(x0)]
+			for i, v := range x0 {
+				d := g[(c0+i)*wd+t:][:4]
+				d[0], d[1], d[2], d[3] = v, x1[i], x2[i], x3[i]
+			}
+		}
+		for ; t < nt; t++ {
+			for i, v := range x[(t0+t)*cols+c0 : (t0+t)*cols+c1] {
+				g[(c0+i)*wd+t] = v
+			}
+		}
+		if nt < wd {
+			for c := c0; c < c1; c++ {
+				clear(g[c*wd+nt : (c+1)*wd])
+			}
+		}
+		off += wd * cols
+		t0 += wd
+	}
+}
+
+// work runs the slots [start, end): each claims row panels until none is left.
+func (s *gemmScratch) work(start, end int) {
+	for i := start; i < end; i++ {
+		s.workSlot(&s.slots[i])
+	}
+}
+
+// workSlot claims runs of row panels of the product in progress and multiplies each with
+// every token group.
+func (s *gemmScratch) workSlot(sl *gemmSlot) {
+	panels := (s.w.Rows + gemmRows - 1) / gemmRows
+	chunk := s.chunk
+	for {
+		first := int(s.next.Add(int64(chunk)) - int64(chunk))
+		if first >= panels {
+			return
+		}
+		for i := first; i < min(first+chunk, panels); i++ {
+			s.multiplyPanel(sl, i)
+		}
+	}
+}
+
+// multiplyPanel multiplies row panel i of the product in progress with every token group.
+func (s *gemmScratch) multiplyPanel(sl *gemmSlot, i int) {
+	rows, cols, n := s.w.Rows, s.w.Cols, s.nTokens
+	r0 := i * gemmRows
+	nr := min(gemmRows, rows-r0)
+	pw, ldw := s.panel(sl, r0, nr)
+	if next := r0 + gemmRows; next < rows {
+		s.tiles.prefetch(s.w.Data[next*s.rb : min(next+gemmRows, rows)*s.rb])
+	}
+	off := 0
+	for t0 := 0; t0 < n; {
+		wd := tokenGroupWidth(t0, n)
+		if wd == gemmWide {
+			s.tiles.tile16(pw, ldw, s.xt[off:], cols, sl.tile)
+		} else {
+			s.tiles.tile8(pw, ldw, s.xt[off:], cols, sl.tile)
+		}
+		tile := sl.tile[:gemmRows*wd]
+		for t := range min(wd, n-t0) {
+			o := s.out[(t0+t)*rows+r0:][:nr]
+			for r := range o {
+				o[r] = tile[r*wd+t]
+			}
+		}
+		off += wd * cols
+		t0 += wd
+	}
+}
+
+// panel returns weight rows [r0, r0+nr) as gemmRows float32 rows of stride ldw: F32 rows in
+// place when all gemmRows exist, otherwise widened into the slot's panel, missing rows zero.
+func (s *gemmScratch) panel(sl *gemmSlot, r0, nr int) ([]float32, int) {
+	w, k, cols := s.w, s.kern, s.w.Cols
+	if w.Type == quant.F32 && nr == gemmRows {
+		return bytesAsF32(w.Data[r0*s.rb : (r0+nr)*s.rb]), cols
+	}
+	pw := sl.panel[:gemmRows*cols]
+	for i := range nr {
+		dst := pw[i*cols : (i+1)*cols]
+		src := w.Data[(r0+i)*s.rb : (r0+i+1)*s.rb]
+		switch w.Type {
+		case quant.F32:
+			copy(dst, bytesAsF32(src))
+		case quant.F16:
+			k.cvtF16(dst, src)
+		case quant.BF16:
+			k.cvtBF16(dst, src)
+		case quant.Q8_0:
+			k.dequantQ8_0(dst, src)
+		case quant.Q4_0:
+			k.dequantQ4_0(dst, src)
+		case quant.Q4_K:
+			k.dequantQ4K(dst, src)
+		case quant.Q6_K:
+			k.dequantQ6K(dst, src)
+		}
+	}
+	clear(pw[nr*cols:])
+	return pw, cols
 }

@@ -41,10 +41,6 @@ type kernels struct {
 	// axpy adds a*x to y over len(x).
 	axpy func(y []float32, a float32, x []float32)
 
-	// gemm4x3 is the register-blocked micro-kernel of the many-token path: for rows i < 4
-	// and tokens j < 3 it adds sum_{c<k} w[i*ldw+c]*x[j*ldx+c] to out[j*ldo+i].
-	gemm4x3 func(w []float32, ldw int, x []float32, ldx, k int, out []float32, ldo int)
-
 	// cvtF16 and cvtBF16 widen len(dst) half-precision values at src to float32.
 	cvtF16  func(dst []float32, src []byte)
 	cvtBF16 func(dst []float32, src []byte)
@@ -57,6 +53,10 @@ type kernels struct {
 	// quantQ8_0 quantizes len(src)/32 blocks of src into dst as Q8_0, bit-exactly as
 	// quant.QuantizeBlockQ8_0 does.
 	quantQ8_0 func(dst []byte, src []float32)
+
+	// quantQ8_K quantizes len(src)/256 blocks of src into dst as Q8_K, bit-exactly as
+	// quantQ8_KFast (and so quant.QuantizeBlockQ8_K) does.
+	quantQ8_K func(dst []byte, src []float32)
 
 	// The dequant kernels widen whole blocks of a quantized type to float32 for the GEMM
 	// panels, bit-exactly as quant.Dequantize does.
@@ -105,11 +105,11 @@ func genericKernels() *kernels {
 		dot4Q4_0: func(w []byte, stride int, x []byte, nb int, out []float32) {
 			dot4Generic(dotQ4_0Generic, w, stride, x, nb, out)
 		},
-		gemm4x3:     gemm4x3Generic,
 		cvtF16:      cvtF16Generic,
 		cvtBF16:     cvtBF16Generic,
 		exp:         expGeneric,
 		quantQ8_0:   quantQ8_0Generic,
+		quantQ8_K:   quantQ8_KFast,
 		dequantQ8_0: func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q8_0, src, dst) },
 		dequantQ4_0: func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q4_0, src, dst) },
 		dequantQ4K:  func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q4_K, src, dst) },

@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"encoding/binary"
+	"math"
 	"unsafe"
 
 	"golang.org/x/sys/cpu"
@@ -47,11 +49,11 @@ func avx2Kernels() *kernels {
 		dot4Q4_0: func(w []byte, stride int, x []byte, nb int, out []float32) {
 			dot4AVX2(dot4Q4_0AVX2, q4_0Bytes, w, stride, x, nb, out)
 		},
-		gemm4x3:   gemm4x3AVX2Slice,
 		cvtF16:    cvtF16AVX2Slice,
 		cvtBF16:   cvtBF16AVX2Slice,
 		exp:       expAVX2Slice,
 		quantQ8_0: quantQ8_0AVX2Slice,
+		quantQ8_K: quantQ8_KAVX2,
 		dequantQ8_0: func(dst []float32, src []byte) {
 			dequantAVX2(dequantQ8_0AVX2, q8_0Bytes, dst, src)
 		},
@@ -90,9 +92,6 @@ func dotQ4KAVX2(w, x *byte, nb int) float32
 func dotQ6KAVX2(w, x *byte, nb int) float32
 
 //go:noescape
-func gemm4x3AVX2(w *float32, ldw int, x *float32, ldx, k int, out *float32, ldo int)
-
-//go:noescape
 func cvtF16AVX2(dst *float32, src *byte, n int)
 
 //go:noescape
@@ -115,6 +114,12 @@ func attnWsumAVX2(acc, e, v *float32, stride, n, hd int)
 
 //go:noescape
 func quantizeQ8_0AVX2(dst *byte, src *float32, nb int)
+
+//go:noescape
+func absMaxAVX2(src *float32, n int) float32
+
+//go:noescape
+func quantQ8KBodyAVX2(dst *byte, src *float32, iscale float32)
 
 //go:noescape
 func gemv4F32AVX2(w *byte, stride int, x *float32, n int, out *float32)
@@ -226,20 +231,6 @@ func axpyAVX2Slice(y []float32, a float32, x []float32) {
 	}
 }
 
-func gemm4x3AVX2Slice(w []float32, ldw int, x []float32, ldx, k int, out []float32, ldo int) {
-	if k <= 0 {
-		return
-	}
-	_, _, _ = w[3*ldw+k-1], x[2*ldx+k-1], out[2*ldo+3]
-	m := k &^ 7
-	if m > 0 {
-		gemm4x3AVX2(unsafe.SliceData(w), ldw, unsafe.SliceData(x), ldx, m, unsafe.SliceData(out), ldo)
-	}
-	if m < k {
-		gemm4x3Generic(w[m:], ldw, x[m:], ldx, k-m, out, ldo)
-	}
-}
-
 func cvtF16AVX2Slice(dst []float32, src []byte) {
 	n := len(dst)
 	src = src[:2*n]
@@ -313,6 +304,31 @@ func quantQ8_0AVX2Slice(dst []byte, src []float32) {
 	}
 	_ = dst[nb*q8_0Bytes-1]
 	quantizeQ8_0AVX2(unsafe.SliceData(dst), unsafe.SliceData(src), nb)
+}
+
+// quantQ8_KAVX2 quantizes len(src)/256 blocks into dst as Q8_K, bit for bit as
+// quantQ8_KFast: the largest magnitude and the quants in assembly, the signed value of the
+// largest magnitude (its first occurrence) and the scale in Go.
+func quantQ8_KAVX2(dst []byte, src []float32) {
+	for b := range len(src) / 256 {
+		x := (*[256]float32)(src[256*b:])
+		out := (*[q8KBytes]byte)(dst[q8KBytes*b:])
+		amax := absMaxAVX2(&x[0], 256)
+		if amax == 0 {
+			clear(out[:])
+			continue
+		}
+		var mx float32
+		for _, v := range x {
+			if math.Float32frombits(math.Float32bits(v)&^(1<<31)) == amax {
+				mx = v
+				break
+			}
+		}
+		iscale := -127 / mx
+		quantQ8KBodyAVX2(&out[0], &x[0], iscale)
+		binary.LittleEndian.PutUint32(out[0:], math.Float32bits(1/iscale))
+	}
 }
 
 // gemv4AVX2 checks the bounds of a 4-row float matrix-vector kernel over weights of es bytes

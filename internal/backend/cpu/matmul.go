@@ -16,14 +16,6 @@ type Weight struct {
 	Data       []byte
 }
 
-// Tile sizes of the many-token path: a tile of weight rows of about tileWeightBytes stays in
-// L1/L2 while the activations of tileActBytes worth of tokens stream past it from L2.
-const (
-	tileWeightBytes = 32 << 10
-	tileActBytes    = 192 << 10
-	maxTileRows     = 64
-)
-
 // MatMul computes out[t][r] = sum_c w[r][c] * x[t][c] for nTokens tokens: out is
 // [nTokens][w.Rows], x is [nTokens][w.Cols] (both may be longer). Weights of type F32, F16,
 // BF16, Q8_0, Q4_0, Q4_K and Q6_K are supported. For quantized weights the activations are
@@ -31,11 +23,11 @@ const (
 //
 // Fewer than 3 tokens (decode) run as matrix-vector products split over rows, 4 rows per
 // kernel call where the type has such a kernel, quantized weights dotted in integers with
-// the quantized activations, as GGML does. From 3 tokens on (prefill) the product runs as
-// a cache-blocked GEMM (see matMulGEMM): weight panels of 4 rows x 512 columns are widened
-// to float32 once and multiplied by a register-blocked 4x3 kernel; quantized activations
-// are dequantized back to float for it, so the products are those of the integer path,
-// summed in float32.
+// the quantized activations, as GGML does. From 3 tokens on (prefill, batched decode) the
+// product runs as a GEMM (see matMulGEMM): each panel of 6 weight rows is widened to float32
+// once and meets all tokens in a register-blocked kernel; quantized activations are
+// dequantized back to float for it, so the products are those of the integer path, summed
+// in float32.
 func MatMul(p *Pool, out []float32, w Weight, x []float32, nTokens int) error {
 	rb, err := w.check(len(x), len(out), nTokens)
 	if err != nil {
@@ -43,6 +35,9 @@ func MatMul(p *Pool, out []float32, w Weight, x []float32, nTokens int) error {
 	}
 	k := p.kern
 	xs := x[:nTokens*w.Cols]
+	if nTokens >= gemmMinTokens {
+		return matMulGEMM(p, out, w, rb, xs, nTokens)
+	}
 
 	var (
 		actType quant.Type
@@ -51,10 +46,6 @@ func MatMul(p *Pool, out []float32, w Weight, x []float32, nTokens int) error {
 	)
 	switch w.Type {
 	case quant.F32, quant.F16, quant.BF16:
-		if nTokens >= gemmMinTokens {
-			matMulGEMM(p, out, w, rb, xs, nTokens)
-			return nil
-		}
 		matVecFloat(p, out, w, rb, xs, nTokens)
 		return nil
 	case quant.Q8_0:
@@ -78,31 +69,7 @@ func MatMul(p *Pool, out []float32, w Weight, x []float32, nTokens int) error {
 	}
 	xq := p.scratch[:nTokens*xrb]
 	quantizeActivations(p, actType, xq, xs, nTokens, w.Cols)
-	if nTokens >= gemmMinTokens {
-		// Many tokens: multiply the dequantized activations in float against weight panels
-		// dequantized 4 rows x gemmKC at a time. The products are those of the integer path
-		// (same quantized activations), summed in float32 instead of int32.
-		if cap(p.scratchF) < nTokens*w.Cols {
-			p.scratchF = make([]float32, nTokens*w.Cols)
-		}
-		xf := p.scratchF[:nTokens*w.Cols]
-		if err := quant.Dequantize(actType, xq, xf); err != nil {
-			return fmt.Errorf("cpu: matmul: activations: %w", err)
-		}
-		matMulGEMM(p, out, w, rb, xf, nTokens)
-		return nil
-	}
-
-	nb := w.Cols / w.Type.BlockSize()
-	if dot4 != nil {
-		matVec4(p, out, w, rb, xq, xrb, nTokens, dot, dot4)
-		return nil
-	}
-	p.Run(w.tiles(rb, xrb, nTokens), func(start, end int) {
-		w.runTiles(start, end, rb, xrb, nTokens, out, func(row []byte, t int) float32 {
-			return dot(row, xq[t*xrb:(t+1)*xrb], nb)
-		})
-	})
+	matVec4(p, out, w, rb, xq, xrb, nTokens, dot, dot4)
 	return nil
 }
 
@@ -131,41 +98,6 @@ func (w Weight) check(nx, nout, nTokens int) (int, error) {
 	return rb, nil
 }
 
-// tileRows returns how many weight rows one tile holds.
-func tileRows(rb, nTokens int) int {
-	if nTokens == 1 {
-		return 1 // matrix-vector: every row is its own unit of work
-	}
-	return max(1, min(maxTileRows, tileWeightBytes/rb))
-}
-
-// tiles returns the number of row tiles of w.
-func (w Weight) tiles(rb, xrb, nTokens int) int {
-	tr := tileRows(rb, nTokens)
-	return (w.Rows + tr - 1) / tr
-}
-
-// runTiles computes the outputs of row tiles [start, end): for each tile, tokens go by in
-// groups small enough to stay in L2, and each row of the tile is dotted with every token of
-// the group while it sits in L1.
-func (w Weight) runTiles(start, end, rb, xrb, nTokens int, out []float32, dot func(row []byte, t int) float32) {
-	tr := tileRows(rb, nTokens)
-	tt := max(1, tileActBytes/xrb)
-	for tile := start; tile < end; tile++ {
-		r0 := tile * tr
-		r1 := min(r0+tr, w.Rows)
-		for t0 := 0; t0 < nTokens; t0 += tt {
-			t1 := min(t0+tt, nTokens)
-			for r := r0; r < r1; r++ {
-				row := w.Data[r*rb : (r+1)*rb]
-				for t := t0; t < t1; t++ {
-					out[t*w.Rows+r] = dot(row, t)
-				}
-			}
-		}
-	}
-}
-
 // quantizeActivations quantizes nTokens rows of cols values of x into dst in format t (Q8_0
 // or Q8_K), in parallel over tokens.
 func quantizeActivations(p *Pool, t quant.Type, dst []byte, x []float32, nTokens, cols int) {
@@ -175,7 +107,7 @@ func quantizeActivations(p *Pool, t quant.Type, dst []byte, x []float32, nTokens
 		if t == quant.Q8_0 {
 			p.kern.quantQ8_0(dst[start*bb:end*bb], x[start*bs:end*bs])
 		} else {
-			quantQ8_KFast(dst[start*bb:end*bb], x[start*bs:end*bs])
+			p.kern.quantQ8_K(dst[start*bb:end*bb], x[start*bs:end*bs])
 		}
 	}
 	if nTokens == 1 {
@@ -186,7 +118,8 @@ func quantizeActivations(p *Pool, t quant.Type, dst []byte, x []float32, nTokens
 }
 
 // matVec4 computes the quantized products of a few tokens 4 weight rows at a time, so that
-// each activation block loaded serves 4 rows; work is split over groups of 4 rows.
+// each activation block loaded serves 4 rows (one row at a time with dot where the type
+// has no 4-row kernel, dot4 nil); work is split over groups of 4 rows.
 func matVec4(p *Pool, out []float32, w Weight, rb int, xq []byte, xrb, nTokens int,
 	dot func(w, x []byte, nb int) float32, dot4 func(w []byte, stride int, x []byte, nb int, out []float32)) {
 	rows := w.Rows
@@ -196,11 +129,11 @@ func matVec4(p *Pool, out []float32, w Weight, rb int, xq []byte, xrb, nTokens i
 			r := 4 * g
 			for t := range nTokens {
 				xt := xq[t*xrb : (t+1)*xrb]
-				if r+4 <= rows {
+				if dot4 != nil && r+4 <= rows {
 					dot4(w.Data[r*rb:], rb, xt, nb, out[t*rows+r:])
 					continue
 				}
-				for i := r; i < rows; i++ {
+				for i := r; i < min(r+4, rows); i++ {
 					out[t*rows+i] = dot(w.Data[i*rb:(i+1)*rb], xt, nb)
 				}
 			}

@@ -29,12 +29,13 @@ type Pool struct {
 	chunk int
 	next  atomic.Int64
 
-	scratchMu sync.Mutex // guards scratch and scratchF, the activation buffers of MatMul
+	scratchMu sync.Mutex // guards scratch, the quantized activations of MatMul's few-token path
 	scratch   []byte
-	scratchF  []float32
 
 	attnMu      sync.Mutex // guards attnScratch, the split-K partial results of Attention
 	attnScratch []float32
+
+	gemm gemmScratch // the buffers of MatMul's many-token path (gemm.go)
 }
 
 // NewPool starts a pool of threads workers (threads < 1 means runtime.GOMAXPROCS(0)). It

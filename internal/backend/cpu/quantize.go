@@ -7,7 +7,8 @@ import (
 
 // quantQ8_KFast quantizes len(src)/256 blocks into dst as Q8_K, bit for bit as
 // quant.QuantizeBlockQ8_K (the test checks it), in float32 arithmetic: the rounding to
-// nearest-even uses the 1.5*2^23 trick, exact for the magnitudes (<= 128) it sees.
+// nearest-even uses the 1.5*2^23 trick, exact for the magnitudes (<= 128) that are not
+// clamped anyway.
 func quantQ8_KFast(dst []byte, src []float32) {
 	for b := range len(src) / 256 {
 		x := (*[256]float32)(src[256*b:])
@@ -33,9 +34,8 @@ func quantQ8_KFast(dst []byte, src []float32) {
 			for j := 16 * k; j < 16*k+16; j++ {
 				v := iscale * x[j]
 				q := 0
-				if v == v {
-					q = int(int32(v + magic - magic))
-					q = max(-128, min(127, q))
+				if v == v { // NaN quantizes to 0; infinities clamp like large values
+					q = int(max(-128, min(127, v+magic-magic)))
 				}
 				out[4+j] = byte(int8(q))
 				sum += q

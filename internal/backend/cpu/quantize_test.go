@@ -121,7 +121,8 @@ func FuzzDequant(f *testing.F) {
 	})
 }
 
-// checkQuantQ8_K requires quantQ8_KFast to produce the bytes of quant.QuantizeBlockQ8_K.
+// checkQuantQ8_K requires quantQ8_KFast and every kernel set's Q8_K quantizer to produce the
+// bytes of quant.QuantizeBlockQ8_K.
 func checkQuantQ8_K(t *testing.T, seed int64, nb, mode int) {
 	t.Helper()
 	r := rand.New(rand.NewSource(seed))
@@ -143,12 +144,18 @@ func checkQuantQ8_K(t *testing.T, seed int64, nb, mode int) {
 	for b := range nb {
 		quant.QuantizeBlockQ8_K((*[256]float32)(src[256*b:]), (*[q8KBytes]byte)(want[q8KBytes*b:]))
 	}
-	got := make([]byte, nb*q8KBytes)
-	quantQ8_KFast(got, src)
-	if !bytes.Equal(got, want) {
-		for i := range got {
-			if got[i] != want[i] {
-				t.Fatalf("nb=%d mode=%d: byte %d (block %d) = %d, want %d", nb, mode, i, i/q8KBytes, got[i], want[i])
+	quantizers := map[string]func(dst []byte, src []float32){"quantQ8_KFast": quantQ8_KFast}
+	for _, k := range allKernels() {
+		quantizers[k.name] = k.quantQ8_K
+	}
+	for name, quantize := range quantizers {
+		got := make([]byte, nb*q8KBytes)
+		quantize(got, src)
+		if !bytes.Equal(got, want) {
+			for i := range got {
+				if got[i] != want[i] {
+					t.Fatalf("%s nb=%d mode=%d: byte %d (block %d) = %d, want %d", name, nb, mode, i, i/q8KBytes, got[i], want[i])
+				}
 			}
 		}
 	}
@@ -168,4 +175,31 @@ func FuzzQuantQ8_K(f *testing.F) {
 	f.Fuzz(func(t *testing.T, seed int64, nb, mode uint8) {
 		checkQuantQ8_K(t, seed, int(nb%8)+1, int(mode%numModes))
 	})
+}
+
+// TestQuantQ8_KEdges checks the Q8_K quantizers on blocks whose scale overflows (tiny
+// denormal maxima), with infinities, and with a maximum reached by both signs.
+func TestQuantQ8_KEdges(t *testing.T) {
+	tiny := math.Float32frombits(3) // denormal: -127/tiny overflows to -Inf
+	blocks := map[string]func(i int) float32{
+		"denormal":  func(i int) float32 { return tiny * float32(i%3-1) },
+		"inf":       func(i int) float32 { return []float32{float32(math.Inf(1)), 1, -2, 0}[i%4] },
+		"both-sign": func(i int) float32 { return float32(i%7 - 3) },
+		"nan-first": func(i int) float32 { return []float32{float32(math.NaN()), 0.5, -0.25}[i%3] },
+	}
+	for name, f := range blocks {
+		src := make([]float32, 256)
+		for i := range src {
+			src[i] = f(i)
+		}
+		want := make([]byte, q8KBytes)
+		quant.QuantizeBlockQ8_K((*[256]float32)(src), (*[q8KBytes]byte)(want))
+		for _, k := range allKernels() {
+			got := make([]byte, q8KBytes)
+			k.quantQ8_K(got, src)
+			if !bytes.Equal(got, want) {
+				t.Errorf("%s %s: quants differ from quant.QuantizeBlockQ8_K", name, k.name)
+			}
+		}
+	}
 }
