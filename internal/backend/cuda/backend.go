@@ -27,7 +27,7 @@ type BackendOptions struct {
 //
 // Memory: weights in BF16, F16 or F32 are uploaded as they are; quantized weights are
 // dequantized to BF16 at upload; 1-D weights become F32. Activations are F32. MatMul over
-// a 16-bit weight runs a warp-per-row GEMV kernel (F32 activations) for up to 8 rows and
+// a 16-bit weight runs a GEMV kernel (F32 activations, several weight rows per block) for up to 8 rows and
 // otherwise casts the activations to the weight's type for a cuBLAS GEMM with float32
 // accumulation. The KV cache holds BackendOptions.KVDType (BF16 by default).
 type Backend struct {
@@ -59,7 +59,7 @@ type Backend struct {
 // decodeSplits is the most split-K partitions decode attention uses per sequence and head.
 const decodeSplits = 32
 
-// gemvMaxRows is the most activation rows the GEMV kernel takes (GEMV_MAXN in gemv.cu).
+// gemvMaxRows is the most activation rows the GEMV kernels take (gemv_n1 ... gemv_n8 in gemv.cu).
 const gemvMaxRows = 8
 
 // NewBackend opens the CUDA driver, the device, NVRTC and cuBLAS, and compiles (or loads

@@ -115,6 +115,24 @@ func (b *Backend) MatMul(out, x, w backend.Tensor) error {
 	return b.matMul(o.buf, xs.buf, wm, xs.rows())
 }
 
+// gemvThreads is the GEMV kernels' block size (GEMV_THREADS in gemv.cu).
+const gemvThreads = 256
+
+// gemvKernel returns the GEMV kernel for n (1..gemvMaxRows) token rows of a 16-bit weight
+// of type dt, and the weight rows one block of it computes (the R of its GEMV_KERNEL line
+// in gemv.cu): n is rounded up to a bucket of 1, 2, 4 or 8 rows.
+func gemvKernel(n int, dt DType) (name string, rows int) {
+	switch {
+	case n <= 1:
+		return "gemv_n1_" + suffix(dt), 2
+	case n <= 2:
+		return "gemv_n2_" + suffix(dt), 4
+	case n <= 4:
+		return "gemv_n4_" + suffix(dt), 4
+	}
+	return "gemv_n8_" + suffix(dt), 4
+}
+
 // matMul computes y = x · wᵀ for n rows of float32 x into float32 y (inside Run): cuBLAS
 // directly for F32 weights, the GEMV kernel for up to gemvMaxRows rows of a 16-bit weight,
 // else x cast to the weight's type and cuBLAS.
@@ -124,7 +142,8 @@ func (b *Backend) matMul(y, x Buffer, w *tensor, n int) error {
 		return b.ops.MatMulT(y, x, w.buf, n, k, m)
 	}
 	if n <= gemvMaxRows && k%8 == 0 {
-		return b.ops.Dev.Launch(b.ops.Kern.mod, "gemv_"+suffix(w.buf.DType), Dim3{(m + 7) / 8, 1, 1}, Dim3{256, 1, 1}, 0,
+		name, rows := gemvKernel(n, w.buf.DType)
+		return b.ops.Dev.Launch(b.ops.Kern.mod, name, Dim3{(m + rows - 1) / rows, 1, 1}, Dim3{gemvThreads, 1, 1}, 0,
 			y, x, w.buf, n, k, m)
 	}
 	if b.scratch.Len < n*k {

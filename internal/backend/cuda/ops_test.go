@@ -101,6 +101,7 @@ func TestGPU(t *testing.T) {
 	t.Run("attention decode", func(t *testing.T) { testDecode(t, e, r) })
 	t.Run("attention prefill", func(t *testing.T) { testPrefill(t, e, r) })
 	t.Run("matmul", func(t *testing.T) { testMatMul(t, e, r) })
+	t.Run("gemv", func(t *testing.T) { testGEMV(t, e, r); benchGEMV(t, e, r) })
 	t.Run("argmax", func(t *testing.T) { testArgmax(t, e, r) })
 	t.Run("sample", func(t *testing.T) { testSample(t, e, r) })
 	t.Run("graph", func(t *testing.T) { testGraph(t, e, r) })

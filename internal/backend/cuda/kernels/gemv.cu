@@ -1,55 +1,108 @@
 // Matrix-vector products for small batches (decode) and the bias add.
 
-#define GEMV_MAXN 8  // token rows one launch handles at most
+// gemv_rows: y[t][r] = sum_k x[t][k] * w[r][k] for n <= NT <= 8 (gemvMaxRows) token rows of float32 x and m
+// weight rows of k 16-bit values (k a multiple of 8, rows 16-byte aligned). A block of
+// GEMV_THREADS threads computes R weight rows: its threads split k in 16-byte chunks
+// (thread i takes chunks i, i + GEMV_THREADS, ...), so every x chunk a thread loads serves
+// all R rows and each thread keeps R independent 16-byte weight loads in flight; the
+// partial sums meet through the warps' shuffles and shared memory. Blocks are small
+// (R rows), so even m = 4096 fills every multiprocessor. grid.x = ceil(m / R).
+#define GEMV_THREADS 256
 
-// gemv: y[t][r] = sum_k x[t][k] * w[r][k] for n <= GEMV_MAXN token rows of float32 x and
-// m weight rows of k 16-bit values (k a multiple of 8, rows 16-byte aligned). One warp
-// computes one weight row for every token: each lane reads 8 weights (16 bytes) at a time,
-// so the weight matrix is read once, coalesced. grid.x = ceil(m / warps per block).
-template <typename T>
-__device__ void gemv(float* y, const float* x, const T* w, int n, int k, int m) {
-    int warps = blockDim.x >> 5;
-    int lane = threadIdx.x & 31;
-    long long r = (long long)blockIdx.x * warps + (threadIdx.x >> 5);
-    if (r >= m) return;
-    const uint4* wr = (const uint4*)(w + r * k);
+// ld_weights loads 16 bytes of a weight row; NOL1 asks the load not to allocate in L1, so
+// the streaming weights leave the activations cached there.
+template <bool NOL1>
+__device__ __forceinline__ uint4 ld_weights(const uint4* p) {
+    if (NOL1) {
+        uint4 v;
+        asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+            : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+            : "l"(p));
+        return v;
+    }
+    return __ldg(p);
+}
+
+template <typename T, int R, int NT, bool NOL1>
+__device__ void gemv_rows(float* __restrict__ y, const float* __restrict__ x, const T* __restrict__ w, int n, int k,
+                          int m) {
+    __shared__ float red[GEMV_THREADS / 32][R * NT];
+    long long r0 = (long long)blockIdx.x * R;
     int chunks = k >> 3;
-    float acc[GEMV_MAXN];
+    const uint4* wr[R];
 #pragma unroll
-    for (int t = 0; t < GEMV_MAXN; t++) acc[t] = 0.f;
-    for (int c = lane; c < chunks; c += 32) {
-        uint4 pk = wr[c];
-        unsigned int words[4] = {pk.x, pk.y, pk.z, pk.w};
-        float wf[8];
+    for (int i = 0; i < R; i++) {
+        long long r = r0 + i < m ? r0 + i : m - 1;  // rows past m repeat the last; not written
+        wr[i] = (const uint4*)(w + r * k);
+    }
+    float acc[R][NT];
 #pragma unroll
-        for (int j = 0; j < 4; j++) {
-            T lo, hi;
-            lo.x = (unsigned short)(words[j] & 0xffffu);
-            hi.x = (unsigned short)(words[j] >> 16);
-            wf[2 * j] = to_f32(lo);
-            wf[2 * j + 1] = to_f32(hi);
-        }
+    for (int i = 0; i < R; i++)
 #pragma unroll
-        for (int t = 0; t < GEMV_MAXN; t++) {
+        for (int t = 0; t < NT; t++) acc[i][t] = 0.f;
+#pragma unroll 2
+    for (int c = threadIdx.x; c < chunks; c += GEMV_THREADS) {
+        uint4 pk[R];
+#pragma unroll
+        for (int i = 0; i < R; i++) pk[i] = ld_weights<NOL1>(wr[i] + c);
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
             if (t < n) {
                 const float4* xp = (const float4*)(x + (long long)t * k + c * 8);
-                float4 a = xp[0], b = xp[1];
-                acc[t] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w +
-                          wf[4] * b.x + wf[5] * b.y + wf[6] * b.z + wf[7] * b.w;
+                float4 a = __ldg(xp), b = __ldg(xp + 1);
+#pragma unroll
+                for (int i = 0; i < R; i++) {
+                    T v[8];
+                    unsigned int words[4] = {pk[i].x, pk[i].y, pk[i].z, pk[i].w};
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        v[2 * j].x = (unsigned short)(words[j] & 0xffffu);
+                        v[2 * j + 1].x = (unsigned short)(words[j] >> 16);
+                    }
+                    acc[i][t] += to_f32(v[0]) * a.x + to_f32(v[1]) * a.y + to_f32(v[2]) * a.z + to_f32(v[3]) * a.w +
+                                 to_f32(v[4]) * b.x + to_f32(v[5]) * b.y + to_f32(v[6]) * b.z + to_f32(v[7]) * b.w;
+                }
             }
         }
     }
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
-    for (int t = 0; t < GEMV_MAXN; t++) {
-        if (t < n) {
-            float s = warp_sum(acc[t]);
-            if (lane == 0) y[(long long)t * m + r] = s;
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) {
+            if (t < n) {
+                float s = warp_sum(acc[i][t]);
+                if (lane == 0) red[warp][i * NT + t] = s;
+            }
+        }
+    __syncthreads();
+    int j = threadIdx.x;
+    if (j < R * NT) {
+        int i = j / NT, t = j % NT;
+        if (t < n && r0 + i < m) {
+            float s = 0.f;
+#pragma unroll
+            for (int q = 0; q < GEMV_THREADS / 32; q++) s += red[q][j];
+            y[(long long)t * m + r0 + i] = s;
         }
     }
 }
-extern "C" __global__ void gemv_bf16(float* y, const float* x, const bf16* w, int n, int k, int m) { gemv(y, x, w, n, k, m); }
-extern "C" __global__ void gemv_f16(float* y, const float* x, const f16* w, int n, int k, int m) { gemv(y, x, w, n, k, m); }
 
+// The production GEMV kernels, one per bucket of token rows (n <= 1, 2, 4, 8); the launch
+// (Backend.matMul) picks the bucket and grid.x = ceil(m / rows per block) (gemvRowsPerBlock).
+#define GEMV_KERNEL(NAME, T, R, NT, NOL1)                                                                         \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS) NAME(float* y, const float* x, const T* w, int n, \
+                                                                    int k, int m) {                            \
+        gemv_rows<T, R, NT, NOL1>(y, x, w, n, k, m);                                                            \
+    }
+GEMV_KERNEL(gemv_n1_bf16, bf16, 2, 1, false)
+GEMV_KERNEL(gemv_n2_bf16, bf16, 4, 2, true)
+GEMV_KERNEL(gemv_n4_bf16, bf16, 4, 4, true)
+GEMV_KERNEL(gemv_n8_bf16, bf16, 4, 8, true)
+GEMV_KERNEL(gemv_n1_f16, f16, 2, 1, false)
+GEMV_KERNEL(gemv_n2_f16, f16, 4, 2, true)
+GEMV_KERNEL(gemv_n4_f16, f16, 4, 4, true)
+GEMV_KERNEL(gemv_n8_f16, f16, 4, 8, true)
 // add_bias_f32: x[r][c] += bias[c] over rows x cols values; grid-stride.
 extern "C" __global__ void add_bias_f32(float* x, const float* bias, long long rows, int cols) {
     long long n = rows * cols;
