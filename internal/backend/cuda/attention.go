@@ -237,13 +237,25 @@ type PrefillArgs struct {
 	BlockTables Buffer // I32 [Seqs][MaxBlocks]
 	MaxBlocks   int
 	Scale       float32
+	// scalar forces the scalar-FMA kernel where the tensor-core one would run (tests and
+	// benchmarks compare the two).
+	scalar bool
 }
 
 // prefillTile is the query tokens one prefill block handles (PF_TQ in attention.cu).
 const prefillTile = 16
 
+// prefillTileTC is the query tokens one tensor-core prefill block handles (TC_BQ).
+const prefillTileTC = 64
+
+// prefillTensorCores reports whether the tensor-core prefill kernel (attn_prefill_tc*)
+// serves a cache of dtype dt and head size hd.
+func prefillTensorCores(dt DType, hd int) bool { return dt == BF16 && (hd == 64 || hd == 128) }
+
 // AttentionPrefill runs causal attention of variable-length query chunks over the paged
-// cache, FlashAttention-style: K/V tiles in shared memory serve 16 queries of one head.
+// cache, FlashAttention-style. A BF16 cache with head size 64 or 128 runs on tensor cores
+// (mma.sync, 64 queries of one head per block, Q rounded to BF16); other caches use
+// K/V tiles in shared memory that serve 16 queries of one head with scalar FMAs.
 func (o *Ops) AttentionPrefill(a PrefillArgs) error {
 	c := a.Cache
 	if err := c.checkTiled("attention prefill"); err != nil {
@@ -264,6 +276,12 @@ func (o *Ops) AttentionPrefill(a PrefillArgs) error {
 		need("attention prefill", "positions", a.Positions, a.Tokens, I32),
 		need("attention prefill", "block tables", a.BlockTables, a.Seqs*a.MaxBlocks, I32)); err != nil {
 		return err
+	}
+	if prefillTensorCores(c.K.DType, hd) && !a.scalar {
+		tiles := (a.MaxQueryLen + prefillTileTC - 1) / prefillTileTC
+		return o.Dev.Launch(o.Kern.mod, fmt.Sprintf("attn_prefill_tc%d_bf16_%s", hd, suffix(a.Out.DType)), Dim3{tiles, a.Heads, a.Seqs},
+			Dim3{128, 1, 1}, 0, a.Out, a.OutStride, a.Q, a.QStride, c.K, c.V, a.BlockTables, a.MaxBlocks, a.SeqStarts,
+			a.Positions, a.Heads, c.KVHeads, c.BlockSize, a.Scale)
 	}
 	name := "attn_prefill_" + suffix(c.K.DType) + "_" + suffix(a.Out.DType)
 	tiles := (a.MaxQueryLen + prefillTile - 1) / prefillTile

@@ -144,4 +144,47 @@ func benchAll(t *testing.T, e *env, r *rand.Rand) {
 	kvBytes := float64(2 * seqs * ctx * kvHeads * hd * 2)
 	result(t, "attention", "decode bf16 64 seqs x 2048 ctx, 32/8 heads", fmt.Sprintf("%.0f GB/s", kvBytes/ms/1e6),
 		fmt.Sprintf("%.3f ms (KV bytes once; GQA heads re-read K/V)", ms))
+	benchPrefill(t, e, r)
+}
+
+// benchPrefill times AttentionPrefill on fresh prompts (BF16 cache, F32 out, 32 query / 8
+// kv heads) with the tensor-core kernel and the scalar one.
+func benchPrefill(t *testing.T, e *env, r *rand.Rand) {
+	dv := e.dev
+	for _, s := range []struct{ seqs, n, hd int }{{1, 512, 128}, {1, 512, 64}, {8, 2048, 128}} {
+		const heads, kvHeads, bs = 32, 8, 16
+		maxBlocks := (s.n + bs - 1) / bs
+		numBlocks := s.seqs * maxBlocks
+		cache, _, _ := pagedCache(t, e, r, BF16, numBlocks, bs, kvHeads, s.hd)
+		total := s.seqs * s.n
+		var starts, pos []int32
+		for i := range s.seqs {
+			starts = append(starts, int32(i*s.n))
+			for p := range s.n {
+				pos = append(pos, int32(p))
+			}
+		}
+		starts = append(starts, int32(total))
+		q, _ := e.upload(t, F32, randVals(r, total*heads*s.hd, 1))
+		out := e.poisoned(t, F32, total*heads*s.hd)
+		args := PrefillArgs{Out: out, OutStride: heads * s.hd, Q: q, QStride: heads * s.hd, Tokens: total, Seqs: s.seqs,
+			Heads: heads, Cache: cache, SeqStarts: e.uploadI32(t, starts), Positions: e.uploadI32(t, pos), MaxQueryLen: s.n,
+			BlockTables: e.uploadI32(t, blockTables(r, s.seqs, maxBlocks, numBlocks)), MaxBlocks: maxBlocks, Scale: 0.088}
+		flops := 4 * float64(s.hd) * heads * float64(s.seqs) * float64(s.n) * float64(s.n+1) / 2
+		for _, scalar := range []bool{false, true} {
+			args.scalar = scalar
+			var ms float64
+			e.do(t, func() error {
+				var err error
+				ms, err = timeMedian(dv, 10, func() error { return e.ops.AttentionPrefill(args) })
+				return err
+			})
+			kind := "tensor cores"
+			if scalar {
+				kind = "scalar"
+			}
+			result(t, "attention", fmt.Sprintf("prefill bf16 %d x %d tokens, 32/8 heads of %d, %s", s.seqs, s.n, s.hd, kind),
+				fmt.Sprintf("%.1f TFLOP/s", flops/ms/1e9), fmt.Sprintf("%.3f ms (causal FLOPs)", ms))
+		}
+	}
 }

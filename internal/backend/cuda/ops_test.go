@@ -45,6 +45,7 @@ func TestKernelSourceHasEveryKernel(t *testing.T) {
 		for _, o := range floatTypes {
 			names = append(names, "attn_prefill_"+s+"_"+o.String())
 		}
+		names = append(names, "attn_prefill_tc64_bf16_"+s, "attn_prefill_tc128_bf16_"+s)
 	}
 	names = append(names, "gather_rows_f32", "cast_f32_f16", "cast_f32_bf16", "add_f32", "argmax_f32", "sample_f32")
 	for _, n := range names {
@@ -468,11 +469,20 @@ func testDecode(t *testing.T, e *env, r *rand.Rand) {
 }
 
 func testPrefill(t *testing.T, e *env, r *rand.Rand) {
-	const heads, kvHeads, hd, bs = 8, 4, 128, 16
+	for _, hd := range []int{128, 64} {
+		testPrefillHead(t, e, r, hd)
+	}
+}
+
+// testPrefillHead checks AttentionPrefill at head size hd against attnRef for every cache
+// and output dtype; BF16 caches of head size 64 and 128 run the tensor-core kernel (BF16
+// queries and probabilities, so BF16's tolerance) and, forced, the scalar one too.
+func testPrefillHead(t *testing.T, e *env, r *rand.Rand, hd int) {
+	const heads, kvHeads, bs = 8, 4, 16
 	// Sequences: (cached prefix, new tokens): a fresh prompt, a prefix-cache hit with a
 	// chunk, a single token, and a chunk not aligned to the block size.
 	type seqSpec struct{ prefix, n int }
-	specs := []seqSpec{{0, 37}, {50, 20}, {0, 1}, {129, 70}}
+	specs := []seqSpec{{0, 37}, {50, 20}, {0, 1}, {129, 70}, {3, 150}}
 	maxBlocks := 0
 	var starts, pos []int32
 	total, maxQ := 0, 0
@@ -493,7 +503,7 @@ func testPrefill(t *testing.T, e *env, r *rand.Rand) {
 		qStride := (heads + 2*kvHeads) * hd // q inside a fused QKV buffer
 		qv := randVals(r, total*qStride, 1)
 		qb, _ := e.upload(t, F32, qv)
-		scale := float32(1 / math.Sqrt(hd))
+		scale := float32(1 / math.Sqrt(float64(hd)))
 		var want []float64
 		for si, s := range specs {
 			for i := range s.n {
@@ -503,17 +513,27 @@ func testPrefill(t *testing.T, e *env, r *rand.Rand) {
 				}
 			}
 		}
+		tc := prefillTensorCores(dt, hd)
 		for _, odt := range floatTypes {
-			out := e.poisoned(t, odt, total*heads*hd)
-			args := PrefillArgs{Out: out, OutStride: heads * hd, Q: qb, QStride: qStride, Tokens: total, Seqs: len(specs), Heads: heads,
-				Cache: cache, SeqStarts: e.uploadI32(t, starts), Positions: e.uploadI32(t, pos), MaxQueryLen: maxQ,
-				BlockTables: e.uploadI32(t, bt), MaxBlocks: maxBlocks, Scale: scale}
-			e.do(t, func() error { return e.ops.AttentionPrefill(args) })
-			tl := odt
-			if dt != F32 && odt == F32 {
-				tl = F16
+			for _, scalar := range []bool{false, true} {
+				if scalar && !tc {
+					continue
+				}
+				out := e.poisoned(t, odt, total*heads*hd)
+				args := PrefillArgs{Out: out, OutStride: heads * hd, Q: qb, QStride: qStride, Tokens: total, Seqs: len(specs), Heads: heads,
+					Cache: cache, SeqStarts: e.uploadI32(t, starts), Positions: e.uploadI32(t, pos), MaxQueryLen: maxQ,
+					BlockTables: e.uploadI32(t, bt), MaxBlocks: maxBlocks, Scale: scale, scalar: scalar}
+				e.do(t, func() error { return e.ops.AttentionPrefill(args) })
+				tl := odt
+				if dt != F32 && odt == F32 {
+					tl = F16
+				}
+				kind := "scalar"
+				if tc && !scalar {
+					kind, tl = "tensor cores", BF16
+				}
+				check(t, fmt.Sprintf("prefill hd=%d cache=%s out=%s (%s)", hd, dt, odt, kind), tl, e.download(t, out), want)
 			}
-			check(t, fmt.Sprintf("prefill cache=%s out=%s", dt, odt), tl, e.download(t, out), want)
 		}
 	}
 }

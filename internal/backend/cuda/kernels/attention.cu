@@ -331,3 +331,218 @@ ATTN_PREFILL(attn_prefill_f16_bf16, f16, bf16)
 ATTN_PREFILL(attn_prefill_bf16_f32, bf16, float)
 ATTN_PREFILL(attn_prefill_bf16_f16, bf16, f16)
 ATTN_PREFILL(attn_prefill_bf16_bf16, bf16, bf16)
+
+// ---- Tensor-core prefill (bf16 cache, head sizes 64 and 128) ----
+// attn_prefill_tc: FlashAttention-2 over the paged cache with mma.sync m16n8k16 (bf16
+// operands, f32 accumulation). grid (ceil(maxQueryLen/64), heads, seqs), block 128: each
+// warp owns 16 query rows of the block's 64. The Q tile (F32, scaled by scale*log2(e)) is
+// rounded to bf16 once into shared memory and kept in registers as A fragments; K and V
+// tiles of 64 positions come through the block table into shared memory; scores, the
+// online softmax (base 2) and the output accumulator stay in registers. Tiles run from
+// the last (the most keys) to the first so the long blocks start first.
+
+#define TC_BQ 64  // query rows per block
+#define TC_BK 64  // key positions per shared-memory tile
+
+__device__ __forceinline__ unsigned int tc_pack_bf16(float lo, float hi) {
+    unsigned int r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+__device__ __forceinline__ void tc_mma(float* c, unsigned int a0, unsigned int a1, unsigned int a2, unsigned int a3,
+                                       unsigned int b0, unsigned int b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ unsigned int tc_smem_addr(const void* p) {
+    unsigned int r;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(r) : "l"(p));
+    return r;
+}
+
+template <int HD, typename O>
+__device__ void attn_prefill_tc(O* out, int outStride, const float* q, int qStride, const bf16* kc, const bf16* vc,
+                                const int* blockTables, int maxBlocks, const int* seqStarts, const int* pos,
+                                int heads, int kvHeads, int blockSize, float scale) {
+    const int LD = HD + 8;  // padded row (bf16 elements): conflict-free fragment loads
+    const int NK = HD / 16; // k-steps over the head dim
+    const int ND = HD / 8;  // n-tiles over the head dim
+    __shared__ __align__(16) unsigned short sKQ[TC_BK * LD];  // the Q tile first, then K tiles
+    __shared__ __align__(16) unsigned short sV[TC_BK * LD];
+    __shared__ int sRowPos[TC_BQ];
+    __shared__ int sKmax;
+    int tile = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, s = blockIdx.z;
+    int q0 = seqStarts[s], qlen = seqStarts[s + 1] - q0;
+    if (tile * TC_BQ >= qlen) return;
+    int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    int kvh = h / (heads / kvHeads);
+    const int* bt = blockTables + (long long)s * maxBlocks;
+    const float qscale = scale * 1.4426950408889634f;
+
+    if (tid == 0) sKmax = -1;
+    __syncthreads();
+    if (tid < TC_BQ) {
+        int t = tile * TC_BQ + tid;
+        int p = t < qlen ? pos[q0 + t] : -1;
+        sRowPos[tid] = p;
+        atomicMax(&sKmax, p);
+    }
+    // Q tile -> bf16 pairs in shared memory (zeros past the chunk).
+    for (int e = tid; e < TC_BQ * HD / 2; e += blockDim.x) {
+        int r = e / (HD / 2), c = (e - r * (HD / 2)) * 2;
+        int t = tile * TC_BQ + r;
+        float x0 = 0.f, x1 = 0.f;
+        if (t < qlen) {
+            const float* qp = q + (long long)(q0 + t) * qStride + h * HD + c;
+            x0 = qp[0] * qscale;
+            x1 = qp[1] * qscale;
+        }
+        *(unsigned int*)&sKQ[r * LD + c] = tc_pack_bf16(x0, x1);
+    }
+    __syncthreads();
+    int g = lane >> 2, tq = lane & 3;  // fragment row group and thread-in-quad
+    int rw = w * 16;                   // the warp's first row
+    unsigned int qa[NK][4];
+#pragma unroll
+    for (int k = 0; k < NK; k++) {
+        int c = k * 16 + tq * 2;
+        qa[k][0] = *(const unsigned int*)&sKQ[(rw + g) * LD + c];
+        qa[k][1] = *(const unsigned int*)&sKQ[(rw + g + 8) * LD + c];
+        qa[k][2] = *(const unsigned int*)&sKQ[(rw + g) * LD + c + 8];
+        qa[k][3] = *(const unsigned int*)&sKQ[(rw + g + 8) * LD + c + 8];
+    }
+    int pos0 = sRowPos[rw + g], pos1 = sRowPos[rw + g + 8];
+    int wmax = -1;  // the warp's last key position
+    for (int i = 0; i < 16; i++) wmax = max(wmax, sRowPos[rw + i]);
+    int kmax = sKmax;
+    float oacc[ND][4];
+#pragma unroll
+    for (int n = 0; n < ND; n++) oacc[n][0] = oacc[n][1] = oacc[n][2] = oacc[n][3] = 0.f;
+    float m0 = -KV_INF, m1 = -KV_INF, l0 = 0.f, l1 = 0.f;
+
+    for (int k0 = 0; k0 <= kmax; k0 += TC_BK) {
+        __syncthreads();  // the previous tile (or the Q tile) is consumed
+        for (int e = tid; e < TC_BK * (HD / 8); e += blockDim.x) {
+            int j = e / (HD / 8), c = (e - j * (HD / 8)) * 8;
+            int p = k0 + j;
+            uint4 kv = {0u, 0u, 0u, 0u}, vv = {0u, 0u, 0u, 0u};
+            if (p <= kmax) {
+                long long slot = (long long)bt[p / blockSize] * blockSize + p % blockSize;
+                long long idx = (slot * kvHeads + kvh) * HD + c;
+                kv = *(const uint4*)(kc + idx);
+                vv = *(const uint4*)(vc + idx);
+            }
+            *(uint4*)&sKQ[j * LD + c] = kv;
+            *(uint4*)&sV[j * LD + c] = vv;
+        }
+        __syncthreads();
+        if (k0 > wmax) continue;  // every row of this warp is past its causal limit
+
+        // S = Q K^T for the warp's 16 rows x 64 keys.
+        float sc[TC_BK / 8][4];
+#pragma unroll
+        for (int n = 0; n < TC_BK / 8; n++) {
+            sc[n][0] = sc[n][1] = sc[n][2] = sc[n][3] = 0.f;
+            const unsigned short* kr = &sKQ[(n * 8 + g) * LD + tq * 2];
+#pragma unroll
+            for (int k = 0; k < NK; k++) {
+                unsigned int b0 = *(const unsigned int*)(kr + k * 16);
+                unsigned int b1 = *(const unsigned int*)(kr + k * 16 + 8);
+                tc_mma(sc[n], qa[k][0], qa[k][1], qa[k][2], qa[k][3], b0, b1);
+            }
+        }
+        // Causal mask and the online softmax (rows g and g+8 of the warp).
+        float mx0 = m0, mx1 = m1;
+#pragma unroll
+        for (int n = 0; n < TC_BK / 8; n++) {
+            int p = k0 + n * 8 + tq * 2;
+            if (p > pos0) sc[n][0] = -KV_INF;
+            if (p + 1 > pos0) sc[n][1] = -KV_INF;
+            if (p > pos1) sc[n][2] = -KV_INF;
+            if (p + 1 > pos1) sc[n][3] = -KV_INF;
+            mx0 = fmaxf(mx0, fmaxf(sc[n][0], sc[n][1]));
+            mx1 = fmaxf(mx1, fmaxf(sc[n][2], sc[n][3]));
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        float b0s = mx0 == -KV_INF ? 0.f : mx0, b1s = mx1 == -KV_INF ? 0.f : mx1;
+        float c0 = exp2f(m0 - b0s), c1 = exp2f(m1 - b1s);  // exp2(-inf) = 0 on the first tile
+        m0 = mx0;
+        m1 = mx1;
+        float s0 = 0.f, s1 = 0.f;
+        unsigned int pa[TC_BK / 16][4];
+#pragma unroll
+        for (int n = 0; n < TC_BK / 8; n++) {
+            float e0 = exp2f(sc[n][0] - b0s), e1 = exp2f(sc[n][1] - b0s);
+            float e2 = exp2f(sc[n][2] - b1s), e3 = exp2f(sc[n][3] - b1s);
+            s0 += e0 + e1;
+            s1 += e2 + e3;
+            // Two 8-key n-tiles of S make one 16-key A fragment of P.
+            pa[n / 2][(n & 1) * 2 + 0] = tc_pack_bf16(e0, e1);
+            pa[n / 2][(n & 1) * 2 + 1] = tc_pack_bf16(e2, e3);
+        }
+        l0 = l0 * c0 + s0;
+        l1 = l1 * c1 + s1;
+#pragma unroll
+        for (int n = 0; n < ND; n++) {
+            oacc[n][0] *= c0;
+            oacc[n][1] *= c0;
+            oacc[n][2] *= c1;
+            oacc[n][3] *= c1;
+        }
+        // O += P V: V fragments through ldmatrix.trans, two head-dim n-tiles per load.
+        unsigned int vbase = tc_smem_addr(&sV[(lane & 15) * LD + (lane >> 4) * 8]);
+#pragma unroll
+        for (int k = 0; k < TC_BK / 16; k++) {
+#pragma unroll
+            for (int n = 0; n < ND; n += 2) {
+                unsigned int v0, v1, v2, v3;
+                unsigned int addr = vbase + (unsigned int)((k * 16 * LD + n * 8) * 2);
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                             : "=r"(v0), "=r"(v1), "=r"(v2), "=r"(v3)
+                             : "r"(addr));
+                tc_mma(oacc[n], pa[k][0], pa[k][1], pa[k][2], pa[k][3], v0, v1);
+                tc_mma(oacc[n + 1], pa[k][0], pa[k][1], pa[k][2], pa[k][3], v2, v3);
+            }
+        }
+    }
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    float inv0 = l0 > 0.f ? 1.f / l0 : 0.f, inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+    int t0 = tile * TC_BQ + rw + g, t1 = t0 + 8;
+#pragma unroll
+    for (int n = 0; n < ND; n++) {
+        int c = n * 8 + tq * 2;
+        if (t0 < qlen) {
+            O* o = out + (long long)(q0 + t0) * outStride + h * HD + c;
+            o[0] = from_f32<O>(oacc[n][0] * inv0);
+            o[1] = from_f32<O>(oacc[n][1] * inv0);
+        }
+        if (t1 < qlen) {
+            O* o = out + (long long)(q0 + t1) * outStride + h * HD + c;
+            o[0] = from_f32<O>(oacc[n][2] * inv1);
+            o[1] = from_f32<O>(oacc[n][3] * inv1);
+        }
+    }
+}
+// Instances are named attn_prefill_tc<headDim>_bf16_<out>.
+#define ATTN_PREFILL_TC(NAME, HD, O)                                                                        \
+    extern "C" __global__ void __launch_bounds__(128) NAME(O* out, int os, const float* q, int qs,          \
+                                    const bf16* kc, const bf16* vc, const int* bt, int maxBlocks,            \
+                                    const int* starts, const int* pos, int heads, int kvh, int bs,           \
+                                    float scale) {                                                           \
+        attn_prefill_tc<HD, O>(out, os, q, qs, kc, vc, bt, maxBlocks, starts, pos, heads, kvh, bs, scale);   \
+    }
+ATTN_PREFILL_TC(attn_prefill_tc64_bf16_f32, 64, float)
+ATTN_PREFILL_TC(attn_prefill_tc64_bf16_f16, 64, f16)
+ATTN_PREFILL_TC(attn_prefill_tc64_bf16_bf16, 64, bf16)
+ATTN_PREFILL_TC(attn_prefill_tc128_bf16_f32, 128, float)
+ATTN_PREFILL_TC(attn_prefill_tc128_bf16_f16, 128, f16)
+ATTN_PREFILL_TC(attn_prefill_tc128_bf16_bf16, 128, bf16)
