@@ -65,6 +65,14 @@ var (
 // MaxNumSeqs sequences of MaxModelLen tokens need).
 const DefaultKVCacheMemory = 1 << 30
 
+// DefaultGPUMemoryUtilization is the share of a GPU's memory used when
+// Options.GPUMemoryUtilization is 0, as vLLM's default.
+const DefaultGPUMemoryUtilization = 0.9
+
+// activationReserve is the device memory kept back from the KV cache for activations,
+// logits and cuBLAS workspaces.
+const activationReserve = 2 << 30
+
 // Options configures an Engine. Zero values pick defaults.
 type Options struct {
 	// Threads is the number of CPU worker threads (0: all cores).
@@ -72,8 +80,13 @@ type Options struct {
 	// Backend runs the model (for example a CUDA backend); nil runs it on a CPU backend of
 	// Threads threads. The caller keeps ownership and closes it after the Engine.
 	Backend backend.Backend
-	// KVCacheMemory is the KV cache budget in bytes (0: DefaultKVCacheMemory).
+	// KVCacheMemory is the KV cache budget in bytes (0: DefaultKVCacheMemory on the CPU;
+	// on a device with memory of its own, what GPUMemoryUtilization leaves).
 	KVCacheMemory int64
+	// GPUMemoryUtilization is the fraction of a device's memory kvasir may use in all
+	// (weights, KV cache and a reserve for activations); the KV cache gets what the weights
+	// leave of it. 0 means DefaultGPUMemoryUtilization. Ignored on the CPU.
+	GPUMemoryUtilization float64
 	// BlockSize is the tokens per KV block (0: 16).
 	BlockSize int
 	// MaxNumSeqs caps concurrently running sequences (0: 256).
@@ -151,17 +164,26 @@ func OpenModel(fm *format.Model, opt Options) (*Engine, error) {
 		elem = backend.KVBytesPerElement(opt.Backend)
 	}
 	perToken := model.KVBytesPerToken(cfg, elem)
+	// The weights go first, so that a device's KV cache can take what they leave.
+	m, err := model.New(fm, model.Options{Threads: opt.Threads, Backend: opt.Backend})
+	if err != nil {
+		return nil, err
+	}
 	mem := opt.KVCacheMemory
+	if mem <= 0 {
+		mem, err = deviceKVBudget(opt)
+		if err != nil {
+			m.Close()
+			return nil, fmt.Errorf("open %s: %w", fm.Path, err)
+		}
+	}
 	if mem <= 0 {
 		mem = min(DefaultKVCacheMemory, perToken*int64(maxLen)*int64(maxSeqs)+perToken*int64(blockSize))
 	}
 	sizing, err := kvcache.Plan(cfg.Layers, cfg.KVHeads, cfg.HeadDim, elem, blockSize, mem, maxLen)
 	if err != nil {
+		m.Close()
 		return nil, fmt.Errorf("open %s: %w", fm.Path, err)
-	}
-	m, err := model.New(fm, model.Options{Threads: opt.Threads, Backend: opt.Backend})
-	if err != nil {
-		return nil, err
 	}
 	e, err := engine.New(m, tok, engine.Config{
 		NumBlocks: sizing.NumBlocks, BlockSize: blockSize, MaxModelLen: opt.MaxModelLen,
@@ -262,4 +284,36 @@ func (e *Engine) TokenText(id int32) string {
 		return ""
 	}
 	return string(e.tok.TokenBytes(int(id)))
+}
+
+// deviceKVBudget returns the KV cache bytes a device backend can give after the weights
+// (see kvBudget), or 0 for backends without memory of their own (the CPU).
+func deviceKVBudget(opt Options) (int64, error) {
+	r, ok := opt.Backend.(backend.MemoryReporter)
+	if !ok {
+		return 0, nil
+	}
+	free, total, err := r.MemoryInfo()
+	if err != nil {
+		return 0, err
+	}
+	return kvBudget(free, total, opt.GPUMemoryUtilization)
+}
+
+// kvBudget returns util (0: DefaultGPUMemoryUtilization) of a device's total memory, less
+// what is already in use and a reserve for activations: what the KV cache may take.
+func kvBudget(free, total int64, util float64) (int64, error) {
+	if util == 0 {
+		util = DefaultGPUMemoryUtilization
+	}
+	if util <= 0 || util > 1 {
+		return 0, fmt.Errorf("gpu memory utilization %g: want a fraction in (0, 1]", util)
+	}
+	used := total - free
+	budget := int64(util*float64(total)) - used - activationReserve
+	if budget <= 0 {
+		return 0, fmt.Errorf("no device memory left for the KV cache: %.1f GiB of %.1f GiB in use after the weights, utilization %g (raise --gpu-memory-utilization or use a smaller model)",
+			float64(used)/(1<<30), float64(total)/(1<<30), util)
+	}
+	return budget, nil
 }

@@ -45,3 +45,25 @@ func TestOpenGenerate(t *testing.T) {
 		t.Errorf("round trip %q", s)
 	}
 }
+
+func TestKVBudget(t *testing.T) {
+	const gib = int64(1) << 30
+	cases := []struct {
+		free, total int64
+		util        float64
+		want        int64
+		wantErr     bool
+	}{
+		{free: 124 * gib, total: 140 * gib, util: 0.9, want: int64(0.9*float64(140*gib)) - 16*gib - activationReserve},
+		{free: 124 * gib, total: 140 * gib, util: 0, want: int64(DefaultGPUMemoryUtilization*float64(140*gib)) - 16*gib - activationReserve},
+		{free: 10 * gib, total: 140 * gib, util: 0.9, wantErr: true}, // weights took more than the share
+		{free: 124 * gib, total: 140 * gib, util: 1.5, wantErr: true},
+		{free: 124 * gib, total: 140 * gib, util: -0.1, wantErr: true},
+	}
+	for _, c := range cases {
+		got, err := kvBudget(c.free, c.total, c.util)
+		if (err != nil) != c.wantErr || (!c.wantErr && got != c.want) {
+			t.Errorf("kvBudget(%d, %d, %g) = %d, %v; want %d (error %v)", c.free, c.total, c.util, got, err, c.want, c.wantErr)
+		}
+	}
+}

@@ -89,6 +89,7 @@ func benchOffline(args []string) error {
 	noPrefix := fs.Bool("no-prefix-caching", false, "disable prefix caching")
 	asJSON := fs.Bool("json", false, "print the results as JSON (vLLM's keys)")
 	device := deviceFlag(fs)
+	gpuMem := gpuMemoryFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -107,7 +108,7 @@ func benchOffline(args []string) error {
 	}
 	defer closeBackend(be)
 	e, err := kvasir.OpenModel(fm, kvasir.Options{
-		Threads: *threads, Backend: be, KVCacheMemory: *kvMem, MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatched,
+		Threads: *threads, Backend: be, KVCacheMemory: *kvMem, GPUMemoryUtilization: *gpuMem, MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatched,
 		MaxModelLen: *maxLen, DisablePrefixCaching: *noPrefix,
 	})
 	if err != nil {

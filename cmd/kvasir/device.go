@@ -14,6 +14,11 @@ func deviceFlag(fs *flag.FlagSet) *string {
 	return fs.String("device", "cpu", "where the model runs: cpu, or cuda (an NVIDIA GPU; cuda:N for device N)")
 }
 
+// gpuMemoryFlag adds --gpu-memory-utilization to fs: how much of a GPU's memory to use.
+func gpuMemoryFlag(fs *flag.FlagSet) *float64 {
+	return fs.Float64("gpu-memory-utilization", 0.9, "with --device cuda: fraction of the GPU's memory to use for weights, KV cache and activations; the KV cache gets what the weights leave (ignored when --kv-cache-memory is set)")
+}
+
 // openBackend returns the backend named by a --device value: nil for cpu (the model makes
 // its own CPU backend from --threads), a CUDA backend for cuda or cuda:N. The caller
 // closes a non-nil backend after the model or engine that uses it.

@@ -36,6 +36,7 @@ func runServe(args []string) error {
 	maxWaiting := fs.Int("max-waiting", 0, "answer 429 when this many requests wait (0: no limit)")
 	threads := fs.Int("threads", 0, "CPU worker threads (0: all cores)")
 	device := deviceFlag(fs)
+	gpuMem := gpuMemoryFlag(fs)
 	blockSize := fs.Int("block-size", 0, "tokens per KV block (0: 16)")
 	noPrefix := fs.Bool("no-prefix-caching", false, "turn prefix caching off")
 	maxBody := fs.Int64("max-request-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (larger: 413)")
@@ -92,7 +93,7 @@ func runServe(args []string) error {
 	}
 	defer closeBackend(be)
 	eng, err := kvasir.OpenModel(fm, kvasir.Options{
-		Threads: *threads, Backend: be, KVCacheMemory: kvBytes, BlockSize: *blockSize, MaxNumSeqs: *maxSeqs,
+		Threads: *threads, Backend: be, KVCacheMemory: kvBytes, GPUMemoryUtilization: *gpuMem, BlockSize: *blockSize, MaxNumSeqs: *maxSeqs,
 		MaxNumBatchedTokens: *maxBatched, MaxModelLen: *maxModelLen, DisablePrefixCaching: *noPrefix,
 		MaxWaiting: *maxWaiting, OnRequestDone: metrics.OnRequestDone,
 	})

@@ -213,6 +213,13 @@ type KVElementSizer interface {
 	KVBytesPerElement() int
 }
 
+// MemoryReporter is implemented by backends with a memory of their own (a GPU's), so that
+// the KV cache can be sized from what the weights left free.
+type MemoryReporter interface {
+	// MemoryInfo returns the device's free and total memory in bytes.
+	MemoryInfo() (free, total int64, err error)
+}
+
 // KVBytesPerElement returns the bytes per KV cache element be holds: its own answer when
 // it implements KVElementSizer, else 4 (F32).
 func KVBytesPerElement(be Backend) int {

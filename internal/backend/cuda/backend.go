@@ -130,6 +130,12 @@ func (b *Backend) Name() string {
 // Run runs fn on the device goroutine.
 func (b *Backend) Run(fn func() error) error { return b.dev.Do(fn) }
 
+// MemoryInfo returns the device's free and total memory in bytes (backend.MemoryReporter).
+func (b *Backend) MemoryInfo() (free, total int64, err error) {
+	f, t, err := b.dev.MemInfo()
+	return int64(f), int64(t), err
+}
+
 // Close frees every buffer, the kernels and the cuBLAS handle, and stops the device.
 func (b *Backend) Close() error {
 	err := b.dev.Do(func() error {
