@@ -87,6 +87,8 @@ type Options struct {
 	// (weights, KV cache and a reserve for activations); the KV cache gets what the weights
 	// leave of it. 0 means DefaultGPUMemoryUtilization. Ignored on the CPU.
 	GPUMemoryUtilization float64
+	// UploadProgress, when set, is told the bytes of weights uploaded so far.
+	UploadProgress func(done, total int64)
 	// BlockSize is the tokens per KV block (0: 16).
 	BlockSize int
 	// MaxNumSeqs caps concurrently running sequences (0: 256).
@@ -165,7 +167,7 @@ func OpenModel(fm *format.Model, opt Options) (*Engine, error) {
 	}
 	perToken := model.KVBytesPerToken(cfg, elem)
 	// The weights go first, so that a device's KV cache can take what they leave.
-	m, err := model.New(fm, model.Options{Threads: opt.Threads, Backend: opt.Backend})
+	m, err := model.New(fm, model.Options{Threads: opt.Threads, Backend: opt.Backend, Progress: opt.UploadProgress})
 	if err != nil {
 		return nil, err
 	}

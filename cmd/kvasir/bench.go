@@ -228,7 +228,9 @@ func benchGenerate(args []string) error {
 		return err
 	}
 	defer closeBackend(be)
-	m, err := model.New(fm, model.Options{Threads: *threads, Backend: be})
+	update, finish := uploadProgress(be, fm.Bytes())
+	m, err := model.New(fm, model.Options{Threads: *threads, Backend: be, Progress: update})
+	finish()
 	if err != nil {
 		return err
 	}

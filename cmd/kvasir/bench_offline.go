@@ -107,10 +107,13 @@ func benchOffline(args []string) error {
 		return err
 	}
 	defer closeBackend(be)
+	update, finish := uploadProgress(be, fm.Bytes())
 	e, err := kvasir.OpenModel(fm, kvasir.Options{
 		Threads: *threads, Backend: be, KVCacheMemory: *kvMem, GPUMemoryUtilization: *gpuMem, MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatched,
 		MaxModelLen: *maxLen, DisablePrefixCaching: *noPrefix,
+		UploadProgress: update,
 	})
+	finish()
 	if err != nil {
 		fm.Close()
 		return err

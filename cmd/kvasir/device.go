@@ -45,6 +45,17 @@ func openCUDA(ordinal int) (backend.Backend, error) {
 	return b, nil
 }
 
+// uploadProgress returns a progress bar's update function for copying weights to a device
+// backend, and a function that removes the bar; on the CPU (be nil) weights are used in
+// place, so there is nothing to show.
+func uploadProgress(be backend.Backend, total int64) (update func(done, total int64), finish func()) {
+	if be == nil {
+		return nil, func() {}
+	}
+	bar := newProgress("uploading weights", total, false)
+	return bar.Update, bar.Finish
+}
+
 // closeBackend closes be when it is not nil.
 func closeBackend(be backend.Backend) {
 	if be != nil {

@@ -56,7 +56,9 @@ func loadModelOn(ref, tokPath string, threads int, device string) (*loaded, erro
 		fm.Close()
 		return nil, err
 	}
-	m, err := model.New(fm, model.Options{Threads: threads, Backend: be})
+	update, finish := uploadProgress(be, fm.Bytes())
+	m, err := model.New(fm, model.Options{Threads: threads, Backend: be, Progress: update})
+	finish()
 	if err != nil {
 		closeBackend(be)
 		fm.Close()

@@ -92,11 +92,14 @@ func runServe(args []string) error {
 		return err
 	}
 	defer closeBackend(be)
+	update, finish := uploadProgress(be, fm.Bytes())
 	eng, err := kvasir.OpenModel(fm, kvasir.Options{
 		Threads: *threads, Backend: be, KVCacheMemory: kvBytes, GPUMemoryUtilization: *gpuMem, BlockSize: *blockSize, MaxNumSeqs: *maxSeqs,
 		MaxNumBatchedTokens: *maxBatched, MaxModelLen: *maxModelLen, DisablePrefixCaching: *noPrefix,
 		MaxWaiting: *maxWaiting, OnRequestDone: metrics.OnRequestDone,
+		UploadProgress: update,
 	})
+	finish()
 	if err != nil {
 		fm.Close()
 		return err

@@ -27,6 +27,9 @@ type Options struct {
 	Backend backend.Backend
 	// Threads is the size of the CPU backend made when Backend is nil (< 1: all cores).
 	Threads int
+	// Progress, when set, is told the bytes of weights uploaded so far (for a progress bar
+	// while weights are copied to a device).
+	Progress func(done, total int64)
 }
 
 // Model is a transformer bound to its weights, ready to run batches. A Model runs one
@@ -53,16 +56,27 @@ func New(m *format.Model, opt Options) (*Model, error) {
 	if md.be == nil {
 		md.be, md.ownsBackend = cpubackend.New(opt.Threads), true
 	}
-	if err := md.be.Run(func() error { return md.upload(m) }); err != nil {
+	if err := md.be.Run(func() error { return md.upload(m, opt.Progress) }); err != nil {
 		md.Close()
 		return nil, err
 	}
 	return md, nil
 }
 
-// upload binds and uploads the weights and the rotary frequencies (inside Run).
-func (md *Model) upload(m *format.Model) error {
-	w, err := bindWeights(m, md.be.UploadWeight)
+// upload binds and uploads the weights and the rotary frequencies (inside Run), telling
+// progress (when set) the bytes done.
+func (md *Model) upload(m *format.Model, progress func(done, total int64)) error {
+	send := md.be.UploadWeight
+	if progress != nil {
+		total, done := m.Bytes(), int64(0)
+		send = func(t *format.Tensor) (backend.Tensor, error) {
+			w, err := md.be.UploadWeight(t)
+			done += int64(len(t.Data))
+			progress(done, total)
+			return w, err
+		}
+	}
+	w, err := bindWeights(m, send)
 	if err != nil {
 		return err
 	}
