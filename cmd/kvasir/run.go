@@ -66,9 +66,12 @@ func loadModelOn(ref, tokPath string, threads int, device string) (*loaded, erro
 	}
 	c := fm.Config
 	nt, kernels := backendInfo(m, be)
-	fmt.Fprintf(os.Stderr, "loaded %s (%s, %d layers, dim %d, %.1f MB of weights) in %v on %d threads (%s kernels)\n",
-		fm.Name(), c.Arch, c.Layers, c.Dim, float64(fm.Bytes())/1e6, time.Since(start).Round(time.Millisecond),
-		nt, kernels)
+	where := fmt.Sprintf("%d threads (%s kernels)", nt, kernels)
+	if be != nil {
+		where = kernels
+	}
+	fmt.Fprintf(os.Stderr, "loaded %s (%s, %d layers, dim %d, %.1f MB of weights) in %v on %s\n",
+		fm.Name(), c.Arch, c.Layers, c.Dim, float64(fm.Bytes())/1e6, time.Since(start).Round(time.Millisecond), where)
 	return &loaded{file: fm, tok: tok, m: m, be: be}, nil
 }
 
