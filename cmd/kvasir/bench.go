@@ -287,7 +287,7 @@ func benchGenerate(args []string) error {
 		WeightBytesPerToken: m.WeightBytesPerToken(),
 		// Each decode step reads the whole cached context; on average the prompt plus half
 		// of the generated tokens.
-		KVBytesPerToken: model.BytesPerToken(c) * int64(*promptLen+*genLen/2),
+		KVBytesPerToken: m.KVBytesPerToken() * int64(*promptLen+*genLen/2),
 		ProbeGBPerS:     probe,
 	}
 	res.DecodeGBPerS = float64(res.WeightBytesPerToken+res.KVBytesPerToken) * res.DecodeTokensPerS / 1e9

@@ -39,12 +39,6 @@ func (m *Model) NewKVCache(numBlocks, blockSize int) (*KVCache, error) {
 	return kv, nil
 }
 
-// BytesPerToken returns the cache bytes one token takes across all layers (keys and values,
-// float32).
-func BytesPerToken(cfg format.Config) int64 {
-	return int64(2 * cfg.Layers * cfg.KVHeads * cfg.HeadDim * 4)
-}
-
 // KVBytesPerToken returns the cache bytes one token takes across all layers on the model's
 // backend: keys and values of the element size the backend's cache holds (BF16 on a GPU,
 // float32 on the CPU).

@@ -139,7 +139,7 @@ func TestKVBytesPerToken(t *testing.T) {
 	if got, want := KVBytesPerToken(s.Config, 2), int64(2*32*8*128*2); got != want {
 		t.Errorf("llama-3.1-8b bf16: %d bytes per token, want %d", got, want)
 	}
-	if got, want := KVBytesPerToken(s.Config, 4), BytesPerToken(s.Config); got != want {
-		t.Errorf("f32: %d bytes per token, BytesPerToken says %d", got, want)
+	if got, want := KVBytesPerToken(s.Config, 4), int64(2*32*8*128*4); got != want {
+		t.Errorf("llama-3.1-8b f32: %d bytes per token, want %d", got, want)
 	}
 }
