@@ -89,17 +89,39 @@ func Attention(p *Pool, out, q []float32, nTokens, heads int, kv *KVCacheLayer, 
 	if heads <= 0 || heads%kv.KVHeads != 0 {
 		return fmt.Errorf("cpu: attention: %d heads is not a multiple of %d kv heads", heads, kv.KVHeads)
 	}
-	hd := kv.HeadDim
-	if err := checkRows("attention", heads*hd, nTokens, len(q), len(out)); err != nil {
+	maxPos, err := checkAttention(out, q, nTokens, heads, kv, blockTable, positions)
+	if err != nil {
 		return err
 	}
+	if nTokens == 0 {
+		return nil
+	}
+	a := attnJob{k: p.kern, out: out, q: q, nTokens: nTokens, heads: heads, kv: kv,
+		blockTable: blockTable, positions: positions, scale: scale}
+	a.run(p, maxPos, attnSplitMinPositions)
+	return nil
+}
+
+// checkAttention validates the arguments of one sequence's attention (kv already checked)
+// and returns the largest query position.
+func checkAttention(out, q []float32, nTokens, heads int, kv *KVCacheLayer, blockTable []int32, positions []int32) (int, error) {
+	hd := kv.HeadDim
+	if err := checkRows("attention", heads*hd, nTokens, len(q), len(out)); err != nil {
+		return 0, err
+	}
+	if nTokens < 0 {
+		return 0, fmt.Errorf("cpu: attention: %d tokens", nTokens)
+	}
+	if nTokens == 0 {
+		return 0, nil // nothing to compute
+	}
 	if len(positions) < nTokens {
-		return fmt.Errorf("cpu: attention: %d positions for %d tokens", len(positions), nTokens)
+		return 0, fmt.Errorf("cpu: attention: %d positions for %d tokens", len(positions), nTokens)
 	}
 	nBlocks := kv.NumBlocks()
 	for t, pos := range positions[:nTokens] {
 		if pos < 0 || int(pos)/kv.BlockSize >= len(blockTable) {
-			return fmt.Errorf("cpu: attention: token %d: position %d outside the block table (%d blocks of %d)", t, pos, len(blockTable), kv.BlockSize)
+			return 0, fmt.Errorf("cpu: attention: token %d: position %d outside the block table (%d blocks of %d)", t, pos, len(blockTable), kv.BlockSize)
 		}
 	}
 	maxPos := int(positions[0])
@@ -108,14 +130,10 @@ func Attention(p *Pool, out, q []float32, nTokens, heads int, kv *KVCacheLayer, 
 	}
 	for i, b := range blockTable[:maxPos/kv.BlockSize+1] {
 		if b < 0 || int(b) >= nBlocks {
-			return fmt.Errorf("cpu: attention: block table entry %d: block %d outside the cache's %d blocks", i, b, nBlocks)
+			return 0, fmt.Errorf("cpu: attention: block table entry %d: block %d outside the cache's %d blocks", i, b, nBlocks)
 		}
 	}
-
-	a := attnJob{k: p.kern, out: out, q: q, nTokens: nTokens, heads: heads, kv: kv,
-		blockTable: blockTable, positions: positions, scale: scale}
-	a.run(p, maxPos, attnSplitMinPositions)
-	return nil
+	return maxPos, nil
 }
 
 // attnSplitMinPositions is the least context a split-K chunk of a decode attention covers.

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"bytes"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -23,6 +24,10 @@ const (
 	// gemmPackCols is the column chunk (a whole number of Q8_0 blocks) in which the
 	// activations are widened and packed, in parallel.
 	gemmPackCols = 64
+	// gemmChunk is the number of consecutive row panels a thread claims at a time:
+	// 8 panels are 48 rows, 192 bytes of each token's output, so that two threads never
+	// write into the same cache line of out (when its rows start on a line).
+	gemmChunk = 8
 )
 
 // gemmKernels are the micro-kernels of the many-token path. tile16 and tile8 set
@@ -83,6 +88,14 @@ type gemmScratch struct {
 	run   func(start, end int) // s.work, bound once
 	next  atomic.Int64         // the next row panel to claim
 
+	// What s.xt holds packed, so that consecutive products of the same activations (q, k
+	// and v; gate and up) pack them once: a copy of the activations, their shape and the
+	// format they were quantized to. packed is false until the first product.
+	packed   bool
+	xprev    []float32
+	packCols int
+	packAct  quant.Type
+
 	// The product in progress, set under mu.
 	kern    *kernels
 	tiles   gemmKernels
@@ -116,8 +129,48 @@ func matMulGEMM(p *Pool, out []float32, w Weight, rb int, x []float32, nTokens i
 	cols := w.Cols
 
 	s.kern, s.tiles, s.out, s.w, s.rb, s.nTokens = k, gemmTileKernels(k), out, w, rb, nTokens
-	s.xf, s.xqRow = x[:nTokens*cols], 0
-	if actType := gemmActType(w.Type); actType != quant.F32 {
+	x = x[:nTokens*cols]
+	actType := gemmActType(w.Type)
+	if !s.samePacked(x, cols, actType) {
+		if err := s.pack(p, x, cols, actType); err != nil {
+			return err
+		}
+	}
+
+	if len(s.slots) != p.threads || len(s.slots[0].panel) < gemmRows*cols {
+		s.slots = make([]gemmSlot, p.threads)
+		for i := range s.slots {
+			s.slots[i] = gemmSlot{panel: make([]float32, gemmRows*cols), tile: make([]float32, gemmRows*gemmWide)}
+		}
+	}
+	if s.run == nil {
+		s.run = s.work
+	}
+	s.next.Store(0)
+	// Threads claim runs of consecutive panels, so that each streams through contiguous
+	// weights and fills whole cache lines of out without sharing them with another thread.
+	s.chunk = gemmChunk
+	// One index per thread: each call of s.run owns the slots of its range while it
+	// claims row panels from s.next.
+	p.Run(p.threads, s.run)
+	s.out, s.w, s.xf, s.xin = nil, Weight{}, nil, nil
+	return nil
+}
+
+// samePacked reports whether s.xt already holds activations x of cols columns packed for
+// activation format actType: the bits of x equal those of the last product's activations.
+func (s *gemmScratch) samePacked(x []float32, cols int, actType quant.Type) bool {
+	return s.packed && s.packCols == cols && s.packAct == actType && len(s.xprev) == len(x) &&
+		bytes.Equal(f32Bytes(s.xprev), f32Bytes(x))
+}
+
+// pack quantizes the activations x ([s.nTokens][cols]) to actType and back when it is not
+// F32, packs them into s.xt by token groups and remembers them for samePacked.
+func (s *gemmScratch) pack(p *Pool, x []float32, cols int, actType quant.Type) error {
+	s.packed = false
+	nTokens := s.nTokens
+	s.xf, s.xqRow = x, 0
+	if actType != quant.F32 {
 		xrb, err := actType.RowBytes(cols)
 		if err != nil {
 			return fmt.Errorf("cpu: matmul: activations: %w", err)
@@ -140,24 +193,9 @@ func matMulGEMM(p *Pool, out []float32, w Weight, rb int, x []float32, nTokens i
 		s.prep = s.prepare
 	}
 	p.Run((cols+gemmPackCols-1)/gemmPackCols, s.prep)
-
-	if len(s.slots) != p.threads || len(s.slots[0].panel) < gemmRows*cols {
-		s.slots = make([]gemmSlot, p.threads)
-		for i := range s.slots {
-			s.slots[i] = gemmSlot{panel: make([]float32, gemmRows*cols), tile: make([]float32, gemmRows*gemmWide)}
-		}
-	}
-	if s.run == nil {
-		s.run = s.work
-	}
-	s.next.Store(0)
-	// Threads claim runs of consecutive panels, so that each streams through contiguous
-	// weights and fills whole cache lines of out, in runs short enough to balance.
-	s.chunk = max(1, min(8, (w.Rows+gemmRows-1)/gemmRows/(8*p.threads)))
-	// One index per thread: each call of s.run owns the slots of its range while it
-	// claims row panels from s.next.
-	p.Run(p.threads, s.run)
-	s.out, s.w, s.xf, s.xin = nil, Weight{}, nil, nil
+	s.xprev = grow(s.xprev, len(x))
+	copy(s.xprev, x)
+	s.packed, s.packCols, s.packAct = true, cols, actType
 	return nil
 }
 
@@ -292,15 +330,29 @@ func (s *gemmScratch) multiplyPanel(sl *gemmSlot, i int) {
 		} else {
 			s.tiles.tile8(pw, ldw, s.xt[off:], cols, sl.tile)
 		}
-		tile := sl.tile[:gemmRows*wd]
-		for t := range min(wd, n-t0) {
-			o := s.out[(t0+t)*rows+r0:][:nr]
-			for r := range o {
-				o[r] = tile[r*wd+t]
-			}
-		}
+		storeTile(s.out[t0*rows+r0:], rows, sl.tile[:gemmRows*wd], wd, min(wd, n-t0), nr)
 		off += wd * cols
 		t0 += wd
+	}
+}
+
+// storeTile writes the first nt tokens and nr rows of a micro-tile (tile[r*wd+t]) to out,
+// where token t's row r goes to out[t*ldo+r].
+func storeTile(out []float32, ldo int, tile []float32, wd, nt, nr int) {
+	if nr == gemmRows && len(tile) >= gemmRows*wd {
+		t0, t1, t2 := tile[:wd], tile[wd:2*wd], tile[2*wd:3*wd]
+		t3, t4, t5 := tile[3*wd:4*wd], tile[4*wd:5*wd], tile[5*wd:6*wd]
+		for t := range nt {
+			o := out[t*ldo:][:gemmRows]
+			o[0], o[1], o[2], o[3], o[4], o[5] = t0[t], t1[t], t2[t], t3[t], t4[t], t5[t]
+		}
+		return
+	}
+	for t := range nt {
+		o := out[t*ldo:][:nr]
+		for r := range o {
+			o[r] = tile[r*wd+t]
+		}
 	}
 }
 

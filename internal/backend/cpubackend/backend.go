@@ -19,6 +19,8 @@ type Backend struct {
 	pool *cpu.Pool
 	mu   sync.Mutex // held by Run
 	step step       // the current step; its buffers are reused from step to step
+
+	attnSeqs []cpu.AttentionSeq // Attention's per-sequence arguments, reused across calls
 }
 
 // New starts a CPU backend on a pool of threads workers (< 1: all cores).

@@ -230,7 +230,7 @@ func grow[T any](buf []T, n int) []T {
 	return buf[:n]
 }
 
-// Attention runs paged causal attention for each sequence of the step in turn.
+// Attention runs paged causal attention for all sequences of the step in one parallel loop.
 func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int, scale float32, st backend.Step) error {
 	o, err := activation("attention", "out", out)
 	if err != nil {
@@ -256,16 +256,18 @@ func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int
 	if qs.rows() != m.NumTokens() || qDim%l.HeadDim != 0 {
 		return fmt.Errorf("cpu attention: q %v for %d tokens of heads of %d", qs.shape, m.NumTokens(), l.HeadDim)
 	}
+	seqs := b.attnSeqs[:0]
 	for i := range m.NumSeqs() {
 		t0, t1 := int(m.QueryStarts[i]), int(m.QueryStarts[i+1])
-		table := m.BlockTables[i*m.MaxBlocks : (i+1)*m.MaxBlocks]
-		err := cpu.Attention(b.pool, o.f32[t0*qDim:t1*qDim], qs.f32[t0*qDim:t1*qDim], t1-t0, qDim/l.HeadDim,
-			l, table, m.Positions[t0:t1], scale)
-		if err != nil {
-			return fmt.Errorf("sequence %d: %w", i, err)
+		if t0 < 0 || t1 < t0 || t1 > m.NumTokens() {
+			return fmt.Errorf("cpu attention: sequence %d: tokens [%d, %d) of %d", i, t0, t1, m.NumTokens())
 		}
+		seqs = append(seqs, cpu.AttentionSeq{Out: o.f32[t0*qDim : t1*qDim], Q: qs.f32[t0*qDim : t1*qDim],
+			NTokens: t1 - t0, BlockTable: m.BlockTables[i*m.MaxBlocks : (i+1)*m.MaxBlocks],
+			Positions: m.Positions[t0:t1]})
 	}
-	return nil
+	b.attnSeqs = seqs
+	return cpu.AttentionBatch(b.pool, seqs, qDim/l.HeadDim, l, scale)
 }
 
 // SwiGLU computes out = silu(gate) * up.
