@@ -29,14 +29,9 @@ type loaded struct {
 }
 
 // loadModel opens the model named by a -m argument (tokPath: a separate tokenizer, for a
-// llama2.c checkpoint) and binds its weights on a pool of threads workers, logging the load
-// time to standard error.
-func loadModel(ref, tokPath string, threads int) (*loaded, error) {
-	return loadModelOn(ref, tokPath, threads, "cpu")
-}
-
-// loadModelOn is loadModel on the device named by a --device value.
-func loadModelOn(ref, tokPath string, threads int, device string) (*loaded, error) {
+// llama2.c checkpoint) and binds its weights on the device named by a --device value (on
+// the CPU, a pool of threads workers), logging the load time to standard error.
+func loadModel(ref, tokPath string, threads int, device string) (*loaded, error) {
 	start := time.Now()
 	fm, err := openModel(ref, tokPath)
 	if err != nil {
@@ -184,7 +179,7 @@ func runRun(args []string) error {
 	if *n <= 0 {
 		return fmt.Errorf("-n %d: need a positive number of tokens", *n)
 	}
-	l, err := loadModelOn(*ref, *tokPath, *threads, *device)
+	l, err := loadModel(*ref, *tokPath, *threads, *device)
 	if err != nil {
 		return err
 	}
