@@ -186,6 +186,15 @@ func Llama3RopeFreqs(c Config) []float32 {
 	return out
 }
 
+// InterleavedToNeox returns which row of a head's NeoX order (pairs (i, i+hd/2)) holds row r
+// of the interleaved order (pairs (2i, 2i+1)), for a head of hd rows: interleaved row 2i+j
+// is NeoX row j*hd/2+i.
+func InterleavedToNeox(r, hd int) int { return (r%2)*hd/2 + r/2 }
+
+// NeoxToInterleaved is the inverse of InterleavedToNeox: which interleaved row holds NeoX
+// row r.
+func NeoxToInterleaved(r, hd int) int { return 2*(r%(hd/2)) + r/(hd/2) }
+
 // PermuteRows returns a writer of t's rows reordered between the Hugging Face (NeoX) and
 // the interleaved rotary layout of a q or k projection with the given number of heads.
 // toInterleaved selects the direction. Whole rows move, so any element type works.
@@ -202,14 +211,9 @@ func PermuteRows(t *Tensor, heads int, toInterleaved bool) (func(w io.Writer) er
 	return func(w io.Writer) error {
 		for h := 0; h < heads; h++ {
 			for r := 0; r < hd; r++ {
-				// Interleaved row r = 2i+j holds NeoX row j*hd/2+i.
-				var src int
-				if toInterleaved {
-					i, j := r/2, r%2
-					src = j*hd/2 + i
-				} else {
-					j, i := r/(hd/2), r%(hd/2)
-					src = 2*i + j
+				src := InterleavedToNeox(r, hd)
+				if !toInterleaved {
+					src = NeoxToInterleaved(r, hd)
 				}
 				off := (h*hd + src) * rowBytes
 				if _, err := w.Write(t.Data[off : off+rowBytes]); err != nil {

@@ -231,8 +231,7 @@ func sourceRow(r, rows, heads int) int {
 		return r
 	}
 	hd := rows / heads
-	h, i := r/hd, r%hd
-	return h*hd + (i%2)*hd/2 + i/2
+	return r/hd*hd + format.InterleavedToNeox(r%hd, hd)
 }
 
 // nameSeed mixes the model seed with a tensor's name.
