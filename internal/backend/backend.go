@@ -230,3 +230,41 @@ func KVBytesPerElement(be Backend) int {
 	}
 	return 4
 }
+
+// Communicator joins one rank's backend to a group of ranks that run each step together:
+// the ranks of one tensor-parallel group, which sum their partial results after the
+// attention and MLP blocks, or the stages of a pipeline, which pass activations on. Its
+// data methods are called inside the rank backend's Run (on a device backend they are
+// queued on the rank's stream, and may be captured in a step graph), and every rank of the
+// group makes the same calls in the same order.
+type Communicator interface {
+	// Rank returns this member's index in the group, from 0 to Size()-1.
+	Rank() int
+	// Size returns the number of ranks in the group.
+	Size() int
+	// AllReduceSum replaces t, an activation of this rank's backend, by the element-wise
+	// sum of every rank's t (same shape and type on every rank). Every rank receives the
+	// same values, bit for bit.
+	AllReduceSum(t Tensor) error
+	// Send passes t's contents to rank peer, which takes them with Recv into a tensor of
+	// the same shape and type. Sends from one rank to another are received in order; Send
+	// may return before the peer has received.
+	Send(t Tensor, peer int) error
+	// Recv overwrites t with the contents of the next Send from rank peer.
+	Recv(t Tensor, peer int) error
+	// Abort breaks the group: calls pending on any member and every later call return an
+	// error. A rank whose step fails aborts, so that its peers do not wait forever.
+	Abort()
+	// Close releases this member's part of the group (outside Run).
+	Close() error
+}
+
+// Grouper is implemented by backends whose instances can form a Communicator group: the
+// CPU backend (ranks are goroutines of one process exchanging through memory) and the
+// CUDA backend (NCCL).
+type Grouper interface {
+	// NewGroup makes a group of len(members) ranks, members[i] being rank i, and returns
+	// each rank's Communicator in rank order. members must all be of the receiver's kind
+	// (the receiver is usually members[0]). It is called outside Run.
+	NewGroup(members []Backend) ([]Communicator, error)
+}
