@@ -33,9 +33,9 @@ type buffer struct {
 	perLogits bool
 }
 
-// buffers lists the tensors of a that model m uses.
-func buffers(a *activations, m *Model) []buffer {
-	c := m.cfg
+// buffers lists the tensors of a that shard s uses.
+func buffers(a *activations, s *shard) []buffer {
+	c := s.cfg
 	q, kv := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
 	bs := []buffer{
 		{t: &a.x, dtype: quant.F32, cols: c.Dim}, {t: &a.xb, dtype: quant.F32, cols: c.Dim},
@@ -60,7 +60,7 @@ func buffers(a *activations, m *Model) []buffer {
 	return bs
 }
 
-// stepBuffers holds a model's activations, allocated on the backend for the largest step
+// stepBuffers holds a shard's activations, allocated on the backend for the largest step
 // seen so far, and views of them at the current step's size. Steps of one size reuse the
 // same views, so they run the same ops on the same tensors.
 type stepBuffers struct {
@@ -72,16 +72,16 @@ type stepBuffers struct {
 
 // forStep returns the activations for a step of n tokens and rows logits rows, growing the
 // buffers first when the step is larger than any before (inside Run).
-func (s *stepBuffers) forStep(m *Model, n, rows int) (*activations, error) {
+func (s *stepBuffers) forStep(sh *shard, n, rows int) (*activations, error) {
 	if n == s.viewTokens && rows == s.viewRows {
 		return &s.current, nil
 	}
 	if n > s.tokens || rows > s.rows {
-		if err := s.grow(m, max(n, s.tokens), max(rows, s.rows, 1)); err != nil {
+		if err := s.grow(sh, max(n, s.tokens), max(rows, s.rows, 1)); err != nil {
 			return nil, err
 		}
 	}
-	full, view := buffers(&s.full, m), buffers(&s.current, m)
+	full, view := buffers(&s.full, sh), buffers(&s.current, sh)
 	for i, b := range full {
 		k := n
 		if b.perLogits {
@@ -97,22 +97,22 @@ func (s *stepBuffers) forStep(m *Model, n, rows int) (*activations, error) {
 }
 
 // grow replaces the buffers with ones of tokens rows (rows for the logits rows).
-func (s *stepBuffers) grow(m *Model, tokens, rows int) error {
-	for _, b := range buffers(&s.full, m) {
+func (s *stepBuffers) grow(sh *shard, tokens, rows int) error {
+	for _, b := range buffers(&s.full, sh) {
 		if *b.t != nil {
-			if err := m.be.Free(*b.t); err != nil {
+			if err := sh.be.Free(*b.t); err != nil {
 				return err
 			}
 			*b.t = nil
 		}
 	}
 	s.tokens, s.rows, s.viewTokens, s.viewRows = 0, 0, 0, 0
-	for _, b := range buffers(&s.full, m) {
+	for _, b := range buffers(&s.full, sh) {
 		k := tokens
 		if b.perLogits {
 			k = rows
 		}
-		t, err := m.be.NewTensor(b.dtype, k, b.cols)
+		t, err := sh.be.NewTensor(b.dtype, k, b.cols)
 		if err != nil {
 			return fmt.Errorf("activations: %w", err)
 		}

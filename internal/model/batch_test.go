@@ -203,7 +203,7 @@ func TestForwardRejectsBadBatches(t *testing.T) {
 	}
 	// A cache of another model's shape, and one on another backend.
 	small := format.Config{Layers: 1, KVHeads: 1, HeadDim: 2}
-	other := &Model{cfg: small, be: m.be}
+	other := &Model{cfg: small, par: Parallel{1, 1}, ranks: []*shard{{cfg: small, be: m.ranks[0].be}}}
 	if kv, err := other.NewKVCache(2, 4); err != nil {
 		t.Fatal(err)
 	} else if _, err := m.Forward(good(), kv); err == nil {

@@ -11,39 +11,53 @@ import (
 // KVCache holds the keys and values of every layer in fixed-size blocks of BlockSize token
 // slots, on the model's backend. Slot s is block s/BlockSize, offset s%BlockSize; which
 // blocks belong to which sequence is the caller's business (block tables in the Batch).
+//
+// A split model's cache has one part per rank, on the rank's backend, holding the rank's
+// layers and KV heads. The parts share one block numbering: block b of the cache is block b
+// of every part, so one allocator accounts for them all.
 type KVCache struct {
 	BlockSize int
 	NumBlocks int
-	be        backend.Backend
-	cache     backend.KVCache
+	m         *Model
+	parts     []backend.KVCache // one per rank
 }
 
 // NewKVCache allocates a zeroed cache of numBlocks blocks of blockSize tokens on the
-// model's backend.
+// model's backends.
 func (m *Model) NewKVCache(numBlocks, blockSize int) (*KVCache, error) {
 	if numBlocks <= 0 || blockSize <= 0 {
 		return nil, fmt.Errorf("kv cache: %d blocks of %d tokens", numBlocks, blockSize)
 	}
-	c := m.cfg
-	spec := backend.KVSpec{Layers: c.Layers, NumBlocks: numBlocks, BlockSize: blockSize,
-		KVHeads: c.KVHeads, HeadDim: c.HeadDim, DType: quant.F32}
-	kv := &KVCache{BlockSize: blockSize, NumBlocks: numBlocks, be: m.be}
-	err := m.be.Run(func() error {
-		var err error
-		kv.cache, err = m.be.NewKVCache(spec)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("kv cache: %w", err)
+	kv := &KVCache{BlockSize: blockSize, NumBlocks: numBlocks, m: m, parts: make([]backend.KVCache, len(m.ranks))}
+	for r, s := range m.ranks {
+		err := s.be.Run(func() error {
+			var err error
+			kv.parts[r], err = s.be.NewKVCache(s.kvSpec(numBlocks, blockSize))
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("kv cache of rank %d: %w", r, err)
+		}
 	}
 	return kv, nil
 }
 
-// KVBytesPerToken returns the cache bytes one token takes across all layers on the model's
-// backend: keys and values of the element size the backend's cache holds (BF16 on a GPU,
-// float32 on the CPU).
+// kvSpec returns the geometry of the shard's part of a cache.
+func (s *shard) kvSpec(numBlocks, blockSize int) backend.KVSpec {
+	c := s.cfg
+	return backend.KVSpec{Layers: c.Layers, NumBlocks: numBlocks, BlockSize: blockSize,
+		KVHeads: c.KVHeads, HeadDim: c.HeadDim, DType: quant.F32}
+}
+
+// KVBytesPerToken returns the cache bytes one token takes, over all layers and all ranks:
+// keys and values of the element size each backend's cache holds (BF16 on a GPU, float32
+// on the CPU).
 func (m *Model) KVBytesPerToken() int64 {
-	return KVBytesPerToken(m.cfg, backend.KVBytesPerElement(m.be))
+	var n int64
+	for _, s := range m.ranks {
+		n += KVBytesPerToken(s.cfg, backend.KVBytesPerElement(s.be))
+	}
+	return n
 }
 
 // KVBytesPerToken returns the cache bytes one token takes across all layers, keys and
@@ -55,24 +69,41 @@ func KVBytesPerToken(cfg format.Config, elemBytes int) int64 {
 // Slots returns the number of token slots the cache holds.
 func (kv *KVCache) Slots() int { return kv.NumBlocks * kv.BlockSize }
 
-// CopyBlocks copies blocks as ordered (keys and values, every layer), in order: the
-// copy-on-write orders of the KV manager.
+// Specs returns the geometry of each rank's part of the cache, in rank order.
+func (kv *KVCache) Specs() []backend.KVSpec {
+	specs := make([]backend.KVSpec, len(kv.parts))
+	for r, p := range kv.parts {
+		specs[r] = p.Spec()
+	}
+	return specs
+}
+
+// CopyBlocks copies blocks as ordered (keys and values, every layer), in order, in every
+// rank's part: the copy-on-write orders of the KV manager.
 func (kv *KVCache) CopyBlocks(copies []backend.BlockCopy) error {
 	if len(copies) == 0 {
 		return nil
 	}
-	return kv.be.Run(func() error { return kv.be.CopyBlocks(kv.cache, copies) })
+	for r, s := range kv.m.ranks {
+		if err := s.be.Run(func() error { return s.be.CopyBlocks(kv.parts[r], copies) }); err != nil {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+	}
+	return nil
 }
 
 // fits checks that the cache was made for model m.
 func (kv *KVCache) fits(m *Model) error {
-	if kv == nil || kv.cache == nil || kv.be != m.be {
-		return fmt.Errorf("kv cache was not made on the model's backend")
+	if kv == nil || kv.m != m || len(kv.parts) != len(m.ranks) {
+		return fmt.Errorf("kv cache was not made by this model")
 	}
-	c, s := m.cfg, kv.cache.Spec()
-	if s.Layers != c.Layers || s.KVHeads != c.KVHeads || s.HeadDim != c.HeadDim || s.BlockSize != kv.BlockSize || s.NumBlocks != kv.NumBlocks {
-		return fmt.Errorf("kv cache of %d layers of %d kv heads of %d does not match the model's %d of %d of %d",
-			s.Layers, s.KVHeads, s.HeadDim, c.Layers, c.KVHeads, c.HeadDim)
+	for r, s := range m.ranks {
+		got, want := kv.parts[r].Spec(), s.kvSpec(kv.NumBlocks, kv.BlockSize)
+		if got.Layers != want.Layers || got.KVHeads != want.KVHeads || got.HeadDim != want.HeadDim ||
+			got.BlockSize != want.BlockSize || got.NumBlocks != want.NumBlocks {
+			return fmt.Errorf("kv cache of rank %d: %d layers of %d kv heads of %d do not match the model's %d of %d of %d",
+				r, got.Layers, got.KVHeads, got.HeadDim, want.Layers, want.KVHeads, want.HeadDim)
+		}
 	}
 	return nil
 }

@@ -3,141 +3,250 @@
 //
 // Model is the fast path: weights bound by name from an opened format.Model and uploaded
 // once, and a batched Forward over a paged KV cache, written once against the backend's
-// small op set. Reference is the slow single-sequence fp32 path that tests use as the
-// oracle. Session drives a Model for one sequence (run, chat, benchmarks).
+// small op set. A Model may be split across several backends by tensor and pipeline
+// parallelism (Parallel). Reference is the slow single-sequence fp32 path that tests use
+// as the oracle. Session drives a Model for one sequence (run, chat, benchmarks).
 package model
 
 import (
-	"encoding/binary"
+	"errors"
 	"fmt"
-	"math"
+	"runtime"
+	"sync"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/backend/cpu"
 	"github.com/kvasir-llm/kvasir/internal/backend/cpubackend"
 	"github.com/kvasir-llm/kvasir/internal/format"
-	"github.com/kvasir-llm/kvasir/internal/quant"
 	"github.com/kvasir-llm/kvasir/internal/sample"
 )
 
 // Options configures a Model.
 type Options struct {
-	// Backend runs the model's ops; nil makes a CPU backend of Threads threads, owned by
-	// the Model and closed by Close.
+	// Backend runs the model's ops when it is not split; nil (with Backends nil) makes a
+	// CPU backend of Threads threads, owned by the Model and closed by Close.
 	Backend backend.Backend
-	// Threads is the size of the CPU backend made when Backend is nil (< 1: all cores).
+	// Backends run a split model, one per rank in rank order (see Parallel), all of one
+	// kind that implements backend.Grouper; nil makes CPU backends, the Threads threads
+	// shared among the ranks, owned by the Model.
+	Backends []backend.Backend
+	// Threads is the number of CPU threads made when no backend is given (< 1: all cores).
 	Threads int
+	// Parallel splits the model across ranks; the zero value runs it whole on one.
+	Parallel Parallel
 	// Progress, when set, is told the bytes of weights uploaded so far (for a progress bar
 	// while weights are copied to a device).
 	Progress func(done, total int64)
 }
 
-// Model is a transformer bound to its weights, ready to run batches. A Model runs one
-// Forward at a time (its activation buffers are reused from step to step); it is not safe
-// for concurrent use.
+// Model is a transformer bound to its weights, ready to run batches: one shard holding
+// all of it, or the shards of its ranks when it is split. A Model runs one Forward at a
+// time (its activation buffers are reused from step to step); it is not safe for
+// concurrent use.
 type Model struct {
-	cfg         format.Config
-	be          backend.Backend
-	ownsBackend bool
-	w           *weights[backend.Tensor]
-	experts     [][]backend.Expert // per layer, for mixtures of experts
-	rope        backend.Rope
-	scale       float32 // attention scores' scale, 1/sqrt(HeadDim)
-
-	meta backend.StepMeta // the step being run, its buffers reused
-	pad  decodePad        // a padded decode step's per-token arrays
-	act  stepBuffers
+	cfg   format.Config
+	par   Parallel
+	ranks []*shard // rank order: stage-major
+	owned []backend.Backend
+	comms []backend.Communicator
+	// broken is the error of a split step that failed and aborted the communicators;
+	// the model refuses to run after it.
+	broken error
 }
 
-// New binds the weights of an opened model and uploads them to the backend. The
-// format.Model must stay open while the Model is used.
+// New binds the weights of an opened model and uploads them to the backends (each rank's
+// part of them to its own when the model is split). The format.Model must stay open while
+// the Model is used.
 func New(m *format.Model, opt Options) (*Model, error) {
-	md := &Model{cfg: m.Config, be: opt.Backend, scale: float32(1 / math.Sqrt(float64(m.Config.HeadDim)))}
-	if md.be == nil {
-		md.be, md.ownsBackend = cpubackend.New(opt.Threads), true
+	par := opt.Parallel.orOne()
+	if err := par.Check(m.Config); err != nil {
+		return nil, fmt.Errorf("model %s: %w", m.Path, err)
 	}
-	if err := md.be.Run(func() error { return md.upload(m, opt.Progress) }); err != nil {
+	md := &Model{cfg: m.Config, par: par}
+	bes, err := md.backends(opt)
+	if err != nil {
+		return nil, fmt.Errorf("model %s: %w", m.Path, err)
+	}
+	for r, be := range bes {
+		stage, last := r/par.Tensor, r/par.Tensor == par.Pipeline-1
+		md.ranks = append(md.ranks, &shard{
+			cfg: par.rankConfig(m.Config, stage), be: be, stage: stage,
+			first: stage == 0, last: last, logits: last && r%par.Tensor == 0,
+		})
+	}
+	if err := md.connect(); err != nil {
+		md.Close()
+		return nil, fmt.Errorf("model %s: %w", m.Path, err)
+	}
+	if err := md.upload(m, opt.Progress); err != nil {
 		md.Close()
 		return nil, err
 	}
 	return md, nil
 }
 
-// upload binds and uploads the weights and the rotary frequencies (inside Run), telling
-// progress (when set) the bytes done.
-func (md *Model) upload(m *format.Model, progress func(done, total int64)) error {
-	send := md.be.UploadWeight
-	if progress != nil {
-		total, done := m.Bytes(), int64(0)
-		send = func(t *format.Tensor) (backend.Tensor, error) {
-			w, err := md.be.UploadWeight(t)
-			done += int64(len(t.Data))
-			progress(done, total)
-			return w, err
+// backends returns one backend per rank: those given, or CPU backends the model owns.
+func (m *Model) backends(opt Options) ([]backend.Backend, error) {
+	n := m.par.Ranks()
+	switch {
+	case opt.Backends != nil:
+		if len(opt.Backends) != n {
+			return nil, fmt.Errorf("%d backends for %d ranks (tensor-parallel %d x pipeline-parallel %d)", len(opt.Backends), n, m.par.Tensor, m.par.Pipeline)
+		}
+		return opt.Backends, nil
+	case opt.Backend != nil:
+		if n != 1 {
+			return nil, fmt.Errorf("one backend for %d ranks: pass one per rank", n)
+		}
+		return []backend.Backend{opt.Backend}, nil
+	case n == 1:
+		m.owned = []backend.Backend{cpubackend.New(opt.Threads)}
+		return m.owned, nil
+	}
+	threads := opt.Threads
+	if threads < 1 {
+		threads = runtime.NumCPU()
+	}
+	for range n {
+		m.owned = append(m.owned, cpubackend.New(max(threads/n, 1)))
+	}
+	return m.owned, nil
+}
+
+// connect makes the communicators of a split model: one tensor-parallel group per stage
+// and one pipeline group per place in a stage.
+func (m *Model) connect() error {
+	tp, pp := m.par.Tensor, m.par.Pipeline
+	group := func(members []*shard, assign func(s *shard, c backend.Communicator)) error {
+		bes := make([]backend.Backend, len(members))
+		for i, s := range members {
+			bes[i] = s.be
+		}
+		g, ok := bes[0].(backend.Grouper)
+		if !ok {
+			return fmt.Errorf("backend %s cannot join a communicator group", bes[0].Name())
+		}
+		comms, err := g.NewGroup(bes)
+		if err != nil {
+			return err
+		}
+		m.comms = append(m.comms, comms...)
+		for i, s := range members {
+			assign(s, comms[i])
+		}
+		return nil
+	}
+	if tp > 1 {
+		for stage := range pp {
+			if err := group(m.ranks[stage*tp:(stage+1)*tp], func(s *shard, c backend.Communicator) { s.tp = c }); err != nil {
+				return fmt.Errorf("tensor-parallel group of stage %d: %w", stage, err)
+			}
 		}
 	}
-	w, err := bindWeights(m, send)
-	if err != nil {
-		return err
-	}
-	r, err := newRope(m.Config, w.ropeDivisors)
-	if err != nil {
-		return fmt.Errorf("model %s: %w", m.Path, err)
-	}
-	data := make([]byte, 0, 4*len(r.invFreq))
-	for _, f := range r.invFreq {
-		data = binary.LittleEndian.AppendUint32(data, math.Float32bits(f))
-	}
-	inv, err := md.be.UploadWeight(&format.Tensor{Name: "rope inverse frequencies", Type: quant.F32, Shape: []int{len(r.invFreq)}, Data: data})
-	if err != nil {
-		return fmt.Errorf("model %s: %w", m.Path, err)
-	}
-	md.w = w
-	md.rope = backend.Rope{InvFreq: inv, Dim: r.dim, NeoX: r.neox, MScale: r.mscale}
-	md.experts = make([][]backend.Expert, len(w.layers))
-	for l, lw := range w.layers {
-		for _, e := range lw.experts {
-			md.experts[l] = append(md.experts[l], backend.Expert{Gate: e.gate, Up: e.up, Down: e.down})
+	if pp > 1 {
+		for t := range tp {
+			var members []*shard
+			for stage := range pp {
+				members = append(members, m.ranks[stage*tp+t])
+			}
+			if err := group(members, func(s *shard, c backend.Communicator) { s.pp = c }); err != nil {
+				return fmt.Errorf("pipeline group %d: %w", t, err)
+			}
 		}
 	}
 	return nil
+}
+
+// upload gives each rank its part of m's weights, all ranks at once, telling progress
+// (when set) the bytes done of all of them.
+func (m *Model) upload(fm *format.Model, progress func(done, total int64)) error {
+	sources := []source{fm}
+	if len(m.ranks) > 1 {
+		sources = sources[:0]
+		for r := range m.ranks {
+			p, err := m.par.rankPart(fm, r/m.par.Tensor, r%m.par.Tensor)
+			if err != nil {
+				return err
+			}
+			sources = append(sources, p)
+		}
+	}
+	var sent func(n int64)
+	if progress != nil {
+		var mu sync.Mutex
+		total, done := int64(0), int64(0)
+		for _, src := range sources {
+			total += sourceBytes(src, fm)
+		}
+		sent = func(n int64) {
+			mu.Lock()
+			defer mu.Unlock()
+			done += n
+			progress(done, total)
+		}
+	}
+	errs := make([]error, len(m.ranks))
+	var wg sync.WaitGroup
+	for r, s := range m.ranks {
+		wg.Go(func() { errs[r] = s.be.Run(func() error { return s.upload(sources[r], fm.Path, sent) }) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// sourceBytes returns the bytes of the tensors a source holds.
+func sourceBytes(src source, fm *format.Model) int64 {
+	if p, ok := src.(*part); ok {
+		var n int64
+		for _, t := range p.tensors {
+			n += int64(len(t.Data))
+		}
+		return n
+	}
+	return fm.Bytes()
 }
 
 // Config returns the model's hyperparameters.
 func (m *Model) Config() format.Config { return m.cfg }
 
-// Pool returns the worker pool of the model's CPU backend, or nil when the model runs on
-// another backend.
+// Parallel returns how the model is split.
+func (m *Model) Parallel() Parallel { return m.par }
+
+// RankConfig returns the hyperparameters of the largest part one rank holds (the first
+// stage's, which has the most layers): the heads, KV heads, MLP widths and layers of one
+// rank, by which each rank's KV cache is sized. It is Config for a model that is not split.
+func (m *Model) RankConfig() format.Config { return m.ranks[0].cfg }
+
+// Pool returns the worker pool of the first rank's CPU backend, or nil when the model runs
+// on another backend.
 func (m *Model) Pool() *cpu.Pool {
-	if cb, ok := m.be.(*cpubackend.Backend); ok {
+	if cb, ok := m.ranks[0].be.(*cpubackend.Backend); ok {
 		return cb.Pool()
 	}
 	return nil
 }
 
-// Close closes the backend when the Model made it. (A backend passed in Options keeps the
-// model's tensors until it is closed.)
+// Close releases the communicators and closes the backends the Model made. (Backends
+// passed in Options keep the model's tensors until they are closed.)
 func (m *Model) Close() {
-	if m.ownsBackend {
-		m.be.Close()
+	for _, c := range m.comms {
+		c.Close()
+	}
+	for _, be := range m.owned {
+		be.Close()
 	}
 }
 
-// WeightBytesPerToken returns the bytes of weights one decoded token reads: every matrix
-// of every layer (for mixtures of experts only the experts used) and the output
-// projection, as the backend holds them. The embedding row is negligible and left out.
+// WeightBytesPerToken returns the bytes of weights one decoded token reads, over all
+// ranks: every matrix of every layer (for mixtures of experts only the experts used) and
+// the output projection, as the backends hold them. The embedding row is negligible and
+// left out.
 func (m *Model) WeightBytesPerToken() int64 {
 	var n int64
-	for l, lw := range m.w.layers {
-		n += tensorBytes(lw.q) + tensorBytes(lw.k) + tensorBytes(lw.v) + tensorBytes(lw.o)
-		n += tensorBytes(lw.gate) + tensorBytes(lw.up) + tensorBytes(lw.down)
-		if e := m.experts[l]; len(e) > 0 {
-			perExpert := tensorBytes(e[0].Gate) + tensorBytes(e[0].Up) + tensorBytes(e[0].Down)
-			n += tensorBytes(lw.router) + int64(m.cfg.ExpertsUsed)*perExpert
-		}
-		n += tensorBytes(lw.shGate) + tensorBytes(lw.shUp) + tensorBytes(lw.shDown)
+	for _, s := range m.ranks {
+		n += s.weightBytesPerToken()
 	}
-	return n + tensorBytes(m.w.output)
+	return n
 }
 
 // tensorBytes returns the bytes of a weight matrix as its backend holds it (0 for nil).
@@ -162,14 +271,14 @@ func tensorBytes(t backend.Tensor) int64 {
 // logits of the rows named by b.LogitsIndices, len(LogitsIndices) x vocabulary, row after
 // row (nil when none are named). The returned slice is new for each call.
 func (m *Model) Forward(b *Batch, kv *KVCache) ([]float32, error) {
-	if err := m.prepare(b, kv); err != nil {
+	if err := m.check(b, kv); err != nil {
 		return nil, err
 	}
 	var logits []float32
 	if len(b.LogitsIndices) > 0 {
 		logits = make([]float32, len(b.LogitsIndices)*m.cfg.VocabSize)
 	}
-	if err := m.be.Run(func() error { return m.forward(kv, len(b.LogitsIndices), logits, nil) }); err != nil {
+	if err := m.run(b, kv, logits, nil); err != nil {
 		return nil, fmt.Errorf("forward: %w", err)
 	}
 	return logits, nil
@@ -180,7 +289,7 @@ func (m *Model) Forward(b *Batch, kv *KVCache) ([]float32, error) {
 // (the lowest among ties, NaN never chosen), as sample.Greedy picks it. A backend that
 // implements backend.ArgmaxLogits picks them on the device and copies back only the ids.
 func (m *Model) ForwardGreedy(b *Batch, kv *KVCache) ([]int32, error) {
-	if err := m.prepare(b, kv); err != nil {
+	if err := m.check(b, kv); err != nil {
 		return nil, err
 	}
 	n := len(b.LogitsIndices)
@@ -188,190 +297,47 @@ func (m *Model) ForwardGreedy(b *Batch, kv *KVCache) ([]int32, error) {
 	if n == 0 {
 		return ids, nil
 	}
-	err := m.be.Run(func() error {
-		if _, ok := m.be.(backend.ArgmaxLogits); ok {
-			return m.forward(kv, n, nil, ids)
+	if _, ok := m.ranks[m.logitsRank()].be.(backend.ArgmaxLogits); ok {
+		if err := m.run(b, kv, nil, ids); err != nil {
+			return nil, fmt.Errorf("forward: %w", err)
 		}
-		logits := make([]float32, n*m.cfg.VocabSize)
-		if err := m.forward(kv, n, logits, nil); err != nil {
-			return err
-		}
-		v := m.cfg.VocabSize
-		for i := range ids {
-			ids[i] = int32(sample.Greedy(logits[i*v : (i+1)*v]))
-		}
-		return nil
-	})
-	if err != nil {
+		return ids, nil
+	}
+	logits := make([]float32, n*m.cfg.VocabSize)
+	if err := m.run(b, kv, logits, nil); err != nil {
 		return nil, fmt.Errorf("forward: %w", err)
+	}
+	v := m.cfg.VocabSize
+	for i := range ids {
+		ids[i] = int32(sample.Greedy(logits[i*v : (i+1)*v]))
 	}
 	return ids, nil
 }
 
-// prepare checks the batch and the cache and fills m.meta, padded to the backend's decode
-// bucket when the backend replays decode steps as graphs.
-func (m *Model) prepare(b *Batch, kv *KVCache) error {
+// logitsRank returns the rank that computes the logits: the last stage's first.
+func (m *Model) logitsRank() int { return (m.par.Pipeline - 1) * m.par.Tensor }
+
+// check validates the batch and the cache before a step.
+func (m *Model) check(b *Batch, kv *KVCache) error {
 	if err := kv.fits(m); err != nil {
 		return fmt.Errorf("forward: %w", err)
 	}
 	if err := b.check(m.cfg.VocabSize, kv); err != nil {
 		return fmt.Errorf("forward: %w", err)
 	}
-	b.fillMeta(&m.meta, kv.BlockSize)
-	if g, ok := m.be.(backend.StepGrapher); ok {
-		m.padDecode(g)
+	if m.broken != nil {
+		return fmt.Errorf("forward: an earlier step of the split model failed: %w", m.broken)
 	}
 	return nil
 }
 
-// graphOwner names the buffers a captured step uses: the model's (weights, activations)
-// and the cache's.
-type graphOwner struct {
-	m  *Model
-	kv *KVCache
-}
-
-// forward runs the step described by m.meta on the backend (inside Run). The first
-// nOut rows of logits are wanted: into logits (F32, nOut x vocabulary) when it is non-nil,
-// or as greedy token ids into ids. Every op reads and writes buffers that exist before the
-// step, and the final read-back is the only host synchronisation: a device backend can
-// replay the ops before it as a graph.
-func (m *Model) forward(kv *KVCache, nOut int, logits []float32, ids []int32) error {
-	be, eps := m.be, float32(m.cfg.NormEps)
-	a, err := m.act.forStep(m, m.meta.NumTokens(), len(m.meta.LogitsIndices))
-	if err != nil {
-		return err
+// run runs a checked batch, returning the rows of b.LogitsIndices as logits (when logits
+// is non-nil) or greedy ids.
+func (m *Model) run(b *Batch, kv *KVCache, logits []float32, ids []int32) error {
+	if len(m.ranks) == 1 {
+		s := m.ranks[0]
+		s.prepare(b, kv.BlockSize)
+		return s.be.Run(func() error { return s.forward(kv.parts[0], len(b.LogitsIndices), logits, ids) })
 	}
-	st, err := be.UploadStep(&m.meta)
-	if err != nil {
-		return err
-	}
-	wantOut := nOut > 0 && (logits != nil || ids != nil)
-	ops := func() error {
-		if err := be.Embedding(a.x, m.w.embd, st); err != nil {
-			return fmt.Errorf("embedding: %w", err)
-		}
-		for l := range m.w.layers {
-			if err := m.layer(l, a, kv, st); err != nil {
-				return fmt.Errorf("layer %d: %w", l, err)
-			}
-		}
-		if !wantOut {
-			return nil
-		}
-		// The last block's output joins the residual stream; the final norm follows, and
-		// only the rows whose logits are wanted are projected onto the vocabulary.
-		if err := be.RMSNormResidual(a.xb, a.x, a.ffnOut, m.w.outNorm, eps); err != nil {
-			return fmt.Errorf("output norm: %w", err)
-		}
-		if err := be.GatherRows(a.last, a.xb, st); err != nil {
-			return fmt.Errorf("logits rows: %w", err)
-		}
-		return nil
-	}
-	if g, ok := be.(backend.StepGrapher); ok {
-		err = g.RunStep(st, graphOwner{m: m, kv: kv}, ops)
-	} else {
-		err = ops()
-	}
-	if err != nil || !wantOut {
-		return err
-	}
-	last := a.last
-	if nOut < len(m.meta.LogitsIndices) {
-		last = last.Rows(nOut)
-	}
-	if ids != nil {
-		err = be.(backend.ArgmaxLogits).LogitsArgmax(ids, last, m.w.output)
-	} else {
-		err = be.Logits(logits, last, m.w.output)
-	}
-	if err != nil {
-		return fmt.Errorf("output: %w", err)
-	}
-	return nil
-}
-
-// layer runs transformer block l: pre-norm attention, then a pre-norm feed-forward. Each
-// half leaves its output in a.ffnOut, which the next fused norm adds to the residual
-// stream a.x.
-func (m *Model) layer(l int, a *activations, kv *KVCache, st backend.Step) error {
-	be, lw, eps := m.be, &m.w.layers[l], float32(m.cfg.NormEps)
-	var err error
-	if l == 0 {
-		err = be.RMSNorm(a.xb, a.x, lw.attnNorm, eps)
-	} else {
-		err = be.RMSNormResidual(a.xb, a.x, a.ffnOut, lw.attnNorm, eps)
-	}
-	if err != nil {
-		return err
-	}
-	if err := m.attention(l, a, kv, st); err != nil {
-		return err
-	}
-	if err := be.RMSNormResidual(a.xb, a.x, a.ffnOut, lw.ffnNorm, eps); err != nil {
-		return err
-	}
-	if m.cfg.Experts > 0 {
-		return m.moe(l, a)
-	}
-	return m.mlp(a.ffnOut, a.xb, a, lw.gate, lw.up, lw.down)
-}
-
-// attention is the attention half of block l on the normalized rows a.xb: projections,
-// (biases, QK norm,) rotary embedding fused with the cache write, paged attention, and the
-// output projection into a.ffnOut.
-func (m *Model) attention(l int, a *activations, kv *KVCache, st backend.Step) error {
-	be, lw, c := m.be, &m.w.layers[l], m.cfg
-	if err := be.MatMul(a.q, a.xb, lw.q); err != nil {
-		return err
-	}
-	if err := be.MatMul(a.k, a.xb, lw.k); err != nil {
-		return err
-	}
-	if err := be.MatMul(a.v, a.xb, lw.v); err != nil {
-		return err
-	}
-	if c.QKVBias {
-		if err := be.AddBias(a.q, lw.qBias); err != nil {
-			return err
-		}
-		if err := be.AddBias(a.k, lw.kBias); err != nil {
-			return err
-		}
-		if err := be.AddBias(a.v, lw.vBias); err != nil {
-			return err
-		}
-	}
-	if c.QKNorm {
-		if err := be.HeadNorm(a.q, lw.qNorm, float32(c.NormEps)); err != nil {
-			return err
-		}
-		if err := be.HeadNorm(a.k, lw.kNorm, float32(c.NormEps)); err != nil {
-			return err
-		}
-	}
-	if err := be.RopeKVWrite(a.q, a.k, a.v, m.rope, kv.cache, l, st); err != nil {
-		return err
-	}
-	if err := be.Attention(a.att, a.q, kv.cache, l, m.scale, st); err != nil {
-		return err
-	}
-	return be.MatMul(a.ffnOut, a.att, lw.o)
-}
-
-// mlp computes the SwiGLU feed-forward out = down(silu(gate·x) * up·x), with a.gate and
-// a.up as scratch.
-func (m *Model) mlp(out, x backend.Tensor, a *activations, gate, up, down backend.Tensor) error {
-	be := m.be
-	if err := be.MatMul(a.gate, x, gate); err != nil {
-		return err
-	}
-	if err := be.MatMul(a.up, x, up); err != nil {
-		return err
-	}
-	if err := be.SwiGLU(a.gate, a.gate, a.up); err != nil {
-		return err
-	}
-	return be.MatMul(out, a.gate, down)
+	return m.runSplit(b, kv, logits, ids)
 }

@@ -3,21 +3,21 @@ package model
 // moe is the mixture-of-experts feed-forward of block l: each token goes to its top
 // ExpertsUsed experts by router probability (renormalized over the chosen ones when
 // NormTopKProbs), plus the sigmoid-gated shared expert when the model has one.
-func (m *Model) moe(l int, a *activations) error {
-	be, lw, c := m.be, &m.w.layers[l], m.cfg
+func (s *shard) moe(l int, a *activations) error {
+	be, lw, c := s.be, &s.w.layers[l], s.cfg
 	if err := be.MatMul(a.router, a.xb, lw.router); err != nil {
 		return err
 	}
 	if err := be.RouteExperts(a.expertIDs, a.expertGains, a.router, c.NormTopKProbs); err != nil {
 		return err
 	}
-	if err := be.ExpertMLP(a.ffnOut, a.xb, a.expertIDs, a.expertGains, m.experts[l]); err != nil {
+	if err := be.ExpertMLP(a.ffnOut, a.xb, a.expertIDs, a.expertGains, s.experts[l]); err != nil {
 		return err
 	}
 	if c.SharedExpertFFN == 0 {
 		return nil
 	}
-	if err := m.mlp(a.shared, a.xb, a, lw.shGate, lw.shUp, lw.shDown); err != nil {
+	if err := s.mlp(a.shared, a.xb, a, lw.shGate, lw.shUp, lw.shDown); err != nil {
 		return err
 	}
 	return be.GatedAdd(a.ffnOut, a.shared, a.xb, lw.shGateInp)

@@ -8,12 +8,12 @@ type decodePad struct {
 	tokens, positions, slots []int32
 }
 
-// padDecode pads m.meta, when it is a decode step (one token per sequence, each one's
+// padDecode pads s.meta, when it is a decode step (one token per sequence, each one's
 // logits wanted in order), to g's bucket with sequences of one token that write no keys
 // and values (slot -1) and attend only to slot 0 of block 0. Their logits rows follow the
 // real ones and are not read back.
-func (m *Model) padDecode(g backend.StepGrapher) {
-	meta := &m.meta
+func (s *shard) padDecode(g backend.StepGrapher) {
+	meta := &s.meta
 	n := meta.NumTokens()
 	if n == 0 || meta.NumSeqs() != n || len(meta.LogitsIndices) != n {
 		return
@@ -27,7 +27,7 @@ func (m *Model) padDecode(g backend.StepGrapher) {
 	if bucket <= n {
 		return
 	}
-	p := &m.pad
+	p := &s.pad
 	p.tokens = append(append(p.tokens[:0], meta.Tokens...), make([]int32, bucket-n)...)
 	p.positions = append(append(p.positions[:0], meta.Positions...), make([]int32, bucket-n)...)
 	p.slots = append(p.slots[:0], meta.SlotMapping...)

@@ -110,8 +110,8 @@ func TestPaddedDecode(t *testing.T) {
 	if pb.steps != 5 || pb.noOwner != 0 {
 		t.Errorf("RunStep ran %d steps (want 5), %d without an owner", pb.steps, pb.noOwner)
 	}
-	if padded.meta.NumSeqs() != 4 {
-		t.Errorf("last decode step ran %d sequences, want the bucket of 4", padded.meta.NumSeqs())
+	if padded.ranks[0].meta.NumSeqs() != 4 {
+		t.Errorf("last decode step ran %d sequences, want the bucket of 4", padded.ranks[0].meta.NumSeqs())
 	}
 }
 

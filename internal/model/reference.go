@@ -25,7 +25,7 @@ type Reference struct {
 
 // NewReference prepares the reference path for an opened model.
 func NewReference(m *format.Model) (*Reference, error) {
-	w, err := bindWeights(m, fileTensor)
+	w, err := bindWeights(m, m.Config, m.Path, wholeModel, fileTensor)
 	if err != nil {
 		return nil, err
 	}

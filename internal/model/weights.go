@@ -46,18 +46,38 @@ type expertWeights[T any] struct {
 // fileTensor keeps a file's tensor as it is: the reference path reads the bytes in place.
 func fileTensor(t *format.Tensor) (*format.Tensor, error) { return t, nil }
 
-// bindWeights looks up every tensor the config calls for, checks its shape and type, and
-// makes it a T with load.
-func bindWeights[T any](m *format.Model, load func(*format.Tensor) (T, error)) (*weights[T], error) {
-	c := m.Config
+// source looks a model's tensors up by name: an opened format.Model, or the part of one
+// that a rank of a split model holds.
+type source interface {
+	Tensor(name string) (*format.Tensor, bool)
+}
+
+// stageParts says which of a model's ends a part binds: the token embedding (the first
+// pipeline stage, or the last one when the output projection is tied to it) and the final
+// norm and output projection (the last stage). The whole model binds both.
+type stageParts struct {
+	embedding, output bool
+}
+
+// wholeModel binds every tensor.
+var wholeModel = stageParts{embedding: true, output: true}
+
+// bindWeights looks up every tensor config c calls for in m (named path in errors), checks
+// its shape and type, and makes it a T with load. parts leaves out the ends a pipeline
+// stage does not hold.
+func bindWeights[T any](m source, c format.Config, path string, parts stageParts, load func(*format.Tensor) (T, error)) (*weights[T], error) {
 	b := binder[T]{m: m, load: load}
 	w := &weights[T]{}
-	w.embd = b.matrix("token_embd.weight", c.VocabSize, c.Dim)
-	w.outNorm = b.vector("output_norm.weight", c.Dim)
-	if c.TiedEmbeddings {
-		w.output = w.embd
-	} else {
-		w.output = b.matrix("output.weight", c.VocabSize, c.Dim)
+	if parts.embedding {
+		w.embd = b.matrix("token_embd.weight", c.VocabSize, c.Dim)
+	}
+	if parts.output {
+		w.outNorm = b.vector("output_norm.weight", c.Dim)
+		if c.TiedEmbeddings {
+			w.output = w.embd
+		} else {
+			w.output = b.matrix("output.weight", c.VocabSize, c.Dim)
+		}
 	}
 	if t := b.tensor("rope_freqs.weight", c.RopeDim/2); t != nil {
 		w.ropeDivisors = b.decode(t)
@@ -117,7 +137,7 @@ func bindWeights[T any](m *format.Model, load func(*format.Tensor) (T, error)) (
 		}
 	}
 	if b.err != nil {
-		return nil, fmt.Errorf("model %s: %w", m.Path, b.err)
+		return nil, fmt.Errorf("model %s: %w", path, b.err)
 	}
 	return w, nil
 }
@@ -125,7 +145,7 @@ func bindWeights[T any](m *format.Model, load func(*format.Tensor) (T, error)) (
 // binder looks tensors up and remembers the first error, so that bindWeights reads as a
 // list of names.
 type binder[T any] struct {
-	m    *format.Model
+	m    source
 	load func(*format.Tensor) (T, error)
 	err  error
 }

@@ -1,0 +1,114 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// microBatch is one part of a step's batch that a pipeline runs as a unit: a run of
+// whole sequences, renumbered from its first token, and the place of its logits rows in
+// the step's.
+type microBatch struct {
+	batch Batch
+	// out is the index in the step's LogitsIndices of the micro-batch's first logits row;
+	// its rows follow on in order.
+	out int
+}
+
+// microBatches splits b into up to Pipeline micro-batches of consecutive sequences with
+// about as many tokens each, so that stage s can run micro-batch i while stage s+1 runs
+// micro-batch i-1. A batch of one sequence, a model of one stage, or a batch whose logits
+// rows are not in token order stays whole.
+func (m *Model) microBatches(b *Batch) []microBatch {
+	k := min(m.par.Pipeline, len(b.Seqs))
+	for i := 1; i < len(b.LogitsIndices); i++ {
+		if b.LogitsIndices[i] <= b.LogitsIndices[i-1] {
+			k = 1
+		}
+	}
+	if k <= 1 {
+		return []microBatch{{batch: *b}}
+	}
+	total := len(b.Tokens)
+	var out []microBatch
+	first, nextLogits := 0, 0
+	for i, s := range b.Seqs {
+		end := s.QueryStart + s.QueryLen
+		left := k - len(out) - 1 // groups still to start after this one
+		cut := end*k >= (len(out)+1)*total || len(b.Seqs)-1-i == left
+		if i == len(b.Seqs)-1 || (cut && left > 0) {
+			out = append(out, m.microBatch(b, first, i+1, &nextLogits))
+			first = i + 1
+		}
+	}
+	return out
+}
+
+// microBatch makes the micro-batch of sequences [from, to) of b; next is the index in
+// b.LogitsIndices of its first logits row, advanced past its rows.
+func (m *Model) microBatch(b *Batch, from, to int, next *int) microBatch {
+	t0 := b.Seqs[from].QueryStart
+	t1 := b.Seqs[to-1].QueryStart + b.Seqs[to-1].QueryLen
+	mb := microBatch{out: *next, batch: Batch{
+		Tokens: b.Tokens[t0:t1], Positions: b.Positions[t0:t1], SlotMapping: b.SlotMapping[t0:t1],
+	}}
+	for _, s := range b.Seqs[from:to] {
+		s.QueryStart -= t0
+		mb.batch.Seqs = append(mb.batch.Seqs, s)
+	}
+	for *next < len(b.LogitsIndices) && b.LogitsIndices[*next] < t1 {
+		mb.batch.LogitsIndices = append(mb.batch.LogitsIndices, b.LogitsIndices[*next]-t0)
+		*next++
+	}
+	return mb
+}
+
+// runSplit runs a checked batch on every rank of a split model at once, each rank on its
+// own goroutine, micro-batch after micro-batch: the ranks of a stage meet in their
+// all-reduces, and a stage waits for the previous one's residual stream. The last stage's
+// first rank writes the logits (or greedy ids). If any rank fails, the communicators are
+// aborted so that no rank waits forever, and the model refuses later steps.
+func (m *Model) runSplit(b *Batch, kv *KVCache, logits []float32, ids []int32) error {
+	mbs := m.microBatches(b)
+	vocab := m.cfg.VocabSize
+	errs := make([]error, len(m.ranks))
+	var once sync.Once
+	var wg sync.WaitGroup
+	for r, s := range m.ranks {
+		wg.Go(func() {
+			for _, mb := range mbs {
+				s.prepare(&mb.batch, kv.BlockSize)
+				nOut, lg, id := 0, []float32(nil), []int32(nil)
+				if s.logits {
+					nOut = len(mb.batch.LogitsIndices)
+					if logits != nil {
+						lg = logits[mb.out*vocab : (mb.out+nOut)*vocab]
+					}
+					if ids != nil {
+						id = ids[mb.out : mb.out+nOut]
+					}
+				}
+				err := s.be.Run(func() error { return s.forward(kv.parts[r], nOut, lg, id) })
+				if err != nil {
+					errs[r] = fmt.Errorf("rank %d: %w", r, err)
+					once.Do(m.abort)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		m.broken = err
+		return err
+	}
+	return nil
+}
+
+// abort breaks every communicator of the model, releasing ranks that wait on a peer.
+func (m *Model) abort() {
+	for _, c := range m.comms {
+		c.Abort()
+	}
+}

@@ -1,0 +1,308 @@
+package model
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/format"
+	"github.com/kvasir-llm/kvasir/internal/quant"
+)
+
+// shard is the part of a model one rank runs on its backend: all of it when the model is
+// not split; otherwise a slice of every layer's heads and MLP (tensor parallelism) of the
+// layers of one pipeline stage. Its config describes the part: its heads, KV heads, MLP
+// widths and layer count.
+type shard struct {
+	cfg     format.Config
+	be      backend.Backend
+	w       *weights[backend.Tensor]
+	experts [][]backend.Expert // per layer, for mixtures of experts
+	rope    backend.Rope
+	scale   float32 // attention scores' scale, 1/sqrt(HeadDim)
+
+	// first holds the embedding (pipeline stage 0); last the final norm and output
+	// projection (the last stage); logits computes them (the last stage's tensor rank 0).
+	first, last, logits bool
+	// tp sums the partial outputs of the ranks of the stage (nil when not split by
+	// tensor); pp passes the residual stream between stages, rank = stage (nil with one
+	// stage).
+	tp, pp backend.Communicator
+	stage  int
+
+	meta backend.StepMeta // the step being run, its buffers reused
+	pad  decodePad        // a padded decode step's per-token arrays
+	act  stepBuffers
+}
+
+// upload binds and uploads the part's weights and the rotary frequencies (inside Run),
+// telling sent (when set) the bytes of each tensor uploaded.
+func (s *shard) upload(m source, path string, sent func(n int64)) error {
+	send := s.be.UploadWeight
+	if sent != nil {
+		send = func(t *format.Tensor) (backend.Tensor, error) {
+			w, err := s.be.UploadWeight(t)
+			sent(int64(len(t.Data)))
+			return w, err
+		}
+	}
+	w, err := bindWeights(m, s.cfg, path, stageParts{embedding: s.first || (s.last && s.cfg.TiedEmbeddings), output: s.last}, send)
+	if err != nil {
+		return err
+	}
+	r, err := newRope(s.cfg, w.ropeDivisors)
+	if err != nil {
+		return fmt.Errorf("model %s: %w", path, err)
+	}
+	data := make([]byte, 0, 4*len(r.invFreq))
+	for _, f := range r.invFreq {
+		data = binary.LittleEndian.AppendUint32(data, math.Float32bits(f))
+	}
+	inv, err := s.be.UploadWeight(&format.Tensor{Name: "rope inverse frequencies", Type: quant.F32, Shape: []int{len(r.invFreq)}, Data: data})
+	if err != nil {
+		return fmt.Errorf("model %s: %w", path, err)
+	}
+	s.w = w
+	s.rope = backend.Rope{InvFreq: inv, Dim: r.dim, NeoX: r.neox, MScale: r.mscale}
+	s.scale = float32(1 / math.Sqrt(float64(s.cfg.HeadDim)))
+	s.experts = make([][]backend.Expert, len(w.layers))
+	for l, lw := range w.layers {
+		for _, e := range lw.experts {
+			s.experts[l] = append(s.experts[l], backend.Expert{Gate: e.gate, Up: e.up, Down: e.down})
+		}
+	}
+	return nil
+}
+
+// weightBytesPerToken returns the bytes of weights one decoded token reads on this rank.
+func (s *shard) weightBytesPerToken() int64 {
+	var n int64
+	for l, lw := range s.w.layers {
+		n += tensorBytes(lw.q) + tensorBytes(lw.k) + tensorBytes(lw.v) + tensorBytes(lw.o)
+		n += tensorBytes(lw.gate) + tensorBytes(lw.up) + tensorBytes(lw.down)
+		if e := s.experts[l]; len(e) > 0 {
+			perExpert := tensorBytes(e[0].Gate) + tensorBytes(e[0].Up) + tensorBytes(e[0].Down)
+			n += tensorBytes(lw.router) + int64(s.cfg.ExpertsUsed)*perExpert
+		}
+		n += tensorBytes(lw.shGate) + tensorBytes(lw.shUp) + tensorBytes(lw.shDown)
+	}
+	if s.logits {
+		n += tensorBytes(s.w.output)
+	}
+	return n
+}
+
+// prepare fills s.meta from a checked batch, padded to the backend's decode bucket when
+// the backend replays decode steps as graphs.
+func (s *shard) prepare(b *Batch, blockSize int) {
+	b.fillMeta(&s.meta, blockSize)
+	if g, ok := s.be.(backend.StepGrapher); ok {
+		s.padDecode(g)
+	}
+}
+
+// graphOwner names the buffers a captured step uses: the shard's (weights, activations)
+// and the cache's.
+type graphOwner struct {
+	s  *shard
+	kv backend.KVCache
+}
+
+// forward runs the step described by s.meta on the backend (inside Run). The first nOut
+// rows of logits are wanted: into logits (F32, nOut x vocabulary) when it is non-nil, or
+// as greedy token ids into ids. Every op reads and writes buffers that exist before the
+// step, and the final read-back is the only host synchronisation: a device backend can
+// replay the ops before it as a graph.
+//
+// A stage after the first receives the residual stream (x and the pending block output)
+// from the stage before instead of embedding the tokens, and a stage before the last
+// sends it on instead of computing logits.
+func (s *shard) forward(kv backend.KVCache, nOut int, logits []float32, ids []int32) error {
+	be, eps := s.be, float32(s.cfg.NormEps)
+	a, err := s.act.forStep(s, s.meta.NumTokens(), len(s.meta.LogitsIndices))
+	if err != nil {
+		return err
+	}
+	st, err := be.UploadStep(&s.meta)
+	if err != nil {
+		return err
+	}
+	wantOut := s.logits && nOut > 0 && (logits != nil || ids != nil)
+	ops := func() error {
+		if s.first {
+			if err := be.Embedding(a.x, s.w.embd, st); err != nil {
+				return fmt.Errorf("embedding: %w", err)
+			}
+		} else if err := s.receive(a); err != nil {
+			return err
+		}
+		for l := range s.w.layers {
+			if err := s.layer(l, a, kv, st); err != nil {
+				return fmt.Errorf("layer %d: %w", l, err)
+			}
+		}
+		if !s.last {
+			return s.sendOn(a)
+		}
+		if !wantOut {
+			return nil
+		}
+		// The last block's output joins the residual stream; the final norm follows, and
+		// only the rows whose logits are wanted are projected onto the vocabulary.
+		if err := be.RMSNormResidual(a.xb, a.x, a.ffnOut, s.w.outNorm, eps); err != nil {
+			return fmt.Errorf("output norm: %w", err)
+		}
+		if err := be.GatherRows(a.last, a.xb, st); err != nil {
+			return fmt.Errorf("logits rows: %w", err)
+		}
+		return nil
+	}
+	if g, ok := be.(backend.StepGrapher); ok {
+		err = g.RunStep(st, graphOwner{s: s, kv: kv}, ops)
+	} else {
+		err = ops()
+	}
+	if err != nil || !wantOut {
+		return err
+	}
+	last := a.last
+	if nOut < len(s.meta.LogitsIndices) {
+		last = last.Rows(nOut)
+	}
+	if ids != nil {
+		err = be.(backend.ArgmaxLogits).LogitsArgmax(ids, last, s.w.output)
+	} else {
+		err = be.Logits(logits, last, s.w.output)
+	}
+	if err != nil {
+		return fmt.Errorf("output: %w", err)
+	}
+	return nil
+}
+
+// receive takes the residual stream from the previous pipeline stage.
+func (s *shard) receive(a *activations) error {
+	if err := s.pp.Recv(a.x, s.stage-1); err != nil {
+		return fmt.Errorf("receive from stage %d: %w", s.stage-1, err)
+	}
+	if err := s.pp.Recv(a.ffnOut, s.stage-1); err != nil {
+		return fmt.Errorf("receive from stage %d: %w", s.stage-1, err)
+	}
+	return nil
+}
+
+// sendOn passes the residual stream to the next pipeline stage.
+func (s *shard) sendOn(a *activations) error {
+	if err := s.pp.Send(a.x, s.stage+1); err != nil {
+		return fmt.Errorf("send to stage %d: %w", s.stage+1, err)
+	}
+	if err := s.pp.Send(a.ffnOut, s.stage+1); err != nil {
+		return fmt.Errorf("send to stage %d: %w", s.stage+1, err)
+	}
+	return nil
+}
+
+// reduce sums a block's partial output over the ranks of a tensor-parallel stage: each
+// rank's heads (or MLP columns) contributed one term of the output projection.
+func (s *shard) reduce(t backend.Tensor) error {
+	if s.tp == nil {
+		return nil
+	}
+	if err := s.tp.AllReduceSum(t); err != nil {
+		return fmt.Errorf("all-reduce: %w", err)
+	}
+	return nil
+}
+
+// layer runs transformer block l: pre-norm attention, then a pre-norm feed-forward. Each
+// half leaves its output in a.ffnOut, which the next fused norm adds to the residual
+// stream a.x.
+func (s *shard) layer(l int, a *activations, kv backend.KVCache, st backend.Step) error {
+	be, lw, eps := s.be, &s.w.layers[l], float32(s.cfg.NormEps)
+	var err error
+	if l == 0 && s.first {
+		err = be.RMSNorm(a.xb, a.x, lw.attnNorm, eps)
+	} else {
+		err = be.RMSNormResidual(a.xb, a.x, a.ffnOut, lw.attnNorm, eps)
+	}
+	if err != nil {
+		return err
+	}
+	if err := s.attention(l, a, kv, st); err != nil {
+		return err
+	}
+	if err := be.RMSNormResidual(a.xb, a.x, a.ffnOut, lw.ffnNorm, eps); err != nil {
+		return err
+	}
+	if s.cfg.Experts > 0 {
+		err = s.moe(l, a)
+	} else {
+		err = s.mlp(a.ffnOut, a.xb, a, lw.gate, lw.up, lw.down)
+	}
+	if err != nil {
+		return err
+	}
+	return s.reduce(a.ffnOut)
+}
+
+// attention is the attention half of block l on the normalized rows a.xb: projections,
+// (biases, QK norm,) rotary embedding fused with the cache write, paged attention, and the
+// output projection into a.ffnOut, summed over the tensor-parallel ranks.
+func (s *shard) attention(l int, a *activations, kv backend.KVCache, st backend.Step) error {
+	be, lw, c := s.be, &s.w.layers[l], s.cfg
+	if err := be.MatMul(a.q, a.xb, lw.q); err != nil {
+		return err
+	}
+	if err := be.MatMul(a.k, a.xb, lw.k); err != nil {
+		return err
+	}
+	if err := be.MatMul(a.v, a.xb, lw.v); err != nil {
+		return err
+	}
+	if c.QKVBias {
+		if err := be.AddBias(a.q, lw.qBias); err != nil {
+			return err
+		}
+		if err := be.AddBias(a.k, lw.kBias); err != nil {
+			return err
+		}
+		if err := be.AddBias(a.v, lw.vBias); err != nil {
+			return err
+		}
+	}
+	if c.QKNorm {
+		if err := be.HeadNorm(a.q, lw.qNorm, float32(c.NormEps)); err != nil {
+			return err
+		}
+		if err := be.HeadNorm(a.k, lw.kNorm, float32(c.NormEps)); err != nil {
+			return err
+		}
+	}
+	if err := be.RopeKVWrite(a.q, a.k, a.v, s.rope, kv, l, st); err != nil {
+		return err
+	}
+	if err := be.Attention(a.att, a.q, kv, l, s.scale, st); err != nil {
+		return err
+	}
+	if err := be.MatMul(a.ffnOut, a.att, lw.o); err != nil {
+		return err
+	}
+	return s.reduce(a.ffnOut)
+}
+
+// mlp computes the SwiGLU feed-forward out = down(silu(gate·x) * up·x), with a.gate and
+// a.up as scratch.
+func (s *shard) mlp(out, x backend.Tensor, a *activations, gate, up, down backend.Tensor) error {
+	be := s.be
+	if err := be.MatMul(a.gate, x, gate); err != nil {
+		return err
+	}
+	if err := be.MatMul(a.up, x, up); err != nil {
+		return err
+	}
+	if err := be.SwiGLU(a.gate, a.gate, a.up); err != nil {
+		return err
+	}
+	return be.MatMul(out, a.gate, down)
+}
