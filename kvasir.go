@@ -80,8 +80,16 @@ type Options struct {
 	// Backend runs the model (for example a CUDA backend); nil runs it on a CPU backend of
 	// Threads threads. The caller keeps ownership and closes it after the Engine.
 	Backend backend.Backend
-	// KVCacheMemory is the KV cache budget in bytes (0: DefaultKVCacheMemory on the CPU;
-	// on a device with memory of its own, what GPUMemoryUtilization leaves).
+	// TensorParallel and PipelineParallel split the model across ranks (0 or 1: not
+	// split; see model.Parallel): each rank holds a slice of every layer's heads and MLP,
+	// of the layers of one pipeline stage, and the matching part of the KV cache.
+	TensorParallel, PipelineParallel int
+	// Backends run a split model, one per rank, stage-major (for example one CUDA backend
+	// per GPU); nil with a split model makes CPU backends that share the Threads threads.
+	// The caller closes them after the Engine.
+	Backends []backend.Backend
+	// KVCacheMemory is the KV cache budget in bytes of each rank (0: DefaultKVCacheMemory
+	// on the CPU; on a device with memory of its own, what GPUMemoryUtilization leaves).
 	KVCacheMemory int64
 	// GPUMemoryUtilization is the fraction of a device's memory kvasir may use in all
 	// (weights, KV cache and a reserve for activations); the KV cache gets what the weights
@@ -160,20 +168,28 @@ func OpenModel(fm *format.Model, opt Options) (*Engine, error) {
 	if maxSeqs <= 0 {
 		maxSeqs = engine.DefaultMaxNumSeqs
 	}
-	// The cache is sized by the element the backend holds (BF16 on a GPU, F32 on the CPU).
-	elem := 4
-	if opt.Backend != nil {
-		elem = backend.KVBytesPerElement(opt.Backend)
+	bes := opt.Backends
+	if bes == nil && opt.Backend != nil {
+		bes = []backend.Backend{opt.Backend}
 	}
-	perToken := model.KVBytesPerToken(cfg, elem)
 	// The weights go first, so that a device's KV cache can take what they leave.
-	m, err := model.New(fm, model.Options{Threads: opt.Threads, Backend: opt.Backend, Progress: opt.UploadProgress})
+	m, err := model.New(fm, model.Options{Threads: opt.Threads, Backends: bes,
+		Parallel: model.Parallel{Tensor: opt.TensorParallel, Pipeline: opt.PipelineParallel}, Progress: opt.UploadProgress})
 	if err != nil {
 		return nil, err
 	}
+	// Every rank holds the same blocks of its own layers and KV heads: the cache is sized
+	// by the largest rank's part, in the element its backend holds (BF16 on a GPU, F32 on
+	// the CPU), from the memory each rank has.
+	rc := m.RankConfig()
+	elem := 4
+	if len(bes) > 0 {
+		elem = backend.KVBytesPerElement(bes[0])
+	}
+	perToken := model.KVBytesPerToken(rc, elem)
 	mem := opt.KVCacheMemory
 	if mem <= 0 {
-		mem, err = deviceKVBudget(opt)
+		mem, err = deviceKVBudget(bes, opt.GPUMemoryUtilization)
 		if err != nil {
 			m.Close()
 			return nil, fmt.Errorf("open %s: %w", fm.Path, err)
@@ -182,7 +198,7 @@ func OpenModel(fm *format.Model, opt Options) (*Engine, error) {
 	if mem <= 0 {
 		mem = min(DefaultKVCacheMemory, perToken*int64(maxLen)*int64(maxSeqs)+perToken*int64(blockSize))
 	}
-	sizing, err := kvcache.Plan(cfg.Layers, cfg.KVHeads, cfg.HeadDim, elem, blockSize, mem, maxLen)
+	sizing, err := kvcache.Plan(rc.Layers, rc.KVHeads, rc.HeadDim, elem, blockSize, mem, maxLen)
 	if err != nil {
 		m.Close()
 		return nil, fmt.Errorf("open %s: %w", fm.Path, err)
@@ -249,7 +265,12 @@ func (e *Engine) VocabSize() int { return e.fm.Config.VocabSize }
 
 // KVCacheSizing returns the KV cache sizing line (bytes per token, blocks, concurrency) to
 // log at start.
-func (e *Engine) KVCacheSizing() string { return e.sizing.String() }
+func (e *Engine) KVCacheSizing() string {
+	if p := e.m.Parallel(); p.Ranks() > 1 {
+		return fmt.Sprintf("%s, on each of %d ranks (tensor-parallel %d x pipeline-parallel %d)", e.sizing, p.Ranks(), p.Tensor, p.Pipeline)
+	}
+	return e.sizing.String()
+}
 
 // HasTokenizer reports whether the model came with a tokenizer (text prompts and outputs).
 func (e *Engine) HasTokenizer() bool { return e.tok != nil }
@@ -288,18 +309,29 @@ func (e *Engine) TokenText(id int32) string {
 	return string(e.tok.TokenBytes(int(id)))
 }
 
-// deviceKVBudget returns the KV cache bytes a device backend can give after the weights
-// (see kvBudget), or 0 for backends without memory of their own (the CPU).
-func deviceKVBudget(opt Options) (int64, error) {
-	r, ok := opt.Backend.(backend.MemoryReporter)
-	if !ok {
-		return 0, nil
+// deviceKVBudget returns the KV cache bytes each device backend of bes can give after the
+// weights (see kvBudget; the least of them), or 0 for backends without memory of their own
+// (the CPU).
+func deviceKVBudget(bes []backend.Backend, util float64) (int64, error) {
+	var least int64
+	for i, be := range bes {
+		r, ok := be.(backend.MemoryReporter)
+		if !ok {
+			return 0, nil
+		}
+		free, total, err := r.MemoryInfo()
+		if err != nil {
+			return 0, err
+		}
+		budget, err := kvBudget(free, total, util)
+		if err != nil {
+			return 0, fmt.Errorf("rank %d: %w", i, err)
+		}
+		if i == 0 || budget < least {
+			least = budget
+		}
 	}
-	free, total, err := r.MemoryInfo()
-	if err != nil {
-		return 0, err
-	}
-	return kvBudget(free, total, opt.GPUMemoryUtilization)
+	return least, nil
 }
 
 // kvBudget returns util (0: DefaultGPUMemoryUtilization) of a device's total memory, less

@@ -67,3 +67,42 @@ func TestKVBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenSplit: stories260K split by tensor and pipeline across CPU ranks tells the same
+// greedy story as the whole model, sizes each rank's cache part by its share of the KV
+// heads, and a split the shape does not allow is refused.
+func TestOpenSplit(t *testing.T) {
+	p := testdata.Path(t, "models/stories260K/stories260K.bin")
+	tok := testdata.Path(t, "models/stories260K/tok512.bin")
+	story := func(opt Options) (string, string) {
+		opt.Tokenizer, opt.Threads, opt.KVCacheMemory = tok, 2, 4<<20
+		e, err := Open(p, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		ch, err := e.Generate(context.Background(), Request{Prompt: "Once upon a time", Params: SamplingParams{MaxTokens: 40}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var text string
+		for o := range ch {
+			text += o.Text
+		}
+		return text, e.KVCacheSizing()
+	}
+	want, wholeSizing := story(Options{})
+	if !strings.Contains(want, "Lily") {
+		t.Fatalf("unexpected story %q", want)
+	}
+	got, sizing := story(Options{TensorParallel: 2, PipelineParallel: 2})
+	if got != want {
+		t.Errorf("split story %q, whole model's %q", got, want)
+	}
+	if !strings.Contains(sizing, "on each of 4 ranks") || sizing == wholeSizing {
+		t.Errorf("sizing of the split cache: %q (whole: %q)", sizing, wholeSizing)
+	}
+	if _, err := Open(p, Options{Tokenizer: tok, TensorParallel: 3}); err == nil || !strings.Contains(err.Error(), "heads") {
+		t.Errorf("tensor-parallel 3 over 8 heads: %v", err)
+	}
+}

@@ -184,6 +184,8 @@ type generateResult struct {
 	Arch                string  `json:"arch"`
 	Threads             int     `json:"threads"`
 	KernelSet           string  `json:"kernel_set"`
+	TensorParallel      int     `json:"tensor_parallel_size"`
+	PipelineParallel    int     `json:"pipeline_parallel_size"`
 	PromptLen           int     `json:"prompt_len"`
 	GenLen              int     `json:"gen_len"`
 	PrefillSeconds      float64 `json:"prefill_seconds"`
@@ -206,7 +208,7 @@ func benchGenerate(args []string) error {
 	chunk := fs.Int("chunk", model.DefaultPrefillChunk, "prefill chunk size in tokens")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	tokPath := fs.String("z", "", "tokenizer file (llama2.c checkpoints)")
-	device := deviceFlag(fs)
+	pl := placementFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -223,13 +225,13 @@ func benchGenerate(args []string) error {
 		return err
 	}
 	defer fm.Close()
-	be, err := openBackend(*device)
+	bes, err := pl.open()
 	if err != nil {
 		return err
 	}
-	defer closeBackend(be)
-	update, finish := uploadProgress(be, fm.Bytes())
-	m, err := model.New(fm, model.Options{Threads: *threads, Backend: be, Progress: update})
+	defer closeBackends(bes)
+	update, finish := uploadProgress(bes, fm.Bytes())
+	m, err := model.New(fm, model.Options{Threads: *threads, Backends: bes, Parallel: pl.parallel(), Progress: update})
 	finish()
 	if err != nil {
 		return err
@@ -277,10 +279,11 @@ func benchGenerate(args []string) error {
 	if m.Pool() != nil {
 		probe = max(probe, cpu.ProbeBandwidth(m.Pool(), probeBytes))
 	}
-	nt, kernels := backendInfo(m, be)
+	nt, kernels := backendInfo(m, bes)
 
 	res := generateResult{
 		Model: fm.Name(), Arch: c.Arch, Threads: nt, KernelSet: kernels,
+		TensorParallel: m.Parallel().Tensor, PipelineParallel: m.Parallel().Pipeline,
 		PromptLen: *promptLen, GenLen: *genLen,
 		PrefillSeconds: prefill.Seconds(), PrefillTokensPerS: perSecond(*promptLen, prefill),
 		DecodeSeconds: decode.Seconds(), DecodeTokensPerS: perSecond(*genLen, decode),
@@ -297,7 +300,7 @@ func benchGenerate(args []string) error {
 	if *asJSON {
 		return json.NewEncoder(os.Stdout).Encode(res)
 	}
-	fmt.Printf("model:   %s (%s), %d threads, %s kernels\n", res.Model, res.Arch, res.Threads, res.KernelSet)
+	fmt.Printf("model:   %s (%s), %d threads, %s kernels%s\n", res.Model, res.Arch, res.Threads, res.KernelSet, splitInfo(m))
 	fmt.Printf("prefill: %d tokens in %.3fs = %.1f tokens/s\n", res.PromptLen, res.PrefillSeconds, res.PrefillTokensPerS)
 	fmt.Printf("decode:  %d tokens in %.3fs = %.2f tokens/s\n", res.GenLen, res.DecodeSeconds, res.DecodeTokensPerS)
 	fmt.Printf("decode bandwidth: %.2f GB/s (%.1f MB weights + %.1f MB KV per token) = %.0f%% of the probe's %.2f GB/s\n",

@@ -88,7 +88,7 @@ func benchOffline(args []string) error {
 	maxLen := fs.Int("max-model-len", 0, "context length cap (0: the model's)")
 	noPrefix := fs.Bool("no-prefix-caching", false, "disable prefix caching")
 	asJSON := fs.Bool("json", false, "print the results as JSON (vLLM's keys)")
-	device := deviceFlag(fs)
+	pl := placementFlags(fs)
 	gpuMem := gpuMemoryFlag(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -101,15 +101,15 @@ func benchOffline(args []string) error {
 	if err != nil {
 		return err
 	}
-	be, err := openBackend(*device)
+	bes, err := pl.open()
 	if err != nil {
 		fm.Close()
 		return err
 	}
-	defer closeBackend(be)
-	update, finish := uploadProgress(be, fm.Bytes())
+	defer closeBackends(bes)
+	update, finish := uploadProgress(bes, fm.Bytes())
 	e, err := kvasir.OpenModel(fm, kvasir.Options{
-		Threads: *threads, Backend: be, KVCacheMemory: *kvMem, GPUMemoryUtilization: *gpuMem, MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatched,
+		Threads: *threads, Backends: bes, TensorParallel: *pl.tensor, PipelineParallel: *pl.pipe, KVCacheMemory: *kvMem, GPUMemoryUtilization: *gpuMem, MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatched,
 		MaxModelLen: *maxLen, DisablePrefixCaching: *noPrefix,
 		UploadProgress: update,
 	})

@@ -24,7 +24,7 @@ func runChat(args []string) error {
 	ctxLen := fs.Int("ctx", 4096, "conversation length in tokens (capped at the model's context length)")
 	tokPath := fs.String("z", "", "tokenizer file, when the model has none")
 	threads := fs.Int("threads", 0, "worker threads (0: all cores)")
-	device := deviceFlag(fs)
+	pl := placementFlags(fs)
 	params := samplingFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -33,7 +33,7 @@ func runChat(args []string) error {
 		fs.Usage()
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	l, err := loadModel(*ref, *tokPath, *threads, *device)
+	l, err := loadModel(*ref, *tokPath, *threads, pl)
 	if err != nil {
 		return err
 	}

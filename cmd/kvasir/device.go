@@ -9,9 +9,59 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/model"
 )
 
-// deviceFlag adds --device to fs: where the model runs.
-func deviceFlag(fs *flag.FlagSet) *string {
-	return fs.String("device", "cpu", "where the model runs: cpu, or cuda (an NVIDIA GPU; cuda:N for device N)")
+// placement is where a model runs: the --device, --tensor-parallel-size and
+// --pipeline-parallel-size flags of the commands that load a model.
+type placement struct {
+	device       *string
+	tensor, pipe *int
+}
+
+// placementFlags adds --device, --tensor-parallel-size and --pipeline-parallel-size to fs.
+func placementFlags(fs *flag.FlagSet) *placement {
+	return &placement{
+		device: fs.String("device", "cpu", "where the model runs: cpu, or cuda (an NVIDIA GPU; cuda:N for device N, the first of a split model's GPUs)"),
+		tensor: fs.Int("tensor-parallel-size", 1, "split every layer's heads and MLP across this many ranks (GPUs, or CPU thread groups), summed by all-reduce"),
+		pipe:   fs.Int("pipeline-parallel-size", 1, "split the layers into this many pipeline stages, one rank (or tensor-parallel group) each"),
+	}
+}
+
+// parallel returns the split the flags ask for.
+func (p *placement) parallel() model.Parallel {
+	return model.Parallel{Tensor: *p.tensor, Pipeline: *p.pipe}
+}
+
+// open returns the backends the flags name: nil for cpu (the model makes its own CPU
+// backends from --threads), or one CUDA backend per rank on consecutive devices from
+// cuda:N. The caller closes them (closeBackends) after the model or engine that uses them.
+func (p *placement) open() ([]backend.Backend, error) {
+	par := p.parallel()
+	if par.Tensor < 1 || par.Pipeline < 1 {
+		return nil, fmt.Errorf("--tensor-parallel-size %d --pipeline-parallel-size %d: want sizes of at least 1", par.Tensor, par.Pipeline)
+	}
+	device := *p.device
+	first := 0
+	switch {
+	case device == "" || device == "cpu":
+		return nil, nil
+	case device == "cuda":
+	default:
+		if _, err := fmt.Sscanf(device, "cuda:%d", &first); err != nil {
+			return nil, fmt.Errorf("--device %q: want cpu, cuda or cuda:N", device)
+		}
+	}
+	var bes []backend.Backend
+	for r := range par.Ranks() {
+		b, err := cuda.NewBackend(cuda.BackendOptions{Ordinal: first + r})
+		if err != nil {
+			closeBackends(bes)
+			if par.Ranks() > 1 {
+				return nil, fmt.Errorf("--device %s with %d ranks: rank %d on cuda:%d: %w", device, par.Ranks(), r, first+r, err)
+			}
+			return nil, fmt.Errorf("--device %s: %w", device, err)
+		}
+		bes = append(bes, b)
+	}
+	return bes, nil
 }
 
 // gpuMemoryFlag adds --gpu-memory-utilization to fs: how much of a GPU's memory to use.
@@ -19,57 +69,41 @@ func gpuMemoryFlag(fs *flag.FlagSet) *float64 {
 	return fs.Float64("gpu-memory-utilization", 0.9, "with --device cuda: fraction of the GPU's memory to use for weights, KV cache and activations; the KV cache gets what the weights leave (ignored when --kv-cache-memory is set)")
 }
 
-// openBackend returns the backend named by a --device value: nil for cpu (the model makes
-// its own CPU backend from --threads), a CUDA backend for cuda or cuda:N. The caller
-// closes a non-nil backend after the model or engine that uses it.
-func openBackend(device string) (backend.Backend, error) {
-	switch {
-	case device == "" || device == "cpu":
-		return nil, nil
-	case device == "cuda":
-		return openCUDA(0)
-	}
-	var ordinal int
-	if _, err := fmt.Sscanf(device, "cuda:%d", &ordinal); err == nil {
-		return openCUDA(ordinal)
-	}
-	return nil, fmt.Errorf("--device %q: want cpu, cuda or cuda:N", device)
-}
-
-// openCUDA opens CUDA device ordinal, with a clear error when CUDA is missing.
-func openCUDA(ordinal int) (backend.Backend, error) {
-	b, err := cuda.NewBackend(cuda.BackendOptions{Ordinal: ordinal})
-	if err != nil {
-		return nil, fmt.Errorf("--device cuda: %w", err)
-	}
-	return b, nil
-}
-
-// uploadProgress returns a progress bar's update function for copying weights to a device
-// backend, and a function that removes the bar; on the CPU (be nil) weights are used in
+// uploadProgress returns a progress bar's update function for copying weights to device
+// backends, and a function that removes the bar; on the CPU (bes nil) weights are used in
 // place, so there is nothing to show.
-func uploadProgress(be backend.Backend, total int64) (update func(done, total int64), finish func()) {
-	if be == nil {
+func uploadProgress(bes []backend.Backend, total int64) (update func(done, total int64), finish func()) {
+	if bes == nil {
 		return nil, func() {}
 	}
 	bar := newProgress("uploading weights", total, false)
 	return bar.Update, bar.Finish
 }
 
-// closeBackend closes be when it is not nil.
-func closeBackend(be backend.Backend) {
-	if be != nil {
+// closeBackends closes the backends of bes.
+func closeBackends(bes []backend.Backend) {
+	for _, be := range bes {
 		be.Close()
 	}
 }
 
-// backendInfo describes where m runs: its CPU pool or the device backend be.
-func backendInfo(m *model.Model, be backend.Backend) (threads int, kernels string) {
+// backendInfo describes where m runs: its CPU pool (threads per rank) or the device
+// backends bes, and how it is split when it is.
+func backendInfo(m *model.Model, bes []backend.Backend) (threads int, kernels string) {
+	kernels = "unknown"
 	if p := m.Pool(); p != nil {
-		return p.Threads(), p.KernelSet()
+		threads, kernels = p.Threads(), p.KernelSet()
+	} else if len(bes) > 0 {
+		kernels = bes[0].Name()
 	}
-	if be != nil {
-		return 0, be.Name()
+	return threads, kernels
+}
+
+// splitInfo describes how m is split across ranks, "" when it is not.
+func splitInfo(m *model.Model) string {
+	par := m.Parallel()
+	if par.Ranks() == 1 {
+		return ""
 	}
-	return 0, "unknown"
+	return fmt.Sprintf(", split across %d ranks (tensor-parallel %d x pipeline-parallel %d)", par.Ranks(), par.Tensor, par.Pipeline)
 }

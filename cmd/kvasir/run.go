@@ -25,13 +25,13 @@ type loaded struct {
 	file *format.Model
 	tok  *tokenizer.Tokenizer
 	m    *model.Model
-	be   backend.Backend // the device backend, nil on the CPU
+	bes  []backend.Backend // the device backends, nil on the CPU
 }
 
 // loadModel opens the model named by a -m argument (tokPath: a separate tokenizer, for a
 // llama2.c checkpoint) and binds its weights on the device named by a --device value (on
 // the CPU, a pool of threads workers), logging the load time to standard error.
-func loadModel(ref, tokPath string, threads int, device string) (*loaded, error) {
+func loadModel(ref, tokPath string, threads int, pl *placement) (*loaded, error) {
 	start := time.Now()
 	fm, err := openModel(ref, tokPath)
 	if err != nil {
@@ -46,34 +46,37 @@ func loadModel(ref, tokPath string, threads int, device string) (*loaded, error)
 		fm.Close()
 		return nil, fmt.Errorf("%s: tokenizer: %w", ref, err)
 	}
-	be, err := openBackend(device)
+	bes, err := pl.open()
 	if err != nil {
 		fm.Close()
 		return nil, err
 	}
-	update, finish := uploadProgress(be, fm.Bytes())
-	m, err := model.New(fm, model.Options{Threads: threads, Backend: be, Progress: update})
+	update, finish := uploadProgress(bes, fm.Bytes())
+	m, err := model.New(fm, model.Options{Threads: threads, Backends: bes, Parallel: pl.parallel(), Progress: update})
 	finish()
 	if err != nil {
-		closeBackend(be)
+		closeBackends(bes)
 		fm.Close()
 		return nil, err
 	}
 	c := fm.Config
-	nt, kernels := backendInfo(m, be)
+	nt, kernels := backendInfo(m, bes)
 	where := fmt.Sprintf("%d threads (%s kernels)", nt, kernels)
-	if be != nil {
+	if m.Parallel().Ranks() > 1 && bes == nil {
+		where = fmt.Sprintf("%d threads per rank (%s kernels)", nt, kernels)
+	}
+	if bes != nil {
 		where = kernels
 	}
-	fmt.Fprintf(os.Stderr, "loaded %s (%s, %d layers, dim %d, %.1f MB of weights) in %v on %s\n",
-		fm.Name(), c.Arch, c.Layers, c.Dim, float64(fm.Bytes())/1e6, time.Since(start).Round(time.Millisecond), where)
-	return &loaded{file: fm, tok: tok, m: m, be: be}, nil
+	fmt.Fprintf(os.Stderr, "loaded %s (%s, %d layers, dim %d, %.1f MB of weights) in %v on %s%s\n",
+		fm.Name(), c.Arch, c.Layers, c.Dim, float64(fm.Bytes())/1e6, time.Since(start).Round(time.Millisecond), where, splitInfo(m))
+	return &loaded{file: fm, tok: tok, m: m, bes: bes}, nil
 }
 
 // Close releases the model.
 func (l *loaded) Close() {
 	l.m.Close()
-	closeBackend(l.be)
+	closeBackends(l.bes)
 	l.file.Close()
 }
 
@@ -167,7 +170,7 @@ func runRun(args []string) error {
 	useChat := fs.Bool("chat", false, "wrap the prompt in the model's chat template as a user turn")
 	tokPath := fs.String("z", "", "tokenizer file (for a llama2.c checkpoint: tokenizer.bin)")
 	threads := fs.Int("threads", 0, "worker threads (0: all cores)")
-	device := deviceFlag(fs)
+	pl := placementFlags(fs)
 	params := samplingFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -179,7 +182,7 @@ func runRun(args []string) error {
 	if *n <= 0 {
 		return fmt.Errorf("-n %d: need a positive number of tokens", *n)
 	}
-	l, err := loadModel(*ref, *tokPath, *threads, *device)
+	l, err := loadModel(*ref, *tokPath, *threads, pl)
 	if err != nil {
 		return err
 	}

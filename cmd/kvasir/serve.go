@@ -35,7 +35,7 @@ func runServe(args []string) error {
 	kvMem := fs.String("kv-cache-memory", "", "KV cache budget: bytes, or with a unit (512MiB, 2GiB, 1GB) (default: 1GiB, capped by need)")
 	maxWaiting := fs.Int("max-waiting", 0, "answer 429 when this many requests wait (0: no limit)")
 	threads := fs.Int("threads", 0, "CPU worker threads (0: all cores)")
-	device := deviceFlag(fs)
+	pl := placementFlags(fs)
 	gpuMem := gpuMemoryFlag(fs)
 	blockSize := fs.Int("block-size", 0, "tokens per KV block (0: 16)")
 	noPrefix := fs.Bool("no-prefix-caching", false, "turn prefix caching off")
@@ -86,15 +86,15 @@ func runServe(args []string) error {
 	}
 	metrics := server.NewMetrics(names[0])
 	start := time.Now()
-	be, err := openBackend(*device)
+	bes, err := pl.open()
 	if err != nil {
 		fm.Close()
 		return err
 	}
-	defer closeBackend(be)
-	update, finish := uploadProgress(be, fm.Bytes())
+	defer closeBackends(bes)
+	update, finish := uploadProgress(bes, fm.Bytes())
 	eng, err := kvasir.OpenModel(fm, kvasir.Options{
-		Threads: *threads, Backend: be, KVCacheMemory: kvBytes, GPUMemoryUtilization: *gpuMem, BlockSize: *blockSize, MaxNumSeqs: *maxSeqs,
+		Threads: *threads, Backends: bes, TensorParallel: *pl.tensor, PipelineParallel: *pl.pipe, KVCacheMemory: kvBytes, GPUMemoryUtilization: *gpuMem, BlockSize: *blockSize, MaxNumSeqs: *maxSeqs,
 		MaxNumBatchedTokens: *maxBatched, MaxModelLen: *maxModelLen, DisablePrefixCaching: *noPrefix,
 		MaxWaiting: *maxWaiting, OnRequestDone: metrics.OnRequestDone,
 		UploadProgress: update,

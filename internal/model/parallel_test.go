@@ -147,7 +147,7 @@ func TestMicroBatchSplit(t *testing.T) {
 	m := &Model{par: Parallel{Tensor: 1, Pipeline: 2}}
 	b := &Batch{
 		Tokens: make([]int32, 8), Positions: make([]int32, 8), SlotMapping: make([]int32, 8),
-		Seqs: []Seq{{QueryStart: 0, QueryLen: 5}, {QueryStart: 5, QueryLen: 1}, {QueryStart: 6, QueryLen: 2}},
+		Seqs:          []Seq{{QueryStart: 0, QueryLen: 5}, {QueryStart: 5, QueryLen: 1}, {QueryStart: 6, QueryLen: 2}},
 		LogitsIndices: []int{4, 5, 7},
 	}
 	mbs := m.microBatches(b)
