@@ -86,7 +86,7 @@ func (o *Ops) RopeKV(a RopeKVArgs) error {
 	if a.Rope.NeoX {
 		neox = 1
 	}
-	return o.Dev.Launch(o.Kern.mod, "rope_kv_"+suffix(c.K.DType), Dim3{a.Tokens, 1, 1}, Dim3{128, 1, 1}, 0,
+	return o.Dev.Launch(o.Kern.mod, "rope_kv_"+suffix(c.K.DType), Dim3{a.Tokens, a.Heads + c.KVHeads, 1}, Dim3{64, 1, 1}, 0,
 		a.Q, a.K, a.V, a.QStride, a.KStride, a.VStride, c.K, c.V, a.Slots, a.Positions, a.Rope.InvFreq,
 		a.Rope.MScale, a.Heads, c.KVHeads, hd, a.Rope.Dim, neox)
 }

@@ -47,6 +47,7 @@ type Backend struct {
 	logitsDev Buffer // F32 logits of the step
 	work      *DecodeWorkspace
 	idsDev    Buffer  // I32 token ids picked on the device (LogitsArgmax)
+	sampleDev Buffer  // per-row sampling settings (LogitsSample)
 	tables    []int32 // block tables re-laid with a graph step's stride
 
 	// Captured decode graphs by owner, bucket and block-table stride; dropped whenever a
@@ -54,6 +55,10 @@ type Backend struct {
 	graphs    map[graphKey]*graphEntry
 	capturing bool // ops are being captured into a graph
 	warned    bool // a capture failure was reported
+
+	// NCCL groups the backend is a rank of (NewGroup); a graph is not replayed once one
+	// of them is aborted.
+	groups []*commGroup
 }
 
 // decodeSplits is the most split-K partitions decode attention uses per sequence and head.

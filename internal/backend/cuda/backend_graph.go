@@ -82,6 +82,10 @@ func (b *Backend) RunStep(st backend.Step, owner any, ops func() error) error {
 	if !s.graphable || owner == nil {
 		return ops()
 	}
+	if b.groupsAborted() {
+		// A captured graph may hold the aborted communicators' work.
+		return firstErr(fmt.Errorf("cuda run step: %w", errAborted), b.dropGraphs())
+	}
 	key := graphKey{owner: owner, seqs: s.meta.NumSeqs(), maxBlocks: s.maxBlocks}
 	e := b.graphs[key]
 	if e == nil {

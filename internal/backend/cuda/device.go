@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -21,6 +22,10 @@ type Device struct {
 	ctx    uintptr
 	stream uintptr
 	info   DeviceInfo
+	// pdl: kernels that wait for their predecessor in the kernel (pdlKernel) are launched
+	// with programmatic stream serialization (compute capability 9.0 and later, unless
+	// KVASIR_CUDA_PDL=0).
+	pdl bool
 
 	jobs     chan job
 	quit     chan struct{} // closed by Close
@@ -124,6 +129,7 @@ func (dv *Device) setup() error {
 	if err := d.check("cuMemGetInfo_v2", d.cuMemGetInfo(&dv.info.FreeMem, &dv.info.TotalMem)); err != nil {
 		return err
 	}
+	dv.pdl = d.cuLaunchKernelEx != nil && dv.info.Major >= 9 && os.Getenv("KVASIR_CUDA_PDL") != "0"
 	return nil
 }
 

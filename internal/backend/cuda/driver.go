@@ -10,42 +10,44 @@ import (
 type Driver struct {
 	lib *library
 
-	cuInit                     func(flags uint32) int32
-	cuDriverGetVersion         func(v *int32) int32
-	cuDeviceGetCount           func(n *int32) int32
-	cuDeviceGet                func(dev *int32, ordinal int32) int32
-	cuDeviceGetName            func(name *byte, n int32, dev int32) int32
-	cuDeviceGetAttribute       func(v *int32, attr int32, dev int32) int32
-	cuDevicePrimaryCtxRetain   func(ctx *uintptr, dev int32) int32
-	cuDevicePrimaryCtxRelease  func(dev int32) int32
-	cuCtxSetCurrent            func(ctx uintptr) int32
-	cuCtxSynchronize           func() int32
-	cuMemGetInfo               func(free, total *uint64) int32
-	cuMemAlloc                 func(p *uint64, size uint64) int32
-	cuMemFree                  func(p uint64) int32
-	cuMemAllocHost             func(p *unsafe.Pointer, size uint64) int32
-	cuMemHostAlloc             func(p *unsafe.Pointer, size uint64, flags uint32) int32
-	cuMemFreeHost              func(p unsafe.Pointer) int32
-	cuMemcpyHtoD               func(dst uint64, src unsafe.Pointer, n uint64) int32
-	cuMemcpyDtoH               func(dst unsafe.Pointer, src uint64, n uint64) int32
-	cuMemcpyDtoD               func(dst, src uint64, n uint64) int32
-	cuMemcpyHtoDAsync          func(dst uint64, src unsafe.Pointer, n uint64, stream uintptr) int32
-	cuMemcpyDtoHAsync          func(dst unsafe.Pointer, src uint64, n uint64, stream uintptr) int32
-	cuMemcpyDtoDAsync          func(dst, src uint64, n uint64, stream uintptr) int32
-	cuMemsetD32Async           func(dst uint64, v uint32, n uint64, stream uintptr) int32
-	cuStreamCreate             func(s *uintptr, flags uint32) int32
-	cuStreamDestroy            func(s uintptr) int32
-	cuStreamSynchronize        func(s uintptr) int32
-	cuEventCreate              func(e *uintptr, flags uint32) int32
-	cuEventDestroy             func(e uintptr) int32
-	cuEventRecord              func(e, s uintptr) int32
-	cuEventSynchronize         func(e uintptr) int32
-	cuEventElapsedTime         func(ms *float32, start, end uintptr) int32
-	cuModuleLoadData           func(m *uintptr, image unsafe.Pointer) int32
-	cuModuleUnload             func(m uintptr) int32
-	cuModuleGetFunction        func(f *uintptr, m uintptr, name *byte) int32
-	cuFuncSetAttribute         func(f uintptr, attr int32, v int32) int32
-	cuLaunchKernel             func(f uintptr, gx, gy, gz, bx, by, bz, shared uint32, stream uintptr, params, extra unsafe.Pointer) int32
+	cuInit                    func(flags uint32) int32
+	cuDriverGetVersion        func(v *int32) int32
+	cuDeviceGetCount          func(n *int32) int32
+	cuDeviceGet               func(dev *int32, ordinal int32) int32
+	cuDeviceGetName           func(name *byte, n int32, dev int32) int32
+	cuDeviceGetAttribute      func(v *int32, attr int32, dev int32) int32
+	cuDevicePrimaryCtxRetain  func(ctx *uintptr, dev int32) int32
+	cuDevicePrimaryCtxRelease func(dev int32) int32
+	cuCtxSetCurrent           func(ctx uintptr) int32
+	cuCtxSynchronize          func() int32
+	cuMemGetInfo              func(free, total *uint64) int32
+	cuMemAlloc                func(p *uint64, size uint64) int32
+	cuMemFree                 func(p uint64) int32
+	cuMemAllocHost            func(p *unsafe.Pointer, size uint64) int32
+	cuMemHostAlloc            func(p *unsafe.Pointer, size uint64, flags uint32) int32
+	cuMemFreeHost             func(p unsafe.Pointer) int32
+	cuMemcpyHtoD              func(dst uint64, src unsafe.Pointer, n uint64) int32
+	cuMemcpyDtoH              func(dst unsafe.Pointer, src uint64, n uint64) int32
+	cuMemcpyDtoD              func(dst, src uint64, n uint64) int32
+	cuMemcpyHtoDAsync         func(dst uint64, src unsafe.Pointer, n uint64, stream uintptr) int32
+	cuMemcpyDtoHAsync         func(dst unsafe.Pointer, src uint64, n uint64, stream uintptr) int32
+	cuMemcpyDtoDAsync         func(dst, src uint64, n uint64, stream uintptr) int32
+	cuMemsetD32Async          func(dst uint64, v uint32, n uint64, stream uintptr) int32
+	cuStreamCreate            func(s *uintptr, flags uint32) int32
+	cuStreamDestroy           func(s uintptr) int32
+	cuStreamSynchronize       func(s uintptr) int32
+	cuEventCreate             func(e *uintptr, flags uint32) int32
+	cuEventDestroy            func(e uintptr) int32
+	cuEventRecord             func(e, s uintptr) int32
+	cuEventSynchronize        func(e uintptr) int32
+	cuEventElapsedTime        func(ms *float32, start, end uintptr) int32
+	cuModuleLoadData          func(m *uintptr, image unsafe.Pointer) int32
+	cuModuleUnload            func(m uintptr) int32
+	cuModuleGetFunction       func(f *uintptr, m uintptr, name *byte) int32
+	cuFuncSetAttribute        func(f uintptr, attr int32, v int32) int32
+	cuLaunchKernel            func(f uintptr, gx, gy, gz, bx, by, bz, shared uint32, stream uintptr, params, extra unsafe.Pointer) int32
+	// cuLaunchKernelEx is nil when the driver lacks it (before CUDA 12).
+	cuLaunchKernelEx           func(cfg *launchConfig, f uintptr, params, extra unsafe.Pointer) int32
 	cuStreamBeginCapture       func(s uintptr, mode int32) int32
 	cuStreamEndCapture         func(s uintptr, g *uintptr) int32
 	cuGraphInstantiateWithFlag func(exec *uintptr, g uintptr, flags uint64) int32
@@ -127,6 +129,10 @@ func Open() (*Driver, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("CUDA driver %s: %w", lib.name, err)
+	}
+	// Optional: programmatic dependent launch needs it; plain launches do not.
+	if lib.bind([]symbol{{&d.cuLaunchKernelEx, "cuLaunchKernelEx"}}) != nil {
+		d.cuLaunchKernelEx = nil
 	}
 	if err := d.check("cuInit", d.cuInit(0)); err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"strings"
 	"unsafe"
 )
 
@@ -92,9 +93,21 @@ func (dv *Device) Launch(m *Module, name string, grid, block Dim3, sharedBytes i
 		}
 		ptrs[i] = unsafe.Pointer(&slots[i])
 	}
-	r := dv.drv.cuLaunchKernel(f, uint32(grid.X), uint32(grid.Y), uint32(grid.Z),
-		uint32(block.X), uint32(block.Y), uint32(block.Z), uint32(sharedBytes), dv.stream,
-		unsafe.Pointer(&ptrs[0]), nil)
+	var r int32
+	if dv.pdl && pdlKernel(name) {
+		attr := &launchAttr{id: launchAttrProgrammaticSerialization}
+		attr.val[0] = 1 // programmaticStreamSerializationAllowed
+		cfg := &launchConfig{gridX: uint32(grid.X), gridY: uint32(grid.Y), gridZ: uint32(grid.Z),
+			blockX: uint32(block.X), blockY: uint32(block.Y), blockZ: uint32(block.Z),
+			shared: uint32(sharedBytes), stream: dv.stream, attrs: attr, numAttrs: 1}
+		r = dv.drv.cuLaunchKernelEx(cfg, f, unsafe.Pointer(&ptrs[0]), nil)
+		runtime.KeepAlive(cfg)
+		runtime.KeepAlive(attr)
+	} else {
+		r = dv.drv.cuLaunchKernel(f, uint32(grid.X), uint32(grid.Y), uint32(grid.Z),
+			uint32(block.X), uint32(block.Y), uint32(block.Z), uint32(sharedBytes), dv.stream,
+			unsafe.Pointer(&ptrs[0]), nil)
+	}
 	runtime.KeepAlive(slots)
 	runtime.KeepAlive(ptrs)
 	if err := dv.drv.check("cuLaunchKernel", r); err != nil {
@@ -205,4 +218,39 @@ func (dv *Device) FreeGraph(g *Graph) error {
 	err := dv.drv.check("cuGraphExecDestroy", dv.drv.cuGraphExecDestroy(g.exec))
 	g.exec = 0
 	return err
+}
+
+// launchConfig mirrors the driver's CUlaunchConfig (cuda.h) on 64-bit platforms.
+type launchConfig struct {
+	gridX, gridY, gridZ    uint32
+	blockX, blockY, blockZ uint32
+	shared                 uint32
+	_                      uint32
+	stream                 uintptr
+	attrs                  *launchAttr
+	numAttrs               uint32
+	_                      uint32
+}
+
+// launchAttr mirrors CUlaunchAttribute: a 4-byte id, padding, and a 64-byte value union.
+type launchAttr struct {
+	id  uint32
+	_   uint32
+	val [16]uint32
+}
+
+// launchAttrProgrammaticSerialization is CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION.
+const launchAttrProgrammaticSerialization = 6
+
+// pdlKernel reports whether kernel name calls pdl_wait before it reads what earlier
+// kernels wrote (pdl_entry in kernels/common.cu), so that it may be launched as a
+// programmatic dependent of the kernel ahead of it.
+func pdlKernel(name string) bool {
+	for _, p := range []string{"gemv_n", "rmsnorm_", "rope_kv_", "swiglu_", "attn_decode_", "attn_combine_",
+		"embed_", "gather_rows_f32", "argmax_f32", "add_bias_f32"} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
 }

@@ -109,8 +109,17 @@ func (o *Ops) RMSNorm(out, residual, x, weight Buffer, rows, dim int, eps float3
 			return fmt.Errorf("cuda rmsnorm: out may not alias residual when x is added")
 		}
 	}
-	return o.Dev.Launch(o.Kern.mod, "rmsnorm_"+suffix(out.DType), Dim3{rows, 1, 1}, Dim3{threads, 1, 1}, 0,
+	return o.Dev.Launch(o.Kern.mod, "rmsnorm_"+suffix(out.DType), Dim3{rows, 1, 1}, Dim3{normThreads(dim), 1, 1}, 0,
 		out, residual, x, weight, dim, eps)
+}
+
+// normThreads returns the RMSNorm block size for rows of dim values: about 4 values a
+// thread (a multiple of 32, from 64 to 1024), so that rows up to 8192 values stay in
+// registers (RMS_MAXV in norm.cu).
+func normThreads(dim int) int {
+	n := (dim + 3) / 4
+	n = (n + 31) / 32 * 32
+	return min(1024, max(64, n))
 }
 
 // SwiGLU writes out[r][c] = silu(gate[r*inStride+c]) * up[r*inStride+c] for rows x dim

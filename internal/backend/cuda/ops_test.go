@@ -187,8 +187,13 @@ func testEmbedding(t *testing.T, e *env, r *rand.Rand) {
 }
 
 func testRMSNorm(t *testing.T, e *env, r *rand.Rand) {
-	const rows, dim, eps = 7, 1000, 1e-5
-	for _, dt := range floatTypes {
+	const rows, eps = 7, 1e-5
+	// 1000 and 4096 values fit the kernel's registers; 9000 takes its looping path.
+	for _, c := range []struct {
+		dim int
+		dt  DType
+	}{{1000, F32}, {1000, F16}, {1000, BF16}, {4096, F32}, {9000, F32}, {9000, BF16}} {
+		dim, dt := c.dim, c.dt
 		for _, withX := range []bool{false, true} {
 			res0 := randVals(r, rows*dim, 2)
 			xv := randVals(r, rows*dim, 1)
@@ -213,17 +218,18 @@ func testRMSNorm(t *testing.T, e *env, r *rand.Rand) {
 					wantRes[i*dim+j] = v
 					ss += v * v
 				}
-				inv := 1 / math.Sqrt(ss/dim+eps)
+				inv := 1 / math.Sqrt(ss/float64(dim)+eps)
 				for j := range dim {
 					want[i*dim+j] = wantRes[i*dim+j] * inv * float64(wv[j])
 				}
 			}
-			name := fmt.Sprintf("rmsnorm %s residual=%v", dt, withX)
+			name := fmt.Sprintf("rmsnorm %s dim=%d residual=%v", dt, dim, withX)
 			check(t, name, dt, e.download(t, out), want)
 			check(t, name+" (residual)", F32, e.download(t, res), wantRes)
 		}
 	}
 	// In place on float32 without x.
+	const dim = 1000
 	res0 := randVals(r, dim, 1)
 	res, _ := e.upload(t, F32, res0)
 	w, _ := e.upload(t, F32, make([]float32, dim))

@@ -13,6 +13,7 @@ template <typename T>
 __device__ void attn_decode(const float* q, int qStride, const T* kc, const T* vc, const int* blockTables,
                             int maxBlocks, const int* ctxLens, float* pm, float* pl, float* po, int heads,
                             int kvHeads, int headDim, int blockSize, int splitLen, float scale) {
+    pdl_entry();
     __shared__ float swm[4], swl[4];
     __shared__ float sacc[4][256];
     int split = blockIdx.x, h = blockIdx.y, s = blockIdx.z, splits = gridDim.x;
@@ -97,6 +98,7 @@ template <typename T, int NC>
 __device__ void attn_decode_gqa(const float* q, int qStride, const T* kc, const T* vc, const int* blockTables,
                                 int maxBlocks, const int* ctxLens, float* pm, float* pl, float* po, int heads,
                                 int kvHeads, int blockSize, int splitLen, float scale) {
+    pdl_entry();
     const int headDim = 32 * NC;
     __shared__ float swm[4][GQA_MAXG], swl[4][GQA_MAXG];
     __shared__ float sacc[4][GQA_MAXG * 32 * NC];
@@ -206,6 +208,7 @@ ATTN_DECODE_GQA(attn_decode_gqa4_bf16, bf16, 4)
 template <typename T>
 __device__ void attn_combine(T* out, int outStride, const float* pm, const float* pl, const float* po,
                              int splits, int heads, int headDim) {
+    pdl_entry();
     int h = blockIdx.x, s = blockIdx.y;
     long long row0 = ((long long)s * heads + h) * splits;
     float M = -KV_INF;

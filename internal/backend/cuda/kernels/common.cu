@@ -35,6 +35,29 @@ template <> __device__ __forceinline__ f16 from_f32<f16>(float v) {
     return r;
 }
 
+// Programmatic dependent launch (Hopper and later). A kernel the host launches with the
+// programmatic-serialization attribute (pdlKernel in launch.go) may start before the
+// kernel ahead of it in the stream has finished: it must call pdl_wait before it reads
+// anything an earlier kernel wrote (and before any early return, so that its own
+// completion still implies its predecessors'). pdl_launch lets the next kernel start
+// early. On older GPUs both do nothing.
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// pdl_entry is the first statement of a kernel launched as a dependent that needs its
+// inputs from the start.
+__device__ __forceinline__ void pdl_entry() {
+    pdl_wait();
+    pdl_launch();
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;

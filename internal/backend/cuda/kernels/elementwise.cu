@@ -4,6 +4,7 @@
 // outside [0, vocab) give a zero row.
 template <typename T>
 __device__ void embed(float* out, const T* table, const int* tokens, int vocab, int dim) {
+    pdl_entry();
     long long row = blockIdx.x;
     int tok = tokens[row];
     float* dst = out + row * dim;
@@ -20,6 +21,7 @@ extern "C" __global__ void embed_bf16(float* out, const bf16* t, const int* tok,
 
 // gather_rows_f32: out[i] = in[idx[i]], rows of dim floats; grid = rows.
 extern "C" __global__ void gather_rows_f32(float* out, const float* in, const int* idx, int dim) {
+    pdl_entry();
     long long row = blockIdx.x;
     const float* src = in + (long long)idx[row] * dim;
     float* dst = out + row * dim;
@@ -46,6 +48,7 @@ extern "C" __global__ void add_f32(float* out, const float* a, const float* b, l
 // inStride = 2*dim.
 template <typename T>
 __device__ void swiglu(T* out, const float* gate, const float* up, int rows, int dim, int inStride) {
+    pdl_entry();
     long long n = (long long)rows * dim;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
         long long r = i / dim, c = i - r * dim;

@@ -40,11 +40,25 @@ __device__ void gemv_rows(float* __restrict__ y, const float* __restrict__ x, co
     for (int i = 0; i < R; i++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[i][t] = 0.f;
+    // The weights do not depend on earlier kernels: the first chunk's loads are issued
+    // before waiting for the kernel ahead (programmatic dependent launch), so they overlap
+    // its tail.
+    uint4 first[R];
+    if (threadIdx.x < chunks) {
+#pragma unroll
+        for (int i = 0; i < R; i++) first[i] = ld_weights<NOL1>(wr[i] + threadIdx.x);
+    }
+    pdl_entry();
 #pragma unroll 2
     for (int c = threadIdx.x; c < chunks; c += GEMV_THREADS) {
         uint4 pk[R];
+        if (c == threadIdx.x) {
 #pragma unroll
-        for (int i = 0; i < R; i++) pk[i] = ld_weights<NOL1>(wr[i] + c);
+            for (int i = 0; i < R; i++) pk[i] = first[i];
+        } else {
+#pragma unroll
+            for (int i = 0; i < R; i++) pk[i] = ld_weights<NOL1>(wr[i] + c);
+        }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t < n) {
@@ -105,6 +119,7 @@ GEMV_KERNEL(gemv_n4_f16, f16, 4, 4, true)
 GEMV_KERNEL(gemv_n8_f16, f16, 4, 8, true)
 // add_bias_f32: x[r][c] += bias[c] over rows x cols values; grid-stride.
 extern "C" __global__ void add_bias_f32(float* x, const float* bias, long long rows, int cols) {
+    pdl_entry();
     long long n = rows * cols;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
         x[i] += bias[i % cols];

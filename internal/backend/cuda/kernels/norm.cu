@@ -1,15 +1,49 @@
 // RMSNorm fused with the residual add.
 
+#define RMS_MAXV 8  // values per thread kept in registers
+
 // rmsnorm: per row (grid = rows), when x is not null residual += x first; then
 // out = residual / sqrt(mean(residual^2) + eps) * weight. out may be residual (float32)
-// when x is null.
+// when x is null. When a row fits in the block's registers (dim <= RMS_MAXV * blockDim.x,
+// the launch sizes the block so), every load is issued at once and each value is read
+// once; longer rows take the looping path.
 template <typename T>
 __device__ void rmsnorm(T* out, float* residual, const float* x, const float* weight, int dim, float eps) {
+    pdl_entry();
     __shared__ float sh[32];
     long long row = blockIdx.x;
     float* r = residual + row * dim;
     const float* xr = x ? x + row * dim : 0;
     T* o = out + row * dim;
+    if (dim <= RMS_MAXV * (int)blockDim.x) {
+        float v[RMS_MAXV], wv[RMS_MAXV];
+#pragma unroll
+        for (int j = 0; j < RMS_MAXV; j++) {
+            int i = threadIdx.x + j * blockDim.x;
+            v[j] = 0.f;
+            wv[j] = 0.f;
+            if (i < dim) {
+                v[j] = r[i];
+                wv[j] = weight[i];
+                if (xr) v[j] += xr[i];
+            }
+        }
+        float ss = 0.f;
+#pragma unroll
+        for (int j = 0; j < RMS_MAXV; j++) {
+            int i = threadIdx.x + j * blockDim.x;
+            if (xr && i < dim) r[i] = v[j];
+            ss += v[j] * v[j];
+        }
+        ss = block_sum(ss, sh);
+        float inv = 1.f / sqrtf(ss / (float)dim + eps);
+#pragma unroll
+        for (int j = 0; j < RMS_MAXV; j++) {
+            int i = threadIdx.x + j * blockDim.x;
+            if (i < dim) o[i] = from_f32<T>(v[j] * inv * wv[j]);
+        }
+        return;
+    }
     float ss = 0.f;
     for (int i = threadIdx.x; i < dim; i += blockDim.x) {
         float v = r[i];

@@ -3,6 +3,7 @@
 // argmax_f32: out[row] = the index of the largest logit (the lowest index among ties;
 // NaN never wins). grid = rows, block = 1024.
 extern "C" __global__ void argmax_f32(int* out, const float* logits, int vocab) {
+    pdl_entry();
     __shared__ float sv[32];
     __shared__ int si[32];
     const float* lg = logits + (long long)blockIdx.x * vocab;
