@@ -206,6 +206,42 @@ type ArgmaxLogits interface {
 	LogitsArgmax(dst []int32, x, w Tensor) error
 }
 
+// SampleRow is one logits row's sampling settings for LogitsSampler: the distribution is
+// softmax(logits / Temperature) restricted to the TopK largest logits (<= 0: no limit),
+// then to the smallest set of those whose probability reaches TopP (>= 1: no limit), ties
+// at either threshold kept; the token drawn is where the cumulative probability, summed in
+// token-id order, first exceeds Uniform. A row with TopK 1 and Uniform 0 is the greedy
+// choice (the lowest id among tied largest logits).
+type SampleRow struct {
+	Temperature float32 // > 0
+	TopK        int32
+	TopP        float32
+	Uniform     float32 // in [0, 1): the row's random draw
+}
+
+// LogitsSampler is implemented by backends that can draw each row's token on the device,
+// so that full logits need not be copied back when sampling with a temperature.
+type LogitsSampler interface {
+	// LogitsSample computes x · wᵀ and writes, for each row of x, the token drawn as
+	// rows[i] says into dst: the step's last op and its only host synchronisation.
+	LogitsSample(dst []int32, x, w Tensor, rows []SampleRow) error
+}
+
+// MultiMatMuler is implemented by backends that multiply one input by several weights in
+// one pass (a layer's q, k and v projections), reading the input once and launching once.
+type MultiMatMuler interface {
+	// MatMuls computes outs[i] = x · ws[i]ᵀ for every i, as MatMul would one by one.
+	MatMuls(outs []Tensor, x Tensor, ws []Tensor) error
+}
+
+// SwiGLUMatMuler is implemented by backends that compute a SwiGLU MLP's gate and up
+// projections and their product in one pass.
+type SwiGLUMatMuler interface {
+	// MatMulSwiGLU computes out = silu(x · gateᵀ) * (x · upᵀ), as two MatMuls and SwiGLU
+	// would; out is [rows][gate rows].
+	MatMulSwiGLU(out, x, gate, up Tensor) error
+}
+
 // KVElementSizer is implemented by backends whose KV cache holds elements of a size of
 // their own choosing (a GPU backend's BF16 cache), whatever KVSpec.DType asks.
 type KVElementSizer interface {

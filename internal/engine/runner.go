@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
@@ -67,15 +68,22 @@ func (r *runner) build(plan *stepPlan, mgr *kvcache.Manager) {
 // run executes one step: copies, then the forward pass. It returns the logits of the
 // sequences with logits set, in plan order, one vocabulary-sized row each; or, when every
 // such sequence samples greedily from unprocessed logits (greedyOnly), their greedy token
-// ids instead (picked on the device where the backend can), with nil logits.
+// ids instead (picked on the device where the backend can), with nil logits; or, when the
+// backend samples on the device and every such sequence's sampler is plain (plainOnly),
+// the tokens drawn there, so that full logits are not copied back.
 func (r *runner) run(plan *stepPlan, mgr *kvcache.Manager) (logits []float32, ids []int32, err error) {
 	if err := r.copyBlocks(mgr.TakeCopies()); err != nil {
 		return nil, nil, err
 	}
 	r.build(plan, mgr)
-	if len(r.batch.LogitsIndices) > 0 && greedyOnly(plan) {
+	switch {
+	case len(r.batch.LogitsIndices) == 0:
+		logits, err = r.model.Forward(&r.batch, r.kv)
+	case greedyOnly(plan):
 		ids, err = r.model.ForwardGreedy(&r.batch, r.kv)
-	} else {
+	case r.model.CanSample() && plainOnly(plan):
+		ids, err = r.model.ForwardSample(&r.batch, r.kv, sampleRows(plan))
+	default:
 		logits, err = r.model.Forward(&r.batch, r.kv)
 	}
 	if err != nil {
@@ -101,4 +109,46 @@ func greedyOnly(plan *stepPlan) bool {
 		}
 	}
 	return true
+}
+
+// plainOnly reports whether every sequence of the plan that samples this step uses only
+// temperature, top-k and top-p (or is greedy), with no logprobs and no fork pending: its
+// draw can be made on the device from its settings and its sampler's next uniform.
+func plainOnly(plan *stepPlan) bool {
+	for _, sc := range plan.seqs {
+		if !sc.logits {
+			continue
+		}
+		seq := sc.seq
+		p := &seq.req.params
+		if !seq.sampler.Plain() || p.Logprobs || p.TopLogprobs > 0 || seq.forkPending {
+			return false
+		}
+	}
+	return true
+}
+
+// sampleRows returns the device sampling settings of the plan's sampling sequences, in
+// plan order, taking each sampled sequence's next uniform from its sampler (the draw its
+// host sampler would have used). Greedy sequences become top-1 at draw 0.
+func sampleRows(plan *stepPlan) []backend.SampleRow {
+	var rows []backend.SampleRow
+	for _, sc := range plan.seqs {
+		if !sc.logits {
+			continue
+		}
+		sp := sc.seq.sampler.Params()
+		if sp.Temperature <= 0 {
+			rows = append(rows, backend.SampleRow{Temperature: 1, TopK: 1, TopP: 1})
+			continue
+		}
+		topP := sp.TopP
+		if topP <= 0 || topP > 1 {
+			topP = 1
+		}
+		// float32 rounding must not carry a draw just below 1 up to 1.
+		u := min(float32(sc.seq.sampler.Uniform()), math.Nextafter32(1, 0))
+		rows = append(rows, backend.SampleRow{Temperature: sp.Temperature, TopK: int32(sp.TopK), TopP: topP, Uniform: u})
+	}
+	return rows
 }

@@ -278,7 +278,7 @@ func (m *Model) Forward(b *Batch, kv *KVCache) ([]float32, error) {
 	if len(b.LogitsIndices) > 0 {
 		logits = make([]float32, len(b.LogitsIndices)*m.cfg.VocabSize)
 	}
-	if err := m.run(b, kv, logits, nil); err != nil {
+	if err := m.run(b, kv, stepOut{n: len(b.LogitsIndices), logits: logits}); err != nil {
 		return nil, fmt.Errorf("forward: %w", err)
 	}
 	return logits, nil
@@ -298,18 +298,49 @@ func (m *Model) ForwardGreedy(b *Batch, kv *KVCache) ([]int32, error) {
 		return ids, nil
 	}
 	if _, ok := m.ranks[m.logitsRank()].be.(backend.ArgmaxLogits); ok {
-		if err := m.run(b, kv, nil, ids); err != nil {
+		if err := m.run(b, kv, stepOut{n: n, ids: ids}); err != nil {
 			return nil, fmt.Errorf("forward: %w", err)
 		}
 		return ids, nil
 	}
 	logits := make([]float32, n*m.cfg.VocabSize)
-	if err := m.run(b, kv, logits, nil); err != nil {
+	if err := m.run(b, kv, stepOut{n: n, logits: logits}); err != nil {
 		return nil, fmt.Errorf("forward: %w", err)
 	}
 	v := m.cfg.VocabSize
 	for i := range ids {
 		ids[i] = int32(sample.Greedy(logits[i*v : (i+1)*v]))
+	}
+	return ids, nil
+}
+
+// CanSample reports whether the backend that computes the logits draws tokens itself
+// (backend.LogitsSampler), so that ForwardSample may be used.
+func (m *Model) CanSample() bool {
+	_, ok := m.ranks[m.logitsRank()].be.(backend.LogitsSampler)
+	return ok
+}
+
+// ForwardSample runs one step as Forward does but returns, instead of the logits, the
+// token drawn on the device for each row named by b.LogitsIndices as rows says (one
+// setting per row; see backend.SampleRow). It needs CanSample.
+func (m *Model) ForwardSample(b *Batch, kv *KVCache, rows []backend.SampleRow) ([]int32, error) {
+	if !m.CanSample() {
+		return nil, fmt.Errorf("forward: the backend %s cannot sample on the device", m.ranks[m.logitsRank()].be.Name())
+	}
+	if err := m.check(b, kv); err != nil {
+		return nil, err
+	}
+	n := len(b.LogitsIndices)
+	if len(rows) != n {
+		return nil, fmt.Errorf("forward: %d sampling settings for %d logits rows", len(rows), n)
+	}
+	ids := make([]int32, n)
+	if n == 0 {
+		return ids, nil
+	}
+	if err := m.run(b, kv, stepOut{n: n, ids: ids, rows: rows}); err != nil {
+		return nil, fmt.Errorf("forward: %w", err)
 	}
 	return ids, nil
 }
@@ -331,13 +362,12 @@ func (m *Model) check(b *Batch, kv *KVCache) error {
 	return nil
 }
 
-// run runs a checked batch, returning the rows of b.LogitsIndices as logits (when logits
-// is non-nil) or greedy ids.
-func (m *Model) run(b *Batch, kv *KVCache, logits []float32, ids []int32) error {
+// run runs a checked batch, writing the rows of b.LogitsIndices to out.
+func (m *Model) run(b *Batch, kv *KVCache, out stepOut) error {
 	if len(m.ranks) == 1 {
 		s := m.ranks[0]
 		s.prepare(b, kv.BlockSize)
-		return s.be.Run(func() error { return s.forward(kv.parts[0], len(b.LogitsIndices), logits, ids) })
+		return s.be.Run(func() error { return s.forward(kv.parts[0], out) })
 	}
-	return m.runSplit(b, kv, logits, ids)
+	return m.runSplit(b, kv, out)
 }

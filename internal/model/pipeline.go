@@ -69,7 +69,7 @@ func (m *Model) microBatch(b *Batch, from, to int, next *int) microBatch {
 // all-reduces, and a stage waits for the previous one's residual stream. The last stage's
 // first rank writes the logits (or greedy ids). If any rank fails, the communicators are
 // aborted so that no rank waits forever, and the model refuses later steps.
-func (m *Model) runSplit(b *Batch, kv *KVCache, logits []float32, ids []int32) error {
+func (m *Model) runSplit(b *Batch, kv *KVCache, out stepOut) error {
 	mbs := m.microBatches(b)
 	vocab := m.cfg.VocabSize
 	errs := make([]error, len(m.ranks))
@@ -79,17 +79,11 @@ func (m *Model) runSplit(b *Batch, kv *KVCache, logits []float32, ids []int32) e
 		wg.Go(func() {
 			for _, mb := range mbs {
 				s.prepare(&mb.batch, kv.BlockSize)
-				nOut, lg, id := 0, []float32(nil), []int32(nil)
+				var part stepOut
 				if s.logits {
-					nOut = len(mb.batch.LogitsIndices)
-					if logits != nil {
-						lg = logits[mb.out*vocab : (mb.out+nOut)*vocab]
-					}
-					if ids != nil {
-						id = ids[mb.out : mb.out+nOut]
-					}
+					part = out.slice(mb.out, len(mb.batch.LogitsIndices), vocab)
 				}
-				err := s.be.Run(func() error { return s.forward(kv.parts[r], nOut, lg, id) })
+				err := s.be.Run(func() error { return s.forward(kv.parts[r], part) })
 				if err != nil {
 					errs[r] = fmt.Errorf("rank %d: %w", r, err)
 					once.Do(m.abort)
@@ -104,6 +98,21 @@ func (m *Model) runSplit(b *Batch, kv *KVCache, logits []float32, ids []int32) e
 		return err
 	}
 	return nil
+}
+
+// slice returns the part of out that holds its logits rows [from, from+n).
+func (out stepOut) slice(from, n, vocab int) stepOut {
+	part := stepOut{n: n}
+	if out.logits != nil {
+		part.logits = out.logits[from*vocab : (from+n)*vocab]
+	}
+	if out.ids != nil {
+		part.ids = out.ids[from : from+n]
+	}
+	if out.rows != nil {
+		part.rows = out.rows[from : from+n]
+	}
+	return part
 }
 
 // abort breaks every communicator of the model, releasing ranks that wait on a peer.

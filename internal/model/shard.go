@@ -109,16 +109,25 @@ type graphOwner struct {
 	kv backend.KVCache
 }
 
-// forward runs the step described by s.meta on the backend (inside Run). The first nOut
-// rows of logits are wanted: into logits (F32, nOut x vocabulary) when it is non-nil, or
-// as greedy token ids into ids. Every op reads and writes buffers that exist before the
-// step, and the final read-back is the only host synchronisation: a device backend can
-// replay the ops before it as a graph.
+// stepOut is where a step's output goes: of the step's first n logits rows, the logits
+// (logits, F32 n x vocabulary), or the greedy token ids (ids), or tokens drawn on the
+// device with each row's settings (ids and rows).
+type stepOut struct {
+	n      int
+	logits []float32
+	ids    []int32
+	rows   []backend.SampleRow
+}
+
+// forward runs the step described by s.meta on the backend (inside Run), writing its
+// output to out (nothing when the shard does not compute the logits). Every op reads and
+// writes buffers that exist before the step, and the final read-back is the only host
+// synchronisation: a device backend can replay the ops before it as a graph.
 //
 // A stage after the first receives the residual stream (x and the pending block output)
 // from the stage before instead of embedding the tokens, and a stage before the last
 // sends it on instead of computing logits.
-func (s *shard) forward(kv backend.KVCache, nOut int, logits []float32, ids []int32) error {
+func (s *shard) forward(kv backend.KVCache, out stepOut) error {
 	be, eps := s.be, float32(s.cfg.NormEps)
 	a, err := s.act.forStep(s, s.meta.NumTokens(), len(s.meta.LogitsIndices))
 	if err != nil {
@@ -128,7 +137,7 @@ func (s *shard) forward(kv backend.KVCache, nOut int, logits []float32, ids []in
 	if err != nil {
 		return err
 	}
-	wantOut := s.logits && nOut > 0 && (logits != nil || ids != nil)
+	wantOut := s.logits && out.n > 0 && (out.logits != nil || out.ids != nil)
 	ops := func() error {
 		if s.first {
 			if err := be.Embedding(a.x, s.w.embd, st); err != nil {
@@ -167,13 +176,16 @@ func (s *shard) forward(kv backend.KVCache, nOut int, logits []float32, ids []in
 		return err
 	}
 	last := a.last
-	if nOut < len(s.meta.LogitsIndices) {
-		last = last.Rows(nOut)
+	if out.n < len(s.meta.LogitsIndices) {
+		last = last.Rows(out.n)
 	}
-	if ids != nil {
-		err = be.(backend.ArgmaxLogits).LogitsArgmax(ids, last, s.w.output)
-	} else {
-		err = be.Logits(logits, last, s.w.output)
+	switch {
+	case out.rows != nil:
+		err = be.(backend.LogitsSampler).LogitsSample(out.ids, last, s.w.output, out.rows)
+	case out.ids != nil:
+		err = be.(backend.ArgmaxLogits).LogitsArgmax(out.ids, last, s.w.output)
+	default:
+		err = be.Logits(out.logits, last, s.w.output)
 	}
 	if err != nil {
 		return fmt.Errorf("output: %w", err)
@@ -251,13 +263,7 @@ func (s *shard) layer(l int, a *activations, kv backend.KVCache, st backend.Step
 // output projection into a.ffnOut, summed over the tensor-parallel ranks.
 func (s *shard) attention(l int, a *activations, kv backend.KVCache, st backend.Step) error {
 	be, lw, c := s.be, &s.w.layers[l], s.cfg
-	if err := be.MatMul(a.q, a.xb, lw.q); err != nil {
-		return err
-	}
-	if err := be.MatMul(a.k, a.xb, lw.k); err != nil {
-		return err
-	}
-	if err := be.MatMul(a.v, a.xb, lw.v); err != nil {
+	if err := s.project([]backend.Tensor{a.q, a.k, a.v}, a.xb, []backend.Tensor{lw.q, lw.k, lw.v}); err != nil {
 		return err
 	}
 	if c.QKVBias {
@@ -295,14 +301,31 @@ func (s *shard) attention(l int, a *activations, kv backend.KVCache, st backend.
 // a.up as scratch.
 func (s *shard) mlp(out, x backend.Tensor, a *activations, gate, up, down backend.Tensor) error {
 	be := s.be
-	if err := be.MatMul(a.gate, x, gate); err != nil {
-		return err
+	if f, ok := be.(backend.SwiGLUMatMuler); ok {
+		if err := f.MatMulSwiGLU(a.gate, x, gate, up); err != nil {
+			return err
+		}
+		return be.MatMul(out, a.gate, down)
 	}
-	if err := be.MatMul(a.up, x, up); err != nil {
+	if err := s.project([]backend.Tensor{a.gate, a.up}, x, []backend.Tensor{gate, up}); err != nil {
 		return err
 	}
 	if err := be.SwiGLU(a.gate, a.gate, a.up); err != nil {
 		return err
 	}
 	return be.MatMul(out, a.gate, down)
+}
+
+// project computes outs[i] = x · ws[i]ᵀ: in one pass when the backend can
+// (backend.MultiMatMuler), else one MatMul each.
+func (s *shard) project(outs []backend.Tensor, x backend.Tensor, ws []backend.Tensor) error {
+	if f, ok := s.be.(backend.MultiMatMuler); ok {
+		return f.MatMuls(outs, x, ws)
+	}
+	for i, w := range ws {
+		if err := s.be.MatMul(outs[i], x, w); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -130,7 +130,9 @@ type Params struct {
 
 // Sampler draws tokens for one sequence. It is not safe for concurrent use.
 type Sampler struct {
+	p      Params
 	greedy bool
+	extra  int // processors given to New, which run before p's
 	procs  []Processor
 	rng    *rand.Rand
 	cand   Candidates
@@ -140,7 +142,7 @@ type Sampler struct {
 // top-p and min-p, drawing with a PCG source seeded by p.Seed. Extra processors run first,
 // on the raw logits (penalties, biases, masks).
 func New(p Params, extra ...Processor) *Sampler {
-	s := &Sampler{greedy: p.Temperature <= 0, rng: rand.New(rand.NewPCG(p.Seed, p.Seed^0x9e3779b97f4a7c15))}
+	s := &Sampler{p: p, greedy: p.Temperature <= 0, extra: len(extra), rng: rand.New(rand.NewPCG(p.Seed, p.Seed^0x9e3779b97f4a7c15))}
 	s.procs = append(s.procs, extra...)
 	if !s.greedy {
 		if p.Temperature != 1 {
@@ -176,6 +178,18 @@ func (s *Sampler) Sample(logits []float32) int {
 	}
 	return int(s.cand.IDs[Draw(s.cand.Probs(), s.rng.Float64())])
 }
+
+// Plain reports whether s is only temperature, top-k and top-p (or greedy): no extra
+// processors and no min-p. A plain sampler's draw can be made by a device sampler from
+// Params and Uniform.
+func (s *Sampler) Plain() bool { return s.extra == 0 && s.p.MinP <= 0 }
+
+// Params returns the settings s was made with.
+func (s *Sampler) Params() Params { return s.p }
+
+// Uniform returns the next draw of s's random source, the one Sample would use for its
+// next token, for a sampler that runs elsewhere (on a device) in s's place.
+func (s *Sampler) Uniform() float64 { return s.rng.Float64() }
 
 // Draw returns the index i at which the running sum of probs first exceeds u (u in [0,1)),
 // or the last index when rounding leaves u beyond the total.

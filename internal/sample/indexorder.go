@@ -1,0 +1,66 @@
+package sample
+
+import (
+	"math"
+	"sort"
+)
+
+// DrawIndexOrder draws a token from logits as a device sampler does (one pass per
+// restriction, no sorted candidate list): from softmax(logits / temp) restricted to the
+// topK largest logits (topK <= 0 or >= the vocabulary: no limit), then to the most likely
+// tokens whose probability first reaches topP (>= 1: no limit), ties at either cut kept; the
+// token is the first, in token-id order, at which the running sum of kept probabilities
+// reaches u times their total (u in [0, 1)). With topK 1 and u 0 it is the greedy choice.
+// temp must be positive.
+func DrawIndexOrder(logits []float32, temp float32, topK int, topP float32, u float64) int {
+	n := len(logits)
+	if n == 0 {
+		return -1
+	}
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return logits[order[a]] > logits[order[b]] })
+	top := float64(logits[order[0]])
+	weight := func(i int) float64 { return math.Exp((float64(logits[i]) - top) / float64(temp)) }
+	cut := float32(math.Inf(-1)) // kept: logits >= cut
+	if topK > 0 && topK < n {
+		cut = logits[order[topK-1]]
+	}
+	mass := func() float64 {
+		var z float64
+		for i, l := range logits {
+			if l >= cut {
+				z += weight(i)
+			}
+		}
+		return z
+	}
+	if topP < 1 {
+		target := float64(topP) * mass()
+		var cum float64
+		for _, i := range order {
+			if logits[i] < cut {
+				break
+			}
+			if cum += weight(i); cum >= target {
+				cut = logits[i]
+				break
+			}
+		}
+	}
+	target := u * mass()
+	var cum float64
+	last := 0
+	for i, l := range logits {
+		if l < cut {
+			continue
+		}
+		last = i
+		if cum += weight(i); cum >= target && cum > 0 {
+			return i
+		}
+	}
+	return last
+}
