@@ -1,0 +1,111 @@
+package kvasir
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
+	"github.com/kvasir-llm/kvasir/internal/quant"
+	"github.com/kvasir-llm/kvasir/internal/synth"
+)
+
+// gpuEngine starts an engine on a small synthesized llama-3.2-1b-shaped BF16 model on
+// CUDA device 0, or skips the test when there is no CUDA driver or device (CI).
+func gpuEngine(t *testing.T) *Engine {
+	t.Helper()
+	drv, err := cuda.Open()
+	if err != nil {
+		t.Skipf("skipping GPU test: %v", err)
+	}
+	if n, err := drv.DeviceCount(); err != nil || n == 0 {
+		t.Skipf("skipping GPU test: no CUDA device (%d, %v)", n, err)
+	}
+	be, err := cuda.NewBackend(cuda.BackendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { be.Close() })
+	shape, err := synth.Lookup("llama-3.2-1b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shape.Config.Layers, shape.Config.VocabSize = 2, 512
+	fm, err := synth.Model(shape, quant.BF16, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := OpenModel(fm, Options{Backend: be, KVCacheMemory: 256 << 20, MaxModelLen: 512})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// tokens runs requests at once and returns each choice's tokens.
+func tokens(t *testing.T, e *Engine, reqs []Request) [][][]int32 {
+	t.Helper()
+	out := make([][][]int32, len(reqs))
+	chans := make([]<-chan Output, len(reqs))
+	for i, r := range reqs {
+		ch, err := e.Generate(context.Background(), r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chans[i], out[i] = ch, make([][]int32, max(r.Params.N, 1))
+	}
+	for i, ch := range chans {
+		for o := range ch {
+			if o.Err != nil {
+				t.Fatalf("request %d: %v", i, o.Err)
+			}
+			out[i][o.Index] = append(out[i][o.Index], o.TokenIDs...)
+		}
+	}
+	return out
+}
+
+// TestGPUDeviceSampling: on the GPU, steps of plainly sampled sequences draw their tokens
+// on the device. Top-1 and a tiny top-p draw the greedy tokens whatever the random draw;
+// a greedy request batched with sampled ones keeps its greedy tokens; seeded sampling is
+// reproducible; and sampling with a temperature departs from greedy.
+func TestGPUDeviceSampling(t *testing.T) {
+	e := gpuEngine(t)
+	seed := func(v uint64) *uint64 { return &v }
+	prompt := []int32{1, 17, 300, 42, 9, 77, 5}
+	params := func(p SamplingParams) Request {
+		p.MaxTokens, p.IgnoreEOS = 24, true
+		return Request{PromptTokens: prompt, Params: p}
+	}
+	greedy := tokens(t, e, []Request{params(SamplingParams{})})[0][0]
+	mixed := tokens(t, e, []Request{
+		params(SamplingParams{}),
+		params(SamplingParams{Temperature: 1, TopK: 1, Seed: seed(1)}),
+		params(SamplingParams{Temperature: 0.7, TopP: 1e-6, Seed: seed(2)}),
+		params(SamplingParams{Temperature: 1.5, Seed: seed(3), N: 3}),
+		params(SamplingParams{Temperature: 0.9, TopK: 50, TopP: 0.9, Seed: seed(4)}),
+	})
+	for i, name := range []string{"greedy in a mixed batch", "top-1", "tiny top-p"} {
+		if !slices.Equal(mixed[i][0], greedy) {
+			t.Errorf("%s: %v, greedy alone: %v", name, mixed[i][0], greedy)
+		}
+	}
+	if slices.Equal(mixed[3][0], greedy) && slices.Equal(mixed[3][1], greedy) {
+		t.Errorf("temperature 1.5 gave the greedy tokens twice: %v", mixed[3])
+	}
+	again := tokens(t, e, []Request{params(SamplingParams{Temperature: 0.9, TopK: 50, TopP: 0.9, Seed: seed(4)})})
+	if fmt.Sprint(again[0][0]) != fmt.Sprint(mixed[4][0]) {
+		t.Errorf("seeded sampling is not reproducible: %v then %v", mixed[4][0], again[0][0])
+	}
+	for _, r := range mixed {
+		for _, c := range r {
+			for _, tok := range c {
+				if tok < 0 || int(tok) >= e.VocabSize() {
+					t.Fatalf("token %d outside the vocabulary of %d", tok, e.VocabSize())
+				}
+			}
+		}
+	}
+}
