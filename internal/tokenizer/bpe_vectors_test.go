@@ -77,3 +77,18 @@ func TestBPEVectorsGPT2(t *testing.T) {
 func TestBPEVectorsDeepSeekLLM(t *testing.T) {
 	checkBPEVectors(t, loadGGUFTokenizer(t, "tokenizers/vocab/ggml-vocab-deepseek-llm.gguf"), "ggml-vocab-deepseek-llm.gguf")
 }
+
+// TestQwenNFC: Qwen's tokenizer.json normalizes text to NFC, so a decomposed "é" (e and a
+// combining acute accent) encodes as the precomposed one does; Llama 3's has no
+// normalizer and keeps the two apart.
+func TestQwenNFC(t *testing.T) {
+	decomposed, precomposed := "caf\u0065\u0301 au lait", "caf\u00e9 au lait"
+	qwen := loadQwen3(t)
+	if got, want := qwen.Encode(decomposed, EncodeOptions{}), qwen.Encode(precomposed, EncodeOptions{}); !equalIDs(got, want) {
+		t.Errorf("qwen: decomposed %v, precomposed %v", got, want)
+	}
+	llama := loadLlama3(t)
+	if equalIDs(llama.Encode(decomposed, EncodeOptions{}), llama.Encode(precomposed, EncodeOptions{})) {
+		t.Errorf("llama 3 normalized a decomposed accent it has no normalizer for")
+	}
+}

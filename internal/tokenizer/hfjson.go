@@ -181,6 +181,13 @@ func VocabFromHF(tokenizerJSON, tokenizerConfigJSON []byte) (*Vocab, error) {
 	if err := hfSpecials(v, &hf, &cfg); err != nil {
 		return nil, fmt.Errorf("tokenizer.json: %w", err)
 	}
+	norm, err := components(hf.Normalizer)
+	if err != nil {
+		return nil, fmt.Errorf("tokenizer.json: normalizer: %w", err)
+	}
+	for _, c := range norm {
+		v.NFC = v.NFC || c.Type == "NFC"
+	}
 	return v, nil
 }
 

@@ -3,6 +3,8 @@ package tokenizer
 import (
 	"fmt"
 	"strings"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // EncodeOptions controls Encode.
@@ -209,6 +211,9 @@ func hexDigit(c byte) (byte, bool) {
 // With opt.AddSpecial, BOS/EOS are added as the vocab asks (WordPiece: CLS ... SEP).
 func (t *Tokenizer) Encode(text string, opt EncodeOptions) []int {
 	v := t.vocab
+	if v.NFC {
+		text = norm.NFC.String(text)
+	}
 	out := make([]int, 0, len(text)/3+2)
 	if opt.AddSpecial {
 		switch {

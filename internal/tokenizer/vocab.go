@@ -34,6 +34,9 @@ type Vocab struct {
 
 	AddBOS, AddEOS bool
 	AddSpacePrefix bool // SentencePiece "add_dummy_prefix"
+	// NFC puts text in Unicode normalization form C before it is tokenized (a Hugging
+	// Face tokenizer.json's NFC normalizer, as Qwen2's has).
+	NFC bool
 
 	// Strip holds lstrip/rstrip flags of added tokens by id; may be nil.
 	Strip map[int]Strip
