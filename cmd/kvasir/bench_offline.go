@@ -80,6 +80,9 @@ func benchOffline(args []string) error {
 	concurrency := fs.Int("max-concurrency", 0, "requests in flight at once (0: all)")
 	dataset := fs.String("dataset-path", "", "ShareGPT JSON file to take prompts from instead of random tokens")
 	ignoreEOS := fs.Bool("ignore-eos", false, "generate the full output length past end-of-sequence tokens")
+	temperature := fs.Float64("temperature", 0, "sampling temperature of every request (0: greedy; vLLM's throughput benchmark samples at 1)")
+	topP := fs.Float64("top-p", 1, "top-p of every request")
+	topK := fs.Int("top-k", 0, "top-k of every request (0: off)")
 	seed := fs.Uint64("seed", 0, "random seed for prompts")
 	threads := fs.Int("threads", 0, "worker threads (0: all cores)")
 	kvMem := fs.Int64("kv-cache-memory", 0, "KV cache bytes (0: default)")
@@ -130,7 +133,8 @@ func benchOffline(args []string) error {
 	if err != nil {
 		return err
 	}
-	res := runOffline(e, reqs, *concurrency, *ignoreEOS)
+	params := kvasir.SamplingParams{IgnoreEOS: *ignoreEOS, Temperature: float32(*temperature), TopP: float32(*topP), TopK: *topK}
+	res := runOffline(e, reqs, *concurrency, params)
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
@@ -206,7 +210,7 @@ func shareGPTRequests(e *kvasir.Engine, path string, n, outputLen int) ([]offlin
 }
 
 // runOffline pushes the requests through the engine, at most concurrency at a time.
-func runOffline(e *kvasir.Engine, reqs []offlineRequest, concurrency int, ignoreEOS bool) offlineResult {
+func runOffline(e *kvasir.Engine, reqs []offlineRequest, concurrency int, params kvasir.SamplingParams) offlineResult {
 	if concurrency <= 0 || concurrency > len(reqs) {
 		concurrency = len(reqs)
 	}
@@ -221,7 +225,7 @@ func runOffline(e *kvasir.Engine, reqs []offlineRequest, concurrency int, ignore
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			timings[i] = runOne(e, r, ignoreEOS)
+			timings[i] = runOne(e, r, params)
 		}()
 	}
 	wg.Wait()
@@ -266,10 +270,11 @@ func runOffline(e *kvasir.Engine, reqs []offlineRequest, concurrency int, ignore
 }
 
 // runOne sends one request and times its outputs.
-func runOne(e *kvasir.Engine, r offlineRequest, ignoreEOS bool) offlineTiming {
+func runOne(e *kvasir.Engine, r offlineRequest, params kvasir.SamplingParams) offlineTiming {
 	t := offlineTiming{input: len(r.prompt)}
 	start := time.Now()
-	ch, err := e.Generate(context.Background(), kvasir.Request{PromptTokens: r.prompt, Params: kvasir.SamplingParams{MaxTokens: r.maxTokens, IgnoreEOS: ignoreEOS}})
+	params.MaxTokens = r.maxTokens
+	ch, err := e.Generate(context.Background(), kvasir.Request{PromptTokens: r.prompt, Params: params})
 	if err != nil {
 		t.err = err
 		return t
