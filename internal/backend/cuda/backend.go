@@ -40,15 +40,16 @@ type Backend struct {
 	allocs map[uint64]Buffer // every allocation the backend made, freed by Close
 
 	// The current step: its metadata in pinned host memory and on the device.
-	cur       *step
-	metaHost  *HostBuffer
-	metaDev   Buffer
-	scratch   Buffer // 16-bit activations cast for cuBLAS
-	logitsDev Buffer // F32 logits of the step
-	work      *DecodeWorkspace
-	idsDev    Buffer  // I32 token ids picked on the device (LogitsArgmax)
-	sampleDev Buffer  // per-row sampling settings (LogitsSample)
-	tables    []int32 // block tables re-laid with a graph step's stride
+	cur        *step
+	metaHost   *HostBuffer
+	metaDev    Buffer
+	scratch    Buffer // 16-bit activations cast for cuBLAS
+	gluScratch Buffer // F32 up products of MatMulSwiGLU's cuBLAS path
+	logitsDev  Buffer // F32 logits of the step
+	work       *DecodeWorkspace
+	idsDev     Buffer  // I32 token ids picked on the device (LogitsArgmax)
+	sampleDev  Buffer  // per-row sampling settings (LogitsSample)
+	tables     []int32 // block tables re-laid with a graph step's stride
 
 	// Captured decode graphs by owner, bucket and block-table stride; dropped whenever a
 	// buffer is freed (a graph holds device addresses).

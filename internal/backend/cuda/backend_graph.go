@@ -79,7 +79,8 @@ func (b *Backend) RunStep(st backend.Step, owner any, ops func() error) error {
 	if err != nil {
 		return err
 	}
-	if !s.graphable || owner == nil {
+	if !s.graphable || owner == nil || b.dev.times != nil {
+		// The op profile (KVASIR_CUDA_OPTIME) times decode steps op by op, eagerly.
 		return ops()
 	}
 	if b.groupsAborted() {

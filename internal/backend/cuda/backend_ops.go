@@ -146,25 +146,36 @@ func (b *Backend) matMul(y, x Buffer, w *tensor, n int) error {
 		return b.ops.Dev.Launch(b.ops.Kern.mod, name, Dim3{(m + rows - 1) / rows, 1, 1}, Dim3{gemvThreads, 1, 1}, 0,
 			y, x, w.buf, n, k, m)
 	}
-	if b.scratch.Len < n*k {
-		if err := b.dev.Sync(); err != nil {
-			return err
-		}
-		if err := b.free(b.scratch); err != nil {
-			return err
-		}
-		b.scratch = Buffer{}
-		s, err := b.alloc(BF16, n*k)
-		if err != nil {
-			return fmt.Errorf("cuda matmul scratch: %w", err)
-		}
-		b.scratch = s
-	}
-	xc := Buffer{Ptr: b.scratch.Ptr, DType: w.buf.DType, Len: n * k}
-	if err := b.ops.Cast(xc, x); err != nil {
+	xc, err := b.castInput(x, n*k, w.buf.DType)
+	if err != nil {
 		return err
 	}
 	return b.ops.MatMulT(y, xc, w.buf, n, k, m)
+}
+
+// castInput casts the first count float32 values of x to dt in the backend's scratch
+// buffer (grown first when too small; growing fails inside a graph capture) and returns
+// the cast values, for cuBLAS (inside Run).
+func (b *Backend) castInput(x Buffer, count int, dt DType) (Buffer, error) {
+	if b.scratch.Len < count {
+		if err := b.dev.Sync(); err != nil {
+			return Buffer{}, err
+		}
+		if err := b.free(b.scratch); err != nil {
+			return Buffer{}, err
+		}
+		b.scratch = Buffer{}
+		s, err := b.alloc(BF16, count)
+		if err != nil {
+			return Buffer{}, fmt.Errorf("cuda matmul scratch: %w", err)
+		}
+		b.scratch = s
+	}
+	xc := Buffer{Ptr: b.scratch.Ptr, DType: dt, Len: count}
+	if err := b.ops.Cast(xc, Buffer{Ptr: x.Ptr, DType: F32, Len: count}); err != nil {
+		return Buffer{}, err
+	}
+	return xc, nil
 }
 
 // AddBias adds bias to every row of x.

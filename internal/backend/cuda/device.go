@@ -26,6 +26,8 @@ type Device struct {
 	// with programmatic stream serialization (compute capability 9.0 and later, unless
 	// KVASIR_CUDA_PDL=0).
 	pdl bool
+	// times is the op profile kept when KVASIR_CUDA_OPTIME=1 (optime.go); nil otherwise.
+	times *opTimes
 
 	jobs     chan job
 	quit     chan struct{} // closed by Close
@@ -130,6 +132,9 @@ func (dv *Device) setup() error {
 		return err
 	}
 	dv.pdl = d.cuLaunchKernelEx != nil && dv.info.Major >= 9 && os.Getenv("KVASIR_CUDA_PDL") != "0"
+	if os.Getenv("KVASIR_CUDA_OPTIME") == "1" {
+		dv.times = newOpTimes()
+	}
 	return nil
 }
 
@@ -154,6 +159,9 @@ func (dv *Device) Do(fn func() error) error {
 func (dv *Device) Close() error {
 	dv.stopOnce.Do(func() { close(dv.quit) })
 	<-dv.stopped
+	if dv.times != nil {
+		dv.times.report(os.Stderr)
+	}
 	return nil
 }
 

@@ -63,7 +63,7 @@ func testGEMV(t *testing.T, e *env, r *rand.Rand) {
 // 8, rotating over enough weight copies (at least 256 MiB) that L2 holds none of them.
 func benchGEMV(t *testing.T, e *env, r *rand.Rand) {
 	dv := e.dev
-	for _, s := range []struct{ m, k int }{{4096, 4096}, {14336, 4096}, {4096, 14336}} {
+	for _, s := range []struct{ m, k int }{{4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}} {
 		wbytes := s.m * s.k * 2
 		copies := max(1, (256<<20+wbytes-1)/wbytes)
 		h := make([]uint16, s.m*s.k)
@@ -75,7 +75,7 @@ func benchGEMV(t *testing.T, e *env, r *rand.Rand) {
 		}
 		xv := randVals(r, 8*s.k, 1)
 		x, _ := e.upload(t, F32, xv)
-		y := e.poisoned(t, F32, 8*s.m)
+		y := e.poisoned(t, F32, 16*s.m) // room for the fused benches' second and third outputs
 		e.do(t, func() error {
 			ws := make([]Buffer, copies)
 			defer func() {
@@ -111,7 +111,87 @@ func benchGEMV(t *testing.T, e *env, r *rand.Rand) {
 				result(t, "gemv", fmt.Sprintf("bf16 n=%d m=%d k=%d %s", n, s.m, s.k, v.name),
 					fmt.Sprintf("%.0f GB/s", float64(wbytes)/per/1e6), fmt.Sprintf("%.1f us, weights of %d rows/block", per*1e3, v.rows))
 			}
+			if s.k == 4096 && (s.m == 4096 || s.m == 14336) {
+				return benchFusedGEMV(t, e, ws, x, y, s.m, s.k)
+			}
 			return nil
 		})
 	}
+}
+
+// benchFusedGEMV times the fused launches against the separate ones they replace, over the
+// weight copies ws of m x k (at least two): for m = 4096, the q, k and v projections of an
+// 8B layer (4096 + 1024 + 1024 rows; k and v are the first 1024 rows of other copies); for
+// m = 14336, gate and up with SwiGLU (two copies) against two GEMVs and the SwiGLU kernel.
+func benchFusedGEMV(t *testing.T, e *env, ws []Buffer, x, y Buffer, m, k int) error {
+	dv := e.dev
+	if len(ws) < 3 {
+		return fmt.Errorf("bench fused gemv: %d weight copies, want 3", len(ws))
+	}
+	rowsOf := func(w Buffer, rows int) Buffer { return Buffer{Ptr: w.Ptr, DType: w.DType, Len: rows * k} }
+	for _, n := range []int{1, 8} {
+		var fused, separate func(i int) error
+		var bytes int
+		var what string
+		if m == 4096 {
+			what, bytes = "q+k+v 4096+1024+1024", (4096+2048)*k*2
+			mname, mrows := gemvMultiKernel(n, BF16)
+			name, rows := gemvKernel(n, BF16)
+			y1, y2 := Buffer{Ptr: y.Ptr + 4*4096*8, DType: F32, Len: 1024 * 8}, Buffer{Ptr: y.Ptr + 4*5120*8, DType: F32, Len: 1024 * 8}
+			fused = func(i int) error {
+				w1, w2 := rowsOf(ws[(i+1)%len(ws)], 1024), rowsOf(ws[(i+2)%len(ws)], 1024)
+				blocks := (4096+mrows-1)/mrows + 2*((1024+mrows-1)/mrows)
+				return dv.Launch(e.ops.Kern.mod, mname, Dim3{blocks, 1, 1}, Dim3{gemvThreads, 1, 1}, 0,
+					y, y1, y2, x, ws[i], w1, w2, n, k, 4096, 1024, 1024)
+			}
+			separate = func(i int) error {
+				for j, c := range []struct {
+					y    Buffer
+					w    Buffer
+					rows int
+				}{{y, ws[i], 4096}, {y1, rowsOf(ws[(i+1)%len(ws)], 1024), 1024}, {y2, rowsOf(ws[(i+2)%len(ws)], 1024), 1024}} {
+					if err := dv.Launch(e.ops.Kern.mod, name, Dim3{(c.rows + rows - 1) / rows, 1, 1}, Dim3{gemvThreads, 1, 1}, 0,
+						c.y, x, c.w, n, k, c.rows); err != nil {
+						return fmt.Errorf("part %d: %w", j, err)
+					}
+				}
+				return nil
+			}
+		} else {
+			what, bytes = "gate+up+swiglu 2x14336", 2*m*k*2
+			gname, grows := gemvGLUKernel(n, BF16)
+			name, rows := gemvKernel(n, BF16)
+			y2 := Buffer{Ptr: y.Ptr + uint64(4*m*n), DType: F32, Len: m * n}
+			fused = func(i int) error {
+				return dv.Launch(e.ops.Kern.mod, gname, Dim3{(m + grows - 1) / grows, 1, 1}, Dim3{gemvThreads, 1, 1}, 0,
+					y, x, ws[i], ws[(i+1)%len(ws)], n, k, m)
+			}
+			separate = func(i int) error {
+				return firstErr(
+					dv.Launch(e.ops.Kern.mod, name, Dim3{(m + rows - 1) / rows, 1, 1}, Dim3{gemvThreads, 1, 1}, 0, y, x, ws[i], n, k, m),
+					dv.Launch(e.ops.Kern.mod, name, Dim3{(m + rows - 1) / rows, 1, 1}, Dim3{gemvThreads, 1, 1}, 0, y2, x, ws[(i+1)%len(ws)], n, k, m),
+					e.ops.SwiGLU(y, y, y2, n, m, m))
+			}
+		}
+		for _, v := range []struct {
+			label string
+			fn    func(int) error
+		}{{"fused", fused}, {"separate", separate}} {
+			ms, err := timeMedian(dv, 9, func() error {
+				for i := range ws {
+					if err := v.fn(i); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			per := ms / float64(len(ws))
+			result(t, "gemv", fmt.Sprintf("bf16 n=%d %s %s", n, what, v.label),
+				fmt.Sprintf("%.0f GB/s", float64(bytes)/per/1e6), fmt.Sprintf("%.1f us", per*1e3))
+		}
+	}
+	return nil
 }

@@ -60,6 +60,14 @@ type Dim3 struct{ X, Y, Z int }
 // parameters in order: Buffer (its device address), uint64, int (passed as a 32-bit int),
 // int32, uint32 and float32; they must match the kernel's C types.
 func (dv *Device) Launch(m *Module, name string, grid, block Dim3, sharedBytes int, args ...any) error {
+	if dv.times != nil {
+		return dv.timed(name, func() error { return dv.launch(m, name, grid, block, sharedBytes, args...) })
+	}
+	return dv.launch(m, name, grid, block, sharedBytes, args...)
+}
+
+// launch is Launch without the op profile.
+func (dv *Device) launch(m *Module, name string, grid, block Dim3, sharedBytes int, args ...any) error {
 	f, err := dv.function(m, name)
 	if err != nil {
 		return err
@@ -185,7 +193,13 @@ func (dv *Device) Capture(fn func() error) (*Graph, error) {
 	if err := d.check("cuStreamBeginCapture_v2", d.cuStreamBeginCapture(dv.stream, captureModeThreadLocal)); err != nil {
 		return nil, err
 	}
+	if dv.times != nil {
+		dv.times.capturing = true
+	}
 	ferr := fn()
+	if dv.times != nil {
+		dv.times.capturing = false
+	}
 	var g uintptr
 	eerr := d.check("cuStreamEndCapture", d.cuStreamEndCapture(dv.stream, &g))
 	if ferr != nil || eerr != nil {
@@ -207,7 +221,7 @@ func (dv *Device) Capture(fn func() error) (*Graph, error) {
 
 // LaunchGraph replays g on the stream (inside Do).
 func (dv *Device) LaunchGraph(g *Graph) error {
-	return dv.drv.check("cuGraphLaunch", dv.drv.cuGraphLaunch(g.exec, dv.stream))
+	return dv.timed("graph replay", func() error { return dv.drv.check("cuGraphLaunch", dv.drv.cuGraphLaunch(g.exec, dv.stream)) })
 }
 
 // FreeGraph destroys g (inside Do).
@@ -246,7 +260,7 @@ const launchAttrProgrammaticSerialization = 6
 // kernels wrote (pdl_entry in kernels/common.cu), so that it may be launched as a
 // programmatic dependent of the kernel ahead of it.
 func pdlKernel(name string) bool {
-	for _, p := range []string{"gemv_n", "rmsnorm_", "rope_kv_", "swiglu_", "attn_decode_", "attn_combine_",
+	for _, p := range []string{"gemv_n", "gemvm_n", "gemvglu_n", "rmsnorm_", "rope_kv_", "swiglu_", "attn_decode_", "attn_combine_",
 		"embed_", "gather_rows_f32", "argmax_f32", "add_bias_f32"} {
 		if strings.HasPrefix(name, p) {
 			return true

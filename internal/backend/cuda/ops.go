@@ -143,6 +143,10 @@ func (o *Ops) MatMulT(y, x, w Buffer, n, k, m int) error {
 	if o.BLAS == nil {
 		return fmt.Errorf("cuda matmul: no cuBLAS handle")
 	}
+	if o.Dev.times != nil {
+		return o.Dev.timed(fmt.Sprintf("cublas %s n<=%d k=%d m=%d", x.DType, pow2Bucket(n), k, m),
+			func() error { return o.BLAS.MatMulT(y, x, w, n, k, m) })
+	}
 	return o.BLAS.MatMulT(y, x, w, n, k, m)
 }
 

@@ -47,6 +47,11 @@ func TestKernelSourceHasEveryKernel(t *testing.T) {
 		}
 		names = append(names, "attn_prefill_tc64_bf16_"+s, "attn_prefill_tc128_bf16_"+s)
 	}
+	for _, n := range []string{"n1", "n2", "n4", "n8"} {
+		for _, dt := range []string{"bf16", "f16"} {
+			names = append(names, "gemv_"+n+"_"+dt, "gemvm_"+n+"_"+dt, "gemvglu_"+n+"_"+dt)
+		}
+	}
 	names = append(names, "gather_rows_f32", "cast_f32_f16", "cast_f32_bf16", "add_f32", "argmax_f32", "sample_f32")
 	for _, n := range names {
 		if !strings.Contains(src, n+"(") && !strings.Contains(src, "("+n+",") {

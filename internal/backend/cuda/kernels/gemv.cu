@@ -6,7 +6,12 @@
 // (thread i takes chunks i, i + GEMV_THREADS, ...), so every x chunk a thread loads serves
 // all R rows and each thread keeps R independent 16-byte weight loads in flight; the
 // partial sums meet through the warps' shuffles and shared memory. Blocks are small
-// (R rows), so even m = 4096 fills every multiprocessor. grid.x = ceil(m / R).
+// (R rows), so even m = 4096 fills every multiprocessor. blk is the block's index among
+// the ceil(m / R) blocks of this weight.
+//
+// With GLU, the block also computes the same R rows of a second weight u of m rows (the
+// up projection, w being the gate) and writes y[t][r] = silu(gate) * up: 2R rows in flight,
+// and neither product reaches memory.
 #define GEMV_THREADS 256
 
 // ld_weights loads 16 bytes of a weight row; NOL1 asks the load not to allocate in L1, so
@@ -23,41 +28,43 @@ __device__ __forceinline__ uint4 ld_weights(const uint4* p) {
     return __ldg(p);
 }
 
-template <typename T, int R, int NT, bool NOL1>
-__device__ void gemv_rows(float* __restrict__ y, const float* __restrict__ x, const T* __restrict__ w, int n, int k,
-                          int m) {
-    __shared__ float red[GEMV_THREADS / 32][R * NT];
-    long long r0 = (long long)blockIdx.x * R;
+template <typename T, int R, int NT, bool NOL1, bool GLU>
+__device__ __forceinline__ void gemv_rows(long long blk, float* __restrict__ y, const float* __restrict__ x,
+                                          const T* __restrict__ w, const T* __restrict__ u, int n, int k, int m) {
+    constexpr int RR = GLU ? 2 * R : R;  // weight rows loaded per block
+    __shared__ float red[GEMV_THREADS / 32][RR * NT];
+    long long r0 = blk * R;
     int chunks = k >> 3;
-    const uint4* wr[R];
+    const uint4* wr[RR];
 #pragma unroll
-    for (int i = 0; i < R; i++) {
-        long long r = r0 + i < m ? r0 + i : m - 1;  // rows past m repeat the last; not written
-        wr[i] = (const uint4*)(w + r * k);
+    for (int i = 0; i < RR; i++) {
+        int ri = i % R;
+        long long r = r0 + ri < m ? r0 + ri : m - 1;  // rows past m repeat the last; not written
+        wr[i] = (const uint4*)((i < R ? w : u) + r * k);
     }
-    float acc[R][NT];
+    float acc[RR][NT];
 #pragma unroll
-    for (int i = 0; i < R; i++)
+    for (int i = 0; i < RR; i++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[i][t] = 0.f;
     // The weights do not depend on earlier kernels: the first chunk's loads are issued
     // before waiting for the kernel ahead (programmatic dependent launch), so they overlap
     // its tail.
-    uint4 first[R];
+    uint4 first[RR];
     if (threadIdx.x < chunks) {
 #pragma unroll
-        for (int i = 0; i < R; i++) first[i] = ld_weights<NOL1>(wr[i] + threadIdx.x);
+        for (int i = 0; i < RR; i++) first[i] = ld_weights<NOL1>(wr[i] + threadIdx.x);
     }
     pdl_entry();
 #pragma unroll 2
     for (int c = threadIdx.x; c < chunks; c += GEMV_THREADS) {
-        uint4 pk[R];
+        uint4 pk[RR];
         if (c == threadIdx.x) {
 #pragma unroll
-            for (int i = 0; i < R; i++) pk[i] = first[i];
+            for (int i = 0; i < RR; i++) pk[i] = first[i];
         } else {
 #pragma unroll
-            for (int i = 0; i < R; i++) pk[i] = ld_weights<NOL1>(wr[i] + c);
+            for (int i = 0; i < RR; i++) pk[i] = ld_weights<NOL1>(wr[i] + c);
         }
 #pragma unroll
         for (int t = 0; t < NT; t++) {
@@ -65,7 +72,7 @@ __device__ void gemv_rows(float* __restrict__ y, const float* __restrict__ x, co
                 const float4* xp = (const float4*)(x + (long long)t * k + c * 8);
                 float4 a = __ldg(xp), b = __ldg(xp + 1);
 #pragma unroll
-                for (int i = 0; i < R; i++) {
+                for (int i = 0; i < RR; i++) {
                     T v[8];
                     unsigned int words[4] = {pk[i].x, pk[i].y, pk[i].z, pk[i].w};
 #pragma unroll
@@ -81,7 +88,7 @@ __device__ void gemv_rows(float* __restrict__ y, const float* __restrict__ x, co
     }
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll
-    for (int i = 0; i < R; i++)
+    for (int i = 0; i < RR; i++)
 #pragma unroll
         for (int t = 0; t < NT; t++) {
             if (t < n) {
@@ -97,17 +104,23 @@ __device__ void gemv_rows(float* __restrict__ y, const float* __restrict__ x, co
             float s = 0.f;
 #pragma unroll
             for (int q = 0; q < GEMV_THREADS / 32; q++) s += red[q][j];
+            if (GLU) {
+                float v = 0.f;
+#pragma unroll
+                for (int q = 0; q < GEMV_THREADS / 32; q++) v += red[q][j + R * NT];
+                s = s / (1.f + expf(-s)) * v;
+            }
             y[(long long)t * m + r0 + i] = s;
         }
     }
 }
 
 // The production GEMV kernels, one per bucket of token rows (n <= 1, 2, 4, 8); the launch
-// (Backend.matMul) picks the bucket and grid.x = ceil(m / rows per block) (gemvRowsPerBlock).
+// (Backend.matMul) picks the bucket and grid.x = ceil(m / rows per block) (gemvKernel).
 #define GEMV_KERNEL(NAME, T, R, NT, NOL1)                                                                         \
     extern "C" __global__ void __launch_bounds__(GEMV_THREADS) NAME(float* y, const float* x, const T* w, int n, \
                                                                     int k, int m) {                            \
-        gemv_rows<T, R, NT, NOL1>(y, x, w, n, k, m);                                                            \
+        gemv_rows<T, R, NT, NOL1, false>(blockIdx.x, y, x, w, w, n, k, m);                                      \
     }
 GEMV_KERNEL(gemv_n1_bf16, bf16, 2, 1, false)
 GEMV_KERNEL(gemv_n2_bf16, bf16, 4, 2, true)
@@ -117,6 +130,48 @@ GEMV_KERNEL(gemv_n1_f16, f16, 2, 1, false)
 GEMV_KERNEL(gemv_n2_f16, f16, 4, 2, true)
 GEMV_KERNEL(gemv_n4_f16, f16, 4, 4, true)
 GEMV_KERNEL(gemv_n8_f16, f16, 4, 8, true)
+
+// gemvm_*: up to three GEMVs over one x in one launch (a layer's q, k and v projections):
+// y_i = x · w_iᵀ for weights of m_i rows (m1, m2 may be 0). The grid covers the
+// concatenated rows: grid.x = ceil(m0/R) + ceil(m1/R) + ceil(m2/R), and each block finds
+// its weight from its index.
+#define GEMVM_KERNEL(NAME, T, R, NT, NOL1)                                                                       \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS)                                                  \
+        NAME(float* y0, float* y1, float* y2, const float* x, const T* w0, const T* w1, const T* w2, int n,     \
+             int k, int m0, int m1, int m2) {                                                                   \
+        long long blk = blockIdx.x, b0 = (m0 + R - 1) / R, b1 = (m1 + R - 1) / R;                              \
+        if (blk < b0)                                                                                           \
+            gemv_rows<T, R, NT, NOL1, false>(blk, y0, x, w0, w0, n, k, m0);                                     \
+        else if (blk < b0 + b1)                                                                                 \
+            gemv_rows<T, R, NT, NOL1, false>(blk - b0, y1, x, w1, w1, n, k, m1);                                \
+        else                                                                                                    \
+            gemv_rows<T, R, NT, NOL1, false>(blk - b0 - b1, y2, x, w2, w2, n, k, m2);                           \
+    }
+GEMVM_KERNEL(gemvm_n1_bf16, bf16, 2, 1, false)
+GEMVM_KERNEL(gemvm_n2_bf16, bf16, 4, 2, true)
+GEMVM_KERNEL(gemvm_n4_bf16, bf16, 4, 4, true)
+GEMVM_KERNEL(gemvm_n8_bf16, bf16, 4, 8, true)
+GEMVM_KERNEL(gemvm_n1_f16, f16, 2, 1, false)
+GEMVM_KERNEL(gemvm_n2_f16, f16, 4, 2, true)
+GEMVM_KERNEL(gemvm_n4_f16, f16, 4, 4, true)
+GEMVM_KERNEL(gemvm_n8_f16, f16, 4, 8, true)
+
+// gemvglu_*: y = silu(x · gateᵀ) * (x · upᵀ) for gate and up of m rows each; a block takes R
+// rows of both (2R rows in flight, as many as the plain kernel of its bucket), grid.x =
+// ceil(m / R).
+#define GEMVGLU_KERNEL(NAME, T, R, NT, NOL1)                                                                      \
+    extern "C" __global__ void __launch_bounds__(GEMV_THREADS) NAME(float* y, const float* x, const T* gate,     \
+                                                                    const T* up, int n, int k, int m) {         \
+        gemv_rows<T, R, NT, NOL1, true>(blockIdx.x, y, x, gate, up, n, k, m);                                   \
+    }
+GEMVGLU_KERNEL(gemvglu_n1_bf16, bf16, 1, 1, false)
+GEMVGLU_KERNEL(gemvglu_n2_bf16, bf16, 2, 2, true)
+GEMVGLU_KERNEL(gemvglu_n4_bf16, bf16, 2, 4, true)
+GEMVGLU_KERNEL(gemvglu_n8_bf16, bf16, 2, 8, true)
+GEMVGLU_KERNEL(gemvglu_n1_f16, f16, 1, 1, false)
+GEMVGLU_KERNEL(gemvglu_n2_f16, f16, 2, 2, true)
+GEMVGLU_KERNEL(gemvglu_n4_f16, f16, 2, 4, true)
+GEMVGLU_KERNEL(gemvglu_n8_f16, f16, 2, 8, true)
 // add_bias_f32: x[r][c] += bias[c] over rows x cols values; grid-stride.
 extern "C" __global__ void add_bias_f32(float* x, const float* bias, long long rows, int cols) {
     pdl_entry();

@@ -1,0 +1,171 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/kvasir-llm/kvasir/internal/backend"
+)
+
+// gemvMulti is the most weights one gemvm_* launch takes (y0..y2 and w0..w2 in gemv.cu).
+const gemvMulti = 3
+
+// gemvMultiKernel returns the gemvm_* kernel for n (1..gemvMaxRows) token rows of 16-bit
+// weights of type dt, and the weight rows one of its blocks computes.
+func gemvMultiKernel(n int, dt DType) (name string, rows int) {
+	name, rows = gemvKernel(n, dt)
+	return "gemvm_" + name[len("gemv_"):], rows
+}
+
+// gemvGLUKernel returns the gemvglu_* kernel for n (1..gemvMaxRows) token rows of 16-bit
+// gate and up weights of type dt, and the rows of each weight one of its blocks computes
+// (half the plain kernel's, so that as many weight rows are in flight).
+func gemvGLUKernel(n int, dt DType) (name string, rows int) {
+	name, rows = gemvKernel(n, dt)
+	return "gemvglu_" + name[len("gemv_"):], rows / 2
+}
+
+// matMulOperands checks out = x · wᵀ for one weight and returns the device tensors.
+func matMulOperands(op string, out *tensor, xs *tensor, w backend.Tensor, i int) (*tensor, error) {
+	wm, err := devTensor(op, fmt.Sprintf("w[%d]", i), w, F32, F16, BF16)
+	if err != nil {
+		return nil, err
+	}
+	if len(wm.shape) != 2 || xs.cols() != wm.cols() || out.cols() != wm.rows() || out.rows() != xs.rows() {
+		return nil, fmt.Errorf("cuda %s: out[%d] %v = x %v · w[%d] %vᵀ", op, i, out.shape, xs.shape, i, wm.shape)
+	}
+	return wm, nil
+}
+
+// MatMuls computes outs[i] = x · ws[i]ᵀ for every i (backend.MultiMatMuler). For up to
+// gemvMaxRows rows of 16-bit weights of one type, one GEMV launch covers up to three
+// weights (a grid over their concatenated rows); for more rows x is cast to the weights'
+// type once and each weight runs its own cuBLAS GEMM. Other mixes run MatMul's path weight
+// by weight.
+func (b *Backend) MatMuls(outs []backend.Tensor, x backend.Tensor, ws []backend.Tensor) error {
+	const op = "matmuls"
+	if len(outs) != len(ws) || len(ws) == 0 {
+		return fmt.Errorf("cuda %s: %d outputs for %d weights", op, len(outs), len(ws))
+	}
+	xs, err := devTensor(op, "x", x, F32)
+	if err != nil {
+		return err
+	}
+	ys := make([]*tensor, len(ws))
+	wms := make([]*tensor, len(ws))
+	same := true // every weight 16-bit of the first one's type
+	for i := range ws {
+		if ys[i], err = devTensor(op, fmt.Sprintf("out[%d]", i), outs[i], F32); err != nil {
+			return err
+		}
+		if wms[i], err = matMulOperands(op, ys[i], xs, ws[i], i); err != nil {
+			return err
+		}
+		same = same && wms[i].buf.DType != F32 && wms[i].buf.DType == wms[0].buf.DType
+	}
+	n, k := xs.rows(), xs.cols()
+	if !same {
+		for i := range ws {
+			if err := b.matMul(ys[i].buf, xs.buf, wms[i], n); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	dt := wms[0].buf.DType
+	if n <= gemvMaxRows && k%8 == 0 {
+		name, rows := gemvMultiKernel(n, dt)
+		for g := 0; g < len(ws); g += gemvMulti {
+			var y [gemvMulti]Buffer
+			var w [gemvMulti]Buffer
+			var m [gemvMulti]int
+			blocks := 0
+			for j := 0; j < gemvMulti; j++ {
+				y[j], w[j] = ys[g].buf, wms[g].buf // unused slots repeat a valid pointer with m = 0
+				if g+j < len(ws) {
+					y[j], w[j], m[j] = ys[g+j].buf, wms[g+j].buf, wms[g+j].rows()
+					blocks += (m[j] + rows - 1) / rows
+				}
+			}
+			if err := b.dev.Launch(b.ops.Kern.mod, name, Dim3{blocks, 1, 1}, Dim3{gemvThreads, 1, 1}, 0,
+				y[0], y[1], y[2], xs.buf, w[0], w[1], w[2], n, k, m[0], m[1], m[2]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	xc, err := b.castInput(xs.buf, n*k, dt)
+	if err != nil {
+		return err
+	}
+	for i := range ws {
+		if err := b.ops.MatMulT(ys[i].buf, xc, wms[i].buf, n, k, wms[i].rows()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MatMulSwiGLU computes out = silu(x · gateᵀ) * (x · upᵀ) (backend.SwiGLUMatMuler). For up
+// to gemvMaxRows rows of 16-bit weights, one GEMV launch computes the same rows of gate and
+// up and writes only their SwiGLU; for more rows x is cast once, cuBLAS writes the gate
+// product into out and the up product into a scratch buffer, and the SwiGLU kernel
+// combines them in place.
+func (b *Backend) MatMulSwiGLU(out, x, gate, up backend.Tensor) error {
+	const op = "matmul swiglu"
+	o, err := devTensor(op, "out", out, F32)
+	if err != nil {
+		return err
+	}
+	xs, err := devTensor(op, "x", x, F32)
+	if err != nil {
+		return err
+	}
+	g, err := matMulOperands(op, o, xs, gate, 0)
+	if err != nil {
+		return err
+	}
+	u, err := matMulOperands(op, o, xs, up, 1)
+	if err != nil {
+		return err
+	}
+	n, k, m := xs.rows(), xs.cols(), g.rows()
+	dt := g.buf.DType
+	if dt != F32 && dt == u.buf.DType && n <= gemvMaxRows && k%8 == 0 {
+		name, rows := gemvGLUKernel(n, dt)
+		return b.dev.Launch(b.ops.Kern.mod, name, Dim3{(m + rows - 1) / rows, 1, 1}, Dim3{gemvThreads, 1, 1}, 0,
+			o.buf, xs.buf, g.buf, u.buf, n, k, m)
+	}
+	if b.gluScratch.Len < n*m {
+		if err := b.dev.Sync(); err != nil {
+			return err
+		}
+		if err := b.free(b.gluScratch); err != nil {
+			return err
+		}
+		b.gluScratch = Buffer{}
+		s, err := b.alloc(F32, n*m)
+		if err != nil {
+			return fmt.Errorf("cuda %s scratch: %w", op, err)
+		}
+		b.gluScratch = s
+	}
+	upOut := Buffer{Ptr: b.gluScratch.Ptr, DType: F32, Len: n * m}
+	if dt != F32 && dt == u.buf.DType {
+		xc, err := b.castInput(xs.buf, n*k, dt)
+		if err != nil {
+			return err
+		}
+		if err := firstErr(b.ops.MatMulT(o.buf, xc, g.buf, n, k, m), b.ops.MatMulT(upOut, xc, u.buf, n, k, m)); err != nil {
+			return err
+		}
+	} else if err := firstErr(b.matMul(o.buf, xs.buf, g, n), b.matMul(upOut, xs.buf, u, n)); err != nil {
+		return err
+	}
+	return b.ops.SwiGLU(o.buf, o.buf, upOut, n, m, m)
+}
+
+// Compile-time checks of the optional interfaces.
+var (
+	_ backend.MultiMatMuler  = (*Backend)(nil)
+	_ backend.SwiGLUMatMuler = (*Backend)(nil)
+)
