@@ -151,6 +151,9 @@ type DecodeArgs struct {
 	Work       *DecodeWorkspace
 	// Splits forces the number of splits when > 0; otherwise enough to fill the device.
 	Splits int
+	// legacy forces the older per-position kernels where the grouped tile kernel would run
+	// (tests and benchmarks compare the two).
+	legacy bool
 }
 
 // AttentionDecode runs split-K flash-decoding: each (split, head, sequence) block reduces a
@@ -182,9 +185,12 @@ func (o *Ops) AttentionDecode(a DecodeArgs) error {
 		need("attention decode", "context lengths", a.ContextLens, a.Seqs, I32)); err != nil {
 		return err
 	}
-	// The grouped kernel takes a kv head's query heads together (keys and values read once
-	// per group) for head sizes of 64 and 128.
 	group := a.Heads / c.KVHeads
+	if groupedDecode(group, hd) && !a.legacy {
+		return o.decodeGrouped(a, group)
+	}
+	// The older grouped kernel takes a kv head's query heads together (keys and values
+	// read once per group) for head sizes of 64 and 128.
 	gqa := group <= gqaMaxGroup && (hd == 64 || hd == 128)
 	blockHeads := a.Heads
 	if gqa {

@@ -144,6 +144,7 @@ func benchAll(t *testing.T, e *env, r *rand.Rand) {
 	kvBytes := float64(2 * seqs * ctx * kvHeads * hd * 2)
 	result(t, "attention", "decode bf16 64 seqs x 2048 ctx, 32/8 heads", fmt.Sprintf("%.0f GB/s", kvBytes/ms/1e6),
 		fmt.Sprintf("%.3f ms (KV bytes once; GQA heads re-read K/V)", ms))
+	benchDecodeMany(t, e, r)
 	benchPrefill(t, e, r)
 }
 

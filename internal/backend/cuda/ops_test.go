@@ -41,7 +41,7 @@ func TestKernelSourceHasEveryKernel(t *testing.T) {
 	for _, dt := range floatTypes {
 		s := dt.String()
 		names = append(names, "embed_"+s, "rmsnorm_"+s, "swiglu_"+s, "rope_kv_"+s, "attn_decode_"+s, "attn_combine_"+s,
-			"attn_decode_gqa2_"+s, "attn_decode_gqa4_"+s)
+			"attn_decode_gqa2_"+s, "attn_decode_gqa4_"+s, "attn_decode_grp64g1_"+s, "attn_decode_grp64g8_"+s, "attn_decode_grp128g2_"+s, "attn_decode_grp128g4_"+s)
 		for _, o := range floatTypes {
 			names = append(names, "attn_prefill_"+s+"_"+o.String())
 		}
@@ -104,7 +104,7 @@ func TestGPU(t *testing.T) {
 	t.Run("rmsnorm", func(t *testing.T) { testRMSNorm(t, e, r) })
 	t.Run("elementwise", func(t *testing.T) { testElementwise(t, e, r) })
 	t.Run("rope kv", func(t *testing.T) { testRopeKV(t, e, r) })
-	t.Run("attention decode", func(t *testing.T) { testDecode(t, e, r) })
+	t.Run("attention decode", func(t *testing.T) { testDecode(t, e, r); testDecodeGrouped(t, e, r) })
 	t.Run("attention prefill", func(t *testing.T) { testPrefill(t, e, r) })
 	t.Run("matmul", func(t *testing.T) { testMatMul(t, e, r) })
 	t.Run("gemv", func(t *testing.T) { testGEMV(t, e, r); benchGEMV(t, e, r) })
@@ -460,18 +460,20 @@ func testDecode(t *testing.T, e *env, r *rand.Rand) {
 					want = append(want, attnRef(qv[(s*heads+h)*hd:][:hd], kh, vh, bt[s*maxBlocks:], int(ctxs[s]), bs, kvHeads, h/(heads/kvHeads), hd, float64(scale))...)
 				}
 			}
-			for _, splits := range []int{1, 7, 0} {
-				for _, odt := range []DType{F32, BF16} {
-					out := e.poisoned(t, odt, seqs*heads*hd)
-					args := DecodeArgs{Out: out, OutStride: heads * hd, Q: qb, QStride: heads * hd, Seqs: seqs, Heads: heads, Cache: cache,
-						BlockTables: e.uploadI32(t, bt), MaxBlocks: maxBlocks, ContextLens: e.uploadI32(t, ctxs), MaxContext: 1000,
-						Scale: scale, Work: work, Splits: splits}
-					e.do(t, func() error { return e.ops.AttentionDecode(args) })
-					tl := odt
-					if dt != F32 && odt == F32 {
-						tl = F16 // inputs were rounded already; only accumulation differs
+			for _, legacy := range []bool{false, true} {
+				for _, splits := range []int{1, 7, 0} {
+					for _, odt := range []DType{F32, BF16} {
+						out := e.poisoned(t, odt, seqs*heads*hd)
+						args := DecodeArgs{Out: out, OutStride: heads * hd, Q: qb, QStride: heads * hd, Seqs: seqs, Heads: heads, Cache: cache,
+							BlockTables: e.uploadI32(t, bt), MaxBlocks: maxBlocks, ContextLens: e.uploadI32(t, ctxs), MaxContext: 1000,
+							Scale: scale, Work: work, Splits: splits, legacy: legacy}
+						e.do(t, func() error { return e.ops.AttentionDecode(args) })
+						tl := odt
+						if dt != F32 && odt == F32 {
+							tl = F16 // inputs were rounded already; only accumulation differs
+						}
+						check(t, fmt.Sprintf("decode hd=%d cache=%s out=%s splits=%d legacy=%v", hd, dt, odt, splits, legacy), tl, e.download(t, out), want)
 					}
-					check(t, fmt.Sprintf("decode hd=%d cache=%s out=%s splits=%d", hd, dt, odt, splits), tl, e.download(t, out), want)
 				}
 			}
 			e.do(t, func() error { return e.dev.FreeDecodeWorkspace(work) })

@@ -203,6 +203,218 @@ ATTN_DECODE_GQA(attn_decode_gqa4_f32, float, 4)
 ATTN_DECODE_GQA(attn_decode_gqa4_f16, f16, 4)
 ATTN_DECODE_GQA(attn_decode_gqa4_bf16, bf16, 4)
 
+// ---- Grouped decode for many sequences ----
+// attn_decode_grp: one block of 128 threads per (split, kv head, sequence) serving all G =
+// heads/kvHeads query heads of the kv head (G = 1, 2, 4 or 8), head size HD (64 or 128).
+// Tiles of DG_TP positions of K and V come through the block table with 16-byte loads
+// into shared memory (each cached value is read once per group); warp w scores heads
+// w, w+4 (lane = position) with an online softmax in base 2, and thread t accumulates
+// output dimension t % HD of heads t / HD, t / HD + 128/HD, ... With one split the
+// normalized output is written straight to out (outKind 0 f32, 1 f16, 2 bf16; a sequence
+// with no context gets zeros); with more, the split's partial results go to pm, pl, po
+// for attn_combine, as attn_decode writes them.
+
+#define DG_TP 32        // positions per tile
+#define DG_THREADS 128  // threads per block
+
+__device__ __forceinline__ void dg_unpack(const uint4& u, float* f, const float*) {
+    f[0] = __uint_as_float(u.x);
+    f[1] = __uint_as_float(u.y);
+    f[2] = __uint_as_float(u.z);
+    f[3] = __uint_as_float(u.w);
+}
+__device__ __forceinline__ void dg_unpack(const uint4& u, float* f, const bf16*) {
+    unsigned int w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ void dg_unpack(const uint4& u, float* f, const f16*) {
+    unsigned int w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f16 lo, hi;
+        lo.x = (unsigned short)(w[i] & 0xffffu);
+        hi.x = (unsigned short)(w[i] >> 16);
+        f[2 * i] = to_f32(lo);
+        f[2 * i + 1] = to_f32(hi);
+    }
+}
+
+__device__ __forceinline__ void dg_store(void* out, long long i, int kind, float v) {
+    if (kind == 0)
+        ((float*)out)[i] = v;
+    else if (kind == 1)
+        ((f16*)out)[i] = from_f32<f16>(v);
+    else
+        ((bf16*)out)[i] = from_f32<bf16>(v);
+}
+
+template <typename T, int HD, int G>
+__device__ void attn_decode_grp(void* out, int outStride, int outKind, const float* q, int qStride, const T* kc,
+                                const T* vc, const int* blockTables, int maxBlocks, const int* ctxLens, float* pm,
+                                float* pl, float* po, int heads, int kvHeads, int blockSize, int splitLen,
+                                float scale) {
+    constexpr int E = 16 / sizeof(T);  // elements per 16-byte vector
+    constexpr int VPR = HD / E;        // vectors per row
+    constexpr int KLD = HD + E;        // K row stride: 16 bytes of padding keep lanes on distinct banks
+    constexpr int HG = DG_THREADS / HD;  // head groups of the PV phase (1 or 2)
+    constexpr int NA = (G + HG - 1) / HG;  // accumulators per thread
+    constexpr int NW = (G + 3) / 4;        // heads per warp in the score phase
+    __shared__ __align__(16) float sQ[G * HD];
+    __shared__ __align__(16) T sK[DG_TP * KLD];
+    __shared__ __align__(16) T sV[DG_TP * HD];
+    __shared__ __align__(16) float sP[DG_TP][G];
+    __shared__ float sCorr[G], sM[G], sL[G];
+    pdl_entry();
+    int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z, splits = gridDim.x;
+    int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    int ctx = ctxLens[s];
+    int start = split * splitLen, end = min(ctx, start + splitLen);
+    const float qscale = scale * 1.4426950408889634f;  // scores in base 2
+    const float* qp = q + (long long)s * qStride + (long long)kvh * G * HD;
+    for (int i = tid; i < G * HD; i += DG_THREADS) sQ[i] = qp[i] * qscale;
+    float mreg[NW], lreg[NW];
+#pragma unroll
+    for (int k = 0; k < NW; k++) {
+        mreg[k] = -KV_INF;
+        lreg[k] = 0.f;
+    }
+    int d = tid % HD, g0 = HG == 1 ? 0 : tid / HD;
+    float acc[NA];
+#pragma unroll
+    for (int a = 0; a < NA; a++) acc[a] = 0.f;
+    const int* bt = blockTables + (long long)s * maxBlocks;
+
+    for (int k0 = start; k0 < end; k0 += DG_TP) {
+        int n = min(DG_TP, end - k0);
+        __syncthreads();  // the previous tile is consumed (and sQ written)
+#pragma unroll
+        for (int e = tid; e < DG_TP * VPR; e += DG_THREADS) {
+            int j = e / VPR, c = (e - j * VPR) * E;
+            uint4 kv = {0u, 0u, 0u, 0u}, vv = {0u, 0u, 0u, 0u};
+            if (j < n) {
+                int p = k0 + j;
+                long long slot = (long long)bt[p / blockSize] * blockSize + p % blockSize;
+                long long idx = (slot * kvHeads + kvh) * HD + c;
+                kv = *(const uint4*)(kc + idx);
+                vv = *(const uint4*)(vc + idx);
+            }
+            *(uint4*)&sK[j * KLD + c] = kv;
+            *(uint4*)&sV[j * HD + c] = vv;
+        }
+        __syncthreads();
+        // Scores and the online softmax: warp w owns heads w + 4k, lane j position k0 + j.
+#pragma unroll
+        for (int k = 0; k < NW; k++) {
+            int g = w + 4 * k;
+            if (g < G) {
+                float sc = -KV_INF;
+                if (lane < n) {
+                    const T* kr = &sK[lane * KLD];
+                    const float* qg = &sQ[g * HD];
+                    float d0 = 0.f, d1 = 0.f;
+#pragma unroll
+                    for (int c = 0; c < HD; c += E) {
+                        float kf[E];
+                        dg_unpack(*(const uint4*)(kr + c), kf, kr);
+#pragma unroll
+                        for (int i = 0; i < E; i += 4) {
+                            float4 qv = *(const float4*)(qg + c + i);
+                            d0 += qv.x * kf[i] + qv.y * kf[i + 1];
+                            d1 += qv.z * kf[i + 2] + qv.w * kf[i + 3];
+                        }
+                    }
+                    sc = d0 + d1;
+                }
+                float mx = fmaxf(mreg[k], warp_max(sc));  // finite: n >= 1
+                float corr = exp2f(mreg[k] - mx);          // 0 on the first tile
+                float pe = lane < n ? exp2f(sc - mx) : 0.f;
+                lreg[k] = lreg[k] * corr + warp_sum(pe);
+                mreg[k] = mx;
+                sP[lane][g] = pe;
+                if (lane == 0) sCorr[g] = corr;
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int a = 0; a < NA; a++) {
+            int g = g0 + a * HG;
+            if (G % HG == 0 || g < G) acc[a] *= sCorr[g];
+        }
+        for (int j = 0; j < n; j++) {
+            float v = to_f32(sV[j * HD + d]);
+#pragma unroll
+            for (int a = 0; a < NA; a++) {
+                int g = g0 + a * HG;
+                if (G % HG == 0 || g < G) acc[a] += sP[j][g] * v;
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < NW; k++) {
+        int g = w + 4 * k;
+        if (g < G && lane == 0) {
+            sM[g] = mreg[k];
+            sL[g] = lreg[k];
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int a = 0; a < NA; a++) {
+        int g = g0 + a * HG;
+        if (g >= G) continue;
+        int h = kvh * G + g;
+        if (splits == 1) {
+            float L = sL[g];
+            dg_store(out, (long long)s * outStride + (long long)h * HD + d, outKind, L > 0.f ? acc[a] / L : 0.f);
+        } else {
+            long long row = ((long long)s * heads + h) * splits + split;
+            po[row * HD + d] = acc[a];
+            if (d == 0) {
+                float M = sM[g];
+                pm[row] = M == -KV_INF ? -KV_INF : M * 0.6931471805599453f;  // back to natural units
+                pl[row] = sL[g];
+            }
+        }
+    }
+}
+// Instances are named attn_decode_grp<headDim>g<group>_<cache>.
+#define ATTN_DECODE_GRP(NAME, T, HD, G)                                                                       \
+    extern "C" __global__ void __launch_bounds__(DG_THREADS) NAME(void* out, int os, int ok, const float* q,   \
+                                    int qs, const T* kc, const T* vc, const int* bt, int maxBlocks,            \
+                                    const int* ctx, float* pm, float* pl, float* po, int heads, int kvh,       \
+                                    int bs, int splitLen, float scale) {                                       \
+        attn_decode_grp<T, HD, G>(out, os, ok, q, qs, kc, vc, bt, maxBlocks, ctx, pm, pl, po, heads, kvh, bs,   \
+                                  splitLen, scale);                                                            \
+    }
+ATTN_DECODE_GRP(attn_decode_grp64g1_f32, float, 64, 1)
+ATTN_DECODE_GRP(attn_decode_grp64g1_f16, f16, 64, 1)
+ATTN_DECODE_GRP(attn_decode_grp64g1_bf16, bf16, 64, 1)
+ATTN_DECODE_GRP(attn_decode_grp64g2_f32, float, 64, 2)
+ATTN_DECODE_GRP(attn_decode_grp64g2_f16, f16, 64, 2)
+ATTN_DECODE_GRP(attn_decode_grp64g2_bf16, bf16, 64, 2)
+ATTN_DECODE_GRP(attn_decode_grp64g4_f32, float, 64, 4)
+ATTN_DECODE_GRP(attn_decode_grp64g4_f16, f16, 64, 4)
+ATTN_DECODE_GRP(attn_decode_grp64g4_bf16, bf16, 64, 4)
+ATTN_DECODE_GRP(attn_decode_grp64g8_f32, float, 64, 8)
+ATTN_DECODE_GRP(attn_decode_grp64g8_f16, f16, 64, 8)
+ATTN_DECODE_GRP(attn_decode_grp64g8_bf16, bf16, 64, 8)
+ATTN_DECODE_GRP(attn_decode_grp128g1_f32, float, 128, 1)
+ATTN_DECODE_GRP(attn_decode_grp128g1_f16, f16, 128, 1)
+ATTN_DECODE_GRP(attn_decode_grp128g1_bf16, bf16, 128, 1)
+ATTN_DECODE_GRP(attn_decode_grp128g2_f32, float, 128, 2)
+ATTN_DECODE_GRP(attn_decode_grp128g2_f16, f16, 128, 2)
+ATTN_DECODE_GRP(attn_decode_grp128g2_bf16, bf16, 128, 2)
+ATTN_DECODE_GRP(attn_decode_grp128g4_f32, float, 128, 4)
+ATTN_DECODE_GRP(attn_decode_grp128g4_f16, f16, 128, 4)
+ATTN_DECODE_GRP(attn_decode_grp128g4_bf16, bf16, 128, 4)
+ATTN_DECODE_GRP(attn_decode_grp128g8_f32, float, 128, 8)
+ATTN_DECODE_GRP(attn_decode_grp128g8_f16, f16, 128, 8)
+ATTN_DECODE_GRP(attn_decode_grp128g8_bf16, bf16, 128, 8)
+
 // attn_combine: grid (heads, seqs), block 128: out[s][h*headDim + d] = the softmax-weighted
 // merge of the splits' partial results. A sequence with no context gets zeros.
 template <typename T>
