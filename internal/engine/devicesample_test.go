@@ -87,6 +87,12 @@ func TestDeviceSampling(t *testing.T) {
 
 	withLogprobs := append(slices.Clone(reqs), Request{PromptTokens: randomPrompt(4, 5, 320), Params: SamplingParams{MaxTokens: 30, IgnoreEOS: true, Logprobs: true}})
 	out, sb := run(withLogprobs)
+	// The seeded request draws the same way on the host (steps with the logprobs request
+	// or a fork) as on the device (steps alone): its tokens do not depend on its company.
+	alone, _ := run(reqs[1:2])
+	if !slices.Equal(alone[0][0].tokens, first[1][0].tokens) || !slices.Equal(alone[0][0].tokens, out[1][0].tokens) {
+		t.Errorf("seeded request alone %v, with a fork %v, with a logprobs request %v", alone[0][0].tokens, first[1][0].tokens, out[1][0].tokens)
+	}
 	if len(out[3][0].lps) != 30 {
 		t.Errorf("logprobs request got %d logprobs, want 30", len(out[3][0].lps))
 	}

@@ -144,7 +144,16 @@ func (e *Engine) sampleNext(seq *sequence, logits []float32) {
 	if seq.suppress != nil {
 		seq.suppress.Active = seq.numOutput() < p.MinTokens
 	}
-	tok := int32(seq.sampler.Sample(logits))
+	var tok int32
+	if e.model.CanSample() && seq.sampler.Plain() && seq.sampler.Params().Temperature > 0 {
+		// Where plain samplers draw on the device, they draw the same way on the host
+		// (a step with a logprobs request or a fork comes here), so that a seeded
+		// request's tokens do not depend on what it was batched with.
+		row := sampleRow(seq.sampler)
+		tok = int32(sample.DrawIndexOrder(logits, row.Temperature, int(row.TopK), row.TopP, float64(row.Uniform)))
+	} else {
+		tok = int32(seq.sampler.Sample(logits))
+	}
 	var lp []Logprob
 	if p.Logprobs || p.TopLogprobs > 0 {
 		chosen, top := sample.Logprobs(logits, int(tok), p.TopLogprobs)

@@ -7,6 +7,7 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
 	"github.com/kvasir-llm/kvasir/internal/model"
+	"github.com/kvasir-llm/kvasir/internal/sample"
 )
 
 // runner turns a step plan into a model Batch, performs the KV block copies the plan
@@ -129,26 +130,30 @@ func plainOnly(plan *stepPlan) bool {
 }
 
 // sampleRows returns the device sampling settings of the plan's sampling sequences, in
-// plan order, taking each sampled sequence's next uniform from its sampler (the draw its
-// host sampler would have used). Greedy sequences become top-1 at draw 0.
+// plan order (see sampleRow).
 func sampleRows(plan *stepPlan) []backend.SampleRow {
 	var rows []backend.SampleRow
 	for _, sc := range plan.seqs {
-		if !sc.logits {
-			continue
+		if sc.logits {
+			rows = append(rows, sampleRow(sc.seq.sampler))
 		}
-		sp := sc.seq.sampler.Params()
-		if sp.Temperature <= 0 {
-			rows = append(rows, backend.SampleRow{Temperature: 1, TopK: 1, TopP: 1})
-			continue
-		}
-		topP := sp.TopP
-		if topP <= 0 || topP > 1 {
-			topP = 1
-		}
-		// float32 rounding must not carry a draw just below 1 up to 1.
-		u := min(float32(sc.seq.sampler.Uniform()), math.Nextafter32(1, 0))
-		rows = append(rows, backend.SampleRow{Temperature: sp.Temperature, TopK: int32(sp.TopK), TopP: topP, Uniform: u})
 	}
 	return rows
+}
+
+// sampleRow returns the device sampling settings of a plain sampler, taking its next
+// uniform (the draw its host sampler would have used) when it samples. Greedy is top-1 at
+// draw 0.
+func sampleRow(s *sample.Sampler) backend.SampleRow {
+	sp := s.Params()
+	if sp.Temperature <= 0 {
+		return backend.SampleRow{Temperature: 1, TopK: 1, TopP: 1}
+	}
+	topP := sp.TopP
+	if topP <= 0 || topP > 1 {
+		topP = 1
+	}
+	// float32 rounding must not carry a draw just below 1 up to 1.
+	u := min(float32(s.Uniform()), math.Nextafter32(1, 0))
+	return backend.SampleRow{Temperature: sp.Temperature, TopK: int32(sp.TopK), TopP: topP, Uniform: u}
 }
