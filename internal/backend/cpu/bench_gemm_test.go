@@ -23,7 +23,7 @@ func BenchmarkGEMM(b *testing.B) {
 	r := rand.New(rand.NewSource(5))
 	p := NewPool(2)
 	defer p.Close()
-	for _, wt := range []quant.Type{quant.Q8_0, quant.BF16} {
+	for _, wt := range []quant.Type{quant.Q8_0, quant.Q4_0, quant.BF16} {
 		for _, sh := range shapes {
 			for _, tokens := range []int{32} {
 				b.Run(fmt.Sprintf("%s/%s/%dx%d/tokens=%d", wt, sh.name, sh.rows, sh.cols, tokens), func(b *testing.B) {

@@ -46,18 +46,18 @@ func BenchmarkMatVecCompute(b *testing.B) {
 	}
 }
 
-// BenchmarkDot4Kernel times the 4-row quantized kernels alone on L1-resident rows of 2048
+// BenchmarkRows8Kernel times the 8-row quantized kernels alone on L1-resident rows of 2048
 // values, in weight bytes per second.
-func BenchmarkDot4Kernel(b *testing.B) {
+func BenchmarkRows8Kernel(b *testing.B) {
 	r := rand.New(rand.NewSource(12))
-	for _, c := range dot4Cases {
+	for _, c := range rows8Cases {
 		for _, k := range allKernels() {
-			b.Run(c.qc.name+"/"+k.name, func(b *testing.B) {
+			b.Run(c.name+"/"+k.name, func(b *testing.B) {
 				const nb = 64
-				bb := c.qc.wt.BlockBytes()
-				w := randWeights(r, c.qc.wt, 4*nb, modeRandom)
-				x := randActivations(r, c.qc.xt, nb, modeRandom)
-				out := make([]float32, 4)
+				bb := c.wt.BlockBytes()
+				w := randWeights(r, c.wt, rows8*nb, modeRandom)
+				x := randActivations(r, quant.Q8_0, nb, modeRandom)
+				out := make([]float32, rows8)
 				kern := c.kernel(k)
 				best := time.Duration(1 << 62)
 				for b.Loop() {

@@ -56,6 +56,11 @@ func dotBF16Generic(w []byte, x []float32) float32 {
 	return s
 }
 
+// dotQ8_0Generic is the reference dot product of a Q8_0 weight row with Q8_0 activations
+// over nb blocks, and so the definition every Q8_0 kernel reproduces bit for bit: each
+// block's exact int32 sum of products, times d_w*d_x (exact in float32: two f16 values),
+// rounded, added in block order to a float32 sum (a separate multiply and add, no fused
+// multiply-add).
 func dotQ8_0Generic(w, x []byte, nb int) float32 {
 	var sum float32
 	for i := range nb {
@@ -65,11 +70,13 @@ func dotQ8_0Generic(w, x []byte, nb int) float32 {
 		for j := 2; j < q8_0Bytes; j++ {
 			s += int32(int8(wb[j])) * int32(int8(xb[j]))
 		}
-		sum += float32(s) * (f16At(wb) * f16At(xb))
+		sum += float32(float32(s) * (f16At(wb) * f16At(xb)))
 	}
 	return sum
 }
 
+// dotQ4_0Generic is dotQ8_0Generic for Q4_0 weights (quant q-8 for nibble q), with the same
+// arithmetic.
 func dotQ4_0Generic(w, x []byte, nb int) float32 {
 	var sum float32
 	for i := range nb {
@@ -81,9 +88,18 @@ func dotQ4_0Generic(w, x []byte, nb int) float32 {
 			s += (int32(q&15) - 8) * int32(int8(xb[2+j]))
 			s += (int32(q>>4) - 8) * int32(int8(xb[2+16+j]))
 		}
-		sum += float32(s) * (f16At(wb) * f16At(xb))
+		sum += float32(float32(s) * (f16At(wb) * f16At(xb)))
 	}
 	return sum
+}
+
+// rows8Generic is the scalar twin of the 8-row kernels: out[i] = dot(w[i*stride:], x, nb)
+// for i < 8.
+func rows8Generic(dot func(w, x []byte, nb int) float32, w []byte, stride int, x []byte, nb int, out []float32) {
+	out = out[:rows8]
+	for i := range out {
+		out[i] = dot(w[i*stride:], x, nb)
+	}
 }
 
 func dotQ4KGeneric(w, x []byte, nb int) float32 {
@@ -167,14 +183,6 @@ func cvtBF16Generic(dst []float32, src []byte) {
 	src = src[:2*len(dst)]
 	for i := range dst {
 		dst[i] = bf16At(src[2*i:])
-	}
-}
-
-// dot4Generic is the scalar twin of the 4-row dot kernels: four single-row dots.
-func dot4Generic(dot func(w, x []byte, nb int) float32, w []byte, stride int, x []byte, nb int, out []float32) {
-	out = out[:4]
-	for i := range out {
-		out[i] = dot(w[i*stride:], x, nb)
 	}
 }
 

@@ -135,8 +135,8 @@ type quantCase struct {
 }
 
 var quantCases = []quantCase{
-	{"Q8_0", quant.Q8_0, quant.Q8_0, func(k *kernels) func(w, x []byte, nb int) float32 { return k.dotQ8_0 }},
-	{"Q4_0", quant.Q4_0, quant.Q8_0, func(k *kernels) func(w, x []byte, nb int) float32 { return k.dotQ4_0 }},
+	{"Q8_0", quant.Q8_0, quant.Q8_0, func(k *kernels) func(w, x []byte, nb int) float32 { return oneRow(k.rows8Q8_0) }},
+	{"Q4_0", quant.Q4_0, quant.Q8_0, func(k *kernels) func(w, x []byte, nb int) float32 { return oneRow(k.rows8Q4_0) }},
 	{"Q4_K", quant.Q4_K, quant.Q8_K, func(k *kernels) func(w, x []byte, nb int) float32 { return k.dotQ4K }},
 	{"Q6_K", quant.Q6_K, quant.Q8_K, func(k *kernels) func(w, x []byte, nb int) float32 { return k.dotQ6K }},
 }

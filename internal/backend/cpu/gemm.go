@@ -21,8 +21,7 @@ const (
 	// the vector lanes, in groups of 16 and, for a remainder of at most 8, one group of 8.
 	gemmWide   = 16
 	gemmNarrow = 8
-	// gemmPackCols is the column chunk (a whole number of Q8_0 blocks) in which the
-	// activations are widened and packed, in parallel.
+	// gemmPackCols is the column chunk in which the activations are packed, in parallel.
 	gemmPackCols = 64
 	// gemmChunk is the number of consecutive row panels a thread claims at a time:
 	// 8 panels are 48 rows, 192 bytes of each token's output, so that two threads never
@@ -103,17 +102,15 @@ type gemmScratch struct {
 	w       Weight
 	rb      int
 	nTokens int
-	xin     []float32 // the caller's activations when they are quantized, [nTokens][cols]
 	xf      []float32 // the float activations the product uses, [nTokens][cols]
-	xqRow   int       // bytes per token of s.xq when prepare quantizes xin to Q8_0 into xf, or 0
 	chunk   int       // row panels per claim
 }
 
 // matMulGEMM computes out[t][r] = sum_c w[r][c] * x[t][c] for nTokens >= gemmMinTokens tokens
-// of activations x ([nTokens][w.Cols]); rb is the bytes per weight row. For quantized
-// weights the activations are first quantized as the matrix-vector path quantizes them (Q8_0
-// or Q8_K) and widened back, so that the products are those of the integer path, summed in
-// float32.
+// of activations x ([nTokens][w.Cols]); rb is the bytes per weight row. Weights are F32,
+// F16, BF16, Q4_K or Q6_K (Q8_0 and Q4_0 take matMulQ0). For Q4_K and Q6_K weights the
+// activations are first quantized to Q8_K as the matrix-vector path quantizes them and
+// widened back, so that the products are those of the integer path, summed in float32.
 //
 // The activations are packed once per call into groups of 16 tokens (the last group 8 or
 // 16, padded with zeros), column by column. The weights are then taken in panels of
@@ -153,7 +150,7 @@ func matMulGEMM(p *Pool, out []float32, w Weight, rb int, x []float32, nTokens i
 	// One index per thread: each call of s.run owns the slots of its range while it
 	// claims row panels from s.next.
 	p.Run(p.threads, s.run)
-	s.out, s.w, s.xf, s.xin = nil, Weight{}, nil, nil
+	s.out, s.w, s.xf = nil, Weight{}, nil
 	return nil
 }
 
@@ -169,7 +166,7 @@ func (s *gemmScratch) samePacked(x []float32, cols int, actType quant.Type) bool
 func (s *gemmScratch) pack(p *Pool, x []float32, cols int, actType quant.Type) error {
 	s.packed = false
 	nTokens := s.nTokens
-	s.xf, s.xqRow = x, 0
+	s.xf = x
 	if actType != quant.F32 {
 		xrb, err := actType.RowBytes(cols)
 		if err != nil {
@@ -177,14 +174,9 @@ func (s *gemmScratch) pack(p *Pool, x []float32, cols int, actType quant.Type) e
 		}
 		s.xq = grow(s.xq, nTokens*xrb)
 		s.xbuf = grow(s.xbuf, nTokens*cols)
-		s.xin = s.xf
-		if actType == quant.Q8_0 {
-			s.xqRow = xrb // quantized and widened back chunk by chunk in prepare
-		} else {
-			quantizeActivations(p, actType, s.xq, s.xin, nTokens, cols)
-			if err := quant.Dequantize(actType, s.xq, s.xbuf); err != nil {
-				return fmt.Errorf("cpu: matmul: activations: %w", err)
-			}
+		quantizeActivations(p, actType, s.xq, x, nTokens, cols)
+		if err := quant.Dequantize(actType, s.xq, s.xbuf); err != nil {
+			return fmt.Errorf("cpu: matmul: activations: %w", err)
 		}
 		s.xf = s.xbuf
 	}
@@ -202,10 +194,7 @@ func (s *gemmScratch) pack(p *Pool, x []float32, cols int, actType quant.Type) e
 // gemmActType returns the format the activations are quantized to for weights of type t,
 // or F32 when they stay float.
 func gemmActType(t quant.Type) quant.Type {
-	switch t {
-	case quant.Q8_0, quant.Q4_0:
-		return quant.Q8_0
-	case quant.Q4_K, quant.Q6_K:
+	if t == quant.Q4_K || t == quant.Q6_K {
 		return quant.Q8_K
 	}
 	return quant.F32
@@ -239,19 +228,10 @@ func packedLen(nTokens, cols int) int {
 	return n
 }
 
-// prepare packs the activations of column chunks [start, end) of gemmPackCols columns,
-// first quantizing them to Q8_0 and widening them back when the weights call for it.
+// prepare packs the activations of column chunks [start, end) of gemmPackCols columns.
 func (s *gemmScratch) prepare(start, end int) {
 	cols, n := s.w.Cols, s.nTokens
 	c0, c1 := start*gemmPackCols, min(end*gemmPackCols, cols)
-	if s.xqRow > 0 {
-		b0, b1 := c0/32, c1/32
-		for t := range n {
-			xq := s.xq[t*s.xqRow+b0*34 : t*s.xqRow+b1*34]
-			s.kern.quantQ8_0(xq, s.xin[t*cols+c0:t*cols+c1])
-			s.kern.dequantQ8_0(s.xf[t*cols+c0:t*cols+c1], xq)
-		}
-	}
 	packTokens(s.xt, s.xf, n, cols, c0, c1)
 }
 
@@ -374,10 +354,6 @@ func (s *gemmScratch) panel(sl *gemmSlot, r0, nr int) ([]float32, int) {
 			k.cvtF16(dst, src)
 		case quant.BF16:
 			k.cvtBF16(dst, src)
-		case quant.Q8_0:
-			k.dequantQ8_0(dst, src)
-		case quant.Q4_0:
-			k.dequantQ4_0(dst, src)
 		case quant.Q4_K:
 			k.dequantQ4K(dst, src)
 		case quant.Q6_K:

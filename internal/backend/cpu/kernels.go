@@ -22,15 +22,24 @@ type kernels struct {
 	dotF32  func(w, x []float32) float32 // sum w[i]*x[i] over len(x)
 	dotF16  func(w []byte, x []float32) float32
 	dotBF16 func(w []byte, x []float32) float32
-	dotQ8_0 func(w, x []byte, nb int) float32
-	dotQ4_0 func(w, x []byte, nb int) float32
 	dotQ4K  func(w, x []byte, nb int) float32
 	dotQ6K  func(w, x []byte, nb int) float32
 
-	// dot4Q8_0 and dot4Q4_0 are the matrix-vector kernels: out[i] = dot of the row at
-	// w[i*stride:] with x over nb blocks, for 4 rows at once sharing each activation load.
-	dot4Q8_0 func(w []byte, stride int, x []byte, nb int, out []float32)
-	dot4Q4_0 func(w []byte, stride int, x []byte, nb int, out []float32)
+	// rows8Q8_0 and rows8Q4_0 are the kernels of Q8_0 and Q4_0 products of fewer than
+	// q0MinTokens tokens (see matMulQ0): out[i] = the dot of the weight row at w[i*stride:] with the Q8_0
+	// activations x over nb blocks, for 8 rows at once, each bit for bit as dotQ8_0Generic
+	// or dotQ4_0Generic computes it (integer block sums, float32 scaling in block order).
+	rows8Q8_0 func(w []byte, stride int, x []byte, nb int, out []float32)
+	rows8Q4_0 func(w []byte, stride int, x []byte, nb int, out []float32)
+
+	// The kernels of the many-token Q8_0/Q4_0 path (gemm_q0.go): panelQ8_0 and panelQ4_0
+	// widen nb blocks of q0Rows weight rows (stride bytes apart) into a panel, as
+	// q8PanelGeneric and q4PanelGeneric do; tileQ8_0 and tileQ4_0 add a panel's products
+	// with a packed group of wd = 8 or 16 tokens to acc, bit for bit as q0TileGeneric.
+	panelQ8_0 func(pw []byte, dw []float32, w []byte, stride, nb int)
+	panelQ4_0 func(pw []byte, dw []float32, w []byte, stride, nb int)
+	tileQ8_0  func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32)
+	tileQ4_0  func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32)
 
 	// gemv4F32, gemv4F16 and gemv4BF16 are the float matrix-vector kernels: out[i] = dot
 	// of the row at w[i*stride:] (bytes) with x over len(x), for 4 rows at once.
@@ -60,10 +69,8 @@ type kernels struct {
 
 	// The dequant kernels widen whole blocks of a quantized type to float32 for the GEMM
 	// panels, bit-exactly as quant.Dequantize does.
-	dequantQ8_0 func(dst []float32, src []byte)
-	dequantQ4_0 func(dst []float32, src []byte)
-	dequantQ4K  func(dst []float32, src []byte)
-	dequantQ6K  func(dst []float32, src []byte)
+	dequantQ4K func(dst []float32, src []byte)
+	dequantQ6K func(dst []float32, src []byte)
 
 	// exp sets dst[i] = e^src[i] over len(dst) in float32 (see expGeneric); dst may be src.
 	exp func(dst, src []float32)
@@ -79,8 +86,6 @@ func genericKernels() *kernels {
 		dotF32:  dotF32Generic,
 		dotF16:  dotF16Generic,
 		dotBF16: dotBF16Generic,
-		dotQ8_0: dotQ8_0Generic,
-		dotQ4_0: dotQ4_0Generic,
 		dotQ4K:  dotQ4KGeneric,
 		dotQ6K:  dotQ6KGeneric,
 		axpy:    axpyGeneric,
@@ -99,23 +104,29 @@ func genericKernels() *kernels {
 				out[i] = dotBF16Generic(w[i*stride:], x)
 			}
 		},
-		dot4Q8_0: func(w []byte, stride int, x []byte, nb int, out []float32) {
-			dot4Generic(dotQ8_0Generic, w, stride, x, nb, out)
+		rows8Q8_0: func(w []byte, stride int, x []byte, nb int, out []float32) {
+			rows8Generic(dotQ8_0Generic, w, stride, x, nb, out)
 		},
-		dot4Q4_0: func(w []byte, stride int, x []byte, nb int, out []float32) {
-			dot4Generic(dotQ4_0Generic, w, stride, x, nb, out)
+		rows8Q4_0: func(w []byte, stride int, x []byte, nb int, out []float32) {
+			rows8Generic(dotQ4_0Generic, w, stride, x, nb, out)
 		},
-		cvtF16:      cvtF16Generic,
-		cvtBF16:     cvtBF16Generic,
-		exp:         expGeneric,
-		quantQ8_0:   quantQ8_0Generic,
-		quantQ8_K:   quantQ8_KFast,
-		dequantQ8_0: func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q8_0, src, dst) },
-		dequantQ4_0: func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q4_0, src, dst) },
-		dequantQ4K:  func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q4_K, src, dst) },
-		dequantQ6K:  func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q6_K, src, dst) },
-		attnScores:  attnScoresGeneric,
-		attnWsum:    attnWsumGeneric,
+		panelQ8_0: q8PanelGeneric,
+		panelQ4_0: q4PanelGeneric,
+		tileQ8_0: func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
+			q0TileGeneric(false, wd, pw, dw, xp, xs, nb, acc)
+		},
+		tileQ4_0: func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
+			q0TileGeneric(true, wd, pw, dw, xp, xs, nb, acc)
+		},
+		cvtF16:     cvtF16Generic,
+		cvtBF16:    cvtBF16Generic,
+		exp:        expGeneric,
+		quantQ8_0:  quantQ8_0Generic,
+		quantQ8_K:  quantQ8_KFast,
+		dequantQ4K: func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q4_K, src, dst) },
+		dequantQ6K: func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q6_K, src, dst) },
+		attnScores: attnScoresGeneric,
+		attnWsum:   attnWsumGeneric,
 	}
 }
 

@@ -29,8 +29,6 @@ func avx2Kernels() *kernels {
 		dotF32:  dotF32AVX2Slice,
 		dotF16:  dotF16AVX2Slice,
 		dotBF16: dotBF16AVX2Slice,
-		dotQ8_0: dotQ8_0AVX2Slice,
-		dotQ4_0: dotQ4_0AVX2Slice,
 		dotQ4K:  dotQ4KAVX2Slice,
 		dotQ6K:  dotQ6KAVX2Slice,
 		axpy:    axpyAVX2Slice,
@@ -43,23 +41,29 @@ func avx2Kernels() *kernels {
 		gemv4BF16: func(w []byte, stride int, x, out []float32) {
 			gemv4AVX2(gemv4BF16AVX2, 2, dotBF16Generic, w, stride, x, out)
 		},
-		dot4Q8_0: func(w []byte, stride int, x []byte, nb int, out []float32) {
-			dot4AVX2(dot4Q8_0AVX2, q8_0Bytes, w, stride, x, nb, out)
+		rows8Q8_0: func(w []byte, stride int, x []byte, nb int, out []float32) {
+			rows8AVX2(rows8Q8_0AVX2, q8_0Bytes, w, stride, x, nb, out)
 		},
-		dot4Q4_0: func(w []byte, stride int, x []byte, nb int, out []float32) {
-			dot4AVX2(dot4Q4_0AVX2, q4_0Bytes, w, stride, x, nb, out)
+		rows8Q4_0: func(w []byte, stride int, x []byte, nb int, out []float32) {
+			rows8AVX2(rows8Q4_0AVX2, q4_0Bytes, w, stride, x, nb, out)
 		},
-		cvtF16:    cvtF16AVX2Slice,
-		cvtBF16:   cvtBF16AVX2Slice,
-		exp:       expAVX2Slice,
-		quantQ8_0: quantQ8_0AVX2Slice,
-		quantQ8_K: quantQ8_KAVX2,
-		dequantQ8_0: func(dst []float32, src []byte) {
-			dequantAVX2(dequantQ8_0AVX2, q8_0Bytes, dst, src)
+		panelQ8_0: func(pw []byte, dw []float32, w []byte, stride, nb int) {
+			q0PanelAVX2(q8PanelAVX2, q8_0Bytes, 64, pw, dw, w, stride, nb)
 		},
-		dequantQ4_0: func(dst []float32, src []byte) {
-			dequantAVX2(dequantQ4_0AVX2, q4_0Bytes, dst, src)
+		panelQ4_0: func(pw []byte, dw []float32, w []byte, stride, nb int) {
+			q0PanelAVX2(q4PanelAVX2, q4_0Bytes, 32, pw, dw, w, stride, nb)
 		},
+		tileQ8_0: func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
+			q0TileAVX2(q8Tile16AVX2, q8Tile8AVX2, q0Steps8, 64, wd, pw, dw, xp, xs, nb, acc)
+		},
+		tileQ4_0: func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
+			q0TileAVX2(q4Tile16AVX2, q4Tile8AVX2, q0Steps4, 32, wd, pw, dw, xp, xs, nb, acc)
+		},
+		cvtF16:     cvtF16AVX2Slice,
+		cvtBF16:    cvtBF16AVX2Slice,
+		exp:        expAVX2Slice,
+		quantQ8_0:  quantQ8_0AVX2Slice,
+		quantQ8_K:  quantQ8_KAVX2,
 		dequantQ4K: dequantQ4KAVX2,
 		dequantQ6K: dequantQ6KAVX2,
 		attnScores: attnScoresAVX2Slice,
@@ -80,12 +84,6 @@ func dotF16AVX2(w *byte, x *float32, n int) float32
 func dotBF16AVX2(w *byte, x *float32, n int) float32
 
 //go:noescape
-func dotQ8_0AVX2(w, x *byte, nb int) float32
-
-//go:noescape
-func dotQ4_0AVX2(w, x *byte, nb int) float32
-
-//go:noescape
 func dotQ4KAVX2(w, x *byte, nb int) float32
 
 //go:noescape
@@ -98,13 +96,19 @@ func cvtF16AVX2(dst *float32, src *byte, n int)
 func cvtBF16AVX2(dst *float32, src *byte, n int)
 
 //go:noescape
-func dot4Q8_0AVX2(w *byte, stride int, x *byte, nb int, out *float32)
-
-//go:noescape
-func dot4Q4_0AVX2(w *byte, stride int, x *byte, nb int, out *float32)
-
-//go:noescape
 func expAVX2(dst, src *float32, n int)
+
+//go:noescape
+func rows8Q8_0AVX2(w *byte, stride int, x *byte, nb int, out *float32)
+
+//go:noescape
+func rows4Q4_0AVX2(w *byte, stride int, x *byte, nb int, out *float32)
+
+// rows8Q4_0AVX2 is the 8-row Q4_0 kernel: two calls of the 4-row one.
+func rows8Q4_0AVX2(w *byte, stride int, x *byte, nb int, out *float32) {
+	rows4Q4_0AVX2(w, stride, x, nb, out)
+	rows4Q4_0AVX2((*byte)(unsafe.Add(unsafe.Pointer(w), 4*stride)), stride, x, nb, (*float32)(unsafe.Add(unsafe.Pointer(out), 16)))
+}
 
 //go:noescape
 func attnScores4AVX2(sc, q, k *float32, stride, n, hd int)
@@ -129,12 +133,6 @@ func gemv4F16AVX2(w *byte, stride int, x *float32, n int, out *float32)
 
 //go:noescape
 func gemv4BF16AVX2(w *byte, stride int, x *float32, n int, out *float32)
-
-//go:noescape
-func dequantQ8_0AVX2(dst *float32, src *byte, nb int)
-
-//go:noescape
-func dequantQ4_0AVX2(dst *float32, src *byte, nb int)
 
 //go:noescape
 func dequantQ4KBodyAVX2(dst *float32, qs *byte, sc, mn *float32)
@@ -187,22 +185,6 @@ func dotBF16AVX2Slice(w []byte, x []float32) float32 {
 	return s
 }
 
-func dotQ8_0AVX2Slice(w, x []byte, nb int) float32 {
-	if nb <= 0 {
-		return 0
-	}
-	_, _ = w[nb*q8_0Bytes-1], x[nb*q8_0Bytes-1]
-	return dotQ8_0AVX2(unsafe.SliceData(w), unsafe.SliceData(x), nb)
-}
-
-func dotQ4_0AVX2Slice(w, x []byte, nb int) float32 {
-	if nb <= 0 {
-		return 0
-	}
-	_, _ = w[nb*q4_0Bytes-1], x[nb*q8_0Bytes-1]
-	return dotQ4_0AVX2(unsafe.SliceData(w), unsafe.SliceData(x), nb)
-}
-
 func dotQ4KAVX2Slice(w, x []byte, nb int) float32 {
 	if nb <= 0 {
 		return 0
@@ -251,15 +233,15 @@ func cvtBF16AVX2Slice(dst []float32, src []byte) {
 	cvtBF16Generic(dst[m:], src[2*m:])
 }
 
-// dot4AVX2 checks the bounds of a 4-row quantized dot kernel with blocks of wb bytes
+// rows8AVX2 checks the bounds of an 8-row quantized kernel with weight blocks of wb bytes
 // (activations in Q8_0) and calls it.
-func dot4AVX2(kernel func(w *byte, stride int, x *byte, nb int, out *float32), wb int, w []byte, stride int, x []byte, nb int, out []float32) {
-	out = out[:4]
+func rows8AVX2(kernel func(w *byte, stride int, x *byte, nb int, out *float32), wb int, w []byte, stride int, x []byte, nb int, out []float32) {
+	out = out[:rows8]
 	if nb <= 0 {
 		clear(out)
 		return
 	}
-	_, _ = w[3*stride+nb*wb-1], x[nb*q8_0Bytes-1]
+	_, _ = w[(rows8-1)*stride+nb*wb-1], x[nb*q8_0Bytes-1]
 	kernel(unsafe.SliceData(w), stride, unsafe.SliceData(x), nb, unsafe.SliceData(out))
 }
 
@@ -354,17 +336,6 @@ func gemv4AVX2(kernel func(w *byte, stride int, x *float32, n int, out *float32)
 // dotF32Bytes is dotF32Generic over weights given as bytes.
 func dotF32Bytes(w []byte, x []float32) float32 { return dotF32Generic(bytesAsF32(w)[:len(x)], x) }
 
-// dequantAVX2 checks the bounds of a dequantization kernel for 32-element blocks of bb bytes
-// and runs it over the len(dst)/32 blocks.
-func dequantAVX2(kernel func(dst *float32, src *byte, nb int), bb int, dst []float32, src []byte) {
-	nb := len(dst) / 32
-	if nb == 0 {
-		return
-	}
-	_, _ = dst[32*nb-1], src[nb*bb-1]
-	kernel(unsafe.SliceData(dst), unsafe.SliceData(src), nb)
-}
-
 // dequantQ4KAVX2 widens len(dst)/256 Q4_K blocks: the sub-block scales and mins in Go, the
 // 256 values of each block in assembly.
 func dequantQ4KAVX2(dst []float32, src []byte) {
@@ -390,4 +361,49 @@ func dequantQ6KAVX2(dst []float32, src []byte) {
 		y := dst[256*b : 256*b+256]
 		dequantQ6KBodyAVX2(unsafe.SliceData(y), &blk[0], &sc[0])
 	}
+}
+
+//go:noescape
+func q8PanelAVX2(pw *byte, dw *float32, w *byte, stride int, nb int)
+
+//go:noescape
+func q4PanelAVX2(pw *byte, dw *float32, w *byte, stride int, nb int)
+
+//go:noescape
+func q8Tile16AVX2(pw *byte, dw *float32, xp *uint32, xs *uint32, nb int, acc *float32)
+
+//go:noescape
+func q8Tile8AVX2(pw *byte, dw *float32, xp *uint32, xs *uint32, nb int, acc *float32)
+
+//go:noescape
+func q4Tile16AVX2(pw *byte, dw *float32, xp *uint32, xs *uint32, nb int, acc *float32)
+
+//go:noescape
+func q4Tile8AVX2(pw *byte, dw *float32, xp *uint32, xs *uint32, nb int, acc *float32)
+
+// q0PanelAVX2 checks the bounds of a panel kernel (weight blocks of wb bytes, widened to
+// pb bytes per row) and calls it.
+func q0PanelAVX2(kernel func(pw *byte, dw *float32, w *byte, stride int, nb int), wb, pb int,
+	pw []byte, dw []float32, w []byte, stride, nb int) {
+	if nb <= 0 {
+		return
+	}
+	_, _, _ = pw[nb*q0Rows*pb-1], dw[nb*q0Rows-1], w[(q0Rows-1)*stride+nb*wb-1]
+	kernel(unsafe.SliceData(pw), unsafe.SliceData(dw), unsafe.SliceData(w), stride, nb)
+}
+
+// q0TileAVX2 checks the bounds of a tile kernel (wide for 16 tokens, narrow for 8; steps
+// lane groups per block, pb panel bytes per row and block) and calls it.
+func q0TileAVX2(wide, narrow func(pw *byte, dw *float32, xp *uint32, xs *uint32, nb int, acc *float32), steps, pb int,
+	wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
+	if nb <= 0 {
+		return
+	}
+	kernel, kw := narrow, gemmNarrow
+	if wd == gemmWide {
+		kernel, kw = wide, gemmWide
+	}
+	_, _, _ = pw[nb*q0Rows*pb-1], dw[nb*q0Rows-1], acc[q0Rows*kw-1]
+	_, _ = xp[nb*steps*kw-1], xs[nb*2*kw-1]
+	kernel(unsafe.SliceData(pw), unsafe.SliceData(dw), unsafe.SliceData(xp), unsafe.SliceData(xs), nb, unsafe.SliceData(acc))
 }

@@ -21,13 +21,16 @@ type Weight struct {
 // BF16, Q8_0, Q4_0, Q4_K and Q6_K are supported. For quantized weights the activations are
 // quantized once per call (to Q8_0 for Q8_0/Q4_0, to Q8_K for Q4_K/Q6_K).
 //
-// Fewer than 3 tokens (decode) run as matrix-vector products split over rows, 4 rows per
-// kernel call where the type has such a kernel, quantized weights dotted in integers with
-// the quantized activations, as GGML does. From 3 tokens on (prefill, batched decode) the
-// product runs as a GEMM (see matMulGEMM): each panel of 6 weight rows is widened to float32
-// once and meets all tokens in a register-blocked kernel; quantized activations are
-// dequantized back to float for it, so the products are those of the integer path, summed
-// in float32.
+// Q8_0 and Q4_0 weights take one arithmetic whatever the token count (see matMulQ0):
+// integer block dot products with the Q8_0 activations, scaled and summed in block order,
+// 8 weight rows at a time for 1 or 2 tokens and in tiles of 4 rows x 16 tokens from 3 on,
+// so that a token's outputs are bit for bit the same alone or in a batch. For the other types, fewer than 3
+// tokens (decode) run as matrix-vector products split over rows, 4 rows per kernel call
+// where the type has such a kernel, Q4_K/Q6_K dotted in integers with the quantized
+// activations, as GGML does; from 3 tokens on (prefill, batched decode) the product runs
+// as a GEMM (see matMulGEMM): each panel of 6 weight rows is widened to float32 once and
+// meets all tokens in a register-blocked kernel; Q8_K activations are dequantized back to
+// float for it, so the products are those of the integer path, summed in float32.
 func MatMul(p *Pool, out []float32, w Weight, x []float32, nTokens int) error {
 	rb, err := w.check(len(x), len(out), nTokens)
 	if err != nil {
@@ -35,41 +38,35 @@ func MatMul(p *Pool, out []float32, w Weight, x []float32, nTokens int) error {
 	}
 	k := p.kern
 	xs := x[:nTokens*w.Cols]
+	switch w.Type {
+	case quant.Q8_0, quant.Q4_0:
+		return matMulQ0(p, out, w, rb, xs, nTokens)
+	}
 	if nTokens >= gemmMinTokens {
 		return matMulGEMM(p, out, w, rb, xs, nTokens)
 	}
 
-	var (
-		actType quant.Type
-		dot     func(w, x []byte, nb int) float32
-		dot4    func(w []byte, stride int, x []byte, nb int, out []float32)
-	)
+	var dot func(w, x []byte, nb int) float32
 	switch w.Type {
 	case quant.F32, quant.F16, quant.BF16:
 		matVecFloat(p, out, w, rb, xs, nTokens)
 		return nil
-	case quant.Q8_0:
-		actType, dot, dot4 = quant.Q8_0, k.dotQ8_0, k.dot4Q8_0
-	case quant.Q4_0:
-		actType, dot, dot4 = quant.Q8_0, k.dotQ4_0, k.dot4Q4_0
 	case quant.Q4_K:
-		actType, dot = quant.Q8_K, k.dotQ4K
+		dot = k.dotQ4K
 	case quant.Q6_K:
-		actType, dot = quant.Q8_K, k.dotQ6K
+		dot = k.dotQ6K
 	}
 
-	xrb, err := actType.RowBytes(w.Cols)
+	xrb, err := quant.Q8_K.RowBytes(w.Cols)
 	if err != nil {
 		return fmt.Errorf("cpu: matmul: activations: %w", err)
 	}
 	p.scratchMu.Lock()
 	defer p.scratchMu.Unlock()
-	if cap(p.scratch) < nTokens*xrb {
-		p.scratch = make([]byte, nTokens*xrb)
-	}
-	xq := p.scratch[:nTokens*xrb]
-	quantizeActivations(p, actType, xq, xs, nTokens, w.Cols)
-	matVec4(p, out, w, rb, xq, xrb, nTokens, dot, dot4)
+	p.scratch = grow(p.scratch, nTokens*xrb)
+	xq := p.scratch
+	quantizeActivations(p, quant.Q8_K, xq, xs, nTokens, w.Cols)
+	matVecK(p, out, w, rb, xq, xrb, nTokens, dot)
 	return nil
 }
 
@@ -117,25 +114,16 @@ func quantizeActivations(p *Pool, t quant.Type, dst []byte, x []float32, nTokens
 	p.Run(nTokens*nb, quantize)
 }
 
-// matVec4 computes the quantized products of a few tokens 4 weight rows at a time, so that
-// each activation block loaded serves 4 rows (one row at a time with dot where the type
-// has no 4-row kernel, dot4 nil); work is split over groups of 4 rows.
-func matVec4(p *Pool, out []float32, w Weight, rb int, xq []byte, xrb, nTokens int,
-	dot func(w, x []byte, nb int) float32, dot4 func(w []byte, stride int, x []byte, nb int, out []float32)) {
+// matVecK computes the products of a few tokens with Q4_K or Q6_K weights (activations xq
+// in Q8_K, xrb bytes per token) one row at a time with dot; work is split over groups of 4
+// rows.
+func matVecK(p *Pool, out []float32, w Weight, rb int, xq []byte, xrb, nTokens int, dot func(w, x []byte, nb int) float32) {
 	rows := w.Rows
 	nb := w.Cols / w.Type.BlockSize()
 	p.Run((rows+3)/4, func(start, end int) {
-		for g := start; g < end; g++ {
-			r := 4 * g
+		for i := 4 * start; i < min(4*end, rows); i++ {
 			for t := range nTokens {
-				xt := xq[t*xrb : (t+1)*xrb]
-				if dot4 != nil && r+4 <= rows {
-					dot4(w.Data[r*rb:], rb, xt, nb, out[t*rows+r:])
-					continue
-				}
-				for i := r; i < min(r+4, rows); i++ {
-					out[t*rows+i] = dot(w.Data[i*rb:(i+1)*rb], xt, nb)
-				}
+				out[t*rows+i] = dot(w.Data[i*rb:(i+1)*rb], xq[t*xrb:(t+1)*xrb], nb)
 			}
 		}
 	})

@@ -39,13 +39,14 @@ type Pool struct {
 	chunk int
 	next  atomic.Int64
 
-	scratchMu sync.Mutex // guards scratch, the quantized activations of MatMul's few-token path
+	scratchMu sync.Mutex // guards scratch, the Q8_K activations of MatMul's few-token path
 	scratch   []byte
 
 	attnMu      sync.Mutex // guards attnScratch, the split-K partial results of Attention
 	attnScratch []float32
 
 	gemm gemmScratch // the buffers of MatMul's many-token path (gemm.go)
+	q0   q0Product   // the buffers of MatMul's Q8_0/Q4_0 path (matmul_q0.go)
 }
 
 // NewPool starts a pool of threads workers (threads < 1 means runtime.GOMAXPROCS(0)). It

@@ -1,0 +1,357 @@
+package cpu
+
+import (
+	"bytes"
+	"math"
+	"sync/atomic"
+
+	"github.com/kvasir-llm/kvasir/internal/quant"
+)
+
+// Blocking of the many-token Q8_0/Q4_0 path (see q0Product.matMulGEMM).
+const (
+	// q0MinTokens is the least token count that takes the many-token path; fewer tokens
+	// run through the 8-row kernels straight off the weights.
+	q0MinTokens = 3
+	// q0Rows is the number of weight rows of a panel (and of a tile).
+	q0Rows = 4
+	// q0Chunk is the number of consecutive panels a thread claims at a time: 16 panels are
+	// 64 rows, 256 bytes of each token's output.
+	q0Chunk = 16
+	// q0Steps8 and q0Steps4 are the 4-byte lane groups per block of the packed activations
+	// for Q8_0 weights (16 pairs of int16 quants) and Q4_0 weights (8 quads of int8).
+	q0Steps8 = 16
+	q0Steps4 = 8
+	// q0PanelBlock is the widest panel block: 4 rows of 32 int16 quants (Q8_0).
+	q0PanelBlock = q0Rows * 64
+)
+
+// The many-token path keeps a token's results bit for bit those of the 8-row kernels:
+// every (row, token) pair still sums each block's quant products exactly in integers and
+// adds float32(sum) * (d_w*d_x) to its float32 result in block order. Only the layout
+// changes, so that the SIMD lanes hold different tokens of one row instead of different
+// rows of one token:
+//
+//   - A panel is q0Rows weight rows widened per block: Q8_0 quants sign-extended to int16,
+//     Q4_0 nibbles unpacked one per byte in element order, [block][row][32]; d_w as
+//     float32, [block][row]. It is made per thread, one panel at a time.
+//   - The activations, quantized to Q8_0, are packed once per call by token groups of W =
+//     16 tokens (the last group 8 or 16, padded with zeros): xp holds, per block and
+//     4-byte step, the group's W lanes, [block][step][W] uint32 (Q8_0 weights: quants
+//     2s, 2s+1 of the block as int16; Q4_0: quants 4s..4s+3 as int8); xs holds per block
+//     W int32 corrections 8*sum(x) (for the Q4_0 nibbles' offset of 8), then W d_x as
+//     float32 bits.
+
+// q0GEMMSlot is the scratch of one worker of the many-token Q8_0/Q4_0 path.
+type q0GEMMSlot struct {
+	pw  []byte    // the panel's widened quants
+	dw  []float32 // the panel's d_w
+	acc []float32 // one tile, q0Rows x 16 tokens
+}
+
+// q0GroupLens returns the lengths of the packed activations of one token group of width
+// wd over nb blocks: xp (uint32) for weights of type wt, and xs.
+func q0GroupLens(wt quant.Type, wd, nb int) (int, int) {
+	steps := q0Steps8
+	if wt == quant.Q4_0 {
+		steps = q0Steps4
+	}
+	return nb * steps * wd, nb * 2 * wd
+}
+
+// matMulGEMM computes the product in progress of Q8_0 or Q4_0 weights with nTokens >=
+// q0MinTokens tokens: it quantizes and packs the activations (see packBlocks) unless the
+// last product packed the same ones, then multiplies panels of q0Rows rows, claimed by the
+// pool's threads in runs of q0Chunk, with every token group.
+func (s *q0Product) matMulGEMM(p *Pool) {
+	nb := s.w.Cols / 32
+	if !s.samePacked(s.x, s.w.Cols, s.w.Type) {
+		var xpLen, xsLen int
+		for t0 := 0; t0 < s.nTokens; {
+			wd := tokenGroupWidth(t0, s.nTokens)
+			a, b := q0GroupLens(s.w.Type, wd, nb)
+			xpLen, xsLen = xpLen+a, xsLen+b
+			t0 += wd
+		}
+		s.xp, s.xs = grow(s.xp, xpLen), grow(s.xs, xsLen)
+		p.Run(nb, s.pack)
+		s.remember(s.x, s.w.Cols, s.w.Type)
+	}
+	if len(s.slots) != p.threads || len(s.slots[0].pw) < nb*q0PanelBlock {
+		s.slots = make([]q0GEMMSlot, p.threads)
+		for i := range s.slots {
+			s.slots[i] = q0GEMMSlot{
+				pw:  make([]byte, nb*q0PanelBlock),
+				dw:  make([]float32, nb*q0Rows),
+				acc: make([]float32, q0Rows*gemmWide),
+			}
+		}
+	}
+	s.next.Store(0)
+	p.Run(p.threads, s.gemm)
+}
+
+// work runs the slots [start, end) of the product in progress: each claims runs of
+// panels until none is left.
+func (s *q0Product) work(start, end int) {
+	panels := (s.w.Rows + q0Rows - 1) / q0Rows
+	for i := start; i < end; i++ {
+		sl := &s.slots[i]
+		for {
+			first := int(s.next.Add(q0Chunk) - q0Chunk)
+			if first >= panels {
+				break
+			}
+			for g := first; g < min(first+q0Chunk, panels); g++ {
+				s.multiplyPanel(sl, g)
+			}
+		}
+	}
+}
+
+// multiplyPanel widens panel g of the product in progress and multiplies it with every
+// token group.
+func (s *q0Product) multiplyPanel(sl *q0GEMMSlot, g int) {
+	w, k := s.w, s.kern
+	rows, nb, n := w.Rows, w.Cols/32, s.nTokens
+	r0 := g * q0Rows
+	nr := min(q0Rows, rows-r0)
+	q4 := w.Type == quant.Q4_0
+	panel, tile := k.panelQ8_0, k.tileQ8_0
+	if q4 {
+		panel, tile = k.panelQ4_0, k.tileQ4_0
+	}
+	if nr == q0Rows {
+		panel(sl.pw, sl.dw, w.Data[r0*s.rb:], s.rb, nb)
+	} else {
+		q0PanelPartial(q4, sl.pw, sl.dw, w.Data[r0*s.rb:rows*s.rb], s.rb, nb, nr)
+	}
+	xpOff, xsOff := 0, 0
+	for t0 := 0; t0 < n; {
+		wd := tokenGroupWidth(t0, n)
+		xpLen, xsLen := q0GroupLens(w.Type, wd, nb)
+		acc := sl.acc[:q0Rows*wd]
+		clear(acc)
+		tile(wd, sl.pw, sl.dw, s.xp[xpOff:xpOff+xpLen], s.xs[xsOff:xsOff+xsLen], nb, acc)
+		storeQ0Tile(s.out[t0*rows+r0:], rows, acc, wd, min(wd, n-t0), nr)
+		xpOff += xpLen
+		xsOff += xsLen
+		t0 += wd
+	}
+}
+
+// storeQ0Tile writes the first nt tokens and nr rows of a tile (acc[r*wd+t]) to out, where
+// token t's row r goes to out[t*ldo+r].
+func storeQ0Tile(out []float32, ldo int, acc []float32, wd, nt, nr int) {
+	if nr == q0Rows {
+		a0, a1, a2, a3 := acc[:wd], acc[wd:2*wd], acc[2*wd:3*wd], acc[3*wd:4*wd]
+		for t := range nt {
+			o := out[t*ldo:][:q0Rows]
+			o[0], o[1], o[2], o[3] = a0[t], a1[t], a2[t], a3[t]
+		}
+		return
+	}
+	for t := range nt {
+		o := out[t*ldo:][:nr]
+		for r := range o {
+			o[r] = acc[r*wd+t]
+		}
+	}
+}
+
+// packBlocks quantizes blocks [b0, b1) of every token's activations to Q8_0 into s.xq and
+// packs them into s.xp and s.xs for the many-token path.
+func (s *q0Product) packBlocks(b0, b1 int) {
+	nb, n := s.w.Cols/32, s.nTokens
+	q4 := s.w.Type == quant.Q4_0
+	xpOff, xsOff := 0, 0
+	for t0 := 0; t0 < n; {
+		wd := tokenGroupWidth(t0, n)
+		xpLen, xsLen := q0GroupLens(s.w.Type, wd, nb)
+		xp, xs := s.xp[xpOff:xpOff+xpLen], s.xs[xsOff:xsOff+xsLen]
+		for t := range wd {
+			if t0+t >= n {
+				padQ0Lane(q4, xp, xs, wd, t, b0, b1)
+				continue
+			}
+			xq := s.xq[(t0+t)*s.xrb:][:nb*q8_0Bytes]
+			s.kern.quantQ8_0(xq[b0*q8_0Bytes:b1*q8_0Bytes], s.x[(t0+t)*s.w.Cols+b0*32:][:(b1-b0)*32])
+			packQ0Lane(q4, xp, xs, wd, t, xq, b0, b1)
+		}
+		xpOff += xpLen
+		xsOff += xsLen
+		t0 += wd
+	}
+}
+
+// packQ0Lane packs blocks [b0, b1) of one token's Q8_0 activations xq into lane t of a
+// token group of width wd (see the layout above).
+func packQ0Lane(q4 bool, xp, xs []uint32, wd, t int, xq []byte, b0, b1 int) {
+	for b := b0; b < b1; b++ {
+		blk := xq[b*q8_0Bytes : (b+1)*q8_0Bytes]
+		q := (*[32]byte)(blk[2:])
+		if q4 {
+			dst := xp[b*q0Steps4*wd:][:q0Steps4*wd]
+			var sum int32
+			for st := range q0Steps4 {
+				g := (*[4]byte)(q[4*st:])
+				dst[st*wd+t] = uint32(g[0]) | uint32(g[1])<<8 | uint32(g[2])<<16 | uint32(g[3])<<24
+				sum += int32(int8(g[0])) + int32(int8(g[1])) + int32(int8(g[2])) + int32(int8(g[3]))
+			}
+			xs[b*2*wd+t] = uint32(8 * sum)
+		} else {
+			dst := xp[b*q0Steps8*wd:][:q0Steps8*wd]
+			for st := range q0Steps8 {
+				g := (*[2]byte)(q[2*st:])
+				dst[st*wd+t] = uint32(uint16(int16(int8(g[0])))) | uint32(int32(int8(g[1])))<<16
+			}
+			xs[b*2*wd+t] = 0
+		}
+		xs[b*2*wd+wd+t] = math.Float32bits(f16At(blk))
+	}
+}
+
+// padQ0Lane zeroes blocks [b0, b1) of lane t of a token group past the last token.
+func padQ0Lane(q4 bool, xp, xs []uint32, wd, t, b0, b1 int) {
+	steps := q0Steps8
+	if q4 {
+		steps = q0Steps4
+	}
+	for b := b0; b < b1; b++ {
+		for st := range steps {
+			xp[(b*steps+st)*wd+t] = 0
+		}
+		xs[b*2*wd+t], xs[b*2*wd+wd+t] = 0, 0
+	}
+}
+
+// q0PanelPartial widens the nr < q0Rows rows of a last partial panel (rows rb bytes apart
+// in w) as the panel kernels do and zeroes the missing rows (quants and d_w).
+func q0PanelPartial(q4 bool, pw []byte, dw []float32, w []byte, rb, nb, nr int) {
+	for b := range nb {
+		for r := range q0Rows {
+			if r < nr {
+				continue
+			}
+			dw[b*q0Rows+r] = 0
+			if q4 {
+				clear(pw[(b*q0Rows+r)*32:][:32])
+			} else {
+				clear(pw[(b*q0Rows+r)*64:][:64])
+			}
+		}
+	}
+	for r := range nr {
+		q0PanelRow(q4, pw, dw, w[r*rb:(r+1)*rb], r, nb)
+	}
+}
+
+// q0PanelRow widens one weight row into row r of a panel.
+func q0PanelRow(q4 bool, pw []byte, dw []float32, row []byte, r, nb int) {
+	for b := range nb {
+		if q4 {
+			blk := row[b*q4_0Bytes : (b+1)*q4_0Bytes]
+			dst := pw[(b*q0Rows+r)*32:][:32]
+			for j, q := range blk[2:] {
+				dst[j], dst[j+16] = q&15, q>>4
+			}
+			dw[b*q0Rows+r] = f16At(blk)
+			continue
+		}
+		blk := row[b*q8_0Bytes : (b+1)*q8_0Bytes]
+		dst := pw[(b*q0Rows+r)*64:][:64]
+		for j, q := range blk[2:] {
+			v := uint16(int16(int8(q)))
+			dst[2*j], dst[2*j+1] = byte(v), byte(v>>8)
+		}
+		dw[b*q0Rows+r] = f16At(blk)
+	}
+}
+
+// q8PanelGeneric and q4PanelGeneric are the scalar twins of the panel kernels: they widen
+// nb blocks of q0Rows rows (stride bytes apart in w) into pw and dw.
+func q8PanelGeneric(pw []byte, dw []float32, w []byte, stride, nb int) {
+	for r := range q0Rows {
+		q0PanelRow(false, pw, dw, w[r*stride:], r, nb)
+	}
+}
+
+func q4PanelGeneric(pw []byte, dw []float32, w []byte, stride, nb int) {
+	for r := range q0Rows {
+		q0PanelRow(true, pw, dw, w[r*stride:], r, nb)
+	}
+}
+
+// q0TileGeneric is the scalar twin of the tile kernels: for the q0Rows rows of panel
+// (pw, dw) and the wd tokens of a packed group (xp, xs), it adds to acc[r*wd+t] each
+// block's float32(sum) * (d_w*d_x) in block order, sum the exact integer dot product of
+// the block's quants (Q4_0: nibbles less 8).
+func q0TileGeneric(q4 bool, wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
+	steps := q0Steps8
+	if q4 {
+		steps = q0Steps4
+	}
+	for b := range nb {
+		x := xp[b*steps*wd:][:steps*wd]
+		corr, dx := xs[b*2*wd:][:wd], xs[b*2*wd+wd:][:wd]
+		for r := range q0Rows {
+			for t := range wd {
+				var s int32
+				if q4 {
+					wq := pw[(b*q0Rows+r)*32:][:32]
+					for st := range steps {
+						v := x[st*wd+t]
+						for j := range 4 {
+							s += int32(wq[4*st+j]) * int32(int8(v>>(8*j)))
+						}
+					}
+					s -= int32(corr[t])
+				} else {
+					wq := pw[(b*q0Rows+r)*64:][:64]
+					for st := range steps {
+						v := x[st*wd+t]
+						w0 := int32(int16(uint16(wq[4*st]) | uint16(wq[4*st+1])<<8))
+						w1 := int32(int16(uint16(wq[4*st+2]) | uint16(wq[4*st+3])<<8))
+						s += w0*int32(int16(v)) + w1*int32(int16(v>>16))
+					}
+				}
+				scale := dw[b*q0Rows+r] * math.Float32frombits(dx[t])
+				acc[r*wd+t] += float32(float32(s) * scale)
+			}
+		}
+	}
+}
+
+// q0GEMMState is the part of q0Product the many-token path adds: the packed activations,
+// the worker slots and the panel counter.
+type q0GEMMState struct {
+	xp    []uint32 // activations packed by token group
+	xs    []uint32 // per block corrections and d_x, by token group
+	slots []q0GEMMSlot
+
+	// What xp and xs hold packed, so that consecutive products of the same activations (q,
+	// k and v; gate and up) pack them once: a copy of the activations, their columns and
+	// the weight type they were packed for. packed is false until the first product.
+	packed   bool
+	xprev    []float32
+	packCols int
+	packType quant.Type
+
+	next atomic.Int64         // the next panel to claim
+	pack func(start, end int) // s.packBlocks, bound once
+	gemm func(start, end int) // s.work, bound once
+}
+
+// samePacked reports whether xp and xs already hold activations x of cols columns packed
+// for weights of type wt: the bits of x equal those of the last packed activations.
+func (g *q0GEMMState) samePacked(x []float32, cols int, wt quant.Type) bool {
+	return g.packed && g.packCols == cols && g.packType == wt && len(g.xprev) == len(x) &&
+		bytes.Equal(f32Bytes(g.xprev), f32Bytes(x))
+}
+
+// remember records x, cols and wt as what xp and xs hold packed.
+func (g *q0GEMMState) remember(x []float32, cols int, wt quant.Type) {
+	g.xprev = grow(g.xprev, len(x))
+	copy(g.xprev, x)
+	g.packed, g.packCols, g.packType = true, cols, wt
+}
