@@ -94,35 +94,32 @@ func (r *runner) run(plan *stepPlan, mgr *kvcache.Manager) (logits []float32, id
 }
 
 // greedyOnly reports whether every sequence of the plan that samples this step takes the
-// plain argmax of its logits: temperature 0, no penalties, logit bias or min-tokens
-// suppression, no logprobs, and no fork pending (a fork samples its children from the
-// same logits).
+// plain argmax of its logits: it samples plainly (samplesPlainly) at temperature 0.
 func greedyOnly(plan *stepPlan) bool {
-	for _, sc := range plan.seqs {
-		if !sc.logits {
-			continue
-		}
-		seq := sc.seq
-		p := &seq.req.params
-		if p.Temperature > 0 || seq.penalties != nil || seq.suppress != nil || len(p.LogitBias) > 0 ||
-			p.Logprobs || p.TopLogprobs > 0 || seq.forkPending {
-			return false
-		}
-	}
-	return true
+	return everySampling(plan, func(seq *sequence) bool {
+		return samplesPlainly(seq) && seq.sampler.Params().Temperature <= 0
+	})
 }
 
-// plainOnly reports whether every sequence of the plan that samples this step uses only
-// temperature, top-k and top-p (or is greedy), with no logprobs and no fork pending: its
-// draw can be made on the device from its settings and its sampler's next uniform.
-func plainOnly(plan *stepPlan) bool {
+// plainOnly reports whether every sequence of the plan that samples this step samples
+// plainly: its draw can be made on the device from its settings and its sampler's next
+// uniform.
+func plainOnly(plan *stepPlan) bool { return everySampling(plan, samplesPlainly) }
+
+// samplesPlainly reports whether seq's next token depends on nothing but its logits and
+// its sampler's settings: temperature, top-k and top-p only (no penalties, logit bias,
+// min-tokens suppression or min-p), no logprobs, and no fork pending (a fork samples its
+// children from the same logits).
+func samplesPlainly(seq *sequence) bool {
+	p := &seq.req.params
+	return seq.sampler.Plain() && !p.Logprobs && p.TopLogprobs == 0 && !seq.forkPending
+}
+
+// everySampling reports whether ok holds for every sequence of the plan that samples this
+// step.
+func everySampling(plan *stepPlan, ok func(*sequence) bool) bool {
 	for _, sc := range plan.seqs {
-		if !sc.logits {
-			continue
-		}
-		seq := sc.seq
-		p := &seq.req.params
-		if !seq.sampler.Plain() || p.Logprobs || p.TopLogprobs > 0 || seq.forkPending {
+		if sc.logits && !ok(sc.seq) {
 			return false
 		}
 	}

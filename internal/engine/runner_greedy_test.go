@@ -1,16 +1,16 @@
 package engine
 
 import (
+	"math/rand/v2"
 	"testing"
-
-	"github.com/kvasir-llm/kvasir/internal/sample"
 )
 
 // TestGreedyOnly: a step samples on the device only when every sequence that samples
 // takes the plain argmax of unprocessed logits.
 func TestGreedyOnly(t *testing.T) {
+	e := &Engine{rng: rand.New(rand.NewPCG(1, 2))}
 	seq := func(p SamplingParams, mod func(*sequence)) scheduled {
-		s := &sequence{req: &request{params: p}}
+		s := e.newSequence(&request{params: p}, 0, nil)
 		if mod != nil {
 			mod(s)
 		}
@@ -27,11 +27,12 @@ func TestGreedyOnly(t *testing.T) {
 		{"logprobs", []scheduled{seq(SamplingParams{Logprobs: true}, nil)}, false},
 		{"top logprobs", []scheduled{seq(SamplingParams{TopLogprobs: 2}, nil)}, false},
 		{"logit bias", []scheduled{seq(SamplingParams{LogitBias: map[int32]float32{3: 1}}, nil)}, false},
-		{"penalties", []scheduled{seq(greedy, func(s *sequence) { s.penalties = &sample.Penalties{} })}, false},
-		{"min tokens", []scheduled{seq(greedy, func(s *sequence) { s.suppress = &sample.Suppress{} })}, false},
+		{"penalties", []scheduled{seq(SamplingParams{RepetitionPenalty: 1.2}, nil)}, false},
+		{"min tokens", []scheduled{seq(SamplingParams{MinTokens: 3, StopTokenIDs: []int32{2}}, nil)}, false},
+		{"greedy ignores min-p", []scheduled{seq(SamplingParams{MinP: 0.1}, nil)}, true},
 		{"fork", []scheduled{seq(greedy, func(s *sequence) { s.forkPending = true })}, false},
 		{"sampling seq without logits", []scheduled{seq(greedy, nil),
-			{seq: &sequence{req: &request{params: SamplingParams{Temperature: 1}}}, numNew: 4}}, true},
+			{seq: e.newSequence(&request{params: SamplingParams{Temperature: 1}}, 0, nil), numNew: 4}}, true},
 	}
 	for _, tc := range tests {
 		if got := greedyOnly(&stepPlan{seqs: tc.seqs}); got != tc.want {

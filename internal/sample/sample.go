@@ -180,9 +180,9 @@ func (s *Sampler) Sample(logits []float32) int {
 }
 
 // Plain reports whether s is only temperature, top-k and top-p (or greedy): no extra
-// processors and no min-p. A plain sampler's draw can be made by a device sampler from
-// Params and Uniform.
-func (s *Sampler) Plain() bool { return s.extra == 0 && s.p.MinP <= 0 }
+// processors, and no min-p unless greedy (which ignores it). A plain sampler's draw can be
+// made by a device sampler from Params and Uniform.
+func (s *Sampler) Plain() bool { return s.extra == 0 && (s.greedy || s.p.MinP <= 0) }
 
 // Params returns the settings s was made with.
 func (s *Sampler) Params() Params { return s.p }
