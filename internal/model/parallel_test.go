@@ -211,19 +211,41 @@ func TestSplitCachePerRank(t *testing.T) {
 	}
 }
 
-// failingBackend is a CPU backend whose MatMul fails from the failAt-th call on, for the
-// abort test; it forms groups with others of its kind through the CPU backends inside.
+// failingBackend is a CPU backend whose matmuls (plain or fused) fail from the failAt-th
+// call on, for the abort test; it forms groups with others of its kind through the CPU backends inside.
 type failingBackend struct {
 	*cpubackend.Backend
 	calls, failAt int
 }
 
-func (f *failingBackend) MatMul(out, x, w backend.Tensor) error {
+// fail counts a matmul call and reports whether it is to fail.
+func (f *failingBackend) fail() error {
 	f.calls++
 	if f.failAt > 0 && f.calls >= f.failAt {
 		return fmt.Errorf("injected failure")
 	}
+	return nil
+}
+
+func (f *failingBackend) MatMul(out, x, w backend.Tensor) error {
+	if err := f.fail(); err != nil {
+		return err
+	}
 	return f.Backend.MatMul(out, x, w)
+}
+
+func (f *failingBackend) MatMuls(outs []backend.Tensor, x backend.Tensor, ws []backend.Tensor) error {
+	if err := f.fail(); err != nil {
+		return err
+	}
+	return f.Backend.MatMuls(outs, x, ws)
+}
+
+func (f *failingBackend) MatMulSwiGLU(out, x, gate, up backend.Tensor) error {
+	if err := f.fail(); err != nil {
+		return err
+	}
+	return f.Backend.MatMulSwiGLU(out, x, gate, up)
 }
 
 func (f *failingBackend) NewGroup(members []backend.Backend) ([]backend.Communicator, error) {

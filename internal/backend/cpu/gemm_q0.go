@@ -1,7 +1,6 @@
 package cpu
 
 import (
-	"bytes"
 	"math"
 	"sync/atomic"
 
@@ -42,11 +41,15 @@ const (
 //     W int32 corrections 8*sum(x) (for the Q4_0 nibbles' offset of 8), then W d_x as
 //     float32 bits.
 
-// q0GEMMSlot is the scratch of one worker of the many-token Q8_0/Q4_0 path.
+// q0GEMMSlot is the scratch of one worker of the many-token Q8_0/Q4_0 path: a panel's
+// widened quants, d_w and one tile of results (q0Rows x 16 tokens), and the same again for
+// the up weight of a SwiGLU product.
 type q0GEMMSlot struct {
-	pw  []byte    // the panel's widened quants
-	dw  []float32 // the panel's d_w
-	acc []float32 // one tile, q0Rows x 16 tokens
+	pw, pwUp   []byte
+	dw, dwUp   []float32
+	acc, accUp []float32
+	exp        []float32 // siluMul's scratch
+	gate       []float32 // the gate's tiles of every token group
 }
 
 // q0GroupLens returns the lengths of the packed activations of one token group of width
@@ -59,34 +62,35 @@ func q0GroupLens(wt quant.Type, wd, nb int) (int, int) {
 	return nb * steps * wd, nb * 2 * wd
 }
 
-// matMulGEMM computes the product in progress of Q8_0 or Q4_0 weights with nTokens >=
-// q0MinTokens tokens: it quantizes and packs the activations (see packBlocks) unless the
-// last product packed the same ones, then multiplies panels of q0Rows rows, claimed by the
-// pool's threads in runs of q0Chunk, with every token group.
-func (s *q0Product) matMulGEMM(p *Pool) {
-	nb := s.w.Cols / 32
-	if !s.samePacked(s.x, s.w.Cols, s.w.Type) {
-		var xpLen, xsLen int
-		for t0 := 0; t0 < s.nTokens; {
-			wd := tokenGroupWidth(t0, s.nTokens)
-			a, b := q0GroupLens(s.w.Type, wd, nb)
-			xpLen, xsLen = xpLen+a, xsLen+b
-			t0 += wd
-		}
-		s.xp, s.xs = grow(s.xp, xpLen), grow(s.xs, xsLen)
-		p.Run(nb, s.pack)
-		s.remember(s.x, s.w.Cols, s.w.Type)
+// matMulGEMM computes the product in progress, of nTokens >= q0MinTokens tokens and panels
+// panels of q0Rows rows: it quantizes and packs the activations (see packBlocks), then
+// multiplies the panels, claimed by the pool's threads in runs of q0Chunk, with every
+// token group.
+func (s *q0Product) matMulGEMM(p *Pool, panels int) {
+	nb := s.cols / 32
+	var xpLen, xsLen int
+	for t0 := 0; t0 < s.nTokens; {
+		wd := tokenGroupWidth(t0, s.nTokens)
+		a, b := q0GroupLens(s.typ, wd, nb)
+		xpLen, xsLen = xpLen+a, xsLen+b
+		t0 += wd
 	}
-	if len(s.slots) != p.threads || len(s.slots[0].pw) < nb*q0PanelBlock {
+	s.xq = grow(s.xq, s.nTokens*s.xrb)
+	s.xp, s.xs = grow(s.xp, xpLen), grow(s.xs, xsLen)
+	p.Run(nb, s.pack)
+	padded := q0Rows * (s.nTokens + gemmWide)
+	if len(s.slots) != p.threads || len(s.slots[0].pw) < nb*q0PanelBlock || len(s.slots[0].gate) < padded {
 		s.slots = make([]q0GEMMSlot, p.threads)
 		for i := range s.slots {
 			s.slots[i] = q0GEMMSlot{
-				pw:  make([]byte, nb*q0PanelBlock),
-				dw:  make([]float32, nb*q0Rows),
-				acc: make([]float32, q0Rows*gemmWide),
+				pw: make([]byte, nb*q0PanelBlock), pwUp: make([]byte, nb*q0PanelBlock),
+				dw: make([]float32, nb*q0Rows), dwUp: make([]float32, nb*q0Rows),
+				acc: make([]float32, q0Rows*gemmWide), accUp: make([]float32, q0Rows*gemmWide),
+				exp: make([]float32, q0Rows*gemmWide), gate: make([]float32, padded),
 			}
 		}
 	}
+	s.panels = panels
 	s.next.Store(0)
 	p.Run(p.threads, s.gemm)
 }
@@ -94,50 +98,89 @@ func (s *q0Product) matMulGEMM(p *Pool) {
 // work runs the slots [start, end) of the product in progress: each claims runs of
 // panels until none is left.
 func (s *q0Product) work(start, end int) {
-	panels := (s.w.Rows + q0Rows - 1) / q0Rows
 	for i := start; i < end; i++ {
 		sl := &s.slots[i]
 		for {
 			first := int(s.next.Add(q0Chunk) - q0Chunk)
-			if first >= panels {
+			if first >= s.panels {
 				break
 			}
-			for g := first; g < min(first+q0Chunk, panels); g++ {
+			for g := first; g < min(first+q0Chunk, s.panels); g++ {
 				s.multiplyPanel(sl, g)
 			}
 		}
 	}
 }
 
-// multiplyPanel widens panel g of the product in progress and multiplies it with every
-// token group.
-func (s *q0Product) multiplyPanel(sl *q0GEMMSlot, g int) {
-	w, k := s.w, s.kern
-	rows, nb, n := w.Rows, w.Cols/32, s.nTokens
+// widenPanel widens panel g of w into pw and dw and returns its row count.
+func (s *q0Product) widenPanel(w Weight, g int, pw []byte, dw []float32) int {
+	nb := s.cols / 32
 	r0 := g * q0Rows
-	nr := min(q0Rows, rows-r0)
-	q4 := w.Type == quant.Q4_0
-	panel, tile := k.panelQ8_0, k.tileQ8_0
-	if q4 {
-		panel, tile = k.panelQ4_0, k.tileQ4_0
-	}
+	nr := min(q0Rows, w.Rows-r0)
 	if nr == q0Rows {
-		panel(sl.pw, sl.dw, w.Data[r0*s.rb:], s.rb, nb)
+		panel := s.kern.panelQ8_0
+		if s.typ == quant.Q4_0 {
+			panel = s.kern.panelQ4_0
+		}
+		panel(pw, dw, w.Data[r0*s.rb:], s.rb, nb)
 	} else {
-		q0PanelPartial(q4, sl.pw, sl.dw, w.Data[r0*s.rb:rows*s.rb], s.rb, nb, nr)
+		q0PanelPartial(s.typ == quant.Q4_0, pw, dw, w.Data[r0*s.rb:w.Rows*s.rb], s.rb, nb, nr)
 	}
-	xpOff, xsOff := 0, 0
-	for t0 := 0; t0 < n; {
-		wd := tokenGroupWidth(t0, n)
-		xpLen, xsLen := q0GroupLens(w.Type, wd, nb)
-		acc := sl.acc[:q0Rows*wd]
-		clear(acc)
-		tile(wd, sl.pw, sl.dw, s.xp[xpOff:xpOff+xpLen], s.xs[xsOff:xsOff+xsLen], nb, acc)
-		storeQ0Tile(s.out[t0*rows+r0:], rows, acc, wd, min(wd, n-t0), nr)
-		xpOff += xpLen
-		xsOff += xsLen
-		t0 += wd
+	return nr
+}
+
+// multiplyPanel widens panel g of the product in progress and multiplies it with every
+// token group; in SwiGLU mode it does so with the gate's and the up weight's panel and
+// stores silu(gate)*up.
+func (s *q0Product) multiplyPanel(sl *q0GEMMSlot, g int) {
+	pt, lg := s.part(g)
+	rows, nb, n := pt.w.Rows, s.cols/32, s.nTokens
+	r0 := lg * q0Rows
+	tile := s.kern.tileQ8_0
+	if s.typ == quant.Q4_0 {
+		tile = s.kern.tileQ4_0
 	}
+	nr := s.widenPanel(pt.w, lg, sl.pw, sl.dw)
+	if s.swiglu {
+		s.widenPanel(s.parts[1].w, lg, sl.pwUp, sl.dwUp)
+	}
+	// In SwiGLU mode the gate's tiles of all token groups are kept in sl.gate, then the up
+	// weight's tiles meet them, so that each panel stays in cache over its token groups.
+	for pass := range 1 + b2i(s.swiglu) {
+		pw, dw := sl.pw, sl.dw
+		if pass == 1 {
+			pw, dw = sl.pwUp, sl.dwUp
+		}
+		xpOff, xsOff := 0, 0
+		for t0 := 0; t0 < n; {
+			wd := tokenGroupWidth(t0, n)
+			xpLen, xsLen := q0GroupLens(s.typ, wd, nb)
+			xp, xs := s.xp[xpOff:xpOff+xpLen], s.xs[xsOff:xsOff+xsLen]
+			acc := sl.acc[:q0Rows*wd]
+			if s.swiglu && pass == 0 {
+				acc = sl.gate[t0*q0Rows:][:q0Rows*wd]
+			}
+			clear(acc)
+			tile(wd, pw, dw, xp, xs, nb, acc)
+			if s.swiglu && pass == 0 {
+				xpOff, xsOff, t0 = xpOff+xpLen, xsOff+xsLen, t0+wd
+				continue
+			}
+			if s.swiglu {
+				siluMul(s.kern, acc, sl.gate[t0*q0Rows:][:q0Rows*wd], acc, sl.exp)
+			}
+			storeQ0Tile(pt.out[t0*rows+r0:], rows, acc, wd, min(wd, n-t0), nr)
+			xpOff, xsOff, t0 = xpOff+xpLen, xsOff+xsLen, t0+wd
+		}
+	}
+}
+
+// b2i is 1 for true, 0 for false.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // storeQ0Tile writes the first nt tokens and nr rows of a tile (acc[r*wd+t]) to out, where
@@ -162,12 +205,12 @@ func storeQ0Tile(out []float32, ldo int, acc []float32, wd, nt, nr int) {
 // packBlocks quantizes blocks [b0, b1) of every token's activations to Q8_0 into s.xq and
 // packs them into s.xp and s.xs for the many-token path.
 func (s *q0Product) packBlocks(b0, b1 int) {
-	nb, n := s.w.Cols/32, s.nTokens
-	q4 := s.w.Type == quant.Q4_0
+	nb, n := s.cols/32, s.nTokens
+	q4 := s.typ == quant.Q4_0
 	xpOff, xsOff := 0, 0
 	for t0 := 0; t0 < n; {
 		wd := tokenGroupWidth(t0, n)
-		xpLen, xsLen := q0GroupLens(s.w.Type, wd, nb)
+		xpLen, xsLen := q0GroupLens(s.typ, wd, nb)
 		xp, xs := s.xp[xpOff:xpOff+xpLen], s.xs[xsOff:xsOff+xsLen]
 		for t := range wd {
 			if t0+t >= n {
@@ -175,7 +218,7 @@ func (s *q0Product) packBlocks(b0, b1 int) {
 				continue
 			}
 			xq := s.xq[(t0+t)*s.xrb:][:nb*q8_0Bytes]
-			s.kern.quantQ8_0(xq[b0*q8_0Bytes:b1*q8_0Bytes], s.x[(t0+t)*s.w.Cols+b0*32:][:(b1-b0)*32])
+			s.kern.quantQ8_0(xq[b0*q8_0Bytes:b1*q8_0Bytes], s.x[(t0+t)*s.cols+b0*32:][:(b1-b0)*32])
 			packQ0Lane(q4, xp, xs, wd, t, xq, b0, b1)
 		}
 		xpOff += xpLen
@@ -329,29 +372,8 @@ type q0GEMMState struct {
 	xs    []uint32 // per block corrections and d_x, by token group
 	slots []q0GEMMSlot
 
-	// What xp and xs hold packed, so that consecutive products of the same activations (q,
-	// k and v; gate and up) pack them once: a copy of the activations, their columns and
-	// the weight type they were packed for. packed is false until the first product.
-	packed   bool
-	xprev    []float32
-	packCols int
-	packType quant.Type
-
-	next atomic.Int64         // the next panel to claim
-	pack func(start, end int) // s.packBlocks, bound once
-	gemm func(start, end int) // s.work, bound once
-}
-
-// samePacked reports whether xp and xs already hold activations x of cols columns packed
-// for weights of type wt: the bits of x equal those of the last packed activations.
-func (g *q0GEMMState) samePacked(x []float32, cols int, wt quant.Type) bool {
-	return g.packed && g.packCols == cols && g.packType == wt && len(g.xprev) == len(x) &&
-		bytes.Equal(f32Bytes(g.xprev), f32Bytes(x))
-}
-
-// remember records x, cols and wt as what xp and xs hold packed.
-func (g *q0GEMMState) remember(x []float32, cols int, wt quant.Type) {
-	g.xprev = grow(g.xprev, len(x))
-	copy(g.xprev, x)
-	g.packed, g.packCols, g.packType = true, cols, wt
+	panels int                  // the panel count of the product in progress
+	next   atomic.Int64         // the next panel to claim
+	pack   func(start, end int) // s.packBlocks, bound once
+	gemm   func(start, end int) // s.work, bound once
 }

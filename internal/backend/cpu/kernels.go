@@ -74,6 +74,10 @@ type kernels struct {
 
 	// exp sets dst[i] = e^src[i] over len(dst) in float32 (see expGeneric); dst may be src.
 	exp func(dst, src []float32)
+
+	// siluCombine sets out[i] = g[i] / (1 + e[i]) * u[i] over len(out), each operation
+	// rounded to float32 (SwiGLU's last step, e holding exp(-g)); out may be g or u.
+	siluCombine func(out, g, u, e []float32)
 }
 
 // genericName is the name of the pure-Go kernel set.
@@ -118,15 +122,16 @@ func genericKernels() *kernels {
 		tileQ4_0: func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
 			q0TileGeneric(true, wd, pw, dw, xp, xs, nb, acc)
 		},
-		cvtF16:     cvtF16Generic,
-		cvtBF16:    cvtBF16Generic,
-		exp:        expGeneric,
-		quantQ8_0:  quantQ8_0Generic,
-		quantQ8_K:  quantQ8_KFast,
-		dequantQ4K: func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q4_K, src, dst) },
-		dequantQ6K: func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q6_K, src, dst) },
-		attnScores: attnScoresGeneric,
-		attnWsum:   attnWsumGeneric,
+		cvtF16:      cvtF16Generic,
+		cvtBF16:     cvtBF16Generic,
+		exp:         expGeneric,
+		siluCombine: siluCombineGeneric,
+		quantQ8_0:   quantQ8_0Generic,
+		quantQ8_K:   quantQ8_KFast,
+		dequantQ4K:  func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q4_K, src, dst) },
+		dequantQ6K:  func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q6_K, src, dst) },
+		attnScores:  attnScoresGeneric,
+		attnWsum:    attnWsumGeneric,
 	}
 }
 

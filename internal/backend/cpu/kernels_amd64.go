@@ -59,15 +59,16 @@ func avx2Kernels() *kernels {
 		tileQ4_0: func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
 			q0TileAVX2(q4Tile16AVX2, q4Tile8AVX2, q0Steps4, 32, wd, pw, dw, xp, xs, nb, acc)
 		},
-		cvtF16:     cvtF16AVX2Slice,
-		cvtBF16:    cvtBF16AVX2Slice,
-		exp:        expAVX2Slice,
-		quantQ8_0:  quantQ8_0AVX2Slice,
-		quantQ8_K:  quantQ8_KAVX2,
-		dequantQ4K: dequantQ4KAVX2,
-		dequantQ6K: dequantQ6KAVX2,
-		attnScores: attnScoresAVX2Slice,
-		attnWsum:   attnWsumAVX2Slice,
+		cvtF16:      cvtF16AVX2Slice,
+		cvtBF16:     cvtBF16AVX2Slice,
+		exp:         expAVX2Slice,
+		siluCombine: siluCombineAVX2Slice,
+		quantQ8_0:   quantQ8_0AVX2Slice,
+		quantQ8_K:   quantQ8_KAVX2,
+		dequantQ4K:  dequantQ4KAVX2,
+		dequantQ6K:  dequantQ6KAVX2,
+		attnScores:  attnScoresAVX2Slice,
+		attnWsum:    attnWsumAVX2Slice,
 	}
 }
 
@@ -406,4 +407,17 @@ func q0TileAVX2(wide, narrow func(pw *byte, dw *float32, xp *uint32, xs *uint32,
 	_, _, _ = pw[nb*q0Rows*pb-1], dw[nb*q0Rows-1], acc[q0Rows*kw-1]
 	_, _ = xp[nb*steps*kw-1], xs[nb*2*kw-1]
 	kernel(unsafe.SliceData(pw), unsafe.SliceData(dw), unsafe.SliceData(xp), unsafe.SliceData(xs), nb, unsafe.SliceData(acc))
+}
+
+//go:noescape
+func siluCombineAVX2(out, gate, up, e *float32, n int)
+
+func siluCombineAVX2Slice(out, g, u, e []float32) {
+	n := len(out)
+	g, u, e = g[:n], u[:n], e[:n]
+	m := n &^ 7
+	if m > 0 {
+		siluCombineAVX2(unsafe.SliceData(out), unsafe.SliceData(g), unsafe.SliceData(u), unsafe.SliceData(e), m)
+	}
+	siluCombineGeneric(out[m:], g[m:], u[m:], e[m:])
 }

@@ -40,7 +40,7 @@ func MatMul(p *Pool, out []float32, w Weight, x []float32, nTokens int) error {
 	xs := x[:nTokens*w.Cols]
 	switch w.Type {
 	case quant.Q8_0, quant.Q4_0:
-		return matMulQ0(p, out, w, rb, xs, nTokens)
+		return matMulQ0(p, out, w, xs, nTokens)
 	}
 	if nTokens >= gemmMinTokens {
 		return matMulGEMM(p, out, w, rb, xs, nTokens)

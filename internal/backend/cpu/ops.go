@@ -154,7 +154,8 @@ func Rope(p *Pool, x []float32, nTokens, heads, headDim, ropeDim int, positions 
 }
 
 // SwiGLU computes out = silu(gate) * up element-wise, silu(g) = g / (1 + e^-g). out may be
-// gate or up.
+// gate or up. Each value's result depends on its gate and up values alone, not on where it
+// lies, so that MatMulSwiGLU, which computes a few rows at a time, gives the same bits.
 func SwiGLU(p *Pool, out, gate, up []float32) error {
 	n := len(out)
 	if len(gate) != n || len(up) != n {
@@ -163,18 +164,7 @@ func SwiGLU(p *Pool, out, gate, up []float32) error {
 	k := p.kern
 	fn := func(start, end int) {
 		var e [swigluChunk]float32
-		for c := start; c < end; c += swigluChunk {
-			m := min(swigluChunk, end-c)
-			g := gate[c : c+m]
-			for i, v := range g {
-				e[i] = -v
-			}
-			k.exp(e[:m], e[:m])
-			o, u := out[c:c+m], up[c:c+m]
-			for i, v := range g {
-				o[i] = v / (1 + e[i]) * u[i]
-			}
-		}
+		siluMul(k, out[start:end], gate[start:end], up[start:end], e[:])
 	}
 	runRows(p, n, 1, fn)
 	return nil
@@ -182,6 +172,36 @@ func SwiGLU(p *Pool, out, gate, up []float32) error {
 
 // swigluChunk is how many values SwiGLU exponentiates per kernel call.
 const swigluChunk = 256
+
+// siluMul sets out[i] = silu(gate[i]) * up[i] over len(out); out may be gate or up. e is
+// scratch for the exponentials, at least 8 long: they are taken in runs of whole vectors
+// of 8 (the last padded), so that every value goes through the same exp kernel code
+// whatever the length and offset.
+func siluMul(k *kernels, out, gate, up, e []float32) {
+	n := len(out)
+	gate, up = gate[:n], up[:n]
+	step := len(e) &^ 7
+	for c := 0; c < n; c += step {
+		m := min(step, n-c)
+		g := gate[c : c+m]
+		for i, v := range g {
+			e[i] = -v
+		}
+		m8 := (m + 7) &^ 7
+		clear(e[m:m8])
+		k.exp(e[:m8], e[:m8])
+		k.siluCombine(out[c:c+m], g, up[c:c+m], e[:m])
+	}
+}
+
+// siluCombineGeneric is the scalar twin of the siluCombine kernels.
+func siluCombineGeneric(out, g, u, e []float32) {
+	n := len(out)
+	g, u, e = g[:n], u[:n], e[:n]
+	for i, v := range g {
+		out[i] = v / (1 + e[i]) * u[i]
+	}
+}
 
 // Add computes dst = a + b element-wise; dst may be a or b.
 func Add(p *Pool, dst, a, b []float32) error {

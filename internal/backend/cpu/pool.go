@@ -10,7 +10,7 @@ import (
 // poolSpin is how long an idle worker keeps polling for the next loop before it blocks on
 // its channel: the ops of a forward step follow each other within microseconds, and a
 // worker that is still awake joins the next loop without a futex wake-up.
-const poolSpin = 50 * time.Microsecond
+const poolSpin = 250 * time.Microsecond
 
 // Pool is a fixed set of worker goroutines that run data-parallel loops. The goroutines are
 // started once by NewPool; Run hands them work and allocates nothing. A worker that has
@@ -45,8 +45,9 @@ type Pool struct {
 	attnMu      sync.Mutex // guards attnScratch, the split-K partial results of Attention
 	attnScratch []float32
 
-	gemm gemmScratch // the buffers of MatMul's many-token path (gemm.go)
-	q0   q0Product   // the buffers of MatMul's Q8_0/Q4_0 path (matmul_q0.go)
+	gemm  gemmScratch  // the buffers of MatMul's many-token path (gemm.go)
+	q0    q0Product    // the buffers of MatMul's Q8_0/Q4_0 path (matmul_q0.go)
+	fused fusedScratch // MatMulSwiGLU's buffers for types without a fused path
 }
 
 // NewPool starts a pool of threads workers (threads < 1 means runtime.GOMAXPROCS(0)). It

@@ -20,7 +20,10 @@ type Backend struct {
 	mu   sync.Mutex // held by Run
 	step step       // the current step; its buffers are reused from step to step
 
-	attnSeqs []cpu.AttentionSeq // Attention's per-sequence arguments, reused across calls
+	attnSeqs  []cpu.AttentionSeq // Attention's per-sequence arguments, reused across calls
+	upScratch []float32          // MatMulSwiGLU's up product for weights without kernels
+	mmOuts    [][]float32        // MatMuls' arguments, reused across calls
+	mmWeights []cpu.Weight
 }
 
 // New starts a CPU backend on a pool of threads workers (< 1: all cores).

@@ -1,6 +1,9 @@
 package cpubackend
 
 import (
+	"fmt"
+
+	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/backend/cpu"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
@@ -41,4 +44,87 @@ func matMul(p *cpu.Pool, out []float32, w cpu.Weight, x []float32, n int) error 
 		}
 	})
 	return firstErr
+}
+
+// matMulOperands checks the operands of out = x · wᵀ and returns them.
+func matMulOperands(op string, out, x, w backend.Tensor) (*tensor, *tensor, cpu.Weight, error) {
+	o, err := activation(op, "out", out)
+	if err != nil {
+		return nil, nil, cpu.Weight{}, err
+	}
+	xs, err := activation(op, "x", x)
+	if err != nil {
+		return nil, nil, cpu.Weight{}, err
+	}
+	wm, err := matrix(op, "w", w)
+	if err != nil {
+		return nil, nil, cpu.Weight{}, err
+	}
+	if xs.cols() != wm.Cols || o.cols() != wm.Rows || o.rows() != xs.rows() {
+		return nil, nil, cpu.Weight{}, fmt.Errorf("cpu %s: out %v = x %v · w [%d %d]ᵀ", op, o.shape, xs.shape, wm.Rows, wm.Cols)
+	}
+	return o, xs, wm, nil
+}
+
+// MatMul computes out = x · wᵀ.
+func (b *Backend) MatMul(out, x, w backend.Tensor) error {
+	o, xs, wm, err := matMulOperands("matmul", out, x, w)
+	if err != nil {
+		return err
+	}
+	return matMul(b.pool, o.f32, wm, xs.f32, xs.rows())
+}
+
+// MatMuls computes outs[i] = x · ws[i]ᵀ: weights with kernels in one cpu.MatMuls call
+// (one parallel loop for Q8_0 or Q4_0 weights of one type), the others one by one.
+func (b *Backend) MatMuls(outs []backend.Tensor, x backend.Tensor, ws []backend.Tensor) error {
+	if len(outs) != len(ws) || len(ws) == 0 {
+		return fmt.Errorf("cpu matmuls: %d outputs for %d weights", len(outs), len(ws))
+	}
+	var xs *tensor
+	dsts, wms := b.mmOuts[:0], b.mmWeights[:0]
+	kernels := true
+	for i := range ws {
+		o, x1, wm, err := matMulOperands("matmuls", outs[i], x, ws[i])
+		if err != nil {
+			return fmt.Errorf("weight %d: %w", i, err)
+		}
+		xs, dsts, wms = x1, append(dsts, o.f32), append(wms, wm)
+		kernels = kernels && kernelTypes[wm.Type]
+	}
+	b.mmOuts, b.mmWeights = dsts, wms
+	if kernels {
+		return cpu.MatMuls(b.pool, dsts, wms, xs.f32, xs.rows())
+	}
+	for i, wm := range wms {
+		if err := matMul(b.pool, dsts[i], wm, xs.f32, xs.rows()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MatMulSwiGLU computes out = silu(x · gateᵀ) * (x · upᵀ): in one cpu.MatMulSwiGLU call
+// for weights with kernels, else as two products (up's into a scratch buffer) and SwiGLU.
+func (b *Backend) MatMulSwiGLU(out, x, gate, up backend.Tensor) error {
+	o, xs, gw, err := matMulOperands("matmul swiglu", out, x, gate)
+	if err != nil {
+		return err
+	}
+	_, _, uw, err := matMulOperands("matmul swiglu", out, x, up)
+	if err != nil {
+		return err
+	}
+	n := xs.rows()
+	if kernelTypes[gw.Type] && kernelTypes[uw.Type] {
+		return cpu.MatMulSwiGLU(b.pool, o.f32, gw, uw, xs.f32, n)
+	}
+	b.upScratch = grow(b.upScratch, len(o.f32))
+	if err := matMul(b.pool, o.f32, gw, xs.f32, n); err != nil {
+		return err
+	}
+	if err := matMul(b.pool, b.upScratch, uw, xs.f32, n); err != nil {
+		return err
+	}
+	return cpu.SwiGLU(b.pool, o.f32, o.f32, b.upScratch)
 }

@@ -105,26 +105,6 @@ func (b *Backend) HeadNorm(x, weight backend.Tensor, eps float32) error {
 	return cpu.RMSNorm(b.pool, xs.f32, xs.f32, w.f32, xs.rows()*xs.cols()/hd, eps)
 }
 
-// MatMul computes out = x · wᵀ.
-func (b *Backend) MatMul(out, x, w backend.Tensor) error {
-	o, err := activation("matmul", "out", out)
-	if err != nil {
-		return err
-	}
-	xs, err := activation("matmul", "x", x)
-	if err != nil {
-		return err
-	}
-	wm, err := matrix("matmul", "w", w)
-	if err != nil {
-		return err
-	}
-	if xs.cols() != wm.Cols || o.cols() != wm.Rows || o.rows() != xs.rows() {
-		return fmt.Errorf("cpu matmul: out %v = x %v · w [%d %d]ᵀ", o.shape, xs.shape, wm.Rows, wm.Cols)
-	}
-	return matMul(b.pool, o.f32, wm, xs.f32, xs.rows())
-}
-
 // AddBias adds bias to every row of x.
 func (b *Backend) AddBias(x, bias backend.Tensor) error {
 	xs, err := activation("add bias", "x", x)
