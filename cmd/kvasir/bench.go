@@ -240,10 +240,7 @@ func benchGenerate(args []string) error {
 	c := m.Config()
 	fmt.Fprintf(os.Stderr, "loaded %s (%s, %.1f MB of weights) in %v; probing memory bandwidth...\n",
 		fm.Name(), c.Arch, float64(fm.Bytes())/1e6, time.Since(start).Round(time.Millisecond))
-	var probe float64
-	if m.Pool() != nil {
-		probe = cpu.ProbeBandwidth(m.Pool(), probeBytes)
-	}
+	probe := probeModelBandwidth(m)
 
 	s, err := m.NewSession(*promptLen + *genLen)
 	if err != nil {
@@ -284,9 +281,7 @@ func benchGenerate(args []string) error {
 	}
 	decode := time.Since(t0)
 	// Probe again and keep the better figure: on a shared machine one probe can be unlucky.
-	if m.Pool() != nil {
-		probe = max(probe, cpu.ProbeBandwidth(m.Pool(), probeBytes))
-	}
+	probe = max(probe, probeModelBandwidth(m))
 	nt, kernels := backendInfo(m, bes)
 
 	res := generateResult{
@@ -314,4 +309,20 @@ func benchGenerate(args []string) error {
 	fmt.Printf("decode bandwidth: %.2f GB/s (%.1f MB weights + %.1f MB KV per token) = %.0f%% of the probe's %.2f GB/s\n",
 		res.DecodeGBPerS, float64(res.WeightBytesPerToken)/1e6, float64(res.KVBytesPerToken)/1e6, 100*res.DecodeBWRatio, res.ProbeGBPerS)
 	return nil
+}
+
+// probeModelBandwidth measures the memory bandwidth the CPU threads running m can reach: on
+// its pool, or, when m is split across CPU ranks (each with a pool of its own), on a pool of
+// all their threads at once; 0 when m runs on a device.
+func probeModelBandwidth(m *model.Model) float64 {
+	p := m.Pool()
+	if p == nil {
+		return 0
+	}
+	if ranks := m.Parallel().Ranks(); ranks > 1 {
+		all := cpu.NewPool(p.Threads() * ranks)
+		defer all.Close()
+		return cpu.ProbeBandwidth(all, probeBytes)
+	}
+	return cpu.ProbeBandwidth(p, probeBytes)
 }
