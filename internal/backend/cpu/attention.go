@@ -166,12 +166,13 @@ func (a *attnJob) run(p *Pool, maxPos, minSplit int) {
 	}
 	if nSplit == 1 {
 		p.Run(units, func(start, end int) {
-			st := newAttnState(attnTileTokens*group, kv.HeadDim, kv.BlockSize)
+			st := p.attnStates.get(attnTileTokens*group, kv.HeadDim, kv.BlockSize)
 			for u := start; u < end; u++ {
 				tile, kvh := u/kv.KVHeads, u%kv.KVHeads
 				a.partial(st, tile, kvh, 0, ctxBlocks)
 				a.finish(st, tile, kvh)
 			}
+			p.attnStates.put(st)
 		})
 		return
 	}
@@ -188,7 +189,8 @@ func (a *attnJob) run(p *Pool, maxPos, minSplit int) {
 	}
 	part := p.attnScratch[:kv.KVHeads*nSplit*slot]
 	p.Run(kv.KVHeads*nSplit, func(start, end int) {
-		st := newAttnState(rows, hd, kv.BlockSize)
+		st := p.attnStates.get(rows, hd, kv.BlockSize)
+		defer p.attnStates.put(st)
 		for u := start; u < end; u++ {
 			kvh, s := u/nSplit, u%nSplit
 			a.partial(st, 0, kvh, s*per, min((s+1)*per, ctxBlocks))
@@ -232,11 +234,6 @@ type attnState struct {
 	m, l   []float32 // running max and sum of exponentials
 	acc    []float32 // running weighted sum of values, [rows][HeadDim]
 	scores []float32 // one block's scores
-}
-
-func newAttnState(rows, hd, blockSize int) *attnState {
-	return &attnState{m: make([]float32, rows), l: make([]float32, rows),
-		acc: make([]float32, rows*hd), scores: make([]float32, blockSize)}
 }
 
 // partial runs the online softmax of the query heads of kv head kvh for the tokens of tile

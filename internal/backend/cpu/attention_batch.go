@@ -53,7 +53,8 @@ func AttentionBatch(p *Pool, seqs []AttentionSeq, heads int, kv *KVCacheLayer, s
 	}
 	group := heads / kv.KVHeads
 	p.Run(units, func(start, end int) {
-		st := newAttnState(attnTileTokens*group, kv.HeadDim, kv.BlockSize)
+		st := p.attnStates.get(attnTileTokens*group, kv.HeadDim, kv.BlockSize)
+		defer p.attnStates.put(st)
 		seq := 0
 		for u := start; u < end; u++ {
 			for u >= unitEnd[seq] {

@@ -44,6 +44,7 @@ type Pool struct {
 
 	attnMu      sync.Mutex // guards attnScratch, the split-K partial results of Attention
 	attnScratch []float32
+	attnStates  attnStates // the work states of Attention's parallel loops, reused
 
 	gemm  gemmScratch  // the buffers of MatMul's many-token path (gemm.go)
 	q0    q0Product    // the buffers of MatMul's Q8_0/Q4_0 path (matmul_q0.go)

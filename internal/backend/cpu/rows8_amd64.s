@@ -40,6 +40,21 @@
 	VCVTPH2PS    X6, Y6 \
 	VMULPS       Y6, Y9, Y9
 
+// ROWS8_PAIR and ROWS8_QUAD fold the int32 sums of the rows in registers by interleaving
+// adds (integer sums: any order gives the same bits), one shuffle port uop each where
+// VPHADDD takes several. ROWS8_PAIR leaves in a, per 128-bit half, [a0+a2, b0+b2, a1+a3,
+// b1+b3] (the lanes of that half); ROWS8_QUAD, given two such pairs (rows r, r+1 in a and
+// r+2, r+3 in b), leaves in a the four rows' sums over each half (clobbers tmp).
+#define ROWS8_PAIR(a, b, tmp) \
+	VPUNPCKLDQ b, a, tmp \
+	VPUNPCKHDQ b, a, a \
+	VPADDD     tmp, a, a
+
+#define ROWS8_QUAD(a, b, tmp) \
+	VPUNPCKLQDQ b, a, tmp \
+	VPUNPCKHQDQ b, a, a \
+	VPADDD      tmp, a, a
+
 // ROWS8_FOLD folds the 8 int32 lanes of the rows' sums, rows 0..3 pairwise-added into Y0
 // (lanes: row 0..3 over the low 16 elements, then over the high 16) and rows 4..7 into Y1,
 // into Y0 lane r = row r, and adds them times the scales in Y9 to Y10 (clobbers Y2, Y3).
@@ -87,18 +102,18 @@ q80r8loop:
 	VMOVDQU 2(DI), Y4
 	Q80_R8(2(SI), Y0)
 	Q80_R8(2(SI)(R8*1), Y1)
-	VPHADDD Y1, Y0, Y0
+	ROWS8_PAIR(Y0, Y1, Y2)
 	Q80_R8(2(SI)(R8*2), Y1)
 	Q80_R8(2(SI)(R9*1), Y2)
-	VPHADDD Y2, Y1, Y1
-	VPHADDD Y1, Y0, Y0
+	ROWS8_PAIR(Y1, Y2, Y3)
+	ROWS8_QUAD(Y0, Y1, Y2)
 	Q80_R8(2(R11), Y1)
 	Q80_R8(2(R11)(R8*1), Y2)
-	VPHADDD Y2, Y1, Y1
+	ROWS8_PAIR(Y1, Y2, Y3)
 	Q80_R8(2(R11)(R8*2), Y2)
 	Q80_R8(2(R11)(R9*1), Y3)
-	VPHADDD Y3, Y2, Y2
-	VPHADDD Y2, Y1, Y1
+	ROWS8_PAIR(Y2, Y3, Y5)
+	ROWS8_QUAD(Y1, Y2, Y3)
 	ROWS8_FOLD
 	ADDQ    $34, SI
 	ADDQ    $34, R11
