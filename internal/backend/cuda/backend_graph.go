@@ -153,42 +153,60 @@ func (b *Backend) KVBytesPerElement() int { return b.kv.Size() }
 // LogitsArgmax multiplies x by wᵀ on the device, picks each row's largest logit there
 // (lowest index among ties, NaN never wins) and copies only the token ids into dst.
 func (b *Backend) LogitsArgmax(dst []int32, x, w backend.Tensor) error {
-	xs, err := devTensor("logits argmax", "x", x, F32)
+	y, ids, vocab, err := b.deviceLogits("logits argmax", x, w, len(dst), 0)
 	if err != nil {
 		return err
 	}
-	wm, err := devTensor("logits argmax", "w", w, F32, F16, BF16)
-	if err != nil {
-		return err
-	}
-	n, vocab := xs.rows(), wm.rows()
-	if len(wm.shape) != 2 || xs.cols() != wm.cols() || len(dst) != n {
-		return fmt.Errorf("cuda logits argmax: %d ids for x %v · w %vᵀ", len(dst), xs.shape, wm.shape)
-	}
-	if b.logitsDev.Len < n*vocab || b.idsDev.Len < n {
-		if err := b.dev.Sync(); err != nil {
-			return err
-		}
-		if err := firstErr(b.free(b.logitsDev), b.free(b.idsDev)); err != nil {
-			return err
-		}
-		b.logitsDev, b.idsDev = Buffer{}, Buffer{}
-		if b.logitsDev, err = b.alloc(F32, n*vocab); err != nil {
-			return fmt.Errorf("cuda logits argmax: %w", err)
-		}
-		if b.idsDev, err = b.alloc(I32, max(n, 256)); err != nil {
-			return fmt.Errorf("cuda logits argmax: %w", err)
-		}
-	}
-	y := Buffer{Ptr: b.logitsDev.Ptr, DType: F32, Len: n * vocab}
-	ids := Buffer{Ptr: b.idsDev.Ptr, DType: I32, Len: n}
-	if err := b.matMul(y, xs.buf, wm, n); err != nil {
-		return err
-	}
-	if err := b.ops.Argmax(ids, y, n, vocab); err != nil {
+	if err := b.ops.Argmax(ids, y, len(dst), vocab); err != nil {
 		return err
 	}
 	return Download(b.dev, dst, ids)
+}
+
+// deviceLogits queues x · wᵀ for an op (named in errors) that picks the n rows' tokens on
+// the device: it checks that x has n rows, grows the step's logits and token-id buffers,
+// and the sampling-settings buffer to settings float32s per row, to hold them, and returns
+// the logits (n rows of vocab) and the ids buffer (n rows).
+func (b *Backend) deviceLogits(op string, x, w backend.Tensor, n, settings int) (y, ids Buffer, vocab int, err error) {
+	xs, err := devTensor(op, "x", x, F32)
+	if err != nil {
+		return y, ids, 0, err
+	}
+	wm, err := devTensor(op, "w", w, F32, F16, BF16)
+	if err != nil {
+		return y, ids, 0, err
+	}
+	vocab = wm.rows()
+	if len(wm.shape) != 2 || xs.cols() != wm.cols() || xs.rows() != n {
+		return y, ids, 0, fmt.Errorf("cuda %s: %d ids for x %v · w %vᵀ", op, n, xs.shape, wm.shape)
+	}
+	if b.logitsDev.Len < n*vocab || b.idsDev.Len < n || b.sampleDev.Len < settings*n {
+		if err := b.dev.Sync(); err != nil {
+			return y, ids, 0, err
+		}
+		if err := firstErr(b.free(b.logitsDev), b.free(b.idsDev)); err != nil {
+			return y, ids, 0, err
+		}
+		b.logitsDev, b.idsDev = Buffer{}, Buffer{}
+		if b.logitsDev, err = b.alloc(F32, n*vocab); err != nil {
+			return y, ids, 0, fmt.Errorf("cuda %s: %w", op, err)
+		}
+		if b.idsDev, err = b.alloc(I32, max(n, 256)); err != nil {
+			return y, ids, 0, fmt.Errorf("cuda %s: %w", op, err)
+		}
+		if settings > 0 {
+			if err := b.free(b.sampleDev); err != nil {
+				return y, ids, 0, err
+			}
+			b.sampleDev = Buffer{}
+			if b.sampleDev, err = b.alloc(F32, settings*max(n, 256)); err != nil {
+				return y, ids, 0, fmt.Errorf("cuda %s: %w", op, err)
+			}
+		}
+	}
+	y = Buffer{Ptr: b.logitsDev.Ptr, DType: F32, Len: n * vocab}
+	ids = Buffer{Ptr: b.idsDev.Ptr, DType: I32, Len: n}
+	return y, ids, vocab, b.matMul(y, xs.buf, wm, n)
 }
 
 // Compile-time checks of the optional interfaces.
