@@ -17,22 +17,33 @@ func DrawIndexOrder(logits []float32, temp float32, topK int, topP float32, u fl
 	if n == 0 {
 		return -1
 	}
-	order := make([]int, n)
-	for i := range order {
-		order[i] = i
+	// Tokens in descending order of logit, needed only to find the top-k and top-p cuts.
+	var order []int
+	limitK := topK > 0 && topK < n
+	if limitK || topP < 1 {
+		order = make([]int, n)
+		for i := range order {
+			order[i] = i
+		}
+		sort.SliceStable(order, func(a, b int) bool { return logits[order[a]] > logits[order[b]] })
 	}
-	sort.SliceStable(order, func(a, b int) bool { return logits[order[a]] > logits[order[b]] })
-	top := float64(logits[order[0]])
-	weight := func(i int) float64 { return math.Exp((float64(logits[i]) - top) / float64(temp)) }
+	top := logits[0]
+	for _, l := range logits[1:] {
+		top = max(top, l)
+	}
+	weights := make([]float64, n)
+	for i, l := range logits {
+		weights[i] = math.Exp((float64(l) - float64(top)) / float64(temp))
+	}
 	cut := float32(math.Inf(-1)) // kept: logits >= cut
-	if topK > 0 && topK < n {
+	if limitK {
 		cut = logits[order[topK-1]]
 	}
 	mass := func() float64 {
 		var z float64
 		for i, l := range logits {
 			if l >= cut {
-				z += weight(i)
+				z += weights[i]
 			}
 		}
 		return z
@@ -44,7 +55,7 @@ func DrawIndexOrder(logits []float32, temp float32, topK int, topP float32, u fl
 			if logits[i] < cut {
 				break
 			}
-			if cum += weight(i); cum >= target {
+			if cum += weights[i]; cum >= target {
 				cut = logits[i]
 				break
 			}
@@ -58,7 +69,7 @@ func DrawIndexOrder(logits []float32, temp float32, topK int, topP float32, u fl
 			continue
 		}
 		last = i
-		if cum += weight(i); cum >= target && cum > 0 {
+		if cum += weights[i]; cum >= target && cum > 0 {
 			return i
 		}
 	}
