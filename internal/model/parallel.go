@@ -152,7 +152,7 @@ func splitOf(rest string, c format.Config) (how split, unit int, kv bool) {
 func (p Parallel) rankPart(m *format.Model, stage, t int) (*part, error) {
 	c := m.Config
 	lo, hi := p.stageLayers(c.Layers, stage)
-	first, last := stage == 0, stage == p.Pipeline-1
+	ends := stageEnds(stage == 0, stage == p.Pipeline-1, c.TiedEmbeddings)
 	out := &part{tensors: map[string]*format.Tensor{}}
 	for _, ft := range m.Tensors {
 		name := ft.Name
@@ -160,11 +160,11 @@ func (p Parallel) rankPart(m *format.Model, stage, t int) (*part, error) {
 		if mm == nil {
 			switch name {
 			case "token_embd.weight":
-				if !first && !(last && c.TiedEmbeddings) {
+				if !ends.embedding {
 					continue
 				}
 			case "output_norm.weight", "output.weight":
-				if !last {
+				if !ends.output {
 					continue
 				}
 			}

@@ -47,7 +47,7 @@ func (s *shard) upload(m source, path string, sent func(n int64)) error {
 			return w, err
 		}
 	}
-	w, err := bindWeights(m, s.cfg, path, stageParts{embedding: s.first || (s.last && s.cfg.TiedEmbeddings), output: s.last}, send)
+	w, err := bindWeights(m, s.cfg, path, stageEnds(s.first, s.last, s.cfg.TiedEmbeddings), send)
 	if err != nil {
 		return err
 	}

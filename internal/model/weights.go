@@ -62,6 +62,13 @@ type stageParts struct {
 // wholeModel binds every tensor.
 var wholeModel = stageParts{embedding: true, output: true}
 
+// stageEnds returns the ends a pipeline stage holds: the first stage the embedding, the
+// last the final norm and output projection, and the embedding too when the output is
+// tied to it.
+func stageEnds(first, last, tied bool) stageParts {
+	return stageParts{embedding: first || (last && tied), output: last}
+}
+
 // bindWeights looks up every tensor config c calls for in m (named path in errors), checks
 // its shape and type, and makes it a T with load. parts leaves out the ends a pipeline
 // stage does not hold.
