@@ -27,6 +27,7 @@ type group struct {
 	result  []chan []float32 // the sum, from rank 0 to rank r
 	copied  chan struct{}    // one per rank r > 0 that copied the sum
 	pipes   [][]chan []float32
+	parts   [][]float32 // rank 0's view of the ranks' values during an all-reduce
 	aborted chan struct{}
 	abort   sync.Once
 }
@@ -55,6 +56,7 @@ func (b *Backend) NewGroup(members []backend.Backend) ([]backend.Communicator, e
 		result:  make([]chan []float32, n),
 		copied:  make(chan struct{}, n),
 		pipes:   make([][]chan []float32, n),
+		parts:   make([][]float32, n),
 		aborted: make(chan struct{}),
 	}
 	for r := range n {
@@ -104,7 +106,7 @@ func (c *comm) AllReduceSum(t backend.Tensor) error {
 			return errAborted
 		}
 	}
-	parts := make([][]float32, g.size)
+	parts := g.parts
 	for r := 1; r < g.size; r++ {
 		if parts[r], err = g.recv(g.gather[r]); err != nil {
 			return err
