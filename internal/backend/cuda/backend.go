@@ -40,10 +40,16 @@ type Backend struct {
 	allocs map[uint64]Buffer // every allocation the backend made, freed by Close
 
 	// The current step: its metadata in pinned host memory and on the device.
-	cur        *step
-	metaHost   *HostBuffer
-	metaDev    Buffer
-	scratch    Buffer // 16-bit activations cast for cuBLAS
+	cur      *step
+	metaHost *HostBuffer
+	metaDev  Buffer
+	scratch  Buffer // 16-bit activations cast for cuBLAS
+	// shadows: producing ops write 16-bit copies of their outputs into scratch
+	// (backend_shadow.go); shadow says which values it holds; castType is the 16-bit
+	// type the last cast was to (the type of the shadows RMSNorm writes).
+	shadows    bool
+	shadow     activationShadow
+	castType   DType
 	gluScratch Buffer // F32 up products of MatMulSwiGLU's cuBLAS path
 	logitsDev  Buffer // F32 logits of the step
 	work       *DecodeWorkspace
@@ -102,7 +108,8 @@ func NewBackend(opt BackendOptions) (*Backend, error) {
 	if opt.Cache != nil {
 		cache = *opt.Cache
 	}
-	b := &Backend{dev: dev, nv: nv, blas: blasLib, kv: kvType, allocs: map[uint64]Buffer{}, graphs: map[graphKey]*graphEntry{}}
+	b := &Backend{dev: dev, nv: nv, blas: blasLib, kv: kvType, allocs: map[uint64]Buffer{}, graphs: map[graphKey]*graphEntry{},
+		shadows: shadowsOn(), castType: BF16}
 	err = dev.Do(func() error {
 		k, err := dev.LoadKernels(nv, cache)
 		if err != nil {
@@ -234,6 +241,7 @@ func (b *Backend) UploadWeight(t *format.Tensor) (backend.Tensor, error) {
 		return nil, fmt.Errorf("cuda upload: tensor %q: %w", t.Name, err)
 	}
 	if direct {
+		b.dev.seq++
 		err = b.dev.drv.check("cuMemcpyHtoD_v2", b.dev.drv.cuMemcpyHtoD(buf.Ptr, unsafe.Pointer(&t.Data[0]), uint64(buf.Bytes())))
 	} else {
 		err = b.uploadDequantized(buf, t, rows, cols)

@@ -151,12 +151,27 @@ func (b *Backend) MatMulSwiGLU(out, x, gate, up backend.Tensor) error {
 	}
 	upOut := Buffer{Ptr: b.gluScratch.Ptr, DType: F32, Len: n * m}
 	if dt != F32 && dt == u.buf.DType {
+		// The scratch holds x's cast and then the SwiGLU's shadow: size it for both
+		// first, so that growing it cannot drop the cast.
+		if b.shadows && !b.capturing {
+			if err := b.ensureScratch(max(n*k, n*m)); err != nil {
+				return err
+			}
+		}
 		xc, err := b.castInput(xs.buf, n*k, dt)
 		if err != nil {
 			return err
 		}
 		if err := firstErr(b.ops.MatMulT(o.buf, xc, g.buf, n, k, m), b.ops.MatMulT(upOut, xc, u.buf, n, k, m)); err != nil {
 			return err
+		}
+		if b.shadows && b.scratch.Len >= n*m {
+			sh := Buffer{Ptr: b.scratch.Ptr, DType: dt, Len: n * m}
+			if err := b.ops.SwiGLUShadow(o.buf, sh, o.buf, upOut, n*m); err != nil {
+				return err
+			}
+			b.setShadow(o.buf.Ptr, n*m, dt)
+			return nil
 		}
 	} else if err := firstErr(b.matMul(o.buf, xs.buf, g, n), b.matMul(upOut, xs.buf, u, n)); err != nil {
 		return err

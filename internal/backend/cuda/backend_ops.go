@@ -58,6 +58,13 @@ func (b *Backend) RMSNorm(out, x, weight backend.Tensor, eps float32) error {
 	if err != nil {
 		return err
 	}
+	if sh, ok := b.shadowTarget(xs.rows(), xs.cols(), b.castType); ok {
+		if err := b.ops.RMSNormShadow(o.buf, sh, xs.buf, Buffer{}, w.buf, xs.rows(), xs.cols(), eps); err != nil {
+			return err
+		}
+		b.setShadow(o.buf.Ptr, sh.Len, sh.DType)
+		return nil
+	}
 	return b.ops.RMSNorm(o.buf, xs.buf, Buffer{}, w.buf, xs.rows(), xs.cols(), eps)
 }
 
@@ -73,6 +80,13 @@ func (b *Backend) RMSNormResidual(out, residual, x, weight backend.Tensor, eps f
 	}
 	if err := sameShape("rmsnorm residual", r, xs); err != nil {
 		return err
+	}
+	if sh, ok := b.shadowTarget(r.rows(), r.cols(), b.castType); ok {
+		if err := b.ops.RMSNormShadow(o.buf, sh, r.buf, xs.buf, w.buf, r.rows(), r.cols(), eps); err != nil {
+			return err
+		}
+		b.setShadow(o.buf.Ptr, sh.Len, sh.DType)
+		return nil
 	}
 	return b.ops.RMSNorm(o.buf, r.buf, xs.buf, w.buf, r.rows(), r.cols(), eps)
 }
@@ -157,19 +171,12 @@ func (b *Backend) matMul(y, x Buffer, w *tensor, n int) error {
 // buffer (grown first when too small; growing fails inside a graph capture) and returns
 // the cast values, for cuBLAS (inside Run).
 func (b *Backend) castInput(x Buffer, count int, dt DType) (Buffer, error) {
-	if b.scratch.Len < count {
-		if err := b.dev.Sync(); err != nil {
-			return Buffer{}, err
-		}
-		if err := b.free(b.scratch); err != nil {
-			return Buffer{}, err
-		}
-		b.scratch = Buffer{}
-		s, err := b.alloc(BF16, count)
-		if err != nil {
-			return Buffer{}, fmt.Errorf("cuda matmul scratch: %w", err)
-		}
-		b.scratch = s
+	b.castType = dt
+	if xc, ok := b.shadowOf(x, count, dt); ok {
+		return xc, nil
+	}
+	if err := b.ensureScratch(count); err != nil {
+		return Buffer{}, err
 	}
 	xc := Buffer{Ptr: b.scratch.Ptr, DType: dt, Len: count}
 	if err := b.ops.Cast(xc, Buffer{Ptr: x.Ptr, DType: F32, Len: count}); err != nil {

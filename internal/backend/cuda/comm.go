@@ -135,6 +135,7 @@ func (c *Comm) AllReduceSum(t backend.Tensor) error {
 	if err != nil {
 		return err
 	}
+	c.be.dev.seq++
 	r := c.g.lib.ncclAllReduce(buf.Ptr, buf.Ptr, uint64(buf.Len), dt, ncclSum, c.comm, c.be.dev.stream)
 	if err := c.g.lib.check("ncclAllReduce", r, c.comm); err != nil {
 		return fmt.Errorf("cuda nccl all-reduce of %d %s on rank %d: %w", buf.Len, buf.DType, c.rank, err)
@@ -169,6 +170,7 @@ func (c *Comm) Recv(t backend.Tensor, peer int) error {
 	if err := c.peerOK("recv", peer); err != nil {
 		return err
 	}
+	c.be.dev.seq++
 	r := c.g.lib.ncclRecv(buf.Ptr, uint64(buf.Len), dt, int32(peer), c.comm, c.be.dev.stream)
 	if err := c.g.lib.check("ncclRecv", r, c.comm); err != nil {
 		return fmt.Errorf("cuda nccl recv of %d %s on rank %d from %d: %w", buf.Len, buf.DType, c.rank, peer, err)

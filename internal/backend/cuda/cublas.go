@@ -72,13 +72,14 @@ type BLAS struct {
 	lib       *CuBLAS
 	h         uintptr
 	workspace Buffer
+	dev       *Device // whose stream-work count (seq) each GEMM advances
 	// Version is cuBLAS's version number, e.g. 130000.
 	Version int
 }
 
 // NewBLAS creates a cuBLAS handle on dv's stream (inside Do).
 func (dv *Device) NewBLAS(lib *CuBLAS) (*BLAS, error) {
-	b := &BLAS{lib: lib}
+	b := &BLAS{lib: lib, dev: dv}
 	if err := lib.check("cublasCreate_v2", lib.cublasCreate(&b.h)); err != nil {
 		return nil, err
 	}
@@ -159,6 +160,7 @@ func (b *BLAS) MatMulT(y, x, w Buffer, n, k, m int) error {
 	}
 	// Column-major view: Yᵀ (m×n) = W (m×k, stored as Wᵀ col-major, so op T) · Xᵀ (k×n).
 	alpha, beta := float32(1), float32(0)
+	b.dev.seq++
 	r := b.lib.cublasGemmEx(b.h, cublasOpT, cublasOpN, int32(m), int32(n), int32(k),
 		unsafe.Pointer(&alpha), w.Ptr, it, int32(k), x.Ptr, it, int32(k),
 		unsafe.Pointer(&beta), y.Ptr, ot, int32(m), cublasCompute32F, cublasGemmDefault)

@@ -28,6 +28,10 @@ type Device struct {
 	pdl bool
 	// times is the op profile kept when KVASIR_CUDA_OPTIME=1 (optime.go); nil otherwise.
 	times *opTimes
+	// seq counts the work queued on the stream (launches, GEMMs, copies, collectives):
+	// a value derived from a buffer stays valid while seq has not moved (Backend's
+	// 16-bit shadows of activations). Touched only by the device goroutine.
+	seq uint64
 
 	jobs     chan job
 	quit     chan struct{} // closed by Close
@@ -280,6 +284,7 @@ func Upload[T any](dv *Device, b Buffer, src []T) error {
 	if n == 0 {
 		return nil
 	}
+	dv.seq++
 	err := dv.drv.check("cuMemcpyHtoD_v2", dv.drv.cuMemcpyHtoD(b.Ptr, p, uint64(n)))
 	runtime.KeepAlive(src)
 	return err
@@ -309,6 +314,7 @@ func (dv *Device) Fill32(b Buffer, v uint32) error {
 	if b.Bytes()%4 != 0 {
 		return fmt.Errorf("cuda: fill32 of a %d-byte buffer", b.Bytes())
 	}
+	dv.seq++
 	return dv.drv.check("cuMemsetD32Async", dv.drv.cuMemsetD32Async(b.Ptr, v, uint64(b.Bytes()/4), dv.stream))
 }
 
@@ -317,6 +323,7 @@ func (dv *Device) CopyAsync(dst, src Buffer) error {
 	if dst.Bytes() != src.Bytes() {
 		return fmt.Errorf("cuda: copy of %d bytes into %d", src.Bytes(), dst.Bytes())
 	}
+	dv.seq++
 	return dv.drv.check("cuMemcpyDtoDAsync_v2", dv.drv.cuMemcpyDtoDAsync(dst.Ptr, src.Ptr, uint64(src.Bytes()), dv.stream))
 }
 
@@ -362,6 +369,7 @@ func (dv *Device) UploadAsync(b Buffer, h *HostBuffer, off int) error {
 	if off < 0 || off+b.Bytes() > h.n {
 		return fmt.Errorf("cuda: async upload of %d bytes at %d from a %d-byte host buffer", b.Bytes(), off, h.n)
 	}
+	dv.seq++
 	return dv.drv.check("cuMemcpyHtoDAsync_v2", dv.drv.cuMemcpyHtoDAsync(b.Ptr, unsafe.Add(h.ptr, off), uint64(b.Bytes()), dv.stream))
 }
 

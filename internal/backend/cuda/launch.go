@@ -101,6 +101,7 @@ func (dv *Device) launch(m *Module, name string, grid, block Dim3, sharedBytes i
 		}
 		ptrs[i] = unsafe.Pointer(&slots[i])
 	}
+	dv.seq++
 	var r int32
 	if dv.pdl && pdlKernel(name) {
 		attr := &launchAttr{id: launchAttrProgrammaticSerialization}
@@ -221,6 +222,7 @@ func (dv *Device) Capture(fn func() error) (*Graph, error) {
 
 // LaunchGraph replays g on the stream (inside Do).
 func (dv *Device) LaunchGraph(g *Graph) error {
+	dv.seq++
 	return dv.timed("graph replay", func() error { return dv.drv.check("cuGraphLaunch", dv.drv.cuGraphLaunch(g.exec, dv.stream)) })
 }
 

@@ -113,6 +113,29 @@ func (o *Ops) RMSNorm(out, residual, x, weight Buffer, rows, dim int, eps float3
 		out, residual, x, weight, dim, eps)
 }
 
+// RMSNormShadow is RMSNorm into float32 out that also writes the normalized values
+// rounded to shadow's type (F16 or BF16) into shadow, the copy a following cuBLAS GEMM
+// reads instead of casting out.
+func (o *Ops) RMSNormShadow(out, shadow, residual, x, weight Buffer, rows, dim int, eps float32) error {
+	if rows <= 0 || dim <= 0 {
+		return fmt.Errorf("cuda rmsnorm: bad shape rows=%d dim=%d", rows, dim)
+	}
+	if err := firstErr(need("rmsnorm", "out", out, rows*dim, F32), need("rmsnorm", "shadow", shadow, rows*dim, F16, BF16),
+		need("rmsnorm", "residual", residual, rows*dim, F32), need("rmsnorm", "weight", weight, dim, F32)); err != nil {
+		return err
+	}
+	if x.Ptr != 0 {
+		if err := need("rmsnorm", "x", x, rows*dim, F32); err != nil {
+			return err
+		}
+		if out.Ptr == residual.Ptr {
+			return fmt.Errorf("cuda rmsnorm: out may not alias residual when x is added")
+		}
+	}
+	return o.Dev.Launch(o.Kern.mod, "rmsnorm_f32_sh_"+suffix(shadow.DType), Dim3{rows, 1, 1}, Dim3{normThreads(dim), 1, 1}, 0,
+		out, shadow, residual, x, weight, dim, eps)
+}
+
 // normThreads returns the RMSNorm block size for rows of dim values: about 4 values a
 // thread (a multiple of 32, from 64 to 1024), so that rows up to 8192 values stay in
 // registers (RMS_MAXV in norm.cu).
@@ -136,6 +159,20 @@ func (o *Ops) SwiGLU(out, gate, up Buffer, rows, dim, inStride int) error {
 	}
 	return o.Dev.Launch(o.Kern.mod, "swiglu_"+suffix(out.DType), Dim3{gridFor(rows * dim), 1, 1}, Dim3{threads, 1, 1}, 0,
 		out, gate, up, rows, dim, inStride)
+}
+
+// SwiGLUShadow writes out[i] = silu(gate[i]) * up[i] over n float32 values and the same
+// values rounded to shadow's type (F16 or BF16) into shadow; out may be gate or up.
+func (o *Ops) SwiGLUShadow(out, shadow, gate, up Buffer, n int) error {
+	if n <= 0 {
+		return fmt.Errorf("cuda swiglu: bad length %d", n)
+	}
+	if err := firstErr(need("swiglu", "out", out, n, F32), need("swiglu", "shadow", shadow, n, F16, BF16),
+		need("swiglu", "gate", gate, n, F32), need("swiglu", "up", up, n, F32)); err != nil {
+		return err
+	}
+	return o.Dev.Launch(o.Kern.mod, "swiglu_sh_"+suffix(shadow.DType), Dim3{gridFor(n), 1, 1}, Dim3{threads, 1, 1}, 0,
+		out, shadow, gate, up, uint64(n))
 }
 
 // MatMulT computes y = x · wᵀ with cuBLAS (see BLAS.MatMulT).

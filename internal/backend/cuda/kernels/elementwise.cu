@@ -59,3 +59,18 @@ __device__ void swiglu(T* out, const float* gate, const float* up, int rows, int
 extern "C" __global__ void swiglu_f32(float* o, const float* g, const float* u, int rows, int dim, int s) { swiglu(o, g, u, rows, dim, s); }
 extern "C" __global__ void swiglu_f16(f16* o, const float* g, const float* u, int rows, int dim, int s) { swiglu(o, g, u, rows, dim, s); }
 extern "C" __global__ void swiglu_bf16(bf16* o, const float* g, const float* u, int rows, int dim, int s) { swiglu(o, g, u, rows, dim, s); }
+
+// swiglu_sh: swiglu into float32 out (contiguous input rows, inStride = dim) and the same
+// values rounded to S into shadow (the 16-bit copy the down projection's GEMM reads).
+template <typename S>
+__device__ void swiglu_sh(float* out, S* shadow, const float* gate, const float* up, long long n) {
+    pdl_entry();
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        float g = gate[i];
+        float y = g / (1.f + expf(-g)) * up[i];
+        out[i] = y;
+        shadow[i] = from_f32<S>(y);
+    }
+}
+extern "C" __global__ void swiglu_sh_bf16(float* o, bf16* s, const float* g, const float* u, long long n) { swiglu_sh(o, s, g, u, n); }
+extern "C" __global__ void swiglu_sh_f16(float* o, f16* s, const float* g, const float* u, long long n) { swiglu_sh(o, s, g, u, n); }

@@ -3,18 +3,20 @@
 #define RMS_MAXV 8  // values per thread kept in registers
 
 // rmsnorm: per row (grid = rows), when x is not null residual += x first; then
-// out = residual / sqrt(mean(residual^2) + eps) * weight. out may be residual (float32)
+// out = residual / sqrt(mean(residual^2) + eps) * weight, and when shadow is not null the
+// same values rounded to S there too (the 16-bit copy the next cuBLAS GEMM reads). out may be residual (float32)
 // when x is null. When a row fits in the block's registers (dim <= RMS_MAXV * blockDim.x,
 // the launch sizes the block so), every load is issued at once and each value is read
 // once; longer rows take the looping path.
-template <typename T>
-__device__ void rmsnorm(T* out, float* residual, const float* x, const float* weight, int dim, float eps) {
+template <typename T, typename S>
+__device__ void rmsnorm(T* out, S* shadow, float* residual, const float* x, const float* weight, int dim, float eps) {
     pdl_entry();
     __shared__ float sh[32];
     long long row = blockIdx.x;
     float* r = residual + row * dim;
     const float* xr = x ? x + row * dim : 0;
     T* o = out + row * dim;
+    S* so = shadow ? shadow + row * dim : 0;
     if (dim <= RMS_MAXV * (int)blockDim.x) {
         float v[RMS_MAXV], wv[RMS_MAXV];
 #pragma unroll
@@ -40,7 +42,11 @@ __device__ void rmsnorm(T* out, float* residual, const float* x, const float* we
 #pragma unroll
         for (int j = 0; j < RMS_MAXV; j++) {
             int i = threadIdx.x + j * blockDim.x;
-            if (i < dim) o[i] = from_f32<T>(v[j] * inv * wv[j]);
+            if (i < dim) {
+                float y = v[j] * inv * wv[j];
+                o[i] = from_f32<T>(y);
+                if (so) so[i] = from_f32<S>(y);
+            }
         }
         return;
     }
@@ -55,8 +61,15 @@ __device__ void rmsnorm(T* out, float* residual, const float* x, const float* we
     }
     ss = block_sum(ss, sh);
     float inv = 1.f / sqrtf(ss / (float)dim + eps);
-    for (int i = threadIdx.x; i < dim; i += blockDim.x) o[i] = from_f32<T>(r[i] * inv * weight[i]);
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) {
+        float y = r[i] * inv * weight[i];
+        o[i] = from_f32<T>(y);
+        if (so) so[i] = from_f32<S>(y);
+    }
 }
-extern "C" __global__ void rmsnorm_f32(float* o, float* r, const float* x, const float* w, int dim, float eps) { rmsnorm(o, r, x, w, dim, eps); }
-extern "C" __global__ void rmsnorm_f16(f16* o, float* r, const float* x, const float* w, int dim, float eps) { rmsnorm(o, r, x, w, dim, eps); }
-extern "C" __global__ void rmsnorm_bf16(bf16* o, float* r, const float* x, const float* w, int dim, float eps) { rmsnorm(o, r, x, w, dim, eps); }
+extern "C" __global__ void rmsnorm_f32(float* o, float* r, const float* x, const float* w, int dim, float eps) { rmsnorm(o, (bf16*)0, r, x, w, dim, eps); }
+extern "C" __global__ void rmsnorm_f16(f16* o, float* r, const float* x, const float* w, int dim, float eps) { rmsnorm(o, (bf16*)0, r, x, w, dim, eps); }
+extern "C" __global__ void rmsnorm_bf16(bf16* o, float* r, const float* x, const float* w, int dim, float eps) { rmsnorm(o, (bf16*)0, r, x, w, dim, eps); }
+// rmsnorm_f32_sh_*: float32 out plus its 16-bit shadow copy.
+extern "C" __global__ void rmsnorm_f32_sh_bf16(float* o, bf16* s, float* r, const float* x, const float* w, int dim, float eps) { rmsnorm(o, s, r, x, w, dim, eps); }
+extern "C" __global__ void rmsnorm_f32_sh_f16(float* o, f16* s, float* r, const float* x, const float* w, int dim, float eps) { rmsnorm(o, s, r, x, w, dim, eps); }
