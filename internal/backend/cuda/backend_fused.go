@@ -18,10 +18,13 @@ func gemvMultiKernel(n int, dt DType) (name string, rows int) {
 
 // gemvGLUKernel returns the gemvglu_* kernel for n (1..gemvMaxRows) token rows of 16-bit
 // gate and up weights of type dt, and the rows of each weight one of its blocks computes
-// (half the plain kernel's, so that as many weight rows are in flight).
+// (the R of its GEMVGLU_KERNEL line: 2R weight rows in flight).
 func gemvGLUKernel(n int, dt DType) (name string, rows int) {
-	name, rows = gemvKernel(n, dt)
-	return "gemvglu_" + name[len("gemv_"):], rows / 2
+	rows = 2
+	if n <= 1 {
+		rows = 1
+	}
+	return "gemvglu_" + gemvBucket(n) + "_" + suffix(dt), rows
 }
 
 // matMulOperands checks out = x · wᵀ for one weight and returns the device tensors.

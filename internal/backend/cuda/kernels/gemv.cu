@@ -122,11 +122,11 @@ __device__ __forceinline__ void gemv_rows(long long blk, float* __restrict__ y, 
                                                                     int k, int m) {                            \
         gemv_rows<T, R, NT, NOL1, false>(blockIdx.x, y, x, w, w, n, k, m);                                      \
     }
-GEMV_KERNEL(gemv_n1_bf16, bf16, 2, 1, false)
+GEMV_KERNEL(gemv_n1_bf16, bf16, 8, 1, false)
 GEMV_KERNEL(gemv_n2_bf16, bf16, 4, 2, true)
 GEMV_KERNEL(gemv_n4_bf16, bf16, 4, 4, true)
 GEMV_KERNEL(gemv_n8_bf16, bf16, 4, 8, true)
-GEMV_KERNEL(gemv_n1_f16, f16, 2, 1, false)
+GEMV_KERNEL(gemv_n1_f16, f16, 8, 1, false)
 GEMV_KERNEL(gemv_n2_f16, f16, 4, 2, true)
 GEMV_KERNEL(gemv_n4_f16, f16, 4, 4, true)
 GEMV_KERNEL(gemv_n8_f16, f16, 4, 8, true)
@@ -147,11 +147,11 @@ GEMV_KERNEL(gemv_n8_f16, f16, 4, 8, true)
         else                                                                                                    \
             gemv_rows<T, R, NT, NOL1, false>(blk - b0 - b1, y2, x, w2, w2, n, k, m2);                           \
     }
-GEMVM_KERNEL(gemvm_n1_bf16, bf16, 2, 1, false)
+GEMVM_KERNEL(gemvm_n1_bf16, bf16, 8, 1, false)
 GEMVM_KERNEL(gemvm_n2_bf16, bf16, 4, 2, true)
 GEMVM_KERNEL(gemvm_n4_bf16, bf16, 4, 4, true)
 GEMVM_KERNEL(gemvm_n8_bf16, bf16, 4, 8, true)
-GEMVM_KERNEL(gemvm_n1_f16, f16, 2, 1, false)
+GEMVM_KERNEL(gemvm_n1_f16, f16, 8, 1, false)
 GEMVM_KERNEL(gemvm_n2_f16, f16, 4, 2, true)
 GEMVM_KERNEL(gemvm_n4_f16, f16, 4, 4, true)
 GEMVM_KERNEL(gemvm_n8_f16, f16, 4, 8, true)
