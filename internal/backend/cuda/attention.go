@@ -98,7 +98,10 @@ const gqaMaxGroup = 8
 // DecodeWorkspace holds the split-K partial results of decode attention, sized for up to
 // Seqs sequences x Heads heads x Splits splits.
 type DecodeWorkspace struct {
-	M, L, O             Buffer // F32: max, sum [seqs][heads][splits]; output [...][headDim]
+	M, L, O Buffer // F32: max, sum [seqs][heads][splits]; output [...][headDim]
+	// Done counts the finished split blocks of each (sequence, kv head) of the grouped
+	// kernel (I32 [seqs][heads], zero between launches: the last block resets its count).
+	Done                Buffer
 	Seqs, Heads, Splits int
 	HeadDim             int
 }
@@ -123,12 +126,23 @@ func (dv *Device) NewDecodeWorkspace(seqs, heads, splits, headDim int) (*DecodeW
 		dv.Free(w.L)
 		return nil, err
 	}
+	if w.Done, err = dv.Alloc(I32, seqs*heads); err == nil {
+		err = dv.Fill32(w.Done, 0)
+	}
+	if err != nil {
+		dv.FreeDecodeWorkspace(w)
+		return nil, err
+	}
 	return w, nil
 }
 
 // FreeDecodeWorkspace releases w (inside Do).
 func (dv *Device) FreeDecodeWorkspace(w *DecodeWorkspace) error {
-	return firstErr(dv.Free(w.M), dv.Free(w.L), dv.Free(w.O))
+	errs := []error{dv.Free(w.M), dv.Free(w.L), dv.Free(w.O)}
+	if w.Done.Ptr != 0 {
+		errs = append(errs, dv.Free(w.Done))
+	}
+	return firstErr(errs...)
 }
 
 // DecodeArgs are the operands of AttentionDecode: one query token per sequence.

@@ -10,18 +10,21 @@ const decodeTile = 32
 // aims for: enough resident tiles to keep the KV reads in flight.
 const decodeBlocksPerSM = 4
 
-// decodeMinSplitLen is the fewest positions a split of the grouped decode covers, so that
-// a split's fixed cost (Q load, output write, combine) stays small against its reads.
-const decodeMinSplitLen = 128
+// decodeMaxSplits bounds the splits of one grouped decode launch (DG_MAX_SPLITS in
+// attention.cu: the merging block keeps every split's weights in shared memory).
+const decodeMaxSplits = 64
 
 // groupedSplits chooses the split-K partition of the grouped decode kernel for seqs x
 // kvHeads blocks over contexts up to maxCtx: one split while the blocks fill the device
-// (many sequences, the usual case of batched decoding), else enough splits of at least
-// decodeMinSplitLen positions, at most maxSplits. It returns the split count and length.
+// (many sequences, the usual case of batched decoding), else enough splits to fill it, at
+// most maxSplits and down to one tile of positions each. A block reads its tiles one after
+// another, so with few sequences (batch-1 decode) short splits keep each block's chain of
+// dependent loads short; the combine launch that merges them costs the same for any count.
+// It returns the split count and length.
 func groupedSplits(seqs, kvHeads, maxCtx, sms, maxSplits int) (int, int) {
 	blocks := seqs * kvHeads
 	want := (decodeBlocksPerSM*max(sms, 1) + blocks - 1) / blocks
-	splits := max(1, min(want, (maxCtx+decodeMinSplitLen-1)/decodeMinSplitLen, maxSplits))
+	splits := max(1, min(want, (maxCtx+decodeTile-1)/decodeTile, maxSplits))
 	return fitSplits(maxCtx, splits)
 }
 
@@ -52,26 +55,22 @@ func outKind(dt DType) int {
 
 // decodeGrouped runs attn_decode_grp: one block per (split, kv head, sequence) for all
 // group query heads of the kv head, K/V tiles read once through the block table with
-// 16-byte loads. With one split it writes out directly; with more, attn_combine merges
-// the partial results in a.Work.
+// 16-byte loads. With one split a block writes out directly; with more, the last split
+// block of each (kv head, sequence) merges the partial results in a.Work into out.
 func (o *Ops) decodeGrouped(a DecodeArgs, group int) error {
 	c, w, hd := a.Cache, a.Work, a.Cache.HeadDim
-	maxSplits := max(1, w.Splits*w.Seqs*w.Heads/(a.Seqs*a.Heads))
+	maxSplits := min(decodeMaxSplits, max(1, w.Splits*w.Seqs*w.Heads/(a.Seqs*a.Heads)))
 	var splits, splitLen int
 	if a.Splits > 0 {
 		splits, splitLen = fitSplits(a.MaxContext, min(a.Splits, maxSplits, a.MaxContext))
 	} else {
 		splits, splitLen = groupedSplits(a.Seqs, c.KVHeads, a.MaxContext, o.Dev.info.Multiprocessors, maxSplits)
 	}
+	if splits > 1 && w.Done.Len < a.Seqs*c.KVHeads {
+		return fmt.Errorf("cuda attention decode: workspace counts %d (sequence, kv head) pairs, want %d", w.Done.Len, a.Seqs*c.KVHeads)
+	}
 	name := fmt.Sprintf("attn_decode_grp%dg%d_%s", hd, group, suffix(c.K.DType))
-	if err := o.Dev.Launch(o.Kern.mod, name, Dim3{splits, c.KVHeads, a.Seqs}, Dim3{128, 1, 1}, 0,
+	return o.Dev.Launch(o.Kern.mod, name, Dim3{splits, c.KVHeads, a.Seqs}, Dim3{128, 1, 1}, 0,
 		a.Out, a.OutStride, outKind(a.Out.DType), a.Q, a.QStride, c.K, c.V, a.BlockTables, a.MaxBlocks, a.ContextLens,
-		w.M, w.L, w.O, a.Heads, c.KVHeads, c.BlockSize, splitLen, a.Scale); err != nil {
-		return err
-	}
-	if splits == 1 {
-		return nil
-	}
-	return o.Dev.Launch(o.Kern.mod, "attn_combine_"+suffix(a.Out.DType), Dim3{a.Heads, a.Seqs, 1}, Dim3{128, 1, 1}, 0,
-		a.Out, a.OutStride, w.M, w.L, w.O, splits, a.Heads, hd)
+		w.M, w.L, w.O, w.Done, a.Heads, c.KVHeads, c.BlockSize, splitLen, a.Scale)
 }

@@ -15,9 +15,11 @@ func TestGroupedSplits(t *testing.T) {
 		{256, 8, 256, 132, 32, 1},    // offline decode: blocks fill the device, no split-K
 		{256, 8, 131072, 132, 32, 1}, // graph stride bound, still many blocks
 		{1, 8, 4096, 132, 32, 32},    // one long sequence: as many splits as allowed
-		{1, 8, 100, 132, 32, 1},      // short context: no split below 128 positions
+		{1, 8, 100, 132, 32, 4},      // short context: one tile a split
+		{1, 8, 20, 132, 32, 1},       // shorter than a tile: one split
 		{64, 8, 2048, 132, 16, 2},    // 512 blocks want ~528: two splits
-		{4, 2, 1000, 132, 64, 8},     // bounded by 128-position splits
+		{4, 2, 1000, 132, 64, 32},    // bounded by one-tile splits
+		{16, 8, 4096, 132, 32, 5},    // 128 blocks want ~528: five splits
 	} {
 		n, l := groupedSplits(c.seqs, c.kvHeads, c.maxCtx, c.sms, c.maxSplits)
 		if n != c.splits {

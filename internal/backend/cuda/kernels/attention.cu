@@ -212,10 +212,14 @@ ATTN_DECODE_GQA(attn_decode_gqa4_bf16, bf16, 4)
 // output dimension t % HD of heads t / HD, t / HD + 128/HD, ... With one split the
 // normalized output is written straight to out (outKind 0 f32, 1 f16, 2 bf16; a sequence
 // with no context gets zeros); with more, the split's partial results go to pm, pl, po
-// for attn_combine, as attn_decode writes them.
+// (as attn_decode writes them) and the last block of a (kv head, sequence) to finish —
+// counted in done[s * kvHeads + kvh], which it resets to zero for the next launch — merges
+// the splits of its G heads into out as attn_combine would, in split order, so no combine
+// launch follows.
 
 #define DG_TP 32        // positions per tile
 #define DG_THREADS 128  // threads per block
+#define DG_MAX_SPLITS 64  // most splits of one launch (decodeMaxSplits)
 
 __device__ __forceinline__ void dg_unpack(const uint4& u, float* f, const float*) {
     f[0] = __uint_as_float(u.x);
@@ -255,8 +259,8 @@ __device__ __forceinline__ void dg_store(void* out, long long i, int kind, float
 template <typename T, int HD, int G>
 __device__ void attn_decode_grp(void* out, int outStride, int outKind, const float* q, int qStride, const T* kc,
                                 const T* vc, const int* blockTables, int maxBlocks, const int* ctxLens, float* pm,
-                                float* pl, float* po, int heads, int kvHeads, int blockSize, int splitLen,
-                                float scale) {
+                                float* pl, float* po, int* done, int heads, int kvHeads, int blockSize,
+                                int splitLen, float scale) {
     constexpr int E = 16 / sizeof(T);  // elements per 16-byte vector
     constexpr int VPR = HD / E;        // vectors per row
     constexpr int KLD = HD + E;        // K row stride: 16 bytes of padding keep lanes on distinct banks
@@ -268,6 +272,7 @@ __device__ void attn_decode_grp(void* out, int outStride, int outKind, const flo
     __shared__ __align__(16) T sV[DG_TP * HD];
     __shared__ __align__(16) float sP[DG_TP][G];
     __shared__ float sCorr[G], sM[G], sL[G];
+    __shared__ int sLast;
     pdl_entry();
     int split = blockIdx.x, kvh = blockIdx.y, s = blockIdx.z, splits = gridDim.x;
     int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
@@ -380,15 +385,64 @@ __device__ void attn_decode_grp(void* out, int outStride, int outKind, const flo
             }
         }
     }
+    if (splits == 1) return;
+    // The last split block of (kvh, s) merges the partials: every block's writes are made
+    // visible before it takes its ticket, and the merge reads through L2, each split's
+    // max and sum once into shared memory, then the outputs with independent loads.
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) sLast = atomicAdd(&done[s * kvHeads + kvh], 1) == splits - 1;
+    __syncthreads();
+    if (!sLast) return;
+    __threadfence();
+    __shared__ float sE[DG_MAX_SPLITS][G], sPl[DG_MAX_SPLITS][G], sLt[G];
+    for (int e = tid; e < splits * G; e += DG_THREADS) {
+        int i = e / G, g = e - i * G;
+        long long row = ((long long)s * heads + kvh * G + g) * splits + i;
+        sE[i][g] = __ldcg(pm + row);
+        sPl[i][g] = __ldcg(pl + row);
+    }
+    __syncthreads();
+    if (tid < G) {  // per head: the splits' weights exp(m_i - M) (0 for empty splits) and their sum
+        int g = tid;
+        float M = -KV_INF;
+        for (int i = 0; i < splits; i++) M = fmaxf(M, sE[i][g]);
+        float L = 0.f;
+        for (int i = 0; i < splits; i++) {
+            float mi = sE[i][g], e = 0.f;
+            if (M != -KV_INF && mi != -KV_INF) {
+                e = expf(mi - M);
+                L += sPl[i][g] * e;
+            }
+            sE[i][g] = e;
+        }
+        sLt[g] = L;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int a = 0; a < NA; a++) {
+        int g = g0 + a * HG;
+        if (g >= G) continue;
+        int h = kvh * G + g;
+        long long row0 = ((long long)s * heads + h) * splits;
+        float L = sLt[g], v = 0.f;
+        if (L > 0.f) {
+#pragma unroll 8
+            for (int i = 0; i < splits; i++) v += __ldcg(po + (row0 + i) * HD + d) * sE[i][g];
+            v /= L;
+        }
+        dg_store(out, (long long)s * outStride + (long long)h * HD + d, outKind, v);
+    }
+    if (tid == 0) done[s * kvHeads + kvh] = 0;
 }
 // Instances are named attn_decode_grp<headDim>g<group>_<cache>.
 #define ATTN_DECODE_GRP(NAME, T, HD, G)                                                                       \
     extern "C" __global__ void __launch_bounds__(DG_THREADS) NAME(void* out, int os, int ok, const float* q,   \
                                     int qs, const T* kc, const T* vc, const int* bt, int maxBlocks,            \
-                                    const int* ctx, float* pm, float* pl, float* po, int heads, int kvh,       \
-                                    int bs, int splitLen, float scale) {                                       \
-        attn_decode_grp<T, HD, G>(out, os, ok, q, qs, kc, vc, bt, maxBlocks, ctx, pm, pl, po, heads, kvh, bs,   \
-                                  splitLen, scale);                                                            \
+                                    const int* ctx, float* pm, float* pl, float* po, int* done, int heads,     \
+                                    int kvh, int bs, int splitLen, float scale) {                              \
+        attn_decode_grp<T, HD, G>(out, os, ok, q, qs, kc, vc, bt, maxBlocks, ctx, pm, pl, po, done, heads, kvh, \
+                                  bs, splitLen, scale);                                                        \
     }
 ATTN_DECODE_GRP(attn_decode_grp64g1_f32, float, 64, 1)
 ATTN_DECODE_GRP(attn_decode_grp64g1_f16, f16, 64, 1)
