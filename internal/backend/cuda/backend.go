@@ -52,6 +52,7 @@ type Backend struct {
 	castType   DType
 	gluScratch Buffer // F32 up products of MatMulSwiGLU's cuBLAS path
 	logitsDev  Buffer // F32 logits of the step
+	argmaxWork Buffer // F32 partial maxima of Ops.Argmax
 	work       *DecodeWorkspace
 	idsDev     Buffer  // I32 token ids picked on the device (LogitsArgmax)
 	sampleDev  Buffer  // per-row sampling settings (LogitsSample)

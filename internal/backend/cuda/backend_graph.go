@@ -157,7 +157,19 @@ func (b *Backend) LogitsArgmax(dst []int32, x, w backend.Tensor) error {
 	if err != nil {
 		return err
 	}
-	if err := b.ops.Argmax(ids, y, len(dst), vocab); err != nil {
+	if b.argmaxWork.Len < 2*argmaxParts*len(dst) {
+		if err := b.dev.Sync(); err != nil {
+			return err
+		}
+		if err := b.free(b.argmaxWork); err != nil {
+			return err
+		}
+		b.argmaxWork = Buffer{}
+		if b.argmaxWork, err = b.alloc(F32, 2*argmaxParts*max(len(dst), 256)); err != nil {
+			return fmt.Errorf("cuda logits argmax: %w", err)
+		}
+	}
+	if err := b.ops.Argmax(ids, y, b.argmaxWork, len(dst), vocab); err != nil {
 		return err
 	}
 	return Download(b.dev, dst, ids)

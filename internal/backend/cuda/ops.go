@@ -187,16 +187,25 @@ func (o *Ops) MatMulT(y, x, w Buffer, n, k, m int) error {
 	return o.BLAS.MatMulT(y, x, w, n, k, m)
 }
 
+// argmaxParts is the slices of a row argmax_part_f32 reduces in parallel (ARGMAX_PARTS
+// in sample.cu); Argmax's work buffer holds two float32s per slice and row.
+const argmaxParts = 32
+
 // Argmax writes out[r] = the index of the largest of row r's vocab logits (float32;
-// lowest index among ties).
-func (o *Ops) Argmax(out, logits Buffer, rows, vocab int) error {
+// lowest index among ties; NaN never wins), through work (F32, at least 2·argmaxParts
+// values per row).
+func (o *Ops) Argmax(out, logits, work Buffer, rows, vocab int) error {
 	if rows <= 0 || vocab <= 0 {
 		return fmt.Errorf("cuda argmax: bad shape rows=%d vocab=%d", rows, vocab)
 	}
-	if err := firstErr(need("argmax", "out", out, rows, I32), need("argmax", "logits", logits, rows*vocab, F32)); err != nil {
+	if err := firstErr(need("argmax", "out", out, rows, I32), need("argmax", "logits", logits, rows*vocab, F32),
+		need("argmax", "work", work, 2*argmaxParts*rows, F32)); err != nil {
 		return err
 	}
-	return o.Dev.Launch(o.Kern.mod, "argmax_f32", Dim3{rows, 1, 1}, Dim3{1024, 1, 1}, 0, out, logits, vocab)
+	if err := o.Dev.Launch(o.Kern.mod, "argmax_part_f32", Dim3{argmaxParts, rows, 1}, Dim3{256, 1, 1}, 0, work, logits, vocab); err != nil {
+		return err
+	}
+	return o.Dev.Launch(o.Kern.mod, "argmax_f32", Dim3{rows, 1, 1}, Dim3{32, 1, 1}, 0, out, work)
 }
 
 // SampleParams holds per-row sampling parameters on the device, one element per row.

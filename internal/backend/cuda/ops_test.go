@@ -595,7 +595,8 @@ func testArgmax(t *testing.T, e *env, r *rand.Rand) {
 	lv[2*vocab+5] = float32(math.NaN())
 	lb, _ := e.upload(t, F32, lv)
 	out := e.uploadI32(t, make([]int32, rows))
-	e.do(t, func() error { return e.ops.Argmax(out, lb, rows, vocab) })
+	work := e.poisoned(t, F32, 2*argmaxParts*rows)
+	e.do(t, func() error { return e.ops.Argmax(out, lb, work, rows, vocab) })
 	got := e.downloadI32(t, out)
 	for i := range want {
 		if got[i] != want[i] {

@@ -1,17 +1,31 @@
-// Greedy argmax and top-k / top-p sampling on the device, one block per row of logits.
+// Greedy argmax and top-k / top-p sampling on the device.
 
-// argmax_f32: out[row] = the index of the largest logit (the lowest index among ties;
-// NaN never wins). grid = rows, block = 1024.
-extern "C" __global__ void argmax_f32(int* out, const float* logits, int vocab) {
+// Greedy argmax in two launches, so that a row of a large vocabulary is read by many
+// multiprocessors at once: argmax_part_f32 reduces ARGMAX_PARTS slices of every row
+// (grid = (ARGMAX_PARTS, rows), block = 256) to a (value, index) pair each in work, and
+// argmax_f32 (grid = rows, block = 32) picks each row's best pair. out[row] = the index of
+// the largest logit (the lowest index among ties; NaN never wins).
+#define ARGMAX_PARTS 32
+
+// argmax_better reports whether (v, i) beats (bv, bi): larger, or equal with a lower index
+// (false for a NaN v).
+__device__ __forceinline__ bool argmax_better(float v, int i, float bv, int bi) {
+    return v > bv || (v == bv && i < bi);
+}
+
+extern "C" __global__ void argmax_part_f32(float* work, const float* logits, int vocab) {
     pdl_entry();
     __shared__ float sv[32];
     __shared__ int si[32];
-    const float* lg = logits + (long long)blockIdx.x * vocab;
+    int part = blockIdx.x, row = blockIdx.y;
+    int per = (vocab + ARGMAX_PARTS - 1) / ARGMAX_PARTS;
+    int lo = part * per, hi = min(vocab, lo + per);
+    const float* lg = logits + (long long)row * vocab;
     float bv = -KV_INF;
     int bi = 0x7fffffff;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         float v = lg[i];
-        if (v > bv || (v == bv && i < bi)) {  // false for NaN
+        if (argmax_better(v, i, bv, bi)) {
             bv = v;
             bi = i;
         }
@@ -19,7 +33,7 @@ extern "C" __global__ void argmax_f32(int* out, const float* logits, int vocab) 
     for (int o = 16; o > 0; o >>= 1) {
         float ov = __shfl_xor_sync(0xffffffffu, bv, o);
         int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (ov > bv || (ov == bv && oi < bi)) {
+        if (argmax_better(ov, oi, bv, bi)) {
             bv = ov;
             bi = oi;
         }
@@ -32,12 +46,31 @@ extern "C" __global__ void argmax_f32(int* out, const float* logits, int vocab) 
     __syncthreads();
     if (threadIdx.x == 0) {
         for (int i = 1; i < nw; i++)
-            if (sv[i] > bv || (sv[i] == bv && si[i] < bi)) {
+            if (argmax_better(sv[i], si[i], bv, bi)) {
                 bv = sv[i];
                 bi = si[i];
             }
-        out[blockIdx.x] = bi == 0x7fffffff ? 0 : bi;
+        float* p = work + 2 * ((long long)row * ARGMAX_PARTS + part);
+        p[0] = bv;
+        p[1] = __int_as_float(bi);
     }
+}
+
+extern "C" __global__ void argmax_f32(int* out, const float* work) {
+    pdl_entry();
+    int row = blockIdx.x, lane = threadIdx.x;
+    const float* p = work + 2 * ((long long)row * ARGMAX_PARTS + lane);
+    float bv = p[0];
+    int bi = __float_as_int(p[1]);
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (argmax_better(ov, oi, bv, bi)) {
+            bv = ov;
+            bi = oi;
+        }
+    }
+    if (lane == 0) out[row] = bi == 0x7fffffff ? 0 : bi;
 }
 
 // order_key maps a float to an unsigned key with the same order (larger float, larger key).
