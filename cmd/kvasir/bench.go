@@ -260,8 +260,9 @@ func benchGenerate(args []string) error {
 	if err != nil {
 		return err
 	}
+	next := int32(sample.Greedy(logits))
 	for range 3 {
-		if logits, err = s.Step(int32(sample.Greedy(logits))); err != nil {
+		if next, err = s.StepGreedy(next); err != nil {
 			return err
 		}
 	}
@@ -273,9 +274,11 @@ func benchGenerate(args []string) error {
 	}
 	prefill := time.Since(t0)
 	t0 = time.Now()
+	// Greedy decoding as kvasir run and the engine do it: a backend that picks the token on
+	// the device copies back its id, not the logits.
+	next = int32(sample.Greedy(logits))
 	for i := 0; i < *genLen; i++ {
-		next := sample.Greedy(logits)
-		if logits, err = s.Step(int32(next)); err != nil {
+		if next, err = s.StepGreedy(next); err != nil {
 			return err
 		}
 	}

@@ -141,8 +141,11 @@ func samplingFlags(fs *flag.FlagSet) func() sample.Params {
 func (l *loaded) generate(s *model.Session, logits []float32, n int, smp *sample.Sampler, detok *tokenizer.Detokenizer, w io.Writer) ([]int32, time.Duration, error) {
 	var out []int32
 	start := time.Now()
+	// A plain greedy sampler lets the session pick the next token itself (on the device
+	// where the backend can), so that the logits need not be copied back.
+	greedy := smp.Plain() && smp.Params().Temperature <= 0
+	next := smp.Sample(logits)
 	for len(out) < n {
-		next := smp.Sample(logits)
 		if l.tok.IsEOG(next) {
 			break
 		}
@@ -153,10 +156,19 @@ func (l *loaded) generate(s *model.Session, logits []float32, n int, smp *sample
 		if len(out) == n || s.Len() >= s.Cap() {
 			break
 		}
+		if greedy {
+			id, err := s.StepGreedy(int32(next))
+			if err != nil {
+				return out, time.Since(start), err
+			}
+			next = int(id)
+			continue
+		}
 		var err error
 		if logits, err = s.Step(int32(next)); err != nil {
 			return out, time.Since(start), err
 		}
+		next = smp.Sample(logits)
 	}
 	_, err := io.WriteString(w, detok.Flush())
 	return out, time.Since(start), err

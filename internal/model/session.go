@@ -84,8 +84,39 @@ func (s *Session) Step(token int32) ([]float32, error) {
 	return s.run([]int32{token}, true)
 }
 
+// StepGreedy appends one token and returns the most likely next token (sample.Greedy of
+// the logits Step would return). A backend that picks it on the device
+// (backend.ArgmaxLogits) copies back one id instead of the vocabulary's logits.
+func (s *Session) StepGreedy(token int32) (int32, error) {
+	b, err := s.batch([]int32{token}, true)
+	if err != nil {
+		return 0, err
+	}
+	ids, err := s.m.ForwardGreedy(b, s.kv)
+	if err != nil {
+		return 0, fmt.Errorf("session: %w", err)
+	}
+	s.pos++
+	return ids[0], nil
+}
+
 // run appends tokens in one forward step, returning the last token's logits when asked.
 func (s *Session) run(tokens []int32, wantLogits bool) ([]float32, error) {
+	b, err := s.batch(tokens, wantLogits)
+	if err != nil {
+		return nil, err
+	}
+	logits, err := s.m.Forward(b, s.kv)
+	if err != nil {
+		return nil, fmt.Errorf("session: %w", err)
+	}
+	s.pos += len(tokens)
+	return logits, nil
+}
+
+// batch is the forward step that appends tokens at the session's position, with the last
+// token's logits wanted or not. It fails when the tokens would overflow the cache.
+func (s *Session) batch(tokens []int32, wantLogits bool) (*Batch, error) {
 	n := len(tokens)
 	if s.pos+n > s.kv.Slots() {
 		return nil, fmt.Errorf("session: %d tokens would exceed the %d-token context", s.pos+n, s.kv.Slots())
@@ -103,10 +134,5 @@ func (s *Session) run(tokens []int32, wantLogits bool) ([]float32, error) {
 	if wantLogits {
 		b.LogitsIndices = []int{n - 1}
 	}
-	logits, err := s.m.Forward(b, s.kv)
-	if err != nil {
-		return nil, fmt.Errorf("session: %w", err)
-	}
-	s.pos += n
-	return logits, nil
+	return b, nil
 }

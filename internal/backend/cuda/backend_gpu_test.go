@@ -114,6 +114,29 @@ func greedyRun(t *testing.T, m *model.Model, prompt []int32, n int) ([][]float32
 	return steps, out
 }
 
+// deviceGreedyRun is greedyRun's tokens with each decode token picked by
+// Session.StepGreedy (on the device).
+func deviceGreedyRun(t *testing.T, m *model.Model, prompt []int32, n int) []int32 {
+	t.Helper()
+	s, err := m.NewSession(len(prompt) + n + 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logits, err := s.Prefill(prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := []int32{int32(sample.Greedy(logits))}
+	for len(out) < n {
+		next, err := s.StepGreedy(out[len(out)-1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, next)
+	}
+	return out
+}
+
 // rms returns the root mean square of v.
 func rms(v []float32) float64 {
 	var s float64
@@ -160,6 +183,12 @@ func TestBackendStoriesGreedy(t *testing.T) {
 		t.Errorf("greedy text differs from run.c's\n got: %q\nwant: %q", got, wantText)
 	}
 	fmt.Printf("RESULT|model|stories260K greedy 200 from BOS (cuda, f32 KV)|%v|equal to ref_runc_greedy200.txt\n", got == string(wantText))
+	// The same run with the token picked on the device (Session.StepGreedy).
+	dev := deviceGreedyRun(t, m, []int32{int32(fm.Vocab.BOS)}, 200)
+	if !slices.Equal(dev, ids) {
+		t.Errorf("StepGreedy tokens differ from host greedy on the logits:\n got %v\nwant %v", dev, ids)
+	}
+	fmt.Printf("RESULT|model|stories260K greedy 200, device argmax (Session.StepGreedy)|%v|equal to host greedy\n", slices.Equal(dev, ids))
 }
 
 func toInts(ids []int32) []int {
