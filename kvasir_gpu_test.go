@@ -113,3 +113,111 @@ func TestGPUDeviceSampling(t *testing.T) {
 		}
 	}
 }
+
+// splitTieGap bounds the top-2 log-probability gap at which a split model may pick the
+// other token: the ranks' partial sums meet in another order than one GPU's, and such a
+// near-tie of random weights can go either way.
+const splitTieGap = 0.05
+
+// TestGPUSplit: on a machine with two or more CUDA devices, a synthesized llama-3.2-1b-shaped
+// BF16 model split by tensor (TP=2, NCCL all-reduces) and by pipeline (PP=2, NCCL send and
+// receive) across cuda:0 and cuda:1 gives, for a batch of greedy requests, the tokens of
+// the whole model on cuda:0 — up to a near-tie (a top-2 gap under splitTieGap on one GPU,
+// the split model taking the runner-up), after which the sequences may differ. It skips
+// with fewer devices.
+func TestGPUSplit(t *testing.T) {
+	drv, err := cuda.Open()
+	if err != nil {
+		t.Skipf("skipping GPU test: %v", err)
+	}
+	if n, err := drv.DeviceCount(); err != nil || n < 2 {
+		t.Skipf("skipping multi-GPU test: %d CUDA devices (%v)", n, err)
+	}
+	shape, err := synth.Lookup("llama-3.2-1b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	shape.Config.Layers, shape.Config.VocabSize = 4, 2048
+	fm, err := synth.Model(shape, quant.BF16, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reqs []Request
+	for i := range 6 {
+		ids := make([]int32, 5+7*i)
+		for j := range ids {
+			ids[j] = int32(1 + (j*131+i*17)%2000)
+		}
+		reqs = append(reqs, Request{PromptTokens: ids, Params: SamplingParams{MaxTokens: 32, IgnoreEOS: true, Logprobs: true, TopLogprobs: 2}})
+	}
+	run := func(opt Options, devices int) ([][]int32, [][]Logprob) {
+		bes := make([]*cuda.Backend, devices)
+		for i := range bes {
+			be, err := cuda.NewBackend(cuda.BackendOptions{Ordinal: i})
+			if err != nil {
+				t.Fatal(err)
+			}
+			bes[i] = be
+		}
+		opt.KVCacheMemory, opt.MaxModelLen = 256<<20, 512
+		if devices == 1 {
+			opt.Backend = bes[0]
+		} else {
+			for _, be := range bes {
+				opt.Backends = append(opt.Backends, be)
+			}
+		}
+		e, err := OpenModel(fm, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			e.Close()
+			for _, be := range bes {
+				be.Close()
+			}
+		}()
+		ids, lps := make([][]int32, len(reqs)), make([][]Logprob, len(reqs))
+		chans := make([]<-chan Output, len(reqs))
+		for i, r := range reqs {
+			if chans[i], err = e.Generate(context.Background(), r); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i, ch := range chans {
+			for o := range ch {
+				if o.Err != nil {
+					t.Fatalf("request %d: %v", i, o.Err)
+				}
+				ids[i], lps[i] = append(ids[i], o.TokenIDs...), append(lps[i], o.Logprobs...)
+			}
+		}
+		return ids, lps
+	}
+	want, wantLP := run(Options{}, 1)
+	for _, c := range []struct {
+		name string
+		opt  Options
+	}{{"TP=2", Options{TensorParallel: 2}}, {"PP=2", Options{PipelineParallel: 2}}} {
+		got, _ := run(c.opt, 2)
+		same, ties := 0, ""
+		for i := range want {
+			j := 0
+			for j < min(len(got[i]), len(want[i])) && got[i][j] == want[i][j] {
+				j++
+			}
+			if j == len(want[i]) && len(got[i]) == len(want[i]) {
+				same++
+				continue
+			}
+			top := wantLP[i][j].Top
+			if j >= len(got[i]) || len(top) < 2 || got[i][j] != top[1].ID || top[0].Logprob-top[1].Logprob > splitTieGap {
+				t.Errorf("%s: request %d departs from one GPU at token %d: %v, want %v (one GPU's top 2 there: %+v)",
+					c.name, i, j, got[i], want[i], top)
+				continue
+			}
+			ties += fmt.Sprintf(" request %d at token %d (gap %.4f)", i, j, top[0].Logprob-top[1].Logprob)
+		}
+		fmt.Printf("RESULT|parallel|%s on 2 GPUs (NCCL) vs 1 GPU, 6 greedy requests x 32 tokens|%d/%d equal|near-ties:%s\n", c.name, same, len(want), ties)
+	}
+}
