@@ -139,6 +139,12 @@ func checkAttention(out, q []float32, nTokens, heads int, kv *KVCacheLayer, bloc
 // attnSplitMinPositions is the least context a split-K chunk of a decode attention covers.
 const attnSplitMinPositions = 128
 
+// attnPrefetchBlocks is how many cache blocks ahead of the one being read partial asks for:
+// a decode step finds its layer's keys and values out of cache (the weights of the whole
+// model went through since), and their rows are too short and far apart for the hardware
+// prefetchers.
+const attnPrefetchBlocks = 10
+
 // attnJob is one Attention call's arguments.
 type attnJob struct {
 	k                     *kernels
@@ -164,13 +170,27 @@ func (a *attnJob) run(p *Pool, maxPos, minSplit int) {
 		want := (4*p.Threads() + units - 1) / units
 		nSplit = max(1, min(want, (maxPos+1)/max(1, minSplit), ctxBlocks))
 	}
+	if nSplit == 1 && tiles == 1 && group > 1 && units < 4*p.Threads() {
+		// A decode step with few kv heads: one unit per query head balances the threads
+		// better; every head's arithmetic is the same as in a unit of its whole group.
+		p.Run(kv.KVHeads*group, func(start, end int) {
+			st := p.attnStates.get(a.nTokens*group, kv.HeadDim, kv.BlockSize)
+			for u := start; u < end; u++ {
+				kvh, g := u/group, u%group
+				a.partial(st, 0, kvh, g, g+1, 0, ctxBlocks)
+				a.finish(st, 0, kvh, g, g+1)
+			}
+			p.attnStates.put(st)
+		})
+		return
+	}
 	if nSplit == 1 {
 		p.Run(units, func(start, end int) {
 			st := p.attnStates.get(attnTileTokens*group, kv.HeadDim, kv.BlockSize)
 			for u := start; u < end; u++ {
 				tile, kvh := u/kv.KVHeads, u%kv.KVHeads
-				a.partial(st, tile, kvh, 0, ctxBlocks)
-				a.finish(st, tile, kvh)
+				a.partial(st, tile, kvh, 0, group, 0, ctxBlocks)
+				a.finish(st, tile, kvh, 0, group)
 			}
 			p.attnStates.put(st)
 		})
@@ -193,7 +213,7 @@ func (a *attnJob) run(p *Pool, maxPos, minSplit int) {
 		defer p.attnStates.put(st)
 		for u := start; u < end; u++ {
 			kvh, s := u/nSplit, u%nSplit
-			a.partial(st, 0, kvh, s*per, min((s+1)*per, ctxBlocks))
+			a.partial(st, 0, kvh, 0, group, s*per, min((s+1)*per, ctxBlocks))
 			dst := part[u*slot : (u+1)*slot]
 			copy(dst, st.m[:rows])
 			copy(dst[rows:], st.l[:rows])
@@ -236,10 +256,11 @@ type attnState struct {
 	scores []float32 // one block's scores
 }
 
-// partial runs the online softmax of the query heads of kv head kvh for the tokens of tile
-// over the logical cache blocks [lb0, lb1), leaving the running max, sum and weighted values
-// in st.
-func (a *attnJob) partial(st *attnState, tile, kvh, lb0, lb1 int) {
+// partial runs the online softmax of query heads g0..g1-1 of the group of kv head kvh for
+// the tokens of tile over the logical cache blocks [lb0, lb1), leaving the running max, sum
+// and weighted values in st (row (t-t0)*group+g for token t and head g). While one block
+// is processed, the keys and values attnPrefetchBlocks blocks further are prefetched.
+func (a *attnJob) partial(st *attnState, tile, kvh, g0, g1, lb0, lb1 int) {
 	kv, hd := a.kv, a.kv.HeadDim
 	group := a.heads / kv.KVHeads
 	t0 := tile * attnTileTokens
@@ -254,7 +275,14 @@ func (a *attnJob) partial(st *attnState, tile, kvh, lb0, lb1 int) {
 		maxPos = max(maxPos, int(a.positions[t]))
 	}
 	stride := kv.KVHeads * hd
-	for lb := lb0; lb < lb1 && lb*kv.BlockSize <= maxPos; lb++ {
+	end := min(lb1, maxPos/kv.BlockSize+1) // the blocks any token of the tile sees
+	for lb := lb0; lb < min(end, lb0+attnPrefetchBlocks); lb++ {
+		a.prefetchBlock(lb, kvh, maxPos)
+	}
+	for lb := lb0; lb < end; lb++ {
+		if ahead := lb + attnPrefetchBlocks; ahead < end {
+			a.prefetchBlock(ahead, kvh, maxPos)
+		}
 		base := int(a.blockTable[lb]) * kv.BlockSize
 		for t := t0; t < t1; t++ {
 			// Positions of this block that token t sees.
@@ -262,17 +290,13 @@ func (a *attnJob) partial(st *attnState, tile, kvh, lb0, lb1 int) {
 			if n <= 0 {
 				continue
 			}
-			for g := range group {
+			for g := g0; g < g1; g++ {
 				h := kvh*group + g
 				r := (t-t0)*group + g
 				qv := a.q[(t*a.heads+h)*hd:][:hd]
 				sc := st.scores[:n]
 				a.k.attnScores(sc, qv, kv.K[base*stride+kvh*hd:], stride)
-				bmax := float32(math.Inf(-1))
-				for j := range sc {
-					sc[j] *= a.scale
-					bmax = max(bmax, sc[j])
-				}
+				bmax := scaleMax(sc, a.scale)
 				acc := st.acc[r*hd : (r+1)*hd]
 				if bmax > st.m[r] {
 					c := float32(math.Exp(float64(st.m[r] - bmax)))
@@ -287,23 +311,59 @@ func (a *attnJob) partial(st *attnState, tile, kvh, lb0, lb1 int) {
 					sc[j] -= m
 				}
 				a.k.exp(sc, sc)
+				l := st.l[r]
 				for _, e := range sc {
-					st.l[r] += e
+					l += e
 				}
+				st.l[r] = l
 				a.k.attnWsum(acc, sc, kv.V[base*stride+kvh*hd:], stride)
 			}
 		}
 	}
 }
 
-// finish writes the outputs of a partial run over the whole context.
-func (a *attnJob) finish(st *attnState, tile, kvh int) {
+// scaleMax multiplies the scores sc by scale and returns their largest value (-Inf for
+// none). Four running maxima keep the compare chains short; max is exact, so their order
+// does not change the result.
+func scaleMax(sc []float32, scale float32) float32 {
+	negInf := float32(math.Inf(-1))
+	m0, m1, m2, m3 := negInf, negInf, negInf, negInf
+	j := 0
+	for ; j+4 <= len(sc); j += 4 {
+		v := sc[j : j+4 : j+4]
+		v[0] *= scale
+		v[1] *= scale
+		v[2] *= scale
+		v[3] *= scale
+		m0, m1, m2, m3 = max(m0, v[0]), max(m1, v[1]), max(m2, v[2]), max(m3, v[3])
+	}
+	for ; j < len(sc); j++ {
+		sc[j] *= scale
+		m0 = max(m0, sc[j])
+	}
+	return max(m0, m1, m2, m3)
+}
+
+// prefetchBlock starts loading the keys and values of kv head kvh in logical block lb,
+// as far as position maxPos.
+func (a *attnJob) prefetchBlock(lb, kvh, maxPos int) {
+	kv := a.kv
+	n := min(kv.BlockSize, maxPos-lb*kv.BlockSize+1)
+	off := (int(a.blockTable[lb])*kv.BlockSize*kv.KVHeads + kvh) * kv.HeadDim
+	stride := kv.KVHeads * kv.HeadDim
+	a.k.prefetchRows(kv.K[off:], stride, n, kv.HeadDim)
+	a.k.prefetchRows(kv.V[off:], stride, n, kv.HeadDim)
+}
+
+// finish writes the outputs of query heads g0..g1-1 of a partial run over the whole
+// context.
+func (a *attnJob) finish(st *attnState, tile, kvh, g0, g1 int) {
 	hd := a.kv.HeadDim
 	group := a.heads / a.kv.KVHeads
 	t0 := tile * attnTileTokens
 	t1 := min(t0+attnTileTokens, a.nTokens)
 	for t := t0; t < t1; t++ {
-		for g := range group {
+		for g := g0; g < g1; g++ {
 			h := kvh*group + g
 			r := (t-t0)*group + g
 			inv := 1 / st.l[r]

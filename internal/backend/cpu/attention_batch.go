@@ -68,8 +68,8 @@ func AttentionBatch(p *Pool, seqs []AttentionSeq, heads int, kv *KVCacheLayer, s
 			a := attnJob{k: p.kern, out: s.Out, q: s.Q, nTokens: s.NTokens, heads: heads, kv: kv,
 				blockTable: s.BlockTable, positions: s.Positions, scale: scale}
 			tile, kvh := local/kv.KVHeads, local%kv.KVHeads
-			a.partial(st, tile, kvh, 0, ctxBlocks[seq])
-			a.finish(st, tile, kvh)
+			a.partial(st, tile, kvh, 0, group, 0, ctxBlocks[seq])
+			a.finish(st, tile, kvh, 0, group)
 		}
 	})
 	return nil

@@ -59,6 +59,11 @@ type kernels struct {
 	attnScores func(sc, q, k []float32, stride int)
 	attnWsum   func(acc, e, v []float32, stride int)
 
+	// prefetchRows hints that rows rows of n values, stride apart, from x[0] on (as far as x
+	// reaches) will be read soon: the SIMD sets start loading them into cache; it changes
+	// no result.
+	prefetchRows func(x []float32, stride, rows, n int)
+
 	// quantQ8_0 quantizes len(src)/32 blocks of src into dst as Q8_0, bit-exactly as
 	// quant.QuantizeBlockQ8_0 does.
 	quantQ8_0 func(dst []byte, src []float32)
@@ -122,16 +127,17 @@ func genericKernels() *kernels {
 		tileQ4_0: func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
 			q0TileGeneric(true, wd, pw, dw, xp, xs, nb, acc)
 		},
-		cvtF16:      cvtF16Generic,
-		cvtBF16:     cvtBF16Generic,
-		exp:         expGeneric,
-		siluCombine: siluCombineGeneric,
-		quantQ8_0:   quantQ8_0Generic,
-		quantQ8_K:   quantQ8_KFast,
-		dequantQ4K:  func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q4_K, src, dst) },
-		dequantQ6K:  func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q6_K, src, dst) },
-		attnScores:  attnScoresGeneric,
-		attnWsum:    attnWsumGeneric,
+		cvtF16:       cvtF16Generic,
+		cvtBF16:      cvtBF16Generic,
+		exp:          expGeneric,
+		siluCombine:  siluCombineGeneric,
+		prefetchRows: prefetchNone,
+		quantQ8_0:    quantQ8_0Generic,
+		quantQ8_K:    quantQ8_KFast,
+		dequantQ4K:   func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q4_K, src, dst) },
+		dequantQ6K:   func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q6_K, src, dst) },
+		attnScores:   attnScoresGeneric,
+		attnWsum:     attnWsumGeneric,
 	}
 }
 

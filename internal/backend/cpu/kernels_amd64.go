@@ -59,16 +59,17 @@ func avx2Kernels() *kernels {
 		tileQ4_0: func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
 			q0TileAVX2(q4Tile16AVX2, q4Tile8AVX2, q0Steps4, 32, wd, pw, dw, xp, xs, nb, acc)
 		},
-		cvtF16:      cvtF16AVX2Slice,
-		cvtBF16:     cvtBF16AVX2Slice,
-		exp:         expAVX2Slice,
-		siluCombine: siluCombineAVX2Slice,
-		quantQ8_0:   quantQ8_0AVX2Slice,
-		quantQ8_K:   quantQ8_KAVX2,
-		dequantQ4K:  dequantQ4KAVX2,
-		dequantQ6K:  dequantQ6KAVX2,
-		attnScores:  attnScoresAVX2Slice,
-		attnWsum:    attnWsumAVX2Slice,
+		cvtF16:       cvtF16AVX2Slice,
+		cvtBF16:      cvtBF16AVX2Slice,
+		exp:          expAVX2Slice,
+		siluCombine:  siluCombineAVX2Slice,
+		quantQ8_0:    quantQ8_0AVX2Slice,
+		quantQ8_K:    quantQ8_KAVX2,
+		dequantQ4K:   dequantQ4KAVX2,
+		dequantQ6K:   dequantQ6KAVX2,
+		attnScores:   attnScoresAVX2Slice,
+		attnWsum:     attnWsumAVX2Slice,
+		prefetchRows: prefetchRowsAVX2,
 	}
 }
 
@@ -420,4 +421,22 @@ func siluCombineAVX2Slice(out, g, u, e []float32) {
 		siluCombineAVX2(unsafe.SliceData(out), unsafe.SliceData(g), unsafe.SliceData(u), unsafe.SliceData(e), m)
 	}
 	siluCombineGeneric(out[m:], g[m:], u[m:], e[m:])
+}
+
+//go:noescape
+func prefetchRowsT0(p *byte, stride, rows, lines int)
+
+// prefetchRowsAVX2 asks the memory system for rows rows of n float32s, stride floats apart,
+// from x[0] on, clipped to x, so that reading them soon after finds them in cache.
+func prefetchRowsAVX2(x []float32, stride, rows, n int) {
+	if rows <= 0 || n <= 0 || stride < 0 {
+		return
+	}
+	if stride > 0 {
+		rows = min(rows, (len(x)-n)/stride+1)
+	}
+	if rows <= 0 || len(x) < n {
+		return
+	}
+	prefetchRowsT0((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 4*stride, rows, (4*n+63)/64)
 }
