@@ -89,9 +89,9 @@ func openStories(t *testing.T) *format.Model {
 	return fm
 }
 
-// greedyRun prefills prompt in a fresh session of m and decodes n tokens greedily; it
-// returns the logits each token was picked from (the prompt's last first) and the tokens.
-func greedyRun(t *testing.T, m *model.Model, prompt []int32, n int) ([][]float32, []int32) {
+// prefilled returns a fresh session of m with room for n more tokens after prompt, and the
+// logits after prompt.
+func prefilled(t *testing.T, m *model.Model, prompt []int32, n int) (*model.Session, []float32) {
 	t.Helper()
 	s, err := m.NewSession(len(prompt) + n + 1)
 	if err != nil {
@@ -101,12 +101,21 @@ func greedyRun(t *testing.T, m *model.Model, prompt []int32, n int) ([][]float32
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s, logits
+}
+
+// greedyRun prefills prompt in a fresh session of m and decodes n tokens greedily; it
+// returns the logits each token was picked from (the prompt's last first) and the tokens.
+func greedyRun(t *testing.T, m *model.Model, prompt []int32, n int) ([][]float32, []int32) {
+	t.Helper()
+	s, logits := prefilled(t, m, prompt, n)
 	var steps [][]float32
 	var out []int32
 	for len(out) < n {
 		steps = append(steps, slices.Clone(logits))
 		next := int32(sample.Greedy(logits))
 		out = append(out, next)
+		var err error
 		if logits, err = s.Step(next); err != nil {
 			t.Fatal(err)
 		}
@@ -118,14 +127,7 @@ func greedyRun(t *testing.T, m *model.Model, prompt []int32, n int) ([][]float32
 // Session.StepGreedy (on the device).
 func deviceGreedyRun(t *testing.T, m *model.Model, prompt []int32, n int) []int32 {
 	t.Helper()
-	s, err := m.NewSession(len(prompt) + n + 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	logits, err := s.Prefill(prompt)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, logits := prefilled(t, m, prompt, n)
 	out := []int32{int32(sample.Greedy(logits))}
 	for len(out) < n {
 		next, err := s.StepGreedy(out[len(out)-1])

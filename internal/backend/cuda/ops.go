@@ -94,20 +94,8 @@ func (o *Ops) Add(out, a, b Buffer) error {
 // residual (the fused residual step), then writes residual / rms * weight to out (F32, F16
 // or BF16). residual, x and weight are float32. out may be residual when x is zero.
 func (o *Ops) RMSNorm(out, residual, x, weight Buffer, rows, dim int, eps float32) error {
-	if rows <= 0 || dim <= 0 {
-		return fmt.Errorf("cuda rmsnorm: bad shape rows=%d dim=%d", rows, dim)
-	}
-	if err := firstErr(need("rmsnorm", "out", out, rows*dim, F32, F16, BF16),
-		need("rmsnorm", "residual", residual, rows*dim, F32), need("rmsnorm", "weight", weight, dim, F32)); err != nil {
+	if err := firstErr(need("rmsnorm", "out", out, rows*dim, F32, F16, BF16), checkRMSNorm(out, residual, x, weight, rows, dim)); err != nil {
 		return err
-	}
-	if x.Ptr != 0 {
-		if err := need("rmsnorm", "x", x, rows*dim, F32); err != nil {
-			return err
-		}
-		if out.Ptr == residual.Ptr {
-			return fmt.Errorf("cuda rmsnorm: out may not alias residual when x is added")
-		}
 	}
 	return o.Dev.Launch(o.Kern.mod, "rmsnorm_"+suffix(out.DType), Dim3{rows, 1, 1}, Dim3{normThreads(dim), 1, 1}, 0,
 		out, residual, x, weight, dim, eps)
@@ -117,23 +105,34 @@ func (o *Ops) RMSNorm(out, residual, x, weight Buffer, rows, dim int, eps float3
 // rounded to shadow's type (F16 or BF16) into shadow, the copy a following cuBLAS GEMM
 // reads instead of casting out.
 func (o *Ops) RMSNormShadow(out, shadow, residual, x, weight Buffer, rows, dim int, eps float32) error {
-	if rows <= 0 || dim <= 0 {
-		return fmt.Errorf("cuda rmsnorm: bad shape rows=%d dim=%d", rows, dim)
-	}
 	if err := firstErr(need("rmsnorm", "out", out, rows*dim, F32), need("rmsnorm", "shadow", shadow, rows*dim, F16, BF16),
-		need("rmsnorm", "residual", residual, rows*dim, F32), need("rmsnorm", "weight", weight, dim, F32)); err != nil {
+		checkRMSNorm(out, residual, x, weight, rows, dim)); err != nil {
 		return err
-	}
-	if x.Ptr != 0 {
-		if err := need("rmsnorm", "x", x, rows*dim, F32); err != nil {
-			return err
-		}
-		if out.Ptr == residual.Ptr {
-			return fmt.Errorf("cuda rmsnorm: out may not alias residual when x is added")
-		}
 	}
 	return o.Dev.Launch(o.Kern.mod, "rmsnorm_f32_sh_"+suffix(shadow.DType), Dim3{rows, 1, 1}, Dim3{normThreads(dim), 1, 1}, 0,
 		out, shadow, residual, x, weight, dim, eps)
+}
+
+// checkRMSNorm checks the operands RMSNorm and RMSNormShadow share (out's type is each
+// one's own check): the shape, the float32 residual, x (when given) and weight, and that out
+// does not alias residual when x is added.
+func checkRMSNorm(out, residual, x, weight Buffer, rows, dim int) error {
+	if rows <= 0 || dim <= 0 {
+		return fmt.Errorf("cuda rmsnorm: bad shape rows=%d dim=%d", rows, dim)
+	}
+	if err := firstErr(need("rmsnorm", "residual", residual, rows*dim, F32), need("rmsnorm", "weight", weight, dim, F32)); err != nil {
+		return err
+	}
+	if x.Ptr == 0 {
+		return nil
+	}
+	if err := need("rmsnorm", "x", x, rows*dim, F32); err != nil {
+		return err
+	}
+	if out.Ptr == residual.Ptr {
+		return fmt.Errorf("cuda rmsnorm: out may not alias residual when x is added")
+	}
+	return nil
 }
 
 // normThreads returns the RMSNorm block size for rows of dim values: about 4 values a

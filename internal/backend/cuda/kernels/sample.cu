@@ -13,6 +13,18 @@ __device__ __forceinline__ bool argmax_better(float v, int i, float bv, int bi) 
     return v > bv || (v == bv && i < bi);
 }
 
+// argmax_warp leaves the warp's best (bv, bi) in every lane.
+__device__ __forceinline__ void argmax_warp(float& bv, int& bi) {
+    for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (argmax_better(ov, oi, bv, bi)) {
+            bv = ov;
+            bi = oi;
+        }
+    }
+}
+
 extern "C" __global__ void argmax_part_f32(float* work, const float* logits, int vocab) {
     pdl_entry();
     __shared__ float sv[32];
@@ -30,14 +42,7 @@ extern "C" __global__ void argmax_part_f32(float* work, const float* logits, int
             bi = i;
         }
     }
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (argmax_better(ov, oi, bv, bi)) {
-            bv = ov;
-            bi = oi;
-        }
-    }
+    argmax_warp(bv, bi);
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     if (lane == 0) {
         sv[w] = bv;
@@ -62,14 +67,7 @@ extern "C" __global__ void argmax_f32(int* out, const float* work) {
     const float* p = work + 2 * ((long long)row * ARGMAX_PARTS + lane);
     float bv = p[0];
     int bi = __float_as_int(p[1]);
-    for (int o = 16; o > 0; o >>= 1) {
-        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-        if (argmax_better(ov, oi, bv, bi)) {
-            bv = ov;
-            bi = oi;
-        }
-    }
+    argmax_warp(bv, bi);
     if (lane == 0) out[row] = bi == 0x7fffffff ? 0 : bi;
 }
 
