@@ -18,6 +18,15 @@ fi
 echo "== go vet"
 go vet ./...
 
+echo "== CUDA kernels (host C++ parse, scripts/check_kernels.sh)"
+if command -v "${CXX:-g++}" >/dev/null 2>&1; then
+	bash scripts/check_kernels.sh
+elif [ "${KVASIR_REQUIRE_TESTDATA:-}" = 1 ]; then
+	echo "no C++ compiler (g++) to check the CUDA kernels with"; exit 1
+else
+	echo "no g++: the kernel check is not run here (CI installs g++ and runs it)"
+fi
+
 echo "== go test"
 go test -count=1 ./...
 

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Parses and type-checks the CUDA kernels (internal/backend/cuda/kernels/*.cu) with the host
+# C++ compiler, against stand-ins for the CUDA built-ins (scripts/cuda_host_stubs.h). NVRTC
+# compiles the kernels only at run time on a GPU machine, so without this check a syntax or
+# template error would first show there. Inline PTX (asm statements) is not checked.
+#   bash scripts/check_kernels.sh      # needs g++ (or CXX)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cxx=${CXX:-g++}
+dir=internal/backend/cuda/kernels
+tmp=$(mktemp --suffix=.cpp)
+trap 'rm -f "$tmp"' EXIT
+# The kernels form one program with common.cu first, as KernelSource assembles it.
+{
+	cat scripts/cuda_host_stubs.h
+	for f in "$dir/common.cu" $(ls "$dir"/*.cu | grep -v '/common.cu$'); do
+		echo "#line 1 \"$f\""
+		sed -E 's/\basm( volatile)? *\(/asm_(/g' "$f"
+	done
+} >"$tmp"
+"$cxx" -std=c++17 -fsyntax-only -w "$tmp"
+echo "kernels parse and type-check ($(ls "$dir"/*.cu | wc -l) files)"
