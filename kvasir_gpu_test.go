@@ -15,12 +15,8 @@ import (
 // CUDA device 0, or skips the test when there is no CUDA driver or device (CI).
 func gpuEngine(t *testing.T) *Engine {
 	t.Helper()
-	drv, err := cuda.Open()
-	if err != nil {
-		t.Skipf("skipping GPU test: %v", err)
-	}
-	if n, err := drv.DeviceCount(); err != nil || n == 0 {
-		t.Skipf("skipping GPU test: no CUDA device (%d, %v)", n, err)
+	if _, n, err := cuda.Devices(); n == 0 {
+		t.Skipf("skipping GPU test: no CUDA device (%v)", err)
 	}
 	be, err := cuda.NewBackend(cuda.BackendOptions{})
 	if err != nil {
@@ -126,11 +122,7 @@ const splitTieGap = 0.05
 // the split model taking the runner-up), after which the sequences may differ. It skips
 // with fewer devices.
 func TestGPUSplit(t *testing.T) {
-	drv, err := cuda.Open()
-	if err != nil {
-		t.Skipf("skipping GPU test: %v", err)
-	}
-	if n, err := drv.DeviceCount(); err != nil || n < 2 {
+	if _, n, err := cuda.Devices(); n < 2 {
 		t.Skipf("skipping multi-GPU test: %d CUDA devices (%v)", n, err)
 	}
 	shape, err := synth.Lookup("llama-3.2-1b")

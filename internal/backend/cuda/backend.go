@@ -78,11 +78,7 @@ const gemvMaxRows = 8
 // NewBackend opens the CUDA driver, the device, NVRTC and cuBLAS, and compiles (or loads
 // from cache) the kernels. Without a driver or a device it returns an error saying so.
 func NewBackend(opt BackendOptions) (*Backend, error) {
-	drv, err := Open()
-	if err != nil {
-		return nil, err
-	}
-	n, err := drv.DeviceCount()
+	drv, n, err := Devices()
 	if err != nil {
 		return nil, err
 	}

@@ -37,12 +37,8 @@ import (
 // when there is no CUDA driver or device.
 func newBackend(t *testing.T, kv string) *cuda.Backend {
 	t.Helper()
-	drv, err := cuda.Open()
-	if err != nil {
-		t.Skipf("skipping GPU test: %v", err)
-	}
-	if n, err := drv.DeviceCount(); err != nil || n == 0 {
-		t.Skipf("skipping GPU test: no CUDA device (%d, %v)", n, err)
+	if _, n, err := cuda.Devices(); n == 0 {
+		t.Skipf("skipping GPU test: no CUDA device (%v)", err)
 	}
 	b, err := cuda.NewBackend(cuda.BackendOptions{KVCacheType: kv})
 	if err != nil {

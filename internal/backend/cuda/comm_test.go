@@ -39,20 +39,6 @@ func TestNCCLType(t *testing.T) {
 	}
 }
 
-// ordinals returns how many CUDA devices there are, or skips the test without one.
-func ordinals(t *testing.T) int {
-	t.Helper()
-	drv, err := Open()
-	if err != nil {
-		t.Skipf("skipping GPU test: %v", err)
-	}
-	n, err := drv.DeviceCount()
-	if err != nil || n == 0 {
-		t.Skipf("skipping GPU test: no CUDA device (%d, %v)", n, err)
-	}
-	return n
-}
-
 // groupBackends opens a Backend on each of the first n GPUs (closed when the test ends),
 // with kernels from the default cubin cache.
 func groupBackends(t *testing.T, n int) []*Backend {
@@ -151,7 +137,7 @@ func within(t *testing.T, what string, d time.Duration, fn func() error) {
 }
 
 func TestNCCLGroupOfOne(t *testing.T) {
-	ordinals(t)
+	gpuDriver(t)
 	be := groupBackends(t, 1)[0]
 	comms := newGroup(t, []*Backend{be})
 	c := comms[0]
@@ -278,7 +264,7 @@ func TestNCCLGroupOfOne(t *testing.T) {
 }
 
 func TestNCCLGroupSameGPU(t *testing.T) {
-	ordinals(t)
+	gpuDriver(t)
 	be := groupBackends(t, 1)[0]
 	_, err := be.NewGroup([]backend.Backend{be, be})
 	if err == nil || !strings.Contains(err.Error(), "both on GPU") {
@@ -287,7 +273,7 @@ func TestNCCLGroupSameGPU(t *testing.T) {
 }
 
 func TestNCCLGroupOfTwo(t *testing.T) {
-	if n := ordinals(t); n < 2 {
+	if _, n := gpuDriver(t); n < 2 {
 		t.Skipf("skipping: %d GPU, the group needs 2", n)
 	}
 	bes := groupBackends(t, 2)

@@ -16,13 +16,7 @@ import (
 // the test without a CUDA driver or device.
 func newTestBackend(t *testing.T) *Backend {
 	t.Helper()
-	drv, err := Open()
-	if err != nil {
-		t.Skipf("skipping GPU test: %v", err)
-	}
-	if n, err := drv.DeviceCount(); err != nil || n == 0 {
-		t.Skipf("skipping GPU test: no CUDA device (%d, %v)", n, err)
-	}
+	gpuDriver(t)
 	b, err := NewBackend(BackendOptions{Cache: &CubinCache{Dir: t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)

@@ -20,17 +20,22 @@ type env struct {
 	compile time.Duration
 }
 
+// gpuDriver returns the CUDA driver and its device count, or skips the test when there is
+// no driver or no device (CI has none).
+func gpuDriver(t *testing.T) (*Driver, int) {
+	t.Helper()
+	drv, n, err := Devices()
+	if n == 0 {
+		t.Skipf("skipping GPU test: no CUDA device (%v)", err)
+	}
+	return drv, n
+}
+
 // newEnv opens device 0 with a fresh cubin cache, or skips the test when no CUDA driver
 // or device is present (CI has none). With a device, a missing NVRTC or cuBLAS fails.
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	drv, err := Open()
-	if err != nil {
-		t.Skipf("skipping GPU test: %v", err)
-	}
-	if n, err := drv.DeviceCount(); err != nil || n == 0 {
-		t.Skipf("skipping GPU test: no CUDA device (%d, %v)", n, err)
-	}
+	drv, _ := gpuDriver(t)
 	dev, err := drv.OpenDevice(0)
 	if err != nil {
 		t.Fatal(err)

@@ -808,13 +808,7 @@ func testGraph(t *testing.T, e *env, r *rand.Rand) {
 }
 
 func TestDeviceClose(t *testing.T) {
-	drv, err := Open()
-	if err != nil {
-		t.Skipf("skipping GPU test: %v", err)
-	}
-	if n, err := drv.DeviceCount(); err != nil || n == 0 {
-		t.Skipf("skipping GPU test: no CUDA device (%d, %v)", n, err)
-	}
+	drv, _ := gpuDriver(t)
 	if _, err := drv.OpenDevice(1 << 20); err == nil {
 		t.Fatal("opening a device that does not exist succeeded")
 	}
