@@ -178,6 +178,29 @@ func (b *Backend) alloc(t DType, n int) (Buffer, error) {
 	return buf, nil
 }
 
+// grow makes *buf hold at least n values of dt (inside Run): when it holds fewer, the stream
+// is synchronized (nothing queued may still use the old buffer; during a graph capture this
+// fails, before anything is freed), the old buffer freed and one of size values (size >= n)
+// allocated. what names the buffer in errors.
+func (b *Backend) grow(buf *Buffer, dt DType, n, size int, what string) error {
+	if buf.Len >= n {
+		return nil
+	}
+	if err := b.dev.Sync(); err != nil {
+		return err
+	}
+	if err := b.free(*buf); err != nil {
+		return err
+	}
+	*buf = Buffer{}
+	nb, err := b.alloc(dt, size)
+	if err != nil {
+		return fmt.Errorf("cuda %s: %w", what, err)
+	}
+	*buf = nb
+	return nil
+}
+
 // free releases a buffer made by alloc (inside Run).
 func (b *Backend) free(buf Buffer) error {
 	if buf.Ptr == 0 {

@@ -138,19 +138,8 @@ func (b *Backend) MatMulSwiGLU(out, x, gate, up backend.Tensor) error {
 		return b.dev.Launch(b.ops.Kern.mod, name, Dim3{(m + rows - 1) / rows, 1, 1}, Dim3{gemvThreads, 1, 1}, 0,
 			o.buf, xs.buf, g.buf, u.buf, n, k, m)
 	}
-	if b.gluScratch.Len < n*m {
-		if err := b.dev.Sync(); err != nil {
-			return err
-		}
-		if err := b.free(b.gluScratch); err != nil {
-			return err
-		}
-		b.gluScratch = Buffer{}
-		s, err := b.alloc(F32, n*m)
-		if err != nil {
-			return fmt.Errorf("cuda %s scratch: %w", op, err)
-		}
-		b.gluScratch = s
+	if err := b.grow(&b.gluScratch, F32, n*m, n*m, op+" scratch"); err != nil {
+		return err
 	}
 	upOut := Buffer{Ptr: b.gluScratch.Ptr, DType: F32, Len: n * m}
 	if dt != F32 && dt == u.buf.DType {

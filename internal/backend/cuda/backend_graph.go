@@ -157,17 +157,8 @@ func (b *Backend) LogitsArgmax(dst []int32, x, w backend.Tensor) error {
 	if err != nil {
 		return err
 	}
-	if b.argmaxWork.Len < 2*argmaxParts*len(dst) {
-		if err := b.dev.Sync(); err != nil {
-			return err
-		}
-		if err := b.free(b.argmaxWork); err != nil {
-			return err
-		}
-		b.argmaxWork = Buffer{}
-		if b.argmaxWork, err = b.alloc(F32, 2*argmaxParts*max(len(dst), 256)); err != nil {
-			return fmt.Errorf("cuda logits argmax: %w", err)
-		}
+	if err := b.grow(&b.argmaxWork, F32, 2*argmaxParts*len(dst), 2*argmaxParts*max(len(dst), 256), "logits argmax"); err != nil {
+		return err
 	}
 	if err := b.ops.Argmax(ids, y, b.argmaxWork, len(dst), vocab); err != nil {
 		return err
@@ -192,29 +183,9 @@ func (b *Backend) deviceLogits(op string, x, w backend.Tensor, n, settings int) 
 	if len(wm.shape) != 2 || xs.cols() != wm.cols() || xs.rows() != n {
 		return y, ids, 0, fmt.Errorf("cuda %s: %d ids for x %v · w %vᵀ", op, n, xs.shape, wm.shape)
 	}
-	if b.logitsDev.Len < n*vocab || b.idsDev.Len < n || b.sampleDev.Len < settings*n {
-		if err := b.dev.Sync(); err != nil {
-			return y, ids, 0, err
-		}
-		if err := firstErr(b.free(b.logitsDev), b.free(b.idsDev)); err != nil {
-			return y, ids, 0, err
-		}
-		b.logitsDev, b.idsDev = Buffer{}, Buffer{}
-		if b.logitsDev, err = b.alloc(F32, n*vocab); err != nil {
-			return y, ids, 0, fmt.Errorf("cuda %s: %w", op, err)
-		}
-		if b.idsDev, err = b.alloc(I32, max(n, 256)); err != nil {
-			return y, ids, 0, fmt.Errorf("cuda %s: %w", op, err)
-		}
-		if settings > 0 {
-			if err := b.free(b.sampleDev); err != nil {
-				return y, ids, 0, err
-			}
-			b.sampleDev = Buffer{}
-			if b.sampleDev, err = b.alloc(F32, settings*max(n, 256)); err != nil {
-				return y, ids, 0, fmt.Errorf("cuda %s: %w", op, err)
-			}
-		}
+	if err := firstErr(b.grow(&b.logitsDev, F32, n*vocab, n*vocab, op), b.grow(&b.idsDev, I32, n, max(n, 256), op),
+		b.grow(&b.sampleDev, F32, settings*n, settings*max(n, 256), op)); err != nil {
+		return y, ids, 0, err
 	}
 	y = Buffer{Ptr: b.logitsDev.Ptr, DType: F32, Len: n * vocab}
 	ids = Buffer{Ptr: b.idsDev.Ptr, DType: I32, Len: n}

@@ -1,9 +1,6 @@
 package cuda
 
-import (
-	"fmt"
-	"os"
-)
+import "os"
 
 // activationShadow records that the backend's cast scratch holds count float32 values
 // at src rounded to dt, written by the producing op as the stream's work number seq.
@@ -28,20 +25,8 @@ func (b *Backend) ensureScratch(count int) error {
 	if b.scratch.Len >= count {
 		return nil
 	}
-	if err := b.dev.Sync(); err != nil {
-		return err
-	}
 	b.shadow = activationShadow{} // the shadow stays in the old scratch
-	if err := b.free(b.scratch); err != nil {
-		return err
-	}
-	b.scratch = Buffer{}
-	s, err := b.alloc(BF16, count)
-	if err != nil {
-		return fmt.Errorf("cuda matmul scratch: %w", err)
-	}
-	b.scratch = s
-	return nil
+	return b.grow(&b.scratch, BF16, count, count, "matmul scratch")
 }
 
 // shadowTarget returns the scratch view a producing op of rows x cols float32 values
