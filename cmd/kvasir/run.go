@@ -143,7 +143,7 @@ func (l *loaded) generate(s *model.Session, logits []float32, n int, smp *sample
 	start := time.Now()
 	// A plain greedy sampler lets the session pick the next token itself (on the device
 	// where the backend can), so that the logits need not be copied back.
-	greedy := smp.Plain() && smp.Params().Temperature <= 0
+	greedy := smp.Greedy()
 	next := smp.Sample(logits)
 	for len(out) < n {
 		if l.tok.IsEOG(next) {

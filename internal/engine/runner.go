@@ -97,7 +97,7 @@ func (r *runner) run(plan *stepPlan, mgr *kvcache.Manager) (logits []float32, id
 // plain argmax of its logits: it samples plainly (samplesPlainly) at temperature 0.
 func greedyOnly(plan *stepPlan) bool {
 	return everySampling(plan, func(seq *sequence) bool {
-		return samplesPlainly(seq) && seq.sampler.Params().Temperature <= 0
+		return samplesPlainly(seq) && seq.sampler.Greedy()
 	})
 }
 

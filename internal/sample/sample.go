@@ -184,6 +184,10 @@ func (s *Sampler) Sample(logits []float32) int {
 // made by a device sampler from Params and Uniform.
 func (s *Sampler) Plain() bool { return s.extra == 0 && (s.greedy || s.p.MinP <= 0) }
 
+// Greedy reports whether s is plain (see Plain) and greedy (temperature 0): its token is
+// the argmax of the logits, so a backend may pick it on the device.
+func (s *Sampler) Greedy() bool { return s.greedy && s.Plain() }
+
 // Params returns the settings s was made with.
 func (s *Sampler) Params() Params { return s.p }
 

@@ -139,3 +139,27 @@ func TestDraw(t *testing.T) {
 		}
 	}
 }
+
+// TestSamplerPlainGreedy: Plain holds for temperature/top-k/top-p settings alone (and min-p
+// only when greedy); Greedy for plain samplers at temperature 0 only.
+func TestSamplerPlainGreedy(t *testing.T) {
+	for _, c := range []struct {
+		name          string
+		s             *Sampler
+		plain, greedy bool
+	}{
+		{"greedy", New(Params{}), true, true},
+		{"greedy with top-k and min-p", New(Params{TopK: 5, MinP: 0.1}), true, true},
+		{"greedy with a logit bias", New(Params{}, LogitBias{3: 1}), false, false},
+		{"sampled", New(Params{Temperature: 0.8, TopK: 40, TopP: 0.9}), true, false},
+		{"sampled with min-p", New(Params{Temperature: 0.8, MinP: 0.1}), false, false},
+		{"sampled with a logit bias", New(Params{Temperature: 1}, LogitBias{3: 1}), false, false},
+	} {
+		if got := c.s.Plain(); got != c.plain {
+			t.Errorf("%s: Plain() = %v, want %v", c.name, got, c.plain)
+		}
+		if got := c.s.Greedy(); got != c.greedy {
+			t.Errorf("%s: Greedy() = %v, want %v", c.name, got, c.greedy)
+		}
+	}
+}
