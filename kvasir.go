@@ -109,6 +109,9 @@ type Options struct {
 	// DisablePrefixCaching turns prefix caching off; DisableChunkedPrefill makes prompts wait
 	// for a step with room for all of their remaining tokens.
 	DisablePrefixCaching, DisableChunkedPrefill bool
+	// DisableAsyncScheduling runs each engine step's forward pass and host work one after
+	// the other instead of overlapping them (see engine.Config).
+	DisableAsyncScheduling bool
 	// MaxWaiting refuses requests with ErrQueueFull when that many wait (0: no limit).
 	MaxWaiting int
 	// Tokenizer names a separate tokenizer file (a llama2.c checkpoint's tokenizer.bin).
@@ -209,9 +212,10 @@ func OpenModel(fm *format.Model, opt Options) (*Engine, error) {
 			MaxNumSeqs: opt.MaxNumSeqs, MaxNumBatchedTokens: opt.MaxNumBatchedTokens,
 			DisableChunkedPrefill: opt.DisableChunkedPrefill,
 		},
-		DisablePrefixCaching: opt.DisablePrefixCaching,
-		MaxWaiting:           opt.MaxWaiting,
-		OnRequestDone:        opt.OnRequestDone,
+		DisablePrefixCaching:   opt.DisablePrefixCaching,
+		DisableAsyncScheduling: opt.DisableAsyncScheduling,
+		MaxWaiting:             opt.MaxWaiting,
+		OnRequestDone:          opt.OnRequestDone,
 	})
 	if err != nil {
 		m.Close()

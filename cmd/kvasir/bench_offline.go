@@ -90,6 +90,7 @@ func benchOffline(args []string) error {
 	maxBatched := fs.Int("max-num-batched-tokens", 0, "token budget per step (0: default)")
 	maxLen := fs.Int("max-model-len", 0, "context length cap (0: the model's)")
 	noPrefix := fs.Bool("no-prefix-caching", false, "disable prefix caching")
+	noAsync := fs.Bool("no-async-scheduling", false, "disable asynchronous scheduling (plan each step only after the previous one's outputs are out)")
 	asJSON := fs.Bool("json", false, "print the results as JSON (vLLM's keys)")
 	pl := placementFlags(fs)
 	gpuMem := gpuMemoryFlag(fs)
@@ -113,7 +114,7 @@ func benchOffline(args []string) error {
 	update, finish := uploadProgress(bes, fm.Bytes())
 	e, err := kvasir.OpenModel(fm, kvasir.Options{
 		Threads: *threads, Backends: bes, TensorParallel: *pl.tensor, PipelineParallel: *pl.pipe, KVCacheMemory: *kvMem, GPUMemoryUtilization: *gpuMem, MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatched,
-		MaxModelLen: *maxLen, DisablePrefixCaching: *noPrefix,
+		MaxModelLen: *maxLen, DisablePrefixCaching: *noPrefix, DisableAsyncScheduling: *noAsync,
 		UploadProgress: update,
 	})
 	finish()

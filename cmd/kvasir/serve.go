@@ -39,6 +39,7 @@ func runServe(args []string) error {
 	gpuMem := gpuMemoryFlag(fs)
 	blockSize := fs.Int("block-size", 0, "tokens per KV block (0: 16)")
 	noPrefix := fs.Bool("no-prefix-caching", false, "turn prefix caching off")
+	noAsync := fs.Bool("no-async-scheduling", false, "turn asynchronous scheduling off (plan each step only after the previous one's outputs are out)")
 	maxBody := fs.Int64("max-request-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (larger: 413)")
 	drain := fs.Duration("drain-timeout", server.DefaultDrainTimeout, "on SIGTERM/SIGINT, how long requests in flight may finish before they are aborted")
 	if err := fs.Parse(args); err != nil {
@@ -95,7 +96,7 @@ func runServe(args []string) error {
 	update, finish := uploadProgress(bes, fm.Bytes())
 	eng, err := kvasir.OpenModel(fm, kvasir.Options{
 		Threads: *threads, Backends: bes, TensorParallel: *pl.tensor, PipelineParallel: *pl.pipe, KVCacheMemory: kvBytes, GPUMemoryUtilization: *gpuMem, BlockSize: *blockSize, MaxNumSeqs: *maxSeqs,
-		MaxNumBatchedTokens: *maxBatched, MaxModelLen: *maxModelLen, DisablePrefixCaching: *noPrefix,
+		MaxNumBatchedTokens: *maxBatched, MaxModelLen: *maxModelLen, DisablePrefixCaching: *noPrefix, DisableAsyncScheduling: *noAsync,
 		MaxWaiting: *maxWaiting, OnRequestDone: metrics.OnRequestDone,
 		UploadProgress: update,
 	})

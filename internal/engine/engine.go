@@ -1,7 +1,8 @@
 // Package engine serves many generation requests on one model and one paged KV cache: a
 // token-budget scheduler with chunked prefill, prefix caching and preemption by recompute
 // (scheduler.go), a runner that turns each step into a model batch (runner.go), per-request
-// sampling and stop handling (postprocess.go), all driven by one loop goroutine.
+// sampling and stop handling (postprocess.go), all driven by one loop goroutine that
+// plans each step while the previous one runs (pipeline.go).
 package engine
 
 import (
@@ -34,6 +35,10 @@ type Config struct {
 	SchedulerConfig
 	// DisablePrefixCaching turns the prefix cache off.
 	DisablePrefixCaching bool
+	// DisableAsyncScheduling runs each step's forward pass and host work one after the
+	// other, instead of planning step N+1 and finishing step N's outputs while step N+1
+	// runs (asynchronous scheduling, the default).
+	DisableAsyncScheduling bool
 	// MaxWaiting refuses submissions with ErrQueueFull when that many requests wait
 	// (0: no limit).
 	MaxWaiting int
@@ -74,6 +79,14 @@ type Engine struct {
 
 	// Loop-only state.
 	active map[string]*request
+	// jobs feeds the forward goroutine (async scheduling only); inflight is the step it
+	// runs, whose result is not taken yet.
+	jobs     chan<- *stepJob
+	inflight *stepJob
+	// planned counts the steps planned; overlapped those whose successor was planned
+	// while they ran; discarded the tokens sampled for sequences that had finished since
+	// their step was planned.
+	planned, overlapped, discarded int64
 	// afterStep, when set (tests), runs on the loop after every step.
 	afterStep func()
 }
@@ -124,7 +137,7 @@ func build(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error
 	}
 	e := &Engine{
 		cfg: cfg, model: m, tok: tok, vocab: mc.VocabSize, kv: mgr,
-		sched:    &scheduler{cfg: cfg.SchedulerConfig, kv: mgr},
+		sched:    &scheduler{cfg: cfg.SchedulerConfig, kv: mgr, maxModelLen: cfg.MaxModelLen},
 		runner:   &runner{model: m, kv: cache},
 		rng:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		inFlight: make(map[string]*request),
@@ -297,9 +310,28 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// loop is the engine goroutine: take commands, run a step, repeat.
+// loop is the engine goroutine: take commands, advance the step pipeline, repeat.
+//
+// With asynchronous scheduling (the default) the forward passes run on a second goroutine,
+// one step at a time, and the loop keeps one step in flight: while step N runs it plans and
+// builds step N+1, then takes N's result, appends N's tokens, launches N+1, and only then
+// does N's remaining host work (caching blocks, detokenizing, stops, streaming, finishing)
+// while N+1 runs. So the device waits for the host only for the sampling between two
+// steps. Everything that touches the KV manager, the scheduler or a sequence stays on this
+// goroutine; the forward goroutine sees only built batches (see step).
 func (e *Engine) loop() {
 	defer close(e.done)
+	if !e.cfg.DisableAsyncScheduling {
+		jobs := make(chan *stepJob, 1)
+		stopped := make(chan struct{})
+		go e.forwardLoop(jobs, stopped)
+		e.jobs = jobs
+		defer func() {
+			// Nothing is in flight here: the loop returns only when idle.
+			close(jobs)
+			<-stopped
+		}()
+	}
 	for {
 		e.mu.Lock()
 		cmds := e.inbox
@@ -316,7 +348,7 @@ func (e *Engine) loop() {
 		if len(cmds) > 0 {
 			e.publishStats()
 		}
-		if len(e.active) == 0 {
+		if len(e.active) == 0 && e.inflight == nil {
 			if closing && len(cmds) == 0 {
 				return
 			}
@@ -338,7 +370,9 @@ func (e *Engine) admit(r *request) {
 	e.sched.add(seq)
 }
 
-// abort finishes every unfinished choice of a request with FinishAbort.
+// abort finishes every unfinished choice of a request with FinishAbort, freeing its blocks
+// at once even when a step in flight computes for it: that step's result for it is ignored,
+// and the freed blocks go to new owners only in steps that run after it.
 func (e *Engine) abort(id string) {
 	r := e.active[id]
 	if r == nil {
@@ -363,54 +397,6 @@ func (e *Engine) failRequest(r *request, err error) {
 			e.finishSeq(seq, FinishAbort, nil, "", err)
 		}
 	}
-}
-
-// step runs one scheduling step, forward pass and postprocessing.
-func (e *Engine) step() {
-	plan, err := e.sched.schedule()
-	if err != nil {
-		e.failAll(err)
-		return
-	}
-	e.publishStats()
-	if len(plan.seqs) == 0 {
-		// Nothing fits this step although requests are active: cannot happen for requests
-		// that passed admission, but never spin.
-		e.failAll(fmt.Errorf("engine: no request could be scheduled (%d waiting, %d free blocks)", len(e.sched.waiting), e.kv.NumFreeBlocks()))
-		return
-	}
-	now := e.cfg.Now()
-	for _, sc := range plan.seqs {
-		if r := sc.seq.req; r.firstScheduled.IsZero() {
-			r.firstScheduled = now
-		}
-	}
-	logits, ids, err := e.forward(&plan)
-	if err != nil {
-		for _, sc := range plan.seqs {
-			if sc.seq.status != statusFinished {
-				e.failRequest(sc.seq.req, err)
-			}
-		}
-		e.publishStats()
-		return
-	}
-	e.postprocess(&plan, logits, ids)
-	e.publishStats()
-	if e.afterStep != nil {
-		e.afterStep()
-	}
-}
-
-// forward runs the runner, turning a panic into an error so that one bad step cannot take
-// the process down.
-func (e *Engine) forward(plan *stepPlan) (logits []float32, ids []int32, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("engine: step panicked: %v", p)
-		}
-	}()
-	return e.runner.run(plan, e.kv)
 }
 
 // failAll aborts every active request with err.

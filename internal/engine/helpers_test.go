@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -76,6 +77,35 @@ func (tm *tinyModel) engine(t testing.TB, cfg Config) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// schedulingModes are the two step orders the engine tests run under.
+var schedulingModes = []struct {
+	name   string
+	serial bool // Config.DisableAsyncScheduling
+}{{"async", false}, {"sync", true}}
+
+// forEachMode runs f as a subtest under asynchronous and synchronous scheduling.
+func forEachMode(t *testing.T, f func(t *testing.T, serial bool)) {
+	for _, m := range schedulingModes {
+		t.Run(m.name, func(t *testing.T) { f(t, m.serial) })
+	}
+}
+
+// engineWithHook makes an engine whose afterStep hook is set before its loop starts.
+func (tm *tinyModel) engineWithHook(t testing.TB, cfg Config, afterStep func(e *Engine)) *Engine {
+	t.Helper()
+	if cfg.NumBlocks == 0 {
+		cfg.NumBlocks = 257
+	}
+	e, err := build(tm.m, tm.tok, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.afterStep = func() { afterStep(e) }
+	go e.loop()
 	t.Cleanup(func() { e.Close() })
 	return e
 }
@@ -176,3 +206,39 @@ func randomPrompt(seed, n, vocab int) []int32 {
 }
 
 func fmtTokens(r []result) string { return fmt.Sprint(r[0].tokens) }
+
+// checkEngine checks, on the loop after a step, the KV manager's invariants and the
+// engine's bookkeeping against them: running sequences hold blocks and no others do; at
+// most one token is pending per sequence, and only while a step is in flight; a running
+// sequence's computed tokens do not pass its length, a waiting one has none.
+func checkEngine(e *Engine) error {
+	if err := e.kv.Check(); err != nil {
+		return err
+	}
+	held := 0
+	for _, r := range e.active {
+		for _, s := range r.seqs {
+			switch {
+			case s.status == statusRunning && !e.kv.HasRequest(s.id):
+				return fmt.Errorf("running sequence %q without blocks", s.id)
+			case s.status != statusRunning && e.kv.HasRequest(s.id):
+				return fmt.Errorf("sequence %q holds blocks but is not running", s.id)
+			case s.status != statusFinished && (s.pending < 0 || s.pending > 1):
+				return fmt.Errorf("sequence %q has %d pending tokens", s.id, s.pending)
+			case s.status != statusFinished && s.pending > 0 && e.inflight == nil:
+				return fmt.Errorf("sequence %q has a pending token with no step in flight", s.id)
+			case s.status == statusRunning && s.numComputed > s.length():
+				return fmt.Errorf("sequence %q: %d computed of %d tokens", s.id, s.numComputed, s.length())
+			case s.status == statusWaiting && s.numComputed != 0:
+				return fmt.Errorf("waiting sequence %q has %d computed tokens", s.id, s.numComputed)
+			}
+			if e.kv.HasRequest(s.id) {
+				held++
+			}
+		}
+	}
+	if held != e.kv.NumRequests() {
+		return errors.New("the manager holds sequences the engine does not know")
+	}
+	return nil
+}

@@ -13,46 +13,25 @@ import (
 
 // TestRandomLifecycle pushes a thousand requests with random prompts, lengths, n, priorities
 // and aborts through a small pool and budget (chunked prefill, prefix hits, preemption,
-// forks, copy-on-write), checking the KV manager's invariants after every step and that
-// nothing is held at the end.
+// forks, copy-on-write), under asynchronous and synchronous scheduling, checking the KV
+// manager's invariants and the engine's bookkeeping after every step and that nothing is
+// held at the end.
 func TestRandomLifecycle(t *testing.T) {
 	tm := newTinyModel(t)
-	e, err := build(tm.m, tm.tok, Config{NumBlocks: 40, BlockSize: 4, SchedulerConfig: SchedulerConfig{MaxNumSeqs: 12, MaxNumBatchedTokens: 24}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	forEachMode(t, func(t *testing.T, serial bool) { randomLifecycle(t, tm, serial) })
+}
+
+func randomLifecycle(t *testing.T, tm *tinyModel, serial bool) {
 	var (
-		checkMu  sync.Mutex
 		checkErr error
 		steps    int
 	)
-	e.afterStep = func() {
-		checkMu.Lock()
-		defer checkMu.Unlock()
+	e := tm.engineWithHook(t, Config{NumBlocks: 40, BlockSize: 4, DisableAsyncScheduling: serial, SchedulerConfig: SchedulerConfig{MaxNumSeqs: 12, MaxNumBatchedTokens: 24}}, func(e *Engine) {
 		steps++
-		if err := e.kv.Check(); err != nil && checkErr == nil {
+		if err := checkEngine(e); err != nil && checkErr == nil {
 			checkErr = err
 		}
-		held := 0
-		for _, r := range e.active {
-			for _, s := range r.seqs {
-				if s.status == statusRunning && !e.kv.HasRequest(s.id) {
-					checkErr = errors.New("running sequence without blocks")
-				}
-				if s.status != statusRunning && e.kv.HasRequest(s.id) {
-					checkErr = errors.New("non-running sequence holds blocks")
-				}
-				if e.kv.HasRequest(s.id) {
-					held++
-				}
-			}
-		}
-		if held != e.kv.NumRequests() {
-			checkErr = errors.New("the manager holds sequences the engine does not know")
-		}
-	}
-	go e.loop()
-	defer e.Close()
+	})
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	shared := randomPrompt(5, 24, 320)
@@ -101,8 +80,7 @@ func TestRandomLifecycle(t *testing.T) {
 	}
 	wg.Wait()
 	waitIdle(t, e)
-	checkMu.Lock()
-	defer checkMu.Unlock()
+	e.Close() // the loop has ended: its state may be read here
 	if checkErr != nil {
 		t.Fatalf("invariant broken: %v", checkErr)
 	}
@@ -116,7 +94,10 @@ func TestRandomLifecycle(t *testing.T) {
 	if st.Preemptions == 0 || st.PrefixHits == 0 {
 		t.Errorf("the workload did not exercise preemption and prefix hits: %+v", st)
 	}
-	t.Logf("%d steps; %+v; client saw %v", steps, st, finished)
+	if !serial && e.overlapped == 0 {
+		t.Errorf("no step was planned while another ran")
+	}
+	t.Logf("%d steps (%d overlapped); %+v; client saw %v", steps, e.overlapped, st, finished)
 }
 
 func TestRefuseTooLong(t *testing.T) {

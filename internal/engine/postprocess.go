@@ -69,76 +69,41 @@ func (e *Engine) usage(r *request) Usage {
 	return Usage{PromptTokens: len(r.prompt), CompletionTokens: r.genCount, CachedPromptTokens: r.cached}
 }
 
-// postprocess advances the scheduled sequences past the step: marks their tokens computed,
-// offers full blocks to the prefix cache, and samples, checks stops and streams outputs
-// for those that reached their last token. When the runner picked greedy token ids (ids
-// non-nil), row i's token is ids[i] and logits is nil.
-func (e *Engine) postprocess(plan *stepPlan, logits []float32, ids []int32) {
-	row := 0
-	var promptTokens int64
-	for _, sc := range plan.seqs {
-		seq := sc.seq
-		if seq.status != statusRunning {
-			continue // cannot happen: nothing finishes a scheduled sequence before this
-		}
-		if seq.numComputed < seq.numPrompt {
-			promptTokens += int64(min(seq.numComputed+sc.numNew, seq.numPrompt) - seq.numComputed)
-		}
-		seq.numComputed += sc.numNew
-		if err := e.kv.CacheFullBlocks(seq.id, seq.tokens, seq.numComputed); err != nil {
-			e.failRequest(seq.req, err)
-			if sc.logits {
-				row++
-			}
-			continue
-		}
-		if !sc.logits {
-			continue
-		}
-		if ids != nil {
-			if seq.status != statusFinished {
-				e.appendToken(seq, ids[row], nil)
-			}
-			row++
-			continue
-		}
-		l := logits[row*e.vocab : (row+1)*e.vocab]
-		row++
-		if seq.forkPending {
-			e.fork(seq, l)
-		}
-		e.sampleNext(seq, l)
-	}
-	e.mu.Lock()
-	e.stats.Steps++
-	e.stats.PromptTokens += promptTokens
-	e.mu.Unlock()
-}
-
-// fork starts choices 1..n-1 of seq's request, sharing seq's blocks, and samples their
-// first tokens from the same logits.
-func (e *Engine) fork(parent *sequence, logits []float32) {
+// fork starts choices 1..n-1 of parent's request from its state and samples their first
+// tokens from the same logits; it returns their picks. The children share the parent's
+// blocks; a parent preempted while its step ran holds none, and its children wait to be
+// recomputed like it.
+func (e *Engine) fork(parent *sequence, logits []float32) []pick {
 	parent.forkPending = false
 	r := parent.req
+	var picks []pick
 	for i := 1; i < r.n; i++ {
 		child := e.newSequence(r, i, parent.tokens)
-		child.numComputed = parent.numComputed
 		r.seqs = append(r.seqs, child)
-		if err := e.kv.Fork(parent.id, child.id); err != nil {
-			// Cannot happen (the parent is held); fail the request rather than guess.
+		if parent.status != statusRunning {
+			e.sched.add(child)
+		} else {
+			child.numComputed = parent.numComputed
+			if err := e.kv.Fork(parent.id, child.id); err != nil {
+				// Cannot happen (the parent is held); fail the request rather than guess.
+				e.sched.addRunning(child)
+				e.failRequest(r, err)
+				return nil
+			}
 			e.sched.addRunning(child)
-			e.failRequest(r, err)
-			return
 		}
-		e.sched.addRunning(child)
-		e.sampleNext(child, logits)
+		if p, ok := e.sampleNext(child, logits); ok {
+			picks = append(picks, p)
+		}
 	}
+	return picks
 }
 
-// sampleNext samples seq's next token from its logits row and handles the result.
-func (e *Engine) sampleNext(seq *sequence, logits []float32) {
+// sampleNext samples seq's next token from its logits row and appends it (see accept);
+// false when seq is finished.
+func (e *Engine) sampleNext(seq *sequence, logits []float32) (pick, bool) {
 	if seq.status == statusFinished {
-		return
+		return pick{}, false
 	}
 	p := &seq.req.params
 	if seq.suppress != nil {
@@ -159,17 +124,26 @@ func (e *Engine) sampleNext(seq *sequence, logits []float32) {
 		chosen, top := sample.Logprobs(logits, int(tok), p.TopLogprobs)
 		lp = []Logprob{{Token: chosen, Top: top}}
 	}
-	e.appendToken(seq, tok, lp)
+	return e.accept(seq, tok, lp), true
 }
 
-// appendToken adds a sampled token to seq, decides whether the choice ends, and streams
-// the output.
-func (e *Engine) appendToken(seq *sequence, tok int32, lp []Logprob) {
-	r := seq.req
-	p := &r.params
+// accept appends a sampled token to seq with what the next sampling and the next step's
+// input depend on (penalty counts, the request's token count), and returns the pick that
+// emit handles later.
+func (e *Engine) accept(seq *sequence, tok int32, lp []Logprob) pick {
 	seq.tokens = append(seq.tokens, tok)
 	seq.penalties.Accept(tok)
-	r.genCount++
+	seq.req.genCount++
+	return pick{seq: seq, tok: tok, lp: lp, numOut: seq.numOutput(), length: len(seq.tokens)}
+}
+
+// emit handles an accepted token: takes its timestamps, detokenizes it, decides whether the
+// choice ends (stop token, end of generation, stop string, max_tokens, context length) and
+// streams the output. Timestamps are taken here, when the client can see the token.
+func (e *Engine) emit(pk pick) {
+	seq, tok := pk.seq, pk.tok
+	r := seq.req
+	p := &r.params
 	now := e.cfg.Now()
 	if seq.index == 0 {
 		if r.firstToken.IsZero() {
@@ -183,11 +157,10 @@ func (e *Engine) appendToken(seq *sequence, tok int32, lp []Logprob) {
 	e.stats.GenerationTokens++
 	e.mu.Unlock()
 
-	numOut := seq.numOutput()
-	out := Output{RequestID: r.id, Index: seq.index, TokenIDs: []int32{tok}, Logprobs: lp}
+	out := Output{RequestID: r.id, Index: seq.index, TokenIDs: []int32{tok}, Logprobs: pk.lp}
 	finish, stopReason := "", any(nil)
 	stopText := false
-	checkStops := numOut >= p.MinTokens
+	checkStops := pk.numOut >= p.MinTokens
 	switch {
 	case checkStops && !p.IgnoreEOS && e.tok != nil && e.tok.IsEOG(int(tok)):
 		finish = FinishStop
@@ -207,7 +180,7 @@ func (e *Engine) appendToken(seq *sequence, tok int32, lp []Logprob) {
 			}
 		}
 	}
-	if finish == "" && (numOut >= r.maxTokens || len(seq.tokens) >= e.cfg.MaxModelLen) {
+	if finish == "" && (pk.numOut >= r.maxTokens || pk.length >= e.cfg.MaxModelLen) {
 		finish = FinishLength
 	}
 	if finish != "" && !stopText && seq.detok != nil {

@@ -44,13 +44,18 @@ const (
 // have KV in the cache, and the per-choice sampling and output state. A sequence is a
 // kvcache request of its own.
 type sequence struct {
-	id          kvcache.RequestID
-	req         *request
-	index       int
-	tokens      []int32 // prompt then output
-	numPrompt   int
-	numComputed int // tokens whose KV is in the cache
-	status      status
+	id        kvcache.RequestID
+	req       *request
+	index     int
+	tokens    []int32 // prompt then output
+	numPrompt int
+	// numComputed is the number of tokens whose KV is in the cache once the steps
+	// scheduled so far have run: the scheduler advances it when it schedules a step.
+	numComputed int
+	// pending counts the tokens sampled by steps still in flight, not yet in tokens: the
+	// scheduler sees the sequence as len(tokens)+pending tokens long.
+	pending int
+	status  status
 	// forkPending is true for choice 0 of an n > 1 request until it samples its first
 	// token, when choices 1..n-1 fork from it; until then it holds n running slots.
 	forkPending bool
@@ -72,6 +77,10 @@ func (s *sequence) slots() int {
 
 // numOutput is the number of output tokens so far.
 func (s *sequence) numOutput() int { return len(s.tokens) - s.numPrompt }
+
+// length is the sequence's length as the scheduler sees it: its tokens and the tokens
+// steps in flight are sampling for it.
+func (s *sequence) length() int { return len(s.tokens) + s.pending }
 
 // before orders sequences for scheduling: lower priority value first, then arrival, then
 // choice index. The last in this order is the first preemption victim.

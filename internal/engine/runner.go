@@ -11,13 +11,39 @@ import (
 )
 
 // runner turns a step plan into a model Batch, performs the KV block copies the plan
-// ordered, and runs the forward pass. It reuses its buffers from step to step.
+// ordered, and runs the forward pass. Building happens on the engine loop; copies and the
+// forward pass run on the forward goroutine (forward.go). Two batch buffers take turns, so
+// that the next step is built while the previous one's batch is in use.
 type runner struct {
 	model *model.Model
 	kv    *model.KVCache
-	batch model.Batch
-	table []int32 // backing store of the step's block tables
+	bufs  [2]batchBuffer
+	next  int // index of the buffer the next build fills
 }
+
+// batchBuffer is one step's batch and the backing store of its block tables, reused from
+// step to step.
+type batchBuffer struct {
+	batch model.Batch
+	table []int32
+}
+
+// placeholder is a batch token whose value the step in flight is still sampling: the
+// token at position pos of seq, to be written at Tokens[index] before the batch runs.
+type placeholder struct {
+	index int
+	seq   *sequence
+	pos   int
+}
+
+// forwardMode is which model entry point a step uses (see runner.mode).
+type forwardMode int
+
+const (
+	forwardLogits forwardMode = iota // model.Forward: logits rows back to the host
+	forwardGreedy                    // model.ForwardGreedy: greedy token ids
+	forwardSample                    // model.ForwardSample: tokens drawn on the device
+)
 
 // copyBlocks performs copy-on-write orders: block Src's keys and values, in every layer,
 // into block Dst.
@@ -35,62 +61,96 @@ func (r *runner) copyBlocks(ops []kvcache.CopyOp) error {
 	return nil
 }
 
-// build fills r.batch from the plan, reading block tables from the manager.
-func (r *runner) build(plan *stepPlan, mgr *kvcache.Manager) {
-	b := &r.batch
+// build fills the next batch buffer from the plan, reading block tables from the manager,
+// and returns it with the positions whose tokens are not known yet (placeholders, left 0
+// in the batch). Each entry runs from its start, the numComputed it was scheduled from.
+func (r *runner) build(plan *stepPlan, mgr *kvcache.Manager) (*batchBuffer, []placeholder) {
+	buf := &r.bufs[r.next]
+	r.next = 1 - r.next
+	b := &buf.batch
 	b.Tokens, b.Positions, b.SlotMapping = b.Tokens[:0], b.Positions[:0], b.SlotMapping[:0]
 	b.Seqs, b.LogitsIndices = b.Seqs[:0], b.LogitsIndices[:0]
-	r.table = r.table[:0]
+	buf.table = buf.table[:0]
 	bs := r.kv.BlockSize
 	// Block tables first, into one buffer, so that growing it does not move slices taken
 	// earlier in the loop below.
 	starts := make([]int, len(plan.seqs)+1)
 	for i, sc := range plan.seqs {
-		starts[i] = len(r.table)
-		r.table = mgr.AppendBlockTable(r.table, sc.seq.id)
+		starts[i] = len(buf.table)
+		buf.table = mgr.AppendBlockTable(buf.table, sc.seq.id)
 	}
-	starts[len(plan.seqs)] = len(r.table)
+	starts[len(plan.seqs)] = len(buf.table)
+	var holes []placeholder
 	for i, sc := range plan.seqs {
 		seq := sc.seq
-		table := r.table[starts[i]:starts[i+1]]
+		table := buf.table[starts[i]:starts[i+1]]
 		qs := len(b.Tokens)
-		for p := seq.numComputed; p < seq.numComputed+sc.numNew; p++ {
-			b.Tokens = append(b.Tokens, seq.tokens[p])
+		for p := sc.start; p < sc.start+sc.numNew; p++ {
+			tok := int32(0)
+			if p < len(seq.tokens) {
+				tok = seq.tokens[p]
+			} else {
+				holes = append(holes, placeholder{index: len(b.Tokens), seq: seq, pos: p})
+			}
+			b.Tokens = append(b.Tokens, tok)
 			b.Positions = append(b.Positions, int32(p))
 			b.SlotMapping = append(b.SlotMapping, table[p/bs]*int32(bs)+int32(p%bs))
 		}
-		b.Seqs = append(b.Seqs, model.Seq{BlockTable: table, QueryStart: qs, QueryLen: sc.numNew, ContextLen: seq.numComputed + sc.numNew})
+		b.Seqs = append(b.Seqs, model.Seq{BlockTable: table, QueryStart: qs, QueryLen: sc.numNew, ContextLen: sc.start + sc.numNew})
 		if sc.logits {
 			b.LogitsIndices = append(b.LogitsIndices, len(b.Tokens)-1)
 		}
 	}
+	return buf, holes
 }
 
-// run executes one step: copies, then the forward pass. It returns the logits of the
-// sequences with logits set, in plan order, one vocabulary-sized row each; or, when every
-// such sequence samples greedily from unprocessed logits (greedyOnly), their greedy token
-// ids instead (picked on the device where the backend can), with nil logits; or, when the
-// backend samples on the device and every such sequence's sampler is plain (plainOnly),
-// the tokens drawn there, so that full logits are not copied back.
-func (r *runner) run(plan *stepPlan, mgr *kvcache.Manager) (logits []float32, ids []int32, err error) {
-	if err := r.copyBlocks(mgr.TakeCopies()); err != nil {
-		return nil, nil, err
-	}
-	r.build(plan, mgr)
+// mode picks the step's model entry point, on the engine loop, just before the step starts
+// (after the previous step's tokens were sampled, so that the samplers' draws keep their
+// order): logits when no sequence samples or some needs its logits on the host; greedy ids
+// when every sampling sequence takes the plain argmax (greedyOnly); device draws when the
+// backend samples and every sampling sequence samples plainly (plainOnly), with their rows
+// (sampleRows takes each sampler's next uniform).
+func (r *runner) mode(plan *stepPlan, buf *batchBuffer) (forwardMode, []backend.SampleRow) {
 	switch {
-	case len(r.batch.LogitsIndices) == 0:
-		logits, err = r.model.Forward(&r.batch, r.kv)
+	case len(buf.batch.LogitsIndices) == 0:
+		return forwardLogits, nil
 	case greedyOnly(plan):
-		ids, err = r.model.ForwardGreedy(&r.batch, r.kv)
+		return forwardGreedy, nil
 	case r.model.CanSample() && plainOnly(plan):
-		ids, err = r.model.ForwardSample(&r.batch, r.kv, sampleRows(plan))
+		return forwardSample, sampleRows(plan)
 	default:
-		logits, err = r.model.Forward(&r.batch, r.kv)
+		return forwardLogits, nil
+	}
+}
+
+// execute runs one built step: the copies, then the forward pass. It returns the logits of
+// the sampling sequences in plan order, one vocabulary-sized row each, or, in the greedy
+// and device-sampling modes, their token ids with nil logits. It touches nothing but the
+// model, the KV cache tensors and the step's own buffer, so it may run off the engine
+// loop; a panic comes back as an error.
+func (r *runner) execute(job *stepJob) (res stepResult) {
+	defer func() {
+		if p := recover(); p != nil {
+			res = stepResult{err: fmt.Errorf("engine: step panicked: %v", p)}
+		}
+	}()
+	if err := r.copyBlocks(job.copies); err != nil {
+		return stepResult{err: err}
+	}
+	b := &job.buf.batch
+	var err error
+	switch job.mode {
+	case forwardGreedy:
+		res.ids, err = r.model.ForwardGreedy(b, r.kv)
+	case forwardSample:
+		res.ids, err = r.model.ForwardSample(b, r.kv, job.rows)
+	default:
+		res.logits, err = r.model.Forward(b, r.kv)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("engine: step of %d tokens in %d sequences: %w", len(r.batch.Tokens), len(r.batch.Seqs), err)
+		return stepResult{err: fmt.Errorf("engine: step of %d tokens in %d sequences: %w", len(b.Tokens), len(b.Seqs), err)}
 	}
-	return logits, ids, nil
+	return res
 }
 
 // greedyOnly reports whether every sequence of the plan that samples this step takes the

@@ -18,9 +18,13 @@ type SchedulerConfig struct {
 	DisableChunkedPrefill bool
 }
 
-// scheduled is one sequence's share of a step: numNew tokens from numComputed on.
+// scheduled is one sequence's share of a step: numNew tokens from position start on.
 type scheduled struct {
-	seq    *sequence
+	seq *sequence
+	// start is seq.numComputed when the step was scheduled (the scheduler advances
+	// numComputed past the step at once, so that the next step can be planned while this
+	// one runs).
+	start  int
 	numNew int
 	// logits is whether the step ends at the sequence's last token, so a token is sampled
 	// (prefill chunks before the last produce no logits).
@@ -35,21 +39,29 @@ type stepPlan struct {
 }
 
 // scheduler is the vLLM v1 style token-budget scheduler. It has no prefill or decode phase:
-// each sequence has numComputed of len(tokens) tokens in the cache, and every step hands the
+// each sequence has numComputed of length() tokens in the cache, and every step hands the
 // budget to running sequences first (decodes and unfinished prompt chunks alike), then to
 // waiting ones in priority and arrival order. When the KV pool runs out, the last running
 // sequence in that order (lowest priority, newest) is preempted: its blocks are freed and it
 // waits to be recomputed, prefix-cache hits included. Since a request that cannot fit alone
 // is refused at submission, the first sequence in order always progresses: no livelock.
 //
+// A step may be scheduled while the previous one still runs (asynchronous scheduling): a
+// sequence's numComputed already counts the tokens of the step in flight, and its length
+// counts the token that step is sampling for it (pending), whose value the runner fills in
+// before the new step starts.
+//
 // Speculative decoding fits as more than one new token for a running sequence (numNew > 1)
 // followed by kv.Truncate of the rejected tail; imported KV fits as numComputed set from
 // outside before admission.
 type scheduler struct {
-	cfg     SchedulerConfig
-	kv      *kvcache.Manager
-	waiting []*sequence // sorted by before
-	running []*sequence // sorted by before
+	cfg SchedulerConfig
+	kv  *kvcache.Manager
+	// maxModelLen is the engine's cap on a sequence's tokens (a sequence that reaches it
+	// finishes).
+	maxModelLen int
+	waiting     []*sequence // sorted by before
+	running     []*sequence // sorted by before
 
 	preemptions         int64
 	prefixQueries, hits int64
@@ -95,16 +107,22 @@ func (s *scheduler) finish(seq *sequence) {
 	seq.status = statusFinished
 }
 
-// runningSlots is the number of max-num-seqs slots the running sequences take.
+// runningSlots is the number of max-num-seqs slots the running sequences take in the step
+// being planned; a sequence sure to finish after the step in flight takes none (it sits
+// this step out and is gone by the next).
 func (s *scheduler) runningSlots() int {
 	n := 0
 	for _, r := range s.running {
-		n += r.slots()
+		if !s.finishing(r) {
+			n += r.slots()
+		}
 	}
 	return n
 }
 
-// preempt frees a running sequence's blocks and queues it for recomputation.
+// preempt frees a running sequence's blocks and queues it for recomputation. A sequence
+// in a step still in flight keeps its pending token: it arrives, is appended as usual, and
+// the sequence is recomputed with it (admission waits for it, see schedule).
 func (s *scheduler) preempt(seq *sequence) {
 	s.running, _ = remove(s.running, seq)
 	s.kv.Free(seq.id)
@@ -113,23 +131,48 @@ func (s *scheduler) preempt(seq *sequence) {
 	s.preemptions++
 }
 
-// schedule plans the next step.
+// sitsOut reports whether a running sequence skips the step being planned because the step
+// in flight decides its fate: it is sampling its first token before forking (its children
+// are made from its state after that token, and they and it run from the step after), or
+// it is finishing.
+func (s *scheduler) sitsOut(seq *sequence) bool {
+	return seq.pending > 0 && seq.forkPending || s.finishing(seq)
+}
+
+// finishing reports whether the token a step in flight samples for seq brings it to
+// max_tokens or the context length: it is sure to finish, and a step for it would be
+// wasted.
+func (s *scheduler) finishing(seq *sequence) bool {
+	return seq.pending > 0 && (seq.length()-seq.numPrompt >= seq.req.maxTokens || seq.length() >= s.maxModelLen)
+}
+
+// schedule plans the next step and advances the numComputed of the sequences it takes
+// past it; a sequence that will sample in the step gets one more pending token.
 func (s *scheduler) schedule() (stepPlan, error) {
 	var plan stepPlan
 	budget := s.cfg.MaxNumBatchedTokens
 	take := func(seq *sequence, numNew int) {
-		plan.seqs = append(plan.seqs, scheduled{seq: seq, numNew: numNew, logits: seq.numComputed+numNew == len(seq.tokens)})
+		logits := seq.numComputed+numNew == seq.length()
+		plan.seqs = append(plan.seqs, scheduled{seq: seq, start: seq.numComputed, numNew: numNew, logits: logits})
 		plan.numTokens += numNew
 		budget -= numNew
+		seq.numComputed += numNew
+		if logits {
+			seq.pending++
+		}
 	}
 
 	// Running sequences first, in order; victims come from the end of the list, which
 	// holds sequences not yet scheduled this step (or the current one itself).
 	for i := 0; i < len(s.running) && budget > 0; {
 		seq := s.running[i]
-		numNew := min(len(seq.tokens)-seq.numComputed, budget)
+		if s.sitsOut(seq) {
+			i++
+			continue
+		}
+		numNew := min(seq.length()-seq.numComputed, budget)
 		if numNew <= 0 {
-			return plan, fmt.Errorf("engine: running sequence %q has nothing to compute (%d of %d tokens)", seq.id, seq.numComputed, len(seq.tokens))
+			return plan, fmt.Errorf("engine: running sequence %q has nothing to compute (%d of %d tokens)", seq.id, seq.numComputed, seq.length())
 		}
 		self := false
 		for {
@@ -163,6 +206,11 @@ func (s *scheduler) schedule() (stepPlan, error) {
 	for len(s.waiting) > 0 && budget > 0 {
 		seq := s.waiting[0]
 		if slots+seq.slots() > s.cfg.MaxNumSeqs {
+			break
+		}
+		if seq.pending > 0 {
+			// Preempted while a step in flight samples for it: its recomputation needs
+			// that token, which arrives before the next step is planned.
 			break
 		}
 		var hits []kvcache.BlockID

@@ -1,0 +1,268 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/kvcache"
+)
+
+// stepJob is one step on its way through the pipeline: planned and built on the engine
+// loop, run (copies and forward pass) by runner.execute, finished on the loop.
+type stepJob struct {
+	id     int64 // step number, counted from 1 in planning order
+	plan   stepPlan
+	buf    *batchBuffer
+	holes  []placeholder    // batch tokens the step before this one is still sampling
+	copies []kvcache.CopyOp // copy-on-write orders, performed before the forward pass
+	mode   forwardMode
+	rows   []backend.SampleRow // device sampling settings, for forwardSample
+	done   chan stepResult     // capacity 1: the result, sent once
+	// overlapped is whether a later step was planned before this one's result was taken.
+	overlapped bool
+	// picks are the tokens fast sampled from the result, in order, for slow to stream.
+	picks []pick
+}
+
+// stepResult is what a step's forward pass returns: logits rows or token ids (see
+// runner.execute), or an error.
+type stepResult struct {
+	logits []float32
+	ids    []int32
+	err    error
+}
+
+// pick is a token appended to a sequence by fast, with what slow needs to handle it: the
+// sequence's output count and length right after the token (later tokens may have been
+// appended by the time slow runs).
+type pick struct {
+	seq    *sequence
+	tok    int32
+	lp     []Logprob
+	numOut int
+	length int
+}
+
+// forwardLoop is the forward goroutine of asynchronous scheduling: it runs the steps it is
+// handed, one at a time and in order, and hands back each result on the step's channel. It
+// returns when jobs is closed, closing stopped.
+func (e *Engine) forwardLoop(jobs <-chan *stepJob, stopped chan<- struct{}) {
+	defer close(stopped)
+	for job := range jobs {
+		job.done <- e.runner.execute(job)
+	}
+}
+
+// step advances the pipeline by one step:
+//
+//	next = plan()        schedule and build step N+1 while step N runs
+//	wait(N); fast(N)     take N's result, sample and append its tokens
+//	launch(next)         fill in N+1's placeholder tokens, start it
+//	slow(N)              cache blocks, detokenize, stop, stream, finish: while N+1 runs
+//
+// With async scheduling off, or nothing in flight, there is no N: the step planned is
+// launched, waited for and finished at once, the serial order.
+func (e *Engine) step() {
+	prev := e.inflight
+	next, err := e.plan(prev != nil)
+	if err != nil {
+		// Scheduling itself failed (a bookkeeping bug): let the step in flight end, so
+		// that nothing runs on blocks about to be freed, then fail everything.
+		if prev != nil {
+			e.wait(prev)
+		}
+		e.failAll(err)
+		return
+	}
+	if prev != nil {
+		res := e.wait(prev)
+		if res.err != nil {
+			// next was built on prev's tokens and is not launched: it fails with it.
+			e.failStep(prev, res.err)
+			if next != nil {
+				e.failStep(next, res.err)
+			}
+			e.publishStats()
+			return
+		}
+		e.fast(prev, res)
+	}
+	if next != nil {
+		e.launch(next)
+	}
+	if prev != nil {
+		e.slow(prev)
+	}
+	if next == nil || !e.cfg.DisableAsyncScheduling {
+		return
+	}
+	res := e.wait(next)
+	if res.err != nil {
+		e.failStep(next, res.err)
+		e.publishStats()
+		return
+	}
+	e.fast(next, res)
+	e.slow(next)
+}
+
+// plan schedules and builds the next step; nil when nothing is to run. An empty schedule
+// is normal while a step is in flight (its sequences may be sure to finish, or about to
+// fork); with none in flight it cannot happen for admitted requests, and is an error
+// rather than a spin.
+func (e *Engine) plan(inFlight bool) (*stepJob, error) {
+	if len(e.active) == 0 {
+		return nil, nil
+	}
+	plan, err := e.sched.schedule()
+	if err != nil {
+		return nil, err
+	}
+	e.publishStats()
+	if len(plan.seqs) == 0 {
+		if inFlight {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("engine: no request could be scheduled (%d waiting, %d free blocks)", len(e.sched.waiting), e.kv.NumFreeBlocks())
+	}
+	now := e.cfg.Now()
+	for _, sc := range plan.seqs {
+		if r := sc.seq.req; r.firstScheduled.IsZero() {
+			r.firstScheduled = now
+		}
+	}
+	buf, holes := e.runner.build(&plan, e.kv)
+	e.planned++
+	return &stepJob{
+		id: e.planned, plan: plan, buf: buf, holes: holes,
+		// Taken now, with the allocations that ordered them; performed by the forward
+		// goroutine right before this step's forward pass, so after every KV write of
+		// the step in flight (a copy's source may be a block that step fills).
+		copies: e.kv.TakeCopies(),
+		done:   make(chan stepResult, 1),
+	}, nil
+}
+
+// launch fills in the step's placeholder tokens, now sampled, picks its forward mode, and
+// starts it: on the forward goroutine, or here when async scheduling is off.
+func (e *Engine) launch(job *stepJob) {
+	for _, h := range job.holes {
+		seq := h.seq
+		switch {
+		case h.pos < len(seq.tokens):
+			job.buf.batch.Tokens[h.index] = seq.tokens[h.pos]
+		case seq.status != statusFinished:
+			// Cannot happen: the sequence was unfinished when this step was planned, so
+			// fast gave it its token unless it failed it.
+			e.failRequest(seq.req, fmt.Errorf("engine: step %d: token %d of %q never arrived", job.id, h.pos, seq.id))
+		}
+		// A finished sequence keeps token 0: its KV slot is past its last token and its
+		// result is ignored.
+	}
+	job.mode, job.rows = e.runner.mode(&job.plan, job.buf)
+	if e.cfg.DisableAsyncScheduling {
+		job.done <- e.runner.execute(job)
+		return
+	}
+	e.inflight = job
+	e.jobs <- job
+}
+
+// wait blocks until the step's result is in; the step is no longer in flight.
+func (e *Engine) wait(job *stepJob) stepResult {
+	res := <-job.done
+	if e.inflight == job {
+		e.inflight = nil
+	}
+	job.overlapped = e.planned > job.id
+	return res
+}
+
+// failStep fails every request that has a sequence in the step.
+func (e *Engine) failStep(job *stepJob, err error) {
+	for _, sc := range job.plan.seqs {
+		if sc.seq.status != statusFinished {
+			e.failRequest(sc.seq.req, err)
+		}
+	}
+}
+
+// fast takes a finished step's tokens: for each sequence that sampled, the device's id or a
+// host draw from its logits row (forking its siblings first when n > 1), appended to its
+// tokens with everything the next sampling and the next step's input depend on. It streams
+// and finishes nothing: that is slow's work, done while the next step runs.
+//
+// A sequence finished since the step was planned (aborted, or ended by slow of the step
+// before) has its result ignored. A sequence preempted since still gets its token: it is
+// waiting now, and is recomputed with it.
+func (e *Engine) fast(job *stepJob, res stepResult) {
+	row := -1
+	for _, sc := range job.plan.seqs {
+		if !sc.logits {
+			continue
+		}
+		row++
+		seq := sc.seq
+		seq.pending--
+		if seq.status == statusFinished {
+			e.discarded++
+			continue
+		}
+		if res.ids != nil {
+			job.picks = append(job.picks, e.accept(seq, res.ids[row], nil))
+			continue
+		}
+		l := res.logits[row*e.vocab : (row+1)*e.vocab]
+		if seq.forkPending {
+			job.picks = append(job.picks, e.fork(seq, l)...)
+		}
+		if p, ok := e.sampleNext(seq, l); ok {
+			job.picks = append(job.picks, p)
+		}
+	}
+}
+
+// slow finishes a step's host work, while the next step runs: offers the blocks the step
+// completed to the prefix cache, then detokenizes, checks stops and lengths, streams, and
+// finishes sequences (freeing their blocks).
+//
+// A sequence finished here may be in the step in flight. That is safe: its result there
+// is ignored (fast skips finished sequences); the KV slot that step writes for it is past
+// the tokens cached here, so it is never in a prefix-cached block; and a block freed here
+// goes to a new owner at the earliest in the step planned next, whose writes come after
+// every write of the step in flight (steps run one at a time, each launched only after the
+// one before returned), and which writes each slot before it reads it.
+func (e *Engine) slow(job *stepJob) {
+	var promptTokens int64
+	for _, sc := range job.plan.seqs {
+		seq := sc.seq
+		if sc.start < seq.numPrompt {
+			promptTokens += int64(min(sc.start+sc.numNew, seq.numPrompt) - sc.start)
+		}
+		// Only a running sequence holds blocks: a finished one freed them, and a
+		// preempted one was not readmitted since (admission waits for its pending token,
+		// which fast appended after the only schedule that could have preempted it).
+		if seq.status != statusRunning {
+			continue
+		}
+		if err := e.kv.CacheFullBlocks(seq.id, seq.tokens, sc.start+sc.numNew); err != nil {
+			e.failRequest(seq.req, err)
+		}
+	}
+	for _, p := range job.picks {
+		if p.seq.status != statusFinished {
+			e.emit(p)
+		}
+	}
+	e.mu.Lock()
+	e.stats.Steps++
+	e.stats.PromptTokens += promptTokens
+	e.mu.Unlock()
+	e.publishStats()
+	if job.overlapped {
+		e.overlapped++
+	}
+	if e.afterStep != nil {
+		e.afterStep()
+	}
+}
