@@ -7,6 +7,7 @@ import (
 	"math"
 	"reflect"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -340,4 +341,47 @@ func TestCloseStopsForward(t *testing.T) {
 	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "forwardLoop") {
 		t.Errorf("a forward goroutine outlived Shutdown:\n%s", stacks)
 	}
+}
+
+// TestFailedStepUncaches: blocks a step offers the prefix cache when it is planned are
+// taken out again when the step fails, so a later request with the same prompt recomputes
+// them (no hit on keys and values that were never written) and gets the tokens a fresh
+// engine gives.
+func TestFailedStepUncaches(t *testing.T) {
+	base := newTinyModel(t)
+	prompt := randomPrompt(3, 40, 320)
+	req := Request{PromptTokens: prompt, Params: SamplingParams{MaxTokens: 5, IgnoreEOS: true}}
+	want := generate(t, base.engine(t, Config{}), []Request{req})[0][0].tokens
+	forEachMode(t, func(t *testing.T, serial bool) {
+		tm, sb := slowModel(t, base, 0)
+		e := tm.engine(t, Config{DisableAsyncScheduling: serial})
+		sb.failAt.Store(sb.runs.Load() + 1) // the first prefill step fails
+		ch, err := e.Generate(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last Output
+		for o := range ch {
+			last = o
+		}
+		if !errors.Is(last.Err, errFailRun) {
+			t.Fatalf("failing request: finish %q, err %v; want %v", last.FinishReason, last.Err, errFailRun)
+		}
+		waitIdle(t, e)
+		if err := e.kv.Check(); err != nil {
+			t.Fatal(err)
+		}
+		sb.failAt.Store(0)
+		r := generate(t, e, []Request{req})[0][0]
+		if r.usage.CachedPromptTokens != 0 {
+			t.Errorf("after the failed step: %d prompt tokens from the cache, want 0", r.usage.CachedPromptTokens)
+		}
+		if !slices.Equal(r.tokens, want) {
+			t.Errorf("after the failed step: tokens %v, want %v", r.tokens, want)
+		}
+		// Now the blocks were written: the same prompt again hits them.
+		if r := generate(t, e, []Request{req})[0][0]; r.usage.CachedPromptTokens == 0 {
+			t.Errorf("third request: no prefix cache hit")
+		}
+	})
 }

@@ -69,7 +69,9 @@ func (e *Engine) step() {
 		// Scheduling itself failed (a bookkeeping bug): let the step in flight end, so
 		// that nothing runs on blocks about to be freed, then fail everything.
 		if prev != nil {
-			e.wait(prev)
+			if res := e.wait(prev); res.err != nil {
+				e.failStep(prev, res.err)
+			}
 		}
 		e.failAll(err)
 		return
@@ -133,14 +135,32 @@ func (e *Engine) plan(inFlight bool) (*stepJob, error) {
 	}
 	buf, holes := e.runner.build(&plan, e.kv)
 	e.planned++
-	return &stepJob{
+	job := &stepJob{
 		id: e.planned, plan: plan, buf: buf, holes: holes,
 		// Taken now, with the allocations that ordered them; performed by the forward
 		// goroutine right before this step's forward pass, so after every KV write of
 		// the step in flight (a copy's source may be a block that step fills).
 		copies: e.kv.TakeCopies(),
 		done:   make(chan stepResult, 1),
-	}, nil
+	}
+	e.offerPlanned(job)
+	return job, nil
+}
+
+// offerPlanned offers the prefix cache the full blocks the step will complete whose tokens
+// are known now (prompt chunks; not a token still being sampled), as vLLM does when it
+// schedules: a request admitted in the next plan can then share them although this step
+// has not run yet. That is safe because steps run in order, so a step that reads a hit
+// runs after the step that writes it; if this step fails instead, failStep takes its
+// requests' blocks out of the cache again.
+func (e *Engine) offerPlanned(job *stepJob) {
+	for _, sc := range job.plan.seqs {
+		seq := sc.seq
+		known := min(sc.start+sc.numNew, len(seq.tokens))
+		if err := e.kv.CacheFullBlocks(seq.id, seq.tokens, known); err != nil {
+			e.failRequest(seq.req, err)
+		}
+	}
 }
 
 // launch fills in the step's placeholder tokens, now sampled, picks its forward mode, and
@@ -178,8 +198,13 @@ func (e *Engine) wait(job *stepJob) stepResult {
 	return res
 }
 
-// failStep fails every request that has a sequence in the step.
+// failStep fails every request that has a sequence in the step, first taking the
+// sequences' blocks out of the prefix cache: the step was to write the keys and values of
+// blocks offered when it was planned (offerPlanned).
 func (e *Engine) failStep(job *stepJob, err error) {
+	for _, sc := range job.plan.seqs {
+		e.kv.Uncache(sc.seq.id)
+	}
 	for _, sc := range job.plan.seqs {
 		if sc.seq.status != statusFinished {
 			e.failRequest(sc.seq.req, err)
@@ -222,9 +247,10 @@ func (e *Engine) fast(job *stepJob, res stepResult) {
 	}
 }
 
-// slow finishes a step's host work, while the next step runs: offers the blocks the step
-// completed to the prefix cache, then detokenizes, checks stops and lengths, streams, and
-// finishes sequences (freeing their blocks).
+// slow finishes a step's host work, while the next step runs: offers the prefix cache the
+// full blocks the step completed that offerPlanned could not (their last token was being
+// sampled when the step was planned), then detokenizes, checks stops and lengths, streams,
+// and finishes sequences (freeing their blocks).
 //
 // A sequence finished here may be in the step in flight. That is safe: its result there
 // is ignored (fast skips finished sequences); the KV slot that step writes for it is past

@@ -379,6 +379,21 @@ func (m *Manager) Truncate(id RequestID, numTokens int) error {
 	return nil
 }
 
+// Uncache takes request id's blocks out of the prefix cache; the request keeps them.
+// After a failed step, blocks offered to the cache before their keys and values were
+// written must not serve later hits. A block shared with other requests loses its entry
+// too, which costs only future hits. An unknown request does nothing.
+func (m *Manager) Uncache(id RequestID) {
+	s := m.seqs[id]
+	if s == nil {
+		return
+	}
+	for _, b := range s.table {
+		m.pool.uncache(&m.pool.blocks[b])
+	}
+	s.numCached = 0
+}
+
 // ResetPrefixCache empties the prefix cache. It refuses (returning false) while any request
 // holds blocks, since their cached blocks are in use.
 func (m *Manager) ResetPrefixCache() bool {

@@ -248,3 +248,33 @@ func TestResetPrefixCache(t *testing.T) {
 		t.Fatalf("hit %d after reset", n)
 	}
 }
+
+// TestUncache: a request's blocks leave the prefix cache but stay held; blocks it shares
+// with another request lose their entry too; the pool stays consistent and freeing works.
+func TestUncache(t *testing.T) {
+	m := newTestManager(t, Config{NumBlocks: 16, BlockSize: 4})
+	p := seqTokens(0, 9)
+	admit(t, m, "a", p, "")
+	hits, n := m.GetComputedBlocks(p, "")
+	if n != 8 {
+		t.Fatalf("hit %d tokens before Uncache, want 8", n)
+	}
+	if ok, err := m.Allocate("b", Alloc{NumComputed: n, NumNew: 1, Computed: hits}); !ok || err != nil {
+		t.Fatalf("allocate b: %v %v", ok, err)
+	}
+	m.Uncache("a")
+	mustCheck(t, m)
+	if _, n := m.GetComputedBlocks(p, ""); n != 0 {
+		t.Fatalf("hit %d tokens after Uncache, want 0", n)
+	}
+	if m.NumCachedBlocks() != 0 || len(m.BlockTable("a")) != 3 || len(m.BlockTable("b")) != 3 {
+		t.Fatalf("after Uncache: %d cached blocks, tables %v and %v", m.NumCachedBlocks(), m.BlockTable("a"), m.BlockTable("b"))
+	}
+	m.Uncache("nobody")
+	m.Free("a")
+	m.Free("b")
+	mustCheck(t, m)
+	if m.NumFreeBlocks() != 15 {
+		t.Fatalf("%d free blocks after freeing everything, want 15", m.NumFreeBlocks())
+	}
+}
