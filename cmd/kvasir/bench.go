@@ -225,17 +225,11 @@ func benchGenerate(args []string) error {
 		return err
 	}
 	defer fm.Close()
-	bes, err := pl.open()
+	m, bes, err := pl.model(fm, *threads)
 	if err != nil {
 		return err
 	}
 	defer closeBackends(bes)
-	update, finish := uploadProgress(bes, fm.Bytes())
-	m, err := model.New(fm, model.Options{Threads: *threads, Backends: bes, Parallel: pl.parallel(), Progress: update})
-	finish()
-	if err != nil {
-		return err
-	}
 	defer m.Close()
 	c := m.Config()
 	fmt.Fprintf(os.Stderr, "loaded %s (%s, %.1f MB of weights) in %v; probing memory bandwidth...\n",

@@ -105,23 +105,15 @@ func benchOffline(args []string) error {
 	if err != nil {
 		return err
 	}
-	bes, err := pl.open()
+	e, bes, err := pl.engine(fm, kvasir.Options{
+		Threads: *threads, KVCacheMemory: *kvMem, GPUMemoryUtilization: *gpuMem, MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatched,
+		MaxModelLen: *maxLen, DisablePrefixCaching: *noPrefix, DisableAsyncScheduling: *noAsync,
+	})
 	if err != nil {
 		fm.Close()
 		return err
 	}
 	defer closeBackends(bes)
-	update, finish := uploadProgress(bes, fm.Bytes())
-	e, err := kvasir.OpenModel(fm, kvasir.Options{
-		Threads: *threads, Backends: bes, TensorParallel: *pl.tensor, PipelineParallel: *pl.pipe, KVCacheMemory: *kvMem, GPUMemoryUtilization: *gpuMem, MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatched,
-		MaxModelLen: *maxLen, DisablePrefixCaching: *noPrefix, DisableAsyncScheduling: *noAsync,
-		UploadProgress: update,
-	})
-	finish()
-	if err != nil {
-		fm.Close()
-		return err
-	}
 	defer e.Close()
 	fmt.Fprintln(os.Stderr, e.KVCacheSizing())
 

@@ -4,8 +4,10 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/kvasir-llm/kvasir"
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
+	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/model"
 )
 
@@ -62,6 +64,43 @@ func (p *placement) open() ([]backend.Backend, error) {
 		bes = append(bes, b)
 	}
 	return bes, nil
+}
+
+// model binds fm's weights on the backends the flags name (a pool of threads workers on
+// the CPU), with a progress bar while they upload to a device. It returns the backends,
+// which the caller closes after the model (closeBackends); on failure none stays open.
+func (p *placement) model(fm *format.Model, threads int) (*model.Model, []backend.Backend, error) {
+	bes, err := p.open()
+	if err != nil {
+		return nil, nil, err
+	}
+	update, finish := uploadProgress(bes, fm.Bytes())
+	m, err := model.New(fm, model.Options{Threads: threads, Backends: bes, Parallel: p.parallel(), Progress: update})
+	finish()
+	if err != nil {
+		closeBackends(bes)
+		return nil, nil, err
+	}
+	return m, bes, nil
+}
+
+// engine starts an engine on fm with opt on the backends the flags name, as model does;
+// the flags fill in opt's backends, split and upload progress. On failure no backend
+// stays open and fm is still the caller's to close.
+func (p *placement) engine(fm *format.Model, opt kvasir.Options) (*kvasir.Engine, []backend.Backend, error) {
+	bes, err := p.open()
+	if err != nil {
+		return nil, nil, err
+	}
+	update, finish := uploadProgress(bes, fm.Bytes())
+	opt.Backends, opt.TensorParallel, opt.PipelineParallel, opt.UploadProgress = bes, *p.tensor, *p.pipe, update
+	e, err := kvasir.OpenModel(fm, opt)
+	finish()
+	if err != nil {
+		closeBackends(bes)
+		return nil, nil, err
+	}
+	return e, bes, nil
 }
 
 // gpuMemoryFlag adds --gpu-memory-utilization to fs: how much of a GPU's memory to use.

@@ -46,16 +46,8 @@ func loadModel(ref, tokPath string, threads int, pl *placement) (*loaded, error)
 		fm.Close()
 		return nil, fmt.Errorf("%s: tokenizer: %w", ref, err)
 	}
-	bes, err := pl.open()
+	m, bes, err := pl.model(fm, threads)
 	if err != nil {
-		fm.Close()
-		return nil, err
-	}
-	update, finish := uploadProgress(bes, fm.Bytes())
-	m, err := model.New(fm, model.Options{Threads: threads, Backends: bes, Parallel: pl.parallel(), Progress: update})
-	finish()
-	if err != nil {
-		closeBackends(bes)
 		fm.Close()
 		return nil, err
 	}

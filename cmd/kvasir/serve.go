@@ -87,24 +87,16 @@ func runServe(args []string) error {
 	}
 	metrics := server.NewMetrics(names[0])
 	start := time.Now()
-	bes, err := pl.open()
+	eng, bes, err := pl.engine(fm, kvasir.Options{
+		Threads: *threads, KVCacheMemory: kvBytes, GPUMemoryUtilization: *gpuMem, BlockSize: *blockSize, MaxNumSeqs: *maxSeqs,
+		MaxNumBatchedTokens: *maxBatched, MaxModelLen: *maxModelLen, DisablePrefixCaching: *noPrefix, DisableAsyncScheduling: *noAsync,
+		MaxWaiting: *maxWaiting, OnRequestDone: metrics.OnRequestDone,
+	})
 	if err != nil {
 		fm.Close()
 		return err
 	}
 	defer closeBackends(bes)
-	update, finish := uploadProgress(bes, fm.Bytes())
-	eng, err := kvasir.OpenModel(fm, kvasir.Options{
-		Threads: *threads, Backends: bes, TensorParallel: *pl.tensor, PipelineParallel: *pl.pipe, KVCacheMemory: kvBytes, GPUMemoryUtilization: *gpuMem, BlockSize: *blockSize, MaxNumSeqs: *maxSeqs,
-		MaxNumBatchedTokens: *maxBatched, MaxModelLen: *maxModelLen, DisablePrefixCaching: *noPrefix, DisableAsyncScheduling: *noAsync,
-		MaxWaiting: *maxWaiting, OnRequestDone: metrics.OnRequestDone,
-		UploadProgress: update,
-	})
-	finish()
-	if err != nil {
-		fm.Close()
-		return err
-	}
 	log.Info("engine ready", "model", eng.ModelName(), "max_model_len", eng.MaxModelLen(), "load", time.Since(start).Round(time.Millisecond))
 	log.Info(eng.KVCacheSizing())
 	srv, err := server.New(eng, server.Config{
