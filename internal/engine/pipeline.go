@@ -77,17 +77,14 @@ func (e *Engine) step() {
 		return
 	}
 	if prev != nil {
-		res := e.wait(prev)
-		if res.err != nil {
+		if err := e.take(prev); err != nil {
 			// next was built on prev's tokens and is not launched: it fails with it.
-			e.failStep(prev, res.err)
 			if next != nil {
-				e.failStep(next, res.err)
+				e.failStep(next, err)
 			}
 			e.publishStats()
 			return
 		}
-		e.fast(prev, res)
 	}
 	if next != nil {
 		e.launch(next)
@@ -98,14 +95,23 @@ func (e *Engine) step() {
 	if next == nil || !e.cfg.DisableAsyncScheduling {
 		return
 	}
-	res := e.wait(next)
-	if res.err != nil {
-		e.failStep(next, res.err)
+	if err := e.take(next); err != nil {
 		e.publishStats()
 		return
 	}
-	e.fast(next, res)
 	e.slow(next)
+}
+
+// take waits for a launched step and takes its tokens (fast); when its forward pass failed
+// it fails the step's requests instead and returns the error.
+func (e *Engine) take(job *stepJob) error {
+	res := e.wait(job)
+	if res.err != nil {
+		e.failStep(job, res.err)
+		return res.err
+	}
+	e.fast(job, res)
+	return nil
 }
 
 // plan schedules and builds the next step; nil when nothing is to run. An empty schedule

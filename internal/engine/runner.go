@@ -12,7 +12,7 @@ import (
 
 // runner turns a step plan into a model Batch, performs the KV block copies the plan
 // ordered, and runs the forward pass. Building happens on the engine loop; copies and the
-// forward pass run on the forward goroutine (forward.go). Two batch buffers take turns, so
+// forward pass run on the forward goroutine (pipeline.go). Two batch buffers take turns, so
 // that the next step is built while the previous one's batch is in use.
 type runner struct {
 	model *model.Model
