@@ -140,8 +140,12 @@ func checkRevision(rev string, allowSlash bool) error {
 	if !allowSlash && strings.Contains(rev, "/") {
 		return fmt.Errorf("revision %q contains '/' (use --revision for such revisions)", rev)
 	}
+	if strings.Contains(rev, "..") {
+		// git forbids ".." anywhere in a ref name (git check-ref-format).
+		return fmt.Errorf("revision %q contains \"..\"", rev)
+	}
 	for _, seg := range strings.Split(rev, "/") {
-		if seg == "" || seg == "." || seg == ".." {
+		if seg == "" || seg == "." {
 			return fmt.Errorf("revision %q: bad segment %q", rev, seg)
 		}
 	}
