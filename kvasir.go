@@ -95,6 +95,11 @@ type Options struct {
 	// (weights, KV cache and a reserve for activations); the KV cache gets what the weights
 	// leave of it. 0 means DefaultGPUMemoryUtilization. Ignored on the CPU.
 	GPUMemoryUtilization float64
+	// KVCacheDType is the KV cache's element type: "" or "auto" for the backend's own (f32
+	// on the CPU; a GPU backend's is chosen when it is made, bf16 by default), "f32", or
+	// "f16": half the memory per token of f32, so twice the tokens in the same
+	// KVCacheMemory, and half the bytes attention reads (the CPU cache holds f32 or f16).
+	KVCacheDType string
 	// UploadProgress, when set, is told the bytes of weights uploaded so far.
 	UploadProgress func(done, total int64)
 	// BlockSize is the tokens per KV block (0: 16).
@@ -175,20 +180,21 @@ func OpenModel(fm *format.Model, opt Options) (*Engine, error) {
 	if bes == nil && opt.Backend != nil {
 		bes = []backend.Backend{opt.Backend}
 	}
+	kvDType, err := model.ParseKVCacheDType(opt.KVCacheDType)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", fm.Path, err)
+	}
 	// The weights go first, so that a device's KV cache can take what they leave.
-	m, err := model.New(fm, model.Options{Threads: opt.Threads, Backends: bes,
+	m, err := model.New(fm, model.Options{Threads: opt.Threads, Backends: bes, KVCacheDType: kvDType,
 		Parallel: model.Parallel{Tensor: opt.TensorParallel, Pipeline: opt.PipelineParallel}, Progress: opt.UploadProgress})
 	if err != nil {
 		return nil, err
 	}
 	// Every rank holds the same blocks of its own layers and KV heads: the cache is sized
-	// by the largest rank's part, in the element its backend holds (BF16 on a GPU, F32 on
-	// the CPU), from the memory each rank has.
+	// by the largest rank's part, in the element its backend holds, from the memory each
+	// rank has.
 	rc := m.RankConfig()
-	elem := 4
-	if len(bes) > 0 {
-		elem = backend.KVBytesPerElement(bes[0])
-	}
+	elem := m.KVBytesPerElement()
 	perToken := model.KVBytesPerToken(rc, elem)
 	mem := opt.KVCacheMemory
 	if mem <= 0 {

@@ -46,6 +46,42 @@ func TestOpenGenerate(t *testing.T) {
 	}
 }
 
+// TestOpenF16Cache: an F16 KV cache holds twice the blocks of an F32 one in the same
+// memory and tells the same greedy story; an unknown cache type is refused.
+func TestOpenF16Cache(t *testing.T) {
+	p := testdata.Path(t, "models/stories260K/stories260K.bin")
+	tok := testdata.Path(t, "models/stories260K/tok512.bin")
+	var blocks []int
+	var stories []string
+	for _, dt := range []string{"auto", "f16"} {
+		e, err := Open(p, Options{Tokenizer: tok, Threads: 2, KVCacheMemory: 4 << 20, KVCacheDType: dt})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Log(e.KVCacheSizing())
+		blocks = append(blocks, e.sizing.NumBlocks)
+		ch, err := e.Generate(context.Background(), Request{Prompt: "Once upon a time", Params: SamplingParams{MaxTokens: 60}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var text string
+		for o := range ch {
+			text += o.Text
+		}
+		stories = append(stories, text)
+		e.Close()
+	}
+	if blocks[1] != 2*blocks[0] && blocks[1] != 2*blocks[0]+1 { // whole blocks of the same bytes
+		t.Errorf("f16 cache: %d blocks in 4 MiB, want twice the f32 cache's %d", blocks[1], blocks[0])
+	}
+	if stories[0] == "" || stories[0] != stories[1] {
+		t.Errorf("f16 cache tells %q, f32 %q", stories[1], stories[0])
+	}
+	if _, err := Open(p, Options{Tokenizer: tok, Threads: 1, KVCacheDType: "fp8"}); err == nil {
+		t.Error("an fp8 cache accepted")
+	}
+}
+
 func TestKVBudget(t *testing.T) {
 	const gib = int64(1) << 30
 	cases := []struct {

@@ -9,23 +9,44 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/model"
+	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
-// placement is where a model runs: the --device, --tensor-parallel-size and
-// --pipeline-parallel-size flags of the commands that load a model.
+// placement is where a model runs and how its KV cache is held: the --device,
+// --tensor-parallel-size, --pipeline-parallel-size and --kv-cache-dtype flags of the
+// commands that load a model.
 type placement struct {
 	device       *string
 	tensor, pipe *int
+	kvDType      *string
 }
 
-// placementFlags adds --device, --tensor-parallel-size and --pipeline-parallel-size to fs.
+// placementFlags adds --device, --tensor-parallel-size, --pipeline-parallel-size and
+// --kv-cache-dtype to fs.
 func placementFlags(fs *flag.FlagSet) *placement {
 	return &placement{
-		device: fs.String("device", "cpu", "where the model runs: cpu, or cuda (an NVIDIA GPU; cuda:N for device N, the first of a split model's GPUs)"),
-		tensor: fs.Int("tensor-parallel-size", 1, "split every layer's heads and MLP across this many ranks (GPUs, or CPU thread groups), summed by all-reduce"),
-		pipe:   fs.Int("pipeline-parallel-size", 1, "split the layers into this many pipeline stages, one rank (or tensor-parallel group) each"),
+		device:  fs.String("device", "cpu", "where the model runs: cpu, or cuda (an NVIDIA GPU; cuda:N for device N, the first of a split model's GPUs)"),
+		tensor:  fs.Int("tensor-parallel-size", 1, "split every layer's heads and MLP across this many ranks (GPUs, or CPU thread groups), summed by all-reduce"),
+		pipe:    fs.Int("pipeline-parallel-size", 1, "split the layers into this many pipeline stages, one rank (or tensor-parallel group) each"),
+		kvDType: fs.String("kv-cache-dtype", "auto", "KV cache element type: auto (f32 on the CPU, bf16 on a GPU), f32, f16 (half the memory of f32) or bf16 (GPU only)"),
 	}
 }
+
+// kvCacheDType returns the KV cache element type the flags ask for on the device they
+// name: the CPU cache holds f32 or f16.
+func (p *placement) kvCacheDType() (quant.Type, error) {
+	dt, err := model.ParseKVCacheDType(*p.kvDType)
+	if err != nil {
+		return 0, fmt.Errorf("--kv-cache-dtype: %w", err)
+	}
+	if dt == quant.BF16 && p.onCPU() {
+		return 0, fmt.Errorf("--kv-cache-dtype bf16: the CPU cache holds f32 or f16")
+	}
+	return dt, nil
+}
+
+// onCPU reports whether --device names the CPU.
+func (p *placement) onCPU() bool { return *p.device == "" || *p.device == "cpu" }
 
 // parallel returns the split the flags ask for.
 func (p *placement) parallel() model.Parallel {
@@ -40,10 +61,13 @@ func (p *placement) open() ([]backend.Backend, error) {
 	if par.Tensor < 1 || par.Pipeline < 1 {
 		return nil, fmt.Errorf("--tensor-parallel-size %d --pipeline-parallel-size %d: want sizes of at least 1", par.Tensor, par.Pipeline)
 	}
+	if _, err := p.kvCacheDType(); err != nil {
+		return nil, err
+	}
 	device := *p.device
 	first := 0
 	switch {
-	case device == "" || device == "cpu":
+	case p.onCPU():
 		return nil, nil
 	case device == "cuda":
 	default:
@@ -53,7 +77,11 @@ func (p *placement) open() ([]backend.Backend, error) {
 	}
 	var bes []backend.Backend
 	for r := range par.Ranks() {
-		b, err := cuda.NewBackend(cuda.BackendOptions{Ordinal: first + r})
+		kvType := *p.kvDType
+		if kvType == "auto" {
+			kvType = ""
+		}
+		b, err := cuda.NewBackend(cuda.BackendOptions{Ordinal: first + r, KVCacheType: kvType})
 		if err != nil {
 			closeBackends(bes)
 			if par.Ranks() > 1 {
@@ -74,8 +102,9 @@ func (p *placement) model(fm *format.Model, threads int) (*model.Model, []backen
 	if err != nil {
 		return nil, nil, err
 	}
+	kvDType, _ := p.kvCacheDType() // checked by open
 	update, finish := uploadProgress(bes, fm.Bytes())
-	m, err := model.New(fm, model.Options{Threads: threads, Backends: bes, Parallel: p.parallel(), Progress: update})
+	m, err := model.New(fm, model.Options{Threads: threads, Backends: bes, Parallel: p.parallel(), Progress: update, KVCacheDType: kvDType})
 	finish()
 	if err != nil {
 		closeBackends(bes)
@@ -94,6 +123,7 @@ func (p *placement) engine(fm *format.Model, opt kvasir.Options) (*kvasir.Engine
 	}
 	update, finish := uploadProgress(bes, fm.Bytes())
 	opt.Backends, opt.TensorParallel, opt.PipelineParallel, opt.UploadProgress = bes, *p.tensor, *p.pipe, update
+	opt.KVCacheDType = *p.kvDType
 	e, err := kvasir.OpenModel(fm, opt)
 	finish()
 	if err != nil {

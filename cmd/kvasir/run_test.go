@@ -58,6 +58,30 @@ func TestRunGreedyStories(t *testing.T) {
 	}
 }
 
+// TestRunKVCacheDType: `kvasir run --kv-cache-dtype f16` still prints llama2.c's greedy
+// text for stories260K (the F16 cache's rounding moves no greedy token there), and a type
+// the CPU cache does not hold is refused before anything runs.
+func TestRunKVCacheDType(t *testing.T) {
+	bin := testdata.Path(t, "models/stories260K/stories260K.bin")
+	tok := testdata.Path(t, "models/stories260K/tok512.bin")
+	want, err := os.ReadFile(testdata.Path(t, "models/stories260K/ref_runc_greedy200.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := captureStdout(t, func() error {
+		return runRun([]string{"-m", bin, "-z", tok, "--temperature", "0", "-n", "200", "--kv-cache-dtype", "f16"})
+	})
+	if strings.TrimSuffix(got, "\n") != string(want) {
+		t.Errorf("kvasir run --kv-cache-dtype f16 printed\n%q\nwant\n%q", got, want)
+	}
+	for _, bad := range []string{"bf16", "q8_0", "half"} {
+		err := runRun([]string{"-m", bin, "-z", tok, "-n", "1", "--kv-cache-dtype", bad})
+		if err == nil || !strings.Contains(err.Error(), "--kv-cache-dtype") {
+			t.Errorf("--kv-cache-dtype %s: error %v, want one naming the flag", bad, err)
+		}
+	}
+}
+
 // TestBenchGenerateJSON: `kvasir bench generate --json` prints one object with the figures.
 func TestBenchGenerateJSON(t *testing.T) {
 	gguf := testdata.Path(t, "models/stories260K/stories260K.gguf")

@@ -256,13 +256,17 @@ type MemoryReporter interface {
 	MemoryInfo() (free, total int64, err error)
 }
 
-// KVBytesPerElement returns the bytes per KV cache element be holds: its own answer when
-// it implements KVElementSizer, else 4 (F32).
-func KVBytesPerElement(be Backend) int {
+// KVBytesPerElement returns the bytes per KV cache element be holds when its cache is
+// asked for dtype elements (KVSpec.DType): its own answer when it implements
+// KVElementSizer, else dtype's size (4 for F32, 2 for F16).
+func KVBytesPerElement(be Backend, dtype quant.Type) int {
 	if s, ok := be.(KVElementSizer); ok {
 		if n := s.KVBytesPerElement(); n > 0 {
 			return n
 		}
+	}
+	if dtype.BlockSize() == 1 && dtype.BlockBytes() > 0 {
+		return dtype.BlockBytes()
 	}
 	return 4
 }

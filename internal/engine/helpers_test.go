@@ -36,11 +36,17 @@ func newTinyModel(t testing.TB) *tinyModel {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bindModel(t, fm)
+	return bindModel(t, fm, quant.F32)
 }
 
 // storiesModel is the real stories260K checkpoint.
-func storiesModel(t testing.TB) *tinyModel {
+func storiesModel(t testing.TB) *tinyModel { return openStoriesModel(t, quant.F32) }
+
+// storiesF16Model is the stories260K checkpoint with an F16 KV cache.
+func storiesF16Model(t testing.TB) *tinyModel { return openStoriesModel(t, quant.F16) }
+
+// openStoriesModel binds the stories260K checkpoint with a KV cache of kvDType elements.
+func openStoriesModel(t testing.TB, kvDType quant.Type) *tinyModel {
 	t.Helper()
 	p := testdata.Path(t, "models/stories260K/stories260K.bin")
 	tp := testdata.Path(t, "models/stories260K/tok512.bin")
@@ -49,11 +55,12 @@ func storiesModel(t testing.TB) *tinyModel {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { fm.Close() })
-	return bindModel(t, fm)
+	return bindModel(t, fm, kvDType)
 }
 
-func bindModel(t testing.TB, fm *format.Model) *tinyModel {
-	m, err := model.New(fm, model.Options{Threads: 2})
+// bindModel binds fm on two threads, with a KV cache of kvDType elements.
+func bindModel(t testing.TB, fm *format.Model, kvDType quant.Type) *tinyModel {
+	m, err := model.New(fm, model.Options{Threads: 2, KVCacheDType: kvDType})
 	if err != nil {
 		t.Fatal(err)
 	}

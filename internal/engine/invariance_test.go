@@ -35,10 +35,11 @@ func sequential(t *testing.T, e *Engine, reqs []Request) [][]result {
 }
 
 // TestGreedyInvariance: batching, chunked prefill, prefix caching and preemption do not
-// change greedy tokens, with asynchronous scheduling on and off: every request gets the
-// tokens of the model run one request at a time, serially.
+// change greedy tokens, with asynchronous scheduling on and off and with an F32 or F16 KV
+// cache: every request gets the tokens of the model run one request at a time, serially.
 func TestGreedyInvariance(t *testing.T) {
-	models := map[string]func(testing.TB) *tinyModel{"synth": newTinyModel, "stories260K": storiesModel}
+	models := map[string]func(testing.TB) *tinyModel{"synth": newTinyModel, "stories260K": storiesModel,
+		"stories260K-f16-cache": storiesF16Model}
 	for name, mk := range models {
 		t.Run(name, func(t *testing.T) {
 			tm := mk(t)

@@ -32,7 +32,7 @@ func (m *Model) NewKVCache(numBlocks, blockSize int) (*KVCache, error) {
 	for r, s := range m.ranks {
 		err := s.be.Run(func() error {
 			var err error
-			kv.parts[r], err = s.be.NewKVCache(s.kvSpec(numBlocks, blockSize))
+			kv.parts[r], err = s.be.NewKVCache(s.kvSpec(numBlocks, blockSize, m.kvDT))
 			return err
 		})
 		if err != nil {
@@ -42,22 +42,43 @@ func (m *Model) NewKVCache(numBlocks, blockSize int) (*KVCache, error) {
 	return kv, nil
 }
 
-// kvSpec returns the geometry of the shard's part of a cache.
-func (s *shard) kvSpec(numBlocks, blockSize int) backend.KVSpec {
+// ParseKVCacheDType reads a KV cache element type by name: "f32", "f16" or "bf16"; "" and
+// "auto" mean the backend's own, which Options.KVCacheDType asks for with quant.F32 (the
+// CPU's cache type; a GPU backend holds the type it was made with whatever is asked).
+func ParseKVCacheDType(name string) (quant.Type, error) {
+	switch name {
+	case "", "auto", "f32":
+		return quant.F32, nil
+	case "f16":
+		return quant.F16, nil
+	case "bf16":
+		return quant.BF16, nil
+	}
+	return 0, fmt.Errorf("kv cache dtype %q: want auto, f32, f16 or bf16", name)
+}
+
+// kvSpec returns the geometry of the shard's part of a cache of dtype elements.
+func (s *shard) kvSpec(numBlocks, blockSize int, dtype quant.Type) backend.KVSpec {
 	c := s.cfg
 	return backend.KVSpec{Layers: c.Layers, NumBlocks: numBlocks, BlockSize: blockSize,
-		KVHeads: c.KVHeads, HeadDim: c.HeadDim, DType: quant.F32}
+		KVHeads: c.KVHeads, HeadDim: c.HeadDim, DType: dtype}
 }
 
 // KVBytesPerToken returns the cache bytes one token takes, over all layers and all ranks:
-// keys and values of the element size each backend's cache holds (BF16 on a GPU, float32
-// on the CPU).
+// keys and values of the element size each backend's cache holds (Options.KVCacheDType on
+// the CPU, the backend's own type on a GPU).
 func (m *Model) KVBytesPerToken() int64 {
 	var n int64
 	for _, s := range m.ranks {
-		n += KVBytesPerToken(s.cfg, backend.KVBytesPerElement(s.be))
+		n += KVBytesPerToken(s.cfg, backend.KVBytesPerElement(s.be, m.kvDT))
 	}
 	return n
+}
+
+// KVBytesPerElement returns the bytes one cached key or value element takes on the first
+// rank (every rank's backend is of one kind).
+func (m *Model) KVBytesPerElement() int {
+	return backend.KVBytesPerElement(m.ranks[0].be, m.kvDT)
 }
 
 // KVBytesPerToken returns the cache bytes one token takes across all layers, keys and
@@ -98,7 +119,7 @@ func (kv *KVCache) fits(m *Model) error {
 		return fmt.Errorf("kv cache was not made by this model")
 	}
 	for r, s := range m.ranks {
-		got, want := kv.parts[r].Spec(), s.kvSpec(kv.NumBlocks, kv.BlockSize)
+		got, want := kv.parts[r].Spec(), s.kvSpec(kv.NumBlocks, kv.BlockSize, m.kvDT)
 		if got.Layers != want.Layers || got.KVHeads != want.KVHeads || got.HeadDim != want.HeadDim ||
 			got.BlockSize != want.BlockSize || got.NumBlocks != want.NumBlocks {
 			return fmt.Errorf("kv cache of rank %d: %d layers of %d kv heads of %d do not match the model's %d of %d of %d",

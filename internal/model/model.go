@@ -18,6 +18,7 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/backend/cpu"
 	"github.com/kvasir-llm/kvasir/internal/backend/cpubackend"
 	"github.com/kvasir-llm/kvasir/internal/format"
+	"github.com/kvasir-llm/kvasir/internal/quant"
 	"github.com/kvasir-llm/kvasir/internal/sample"
 )
 
@@ -37,6 +38,11 @@ type Options struct {
 	// Progress, when set, is told the bytes of weights uploaded so far (for a progress bar
 	// while weights are copied to a device).
 	Progress func(done, total int64)
+	// KVCacheDType is the element type asked of the KV cache (KVSpec.DType): quant.F32
+	// (the zero value) or quant.F16, which halves the cache's memory and the bytes
+	// attention reads. A backend with a cache type of its own (a GPU's, chosen when it was
+	// made) holds that instead.
+	KVCacheDType quant.Type
 }
 
 // Model is a transformer bound to its weights, ready to run batches: one shard holding
@@ -46,7 +52,8 @@ type Options struct {
 type Model struct {
 	cfg   format.Config
 	par   Parallel
-	ranks []*shard // rank order: stage-major
+	kvDT  quant.Type // the element type asked of KV caches
+	ranks []*shard   // rank order: stage-major
 	owned []backend.Backend
 	comms []backend.Communicator
 	// broken is the error of a split step that failed and aborted the communicators;
@@ -62,7 +69,10 @@ func New(m *format.Model, opt Options) (*Model, error) {
 	if err := par.Check(m.Config); err != nil {
 		return nil, fmt.Errorf("model %s: %w", m.Path, err)
 	}
-	md := &Model{cfg: m.Config, par: par}
+	if dt := opt.KVCacheDType; dt != quant.F32 && dt != quant.F16 && dt != quant.BF16 {
+		return nil, fmt.Errorf("model %s: kv cache dtype %s: want f32, f16 or bf16", m.Path, dt)
+	}
+	md := &Model{cfg: m.Config, par: par, kvDT: opt.KVCacheDType}
 	bes, err := md.backends(opt)
 	if err != nil {
 		return nil, fmt.Errorf("model %s: %w", m.Path, err)

@@ -126,10 +126,11 @@ func TestKVBytesPerToken(t *testing.T) {
 	defer cpu.Close()
 	for _, tc := range []struct {
 		be   backend.Backend
+		dt   quant.Type
 		want int
-	}{{cpu, 4}, {halfKV{cpu}, 2}} {
-		if got := backend.KVBytesPerElement(tc.be); got != tc.want {
-			t.Errorf("%T: %d bytes per element, want %d", tc.be, got, tc.want)
+	}{{cpu, quant.F32, 4}, {cpu, quant.F16, 2}, {halfKV{cpu}, quant.F32, 2}} {
+		if got := backend.KVBytesPerElement(tc.be, tc.dt); got != tc.want {
+			t.Errorf("%T asked for %s: %d bytes per element, want %d", tc.be, tc.dt, got, tc.want)
 		}
 	}
 	s, err := synth.Lookup("llama-3.1-8b")

@@ -1,27 +1,53 @@
 package cpu
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
-// KVCacheLayer holds one layer's keys and values in fixed-size physical blocks. K and V are
-// flat slices of NumBlocks blocks, each [BlockSize][KVHeads][HeadDim], so the vector of kv
-// head h at slot s (s = block*BlockSize + offset) starts at (s*KVHeads + h)*HeadDim. Values
-// are float32; a future F16 cache would add an element type field and keep this layout.
+// KVCacheLayer holds one layer's keys and values in fixed-size physical blocks. The cache
+// is flat: NumBlocks blocks, each [BlockSize][KVHeads][HeadDim], so the vector of kv head h
+// at slot s (s = block*BlockSize + offset) starts at element (s*KVHeads + h)*HeadDim.
+//
+// DType is the element type. An F32 cache keeps its values in K and V. An F16 cache keeps
+// them in K16 and V16 as little-endian IEEE halves, two bytes each: half the memory, and
+// half the bytes a decode step reads; attention's kernels widen the halves to float32 as
+// they load them, so its arithmetic is the F32 cache's over the rounded values.
 type KVCacheLayer struct {
 	BlockSize, KVHeads, HeadDim int
-	K, V                        []float32
+	DType                       quant.Type
+	K, V                        []float32 // F32 cache
+	K16, V16                    []byte    // F16 cache
 }
 
-// NewKVCacheLayer allocates a zeroed cache layer of numBlocks blocks.
-func NewKVCacheLayer(numBlocks, blockSize, kvHeads, headDim int) (*KVCacheLayer, error) {
+// NewKVCacheLayer allocates a zeroed cache layer of numBlocks blocks of dtype elements
+// (quant.F32 or quant.F16).
+func NewKVCacheLayer(numBlocks, blockSize, kvHeads, headDim int, dtype quant.Type) (*KVCacheLayer, error) {
 	if numBlocks <= 0 || blockSize <= 0 || kvHeads <= 0 || headDim <= 0 {
 		return nil, fmt.Errorf("cpu: kv cache: bad shape blocks=%d blockSize=%d kvHeads=%d headDim=%d", numBlocks, blockSize, kvHeads, headDim)
 	}
 	n := numBlocks * blockSize * kvHeads * headDim
-	return &KVCacheLayer{BlockSize: blockSize, KVHeads: kvHeads, HeadDim: headDim,
-		K: make([]float32, n), V: make([]float32, n)}, nil
+	c := &KVCacheLayer{BlockSize: blockSize, KVHeads: kvHeads, HeadDim: headDim, DType: dtype}
+	switch dtype {
+	case quant.F32:
+		c.K, c.V = make([]float32, n), make([]float32, n)
+	case quant.F16:
+		c.K16, c.V16 = make([]byte, 2*n), make([]byte, 2*n)
+	default:
+		return nil, fmt.Errorf("cpu: kv cache: %s elements (the CPU cache holds f32 or f16)", dtype)
+	}
+	return c, nil
+}
+
+// elements returns how many values K (and V) hold.
+func (c *KVCacheLayer) elements() int {
+	if c.DType == quant.F16 {
+		return min(len(c.K16), len(c.V16)) / 2
+	}
+	return min(len(c.K), len(c.V))
 }
 
 // NumBlocks returns how many physical blocks the layer holds.
@@ -30,19 +56,38 @@ func (c *KVCacheLayer) NumBlocks() int {
 	if per <= 0 {
 		return 0
 	}
-	return min(len(c.K), len(c.V)) / per
+	return c.elements() / per
 }
 
 func (c *KVCacheLayer) check() error {
-	if c == nil || c.BlockSize <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 {
+	if c == nil || c.BlockSize <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 || (c.DType != quant.F32 && c.DType != quant.F16) {
 		return fmt.Errorf("cpu: kv cache: bad layer %+v", c)
 	}
 	return nil
 }
 
+// CopyBlock copies the keys and values of block src into block dst (copy-on-write).
+func (c *KVCacheLayer) CopyBlock(dst, src int) error {
+	n := c.NumBlocks()
+	if src < 0 || dst < 0 || src >= n || dst >= n {
+		return fmt.Errorf("cpu: kv cache: copy block %d to %d: outside the cache's %d blocks", src, dst, n)
+	}
+	per := c.BlockSize * c.KVHeads * c.HeadDim
+	if c.DType == quant.F16 {
+		per *= 2
+		copy(c.K16[dst*per:][:per], c.K16[src*per:][:per])
+		copy(c.V16[dst*per:][:per], c.V16[src*per:][:per])
+		return nil
+	}
+	copy(c.K[dst*per:][:per], c.K[src*per:][:per])
+	copy(c.V[dst*per:][:per], c.V[src*per:][:per])
+	return nil
+}
+
 // WriteKV stores the keys and values of len(slotMapping) new tokens (k and v laid out
-// [tokens][KVHeads][HeadDim]) into the cache: token t goes to slot slotMapping[t]
-// (= physical block * BlockSize + offset). A negative slot skips the token (padding).
+// [tokens][KVHeads][HeadDim]) into the cache, rounded to F16 in an F16 cache: token t goes
+// to slot slotMapping[t] (= physical block * BlockSize + offset). A negative slot skips the
+// token (padding).
 func WriteKV(kv *KVCacheLayer, k, v []float32, slotMapping []int32) error {
 	if err := kv.check(); err != nil {
 		return err
@@ -60,10 +105,23 @@ func WriteKV(kv *KVCacheLayer, k, v []float32, slotMapping []int32) error {
 		if int(s) >= slots {
 			return fmt.Errorf("cpu: write kv: token %d: slot %d outside the cache's %d slots", t, s, slots)
 		}
+		if kv.DType == quant.F16 {
+			putF16s(kv.K16[2*int(s)*row:][:2*row], k[t*row:][:row])
+			putF16s(kv.V16[2*int(s)*row:][:2*row], v[t*row:][:row])
+			continue
+		}
 		copy(kv.K[int(s)*row:][:row], k[t*row:][:row])
 		copy(kv.V[int(s)*row:][:row], v[t*row:][:row])
 	}
 	return nil
+}
+
+// putF16s writes src to dst as little-endian halves (round to nearest even).
+func putF16s(dst []byte, src []float32) {
+	dst = dst[:2*len(src)]
+	for i, x := range src {
+		binary.LittleEndian.PutUint16(dst[2*i:], quant.F32ToF16(x))
+	}
 }
 
 // attnTileTokens is how many query tokens one attention work unit handles: every K/V block
@@ -274,7 +332,6 @@ func (a *attnJob) partial(st *attnState, tile, kvh, g0, g1, lb0, lb1 int) {
 	for t := t0; t < t1; t++ {
 		maxPos = max(maxPos, int(a.positions[t]))
 	}
-	stride := kv.KVHeads * hd
 	end := min(lb1, maxPos/kv.BlockSize+1) // the blocks any token of the tile sees
 	for lb := lb0; lb < min(end, lb0+attnPrefetchBlocks); lb++ {
 		a.prefetchBlock(lb, kvh, maxPos)
@@ -295,7 +352,7 @@ func (a *attnJob) partial(st *attnState, tile, kvh, g0, g1, lb0, lb1 int) {
 				r := (t-t0)*group + g
 				qv := a.q[(t*a.heads+h)*hd:][:hd]
 				sc := st.scores[:n]
-				a.k.attnScores(sc, qv, kv.K[base*stride+kvh*hd:], stride)
+				a.scores(sc, qv, base, kvh)
 				bmax := scaleMax(sc, a.scale)
 				acc := st.acc[r*hd : (r+1)*hd]
 				if bmax > st.m[r] {
@@ -316,7 +373,7 @@ func (a *attnJob) partial(st *attnState, tile, kvh, g0, g1, lb0, lb1 int) {
 					l += e
 				}
 				st.l[r] = l
-				a.k.attnWsum(acc, sc, kv.V[base*stride+kvh*hd:], stride)
+				a.wsum(acc, sc, base, kvh)
 			}
 		}
 	}
@@ -344,6 +401,32 @@ func scaleMax(sc []float32, scale float32) float32 {
 	return max(m0, m1, m2, m3)
 }
 
+// scores sets sc[j] to q · the key of kv head kvh at position j of the block whose first
+// slot is base.
+func (a *attnJob) scores(sc, q []float32, base, kvh int) {
+	kv := a.kv
+	stride := kv.KVHeads * kv.HeadDim
+	off := base*stride + kvh*kv.HeadDim
+	if kv.DType == quant.F16 {
+		a.k.attnScoresF16(sc, q, kv.K16[2*off:], stride)
+		return
+	}
+	a.k.attnScores(sc, q, kv.K[off:], stride)
+}
+
+// wsum adds e[j] times the value of kv head kvh at position j of the block whose first
+// slot is base to acc.
+func (a *attnJob) wsum(acc, e []float32, base, kvh int) {
+	kv := a.kv
+	stride := kv.KVHeads * kv.HeadDim
+	off := base*stride + kvh*kv.HeadDim
+	if kv.DType == quant.F16 {
+		a.k.attnWsumF16(acc, e, kv.V16[2*off:], stride)
+		return
+	}
+	a.k.attnWsum(acc, e, kv.V[off:], stride)
+}
+
 // prefetchBlock starts loading the keys and values of kv head kvh in logical block lb,
 // as far as position maxPos.
 func (a *attnJob) prefetchBlock(lb, kvh, maxPos int) {
@@ -351,8 +434,13 @@ func (a *attnJob) prefetchBlock(lb, kvh, maxPos int) {
 	n := min(kv.BlockSize, maxPos-lb*kv.BlockSize+1)
 	off := (int(a.blockTable[lb])*kv.BlockSize*kv.KVHeads + kvh) * kv.HeadDim
 	stride := kv.KVHeads * kv.HeadDim
-	a.k.prefetchRows(kv.K[off:], stride, n, kv.HeadDim)
-	a.k.prefetchRows(kv.V[off:], stride, n, kv.HeadDim)
+	if kv.DType == quant.F16 {
+		a.k.prefetchRows(kv.K16[2*off:], 2*stride, n, 2*kv.HeadDim)
+		a.k.prefetchRows(kv.V16[2*off:], 2*stride, n, 2*kv.HeadDim)
+		return
+	}
+	a.k.prefetchRows(f32Bytes(kv.K[off:]), 4*stride, n, 4*kv.HeadDim)
+	a.k.prefetchRows(f32Bytes(kv.V[off:]), 4*stride, n, 4*kv.HeadDim)
 }
 
 // finish writes the outputs of query heads g0..g1-1 of a partial run over the whole

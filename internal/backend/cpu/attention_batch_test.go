@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand"
 	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
 // TestAttentionBatch runs several sequences (decodes and prefill chunks, disjoint blocks of
@@ -20,7 +22,7 @@ func TestAttentionBatch(t *testing.T) {
 		{{30, 1}, {12, 1}, {5, 1}, {0, 1}, {77, 1}, {40, 1}},
 		{{0, 18}, {21, 1}, {8, 5}, {50, 1}, {0, 33}},
 	} {
-		kv, err := NewKVCacheLayer(numBlocks, blockSize, kvHeads, hd)
+		kv, err := NewKVCacheLayer(numBlocks, blockSize, kvHeads, hd, quant.F32)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,7 +74,7 @@ func TestAttentionBatch(t *testing.T) {
 func TestAttentionBatchErrors(t *testing.T) {
 	p := NewPool(2)
 	defer p.Close()
-	kv, err := NewKVCacheLayer(4, 4, 1, 8)
+	kv, err := NewKVCacheLayer(4, 4, 1, 8, quant.F32)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"math/rand"
 	"slices"
 	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
 // TestAttentionDecodeHeads checks that a decode token's attention, which Attention splits
@@ -15,7 +17,7 @@ func TestAttentionDecodeHeads(t *testing.T) {
 	r := rand.New(rand.NewSource(5))
 	const blockSize, kvHeads, heads, hd = 16, 3, 9, 64
 	for _, ctx := range []int{1, 7, 16, 17, 100, 160} {
-		kv, err := NewKVCacheLayer(16, blockSize, kvHeads, hd)
+		kv, err := NewKVCacheLayer(16, blockSize, kvHeads, hd, quant.F32)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,14 +84,15 @@ func TestScaleMax(t *testing.T) {
 }
 
 // TestPrefetchRows runs every kernel set's prefetchRows over rows that reach, and would
-// pass, the end of their slice: it must not fault nor change the values.
+// pass, the end of their slice (strides of float32 and of F16 rows): it must not fault nor
+// change the values.
 func TestPrefetchRows(t *testing.T) {
-	x := normals(rand.New(rand.NewSource(8)), 1000)
+	x := f32Bytes(normals(rand.New(rand.NewSource(8)), 1000))
 	want := slices.Clone(x)
 	for _, k := range allKernels() {
 		for _, c := range []struct{ off, stride, rows, n int }{
-			{0, 100, 10, 64}, {0, 100, 50, 64}, {990, 100, 3, 64}, {999, 0, 4, 1},
-			{0, 64, 0, 64}, {5, 10, 3, 0}, {1000, 10, 3, 8},
+			{0, 400, 10, 256}, {0, 400, 50, 256}, {3960, 400, 3, 256}, {3996, 0, 4, 4},
+			{0, 256, 0, 256}, {20, 40, 3, 0}, {4000, 40, 3, 32}, {1, 2, 2000, 2},
 		} {
 			k.prefetchRows(x[c.off:], c.stride, c.rows, c.n)
 		}

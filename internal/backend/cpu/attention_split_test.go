@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand"
 	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
 // TestAttentionSplit forces the split-K (flash-decoding) path with small chunks and checks
@@ -16,7 +18,7 @@ func TestAttentionSplit(t *testing.T) {
 		{1, 4, 100, 1, 1}, {2, 2, 63, 1, 8}, {1, 1, 37, 3, 4}, {2, 4, 150, 2, 16}, {1, 2, 0, 1, 1}, {4, 1, 9, 5, 2},
 	} {
 		heads := c.kvHeads * c.ratio
-		kv, err := NewKVCacheLayer(numBlocks, blockSize, c.kvHeads, hd)
+		kv, err := NewKVCacheLayer(numBlocks, blockSize, c.kvHeads, hd, quant.F32)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -3,6 +3,8 @@ package cpu
 import (
 	"math/rand"
 	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
 // TestAttentionStateReuse checks that a warm pool's attention allocates no work state per
@@ -12,7 +14,7 @@ import (
 func TestAttentionStateReuse(t *testing.T) {
 	r := rand.New(rand.NewSource(21))
 	const blockSize, hd, numBlocks, kvHeads, heads = 16, 64, 16, 8, 32
-	kv, err := NewKVCacheLayer(numBlocks, blockSize, kvHeads, hd)
+	kv, err := NewKVCacheLayer(numBlocks, blockSize, kvHeads, hd, quant.F32)
 	if err != nil {
 		t.Fatal(err)
 	}

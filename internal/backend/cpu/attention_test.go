@@ -4,6 +4,8 @@ import (
 	"math"
 	"math/rand"
 	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
 // naiveAttention is the reference twin: for each token and head, a full float64 softmax
@@ -56,7 +58,7 @@ func TestAttention(t *testing.T) {
 		// chunk = [start, start+n): a prefill chunk attending to earlier cached blocks, or a
 		// decode step (n = 1).
 		for _, chunk := range []struct{ start, n int }{{0, 1}, {0, 7}, {5, 20}, {37, 1}, {40, 19}} {
-			kv, err := NewKVCacheLayer(numBlocks, blockSize, kvHeads, hd)
+			kv, err := NewKVCacheLayer(numBlocks, blockSize, kvHeads, hd, quant.F32)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +107,7 @@ func TestAttention(t *testing.T) {
 func TestAttentionErrors(t *testing.T) {
 	p := NewPool(1)
 	defer p.Close()
-	kv, err := NewKVCacheLayer(2, 4, 2, 8)
+	kv, err := NewKVCacheLayer(2, 4, 2, 8, quant.F32)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +128,7 @@ func TestAttentionErrors(t *testing.T) {
 	if err := WriteKV(kv, make([]float32, 16), make([]float32, 16), []int32{-1}); err != nil {
 		t.Errorf("padding slot rejected: %v", err)
 	}
-	if _, err := NewKVCacheLayer(0, 4, 2, 8); err == nil {
+	if _, err := NewKVCacheLayer(0, 4, 2, 8, quant.F32); err == nil {
 		t.Error("empty cache accepted")
 	}
 }

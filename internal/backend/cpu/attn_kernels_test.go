@@ -7,7 +7,8 @@ import (
 )
 
 // checkAttnKernels compares every kernel set's attnScores and attnWsum with the generic
-// twins on n keys/values of hd values a padded stride apart.
+// twins on n keys/values of hd values a padded stride apart, and each set's F16 kernels
+// with its own float32 kernels over a widened copy of the halves (see checkAttnF16).
 func checkAttnKernels(t *testing.T, seed int64, n, hd, mode int) {
 	t.Helper()
 	r := rand.New(rand.NewSource(seed))
@@ -43,12 +44,43 @@ func checkAttnKernels(t *testing.T, seed int64, n, hd, mode int) {
 				t.Fatalf("%s wsum n=%d hd=%d: [%d] = %g, generic %g", k.name, n, hd, i, acc[i], wantAcc[i])
 			}
 		}
+		checkAttnF16(t, k, q, e, acc0, kv, stride)
+	}
+}
+
+// checkAttnF16 checks that k's attnScoresF16 and attnWsumF16 over kv held as halves give
+// bit for bit what its attnScores and attnWsum give over those halves widened to float32.
+func checkAttnF16(t *testing.T, k *kernels, q, e, acc0, kv []float32, stride int) {
+	t.Helper()
+	n, hd := len(e), len(q)
+	halves := make([]byte, 2*len(kv))
+	putF16s(halves, kv)
+	wide := make([]float32, len(kv))
+	cvtF16Generic(wide, halves)
+	same := func(a, b float32) bool {
+		return math.Float32bits(a) == math.Float32bits(b) || (a != a && b != b)
+	}
+	sc, want := make([]float32, n), make([]float32, n)
+	k.attnScoresF16(sc, q, halves, stride)
+	k.attnScores(want, q, wide, stride)
+	for j := range sc {
+		if !same(sc[j], want[j]) {
+			t.Fatalf("%s f16 scores n=%d hd=%d: [%d] = %g, over the widened keys %g", k.name, n, hd, j, sc[j], want[j])
+		}
+	}
+	acc, wantAcc := append([]float32(nil), acc0...), append([]float32(nil), acc0...)
+	k.attnWsumF16(acc, e, halves, stride)
+	k.attnWsum(wantAcc, e, wide, stride)
+	for i := range acc {
+		if !same(acc[i], wantAcc[i]) {
+			t.Fatalf("%s f16 wsum n=%d hd=%d: [%d] = %g, over the widened values %g", k.name, n, hd, i, acc[i], wantAcc[i])
+		}
 	}
 }
 
 func TestAttnKernels(t *testing.T) {
 	for _, n := range []int{1, 3, 4, 5, 16, 33} {
-		for _, hd := range []int{8, 12, 64, 72, 128} {
+		for _, hd := range []int{8, 12, 64, 72, 128, 264} {
 			for mode := range numModes {
 				checkAttnKernels(t, int64(n*1000+hd*10+mode), n, hd, mode)
 			}

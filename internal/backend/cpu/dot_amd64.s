@@ -614,6 +614,131 @@ wsumdone:
 	VZEROUPPER
 	RET
 
+// func attnScores4F16AVX2(sc, q *float32, k *byte, stride, n, hd int)
+// attnScores4AVX2 over keys held as halves (stride in elements): each key chunk is widened
+// by VCVTPH2PS as it is loaded, and the arithmetic is attnScores4AVX2's, so the scores
+// equal those over a float32 copy of the keys bit for bit.
+TEXT ·attnScores4F16AVX2(SB), NOSPLIT, $0-48
+	MOVQ sc+0(FP), DX
+	MOVQ q+8(FP), DI
+	MOVQ k+16(FP), SI
+	MOVQ stride+24(FP), R8
+	SHLQ $1, R8
+	LEAQ (R8)(R8*2), R9
+	MOVQ n+32(FP), R10
+	SHRQ $2, R10
+	MOVQ hd+40(FP), R11
+	SHRQ $3, R11
+
+h16keys:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ   AX, AX
+	MOVQ   SI, BX
+	MOVQ   R11, CX
+
+h16dim:
+	VMOVUPS     (DI)(AX*1), Y4
+	VCVTPH2PS   (BX), Y5
+	VCVTPH2PS   (BX)(R8*1), Y6
+	VCVTPH2PS   (BX)(R8*2), Y7
+	VCVTPH2PS   (BX)(R9*1), Y8
+	VFMADD231PS Y5, Y4, Y0
+	VFMADD231PS Y6, Y4, Y1
+	VFMADD231PS Y7, Y4, Y2
+	VFMADD231PS Y8, Y4, Y3
+	ADDQ        $32, AX
+	ADDQ        $16, BX
+	DECQ        CX
+	JNZ         h16dim
+
+	VHADDPS      Y1, Y0, Y0
+	VHADDPS      Y3, Y2, Y2
+	VHADDPS      Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VMOVUPS      X0, (DX)
+	ADDQ         $16, DX
+	LEAQ         (SI)(R8*4), SI
+	DECQ         R10
+	JNZ          h16keys
+	VZEROUPPER
+	RET
+
+// func attnWsumF16AVX2(acc, e *float32, v *byte, stride, n, hd int)
+// attnWsumAVX2 over values held as halves (stride in elements), widened as they are loaded;
+// the sums equal those over a float32 copy of the values bit for bit.
+TEXT ·attnWsumF16AVX2(SB), NOSPLIT, $0-48
+	MOVQ acc+0(FP), DI
+	MOVQ e+8(FP), DX
+	MOVQ v+16(FP), SI
+	MOVQ stride+24(FP), R8
+	SHLQ $1, R8
+	MOVQ n+32(FP), R10
+	MOVQ hd+40(FP), R11
+
+h16wsum32:
+	CMPQ    R11, $32
+	JLT     h16wsum8
+	VMOVUPS (DI), Y0
+	VMOVUPS 32(DI), Y1
+	VMOVUPS 64(DI), Y2
+	VMOVUPS 96(DI), Y3
+	MOVQ    SI, BX
+	XORQ    AX, AX
+
+h16wsum32j:
+	VBROADCASTSS (DX)(AX*4), Y4
+	VCVTPH2PS    (BX), Y5
+	VCVTPH2PS    16(BX), Y6
+	VCVTPH2PS    32(BX), Y7
+	VCVTPH2PS    48(BX), Y8
+	VFMADD231PS  Y5, Y4, Y0
+	VFMADD231PS  Y6, Y4, Y1
+	VFMADD231PS  Y7, Y4, Y2
+	VFMADD231PS  Y8, Y4, Y3
+	ADDQ         R8, BX
+	INCQ         AX
+	CMPQ         AX, R10
+	JLT          h16wsum32j
+
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	ADDQ    $128, DI
+	ADDQ    $64, SI
+	SUBQ    $32, R11
+	JMP     h16wsum32
+
+h16wsum8:
+	CMPQ    R11, $8
+	JLT     h16wsumdone
+	VMOVUPS (DI), Y0
+	MOVQ    SI, BX
+	XORQ    AX, AX
+
+h16wsum8j:
+	VBROADCASTSS (DX)(AX*4), Y4
+	VCVTPH2PS    (BX), Y5
+	VFMADD231PS  Y5, Y4, Y0
+	ADDQ         R8, BX
+	INCQ         AX
+	CMPQ         AX, R10
+	JLT          h16wsum8j
+
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, DI
+	ADDQ    $16, SI
+	SUBQ    $8, R11
+	JMP     h16wsum8
+
+h16wsumdone:
+	VZEROUPPER
+	RET
+
 // DATA for quantizeQ8_0AVX2: the dword order that undoes the lane interleaving of the
 // VPACKSSDW/VPACKSSWB pair.
 DATA q8perm<>+0(SB)/4, $0

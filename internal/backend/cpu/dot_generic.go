@@ -198,6 +198,38 @@ func attnWsumGeneric(acc, e, v []float32, stride int) {
 	}
 }
 
+// attnRowBuf is the head size up to which the F16 attention kernels widen a key or value
+// row on the stack; longer rows are widened into an allocation.
+const attnRowBuf = 256
+
+// rowBuf returns n floats of buf, or a new slice when n exceeds it.
+func rowBuf(buf *[attnRowBuf]float32, n int) []float32 {
+	if n <= len(buf) {
+		return buf[:n]
+	}
+	return make([]float32, n)
+}
+
+// attnScoresF16Generic widens each key row and takes attnScoresGeneric's dot product.
+func attnScoresF16Generic(sc, q []float32, k []byte, stride int) {
+	var buf [attnRowBuf]float32
+	row := rowBuf(&buf, len(q))
+	for j := range sc {
+		cvtF16Generic(row, k[2*j*stride:])
+		sc[j] = dotF32Generic(row, q)
+	}
+}
+
+// attnWsumF16Generic widens each value row and adds it as attnWsumGeneric does.
+func attnWsumF16Generic(acc, e []float32, v []byte, stride int) {
+	var buf [attnRowBuf]float32
+	row := rowBuf(&buf, len(acc))
+	for j, w := range e {
+		cvtF16Generic(row, v[2*j*stride:])
+		axpyGeneric(acc, w, row)
+	}
+}
+
 func quantQ8_0Generic(dst []byte, src []float32) {
 	for i := range len(src) / 32 {
 		quant.QuantizeBlockQ8_0((*[32]float32)(src[32*i:]), (*[34]byte)(dst[q8_0Bytes*i:]))

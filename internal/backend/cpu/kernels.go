@@ -59,10 +59,16 @@ type kernels struct {
 	attnScores func(sc, q, k []float32, stride int)
 	attnWsum   func(acc, e, v []float32, stride int)
 
-	// prefetchRows hints that rows rows of n values, stride apart, from x[0] on (as far as x
-	// reaches) will be read soon: the SIMD sets start loading them into cache; it changes
-	// no result.
-	prefetchRows func(x []float32, stride, rows, n int)
+	// attnScoresF16 and attnWsumF16 are attnScores and attnWsum over keys and values held
+	// as little-endian halves (an F16 cache; stride in elements), equal bit for bit to
+	// attnScores and attnWsum of the same set over a float32 copy of them.
+	attnScoresF16 func(sc, q []float32, k []byte, stride int)
+	attnWsumF16   func(acc, e []float32, v []byte, stride int)
+
+	// prefetchRows hints that rows rows of n bytes, stride bytes apart, from x[0] on (as
+	// far as x reaches) will be read soon: the SIMD sets start loading them into cache; it
+	// changes no result.
+	prefetchRows func(x []byte, stride, rows, n int)
 
 	// quantQ8_0 quantizes len(src)/32 blocks of src into dst as Q8_0, bit-exactly as
 	// quant.QuantizeBlockQ8_0 does.
@@ -127,17 +133,19 @@ func genericKernels() *kernels {
 		tileQ4_0: func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
 			q0TileGeneric(true, wd, pw, dw, xp, xs, nb, acc)
 		},
-		cvtF16:       cvtF16Generic,
-		cvtBF16:      cvtBF16Generic,
-		exp:          expGeneric,
-		siluCombine:  siluCombineGeneric,
-		prefetchRows: prefetchNone,
-		quantQ8_0:    quantQ8_0Generic,
-		quantQ8_K:    quantQ8_KFast,
-		dequantQ4K:   func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q4_K, src, dst) },
-		dequantQ6K:   func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q6_K, src, dst) },
-		attnScores:   attnScoresGeneric,
-		attnWsum:     attnWsumGeneric,
+		cvtF16:        cvtF16Generic,
+		cvtBF16:       cvtBF16Generic,
+		exp:           expGeneric,
+		siluCombine:   siluCombineGeneric,
+		prefetchRows:  prefetchNone,
+		quantQ8_0:     quantQ8_0Generic,
+		quantQ8_K:     quantQ8_KFast,
+		dequantQ4K:    func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q4_K, src, dst) },
+		dequantQ6K:    func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q6_K, src, dst) },
+		attnScores:    attnScoresGeneric,
+		attnWsum:      attnWsumGeneric,
+		attnScoresF16: attnScoresF16Generic,
+		attnWsumF16:   attnWsumF16Generic,
 	}
 }
 

@@ -59,17 +59,19 @@ func avx2Kernels() *kernels {
 		tileQ4_0: func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
 			q0TileAVX2(q4Tile16AVX2, q4Tile8AVX2, q0Steps4, 32, wd, pw, dw, xp, xs, nb, acc)
 		},
-		cvtF16:       cvtF16AVX2Slice,
-		cvtBF16:      cvtBF16AVX2Slice,
-		exp:          expAVX2Slice,
-		siluCombine:  siluCombineAVX2Slice,
-		quantQ8_0:    quantQ8_0AVX2Slice,
-		quantQ8_K:    quantQ8_KAVX2,
-		dequantQ4K:   dequantQ4KAVX2,
-		dequantQ6K:   dequantQ6KAVX2,
-		attnScores:   attnScoresAVX2Slice,
-		attnWsum:     attnWsumAVX2Slice,
-		prefetchRows: prefetchRowsAVX2,
+		cvtF16:        cvtF16AVX2Slice,
+		cvtBF16:       cvtBF16AVX2Slice,
+		exp:           expAVX2Slice,
+		siluCombine:   siluCombineAVX2Slice,
+		quantQ8_0:     quantQ8_0AVX2Slice,
+		quantQ8_K:     quantQ8_KAVX2,
+		dequantQ4K:    dequantQ4KAVX2,
+		dequantQ6K:    dequantQ6KAVX2,
+		attnScores:    attnScoresAVX2Slice,
+		attnWsum:      attnWsumAVX2Slice,
+		attnScoresF16: attnScoresF16AVX2Slice,
+		attnWsumF16:   attnWsumF16AVX2Slice,
+		prefetchRows:  prefetchRowsAVX2,
 	}
 }
 
@@ -281,6 +283,33 @@ func attnWsumAVX2Slice(acc, e, v []float32, stride int) {
 	attnWsumAVX2(unsafe.SliceData(acc), unsafe.SliceData(e), unsafe.SliceData(v), stride, n, hd)
 }
 
+func attnScoresF16AVX2Slice(sc, q []float32, k []byte, stride int) {
+	n, hd := len(sc), len(q)
+	m := n &^ 3
+	if m == 0 || hd%8 != 0 {
+		attnScoresF16Generic(sc, q, k, stride)
+		return
+	}
+	_ = k[2*((m-1)*stride+hd)-1]
+	attnScores4F16AVX2(unsafe.SliceData(sc), unsafe.SliceData(q), unsafe.SliceData(k), stride, m, hd)
+	var buf [attnRowBuf]float32
+	row := rowBuf(&buf, hd)
+	for j := m; j < n; j++ {
+		cvtF16AVX2Slice(row, k[2*j*stride:])
+		sc[j] = dotF32AVX2Slice(row, q)
+	}
+}
+
+func attnWsumF16AVX2Slice(acc, e []float32, v []byte, stride int) {
+	n, hd := len(e), len(acc)
+	if n == 0 || hd%8 != 0 {
+		attnWsumF16Generic(acc, e, v, stride)
+		return
+	}
+	_ = v[2*((n-1)*stride+hd)-1]
+	attnWsumF16AVX2(unsafe.SliceData(acc), unsafe.SliceData(e), unsafe.SliceData(v), stride, n, hd)
+}
+
 func quantQ8_0AVX2Slice(dst []byte, src []float32) {
 	nb := len(src) / 32
 	if nb == 0 {
@@ -424,11 +453,17 @@ func siluCombineAVX2Slice(out, g, u, e []float32) {
 }
 
 //go:noescape
+func attnScores4F16AVX2(sc, q *float32, k *byte, stride, n, hd int)
+
+//go:noescape
+func attnWsumF16AVX2(acc, e *float32, v *byte, stride, n, hd int)
+
+//go:noescape
 func prefetchRowsT0(p *byte, stride, rows, lines int)
 
-// prefetchRowsAVX2 asks the memory system for rows rows of n float32s, stride floats apart,
+// prefetchRowsAVX2 asks the memory system for rows rows of n bytes, stride bytes apart,
 // from x[0] on, clipped to x, so that reading them soon after finds them in cache.
-func prefetchRowsAVX2(x []float32, stride, rows, n int) {
+func prefetchRowsAVX2(x []byte, stride, rows, n int) {
 	if rows <= 0 || n <= 0 || stride < 0 {
 		return
 	}
@@ -438,5 +473,5 @@ func prefetchRowsAVX2(x []float32, stride, rows, n int) {
 	if rows <= 0 || len(x) < n {
 		return
 	}
-	prefetchRowsT0((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 4*stride, rows, (4*n+63)/64)
+	prefetchRowsT0(unsafe.SliceData(x), stride, rows, (n+63)/64)
 }

@@ -99,17 +99,14 @@ func (b *Backend) NewTensor(dtype quant.Type, shape ...int) (backend.Tensor, err
 // Free lets the garbage collector have t.
 func (b *Backend) Free(t backend.Tensor) error { return nil }
 
-// NewKVCache allocates a zeroed float32 cache.
+// NewKVCache allocates a zeroed cache of F32 or F16 elements (spec.DType).
 func (b *Backend) NewKVCache(spec backend.KVSpec) (backend.KVCache, error) {
-	if spec.DType != quant.F32 {
-		return nil, fmt.Errorf("cpu kv cache: %s values: the CPU cache holds f32", spec.DType)
-	}
 	if spec.Layers <= 0 {
 		return nil, fmt.Errorf("cpu kv cache: %d layers", spec.Layers)
 	}
 	c := &kvCache{spec: spec, layers: make([]*cpu.KVCacheLayer, spec.Layers)}
 	for l := range c.layers {
-		layer, err := cpu.NewKVCacheLayer(spec.NumBlocks, spec.BlockSize, spec.KVHeads, spec.HeadDim)
+		layer, err := cpu.NewKVCacheLayer(spec.NumBlocks, spec.BlockSize, spec.KVHeads, spec.HeadDim, spec.DType)
 		if err != nil {
 			return nil, fmt.Errorf("cpu kv cache: layer %d: %w", l, err)
 		}
@@ -155,10 +152,9 @@ func (b *Backend) CopyBlocks(kv backend.KVCache, copies []backend.BlockCopy) err
 			return fmt.Errorf("cpu copy blocks: block %d to %d: outside the cache's %d blocks", op.Src, op.Dst, c.spec.NumBlocks)
 		}
 		for _, l := range c.layers {
-			per := l.BlockSize * l.KVHeads * l.HeadDim
-			s, d := int(op.Src)*per, int(op.Dst)*per
-			copy(l.K[d:d+per], l.K[s:s+per])
-			copy(l.V[d:d+per], l.V[s:s+per])
+			if err := l.CopyBlock(int(op.Dst), int(op.Src)); err != nil {
+				return fmt.Errorf("cpu copy blocks: %w", err)
+			}
 		}
 	}
 	return nil

@@ -194,8 +194,15 @@ func TestCopyBlocks(t *testing.T) {
 			t.Errorf("copy %v accepted", bad)
 		}
 	}
-	if _, err := b.NewKVCache(backend.KVSpec{Layers: 1, NumBlocks: 1, BlockSize: 1, KVHeads: 1, HeadDim: 1, DType: quant.F16}); err == nil {
-		t.Errorf("an f16 cache was accepted")
+	if _, err := b.NewKVCache(backend.KVSpec{Layers: 1, NumBlocks: 1, BlockSize: 1, KVHeads: 1, HeadDim: 1, DType: quant.BF16}); err == nil {
+		t.Errorf("a bf16 cache was accepted")
+	}
+	spec.DType = quant.F16
+	if kv, err = b.NewKVCache(spec); err != nil {
+		t.Fatalf("an f16 cache: %v", err)
+	}
+	if err := b.CopyBlocks(kv, []backend.BlockCopy{{Src: 2, Dst: 0}, {Src: 0, Dst: 1}}); err != nil {
+		t.Errorf("f16 copy: %v", err)
 	}
 }
 
