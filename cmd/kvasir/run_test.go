@@ -34,19 +34,27 @@ func captureStdout(t *testing.T, fn func() error) string {
 	return out
 }
 
-// TestRunGreedyStories: `kvasir run` with temperature 0 and no prompt prints llama2.c's
-// greedy text.
-func TestRunGreedyStories(t *testing.T) {
-	bin := testdata.Path(t, "models/stories260K/stories260K.bin")
-	tok := testdata.Path(t, "models/stories260K/tok512.bin")
-	want, err := os.ReadFile(testdata.Path(t, "models/stories260K/ref_runc_greedy200.txt"))
+// storiesRun returns the stories260K checkpoint and tokenizer paths and llama2.c's greedy
+// text of 200 tokens.
+func storiesRun(t *testing.T) (bin, tok, want string) {
+	t.Helper()
+	bin = testdata.Path(t, "models/stories260K/stories260K.bin")
+	tok = testdata.Path(t, "models/stories260K/tok512.bin")
+	b, err := os.ReadFile(testdata.Path(t, "models/stories260K/ref_runc_greedy200.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return bin, tok, string(b)
+}
+
+// TestRunGreedyStories: `kvasir run` with temperature 0 and no prompt prints llama2.c's
+// greedy text.
+func TestRunGreedyStories(t *testing.T) {
+	bin, tok, want := storiesRun(t)
 	got := captureStdout(t, func() error {
 		return runRun([]string{"-m", bin, "-z", tok, "--temperature", "0", "-n", "200", "--threads", "1"})
 	})
-	if strings.TrimSuffix(got, "\n") != string(want) {
+	if strings.TrimSuffix(got, "\n") != want {
 		t.Errorf("kvasir run printed\n%q\nwant\n%q", got, want)
 	}
 	// With a prompt, the echoed prompt and the continuation join up.
@@ -62,16 +70,11 @@ func TestRunGreedyStories(t *testing.T) {
 // text for stories260K (the F16 cache's rounding moves no greedy token there), and a type
 // the CPU cache does not hold is refused before anything runs.
 func TestRunKVCacheDType(t *testing.T) {
-	bin := testdata.Path(t, "models/stories260K/stories260K.bin")
-	tok := testdata.Path(t, "models/stories260K/tok512.bin")
-	want, err := os.ReadFile(testdata.Path(t, "models/stories260K/ref_runc_greedy200.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin, tok, want := storiesRun(t)
 	got := captureStdout(t, func() error {
 		return runRun([]string{"-m", bin, "-z", tok, "--temperature", "0", "-n", "200", "--kv-cache-dtype", "f16"})
 	})
-	if strings.TrimSuffix(got, "\n") != string(want) {
+	if strings.TrimSuffix(got, "\n") != want {
 		t.Errorf("kvasir run --kv-cache-dtype f16 printed\n%q\nwant\n%q", got, want)
 	}
 	for _, bad := range []string{"bf16", "q8_0", "half"} {

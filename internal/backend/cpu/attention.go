@@ -404,27 +404,30 @@ func scaleMax(sc []float32, scale float32) float32 {
 // scores sets sc[j] to q · the key of kv head kvh at position j of the block whose first
 // slot is base.
 func (a *attnJob) scores(sc, q []float32, base, kvh int) {
-	kv := a.kv
-	stride := kv.KVHeads * kv.HeadDim
-	off := base*stride + kvh*kv.HeadDim
-	if kv.DType == quant.F16 {
-		a.k.attnScoresF16(sc, q, kv.K16[2*off:], stride)
+	off, stride := a.vectors(base, kvh)
+	if a.kv.DType == quant.F16 {
+		a.k.attnScoresF16(sc, q, a.kv.K16[2*off:], stride)
 		return
 	}
-	a.k.attnScores(sc, q, kv.K[off:], stride)
+	a.k.attnScores(sc, q, a.kv.K[off:], stride)
 }
 
 // wsum adds e[j] times the value of kv head kvh at position j of the block whose first
 // slot is base to acc.
 func (a *attnJob) wsum(acc, e []float32, base, kvh int) {
-	kv := a.kv
-	stride := kv.KVHeads * kv.HeadDim
-	off := base*stride + kvh*kv.HeadDim
-	if kv.DType == quant.F16 {
-		a.k.attnWsumF16(acc, e, kv.V16[2*off:], stride)
+	off, stride := a.vectors(base, kvh)
+	if a.kv.DType == quant.F16 {
+		a.k.attnWsumF16(acc, e, a.kv.V16[2*off:], stride)
 		return
 	}
-	a.k.attnWsum(acc, e, kv.V[off:], stride)
+	a.k.attnWsum(acc, e, a.kv.V[off:], stride)
+}
+
+// vectors returns the element offset of kv head kvh's vector at slot base and the distance
+// from one slot's vector to the next.
+func (a *attnJob) vectors(base, kvh int) (off, stride int) {
+	stride = a.kv.KVHeads * a.kv.HeadDim
+	return base*stride + kvh*a.kv.HeadDim, stride
 }
 
 // prefetchBlock starts loading the keys and values of kv head kvh in logical block lb,

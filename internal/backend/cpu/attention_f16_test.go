@@ -40,18 +40,7 @@ func TestAttentionF16(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		total := c.start + c.n
-		perm := r.Perm(numBlocks)
-		table := make([]int32, (total+blockSize-1)/blockSize)
-		for i := range table {
-			table[i] = int32(perm[i])
-		}
-		row := c.kvHeads * hd
-		k, v := normals(r, total*row), normals(r, total*row)
-		slots := make([]int32, total)
-		for p := range total {
-			slots[p] = table[p/blockSize]*blockSize + int32(p%blockSize)
-		}
+		table, slots, k, v := randomContext(r, numBlocks, blockSize, c.kvHeads*hd, c.start+c.n)
 		if err := WriteKV(f16, k, v, slots); err != nil {
 			t.Fatal(err)
 		}

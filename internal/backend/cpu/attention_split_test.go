@@ -22,18 +22,7 @@ func TestAttentionSplit(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		total := c.start + c.n
-		perm := r.Perm(numBlocks)
-		table := make([]int32, (total+blockSize-1)/blockSize)
-		for i := range table {
-			table[i] = int32(perm[i])
-		}
-		row := c.kvHeads * hd
-		k, v := normals(r, total*row), normals(r, total*row)
-		slots := make([]int32, total)
-		for p := range total {
-			slots[p] = table[p/blockSize]*blockSize + int32(p%blockSize)
-		}
+		table, slots, k, v := randomContext(r, numBlocks, blockSize, c.kvHeads*hd, c.start+c.n)
 		if err := WriteKV(kv, k, v, slots); err != nil {
 			t.Fatal(err)
 		}
@@ -48,7 +37,7 @@ func TestAttentionSplit(t *testing.T) {
 			out := make([]float32, len(q))
 			a := attnJob{k: p.kern, out: out, q: q, nTokens: c.n, heads: heads, kv: kv,
 				blockTable: table, positions: positions, scale: scale}
-			a.run(p, total-1, c.minSplit)
+			a.run(p, c.start+c.n-1, c.minSplit)
 			for i := range out {
 				if math.Abs(float64(out[i])-want[i]) > 1e-5 {
 					t.Fatalf("%+v %s/%d: out[%d] = %g want %g", c, p.KernelSet(), p.Threads(), i, out[i], want[i])

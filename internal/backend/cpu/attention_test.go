@@ -48,6 +48,22 @@ func naiveAttention(q []float32, nTokens, heads int, kv *KVCacheLayer, blockTabl
 	return out
 }
 
+// randomContext returns a random non-contiguous block table for total positions in a cache
+// of numBlocks blocks of blockSize, the slot of each position, and random keys and values
+// for them ([total][row]).
+func randomContext(r *rand.Rand, numBlocks, blockSize, row, total int) (table, slots []int32, k, v []float32) {
+	perm := r.Perm(numBlocks)
+	table = make([]int32, (total+blockSize-1)/blockSize)
+	for i := range table {
+		table[i] = int32(perm[i])
+	}
+	slots = make([]int32, total)
+	for p := range total {
+		slots[p] = table[p/blockSize]*int32(blockSize) + int32(p%blockSize)
+	}
+	return table, slots, normals(r, total*row), normals(r, total*row)
+}
+
 func TestAttention(t *testing.T) {
 	r := rand.New(rand.NewSource(5))
 	const blockSize, hd, numBlocks = 4, 16, 32
@@ -62,20 +78,9 @@ func TestAttention(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			total := chunk.start + chunk.n
-			// A random non-contiguous block table.
-			perm := r.Perm(numBlocks)
-			table := make([]int32, (total+blockSize-1)/blockSize)
-			for i := range table {
-				table[i] = int32(perm[i])
-			}
 			// Earlier context, then the chunk's own K/V, written by slot.
 			row := kvHeads * hd
-			k, v := normals(r, total*row), normals(r, total*row)
-			slots := make([]int32, total)
-			for p := range total {
-				slots[p] = table[p/blockSize]*blockSize + int32(p%blockSize)
-			}
+			table, slots, k, v := randomContext(r, numBlocks, blockSize, row, chunk.start+chunk.n)
 			if err := WriteKV(kv, k[:chunk.start*row], v[:chunk.start*row], slots[:chunk.start]); err != nil {
 				t.Fatal(err)
 			}
