@@ -23,7 +23,10 @@ type tinyModel struct {
 	tok *tokenizer.Tokenizer
 }
 
-func newTinyModel(t testing.TB) *tinyModel {
+func newTinyModel(t testing.TB) *tinyModel { return tinyModelOf(t, quant.F32) }
+
+// tinyModelOf is newTinyModel's shape with weights of type dt.
+func tinyModelOf(t testing.TB, dt quant.Type) *tinyModel {
 	t.Helper()
 	shape, err := synth.Lookup("smollm2-135m")
 	if err != nil {
@@ -32,7 +35,7 @@ func newTinyModel(t testing.TB) *tinyModel {
 	c := shape.Config
 	c.Layers, c.VocabSize, c.Dim, c.Heads, c.KVHeads, c.HeadDim, c.RopeDim, c.FFNDim, c.ContextLen = 2, 320, 128, 4, 2, 32, 32, 256, 1024
 	shape.Config = c
-	fm, err := synth.Model(shape, quant.F32, 7)
+	fm, err := synth.Model(shape, dt, 7)
 	if err != nil {
 		t.Fatal(err)
 	}

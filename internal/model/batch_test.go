@@ -120,6 +120,48 @@ func TestBatchInvariance(t *testing.T) {
 	}
 }
 
+// TestLongContextBatchInvariance: at contexts that span several of attention's fold chunks
+// (where a lone decode splits its context across threads and a batched one does not), a
+// sequence's decode logits are bit-identical alone and batched with another sequence.
+// (Two sequences: from 3 tokens on F32 matmuls take the GEMM path, whose sums differ in
+// rounding from the one-token path; the attention itself must not add a difference.)
+func TestLongContextBatchInvariance(t *testing.T) {
+	m := batchModel(t, quant.F32)
+	const bs = 16
+	long := testTokens(400)
+	seqs := []seqRun{
+		{prompt: long[:331], table: []int32{3, 9, 0, 12, 5, 14, 7, 1, 10, 2, 11, 4, 13, 6, 8, 15, 16, 17, 18, 19, 20}},
+		{prompt: long[50:310], table: []int32{21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37}},
+	}
+	vocab := m.Config().VocabSize
+	kv, err := m.NewKVCache(38, bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lens := []int{len(seqs[0].prompt), len(seqs[1].prompt)}
+	pre := []int{lens[0] - 1, lens[1] - 1}
+	if _, err := m.Forward(batchFor(seqs, []int{0, 0}, pre, bs), kv); err != nil {
+		t.Fatal(err)
+	}
+	together, err := m.Forward(batchFor(seqs, pre, lens, bs), kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range seqs {
+		one := []seqRun{s}
+		got, err := m.Forward(batchFor(one, []int{pre[i]}, []int{lens[i]}, bs), kv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := together[i*vocab : (i+1)*vocab]
+		for j := range got {
+			if got[j] != want[j] {
+				t.Fatalf("sequence %d (%d tokens): logit %d is %g alone, %g in the batch", i, lens[i], j, got[j], want[j])
+			}
+		}
+	}
+}
+
 // TestChunkedPrefill: a prompt prefilled in chunks of 5 (each attending to the cached
 // chunks before it) gives the same logits as one whole prefill.
 func TestChunkedPrefill(t *testing.T) {

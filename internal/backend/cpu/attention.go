@@ -137,9 +137,14 @@ const attnTileTokens = 16
 // scale * q·k.
 //
 // It runs FlashAttention-style: K/V are read block by block with an online softmax, so
-// memory stays O(tokens x heads x HeadDim) whatever the context length. Work is split over
-// (token tile, kv head) units; a decode step with few kv heads also splits its context into
-// chunks whose partial softmax states are merged at the end (flash-decoding).
+// memory stays O(tokens x heads x HeadDim) whatever the context length. The context is cut
+// at fixed places into chunks of attnChunkPositions positions; each chunk's softmax state
+// is taken on its own and the states are folded together in chunk order, so a token's
+// output depends only on its position, its query and the cache: not on the thread count,
+// the other tokens of its chunk or the other sequences of its step (greedy output does not
+// change with batching, chunked prefill or prefix caching). Work is split over (token tile,
+// kv head) units; a decode step with few kv heads runs its chunks as units of their own
+// (flash-decoding), or one unit per query head.
 func Attention(p *Pool, out, q []float32, nTokens, heads int, kv *KVCacheLayer, blockTable []int32, positions []int32, scale float32) error {
 	if err := kv.check(); err != nil {
 		return err
@@ -155,8 +160,8 @@ func Attention(p *Pool, out, q []float32, nTokens, heads int, kv *KVCacheLayer, 
 		return nil
 	}
 	a := attnJob{k: p.kern, out: out, q: q, nTokens: nTokens, heads: heads, kv: kv,
-		blockTable: blockTable, positions: positions, scale: scale}
-	a.run(p, maxPos, attnSplitMinPositions)
+		blockTable: blockTable, positions: positions, scale: scale, chunk: attnChunkPositions}
+	a.run(p, maxPos)
 	return nil
 }
 
@@ -194,8 +199,9 @@ func checkAttention(out, q []float32, nTokens, heads int, kv *KVCacheLayer, bloc
 	return maxPos, nil
 }
 
-// attnSplitMinPositions is the least context a split-K chunk of a decode attention covers.
-const attnSplitMinPositions = 128
+// attnChunkPositions is the size, in cached positions, of the chunks attention folds one
+// after another (a whole number of blocks: max(1, attnChunkPositions/BlockSize) of them).
+const attnChunkPositions = 128
 
 // attnPrefetchBlocks is how many cache blocks ahead of the one being read partial asks for:
 // a decode step finds its layer's keys and values out of cache (the weights of the whole
@@ -211,43 +217,46 @@ type attnJob struct {
 	kv                    *KVCacheLayer
 	blockTable, positions []int32
 	scale                 float32
+	chunk                 int // positions per folded chunk (attnChunkPositions; tests use less)
 }
 
-// run computes the attention over (token tile, kv head) units. When one tile holds all
-// tokens (decode) and the kv heads alone would give the threads fewer than 4 units each,
-// the context is also split into chunks of at least minSplit positions (flash-decoding):
-// each chunk leaves its partial max, sum and weighted values, merged afterwards.
-func (a *attnJob) run(p *Pool, maxPos, minSplit int) {
+// chunkBlocks returns the cache blocks of one folded chunk.
+func (a *attnJob) chunkBlocks() int { return max(1, a.chunk/a.kv.BlockSize) }
+
+// run computes the attention. With more than one token tile, or kv heads enough to give
+// every thread 4 units, the units are (token tile, kv head), each folding its chunks in
+// turn. A single tile (decode) with few kv heads runs (kv head, chunk) units when the
+// context spans several chunks, their states kept and folded afterwards (flash-decoding),
+// else one unit per query head. The arithmetic of every token is the same on each path.
+func (a *attnJob) run(p *Pool, maxPos int) {
 	kv := a.kv
+	hd := kv.HeadDim
 	group := a.heads / kv.KVHeads
 	tiles := (a.nTokens + attnTileTokens - 1) / attnTileTokens
 	units := tiles * kv.KVHeads
 	ctxBlocks := maxPos/kv.BlockSize + 1
-	nSplit := 1
-	if tiles == 1 && p.Threads() > 1 {
-		want := (4*p.Threads() + units - 1) / units
-		nSplit = max(1, min(want, (maxPos+1)/max(1, minSplit), ctxBlocks))
-	}
-	if nSplit == 1 && tiles == 1 && group > 1 && units < 4*p.Threads() {
-		// A decode step with few kv heads: one unit per query head balances the threads
-		// better; every head's arithmetic is the same as in a unit of its whole group.
+	cb := a.chunkBlocks()
+	nChunks := (ctxBlocks + cb - 1) / cb
+	few := tiles == 1 && units < 4*p.Threads()
+	switch {
+	case few && nChunks == 1 && group > 1:
+		// One unit per query head balances the threads better.
 		p.Run(kv.KVHeads*group, func(start, end int) {
-			st := p.attnStates.get(a.nTokens*group, kv.HeadDim, kv.BlockSize)
+			st := p.attnStates.get(a.nTokens*group, hd, kv.BlockSize)
 			for u := start; u < end; u++ {
 				kvh, g := u/group, u%group
-				a.partial(st, 0, kvh, g, g+1, 0, ctxBlocks)
+				a.whole(st, 0, kvh, g, g+1, ctxBlocks)
 				a.finish(st, 0, kvh, g, g+1)
 			}
 			p.attnStates.put(st)
 		})
 		return
-	}
-	if nSplit == 1 {
+	case !few || nChunks == 1:
 		p.Run(units, func(start, end int) {
-			st := p.attnStates.get(attnTileTokens*group, kv.HeadDim, kv.BlockSize)
+			st := p.attnStates.get(attnTileTokens*group, hd, kv.BlockSize)
 			for u := start; u < end; u++ {
 				tile, kvh := u/kv.KVHeads, u%kv.KVHeads
-				a.partial(st, tile, kvh, 0, group, 0, ctxBlocks)
+				a.whole(st, tile, kvh, 0, group, ctxBlocks)
 				a.finish(st, tile, kvh, 0, group)
 			}
 			p.attnStates.put(st)
@@ -255,70 +264,102 @@ func (a *attnJob) run(p *Pool, maxPos, minSplit int) {
 		return
 	}
 
-	per := (ctxBlocks + nSplit - 1) / nSplit // cache blocks per chunk
-	nSplit = (ctxBlocks + per - 1) / per
 	rows := a.nTokens * group
-	hd := kv.HeadDim
 	slot := rows * (hd + 2) // one chunk's m, l and acc
 	p.attnMu.Lock()
 	defer p.attnMu.Unlock()
-	if n := kv.KVHeads * nSplit * slot; cap(p.attnScratch) < n {
+	if n := kv.KVHeads * nChunks * slot; cap(p.attnScratch) < n {
 		p.attnScratch = make([]float32, n)
 	}
-	part := p.attnScratch[:kv.KVHeads*nSplit*slot]
-	p.Run(kv.KVHeads*nSplit, func(start, end int) {
+	part := p.attnScratch[:kv.KVHeads*nChunks*slot]
+	p.Run(kv.KVHeads*nChunks, func(start, end int) {
 		st := p.attnStates.get(rows, hd, kv.BlockSize)
 		defer p.attnStates.put(st)
 		for u := start; u < end; u++ {
-			kvh, s := u/nSplit, u%nSplit
-			a.partial(st, 0, kvh, 0, group, s*per, min((s+1)*per, ctxBlocks))
+			kvh, c := u/nChunks, u%nChunks
+			lb0, lb1 := c*cb, min((c+1)*cb, ctxBlocks)
+			a.partial(st, 0, kvh, 0, group, lb0, lb1, lb1, true)
 			dst := part[u*slot : (u+1)*slot]
 			copy(dst, st.m[:rows])
 			copy(dst[rows:], st.l[:rows])
 			copy(dst[2*rows:], st.acc[:rows*hd])
 		}
 	})
-	negInf := float32(math.Inf(-1))
-	for kvh := range kv.KVHeads {
-		chunks := part[kvh*nSplit*slot : (kvh+1)*nSplit*slot]
-		for r := range rows {
-			m := negInf
-			for s := range nSplit {
-				m = max(m, chunks[s*slot+r])
+	p.Run(kv.KVHeads, func(start, end int) {
+		st := p.attnStates.get(rows, hd, kv.BlockSize)
+		defer p.attnStates.put(st)
+		for kvh := start; kvh < end; kvh++ {
+			st.clearFolded(rows, hd)
+			for c := range nChunks {
+				ch := part[(kvh*nChunks+c)*slot:][:slot]
+				st.fold(ch[:rows], ch[rows:2*rows], ch[2*rows:], rows, hd)
 			}
-			t, g := r/group, r%group
-			o := a.out[(t*a.heads+kvh*group+g)*hd:][:hd]
-			clear(o)
-			var l float32
-			for s := range nSplit {
-				c := chunks[s*slot:]
-				if c[r] == negInf {
-					continue // the chunk lies beyond this token's position
-				}
-				f := float32(math.Exp(float64(c[r] - m)))
-				l += f * c[rows+r]
-				a.k.axpy(o, f, c[2*rows+r*hd:][:hd])
-			}
-			inv := 1 / l
-			for i := range o {
-				o[i] *= inv
-			}
+			a.finish(st, 0, kvh, 0, group)
 		}
+	})
+}
+
+// whole runs the online softmax of query heads g0..g1-1 of kv head kvh for the tokens of
+// tile over the first ctxBlocks cache blocks, one chunk at a time, folding each chunk's
+// state into st's folded state in order.
+func (a *attnJob) whole(st *attnState, tile, kvh, g0, g1, ctxBlocks int) {
+	group := a.heads / a.kv.KVHeads
+	t0 := tile * attnTileTokens
+	rows := (min(t0+attnTileTokens, a.nTokens) - t0) * group
+	st.clearFolded(rows, a.kv.HeadDim)
+	cb := a.chunkBlocks()
+	for c0 := 0; c0 < ctxBlocks; c0 += cb {
+		a.partial(st, tile, kvh, g0, g1, c0, min(c0+cb, ctxBlocks), ctxBlocks, c0 == 0)
+		st.fold(st.m, st.l, st.acc, rows, a.kv.HeadDim)
 	}
 }
 
-// attnState is a work unit's online-softmax state, one row per (token, query head).
+// attnState is a work unit's online-softmax state, one row per (token, query head): that
+// of the chunk being run, and the fold of the chunks before it.
 type attnState struct {
-	m, l   []float32 // running max and sum of exponentials
-	acc    []float32 // running weighted sum of values, [rows][HeadDim]
+	m, l   []float32 // running max and sum of exponentials of the chunk
+	acc    []float32 // running weighted sum of values of the chunk, [rows][HeadDim]
 	scores []float32 // one block's scores
+
+	fm, fl, facc []float32 // the folded max, sum and weighted values of the chunks so far
+}
+
+// clearFolded empties the folded state of rows rows.
+func (st *attnState) clearFolded(rows, hd int) {
+	for r := range rows {
+		st.fm[r], st.fl[r] = float32(math.Inf(-1)), 0
+	}
+	clear(st.facc[:rows*hd])
+}
+
+// fold merges a chunk's state (max m, sum l, weighted values acc of rows rows) into the
+// folded state: both are rescaled to the larger max and added. A row that saw nothing of
+// the chunk (max -Inf) is left as it is. Chunks must be folded in order for the result
+// not to depend on how they were computed.
+func (st *attnState) fold(m, l, acc []float32, rows, hd int) {
+	for r := range rows {
+		if math.IsInf(float64(m[r]), -1) {
+			continue
+		}
+		mx := max(st.fm[r], m[r])
+		fOld := float32(math.Exp(float64(st.fm[r] - mx))) // 0 for the first chunk
+		fNew := float32(math.Exp(float64(m[r] - mx)))
+		st.fl[r] = st.fl[r]*fOld + l[r]*fNew
+		dst, src := st.facc[r*hd:(r+1)*hd], acc[r*hd:(r+1)*hd]
+		for i, v := range src {
+			dst[i] = dst[i]*fOld + v*fNew
+		}
+		st.fm[r] = mx
+	}
 }
 
 // partial runs the online softmax of query heads g0..g1-1 of the group of kv head kvh for
 // the tokens of tile over the logical cache blocks [lb0, lb1), leaving the running max, sum
 // and weighted values in st (row (t-t0)*group+g for token t and head g). While one block
-// is processed, the keys and values attnPrefetchBlocks blocks further are prefetched.
-func (a *attnJob) partial(st *attnState, tile, kvh, g0, g1, lb0, lb1 int) {
+// is processed, the keys and values attnPrefetchBlocks blocks further are prefetched, up
+// to block reach (the end of the unit's blocks, which may go on past lb1); a cold call,
+// which no earlier call of its unit prefetched for, first asks for its own first blocks.
+func (a *attnJob) partial(st *attnState, tile, kvh, g0, g1, lb0, lb1, reach int, cold bool) {
 	kv, hd := a.kv, a.kv.HeadDim
 	group := a.heads / kv.KVHeads
 	t0 := tile * attnTileTokens
@@ -332,12 +373,15 @@ func (a *attnJob) partial(st *attnState, tile, kvh, g0, g1, lb0, lb1 int) {
 	for t := t0; t < t1; t++ {
 		maxPos = max(maxPos, int(a.positions[t]))
 	}
-	end := min(lb1, maxPos/kv.BlockSize+1) // the blocks any token of the tile sees
-	for lb := lb0; lb < min(end, lb0+attnPrefetchBlocks); lb++ {
-		a.prefetchBlock(lb, kvh, maxPos)
+	seen := maxPos/kv.BlockSize + 1 // the blocks any token of the tile sees
+	end, reach := min(lb1, seen), min(reach, seen)
+	if cold {
+		for lb := lb0; lb < min(end, lb0+attnPrefetchBlocks); lb++ {
+			a.prefetchBlock(lb, kvh, maxPos)
+		}
 	}
 	for lb := lb0; lb < end; lb++ {
-		if ahead := lb + attnPrefetchBlocks; ahead < end {
+		if ahead := lb + attnPrefetchBlocks; ahead < reach {
 			a.prefetchBlock(ahead, kvh, maxPos)
 		}
 		base := int(a.blockTable[lb]) * kv.BlockSize
@@ -446,7 +490,7 @@ func (a *attnJob) prefetchBlock(lb, kvh, maxPos int) {
 	a.k.prefetchRows(f32Bytes(kv.V[off:]), 4*stride, n, 4*kv.HeadDim)
 }
 
-// finish writes the outputs of query heads g0..g1-1 of a partial run over the whole
+// finish writes the outputs of query heads g0..g1-1 from the folded state of the whole
 // context.
 func (a *attnJob) finish(st *attnState, tile, kvh, g0, g1 int) {
 	hd := a.kv.HeadDim
@@ -457,9 +501,9 @@ func (a *attnJob) finish(st *attnState, tile, kvh, g0, g1 int) {
 		for g := g0; g < g1; g++ {
 			h := kvh*group + g
 			r := (t-t0)*group + g
-			inv := 1 / st.l[r]
+			inv := 1 / st.fl[r]
 			o := a.out[(t*a.heads+h)*hd:][:hd]
-			for i, v := range st.acc[r*hd : (r+1)*hd] {
+			for i, v := range st.facc[r*hd : (r+1)*hd] {
 				o[i] = v * inv
 			}
 		}

@@ -20,8 +20,8 @@ const attnBatchMinUnits = 2
 // AttentionBatch computes Attention for every sequence of seqs over the same cache layer.
 // Instead of one parallel loop per sequence it runs a single loop over the (sequence, token
 // tile, kv head) units of all of them, so that a decode step of many short sequences pays
-// for one dispatch per layer rather than one per sequence. Results equal Attention's
-// unsplit path; when there are too few units to keep the threads busy it falls back to
+// for one dispatch per layer rather than one per sequence. Results equal Attention's bit
+// for bit (see Attention on chunks); when there are too few units to keep the threads busy it falls back to
 // Attention per sequence. A sequence's error is returned with its index.
 func AttentionBatch(p *Pool, seqs []AttentionSeq, heads int, kv *KVCacheLayer, scale float32) error {
 	if err := kv.check(); err != nil {
@@ -66,9 +66,9 @@ func AttentionBatch(p *Pool, seqs []AttentionSeq, heads int, kv *KVCacheLayer, s
 				local -= unitEnd[seq-1]
 			}
 			a := attnJob{k: p.kern, out: s.Out, q: s.Q, nTokens: s.NTokens, heads: heads, kv: kv,
-				blockTable: s.BlockTable, positions: s.Positions, scale: scale}
+				blockTable: s.BlockTable, positions: s.Positions, scale: scale, chunk: attnChunkPositions}
 			tile, kvh := local/kv.KVHeads, local%kv.KVHeads
-			a.partial(st, tile, kvh, 0, group, 0, ctxBlocks[seq])
+			a.whole(st, tile, kvh, 0, group, ctxBlocks[seq])
 			a.finish(st, tile, kvh, 0, group)
 		}
 	})

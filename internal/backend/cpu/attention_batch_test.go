@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 	"math/rand"
+	"slices"
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/quant"
@@ -91,6 +92,59 @@ func TestAttentionBatchErrors(t *testing.T) {
 	} {
 		if err := AttentionBatch(p, c.seqs, c.heads, kv, 1); err == nil {
 			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+// TestAttentionBatchInvariance: a sequence's attention gives the same bits whether it runs
+// alone (where a long decode is split into flash-decoding chunk units), in a batch of other
+// sequences (one unit per sequence and kv head), or, for a prefill chunk, one token at a
+// time — at contexts of several fold chunks, on every kernel set and thread count.
+func TestAttentionBatchInvariance(t *testing.T) {
+	r := rand.New(rand.NewSource(8))
+	const blockSize, hd, numBlocks, kvHeads, heads = 16, 32, 160, 2, 6
+	kv, err := NewKVCacheLayer(numBlocks, blockSize, kvHeads, hd, quant.F32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Sequence 0: a decode at position 700 or a 9-token chunk ending there; others: decodes.
+	table, slots, k, v := randomContext(r, numBlocks, blockSize, kvHeads*hd, numBlocks*blockSize)
+	if err := WriteKV(kv, k, v, slots); err != nil {
+		t.Fatal(err)
+	}
+	scale := float32(1 / math.Sqrt(hd))
+	row := heads * hd
+	for _, n := range []int{1, 9} {
+		positions := make([]int32, n)
+		for i := range positions {
+			positions[i] = int32(700 - n + 1 + i)
+		}
+		q := normals(r, n*row)
+		for _, p := range testPools(t, 1, 2) {
+			alone := make([]float32, n*row)
+			if err := Attention(p, alone, q, n, heads, kv, table, positions, scale); err != nil {
+				t.Fatal(err)
+			}
+			seqs := []AttentionSeq{{Out: make([]float32, n*row), Q: q, NTokens: n, BlockTable: table, Positions: positions}}
+			for i := range 12 {
+				pos := []int32{int32(50 + 97*i)}
+				seqs = append(seqs, AttentionSeq{Out: make([]float32, row), Q: normals(r, row), NTokens: 1, BlockTable: table, Positions: pos})
+			}
+			if err := AttentionBatch(p, seqs, heads, kv, scale); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(seqs[0].Out, alone) {
+				t.Fatalf("%d tokens, %s/%d: batched attention differs from the sequence alone", n, p.KernelSet(), p.Threads())
+			}
+			for tok := range n {
+				one := make([]float32, row)
+				if err := Attention(p, one, q[tok*row:(tok+1)*row], 1, heads, kv, table, positions[tok:tok+1], scale); err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(one, alone[tok*row:(tok+1)*row]) {
+					t.Fatalf("%d tokens, %s/%d: token %d alone differs from its chunk", n, p.KernelSet(), p.Threads(), tok)
+				}
+			}
 		}
 	}
 }

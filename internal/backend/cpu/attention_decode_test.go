@@ -10,13 +10,14 @@ import (
 )
 
 // TestAttentionDecodeHeads checks that a decode token's attention, which Attention splits
-// into one unit per query head when the kv heads are few, equals bit for bit the
-// whole-group units that a prefill or a batch of sequences runs, for every kernel set and
-// thread count and context lengths inside and across cache blocks.
+// into one unit per query head (or, past one fold chunk, into chunk units) when the kv
+// heads are few, equals bit for bit the whole-group units that a prefill or a batch of
+// sequences runs, for every kernel set and thread count and context lengths inside and
+// across cache blocks and fold chunks.
 func TestAttentionDecodeHeads(t *testing.T) {
 	r := rand.New(rand.NewSource(5))
 	const blockSize, kvHeads, heads, hd = 16, 3, 9, 64
-	for _, ctx := range []int{1, 7, 16, 17, 100, 160} {
+	for _, ctx := range []int{1, 7, 16, 17, 100, 160, 256} {
 		kv, err := NewKVCacheLayer(16, blockSize, kvHeads, hd, quant.F32)
 		if err != nil {
 			t.Fatal(err)
@@ -37,10 +38,10 @@ func TestAttentionDecodeHeads(t *testing.T) {
 			}
 			want := make([]float32, len(q))
 			a := attnJob{k: p.kern, out: want, q: q, nTokens: 1, heads: heads, kv: kv,
-				blockTable: table, positions: pos, scale: scale}
+				blockTable: table, positions: pos, scale: scale, chunk: attnChunkPositions}
 			st := p.attnStates.get(heads/kvHeads, hd, blockSize)
 			for kvh := range kvHeads {
-				a.partial(st, 0, kvh, 0, heads/kvHeads, 0, ctx/blockSize+1)
+				a.whole(st, 0, kvh, 0, heads/kvHeads, (ctx-1)/blockSize+1)
 				a.finish(st, 0, kvh, 0, heads/kvHeads)
 			}
 			p.attnStates.put(st)

@@ -26,6 +26,7 @@ func (s *attnStates) get(rows, hd, blockSize int) *attnState {
 	}
 	st.m, st.l = grow(st.m, rows), grow(st.l, rows)
 	st.acc, st.scores = grow(st.acc, rows*hd), grow(st.scores, blockSize)
+	st.fm, st.fl, st.facc = grow(st.fm, rows), grow(st.fl, rows), grow(st.facc, rows*hd)
 	return st
 }
 

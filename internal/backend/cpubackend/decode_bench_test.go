@@ -1,6 +1,7 @@
 package cpubackend_test
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -14,59 +15,70 @@ import (
 )
 
 // BenchmarkDecodeSynth times single-sequence decode steps of a synthesized smollm2-135m
-// Q8_0 model on the CPU backend at context lengths 129 to 192, as `kvasir bench generate` does;
-// it reports the wall time per token of each kind of op (run it with -cpuprofile to see
-// more of where a token's time goes).
+// model (Q8_0 and BF16 weights) on the CPU backend, as `kvasir bench generate` does, after
+// a prompt of 128 or 2,048 tokens (decoding 64 tokens from there, again and again), with an
+// F32 or F16 KV cache; it reports the wall time per token of each kind of op (run it with
+// -cpuprofile to see more of where a token's time goes). Select one case with, for
+// example, -bench 'DecodeSynth/Q8_0/ctx2048/F16'.
 func BenchmarkDecodeSynth(b *testing.B) {
+	const genLen = 64
 	for _, typ := range []quant.Type{quant.Q8_0, quant.BF16} {
-		b.Run(typ.String(), func(b *testing.B) {
-			shape, err := synth.Lookup("smollm2-135m")
-			if err != nil {
-				b.Fatal(err)
+		for _, promptLen := range []int{128, 2048} {
+			for _, kvType := range []quant.Type{quant.F32, quant.F16} {
+				b.Run(fmt.Sprintf("%s/ctx%d/%s", typ, promptLen, kvType), func(b *testing.B) {
+					benchDecode(b, typ, kvType, promptLen, genLen)
+				})
 			}
-			fm, err := synth.Model(shape, typ, 0)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer fm.Close()
-			tb := &timedBackend{Backend: cpubackend.New(2), t: map[string]time.Duration{}}
-			defer tb.Close()
-			m, err := model.New(fm, model.Options{Backend: tb})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer m.Close()
-			const promptLen, genLen = 128, 64
-			s, err := m.NewSession(promptLen + genLen + 1)
-			if err != nil {
-				b.Fatal(err)
-			}
-			r := rand.New(rand.NewPCG(7, 11))
-			prompt := make([]int32, promptLen)
-			for i := range prompt {
-				prompt[i] = int32(r.IntN(shape.Config.VocabSize))
-			}
-			if _, err := s.Prefill(prompt); err != nil {
-				b.Fatal(err)
-			}
-			clear(tb.t)
-			steps := 0
-			for b.Loop() {
-				if steps%genLen == 0 {
-					s.Truncate(promptLen) // decode the same context lengths again
-				}
-				steps++
-				logits, err := s.Step(int32(steps % shape.Config.VocabSize))
-				if err != nil {
-					b.Fatal(err)
-				}
-				_ = sample.Greedy(logits)
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tok/s")
-			for k, d := range tb.t {
-				b.ReportMetric(float64(d.Microseconds())/float64(b.N), k+"-us/tok")
-			}
-		})
+		}
+	}
+}
+
+// benchDecode is one case of BenchmarkDecodeSynth.
+func benchDecode(b *testing.B, typ, kvType quant.Type, promptLen, genLen int) {
+	shape, err := synth.Lookup("smollm2-135m")
+	if err != nil {
+		b.Fatal(err)
+	}
+	fm, err := synth.Model(shape, typ, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer fm.Close()
+	tb := &timedBackend{Backend: cpubackend.New(2), t: map[string]time.Duration{}}
+	defer tb.Close()
+	m, err := model.New(fm, model.Options{Backend: tb, KVCacheDType: kvType})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	s, err := m.NewSession(promptLen + genLen + 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	r := rand.New(rand.NewPCG(7, 11))
+	prompt := make([]int32, promptLen)
+	for i := range prompt {
+		prompt[i] = int32(r.IntN(shape.Config.VocabSize))
+	}
+	if _, err := s.Prefill(prompt); err != nil {
+		b.Fatal(err)
+	}
+	clear(tb.t)
+	steps := 0
+	for b.Loop() {
+		if steps%genLen == 0 {
+			s.Truncate(promptLen) // decode the same context lengths again
+		}
+		steps++
+		logits, err := s.Step(int32(steps % shape.Config.VocabSize))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_ = sample.Greedy(logits)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+	for k, d := range tb.t {
+		b.ReportMetric(float64(d.Microseconds())/float64(b.N), k+"-us/tok")
 	}
 }
 
