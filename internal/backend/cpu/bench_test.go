@@ -112,6 +112,43 @@ func BenchmarkAttentionDecode(b *testing.B) {
 	}
 }
 
+// BenchmarkAttentionPrefill times the attention of a 256-token prefill chunk at the end of
+// a 2,048-token context (smollm2's 9 heads over 3 kv heads of 64), in an F32 and an F16
+// cache, and reports GFLOP/s of its score and weighted-sum products.
+func BenchmarkAttentionPrefill(b *testing.B) {
+	const blockSize, kvHeads, heads, hd, ctx, n = 16, 3, 9, 64, 2048, 256
+	for _, dt := range []quant.Type{quant.F32, quant.F16} {
+		b.Run(dt.String(), func(b *testing.B) {
+			r := rand.New(rand.NewSource(3))
+			kv, err := NewKVCacheLayer(ctx/blockSize, blockSize, kvHeads, hd, dt)
+			if err != nil {
+				b.Fatal(err)
+			}
+			table, slots, k, v := randomContext(r, ctx/blockSize, blockSize, kvHeads*hd, ctx)
+			if err := WriteKV(kv, k, v, slots); err != nil {
+				b.Fatal(err)
+			}
+			positions := make([]int32, n)
+			var pairs float64 // (query, key) pairs
+			for i := range positions {
+				positions[i] = int32(ctx - n + i)
+				pairs += float64(positions[i] + 1)
+			}
+			q := normals(r, n*heads*hd)
+			out := make([]float32, len(q))
+			p := NewPool(2)
+			defer p.Close()
+			for b.Loop() {
+				if err := Attention(p, out, q, n, heads, kv, table, positions, 0.125); err != nil {
+					b.Fatal(err)
+				}
+			}
+			flops := 4 * pairs * heads * hd * float64(b.N)
+			b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
 func BenchmarkProbeBandwidth(b *testing.B) {
 	p := NewPool(2)
 	defer p.Close()
