@@ -400,10 +400,14 @@ func (a *attnJob) partial(st *attnState, tile, kvh, g0, g1, lb0, lb1, reach int,
 				bmax := scaleMax(sc, a.scale)
 				acc := st.acc[r*hd : (r+1)*hd]
 				if bmax > st.m[r] {
-					c := float32(math.Exp(float64(st.m[r] - bmax)))
-					st.l[r] *= c
-					for i := range acc {
-						acc[i] *= c
+					// A new max rescales what was summed so far; before the first block of
+					// the chunk there is nothing (l and acc are zero, and stay so).
+					if !math.IsInf(float64(st.m[r]), -1) {
+						c := float32(math.Exp(float64(st.m[r] - bmax)))
+						st.l[r] *= c
+						for i := range acc {
+							acc[i] *= c
+						}
 					}
 					st.m[r] = bmax
 				}
