@@ -75,12 +75,12 @@ func (p *placement) open() ([]backend.Backend, error) {
 			return nil, fmt.Errorf("--device %q: want cpu, cuda or cuda:N", device)
 		}
 	}
+	kvType := *p.kvDType // the CUDA backend's own default is bf16
+	if kvType == "auto" {
+		kvType = ""
+	}
 	var bes []backend.Backend
 	for r := range par.Ranks() {
-		kvType := *p.kvDType
-		if kvType == "auto" {
-			kvType = ""
-		}
 		b, err := cuda.NewBackend(cuda.BackendOptions{Ordinal: first + r, KVCacheType: kvType})
 		if err != nil {
 			closeBackends(bes)

@@ -483,8 +483,7 @@ func (a *attnJob) vectors(base, kvh int) (off, stride int) {
 func (a *attnJob) prefetchBlock(lb, kvh, maxPos int) {
 	kv := a.kv
 	n := min(kv.BlockSize, maxPos-lb*kv.BlockSize+1)
-	off := (int(a.blockTable[lb])*kv.BlockSize*kv.KVHeads + kvh) * kv.HeadDim
-	stride := kv.KVHeads * kv.HeadDim
+	off, stride := a.vectors(int(a.blockTable[lb])*kv.BlockSize, kvh)
 	if kv.DType == quant.F16 {
 		a.k.prefetchRows(kv.K16[2*off:], 2*stride, n, 2*kv.HeadDim)
 		a.k.prefetchRows(kv.V16[2*off:], 2*stride, n, 2*kv.HeadDim)

@@ -21,8 +21,9 @@ const attnBatchMinUnits = 2
 // Instead of one parallel loop per sequence it runs a single loop over the (sequence, token
 // tile, kv head) units of all of them, so that a decode step of many short sequences pays
 // for one dispatch per layer rather than one per sequence. Results equal Attention's bit
-// for bit (see Attention on chunks); when there are too few units to keep the threads busy it falls back to
-// Attention per sequence. A sequence's error is returned with its index.
+// for bit (see Attention on chunks); when there are too few units to keep the threads
+// busy it falls back to Attention per sequence. A sequence's error is returned with its
+// index.
 func AttentionBatch(p *Pool, seqs []AttentionSeq, heads int, kv *KVCacheLayer, scale float32) error {
 	if err := kv.check(); err != nil {
 		return err

@@ -56,7 +56,7 @@ func TestAttentionStateReuse(t *testing.T) {
 	allocs := testing.AllocsPerRun(20, func() {
 		_ = Attention(p, out, q, nTokens, heads, kv, table, positions, 0.125)
 	})
-	// 3 tiles x 8 kv heads = 24 units in up to 8 chunks; a state per chunk costs 5.
+	// 3 tiles x 8 kv heads = 24 units in up to 8 chunks; a state per chunk costs 8.
 	if allocs > 4 {
 		t.Errorf("Attention allocates %v times per call on a warm pool, want at most 4", allocs)
 	}
