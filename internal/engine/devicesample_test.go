@@ -110,7 +110,7 @@ func TestSampleRows(t *testing.T) {
 	seqs := []*sequence{mk(sample.Params{}), mk(sample.Params{Temperature: 0.5, TopK: 7, Seed: 3}), mk(sample.Params{Temperature: 1, TopP: 0.25, Seed: 3})}
 	plan := &stepPlan{}
 	for _, s := range seqs {
-		plan.seqs = append(plan.seqs, scheduled{seq: s, logits: true})
+		plan.seqs = append(plan.seqs, scheduled{seq: s, rows: []int{0}, sampling: true})
 	}
 	rows := sampleRows(plan)
 	if rows[0] != (backend.SampleRow{Temperature: 1, TopK: 1, TopP: 1}) {

@@ -45,6 +45,10 @@ type Config struct {
 	// OnRequestDone, when set, is called from the engine loop for every finished request;
 	// it must return quickly.
 	OnRequestDone func(RequestStats)
+	// Proposer, when set, proposes up to NumSpeculativeTokens draft tokens for each
+	// decoding sequence, verified by the model in the sequence's next step.
+	Proposer             Proposer
+	NumSpeculativeTokens int
 	// Now is the clock (time.Now when nil); tests may replace it.
 	Now func() time.Time
 }
@@ -59,7 +63,7 @@ type command struct {
 // happens on one loop goroutine.
 type Engine struct {
 	cfg    Config
-	model  *model.Model
+	model  Model
 	tok    *tokenizer.Tokenizer
 	vocab  int
 	kv     *kvcache.Manager
@@ -92,7 +96,8 @@ type Engine struct {
 }
 
 // New makes an engine for m, whose tokenizer (nil: token ids only, no text, no stop
-// strings) is tok, and starts its loop.
+// strings) is tok, with a KV cache of cfg.NumBlocks blocks on m's backends, and starts its
+// loop.
 func New(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	e, err := build(m, tok, cfg)
 	if err != nil {
@@ -102,9 +107,22 @@ func New(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) 
 	return e, nil
 }
 
-// build makes an engine without starting its loop.
+// build makes an engine on a real model without starting its loop.
 func build(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
+	cfg, err := withDefaults(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cache, err := m.NewKVCache(cfg.NumBlocks, cfg.BlockSize)
+	if err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
 	mc := m.Config()
+	return assemble(&pagedModel{m: m, kv: cache}, ModelInfo{VocabSize: mc.VocabSize, ContextLen: mc.ContextLen}, tok, cfg)
+}
+
+// withDefaults fills in cfg's zero values.
+func withDefaults(cfg Config) (Config, error) {
 	if cfg.BlockSize == 0 {
 		cfg.BlockSize = kvcache.DefaultBlockSize
 	}
@@ -117,11 +135,25 @@ func build(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	if cfg.MaxModelLen <= 0 {
-		cfg.MaxModelLen = mc.ContextLen
-	}
 	if cfg.NumBlocks < 2 {
-		return nil, fmt.Errorf("engine: %d KV blocks: need at least 2 (one is the null block)", cfg.NumBlocks)
+		return cfg, fmt.Errorf("engine: %d KV blocks: need at least 2 (one is the null block)", cfg.NumBlocks)
+	}
+	if cfg.NumSpeculativeTokens < 0 {
+		return cfg, fmt.Errorf("engine: %d speculative tokens: must not be negative", cfg.NumSpeculativeTokens)
+	}
+	return cfg, nil
+}
+
+// scoreBytes bounds the logits one prefill chunk of a prompt-logprobs request returns.
+const scoreBytes = 64 << 20
+
+// assemble makes an engine on m (with cfg's defaults filled in) without starting its loop.
+func assemble(m Model, info ModelInfo, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
+	if info.VocabSize <= 0 {
+		return nil, fmt.Errorf("engine: vocabulary of %d tokens", info.VocabSize)
+	}
+	if cfg.MaxModelLen <= 0 {
+		cfg.MaxModelLen = info.ContextLen
 	}
 	poolTokens := (cfg.NumBlocks - 1) * cfg.BlockSize
 	if cfg.MaxModelLen <= 0 || cfg.MaxModelLen > poolTokens {
@@ -131,14 +163,11 @@ func build(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	cache, err := m.NewKVCache(cfg.NumBlocks, cfg.BlockSize)
-	if err != nil {
-		return nil, fmt.Errorf("engine: %w", err)
-	}
 	e := &Engine{
-		cfg: cfg, model: m, tok: tok, vocab: mc.VocabSize, kv: mgr,
-		sched:    &scheduler{cfg: cfg.SchedulerConfig, kv: mgr, maxModelLen: cfg.MaxModelLen},
-		runner:   &runner{model: m, kv: cache},
+		cfg: cfg, model: m, tok: tok, vocab: info.VocabSize, kv: mgr,
+		sched: &scheduler{cfg: cfg.SchedulerConfig, kv: mgr, maxModelLen: cfg.MaxModelLen, vocab: info.VocabSize,
+			proposer: cfg.Proposer, numSpec: cfg.NumSpeculativeTokens, scoreChunk: scoreBytes / (4 * info.VocabSize)},
+		runner:   &runner{model: m, blockSize: cfg.BlockSize},
 		rng:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		inFlight: make(map[string]*request),
 		active:   make(map[string]*request),
@@ -248,10 +277,18 @@ func (e *Engine) prepare(req Request) (*request, error) {
 	} else if need > poolTokens {
 		return nil, fmt.Errorf("%w: prompt of %d tokens + max_tokens %d = %d tokens exceeds the whole KV pool of %d tokens", ErrTooLong, len(prompt), maxTokens, need, poolTokens)
 	}
+	if p.UseBeamSearch && len(req.Processors) > 0 {
+		return nil, paramErr("use_beam_search", "not supported with logits processors")
+	}
+	for i, proc := range req.Processors {
+		if proc == nil {
+			return nil, paramErr("processors", "processor %d is nil", i)
+		}
+	}
 	n := max(p.N, 1)
 	r := &request{
 		id: req.ID, params: p, n: n, maxTokens: maxTokens, priority: req.Priority,
-		salt: req.CacheSalt, prompt: prompt, out: newOutbox(), reasons: make([]string, n),
+		salt: req.CacheSalt, prompt: prompt, procs: req.Processors, out: newOutbox(), reasons: make([]string, n),
 		arrival: e.cfg.Now(),
 	}
 	return r, nil
@@ -361,11 +398,15 @@ func (e *Engine) loop() {
 	}
 }
 
-// admit queues a new request's first sequence.
+// admit queues a new request's first sequence (its first beam, for beam search).
 func (e *Engine) admit(r *request) {
 	e.active[r.id] = r
-	seq := e.newSequence(r, 0, r.prompt)
-	seq.forkPending = r.n > 1
+	seq := e.newSequence(r, 0, r.prompt, r.procs)
+	if r.params.UseBeamSearch {
+		startBeams(r, seq)
+	} else {
+		seq.forkPending = r.n > 1
+	}
 	r.seqs = []*sequence{seq}
 	e.sched.add(seq)
 }
@@ -383,6 +424,13 @@ func (e *Engine) abort(id string) {
 
 // failRequest aborts all of r's unfinished choices, with err on their last outputs.
 func (e *Engine) failRequest(r *request, err error) {
+	if r.finished == r.n {
+		return
+	}
+	if r.beam != nil {
+		e.endBeams(r, err)
+		return
+	}
 	if r.seqs[0].forkPending && r.seqs[0].status != statusFinished {
 		// Choices 1..n-1 never started: finish them too.
 		for i := 1; i < r.n; i++ {

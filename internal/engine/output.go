@@ -43,6 +43,13 @@ type Output struct {
 	TokenIDs []int32
 	// Logprobs has one entry per token of TokenIDs when the request asked for logprobs.
 	Logprobs []Logprob
+	// PromptLogprobs, on the first Output of choice 0 of a request that asked for them,
+	// has one entry per prompt token after the first: entry i is prompt token i+1's log
+	// probability given the tokens before it, with the top alternatives.
+	PromptLogprobs []Logprob
+	// CumulativeLogprob is the sum of the log probabilities of the choice's tokens, set on
+	// the Output of a beam-search choice.
+	CumulativeLogprob float64
 	// FinishReason is "" while the choice runs, then FinishStop, FinishLength or
 	// FinishAbort on its last Output.
 	FinishReason string

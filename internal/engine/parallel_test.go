@@ -41,7 +41,7 @@ func TestParallelEngine(t *testing.T) {
 			if st.UsedBlocks != 0 || st.Preemptions == 0 || st.PrefixHits == 0 {
 				t.Errorf("blocks in use %d (want 0), preemptions %d, prefix hits %d (want both > 0)", st.UsedBlocks, st.Preemptions, st.PrefixHits)
 			}
-			specs := e.runner.kv.Specs()
+			specs := e.model.(*pagedModel).kv.Specs()
 			if len(specs) != p.Ranks() {
 				t.Fatalf("%d cache parts for %d ranks", len(specs), p.Ranks())
 			}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/kvasir-llm/kvasir/internal/sample"
 )
 
 // SamplingParams are one request's generation settings, as the OpenAI and vLLM APIs name
@@ -47,6 +49,24 @@ type SamplingParams struct {
 	// KeepSpecialTokens puts the text of special tokens into the output (skip_special_tokens
 	// false).
 	KeepSpecialTokens bool
+	// PromptLogprobs asks for the log probability of every prompt token after the first
+	// (vLLM's prompt_logprobs), with PromptTopLogprobs alternatives per position: on the
+	// first Output of choice 0 (Output.PromptLogprobs). Such a request computes its whole
+	// prompt: it takes no prefix-cache hits (as in vLLM), though it still offers its
+	// blocks to later requests.
+	PromptLogprobs    bool
+	PromptTopLogprobs int
+	// UseBeamSearch generates by beam search of width N (at least 1) instead of sampling:
+	// every step keeps the N best continuations of the beams by cumulative log
+	// probability, and the request ends with its N best sequences as choices 0..N-1 in
+	// score order, each a single Output. Sampling settings do not apply (beam scores are
+	// the model's raw log probabilities, as in vLLM); stop strings, penalties, logit bias,
+	// min_p and top-k/top-p are refused.
+	UseBeamSearch bool
+	// LengthPenalty divides a finished beam's cumulative log probability by its length
+	// (prompt included) to this power when beams are ranked: cum / len^LengthPenalty
+	// (vLLM's; 0 ranks by the cumulative log probability alone, 1 by its mean).
+	LengthPenalty float32
 }
 
 // Limits of the sampling parameters.
@@ -107,6 +127,15 @@ func (p *SamplingParams) validate(vocab, maxSeqs int) error {
 		return paramErr("frequency_penalty", "%v: must be in [-2, 2]", p.FrequencyPenalty)
 	case p.TopLogprobs < 0 || p.TopLogprobs > MaxTopLogprobs:
 		return paramErr("top_logprobs", "%d: must be in [0, %d]", p.TopLogprobs, MaxTopLogprobs)
+	case p.PromptTopLogprobs < 0 || p.PromptTopLogprobs > MaxTopLogprobs:
+		return paramErr("prompt_logprobs", "%d: must be in [0, %d]", p.PromptTopLogprobs, MaxTopLogprobs)
+	case bad(p.LengthPenalty):
+		return paramErr("length_penalty", "%v: must be a number", p.LengthPenalty)
+	}
+	if p.UseBeamSearch {
+		if err := p.validateBeam(); err != nil {
+			return err
+		}
 	}
 	for id, b := range p.LogitBias {
 		if id < 0 || int(id) >= vocab {
@@ -120,6 +149,37 @@ func (p *SamplingParams) validate(vocab, maxSeqs int) error {
 		if id < 0 || int(id) >= vocab {
 			return paramErr("stop_token_ids", "token %d outside the vocabulary of %d", id, vocab)
 		}
+	}
+	return nil
+}
+
+// validateBeam refuses the settings beam search cannot honour: it ranks continuations by
+// the model's log probabilities, so nothing that reshapes or cuts them applies.
+func (p *SamplingParams) validateBeam() error {
+	refuse := func(param string) error {
+		return paramErr(param, "not supported with beam search (use_beam_search)")
+	}
+	switch {
+	case len(p.Stop) > 0:
+		return refuse("stop")
+	case len(p.LogitBias) > 0:
+		return refuse("logit_bias")
+	case p.MinP > 0:
+		return refuse("min_p")
+	case p.TopK > 0:
+		return refuse("top_k")
+	case p.TopP > 0 && p.TopP < 1:
+		return refuse("top_p")
+	case p.RepetitionPenalty != 0 && p.RepetitionPenalty != 1:
+		return refuse("repetition_penalty")
+	case p.PresencePenalty != 0:
+		return refuse("presence_penalty")
+	case p.FrequencyPenalty != 0:
+		return refuse("frequency_penalty")
+	case p.MinTokens > 0:
+		return refuse("min_tokens")
+	case p.PromptLogprobs:
+		return refuse("prompt_logprobs")
 	}
 	return nil
 }
@@ -139,4 +199,10 @@ type Request struct {
 	Priority int
 	// CacheSalt separates prefix-cache entries between tenants.
 	CacheSalt string
+	// Processors are stateful logits processors of choice 0 (a grammar, for example):
+	// each is told the tokens the choice accepts and takes them back on rollback; a
+	// sample.Masker restricts the next token by a vocabulary mask, applied on the host
+	// and by a device sampler alike. Choices 1..N-1 get clones. The engine owns them
+	// once the request is submitted.
+	Processors []sample.Stateful
 }

@@ -17,7 +17,10 @@ type stepJob struct {
 	copies []kvcache.CopyOp // copy-on-write orders, performed before the forward pass
 	mode   forwardMode
 	rows   []backend.SampleRow // device sampling settings, for forwardSample
-	done   chan stepResult     // capacity 1: the result, sent once
+	// masks, for a device pick of masked rows, carries the rows' vocabulary masks from the
+	// loop, which computes them while the step runs, to the forward pass (capacity 1).
+	masks chan [][]uint32
+	done  chan stepResult // capacity 1: the result, sent once
 	// overlapped is whether a later step was planned before this one's result was taken.
 	overlapped bool
 	// picks are the tokens fast sampled from the result, in order, for slow to stream.
@@ -186,12 +189,34 @@ func (e *Engine) launch(job *stepJob) {
 		// result is ignored.
 	}
 	job.mode, job.rows = e.runner.mode(&job.plan, job.buf)
+	masked := job.mode != forwardLogits && e.anyMasker(job)
+	if masked {
+		job.masks = make(chan [][]uint32, 1)
+	}
 	if e.cfg.DisableAsyncScheduling {
+		if masked {
+			job.masks <- e.stepMasks(job)
+		}
 		job.done <- e.runner.execute(job)
 		return
 	}
 	e.inflight = job
 	e.jobs <- job
+	if masked {
+		// While the device runs the step's layers; the forward pass waits for them only
+		// before its sampling.
+		job.masks <- e.stepMasks(job)
+	}
+}
+
+// anyMasker reports whether a sequence that samples in the step has a processor that masks.
+func (e *Engine) anyMasker(job *stepJob) bool {
+	for _, sc := range job.plan.seqs {
+		if sc.sampling && len(sc.seq.maskers) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // wait blocks until the step's result is in; the step is no longer in flight.
@@ -218,38 +243,33 @@ func (e *Engine) failStep(job *stepJob, err error) {
 	}
 }
 
-// fast takes a finished step's tokens: for each sequence that sampled, the device's id or a
-// host draw from its logits row (forking its siblings first when n > 1), appended to its
-// tokens with everything the next sampling and the next step's input depend on. It streams
-// and finishes nothing: that is slow's work, done while the next step runs.
+// fast takes a finished step's tokens: for each sequence that sampled, the device's ids or
+// host draws from its logits rows (forking its siblings first when n > 1), its drafts
+// verified and the rejected ones rolled back, the tokens appended with everything the
+// next sampling and the next step's input depend on; prompt logprobs are scored and beams
+// ranked. It streams and finishes nothing: that is slow's work, done while the next step
+// runs.
 //
 // A sequence finished since the step was planned (aborted, or ended by slow of the step
-// before) has its result ignored. A sequence preempted since still gets its token: it is
-// waiting now, and is recomputed with it.
+// before) has its result ignored. A sequence preempted since still gets its tokens: it is
+// waiting now, and is recomputed with them.
 func (e *Engine) fast(job *stepJob, res stepResult) {
-	row := -1
-	for _, sc := range job.plan.seqs {
-		if !sc.logits {
-			continue
-		}
-		row++
+	row := 0
+	for i := range job.plan.seqs {
+		sc := &job.plan.seqs[i]
+		first := row
+		row += len(sc.rows)
 		seq := sc.seq
-		seq.pending--
+		if sc.sampling {
+			seq.pending--
+		}
 		if seq.status == statusFinished {
-			e.discarded++
+			if sc.sampling {
+				e.discarded++
+			}
 			continue
 		}
-		if res.ids != nil {
-			job.picks = append(job.picks, e.accept(seq, res.ids[row], nil))
-			continue
-		}
-		l := res.logits[row*e.vocab : (row+1)*e.vocab]
-		if seq.forkPending {
-			job.picks = append(job.picks, e.fork(seq, l)...)
-		}
-		if p, ok := e.sampleNext(seq, l); ok {
-			job.picks = append(job.picks, p)
-		}
+		job.picks = append(job.picks, e.takeRows(sc, res, first)...)
 	}
 }
 

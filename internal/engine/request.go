@@ -8,7 +8,7 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/tokenizer"
 )
 
-// request is a submitted request: the parent of its n sequences (choices).
+// request is a submitted request: the parent of its n sequences (choices, or beams).
 type request struct {
 	id        string
 	params    SamplingParams
@@ -18,6 +18,7 @@ type request struct {
 	salt      string
 	order     uint64 // arrival order (FCFS tie-break)
 	prompt    []int32
+	procs     []sample.Stateful // choice 0's stateful processors (Request.Processors)
 	out       *outbox
 
 	seqs     []*sequence // choice i at index i once forked; only seqs[0] before
@@ -25,10 +26,21 @@ type request struct {
 	reasons  []string
 	cached   int  // prompt tokens taken from the prefix cache on first admission
 	admitted bool // scheduled at least once
-	genCount int  // output tokens over all choices
+	genCount int  // output tokens emitted over all choices
+
+	// promptLPs are the prompt logprobs computed so far (entry i: prompt token i+1), sent
+	// with the first output of choice 0.
+	promptLPs []Logprob
+	// beam is the state of a beam-search request (nil otherwise).
+	beam *beamSearch
 
 	arrival, firstScheduled, firstToken, lastToken time.Time
 	itl                                            []time.Duration
+}
+
+// wantsPromptLogprobs reports whether r still has prompt tokens to score.
+func (r *request) wantsPromptLogprobs() bool {
+	return r.params.PromptLogprobs && len(r.promptLPs) < len(r.prompt)-1
 }
 
 // status is where a sequence is in its life.
@@ -52,10 +64,13 @@ type sequence struct {
 	// numComputed is the number of tokens whose KV is in the cache once the steps
 	// scheduled so far have run: the scheduler advances it when it schedules a step.
 	numComputed int
-	// pending counts the tokens sampled by steps still in flight, not yet in tokens: the
-	// scheduler sees the sequence as len(tokens)+pending tokens long.
+	// pending counts the steps in flight that sample for the sequence (at most one); each
+	// brings at least one token, not yet in tokens.
 	pending int
-	status  status
+	// draft holds the proposed tokens the step being planned or in flight verifies after
+	// the sequence's last token (speculative decoding); empty otherwise.
+	draft  []int32
+	status status
 	// forkPending is true for choice 0 of an n > 1 request until it samples its first
 	// token, when choices 1..n-1 fork from it; until then it holds n running slots.
 	forkPending bool
@@ -63,13 +78,22 @@ type sequence struct {
 	sampler   *sample.Sampler
 	penalties *sample.Penalties
 	suppress  *sample.Suppress
-	detok     *tokenizer.Detokenizer
-	stop      *sample.StopMatcher
+	// procs are the sequence's stateful processors (its penalties and the request's
+	// processors), told every accepted token; maskers those of them that restrict the next
+	// token, whose masks are intersected into mask.
+	procs   []sample.Stateful
+	maskers []sample.Masker
+	mask    sample.Mask
+	detok   *tokenizer.Detokenizer
+	stop    *sample.StopMatcher
+
+	// beam is the sequence's state as a beam of a beam search (nil otherwise).
+	beam *beamState
 }
 
 // slots is the number of running slots (max-num-seqs) the sequence accounts for.
 func (s *sequence) slots() int {
-	if s.forkPending {
+	if s.forkPending || s.beam != nil && s.beam.reserve {
 		return s.req.n
 	}
 	return 1
@@ -78,9 +102,9 @@ func (s *sequence) slots() int {
 // numOutput is the number of output tokens so far.
 func (s *sequence) numOutput() int { return len(s.tokens) - s.numPrompt }
 
-// length is the sequence's length as the scheduler sees it: its tokens and the tokens
-// steps in flight are sampling for it.
-func (s *sequence) length() int { return len(s.tokens) + s.pending }
+// length is the sequence's length as the scheduler sees it: its tokens, its draft tokens,
+// and the token a step in flight is sampling for it.
+func (s *sequence) length() int { return len(s.tokens) + len(s.draft) + s.pending }
 
 // before orders sequences for scheduling: lower priority value first, then arrival, then
 // choice index. The last in this order is the first preemption victim.

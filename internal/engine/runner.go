@@ -15,10 +15,10 @@ import (
 // forward pass run on the forward goroutine (pipeline.go). Two batch buffers take turns, so
 // that the next step is built while the previous one's batch is in use.
 type runner struct {
-	model *model.Model
-	kv    *model.KVCache
-	bufs  [2]batchBuffer
-	next  int // index of the buffer the next build fills
+	model     Model
+	blockSize int
+	bufs      [2]batchBuffer
+	next      int // index of the buffer the next build fills
 }
 
 // batchBuffer is one step's batch and the backing store of its block tables, reused from
@@ -55,7 +55,7 @@ func (r *runner) copyBlocks(ops []kvcache.CopyOp) error {
 	for i, op := range ops {
 		copies[i] = backend.BlockCopy{Src: op.Src, Dst: op.Dst}
 	}
-	if err := r.kv.CopyBlocks(copies); err != nil {
+	if err := r.model.CopyBlocks(copies); err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
 	return nil
@@ -63,7 +63,8 @@ func (r *runner) copyBlocks(ops []kvcache.CopyOp) error {
 
 // build fills the next batch buffer from the plan, reading block tables from the manager,
 // and returns it with the positions whose tokens are not known yet (placeholders, left 0
-// in the batch). Each entry runs from its start, the numComputed it was scheduled from.
+// in the batch). Each entry runs from its start, the numComputed it was scheduled from;
+// its last numDraft tokens are its draft tokens.
 func (r *runner) build(plan *stepPlan, mgr *kvcache.Manager) (*batchBuffer, []placeholder) {
 	buf := &r.bufs[r.next]
 	r.next = 1 - r.next
@@ -71,7 +72,7 @@ func (r *runner) build(plan *stepPlan, mgr *kvcache.Manager) (*batchBuffer, []pl
 	b.Tokens, b.Positions, b.SlotMapping = b.Tokens[:0], b.Positions[:0], b.SlotMapping[:0]
 	b.Seqs, b.LogitsIndices = b.Seqs[:0], b.LogitsIndices[:0]
 	buf.table = buf.table[:0]
-	bs := r.kv.BlockSize
+	bs := r.blockSize
 	// Block tables first, into one buffer, so that growing it does not move slices taken
 	// earlier in the loop below.
 	starts := make([]int, len(plan.seqs)+1)
@@ -85,20 +86,24 @@ func (r *runner) build(plan *stepPlan, mgr *kvcache.Manager) (*batchBuffer, []pl
 		seq := sc.seq
 		table := buf.table[starts[i]:starts[i+1]]
 		qs := len(b.Tokens)
-		for p := sc.start; p < sc.start+sc.numNew; p++ {
+		end := sc.start + sc.numNew
+		for p := sc.start; p < end; p++ {
 			tok := int32(0)
-			if p < len(seq.tokens) {
+			switch d := p - (end - sc.numDraft); {
+			case d >= 0:
+				tok = seq.draft[d]
+			case p < len(seq.tokens):
 				tok = seq.tokens[p]
-			} else {
+			default:
 				holes = append(holes, placeholder{index: len(b.Tokens), seq: seq, pos: p})
 			}
 			b.Tokens = append(b.Tokens, tok)
 			b.Positions = append(b.Positions, int32(p))
 			b.SlotMapping = append(b.SlotMapping, table[p/bs]*int32(bs)+int32(p%bs))
 		}
-		b.Seqs = append(b.Seqs, model.Seq{BlockTable: table, QueryStart: qs, QueryLen: sc.numNew, ContextLen: sc.start + sc.numNew})
-		if sc.logits {
-			b.LogitsIndices = append(b.LogitsIndices, len(b.Tokens)-1)
+		b.Seqs = append(b.Seqs, model.Seq{BlockTable: table, QueryStart: qs, QueryLen: sc.numNew, ContextLen: end})
+		for _, o := range sc.rows {
+			b.LogitsIndices = append(b.LogitsIndices, qs+o)
 		}
 	}
 	return buf, holes
@@ -106,13 +111,14 @@ func (r *runner) build(plan *stepPlan, mgr *kvcache.Manager) (*batchBuffer, []pl
 
 // mode picks the step's model entry point, on the engine loop, just before the step starts
 // (after the previous step's tokens were sampled, so that the samplers' draws keep their
-// order): logits when no sequence samples or some needs its logits on the host; greedy ids
+// order): logits when no sequence samples, some scores prompt tokens, or some needs its
+// logits on the host; greedy ids
 // when every sampling sequence takes the plain argmax (greedyOnly); device draws when the
 // backend samples and every sampling sequence samples plainly (plainOnly), with their rows
 // (sampleRows takes each sampler's next uniform).
 func (r *runner) mode(plan *stepPlan, buf *batchBuffer) (forwardMode, []backend.SampleRow) {
 	switch {
-	case len(buf.batch.LogitsIndices) == 0:
+	case len(buf.batch.LogitsIndices) == 0 || scores(plan):
 		return forwardLogits, nil
 	case greedyOnly(plan):
 		return forwardGreedy, nil
@@ -139,13 +145,17 @@ func (r *runner) execute(job *stepJob) (res stepResult) {
 	}
 	b := &job.buf.batch
 	var err error
+	var masks MaskFunc
+	if job.masks != nil {
+		masks = func() ([][]uint32, error) { return <-job.masks, nil }
+	}
 	switch job.mode {
 	case forwardGreedy:
-		res.ids, err = r.model.ForwardGreedy(b, r.kv)
+		res.ids, err = r.model.ForwardGreedy(b, masks)
 	case forwardSample:
-		res.ids, err = r.model.ForwardSample(b, r.kv, job.rows)
+		res.ids, err = r.model.ForwardSample(b, job.rows, masks)
 	default:
-		res.logits, err = r.model.Forward(b, r.kv)
+		res.logits, err = r.model.Forward(b)
 	}
 	if err != nil {
 		return stepResult{err: fmt.Errorf("engine: step of %d tokens in %d sequences: %w", len(b.Tokens), len(b.Seqs), err)}
@@ -166,32 +176,44 @@ func greedyOnly(plan *stepPlan) bool {
 // uniform.
 func plainOnly(plan *stepPlan) bool { return everySampling(plan, samplesPlainly) }
 
-// samplesPlainly reports whether seq's next token depends on nothing but its logits and
-// its sampler's settings: temperature, top-k and top-p only (no penalties, logit bias,
-// min-tokens suppression or min-p), no logprobs, and no fork pending (a fork samples its
-// children from the same logits).
+// samplesPlainly reports whether seq's next token depends on nothing but its logits, its
+// sampler's settings (temperature, top-k and top-p only: no penalties, logit bias,
+// min-tokens suppression or min-p) and its processors' vocabulary mask, which a device
+// applies too: no logprobs, no fork pending (a fork samples its children from the same
+// logits), and not a beam (beams rank the top log probabilities).
 func samplesPlainly(seq *sequence) bool {
 	p := &seq.req.params
-	return seq.sampler.Plain() && !p.Logprobs && p.TopLogprobs == 0 && !seq.forkPending
+	return seq.sampler.Plain() && !p.Logprobs && p.TopLogprobs == 0 && !seq.forkPending && seq.beam == nil
 }
 
 // everySampling reports whether ok holds for every sequence of the plan that samples this
 // step.
 func everySampling(plan *stepPlan, ok func(*sequence) bool) bool {
 	for _, sc := range plan.seqs {
-		if sc.logits && !ok(sc.seq) {
+		if sc.sampling && !ok(sc.seq) {
 			return false
 		}
 	}
 	return true
 }
 
-// sampleRows returns the device sampling settings of the plan's sampling sequences, in
-// plan order (see sampleRow).
+// scores reports whether some sequence of the plan scores prompt tokens (rows beyond its
+// sampling rows), whose logits the host needs.
+func scores(plan *stepPlan) bool {
+	for _, sc := range plan.seqs {
+		if len(sc.rows) > sc.numSampling() {
+			return true
+		}
+	}
+	return false
+}
+
+// sampleRows returns the device sampling settings of the plan's sampling rows, in row
+// order (see sampleRow): a sequence verifying drafts draws once per row.
 func sampleRows(plan *stepPlan) []backend.SampleRow {
 	var rows []backend.SampleRow
 	for _, sc := range plan.seqs {
-		if sc.logits {
+		for range sc.numSampling() {
 			rows = append(rows, sampleRow(sc.seq.sampler))
 		}
 	}

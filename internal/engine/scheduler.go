@@ -18,17 +18,33 @@ type SchedulerConfig struct {
 	DisableChunkedPrefill bool
 }
 
-// scheduled is one sequence's share of a step: numNew tokens from position start on.
+// scheduled is one sequence's share of a step: numNew tokens from position start on, the
+// last numDraft of them draft tokens to verify, with the logits of the tokens at offsets
+// rows (0..numNew-1, ascending) returned.
 type scheduled struct {
 	seq *sequence
 	// start is seq.numComputed when the step was scheduled (the scheduler advances
 	// numComputed past the step at once, so that the next step can be planned while this
 	// one runs).
-	start  int
-	numNew int
-	// logits is whether the step ends at the sequence's last token, so a token is sampled
-	// (prefill chunks before the last produce no logits).
-	logits bool
+	start    int
+	numNew   int
+	numDraft int
+	// rows are the offsets of the tokens whose logits the step returns: prompt tokens
+	// scored for prompt logprobs first, then, when the step samples, the numDraft+1
+	// sampling rows (the token before each draft token, whose row verifies it, and the
+	// last token). Prefill chunks before the last may have none.
+	rows []int
+	// sampling is whether the step ends at the sequence's last token, so that it samples
+	// the sequence's next token (after verifying its drafts).
+	sampling bool
+}
+
+// numSampling returns the number of the entry's last rows that verify drafts or sample.
+func (sc *scheduled) numSampling() int {
+	if !sc.sampling {
+		return 0
+	}
+	return sc.numDraft + 1
 }
 
 // stepPlan is the scheduler's decision for one step.
@@ -51,17 +67,28 @@ type stepPlan struct {
 // counts the token that step is sampling for it (pending), whose value the runner fills in
 // before the new step starts.
 //
-// Speculative decoding fits as more than one new token for a running sequence (numNew > 1)
-// followed by kv.Truncate of the rejected tail; imported KV fits as numComputed set from
-// outside before admission.
+// A decoding sequence may carry draft tokens (speculative decoding, from the proposer):
+// its share of the step is its last token and the drafts, with a logits row for each, and
+// after the step the engine keeps the drafts the model agrees with and rolls the rest
+// back. Until that is known the sequence sits out the steps planned, so a drafting
+// sequence does not overlap its own steps (the others still do). Imported KV fits as
+// numComputed set from outside before admission.
 type scheduler struct {
 	cfg SchedulerConfig
 	kv  *kvcache.Manager
 	// maxModelLen is the engine's cap on a sequence's tokens (a sequence that reaches it
 	// finishes).
 	maxModelLen int
-	waiting     []*sequence // sorted by before
-	running     []*sequence // sorted by before
+	// vocab is the model's vocabulary size (draft tokens must be inside it).
+	vocab int
+	// proposer, when set, proposes up to numSpec draft tokens for decoding sequences.
+	proposer Proposer
+	numSpec  int
+	// scoreChunk caps the tokens of a prefill chunk whose every row returns logits (a
+	// prompt-logprobs request), bounding the logits a step copies back.
+	scoreChunk int
+	waiting    []*sequence // sorted by before
+	running    []*sequence // sorted by before
 
 	preemptions         int64
 	prefixQueries, hits int64
@@ -127,17 +154,31 @@ func (s *scheduler) preempt(seq *sequence) {
 	s.running, _ = remove(s.running, seq)
 	s.kv.Free(seq.id)
 	seq.numComputed = 0
+	if seq.pending == 0 {
+		// Drafts proposed for the step being planned: it will not run them. (A step in
+		// flight keeps its drafts until its result is taken.)
+		seq.draft = nil
+	}
 	s.add(seq)
 	s.preemptions++
 }
 
 // sitsOut reports whether a running sequence skips the step being planned because the step
 // in flight decides its fate: it is sampling its first token before forking (its children
-// are made from its state after that token, and they and it run from the step after), or
-// it is finishing.
+// are made from its state after that token, and they and it run from the step after), it
+// is a beam (whether it lives on is known only then), it drafts (its drafts are proposed
+// from known tokens, and how many it keeps is known only then), or it is finishing. A beam
+// also sits out while its siblings catch up.
 func (s *scheduler) sitsOut(seq *sequence) bool {
-	return seq.pending > 0 && seq.forkPending || s.finishing(seq)
+	if seq.beam != nil && seq.beam.ready {
+		return true
+	}
+	return seq.pending > 0 && (seq.forkPending || seq.beam != nil || s.drafts(seq)) || s.finishing(seq)
 }
+
+// drafts reports whether seq decodes with draft tokens: the engine has a proposer and seq
+// is not a beam.
+func (s *scheduler) drafts(seq *sequence) bool { return s.proposer != nil && seq.beam == nil }
 
 // finishing reports whether the token a step in flight samples for seq brings it to
 // max_tokens or the context length: it is sure to finish, and a step for it would be
@@ -146,20 +187,61 @@ func (s *scheduler) finishing(seq *sequence) bool {
 	return seq.pending > 0 && (seq.length()-seq.numPrompt >= seq.req.maxTokens || seq.length() >= s.maxModelLen)
 }
 
+// propose asks the proposer for the draft tokens of a decoding sequence: at most numSpec,
+// fewer when max_tokens, the context length or the step's budget leave less room, cut at
+// the first id outside the vocabulary. Only a sequence whose tokens are all known and all
+// but the last computed, one sampling plainly token by token (not a beam, not about to
+// fork), drafts.
+func (s *scheduler) propose(seq *sequence, budget int) []int32 {
+	if !s.drafts(seq) || seq.pending > 0 || seq.numComputed != len(seq.tokens)-1 || seq.forkPending {
+		return nil
+	}
+	room := min(s.numSpec, seq.req.maxTokens-seq.numOutput()-1, s.maxModelLen-len(seq.tokens)-1, budget-1)
+	if room <= 0 {
+		return nil
+	}
+	draft := s.proposer.Propose(seq.tokens, room)
+	draft = draft[:min(len(draft), room)]
+	for i, t := range draft {
+		if t < 0 || int(t) >= s.vocab {
+			return slices.Clone(draft[:i])
+		}
+	}
+	return slices.Clone(draft)
+}
+
 // schedule plans the next step and advances the numComputed of the sequences it takes
-// past it; a sequence that will sample in the step gets one more pending token.
+// past it; a sequence that will sample in the step gets a pending sampling.
 func (s *scheduler) schedule() (stepPlan, error) {
 	var plan stepPlan
 	budget := s.cfg.MaxNumBatchedTokens
 	take := func(seq *sequence, numNew int) {
-		logits := seq.numComputed+numNew == seq.length()
-		plan.seqs = append(plan.seqs, scheduled{seq: seq, start: seq.numComputed, numNew: numNew, logits: logits})
-		plan.numTokens += numNew
-		budget -= numNew
-		seq.numComputed += numNew
-		if logits {
+		start, end := seq.numComputed, seq.numComputed+numNew
+		sc := scheduled{seq: seq, start: start, numNew: numNew, numDraft: len(seq.draft), sampling: end == seq.length()}
+		if r := seq.req; r.wantsPromptLogprobs() {
+			// Rows that score prompt tokens not scored yet (a recomputed prompt is not
+			// scored twice): the row of position p predicts prompt token p+1.
+			for p := max(start, len(r.promptLPs)); p < min(end, seq.numPrompt-1); p++ {
+				sc.rows = append(sc.rows, p-start)
+			}
+		}
+		if sc.sampling {
+			for p := end - 1 - sc.numDraft; p < end; p++ {
+				sc.rows = append(sc.rows, p-start)
+			}
 			seq.pending++
 		}
+		plan.seqs = append(plan.seqs, sc)
+		plan.numTokens += numNew
+		budget -= numNew
+		seq.numComputed = end
+	}
+	// chunk caps a prefill chunk whose rows all return logits.
+	chunk := func(seq *sequence, numNew int) int {
+		if seq.req.wantsPromptLogprobs() {
+			return min(numNew, max(s.scoreChunk, 1))
+		}
+		return numNew
 	}
 
 	// Running sequences first, in order; victims come from the end of the list, which
@@ -170,7 +252,8 @@ func (s *scheduler) schedule() (stepPlan, error) {
 			i++
 			continue
 		}
-		numNew := min(seq.length()-seq.numComputed, budget)
+		seq.draft = s.propose(seq, budget)
+		numNew := chunk(seq, min(seq.length()-seq.numComputed, budget))
 		if numNew <= 0 {
 			return plan, fmt.Errorf("engine: running sequence %q has nothing to compute (%d of %d tokens)", seq.id, seq.numComputed, seq.length())
 		}
@@ -182,6 +265,12 @@ func (s *scheduler) schedule() (stepPlan, error) {
 			}
 			if ok {
 				break
+			}
+			if len(seq.draft) > 0 {
+				// Verifying drafts is not worth a preemption: decode plainly.
+				numNew -= len(seq.draft)
+				seq.draft = nil
+				continue
 			}
 			victim := s.running[len(s.running)-1]
 			s.preempt(victim)
@@ -215,14 +304,14 @@ func (s *scheduler) schedule() (stepPlan, error) {
 		}
 		var hits []kvcache.BlockID
 		numComputed := 0
-		if s.kv.PrefixCacheEnabled() {
+		if s.kv.PrefixCacheEnabled() && !seq.req.wantsPromptLogprobs() {
 			hits, numComputed = s.kv.GetComputedBlocks(seq.tokens, seq.req.salt)
 		}
 		numNew := len(seq.tokens) - numComputed
 		if numNew > budget && s.cfg.DisableChunkedPrefill && len(plan.seqs) > 0 {
 			break
 		}
-		numNew = min(numNew, budget)
+		numNew = chunk(seq, min(numNew, budget))
 		ok, err := s.kv.Allocate(seq.id, kvcache.Alloc{NumComputed: numComputed, NumNew: numNew, Computed: hits, Salt: seq.req.salt})
 		if err != nil {
 			return plan, fmt.Errorf("engine: admit %q: %w", seq.id, err)

@@ -8,8 +8,8 @@ import (
 
 func TestPenalties(t *testing.T) {
 	p := NewPenalties(2, 0.5, 0.25, []int32{0})
-	p.Accept(1)
-	p.Accept(1)
+	p.Accept([]int32{1})
+	p.Accept([]int32{1})
 	c := cands(4, -4, 4, 4)
 	p.Process(c)
 	// id 0: prompt only -> repetition; id 1: output twice -> repetition, presence, 2x frequency.
@@ -23,7 +23,7 @@ func TestPenalties(t *testing.T) {
 		t.Error("disabled penalties should be nil")
 	}
 	q := p.Clone()
-	q.Accept(3)
+	q.Accept([]int32{3})
 	if p.output[3] != 0 {
 		t.Error("Clone shares output counts")
 	}

@@ -8,13 +8,15 @@ package sample
 //   - Presence subtracts a fixed amount from every token that appeared in the output;
 //   - Frequency subtracts an amount times the number of times the token appeared in the output.
 //
-// It must run on the raw logits, before candidates are pruned or reordered. Accept records each
-// sampled token. A Penalties is not safe for concurrent use.
+// It must run on the raw logits, before candidates are pruned or reordered. It is a Stateful
+// processor: Accept records the tokens appended to the output, Rollback takes the last ones
+// back. A Penalties is not safe for concurrent use.
 type Penalties struct {
 	Repetition, Presence, Frequency float32
 
-	prompt map[int32]bool
-	output map[int32]int
+	prompt  map[int32]bool
+	output  map[int32]int
+	history []int32 // the output tokens in order, for Rollback
 }
 
 // NewPenalties returns the penalties of a sequence with the given prompt, or nil when every
@@ -35,24 +37,35 @@ func NewPenalties(repetition, presence, frequency float32, prompt []int32) *Pena
 
 func (p *Penalties) repetitionOn() bool { return p.Repetition > 0 && p.Repetition != 1 }
 
-// Accept records a token appended to the output.
-func (p *Penalties) Accept(tok int32) {
-	if p != nil {
+// Accept records tokens appended to the output (Stateful).
+func (p *Penalties) Accept(tokens []int32) error {
+	for _, tok := range tokens {
 		p.output[tok]++
 	}
+	p.history = append(p.history, tokens...)
+	return nil
 }
 
-// Clone returns an independent copy (for a forked sequence).
-func (p *Penalties) Clone() *Penalties {
-	if p == nil {
-		return nil
+// Rollback forgets the last n output tokens (Stateful).
+func (p *Penalties) Rollback(n int) {
+	n = min(n, len(p.history))
+	for _, tok := range p.history[len(p.history)-n:] {
+		if p.output[tok]--; p.output[tok] == 0 {
+			delete(p.output, tok)
+		}
 	}
+	p.history = p.history[:len(p.history)-n]
+}
+
+// Clone returns an independent copy (for a forked sequence; Stateful).
+func (p *Penalties) Clone() Stateful {
 	q := *p
 	q.prompt = p.prompt // never modified after construction
 	q.output = make(map[int32]int, len(p.output))
 	for k, v := range p.output {
 		q.output[k] = v
 	}
+	q.history = append([]int32(nil), p.history...)
 	return &q
 }
 

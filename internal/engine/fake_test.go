@@ -1,0 +1,233 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/model"
+	"github.com/kvasir-llm/kvasir/internal/sample"
+)
+
+// fakeModel is a Model for testing the engine alone. Its "KV cache" keeps each slot's token
+// and position, and the logits of a row are a pseudo-random function of the row's whole
+// context as read back through the sequence's block table: its tokens and positions, in
+// order. So a KV entry that is stale or misplaced (a rolled-back draft left behind, a
+// copy-on-write copy not made, a wrong slot) changes the logits, and a test that compares
+// the engine's tokens with fakeGreedy (the same function over the true tokens) sees it.
+type fakeModel struct {
+	vocab, blockSize int
+	slots            []fakeSlot
+	canSample        bool
+	steps, rows      atomic.Int64
+	copied           atomic.Int64 // logits rows returned to the host
+}
+
+// fakeSlot is one KV slot of the fake cache.
+type fakeSlot struct {
+	tok, pos int32
+	set      bool
+}
+
+func newFakeModel(vocab, numBlocks, blockSize int) *fakeModel {
+	return &fakeModel{vocab: vocab, blockSize: blockSize, slots: make([]fakeSlot, numBlocks*blockSize)}
+}
+
+// fakeLogits returns the logits that follow a context of tokens at positions 0, 1, ...
+func fakeLogits(vocab int, tokens []int32) []float32 {
+	h := uint64(0xcbf29ce484222325)
+	for i, t := range tokens {
+		h = mix(h ^ uint64(t)<<20 ^ uint64(i))
+	}
+	out := make([]float32, vocab)
+	for v := range out {
+		out[v] = float32(mix(h^uint64(v)*0x9e3779b97f4a7c15)%2000)/200 - 5
+	}
+	return out
+}
+
+// mix is splitmix64's finalizer.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// fakeGreedy is the reference: n greedy tokens after prompt, stopping after a stop token.
+func fakeGreedy(vocab int, prompt []int32, n int, stop ...int32) []int32 {
+	toks := append([]int32(nil), prompt...)
+	var out []int32
+	for len(out) < n {
+		t := int32(sample.Greedy(fakeLogits(vocab, toks)))
+		out = append(out, t)
+		toks = append(toks, t)
+		for _, s := range stop {
+			if t == s {
+				return out
+			}
+		}
+	}
+	return out
+}
+
+// Forward writes every token of the step into its slot, then computes each logits row
+// from its context read through the block table.
+func (f *fakeModel) Forward(b *model.Batch) ([]float32, error) {
+	f.steps.Add(1)
+	for t, slot := range b.SlotMapping {
+		if slot < 0 || int(slot) >= len(f.slots) {
+			return nil, fmt.Errorf("fake: token %d: slot %d out of range", t, slot)
+		}
+		if b.Tokens[t] < 0 || int(b.Tokens[t]) >= f.vocab {
+			return nil, fmt.Errorf("fake: token %d: id %d out of range", t, b.Tokens[t])
+		}
+		f.slots[slot] = fakeSlot{tok: b.Tokens[t], pos: b.Positions[t], set: true}
+	}
+	var logits []float32
+	for _, i := range b.LogitsIndices {
+		row, err := f.row(b, i)
+		if err != nil {
+			return nil, err
+		}
+		logits = append(logits, row...)
+	}
+	f.rows.Add(int64(len(b.LogitsIndices)))
+	return logits, nil
+}
+
+// row computes the logits of batch token i from its sequence's cached context.
+func (f *fakeModel) row(b *model.Batch, i int) ([]float32, error) {
+	for _, s := range b.Seqs {
+		if i < s.QueryStart || i >= s.QueryStart+s.QueryLen {
+			continue
+		}
+		last := s.ContextLen - s.QueryLen + (i - s.QueryStart) // the token's context index
+		ctx := make([]int32, last+1)
+		for j := range ctx {
+			slot := int(s.BlockTable[j/f.blockSize])*f.blockSize + j%f.blockSize
+			e := f.slots[slot]
+			if !e.set || int(e.pos) != j {
+				return nil, fmt.Errorf("fake: context entry %d in slot %d holds position %d (set %v)", j, slot, e.pos, e.set)
+			}
+			ctx[j] = e.tok
+		}
+		return fakeLogits(f.vocab, ctx), nil
+	}
+	return nil, fmt.Errorf("fake: logits row %d in no sequence", i)
+}
+
+// masked runs Forward and applies the masks to the rows.
+func (f *fakeModel) masked(b *model.Batch, masks MaskFunc) ([]float32, error) {
+	logits, err := f.Forward(b)
+	if err != nil || masks == nil {
+		return logits, err
+	}
+	ms, err := masks()
+	if err != nil {
+		return nil, err
+	}
+	if ms != nil && len(ms) != len(b.LogitsIndices) {
+		return nil, fmt.Errorf("fake: %d masks for %d rows", len(ms), len(b.LogitsIndices))
+	}
+	for r, m := range ms {
+		sample.Mask(m).Apply(logits[r*f.vocab : (r+1)*f.vocab])
+	}
+	return logits, nil
+}
+
+func (f *fakeModel) ForwardGreedy(b *model.Batch, masks MaskFunc) ([]int32, error) {
+	logits, err := f.masked(b, masks)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int32, len(b.LogitsIndices))
+	for r := range ids {
+		ids[r] = int32(sample.Greedy(logits[r*f.vocab : (r+1)*f.vocab]))
+	}
+	return ids, nil
+}
+
+func (f *fakeModel) ForwardSample(b *model.Batch, rows []backend.SampleRow, masks MaskFunc) ([]int32, error) {
+	if !f.canSample {
+		return nil, errors.New("fake: cannot sample")
+	}
+	if len(rows) != len(b.LogitsIndices) {
+		return nil, fmt.Errorf("fake: %d sampling rows for %d logits rows", len(rows), len(b.LogitsIndices))
+	}
+	logits, err := f.masked(b, masks)
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]int32, len(rows))
+	for r, s := range rows {
+		ids[r] = int32(sample.DrawIndexOrder(logits[r*f.vocab:(r+1)*f.vocab], s.Temperature, int(s.TopK), s.TopP, float64(s.Uniform)))
+	}
+	return ids, nil
+}
+
+func (f *fakeModel) CanSample() bool { return f.canSample }
+
+func (f *fakeModel) CopyBlocks(copies []backend.BlockCopy) error {
+	bs := f.blockSize
+	for _, c := range copies {
+		copy(f.slots[int(c.Dst)*bs:int(c.Dst+1)*bs], f.slots[int(c.Src)*bs:int(c.Src+1)*bs])
+	}
+	return nil
+}
+
+// fakeEngine makes an engine on a fresh fake model of vocab tokens, with cfg (NumBlocks
+// 257 and BlockSize 4 when zero), whose afterStep hook checks the engine's invariants; the
+// first violation is reported at cleanup.
+func fakeEngine(t testing.TB, vocab int, cfg Config, canSample bool) (*Engine, *fakeModel) {
+	t.Helper()
+	if cfg.NumBlocks == 0 {
+		cfg.NumBlocks = 257
+	}
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = 4
+	}
+	cfg, err := withDefaults(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fm := newFakeModel(vocab, cfg.NumBlocks, cfg.BlockSize)
+	fm.canSample = canSample
+	e, err := assemble(fm, ModelInfo{VocabSize: vocab, ContextLen: 4096}, nil, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var broken error
+	e.afterStep = func() {
+		if broken == nil {
+			broken = checkEngine(e)
+		}
+	}
+	go e.loop()
+	t.Cleanup(func() {
+		e.Close()
+		if broken != nil {
+			t.Errorf("engine invariant broken: %v", broken)
+		}
+		if err := e.kv.Check(); err != nil || e.kv.NumRequests() != 0 {
+			t.Errorf("KV manager after the run: %v, %d sequences held", err, e.kv.NumRequests())
+		}
+	})
+	return e, fm
+}
+
+// logprobSum returns the sum of the chosen tokens' log probabilities.
+func logprobSum(lps []Logprob) float64 {
+	var s float64
+	for _, lp := range lps {
+		s += float64(lp.Token.Logprob)
+	}
+	return s
+}
+
+// near reports whether a and b agree to within tol relative to their size.
+func near(a, b, tol float64) bool { return math.Abs(a-b) <= tol*max(1, math.Abs(a), math.Abs(b)) }

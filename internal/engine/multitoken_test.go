@@ -1,0 +1,189 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+)
+
+// oracleProposer proposes fakeGreedy's continuation with deliberate mistakes: the draft
+// token at offset i is made wrong when bit i of a hash of the context is set and wrong is
+// on, so that drafts are kept, cut short and rejected in every pattern.
+type oracleProposer struct {
+	vocab int
+	wrong bool // make some drafts wrong
+	junk  bool // propose nothing but wrong tokens
+	calls atomic.Int64
+}
+
+func (p *oracleProposer) Propose(tokens []int32, n int) []int32 {
+	p.calls.Add(1)
+	draft := fakeGreedy(p.vocab, tokens, n)
+	h := mix(uint64(len(tokens)) ^ uint64(tokens[len(tokens)-1]))
+	for i := range draft {
+		if p.junk || p.wrong && h>>i&1 == 1 {
+			draft[i] = (draft[i] + 1) % int32(p.vocab)
+		}
+	}
+	return draft
+}
+
+// fakeRequests are greedy requests of varied prompt lengths, some sharing a 12-token
+// prefix (prefix-cache hits), with the output lengths asked.
+func fakeRequests(vocab int, params SamplingParams) []Request {
+	shared := randomPrompt(99, 12, vocab)
+	var reqs []Request
+	for i := range 10 {
+		prompt := randomPrompt(i+1, 3+5*i, vocab)
+		if i%3 == 0 {
+			prompt = append(slices.Clone(shared), prompt...)
+		}
+		p := params
+		p.MaxTokens, p.IgnoreEOS = 12+3*i, true
+		reqs = append(reqs, Request{PromptTokens: prompt, Params: p})
+	}
+	return reqs
+}
+
+// TestMultiTokenGreedy: with draft tokens proposed (all right, some wrong, all wrong) or
+// none, under both scheduling modes, with chunked prefill, prefix hits and preemption
+// (a pool too small for all at once), every request gets exactly the tokens of greedy
+// decoding one token at a time; the engine's invariants hold after every step and nothing
+// is held at the end (fakeEngine's checks).
+func TestMultiTokenGreedy(t *testing.T) {
+	const vocab = 50
+	proposers := map[string]func() *oracleProposer{
+		"none":      func() *oracleProposer { return nil },
+		"right":     func() *oracleProposer { return &oracleProposer{vocab: vocab} },
+		"sometimes": func() *oracleProposer { return &oracleProposer{vocab: vocab, wrong: true} },
+		"wrong":     func() *oracleProposer { return &oracleProposer{vocab: vocab, junk: true} },
+	}
+	for _, pool := range []struct {
+		name   string
+		blocks int
+	}{{"roomy", 257}, {"tight", 30}} {
+		for name, mk := range proposers {
+			forEachMode(t, func(t *testing.T, serial bool) {
+				t.Run(pool.name+"/"+name, func(t *testing.T) {
+					cfg := Config{NumBlocks: pool.blocks, DisableAsyncScheduling: serial,
+						SchedulerConfig: SchedulerConfig{MaxNumBatchedTokens: 24}}
+					prop := mk()
+					if prop != nil {
+						cfg.Proposer, cfg.NumSpeculativeTokens = prop, 4
+					}
+					e, _ := fakeEngine(t, vocab, cfg, false)
+					reqs := fakeRequests(vocab, SamplingParams{})
+					got := generate(t, e, reqs)
+					for i, r := range reqs {
+						want := fakeGreedy(vocab, r.PromptTokens, r.Params.MaxTokens)
+						if !slices.Equal(got[i][0].tokens, want) {
+							t.Errorf("request %d: %v, want %v", i, got[i][0].tokens, want)
+						}
+						if got[i][0].usage.CompletionTokens != len(want) {
+							t.Errorf("request %d: usage %+v", i, got[i][0].usage)
+						}
+					}
+					st := e.Stats()
+					if pool.name == "tight" && st.Preemptions == 0 {
+						t.Errorf("no preemption in a %d-block pool", pool.blocks)
+					}
+					if prop != nil && prop.calls.Load() == 0 {
+						t.Error("the proposer was never asked")
+					}
+				})
+			})
+		}
+	}
+}
+
+// TestMultiTokenSteps: a right proposer makes a lone request take several tokens a step
+// (fewer forward passes than tokens, several logits rows a step), and a wrong one costs
+// only compute.
+func TestMultiTokenSteps(t *testing.T) {
+	const vocab, n = 50, 40
+	prompt := randomPrompt(5, 8, vocab)
+	steps := func(p *oracleProposer) (int64, int64) {
+		cfg := Config{Proposer: p, NumSpeculativeTokens: 4}
+		if p == nil {
+			cfg.Proposer = nil
+		}
+		e, fm := fakeEngine(t, vocab, cfg, false)
+		got := generate(t, e, []Request{{PromptTokens: prompt, Params: SamplingParams{MaxTokens: n, IgnoreEOS: true}}})
+		if want := fakeGreedy(vocab, prompt, n); !slices.Equal(got[0][0].tokens, want) {
+			t.Fatalf("tokens %v, want %v", got[0][0].tokens, want)
+		}
+		waitIdle(t, e)
+		return fm.steps.Load(), fm.rows.Load()
+	}
+	plainSteps, _ := steps(nil)
+	rightSteps, rightRows := steps(&oracleProposer{vocab: vocab})
+	wrongSteps, wrongRows := steps(&oracleProposer{vocab: vocab, junk: true})
+	if plainSteps != n {
+		t.Errorf("plain decoding took %d steps for %d tokens", plainSteps, n)
+	}
+	// 1 prefill step, then 5 tokens a step.
+	if rightSteps > 1+(n+4)/5 {
+		t.Errorf("right drafts: %d steps for %d tokens, want at most %d", rightSteps, n, 1+(n+4)/5)
+	}
+	if rightRows <= rightSteps {
+		t.Errorf("right drafts: %d logits rows in %d steps", rightRows, rightSteps)
+	}
+	if wrongSteps != plainSteps || wrongRows <= wrongSteps {
+		t.Errorf("wrong drafts: %d steps, %d rows; plain %d steps", wrongSteps, wrongRows, plainSteps)
+	}
+}
+
+// TestMultiTokenSampling: drafts do not change what a seeded request samples. On the host
+// each row's draw is the one the next token would have used, so the tokens equal those
+// without drafts; where the device samples (canSample), a verification step draws once per
+// row on either side, so a request's tokens do not depend on what it is batched with.
+func TestMultiTokenSampling(t *testing.T) {
+	const vocab = 50
+	seed := uint64(11)
+	params := SamplingParams{Temperature: 0.8, TopK: 20, Seed: &seed, MaxTokens: 30, IgnoreEOS: true}
+	prompt := randomPrompt(3, 10, vocab)
+	run := func(p Proposer, canSample bool, company bool) []int32 {
+		e, _ := fakeEngine(t, vocab, Config{Proposer: p, NumSpeculativeTokens: 3}, canSample)
+		reqs := []Request{{PromptTokens: prompt, Params: params}}
+		if company {
+			lp := params
+			lp.Logprobs, lp.Seed = true, nil
+			reqs = append(reqs, Request{PromptTokens: randomPrompt(4, 6, vocab), Params: lp})
+		}
+		return generate(t, e, reqs)[0][0].tokens
+	}
+	host := run(nil, false, false)
+	if got := run(&oracleProposer{vocab: vocab, wrong: true}, false, false); !slices.Equal(got, host) {
+		t.Errorf("host sampling with drafts %v, without %v", got, host)
+	}
+	alone := run(&oracleProposer{vocab: vocab, wrong: true}, true, false)
+	if batched := run(&oracleProposer{vocab: vocab, wrong: true}, true, true); !slices.Equal(alone, batched) {
+		t.Errorf("device sampling with drafts: alone %v, batched with a logprobs request %v", alone, batched)
+	}
+}
+
+// TestMultiTokenStops: a stop token inside a run of kept drafts ends the choice there,
+// and max_tokens caps the drafts; usage counts only the tokens sent.
+func TestMultiTokenStops(t *testing.T) {
+	const vocab = 50
+	prompt := randomPrompt(8, 6, vocab)
+	ref := fakeGreedy(vocab, prompt, 30)
+	stop := ref[13]
+	want := fakeGreedy(vocab, prompt, 30, stop)
+	forEachMode(t, func(t *testing.T, serial bool) {
+		e, _ := fakeEngine(t, vocab, Config{Proposer: &oracleProposer{vocab: vocab}, NumSpeculativeTokens: 5, DisableAsyncScheduling: serial}, false)
+		got := generate(t, e, []Request{
+			{PromptTokens: prompt, Params: SamplingParams{MaxTokens: 30, StopTokenIDs: []int32{stop}}},
+			{PromptTokens: prompt, Params: SamplingParams{MaxTokens: 7}},
+		})
+		if r := got[0][0]; !slices.Equal(r.tokens, want) || r.finish != FinishStop || r.usage.CompletionTokens != len(want) {
+			t.Errorf("stop token %d: %v (%s, usage %+v), want %v", stop, r.tokens, r.finish, r.usage, want)
+		}
+		if r := got[1][0]; !slices.Equal(r.tokens, ref[:7]) || r.finish != FinishLength {
+			t.Errorf("max_tokens 7: %v (%s), want %v", r.tokens, r.finish, ref[:7])
+		}
+	})
+}
+
+func (p *oracleProposer) String() string { return fmt.Sprintf("oracle(wrong=%v junk=%v)", p.wrong, p.junk) }

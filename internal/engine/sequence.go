@@ -1,0 +1,186 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/kvasir-llm/kvasir/internal/kvcache"
+	"github.com/kvasir-llm/kvasir/internal/sample"
+	"github.com/kvasir-llm/kvasir/internal/tokenizer"
+)
+
+// This file holds a sequence's life: made for a request (or forked from a sibling), then
+// ended (finishSeq) and, with its last sibling, the request completed.
+
+// newSequence makes choice index of r with the given tokens (the prompt, or a copy of the
+// parent's tokens for a fork), with its own sampler seeded for the choice and the stateful
+// processors procs (the request's, or clones of the parent's).
+func (e *Engine) newSequence(r *request, index int, tokens []int32, procs []sample.Stateful) *sequence {
+	p := r.params
+	var seed uint64
+	if p.Seed != nil {
+		seed = *p.Seed + uint64(index)
+	} else {
+		seed = e.rng.Uint64()
+	}
+	seq := &sequence{
+		id:        kvcache.RequestID(fmt.Sprintf("%s#%d", r.id, index)),
+		req:       r,
+		index:     index,
+		tokens:    slices.Clip(slices.Clone(tokens)),
+		numPrompt: len(r.prompt),
+		penalties: sample.NewPenalties(p.RepetitionPenalty, p.PresencePenalty, p.FrequencyPenalty, r.prompt),
+	}
+	var extra []sample.Processor
+	if seq.penalties != nil {
+		extra = append(extra, seq.penalties)
+		seq.procs = append(seq.procs, seq.penalties)
+	}
+	if len(p.LogitBias) > 0 {
+		extra = append(extra, sample.LogitBias(p.LogitBias))
+	}
+	if p.MinTokens > 0 {
+		seq.suppress = &sample.Suppress{IDs: e.minTokensBans(p)}
+		extra = append(extra, seq.suppress)
+	}
+	for _, proc := range procs {
+		seq.procs = append(seq.procs, proc)
+		if m, ok := proc.(sample.Masker); ok {
+			seq.maskers = append(seq.maskers, m)
+		}
+	}
+	topK := p.TopK
+	if topK < 0 {
+		topK = 0
+	}
+	seq.sampler = sample.New(sample.Params{Temperature: p.Temperature, TopK: topK, TopP: p.TopP, MinP: p.MinP, Seed: seed}, extra...)
+	if e.tok != nil {
+		seq.detok = tokenizer.NewDetokenizer(e.tok, !p.KeepSpecialTokens)
+		seq.stop = sample.NewStopMatcher(p.Stop, p.IncludeStopStrInOutput)
+	}
+	return seq
+}
+
+// cloneProcs returns clones of the request's processors held by seq (its penalties are
+// made anew by newSequence), for a sequence forked from it.
+func cloneProcs(seq *sequence) []sample.Stateful {
+	var procs []sample.Stateful
+	for _, p := range seq.procs {
+		if p != sample.Stateful(seq.penalties) {
+			procs = append(procs, p.Clone())
+		}
+	}
+	return procs
+}
+
+// minTokensBans lists the tokens min_tokens holds back: end-of-generation tokens (unless
+// ignore_eos) and stop token ids.
+func (e *Engine) minTokensBans(p SamplingParams) []int32 {
+	ids := slices.Clone(p.StopTokenIDs)
+	if e.tok != nil && !p.IgnoreEOS {
+		for id := range e.tok.NumTokens() {
+			if e.tok.IsEOG(id) {
+				ids = append(ids, int32(id))
+			}
+		}
+	}
+	return ids
+}
+
+// fork starts choices 1..n-1 of parent's request from its state and samples their first
+// tokens from the same logits; it returns their picks. The children share the parent's
+// blocks; a parent preempted while its step ran holds none, and its children wait to be
+// recomputed like it.
+func (e *Engine) fork(parent *sequence, logits []float32) []pick {
+	parent.forkPending = false
+	r := parent.req
+	var picks []pick
+	for i := 1; i < r.n; i++ {
+		child := e.newSequence(r, i, parent.tokens, cloneProcs(parent))
+		r.seqs = append(r.seqs, child)
+		if !e.attach(parent, child) {
+			return nil
+		}
+		if p, ok := e.sampleOne(child, logits); ok {
+			picks = append(picks, p)
+		}
+	}
+	return picks
+}
+
+// attach queues a sequence forked from parent: sharing the parent's blocks when it holds
+// them (copy on write), or waiting to be computed when it does not. It reports false, having
+// failed the request, when the KV manager refuses the fork (which cannot happen while the
+// parent is held).
+func (e *Engine) attach(parent, child *sequence) bool {
+	if parent.status != statusRunning {
+		e.sched.add(child)
+		return true
+	}
+	child.numComputed = parent.numComputed
+	if err := e.kv.Fork(parent.id, child.id); err != nil {
+		e.sched.addRunning(child)
+		e.failRequest(parent.req, err)
+		return false
+	}
+	e.sched.addRunning(child)
+	return true
+}
+
+// usage returns r's token counts so far.
+func (e *Engine) usage(r *request) Usage {
+	return Usage{PromptTokens: len(r.prompt), CompletionTokens: r.genCount, CachedPromptTokens: r.cached}
+}
+
+// finishSeq ends seq with an output carrying no new tokens.
+func (e *Engine) finishSeq(seq *sequence, reason string, stopReason any, text string, err error) {
+	e.finishSeqWith(seq, Output{RequestID: seq.req.id, Index: seq.index, Text: text}, reason, stopReason, err)
+}
+
+// finishSeqWith ends seq: frees its blocks, sends its last output, and completes the
+// request when it was the last choice.
+func (e *Engine) finishSeqWith(seq *sequence, out Output, reason string, stopReason any, err error) {
+	r := seq.req
+	e.sched.finish(seq)
+	r.reasons[seq.index] = reason
+	r.finished++
+	out.FinishReason, out.StopReason, out.Err = reason, stopReason, err
+	out.Usage = e.usage(r)
+	r.out.push(out)
+	e.mu.Lock()
+	e.stats.Finished[reason]++
+	e.mu.Unlock()
+	if r.finished == r.n {
+		e.complete(r)
+	}
+}
+
+// complete ends a request whose choices have all finished: closes its stream, forgets it,
+// and reports its stats.
+func (e *Engine) complete(r *request) {
+	r.out.close()
+	delete(e.active, r.id)
+	e.mu.Lock()
+	delete(e.inFlight, r.id)
+	e.mu.Unlock()
+	if e.cfg.OnRequestDone != nil {
+		e.cfg.OnRequestDone(e.requestStats(r))
+	}
+}
+
+// requestStats summarizes a finished request.
+func (e *Engine) requestStats(r *request) RequestStats {
+	now := e.cfg.Now()
+	st := RequestStats{
+		RequestID: r.id, E2E: now.Sub(r.arrival), ITL: r.itl,
+		PromptTokens: len(r.prompt), GenerationTokens: r.genCount, CachedPromptTokens: r.cached,
+		FinishReasons: slices.Clone(r.reasons),
+	}
+	if !r.firstScheduled.IsZero() {
+		st.QueueTime = r.firstScheduled.Sub(r.arrival)
+	}
+	if !r.firstToken.IsZero() {
+		st.TTFT = r.firstToken.Sub(r.arrival)
+	}
+	return st
+}
