@@ -186,4 +186,6 @@ func TestMultiTokenStops(t *testing.T) {
 	})
 }
 
-func (p *oracleProposer) String() string { return fmt.Sprintf("oracle(wrong=%v junk=%v)", p.wrong, p.junk) }
+func (p *oracleProposer) String() string {
+	return fmt.Sprintf("oracle(wrong=%v junk=%v)", p.wrong, p.junk)
+}
