@@ -6,7 +6,6 @@ import (
 
 	"github.com/kvasir-llm/kvasir/internal/format/gguf"
 	"github.com/kvasir-llm/kvasir/internal/quant"
-	"github.com/kvasir-llm/kvasir/internal/tokenizer"
 )
 
 // openGGUF opens a GGUF model file.
@@ -59,7 +58,7 @@ func modelFromGGUF(f *gguf.File) (*Model, error) {
 		m.Config.Scaling = inferLlama3Scaling(m.Config, t)
 	}
 	if _, ok := f.Get("tokenizer.ggml.model"); ok {
-		v, err := tokenizer.VocabFromGGUF(f)
+		v, err := vocabFromGGUF(f)
 		if err != nil {
 			return nil, fmt.Errorf("gguf %s: tokenizer: %w", f.Path, err)
 		}

@@ -65,7 +65,7 @@ func LoadVocab(path string, vocabSize int) (*tokenizer.Vocab, error) {
 			return nil, err
 		}
 		defer f.Close()
-		return tokenizer.VocabFromGGUF(f)
+		return vocabFromGGUF(f)
 	case strings.HasSuffix(path, ".json"):
 		return vocabFromHFFiles(path, filepath.Join(filepath.Dir(path), "tokenizer_config.json"))
 	case strings.HasSuffix(path, ".bin"):

@@ -134,11 +134,19 @@ func openHF(dir string) (*Model, error) {
 	}
 	m.Metadata["architecture"] = h.Architecture
 	m.Metadata["torch_dtype"] = h.TorchDType
+	embdFromHead, err := tiedHeadOnly(set, h.TieWordEmbeddings)
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("hf %s: %w", dir, err)
+	}
 	for _, hfName := range set.Names() {
 		ti, _ := set.Tensor(hfName)
 		name, ok := GGUFName(hfName)
 		if !ok {
 			continue // e.g. rotary_emb.inv_freq caches, which kvasir recomputes
+		}
+		if embdFromHead && name == "output.weight" {
+			name = "token_embd.weight" // the one matrix is embedding and output (Config.TiedEmbeddings)
 		}
 		t, ok := dtypeOfSafetensors[ti.DType]
 		if !ok {
@@ -156,6 +164,24 @@ func openHF(dir string) (*Model, error) {
 		return nil, fmt.Errorf("hf %s: %w", dir, err)
 	}
 	return m, nil
+}
+
+// tiedHeadOnly reports whether a checkpoint with tied embeddings stores the shared matrix
+// only as lm_head.weight (transformers keeps one name of tied weights when it saves, and
+// small models often keep that one), and fails when the embedding is missing otherwise.
+func tiedHeadOnly(set *safetensors.Set, tied bool) (bool, error) {
+	const embd, head = "model.embed_tokens.weight", "lm_head.weight"
+	if _, ok := set.Tensor(embd); ok {
+		return false, nil
+	}
+	_, hasHead := set.Tensor(head)
+	switch {
+	case hasHead && tied:
+		return true, nil
+	case hasHead:
+		return false, fmt.Errorf("tensor %s is missing (%s stands for it only with tie_word_embeddings: true in config.json)", embd, head)
+	}
+	return false, fmt.Errorf("tensor %s is missing, and there is no %s to tie it to", embd, head)
 }
 
 // readHFTokenizer loads tokenizer.json, the chat template and generation_config.json.

@@ -102,7 +102,7 @@ func (c Contents) GGUFMetadata(fileType quant.Type) []gguf.KV {
 		kvs = append(kvs, u("attention.sliding_window", cfg.SlidingWindow))
 	}
 	if c.Vocab != nil {
-		kvs = append(kvs, c.Vocab.GGUFMetadata()...)
+		kvs = append(kvs, vocabMetadata(c.Vocab)...)
 	}
 	if c.ChatTemplate != "" {
 		kvs = append(kvs, gguf.KV{Key: "tokenizer.chat_template", Value: gguf.String(c.ChatTemplate)})

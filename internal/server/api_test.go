@@ -113,7 +113,7 @@ func TestChatContentParts(t *testing.T) {
 		{"role": "user", "content": "hello\nworld"}}, "max_tokens": 5, "temperature": 0}, &a)
 	env.post(t, "/v1/chat/completions", map[string]any{"messages": []map[string]any{
 		{"role": "user", "content": []map[string]any{{"type": "text", "text": "hello"}, {"type": "text", "text": "world"}}}},
-		"max_tokens": 5, "temperature": 0, "response_format": map[string]any{"type": "json_object"}}, &b)
+		"max_tokens": 5, "temperature": 0, "response_format": map[string]any{"type": "text"}}, &b)
 	if a.Choices[0].Message.Content != b.Choices[0].Message.Content {
 		t.Errorf("content parts render differently: %q vs %q", a.Choices[0].Message.Content, b.Choices[0].Message.Content)
 	}

@@ -79,8 +79,9 @@ func (s *Server) chatRequest(req *chatRequest) (kvasir.Request, *APIError) {
 		params.TopLogprobs = *req.TopLogprobs
 	}
 	params.Logprobs = req.Logprobs
-	if req.ResponseFormat != nil {
-		if apiErr := req.ResponseFormat.validate(); apiErr != nil {
+	for _, apiErr := range []*APIError{checkResponseFormat(req.ResponseFormat), checkTools(req.Tools, req.ToolChoice),
+		checkContinueFinal(req.AddGenerationPrompt, req.ContinueFinal)} {
+		if apiErr != nil {
 			return kvasir.Request{}, apiErr
 		}
 	}

@@ -76,14 +76,17 @@ func (s *Server) completionRequests(req *completionRequest) ([]kvasir.Request, *
 		return nil, badRequest("prompt", "%d prompts: at most %d per request", len(req.Prompt), MaxPrompts)
 	}
 	if req.Suffix != nil && *req.Suffix != "" {
-		return nil, badRequest("suffix", "suffix is not supported")
+		return nil, unsupportedParam("suffix", "suffix is not supported yet (text after the insertion point)")
+	}
+	if apiErr := checkResponseFormat(req.ResponseFormat); apiErr != nil {
+		return nil, apiErr
 	}
 	params, apiErr := req.params(req.MaxTokens, "max_tokens", DefaultCompletionMaxTokens)
 	if apiErr != nil {
 		return nil, apiErr
 	}
 	if req.BestOf != nil && *req.BestOf != max(params.N, 1) {
-		return nil, badRequest("best_of", "best_of other than n is not supported")
+		return nil, unsupportedValue("best_of", "best_of other than n is not supported yet: every choice generated is returned")
 	}
 	if req.Logprobs != nil {
 		if *req.Logprobs < 0 || *req.Logprobs > MaxTopLogprobs {

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"reflect"
-	"sort"
 	"strings"
 	"unicode/utf8"
 )
@@ -17,10 +16,10 @@ import (
 const DefaultMaxBodyBytes = 10 << 20
 
 // decodeBody reads a JSON request body of at most limit bytes into v (a pointer to a
-// struct) and returns the names of top-level fields v does not know. Every failure is an
-// APIError: 413 for an oversized body, 400 for invalid UTF-8, malformed JSON or a field of
-// the wrong type (naming it).
-func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) ([]string, *APIError) {
+// struct) and returns the top-level fields v does not know, with their values. Every
+// failure is an APIError: 413 for an oversized body, 400 for invalid UTF-8, malformed JSON
+// or a field of the wrong type (naming it).
+func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) (map[string]json.RawMessage, *APIError) {
 	if r.ContentLength > limit {
 		return nil, tooLarge(limit)
 	}
@@ -41,7 +40,7 @@ func tooLarge(limit int64) *APIError {
 }
 
 // decodeJSON decodes body into v; see decodeBody.
-func decodeJSON(body []byte, v any) ([]string, *APIError) {
+func decodeJSON(body []byte, v any) (map[string]json.RawMessage, *APIError) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, badRequest("", "the request body is empty: send a JSON object")
 	}
@@ -59,14 +58,12 @@ func decodeJSON(body []byte, v any) ([]string, *APIError) {
 		return nil, jsonError(err)
 	}
 	known := jsonFields(reflect.TypeOf(v))
-	var unknown []string
 	for k := range fields {
-		if !known[k] {
-			unknown = append(unknown, k)
+		if known[k] {
+			delete(fields, k)
 		}
 	}
-	sort.Strings(unknown)
-	return unknown, nil
+	return fields, nil
 }
 
 // jsonError turns an encoding/json error into a 400 naming the field when it can.
@@ -172,11 +169,15 @@ func jsonFields(t reflect.Type) map[string]bool {
 	return out
 }
 
-// readRequest decodes the request body into dst, logs the fields kvasir does not know, and
+// readRequest decodes the request body into dst, refuses the fields kvasir knows of but
+// does not implement yet (unimplementedFields), logs the other fields it does not know, and
 // checks the model the request names (model reads it from dst once decoded). On failure it
 // answers the client itself and returns false.
 func (s *Server) readRequest(w http.ResponseWriter, r *http.Request, dst any, model func() string) bool {
 	unknown, apiErr := decodeBody(w, r, s.cfg.MaxBodyBytes, dst)
+	if apiErr == nil {
+		apiErr = refuseUnimplemented(unknown)
+	}
 	if apiErr == nil {
 		s.warnUnknown(r.URL.Path, unknown)
 		apiErr = s.checkModel(model())

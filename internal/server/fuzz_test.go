@@ -16,13 +16,18 @@ func FuzzDecodeRequests(f *testing.F) {
 		`{"messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"image_url","image_url":{"url":"x"}}]}]}`,
 		`{"messages":[{"role":"assistant","content":null,"tool_calls":[{"id":"1","type":"function","function":{"name":"f","arguments":"{}"}}]}]}`,
 		`{"messages":[],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}}`,
+		`{"messages":[],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"}}}`,
+		`{"messages":[],"tool_choice":"none","guided_json":{"type":"object"},"functions":null}`,
 		`{"prompt":"x","max_tokens":-1}`, `{"prompt":{}}`, `{"stop":5}`, `[]`, `null`, `{`, "\xff",
 	} {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var c completionRequest
-		if _, err := decodeJSON(body, &c); err == nil {
+		if unknown, err := decodeJSON(body, &c); err == nil {
+			if err := refuseUnimplemented(unknown); err != nil && (err.Status != 400 || unimplementedFields[err.Param] == "") {
+				t.Errorf("unimplemented-field error %+v", err)
+			}
 			if p, err := c.params(c.MaxTokens, "max_tokens", DefaultCompletionMaxTokens); err == nil {
 				if p.MaxTokens < 1 || p.N < 0 || p.N > MaxN || p.MinTokens < 0 {
 					t.Errorf("accepted out-of-range params %+v", p)
@@ -48,6 +53,13 @@ func FuzzDecodeRequests(f *testing.F) {
 			if ch.ResponseFormat != nil {
 				if err := ch.ResponseFormat.validate(); err != nil && err.Status != 400 {
 					t.Errorf("response_format error %+v", err)
+				}
+			}
+			if err := checkTools(ch.Tools, ch.ToolChoice); err != nil && (err.Status != 400 || err.Param == "") {
+				t.Errorf("tools error %+v", err)
+			} else if err == nil && len(ch.Tools) > 0 {
+				if choice, _ := parseToolChoice(ch.ToolChoice); choice != "none" {
+					t.Errorf("tools accepted with tool_choice %q", choice)
 				}
 			}
 		}

@@ -164,6 +164,8 @@ type completionRequest struct {
 	Logprobs *int        `json:"logprobs"`
 	Suffix   *string     `json:"suffix"`
 	BestOf   *int        `json:"best_of"`
+	// ResponseFormat is vLLM's extension of completions; only type text is honoured yet.
+	ResponseFormat *responseFormat `json:"response_format"`
 }
 
 // promptInput is the prompt field: a string, a list of strings, a list of token ids or a
@@ -287,8 +289,8 @@ type responseFormat struct {
 	} `json:"json_schema"`
 }
 
-// validate checks a response_format: text, json_object, or json_schema with a schema
-// object. (Output is not yet constrained to it.)
+// validate checks the shape of a response_format: text, json_object, or json_schema with a
+// schema object. checkResponseFormat then refuses the JSON types, which are not honoured yet.
 func (f *responseFormat) validate() *APIError {
 	switch f.Type {
 	case "text", "json_object":

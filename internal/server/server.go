@@ -10,10 +10,13 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -212,9 +215,9 @@ func (s *Server) checkModel(name string) *APIError {
 func (s *Server) modelName() string { return s.cfg.ModelNames[0] }
 
 // warnUnknown logs the request fields the server ignores.
-func (s *Server) warnUnknown(path string, fields []string) {
+func (s *Server) warnUnknown(path string, fields map[string]json.RawMessage) {
 	if len(fields) > 0 {
-		s.log.Warn("ignoring unknown request fields", "path", path, "fields", fields)
+		s.log.Warn("ignoring unknown request fields", "path", path, "fields", slices.Sorted(maps.Keys(fields)))
 	}
 }
 

@@ -28,6 +28,14 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	case req.Messages != nil:
+		if req.AddSpecialTokens != nil {
+			writeError(w, unsupportedParam("add_special_tokens", "add_special_tokens with messages is not supported yet: messages are tokenized as a chat completion's prompt is (a BOS added once where the model adds one)"))
+			return
+		}
+		if apiErr := checkContinueFinal(req.AddGenerationPrompt, req.ContinueFinal); apiErr != nil {
+			writeError(w, apiErr)
+			return
+		}
 		addGen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
 		var apiErr *APIError
 		if ids, apiErr = s.renderChat(req.Messages, req.Tools, addGen, req.ContinueFinal, req.ChatTemplateKwargs); apiErr != nil {

@@ -1,11 +1,8 @@
 package tokenizer
 
 import (
-	"bytes"
 	"testing"
 	"unicode/utf8"
-
-	"github.com/kvasir-llm/kvasir/internal/format/gguf"
 )
 
 var fuzzTexts = []string{
@@ -74,48 +71,6 @@ func FuzzDetokenizer(f *testing.F) {
 		out = append(out, d.Flush()...)
 		if want := tok.Decode(ids, skip); string(out) != want {
 			t.Fatalf("stream %q, decode %q", out, want)
-		}
-	})
-}
-
-// FuzzVocabFromGGUF: arbitrary GGUF metadata never makes VocabFromGGUF, New or Encode panic.
-func FuzzVocabFromGGUF(f *testing.F) {
-	small := loadGGUFTokenizer(f, "models/stories260K/stories260K.gguf")
-	seeds := []*Vocab{small.Vocab(),
-		{Model: "bert", Tokens: []string{"[UNK]", "▁a", "b"}, BOS: -1, EOS: -1, UNK: 0, PAD: -1, SEP: -1, CLS: -1, MASK: -1, EOT: -1},
-	}
-	for _, v := range seeds {
-		var buf bytes.Buffer
-		w, err := gguf.NewWriter(&buf, 3)
-		if err != nil {
-			f.Fatal(err)
-		}
-		for _, kv := range v.GGUFMetadata() {
-			if err := w.AddKV(kv.Key, kv.Value); err != nil {
-				f.Fatal(err)
-			}
-		}
-		if err := w.Finish(); err != nil {
-			f.Fatal(err)
-		}
-		f.Add(buf.Bytes())
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		file, err := gguf.Parse("fuzz.gguf", data)
-		if err != nil {
-			return
-		}
-		v, err := VocabFromGGUF(file)
-		if err != nil {
-			return
-		}
-		tok, err := New(v)
-		if err != nil {
-			return
-		}
-		for _, s := range fuzzTexts {
-			ids := tok.Encode(s, EncodeOptions{AddSpecial: true, ParseSpecial: true})
-			tok.Decode(ids, false)
 		}
 	})
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvasir-llm/kvasir/internal/format/gguf"
 	"github.com/kvasir-llm/kvasir/internal/testdata"
 )
 
@@ -53,15 +52,16 @@ func readVocabCases(t testing.TB, name string) []vocabCase {
 	return cases
 }
 
+// ReadGGUFVocab reads the vocabulary embedded in a GGUF file, for tests that use llama.cpp's
+// vocab GGUF files as fixtures. The reader lives in package format, which imports this
+// package, so these tests cannot import it: gguf_vocab_test.go, in package tokenizer_test,
+// sets ReadGGUFVocab when the test binary starts.
+var ReadGGUFVocab func(path string) (*Vocab, error)
+
 // loadGGUFTokenizer opens a shared GGUF file and builds its tokenizer.
 func loadGGUFTokenizer(t testing.TB, rel string) *Tokenizer {
 	t.Helper()
-	f, err := gguf.Open(testdata.Path(t, rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	v, err := VocabFromGGUF(f)
+	v, err := ReadGGUFVocab(testdata.Path(t, rel))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,8 @@
 //
 // Every tokenizer source (GGUF metadata, llama2.c tokenizer files, HF tokenizer.json) is first
 // turned into a Vocab, which mirrors GGUF's tokenizer.ggml.* metadata; New builds a Tokenizer
-// from a Vocab.
+// from a Vocab. This package reads no model file itself: package format reads GGUF metadata
+// into a Vocab, and hands this package the llama2.c pieces and tokenizer.json bytes.
 package tokenizer
 
 // TokenType mirrors GGUF tokenizer.ggml.token_type.

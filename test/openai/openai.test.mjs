@@ -162,6 +162,15 @@ test('400: invalid parameter, named', async () => {
   await assert.rejects(client.completions.create({ model, prompt: 'x', temperature: -1 }), (err) => err.status === 400 && err.param === 'temperature');
 });
 
+test('400: not supported yet, named', async () => {
+  const refused = (param) => (err) => err instanceof OpenAI.BadRequestError && err.param === param && /not supported yet/.test(err.message);
+  await assert.rejects(client.chat.completions.create({ model, messages: hello, response_format: { type: 'json_object' } }), refused('response_format'));
+  const tools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: {} } } }];
+  await assert.rejects(client.chat.completions.create({ model, messages: hello, tools }), refused('tools'));
+  const res = await client.chat.completions.create({ model, messages: hello, tools, tool_choice: 'none', max_tokens: 2 });
+  assert.equal(res.choices[0].message.role, 'assistant');
+});
+
 test('400: prompt over the context length', async () => {
   await assert.rejects(client.completions.create({ model, prompt: 'x', max_tokens: 10_000_000 }),
     (err) => err instanceof OpenAI.BadRequestError && err.code === 'context_length_exceeded' && /context length/.test(err.message));

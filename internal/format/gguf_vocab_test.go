@@ -1,19 +1,41 @@
-package tokenizer
+package format
 
 import (
 	"bytes"
 	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/format/gguf"
+	"github.com/kvasir-llm/kvasir/internal/testdata"
+	"github.com/kvasir-llm/kvasir/internal/tokenizer"
 )
+
+// loadGGUFTokenizer opens a shared GGUF file and builds its tokenizer.
+func loadGGUFTokenizer(t testing.TB, rel string) *tokenizer.Tokenizer {
+	t.Helper()
+	f, err := gguf.Open(testdata.Path(t, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	v, err := vocabFromGGUF(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.New(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
 
 // kvMeta is an in-memory ggufMeta.
 type kvMeta map[string]gguf.Value
 
 func (m kvMeta) Get(key string) (gguf.Value, bool) { v, ok := m[key]; return v, ok }
 
-func writeParse(t *testing.T, kvs []gguf.KV) *gguf.File {
+func writeParse(t testing.TB, kvs []gguf.KV) *gguf.File {
 	t.Helper()
 	var buf bytes.Buffer
 	w, err := gguf.NewWriter(&buf, 3)
@@ -38,8 +60,8 @@ func writeParse(t *testing.T, kvs []gguf.KV) *gguf.File {
 func TestGGUFMetadataRoundTrip(t *testing.T) {
 	tok := loadGGUFTokenizer(t, "tokenizers/vocab/ggml-vocab-llama-spm.gguf")
 	v := tok.Vocab()
-	f := writeParse(t, v.GGUFMetadata())
-	got, err := VocabFromGGUF(f)
+	f := writeParse(t, vocabMetadata(v))
+	got, err := vocabFromGGUF(f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,10 +69,10 @@ func TestGGUFMetadataRoundTrip(t *testing.T) {
 		t.Fatalf("round trip differs:\n got %+v\nwant %+v", summary(got), summary(v))
 	}
 
-	syn := &Vocab{Model: "gpt2", Pre: "qwen2", Tokens: []string{"a", "b", "ab", "<|im_end|>"},
-		Types: []TokenType{1, 1, 1, 3}, Merges: []string{"a b"}, BOS: -1, EOS: 3, UNK: -1, PAD: 3,
+	syn := &tokenizer.Vocab{Model: "gpt2", Pre: "qwen2", Tokens: []string{"a", "b", "ab", "<|im_end|>"},
+		Types: []tokenizer.TokenType{1, 1, 1, 3}, Merges: []string{"a b"}, BOS: -1, EOS: 3, UNK: -1, PAD: 3,
 		SEP: -1, CLS: -1, MASK: -1, EOT: 3, AddEOS: false}
-	got, err = VocabFromGGUF(writeParse(t, syn.GGUFMetadata()))
+	got, err = vocabFromGGUF(writeParse(t, vocabMetadata(syn)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +81,7 @@ func TestGGUFMetadataRoundTrip(t *testing.T) {
 	}
 }
 
-func summary(v *Vocab) Vocab {
+func summary(v *tokenizer.Vocab) tokenizer.Vocab {
 	s := *v
 	s.Tokens, s.Scores, s.Types, s.Merges = s.Tokens[:min(4, len(s.Tokens))], nil, nil, nil
 	return s
@@ -70,26 +92,26 @@ func TestVocabFromGGUFDefaults(t *testing.T) {
 	tests := []struct {
 		name string
 		meta kvMeta
-		want func(v *Vocab) bool
+		want func(v *tokenizer.Vocab) bool
 	}{
 		{"llama defaults", kvMeta{keyModel: gguf.String("llama"), keyTokens: toks},
-			func(v *Vocab) bool {
+			func(v *tokenizer.Vocab) bool {
 				return v.BOS == 1 && v.EOS == 2 && v.UNK == 0 && v.AddBOS && !v.AddEOS && v.AddSpacePrefix && v.PAD == -1
 			}},
 		{"llama overrides", kvMeta{keyModel: gguf.String("llama"), keyTokens: toks,
 			keyAddBOS: gguf.Bool(false), keyAddPrefix: gguf.Bool(false), keyEOS: gguf.Uint32(3),
 			keySEP: gguf.Uint32(0xFFFFFFFF)},
-			func(v *Vocab) bool { return !v.AddBOS && !v.AddSpacePrefix && v.EOS == 3 && v.SEP == -1 }},
+			func(v *tokenizer.Vocab) bool { return !v.AddBOS && !v.AddSpacePrefix && v.EOS == 3 && v.SEP == -1 }},
 		{"bert defaults past a small vocab", kvMeta{keyModel: gguf.String("bert"), keyTokens: toks},
-			func(v *Vocab) bool { return v.BOS == -1 && v.UNK == -1 && v.PAD == 0 && !v.AddBOS }},
+			func(v *tokenizer.Vocab) bool { return v.BOS == -1 && v.UNK == -1 && v.PAD == 0 && !v.AddBOS }},
 		{"gpt2 llama-bpe adds bos", kvMeta{keyModel: gguf.String("gpt2"), keyPre: gguf.String("llama-bpe"),
 			keyTokens: toks, keyBOS: gguf.Uint32(1)},
-			func(v *Vocab) bool { return v.AddBOS && v.BOS == 1 && v.EOS == -1 && !v.AddSpacePrefix }},
+			func(v *tokenizer.Vocab) bool { return v.AddBOS && v.BOS == 1 && v.EOS == -1 && !v.AddSpacePrefix }},
 		{"eom is eog", kvMeta{keyModel: gguf.String("gpt2"), keyTokens: toks, keyEOM: gguf.Uint32(3)},
-			func(v *Vocab) bool { return len(v.EOG) == 1 && v.EOG[0] == 3 }},
+			func(v *tokenizer.Vocab) bool { return len(v.EOG) == 1 && v.EOG[0] == 3 }},
 	}
 	for _, tc := range tests {
-		v, err := vocabFromMeta(tc.meta)
+		v, err := vocabFromGGUF(tc.meta)
 		if err != nil {
 			t.Errorf("%s: %v", tc.name, err)
 			continue
@@ -113,7 +135,7 @@ func TestVocabFromGGUFErrors(t *testing.T) {
 		{keyModel: gguf.String("t5"), keyTokens: toks},
 	}
 	for i, m := range bad {
-		if v, err := vocabFromMeta(m); err == nil {
+		if v, err := vocabFromGGUF(m); err == nil {
 			t.Errorf("case %d: no error, vocab %+v", i, v)
 		}
 	}
@@ -125,12 +147,60 @@ func TestVocabFromGGUFBert(t *testing.T) {
 	if v.CLS != 101 || v.BOS != 101 || v.SEP != 102 || v.UNK != 100 || v.PAD != 0 || v.MASK != 103 || v.EOS != -1 {
 		t.Fatalf("bert specials %+v", summary(v))
 	}
-	got := tok.Encode("Hello world!", EncodeOptions{AddSpecial: true})
+	got := tok.Encode("Hello world!", tokenizer.EncodeOptions{AddSpecial: true})
 	want := []int{101, 7592, 2088, 999, 102}
-	if !equalIDs(got, want) {
+	if !slices.Equal(got, want) {
 		t.Fatalf("Encode = %v, want %v", got, want)
 	}
 	if s := tok.Decode(got, true); s != "hello world !" { // no clean-up of spaces before punctuation
 		t.Fatalf("Decode = %q", s)
 	}
+}
+
+// fuzzTexts are texts every fuzzed vocabulary encodes and decodes.
+var fuzzTexts = []string{
+	"", " ", "Hello world", "  two  spaces\n\nnewlines\t", "日本語 🙂 naïve", "\xff\xfe\x80 invalid",
+	"<s>special</s><unk>", "\xe6\x97", "a\x00b",
+}
+
+// FuzzVocabFromGGUF: arbitrary GGUF metadata never makes vocabFromGGUF, New or Encode panic.
+func FuzzVocabFromGGUF(f *testing.F) {
+	small := loadGGUFTokenizer(f, "models/stories260K/stories260K.gguf")
+	seeds := []*tokenizer.Vocab{small.Vocab(),
+		{Model: "bert", Tokens: []string{"[UNK]", "▁a", "b"}, BOS: -1, EOS: -1, UNK: 0, PAD: -1, SEP: -1, CLS: -1, MASK: -1, EOT: -1},
+	}
+	for _, v := range seeds {
+		var buf bytes.Buffer
+		w, err := gguf.NewWriter(&buf, 3)
+		if err != nil {
+			f.Fatal(err)
+		}
+		for _, kv := range vocabMetadata(v) {
+			if err := w.AddKV(kv.Key, kv.Value); err != nil {
+				f.Fatal(err)
+			}
+		}
+		if err := w.Finish(); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(buf.Bytes())
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := gguf.Parse("fuzz.gguf", data)
+		if err != nil {
+			return
+		}
+		v, err := vocabFromGGUF(file)
+		if err != nil {
+			return
+		}
+		tok, err := tokenizer.New(v)
+		if err != nil {
+			return
+		}
+		for _, s := range fuzzTexts {
+			ids := tok.Encode(s, tokenizer.EncodeOptions{AddSpecial: true, ParseSpecial: true})
+			tok.Decode(ids, false)
+		}
+	})
 }

@@ -1,4 +1,4 @@
-package tokenizer
+package format
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/kvasir-llm/kvasir/internal/format/gguf"
+	"github.com/kvasir-llm/kvasir/internal/tokenizer"
 )
 
 // GGUF metadata keys of the tokenizer (the "seperator" spelling is GGUF's own).
@@ -31,20 +32,16 @@ const (
 	keyGeneralName = "general.name"
 )
 
-// ggufMeta is the part of a GGUF file that VocabFromGGUF reads.
+// ggufMeta is the part of a GGUF file that vocabFromGGUF reads (*gguf.File).
 type ggufMeta interface {
 	Get(key string) (gguf.Value, bool)
 }
 
-// VocabFromGGUF reads the tokenizer.ggml.* metadata of a GGUF file into a Vocab, applying the
+// vocabFromGGUF reads the tokenizer.ggml.* metadata of a GGUF file into a Vocab, applying the
 // defaults llama.cpp applies per tokenizer model (for "llama": BOS 1, EOS 2, UNK 0, add BOS,
 // add a dummy prefix; for "bert": CLS/BOS 101, UNK 100, SEP 102, PAD 0, MASK 103). Special
 // token ids out of range (such as 0xFFFFFFFF for "none") leave the default in place.
-func VocabFromGGUF(f *gguf.File) (*Vocab, error) {
-	return vocabFromMeta(f)
-}
-
-func vocabFromMeta(m ggufMeta) (*Vocab, error) {
+func vocabFromGGUF(m ggufMeta) (*tokenizer.Vocab, error) {
 	getString := func(key string) (string, bool) {
 		if v, ok := m.Get(key); ok {
 			return v.String()
@@ -56,7 +53,7 @@ func vocabFromMeta(m ggufMeta) (*Vocab, error) {
 		return nil, fmt.Errorf("gguf tokenizer: missing %s", keyModel)
 	}
 	pre, _ := getString(keyPre)
-	v := &Vocab{Model: model, Pre: pre, BOS: -1, EOS: -1, UNK: -1, PAD: -1, SEP: -1, CLS: -1, MASK: -1, EOT: -1}
+	v := &tokenizer.Vocab{Model: model, Pre: pre, BOS: -1, EOS: -1, UNK: -1, PAD: -1, SEP: -1, CLS: -1, MASK: -1, EOT: -1}
 
 	tv, ok := m.Get(keyTokens)
 	if !ok {
@@ -89,11 +86,11 @@ func vocabFromMeta(m ggufMeta) (*Vocab, error) {
 		if !ok || len(types) != n {
 			return nil, fmt.Errorf("gguf tokenizer: %s: want %d integers, have %v of %d", keyTokenType, n, tv.Type, tv.Len())
 		}
-		v.Types = make([]TokenType, n)
+		v.Types = make([]tokenizer.TokenType, n)
 		for i, t := range types {
-			v.Types[i] = TokenType(t)
-			if t < int32(TypeUndefined) || t > int32(TypeByte) {
-				v.Types[i] = TypeUndefined
+			v.Types[i] = tokenizer.TokenType(t)
+			if t < int32(tokenizer.TypeUndefined) || t > int32(tokenizer.TypeByte) {
+				v.Types[i] = tokenizer.TypeUndefined
 			}
 		}
 	}
@@ -179,10 +176,10 @@ func tokenID(m ggufMeta, key string, n int) (int, bool) {
 // applyStripRules sets the lstrip/rstrip flags llama.cpp sets by model and tokenizer name,
 // since GGUF does not store them: Phi-3's special tokens swallow the whitespace after them
 // (except <unk>, <s> and <|endoftext|>), and jina-v2's <mask> the whitespace before it.
-func applyStripRules(v *Vocab, name string) {
-	set := func(id int, s Strip) {
+func applyStripRules(v *tokenizer.Vocab, name string) {
+	set := func(id int, s tokenizer.Strip) {
 		if v.Strip == nil {
-			v.Strip = make(map[int]Strip)
+			v.Strip = make(map[int]tokenizer.Strip)
 		}
 		v.Strip[id] |= s
 	}
@@ -190,25 +187,25 @@ func applyStripRules(v *Vocab, name string) {
 	case strings.Contains(v.Pre, "jina-v2-de") || strings.Contains(v.Pre, "jina-v2-es") || strings.Contains(v.Pre, "jina-v2-code"):
 		for id, t := range v.Tokens {
 			if t == "<mask>" {
-				set(id, StripLeft)
+				set(id, tokenizer.StripLeft)
 			}
 		}
 	case strings.Contains(name, "phi-3") || strings.Contains(name, "phi3"):
 		for id, t := range v.Tokens {
 			typ := v.TypeOf(id)
-			special := typ == TypeControl || typ == TypeUserDefined || typ == TypeUnknown
+			special := typ == tokenizer.TypeControl || typ == tokenizer.TypeUserDefined || typ == tokenizer.TypeUnknown
 			switch {
 			case t == "<unk>" || t == "<s>" || t == "<|endoftext|>":
 			case special || t == "</s>":
-				set(id, StripRight)
+				set(id, tokenizer.StripRight)
 			}
 		}
 	}
 }
 
-// GGUFMetadata returns the tokenizer.ggml.* metadata that describes v, for GGUF writers.
+// vocabMetadata returns the tokenizer.ggml.* metadata that describes v, for GGUF writers.
 // Absent special tokens (-1) are left out.
-func (v *Vocab) GGUFMetadata() []gguf.KV {
+func vocabMetadata(v *tokenizer.Vocab) []gguf.KV {
 	kvs := []gguf.KV{{Key: keyModel, Value: gguf.String(v.Model)}}
 	if v.Pre != "" {
 		kvs = append(kvs, gguf.KV{Key: keyPre, Value: gguf.String(v.Pre)})

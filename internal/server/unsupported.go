@@ -1,0 +1,136 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"maps"
+	"slices"
+)
+
+// A request field kvasir does not implement yet is refused with a 400 that names it, never
+// accepted and ignored: a client that asks for JSON output or for tool calls must not take
+// plain text for either. Fields that change nothing here, as they change nothing in vLLM,
+// are accepted; docs/API.md lists both kinds.
+
+// unsupportedParam is the 400 for a request field kvasir does not implement yet, with
+// OpenAI's code for a parameter a model does not take.
+func unsupportedParam(param, format string, args ...any) *APIError {
+	e := badRequest(param, format, args...)
+	e.Code = "unsupported_parameter"
+	return e
+}
+
+// unsupportedValue is the 400 for a value of a field that kvasir does not implement yet.
+func unsupportedValue(param, format string, args ...any) *APIError {
+	e := badRequest(param, format, args...)
+	e.Code = "unsupported_value"
+	return e
+}
+
+// unimplementedFields are fields of OpenAI's or vLLM's requests that would change the
+// output, that no kvasir request parses yet, and what each asks for. A request that sets one
+// is refused; a field that a request type parses is never looked up here, so implementing
+// one is adding it to that type. Other unknown fields are logged and ignored, as vLLM does.
+var unimplementedFields = map[string]string{
+	"functions":                  "tool calls",
+	"function_call":              "tool calls",
+	"guided_json":                "structured output",
+	"guided_regex":               "structured output",
+	"guided_choice":              "structured output",
+	"guided_grammar":             "structured output",
+	"structured_outputs":         "structured output",
+	"allowed_token_ids":          "restricting the vocabulary",
+	"bad_words":                  "banning words",
+	"logits_processors":          "custom logits processors",
+	"truncate_prompt_tokens":     "prompt truncation",
+	"return_tokens_as_token_ids": "token ids in logprobs",
+}
+
+// refuseUnimplemented answers the first (by name) of the unknown fields that is an
+// unimplemented one set to a value; null, false, 0 and empty values ask for nothing.
+func refuseUnimplemented(unknown map[string]json.RawMessage) *APIError {
+	for _, name := range slices.Sorted(maps.Keys(unknown)) {
+		what, ok := unimplementedFields[name]
+		if !ok {
+			continue
+		}
+		switch string(bytes.TrimSpace(unknown[name])) {
+		case "null", "false", "0", `""`, "[]", "{}":
+			continue
+		}
+		return unsupportedParam(name, "%s is not supported yet (%s)", name, what)
+	}
+	return nil
+}
+
+// checkResponseFormat validates a response_format and refuses the types that constrain the
+// output: kvasir cannot hold generation to JSON until structured output lands.
+func checkResponseFormat(f *responseFormat) *APIError {
+	if f == nil {
+		return nil
+	}
+	if apiErr := f.validate(); apiErr != nil {
+		return apiErr
+	}
+	if f.Type != "text" {
+		return unsupportedValue("response_format", "response_format of type %s is not supported yet: output cannot be constrained to JSON until structured output lands (type text is fine)", f.Type)
+	}
+	return nil
+}
+
+// checkTools refuses tools that the model could call: tool calls come with structured
+// output. With tool_choice "none" the tools are only rendered into the prompt, which is
+// honoured; a tool_choice that demands a call needs tools.
+func checkTools(tools []json.RawMessage, rawChoice json.RawMessage) *APIError {
+	choice, apiErr := parseToolChoice(rawChoice)
+	switch {
+	case apiErr != nil:
+		return apiErr
+	case choice == "none":
+		return nil
+	case len(tools) > 0 && choice == "":
+		return unsupportedValue("tools", `tools with tool_choice auto (the default with tools) are not supported yet: tool calls come with structured output; tool_choice "none" renders the tools into the prompt`)
+	case len(tools) > 0:
+		return unsupportedValue("tool_choice", `tools with tool_choice %s are not supported yet: tool calls come with structured output; tool_choice "none" renders the tools into the prompt`, choice)
+	case choice == "required" || choice == "a named function":
+		return badRequest("tool_choice", "tool_choice %s needs tools", choice)
+	}
+	return nil
+}
+
+// parseToolChoice reads tool_choice: "" when absent or null, "none", "auto", "required", or
+// "a named function" for {"type": "function", "function": {"name": ...}}.
+func parseToolChoice(raw json.RawMessage) (string, *APIError) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	const want = `tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}`
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		switch s {
+		case "none", "auto", "required":
+			return s, nil
+		}
+		return "", badRequest("tool_choice", "%s, got %q", want, s)
+	}
+	var named struct {
+		Type     string `json:"type"`
+		Function struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(raw, &named); err != nil || named.Type != "function" || named.Function.Name == "" {
+		return "", badRequest("tool_choice", "%s", want)
+	}
+	return "a named function", nil
+}
+
+// checkContinueFinal refuses add_generation_prompt set to true beside
+// continue_final_message, which would leave it unused (vLLM refuses the pair too).
+func checkContinueFinal(addGen *bool, continueFinal bool) *APIError {
+	if continueFinal && addGen != nil && *addGen {
+		return badRequest("add_generation_prompt", "add_generation_prompt and continue_final_message cannot both be true: continuing the final message adds no generation prompt")
+	}
+	return nil
+}
