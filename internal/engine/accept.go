@@ -168,7 +168,7 @@ func (e *Engine) logprobs(seq *sequence, logits []float32, tok int32) []Logprob 
 		return nil
 	}
 	chosen, top := sample.Logprobs(logits, int(tok), p.TopLogprobs)
-	return []Logprob{{Token: chosen, Top: top}}
+	return []Logprob{{Token: chosen, Rank: sample.Rank(logits, int(tok)), Top: top}}
 }
 
 // accept appends a token to seq with what the next sampling and the next step's input
@@ -289,7 +289,8 @@ func (e *Engine) scorePrompt(sc *scheduled, logits []float32, first, n int) {
 		if p != len(r.promptLPs) {
 			continue
 		}
-		chosen, top := sample.Logprobs(e.logitsRow(logits, first+i), int(r.prompt[p+1]), r.params.PromptTopLogprobs)
-		r.promptLPs = append(r.promptLPs, Logprob{Token: chosen, Top: top})
+		row, tok := e.logitsRow(logits, first+i), int(r.prompt[p+1])
+		chosen, top := sample.Logprobs(row, tok, r.params.PromptTopLogprobs)
+		r.promptLPs = append(r.promptLPs, Logprob{Token: chosen, Rank: sample.Rank(row, tok), Top: top})
 	}
 }

@@ -151,13 +151,21 @@ func (e *Engine) beamLogprobs(b *sequence, tok int32) []Logprob {
 	if !p.Logprobs && p.TopLogprobs == 0 {
 		return nil
 	}
-	chosen := sample.TokenLogprob{ID: tok, Logprob: float32(math.Inf(-1))}
+	lp := Logprob{Token: sample.TokenLogprob{ID: tok, Logprob: float32(math.Inf(-1))}}
 	for _, c := range b.beam.cands {
 		if c.ID == tok {
-			chosen = c
+			lp.Token = c
 		}
 	}
-	return append(slices.Clone(b.beam.lps), Logprob{Token: chosen, Top: b.beam.alts})
+	// Every token more likely than the chosen one is among the candidates before it.
+	lp.Rank = 1
+	for _, c := range b.beam.cands {
+		if c.Logprob > lp.Token.Logprob {
+			lp.Rank++
+		}
+	}
+	lp.Top = b.beam.alts
+	return append(slices.Clone(b.beam.lps), lp)
 }
 
 // advanceBeams makes the chosen continuations the live beams: a parent's first child

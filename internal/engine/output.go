@@ -20,7 +20,10 @@ type TokenLogprob = sample.TokenLogprob
 // (computed from the model's raw logits, before penalties and temperature).
 type Logprob struct {
 	Token TokenLogprob
-	Top   []TokenLogprob
+	// Rank is the token's 1-based rank among the vocabulary (1 + the number of tokens
+	// more likely; ties share a rank).
+	Rank int
+	Top  []TokenLogprob
 }
 
 // Usage counts a request's tokens.

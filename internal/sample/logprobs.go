@@ -78,3 +78,19 @@ func Logprobs(logits []float32, id, k int) (TokenLogprob, []TokenLogprob) {
 	}
 	return chosen, top
 }
+
+// Rank returns token id's 1-based rank under logits: one more than the number of tokens
+// with a strictly larger logit (ties share a rank), as vLLM reports it; 0 for an id out of
+// range.
+func Rank(logits []float32, id int) int {
+	if id < 0 || id >= len(logits) {
+		return 0
+	}
+	v, r := logits[id], 1
+	for _, l := range logits {
+		if l > v {
+			r++
+		}
+	}
+	return r
+}

@@ -78,3 +78,16 @@ func TestPenaltiesRollback(t *testing.T) {
 		}
 	}
 }
+
+// TestRank counts the strictly larger logits.
+func TestRank(t *testing.T) {
+	logits := []float32{1, 3, 3, -2, 0.5}
+	for id, want := range []int{3, 1, 1, 5, 4} {
+		if got := Rank(logits, id); got != want {
+			t.Errorf("rank of %d = %d, want %d", id, got, want)
+		}
+	}
+	if Rank(logits, 7) != 0 {
+		t.Error("rank of an id out of range")
+	}
+}
