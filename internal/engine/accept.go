@@ -82,6 +82,12 @@ func (e *Engine) verify(sc *scheduled, host bool, next func(j int) (int32, []Log
 		}
 		kept++
 	}
+	if len(draft) > 0 {
+		e.mu.Lock()
+		e.stats.DraftTokens += int64(len(draft))
+		e.stats.AcceptedDrafts += int64(kept)
+		e.mu.Unlock()
+	}
 	if rejected := len(draft) - kept; rejected > 0 {
 		if host {
 			e.skipDraws(seq, rejected)

@@ -1,8 +1,16 @@
 // Package engine serves many generation requests on one model and one paged KV cache: a
 // token-budget scheduler with chunked prefill, prefix caching and preemption by recompute
-// (scheduler.go), a runner that turns each step into a model batch (runner.go), per-request
-// sampling and stop handling (postprocess.go), all driven by one loop goroutine that
-// plans each step while the previous one runs (pipeline.go).
+// (scheduler.go); a runner that turns each step into a model batch (runner.go); the step
+// pipeline, which plans each step while the previous one runs (pipeline.go); what a step's
+// results do to a sequence: prompt logprobs scored, draft tokens verified and rolled back,
+// the next token sampled (accept.go); emitting tokens as text and stopping (emit.go); a
+// sequence's life from made or forked to finished (sequence.go); and beam search (beam.go).
+//
+// A step carries any number of tokens per sequence with logits at any of them, so decode,
+// chunked prefill, prompt scoring and speculative verification are one mechanism. The
+// engine reaches the model through the Model interface (model.go), and per-request state
+// that shapes sampling lives in stateful processors (sample.Stateful) whose vocabulary
+// masks a device sampler applies too.
 package engine
 
 import (

@@ -103,7 +103,7 @@ func TestMultiTokenGreedy(t *testing.T) {
 func TestMultiTokenSteps(t *testing.T) {
 	const vocab, n = 50, 40
 	prompt := randomPrompt(5, 8, vocab)
-	steps := func(p *oracleProposer) (int64, int64) {
+	steps := func(p *oracleProposer) (int64, int64, Stats) {
 		cfg := Config{Proposer: p, NumSpeculativeTokens: 4}
 		if p == nil {
 			cfg.Proposer = nil
@@ -114,11 +114,14 @@ func TestMultiTokenSteps(t *testing.T) {
 			t.Fatalf("tokens %v, want %v", got[0][0].tokens, want)
 		}
 		waitIdle(t, e)
-		return fm.steps.Load(), fm.rows.Load()
+		return fm.steps.Load(), fm.rows.Load(), e.Stats()
 	}
-	plainSteps, _ := steps(nil)
-	rightSteps, rightRows := steps(&oracleProposer{vocab: vocab})
-	wrongSteps, wrongRows := steps(&oracleProposer{vocab: vocab, junk: true})
+	plainSteps, _, _ := steps(nil)
+	rightSteps, rightRows, right := steps(&oracleProposer{vocab: vocab})
+	wrongSteps, wrongRows, wrong := steps(&oracleProposer{vocab: vocab, junk: true})
+	if right.DraftTokens == 0 || right.AcceptedDrafts != right.DraftTokens || wrong.DraftTokens == 0 || wrong.AcceptedDrafts != 0 {
+		t.Errorf("draft stats: right %d of %d kept, wrong %d of %d", right.AcceptedDrafts, right.DraftTokens, wrong.AcceptedDrafts, wrong.DraftTokens)
+	}
 	if plainSteps != n {
 		t.Errorf("plain decoding took %d steps for %d tokens", plainSteps, n)
 	}

@@ -93,6 +93,9 @@ type Stats struct {
 	PromptTokens          int64 // prompt tokens computed or taken from the cache
 	GenerationTokens      int64
 	Steps                 int64
+	// DraftTokens counts the draft tokens verified (speculative decoding), AcceptedDrafts
+	// those the model kept.
+	DraftTokens, AcceptedDrafts int64
 	// Finished counts finished choices by finish reason.
 	Finished map[string]int64
 }
