@@ -141,9 +141,9 @@ func (r *runner) execute(job *stepJob) (res stepResult) {
 	var err error
 	switch job.mode {
 	case forwardGreedy:
-		res.ids, err = r.model.ForwardGreedy(b, r.kv)
+		res.ids, err = r.model.ForwardGreedy(b, r.kv, nil)
 	case forwardSample:
-		res.ids, err = r.model.ForwardSample(b, r.kv, job.rows)
+		res.ids, err = r.model.ForwardSample(b, r.kv, job.rows, nil)
 	default:
 		res.logits, err = r.model.Forward(b, r.kv)
 	}
