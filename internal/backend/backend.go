@@ -197,13 +197,17 @@ type StepGrapher interface {
 	RunStep(st Step, owner any, ops func() error) error
 }
 
-// ArgmaxLogits is implemented by backends that can pick each row's greedy token on the
-// device, so that full logits need not be copied back.
+// ArgmaxLogits is implemented by backends that pick each row's greedy token themselves
+// (on the device, so that full logits need not be copied back).
 type ArgmaxLogits interface {
 	// LogitsArgmax computes x · wᵀ and writes, for each row of x, the index of its largest
-	// logit (the lowest index among ties; NaN never wins) into dst, one entry per row: the
-	// step's last op and its only host synchronisation.
-	LogitsArgmax(dst []int32, x, w Tensor) error
+	// logit (the lowest index among ties; NaN never wins unless every logit is) into dst,
+	// one entry per row: the step's last op and its only host synchronisation. masks is
+	// nil or has one vocabulary mask per row (see MaskWords; a nil entry allows every
+	// token): a token its row's mask disallows never wins. A row none of whose allowed
+	// tokens has a logit other than NaN (a mask that allows nothing: the caller's bug) gets
+	// id 0.
+	LogitsArgmax(dst []int32, x, w Tensor, masks [][]uint32) error
 }
 
 // SampleRow is one logits row's sampling settings for LogitsSampler: the distribution is
@@ -217,6 +221,10 @@ type SampleRow struct {
 	TopK        int32
 	TopP        float32
 	Uniform     float32 // in [0, 1): the row's random draw
+	// Mask is the row's vocabulary mask (see MaskWords): nil allows every token. A token
+	// it disallows counts as a logit of -Inf before temperature, top-k and top-p, so it is
+	// never drawn. A row whose mask allows nothing (the caller's bug) draws token 0.
+	Mask []uint32
 }
 
 // LogitsSampler is implemented by backends that can draw each row's token on the device,

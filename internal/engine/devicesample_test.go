@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"reflect"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -113,11 +114,11 @@ func TestSampleRows(t *testing.T) {
 		plan.seqs = append(plan.seqs, scheduled{seq: s, rows: []int{0}, sampling: true})
 	}
 	rows := sampleRows(plan)
-	if rows[0] != (backend.SampleRow{Temperature: 1, TopK: 1, TopP: 1}) {
+	if !reflect.DeepEqual(rows[0], backend.SampleRow{Temperature: 1, TopK: 1, TopP: 1}) {
 		t.Errorf("greedy row %+v", rows[0])
 	}
 	u := float32(sample.New(sample.Params{Temperature: 0.5, TopK: 7, Seed: 3}).Uniform())
-	if rows[1] != (backend.SampleRow{Temperature: 0.5, TopK: 7, TopP: 1, Uniform: u}) {
+	if !reflect.DeepEqual(rows[1], backend.SampleRow{Temperature: 0.5, TopK: 7, TopP: 1, Uniform: u}) {
 		t.Errorf("sampled row %+v, want uniform %g", rows[1], u)
 	}
 	if rows[2].TopP != 0.25 || rows[2].TopK != 0 {

@@ -1,18 +1,16 @@
 package engine
 
 import (
-	"fmt"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/model"
-	"github.com/kvasir-llm/kvasir/internal/sample"
 )
 
 // MaskFunc returns the vocabulary masks of a step's logits rows (one entry per row, nil
 // for an unmasked row; nil for none at all). The model calls it once, after the step's
 // layers are queued and before its logits are sampled, so that the engine computes the
 // masks while a device runs the layers.
-type MaskFunc = func() ([][]uint32, error)
+type MaskFunc = model.MaskFunc
 
 // Model is the engine's view of a model bound to its paged KV cache: the forward pass of
 // one step in three forms, and the cache's block copies. The engine calls it from one
@@ -53,41 +51,13 @@ type pagedModel struct {
 func (p *pagedModel) Forward(b *model.Batch) ([]float32, error) { return p.m.Forward(b, p.kv) }
 
 func (p *pagedModel) ForwardGreedy(b *model.Batch, masks MaskFunc) ([]int32, error) {
-	if masks == nil {
-		return p.m.ForwardGreedy(b, p.kv)
-	}
-	logits, err := p.m.Forward(b, p.kv)
-	if err != nil {
-		return nil, err
-	}
-	ms, err := masks()
-	if err != nil {
-		return nil, fmt.Errorf("forward: masks: %w", err)
-	}
-	return hostGreedy(logits, len(b.LogitsIndices), ms), nil
+	return p.m.ForwardGreedy(b, p.kv, masks)
 }
 
 func (p *pagedModel) ForwardSample(b *model.Batch, rows []backend.SampleRow, masks MaskFunc) ([]int32, error) {
-	if masks != nil {
-		return nil, fmt.Errorf("forward: the device sampler takes no masks yet")
-	}
-	return p.m.ForwardSample(b, p.kv, rows)
+	return p.m.ForwardSample(b, p.kv, rows, masks)
 }
 
 func (p *pagedModel) CanSample() bool { return p.m.CanSample() }
 
 func (p *pagedModel) CopyBlocks(copies []backend.BlockCopy) error { return p.kv.CopyBlocks(copies) }
-
-// hostGreedy picks each row's greedy token among those its mask allows, on the host.
-func hostGreedy(logits []float32, rows int, masks [][]uint32) []int32 {
-	v := len(logits) / max(rows, 1)
-	ids := make([]int32, rows)
-	for i := range ids {
-		row := logits[i*v : (i+1)*v]
-		if i < len(masks) && masks[i] != nil {
-			sample.Mask(masks[i]).Apply(row)
-		}
-		ids[i] = int32(sample.Greedy(row))
-	}
-	return ids
-}

@@ -19,7 +19,6 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/backend/cpubackend"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/quant"
-	"github.com/kvasir-llm/kvasir/internal/sample"
 )
 
 // Options configures a Model.
@@ -288,7 +287,7 @@ func (m *Model) Forward(b *Batch, kv *KVCache) ([]float32, error) {
 	if len(b.LogitsIndices) > 0 {
 		logits = make([]float32, len(b.LogitsIndices)*m.cfg.VocabSize)
 	}
-	if err := m.run(b, kv, stepOut{n: len(b.LogitsIndices), logits: logits}); err != nil {
+	if err := m.run(b, kv, stepOut{n: len(b.LogitsIndices), logits: logits}, nil); err != nil {
 		return nil, fmt.Errorf("forward: %w", err)
 	}
 	return logits, nil
@@ -296,9 +295,14 @@ func (m *Model) Forward(b *Batch, kv *KVCache) ([]float32, error) {
 
 // ForwardGreedy runs one step as Forward does but returns, instead of the logits, the
 // greedy token of each row named by b.LogitsIndices: the index of the row's largest logit
-// (the lowest among ties, NaN never chosen), as sample.Greedy picks it. A backend that
-// implements backend.ArgmaxLogits picks them on the device and copies back only the ids.
-func (m *Model) ForwardGreedy(b *Batch, kv *KVCache) ([]int32, error) {
+// (the lowest among ties, NaN never chosen, as sample.Greedy picks it), among the tokens
+// the row's mask allows when masks is set (see MaskFunc; a row whose mask allows nothing
+// gets 0). The backend that computes the logits picks them (backend.ArgmaxLogits): a
+// device copies back only the ids.
+func (m *Model) ForwardGreedy(b *Batch, kv *KVCache, masks MaskFunc) ([]int32, error) {
+	if _, ok := m.ranks[m.logitsRank()].be.(backend.ArgmaxLogits); !ok {
+		return nil, fmt.Errorf("forward: the backend %s cannot pick greedy tokens", m.ranks[m.logitsRank()].be.Name())
+	}
 	if err := m.check(b, kv); err != nil {
 		return nil, err
 	}
@@ -307,19 +311,8 @@ func (m *Model) ForwardGreedy(b *Batch, kv *KVCache) ([]int32, error) {
 	if n == 0 {
 		return ids, nil
 	}
-	if _, ok := m.ranks[m.logitsRank()].be.(backend.ArgmaxLogits); ok {
-		if err := m.run(b, kv, stepOut{n: n, ids: ids}); err != nil {
-			return nil, fmt.Errorf("forward: %w", err)
-		}
-		return ids, nil
-	}
-	logits := make([]float32, n*m.cfg.VocabSize)
-	if err := m.run(b, kv, stepOut{n: n, logits: logits}); err != nil {
+	if err := m.run(b, kv, stepOut{n: n, ids: ids}, masks); err != nil {
 		return nil, fmt.Errorf("forward: %w", err)
-	}
-	v := m.cfg.VocabSize
-	for i := range ids {
-		ids[i] = int32(sample.Greedy(logits[i*v : (i+1)*v]))
 	}
 	return ids, nil
 }
@@ -333,8 +326,9 @@ func (m *Model) CanSample() bool {
 
 // ForwardSample runs one step as Forward does but returns, instead of the logits, the
 // token drawn on the device for each row named by b.LogitsIndices as rows says (one
-// setting per row; see backend.SampleRow). It needs CanSample.
-func (m *Model) ForwardSample(b *Batch, kv *KVCache, rows []backend.SampleRow) ([]int32, error) {
+// setting per row; see backend.SampleRow). When masks is set (see MaskFunc), the masks it
+// returns replace the rows' Mask fields. It needs CanSample.
+func (m *Model) ForwardSample(b *Batch, kv *KVCache, rows []backend.SampleRow, masks MaskFunc) ([]int32, error) {
 	if !m.CanSample() {
 		return nil, fmt.Errorf("forward: the backend %s cannot sample on the device", m.ranks[m.logitsRank()].be.Name())
 	}
@@ -349,7 +343,7 @@ func (m *Model) ForwardSample(b *Batch, kv *KVCache, rows []backend.SampleRow) (
 	if n == 0 {
 		return ids, nil
 	}
-	if err := m.run(b, kv, stepOut{n: n, ids: ids, rows: rows}); err != nil {
+	if err := m.run(b, kv, stepOut{n: n, ids: ids, rows: rows}, masks); err != nil {
 		return nil, fmt.Errorf("forward: %w", err)
 	}
 	return ids, nil
@@ -372,12 +366,13 @@ func (m *Model) check(b *Batch, kv *KVCache) error {
 	return nil
 }
 
-// run runs a checked batch, writing the rows of b.LogitsIndices to out.
-func (m *Model) run(b *Batch, kv *KVCache, out stepOut) error {
+// run runs a checked batch, writing the rows of b.LogitsIndices to out, with the rows'
+// vocabulary masks from masks (nil: none).
+func (m *Model) run(b *Batch, kv *KVCache, out stepOut, masks MaskFunc) error {
 	if len(m.ranks) == 1 {
 		s := m.ranks[0]
 		s.prepare(b, kv.BlockSize)
-		return s.be.Run(func() error { return s.forward(kv.parts[0], out) })
+		return s.run(kv.parts[0], out, masks)
 	}
-	return m.runSplit(b, kv, out)
+	return m.runSplit(b, kv, out, masks)
 }

@@ -13,7 +13,7 @@ import (
 // padBackend is a CPU backend that asks for decode steps padded to powers of two, as a
 // graph-replaying backend does, and runs the step's ops eagerly.
 type padBackend struct {
-	backend.Backend
+	*cpubackend.Backend
 	steps, noOwner int
 }
 
@@ -97,7 +97,7 @@ func TestPaddedDecode(t *testing.T) {
 		}
 		// The greedy ids of the same decode step, run again: re-running a decode step
 		// rewrites the same slots with the same values.
-		ids, err := padded.ForwardGreedy(batchFor(seqs, from, to, bs), caches[1])
+		ids, err := padded.ForwardGreedy(batchFor(seqs, from, to, bs), caches[1], nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -67,12 +67,16 @@ func (m *Model) microBatch(b *Batch, from, to int, next *int) microBatch {
 // runSplit runs a checked batch on every rank of a split model at once, each rank on its
 // own goroutine, micro-batch after micro-batch: the ranks of a stage meet in their
 // all-reduces, and a stage waits for the previous one's residual stream. The last stage's
-// first rank writes the logits (or greedy ids). If any rank fails, the communicators are
-// aborted so that no rank waits forever, and the model refuses later steps.
-func (m *Model) runSplit(b *Batch, kv *KVCache, out stepOut) error {
+// first rank writes the logits (or greedy ids); the masks it needs come through a
+// maskRelay from this goroutine. If any rank fails, the communicators are aborted so that
+// no rank waits forever, and the model refuses later steps. A failing MaskFunc fails the
+// step alone: the logits rank runs its remaining layers without output, so the ranks stay
+// in step.
+func (m *Model) runSplit(b *Batch, kv *KVCache, out stepOut, masks MaskFunc) error {
 	mbs := m.microBatches(b)
 	vocab := m.cfg.VocabSize
-	errs := make([]error, len(m.ranks))
+	relay := newMaskRelay(masks)
+	errs, maskErrs := make([]error, len(m.ranks)), make([]error, len(m.ranks))
 	var once sync.Once
 	var wg sync.WaitGroup
 	for r, s := range m.ranks {
@@ -80,10 +84,17 @@ func (m *Model) runSplit(b *Batch, kv *KVCache, out stepOut) error {
 			for _, mb := range mbs {
 				s.prepare(&mb.batch, kv.BlockSize)
 				var part stepOut
-				if s.logits {
+				var mf MaskFunc
+				if s.logits && maskErrs[r] == nil {
 					part = out.slice(mb.out, len(mb.batch.LogitsIndices), vocab)
+					mf = relay.rows(mb.out, len(mb.batch.LogitsIndices))
 				}
-				err := s.be.Run(func() error { return s.forward(kv.parts[r], part) })
+				err := s.run(kv.parts[r], part, mf)
+				var me *maskError
+				if errors.As(err, &me) {
+					maskErrs[r] = err
+					continue
+				}
 				if err != nil {
 					errs[r] = fmt.Errorf("rank %d: %w", r, err)
 					once.Do(m.abort)
@@ -92,12 +103,18 @@ func (m *Model) runSplit(b *Batch, kv *KVCache, out stepOut) error {
 			}
 		})
 	}
-	wg.Wait()
+	finished := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(finished)
+	}()
+	relay.serve(finished, out.n)
+	<-finished
 	if err := errors.Join(errs...); err != nil {
 		m.broken = err
 		return err
 	}
-	return nil
+	return errors.Join(maskErrs...)
 }
 
 // slice returns the part of out that holds its logits rows [from, from+n).

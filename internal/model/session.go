@@ -92,7 +92,7 @@ func (s *Session) StepGreedy(token int32) (int32, error) {
 	if err != nil {
 		return 0, err
 	}
-	ids, err := s.m.ForwardGreedy(b, s.kv)
+	ids, err := s.m.ForwardGreedy(b, s.kv, nil)
 	if err != nil {
 		return 0, fmt.Errorf("session: %w", err)
 	}

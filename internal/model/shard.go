@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/format"
@@ -111,18 +112,53 @@ type graphOwner struct {
 
 // stepOut is where a step's output goes: of the step's first n logits rows, the logits
 // (logits, F32 n x vocabulary), or the greedy token ids (ids), or tokens drawn on the
-// device with each row's settings (ids and rows).
+// device with each row's settings (ids and rows). masks, when set, are the rows'
+// vocabulary masks for ids (see backend.ArgmaxLogits).
 type stepOut struct {
 	n      int
 	logits []float32
 	ids    []int32
 	rows   []backend.SampleRow
+	masks  [][]uint32
 }
 
-// forward runs the step described by s.meta on the backend (inside Run), writing its
-// output to out (nothing when the shard does not compute the logits). Every op reads and
-// writes buffers that exist before the step, and the final read-back is the only host
-// synchronisation: a device backend can replay the ops before it as a graph.
+// wants reports whether the shard writes out: it computes the logits and rows are asked.
+func (s *shard) wants(out stepOut) bool {
+	return s.logits && out.n > 0 && (out.logits != nil || out.ids != nil)
+}
+
+// run runs the step described by s.meta on the backend and writes its output to out:
+// forward, then output, in one Run. With masks set (and an output to write) they are two
+// Runs, and masks is called between them on the calling goroutine, once the layers are
+// queued, so that a device runs them while the caller computes the masks; its error
+// comes back as a *maskError.
+func (s *shard) run(kv backend.KVCache, out stepOut, masks MaskFunc) error {
+	if masks == nil || !s.wants(out) {
+		return s.be.Run(func() error {
+			if err := s.forward(kv, out); err != nil {
+				return err
+			}
+			return s.output(out)
+		})
+	}
+	if err := s.be.Run(func() error { return s.forward(kv, out) }); err != nil {
+		return err
+	}
+	ms, err := masks()
+	if err == nil && ms != nil && len(ms) != out.n {
+		err = fmt.Errorf("%d masks for %d logits rows", len(ms), out.n)
+	}
+	if err != nil {
+		return &maskError{err: err}
+	}
+	out.masks = ms
+	return s.be.Run(func() error { return s.output(out) })
+}
+
+// forward queues the layers of the step described by s.meta on the backend (inside Run),
+// up to the rows whose logits out wants (nothing of them when the shard does not compute
+// the logits). Every op reads and writes buffers that exist before the step: a device
+// backend can replay them as a graph.
 //
 // A stage after the first receives the residual stream (x and the pending block output)
 // from the stage before instead of embedding the tokens, and a stage before the last
@@ -137,7 +173,7 @@ func (s *shard) forward(kv backend.KVCache, out stepOut) error {
 	if err != nil {
 		return err
 	}
-	wantOut := s.logits && out.n > 0 && (out.logits != nil || out.ids != nil)
+	wantOut := s.wants(out)
 	ops := func() error {
 		if s.first {
 			if err := be.Embedding(a.x, s.w.embd, st); err != nil {
@@ -168,22 +204,35 @@ func (s *shard) forward(kv backend.KVCache, out stepOut) error {
 		return nil
 	}
 	if g, ok := be.(backend.StepGrapher); ok {
-		err = g.RunStep(st, graphOwner{s: s, kv: kv}, ops)
-	} else {
-		err = ops()
+		return g.RunStep(st, graphOwner{s: s, kv: kv}, ops)
 	}
-	if err != nil || !wantOut {
-		return err
+	return ops()
+}
+
+// output projects the rows forward left in the activations onto the vocabulary and
+// writes out (inside Run, after forward): the step's last op and its only host
+// synchronisation. It does nothing when the shard does not write out.
+func (s *shard) output(out stepOut) error {
+	if !s.wants(out) {
+		return nil
 	}
-	last := a.last
+	be, last := s.be, s.act.current.last
 	if out.n < len(s.meta.LogitsIndices) {
 		last = last.Rows(out.n)
 	}
+	var err error
 	switch {
 	case out.rows != nil:
-		err = be.(backend.LogitsSampler).LogitsSample(out.ids, last, s.w.output, out.rows)
+		rows := out.rows
+		if out.masks != nil {
+			rows = slices.Clone(rows)
+			for i := range rows {
+				rows[i].Mask = out.masks[i]
+			}
+		}
+		err = be.(backend.LogitsSampler).LogitsSample(out.ids, last, s.w.output, rows)
 	case out.ids != nil:
-		err = be.(backend.ArgmaxLogits).LogitsArgmax(out.ids, last, s.w.output)
+		err = be.(backend.ArgmaxLogits).LogitsArgmax(out.ids, last, s.w.output, out.masks)
 	default:
 		err = be.Logits(out.logits, last, s.w.output)
 	}

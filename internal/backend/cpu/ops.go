@@ -240,18 +240,3 @@ func Softmax(x []float32) {
 		x[i] *= inv
 	}
 }
-
-// Argmax returns the index of the largest value of x (the first on ties), or -1 for an
-// empty slice. NaNs are never chosen unless all values are NaN (then 0).
-func Argmax(x []float32) int {
-	if len(x) == 0 {
-		return -1
-	}
-	best := 0
-	for i, v := range x {
-		if v > x[best] || (x[best] != x[best] && v == v) {
-			best = i
-		}
-	}
-	return best
-}

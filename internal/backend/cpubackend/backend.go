@@ -24,6 +24,7 @@ type Backend struct {
 	upScratch []float32          // MatMulSwiGLU's up product for weights without kernels
 	mmOuts    [][]float32        // MatMuls' arguments, reused across calls
 	mmWeights []cpu.Weight
+	logits    []float32 // LogitsArgmax's logits, reused across calls
 }
 
 // New starts a CPU backend on a pool of threads workers (< 1: all cores).

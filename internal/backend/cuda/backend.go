@@ -54,9 +54,11 @@ type Backend struct {
 	logitsDev  Buffer // F32 logits of the step
 	argmaxWork Buffer // F32 partial maxima of Ops.Argmax
 	work       *DecodeWorkspace
-	idsDev     Buffer  // I32 token ids picked on the device (LogitsArgmax)
-	sampleDev  Buffer  // per-row sampling settings (LogitsSample)
-	tables     []int32 // block tables re-laid with a graph step's stride
+	idsDev     Buffer      // I32 token ids picked on the device (LogitsArgmax)
+	sampleDev  Buffer      // per-row sampling settings (LogitsSample)
+	maskHost   *HostBuffer // a step's vocabulary masks in pinned memory (uploadMasks)
+	maskDev    Buffer      // the same on the device
+	tables     []int32     // block tables re-laid with a graph step's stride
 
 	// Captured decode graphs by owner, bucket and block-table stride; dropped whenever a
 	// buffer is freed (a graph holds device addresses).
@@ -158,8 +160,8 @@ func (b *Backend) Close() error {
 			errs = append(errs, b.dev.FreeDecodeWorkspace(b.work))
 			b.work = nil
 		}
-		errs = append(errs, b.dev.FreeHost(b.metaHost), b.dev.FreeBLAS(b.ops.BLAS), b.dev.FreeKernels(b.ops.Kern))
-		b.metaHost = nil
+		errs = append(errs, b.dev.FreeHost(b.metaHost), b.dev.FreeHost(b.maskHost), b.dev.FreeBLAS(b.ops.BLAS), b.dev.FreeKernels(b.ops.Kern))
+		b.metaHost, b.maskHost = nil, nil
 		return firstErr(errs...)
 	})
 	if cerr := b.dev.Close(); err == nil {

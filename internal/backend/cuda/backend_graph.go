@@ -150,51 +150,8 @@ func (b *Backend) dropGraphs() error {
 // KVBytesPerElement returns the bytes of one KV cache element as the backend holds it.
 func (b *Backend) KVBytesPerElement() int { return b.kv.Size() }
 
-// LogitsArgmax multiplies x by wᵀ on the device, picks each row's largest logit there
-// (lowest index among ties, NaN never wins) and copies only the token ids into dst.
-func (b *Backend) LogitsArgmax(dst []int32, x, w backend.Tensor) error {
-	y, ids, vocab, err := b.deviceLogits("logits argmax", x, w, len(dst), 0)
-	if err != nil {
-		return err
-	}
-	if err := b.grow(&b.argmaxWork, F32, 2*argmaxParts*len(dst), 2*argmaxParts*max(len(dst), 256), "logits argmax"); err != nil {
-		return err
-	}
-	if err := b.ops.Argmax(ids, y, b.argmaxWork, len(dst), vocab); err != nil {
-		return err
-	}
-	return Download(b.dev, dst, ids)
-}
-
-// deviceLogits queues x · wᵀ for an op (named in errors) that picks the n rows' tokens on
-// the device: it checks that x has n rows, grows the step's logits and token-id buffers,
-// and the sampling-settings buffer to settings float32s per row, to hold them, and returns
-// the logits (n rows of vocab) and the ids buffer (n rows).
-func (b *Backend) deviceLogits(op string, x, w backend.Tensor, n, settings int) (y, ids Buffer, vocab int, err error) {
-	xs, err := devTensor(op, "x", x, F32)
-	if err != nil {
-		return y, ids, 0, err
-	}
-	wm, err := devTensor(op, "w", w, F32, F16, BF16)
-	if err != nil {
-		return y, ids, 0, err
-	}
-	vocab = wm.rows()
-	if len(wm.shape) != 2 || xs.cols() != wm.cols() || xs.rows() != n {
-		return y, ids, 0, fmt.Errorf("cuda %s: %d ids for x %v · w %vᵀ", op, n, xs.shape, wm.shape)
-	}
-	if err := firstErr(b.grow(&b.logitsDev, F32, n*vocab, n*vocab, op), b.grow(&b.idsDev, I32, n, max(n, 256), op),
-		b.grow(&b.sampleDev, F32, settings*n, settings*max(n, 256), op)); err != nil {
-		return y, ids, 0, err
-	}
-	y = Buffer{Ptr: b.logitsDev.Ptr, DType: F32, Len: n * vocab}
-	ids = Buffer{Ptr: b.idsDev.Ptr, DType: I32, Len: n}
-	return y, ids, vocab, b.matMul(y, xs.buf, wm, n)
-}
-
 // Compile-time checks of the optional interfaces.
 var (
 	_ backend.StepGrapher    = (*Backend)(nil)
-	_ backend.ArgmaxLogits   = (*Backend)(nil)
 	_ backend.KVElementSizer = (*Backend)(nil)
 )

@@ -191,17 +191,19 @@ func (o *Ops) MatMulT(y, x, w Buffer, n, k, m int) error {
 const argmaxParts = 32
 
 // Argmax writes out[r] = the index of the largest of row r's vocab logits (float32;
-// lowest index among ties; NaN never wins), through work (F32, at least 2·argmaxParts
-// values per row).
-func (o *Ops) Argmax(out, logits, work Buffer, rows, vocab int) error {
+// lowest index among ties; NaN never wins) among the tokens its mask allows, through work
+// (F32, at least 2·argmaxParts values per row). masks is a step's masks as uploadMasks lays
+// them out, or the zero Buffer for none; a row none of whose allowed logits is a number
+// gets 0.
+func (o *Ops) Argmax(out, logits, work Buffer, rows, vocab int, masks Buffer) error {
 	if rows <= 0 || vocab <= 0 {
 		return fmt.Errorf("cuda argmax: bad shape rows=%d vocab=%d", rows, vocab)
 	}
 	if err := firstErr(need("argmax", "out", out, rows, I32), need("argmax", "logits", logits, rows*vocab, F32),
-		need("argmax", "work", work, 2*argmaxParts*rows, F32)); err != nil {
+		need("argmax", "work", work, 2*argmaxParts*rows, F32), needMasks("argmax", masks, rows)); err != nil {
 		return err
 	}
-	if err := o.Dev.Launch(o.Kern.mod, "argmax_part_f32", Dim3{argmaxParts, rows, 1}, Dim3{256, 1, 1}, 0, work, logits, vocab); err != nil {
+	if err := o.Dev.Launch(o.Kern.mod, "argmax_part_f32", Dim3{argmaxParts, rows, 1}, Dim3{256, 1, 1}, 0, work, logits, vocab, masks); err != nil {
 		return err
 	}
 	return o.Dev.Launch(o.Kern.mod, "argmax_f32", Dim3{rows, 1, 1}, Dim3{32, 1, 1}, 0, out, work)
@@ -213,22 +215,37 @@ type SampleParams struct {
 	TopK        Buffer // I32, <= 0 for no limit
 	TopP        Buffer // F32, >= 1 for no limit
 	Uniform     Buffer // F32 in [0, 1): the random draw of each row
+	// Masks holds the rows' vocabulary masks as uploadMasks lays them out; the zero Buffer
+	// for none.
+	Masks Buffer
 }
 
 // Sample draws one token per row of logits (float32 [rows][vocab]) into out (I32) from the
 // temperature-scaled softmax restricted by top-k, then top-p (ties at a threshold kept),
-// by inverting the cumulative distribution in index order at the row's uniform draw.
+// by inverting the cumulative distribution in index order at the row's uniform draw. A
+// token a row's mask disallows counts as a logit of -inf; a masked row that allows no
+// finite logit draws 0.
 func (o *Ops) Sample(out, logits Buffer, rows, vocab int, p SampleParams) error {
 	if rows <= 0 || vocab <= 0 {
 		return fmt.Errorf("cuda sample: bad shape rows=%d vocab=%d", rows, vocab)
 	}
 	if err := firstErr(need("sample", "out", out, rows, I32), need("sample", "logits", logits, rows*vocab, F32),
 		need("sample", "temperature", p.Temperature, rows, F32), need("sample", "top-k", p.TopK, rows, I32),
-		need("sample", "top-p", p.TopP, rows, F32), need("sample", "uniform", p.Uniform, rows, F32)); err != nil {
+		need("sample", "top-p", p.TopP, rows, F32), need("sample", "uniform", p.Uniform, rows, F32),
+		needMasks("sample", p.Masks, rows)); err != nil {
 		return err
 	}
 	return o.Dev.Launch(o.Kern.mod, "sample_f32", Dim3{rows, 1, 1}, Dim3{1024, 1, 1}, 0,
-		out, logits, vocab, p.Temperature, p.TopK, p.TopP, p.Uniform)
+		out, logits, vocab, p.Temperature, p.TopK, p.TopP, p.Uniform, p.Masks)
+}
+
+// needMasks checks a masks buffer of rows rows: the zero Buffer, or I32 words holding at
+// least the rows' offsets.
+func needMasks(op string, masks Buffer, rows int) error {
+	if masks.Ptr == 0 {
+		return nil
+	}
+	return need(op, "masks", masks, rows, I32)
 }
 
 // firstErr returns the first non-nil error.

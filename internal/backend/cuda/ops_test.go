@@ -111,6 +111,8 @@ func TestGPU(t *testing.T) {
 	t.Run("gemv", func(t *testing.T) { testGEMV(t, e, r); benchGEMV(t, e, r) })
 	t.Run("argmax", func(t *testing.T) { testArgmax(t, e, r) })
 	t.Run("sample", func(t *testing.T) { testSample(t, e, r) })
+	t.Run("argmax masked", func(t *testing.T) { testArgmaxMasked(t, e) })
+	t.Run("sample masked", func(t *testing.T) { testSampleMasked(t, e) })
 	t.Run("graph", func(t *testing.T) { testGraph(t, e, r) })
 	t.Run("bench", func(t *testing.T) { benchAll(t, e, r) })
 }
@@ -596,7 +598,7 @@ func testArgmax(t *testing.T, e *env, r *rand.Rand) {
 	lb, _ := e.upload(t, F32, lv)
 	out := e.uploadI32(t, make([]int32, rows))
 	work := e.poisoned(t, F32, 2*argmaxParts*rows)
-	e.do(t, func() error { return e.ops.Argmax(out, lb, work, rows, vocab) })
+	e.do(t, func() error { return e.ops.Argmax(out, lb, work, rows, vocab, Buffer{}) })
 	got := e.downloadI32(t, out)
 	for i := range want {
 		if got[i] != want[i] {

@@ -1,10 +1,33 @@
-// Greedy argmax and top-k / top-p sampling on the device.
+// Greedy argmax and top-k / top-p sampling on the device, under vocabulary masks.
+
+// A step's vocabulary masks come in one buffer (uploadMasks in backend_sample.go): one word
+// per row giving where the row's mask starts in the same buffer (0xffffffff: no mask),
+// then the masks, ceil(vocab/32) words each; bit t%32 of word t/32 set allows token t. A
+// null buffer means no row of the step has a mask.
+
+// row_mask returns row's mask in masks, or null when the row has none.
+__device__ __forceinline__ const unsigned int* row_mask(const unsigned int* masks, int row) {
+    if (!masks) return nullptr;
+    unsigned int off = masks[row];
+    return off == 0xffffffffu ? nullptr : masks + off;
+}
+
+// mask_allows reports whether mask m (null: every token) allows token i.
+__device__ __forceinline__ bool mask_allows(const unsigned int* m, int i) {
+    return !m || ((m[i >> 5] >> (i & 31)) & 1u);
+}
+
+// masked_logit is token i's logit, or -inf when the row's mask m disallows it.
+__device__ __forceinline__ float masked_logit(const float* lg, const unsigned int* m, int i) {
+    return mask_allows(m, i) ? lg[i] : -KV_INF;
+}
 
 // Greedy argmax in two launches, so that a row of a large vocabulary is read by many
 // multiprocessors at once: argmax_part_f32 reduces ARGMAX_PARTS slices of every row
 // (grid = (ARGMAX_PARTS, rows), block = 256) to a (value, index) pair each in work, and
 // argmax_f32 (grid = rows, block = 32) picks each row's best pair. out[row] = the index of
-// the largest logit (the lowest index among ties; NaN never wins).
+// the largest logit among the tokens the row's mask allows (the lowest index among ties;
+// NaN never wins; 0 when no allowed logit is a number).
 #define ARGMAX_PARTS 32
 
 // argmax_better reports whether (v, i) beats (bv, bi): larger, or equal with a lower index
@@ -25,7 +48,7 @@ __device__ __forceinline__ void argmax_warp(float& bv, int& bi) {
     }
 }
 
-extern "C" __global__ void argmax_part_f32(float* work, const float* logits, int vocab) {
+extern "C" __global__ void argmax_part_f32(float* work, const float* logits, int vocab, const unsigned int* masks) {
     pdl_entry();
     __shared__ float sv[32];
     __shared__ int si[32];
@@ -33,11 +56,12 @@ extern "C" __global__ void argmax_part_f32(float* work, const float* logits, int
     int per = (vocab + ARGMAX_PARTS - 1) / ARGMAX_PARTS;
     int lo = part * per, hi = min(vocab, lo + per);
     const float* lg = logits + (long long)row * vocab;
+    const unsigned int* m = row_mask(masks, row);
     float bv = -KV_INF;
     int bi = 0x7fffffff;
     for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
         float v = lg[i];
-        if (argmax_better(v, i, bv, bi)) {
+        if (mask_allows(m, i) && argmax_better(v, i, bv, bi)) {
             bv = v;
             bi = i;
         }
@@ -81,9 +105,12 @@ __device__ __forceinline__ unsigned int order_key(float f) {
 // softmax(logits / temps[row]) restricted to the top topks[row] logits (<= 0 or >= vocab:
 // no limit) and then to the smallest set of those whose probability mass reaches
 // topps[row] (>= 1: no limit); ties at either threshold are kept. The draw inverts the
-// cumulative distribution in index order at uniforms[row] in [0, 1). temps[row] > 0.
+// cumulative distribution in index order at uniforms[row] in [0, 1). temps[row] > 0. A
+// token the row's mask disallows has the logit -inf; a masked row with no allowed finite
+// logit draws 0.
 extern "C" __global__ void sample_f32(int* out, const float* logits, int vocab, const float* temps,
-                                      const int* topks, const float* topps, const float* uniforms) {
+                                      const int* topks, const float* topps, const float* uniforms,
+                                      const unsigned int* masks) {
     __shared__ unsigned int hc[256];
     __shared__ float hm[256];
     __shared__ float sh[32];
@@ -96,11 +123,16 @@ extern "C" __global__ void sample_f32(int* out, const float* logits, int vocab, 
     int topk = topks[blockIdx.x];
     float topp = topps[blockIdx.x];
     float u = uniforms[blockIdx.x];
+    const unsigned int* m = row_mask(masks, blockIdx.x);
     int tid = threadIdx.x;
 
     float mx = -KV_INF;
-    for (int i = tid; i < vocab; i += blockDim.x) mx = fmaxf(mx, lg[i]);
+    for (int i = tid; i < vocab; i += blockDim.x) mx = fmaxf(mx, masked_logit(lg, m, i));
     mx = block_max(mx, sh);
+    if (m && mx == -KV_INF) {  // the mask allows nothing (the caller's bug)
+        if (tid == 0) out[blockIdx.x] = 0;
+        return;
+    }
 
     unsigned int thr = 0;  // keep keys >= thr
     if (topk > 0 && topk < vocab) {
@@ -116,7 +148,7 @@ extern "C" __global__ void sample_f32(int* out, const float* logits, int vocab, 
             __syncthreads();
             unsigned int prefix = s_prefix, mask = s_mask;
             for (int i = tid; i < vocab; i += blockDim.x) {
-                unsigned int key = order_key(lg[i]);
+                unsigned int key = order_key(masked_logit(lg, m, i));
                 if ((key & mask) == prefix) atomicAdd(&hc[(key >> shift) & 255u], 1u);
             }
             __syncthreads();
@@ -141,7 +173,7 @@ extern "C" __global__ void sample_f32(int* out, const float* logits, int vocab, 
     if (topp < 1.f) {
         float z = 0.f;
         for (int i = tid; i < vocab; i += blockDim.x)
-            if (order_key(lg[i]) >= thr) z += expf((lg[i] - mx) * invT);
+            if (order_key(masked_logit(lg, m, i)) >= thr) z += expf((masked_logit(lg, m, i) - mx) * invT);
         z = block_sum(z, sh);
         // Radix select of the key where the mass, taken from the top, reaches topp * z.
         if (tid == 0) {
@@ -155,8 +187,8 @@ extern "C" __global__ void sample_f32(int* out, const float* logits, int vocab, 
             __syncthreads();
             unsigned int prefix = s_prefix, mask = s_mask;
             for (int i = tid; i < vocab; i += blockDim.x) {
-                unsigned int key = order_key(lg[i]);
-                if ((key & mask) == prefix && key >= thr) atomicAdd(&hm[(key >> shift) & 255u], expf((lg[i] - mx) * invT));
+                unsigned int key = order_key(masked_logit(lg, m, i));
+                if ((key & mask) == prefix && key >= thr) atomicAdd(&hm[(key >> shift) & 255u], expf((masked_logit(lg, m, i) - mx) * invT));
             }
             __syncthreads();
             if (tid == 0) {
@@ -187,7 +219,7 @@ extern "C" __global__ void sample_f32(int* out, const float* logits, int vocab, 
     // Inverse-CDF draw over the kept tokens in index order.
     float z = 0.f;
     for (int i = tid; i < vocab; i += blockDim.x)
-        if (order_key(lg[i]) >= thr) z += expf((lg[i] - mx) * invT);
+        if (order_key(masked_logit(lg, m, i)) >= thr) z += expf((masked_logit(lg, m, i) - mx) * invT);
     z = block_sum(z, sh);
     float target = u * z;
     if (tid == 0) s_found = 0x7fffffff;
@@ -197,9 +229,9 @@ extern "C" __global__ void sample_f32(int* out, const float* logits, int vocab, 
     for (int base = 0; base < vocab; base += blockDim.x) {
         int i = base + tid;
         float e = 0.f;
-        if (i < vocab && order_key(lg[i]) >= thr) {
-            e = expf((lg[i] - mx) * invT);
-            lastKept = i;
+        if (i < vocab && order_key(masked_logit(lg, m, i)) >= thr) {
+            e = expf((masked_logit(lg, m, i) - mx) * invT);
+            if (mask_allows(m, i)) lastKept = i;
         }
         // Block inclusive scan of e.
         float x = e;
