@@ -1,7 +1,6 @@
 package engine
 
 import (
-
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/model"
 )
