@@ -58,15 +58,21 @@ type BlockCopy struct {
 // uploaded once (UploadStep): which tokens run, where each sits and where its keys and
 // values go, and which sequence each belongs to. Tokens of one sequence are contiguous,
 // sequence after sequence.
+//
+// A token's place in its sequence's context comes from the layout alone: the i-th of a
+// sequence's q tokens with a context of c sits at context index c-q+i (its keys and values
+// are the context's entry there, and it attends to entries 0..c-q+i). Its position is
+// apart from that: RoPE rotates by Positions[t], which may be any value >= 0.
 type StepMeta struct {
-	// Tokens, Positions and SlotMapping have one entry per token of the step. A token's
-	// keys and values are written to slot SlotMapping[t]; a negative slot skips the write.
+	// Tokens, Positions and SlotMapping have one entry per token of the step: its id, its
+	// RoPE position, and the slot its keys and values are written to (a negative slot
+	// skips the write).
 	Tokens, Positions, SlotMapping []int32
 	// QueryStarts has one entry per sequence plus one: sequence i's tokens are
 	// [QueryStarts[i], QueryStarts[i+1]).
 	QueryStarts []int32
 	// ContextLens gives each sequence's cached tokens after the step (cached prefix plus
-	// the step's tokens).
+	// the step's tokens, which come last): at least its token count.
 	ContextLens []int32
 	// BlockTables is [sequences][MaxBlocks], row-major: sequence i's logical block j is
 	// physical block BlockTables[i*MaxBlocks+j]. Rows are padded with zeros beyond the
@@ -150,13 +156,14 @@ type Backend interface {
 	// AddBias adds bias (1-D) to every row of x.
 	AddBias(x, bias Tensor) error
 	// RopeKVWrite rotates q ([tokens][heads*HeadDim]) and k ([tokens][KVHeads*HeadDim])
-	// in place by each token's position, then writes k and v into layer's cache at each
-	// token's slot.
+	// in place by each token's position (StepMeta.Positions), then writes k and v into
+	// layer's cache at each token's slot.
 	RopeKVWrite(q, k, v Tensor, rope Rope, kv KVCache, layer int, st Step) error
 	// Attention computes causal attention of every sequence's query tokens over its paged
-	// context in layer's cache (prefill chunks and decode tokens alike): a token at
-	// position p attends to positions 0..p, scores scaled by scale. q and out are
-	// [tokens][heads*HeadDim]; query head h uses kv head h/(heads/KVHeads).
+	// context in layer's cache (prefill chunks and decode tokens alike): a token at context
+	// index i (see StepMeta: from the step's layout, not from Positions) attends to the
+	// context's entries 0..i through its block table, scores scaled by scale. q and out
+	// are [tokens][heads*HeadDim]; query head h uses kv head h/(heads/KVHeads).
 	Attention(out, q Tensor, kv KVCache, layer int, scale float32, st Step) error
 	// SwiGLU computes out = silu(gate) * up element-wise; out may be gate or up.
 	SwiGLU(out, gate, up Tensor) error

@@ -390,8 +390,12 @@ func (b *Backend) UploadStep(meta *backend.StepMeta) (backend.Step, error) {
 		return nil, fmt.Errorf("cuda step: sequences cover tokens [%d, %d) of %d", meta.QueryStarts[0], meta.QueryStarts[seqs], n)
 	}
 	for i := range seqs {
-		if meta.QueryStarts[i+1] <= meta.QueryStarts[i] {
+		q := meta.QueryStarts[i+1] - meta.QueryStarts[i]
+		if q <= 0 {
 			return nil, fmt.Errorf("cuda step: sequence %d has no tokens", i)
+		}
+		if meta.ContextLens[i] < q {
+			return nil, fmt.Errorf("cuda step: sequence %d: %d tokens in a context of %d", i, q, meta.ContextLens[i])
 		}
 	}
 	// A decode step of a bucket's size is laid out for graph replay: its block tables get a
