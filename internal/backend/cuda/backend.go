@@ -58,6 +58,7 @@ type Backend struct {
 	sampleDev  Buffer      // per-row sampling settings (LogitsSample)
 	maskHost   *HostBuffer // a step's vocabulary masks in pinned memory (uploadMasks)
 	maskDev    Buffer      // the same on the device
+	blockHost  *HostBuffer // pinned staging of ReadBlocks and WriteBlocks
 	tables     []int32     // block tables re-laid with a graph step's stride
 
 	// Captured decode graphs by owner, bucket and block-table stride; dropped whenever a
@@ -160,8 +161,9 @@ func (b *Backend) Close() error {
 			errs = append(errs, b.dev.FreeDecodeWorkspace(b.work))
 			b.work = nil
 		}
-		errs = append(errs, b.dev.FreeHost(b.metaHost), b.dev.FreeHost(b.maskHost), b.dev.FreeBLAS(b.ops.BLAS), b.dev.FreeKernels(b.ops.Kern))
-		b.metaHost, b.maskHost = nil, nil
+		errs = append(errs, b.dev.FreeHost(b.metaHost), b.dev.FreeHost(b.maskHost), b.dev.FreeHost(b.blockHost),
+			b.dev.FreeBLAS(b.ops.BLAS), b.dev.FreeKernels(b.ops.Kern))
+		b.metaHost, b.maskHost, b.blockHost = nil, nil, nil
 		return firstErr(errs...)
 	})
 	if cerr := b.dev.Close(); err == nil {
