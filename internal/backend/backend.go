@@ -13,7 +13,8 @@
 // Ops take their operands' shapes from the tensors (activations are [rows][cols], row-major;
 // views of the first rows of a buffer come from Tensor.Rows) and check them; the contents
 // of index buffers (tokens, slots, block tables) are validated by the caller before
-// UploadStep.
+// UploadStep. KV blocks move to and from host memory in one layout for every backend
+// (KVSpec, ReadBlocks).
 package backend
 
 import (
@@ -43,9 +44,27 @@ type KVCache interface {
 // KVSpec is the geometry of a KV cache: Layers layers of NumBlocks blocks of BlockSize
 // token slots, each slot holding KVHeads key and value vectors of HeadDim elements of
 // DType. Slot s is block s/BlockSize, offset s%BlockSize.
+//
+// ReadBlocks and WriteBlocks move whole blocks between a cache and host memory in one
+// layout, whatever the backend, so that blocks move between caches and instances of the
+// same geometry and element type: block after block, in the order the ids are given,
+// BlockBytes each; within a block, layer after layer; within a layer, the keys, then the
+// values; within those, slot after slot of the block; each slot KVHeads vectors of
+// HeadDim elements, head after head, each element of the cache's DType (KVCache.Spec:
+// F32 IEEE binary32, F16 binary16, BF16 the top half of a binary32), little-endian.
 type KVSpec struct {
 	Layers, NumBlocks, BlockSize, KVHeads, HeadDim int
 	DType                                          quant.Type
+}
+
+// BlockBytes returns the bytes one block of the cache takes in the host layout of
+// ReadBlocks and WriteBlocks: 2 x Layers x BlockSize x KVHeads x HeadDim elements of
+// DType (0 for a DType that is not a plain element type).
+func (s KVSpec) BlockBytes() int {
+	if s.DType.BlockSize() != 1 {
+		return 0
+	}
+	return 2 * s.Layers * s.BlockSize * s.KVHeads * s.HeadDim * s.DType.BlockBytes()
 }
 
 // BlockCopy orders the keys and values of block Src copied into block Dst, in every layer
@@ -58,15 +77,21 @@ type BlockCopy struct {
 // uploaded once (UploadStep): which tokens run, where each sits and where its keys and
 // values go, and which sequence each belongs to. Tokens of one sequence are contiguous,
 // sequence after sequence.
+//
+// A token's place in its sequence's context comes from the layout alone: the i-th of a
+// sequence's q tokens with a context of c sits at context index c-q+i (its keys and values
+// are the context's entry there, and it attends to entries 0..c-q+i). Its position is
+// apart from that: RoPE rotates by Positions[t], which may be any value >= 0.
 type StepMeta struct {
-	// Tokens, Positions and SlotMapping have one entry per token of the step. A token's
-	// keys and values are written to slot SlotMapping[t]; a negative slot skips the write.
+	// Tokens, Positions and SlotMapping have one entry per token of the step: its id, its
+	// RoPE position, and the slot its keys and values are written to (a negative slot
+	// skips the write).
 	Tokens, Positions, SlotMapping []int32
 	// QueryStarts has one entry per sequence plus one: sequence i's tokens are
 	// [QueryStarts[i], QueryStarts[i+1]).
 	QueryStarts []int32
 	// ContextLens gives each sequence's cached tokens after the step (cached prefix plus
-	// the step's tokens).
+	// the step's tokens, which come last): at least its token count.
 	ContextLens []int32
 	// BlockTables is [sequences][MaxBlocks], row-major: sequence i's logical block j is
 	// physical block BlockTables[i*MaxBlocks+j]. Rows are padded with zeros beyond the
@@ -150,13 +175,14 @@ type Backend interface {
 	// AddBias adds bias (1-D) to every row of x.
 	AddBias(x, bias Tensor) error
 	// RopeKVWrite rotates q ([tokens][heads*HeadDim]) and k ([tokens][KVHeads*HeadDim])
-	// in place by each token's position, then writes k and v into layer's cache at each
-	// token's slot.
+	// in place by each token's position (StepMeta.Positions), then writes k and v into
+	// layer's cache at each token's slot.
 	RopeKVWrite(q, k, v Tensor, rope Rope, kv KVCache, layer int, st Step) error
 	// Attention computes causal attention of every sequence's query tokens over its paged
-	// context in layer's cache (prefill chunks and decode tokens alike): a token at
-	// position p attends to positions 0..p, scores scaled by scale. q and out are
-	// [tokens][heads*HeadDim]; query head h uses kv head h/(heads/KVHeads).
+	// context in layer's cache (prefill chunks and decode tokens alike): a token at context
+	// index i (see StepMeta: from the step's layout, not from Positions) attends to the
+	// context's entries 0..i through its block table, scores scaled by scale. q and out
+	// are [tokens][heads*HeadDim]; query head h uses kv head h/(heads/KVHeads).
 	Attention(out, q Tensor, kv KVCache, layer int, scale float32, st Step) error
 	// SwiGLU computes out = silu(gate) * up element-wise; out may be gate or up.
 	SwiGLU(out, gate, up Tensor) error
@@ -180,6 +206,15 @@ type Backend interface {
 
 	// CopyBlocks copies blocks of kv as ordered, in every layer, in order.
 	CopyBlocks(kv KVCache, copies []BlockCopy) error
+	// ReadBlocks copies the keys and values of blocks, every layer, out of kv into dst in
+	// the host layout (see KVSpec), after the ops queued so far; it returns once dst holds
+	// them. len(dst) must be len(blocks) x kv.Spec().BlockBytes().
+	ReadBlocks(kv KVCache, blocks []int32, dst []byte) error
+	// WriteBlocks overwrites the keys and values of blocks, every layer, of kv from src in
+	// the host layout, in order (a block named twice takes the later); the ops queued
+	// after it see them, and src may be reused once it returns. len(src) must be
+	// len(blocks) x kv.Spec().BlockBytes().
+	WriteBlocks(kv KVCache, blocks []int32, src []byte) error
 }
 
 // StepGrapher is implemented by backends that can capture the ops of a decode step as a

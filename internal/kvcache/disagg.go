@@ -8,6 +8,13 @@ import (
 // Export describes a request's KV blocks for moving them to another engine (prefill/decode
 // disaggregation): the transfer layer reads the KV of Table's blocks; Hashes let the
 // receiver skip blocks it already caches.
+//
+// The contents move through the backend op set: model.KVCache.ReadBlocks copies the keys
+// and values of Table's blocks, every layer (and every rank of a split model), into host
+// memory in a layout that does not depend on the backend (backend.KVSpec), and the
+// receiver's model.KVCache.WriteBlocks puts them into the blocks ImportBlocks gave it
+// (Import.Table past its cached prefix), so a CPU and a GPU instance of one model with the
+// same split, block size and KV element type exchange blocks byte for byte.
 type Export struct {
 	// BlockSize is the sender's tokens per block; the receiver must use the same.
 	BlockSize int
@@ -46,8 +53,9 @@ type Import struct {
 // ImportBlocks admits request id, whose KV for all of tokens is computed elsewhere: it takes
 // local prefix-cache hits (every full block may hit, since no logits are needed) and
 // allocates blocks for the rest. It returns false, changing nothing, when the pool has too
-// few free blocks. Once the transferred KV has landed, call CacheFullBlocks(id, tokens,
-// len(tokens)) to cache it.
+// few free blocks. Once the transferred KV has landed (model.KVCache.WriteBlocks into
+// Import.Table[NumCachedTokens/BlockSize:]), call CacheFullBlocks(id, tokens, len(tokens))
+// to cache it.
 func (m *Manager) ImportBlocks(id RequestID, tokens []int32, salt string) (Import, bool, error) {
 	if m.seqs[id] != nil {
 		return Import{}, false, fmt.Errorf("kvcache: import %q: request already exists", id)

@@ -8,6 +8,12 @@ import (
 
 // Batch is the input of one forward step: the tokens of one or more sequences, concatenated
 // sequence after sequence, with where each token sits and where its keys and values go.
+//
+// A sequence's tokens in a step are the last QueryLen of its context of ContextLen: the
+// i-th sits at index ContextLen-QueryLen+i of the context and attends to the context's
+// entries 0 to that index. Its position, which RoPE rotates by, is its own: usually its
+// context index, but any value >= 0 (a sparsified cache keeps fewer entries than the
+// positions it has seen).
 type Batch struct {
 	// Tokens and Positions have one entry per token in the step.
 	Tokens, Positions []int32
@@ -60,9 +66,12 @@ func (b *Batch) check(vocab int, kv *KVCache) error {
 		if s.ContextLen > len(s.BlockTable)*kv.BlockSize {
 			return fmt.Errorf("batch: sequence %d: context of %d tokens exceeds its %d blocks", i, s.ContextLen, len(s.BlockTable))
 		}
+		if s.ContextLen < s.QueryLen {
+			return fmt.Errorf("batch: sequence %d: %d tokens in a context of %d", i, s.QueryLen, s.ContextLen)
+		}
 		for t := s.QueryStart; t < s.QueryStart+s.QueryLen; t++ {
-			if p := b.Positions[t]; p < 0 || int(p) >= s.ContextLen {
-				return fmt.Errorf("batch: sequence %d: token %d at position %d outside its context of %d", i, t, p, s.ContextLen)
+			if p := b.Positions[t]; p < 0 {
+				return fmt.Errorf("batch: sequence %d: token %d at negative position %d", i, t, p)
 			}
 		}
 		for j, blk := range s.BlockTable[:(s.ContextLen+kv.BlockSize-1)/kv.BlockSize] {

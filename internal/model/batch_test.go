@@ -225,13 +225,12 @@ func TestForwardRejectsBadBatches(t *testing.T) {
 		"short positions":      func(b *Batch) { b.Positions = b.Positions[:1] },
 		"block beyond cache":   func(b *Batch) { b.Seqs[0].BlockTable[0] = 2 },
 		"context beyond table": func(b *Batch) { b.Seqs[0].ContextLen = 5 },
-		"position past context": func(b *Batch) {
-			b.Positions[1] = 3
-		},
-		"seqs miss tokens": func(b *Batch) { b.Seqs[0].QueryLen = 1 },
-		"logits index":     func(b *Batch) { b.LogitsIndices[0] = 2 },
-		"no sequences":     func(b *Batch) { b.Seqs = nil },
-		"empty":            func(b *Batch) { *b = Batch{} },
+		"negative position":    func(b *Batch) { b.Positions[1] = -1 },
+		"short context":        func(b *Batch) { b.Seqs[0].ContextLen = 1 },
+		"seqs miss tokens":     func(b *Batch) { b.Seqs[0].QueryLen = 1 },
+		"logits index":         func(b *Batch) { b.LogitsIndices[0] = 2 },
+		"no sequences":         func(b *Batch) { b.Seqs = nil },
+		"empty":                func(b *Batch) { *b = Batch{} },
 		"overlapping seqs": func(b *Batch) {
 			b.Seqs = append(b.Seqs, Seq{BlockTable: []int32{1}, QueryStart: 1, QueryLen: 1, ContextLen: 1})
 		},

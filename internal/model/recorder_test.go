@@ -194,3 +194,13 @@ func (r *recorder) CopyBlocks(kv backend.KVCache, copies []backend.BlockCopy) er
 	r.note("CopyBlocks", copies)
 	return r.cpu.CopyBlocks(kv, copies)
 }
+
+func (r *recorder) ReadBlocks(kv backend.KVCache, blocks []int32, dst []byte) error {
+	r.note("ReadBlocks", blocks)
+	return r.cpu.ReadBlocks(kv, blocks, dst)
+}
+
+func (r *recorder) WriteBlocks(kv backend.KVCache, blocks []int32, src []byte) error {
+	r.note("WriteBlocks", blocks)
+	return r.cpu.WriteBlocks(kv, blocks, src)
+}

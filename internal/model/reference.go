@@ -39,7 +39,8 @@ func NewReference(m *format.Model) (*Reference, error) {
 		row: make([]float32, max(c.Dim, c.Heads*c.HeadDim, c.FFNDim, c.ExpertFFNDim, c.SharedExpertFFN))}, nil
 }
 
-// Pos returns the number of tokens processed so far (the position of the next token).
+// Pos returns the number of tokens processed so far: the context index of the next token
+// (and its position, unless ForwardAt says otherwise).
 func (r *Reference) Pos() int { return r.pos }
 
 // Reset forgets the sequence, so that the next token is at position 0.
@@ -51,17 +52,25 @@ func (r *Reference) Reset() {
 }
 
 // Forward runs one token at the next position and returns the logits of the next token.
-func (r *Reference) Forward(token int) ([]float32, error) {
+func (r *Reference) Forward(token int) ([]float32, error) { return r.ForwardAt(token, r.pos) }
+
+// ForwardAt runs one token appended to the context, rotated by RoPE as at position pos,
+// and returns the logits of the next token: the token attends to every token before it
+// and itself, whatever their positions.
+func (r *Reference) ForwardAt(token, pos int) ([]float32, error) {
 	c := r.cfg
 	if token < 0 || token >= c.VocabSize {
 		return nil, fmt.Errorf("reference: token %d outside the vocabulary of %d", token, c.VocabSize)
+	}
+	if pos < 0 {
+		return nil, fmt.Errorf("reference: negative position %d", pos)
 	}
 	hd, kvDim := c.HeadDim, c.KVHeads*c.HeadDim
 	x := make([]float32, c.Dim)
 	r.dequantRow(r.w.embd, token, x)
 	cos := make([]float32, r.rope.dim/2)
 	sin := make([]float32, r.rope.dim/2)
-	r.rope.angles(r.pos, cos, sin)
+	r.rope.angles(pos, cos, sin)
 	eps := float32(c.NormEps)
 
 	for l := range r.w.layers {

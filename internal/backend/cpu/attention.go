@@ -131,28 +131,29 @@ const attnTileTokens = 16
 // Attention computes causal multi-head attention of nTokens query tokens of one sequence
 // over its paged cache. q and out are [nTokens][heads][HeadDim]; query head h uses kv head
 // h / (heads/KVHeads) (grouped-query attention; heads must be a multiple of KVHeads).
-// blockTable maps the sequence's logical blocks to physical blocks of kv; token t, at
-// absolute position positions[t], attends to the cached positions 0..positions[t], which
-// must already be written (WriteKV the chunk's own K/V first). Softmax is taken of
-// scale * q·k.
+// blockTable maps the sequence's logical blocks to physical blocks of kv; token t, at index
+// ctxIndex[t] of its sequence's context, attends to the cached positions 0..ctxIndex[t] of
+// the context (logical slots through blockTable), which must already be written (WriteKV
+// the chunk's own K/V first). Softmax is taken of scale * q·k. (A token's RoPE position,
+// applied to q and k before, is none of this kernel's business.)
 //
 // It runs FlashAttention-style: K/V are read block by block with an online softmax, so
 // memory stays O(tokens x heads x HeadDim) whatever the context length. The context is cut
 // at fixed places into chunks of attnChunkPositions positions; each chunk's softmax state
 // is taken on its own and the states are folded together in chunk order, so a token's
-// output depends only on its position, its query and the cache: not on the thread count,
+// output depends only on its context index, its query and the cache: not on the thread count,
 // the other tokens of its chunk or the other sequences of its step (greedy output does not
 // change with batching, chunked prefill or prefix caching). Work is split over (token tile,
 // kv head) units; a decode step with few kv heads runs its chunks as units of their own
 // (flash-decoding), or one unit per query head.
-func Attention(p *Pool, out, q []float32, nTokens, heads int, kv *KVCacheLayer, blockTable []int32, positions []int32, scale float32) error {
+func Attention(p *Pool, out, q []float32, nTokens, heads int, kv *KVCacheLayer, blockTable []int32, ctxIndex []int32, scale float32) error {
 	if err := kv.check(); err != nil {
 		return err
 	}
 	if heads <= 0 || heads%kv.KVHeads != 0 {
 		return fmt.Errorf("cpu: attention: %d heads is not a multiple of %d kv heads", heads, kv.KVHeads)
 	}
-	maxPos, err := checkAttention(out, q, nTokens, heads, kv, blockTable, positions)
+	maxPos, err := checkAttention(out, q, nTokens, heads, kv, blockTable, ctxIndex)
 	if err != nil {
 		return err
 	}
@@ -160,14 +161,14 @@ func Attention(p *Pool, out, q []float32, nTokens, heads int, kv *KVCacheLayer, 
 		return nil
 	}
 	a := attnJob{k: p.kern, out: out, q: q, nTokens: nTokens, heads: heads, kv: kv,
-		blockTable: blockTable, positions: positions, scale: scale, chunk: attnChunkPositions}
+		blockTable: blockTable, ctxIndex: ctxIndex, scale: scale, chunk: attnChunkPositions}
 	a.run(p, maxPos)
 	return nil
 }
 
 // checkAttention validates the arguments of one sequence's attention (kv already checked)
-// and returns the largest query position.
-func checkAttention(out, q []float32, nTokens, heads int, kv *KVCacheLayer, blockTable []int32, positions []int32) (int, error) {
+// and returns the largest context index of its tokens.
+func checkAttention(out, q []float32, nTokens, heads int, kv *KVCacheLayer, blockTable []int32, ctxIndex []int32) (int, error) {
 	hd := kv.HeadDim
 	if err := checkRows("attention", heads*hd, nTokens, len(q), len(out)); err != nil {
 		return 0, err
@@ -178,17 +179,17 @@ func checkAttention(out, q []float32, nTokens, heads int, kv *KVCacheLayer, bloc
 	if nTokens == 0 {
 		return 0, nil // nothing to compute
 	}
-	if len(positions) < nTokens {
-		return 0, fmt.Errorf("cpu: attention: %d positions for %d tokens", len(positions), nTokens)
+	if len(ctxIndex) < nTokens {
+		return 0, fmt.Errorf("cpu: attention: %d context indices for %d tokens", len(ctxIndex), nTokens)
 	}
 	nBlocks := kv.NumBlocks()
-	for t, pos := range positions[:nTokens] {
+	for t, pos := range ctxIndex[:nTokens] {
 		if pos < 0 || int(pos)/kv.BlockSize >= len(blockTable) {
-			return 0, fmt.Errorf("cpu: attention: token %d: position %d outside the block table (%d blocks of %d)", t, pos, len(blockTable), kv.BlockSize)
+			return 0, fmt.Errorf("cpu: attention: token %d: context index %d outside the block table (%d blocks of %d)", t, pos, len(blockTable), kv.BlockSize)
 		}
 	}
-	maxPos := int(positions[0])
-	for _, pos := range positions[:nTokens] {
+	maxPos := int(ctxIndex[0])
+	for _, pos := range ctxIndex[:nTokens] {
 		maxPos = max(maxPos, int(pos))
 	}
 	for i, b := range blockTable[:maxPos/kv.BlockSize+1] {
@@ -211,13 +212,13 @@ const attnPrefetchBlocks = 10
 
 // attnJob is one Attention call's arguments.
 type attnJob struct {
-	k                     *kernels
-	out, q                []float32
-	nTokens, heads        int
-	kv                    *KVCacheLayer
-	blockTable, positions []int32
-	scale                 float32
-	chunk                 int // positions per folded chunk (attnChunkPositions; tests use less)
+	k                    *kernels
+	out, q               []float32
+	nTokens, heads       int
+	kv                   *KVCacheLayer
+	blockTable, ctxIndex []int32 // ctxIndex: each token's index in its sequence's context
+	scale                float32
+	chunk                int // positions per folded chunk (attnChunkPositions; tests use less)
 }
 
 // chunkBlocks returns the cache blocks of one folded chunk.
@@ -371,7 +372,7 @@ func (a *attnJob) partial(st *attnState, tile, kvh, g0, g1, lb0, lb1, reach int,
 	clear(st.acc[:rows*hd])
 	maxPos := 0
 	for t := t0; t < t1; t++ {
-		maxPos = max(maxPos, int(a.positions[t]))
+		maxPos = max(maxPos, int(a.ctxIndex[t]))
 	}
 	seen := maxPos/kv.BlockSize + 1 // the blocks any token of the tile sees
 	end, reach := min(lb1, seen), min(reach, seen)
@@ -387,7 +388,7 @@ func (a *attnJob) partial(st *attnState, tile, kvh, g0, g1, lb0, lb1, reach int,
 		base := int(a.blockTable[lb]) * kv.BlockSize
 		for t := t0; t < t1; t++ {
 			// Positions of this block that token t sees.
-			n := min(kv.BlockSize, int(a.positions[t])-lb*kv.BlockSize+1)
+			n := min(kv.BlockSize, int(a.ctxIndex[t])-lb*kv.BlockSize+1)
 			if n <= 0 {
 				continue
 			}

@@ -3,13 +3,13 @@ package cpu
 import "fmt"
 
 // AttentionSeq is one sequence of an AttentionBatch call: its NTokens query tokens Q, their
-// outputs Out (both [NTokens][heads][HeadDim]), its block table and the tokens' absolute
-// positions, as Attention takes them.
+// outputs Out (both [NTokens][heads][HeadDim]), its block table and the tokens' indices in
+// the sequence's context, as Attention takes them.
 type AttentionSeq struct {
-	Out, Q     []float32
-	NTokens    int
-	BlockTable []int32
-	Positions  []int32
+	Out, Q       []float32
+	NTokens      int
+	BlockTable   []int32
+	ContextIndex []int32
 }
 
 // attnBatchMinUnits is the least number of (sequence, token tile, kv head) units per thread
@@ -36,7 +36,7 @@ func AttentionBatch(p *Pool, seqs []AttentionSeq, heads int, kv *KVCacheLayer, s
 	ctxBlocks := make([]int, len(seqs))
 	units := 0
 	for i, s := range seqs {
-		maxPos, err := checkAttention(s.Out, s.Q, s.NTokens, heads, kv, s.BlockTable, s.Positions)
+		maxPos, err := checkAttention(s.Out, s.Q, s.NTokens, heads, kv, s.BlockTable, s.ContextIndex)
 		if err != nil {
 			return fmt.Errorf("sequence %d: %w", i, err)
 		}
@@ -46,7 +46,7 @@ func AttentionBatch(p *Pool, seqs []AttentionSeq, heads int, kv *KVCacheLayer, s
 	}
 	if len(seqs) == 1 || units < attnBatchMinUnits*p.Threads() {
 		for i, s := range seqs {
-			if err := Attention(p, s.Out, s.Q, s.NTokens, heads, kv, s.BlockTable, s.Positions, scale); err != nil {
+			if err := Attention(p, s.Out, s.Q, s.NTokens, heads, kv, s.BlockTable, s.ContextIndex, scale); err != nil {
 				return fmt.Errorf("sequence %d: %w", i, err)
 			}
 		}
@@ -67,7 +67,7 @@ func AttentionBatch(p *Pool, seqs []AttentionSeq, heads int, kv *KVCacheLayer, s
 				local -= unitEnd[seq-1]
 			}
 			a := attnJob{k: p.kern, out: s.Out, q: s.Q, nTokens: s.NTokens, heads: heads, kv: kv,
-				blockTable: s.BlockTable, positions: s.Positions, scale: scale, chunk: attnChunkPositions}
+				blockTable: s.BlockTable, ctxIndex: s.ContextIndex, scale: scale, chunk: attnChunkPositions}
 			tile, kvh := local/kv.KVHeads, local%kv.KVHeads
 			a.whole(st, tile, kvh, 0, group, ctxBlocks[seq])
 			a.finish(st, tile, kvh, 0, group)

@@ -50,7 +50,7 @@ func TestAttentionBatch(t *testing.T) {
 				positions[j] = int32(c.start + j)
 			}
 			q := normals(r, c.n*heads*hd)
-			seqs[i] = AttentionSeq{Q: q, NTokens: c.n, BlockTable: table, Positions: positions}
+			seqs[i] = AttentionSeq{Q: q, NTokens: c.n, BlockTable: table, ContextIndex: positions}
 			wants[i] = naiveAttention(q, c.n, heads, kv, table, positions, scale)
 		}
 		for _, p := range pools {
@@ -80,15 +80,15 @@ func TestAttentionBatchErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := AttentionSeq{Out: make([]float32, 16), Q: make([]float32, 16), NTokens: 1,
-		BlockTable: []int32{0}, Positions: []int32{2}}
+		BlockTable: []int32{0}, ContextIndex: []int32{2}}
 	for name, c := range map[string]struct {
 		seqs  []AttentionSeq
 		heads int
 	}{
 		"heads":    {[]AttentionSeq{good}, 3},
-		"position": {[]AttentionSeq{good, {Out: good.Out, Q: good.Q, NTokens: 1, BlockTable: []int32{0}, Positions: []int32{9}}}, 2},
-		"block":    {[]AttentionSeq{good, {Out: good.Out, Q: good.Q, NTokens: 1, BlockTable: []int32{7}, Positions: []int32{0}}}, 2},
-		"short q":  {[]AttentionSeq{{Out: good.Out, Q: good.Q[:8], NTokens: 1, BlockTable: []int32{0}, Positions: []int32{0}}}, 2},
+		"position": {[]AttentionSeq{good, {Out: good.Out, Q: good.Q, NTokens: 1, BlockTable: []int32{0}, ContextIndex: []int32{9}}}, 2},
+		"block":    {[]AttentionSeq{good, {Out: good.Out, Q: good.Q, NTokens: 1, BlockTable: []int32{7}, ContextIndex: []int32{0}}}, 2},
+		"short q":  {[]AttentionSeq{{Out: good.Out, Q: good.Q[:8], NTokens: 1, BlockTable: []int32{0}, ContextIndex: []int32{0}}}, 2},
 	} {
 		if err := AttentionBatch(p, c.seqs, c.heads, kv, 1); err == nil {
 			t.Errorf("%s: no error", name)
@@ -125,10 +125,10 @@ func TestAttentionBatchInvariance(t *testing.T) {
 			if err := Attention(p, alone, q, n, heads, kv, table, positions, scale); err != nil {
 				t.Fatal(err)
 			}
-			seqs := []AttentionSeq{{Out: make([]float32, n*row), Q: q, NTokens: n, BlockTable: table, Positions: positions}}
+			seqs := []AttentionSeq{{Out: make([]float32, n*row), Q: q, NTokens: n, BlockTable: table, ContextIndex: positions}}
 			for i := range 12 {
 				pos := []int32{int32(50 + 97*i)}
-				seqs = append(seqs, AttentionSeq{Out: make([]float32, row), Q: normals(r, row), NTokens: 1, BlockTable: table, Positions: pos})
+				seqs = append(seqs, AttentionSeq{Out: make([]float32, row), Q: normals(r, row), NTokens: 1, BlockTable: table, ContextIndex: pos})
 			}
 			if err := AttentionBatch(p, seqs, heads, kv, scale); err != nil {
 				t.Fatal(err)

@@ -38,7 +38,7 @@ func TestAttentionDecodeHeads(t *testing.T) {
 			}
 			want := make([]float32, len(q))
 			a := attnJob{k: p.kern, out: want, q: q, nTokens: 1, heads: heads, kv: kv,
-				blockTable: table, positions: pos, scale: scale, chunk: attnChunkPositions}
+				blockTable: table, ctxIndex: pos, scale: scale, chunk: attnChunkPositions}
 			st := p.attnStates.get(heads/kvHeads, hd, blockSize)
 			for kvh := range kvHeads {
 				a.whole(st, 0, kvh, 0, heads/kvHeads, (ctx-1)/blockSize+1)

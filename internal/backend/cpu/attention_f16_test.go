@@ -74,8 +74,8 @@ func TestAttentionF16(t *testing.T) {
 			}
 			// The same sequence twice in one batch (a decode step of two sequences sharing a
 			// prefix) takes AttentionBatch's one-loop path.
-			seqs := []AttentionSeq{{Out: make([]float32, len(q)), Q: q, NTokens: c.n, BlockTable: table, Positions: positions}}
-			seqs = append(seqs, AttentionSeq{Out: make([]float32, len(q)), Q: q, NTokens: c.n, BlockTable: table, Positions: positions})
+			seqs := []AttentionSeq{{Out: make([]float32, len(q)), Q: q, NTokens: c.n, BlockTable: table, ContextIndex: positions}}
+			seqs = append(seqs, AttentionSeq{Out: make([]float32, len(q)), Q: q, NTokens: c.n, BlockTable: table, ContextIndex: positions})
 			if err := AttentionBatch(p, seqs, c.heads, f16, scale); err != nil {
 				t.Fatal(err)
 			}

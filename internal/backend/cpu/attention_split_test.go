@@ -40,7 +40,7 @@ func TestAttentionChunks(t *testing.T) {
 		want := naiveAttention(q, c.n, heads, kv, table, positions, scale)
 		run := func(p *Pool, out, q []float32, positions []int32) {
 			a := attnJob{k: p.kern, out: out, q: q, nTokens: len(positions), heads: heads, kv: kv,
-				blockTable: table, positions: positions, scale: scale, chunk: c.chunk}
+				blockTable: table, ctxIndex: positions, scale: scale, chunk: c.chunk}
 			a.run(p, int(slices.Max(positions)))
 		}
 		ref := map[string][]float32{} // per kernel set

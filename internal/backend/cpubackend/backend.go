@@ -117,7 +117,7 @@ func (b *Backend) NewKVCache(spec backend.KVSpec) (backend.KVCache, error) {
 }
 
 // UploadStep keeps meta (no copy: it must not change until the step is done) and
-// forgets the previous step's rotation tables.
+// forgets the previous step's rotation tables and context indices.
 func (b *Backend) UploadStep(meta *backend.StepMeta) (backend.Step, error) {
 	n, seqs := meta.NumTokens(), meta.NumSeqs()
 	switch {
@@ -132,13 +132,18 @@ func (b *Backend) UploadStep(meta *backend.StepMeta) (backend.Step, error) {
 		return nil, fmt.Errorf("cpu step: sequences cover tokens [%d, %d) of %d", meta.QueryStarts[0], meta.QueryStarts[seqs], n)
 	}
 	for i := range seqs {
-		if meta.QueryStarts[i+1] <= meta.QueryStarts[i] {
+		q := meta.QueryStarts[i+1] - meta.QueryStarts[i]
+		if q <= 0 {
 			return nil, fmt.Errorf("cpu step: sequence %d has no tokens", i)
+		}
+		if meta.ContextLens[i] < q {
+			return nil, fmt.Errorf("cpu step: sequence %d: %d tokens in a context of %d", i, q, meta.ContextLens[i])
 		}
 	}
 	s := &b.step
 	s.meta = meta
 	s.rope = backend.Rope{}
+	s.ctx = nil
 	return s, nil
 }
 

@@ -151,6 +151,7 @@ func TestUploadStepRejects(t *testing.T) {
 		"empty sequence": func(m *backend.StepMeta) {
 			m.QueryStarts, m.ContextLens, m.BlockTables = []int32{0, 0, 2}, []int32{1, 2}, []int32{0, 0}
 		},
+		"context shorter than the query": func(m *backend.StepMeta) { m.ContextLens[0] = 1 },
 	}
 	for name, mutate := range cases {
 		m := good()

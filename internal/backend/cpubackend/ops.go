@@ -210,6 +210,26 @@ func grow[T any](buf []T, n int) []T {
 	return buf[:n]
 }
 
+// contextIndices returns each token's index in its sequence's context (UploadStep checked
+// the layout), computed by the step's first Attention: every layer shares them. The i-th
+// of a sequence's q tokens, with a context of c, is at c-q+i; a token's position (RoPE's)
+// plays no part.
+func (s *step) contextIndices() []int32 {
+	m := s.meta
+	if s.ctx != nil {
+		return s.ctx
+	}
+	ctx := s.ctxBuf[:0]
+	for i := range m.NumSeqs() {
+		q := m.QueryStarts[i+1] - m.QueryStarts[i]
+		for t := range q {
+			ctx = append(ctx, m.ContextLens[i]-q+t)
+		}
+	}
+	s.ctx, s.ctxBuf = ctx, ctx
+	return ctx
+}
+
 // Attention runs paged causal attention for all sequences of the step in one parallel loop.
 func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int, scale float32, st backend.Step) error {
 	o, err := activation("attention", "out", out)
@@ -236,15 +256,13 @@ func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int
 	if qs.rows() != m.NumTokens() || qDim%l.HeadDim != 0 {
 		return fmt.Errorf("cpu attention: q %v for %d tokens of heads of %d", qs.shape, m.NumTokens(), l.HeadDim)
 	}
+	ctx := s.contextIndices()
 	seqs := b.attnSeqs[:0]
 	for i := range m.NumSeqs() {
 		t0, t1 := int(m.QueryStarts[i]), int(m.QueryStarts[i+1])
-		if t0 < 0 || t1 < t0 || t1 > m.NumTokens() {
-			return fmt.Errorf("cpu attention: sequence %d: tokens [%d, %d) of %d", i, t0, t1, m.NumTokens())
-		}
 		seqs = append(seqs, cpu.AttentionSeq{Out: o.f32[t0*qDim : t1*qDim], Q: qs.f32[t0*qDim : t1*qDim],
 			NTokens: t1 - t0, BlockTable: m.BlockTables[i*m.MaxBlocks : (i+1)*m.MaxBlocks],
-			Positions: m.Positions[t0:t1]})
+			ContextIndex: ctx[t0:t1]})
 	}
 	b.attnSeqs = seqs
 	return cpu.AttentionBatch(b.pool, seqs, qDim/l.HeadDim, l, scale)

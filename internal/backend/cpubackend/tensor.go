@@ -125,7 +125,8 @@ func cache(op string, kv backend.KVCache, l int) (*kvCache, *cpu.KVCacheLayer, e
 }
 
 // step is an uploaded StepMeta (the CPU keeps the host copy) with the rotation tables of
-// its positions, computed by the step's first RopeKVWrite: every layer shares them.
+// its positions, computed by the step's first RopeKVWrite, and its tokens' context
+// indices, computed by its first Attention: every layer shares them.
 type step struct {
 	meta *backend.StepMeta
 	// rope is what cos and sin were computed for (the zero Rope: nothing yet).
@@ -133,6 +134,9 @@ type step struct {
 	cos, sin []float32
 	// rows maps token t to row t of the tables (cpu.Rope indexes its tables by these).
 	rows []int32
+	// ctx is each token's index in its sequence's context (nil: not computed yet); ctxBuf
+	// its storage, reused from step to step.
+	ctx, ctxBuf []int32
 }
 
 // Meta returns the host copy of the step's metadata.

@@ -155,7 +155,7 @@ type DecodeArgs struct {
 	Heads     int
 	Cache     *KVCacheLayer
 	// BlockTables is I32 [Seqs][MaxBlocks]; ContextLens (I32 [Seqs]) gives how many cached
-	// positions each sequence attends to (its query's position + 1).
+	// positions each sequence attends to (its query's context index + 1).
 	BlockTables Buffer
 	MaxBlocks   int
 	ContextLens Buffer
@@ -248,10 +248,12 @@ type PrefillArgs struct {
 	Seqs      int
 	Heads     int
 	Cache     *KVCacheLayer
-	// SeqStarts (I32 [Seqs+1]) gives each sequence's first token; Positions (I32 [Tokens])
-	// each token's absolute position. A token attends to cached positions 0..its own,
-	// which must be written already (prefix-cache hits included).
-	SeqStarts, Positions Buffer
+	// SeqStarts (I32 [Seqs+1]) gives each sequence's first token; ContextLens (I32 [Seqs])
+	// each sequence's context after the step, its query tokens last: the i-th of a
+	// sequence's q tokens sits at index ContextLens[s]-q+i of its context and attends to
+	// the context's cached positions 0..that index, which must be written already
+	// (prefix-cache hits included). RoPE positions play no part.
+	SeqStarts, ContextLens Buffer
 	// MaxQueryLen bounds every sequence's token count; it sizes the grid.
 	MaxQueryLen int
 	BlockTables Buffer // I32 [Seqs][MaxBlocks]
@@ -293,7 +295,7 @@ func (o *Ops) AttentionPrefill(a PrefillArgs) error {
 	if err := firstErr(need("attention prefill", "out", a.Out, last*a.OutStride+a.Heads*hd, F32, F16, BF16),
 		need("attention prefill", "q", a.Q, last*a.QStride+a.Heads*hd, F32),
 		need("attention prefill", "seq starts", a.SeqStarts, a.Seqs+1, I32),
-		need("attention prefill", "positions", a.Positions, a.Tokens, I32),
+		need("attention prefill", "context lengths", a.ContextLens, a.Seqs, I32),
 		need("attention prefill", "block tables", a.BlockTables, a.Seqs*a.MaxBlocks, I32)); err != nil {
 		return err
 	}
@@ -301,11 +303,11 @@ func (o *Ops) AttentionPrefill(a PrefillArgs) error {
 		tiles := (a.MaxQueryLen + prefillTileTC - 1) / prefillTileTC
 		return o.Dev.Launch(o.Kern.mod, fmt.Sprintf("attn_prefill_tc%d_bf16_%s", hd, suffix(a.Out.DType)), Dim3{tiles, a.Heads, a.Seqs},
 			Dim3{128, 1, 1}, 0, a.Out, a.OutStride, a.Q, a.QStride, c.K, c.V, a.BlockTables, a.MaxBlocks, a.SeqStarts,
-			a.Positions, a.Heads, c.KVHeads, c.BlockSize, a.Scale)
+			a.ContextLens, a.Heads, c.KVHeads, c.BlockSize, a.Scale)
 	}
 	name := "attn_prefill_" + suffix(c.K.DType) + "_" + suffix(a.Out.DType)
 	tiles := (a.MaxQueryLen + prefillTile - 1) / prefillTile
 	return o.Dev.Launch(o.Kern.mod, name, Dim3{tiles, a.Heads, a.Seqs}, Dim3{128, 1, 1}, 0,
-		a.Out, a.OutStride, a.Q, a.QStride, c.K, c.V, a.BlockTables, a.MaxBlocks, a.SeqStarts, a.Positions,
+		a.Out, a.OutStride, a.Q, a.QStride, c.K, c.V, a.BlockTables, a.MaxBlocks, a.SeqStarts, a.ContextLens,
 		a.Heads, c.KVHeads, hd, c.BlockSize, a.Scale)
 }

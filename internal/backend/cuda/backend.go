@@ -58,6 +58,7 @@ type Backend struct {
 	sampleDev  Buffer      // per-row sampling settings (LogitsSample)
 	maskHost   *HostBuffer // a step's vocabulary masks in pinned memory (uploadMasks)
 	maskDev    Buffer      // the same on the device
+	blockHost  *HostBuffer // pinned staging of ReadBlocks and WriteBlocks
 	tables     []int32     // block tables re-laid with a graph step's stride
 
 	// Captured decode graphs by owner, bucket and block-table stride; dropped whenever a
@@ -160,8 +161,9 @@ func (b *Backend) Close() error {
 			errs = append(errs, b.dev.FreeDecodeWorkspace(b.work))
 			b.work = nil
 		}
-		errs = append(errs, b.dev.FreeHost(b.metaHost), b.dev.FreeHost(b.maskHost), b.dev.FreeBLAS(b.ops.BLAS), b.dev.FreeKernels(b.ops.Kern))
-		b.metaHost, b.maskHost = nil, nil
+		errs = append(errs, b.dev.FreeHost(b.metaHost), b.dev.FreeHost(b.maskHost), b.dev.FreeHost(b.blockHost),
+			b.dev.FreeBLAS(b.ops.BLAS), b.dev.FreeKernels(b.ops.Kern))
+		b.metaHost, b.maskHost, b.blockHost = nil, nil, nil
 		return firstErr(errs...)
 	})
 	if cerr := b.dev.Close(); err == nil {
@@ -390,8 +392,12 @@ func (b *Backend) UploadStep(meta *backend.StepMeta) (backend.Step, error) {
 		return nil, fmt.Errorf("cuda step: sequences cover tokens [%d, %d) of %d", meta.QueryStarts[0], meta.QueryStarts[seqs], n)
 	}
 	for i := range seqs {
-		if meta.QueryStarts[i+1] <= meta.QueryStarts[i] {
+		q := meta.QueryStarts[i+1] - meta.QueryStarts[i]
+		if q <= 0 {
 			return nil, fmt.Errorf("cuda step: sequence %d has no tokens", i)
+		}
+		if meta.ContextLens[i] < q {
+			return nil, fmt.Errorf("cuda step: sequence %d: %d tokens in a context of %d", i, q, meta.ContextLens[i])
 		}
 	}
 	// A decode step of a bucket's size is laid out for graph replay: its block tables get a

@@ -321,7 +321,7 @@ func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int
 		maxQ = max(maxQ, int(m.QueryStarts[i+1]-m.QueryStarts[i]))
 	}
 	return b.ops.AttentionPrefill(PrefillArgs{Out: o.buf, OutStride: qDim, Q: qs.buf, QStride: qDim, Tokens: m.NumTokens(),
-		Seqs: seqs, Heads: heads, Cache: l, SeqStarts: s.queryStarts, Positions: s.positions, MaxQueryLen: maxQ,
+		Seqs: seqs, Heads: heads, Cache: l, SeqStarts: s.queryStarts, ContextLens: s.contextLens, MaxQueryLen: maxQ,
 		BlockTables: s.blockTables, MaxBlocks: s.maxBlocks, Scale: scale})
 }
 
@@ -333,14 +333,14 @@ const smallMaxContext = 12000
 // of 32 (tiny models such as stories260K).
 func (b *Backend) attentionSmall(o, q *tensor, l *KVCacheLayer, s *step, heads int, scale float32) error {
 	m := s.meta
-	maxPos := 0
-	for _, p := range m.Positions {
-		maxPos = max(maxPos, int(p))
+	maxCtx := 1
+	for _, c := range m.ContextLens {
+		maxCtx = max(maxCtx, int(c))
 	}
-	if maxPos+1 > smallMaxContext || l.HeadDim > maxHeadDim || heads%l.KVHeads != 0 {
-		return fmt.Errorf("cuda attention: head dim %d with context %d and %d/%d heads: unsupported", l.HeadDim, maxPos+1, heads, l.KVHeads)
+	if maxCtx > smallMaxContext || l.HeadDim > maxHeadDim || heads%l.KVHeads != 0 {
+		return fmt.Errorf("cuda attention: head dim %d with context %d and %d/%d heads: unsupported", l.HeadDim, maxCtx, heads, l.KVHeads)
 	}
-	shared := 4 * (maxPos + 1)
+	shared := 4 * maxCtx
 	if b.capturing {
 		// A replayed graph keeps this launch's shared memory: size it for the longest
 		// context the step's block-table stride allows.
@@ -351,7 +351,7 @@ func (b *Backend) attentionSmall(o, q *tensor, l *KVCacheLayer, s *step, heads i
 		shared = 4 * bound
 	}
 	return b.dev.Launch(b.ops.Kern.mod, "attn_small_"+suffix(l.K.DType), Dim3{heads, m.NumTokens(), 1}, Dim3{128, 1, 1}, shared,
-		o.buf, q.buf, l.K, l.V, s.blockTables, s.maxBlocks, s.queryStarts, m.NumSeqs(), s.positions,
+		o.buf, q.buf, l.K, l.V, s.blockTables, s.maxBlocks, s.queryStarts, m.NumSeqs(), s.contextLens,
 		heads, l.KVHeads, l.HeadDim, l.BlockSize, scale)
 }
 

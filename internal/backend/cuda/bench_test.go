@@ -158,18 +158,16 @@ func benchPrefill(t *testing.T, e *env, r *rand.Rand) {
 		numBlocks := s.seqs * maxBlocks
 		cache, _, _ := pagedCache(t, e, r, BF16, numBlocks, bs, kvHeads, s.hd)
 		total := s.seqs * s.n
-		var starts, pos []int32
+		var starts, ctxs []int32
 		for i := range s.seqs {
 			starts = append(starts, int32(i*s.n))
-			for p := range s.n {
-				pos = append(pos, int32(p))
-			}
+			ctxs = append(ctxs, int32(s.n))
 		}
 		starts = append(starts, int32(total))
 		q, _ := e.upload(t, F32, randVals(r, total*heads*s.hd, 1))
 		out := e.poisoned(t, F32, total*heads*s.hd)
 		args := PrefillArgs{Out: out, OutStride: heads * s.hd, Q: q, QStride: heads * s.hd, Tokens: total, Seqs: s.seqs,
-			Heads: heads, Cache: cache, SeqStarts: e.uploadI32(t, starts), Positions: e.uploadI32(t, pos), MaxQueryLen: s.n,
+			Heads: heads, Cache: cache, SeqStarts: e.uploadI32(t, starts), ContextLens: e.uploadI32(t, ctxs), MaxQueryLen: s.n,
 			BlockTables: e.uploadI32(t, blockTables(r, s.seqs, maxBlocks, numBlocks)), MaxBlocks: maxBlocks, Scale: 0.088}
 		flops := 4 * float64(s.hd) * heads * float64(s.seqs) * float64(s.n) * float64(s.n+1) / 2
 		for _, scalar := range []bool{false, true} {

@@ -500,13 +500,11 @@ func testPrefillHead(t *testing.T, e *env, r *rand.Rand, hd int) {
 	type seqSpec struct{ prefix, n int }
 	specs := []seqSpec{{0, 37}, {50, 20}, {0, 1}, {129, 70}, {3, 150}}
 	maxBlocks := 0
-	var starts, pos []int32
+	var starts, ctxs []int32
 	total, maxQ := 0, 0
 	for _, s := range specs {
 		starts = append(starts, int32(total))
-		for i := range s.n {
-			pos = append(pos, int32(s.prefix+i))
-		}
+		ctxs = append(ctxs, int32(s.prefix+s.n))
 		total += s.n
 		maxQ = max(maxQ, s.n)
 		maxBlocks = max(maxBlocks, (s.prefix+s.n+bs-1)/bs)
@@ -537,7 +535,7 @@ func testPrefillHead(t *testing.T, e *env, r *rand.Rand, hd int) {
 				}
 				out := e.poisoned(t, odt, total*heads*hd)
 				args := PrefillArgs{Out: out, OutStride: heads * hd, Q: qb, QStride: qStride, Tokens: total, Seqs: len(specs), Heads: heads,
-					Cache: cache, SeqStarts: e.uploadI32(t, starts), Positions: e.uploadI32(t, pos), MaxQueryLen: maxQ,
+					Cache: cache, SeqStarts: e.uploadI32(t, starts), ContextLens: e.uploadI32(t, ctxs), MaxQueryLen: maxQ,
 					BlockTables: e.uploadI32(t, bt), MaxBlocks: maxBlocks, Scale: scale, scalar: scalar}
 				e.do(t, func() error { return e.ops.AttentionPrefill(args) })
 				tl := odt

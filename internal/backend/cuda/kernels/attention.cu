@@ -504,17 +504,19 @@ extern "C" __global__ void attn_combine_bf16(bf16* o, int os, const float* pm, c
 
 // attn_prefill: grid (ceil(maxQueryLen/16), heads, seqs), block 128. Sequence s owns query
 // tokens [seqStarts[s], seqStarts[s+1]) of q (row t at t*qStride) and out (row t at
-// t*outStride); token t at absolute position pos[t] attends causally to cache positions
-// [0, pos[t]], which must already hold its keys and values. K/V are read tile by tile into
-// shared memory and shared by the block's 16 queries, with an online softmax.
+// t*outStride); its i-th token of qlen, at index ctxLens[s]-qlen+i of its context, attends
+// causally to the context's cache positions [0, that index], which must already hold
+// their keys and values (the token's RoPE position plays no part). K/V are read tile by
+// tile into shared memory and shared by the block's 16 queries, with an online softmax.
 template <typename T, typename O>
 __device__ void attn_prefill(O* out, int outStride, const float* q, int qStride, const T* kc, const T* vc,
-                             const int* blockTables, int maxBlocks, const int* seqStarts, const int* pos,
+                             const int* blockTables, int maxBlocks, const int* seqStarts, const int* ctxLens,
                              int heads, int kvHeads, int headDim, int blockSize, float scale) {
     __shared__ float ks[PF_KT][256], vs[PF_KT][256];
     int tile = blockIdx.x, h = blockIdx.y, s = blockIdx.z;
     int q0 = seqStarts[s], qlen = seqStarts[s + 1] - q0;
     if (tile * PF_TQ >= qlen) return;
+    int c0 = ctxLens[s] - qlen;  // the context index of the sequence's first query token
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
     int nc = headDim >> 5;
     int kvh = h / (heads / kvHeads);
@@ -523,14 +525,14 @@ __device__ void attn_prefill(O* out, int outStride, const float* q, int qStride,
     int kmax = -1;  // the tile's last key position
     for (int j = 0; j < PF_TQ; j++) {
         int t = tile * PF_TQ + j;
-        if (t < qlen) kmax = max(kmax, pos[q0 + t]);
+        if (t < qlen) kmax = max(kmax, c0 + t);
     }
     float qr[PF_QW][ATT_MAXC], acc[PF_QW][ATT_MAXC], m[PF_QW], l[PF_QW];
     int qpos[PF_QW];
 #pragma unroll
     for (int i = 0; i < PF_QW; i++) {
         int t = tile * PF_TQ + w * PF_QW + i;
-        qpos[i] = t < qlen ? pos[q0 + t] : -1;
+        qpos[i] = t < qlen ? c0 + t : -1;
         const float* qp = q + (long long)(q0 + (t < qlen ? t : 0)) * qStride + h * headDim;
 #pragma unroll
         for (int c = 0; c < ATT_MAXC; c++) {
@@ -587,9 +589,9 @@ __device__ void attn_prefill(O* out, int outStride, const float* q, int qStride,
 // Instances are named attn_prefill_<cache>_<out>.
 #define ATTN_PREFILL(NAME, T, O)                                                                          \
     extern "C" __global__ void NAME(O* out, int os, const float* q, int qs, const T* kc, const T* vc,      \
-                                    const int* bt, int maxBlocks, const int* starts, const int* pos,       \
+                                    const int* bt, int maxBlocks, const int* starts, const int* ctxLens,   \
                                     int heads, int kvh, int hd, int bs, float scale) {                     \
-        attn_prefill<T, O>(out, os, q, qs, kc, vc, bt, maxBlocks, starts, pos, heads, kvh, hd, bs, scale);   \
+        attn_prefill<T, O>(out, os, q, qs, kc, vc, bt, maxBlocks, starts, ctxLens, heads, kvh, hd, bs, scale); \
     }
 ATTN_PREFILL(attn_prefill_f32_f32, float, float)
 ATTN_PREFILL(attn_prefill_f32_f16, float, f16)
@@ -634,7 +636,7 @@ __device__ __forceinline__ unsigned int tc_smem_addr(const void* p) {
 
 template <int HD, typename O>
 __device__ void attn_prefill_tc(O* out, int outStride, const float* q, int qStride, const bf16* kc, const bf16* vc,
-                                const int* blockTables, int maxBlocks, const int* seqStarts, const int* pos,
+                                const int* blockTables, int maxBlocks, const int* seqStarts, const int* ctxLens,
                                 int heads, int kvHeads, int blockSize, float scale) {
     const int LD = HD + 8;  // padded row (bf16 elements): conflict-free fragment loads
     const int NK = HD / 16; // k-steps over the head dim
@@ -655,7 +657,7 @@ __device__ void attn_prefill_tc(O* out, int outStride, const float* q, int qStri
     __syncthreads();
     if (tid < TC_BQ) {
         int t = tile * TC_BQ + tid;
-        int p = t < qlen ? pos[q0 + t] : -1;
+        int p = t < qlen ? ctxLens[s] - qlen + t : -1;
         sRowPos[tid] = p;
         atomicMax(&sKmax, p);
     }
@@ -805,9 +807,9 @@ __device__ void attn_prefill_tc(O* out, int outStride, const float* q, int qStri
 #define ATTN_PREFILL_TC(NAME, HD, O)                                                                        \
     extern "C" __global__ void __launch_bounds__(128) NAME(O* out, int os, const float* q, int qs,          \
                                     const bf16* kc, const bf16* vc, const int* bt, int maxBlocks,            \
-                                    const int* starts, const int* pos, int heads, int kvh, int bs,           \
+                                    const int* starts, const int* ctxLens, int heads, int kvh, int bs,       \
                                     float scale) {                                                           \
-        attn_prefill_tc<HD, O>(out, os, q, qs, kc, vc, bt, maxBlocks, starts, pos, heads, kvh, bs, scale);   \
+        attn_prefill_tc<HD, O>(out, os, q, qs, kc, vc, bt, maxBlocks, starts, ctxLens, heads, kvh, bs, scale); \
     }
 ATTN_PREFILL_TC(attn_prefill_tc64_bf16_f32, 64, float)
 ATTN_PREFILL_TC(attn_prefill_tc64_bf16_f16, 64, f16)

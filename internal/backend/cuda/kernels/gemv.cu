@@ -182,11 +182,12 @@ extern "C" __global__ void add_bias_f32(float* x, const float* bias, long long r
 
 // attn_small_f32: plain causal attention over the paged cache for head sizes the tiled
 // kernels do not take (any headDim <= 256). grid = (heads, tokens), dynamic shared memory
-// holds the token's scores (positions 0..pos). Token t belongs to the sequence s with
-// seqStarts[s] <= t < seqStarts[s+1].
+// holds the token's scores. Token t belongs to the sequence s with seqStarts[s] <= t <
+// seqStarts[s+1]; the sequence's last token is at index ctxLens[s]-1 of its context, and a
+// token attends to the context's positions 0..its own index.
 template <typename T>
 __device__ void attn_small(float* out, const float* q, const T* kc, const T* vc, const int* bt, int maxBlocks,
-                           const int* seqStarts, int seqs, const int* pos, int heads, int kvHeads, int headDim,
+                           const int* seqStarts, int seqs, const int* ctxLens, int heads, int kvHeads, int headDim,
                            int blockSize, float scale) {
     extern __shared__ float sc[];
     __shared__ float red[32];
@@ -194,7 +195,7 @@ __device__ void attn_small(float* out, const float* q, const T* kc, const T* vc,
     long long t = blockIdx.y;
     int s = 0;
     while (s + 1 < seqs && seqStarts[s + 1] <= t) s++;
-    int n = pos[t] + 1;
+    int n = ctxLens[s] - (seqStarts[s + 1] - (int)t) + 1;
     int kvh = h / (heads / kvHeads);
     const float* qh = q + t * heads * headDim + h * headDim;
     const int* table = bt + (long long)s * maxBlocks;
@@ -229,9 +230,9 @@ __device__ void attn_small(float* out, const float* q, const T* kc, const T* vc,
 }
 #define ATTN_SMALL(NAME, T)                                                                                   \
     extern "C" __global__ void NAME(float* o, const float* q, const T* kc, const T* vc, const int* bt, int mb, \
-                                    const int* ss, int seqs, const int* pos, int heads, int kvh, int hd,      \
+                                    const int* ss, int seqs, const int* cl, int heads, int kvh, int hd,       \
                                     int bs, float scale) {                                                    \
-        attn_small(o, q, kc, vc, bt, mb, ss, seqs, pos, heads, kvh, hd, bs, scale);                           \
+        attn_small(o, q, kc, vc, bt, mb, ss, seqs, cl, heads, kvh, hd, bs, scale);                            \
     }
 ATTN_SMALL(attn_small_f32, float)
 ATTN_SMALL(attn_small_f16, f16)

@@ -1,0 +1,48 @@
+package cpubackend
+
+import (
+	"fmt"
+
+	"github.com/kvasir-llm/kvasir/internal/backend"
+)
+
+// ReadBlocks copies the keys and values of blocks, every layer, into dst in the host layout
+// (backend.KVSpec).
+func (b *Backend) ReadBlocks(kv backend.KVCache, blocks []int32, dst []byte) error {
+	return transferBlocks("read blocks", kv, blocks, dst, false)
+}
+
+// WriteBlocks overwrites the keys and values of blocks, every layer, from src in the host
+// layout.
+func (b *Backend) WriteBlocks(kv backend.KVCache, blocks []int32, src []byte) error {
+	return transferBlocks("write blocks", kv, blocks, src, true)
+}
+
+// transferBlocks moves blocks between the cache and host, layer by layer within each
+// block, keys then values: into the cache when write is set, else out of it.
+func transferBlocks(op string, kv backend.KVCache, blocks []int32, host []byte, write bool) error {
+	c, _, err := cache(op, kv, -1)
+	if err != nil {
+		return err
+	}
+	if err := backend.CheckBlocks(c.spec, blocks, len(host)); err != nil {
+		return fmt.Errorf("cpu %s: %w", op, err)
+	}
+	off := 0
+	for _, blk := range blocks {
+		for l, layer := range c.layers {
+			per := layer.BlockBytes()
+			k, v := host[off:off+per], host[off+per:off+2*per]
+			if write {
+				err = layer.WriteBlock(int(blk), k, v)
+			} else {
+				err = layer.ReadBlock(int(blk), k, v)
+			}
+			if err != nil {
+				return fmt.Errorf("cpu %s: layer %d: %w", op, l, err)
+			}
+			off += 2 * per
+		}
+	}
+	return nil
+}

@@ -1,0 +1,199 @@
+package cpubackend
+
+import (
+	"bytes"
+	"encoding/binary"
+	"math"
+	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/backend/cpu"
+	"github.com/kvasir-llm/kvasir/internal/quant"
+)
+
+// blockSpec is the small cache geometry of the block tests.
+func blockSpec(dt quant.Type) backend.KVSpec {
+	return backend.KVSpec{Layers: 2, NumBlocks: 5, BlockSize: 2, KVHeads: 2, HeadDim: 3, DType: dt}
+}
+
+// kvValue is the test's value of element d of kv head h at slot s of layer l, keys
+// (part 0) or values (part 1): distinct for every element, exact in F16.
+func kvValue(l, part, s, h, d int) float32 {
+	return float32((((l*2+part)*10+s)*2+h)*3+d) / 8
+}
+
+// filledCache makes a cache of spec whose every slot holds kvValue, written by cpu.WriteKV.
+func filledCache(t *testing.T, b *Backend, spec backend.KVSpec) backend.KVCache {
+	t.Helper()
+	kv, err := b.NewKVCache(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := spec.KVHeads * spec.HeadDim
+	slots := spec.NumBlocks * spec.BlockSize
+	for l, layer := range kv.(*kvCache).layers {
+		k, v := make([]float32, slots*row), make([]float32, slots*row)
+		mapping := make([]int32, slots)
+		for s := range slots {
+			mapping[s] = int32(s)
+			for h := range spec.KVHeads {
+				for d := range spec.HeadDim {
+					k[s*row+h*spec.HeadDim+d] = kvValue(l, 0, s, h, d)
+					v[s*row+h*spec.HeadDim+d] = kvValue(l, 1, s, h, d)
+				}
+			}
+		}
+		if err := cpu.WriteKV(layer, k, v, mapping); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return kv
+}
+
+// TestReadBlocksLayout: ReadBlocks lays blocks out as backend.KVSpec documents (block
+// after block as asked, layer after layer, keys then values, slot after slot, head after
+// head, little-endian elements of the cache's type), for F32 and F16 caches.
+func TestReadBlocksLayout(t *testing.T) {
+	b := newBackend(t)
+	for _, dt := range []quant.Type{quant.F32, quant.F16} {
+		spec := blockSpec(dt)
+		kv := filledCache(t, b, spec)
+		blocks := []int32{3, 0, 3}
+		elem := map[quant.Type]int{quant.F32: 4, quant.F16: 2}[dt]
+		blockBytes := 2 * 2 * 2 * 2 * 3 * elem
+		if got := spec.BlockBytes(); got != blockBytes {
+			t.Fatalf("%s: BlockBytes %d, want %d", dt, got, blockBytes)
+		}
+		dst := make([]byte, len(blocks)*blockBytes)
+		if err := b.ReadBlocks(kv, blocks, dst); err != nil {
+			t.Fatal(err)
+		}
+		off := 0
+		for _, blk := range blocks {
+			for l := range 2 {
+				for part := range 2 {
+					for o := range 2 {
+						for h := range 2 {
+							for d := range 3 {
+								want := kvValue(l, part, int(blk)*2+o, h, d)
+								var got float32
+								if dt == quant.F16 {
+									got = quant.F16ToF32(binary.LittleEndian.Uint16(dst[off:]))
+								} else {
+									got = math.Float32frombits(binary.LittleEndian.Uint32(dst[off:]))
+								}
+								if got != want {
+									t.Fatalf("%s: block %d layer %d part %d slot %d head %d dim %d: %g, want %g", dt, blk, l, part, o, h, d, got, want)
+								}
+								off += elem
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestBlocksRoundTrip: blocks read and written to other blocks read back the same bytes,
+// leave the other blocks alone, and a block named twice takes the later bytes; bad ids,
+// buffer sizes and caches are errors.
+func TestBlocksRoundTrip(t *testing.T) {
+	b := newBackend(t)
+	for _, dt := range []quant.Type{quant.F32, quant.F16} {
+		spec := blockSpec(dt)
+		kv := filledCache(t, b, spec)
+		per := spec.BlockBytes()
+		src := make([]byte, 2*per)
+		if err := b.ReadBlocks(kv, []int32{0, 1}, src); err != nil {
+			t.Fatal(err)
+		}
+		keep := make([]byte, per)
+		if err := b.ReadBlocks(kv, []int32{2}, keep); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.WriteBlocks(kv, []int32{3, 4}, src); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, 3*per)
+		if err := b.ReadBlocks(kv, []int32{3, 4, 2}, got); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got[:2*per], src) || !bytes.Equal(got[2*per:], keep) {
+			t.Errorf("%s: blocks written to 3 and 4 do not read back, or block 2 changed", dt)
+		}
+		if err := b.WriteBlocks(kv, []int32{4, 4}, src); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.ReadBlocks(kv, []int32{4}, got[:per]); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got[:per], src[per:]) {
+			t.Errorf("%s: a block written twice does not hold the later bytes", dt)
+		}
+		for name, err := range map[string]error{
+			"negative id":  b.ReadBlocks(kv, []int32{-1}, got[:per]),
+			"id past end":  b.WriteBlocks(kv, []int32{5}, got[:per]),
+			"short buffer": b.ReadBlocks(kv, []int32{1, 2}, got[:per]),
+			"long buffer":  b.WriteBlocks(kv, []int32{1}, got[:2*per]),
+			"not a cache":  b.ReadBlocks(nil, []int32{1}, got[:per]),
+		} {
+			if err == nil {
+				t.Errorf("%s %s: accepted", dt, name)
+			}
+		}
+	}
+}
+
+// FuzzBlocks: any bytes written into any valid blocks read back bit for bit (NaN payloads
+// of an F32 cache included); invalid ids are errors, never a panic.
+func FuzzBlocks(f *testing.F) {
+	f.Add([]byte{0, 1, 2, 3, 4, 5, 6, 7}, []byte{1, 3}, false)
+	f.Add([]byte{0xff, 0xff, 0xbf, 0x7f, 0x01, 0x00, 0x80, 0x7f}, []byte{4, 4, 0}, true)
+	f.Add([]byte{}, []byte{9}, false)
+	b := New(1)
+	defer b.Close()
+	f.Fuzz(func(t *testing.T, data, ids []byte, half bool) {
+		dt := quant.F32
+		if half {
+			dt = quant.F16
+		}
+		spec := blockSpec(dt)
+		kv, err := b.NewKVCache(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blocks := make([]int32, len(ids))
+		valid := true
+		for i, id := range ids {
+			blocks[i] = int32(id%8) - 1 // -1 .. 6: some outside the 5 blocks
+			valid = valid && blocks[i] >= 0 && int(blocks[i]) < spec.NumBlocks
+		}
+		src := make([]byte, len(blocks)*spec.BlockBytes())
+		for i := range src {
+			if len(data) > 0 {
+				src[i] = data[i%len(data)] ^ byte(i/len(data))
+			}
+		}
+		if err := b.WriteBlocks(kv, blocks, src); (err == nil) != valid {
+			t.Fatalf("blocks %v: write error %v", blocks, err)
+		}
+		if !valid {
+			return
+		}
+		// The last write of each block wins: read every block once, in order of last write.
+		last := map[int32]int{}
+		for i, blk := range blocks {
+			last[blk] = i
+		}
+		for blk, i := range last {
+			got := make([]byte, spec.BlockBytes())
+			if err := b.ReadBlocks(kv, []int32{blk}, got); err != nil {
+				t.Fatal(err)
+			}
+			if want := src[i*len(got) : (i+1)*len(got)]; !bytes.Equal(got, want) {
+				t.Fatalf("block %d reads back other bytes", blk)
+			}
+		}
+	})
+}
