@@ -18,13 +18,10 @@ func init() {
 
 func runChat(args []string) error {
 	fs := newFlags("chat", "-m MODEL [flags]")
-	ref := fs.String("m", "", "model: a .gguf file, a Hugging Face folder, or hf:ORG/REPO[/FILE]; default: the built-in random-weight model")
 	system := fs.String("system", "", "system prompt")
 	n := fs.Int("n", 1024, "tokens to generate at most per reply")
 	ctxLen := fs.Int("ctx", 4096, "conversation length in tokens (capped at the model's context length)")
-	tokPath := fs.String("z", "", "tokenizer file, when the model has none")
-	threads := fs.Int("threads", 0, "worker threads (0: all cores)")
-	pl := placementFlags(fs)
+	ef := addEngineFlags(fs, loadFlags)
 	params := samplingFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -33,7 +30,7 @@ func runChat(args []string) error {
 		fs.Usage()
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	l, err := loadModel(*ref, *tokPath, *threads, pl)
+	l, err := loadModel(ef)
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir"
 	"github.com/kvasir-llm/kvasir/internal/chat"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/model"
@@ -22,55 +22,33 @@ func init() {
 
 // loaded is a model ready to generate: its files, tokenizer and fast path.
 type loaded struct {
+	l    *kvasir.Loaded
 	file *format.Model
 	tok  *tokenizer.Tokenizer
 	m    *model.Model
-	bes  []backend.Backend // the device backends, nil on the CPU
 }
 
-// loadModel opens the model named by a -m argument (tokPath: a separate tokenizer, for a
-// llama2.c checkpoint) and binds its weights on the device named by a --device value (on
-// the CPU, a pool of threads workers), logging the load time to standard error.
-func loadModel(ref, tokPath string, threads int, pl *placement) (*loaded, error) {
+// loadModel opens the model the flags name and binds its weights on the device they name,
+// logging the load time to standard error.
+func loadModel(f *engineFlags) (*loaded, error) {
 	start := time.Now()
-	fm, err := openModel(ref, tokPath)
+	l, err := f.load()
 	if err != nil {
 		return nil, err
 	}
-	if fm.Vocab == nil {
-		fm.Close()
-		return nil, fmt.Errorf("%s has no tokenizer; name one with -z", ref)
-	}
-	tok, err := tokenizer.New(fm.Vocab)
-	if err != nil {
-		fm.Close()
-		return nil, fmt.Errorf("%s: tokenizer: %w", ref, err)
-	}
-	m, bes, err := pl.model(fm, threads)
-	if err != nil {
-		fm.Close()
-		return nil, err
+	fm := l.File()
+	if l.Tokenizer() == nil {
+		l.Close()
+		return nil, fmt.Errorf("%s has no tokenizer; name one with -z", fm.Name())
 	}
 	c := fm.Config
-	nt, kernels := backendInfo(m, bes)
-	where := fmt.Sprintf("%d threads (%s kernels)", nt, kernels)
-	if m.Parallel().Ranks() > 1 && bes == nil {
-		where = fmt.Sprintf("%d threads per rank (%s kernels)", nt, kernels)
-	}
-	if bes != nil {
-		where = kernels
-	}
-	fmt.Fprintf(os.Stderr, "loaded %s (%s, %d layers, dim %d, %.1f MB of weights) in %v on %s%s\n",
-		fm.Name(), c.Arch, c.Layers, c.Dim, float64(fm.Bytes())/1e6, time.Since(start).Round(time.Millisecond), where, splitInfo(m))
-	return &loaded{file: fm, tok: tok, m: m, bes: bes}, nil
+	fmt.Fprintf(os.Stderr, "loaded %s (%s, %d layers, dim %d, %.1f MB of weights) in %v on %s\n",
+		fm.Name(), c.Arch, c.Layers, c.Dim, float64(fm.Bytes())/1e6, time.Since(start).Round(time.Millisecond), describe(l))
+	return &loaded{l: l, file: fm, tok: l.Tokenizer(), m: l.Model()}, nil
 }
 
 // Close releases the model.
-func (l *loaded) Close() {
-	l.m.Close()
-	closeBackends(l.bes)
-	l.file.Close()
-}
+func (l *loaded) Close() { l.l.Close() }
 
 // chatTemplate compiles the model's chat template.
 func (l *loaded) chatTemplate() (*chat.Template, error) {
@@ -168,13 +146,10 @@ func (l *loaded) generate(s *model.Session, logits []float32, n int, smp *sample
 
 func runRun(args []string) error {
 	fs := newFlags("run", "-m MODEL [-p PROMPT] [-n N] [flags]")
-	ref := fs.String("m", "", "model: a .gguf file, a llama2.c .bin, a Hugging Face folder, or hf:ORG/REPO[/FILE]; default: the built-in random-weight model")
 	prompt := fs.String("p", "", "prompt (empty: start from BOS)")
 	n := fs.Int("n", 256, "tokens to generate at most")
 	useChat := fs.Bool("chat", false, "wrap the prompt in the model's chat template as a user turn")
-	tokPath := fs.String("z", "", "tokenizer file (for a llama2.c checkpoint: tokenizer.bin)")
-	threads := fs.Int("threads", 0, "worker threads (0: all cores)")
-	pl := placementFlags(fs)
+	ef := addEngineFlags(fs, loadFlags)
 	params := samplingFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -186,7 +161,7 @@ func runRun(args []string) error {
 	if *n <= 0 {
 		return fmt.Errorf("-n %d: need a positive number of tokens", *n)
 	}
-	l, err := loadModel(*ref, *tokPath, *threads, pl)
+	l, err := loadModel(ef)
 	if err != nil {
 		return err
 	}

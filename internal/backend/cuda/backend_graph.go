@@ -80,7 +80,7 @@ func (b *Backend) RunStep(st backend.Step, owner any, ops func() error) error {
 		return err
 	}
 	if !s.graphable || owner == nil || b.dev.times != nil {
-		// The op profile (KVASIR_CUDA_OPTIME) times decode steps op by op, eagerly.
+		// The op profile (DeviceOptions.OpTime) times decode steps op by op, eagerly.
 		return ops()
 	}
 	if b.groupsAborted() {
@@ -147,9 +147,6 @@ func (b *Backend) dropGraphs() error {
 	return firstErr(errs...)
 }
 
-// KVBytesPerElement returns the bytes of one KV cache element as the backend holds it.
-func (b *Backend) KVBytesPerElement() int { return b.kv.Size() }
-
 // LogitsArgmax multiplies x by wᵀ on the device, picks each row's largest logit there
 // (lowest index among ties, NaN never wins) and copies only the token ids into dst.
 func (b *Backend) LogitsArgmax(dst []int32, x, w backend.Tensor) error {
@@ -194,7 +191,6 @@ func (b *Backend) deviceLogits(op string, x, w backend.Tensor, n, settings int) 
 
 // Compile-time checks of the optional interfaces.
 var (
-	_ backend.StepGrapher    = (*Backend)(nil)
-	_ backend.ArgmaxLogits   = (*Backend)(nil)
-	_ backend.KVElementSizer = (*Backend)(nil)
+	_ backend.StepGrapher  = (*Backend)(nil)
+	_ backend.ArgmaxLogits = (*Backend)(nil)
 )
