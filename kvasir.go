@@ -226,12 +226,7 @@ func (e *Engine) Tokenize(text string, addSpecial bool) ([]int32, error) {
 	if e.l.tok == nil {
 		return nil, fmt.Errorf("model %s has no tokenizer", e.ModelName())
 	}
-	ids := e.l.tok.Encode(text, tokenizer.EncodeOptions{AddSpecial: addSpecial, ParseSpecial: addSpecial})
-	out := make([]int32, len(ids))
-	for i, id := range ids {
-		out[i] = int32(id)
-	}
-	return out, nil
+	return toInt32(e.l.tok.Encode(text, tokenizer.EncodeOptions{AddSpecial: addSpecial, ParseSpecial: addSpecial})), nil
 }
 
 // Detokenize turns token ids into text, leaving special tokens out when skipSpecial.

@@ -78,12 +78,10 @@ func benchOffline(args []string) error {
 	concurrency := fs.Int("max-concurrency", 0, "requests in flight at once (0: all)")
 	dataset := fs.String("dataset-path", "", "ShareGPT JSON file to take prompts from instead of random tokens")
 	ignoreEOS := fs.Bool("ignore-eos", false, "generate the full output length past end-of-sequence tokens")
-	temperature := fs.Float64("temperature", 0, "sampling temperature of every request (0: greedy; vLLM's throughput benchmark samples at 1)")
-	topP := fs.Float64("top-p", 1, "top-p of every request")
-	topK := fs.Int("top-k", 0, "top-k of every request (0: off)")
 	seed := fs.Uint64("seed", 0, "random seed for prompts")
 	asJSON := fs.Bool("json", false, "print the results as JSON (vLLM's keys)")
 	ef := addEngineFlags(fs, allEngineFlags)
+	sf := addSamplingFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -107,7 +105,8 @@ func benchOffline(args []string) error {
 	if err != nil {
 		return err
 	}
-	params := kvasir.SamplingParams{IgnoreEOS: *ignoreEOS, Temperature: float32(*temperature), TopP: float32(*topP), TopK: *topK}
+	params := sf.params(e.SamplingDefaults())
+	params.IgnoreEOS = *ignoreEOS
 	res := runOffline(e, reqs, *concurrency, params)
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)

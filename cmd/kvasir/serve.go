@@ -61,18 +61,10 @@ func runServe(args []string) error {
 	}
 	log.Info("engine ready", "model", eng.ModelName(), "max_model_len", eng.MaxModelLen(), "load", time.Since(start).Round(time.Millisecond))
 	log.Info(eng.KVCacheSizing())
-	var bos, eos string
-	if v := eng.Loaded().File().Vocab; v != nil {
-		if v.BOS >= 0 && v.BOS < len(v.Tokens) {
-			bos = v.Tokens[v.BOS]
-		}
-		if v.EOS >= 0 && v.EOS < len(v.Tokens) {
-			eos = v.Tokens[v.EOS]
-		}
-	}
+	log.Info("default sampling parameters: "+eng.SamplingDefaults().String(), "generation_config", ef.generationConfig)
 	srv, err := server.New(eng, server.Config{
 		ModelNames: names, APIKey: *apiKey, MaxBodyBytes: *maxBody, ChatTemplate: tmplSrc,
-		BOSToken: bos, EOSToken: eos, Logger: log, Metrics: metrics,
+		Logger: log, Metrics: metrics,
 	})
 	if err != nil {
 		eng.Close()

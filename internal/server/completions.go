@@ -78,7 +78,7 @@ func (s *Server) completionRequests(req *completionRequest) ([]kvasir.Request, *
 	if req.Suffix != nil && *req.Suffix != "" {
 		return nil, badRequest("suffix", "suffix is not supported")
 	}
-	params, apiErr := req.params(req.MaxTokens, "max_tokens", DefaultCompletionMaxTokens)
+	params, apiErr := req.params(req.MaxTokens, "max_tokens", DefaultCompletionMaxTokens, s.sampling)
 	if apiErr != nil {
 		return nil, apiErr
 	}

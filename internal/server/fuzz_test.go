@@ -2,6 +2,8 @@ package server
 
 import (
 	"testing"
+
+	"github.com/kvasir-llm/kvasir"
 )
 
 // FuzzDecodeRequests feeds arbitrary bodies to the request decoders and validators: they
@@ -23,7 +25,7 @@ func FuzzDecodeRequests(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte) {
 		var c completionRequest
 		if _, err := decodeJSON(body, &c); err == nil {
-			if p, err := c.params(c.MaxTokens, "max_tokens", DefaultCompletionMaxTokens); err == nil {
+			if p, err := c.params(c.MaxTokens, "max_tokens", DefaultCompletionMaxTokens, kvasir.NeutralSampling()); err == nil {
 				if p.MaxTokens < 1 || p.N < 0 || p.N > MaxN || p.MinTokens < 0 {
 					t.Errorf("accepted out-of-range params %+v", p)
 				}
