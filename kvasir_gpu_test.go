@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 	"github.com/kvasir-llm/kvasir/internal/synth"
@@ -32,7 +33,7 @@ func gpuEngine(t *testing.T) *Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := OpenModel(fm, Options{Backend: be, KVCacheMemory: 256 << 20, MaxModelLen: 512})
+	e, err := OpenModel(fm, Options{Backends: []backend.Backend{be}, Device: Device{CUDA: true}, KVCacheMemory: 256 << 20, MaxModelLen: 512})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,13 +152,9 @@ func TestGPUSplit(t *testing.T) {
 			}
 			bes[i] = be
 		}
-		opt.KVCacheMemory, opt.MaxModelLen = 256<<20, 512
-		if devices == 1 {
-			opt.Backend = bes[0]
-		} else {
-			for _, be := range bes {
-				opt.Backends = append(opt.Backends, be)
-			}
+		opt.KVCacheMemory, opt.MaxModelLen, opt.Device = 256<<20, 512, Device{CUDA: true}
+		for _, be := range bes {
+			opt.Backends = append(opt.Backends, be)
 		}
 		e, err := OpenModel(fm, opt)
 		if err != nil {

@@ -53,7 +53,7 @@ func TestOpenF16Cache(t *testing.T) {
 	tok := testdata.Path(t, "models/stories260K/tok512.bin")
 	var blocks []int
 	var stories []string
-	for _, dt := range []string{"auto", "f16"} {
+	for _, dt := range []KVCacheDType{KVCacheAuto, KVCacheF16} {
 		e, err := Open(p, Options{Tokenizer: tok, Threads: 2, KVCacheMemory: 4 << 20, KVCacheDType: dt})
 		if err != nil {
 			t.Fatal(err)
@@ -77,8 +77,11 @@ func TestOpenF16Cache(t *testing.T) {
 	if stories[0] == "" || stories[0] != stories[1] {
 		t.Errorf("f16 cache tells %q, f32 %q", stories[1], stories[0])
 	}
-	if _, err := Open(p, Options{Tokenizer: tok, Threads: 1, KVCacheDType: "fp8"}); err == nil {
+	if _, err := ParseKVCacheDType("fp8"); err == nil {
 		t.Error("an fp8 cache accepted")
+	}
+	if _, err := Open(p, Options{Tokenizer: tok, Threads: 1, KVCacheDType: KVCacheBF16 + 1}); err == nil {
+		t.Error("an unknown cache type accepted")
 	}
 }
 

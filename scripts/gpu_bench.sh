@@ -32,5 +32,5 @@ done
 if [ -n "$offline" ]; then
 	[ -e "$dir/$offline.gguf" ] || $k synth --shape "$offline" --dtype bf16 --quiet -o "$dir/$offline.gguf"
 	run "offline_$offline" $k bench offline --device cuda -m "$dir/$offline.gguf" --num-prompts 256 --input-len 128 \
-		--output-len 128 --ignore-eos --kv-cache-memory 17179869184 --max-num-seqs 256 --max-num-batched-tokens 8192 --json
+		--output-len 128 --ignore-eos --temperature 0 --kv-cache-memory 17179869184 --max-num-seqs 256 --max-num-batched-tokens 8192 --json
 fi

@@ -201,14 +201,11 @@ type generateResult struct {
 
 func benchGenerate(args []string) error {
 	fs := newFlags("bench generate", "-m MODEL [--prompt-len L] [--gen-len N] [--threads T] [--json]")
-	ref := fs.String("m", "", "model: a .gguf file, a llama2.c .bin, a Hugging Face folder, or hf:ORG/REPO[/FILE]; default: the built-in random-weight model")
 	promptLen := fs.Int("prompt-len", 128, "prompt tokens to prefill")
 	genLen := fs.Int("gen-len", 64, "tokens to decode")
-	threads := fs.Int("threads", 0, "worker threads (0: all cores)")
 	chunk := fs.Int("chunk", model.DefaultPrefillChunk, "prefill chunk size in tokens")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	tokPath := fs.String("z", "", "tokenizer file (llama2.c checkpoints)")
-	pl := placementFlags(fs)
+	ef := addEngineFlags(fs, loadFlags)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -220,21 +217,16 @@ func benchGenerate(args []string) error {
 		return fmt.Errorf("--prompt-len %d --gen-len %d: need positive lengths", *promptLen, *genLen)
 	}
 	start := time.Now()
-	fm, err := openModel(*ref, *tokPath)
+	l, err := ef.load()
 	if err != nil {
 		return err
 	}
-	defer fm.Close()
-	m, bes, err := pl.model(fm, *threads)
-	if err != nil {
-		return err
-	}
-	defer closeBackends(bes)
-	defer m.Close()
+	defer l.Close()
+	fm, m := l.File(), l.Model()
 	c := m.Config()
 	fmt.Fprintf(os.Stderr, "loaded %s (%s, %.1f MB of weights) in %v; probing memory bandwidth...\n",
 		fm.Name(), c.Arch, float64(fm.Bytes())/1e6, time.Since(start).Round(time.Millisecond))
-	probe := probeModelBandwidth(m)
+	probe := l.ProbeBandwidth(probeBytes)
 
 	s, err := m.NewSession(*promptLen + *genLen)
 	if err != nil {
@@ -278,8 +270,8 @@ func benchGenerate(args []string) error {
 	}
 	decode := time.Since(t0)
 	// Probe again and keep the better figure: on a shared machine one probe can be unlucky.
-	probe = max(probe, probeModelBandwidth(m))
-	nt, kernels := backendInfo(m, bes)
+	probe = max(probe, l.ProbeBandwidth(probeBytes))
+	nt, kernels := l.Threads(), l.KernelSet()
 
 	res := generateResult{
 		Model: fm.Name(), Arch: c.Arch, Threads: nt, KernelSet: kernels,
@@ -300,26 +292,10 @@ func benchGenerate(args []string) error {
 	if *asJSON {
 		return json.NewEncoder(os.Stdout).Encode(res)
 	}
-	fmt.Printf("model:   %s (%s), %d threads, %s kernels%s\n", res.Model, res.Arch, res.Threads, res.KernelSet, splitInfo(m))
+	fmt.Printf("model:   %s (%s), %d threads, %s kernels%s\n", res.Model, res.Arch, res.Threads, res.KernelSet, splitInfo(l))
 	fmt.Printf("prefill: %d tokens in %.3fs = %.1f tokens/s\n", res.PromptLen, res.PrefillSeconds, res.PrefillTokensPerS)
 	fmt.Printf("decode:  %d tokens in %.3fs = %.2f tokens/s\n", res.GenLen, res.DecodeSeconds, res.DecodeTokensPerS)
 	fmt.Printf("decode bandwidth: %.2f GB/s (%.1f MB weights + %.1f MB KV per token) = %.0f%% of the probe's %.2f GB/s\n",
 		res.DecodeGBPerS, float64(res.WeightBytesPerToken)/1e6, float64(res.KVBytesPerToken)/1e6, 100*res.DecodeBWRatio, res.ProbeGBPerS)
 	return nil
-}
-
-// probeModelBandwidth measures the memory bandwidth the CPU threads running m can reach: on
-// its pool, or, when m is split across CPU ranks (each with a pool of its own), on a pool of
-// all their threads at once; 0 when m runs on a device.
-func probeModelBandwidth(m *model.Model) float64 {
-	p := m.Pool()
-	if p == nil {
-		return 0
-	}
-	if ranks := m.Parallel().Ranks(); ranks > 1 {
-		all := cpu.NewPool(p.Threads() * ranks)
-		defer all.Close()
-		return cpu.ProbeBandwidth(all, probeBytes)
-	}
-	return cpu.ProbeBandwidth(p, probeBytes)
 }

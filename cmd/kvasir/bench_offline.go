@@ -71,8 +71,6 @@ type offlineResult struct {
 
 func benchOffline(args []string) error {
 	fs := newFlags("bench offline", "-m MODEL --num-prompts N --input-len L --output-len L [--max-concurrency C] [--prefix-len P] [--dataset-path sharegpt.json] [--ignore-eos] [--json]")
-	ref := fs.String("m", "", "model: a .gguf file, a llama2.c .bin, a Hugging Face folder, hf:ORG/REPO, or synth:SHAPE[:TYPE]")
-	tokPath := fs.String("z", "", "tokenizer file (llama2.c checkpoints)")
 	numPrompts := fs.Int("num-prompts", 32, "number of requests")
 	inputLen := fs.Int("input-len", 128, "random prompt tokens per request (after the shared prefix)")
 	outputLen := fs.Int("output-len", 64, "output tokens per request (ShareGPT: when the file has no reply)")
@@ -80,40 +78,21 @@ func benchOffline(args []string) error {
 	concurrency := fs.Int("max-concurrency", 0, "requests in flight at once (0: all)")
 	dataset := fs.String("dataset-path", "", "ShareGPT JSON file to take prompts from instead of random tokens")
 	ignoreEOS := fs.Bool("ignore-eos", false, "generate the full output length past end-of-sequence tokens")
-	temperature := fs.Float64("temperature", 0, "sampling temperature of every request (0: greedy; vLLM's throughput benchmark samples at 1)")
-	topP := fs.Float64("top-p", 1, "top-p of every request")
-	topK := fs.Int("top-k", 0, "top-k of every request (0: off)")
 	seed := fs.Uint64("seed", 0, "random seed for prompts")
-	threads := fs.Int("threads", 0, "worker threads (0: all cores)")
-	kvMem := fs.Int64("kv-cache-memory", 0, "KV cache bytes (0: default)")
-	maxSeqs := fs.Int("max-num-seqs", 0, "max running sequences (0: default)")
-	maxBatched := fs.Int("max-num-batched-tokens", 0, "token budget per step (0: default)")
-	maxLen := fs.Int("max-model-len", 0, "context length cap (0: the model's)")
-	noPrefix := fs.Bool("no-prefix-caching", false, "disable prefix caching")
-	noAsync := fs.Bool("no-async-scheduling", false, "disable asynchronous scheduling (plan each step only after the previous one's outputs are out)")
 	asJSON := fs.Bool("json", false, "print the results as JSON (vLLM's keys)")
-	pl := placementFlags(fs)
-	gpuMem := gpuMemoryFlag(fs)
+	ef := addEngineFlags(fs, allEngineFlags)
+	sf := addSamplingFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *ref == "" || fs.NArg() > 0 || *numPrompts <= 0 || *outputLen <= 0 || *inputLen < 0 || *prefixLen < 0 {
+	if ef.model == "" || fs.NArg() > 0 || *numPrompts <= 0 || *outputLen <= 0 || *inputLen < 0 || *prefixLen < 0 {
 		fs.Usage()
 		return fmt.Errorf("need -m, a positive --num-prompts and --output-len")
 	}
-	fm, err := openModel(*ref, *tokPath)
+	e, err := ef.openEngine(nil)
 	if err != nil {
 		return err
 	}
-	e, bes, err := pl.engine(fm, kvasir.Options{
-		Threads: *threads, KVCacheMemory: *kvMem, GPUMemoryUtilization: *gpuMem, MaxNumSeqs: *maxSeqs, MaxNumBatchedTokens: *maxBatched,
-		MaxModelLen: *maxLen, DisablePrefixCaching: *noPrefix, DisableAsyncScheduling: *noAsync,
-	})
-	if err != nil {
-		fm.Close()
-		return err
-	}
-	defer closeBackends(bes)
 	defer e.Close()
 	fmt.Fprintln(os.Stderr, e.KVCacheSizing())
 
@@ -126,7 +105,8 @@ func benchOffline(args []string) error {
 	if err != nil {
 		return err
 	}
-	params := kvasir.SamplingParams{IgnoreEOS: *ignoreEOS, Temperature: float32(*temperature), TopP: float32(*topP), TopK: *topK}
+	params := sf.params(e.SamplingDefaults())
+	params.IgnoreEOS = *ignoreEOS
 	res := runOffline(e, reqs, *concurrency, params)
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"time"
 
+	"github.com/kvasir-llm/kvasir"
 	"github.com/kvasir-llm/kvasir/internal/chat"
-	"github.com/kvasir-llm/kvasir/internal/sample"
+	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/tokenizer"
 )
 
@@ -16,16 +16,17 @@ func init() {
 	register(command{name: "chat", summary: "chat with a model in the terminal", run: runChat})
 }
 
+// runChat keeps one engine for the conversation and submits one request per turn: the
+// whole conversation rendered again with the chat template. The prefix cache holds the
+// earlier turns' keys and values, so a turn prefills little more than its new message.
 func runChat(args []string) error {
 	fs := newFlags("chat", "-m MODEL [flags]")
-	ref := fs.String("m", "", "model: a .gguf file, a Hugging Face folder, or hf:ORG/REPO[/FILE]; default: the built-in random-weight model")
 	system := fs.String("system", "", "system prompt")
 	n := fs.Int("n", 1024, "tokens to generate at most per reply")
-	ctxLen := fs.Int("ctx", 4096, "conversation length in tokens (capped at the model's context length)")
-	tokPath := fs.String("z", "", "tokenizer file, when the model has none")
-	threads := fs.Int("threads", 0, "worker threads (0: all cores)")
-	pl := placementFlags(fs)
-	params := samplingFlags(fs)
+	ctxLen := fs.Int("ctx", 4096, "conversation length in tokens (capped at the model's context length; --max-model-len overrides it)")
+	seed := fs.Int64("seed", -1, "random seed (-1: from the clock)")
+	ef := addEngineFlags(fs, allEngineFlags)
+	sf := addSamplingFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -33,30 +34,30 @@ func runChat(args []string) error {
 		fs.Usage()
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	l, err := loadModel(*ref, *tokPath, *threads, pl)
+	e, err := openGenerator(ef, func(opt *kvasir.Options, fm *format.Model) {
+		if opt.MaxModelLen == 0 {
+			opt.MaxModelLen = *ctxLen
+			if c := fm.Config.ContextLen; c > 0 && (opt.MaxModelLen <= 0 || opt.MaxModelLen > c) {
+				opt.MaxModelLen = c
+			}
+		}
+	})
 	if err != nil {
 		return err
 	}
-	defer l.Close()
-	tmpl, err := l.chatTemplate()
+	defer e.Close()
+	tmpl, err := chatTemplate(e)
 	if err != nil {
 		return err
 	}
-	limit := *ctxLen
-	if c := l.file.Config.ContextLen; c > 0 && (limit <= 0 || limit > c) {
-		limit = c
-	}
-	s, err := l.m.NewSession(limit)
-	if err != nil {
-		return err
-	}
-	smp := sample.New(params())
+	tok := e.Loaded().Tokenizer()
+	params := sf.params(e.SamplingDefaults())
+	seed0 := clockSeed(*seed)
 
 	var msgs []chat.Message
 	if *system != "" {
 		msgs = append(msgs, chat.Message{Role: "system", Content: *system})
 	}
-	var cached []int32 // the tokens whose keys and values the session holds
 	st, _ := os.Stdin.Stat()
 	interactive := st != nil && st.Mode()&os.ModeCharDevice != 0
 	if interactive {
@@ -64,7 +65,7 @@ func runChat(args []string) error {
 	}
 	in := bufio.NewScanner(os.Stdin)
 	in.Buffer(nil, 1<<20)
-	for {
+	for turn := uint64(0); ; turn++ {
 		if interactive {
 			fmt.Fprint(os.Stderr, "> ")
 		}
@@ -79,46 +80,26 @@ func runChat(args []string) error {
 			continue
 		}
 		msgs = append(msgs, chat.Message{Role: "user", Content: line})
-		ids, err := l.renderChat(tmpl, msgs)
+		ids, err := e.RenderChat(tmpl, chat.Input{Messages: msgs, AddGenerationPrompt: true}, false)
 		if err != nil {
 			return err
 		}
-		if len(ids) >= s.Cap() {
-			return fmt.Errorf("the conversation (%d tokens) no longer fits the %d-token context", len(ids), s.Cap())
+		if len(ids) >= e.MaxModelLen() {
+			return fmt.Errorf("the conversation (%d tokens) no longer fits the %d-token context", len(ids), e.MaxModelLen())
 		}
-		// Reuse the cached prefix the new rendering shares with the old one.
-		keep := 0
-		for keep < len(cached) && keep < len(ids)-1 && cached[keep] == ids[keep] {
-			keep++
-		}
-		s.Truncate(keep)
-		start := time.Now()
-		logits, err := s.Prefill(ids[keep:])
-		if err != nil {
-			return err
-		}
-		prefill := time.Since(start)
-		detok := tokenizer.NewDetokenizer(l.tok, true)
-		reply, decode, err := l.generate(s, logits, min(*n, s.Cap()-s.Len()), smp, detok, os.Stdout)
+		params.MaxTokens = min(*n, e.MaxModelLen()-len(ids))
+		s := seed0 + turn // each turn draws afresh
+		params.Seed = &s
+		r, err := generate(e, ids, params, tokenizer.NewDetokenizer(tok, true), os.Stdout)
 		fmt.Println()
 		if err != nil {
 			return err
 		}
-		cached = append(ids, reply...)
-		if len(cached) > s.Len() {
-			cached = cached[:s.Len()] // the last sampled token was never run
-		}
-		msgs = append(msgs, chat.Message{Role: "assistant", Content: l.tok.Decode(toInts(reply), true)})
+		reply, _ := e.Detokenize(r.ids, true)
+		msgs = append(msgs, chat.Message{Role: "assistant", Content: reply})
+		fresh := len(ids) - r.cached
 		fmt.Fprintf(os.Stderr, "[%d new prompt tokens at %.0f tokens/s, %d reply tokens at %.1f tokens/s]\n",
-			len(ids)-keep, perSecond(len(ids)-keep, prefill), len(reply), perSecond(len(reply), decode))
+			fresh, perSecond(fresh, r.prefill), len(r.ids), perSecond(len(r.ids), r.decode))
 	}
 	return in.Err()
-}
-
-func toInts(ids []int32) []int {
-	out := make([]int, len(ids))
-	for i, id := range ids {
-		out[i] = int(id)
-	}
-	return out
 }

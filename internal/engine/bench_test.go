@@ -20,7 +20,7 @@ func BenchmarkDecode32(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	m, err := model.New(fm, model.Options{})
+	m, err := model.New(fm, model.Options{Backends: cpuBackends(b, 0, model.Parallel{})})
 	if err != nil {
 		b.Fatal(err)
 	}

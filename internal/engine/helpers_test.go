@@ -63,7 +63,7 @@ func openStoriesModel(t testing.TB, kvDType quant.Type) *tinyModel {
 
 // bindModel binds fm on two threads, with a KV cache of kvDType elements.
 func bindModel(t testing.TB, fm *format.Model, kvDType quant.Type) *tinyModel {
-	m, err := model.New(fm, model.Options{Threads: 2, KVCacheDType: kvDType})
+	m, err := model.New(fm, model.Options{Backends: cpuBackends(t, 2, model.Parallel{}), KVCacheDType: kvDType})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ func TestParallelEngine(t *testing.T) {
 	ref := sequential(t, tm.engine(t, Config{DisablePrefixCaching: true, SchedulerConfig: SchedulerConfig{MaxNumSeqs: 1}}), reqs)
 	for _, p := range []model.Parallel{{Tensor: 2, Pipeline: 1}, {Tensor: 4, Pipeline: 1}, {Tensor: 1, Pipeline: 2}, {Tensor: 2, Pipeline: 2}} {
 		t.Run(fmt.Sprintf("tp%d-pp%d", p.Tensor, p.Pipeline), func(t *testing.T) {
-			m, err := model.New(tm.fm, model.Options{Threads: 2, Parallel: p})
+			m, err := model.New(tm.fm, model.Options{Backends: cpuBackends(t, 2, p), Parallel: p})
 			if err != nil {
 				t.Fatal(err)
 			}

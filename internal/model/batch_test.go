@@ -57,7 +57,7 @@ func batchModel(t *testing.T, dt quant.Type) *Model {
 		t.Fatal(err)
 	}
 	fm := writeTwin(t, smallConfig(s.Config), dt, synth.GGUF)
-	m, err := New(fm, Options{Threads: 2})
+	m, err := New(fm, Options{Backends: cpuBackends(t, 2, Parallel{})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func TestFusedProjections(t *testing.T) {
 		}
 		c := smallConfig(s.Config)
 		fm := writeTwin(t, c, quant.F32, synth.GGUF)
-		want, wantLogits := generate(t, mustModel(t, fm, Options{Threads: 1}), testTokens(13), 6)
+		want, wantLogits := generate(t, mustModel(t, fm, Options{Backends: cpuBackends(t, 1, Parallel{})}), testTokens(13), 6)
 		fb := &fusingBackend{Backend: cpubackend.New(1)}
 		defer fb.Close()
 		got, gotLogits := generate(t, mustModel(t, fm, Options{Backends: []backend.Backend{fb}}), testTokens(13), 6)

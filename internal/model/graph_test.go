@@ -62,11 +62,11 @@ func TestStepIsReplayable(t *testing.T) {
 			fm := writeTwin(t, c, quant.F32, synth.GGUF)
 			rec := newRecorder()
 			t.Cleanup(func() { rec.Close() })
-			m, err := New(fm, Options{Backend: rec})
+			m, err := New(fm, Options{Backends: []backend.Backend{rec}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			plain, err := New(fm, Options{Threads: 2})
+			plain, err := New(fm, Options{Backends: cpuBackends(t, 2, Parallel{})})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -42,21 +42,6 @@ func (m *Model) NewKVCache(numBlocks, blockSize int) (*KVCache, error) {
 	return kv, nil
 }
 
-// ParseKVCacheDType reads a KV cache element type by name: "f32", "f16" or "bf16"; "" and
-// "auto" mean the backend's own, which Options.KVCacheDType asks for with quant.F32 (the
-// CPU's cache type; a GPU backend holds the type it was made with whatever is asked).
-func ParseKVCacheDType(name string) (quant.Type, error) {
-	switch name {
-	case "", "auto", "f32":
-		return quant.F32, nil
-	case "f16":
-		return quant.F16, nil
-	case "bf16":
-		return quant.BF16, nil
-	}
-	return 0, fmt.Errorf("kv cache dtype %q: want auto, f32, f16 or bf16", name)
-}
-
 // kvSpec returns the geometry of the shard's part of a cache of dtype elements.
 func (s *shard) kvSpec(numBlocks, blockSize int, dtype quant.Type) backend.KVSpec {
 	c := s.cfg
@@ -65,8 +50,8 @@ func (s *shard) kvSpec(numBlocks, blockSize int, dtype quant.Type) backend.KVSpe
 }
 
 // KVBytesPerToken returns the cache bytes one token takes, over all layers and all ranks:
-// keys and values of the element size each backend's cache holds (Options.KVCacheDType on
-// the CPU, the backend's own type on a GPU).
+// keys and values of Options.KVCacheDType (or of the size a backend reports for it, see
+// backend.KVBytesPerElement).
 func (m *Model) KVBytesPerToken() int64 {
 	var n int64
 	for _, s := range m.ranks {

@@ -16,12 +16,12 @@ import (
 func TestStoriesF16Cache(t *testing.T) {
 	steps := readLogits(t)
 	fm, _ := openStories(t, "stories260K.bin")
-	m, err := New(fm, Options{Threads: 2, KVCacheDType: quant.F16})
+	m, err := New(fm, Options{Backends: cpuBackends(t, 2, Parallel{}), KVCacheDType: quant.F16})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	f32, err := New(fm, Options{Threads: 2})
+	f32, err := New(fm, Options{Backends: cpuBackends(t, 2, Parallel{})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,10 +56,10 @@ func TestStoriesF16Cache(t *testing.T) {
 // CPU backend refuses BF16 with a clear error when the cache is made.
 func TestKVCacheDTypeRefused(t *testing.T) {
 	fm, _ := openStories(t, "stories260K.bin")
-	if _, err := New(fm, Options{Threads: 1, KVCacheDType: quant.Q4_0}); err == nil {
+	if _, err := New(fm, Options{Backends: cpuBackends(t, 1, Parallel{}), KVCacheDType: quant.Q4_0}); err == nil {
 		t.Error("a q4_0 KV cache accepted")
 	}
-	m, err := New(fm, Options{Threads: 1, KVCacheDType: quant.BF16})
+	m, err := New(fm, Options{Backends: cpuBackends(t, 1, Parallel{}), KVCacheDType: quant.BF16})
 	if err != nil {
 		t.Fatal(err)
 	}

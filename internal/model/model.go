@@ -5,42 +5,36 @@
 // once, and a batched Forward over a paged KV cache, written once against the backend's
 // small op set. A Model may be split across several backends by tensor and pipeline
 // parallelism (Parallel). Reference is the slow single-sequence fp32 path that tests use
-// as the oracle. Session drives a Model for one sequence (run, chat, benchmarks).
+// as the oracle. Session drives a Model for one sequence (the kernel-level figures of
+// `kvasir bench generate`).
 package model
 
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
-	"github.com/kvasir-llm/kvasir/internal/backend/cpu"
-	"github.com/kvasir-llm/kvasir/internal/backend/cpubackend"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
 // Options configures a Model.
 type Options struct {
-	// Backend runs the model's ops when it is not split; nil (with Backends nil) makes a
-	// CPU backend of Threads threads, owned by the Model and closed by Close.
-	Backend backend.Backend
-	// Backends run a split model, one per rank in rank order (see Parallel), all of one
-	// kind that implements backend.Grouper; nil makes CPU backends, the Threads threads
-	// shared among the ranks, owned by the Model.
+	// Backends run the model's ops, one per rank in rank order (see Parallel): one for a
+	// model that is not split; for a split model, all of one kind that implements
+	// backend.Grouper. They are required; the caller makes them (package kvasir does) and
+	// closes them after the Model.
 	Backends []backend.Backend
-	// Threads is the number of CPU threads made when no backend is given (< 1: all cores).
-	Threads int
 	// Parallel splits the model across ranks; the zero value runs it whole on one.
 	Parallel Parallel
 	// Progress, when set, is told the bytes of weights uploaded so far (for a progress bar
 	// while weights are copied to a device).
 	Progress func(done, total int64)
-	// KVCacheDType is the element type asked of the KV cache (KVSpec.DType): quant.F32
-	// (the zero value) or quant.F16, which halves the cache's memory and the bytes
-	// attention reads. A backend with a cache type of its own (a GPU's, chosen when it was
-	// made) holds that instead.
+	// KVCacheDType is the element type of the KV caches the model makes (KVSpec.DType):
+	// quant.F32 (the zero value), quant.F16, which halves the cache's memory and the bytes
+	// attention reads, or quant.BF16; the backend refuses a type it does not hold (the
+	// CPU's holds F32 and F16).
 	KVCacheDType quant.Type
 }
 
@@ -53,7 +47,6 @@ type Model struct {
 	par   Parallel
 	kvDT  quant.Type // the element type asked of KV caches
 	ranks []*shard   // rank order: stage-major
-	owned []backend.Backend
 	comms []backend.Communicator
 	// broken is the error of a split step that failed and aborted the communicators;
 	// the model refuses to run after it.
@@ -71,12 +64,11 @@ func New(m *format.Model, opt Options) (*Model, error) {
 	if dt := opt.KVCacheDType; dt != quant.F32 && dt != quant.F16 && dt != quant.BF16 {
 		return nil, fmt.Errorf("model %s: kv cache dtype %s: want f32, f16 or bf16", m.Path, dt)
 	}
-	md := &Model{cfg: m.Config, par: par, kvDT: opt.KVCacheDType}
-	bes, err := md.backends(opt)
-	if err != nil {
-		return nil, fmt.Errorf("model %s: %w", m.Path, err)
+	if n := par.Ranks(); len(opt.Backends) != n {
+		return nil, fmt.Errorf("model %s: %d backends for %d ranks (tensor-parallel %d x pipeline-parallel %d)", m.Path, len(opt.Backends), n, par.Tensor, par.Pipeline)
 	}
-	for r, be := range bes {
+	md := &Model{cfg: m.Config, par: par, kvDT: opt.KVCacheDType}
+	for r, be := range opt.Backends {
 		stage, last := r/par.Tensor, r/par.Tensor == par.Pipeline-1
 		md.ranks = append(md.ranks, &shard{
 			cfg: par.rankConfig(m.Config, stage), be: be, stage: stage,
@@ -92,34 +84,6 @@ func New(m *format.Model, opt Options) (*Model, error) {
 		return nil, err
 	}
 	return md, nil
-}
-
-// backends returns one backend per rank: those given, or CPU backends the model owns.
-func (m *Model) backends(opt Options) ([]backend.Backend, error) {
-	n := m.par.Ranks()
-	switch {
-	case opt.Backends != nil:
-		if len(opt.Backends) != n {
-			return nil, fmt.Errorf("%d backends for %d ranks (tensor-parallel %d x pipeline-parallel %d)", len(opt.Backends), n, m.par.Tensor, m.par.Pipeline)
-		}
-		return opt.Backends, nil
-	case opt.Backend != nil:
-		if n != 1 {
-			return nil, fmt.Errorf("one backend for %d ranks: pass one per rank", n)
-		}
-		return []backend.Backend{opt.Backend}, nil
-	case n == 1:
-		m.owned = []backend.Backend{cpubackend.New(opt.Threads)}
-		return m.owned, nil
-	}
-	threads := opt.Threads
-	if threads < 1 {
-		threads = runtime.NumCPU()
-	}
-	for range n {
-		m.owned = append(m.owned, cpubackend.New(max(threads/n, 1)))
-	}
-	return m.owned, nil
 }
 
 // connect makes the communicators of a split model: one tensor-parallel group per stage
@@ -226,23 +190,11 @@ func (m *Model) Parallel() Parallel { return m.par }
 // rank, by which each rank's KV cache is sized. It is Config for a model that is not split.
 func (m *Model) RankConfig() format.Config { return m.ranks[0].cfg }
 
-// Pool returns the worker pool of the first rank's CPU backend, or nil when the model runs
-// on another backend.
-func (m *Model) Pool() *cpu.Pool {
-	if cb, ok := m.ranks[0].be.(*cpubackend.Backend); ok {
-		return cb.Pool()
-	}
-	return nil
-}
-
-// Close releases the communicators and closes the backends the Model made. (Backends
-// passed in Options keep the model's tensors until they are closed.)
+// Close releases the communicators. (The backends keep the model's tensors until they are
+// closed.)
 func (m *Model) Close() {
 	for _, c := range m.comms {
 		c.Close()
-	}
-	for _, be := range m.owned {
-		be.Close()
 	}
 }
 

@@ -42,14 +42,14 @@ func TestPaddedDecode(t *testing.T) {
 		t.Fatal(err)
 	}
 	fm := writeTwin(t, smallConfig(s.Config), quant.F32, synth.GGUF)
-	plain, err := New(fm, Options{Threads: 2})
+	plain, err := New(fm, Options{Backends: cpuBackends(t, 2, Parallel{})})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(plain.Close)
 	pb := &padBackend{Backend: cpubackend.New(2)}
 	t.Cleanup(func() { pb.Close() })
-	padded, err := New(fm, Options{Backend: pb})
+	padded, err := New(fm, Options{Backends: []backend.Backend{pb}})
 	if err != nil {
 		t.Fatal(err)
 	}

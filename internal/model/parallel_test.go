@@ -51,7 +51,7 @@ func TestParallelMatchesWhole(t *testing.T) {
 	for name, c := range testShapes(t) {
 		for _, dt := range []quant.Type{quant.F32, quant.Q8_0} {
 			fm := writeTwin(t, c, dt, synth.GGUF)
-			whole, err := New(fm, Options{Threads: 1})
+			whole, err := New(fm, Options{Backends: cpuBackends(t, 1, Parallel{})})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -68,7 +68,7 @@ func TestParallelMatchesWhole(t *testing.T) {
 						}
 						return
 					}
-					m, err := New(fm, Options{Threads: 2, Parallel: p})
+					m, err := New(fm, Options{Backends: cpuBackends(t, 2, p), Parallel: p})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -107,7 +107,7 @@ func TestPipelineMicroBatches(t *testing.T) {
 		{prompt: testTokens(6), table: []int32{4, 2}},
 	}
 	run := func(p Parallel) [][]float32 {
-		m, err := New(fm, Options{Threads: 2, Parallel: p})
+		m, err := New(fm, Options{Backends: cpuBackends(t, 2, p), Parallel: p})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +182,7 @@ func TestSplitCachePerRank(t *testing.T) {
 	c := smallConfig(s.Config) // 2 layers, 2 KV heads
 	fm := writeTwin(t, c, quant.F32, synth.GGUF)
 	for _, p := range layouts {
-		m, err := New(fm, Options{Threads: 1, Parallel: p})
+		m, err := New(fm, Options{Backends: cpuBackends(t, 1, p), Parallel: p})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -336,7 +336,7 @@ func TestParallelRefusesBadSplits(t *testing.T) {
 		t.Fatal(err)
 	}
 	fm := writeTwin(t, smallConfig(s.Config), quant.Q4_K, synth.GGUF)
-	if _, err := New(fm, Options{Threads: 1, Parallel: Parallel{Tensor: 4, Pipeline: 1}}); err == nil || !strings.Contains(err.Error(), "blocks") {
+	if _, err := New(fm, Options{Backends: cpuBackends(t, 1, Parallel{Tensor: 4, Pipeline: 1}), Parallel: Parallel{Tensor: 4, Pipeline: 1}}); err == nil || !strings.Contains(err.Error(), "blocks") {
 		t.Errorf("a split across Q4_K blocks: %v", err)
 	}
 }

@@ -10,7 +10,7 @@ const DefaultPrefillChunk = 512
 
 // Session runs one sequence on a Model: a KV cache of its own with a contiguous block
 // table, prompts prefilled in chunks as batched matrix products, and decoding one token per
-// step. It is what `kvasir run`, `kvasir chat` and `kvasir bench generate` drive.
+// step, with none of the engine's scheduling: what `kvasir bench generate` times.
 type Session struct {
 	m     *Model
 	kv    *KVCache

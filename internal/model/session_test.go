@@ -13,7 +13,7 @@ import (
 // session's capacity.
 func TestSessionStepGreedy(t *testing.T) {
 	fm, _ := openStories(t, "stories260K.bin")
-	m, err := New(fm, Options{Threads: 2})
+	m, err := New(fm, Options{Backends: cpuBackends(t, 2, Parallel{})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,7 @@ func openStories(t *testing.T, name string) (*format.Model, *tokenizer.Tokenizer
 // fastStepper runs the fast path one token at a time through a Session.
 func fastStepper(t *testing.T, fm *format.Model) stepper {
 	t.Helper()
-	m, err := New(fm, Options{Threads: 2})
+	m, err := New(fm, Options{Backends: cpuBackends(t, 2, Parallel{})})
 	if err != nil {
 		t.Fatal(err)
 	}

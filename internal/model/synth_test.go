@@ -109,7 +109,7 @@ func testTokens(n int) []int32 {
 // one by one, returning the logits of every position.
 func fastLogits(t *testing.T, fm *format.Model, prompt, decode []int32) [][]float32 {
 	t.Helper()
-	m, err := New(fm, Options{Threads: 2})
+	m, err := New(fm, Options{Backends: cpuBackends(t, 2, Parallel{})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ func TestTinyRandom(t *testing.T) {
 		t.Fatal(err)
 	}
 	prompt := tok.Encode("Once upon a time", tokenizer.EncodeOptions{AddSpecial: true})
-	m, err := New(fm, Options{Threads: 2})
+	m, err := New(fm, Options{Backends: cpuBackends(t, 2, Parallel{})})
 	if err != nil {
 		t.Fatal(err)
 	}

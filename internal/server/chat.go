@@ -65,7 +65,7 @@ func (s *Server) chatRequest(req *chatRequest) (kvasir.Request, *APIError) {
 	if req.MaxCompletionTokens != nil {
 		maxTokens, maxParam = req.MaxCompletionTokens, "max_completion_tokens"
 	}
-	params, apiErr := req.params(maxTokens, maxParam, 0)
+	params, apiErr := req.params(maxTokens, maxParam, 0, s.sampling)
 	if apiErr != nil {
 		return kvasir.Request{}, apiErr
 	}
@@ -105,8 +105,7 @@ func (s *Server) renderChat(msgs []chatMessage, tools []json.RawMessage, addGen,
 	if !s.eng.HasTokenizer() {
 		return nil, badRequest("messages", "the model has no tokenizer")
 	}
-	in := chat.Input{Messages: make([]chat.Message, len(msgs)), AddGenerationPrompt: addGen && !continueFinal,
-		BOSToken: s.cfg.BOSToken, EOSToken: s.cfg.EOSToken, Extra: kwargs}
+	in := chat.Input{Messages: make([]chat.Message, len(msgs)), AddGenerationPrompt: addGen && !continueFinal, Extra: kwargs}
 	for i, m := range msgs {
 		cm, apiErr := convertMessage(i, m)
 		if apiErr != nil {
@@ -125,30 +124,16 @@ func (s *Server) renderChat(msgs []chatMessage, tools []json.RawMessage, addGen,
 		}
 		in.Tools = append(in.Tools, tm)
 	}
-	text, err := s.tmpl.Render(in)
+	if continueFinal && in.Messages[len(in.Messages)-1].Role != "assistant" {
+		return nil, badRequest("continue_final_message", "continue_final_message needs an assistant message last")
+	}
+	ids, err := s.eng.RenderChat(s.tmpl, in, continueFinal)
 	if err != nil {
 		var raised *chat.RaisedError
 		if errors.As(err, &raised) {
 			return nil, badRequest("messages", "the chat template refused the messages: %s", raised.Message)
 		}
 		return nil, badRequest("messages", "rendering the chat template: %v", err)
-	}
-	if continueFinal {
-		last := in.Messages[len(in.Messages)-1]
-		content, _ := last.Content.(string)
-		if last.Role != "assistant" {
-			return nil, badRequest("continue_final_message", "continue_final_message needs an assistant message last")
-		}
-		if i := strings.LastIndex(text, content); content != "" && i >= 0 {
-			text = text[:i+len(content)]
-		}
-	}
-	ids, err := s.eng.Tokenize(text, true)
-	if err != nil {
-		return nil, badRequest("messages", "%v", err)
-	}
-	if len(ids) >= 2 && s.bosID >= 0 && ids[0] == s.bosID && ids[1] == s.bosID {
-		ids = ids[1:]
 	}
 	return ids, nil
 }

@@ -81,7 +81,7 @@ func (s *Server) completionRequests(req *completionRequest) ([]kvasir.Request, *
 	if apiErr := checkResponseFormat(req.ResponseFormat); apiErr != nil {
 		return nil, apiErr
 	}
-	params, apiErr := req.params(req.MaxTokens, "max_tokens", DefaultCompletionMaxTokens)
+	params, apiErr := req.params(req.MaxTokens, "max_tokens", DefaultCompletionMaxTokens, s.sampling)
 	if apiErr != nil {
 		return nil, apiErr
 	}

@@ -2,6 +2,8 @@ package server
 
 import (
 	"testing"
+
+	"github.com/kvasir-llm/kvasir"
 )
 
 // FuzzDecodeRequests feeds arbitrary bodies to the request decoders and validators: they
@@ -28,7 +30,7 @@ func FuzzDecodeRequests(f *testing.F) {
 			if err := refuseUnimplemented(unknown); err != nil && (err.Status != 400 || unimplementedFields[err.Param] == "") {
 				t.Errorf("unimplemented-field error %+v", err)
 			}
-			if p, err := c.params(c.MaxTokens, "max_tokens", DefaultCompletionMaxTokens); err == nil {
+			if p, err := c.params(c.MaxTokens, "max_tokens", DefaultCompletionMaxTokens, kvasir.NeutralSampling()); err == nil {
 				if p.MaxTokens < 1 || p.N < 0 || p.N > MaxN || p.MinTokens < 0 {
 					t.Errorf("accepted out-of-range params %+v", p)
 				}

@@ -82,7 +82,6 @@ func newTestEnv(t testing.TB, opt kvasir.Options, cfg Config) *testEnv {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	cfg.BOSToken, cfg.EOSToken = "<s>", "</s>"
 	srv, err := New(eng, cfg)
 	if err != nil {
 		t.Fatal(err)

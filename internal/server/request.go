@@ -78,10 +78,12 @@ func (s *stopList) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// params validates the shared fields and turns them into the engine's sampling parameters.
-// defaultMax is max_tokens when the request gives none (0: the rest of the context).
-func (c *commonRequest) params(maxTokens *int, maxParam string, defaultMax int) (kvasir.SamplingParams, *APIError) {
-	p := kvasir.SamplingParams{MaxTokens: defaultMax, Temperature: 1, TopP: 1}
+// params validates the shared fields and turns them into the engine's sampling parameters,
+// with d for the sampling fields the request leaves out. defaultMax is max_tokens when the
+// request gives none (0: the rest of the context).
+func (c *commonRequest) params(maxTokens *int, maxParam string, defaultMax int, d kvasir.SamplingDefaults) (kvasir.SamplingParams, *APIError) {
+	p := d.Params()
+	p.MaxTokens = defaultMax
 	if maxTokens != nil {
 		if *maxTokens < 1 {
 			return p, badRequest(maxParam, "%s must be at least 1, got %d", maxParam, *maxTokens)
@@ -104,12 +106,12 @@ func (c *commonRequest) params(maxTokens *int, maxParam string, defaultMax int) 
 		}
 		return float32(*v)
 	}
-	p.Temperature = f32(c.Temperature, 1)
-	p.TopP = f32(c.TopP, 1)
-	p.MinP = f32(c.MinP, 0)
+	p.Temperature = f32(c.Temperature, d.Temperature)
+	p.TopP = f32(c.TopP, d.TopP)
+	p.MinP = f32(c.MinP, d.MinP)
 	p.PresencePenalty = f32(c.PresencePenalty, 0)
 	p.FrequencyPenalty = f32(c.FrequencyPenalty, 0)
-	p.RepetitionPenalty = f32(c.RepetitionPenalty, 1)
+	p.RepetitionPenalty = f32(c.RepetitionPenalty, d.RepetitionPenalty)
 	if c.TopK != nil {
 		p.TopK = *c.TopK
 	}

@@ -38,9 +38,9 @@ type Config struct {
 	MaxBodyBytes int64
 	// ChatTemplate overrides the model's chat template (Jinja source).
 	ChatTemplate string
-	// BOSToken and EOSToken are the vocabulary's BOS and EOS texts, handed to the chat
-	// template as bos_token and eos_token.
-	BOSToken, EOSToken string
+	// Sampling are the sampling parameters of requests that leave them out (nil: the
+	// engine's, Engine.SamplingDefaults).
+	Sampling *kvasir.SamplingDefaults
 	// Version is reported by /version.
 	Version string
 	// Logger receives warnings and errors (nil: slog.Default()).
@@ -59,10 +59,11 @@ type Server struct {
 	metrics *Metrics
 	tmpl    *chat.Template // nil when there is no chat template
 	tmplErr error          // why tmpl is nil
-	bosID   int32          // the BOS id the tokenizer adds, or -1
-	created int64
-	mux     *http.ServeMux
-	handler http.Handler
+	// sampling are the defaults of the sampling fields a request leaves out.
+	sampling kvasir.SamplingDefaults
+	created  int64
+	mux      *http.ServeMux
+	handler  http.Handler
 
 	draining atomic.Bool
 }
@@ -78,7 +79,10 @@ func New(eng *kvasir.Engine, cfg Config) (*Server, error) {
 	if cfg.Version == "" {
 		cfg.Version = buildVersion()
 	}
-	s := &Server{eng: eng, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, bosID: -1, created: time.Now().Unix()}
+	s := &Server{eng: eng, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, sampling: eng.SamplingDefaults(), created: time.Now().Unix()}
+	if cfg.Sampling != nil {
+		s.sampling = *cfg.Sampling
+	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -99,11 +103,6 @@ func New(eng *kvasir.Engine, cfg Config) (*Server, error) {
 		s.log.Warn("chat template", "err", err)
 	} else {
 		s.tmpl = t
-	}
-	if eng.HasTokenizer() {
-		if ids, err := eng.Tokenize("", true); err == nil && len(ids) == 1 {
-			s.bosID = ids[0]
-		}
 	}
 	s.routes()
 	return s, nil

@@ -73,7 +73,7 @@ func TestAttentionBatch(t *testing.T) {
 
 // TestAttentionBatchErrors checks that a bad sequence is reported with its index.
 func TestAttentionBatchErrors(t *testing.T) {
-	p := NewPool(2)
+	p := testPool(2)
 	defer p.Close()
 	kv, err := NewKVCacheLayer(4, 4, 1, 8, quant.F32)
 	if err != nil {

@@ -38,12 +38,12 @@ func TestAttentionStateReuse(t *testing.T) {
 		}
 		return out
 	}
-	fresh := NewPool(2)
+	fresh := testPool(2)
 	defer fresh.Close()
 	want := run(fresh, 1)
 	fresh.Close()
 
-	p := NewPool(2)
+	p := testPool(2)
 	defer p.Close()
 	_ = run(p, nTokens) // leaves prefill-shaped states behind
 	got := run(p, 1)

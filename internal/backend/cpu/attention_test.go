@@ -110,7 +110,7 @@ func TestAttention(t *testing.T) {
 }
 
 func TestAttentionErrors(t *testing.T) {
-	p := NewPool(1)
+	p := testPool(1)
 	defer p.Close()
 	kv, err := NewKVCacheLayer(2, 4, 2, 8, quant.F32)
 	if err != nil {

@@ -36,7 +36,7 @@ func BenchmarkDecode(b *testing.B) {
 	types := []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_K, quant.Q6_K}
 	const rows, cols = 5632, 2048
 	r := rand.New(rand.NewSource(7))
-	p := NewPool(0)
+	p := testPool(0)
 	defer p.Close()
 	for _, wt := range types {
 		b.Run(wt.String(), func(b *testing.B) {
@@ -72,7 +72,7 @@ func BenchmarkPrefill(b *testing.B) {
 	types := []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_K, quant.Q6_K}
 	const rows, cols, tokens = 2048, 5632, 128
 	r := rand.New(rand.NewSource(8))
-	p := NewPool(0)
+	p := testPool(0)
 	defer p.Close()
 	for _, wt := range types {
 		b.Run(wt.String(), func(b *testing.B) {
@@ -101,7 +101,7 @@ func BenchmarkPrefill(b *testing.B) {
 // BenchmarkPoolRun times the fixed cost of one Run (waking the workers and waiting for
 // them) with trivial work, and one small decode product (2048x256 Q8_0, L2-resident).
 func BenchmarkPoolRun(b *testing.B) {
-	p := NewPool(0)
+	p := testPool(0)
 	defer p.Close()
 	var sink [64]int
 	b.Run("empty", func(b *testing.B) {

@@ -21,7 +21,7 @@ func BenchmarkGEMM(b *testing.B) {
 		{"out", 49152, 576}, {"tl-up", 5632, 2048}, {"tl-down", 2048, 5632},
 	}
 	r := rand.New(rand.NewSource(5))
-	p := NewPool(2)
+	p := testPool(2)
 	defer p.Close()
 	for _, wt := range []quant.Type{quant.Q8_0, quant.Q4_0, quant.BF16} {
 		for _, sh := range shapes {

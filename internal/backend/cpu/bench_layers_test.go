@@ -19,7 +19,7 @@ func BenchmarkDecodeLayers(b *testing.B) {
 	for _, wt := range []quant.Type{quant.Q8_0, quant.BF16} {
 		b.Run(wt.String(), func(b *testing.B) {
 			r := rand.New(rand.NewSource(11))
-			p := NewPool(0)
+			p := testPool(0)
 			defer p.Close()
 			type layer struct{ q, k, v, o, gate, up, down Weight }
 			ls := make([]layer, layers)

@@ -86,7 +86,7 @@ func benchDecodeBest(b *testing.B, threads int) {
 	types := []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_K, quant.Q6_K}
 	const rows, cols = 5632, 2048
 	r := rand.New(rand.NewSource(7))
-	p := NewPool(threads)
+	p := testPool(threads)
 	defer p.Close()
 	probe := newBandwidthProbe(128 << 20)
 	for _, wt := range types {

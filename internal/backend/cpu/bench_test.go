@@ -97,7 +97,7 @@ func BenchmarkAttentionDecode(b *testing.B) {
 			}
 			q := normals(r, heads*hd)
 			out := make([]float32, len(q))
-			p := NewPool(2)
+			p := testPool(2)
 			defer p.Close()
 			l := 0
 			for b.Loop() {
@@ -136,7 +136,7 @@ func BenchmarkAttentionPrefill(b *testing.B) {
 			}
 			q := normals(r, n*heads*hd)
 			out := make([]float32, len(q))
-			p := NewPool(2)
+			p := testPool(2)
 			defer p.Close()
 			for b.Loop() {
 				if err := Attention(p, out, q, n, heads, kv, table, positions, 0.125); err != nil {
@@ -150,7 +150,7 @@ func BenchmarkAttentionPrefill(b *testing.B) {
 }
 
 func BenchmarkProbeBandwidth(b *testing.B) {
-	p := NewPool(2)
+	p := testPool(2)
 	defer p.Close()
 	var gbs float64
 	for b.Loop() {
@@ -160,7 +160,7 @@ func BenchmarkProbeBandwidth(b *testing.B) {
 }
 
 func TestProbeBandwidth(t *testing.T) {
-	p := NewPool(2)
+	p := testPool(2)
 	defer p.Close()
 	if g := ProbeBandwidth(p, 4<<20); g <= 0 {
 		t.Fatalf("ProbeBandwidth = %g GB/s", g)

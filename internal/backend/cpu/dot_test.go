@@ -304,7 +304,7 @@ func TestKernelSets(t *testing.T) {
 		t.Fatalf("last kernel set %q, want generic", names[len(names)-1])
 	}
 	t.Setenv("KVASIR_CPU", "generic")
-	p := NewPool(2)
+	p := testPool(2)
 	defer p.Close()
 	if p.KernelSet() != genericName {
 		t.Fatalf("KVASIR_CPU=generic gave %q", p.KernelSet())

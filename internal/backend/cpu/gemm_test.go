@@ -182,7 +182,7 @@ func TestMatMulManyTokens(t *testing.T) {
 // pool's scratch is warm.
 func TestMatMulManyTokensAllocs(t *testing.T) {
 	r := rand.New(rand.NewSource(9))
-	p := NewPool(2)
+	p := testPool(2)
 	defer p.Close()
 	w, _ := randWeight(t, r, quant.Q8_0, 48, 128)
 	x := randFloats(r, 32*128, modeRandom)

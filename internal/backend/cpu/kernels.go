@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
@@ -164,15 +163,11 @@ func KernelSets() []string {
 	return names
 }
 
-// defaultKernels returns the fastest kernel set, or the generic one when KVASIR_CPU=generic.
-func defaultKernels() *kernels {
-	if os.Getenv("KVASIR_CPU") == genericName {
-		return genericKernels()
-	}
-	return allKernels()[0]
-}
-
+// kernelsByName returns the kernel set called name, the fastest when name is "".
 func kernelsByName(name string) (*kernels, error) {
+	if name == "" {
+		return allKernels()[0], nil
+	}
 	for _, k := range allKernels() {
 		if k.name == name {
 			return k, nil

@@ -117,7 +117,7 @@ func TestMatMul(t *testing.T) {
 }
 
 func TestMatMulErrors(t *testing.T) {
-	p := NewPool(1)
+	p := testPool(1)
 	defer p.Close()
 	ok := Weight{Type: quant.Q8_0, Rows: 2, Cols: 32, Data: make([]byte, 68)}
 	cases := []struct {

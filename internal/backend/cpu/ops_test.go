@@ -56,7 +56,7 @@ func TestRMSNorm(t *testing.T) {
 			}
 		}
 	}
-	p := NewPool(1)
+	p := testPool(1)
 	defer p.Close()
 	if err := RMSNorm(p, make([]float32, 10), make([]float32, 20), w, 1, eps); err == nil {
 		t.Fatal("short out accepted")
@@ -72,7 +72,7 @@ func TestRope(t *testing.T) {
 		for _, style := range []RopeStyle{RopeInterleaved, RopeNeoX} {
 			x := normals(r, len(positions)*heads*headDim)
 			got := append([]float32(nil), x...)
-			p := NewPool(2)
+			p := testPool(2)
 			if err := Rope(p, got, len(positions), heads, headDim, ropeDim, positions, cos, sin, style); err != nil {
 				t.Fatal(err)
 			}
@@ -102,7 +102,7 @@ func TestRope(t *testing.T) {
 			}
 		}
 	}
-	p := NewPool(1)
+	p := testPool(1)
 	defer p.Close()
 	cos, sin := RopeTables(8, 16, 10000)
 	if err := Rope(p, make([]float32, 16), 1, 1, 16, 16, []int32{8}, cos, sin, RopeNeoX); err == nil {
@@ -115,7 +115,7 @@ func TestRope(t *testing.T) {
 
 func TestElementwise(t *testing.T) {
 	r := rand.New(rand.NewSource(4))
-	p := NewPool(2)
+	p := testPool(2)
 	defer p.Close()
 	for _, n := range []int{1, 100, 70000} {
 		g, u := normals(r, n), normals(r, n)
@@ -181,7 +181,7 @@ func TestSoftmaxArgmax(t *testing.T) {
 
 func TestPoolRunCoversRange(t *testing.T) {
 	for _, threads := range []int{1, 2, 3, 8} {
-		p := NewPool(threads)
+		p := testPool(threads)
 		for _, n := range []int{0, 1, 2, 7, 100, 1001} {
 			hits := make([]int32, n)
 			for rep := 0; rep < 3; rep++ {
@@ -208,7 +208,7 @@ func TestPoolRunCoversRange(t *testing.T) {
 }
 
 func TestPoolRunAllocs(t *testing.T) {
-	p := NewPool(2)
+	p := testPool(2)
 	defer p.Close()
 	var sink [64]int
 	fn := func(start, end int) { sink[start%64] += end - start }

@@ -51,14 +51,14 @@ type Pool struct {
 	fused fusedScratch // MatMulSwiGLU's buffers for types without a fused path
 }
 
-// NewPool starts a pool of threads workers (threads < 1 means runtime.GOMAXPROCS(0)). It
-// uses the fastest kernel set this CPU supports, or the pure-Go one when the environment
-// variable KVASIR_CPU is "generic".
+// NewPool starts a pool of threads workers (threads < 1 means runtime.GOMAXPROCS(0)) on
+// the fastest kernel set this CPU supports.
 func NewPool(threads int) *Pool {
-	return newPoolWith(threads, defaultKernels())
+	return newPoolWith(threads, allKernels()[0])
 }
 
-// NewPoolKernels is NewPool with an explicit kernel set, named as KernelSets lists them.
+// NewPoolKernels is NewPool with the kernel set named kernelSet, as KernelSets lists them
+// ("" for the fastest, "generic" for the pure-Go kernels).
 func NewPoolKernels(threads int, kernelSet string) (*Pool, error) {
 	k, err := kernelsByName(kernelSet)
 	if err != nil {

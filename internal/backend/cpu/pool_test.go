@@ -10,7 +10,7 @@ import (
 // go to sleep, and checks that every index is visited exactly once per loop.
 func TestPoolRun(t *testing.T) {
 	for _, threads := range []int{1, 2, 3, 4} {
-		p := NewPool(threads)
+		p := testPool(threads)
 		for i := range 2000 {
 			n := i%37 + 1
 			var sum, calls atomic.Int64

@@ -27,9 +27,20 @@ type Backend struct {
 	logits    []float32 // LogitsArgmax's logits, reused across calls
 }
 
-// New starts a CPU backend on a pool of threads workers (< 1: all cores).
+// New starts a CPU backend on a pool of threads workers (< 1: all cores), with the fastest
+// kernel set this CPU supports.
 func New(threads int) *Backend {
 	return &Backend{pool: cpu.NewPool(threads)}
+}
+
+// NewKernels is New with the kernel set named kernelSet, as cpu.KernelSets lists them ("":
+// the fastest, "generic": the pure-Go kernels).
+func NewKernels(threads int, kernelSet string) (*Backend, error) {
+	p, err := cpu.NewPoolKernels(threads, kernelSet)
+	if err != nil {
+		return nil, fmt.Errorf("cpu backend: %w", err)
+	}
+	return &Backend{pool: p}, nil
 }
 
 // Pool returns the worker pool the kernels run on.

@@ -3,6 +3,7 @@ package cpubackend
 import (
 	"encoding/binary"
 	"math"
+	"os"
 	"slices"
 	"sort"
 	"testing"
@@ -13,9 +14,15 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
+// newBackend starts a two-thread backend on the kernel set the environment variable
+// KVASIR_CPU names (the test script runs the package again with KVASIR_CPU=generic), the
+// fastest when it is unset.
 func newBackend(t *testing.T) *Backend {
 	t.Helper()
-	b := New(2)
+	b, err := NewKernels(2, os.Getenv("KVASIR_CPU"))
+	if err != nil {
+		t.Fatalf("KVASIR_CPU: %v", err)
+	}
 	t.Cleanup(func() { b.Close() })
 	return b
 }

@@ -46,7 +46,7 @@ func benchDecode(b *testing.B, typ, kvType quant.Type, promptLen, genLen int) {
 	defer fm.Close()
 	tb := &timedBackend{Backend: cpubackend.New(2), t: map[string]time.Duration{}}
 	defer tb.Close()
-	m, err := model.New(fm, model.Options{Backend: tb, KVCacheDType: kvType})
+	m, err := model.New(fm, model.Options{Backends: []backend.Backend{tb}, KVCacheDType: kvType})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -13,12 +13,18 @@ import (
 type BackendOptions struct {
 	// Ordinal is the CUDA device to run on.
 	Ordinal int
-	// KVCacheType is the element type the KV cache holds: "bf16" (the default when empty),
-	// "f16" or "f32". The cache holds it whatever KVSpec.DType asks; Spec reports what is
-	// held.
-	KVCacheType string
 	// Cache is where compiled kernels are kept; the zero value uses DefaultCubinCache.
 	Cache *CubinCache
+	// OpTime keeps a profile of every op's device time, printed to standard error when
+	// the backend closes (see DeviceOptions.OpTime).
+	OpTime bool
+	// DisablePDL launches the decode kernels without programmatic dependent launch (see
+	// DeviceOptions.DisablePDL).
+	DisablePDL bool
+	// DisableShadows makes the cuBLAS steps cast their activations to 16 bits with a
+	// kernel of their own instead of reading the copy the producing op (RMSNorm, SwiGLU)
+	// wrote beside its output.
+	DisableShadows bool
 }
 
 // Backend implements backend.Backend on one NVIDIA GPU. Every op is queued on the device's
@@ -29,13 +35,12 @@ type BackendOptions struct {
 // dequantized to BF16 at upload; 1-D weights become F32. Activations are F32. MatMul over
 // a 16-bit weight runs a GEMV kernel (F32 activations, several weight rows per block) for up to 8 rows and
 // otherwise casts the activations to the weight's type for a cuBLAS GEMM with float32
-// accumulation. The KV cache holds BackendOptions.KVDType (BF16 by default).
+// accumulation. A KV cache holds the element type its KVSpec asks for (F32, F16 or BF16).
 type Backend struct {
 	dev  *Device
 	ops  *Ops
 	nv   *NVRTC
 	blas *CuBLAS
-	kv   DType
 
 	allocs map[uint64]Buffer // every allocation the backend made, freed by Close
 
@@ -88,10 +93,6 @@ func NewBackend(opt BackendOptions) (*Backend, error) {
 	if opt.Ordinal < 0 || opt.Ordinal >= n {
 		return nil, fmt.Errorf("cuda: device %d requested, %d present", opt.Ordinal, n)
 	}
-	kvType, ok := map[string]DType{"": BF16, "bf16": BF16, "f16": F16, "f32": F32}[opt.KVCacheType]
-	if !ok {
-		return nil, fmt.Errorf("cuda: KV cache of %q values: want bf16, f16 or f32", opt.KVCacheType)
-	}
 	nv, err := OpenNVRTC()
 	if err != nil {
 		return nil, err
@@ -100,7 +101,7 @@ func NewBackend(opt BackendOptions) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	dev, err := drv.OpenDevice(opt.Ordinal)
+	dev, err := drv.OpenDevice(opt.Ordinal, DeviceOptions{OpTime: opt.OpTime, DisablePDL: opt.DisablePDL})
 	if err != nil {
 		return nil, err
 	}
@@ -108,8 +109,8 @@ func NewBackend(opt BackendOptions) (*Backend, error) {
 	if opt.Cache != nil {
 		cache = *opt.Cache
 	}
-	b := &Backend{dev: dev, nv: nv, blas: blasLib, kv: kvType, allocs: map[uint64]Buffer{}, graphs: map[graphKey]*graphEntry{},
-		shadows: shadowsOn(), castType: BF16}
+	b := &Backend{dev: dev, nv: nv, blas: blasLib, allocs: map[uint64]Buffer{}, graphs: map[graphKey]*graphEntry{},
+		shadows: !opt.DisableShadows, castType: BF16}
 	err = dev.Do(func() error {
 		k, err := dev.LoadKernels(nv, cache)
 		if err != nil {
@@ -136,8 +137,8 @@ func (b *Backend) Device() *Device { return b.dev }
 // Name describes the backend and its device.
 func (b *Backend) Name() string {
 	i := b.dev.Info()
-	return fmt.Sprintf("cuda (%s, %s, %d SMs, %.0f GiB, cuBLAS %d, KV %s)", i.Name, i.Arch(), i.Multiprocessors,
-		float64(i.TotalMem)/(1<<30), b.ops.BLAS.Version, b.kv)
+	return fmt.Sprintf("cuda (%s, %s, %d SMs, %.0f GiB, cuBLAS %d)", i.Name, i.Arch(), i.Multiprocessors,
+		float64(i.TotalMem)/(1<<30), b.ops.BLAS.Version)
 }
 
 // Run runs fn on the device goroutine.
@@ -351,21 +352,24 @@ func (b *Backend) Free(t backend.Tensor) error {
 	return err
 }
 
-// NewKVCache allocates a zeroed cache holding the backend's KV dtype.
+// NewKVCache allocates a zeroed cache of the spec's element type: F32, F16 or BF16.
 func (b *Backend) NewKVCache(spec backend.KVSpec) (backend.KVCache, error) {
 	if spec.Layers <= 0 || spec.NumBlocks <= 0 || spec.BlockSize <= 0 || spec.KVHeads <= 0 || spec.HeadDim <= 0 {
 		return nil, fmt.Errorf("cuda kv cache: bad geometry %+v", spec)
 	}
-	spec.DType = map[DType]quant.Type{F32: quant.F32, F16: quant.F16, BF16: quant.BF16}[b.kv]
+	kv, ok := deviceType(spec.DType)
+	if !ok || kv == I32 {
+		return nil, fmt.Errorf("cuda kv cache: elements of %s: want f32, f16 or bf16", spec.DType)
+	}
 	c := &kvCache{spec: spec}
 	n := spec.NumBlocks * spec.BlockSize * spec.KVHeads * spec.HeadDim
 	for l := range spec.Layers {
 		layer := &KVCacheLayer{NumBlocks: spec.NumBlocks, BlockSize: spec.BlockSize, KVHeads: spec.KVHeads, HeadDim: spec.HeadDim}
 		var err error
-		if layer.K, err = b.alloc(b.kv, n); err != nil {
+		if layer.K, err = b.alloc(kv, n); err != nil {
 			return nil, fmt.Errorf("cuda kv cache: layer %d: %w", l, err)
 		}
-		if layer.V, err = b.alloc(b.kv, n); err != nil {
+		if layer.V, err = b.alloc(kv, n); err != nil {
 			return nil, fmt.Errorf("cuda kv cache: layer %d: %w", l, err)
 		}
 		if err := firstErr(layer.check("kv cache"), b.dev.Fill32(layer.K, 0), b.dev.Fill32(layer.V, 0)); err != nil {

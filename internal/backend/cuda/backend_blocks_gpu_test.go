@@ -46,8 +46,8 @@ func readBlocks(t *testing.T, kv *model.KVCache, blocks []int32) []byte {
 func TestBackendKVBlocks(t *testing.T) {
 	const bs = 16
 	for _, kvType := range []string{"f32", "f16", "bf16"} {
-		be := newBackend(t, kvType)
-		m, _ := synthModel(t, be)
+		be := newBackend(t)
+		m, _ := synthModel(t, be, kvType)
 		c := m.Config()
 		kv, err := m.NewKVCache(64, bs)
 		if err != nil {
@@ -87,8 +87,8 @@ func TestBackendKVBlocks(t *testing.T) {
 	}
 
 	// More blocks than the 64 MiB staging buffer holds (F32 blocks of 128 KiB: 512 a chunk).
-	be := newBackend(t, "f32")
-	m, _ := synthModel(t, be)
+	be := newBackend(t)
+	m, _ := synthModel(t, be, "f32")
 	kv, err := m.NewKVCache(1100, bs)
 	if err != nil {
 		t.Fatal(err)
@@ -120,8 +120,8 @@ func TestBackendKVBlocks(t *testing.T) {
 // to the GPU's rounding; over empty blocks it does not); the same the other way round.
 func TestBackendKVBlocksCPUAndGPU(t *testing.T) {
 	const bs, tol = 16, 2e-2
-	gpuBe := newBackend(t, "f16")
-	gpu, fm := synthModel(t, gpuBe)
+	gpuBe := newBackend(t)
+	gpu, fm := synthModel(t, gpuBe, "f16")
 	cpuBe := cpubackend.New(4)
 	t.Cleanup(func() { cpuBe.Close() })
 	cpu, err := model.New(fm, model.Options{Backends: []backend.Backend{cpuBe}, KVCacheDType: quant.F16})

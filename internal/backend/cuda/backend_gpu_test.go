@@ -25,6 +25,8 @@ import (
 	"time"
 
 	"github.com/kvasir-llm/kvasir"
+	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/backend/cpubackend"
 	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/model"
@@ -33,14 +35,14 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/tokenizer"
 )
 
-// newBackend opens a Backend on device 0 holding the KV cache in kv, or skips the test
-// when there is no CUDA driver or device.
-func newBackend(t *testing.T, kv string) *cuda.Backend {
+// newBackend opens a Backend on device 0, or skips the test when there is no CUDA driver
+// or device.
+func newBackend(t *testing.T) *cuda.Backend {
 	t.Helper()
 	if _, n, err := cuda.Devices(); n == 0 {
 		t.Skipf("skipping GPU test: no CUDA device (%v)", err)
 	}
-	b, err := cuda.NewBackend(cuda.BackendOptions{KVCacheType: kv})
+	b, err := cuda.NewBackend(cuda.BackendOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +161,7 @@ func relErr(a, b []float32) float64 {
 }
 
 func TestBackendStoriesGreedy(t *testing.T) {
-	be := newBackend(t, "f32")
+	be := newBackend(t)
 	wantText, err := os.ReadFile(storiesFile(t, "ref_runc_greedy200.txt"))
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +172,7 @@ func TestBackendStoriesGreedy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.New(fm, model.Options{Backend: be})
+	m, err := model.New(fm, model.Options{Backends: []backend.Backend{be}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,18 +212,20 @@ func TestBackendSynthMatchesCPU(t *testing.T) {
 	for _, name := range []string{"llama-3.2-1b.gguf", "qwen3-0.6b.gguf", "llama-3.2-1b", "qwen3-0.6b"} {
 		t.Run(name, func(t *testing.T) {
 			path := synthFile(t, name)
-			be := newBackend(t, "f32")
+			be := newBackend(t)
 			fm, err := format.Open(path, format.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer fm.Close()
-			gpu, err := model.New(fm, model.Options{Backend: be})
+			gpu, err := model.New(fm, model.Options{Backends: []backend.Backend{be}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer gpu.Close()
-			cpuModel, err := model.New(fm, model.Options{})
+			cpuBackend := cpubackend.New(0)
+			defer cpuBackend.Close()
+			cpuModel, err := model.New(fm, model.Options{Backends: []backend.Backend{cpuBackend}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -277,12 +281,12 @@ func TestBackendSynthMatchesCPU(t *testing.T) {
 	}
 }
 
-// engineRun generates greedily for prompts on an engine over stories260K with prefix
-// caching on or off, and checks that every block comes back.
-func engineRun(t *testing.T, be *cuda.Backend, prompts [][]int32, noPrefix bool) ([][]int32, kvasir.Stats) {
+// engineRun generates greedily for prompts on an engine over stories260K with a KV cache
+// of kv elements and prefix caching on or off, and checks that every block comes back.
+func engineRun(t *testing.T, be *cuda.Backend, kv kvasir.KVCacheDType, prompts [][]int32, noPrefix bool) ([][]int32, kvasir.Stats) {
 	t.Helper()
-	e, err := kvasir.OpenModel(openStories(t), kvasir.Options{Backend: be, DisablePrefixCaching: noPrefix,
-		KVCacheMemory: 64 << 20, MaxNumSeqs: 16})
+	e, err := kvasir.OpenModel(openStories(t), kvasir.Options{Backends: []backend.Backend{be}, Device: kvasir.Device{CUDA: true},
+		KVCacheDType: kv, DisablePrefixCaching: noPrefix, KVCacheMemory: 64 << 20, MaxNumSeqs: 16})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +328,7 @@ func engineRun(t *testing.T, be *cuda.Backend, prompts [][]int32, noPrefix bool)
 }
 
 func TestBackendEnginePrefixCaching(t *testing.T) {
-	be := newBackend(t, "bf16")
+	be := newBackend(t)
 	r := rand.New(rand.NewPCG(3, 4))
 	prefix := make([]int32, 40)
 	for i := range prefix {
@@ -341,8 +345,8 @@ func TestBackendEnginePrefixCaching(t *testing.T) {
 		}
 		prompts = append(prompts, p)
 	}
-	on, stOn := engineRun(t, be, prompts, false)
-	off, _ := engineRun(t, be, prompts, true)
+	on, stOn := engineRun(t, be, kvasir.KVCacheBF16, prompts, false)
+	off, _ := engineRun(t, be, kvasir.KVCacheBF16, prompts, true)
 	diff := 0
 	for i := range prompts {
 		if !slices.Equal(on[i], off[i]) {
@@ -360,7 +364,7 @@ func TestBackendEnginePrefixCaching(t *testing.T) {
 // TestBackendEngineGraphsMatchCPU: the engine's decode steps, replayed as CUDA graphs over
 // padded buckets and sampled greedily on the device, give the CPU engine's tokens.
 func TestBackendEngineGraphsMatchCPU(t *testing.T) {
-	be := newBackend(t, "f32")
+	be := newBackend(t)
 	r := rand.New(rand.NewPCG(5, 6))
 	var prompts [][]int32
 	for i := range 12 {
@@ -370,7 +374,7 @@ func TestBackendEngineGraphsMatchCPU(t *testing.T) {
 		}
 		prompts = append(prompts, p)
 	}
-	gpu, _ := engineRun(t, be, prompts, false)
+	gpu, _ := engineRun(t, be, kvasir.KVCacheF32, prompts, false)
 	captured, failed, ferr := be.GraphStats()
 	cpuEngine := func() [][]int32 {
 		e, err := kvasir.OpenModel(openStories(t), kvasir.Options{KVCacheMemory: 64 << 20, MaxNumSeqs: 16, Threads: 2})

@@ -80,7 +80,7 @@ func (b *Backend) RunStep(st backend.Step, owner any, ops func() error) error {
 		return err
 	}
 	if !s.graphable || owner == nil || b.dev.times != nil {
-		// The op profile (KVASIR_CUDA_OPTIME) times decode steps op by op, eagerly.
+		// The op profile (DeviceOptions.OpTime) times decode steps op by op, eagerly.
 		return ops()
 	}
 	if b.groupsAborted() {
@@ -147,11 +147,7 @@ func (b *Backend) dropGraphs() error {
 	return firstErr(errs...)
 }
 
-// KVBytesPerElement returns the bytes of one KV cache element as the backend holds it.
-func (b *Backend) KVBytesPerElement() int { return b.kv.Size() }
-
 // Compile-time checks of the optional interfaces.
 var (
-	_ backend.StepGrapher    = (*Backend)(nil)
-	_ backend.KVElementSizer = (*Backend)(nil)
+	_ backend.StepGrapher = (*Backend)(nil)
 )

@@ -16,7 +16,7 @@ import (
 
 // synthModel returns a small BF16 model of llama-3.2-1b's shape (2 layers, a vocabulary of
 // 512) made in memory, on be.
-func synthModel(t *testing.T, be backend.Backend) (*model.Model, *format.Model) {
+func synthModel(t *testing.T, be backend.Backend, kv string) (*model.Model, *format.Model) {
 	t.Helper()
 	shape, err := synth.Lookup("llama-3.2-1b")
 	if err != nil {
@@ -27,7 +27,11 @@ func synthModel(t *testing.T, be backend.Backend) (*model.Model, *format.Model) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.New(fm, model.Options{Backends: []backend.Backend{be}})
+	dt, err := quant.ParseType(kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.New(fm, model.Options{Backends: []backend.Backend{be}, KVCacheDType: dt})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,8 +63,8 @@ func stepBatch(lens []int, bs int) *model.Batch {
 // one-token mask, greedy (top-1) rows the masked greedy token, and sampled rows what
 // sample.DrawIndexOrder draws from the masked logits (all but rounding-boundary draws).
 func TestBackendMaskedTokens(t *testing.T) {
-	be := newBackend(t, "f32")
-	m, _ := synthModel(t, be)
+	be := newBackend(t)
+	m, _ := synthModel(t, be, "f32")
 	const bs = 16
 	kv, err := m.NewKVCache(64, bs)
 	if err != nil {

@@ -91,8 +91,8 @@ func TestBackendPositionsApartFromContext(t *testing.T) {
 	}
 	want := map[string][]float32{}
 	for _, kvType := range []string{"f32", "bf16"} {
-		be := newBackend(t, kvType)
-		m, fm := synthModel(t, be)
+		be := newBackend(t)
+		m, fm := synthModel(t, be, kvType)
 		for kind, positions := range uneven {
 			if want[kind] == nil {
 				want[kind] = refPositioned(t, fm, tokens, positions)
@@ -115,7 +115,7 @@ func TestBackendPositionsApartFromContext(t *testing.T) {
 // (stories260K's 8) takes its causal limit from the context too: uneven positions give the
 // reference path's logits.
 func TestBackendSmallHeadPositions(t *testing.T) {
-	be := newBackend(t, "f32")
+	be := newBackend(t)
 	fm := openStories(t)
 	defer fm.Close()
 	m, err := model.New(fm, model.Options{Backends: []backend.Backend{be}})

@@ -1,7 +1,5 @@
 package cuda
 
-import "os"
-
 // activationShadow records that the backend's cast scratch holds count float32 values
 // at src rounded to dt, written by the producing op as the stream's work number seq.
 // cuBLAS GEMMs need 16-bit activations; an op whose float32 output feeds such a GEMM
@@ -15,9 +13,6 @@ type activationShadow struct {
 	dt    DType
 	seq   uint64
 }
-
-// shadowsOn reports whether ops write 16-bit shadows (on unless KVASIR_CUDA_SHADOW=0).
-func shadowsOn() bool { return os.Getenv("KVASIR_CUDA_SHADOW") != "0" }
 
 // ensureScratch grows the cast scratch to hold count 16-bit values (inside Run; growing
 // synchronizes, so it fails inside a graph capture).

@@ -24,10 +24,11 @@ type Device struct {
 	info   DeviceInfo
 	// pdl: kernels that wait for their predecessor in the kernel (pdlKernel) are launched
 	// with programmatic stream serialization (compute capability 9.0 and later, unless
-	// KVASIR_CUDA_PDL=0).
+	// DeviceOptions.DisablePDL).
 	pdl bool
-	// times is the op profile kept when KVASIR_CUDA_OPTIME=1 (optime.go); nil otherwise.
+	// times is the op profile kept with DeviceOptions.OpTime (optime.go); nil otherwise.
 	times *opTimes
+	opt   DeviceOptions
 	// seq counts the work queued on the stream (launches, GEMMs, copies, collectives):
 	// a value derived from a buffer stays valid while seq has not moved (Backend's
 	// 16-bit shadows of activations). Touched only by the device goroutine.
@@ -58,10 +59,19 @@ type job struct {
 	res chan error
 }
 
+// DeviceOptions configures a Device.
+type DeviceOptions struct {
+	// OpTime synchronises around every op and keeps their device times, printed to
+	// standard error when the device closes (optime.go): a profiler for when nsys is absent.
+	OpTime bool
+	// DisablePDL turns off programmatic dependent launch of the decode kernels.
+	DisablePDL bool
+}
+
 // OpenDevice starts the goroutine that owns device ordinal: it retains the primary context,
 // makes it current on its locked thread and creates the device's non-blocking stream.
-func (d *Driver) OpenDevice(ordinal int) (*Device, error) {
-	dev := &Device{drv: d, ordinal: ordinal, jobs: make(chan job), quit: make(chan struct{}), stopped: make(chan struct{})}
+func (d *Driver) OpenDevice(ordinal int, opt DeviceOptions) (*Device, error) {
+	dev := &Device{drv: d, ordinal: ordinal, opt: opt, jobs: make(chan job), quit: make(chan struct{}), stopped: make(chan struct{})}
 	ready := make(chan error, 1)
 	go dev.loop(ready)
 	if err := <-ready; err != nil {
@@ -135,8 +145,8 @@ func (dv *Device) setup() error {
 	if err := d.check("cuMemGetInfo_v2", d.cuMemGetInfo(&dv.info.FreeMem, &dv.info.TotalMem)); err != nil {
 		return err
 	}
-	dv.pdl = d.cuLaunchKernelEx != nil && dv.info.Major >= 9 && os.Getenv("KVASIR_CUDA_PDL") != "0"
-	if os.Getenv("KVASIR_CUDA_OPTIME") == "1" {
+	dv.pdl = d.cuLaunchKernelEx != nil && dv.info.Major >= 9 && !dv.opt.DisablePDL
+	if dv.opt.OpTime {
 		dv.times = newOpTimes()
 	}
 	return nil

@@ -36,7 +36,7 @@ func gpuDriver(t *testing.T) (*Driver, int) {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	drv, _ := gpuDriver(t)
-	dev, err := drv.OpenDevice(0)
+	dev, err := drv.OpenDevice(0, DeviceOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

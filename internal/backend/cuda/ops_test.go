@@ -809,10 +809,10 @@ func testGraph(t *testing.T, e *env, r *rand.Rand) {
 
 func TestDeviceClose(t *testing.T) {
 	drv, _ := gpuDriver(t)
-	if _, err := drv.OpenDevice(1 << 20); err == nil {
+	if _, err := drv.OpenDevice(1<<20, DeviceOptions{}); err == nil {
 		t.Fatal("opening a device that does not exist succeeded")
 	}
-	dev, err := drv.OpenDevice(0)
+	dev, err := drv.OpenDevice(0, DeviceOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,9 @@ import (
 )
 
 // opTimes is a coarse profiler of a device's stream work, for finding where a step's time
-// goes without a tracing tool: with KVASIR_CUDA_OPTIME=1 every kernel launch, cuBLAS GEMM
-// and graph replay outside a capture is bracketed by stream synchronizations and its
-// host-measured time is added up by name; decode steps then run eagerly (no graphs), op by
+// goes without a tracing tool: with DeviceOptions.OpTime (KVASIR_CUDA_OPTIME=1) every
+// kernel launch, cuBLAS GEMM and graph replay outside a capture is bracketed by stream
+// synchronizations and its host-measured time is added up by name; decode steps then run eagerly (no graphs), op by
 // op. The synchronizations serialize the host with the device, so each figure is the op's
 // launch cost plus its device time, and the wall time not covered by ops is host work (the
 // model, the scheduler, copies, loading). The device reports the table to stderr when it

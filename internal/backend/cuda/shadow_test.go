@@ -63,6 +63,7 @@ func TestBackendShadowedMatMuls(t *testing.T) {
 			wu, wuh := uploadMatrix(t, b, dt, f, k, randVals(r, f*k, 1))
 			wd, wdh := uploadMatrix(t, b, dt, m, f, randVals(r, m*f, 1))
 			runs := make([]shadowRun, 2)
+			was := b.shadows
 			for i, on := range []bool{true, false} {
 				b.shadows = on
 				b.castType = dt // as after a first step: RMSNorm shadows in the weights' type
@@ -87,7 +88,7 @@ func TestBackendShadowedMatMuls(t *testing.T) {
 				}
 				runs[i] = shadowRun{q: tensorValues(t, b, q), down: tensorValues(t, b, down), biased: tensorValues(t, b, biased), seqMatMuls: seq}
 			}
-			b.shadows = shadowsOn()
+			b.shadows = was
 			if runs[0].seqMatMuls != 1 || runs[1].seqMatMuls != 2 {
 				t.Errorf("%s: MatMuls after RMSNorm queued %d (shadows) and %d (none) stream ops, want 1 and 2", name, runs[0].seqMatMuls, runs[1].seqMatMuls)
 			}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+
+	"github.com/kvasir-llm/kvasir"
+	"github.com/kvasir-llm/kvasir/internal/format"
+)
+
+// flagScope says which engine flags a command takes.
+type flagScope int
+
+const (
+	// loadFlags: the model and where it runs (bench generate, which drives the model
+	// without an engine).
+	loadFlags flagScope = iota
+	// allEngineFlags: those and the engine's: the KV cache budget, the scheduler's limits,
+	// prefix caching and the sampling defaults (serve, run, chat, bench offline).
+	allEngineFlags
+)
+
+// engineFlags are the flags of the commands that load a model: the model, where it runs
+// and, for those that run an engine, the engine's settings. options maps them to
+// kvasir.Options, parsing each value once.
+type engineFlags struct {
+	scope                     flagScope
+	model, tokenizer          string
+	device                    string
+	tensor, pipeline, threads int
+	kvDType                   string
+	kvMemory                  string
+	gpuMem                    float64
+	blockSize, maxModelLen    int
+	maxNumSeqs, maxBatched    int
+	maxWaiting                int
+	noPrefixCaching, noAsync  bool
+	generationConfig          string
+}
+
+// defaultModelHelp is the -m flag's help.
+const defaultModelHelp = "model: a .gguf file, a llama2.c .bin, a Hugging Face folder, hf:ORG/REPO[/FILE] or synth:SHAPE[:TYPE]; default: the built-in random-weight model"
+
+// addEngineFlags adds the engine flags of scope to fs.
+func addEngineFlags(fs *flag.FlagSet, scope flagScope) *engineFlags {
+	f := &engineFlags{scope: scope}
+	fs.StringVar(&f.model, "m", "", defaultModelHelp)
+	fs.StringVar(&f.tokenizer, "z", "", "tokenizer file (for a llama2.c checkpoint: tokenizer.bin)")
+	fs.StringVar(&f.device, "device", "cpu", "where the model runs: cpu, or cuda (an NVIDIA GPU; cuda:N for device N, the first of a split model's GPUs)")
+	fs.IntVar(&f.tensor, "tensor-parallel-size", 1, "split every layer's heads and MLP across this many ranks (GPUs, or CPU thread groups), summed by all-reduce")
+	fs.IntVar(&f.pipeline, "pipeline-parallel-size", 1, "split the layers into this many pipeline stages, one rank (or tensor-parallel group) each")
+	fs.IntVar(&f.threads, "threads", 0, "CPU worker threads (0: all cores)")
+	fs.StringVar(&f.kvDType, "kv-cache-dtype", "auto", "KV cache element type: auto (f32 on the CPU, bf16 on a GPU), f32, f16 (half the memory of f32) or bf16 (GPU only)")
+	if scope == loadFlags {
+		return f
+	}
+	fs.StringVar(&f.kvMemory, "kv-cache-memory", "", "KV cache budget of each rank: bytes, or with a unit (512MiB, 2GiB, 1GB) (default: 1GiB on the CPU, capped by need; on a GPU what --gpu-memory-utilization leaves)")
+	fs.Float64Var(&f.gpuMem, "gpu-memory-utilization", kvasir.DefaultGPUMemoryUtilization, "with --device cuda: fraction of the GPU's memory to use for weights, KV cache and activations; the KV cache gets what the weights leave (ignored when --kv-cache-memory is set)")
+	fs.IntVar(&f.blockSize, "block-size", 0, "tokens per KV block (0: 16)")
+	fs.IntVar(&f.maxModelLen, "max-model-len", 0, "most prompt plus output tokens per sequence (0: the model's context length, capped by the KV cache)")
+	fs.IntVar(&f.maxNumSeqs, "max-num-seqs", 0, "most sequences running at once (0: 256)")
+	fs.IntVar(&f.maxBatched, "max-num-batched-tokens", 0, "token budget of one engine step (0: 2048)")
+	fs.IntVar(&f.maxWaiting, "max-waiting", 0, "refuse requests when this many wait (serve answers 429) (0: no limit)")
+	fs.BoolVar(&f.noPrefixCaching, "no-prefix-caching", false, "turn prefix caching off")
+	fs.BoolVar(&f.noAsync, "no-async-scheduling", false, "turn asynchronous scheduling off (plan each step only after the previous one's outputs are out)")
+	fs.StringVar(&f.generationConfig, "generation-config", "auto", "default sampling parameters: auto (the model's generation_config.json over vLLM's neutral defaults), vllm (the neutral defaults: temperature 1, top_p 1, top_k off, min_p 0, repetition_penalty 1), or a folder whose generation_config.json to read")
+	return f
+}
+
+// options maps the flags to kvasir.Options, each value parsed and checked here, before
+// anything is loaded.
+func (f *engineFlags) options() (kvasir.Options, error) {
+	var opt kvasir.Options
+	var err error
+	if opt.Device, err = kvasir.ParseDevice(f.device); err != nil {
+		return opt, fmt.Errorf("--device: %w", err)
+	}
+	if f.tensor < 1 || f.pipeline < 1 {
+		return opt, fmt.Errorf("--tensor-parallel-size %d --pipeline-parallel-size %d: want sizes of at least 1", f.tensor, f.pipeline)
+	}
+	opt.TensorParallel, opt.PipelineParallel, opt.Threads = f.tensor, f.pipeline, f.threads
+	if opt.KVCacheDType, err = kvasir.ParseKVCacheDType(f.kvDType); err != nil {
+		return opt, fmt.Errorf("--kv-cache-dtype: %w", err)
+	}
+	if _, err := opt.KVCacheDType.On(opt.Device); err != nil {
+		return opt, fmt.Errorf("--kv-cache-dtype %s with --device %s: %w", f.kvDType, opt.Device, err)
+	}
+	if f.scope == loadFlags {
+		return opt, nil
+	}
+	if opt.KVCacheMemory, err = kvasir.ParseBytes(f.kvMemory); err != nil {
+		return opt, fmt.Errorf("--kv-cache-memory: %w", err)
+	}
+	if f.gpuMem <= 0 || f.gpuMem > 1 {
+		return opt, fmt.Errorf("--gpu-memory-utilization %g: want a fraction in (0, 1]", f.gpuMem)
+	}
+	if opt.GenerationConfig, err = kvasir.ParseGenerationConfig(f.generationConfig); err != nil {
+		return opt, fmt.Errorf("--generation-config: %w", err)
+	}
+	opt.GPUMemoryUtilization, opt.BlockSize, opt.MaxModelLen = f.gpuMem, f.blockSize, f.maxModelLen
+	opt.MaxNumSeqs, opt.MaxNumBatchedTokens, opt.MaxWaiting = f.maxNumSeqs, f.maxBatched, f.maxWaiting
+	opt.DisablePrefixCaching, opt.DisableAsyncScheduling = f.noPrefixCaching, f.noAsync
+	return opt, nil
+}
+
+// openEngine opens the model the flags name and starts an engine on it with the flags'
+// options, which tune (when set) may adjust to the model file first. A progress bar shows
+// the weights' upload to a GPU.
+func (f *engineFlags) openEngine(tune func(*kvasir.Options, *format.Model)) (*kvasir.Engine, error) {
+	opt, err := f.options()
+	if err != nil {
+		return nil, err
+	}
+	fm, err := openModel(f.model, f.tokenizer)
+	if err != nil {
+		return nil, err
+	}
+	if tune != nil {
+		tune(&opt, fm)
+	}
+	finish := uploadProgress(&opt, fm.Bytes())
+	e, err := kvasir.OpenModel(fm, opt)
+	finish()
+	if err != nil {
+		fm.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// load opens the model the flags name and binds it on its backends without an engine.
+func (f *engineFlags) load() (*kvasir.Loaded, error) {
+	opt, err := f.options()
+	if err != nil {
+		return nil, err
+	}
+	fm, err := openModel(f.model, f.tokenizer)
+	if err != nil {
+		return nil, err
+	}
+	finish := uploadProgress(&opt, fm.Bytes())
+	l, err := kvasir.Load(fm, opt)
+	finish()
+	if err != nil {
+		fm.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// uploadProgress sets opt's upload progress to a progress bar of total bytes when the model
+// goes to a GPU, and returns the function that removes the bar; on the CPU weights are used
+// in place, so there is nothing to show.
+func uploadProgress(opt *kvasir.Options, total int64) (finish func()) {
+	if !opt.Device.CUDA {
+		return func() {}
+	}
+	bar := newProgress("uploading weights", total, false)
+	opt.UploadProgress = bar.Update
+	return bar.Finish
+}
+
+// describe says where l runs: its threads and kernels on the CPU, or its device, and how
+// it is split.
+func describe(l *kvasir.Loaded) string {
+	var where string
+	switch {
+	case l.OnDevice():
+		where = l.KernelSet()
+	case l.Model().Parallel().Ranks() > 1:
+		where = fmt.Sprintf("%d threads per rank (%s kernels)", l.Threads(), l.KernelSet())
+	default:
+		where = fmt.Sprintf("%d threads (%s kernels)", l.Threads(), l.KernelSet())
+	}
+	return where + splitInfo(l)
+}
+
+// splitInfo describes how l's model is split across ranks, "" when it is not.
+func splitInfo(l *kvasir.Loaded) string {
+	par := l.Model().Parallel()
+	if par.Ranks() == 1 {
+		return ""
+	}
+	return fmt.Sprintf(", split across %d ranks (tensor-parallel %d x pipeline-parallel %d)", par.Ranks(), par.Tensor, par.Pipeline)
+}

@@ -1,0 +1,37 @@
+package kvasir
+
+import "os"
+
+// The environment variables that override Options, read here and nowhere else (Load
+// applies them to every model it binds):
+//
+//	KVASIR_CPU=NAME         Options.CPUKernels = NAME ("generic": the pure-Go kernels)
+//	KVASIR_CUDA_OPTIME=1    Options.CUDA.OpTime
+//	KVASIR_CUDA_PDL=0       Options.CUDA.DisablePDL
+//	KVASIR_CUDA_SHADOW=0    Options.CUDA.DisableShadows
+const (
+	EnvCPUKernels = "KVASIR_CPU"
+	EnvCUDAOpTime = "KVASIR_CUDA_OPTIME"
+	EnvCUDAPDL    = "KVASIR_CUDA_PDL"
+	EnvCUDAShadow = "KVASIR_CUDA_SHADOW"
+)
+
+// withEnv returns opt with the overrides getenv reports (os.Getenv in Load).
+func withEnv(opt Options, getenv func(string) string) Options {
+	if k := getenv(EnvCPUKernels); k != "" {
+		opt.CPUKernels = k
+	}
+	if getenv(EnvCUDAOpTime) == "1" {
+		opt.CUDA.OpTime = true
+	}
+	if getenv(EnvCUDAPDL) == "0" {
+		opt.CUDA.DisablePDL = true
+	}
+	if getenv(EnvCUDAShadow) == "0" {
+		opt.CUDA.DisableShadows = true
+	}
+	return opt
+}
+
+// envOverrides is withEnv on the process environment.
+func envOverrides(opt Options) Options { return withEnv(opt, os.Getenv) }

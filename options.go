@@ -1,0 +1,85 @@
+package kvasir
+
+import "github.com/kvasir-llm/kvasir/internal/backend"
+
+// DefaultKVCacheMemory is the KV cache budget when Options.KVCacheMemory is 0 (capped at what
+// MaxNumSeqs sequences of MaxModelLen tokens need).
+const DefaultKVCacheMemory = 1 << 30
+
+// DefaultGPUMemoryUtilization is the share of a GPU's memory used when
+// Options.GPUMemoryUtilization is 0, as vLLM's default.
+const DefaultGPUMemoryUtilization = 0.9
+
+// Options configures a model and the Engine on it. Zero values pick defaults. The
+// environment variables listed at EnvCPUKernels override some of them.
+type Options struct {
+	// Device is where the model runs: the CPU (the zero value) or a GPU.
+	Device Device
+	// TensorParallel and PipelineParallel split the model across ranks (0 or 1: not
+	// split; see model.Parallel): each rank holds a slice of every layer's heads and MLP,
+	// of the layers of one pipeline stage, and the matching part of the KV cache. On a GPU
+	// the ranks are consecutive GPUs from Device.Ordinal; on the CPU, groups of Threads.
+	TensorParallel, PipelineParallel int
+	// Threads is the number of CPU worker threads, shared among the ranks of a split model
+	// (0: all cores).
+	Threads int
+	// CPUKernels names the CPU kernel set, as cpu.KernelSets lists them ("": the fastest
+	// this CPU runs; "generic": the pure-Go kernels).
+	CPUKernels string
+	// CUDA holds the CUDA backends' settings.
+	CUDA CUDAOptions
+	// Backends, when set, run the model instead of backends made for Device: one per rank,
+	// stage-major, all of one kind. The caller closes them after the Engine. (Device then
+	// only says what KVCacheAuto means.)
+	Backends []backend.Backend
+	// KVCacheDType is the KV cache's element type (KVCacheAuto: f32 on the CPU, bf16 on a
+	// GPU).
+	KVCacheDType KVCacheDType
+	// KVCacheMemory is the KV cache budget in bytes of each rank (0: DefaultKVCacheMemory
+	// on the CPU; on a device with memory of its own, what GPUMemoryUtilization leaves).
+	KVCacheMemory int64
+	// GPUMemoryUtilization is the fraction of a device's memory kvasir may use in all
+	// (weights, KV cache and a reserve for activations); the KV cache gets what the weights
+	// leave of it. 0 means DefaultGPUMemoryUtilization. Ignored on the CPU.
+	GPUMemoryUtilization float64
+	// UploadProgress, when set, is told the bytes of weights uploaded so far.
+	UploadProgress func(done, total int64)
+	// BlockSize is the tokens per KV block (0: 16).
+	BlockSize int
+	// MaxNumSeqs caps concurrently running sequences (0: 256).
+	MaxNumSeqs int
+	// MaxNumBatchedTokens is the token budget of one step (0: 2048).
+	MaxNumBatchedTokens int
+	// MaxModelLen caps prompt plus output tokens (0: the model's context length, capped by
+	// the KV cache).
+	MaxModelLen int
+	// DisablePrefixCaching turns prefix caching off; DisableChunkedPrefill makes prompts wait
+	// for a step with room for all of their remaining tokens.
+	DisablePrefixCaching, DisableChunkedPrefill bool
+	// DisableAsyncScheduling runs each engine step's forward pass and host work one after
+	// the other instead of overlapping them (see engine.Config).
+	DisableAsyncScheduling bool
+	// MaxWaiting refuses requests with ErrQueueFull when that many wait (0: no limit).
+	MaxWaiting int
+	// GenerationConfig says where Engine.SamplingDefaults come from (the zero value: the
+	// model's generation_config.json over vLLM's neutral defaults).
+	GenerationConfig GenerationConfig
+	// Tokenizer names a separate tokenizer file (a llama2.c checkpoint's tokenizer.bin).
+	Tokenizer string
+	// OnRequestDone, when set, receives every finished request's stats, from the engine
+	// loop: it must return quickly.
+	OnRequestDone func(RequestStats)
+}
+
+// CUDAOptions are the settings of the CUDA backends (see cuda.BackendOptions).
+type CUDAOptions struct {
+	// OpTime synchronises around every GPU op and prints per-op device times when the
+	// backends close: a profiler for when nsys is absent (KVASIR_CUDA_OPTIME=1).
+	OpTime bool
+	// DisablePDL turns off programmatic dependent launch of the decode kernels
+	// (KVASIR_CUDA_PDL=0).
+	DisablePDL bool
+	// DisableShadows makes cuBLAS steps cast their activations to BF16 with a kernel of
+	// their own instead of reading the copy the norm or SwiGLU wrote (KVASIR_CUDA_SHADOW=0).
+	DisableShadows bool
+}

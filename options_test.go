@@ -1,0 +1,153 @@
+package kvasir
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/quant"
+	"github.com/kvasir-llm/kvasir/internal/testdata"
+)
+
+func TestParseDevice(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Device
+		ok   bool
+	}{
+		{"", Device{}, true}, {"cpu", Device{}, true}, {"cuda", Device{CUDA: true}, true},
+		{"cuda:0", Device{CUDA: true}, true}, {"cuda:3", Device{CUDA: true, Ordinal: 3}, true},
+		{"cuda:", Device{}, false}, {"cuda:-1", Device{}, false}, {"cuda:01", Device{}, false},
+		{"cuda:x", Device{}, false}, {"gpu", Device{}, false}, {"CPU", Device{}, false}, {"cuda:1:2", Device{}, false},
+	} {
+		got, err := ParseDevice(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParseDevice(%q) = %+v, %v; want %+v, ok=%v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+	for _, name := range []string{"cpu", "cuda", "cuda:7"} {
+		d, err := ParseDevice(name)
+		if err != nil || d.String() != name {
+			t.Errorf("ParseDevice(%q).String() = %q, %v", name, d.String(), err)
+		}
+	}
+}
+
+// FuzzParseDevice: a device read back from its name is itself; nothing panics.
+func FuzzParseDevice(f *testing.F) {
+	for _, s := range []string{"cpu", "cuda", "cuda:1", "cuda:99999999999999999999", "cuda:+1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := ParseDevice(s)
+		if err != nil {
+			return
+		}
+		again, err := ParseDevice(d.String())
+		if err != nil || again != d {
+			t.Fatalf("ParseDevice(%q) = %+v, whose name %q reads as %+v, %v", s, d, d.String(), again, err)
+		}
+	})
+}
+
+func TestKVCacheDType(t *testing.T) {
+	cpu, gpu := Device{}, Device{CUDA: true, Ordinal: 1}
+	for _, tc := range []struct {
+		name     string
+		cpu, gpu quant.Type
+		cpuOK    bool
+	}{
+		{"", quant.F32, quant.BF16, true}, {"auto", quant.F32, quant.BF16, true},
+		{"f32", quant.F32, quant.F32, true}, {"f16", quant.F16, quant.F16, true}, {"bf16", 0, quant.BF16, false},
+	} {
+		dt, err := ParseKVCacheDType(tc.name)
+		if err != nil {
+			t.Fatalf("ParseKVCacheDType(%q): %v", tc.name, err)
+		}
+		if got, err := dt.On(gpu); err != nil || got != tc.gpu {
+			t.Errorf("%q on a GPU: %v, %v; want %v", tc.name, got, err, tc.gpu)
+		}
+		got, err := dt.On(cpu)
+		if (err == nil) != tc.cpuOK || (tc.cpuOK && got != tc.cpu) {
+			t.Errorf("%q on the CPU: %v, %v; want %v (ok %v)", tc.name, got, err, tc.cpu, tc.cpuOK)
+		}
+	}
+	for _, bad := range []string{"q8_0", "half", "F16", "fp8"} {
+		if _, err := ParseKVCacheDType(bad); err == nil {
+			t.Errorf("ParseKVCacheDType(%q) accepted", bad)
+		}
+	}
+	if _, err := (KVCacheBF16 + 1).On(gpu); err == nil {
+		t.Error("an unknown KV cache type is held on a GPU")
+	}
+}
+
+// FuzzParseKVCacheDType: a type read back from its name is itself; nothing panics.
+func FuzzParseKVCacheDType(f *testing.F) {
+	for _, s := range []string{"auto", "f32", "f16", "bf16", "fp8"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		dt, err := ParseKVCacheDType(s)
+		if err != nil {
+			return
+		}
+		if again, err := ParseKVCacheDType(dt.String()); err != nil || again != dt {
+			t.Fatalf("ParseKVCacheDType(%q) = %v, whose name reads as %v, %v", s, dt, again, err)
+		}
+	})
+}
+
+func TestEnvOverrides(t *testing.T) {
+	env := map[string]string{}
+	get := func(k string) string { return env[k] }
+	if got := withEnv(Options{CPUKernels: "avx2"}, get); got.CPUKernels != "avx2" || got.CUDA != (CUDAOptions{}) {
+		t.Errorf("an empty environment changed the options: %+v", got)
+	}
+	env = map[string]string{EnvCPUKernels: "generic", EnvCUDAOpTime: "1", EnvCUDAPDL: "0", EnvCUDAShadow: "0"}
+	got := withEnv(Options{}, get)
+	if got.CPUKernels != "generic" || got.CUDA != (CUDAOptions{OpTime: true, DisablePDL: true, DisableShadows: true}) {
+		t.Errorf("overrides not applied: %+v", got)
+	}
+	// Values other than the documented ones leave the settings as they are.
+	env = map[string]string{EnvCUDAOpTime: "yes", EnvCUDAPDL: "1", EnvCUDAShadow: "off"}
+	if got := withEnv(Options{}, get); got.CUDA != (CUDAOptions{}) {
+		t.Errorf("undocumented values changed the CUDA options: %+v", got.CUDA)
+	}
+}
+
+// TestLoadCPU: Load makes the CPU backends itself, on the kernel set asked for (or the one
+// KVASIR_CPU names), splits the threads among the ranks, and refuses a kernel set the CPU
+// does not have.
+func TestLoadCPU(t *testing.T) {
+	p := testdata.Path(t, "models/stories260K/stories260K.bin")
+	tok := testdata.Path(t, "models/stories260K/tok512.bin")
+	load := func(opt Options) (*Loaded, error) {
+		e, err := Open(p, opt)
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { e.Close() })
+		return e.Loaded(), nil
+	}
+	l, err := load(Options{Tokenizer: tok, Threads: 4, CPUKernels: "generic", TensorParallel: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Threads() != 2 || l.KernelSet() != "generic" || l.OnDevice() || l.Tokenizer() == nil {
+		t.Errorf("threads %d, kernels %q, on device %v", l.Threads(), l.KernelSet(), l.OnDevice())
+	}
+	if bw := l.ProbeBandwidth(1 << 20); bw <= 0 {
+		t.Errorf("bandwidth probe %v GB/s", bw)
+	}
+	t.Setenv(EnvCPUKernels, "generic")
+	if l, err = load(Options{Tokenizer: tok, Threads: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if l.KernelSet() != "generic" {
+		t.Errorf("KVASIR_CPU=generic: kernels %q", l.KernelSet())
+	}
+	t.Setenv(EnvCPUKernels, "no-such-set")
+	if _, err := load(Options{Tokenizer: tok, Threads: 1}); err == nil || !strings.Contains(err.Error(), "no-such-set") {
+		t.Errorf("an unknown kernel set: %v", err)
+	}
+}
