@@ -9,6 +9,7 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
 	"github.com/kvasir-llm/kvasir/internal/quant"
+	"github.com/kvasir-llm/kvasir/internal/sample"
 	"github.com/kvasir-llm/kvasir/internal/synth"
 )
 
@@ -209,4 +210,54 @@ func TestGPUSplit(t *testing.T) {
 		}
 		fmt.Printf("RESULT|parallel|%s on 2 GPUs (NCCL) vs 1 GPU, 6 greedy requests x 32 tokens|%d/%d equal|near-ties:%s\n", c.name, same, len(want), ties)
 	}
+}
+
+// allowSet is a processor that allows a fixed set of tokens.
+type allowSet struct{ mask sample.Mask }
+
+func (a allowSet) Mask() sample.Mask      { return a.mask }
+func (a allowSet) Accept([]int32) error   { return nil }
+func (a allowSet) Rollback(int)           {}
+func (a allowSet) Clone() sample.Stateful { return a }
+
+// TestGPUProcessorMask: a stateful processor's vocabulary mask reaches the device sampler:
+// greedy and sampled requests with a mask of eight tokens, each alone (so their tokens are
+// picked on the device), draw only those, and masked greedy decoding equals greedy
+// decoding under a logit bias of -100 on every other token (a different road: host
+// logits).
+func TestGPUProcessorMask(t *testing.T) {
+	e := gpuEngine(t)
+	allowed := []int32{4, 9, 33, 100, 101, 250, 400, 511}
+	bias := map[int32]float32{}
+	for id := range int32(512) {
+		if !slices.Contains(allowed, id) {
+			bias[id] = -100
+		}
+	}
+	prompt := []int32{1, 17, 300, 42, 9, 77, 5}
+	seed := uint64(5)
+	mk := func(p SamplingParams, masked bool) Request {
+		p.MaxTokens, p.IgnoreEOS = 24, true
+		r := Request{PromptTokens: prompt, Params: p}
+		if masked {
+			r.Processors = []sample.Stateful{allowSet{sample.NewMask(512, allowed...)}}
+		}
+		return r
+	}
+	// One at a time: a step with the biased request takes host logits for all.
+	var got [][][]int32
+	for _, r := range []Request{mk(SamplingParams{}, true), mk(SamplingParams{LogitBias: bias}, false), mk(SamplingParams{Temperature: 1, Seed: &seed}, true)} {
+		got = append(got, tokens(t, e, []Request{r})[0])
+	}
+	for i, r := range [][]int32{got[0][0], got[2][0]} {
+		for _, tok := range r {
+			if !slices.Contains(allowed, tok) {
+				t.Fatalf("request %d drew token %d, not allowed", i, tok)
+			}
+		}
+	}
+	if !slices.Equal(got[0][0], got[1][0]) {
+		t.Errorf("masked greedy %v, logit-biased greedy %v", got[0][0], got[1][0])
+	}
+	fmt.Printf("RESULT|engine|processor mask on the device sampler (greedy = biased greedy)|%v|\n", slices.Equal(got[0][0], got[1][0]))
 }
