@@ -14,7 +14,10 @@
 # With bin/kvasir present, the script synthesizes BF16 llama-3.2-1b and qwen3-0.6b (GGUF
 # and Hugging Face folders) under $KVASIR_GPU_MODELS (default /tmp/kvasir-models) for the
 # CPU-vs-GPU tests, then compares the HF folders with PyTorch (scripts/torch_ref.py).
-# TEST_RUN restricts the tests (a -test.run pattern).
+# TEST_RUN restricts the tests (a -test.run pattern). With bin/kvasir.test present (the root
+# package's tests: CGO_ENABLED=0 go test -c -o bin/kvasir.test .), its GPU tests (the engine
+# on a GPU: device sampling, processor masks, the split model) run too, under ROOT_RUN
+# (default '^TestGPU').
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -78,6 +81,10 @@ fi
 start=$(date +%s)
 "$bin" -test.v -test.count=1 -test.timeout=300s ${TEST_RUN:+-test.run "$TEST_RUN"} 2>&1 | tee "$out/gpu_test.log"
 rc=${PIPESTATUS[0]}
+if [ -x bin/kvasir.test ]; then
+	bin/kvasir.test -test.v -test.count=1 -test.timeout=300s -test.run "${ROOT_RUN:-^TestGPU}" 2>&1 | tee -a "$out/gpu_test.log"
+	[ "${PIPESTATUS[0]}" = 0 ] || rc=1
+fi
 if [ -x bin/kvasir ] && command -v python3 >/dev/null; then
 	for s in llama-3.2-1b qwen3-0.6b; do
 		rec="$KVASIR_GPU_OUT/kvasir_$s.json"
