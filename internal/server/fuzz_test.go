@@ -2,6 +2,8 @@ package server
 
 import (
 	"testing"
+
+	"github.com/kvasir-llm/kvasir"
 )
 
 // FuzzDecodeRequests feeds arbitrary bodies to the request decoders and validators: they
@@ -18,6 +20,8 @@ func FuzzDecodeRequests(f *testing.F) {
 		`{"messages":[],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}}`,
 		`{"messages":[],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"}}}`,
 		`{"messages":[],"tool_choice":"none","guided_json":{"type":"object"},"functions":null}`,
+		`{"prompt":"hi","prompt_logprobs":3,"echo":true,"logprobs":2}`,
+		`{"messages":[{"role":"user","content":"hi"}],"prompt_logprobs":-1,"stream":true}`,
 		`{"prompt":"x","max_tokens":-1}`, `{"prompt":{}}`, `{"stop":5}`, `[]`, `null`, `{`, "\xff",
 	} {
 		f.Add([]byte(seed))
@@ -35,6 +39,15 @@ func FuzzDecodeRequests(f *testing.F) {
 			} else if err.Status != 400 || err.Param == "" {
 				t.Errorf("params error %+v", err)
 			}
+			var p kvasir.SamplingParams
+			if err := c.promptLogprobsParams(&p); err != nil {
+				if err.Status != 400 || err.Param != "prompt_logprobs" {
+					t.Errorf("prompt_logprobs error %+v", err)
+				}
+			} else if p.PromptLogprobs != (c.PromptLogprobs != nil) || p.PromptTopLogprobs < 0 || p.PromptTopLogprobs > MaxTopLogprobs || (p.PromptLogprobs && c.Stream) {
+				t.Errorf("accepted prompt_logprobs %v (stream %v) as %v, %d", c.PromptLogprobs, c.Stream, p.PromptLogprobs, p.PromptTopLogprobs)
+			}
+
 			for _, item := range c.Prompt {
 				if item.IsText == (item.Tokens != nil) {
 					t.Errorf("prompt item is both or neither text and tokens: %+v", item)

@@ -54,6 +54,8 @@ type commonRequest struct {
 	CacheSalt              string             `json:"cache_salt"`
 	Stream                 bool               `json:"stream"`
 	StreamOptions          *streamOptions     `json:"stream_options"`
+	// PromptLogprobs is vLLM's extension, checked by promptLogprobsParams.
+	PromptLogprobs *int `json:"prompt_logprobs"`
 }
 
 // stopList is the stop field: a string, a list of strings, or null.

@@ -136,6 +136,20 @@ test('logprobs, completions and chat', async () => {
   }
 });
 
+test('echo with logprobs scores the prompt tokens (vLLM)', async () => {
+  const plain = await client.completions.create({ model, prompt: 'Hello there', max_tokens: 3, logprobs: 1, temperature: 0, ignore_eos: true });
+  const res = await client.completions.create({ model, prompt: 'Hello there', max_tokens: 3, logprobs: 1, temperature: 0, ignore_eos: true, echo: true });
+  const lp = res.choices[0].logprobs;
+  const prompt = res.usage.prompt_tokens;
+  assert.equal(res.choices[0].text, 'Hello there' + plain.choices[0].text);
+  assert.equal(lp.tokens.length, prompt + 3);
+  assert.equal(lp.token_logprobs[0], null, 'the first prompt token has no logprob');
+  assert.equal(lp.top_logprobs[0], null);
+  for (const v of lp.token_logprobs.slice(1)) assert.ok(v <= 0);
+  assert.deepEqual(lp.token_logprobs.slice(prompt), plain.choices[0].logprobs.token_logprobs);
+  assert.equal(lp.text_offset[0], 0);
+});
+
 test('stop sequences', async () => {
   const full = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 24, temperature: 0, ignore_eos: true });
   const text = full.choices[0].text;
