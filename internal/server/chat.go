@@ -82,7 +82,7 @@ func (s *Server) chatRequest(req *chatRequest) (kvasir.Request, *APIError) {
 		params.TopLogprobs = *req.TopLogprobs
 	}
 	params.Logprobs = req.Logprobs
-	for _, apiErr := range []*APIError{req.promptLogprobsParams(&params),
+	for _, apiErr := range []*APIError{req.promptLogprobsParams(&params), req.beamSearchParams(&params),
 		checkResponseFormat(req.ResponseFormat), checkTools(req.Tools, req.ToolChoice),
 		checkContinueFinal(req.AddGenerationPrompt, req.ContinueFinal)} {
 		if apiErr != nil {

@@ -119,12 +119,17 @@ func (s *Server) completionRequests(req *completionRequest) ([]kvasir.Request, *
 		}
 		params.Logprobs, params.TopLogprobs = true, *req.Logprobs
 	}
-	if apiErr := req.promptLogprobsParams(&params); apiErr != nil {
-		return nil, apiErr
+	for _, apiErr := range []*APIError{req.promptLogprobsParams(&params), req.beamSearchParams(&params)} {
+		if apiErr != nil {
+			return nil, apiErr
+		}
 	}
 	if req.Echo && req.Logprobs != nil {
 		// The echoed prompt tokens carry their logprobs (as in vLLM): the engine scores the
 		// prompt with as many alternatives as either field asks for.
+		if params.UseBeamSearch {
+			return nil, badRequest("echo", "echo with logprobs is not supported with beam search (use_beam_search): it needs the prompt's logprobs, which beam search does not compute")
+		}
 		params.PromptLogprobs, params.PromptTopLogprobs = true, max(params.PromptTopLogprobs, *req.Logprobs)
 	}
 	if !s.eng.HasTokenizer() {
