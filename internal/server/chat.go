@@ -55,6 +55,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		}
 		base.Choices[i] = c
 	}
+	if req.PromptLogprobs != nil {
+		base.PromptLogprobs = s.promptLogprobs(res.promptLogprobs[0], *req.PromptLogprobs)
+	}
 	base.Usage = &res.usage
 	writeJSON(w, http.StatusOK, base)
 }
@@ -79,7 +82,8 @@ func (s *Server) chatRequest(req *chatRequest) (kvasir.Request, *APIError) {
 		params.TopLogprobs = *req.TopLogprobs
 	}
 	params.Logprobs = req.Logprobs
-	for _, apiErr := range []*APIError{checkResponseFormat(req.ResponseFormat), checkTools(req.Tools, req.ToolChoice),
+	for _, apiErr := range []*APIError{req.promptLogprobsParams(&params), req.beamSearchParams(&params),
+		checkResponseFormat(req.ResponseFormat), checkTools(req.Tools, req.ToolChoice),
 		checkContinueFinal(req.AddGenerationPrompt, req.ContinueFinal)} {
 		if apiErr != nil {
 			return kvasir.Request{}, apiErr

@@ -27,22 +27,14 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n := max(reqs[0].Params.N, 1)
-	echo := make([]string, len(reqs))
-	if req.Echo {
-		for i, p := range req.Prompt {
-			echo[i] = p.Text
-			if !p.IsText {
-				echo[i], _ = s.eng.Detokenize(p.Tokens, !reqs[i].Params.KeepSpecialTokens)
-			}
-		}
-	}
+	e := s.echoOf(&req, reqs)
 	lp := &legacyBuilder{s: s, top: -1}
 	if req.Logprobs != nil {
 		lp.top = *req.Logprobs
 	}
 	base := completionResponse{ID: id, Object: "text_completion", Created: time.Now().Unix(), Model: s.modelName()}
 	if req.Stream {
-		s.streamCompletion(w, ch, base, &req, n, len(reqs), echo, lp)
+		s.streamCompletion(w, ch, base, &req, n, e, lp)
 		return
 	}
 	res, apiErr := collect(ch, len(reqs), n)
@@ -54,16 +46,49 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	base.Choices = make([]completionChoice, len(res.choices))
 	for i := range res.choices {
 		cs := &res.choices[i]
-		prefix := echo[i/n]
-		text := prefix + cs.text.String()
-		ch := completionChoice{Index: i, Text: text, FinishReason: strPtr(cs.finish), StopReason: cs.stop}
+		p := i / n
+		ch := completionChoice{Index: i, Text: e.text[p] + cs.text.String(), FinishReason: strPtr(cs.finish), StopReason: cs.stop}
 		if lp.top >= 0 {
-			ch.Logprobs = lp.build(cs.tokens, cs.logprobs, len(prefix))
+			ch.Logprobs = newLegacyLogprobs()
+			offset := 0
+			if e.logprobs {
+				offset = lp.addPrompt(ch.Logprobs, e.heads[p], res.promptLogprobs[p])
+			}
+			lp.add(ch.Logprobs, cs.tokens, cs.logprobs, offset)
+		}
+		if req.PromptLogprobs != nil {
+			ch.PromptLogprobs = s.promptLogprobs(res.promptLogprobs[p], *req.PromptLogprobs)
 		}
 		base.Choices[i] = ch
 	}
 	base.Usage = &res.usage
 	writeJSON(w, http.StatusOK, base)
+}
+
+// echoed is what a completions request echoes of its prompts: each prompt's text, and with
+// logprobs, each prompt's first token (the one no prompt logprob scores).
+type echoed struct {
+	text     []string
+	logprobs bool
+	heads    []int32
+}
+
+// echoOf returns what req echoes of the prompts of its engine requests reqs.
+func (s *Server) echoOf(req *completionRequest, reqs []kvasir.Request) echoed {
+	e := echoed{text: make([]string, len(reqs)), logprobs: req.Echo && req.Logprobs != nil}
+	if !req.Echo {
+		return e
+	}
+	for i, p := range req.Prompt {
+		e.text[i] = p.Text
+		if !p.IsText {
+			e.text[i], _ = s.eng.Detokenize(p.Tokens, !reqs[i].Params.KeepSpecialTokens)
+		}
+		if e.logprobs {
+			e.heads = append(e.heads, s.promptHead(p))
+		}
+	}
+	return e
 }
 
 // completionRequests validates a completions request and makes one engine request per
@@ -94,6 +119,19 @@ func (s *Server) completionRequests(req *completionRequest) ([]kvasir.Request, *
 		}
 		params.Logprobs, params.TopLogprobs = true, *req.Logprobs
 	}
+	for _, apiErr := range []*APIError{req.promptLogprobsParams(&params), req.beamSearchParams(&params)} {
+		if apiErr != nil {
+			return nil, apiErr
+		}
+	}
+	if req.Echo && req.Logprobs != nil {
+		// The echoed prompt tokens carry their logprobs (as in vLLM): the engine scores the
+		// prompt with as many alternatives as either field asks for.
+		if params.UseBeamSearch {
+			return nil, badRequest("echo", "echo with logprobs is not supported with beam search (use_beam_search): it needs the prompt's logprobs, which beam search does not compute")
+		}
+		params.PromptLogprobs, params.PromptTopLogprobs = true, max(params.PromptTopLogprobs, *req.Logprobs)
+	}
 	if !s.eng.HasTokenizer() {
 		for _, p := range req.Prompt {
 			if p.IsText {
@@ -108,9 +146,13 @@ func (s *Server) completionRequests(req *completionRequest) ([]kvasir.Request, *
 	return reqs, nil
 }
 
-// streamCompletion streams text_completion chunks.
-func (s *Server) streamCompletion(w http.ResponseWriter, ch <-chan item, base completionResponse, req *completionRequest, n, prompts int, echo []string, lp *legacyBuilder) {
+// streamCompletion streams text_completion chunks. With echo, each choice starts with a
+// chunk of its prompt; with logprobs too, that chunk carries the prompt tokens' logprobs,
+// which arrive on the first output of the prompt's choice 0, so until then the prompt's
+// other outputs wait.
+func (s *Server) streamCompletion(w http.ResponseWriter, ch <-chan item, base completionResponse, req *completionRequest, n int, e echoed, lp *legacyBuilder) {
 	sse := newSSE(w)
+	prompts := len(e.text)
 	u := usageTracker{last: make([]kvasir.Usage, prompts)}
 	offsets := make([]int, prompts*n)
 	chunk := func(c completionChoice) bool {
@@ -121,16 +163,44 @@ func (s *Server) streamCompletion(w http.ResponseWriter, ch <-chan item, base co
 		}
 		return sse.send(out)
 	}
-	if req.Echo {
-		for i := range offsets {
-			offsets[i] = len(echo[i/n])
-			if echo[i/n] != "" && !chunk(completionChoice{Index: i, Text: echo[i/n]}) {
+	echo := func(p int, plps []kvasir.Logprob) bool {
+		for i := p * n; i < (p+1)*n; i++ {
+			c := completionChoice{Index: i, Text: e.text[p]}
+			if e.logprobs {
+				c.Logprobs = newLegacyLogprobs()
+				offsets[i] = lp.addPrompt(c.Logprobs, e.heads[p], plps)
+			} else if c.Text == "" {
+				continue
+			}
+			if !chunk(c) {
+				return false
+			}
+		}
+		return true
+	}
+	send := func(o kvasir.Output, p int) bool {
+		if o.Text == "" && o.FinishReason == "" && len(o.Logprobs) == 0 {
+			return true
+		}
+		idx := p*n + o.Index
+		c := completionChoice{Index: idx, Text: o.Text, FinishReason: strPtr(o.FinishReason), StopReason: stopReason(o)}
+		if lp.top >= 0 {
+			c.Logprobs = newLegacyLogprobs()
+			offsets[idx] = lp.add(c.Logprobs, o.TokenIDs, o.Logprobs, offsets[idx])
+		}
+		return chunk(c)
+	}
+	if req.Echo && !e.logprobs {
+		for p := range prompts {
+			if !echo(p, nil) {
 				return
 			}
 		}
 	}
+	echoedAt := make([]bool, prompts)
+	held := make([][]kvasir.Output, prompts)
 	for it := range ch {
-		o := it.Out
+		o, p := it.Out, it.Prompt
 		u.update(it)
 		if o.Err != nil {
 			s.log.Error("completion failed mid-stream", "id", base.ID, "err", o.Err)
@@ -138,18 +208,23 @@ func (s *Server) streamCompletion(w http.ResponseWriter, ch <-chan item, base co
 			sse.done()
 			return
 		}
-		if o.Text == "" && o.FinishReason == "" && len(o.Logprobs) == 0 {
-			continue
-		}
-		idx := it.Prompt*n + o.Index
-		c := completionChoice{Index: idx, Text: o.Text, FinishReason: strPtr(o.FinishReason), StopReason: stopReason(o)}
-		if lp.top >= 0 {
-			c.Logprobs = lp.build(o.TokenIDs, o.Logprobs, offsets[idx])
-			for _, id := range o.TokenIDs {
-				offsets[idx] += len(s.eng.TokenText(id))
+		if e.logprobs && !echoedAt[p] {
+			if o.Index != 0 {
+				held[p] = append(held[p], o)
+				continue
 			}
+			echoedAt[p] = true
+			if !echo(p, o.PromptLogprobs) {
+				return
+			}
+			for _, h := range held[p] {
+				if !send(h, p) {
+					return
+				}
+			}
+			held[p] = nil
 		}
-		if !chunk(c) {
+		if !send(o, p) {
 			return
 		}
 	}
@@ -168,37 +243,63 @@ type legacyBuilder struct {
 	top int // alternatives per position; -1: no logprobs
 }
 
-// build lists tokens with their logprobs, top alternatives (the sampled token included, as
-// vLLM does) and text offsets starting at offset.
-func (b *legacyBuilder) build(ids []int32, lps []kvasir.Logprob, offset int) *legacyLogprobs {
-	out := &legacyLogprobs{Tokens: []string{}, TokenLogprobs: []*float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+// newLegacyLogprobs returns an empty logprobs object (empty lists, not null).
+func newLegacyLogprobs() *legacyLogprobs {
+	return &legacyLogprobs{Tokens: []string{}, TokenLogprobs: []*float64{}, TopLogprobs: []map[string]float64{}, TextOffset: []int{}}
+}
+
+// add appends tokens with their logprobs (entry i for token i; null past the entries), top
+// alternatives (the token itself included, as vLLM does) and text offsets from offset on.
+// It returns the offset after the last token.
+func (b *legacyBuilder) add(out *legacyLogprobs, ids []int32, lps []kvasir.Logprob, offset int) int {
 	for i, id := range ids {
-		text := b.s.eng.TokenText(id)
-		out.Tokens = append(out.Tokens, text)
-		out.TextOffset = append(out.TextOffset, offset)
-		offset += len(text)
-		if i >= len(lps) {
-			out.TokenLogprobs = append(out.TokenLogprobs, nil)
-			out.TopLogprobs = append(out.TopLogprobs, nil)
-			continue
+		var lp *kvasir.Logprob
+		if i < len(lps) {
+			lp = &lps[i]
 		}
-		v := finiteLogprob(lps[i].Token.Logprob)
-		out.TokenLogprobs = append(out.TokenLogprobs, &v)
-		top := make(map[string]float64, len(lps[i].Top)+1)
-		for _, t := range lps[i].Top {
-			tt := b.s.eng.TokenText(t.ID)
-			if _, seen := top[tt]; !seen {
-				top[tt] = finiteLogprob(t.Logprob)
-			}
-		}
-		if b.top > 0 {
-			top[text] = v
-		}
-		if b.top > 0 {
-			out.TopLogprobs = append(out.TopLogprobs, top)
-		} else {
-			out.TopLogprobs = append(out.TopLogprobs, nil)
+		offset = b.addToken(out, id, lp, offset)
+	}
+	return offset
+}
+
+// addPrompt appends an echoed prompt from its first token head and its prompt logprobs (the
+// entry of every later token): the first token's logprob and alternatives are null. Offsets
+// start at 0; it returns the offset after the prompt.
+func (b *legacyBuilder) addPrompt(out *legacyLogprobs, head int32, plps []kvasir.Logprob) int {
+	offset := b.addToken(out, head, nil, 0)
+	for i := range plps {
+		lp := plps[i]
+		lp.Top = topOf(lp, b.top)
+		offset = b.addToken(out, lp.Token.ID, &lp, offset)
+	}
+	return offset
+}
+
+// addToken appends one token at offset with its logprob entry (nil: null) and returns the
+// offset after it.
+func (b *legacyBuilder) addToken(out *legacyLogprobs, id int32, lp *kvasir.Logprob, offset int) int {
+	text := b.s.eng.TokenText(id)
+	out.Tokens = append(out.Tokens, text)
+	out.TextOffset = append(out.TextOffset, offset)
+	if lp == nil {
+		out.TokenLogprobs = append(out.TokenLogprobs, nil)
+		out.TopLogprobs = append(out.TopLogprobs, nil)
+		return offset + len(text)
+	}
+	v := finiteLogprob(lp.Token.Logprob)
+	out.TokenLogprobs = append(out.TokenLogprobs, &v)
+	if b.top <= 0 {
+		out.TopLogprobs = append(out.TopLogprobs, nil)
+		return offset + len(text)
+	}
+	top := make(map[string]float64, len(lp.Top)+1)
+	for _, t := range lp.Top {
+		tt := b.s.eng.TokenText(t.ID)
+		if _, seen := top[tt]; !seen {
+			top[tt] = finiteLogprob(t.Logprob)
 		}
 	}
-	return out
+	top[text] = v
+	out.TopLogprobs = append(out.TopLogprobs, top)
+	return offset + len(text)
 }

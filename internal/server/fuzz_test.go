@@ -1,6 +1,7 @@
 package server
 
 import (
+	"math"
 	"testing"
 
 	"github.com/kvasir-llm/kvasir"
@@ -20,6 +21,10 @@ func FuzzDecodeRequests(f *testing.F) {
 		`{"messages":[],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}}`,
 		`{"messages":[],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"}}}`,
 		`{"messages":[],"tool_choice":"none","guided_json":{"type":"object"},"functions":null}`,
+		`{"prompt":"hi","prompt_logprobs":3,"echo":true,"logprobs":2}`,
+		`{"messages":[{"role":"user","content":"hi"}],"prompt_logprobs":-1,"stream":true}`,
+		`{"prompt":[1,2],"use_beam_search":true,"n":4,"length_penalty":-0.5,"stream":true}`,
+		`{"messages":[{"role":"user","content":"hi"}],"prompt_logprobs":-1,"use_beam_search":true,"length_penalty":1e39}`,
 		`{"prompt":"x","max_tokens":-1}`, `{"prompt":{}}`, `{"stop":5}`, `[]`, `null`, `{`, "\xff",
 	} {
 		f.Add([]byte(seed))
@@ -36,6 +41,21 @@ func FuzzDecodeRequests(f *testing.F) {
 				}
 			} else if err.Status != 400 || err.Param == "" {
 				t.Errorf("params error %+v", err)
+			}
+			var p kvasir.SamplingParams
+			if err := c.promptLogprobsParams(&p); err != nil {
+				if err.Status != 400 || err.Param != "prompt_logprobs" {
+					t.Errorf("prompt_logprobs error %+v", err)
+				}
+			} else if p.PromptLogprobs != (c.PromptLogprobs != nil) || p.PromptTopLogprobs < 0 || p.PromptTopLogprobs > MaxTopLogprobs || (p.PromptLogprobs && c.Stream) {
+				t.Errorf("accepted prompt_logprobs %v (stream %v) as %v, %d", c.PromptLogprobs, c.Stream, p.PromptLogprobs, p.PromptTopLogprobs)
+			}
+			if err := c.beamSearchParams(&p); err != nil {
+				if err.Status != 400 || err.Param != "length_penalty" {
+					t.Errorf("beam search error %+v", err)
+				}
+			} else if p.UseBeamSearch != c.UseBeamSearch || math.IsInf(float64(p.LengthPenalty), 0) || math.IsNaN(float64(p.LengthPenalty)) {
+				t.Errorf("accepted use_beam_search %v, length_penalty %v as %v, %v", c.UseBeamSearch, c.LengthPenalty, p.UseBeamSearch, p.LengthPenalty)
 			}
 			for _, item := range c.Prompt {
 				if item.IsText == (item.Tokens != nil) {

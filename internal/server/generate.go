@@ -66,19 +66,24 @@ type choiceState struct {
 // collected is a finished non-streaming generation.
 type collected struct {
 	choices []choiceState
-	usage   usage
+	// promptLogprobs are each prompt's prompt logprobs, when the request asked for them.
+	promptLogprobs [][]kvasir.Logprob
+	usage          usage
 }
 
 // collect reads a generation to its end: n choices per prompt, choice index
 // prompt*n + output index.
 func collect(ch <-chan item, prompts, n int) (*collected, *APIError) {
-	c := &collected{choices: make([]choiceState, prompts*n)}
+	c := &collected{choices: make([]choiceState, prompts*n), promptLogprobs: make([][]kvasir.Logprob, prompts)}
 	last := make([]kvasir.Usage, prompts)
 	var failed error
 	for it := range ch {
 		o := it.Out
 		if o.Err != nil && failed == nil {
 			failed = o.Err
+		}
+		if o.PromptLogprobs != nil {
+			c.promptLogprobs[it.Prompt] = o.PromptLogprobs
 		}
 		cs := &c.choices[it.Prompt*n+o.Index]
 		cs.text.WriteString(o.Text)

@@ -33,6 +33,13 @@ const testContextLen = 256
 // newTinyEngine opens an engine on a 2-layer synthesized model with a 320-token vocabulary.
 func newTinyEngine(t testing.TB, opt kvasir.Options) *kvasir.Engine {
 	t.Helper()
+	return newTinyEngineOf(t, opt, quant.F32)
+}
+
+// newTinyEngineOf is newTinyEngine with weights of type wt. With Q8_0 a token's logprobs are
+// the same bits whatever the batch or the prefill shape.
+func newTinyEngineOf(t testing.TB, opt kvasir.Options, wt quant.Type) *kvasir.Engine {
+	t.Helper()
 	shape, err := synth.Lookup("smollm2-135m")
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +47,7 @@ func newTinyEngine(t testing.TB, opt kvasir.Options) *kvasir.Engine {
 	c := shape.Config
 	c.Layers, c.VocabSize, c.Dim, c.Heads, c.KVHeads, c.HeadDim, c.RopeDim, c.FFNDim, c.ContextLen = 2, 320, 64, 4, 2, 16, 16, 128, testContextLen
 	shape.Config = c
-	fm, err := synth.Model(shape, quant.F32, 7)
+	fm, err := synth.Model(shape, wt, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,11 +78,17 @@ type testEnv struct {
 // newTestEnv starts an httptest server on a tiny engine.
 func newTestEnv(t testing.TB, opt kvasir.Options, cfg Config) *testEnv {
 	t.Helper()
+	return newTestEnvOf(t, opt, cfg, quant.F32)
+}
+
+// newTestEnvOf is newTestEnv on a tiny engine with weights of type wt.
+func newTestEnvOf(t testing.TB, opt kvasir.Options, cfg Config, wt quant.Type) *testEnv {
+	t.Helper()
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(testModelName)
 	}
 	opt.OnRequestDone = cfg.Metrics.OnRequestDone
-	eng := newTinyEngine(t, opt)
+	eng := newTinyEngineOf(t, opt, wt)
 	if cfg.ModelNames == nil {
 		cfg.ModelNames = []string{testModelName}
 	}

@@ -54,6 +54,11 @@ type commonRequest struct {
 	CacheSalt              string             `json:"cache_salt"`
 	Stream                 bool               `json:"stream"`
 	StreamOptions          *streamOptions     `json:"stream_options"`
+	// PromptLogprobs, UseBeamSearch and LengthPenalty are vLLM's extensions, checked by
+	// promptLogprobsParams and beamSearchParams.
+	PromptLogprobs *int     `json:"prompt_logprobs"`
+	UseBeamSearch  bool     `json:"use_beam_search"`
+	LengthPenalty  *float64 `json:"length_penalty"`
 }
 
 // stopList is the stop field: a string, a list of strings, or null.

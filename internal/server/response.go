@@ -34,6 +34,8 @@ type completionChoice struct {
 	Logprobs     *legacyLogprobs `json:"logprobs"`
 	FinishReason *string         `json:"finish_reason"`
 	StopReason   any             `json:"stop_reason"`
+	// PromptLogprobs is vLLM's prompt_logprobs of the choice's prompt, when asked for.
+	PromptLogprobs promptLogprobs `json:"prompt_logprobs,omitempty"`
 }
 
 // completionResponse is a text_completion object or chunk.
@@ -84,6 +86,8 @@ type chatResponse struct {
 	Model   string       `json:"model"`
 	Choices []chatChoice `json:"choices"`
 	Usage   *usage       `json:"usage,omitempty"`
+	// PromptLogprobs is vLLM's prompt_logprobs of the rendered prompt, when asked for.
+	PromptLogprobs promptLogprobs `json:"prompt_logprobs,omitempty"`
 }
 
 // chatLogprobs is the logprobs object of the chat API.

@@ -136,6 +136,32 @@ test('logprobs, completions and chat', async () => {
   }
 });
 
+test('echo with logprobs scores the prompt tokens (vLLM)', async () => {
+  const plain = await client.completions.create({ model, prompt: 'Hello there', max_tokens: 3, logprobs: 1, temperature: 0, ignore_eos: true });
+  const res = await client.completions.create({ model, prompt: 'Hello there', max_tokens: 3, logprobs: 1, temperature: 0, ignore_eos: true, echo: true });
+  const lp = res.choices[0].logprobs;
+  const prompt = res.usage.prompt_tokens;
+  assert.equal(res.choices[0].text, 'Hello there' + plain.choices[0].text);
+  assert.equal(lp.tokens.length, prompt + 3);
+  assert.equal(lp.token_logprobs[0], null, 'the first prompt token has no logprob');
+  assert.equal(lp.top_logprobs[0], null);
+  for (const v of lp.token_logprobs.slice(1)) assert.ok(v <= 0);
+  assert.deepEqual(lp.token_logprobs.slice(prompt), plain.choices[0].logprobs.token_logprobs);
+  assert.equal(lp.text_offset[0], 0);
+});
+
+test('beam search (vLLM): n beams in score order, usage over them', async () => {
+  const greedy = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 4, temperature: 0, ignore_eos: true });
+  const res = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 4, ignore_eos: true, n: 2, use_beam_search: true, length_penalty: 1.0 });
+  assert.deepEqual(res.choices.map((c) => c.index), [0, 1]);
+  assert.notEqual(res.choices[0].text, res.choices[1].text);
+  assert.equal(res.usage.completion_tokens, 8);
+  const one = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 4, ignore_eos: true, use_beam_search: true });
+  assert.equal(one.choices[0].text, greedy.choices[0].text, 'a beam of width 1 is greedy');
+  await assert.rejects(client.completions.create({ model, prompt: 'x', use_beam_search: true, stop: ['a'] }),
+    (err) => err instanceof OpenAI.BadRequestError && err.param === 'stop');
+});
+
 test('stop sequences', async () => {
   const full = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 24, temperature: 0, ignore_eos: true });
   const text = full.choices[0].text;
