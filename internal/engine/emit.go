@@ -28,7 +28,7 @@ func (e *Engine) emit(pk pick) {
 
 	out := Output{RequestID: r.id, Index: seq.index, TokenIDs: []int32{tok}, Logprobs: pk.lp}
 	if seq.index == 0 && pk.numOut == 1 && p.PromptLogprobs {
-		out.PromptLogprobs = r.promptLPs
+		out.PromptLogprobs, out.PromptTokenIDs = r.promptLPs, r.prompt
 	}
 	finish, stopReason := "", any(nil)
 	stopText := false

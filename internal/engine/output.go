@@ -48,8 +48,10 @@ type Output struct {
 	Logprobs []Logprob
 	// PromptLogprobs, on the first Output of choice 0 of a request that asked for them,
 	// has one entry per prompt token after the first: entry i is prompt token i+1's log
-	// probability given the tokens before it, with the top alternatives.
+	// probability given the tokens before it, with the top alternatives. PromptTokenIDs,
+	// on the same Output, is the prompt as the engine tokenized it.
 	PromptLogprobs []Logprob
+	PromptTokenIDs []int32
 	// CumulativeLogprob is the sum of the log probabilities of the choice's tokens, set on
 	// the Output of a beam-search choice.
 	CumulativeLogprob float64

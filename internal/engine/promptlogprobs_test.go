@@ -37,6 +37,9 @@ func TestPromptLogprobs(t *testing.T) {
 				if o.PromptLogprobs != nil {
 					outputs++
 					plps = o.PromptLogprobs
+					if !slices.Equal(o.PromptTokenIDs, full) {
+						t.Errorf("prompt token ids %v, want %v", o.PromptTokenIDs, full)
+					}
 				}
 			}
 			if outputs != 1 {

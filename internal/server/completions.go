@@ -52,7 +52,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 			ch.Logprobs = newLegacyLogprobs()
 			offset := 0
 			if e.logprobs {
-				offset = lp.addPrompt(ch.Logprobs, e.heads[p], res.promptLogprobs[p])
+				offset = lp.addPrompt(ch.Logprobs, res.promptTokens[p], res.promptLogprobs[p])
 			}
 			lp.add(ch.Logprobs, cs.tokens, cs.logprobs, offset)
 		}
@@ -65,12 +65,11 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, base)
 }
 
-// echoed is what a completions request echoes of its prompts: each prompt's text, and with
-// logprobs, each prompt's first token (the one no prompt logprob scores).
+// echoed is what a completions request echoes of its prompts: each prompt's text, and
+// whether with logprobs.
 type echoed struct {
 	text     []string
 	logprobs bool
-	heads    []int32
 }
 
 // echoOf returns what req echoes of the prompts of its engine requests reqs.
@@ -83,9 +82,6 @@ func (s *Server) echoOf(req *completionRequest, reqs []kvasir.Request) echoed {
 		e.text[i] = p.Text
 		if !p.IsText {
 			e.text[i], _ = s.eng.Detokenize(p.Tokens, !reqs[i].Params.KeepSpecialTokens)
-		}
-		if e.logprobs {
-			e.heads = append(e.heads, s.promptHead(p))
 		}
 	}
 	return e
@@ -163,12 +159,12 @@ func (s *Server) streamCompletion(w http.ResponseWriter, ch <-chan item, base co
 		}
 		return sse.send(out)
 	}
-	echo := func(p int, plps []kvasir.Logprob) bool {
+	echo := func(p int, prompt []int32, plps []kvasir.Logprob) bool {
 		for i := p * n; i < (p+1)*n; i++ {
 			c := completionChoice{Index: i, Text: e.text[p]}
 			if e.logprobs {
 				c.Logprobs = newLegacyLogprobs()
-				offsets[i] = lp.addPrompt(c.Logprobs, e.heads[p], plps)
+				offsets[i] = lp.addPrompt(c.Logprobs, prompt, plps)
 			} else if c.Text == "" {
 				continue
 			}
@@ -192,7 +188,7 @@ func (s *Server) streamCompletion(w http.ResponseWriter, ch <-chan item, base co
 	}
 	if req.Echo && !e.logprobs {
 		for p := range prompts {
-			if !echo(p, nil) {
+			if !echo(p, nil, nil) {
 				return
 			}
 		}
@@ -214,7 +210,7 @@ func (s *Server) streamCompletion(w http.ResponseWriter, ch <-chan item, base co
 				continue
 			}
 			echoedAt[p] = true
-			if !echo(p, o.PromptLogprobs) {
+			if !echo(p, o.PromptTokenIDs, o.PromptLogprobs) {
 				return
 			}
 			for _, h := range held[p] {
@@ -262,11 +258,14 @@ func (b *legacyBuilder) add(out *legacyLogprobs, ids []int32, lps []kvasir.Logpr
 	return offset
 }
 
-// addPrompt appends an echoed prompt from its first token head and its prompt logprobs (the
-// entry of every later token): the first token's logprob and alternatives are null. Offsets
-// start at 0; it returns the offset after the prompt.
-func (b *legacyBuilder) addPrompt(out *legacyLogprobs, head int32, plps []kvasir.Logprob) int {
-	offset := b.addToken(out, head, nil, 0)
+// addPrompt appends an echoed prompt from its tokens (as the engine tokenized it) and its
+// prompt logprobs (the entry of every token after the first, whose logprob and
+// alternatives are null). Offsets start at 0; it returns the offset after the prompt.
+func (b *legacyBuilder) addPrompt(out *legacyLogprobs, prompt []int32, plps []kvasir.Logprob) int {
+	if len(prompt) == 0 {
+		return 0
+	}
+	offset := b.addToken(out, prompt[0], nil, 0)
 	for i := range plps {
 		lp := plps[i]
 		lp.Top = topOf(lp, b.top)

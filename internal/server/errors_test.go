@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -172,7 +173,9 @@ func TestQueueFull(t *testing.T) {
 	env := newTestEnv(t, kvasir.Options{MaxNumSeqs: 1, MaxWaiting: 1}, Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	long := []byte(`{"prompt":"hello","max_tokens":200,"ignore_eos":true,"stream":true}`)
+	// Long enough to still run when the third request comes, however fast the machine:
+	// up to the context length (they are cancelled at the end).
+	long := []byte(fmt.Sprintf(`{"prompt":"hello","max_tokens":%d,"ignore_eos":true,"stream":true}`, env.eng.MaxModelLen()-8))
 	var wg sync.WaitGroup
 	started := make(chan struct{}, 2)
 	for i := 0; i < 2; i++ {

@@ -66,15 +66,18 @@ type choiceState struct {
 // collected is a finished non-streaming generation.
 type collected struct {
 	choices []choiceState
-	// promptLogprobs are each prompt's prompt logprobs, when the request asked for them.
+	// promptLogprobs are each prompt's prompt logprobs, when the request asked for them,
+	// and promptTokens each prompt's tokens as the engine tokenized it (on the same output).
 	promptLogprobs [][]kvasir.Logprob
+	promptTokens   [][]int32
 	usage          usage
 }
 
 // collect reads a generation to its end: n choices per prompt, choice index
 // prompt*n + output index.
 func collect(ch <-chan item, prompts, n int) (*collected, *APIError) {
-	c := &collected{choices: make([]choiceState, prompts*n), promptLogprobs: make([][]kvasir.Logprob, prompts)}
+	c := &collected{choices: make([]choiceState, prompts*n), promptLogprobs: make([][]kvasir.Logprob, prompts),
+		promptTokens: make([][]int32, prompts)}
 	last := make([]kvasir.Usage, prompts)
 	var failed error
 	for it := range ch {
@@ -82,8 +85,8 @@ func collect(ch <-chan item, prompts, n int) (*collected, *APIError) {
 		if o.Err != nil && failed == nil {
 			failed = o.Err
 		}
-		if o.PromptLogprobs != nil {
-			c.promptLogprobs[it.Prompt] = o.PromptLogprobs
+		if o.PromptTokenIDs != nil {
+			c.promptLogprobs[it.Prompt], c.promptTokens[it.Prompt] = o.PromptLogprobs, o.PromptTokenIDs
 		}
 		cs := &c.choices[it.Prompt*n+o.Index]
 		cs.text.WriteString(o.Text)

@@ -104,19 +104,3 @@ func topRank(alts []kvasir.TokenLogprob, i int) int {
 	}
 	return r
 }
-
-// promptHead returns the first token of a prompt as the engine tokenizes it, which no
-// prompt logprob scores: a token-id prompt's first id; for text, the BOS the tokenizer adds,
-// or else the text's first token.
-func (s *Server) promptHead(p promptItem) int32 {
-	if !p.IsText {
-		return p.Tokens[0]
-	}
-	if s.bosID >= 0 {
-		return s.bosID
-	}
-	if ids, err := s.eng.Tokenize(p.Text, false); err == nil && len(ids) > 0 {
-		return ids[0]
-	}
-	return -1
-}
