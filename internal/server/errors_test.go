@@ -170,7 +170,7 @@ func TestAPIKey(t *testing.T) {
 
 // TestQueueFull fills the single running slot and the one waiting place, then expects 429.
 func TestQueueFull(t *testing.T) {
-	env := newTestEnv(t, kvasir.Options{MaxNumSeqs: 1, MaxWaiting: 1}, Config{})
+	env := newTestEnv(t, kvasir.Options{MaxNumSeqs: 1, MaxWaiting: 1, KVCacheMemory: 64 << 20}, Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	// Long enough to still run when the third request comes, however fast the machine:
@@ -193,6 +193,11 @@ func TestQueueFull(t *testing.T) {
 			io.Copy(io.Discard, res.Body)
 		}()
 		<-started
+		// The first must be running before the second comes, or the second finds it
+		// still waiting and is refused itself.
+		for i == 0 && env.eng.Stats().Running == 0 {
+			time.Sleep(time.Millisecond)
+		}
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for s := env.eng.Stats(); s.Running+s.Waiting < 2; s = env.eng.Stats() {
