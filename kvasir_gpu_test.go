@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -222,9 +223,8 @@ func TestGPUOpenDevice(t *testing.T) {
 	if _, n, err := cuda.Devices(); n == 0 {
 		t.Skipf("skipping GPU test: no CUDA device (%v)", err)
 	}
-	bin := testdata.Path(t, "models/stories260K/stories260K.bin")
-	tok := testdata.Path(t, "models/stories260K/tok512.bin")
-	want, err := os.ReadFile(testdata.Path(t, "models/stories260K/ref_runc_greedy200.txt"))
+	bin, tok := gpuStoriesFile(t, "stories260K.bin"), gpuStoriesFile(t, "tok512.bin")
+	want, err := os.ReadFile(gpuStoriesFile(t, "ref_runc_greedy200.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,4 +266,14 @@ func TestGPUOpenDevice(t *testing.T) {
 		}
 		fmt.Printf("RESULT|kvasir|stories260K greedy 200 through Open on cuda, TP=2 f32 KV|equal to run.c: %v|\n", text == string(want))
 	}
+}
+
+// gpuStoriesFile returns the path of a stories260K file: in KVASIR_GPU_TESTDATA when it is
+// set (as the CUDA package's GPU tests take it), else in the shared test data.
+func gpuStoriesFile(t *testing.T, name string) string {
+	t.Helper()
+	if d := os.Getenv("KVASIR_GPU_TESTDATA"); d != "" {
+		return filepath.Join(d, name)
+	}
+	return testdata.Path(t, "models/stories260K/"+name)
 }
