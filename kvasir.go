@@ -3,6 +3,12 @@
 // run at once on one model and one paged KV cache, with continuous batching, chunked
 // prefill, prefix caching and preemption.
 //
+// It is also the one place that assembles the program: Load makes the backends Options
+// name (CPU ranks, CUDA ranks), binds the model and its tokenizer on them, and applies the
+// environment's overrides; Open and OpenModel start an engine on what Load made. The
+// sampling defaults (SamplingDefaults) and the chat rendering (Engine.RenderChat) that the
+// commands and the server share live here too.
+//
 //	e, err := kvasir.Open("model.gguf", kvasir.Options{})
 //	...
 //	defer e.Close()
@@ -156,7 +162,7 @@ func start(l *Loaded, opt Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{l: l, e: e, sizing: sizing, defaults: SamplingDefaultsFrom(gen)}, nil
+	return &Engine{l: l, e: e, sizing: sizing, defaults: NeutralSampling().With(gen)}, nil
 }
 
 // Generate submits a request and returns the channel its outputs arrive on; the channel is

@@ -3,7 +3,10 @@ package kvasir
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
@@ -11,6 +14,7 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/quant"
 	"github.com/kvasir-llm/kvasir/internal/sample"
 	"github.com/kvasir-llm/kvasir/internal/synth"
+	"github.com/kvasir-llm/kvasir/internal/testdata"
 )
 
 // gpuEngine starts an engine on a small synthesized llama-3.2-1b-shaped BF16 model on
@@ -260,4 +264,66 @@ func TestGPUProcessorMask(t *testing.T) {
 		t.Errorf("masked greedy %v, logit-biased greedy %v", got[0][0], got[1][0])
 	}
 	fmt.Printf("RESULT|engine|processor mask on the device sampler (greedy = biased greedy)|%v|\n", slices.Equal(got[0][0], got[1][0]))
+
+// TestGPUOpenDevice: with Device cuda, Load makes the CUDA backends itself and the KV
+// cache's element type reaches the GPU by the spec alone: auto is bf16, f16 and f32 are
+// held as asked. With an f32 cache, the engine's greedy story of stories260K from BOS is
+// llama2.c's. With two or more GPUs, a tensor-parallel split makes one backend per GPU.
+func TestGPUOpenDevice(t *testing.T) {
+	if _, n, err := cuda.Devices(); n == 0 {
+		t.Skipf("skipping GPU test: no CUDA device (%v)", err)
+	}
+	bin, tok := gpuStoriesFile(t, "stories260K.bin"), gpuStoriesFile(t, "tok512.bin")
+	want, err := os.ReadFile(gpuStoriesFile(t, "ref_runc_greedy200.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	story := func(opt Options) (string, *Engine) {
+		opt.Tokenizer, opt.Device, opt.KVCacheMemory = tok, Device{CUDA: true}, 64<<20
+		e, err := Open(bin, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		bos := int32(e.Loaded().Tokenizer().Vocab().BOS)
+		ch, err := e.Generate(context.Background(), Request{PromptTokens: []int32{bos}, Params: SamplingParams{MaxTokens: 200}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var text string
+		for o := range ch {
+			text += o.Text
+		}
+		return text, e
+	}
+	for _, tc := range []struct {
+		dt    KVCacheDType
+		bytes int
+	}{{KVCacheAuto, 2}, {KVCacheBF16, 2}, {KVCacheF16, 2}, {KVCacheF32, 4}} {
+		text, e := story(Options{KVCacheDType: tc.dt})
+		if !e.Loaded().OnDevice() || e.sizing.BytesPerElem != tc.bytes || text == "" {
+			t.Errorf("%s cache: on device %v, %d bytes per element (want %d), story %q", tc.dt, e.Loaded().OnDevice(), e.sizing.BytesPerElem, tc.bytes, text)
+		}
+		if tc.dt == KVCacheF32 && text != string(want) {
+			t.Errorf("f32 cache on the GPU: story\n%q\nwant llama2.c's\n%q", text, want)
+		}
+		fmt.Printf("RESULT|kvasir|stories260K greedy 200 through Open on cuda, %s KV|%d bytes per element|equal to run.c: %v\n", tc.dt, e.sizing.BytesPerElem, text == string(want))
+	}
+	if _, n, _ := cuda.Devices(); n >= 2 {
+		text, e := story(Options{KVCacheDType: KVCacheF32, TensorParallel: 2})
+		if sizing := e.KVCacheSizing(); !strings.Contains(sizing, "on each of 2 ranks") || text == "" {
+			t.Errorf("tensor-parallel 2 on cuda: sizing %q, story %q", sizing, text)
+		}
+		fmt.Printf("RESULT|kvasir|stories260K greedy 200 through Open on cuda, TP=2 f32 KV|equal to run.c: %v|\n", text == string(want))
+	}
+}
+
+// gpuStoriesFile returns the path of a stories260K file: in KVASIR_GPU_TESTDATA when it is
+// set (as the CUDA package's GPU tests take it), else in the shared test data.
+func gpuStoriesFile(t *testing.T, name string) string {
+	t.Helper()
+	if d := os.Getenv("KVASIR_GPU_TESTDATA"); d != "" {
+		return filepath.Join(d, name)
+	}
+	return testdata.Path(t, "models/stories260K/"+name)
 }

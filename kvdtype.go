@@ -12,6 +12,7 @@ type KVCacheDType uint8
 
 // KV cache element types.
 const (
+	// KVCacheAuto is the device's own: f32 on the CPU, bf16 on a GPU.
 	KVCacheAuto KVCacheDType = iota
 	// KVCacheF32 holds keys and values as float32.
 	KVCacheF32

@@ -99,6 +99,18 @@ func newBackends(opt Options, ranks int) ([]backend.Backend, error) {
 	return bes, nil
 }
 
+// NewCPUPool starts a CPU worker pool as Load starts those of its CPU backends: Threads
+// workers (0: all cores) on the kernel set CPUKernels names, or KVASIR_CPU overrides (the
+// other options are not used). It is for kernel-level benchmarks; the caller closes it.
+func NewCPUPool(opt Options) (*cpu.Pool, error) {
+	opt = envOverrides(opt)
+	p, err := cpu.NewPoolKernels(opt.Threads, opt.CPUKernels)
+	if err != nil {
+		return nil, fmt.Errorf("cpu pool: %w", err)
+	}
+	return p, nil
+}
+
 // Close releases the model and the backends Load made, then closes the model file.
 func (l *Loaded) Close() error {
 	l.m.Close()

@@ -83,11 +83,10 @@ func NeutralSampling() SamplingDefaults {
 	return SamplingDefaults{Temperature: 1, TopP: 1, RepetitionPenalty: 1}
 }
 
-// SamplingDefaultsFrom returns the defaults a generation_config.json gives (nil: none):
-// its temperature, top_p, top_k, min_p and repetition_penalty over NeutralSampling, as
-// vLLM takes them (do_sample is not read).
-func SamplingDefaultsFrom(g *hfconfig.GenerationConfig) SamplingDefaults {
-	d := NeutralSampling()
+// With returns d with the sampling values a generation_config.json sets laid over it (nil:
+// d): its temperature, top_p, top_k, min_p and repetition_penalty, as vLLM takes them
+// (do_sample is not read). NeutralSampling().With(g) are the defaults g gives a model.
+func (d SamplingDefaults) With(g *hfconfig.GenerationConfig) SamplingDefaults {
 	if g == nil {
 		return d
 	}

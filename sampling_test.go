@@ -46,12 +46,12 @@ func FuzzParseGenerationConfig(f *testing.F) {
 	})
 }
 
-func TestSamplingDefaultsFrom(t *testing.T) {
+func TestSamplingDefaultsWith(t *testing.T) {
 	neutral := SamplingDefaults{Temperature: 1, TopP: 1, RepetitionPenalty: 1}
 	if got := NeutralSampling(); got != neutral {
 		t.Errorf("neutral defaults %+v, want vLLM's %+v", got, neutral)
 	}
-	if got := SamplingDefaultsFrom(nil); got != neutral {
+	if got := NeutralSampling().With(nil); got != neutral {
 		t.Errorf("no generation config: %+v", got)
 	}
 	// TinyStories-656K's file sets token ids only: the neutral defaults stay.
@@ -59,7 +59,7 @@ func TestSamplingDefaultsFrom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := SamplingDefaultsFrom(g); got != neutral {
+	if got := NeutralSampling().With(g); got != neutral {
 		t.Errorf("tinystories-656k: %+v", got)
 	}
 	// A Qwen3-like file: what it sets wins, the rest stays neutral.
@@ -68,7 +68,7 @@ func TestSamplingDefaultsFrom(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := SamplingDefaults{Temperature: 0.6, TopP: 0.95, TopK: 20, RepetitionPenalty: 1}
-	if got := SamplingDefaultsFrom(g); got != want {
+	if got := NeutralSampling().With(g); got != want {
 		t.Errorf("qwen3-like: %+v, want %+v", got, want)
 	}
 	if s := want.String(); s != "temperature 0.6, top_p 0.95, top_k 20, min_p 0, repetition_penalty 1" {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/kvasir-llm/kvasir"
+	"github.com/kvasir-llm/kvasir/internal/bench"
 	"github.com/kvasir-llm/kvasir/internal/format"
 )
 
@@ -58,7 +59,7 @@ func addEngineFlags(fs *flag.FlagSet, scope flagScope) *engineFlags {
 	fs.Float64Var(&f.gpuMem, "gpu-memory-utilization", kvasir.DefaultGPUMemoryUtilization, "with --device cuda: fraction of the GPU's memory to use for weights, KV cache and activations; the KV cache gets what the weights leave (ignored when --kv-cache-memory is set)")
 	fs.IntVar(&f.blockSize, "block-size", 0, "tokens per KV block (0: 16)")
 	fs.IntVar(&f.maxModelLen, "max-model-len", 0, "most prompt plus output tokens per sequence (0: the model's context length, capped by the KV cache)")
-	fs.IntVar(&f.maxNumSeqs, "max-num-seqs", 0, "most sequences running at once (0: 256)")
+	fs.IntVar(&f.maxNumSeqs, "max-num-seqs", 0, "most sequences running at once (0: 256; run and chat: 1)")
 	fs.IntVar(&f.maxBatched, "max-num-batched-tokens", 0, "token budget of one engine step (0: 2048)")
 	fs.IntVar(&f.maxWaiting, "max-waiting", 0, "refuse requests when this many wait (serve answers 429) (0: no limit)")
 	fs.BoolVar(&f.noPrefixCaching, "no-prefix-caching", false, "turn prefix caching off")
@@ -107,45 +108,46 @@ func (f *engineFlags) options() (kvasir.Options, error) {
 // options, which tune (when set) may adjust to the model file first. A progress bar shows
 // the weights' upload to a GPU.
 func (f *engineFlags) openEngine(tune func(*kvasir.Options, *format.Model)) (*kvasir.Engine, error) {
+	var e *kvasir.Engine
+	err := f.bind(tune, func(fm *format.Model, opt kvasir.Options) (err error) {
+		e, err = kvasir.OpenModel(fm, opt)
+		return err
+	})
+	return e, err
+}
+
+// load opens the model the flags name and binds it on its backends without an engine.
+func (f *engineFlags) load() (*kvasir.Loaded, error) {
+	var l *kvasir.Loaded
+	err := f.bind(nil, func(fm *format.Model, opt kvasir.Options) (err error) {
+		l, err = kvasir.Load(fm, opt)
+		return err
+	})
+	return l, err
+}
+
+// bind maps the flags to options, opens the model file they name, lets tune (when set)
+// adjust the options to it and calls open with both, a progress bar showing an upload to
+// a GPU meanwhile. The file is closed when open fails (open owns it otherwise).
+func (f *engineFlags) bind(tune func(*kvasir.Options, *format.Model), open func(*format.Model, kvasir.Options) error) error {
 	opt, err := f.options()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	fm, err := openModel(f.model, f.tokenizer)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if tune != nil {
 		tune(&opt, fm)
 	}
 	finish := uploadProgress(&opt, fm.Bytes())
-	e, err := kvasir.OpenModel(fm, opt)
+	err = open(fm, opt)
 	finish()
 	if err != nil {
 		fm.Close()
-		return nil, err
 	}
-	return e, nil
-}
-
-// load opens the model the flags name and binds it on its backends without an engine.
-func (f *engineFlags) load() (*kvasir.Loaded, error) {
-	opt, err := f.options()
-	if err != nil {
-		return nil, err
-	}
-	fm, err := openModel(f.model, f.tokenizer)
-	if err != nil {
-		return nil, err
-	}
-	finish := uploadProgress(&opt, fm.Bytes())
-	l, err := kvasir.Load(fm, opt)
-	finish()
-	if err != nil {
-		fm.Close()
-		return nil, err
-	}
-	return l, nil
+	return err
 }
 
 // uploadProgress sets opt's upload progress to a progress bar of total bytes when the model
@@ -172,14 +174,6 @@ func describe(l *kvasir.Loaded) string {
 	default:
 		where = fmt.Sprintf("%d threads (%s kernels)", l.Threads(), l.KernelSet())
 	}
-	return where + splitInfo(l)
-}
-
-// splitInfo describes how l's model is split across ranks, "" when it is not.
-func splitInfo(l *kvasir.Loaded) string {
 	par := l.Model().Parallel()
-	if par.Ranks() == 1 {
-		return ""
-	}
-	return fmt.Sprintf(", split across %d ranks (tensor-parallel %d x pipeline-parallel %d)", par.Ranks(), par.Tensor, par.Pipeline)
+	return where + bench.SplitInfo(par.Tensor, par.Pipeline)
 }

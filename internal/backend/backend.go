@@ -286,7 +286,8 @@ type SwiGLUMatMuler interface {
 }
 
 // KVElementSizer is implemented by backends whose KV cache holds elements of a size of
-// their own choosing (a GPU backend's BF16 cache), whatever KVSpec.DType asks.
+// their own choosing, whatever KVSpec.DType asks. (The CPU and CUDA backends hold what the
+// spec asks and do not implement it.)
 type KVElementSizer interface {
 	// KVBytesPerElement returns the bytes one cached key or value element takes.
 	KVBytesPerElement() int

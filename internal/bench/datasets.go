@@ -48,7 +48,10 @@ type DatasetConfig struct {
 	RandomRangeRatio float64 // lengths are uniform in [L*(1-r), L*(1+r)]
 	RandomPrefixLen  int     // random tokens shared by every prompt, before its own
 
-	ShareGPTOutputLen int // 0: the reply's length (DefaultShareGPTOutputLen without reply)
+	ShareGPTOutputLen int // 0: the reply's length (ShareGPTNoReplyLen without reply)
+	// ShareGPTNoReplyLen is the output length of a conversation without a reply (0:
+	// DefaultShareGPTOutputLen).
+	ShareGPTNoReplyLen int
 
 	PrefixLen   int // prefix-repetition: tokens of each shared prefix
 	SuffixLen   int // prefix-repetition: tokens after the prefix, per request
@@ -154,9 +157,10 @@ type shareGPTEntry struct {
 }
 
 // shareGPTDataset takes the first human turn of conversations (shuffled by the seed) as
-// prompts. The output length is --sharegpt-output-len, else the reply's token count; with
-// the reply's length, vLLM's filter applies (prompt and reply at least 4 tokens, prompt at
-// most 1024, both at most 2048). Fewer usable conversations than requests are repeated.
+// prompts. The output length is --sharegpt-output-len, else the reply's token count (or
+// ShareGPTNoReplyLen for a conversation without one); with the reply's length, vLLM's
+// filter applies (prompt and reply at least 4 tokens, prompt at most 1024, both at most
+// 2048). Fewer usable conversations than requests are repeated.
 func shareGPTDataset(ctx context.Context, c DatasetConfig, b *PromptBuilder, rng *rand.Rand) ([]SampleRequest, error) {
 	if c.Path == "" {
 		return nil, fmt.Errorf("dataset sharegpt: name the file with --dataset-path")
@@ -188,6 +192,8 @@ func shareGPTDataset(ctx context.Context, c DatasetConfig, b *PromptBuilder, rng
 			if r.PromptLen < 4 || r.OutputLen < 4 || r.PromptLen > 1024 || r.PromptLen+r.OutputLen > 2048 {
 				continue
 			}
+		case c.ShareGPTNoReplyLen > 0:
+			r.OutputLen = c.ShareGPTNoReplyLen
 		default:
 			r.OutputLen = DefaultShareGPTOutputLen
 		}

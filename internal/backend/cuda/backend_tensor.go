@@ -86,8 +86,7 @@ type kvCache struct {
 	layers []*KVCacheLayer
 }
 
-// Spec returns the cache's geometry; DType is the type the cache holds (the backend's KV
-// dtype, which may differ from what was asked).
+// Spec returns the cache's geometry and element type, as it was asked for.
 func (c *kvCache) Spec() backend.KVSpec { return c.spec }
 
 // kvOf returns kv as this backend's cache and its layer l (l < 0: none).
