@@ -264,6 +264,7 @@ func TestGPUProcessorMask(t *testing.T) {
 		t.Errorf("masked greedy %v, logit-biased greedy %v", got[0][0], got[1][0])
 	}
 	fmt.Printf("RESULT|engine|processor mask on the device sampler (greedy = biased greedy)|%v|\n", slices.Equal(got[0][0], got[1][0]))
+}
 
 // TestGPUOpenDevice: with Device cuda, Load makes the CUDA backends itself and the KV
 // cache's element type reaches the GPU by the spec alone: auto is bf16, f16 and f32 are
