@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
+	"github.com/kvasir-llm/kvasir/internal/backend/cudabackend"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 	"github.com/kvasir-llm/kvasir/internal/sample"
 	"github.com/kvasir-llm/kvasir/internal/synth"
@@ -24,7 +25,7 @@ func gpuEngine(t *testing.T) *Engine {
 	if _, n, err := cuda.Devices(); n == 0 {
 		t.Skipf("skipping GPU test: no CUDA device (%v)", err)
 	}
-	be, err := cuda.NewBackend(cuda.BackendOptions{})
+	be, err := cudabackend.NewBackend(cudabackend.BackendOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,9 +150,9 @@ func TestGPUSplit(t *testing.T) {
 		reqs = append(reqs, Request{PromptTokens: ids, Params: SamplingParams{MaxTokens: 32, IgnoreEOS: true, Logprobs: true, TopLogprobs: 2}})
 	}
 	run := func(opt Options, devices int) ([][]int32, [][]Logprob) {
-		bes := make([]*cuda.Backend, devices)
+		bes := make([]*cudabackend.Backend, devices)
 		for i := range bes {
-			be, err := cuda.NewBackend(cuda.BackendOptions{Ordinal: i})
+			be, err := cudabackend.NewBackend(cudabackend.BackendOptions{Ordinal: i})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,7 +7,7 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/backend/cpu"
 	"github.com/kvasir-llm/kvasir/internal/backend/cpubackend"
-	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
+	"github.com/kvasir-llm/kvasir/internal/backend/cudabackend"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/model"
 	"github.com/kvasir-llm/kvasir/internal/quant"
@@ -86,7 +86,7 @@ func newBackends(opt Options, ranks int) ([]backend.Backend, error) {
 			continue
 		}
 		ordinal := opt.Device.Ordinal + r
-		b, err := cuda.NewBackend(cuda.BackendOptions{Ordinal: ordinal,
+		b, err := cudabackend.NewBackend(cudabackend.BackendOptions{Ordinal: ordinal,
 			OpTime: opt.CUDA.OpTime, DisablePDL: opt.CUDA.DisablePDL, DisableShadows: opt.CUDA.DisableShadows})
 		if err != nil {
 			if ranks > 1 {

@@ -71,7 +71,7 @@ type Options struct {
 	OnRequestDone func(RequestStats)
 }
 
-// CUDAOptions are the settings of the CUDA backends (see cuda.BackendOptions).
+// CUDAOptions are the settings of the CUDA backends (see cudabackend.BackendOptions).
 type CUDAOptions struct {
 	// OpTime synchronises around every GPU op and prints per-op device times when the
 	// backends close: a profiler for when nsys is absent (KVASIR_CUDA_OPTIME=1).

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # Runs the CUDA backend's tests on a GPU machine in one go and writes a results table.
 #
-# Build the test binary where Go is (no cgo; nothing is compiled on the GPU machine):
+# The tests are in two packages: internal/backend/cuda (the kernels against float64
+# references, the bindings) and internal/backend/cudabackend (the op set: the Backend
+# through the model and the engine, graphs, shadows, KV blocks, NCCL groups). Build their
+# test binaries where Go is (no cgo; nothing is compiled on the GPU machine):
 #   CGO_ENABLED=0 go test -c -o bin/cuda.test ./internal/backend/cuda
+#   CGO_ENABLED=0 go test -c -o bin/cudabackend.test ./internal/backend/cudabackend
 # then, on the GPU machine:
-#   OUT=/some/dir bash scripts/gpu_test.sh [bin/cuda.test]
-# It writes $OUT/gpu_test.log (the verbose test output) and $OUT/gpu_results.md (device,
-# kernel errors against the CPU references, NVRTC compile time, GEMM and copy figures).
+#   OUT=/some/dir bash scripts/gpu_test.sh [BINARY...]
+# which runs the binaries named (default: bin/cuda.test bin/cudabackend.test) one after the
+# other. A binary missing under bin/ is built when Go is there. It writes $OUT/gpu_test.log (the verbose test output) and $OUT/gpu_results.md
+# (device, kernel errors against the CPU references, NVRTC compile time, GEMM and copy
+# figures).
 #
 # The Backend's model tests need files the GPU machine lacks; copy them into bin/testdata
 # (stories260K.bin, tok512.bin, ref_runc_greedy200.txt) and build the CLI too:
@@ -14,25 +20,41 @@
 # With bin/kvasir present, the script synthesizes BF16 llama-3.2-1b and qwen3-0.6b (GGUF
 # and Hugging Face folders) under $KVASIR_GPU_MODELS (default /tmp/kvasir-models) for the
 # CPU-vs-GPU tests, then compares the HF folders with PyTorch (scripts/torch_ref.py).
-# TEST_RUN restricts the tests (a -test.run pattern). With bin/kvasir.test present (the root
-# package's tests: CGO_ENABLED=0 go test -c -o bin/kvasir.test .), its GPU tests (the engine
-# on a GPU: device sampling, processor masks, the split model) run too, under ROOT_RUN
-# (default '^TestGPU').
+# TEST_RUN restricts the tests (a -test.run pattern, given to every binary). With
+# bin/kvasir.test present (the root package's tests: CGO_ENABLED=0 go test -c -o
+# bin/kvasir.test .), its GPU tests (the engine on a GPU: device sampling, processor masks,
+# loading onto a device, the split model) run too, under ROOT_RUN (default '^TestGPU').
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 out=${OUT:-out/gpu}
-bin=${1:-bin/cuda.test}
+bins=("$@")
+[ ${#bins[@]} -gt 0 ] || bins=(bin/cuda.test bin/cudabackend.test)
 mkdir -p "$out"
 
-if [ ! -x "$bin" ]; then
+# pkgOf prints the package a test binary is built from, by its name.
+pkgOf() {
+	case "$(basename "$1" .test)" in
+	cuda) echo ./internal/backend/cuda ;;
+	cudabackend) echo ./internal/backend/cudabackend ;;
+	kvasir) echo . ;;
+	*) return 1 ;;
+	esac
+}
+
+for bin in "${bins[@]}"; do
+	[ -x "$bin" ] && continue
+	if ! pkg=$(pkgOf "$bin"); then
+		echo "no test binary at $bin, and no package known to build it from" >&2
+		exit 1
+	fi
 	if command -v go >/dev/null; then
-		CGO_ENABLED=0 go test -c -o "$bin" ./internal/backend/cuda || exit 1
+		CGO_ENABLED=0 go test -c -o "$bin" "$pkg" || exit 1
 	else
 		echo "no test binary at $bin and no Go toolchain to build one" >&2
 		exit 1
 	fi
-fi
+done
 
 # NVRTC, cuBLAS and NCCL may live outside the loader's path: in the CUDA toolkit or in
 # Python wheels (nvidia-cuda-nvrtc, nvidia-cublas, nvidia-nccl-cu*). Add the directories
@@ -63,7 +85,7 @@ echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
 	echo
 	echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
 	echo "- gpu: $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)"
-	echo "- binary: $bin"
+	echo "- binaries: ${bins[*]}"
 	echo
 } >"$out/gpu_results.md"
 
@@ -79,11 +101,19 @@ if [ -x bin/kvasir ]; then
 fi
 
 start=$(date +%s)
-"$bin" -test.v -test.count=1 -test.timeout=300s ${TEST_RUN:+-test.run "$TEST_RUN"} 2>&1 | tee "$out/gpu_test.log"
-rc=${PIPESTATUS[0]}
-if [ -x bin/kvasir.test ]; then
+rc=0
+: >"$out/gpu_test.log"
+for bin in "${bins[@]}"; do
+	echo "=== $bin" | tee -a "$out/gpu_test.log"
+	"$bin" -test.v -test.count=1 -test.timeout=300s ${TEST_RUN:+-test.run "$TEST_RUN"} 2>&1 | tee -a "$out/gpu_test.log"
+	status=${PIPESTATUS[0]}
+	[ "$status" = 0 ] || rc=$status
+done
+if [ -x bin/kvasir.test ] && [[ " ${bins[*]} " != *" bin/kvasir.test "* ]]; then
+	echo "=== bin/kvasir.test" | tee -a "$out/gpu_test.log"
 	bin/kvasir.test -test.v -test.count=1 -test.timeout=300s -test.run "${ROOT_RUN:-^TestGPU}" 2>&1 | tee -a "$out/gpu_test.log"
-	[ "${PIPESTATUS[0]}" = 0 ] || rc=1
+	status=${PIPESTATUS[0]}
+	[ "$status" = 0 ] || rc=$status
 fi
 if [ -x bin/kvasir ] && command -v python3 >/dev/null; then
 	for s in llama-3.2-1b qwen3-0.6b; do

@@ -5,10 +5,11 @@
 // attention over variable-length sequences, SwiGLU, logits gather and read-back, and the
 // pieces of a mixture of experts.
 //
-// The CPU backend (backend/cpu) runs each op eagerly as it is called. A device backend
-// (backend/cuda) queues the ops on its stream, and may capture the ops of one step as a
-// graph and replay it: within a step every op reads and writes tensors allocated before the
-// step, and the only host synchronisation is Logits, the step's last op.
+// The CPU backend (backend/cpubackend, on the kernels of backend/cpu) runs each op eagerly
+// as it is called. A device backend (backend/cudabackend, on backend/cuda) queues the ops
+// on its stream, and may capture the ops of one step as a graph and replay it: within a
+// step every op reads and writes tensors allocated before the step, and the only host
+// synchronisation is Logits, the step's last op.
 //
 // Ops take their operands' shapes from the tensors (activations are [rows][cols], row-major;
 // views of the first rows of a buffer come from Tensor.Rows) and check them; the contents

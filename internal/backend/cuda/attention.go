@@ -12,15 +12,18 @@ type KVCacheLayer struct {
 	NumBlocks, BlockSize, KVHeads, HeadDim int
 }
 
-// maxHeadDim is the largest head dimension the attention kernels support.
-const maxHeadDim = 256
+// MaxHeadDim is the largest head dimension the attention kernels support.
+const MaxHeadDim = 256
 
-func (c *KVCacheLayer) check(op string) error {
+// Check checks that c is a usable cache layer: a positive shape, a head dimension of at most
+// MaxHeadDim, K and V of one float dtype, each holding the layer's elements. op names the
+// operation in errors.
+func (c *KVCacheLayer) Check(op string) error {
 	if c == nil || c.NumBlocks <= 0 || c.BlockSize <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 {
 		return fmt.Errorf("cuda %s: bad kv cache layer %+v", op, c)
 	}
-	if c.HeadDim > maxHeadDim {
-		return fmt.Errorf("cuda %s: head dim %d above %d", op, c.HeadDim, maxHeadDim)
+	if c.HeadDim > MaxHeadDim {
+		return fmt.Errorf("cuda %s: head dim %d above %d", op, c.HeadDim, MaxHeadDim)
 	}
 	if c.K.DType != c.V.DType {
 		return fmt.Errorf("cuda %s: K cache is %s, V cache %s", op, c.K.DType, c.V.DType)
@@ -32,7 +35,7 @@ func (c *KVCacheLayer) check(op string) error {
 // checkTiled checks c for the tiled attention kernels, which take head dims that are
 // multiples of 32.
 func (c *KVCacheLayer) checkTiled(op string) error {
-	if err := c.check(op); err != nil {
+	if err := c.Check(op); err != nil {
 		return err
 	}
 	if c.HeadDim%32 != 0 {
@@ -64,7 +67,7 @@ type RopeKVArgs struct {
 // token into its cache slot: RoPE fused with the KV write through the slot mapping.
 func (o *Ops) RopeKV(a RopeKVArgs) error {
 	c := a.Cache
-	if err := c.check("rope kv"); err != nil {
+	if err := c.Check("rope kv"); err != nil {
 		return err
 	}
 	hd := c.HeadDim

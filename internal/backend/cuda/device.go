@@ -30,7 +30,7 @@ type Device struct {
 	times *opTimes
 	opt   DeviceOptions
 	// seq counts the work queued on the stream (launches, GEMMs, copies, collectives):
-	// a value derived from a buffer stays valid while seq has not moved (Backend's
+	// a value derived from a buffer stays valid while seq has not moved (cudabackend's
 	// 16-bit shadows of activations). Touched only by the device goroutine.
 	seq uint64
 
@@ -181,6 +181,15 @@ func (dv *Device) Close() error {
 
 // Info returns what the device reported when it was opened.
 func (dv *Device) Info() DeviceInfo { return dv.info }
+
+// Seq returns the count of work queued on the device's stream so far (launches, GEMMs,
+// copies, collectives), inside Do: a value derived from a buffer stays valid while Seq
+// has not moved.
+func (dv *Device) Seq() uint64 { return dv.seq }
+
+// OpTimed reports whether the device keeps an op profile (DeviceOptions.OpTime), which
+// times the ops of a step one by one and so wants them run eagerly.
+func (dv *Device) OpTimed() bool { return dv.times != nil }
 
 // Driver returns the driver the device was opened from.
 func (dv *Device) Driver() *Driver { return dv.drv }

@@ -154,9 +154,9 @@ func (d *Driver) DeviceCount() (int, error) {
 	return int(n), nil
 }
 
-// Devices opens the CUDA driver and counts its devices: what NewBackend does first, and
-// what GPU tests ask before they run (they skip when n is too small; err, when set, says
-// why there is no driver or count).
+// Devices opens the CUDA driver and counts its devices: what cudabackend.NewBackend does
+// first, and what GPU tests ask before they run (they skip when n is too small; err, when
+// set, says why there is no driver or count).
 func Devices() (drv *Driver, n int, err error) {
 	if drv, err = Open(); err != nil {
 		return nil, 0, err

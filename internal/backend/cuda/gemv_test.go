@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/backend/backendtest"
 )
 
 // gemvVariant is one GEMV kernel with the weight rows one of its blocks computes.
@@ -18,42 +20,27 @@ func launchGEMV(e *env, v gemvVariant, y, x, w Buffer, n, k, m int) error {
 		y, x, w, n, k, m)
 }
 
-// gemvRef is y[t][r] = sum_c x[t][c] * w[r][c] in float64.
-func gemvRef(x, w []float32, n, k, m int) []float64 {
-	want := make([]float64, n*m)
-	for t := range n {
-		for r := range m {
-			var s float64
-			for c := range k {
-				s += float64(x[t*k+c]) * float64(w[r*k+c])
-			}
-			want[t*m+r] = s
-		}
-	}
-	return want
-}
-
-// gemvFor is the GEMV kernel Backend.matMul launches for n rows of a BF16 weight.
+// gemvFor is the GEMV kernel Ops.GEMV launches for n rows of a BF16 weight.
 func gemvFor(n int) gemvVariant {
 	name, rows := gemvKernel(n, BF16)
 	return gemvVariant{name, rows}
 }
 
-// testGEMV checks the GEMV kernels Backend.matMul launches, for every row count 1..8 and
+// testGEMV checks the GEMV kernels Ops.GEMV launches, for every row count 1..8 and
 // shapes whose m is no multiple of the rows per block and whose k is no multiple of the
 // block's chunk stride, against a float64 reference.
 func testGEMV(t *testing.T, e *env, r *rand.Rand) {
 	shapes := []struct{ k, m int }{{1000, 37}, {4096, 20}, {72, 9}}
 	for _, dt := range []DType{BF16, F16} {
 		for _, s := range shapes {
-			xv, wv := randVals(r, gemvMaxRows*s.k, 1), randVals(r, s.m*s.k, 1)
+			xv, wv := randVals(r, GEMVMaxRows*s.k, 1), randVals(r, s.m*s.k, 1)
 			x, xh := e.upload(t, F32, xv)
 			w, wh := e.upload(t, dt, wv)
-			for n := 1; n <= gemvMaxRows; n++ {
+			for n := 1; n <= GEMVMaxRows; n++ {
 				name, rows := gemvKernel(n, dt)
 				y := e.poisoned(t, F32, n*s.m)
 				e.do(t, func() error { return launchGEMV(e, gemvVariant{name, rows}, y, x, w, n, s.k, s.m) })
-				check(t, fmt.Sprintf("gemv %s n=%d k=%d m=%d", dt, n, s.k, s.m), F32, e.download(t, y), gemvRef(xh[:n*s.k], wh, n, s.k, s.m))
+				check(t, fmt.Sprintf("gemv %s n=%d k=%d m=%d", dt, n, s.k, s.m), F32, e.download(t, y), backendtest.MatMulRef(xh[:n*s.k], wh, n, s.k, s.m))
 			}
 		}
 	}

@@ -2,12 +2,12 @@ package cuda
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/backend/backendtest"
 	"github.com/kvasir-llm/kvasir/internal/sample"
 )
 
@@ -17,64 +17,30 @@ import (
 func TestPackMasks(t *testing.T) {
 	const vocab = 40 // two words per mask
 	masks := [][]uint32{nil, {0xdeadbeef, 0xff}, nil, {1, 0x80}}
-	n := maskedLen(masks, vocab)
+	n := MaskedLen(masks, vocab)
 	if n != 4+2*2 {
 		t.Fatalf("buffer of %d words, want 8", n)
 	}
 	got := make([]int32, n)
-	packMasks(got, masks)
+	PackMasks(got, masks)
 	want := []int32{noMask, 4, noMask, 6, int32(-559038737), 0xff, 1, 0x80}
 	if !slices.Equal(got, want) {
 		t.Errorf("packed %v, want %v", got, want)
 	}
-	if n := maskedLen(nil, vocab); n != 0 {
+	if n := MaskedLen(nil, vocab); n != 0 {
 		t.Errorf("no masks take %d words", n)
 	}
-	if n := maskedLen([][]uint32{nil, nil}, vocab); n != 0 {
+	if n := MaskedLen([][]uint32{nil, nil}, vocab); n != 0 {
 		t.Errorf("nil masks take %d words", n)
 	}
-}
-
-// RandomMasks returns masks for rows of vocab tokens: every third row unmasked, row 1
-// allowing one token, the others about a quarter of the vocabulary. (Exported for the
-// tests of package cuda_test.)
-func RandomMasks(r *rand.Rand, rows, vocab int) [][]uint32 {
-	masks := make([][]uint32, rows)
-	for i := range masks {
-		if i%3 == 0 {
-			continue
-		}
-		masks[i] = make([]uint32, backend.MaskWords(vocab))
-		if i == 1 {
-			tok := r.IntN(vocab)
-			masks[i][tok/32] = 1 << (tok % 32)
-			continue
-		}
-		for j := range masks[i] {
-			masks[i][j] = r.Uint32() & r.Uint32()
-		}
-	}
-	return masks
 }
 
 // uploadMasks packs masks into a device buffer as the kernels read them.
 func (e *env) uploadMasks(t *testing.T, masks [][]uint32, vocab int) Buffer {
 	t.Helper()
-	packed := make([]int32, maskedLen(masks, vocab))
-	packMasks(packed, masks)
+	packed := make([]int32, MaskedLen(masks, vocab))
+	PackMasks(packed, masks)
 	return e.uploadI32(t, packed)
-}
-
-// Disallowed returns row with the tokens mask disallows set to -Inf. (Exported for the
-// tests of package cuda_test.)
-func Disallowed(row []float32, mask []uint32) []float32 {
-	row = slices.Clone(row)
-	for i := range row {
-		if !backend.Allowed(mask, i) {
-			row[i] = float32(math.Inf(-1))
-		}
-	}
-	return row
 }
 
 // testArgmaxMasked: the argmax kernels under masks pick the largest allowed logit, rows
@@ -83,11 +49,11 @@ func testArgmaxMasked(t *testing.T, e *env) {
 	r := rand.New(rand.NewPCG(7, 8))
 	const rows, vocab = 9, 50000
 	lv := randVals(r, rows*vocab, 10)
-	masks := RandomMasks(r, rows, vocab)
+	masks := backendtest.RandomMasks(r, rows, vocab)
 	masks[rows-1] = make([]uint32, backend.MaskWords(vocab)) // allows nothing
 	lb, _ := e.upload(t, F32, lv)
 	out := e.uploadI32(t, make([]int32, rows))
-	work := e.poisoned(t, F32, 2*argmaxParts*rows)
+	work := e.poisoned(t, F32, 2*ArgmaxParts*rows)
 	mb := e.uploadMasks(t, masks, vocab)
 	e.do(t, func() error { return e.ops.Argmax(out, lb, work, rows, vocab, mb) })
 	got := e.downloadI32(t, out)
@@ -95,7 +61,7 @@ func testArgmaxMasked(t *testing.T, e *env) {
 	for i := range rows {
 		row := lv[i*vocab : (i+1)*vocab]
 		if i < rows-1 {
-			want[i] = int32(sample.Greedy(Disallowed(row, masks[i])))
+			want[i] = int32(sample.Greedy(backendtest.Disallowed(row, masks[i])))
 		}
 		if got[i] != want[i] {
 			t.Errorf("masked argmax row %d = %d, want %d", i, got[i], want[i])
@@ -111,7 +77,7 @@ func testSampleMasked(t *testing.T, e *env) {
 	r := rand.New(rand.NewPCG(9, 10))
 	const rows, vocab = 24, 32000
 	lv := randVals(r, rows*vocab, 8)
-	masks := RandomMasks(r, rows, vocab)
+	masks := backendtest.RandomMasks(r, rows, vocab)
 	temps, topps, us := make([]float32, rows), make([]float32, rows), make([]float32, rows)
 	topks := make([]int32, rows)
 	for i := range rows {
@@ -130,7 +96,7 @@ func testSampleMasked(t *testing.T, e *env) {
 	got := e.downloadI32(t, out)
 	exact, close := 0, 0
 	for i := range rows {
-		row := Disallowed(lv[i*vocab:(i+1)*vocab], masks[i])
+		row := backendtest.Disallowed(lv[i*vocab:(i+1)*vocab], masks[i])
 		if !backend.Allowed(masks[i], int(got[i])) {
 			t.Errorf("masked sample row %d drew disallowed token %d", i, got[i])
 			continue

@@ -107,3 +107,73 @@ func ncclType(t DType) (int32, error) {
 	}
 	return 0, fmt.Errorf("nccl: dtype %s is not supported", t)
 }
+
+// InitAll makes the communicators of a group of one rank per device ordinal in devs
+// (ncclCommInitAll) into comms (len(devs) handles), on the calling device goroutine
+// (inside dv's Do). ncclCommInitAll sets each member's device in turn on the calling thread
+// and restores the thread's device afterwards; every rank runs on its device's primary
+// context, which is what the CUDA runtime inside NCCL uses, so the contexts agree. dv's
+// context is made current again anyway.
+func (n *NCCL) InitAll(dv *Device, comms []uintptr, devs []int32) error {
+	if len(comms) != len(devs) || len(devs) == 0 {
+		return fmt.Errorf("nccl: %d communicators for %d devices", len(comms), len(devs))
+	}
+	r := n.ncclCommInitAll(&comms[0], int32(len(devs)), &devs[0])
+	cerr := dv.drv.check("cuCtxSetCurrent", dv.drv.cuCtxSetCurrent(dv.ctx))
+	if err := n.check("ncclCommInitAll", r, 0); err != nil {
+		return err
+	}
+	return cerr
+}
+
+// AllReduceSum queues an in-place ncclAllReduce (sum, in buf's dtype) of buf over comm on
+// dv's stream (inside dv's Do).
+func (n *NCCL) AllReduceSum(dv *Device, buf Buffer, comm uintptr) error {
+	dt, err := ncclType(buf.DType)
+	if err != nil {
+		return err
+	}
+	dv.seq++
+	return n.check("ncclAllReduce", n.ncclAllReduce(buf.Ptr, buf.Ptr, uint64(buf.Len), dt, ncclSum, comm, dv.stream), comm)
+}
+
+// Send queues an ncclSend of buf to rank peer of comm on dv's stream (inside dv's Do).
+func (n *NCCL) Send(dv *Device, buf Buffer, peer int, comm uintptr) error {
+	dt, err := ncclType(buf.DType)
+	if err != nil {
+		return err
+	}
+	return n.check("ncclSend", n.ncclSend(buf.Ptr, uint64(buf.Len), dt, int32(peer), comm, dv.stream), comm)
+}
+
+// Recv queues an ncclRecv into buf from rank peer of comm on dv's stream (inside dv's Do).
+func (n *NCCL) Recv(dv *Device, buf Buffer, peer int, comm uintptr) error {
+	dt, err := ncclType(buf.DType)
+	if err != nil {
+		return err
+	}
+	dv.seq++
+	return n.check("ncclRecv", n.ncclRecv(buf.Ptr, uint64(buf.Len), dt, int32(peer), comm, dv.stream), comm)
+}
+
+// GroupStart opens an NCCL group call (ncclGroupStart); comm names the communicator whose
+// last error an error reports.
+func (n *NCCL) GroupStart(comm uintptr) error {
+	return n.check("ncclGroupStart", n.ncclGroupStart(), comm)
+}
+
+// GroupEnd closes an NCCL group call (ncclGroupEnd), launching the calls made since
+// GroupStart; comm is as for GroupStart.
+func (n *NCCL) GroupEnd(comm uintptr) error {
+	return n.check("ncclGroupEnd", n.ncclGroupEnd(), comm)
+}
+
+// Abort aborts a communicator (ncclCommAbort), ending the NCCL work pending on it; it may
+// be called from any goroutine.
+func (n *NCCL) Abort(comm uintptr) { n.ncclCommAbort(comm) }
+
+// Destroy destroys a communicator (ncclCommDestroy) after its work is done (inside the
+// rank device's Do).
+func (n *NCCL) Destroy(comm uintptr) error {
+	return n.check("ncclCommDestroy", n.ncclCommDestroy(comm), 0)
+}

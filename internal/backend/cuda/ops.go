@@ -186,13 +186,13 @@ func (o *Ops) MatMulT(y, x, w Buffer, n, k, m int) error {
 	return o.BLAS.MatMulT(y, x, w, n, k, m)
 }
 
-// argmaxParts is the slices of a row argmax_part_f32 reduces in parallel (ARGMAX_PARTS
+// ArgmaxParts is the slices of a row argmax_part_f32 reduces in parallel (ARGMAX_PARTS
 // in sample.cu); Argmax's work buffer holds two float32s per slice and row.
-const argmaxParts = 32
+const ArgmaxParts = 32
 
 // Argmax writes out[r] = the index of the largest of row r's vocab logits (float32;
 // lowest index among ties; NaN never wins) among the tokens its mask allows, through work
-// (F32, at least 2·argmaxParts values per row). masks is a step's masks as uploadMasks lays
+// (F32, at least 2·ArgmaxParts values per row). masks is a step's masks as PackMasks lays
 // them out, or the zero Buffer for none; a row none of whose allowed logits is a number
 // gets 0.
 func (o *Ops) Argmax(out, logits, work Buffer, rows, vocab int, masks Buffer) error {
@@ -200,10 +200,10 @@ func (o *Ops) Argmax(out, logits, work Buffer, rows, vocab int, masks Buffer) er
 		return fmt.Errorf("cuda argmax: bad shape rows=%d vocab=%d", rows, vocab)
 	}
 	if err := firstErr(need("argmax", "out", out, rows, I32), need("argmax", "logits", logits, rows*vocab, F32),
-		need("argmax", "work", work, 2*argmaxParts*rows, F32), needMasks("argmax", masks, rows)); err != nil {
+		need("argmax", "work", work, 2*ArgmaxParts*rows, F32), needMasks("argmax", masks, rows)); err != nil {
 		return err
 	}
-	if err := o.Dev.Launch(o.Kern.mod, "argmax_part_f32", Dim3{argmaxParts, rows, 1}, Dim3{256, 1, 1}, 0, work, logits, vocab, masks); err != nil {
+	if err := o.Dev.Launch(o.Kern.mod, "argmax_part_f32", Dim3{ArgmaxParts, rows, 1}, Dim3{256, 1, 1}, 0, work, logits, vocab, masks); err != nil {
 		return err
 	}
 	return o.Dev.Launch(o.Kern.mod, "argmax_f32", Dim3{rows, 1, 1}, Dim3{32, 1, 1}, 0, out, work)
@@ -215,7 +215,7 @@ type SampleParams struct {
 	TopK        Buffer // I32, <= 0 for no limit
 	TopP        Buffer // F32, >= 1 for no limit
 	Uniform     Buffer // F32 in [0, 1): the random draw of each row
-	// Masks holds the rows' vocabulary masks as uploadMasks lays them out; the zero Buffer
+	// Masks holds the rows' vocabulary masks as PackMasks lays them out; the zero Buffer
 	// for none.
 	Masks Buffer
 }

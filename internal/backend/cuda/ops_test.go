@@ -595,7 +595,7 @@ func testArgmax(t *testing.T, e *env, r *rand.Rand) {
 	lv[2*vocab+5] = float32(math.NaN())
 	lb, _ := e.upload(t, F32, lv)
 	out := e.uploadI32(t, make([]int32, rows))
-	work := e.poisoned(t, F32, 2*argmaxParts*rows)
+	work := e.poisoned(t, F32, 2*ArgmaxParts*rows)
 	e.do(t, func() error { return e.ops.Argmax(out, lb, work, rows, vocab, Buffer{}) })
 	got := e.downloadI32(t, out)
 	for i := range want {

@@ -1,35 +1,15 @@
-package cuda
+package cudabackend
 
 import (
 	"fmt"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
 )
-
-// gemvMulti is the most weights one gemvm_* launch takes (y0..y2 and w0..w2 in gemv.cu).
-const gemvMulti = 3
-
-// gemvMultiKernel returns the gemvm_* kernel for n (1..gemvMaxRows) token rows of 16-bit
-// weights of type dt, and the weight rows one of its blocks computes.
-func gemvMultiKernel(n int, dt DType) (name string, rows int) {
-	name, rows = gemvKernel(n, dt)
-	return "gemvm_" + name[len("gemv_"):], rows
-}
-
-// gemvGLUKernel returns the gemvglu_* kernel for n (1..gemvMaxRows) token rows of 16-bit
-// gate and up weights of type dt, and the rows of each weight one of its blocks computes
-// (the R of its GEMVGLU_KERNEL line: 2R weight rows in flight).
-func gemvGLUKernel(n int, dt DType) (name string, rows int) {
-	rows = 2
-	if n <= 1 {
-		rows = 1
-	}
-	return "gemvglu_" + gemvBucket(n) + "_" + suffix(dt), rows
-}
 
 // matMulOperands checks out = x · wᵀ for one weight and returns the device tensors.
 func matMulOperands(op string, out *tensor, xs *tensor, w backend.Tensor, i int) (*tensor, error) {
-	wm, err := devTensor(op, fmt.Sprintf("w[%d]", i), w, F32, F16, BF16)
+	wm, err := devTensor(op, fmt.Sprintf("w[%d]", i), w, cuda.F32, cuda.F16, cuda.BF16)
 	if err != nil {
 		return nil, err
 	}
@@ -40,7 +20,7 @@ func matMulOperands(op string, out *tensor, xs *tensor, w backend.Tensor, i int)
 }
 
 // MatMuls computes outs[i] = x · ws[i]ᵀ for every i (backend.MultiMatMuler). For up to
-// gemvMaxRows rows of 16-bit weights of one type, one GEMV launch covers up to three
+// cuda.GEMVMaxRows rows of 16-bit weights of one type, one GEMV launch covers up to three
 // weights (a grid over their concatenated rows); for more rows x is cast to the weights'
 // type once and each weight runs its own cuBLAS GEMM. Other mixes run MatMul's path weight
 // by weight.
@@ -49,7 +29,7 @@ func (b *Backend) MatMuls(outs []backend.Tensor, x backend.Tensor, ws []backend.
 	if len(outs) != len(ws) || len(ws) == 0 {
 		return fmt.Errorf("cuda %s: %d outputs for %d weights", op, len(outs), len(ws))
 	}
-	xs, err := devTensor(op, "x", x, F32)
+	xs, err := devTensor(op, "x", x, cuda.F32)
 	if err != nil {
 		return err
 	}
@@ -57,13 +37,13 @@ func (b *Backend) MatMuls(outs []backend.Tensor, x backend.Tensor, ws []backend.
 	wms := make([]*tensor, len(ws))
 	same := true // every weight 16-bit of the first one's type
 	for i := range ws {
-		if ys[i], err = devTensor(op, fmt.Sprintf("out[%d]", i), outs[i], F32); err != nil {
+		if ys[i], err = devTensor(op, fmt.Sprintf("out[%d]", i), outs[i], cuda.F32); err != nil {
 			return err
 		}
 		if wms[i], err = matMulOperands(op, ys[i], xs, ws[i], i); err != nil {
 			return err
 		}
-		same = same && wms[i].buf.DType != F32 && wms[i].buf.DType == wms[0].buf.DType
+		same = same && wms[i].buf.DType != cuda.F32 && wms[i].buf.DType == wms[0].buf.DType
 	}
 	n, k := xs.rows(), xs.cols()
 	if !same {
@@ -75,22 +55,18 @@ func (b *Backend) MatMuls(outs []backend.Tensor, x backend.Tensor, ws []backend.
 		return nil
 	}
 	dt := wms[0].buf.DType
-	if n <= gemvMaxRows && k%8 == 0 {
-		name, rows := gemvMultiKernel(n, dt)
-		for g := 0; g < len(ws); g += gemvMulti {
-			var y [gemvMulti]Buffer
-			var w [gemvMulti]Buffer
-			var m [gemvMulti]int
-			blocks := 0
-			for j := 0; j < gemvMulti; j++ {
+	if n <= cuda.GEMVMaxRows && k%8 == 0 {
+		for g := 0; g < len(ws); g += cuda.GEMVMulti {
+			var y [cuda.GEMVMulti]cuda.Buffer
+			var w [cuda.GEMVMulti]cuda.Buffer
+			var m [cuda.GEMVMulti]int
+			for j := 0; j < cuda.GEMVMulti; j++ {
 				y[j], w[j] = ys[g].buf, wms[g].buf // unused slots repeat a valid pointer with m = 0
 				if g+j < len(ws) {
 					y[j], w[j], m[j] = ys[g+j].buf, wms[g+j].buf, wms[g+j].rows()
-					blocks += (m[j] + rows - 1) / rows
 				}
 			}
-			if err := b.dev.Launch(b.ops.Kern.mod, name, Dim3{blocks, 1, 1}, Dim3{gemvThreads, 1, 1}, 0,
-				y[0], y[1], y[2], xs.buf, w[0], w[1], w[2], n, k, m[0], m[1], m[2]); err != nil {
+			if err := b.ops.GEMVMulti(y, xs.buf, w, n, k, m); err != nil {
 				return err
 			}
 		}
@@ -109,17 +85,17 @@ func (b *Backend) MatMuls(outs []backend.Tensor, x backend.Tensor, ws []backend.
 }
 
 // MatMulSwiGLU computes out = silu(x · gateᵀ) * (x · upᵀ) (backend.SwiGLUMatMuler). For up
-// to gemvMaxRows rows of 16-bit weights, one GEMV launch computes the same rows of gate and
+// to cuda.GEMVMaxRows rows of 16-bit weights, one GEMV launch computes the same rows of gate and
 // up and writes only their SwiGLU; for more rows x is cast once, cuBLAS writes the gate
 // product into out and the up product into a scratch buffer, and the SwiGLU kernel
 // combines them in place.
 func (b *Backend) MatMulSwiGLU(out, x, gate, up backend.Tensor) error {
 	const op = "matmul swiglu"
-	o, err := devTensor(op, "out", out, F32)
+	o, err := devTensor(op, "out", out, cuda.F32)
 	if err != nil {
 		return err
 	}
-	xs, err := devTensor(op, "x", x, F32)
+	xs, err := devTensor(op, "x", x, cuda.F32)
 	if err != nil {
 		return err
 	}
@@ -133,16 +109,14 @@ func (b *Backend) MatMulSwiGLU(out, x, gate, up backend.Tensor) error {
 	}
 	n, k, m := xs.rows(), xs.cols(), g.rows()
 	dt := g.buf.DType
-	if dt != F32 && dt == u.buf.DType && n <= gemvMaxRows && k%8 == 0 {
-		name, rows := gemvGLUKernel(n, dt)
-		return b.dev.Launch(b.ops.Kern.mod, name, Dim3{(m + rows - 1) / rows, 1, 1}, Dim3{gemvThreads, 1, 1}, 0,
-			o.buf, xs.buf, g.buf, u.buf, n, k, m)
+	if dt != cuda.F32 && dt == u.buf.DType && n <= cuda.GEMVMaxRows && k%8 == 0 {
+		return b.ops.GEMVSwiGLU(o.buf, xs.buf, g.buf, u.buf, n, k, m)
 	}
-	if err := b.grow(&b.gluScratch, F32, n*m, n*m, op+" scratch"); err != nil {
+	if err := b.grow(&b.gluScratch, cuda.F32, n*m, n*m, op+" scratch"); err != nil {
 		return err
 	}
-	upOut := Buffer{Ptr: b.gluScratch.Ptr, DType: F32, Len: n * m}
-	if dt != F32 && dt == u.buf.DType {
+	upOut := cuda.Buffer{Ptr: b.gluScratch.Ptr, DType: cuda.F32, Len: n * m}
+	if dt != cuda.F32 && dt == u.buf.DType {
 		// The scratch holds x's cast and then the SwiGLU's shadow: size it for both
 		// first, so that growing it cannot drop the cast.
 		if b.shadows && !b.capturing {
@@ -158,7 +132,7 @@ func (b *Backend) MatMulSwiGLU(out, x, gate, up backend.Tensor) error {
 			return err
 		}
 		if b.shadows && b.scratch.Len >= n*m {
-			sh := Buffer{Ptr: b.scratch.Ptr, DType: dt, Len: n * m}
+			sh := cuda.Buffer{Ptr: b.scratch.Ptr, DType: dt, Len: n * m}
 			if err := b.ops.SwiGLUShadow(o.buf, sh, o.buf, upOut, n*m); err != nil {
 				return err
 			}

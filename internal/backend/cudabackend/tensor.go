@@ -1,16 +1,17 @@
-package cuda
+package cudabackend
 
 import (
 	"fmt"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
 // tensor is a device tensor of the Backend: a Buffer with its shape. Views (Rows) share
 // the buffer's memory and are never freed themselves.
 type tensor struct {
-	buf   Buffer
+	buf   cuda.Buffer
 	shape []int
 	view  bool
 }
@@ -18,11 +19,11 @@ type tensor struct {
 // DType returns the element type as a quant.Type.
 func (t *tensor) DType() quant.Type {
 	switch t.buf.DType {
-	case F16:
+	case cuda.F16:
 		return quant.F16
-	case BF16:
+	case cuda.BF16:
 		return quant.BF16
-	case I32:
+	case cuda.I32:
 		return quant.I32
 	}
 	return quant.F32
@@ -58,7 +59,7 @@ func (t *tensor) rows() int {
 func (t *tensor) cols() int { return t.shape[len(t.shape)-1] }
 
 // devTensor returns t as a tensor of this backend holding one of dtypes.
-func devTensor(op, what string, t backend.Tensor, dtypes ...DType) (*tensor, error) {
+func devTensor(op, what string, t backend.Tensor, dtypes ...cuda.DType) (*tensor, error) {
 	c, ok := t.(*tensor)
 	if !ok || c == nil || c.buf.Ptr == 0 {
 		return nil, fmt.Errorf("cuda %s: %s is not a CUDA tensor", op, what)
@@ -79,18 +80,18 @@ func sameShape(op string, a, b *tensor) error {
 	return nil
 }
 
-// kvCache is the Backend's paged KV cache: one KVCacheLayer per layer, each layer's K and V
+// kvCache is the Backend's paged KV cache: one cuda.KVCacheLayer per layer, each layer's K and V
 // a separate allocation.
 type kvCache struct {
 	spec   backend.KVSpec
-	layers []*KVCacheLayer
+	layers []*cuda.KVCacheLayer
 }
 
 // Spec returns the cache's geometry and element type, as it was asked for.
 func (c *kvCache) Spec() backend.KVSpec { return c.spec }
 
 // kvOf returns kv as this backend's cache and its layer l (l < 0: none).
-func kvOf(op string, kv backend.KVCache, l int) (*kvCache, *KVCacheLayer, error) {
+func kvOf(op string, kv backend.KVCache, l int) (*kvCache, *cuda.KVCacheLayer, error) {
 	c, ok := kv.(*kvCache)
 	if !ok || c == nil {
 		return nil, nil, fmt.Errorf("cuda %s: the KV cache is not a CUDA cache", op)
@@ -108,8 +109,8 @@ func kvOf(op string, kv backend.KVCache, l int) (*kvCache, *KVCacheLayer, error)
 // buffer.
 type step struct {
 	meta                                    *backend.StepMeta
-	tokens, positions, slots, queryStarts   Buffer
-	contextLens, blockTables, logitsIndices Buffer
+	tokens, positions, slots, queryStarts   cuda.Buffer
+	contextLens, blockTables, logitsIndices cuda.Buffer
 	// maxBlocks is the block tables' row stride on the device: meta.MaxBlocks, or a bound
 	// of it for a graphable decode step.
 	maxBlocks int

@@ -1,10 +1,11 @@
-package cuda
+package cudabackend
 
 import (
 	"fmt"
 	"os"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
 )
 
 // maxGraphSeqs is the largest decode bucket replayed as a graph; larger decode steps run
@@ -26,7 +27,7 @@ type graphKey struct {
 // captured, and whether capturing failed (the step then always runs eagerly).
 type graphEntry struct {
 	seen   int
-	graph  *Graph
+	graph  *cuda.Graph
 	failed error
 }
 
@@ -79,7 +80,7 @@ func (b *Backend) RunStep(st backend.Step, owner any, ops func() error) error {
 	if err != nil {
 		return err
 	}
-	if !s.graphable || owner == nil || b.dev.times != nil {
+	if !s.graphable || owner == nil || b.dev.OpTimed() {
 		// The op profile (DeviceOptions.OpTime) times decode steps op by op, eagerly.
 		return ops()
 	}

@@ -1,4 +1,4 @@
-package cuda_test
+package cudabackend_test
 
 import (
 	"bytes"

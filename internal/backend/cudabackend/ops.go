@@ -1,10 +1,11 @@
-package cuda
+package cudabackend
 
 import (
 	"errors"
 	"fmt"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
 )
 
 // ErrUnsupported is returned by the ops the CUDA backend does not implement yet (the
@@ -13,11 +14,11 @@ var ErrUnsupported = errors.New("unsupported on cuda")
 
 // Embedding gathers the step's token rows of table into out.
 func (b *Backend) Embedding(out, table backend.Tensor, st backend.Step) error {
-	o, err := devTensor("embedding", "out", out, F32)
+	o, err := devTensor("embedding", "out", out, cuda.F32)
 	if err != nil {
 		return err
 	}
-	w, err := devTensor("embedding", "table", table, F32, F16, BF16)
+	w, err := devTensor("embedding", "table", table, cuda.F32, cuda.F16, cuda.BF16)
 	if err != nil {
 		return err
 	}
@@ -34,13 +35,13 @@ func (b *Backend) Embedding(out, table backend.Tensor, st backend.Step) error {
 
 // normOperands checks out and x of one shape and weight as long as a row.
 func normOperands(op string, out, x, weight backend.Tensor) (o, xs, w *tensor, err error) {
-	if o, err = devTensor(op, "out", out, F32); err != nil {
+	if o, err = devTensor(op, "out", out, cuda.F32); err != nil {
 		return nil, nil, nil, err
 	}
-	if xs, err = devTensor(op, "x", x, F32); err != nil {
+	if xs, err = devTensor(op, "x", x, cuda.F32); err != nil {
 		return nil, nil, nil, err
 	}
-	if w, err = devTensor(op, "weight", weight, F32); err != nil {
+	if w, err = devTensor(op, "weight", weight, cuda.F32); err != nil {
 		return nil, nil, nil, err
 	}
 	if err := sameShape(op, o, xs); err != nil {
@@ -59,13 +60,13 @@ func (b *Backend) RMSNorm(out, x, weight backend.Tensor, eps float32) error {
 		return err
 	}
 	if sh, ok := b.shadowTarget(xs.rows(), xs.cols(), b.castType); ok {
-		if err := b.ops.RMSNormShadow(o.buf, sh, xs.buf, Buffer{}, w.buf, xs.rows(), xs.cols(), eps); err != nil {
+		if err := b.ops.RMSNormShadow(o.buf, sh, xs.buf, cuda.Buffer{}, w.buf, xs.rows(), xs.cols(), eps); err != nil {
 			return err
 		}
 		b.setShadow(o.buf.Ptr, sh.Len, sh.DType)
 		return nil
 	}
-	return b.ops.RMSNorm(o.buf, xs.buf, Buffer{}, w.buf, xs.rows(), xs.cols(), eps)
+	return b.ops.RMSNorm(o.buf, xs.buf, cuda.Buffer{}, w.buf, xs.rows(), xs.cols(), eps)
 }
 
 // RMSNormResidual adds x into residual and normalizes the sums into out.
@@ -74,7 +75,7 @@ func (b *Backend) RMSNormResidual(out, residual, x, weight backend.Tensor, eps f
 	if err != nil {
 		return err
 	}
-	xs, err := devTensor("rmsnorm residual", "x", x, F32)
+	xs, err := devTensor("rmsnorm residual", "x", x, cuda.F32)
 	if err != nil {
 		return err
 	}
@@ -94,11 +95,11 @@ func (b *Backend) RMSNormResidual(out, residual, x, weight backend.Tensor, eps f
 // HeadNorm normalizes every head vector of x in place (the RMSNorm kernel over rows of one
 // head).
 func (b *Backend) HeadNorm(x, weight backend.Tensor, eps float32) error {
-	xs, err := devTensor("head norm", "x", x, F32)
+	xs, err := devTensor("head norm", "x", x, cuda.F32)
 	if err != nil {
 		return err
 	}
-	w, err := devTensor("head norm", "weight", weight, F32)
+	w, err := devTensor("head norm", "weight", weight, cuda.F32)
 	if err != nil {
 		return err
 	}
@@ -106,20 +107,20 @@ func (b *Backend) HeadNorm(x, weight backend.Tensor, eps float32) error {
 	if hd == 0 || xs.cols()%hd != 0 {
 		return fmt.Errorf("cuda head norm: rows of %d are not whole heads of %d", xs.cols(), hd)
 	}
-	return b.ops.RMSNorm(xs.buf, xs.buf, Buffer{}, w.buf, xs.rows()*xs.cols()/hd, hd, eps)
+	return b.ops.RMSNorm(xs.buf, xs.buf, cuda.Buffer{}, w.buf, xs.rows()*xs.cols()/hd, hd, eps)
 }
 
 // MatMul computes out = x · wᵀ.
 func (b *Backend) MatMul(out, x, w backend.Tensor) error {
-	o, err := devTensor("matmul", "out", out, F32)
+	o, err := devTensor("matmul", "out", out, cuda.F32)
 	if err != nil {
 		return err
 	}
-	xs, err := devTensor("matmul", "x", x, F32)
+	xs, err := devTensor("matmul", "x", x, cuda.F32)
 	if err != nil {
 		return err
 	}
-	wm, err := devTensor("matmul", "w", w, F32, F16, BF16)
+	wm, err := devTensor("matmul", "w", w, cuda.F32, cuda.F16, cuda.BF16)
 	if err != nil {
 		return err
 	}
@@ -129,47 +130,16 @@ func (b *Backend) MatMul(out, x, w backend.Tensor) error {
 	return b.matMul(o.buf, xs.buf, wm, xs.rows())
 }
 
-// gemvThreads is the GEMV kernels' block size (GEMV_THREADS in gemv.cu).
-const gemvThreads = 256
-
-// gemvKernel returns the GEMV kernel for n (1..gemvMaxRows) token rows of a 16-bit weight
-// of type dt, and the weight rows one block of it computes (the R of its GEMV_KERNEL line
-// in gemv.cu): n is rounded up to a bucket of 1, 2, 4 or 8 rows. One token row takes 8
-// weight rows a block: more loads in flight per thread (measured fastest on the H200 for
-// every decode shape of llama-3.1-8b and llama-3.2-1b but 8192 x 2048).
-func gemvKernel(n int, dt DType) (name string, rows int) {
-	rows = 4
-	if n <= 1 {
-		rows = 8
-	}
-	return "gemv_" + gemvBucket(n) + "_" + suffix(dt), rows
-}
-
-// gemvBucket names the bucket of token rows n falls into (n1, n2, n4 or n8).
-func gemvBucket(n int) string {
-	switch {
-	case n <= 1:
-		return "n1"
-	case n <= 2:
-		return "n2"
-	case n <= 4:
-		return "n4"
-	}
-	return "n8"
-}
-
 // matMul computes y = x · wᵀ for n rows of float32 x into float32 y (inside Run): cuBLAS
-// directly for F32 weights, the GEMV kernel for up to gemvMaxRows rows of a 16-bit weight,
+// directly for F32 weights, the GEMV kernel for up to cuda.GEMVMaxRows rows of a 16-bit weight,
 // else x cast to the weight's type and cuBLAS.
-func (b *Backend) matMul(y, x Buffer, w *tensor, n int) error {
+func (b *Backend) matMul(y, x cuda.Buffer, w *tensor, n int) error {
 	m, k := w.rows(), w.cols()
-	if w.buf.DType == F32 {
+	if w.buf.DType == cuda.F32 {
 		return b.ops.MatMulT(y, x, w.buf, n, k, m)
 	}
-	if n <= gemvMaxRows && k%8 == 0 {
-		name, rows := gemvKernel(n, w.buf.DType)
-		return b.ops.Dev.Launch(b.ops.Kern.mod, name, Dim3{(m + rows - 1) / rows, 1, 1}, Dim3{gemvThreads, 1, 1}, 0,
-			y, x, w.buf, n, k, m)
+	if n <= cuda.GEMVMaxRows && k%8 == 0 {
+		return b.ops.GEMV(y, x, w.buf, n, k, m)
 	}
 	xc, err := b.castInput(x, n*k, w.buf.DType)
 	if err != nil {
@@ -181,55 +151,54 @@ func (b *Backend) matMul(y, x Buffer, w *tensor, n int) error {
 // castInput casts the first count float32 values of x to dt in the backend's scratch
 // buffer (grown first when too small; growing fails inside a graph capture) and returns
 // the cast values, for cuBLAS (inside Run).
-func (b *Backend) castInput(x Buffer, count int, dt DType) (Buffer, error) {
+func (b *Backend) castInput(x cuda.Buffer, count int, dt cuda.DType) (cuda.Buffer, error) {
 	b.castType = dt
 	if xc, ok := b.shadowOf(x, count, dt); ok {
 		return xc, nil
 	}
 	if err := b.ensureScratch(count); err != nil {
-		return Buffer{}, err
+		return cuda.Buffer{}, err
 	}
-	xc := Buffer{Ptr: b.scratch.Ptr, DType: dt, Len: count}
-	if err := b.ops.Cast(xc, Buffer{Ptr: x.Ptr, DType: F32, Len: count}); err != nil {
-		return Buffer{}, err
+	xc := cuda.Buffer{Ptr: b.scratch.Ptr, DType: dt, Len: count}
+	if err := b.ops.Cast(xc, cuda.Buffer{Ptr: x.Ptr, DType: cuda.F32, Len: count}); err != nil {
+		return cuda.Buffer{}, err
 	}
 	return xc, nil
 }
 
 // AddBias adds bias to every row of x.
 func (b *Backend) AddBias(x, bias backend.Tensor) error {
-	xs, err := devTensor("add bias", "x", x, F32)
+	xs, err := devTensor("add bias", "x", x, cuda.F32)
 	if err != nil {
 		return err
 	}
-	bs, err := devTensor("add bias", "bias", bias, F32)
+	bs, err := devTensor("add bias", "bias", bias, cuda.F32)
 	if err != nil {
 		return err
 	}
 	if bs.buf.Len != xs.cols() {
 		return fmt.Errorf("cuda add bias: bias of %d for rows of %d", bs.buf.Len, xs.cols())
 	}
-	return b.dev.Launch(b.ops.Kern.mod, "add_bias_f32", Dim3{gridFor(xs.buf.Len), 1, 1}, Dim3{threads, 1, 1}, 0,
-		xs.buf, bs.buf, uint64(xs.rows()), xs.cols())
+	return b.ops.AddBias(xs.buf, bs.buf, xs.rows(), xs.cols())
 }
 
 // RopeKVWrite rotates q and k by their tokens' positions and writes k and v into layer's
 // cache at their slots (one fused kernel).
 func (b *Backend) RopeKVWrite(q, k, v backend.Tensor, rope backend.Rope, kv backend.KVCache, layer int, st backend.Step) error {
 	const op = "rope kv"
-	qs, err := devTensor(op, "q", q, F32)
+	qs, err := devTensor(op, "q", q, cuda.F32)
 	if err != nil {
 		return err
 	}
-	ks, err := devTensor(op, "k", k, F32)
+	ks, err := devTensor(op, "k", k, cuda.F32)
 	if err != nil {
 		return err
 	}
-	vs, err := devTensor(op, "v", v, F32)
+	vs, err := devTensor(op, "v", v, cuda.F32)
 	if err != nil {
 		return err
 	}
-	inv, err := devTensor(op, "inverse frequencies", rope.InvFreq, F32)
+	inv, err := devTensor(op, "inverse frequencies", rope.InvFreq, cuda.F32)
 	if err != nil {
 		return err
 	}
@@ -249,19 +218,19 @@ func (b *Backend) RopeKVWrite(q, k, v backend.Tensor, rope backend.Rope, kv back
 	if inv.buf.Len*2 != rope.Dim {
 		return fmt.Errorf("cuda rope kv: %d inverse frequencies for %d rotated dimensions", inv.buf.Len, rope.Dim)
 	}
-	return b.ops.RopeKV(RopeKVArgs{Q: qs.buf, K: ks.buf, V: vs.buf, QStride: qs.cols(), KStride: ks.cols(), VStride: vs.cols(),
+	return b.ops.RopeKV(cuda.RopeKVArgs{Q: qs.buf, K: ks.buf, V: vs.buf, QStride: qs.cols(), KStride: ks.cols(), VStride: vs.cols(),
 		Tokens: n, Heads: qs.cols() / hd, Positions: s.positions, Slots: s.slots,
-		Rope: Rope{InvFreq: inv.buf, Dim: rope.Dim, NeoX: rope.NeoX, MScale: rope.MScale}, Cache: l})
+		Rope: cuda.Rope{InvFreq: inv.buf, Dim: rope.Dim, NeoX: rope.NeoX, MScale: rope.MScale}, Cache: l})
 }
 
 // Attention runs paged causal attention: split-K decode when every sequence has one query
 // token, the varlen prefill kernel otherwise.
 func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int, scale float32, st backend.Step) error {
-	o, err := devTensor("attention", "out", out, F32)
+	o, err := devTensor("attention", "out", out, cuda.F32)
 	if err != nil {
 		return err
 	}
-	qs, err := devTensor("attention", "q", q, F32)
+	qs, err := devTensor("attention", "q", q, cuda.F32)
 	if err != nil {
 		return err
 	}
@@ -312,7 +281,7 @@ func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int
 			// Split-K sizing from the stride bound, fixed for the steps that share a graph.
 			maxCtx = s.maxBlocks * l.BlockSize
 		}
-		return b.ops.AttentionDecode(DecodeArgs{Out: o.buf, OutStride: qDim, Q: qs.buf, QStride: qDim, Seqs: seqs, Heads: heads,
+		return b.ops.AttentionDecode(cuda.DecodeArgs{Out: o.buf, OutStride: qDim, Q: qs.buf, QStride: qDim, Seqs: seqs, Heads: heads,
 			Cache: l, BlockTables: s.blockTables, MaxBlocks: s.maxBlocks, ContextLens: s.contextLens,
 			MaxContext: maxCtx, Scale: scale, Work: b.work})
 	}
@@ -320,7 +289,7 @@ func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int
 	for i := range seqs {
 		maxQ = max(maxQ, int(m.QueryStarts[i+1]-m.QueryStarts[i]))
 	}
-	return b.ops.AttentionPrefill(PrefillArgs{Out: o.buf, OutStride: qDim, Q: qs.buf, QStride: qDim, Tokens: m.NumTokens(),
+	return b.ops.AttentionPrefill(cuda.PrefillArgs{Out: o.buf, OutStride: qDim, Q: qs.buf, QStride: qDim, Tokens: m.NumTokens(),
 		Seqs: seqs, Heads: heads, Cache: l, SeqStarts: s.queryStarts, ContextLens: s.contextLens, MaxQueryLen: maxQ,
 		BlockTables: s.blockTables, MaxBlocks: s.maxBlocks, Scale: scale})
 }
@@ -331,16 +300,16 @@ const smallMaxContext = 12000
 
 // attentionSmall runs the plain attention kernel, for head sizes that are not a multiple
 // of 32 (tiny models such as stories260K).
-func (b *Backend) attentionSmall(o, q *tensor, l *KVCacheLayer, s *step, heads int, scale float32) error {
+func (b *Backend) attentionSmall(o, q *tensor, l *cuda.KVCacheLayer, s *step, heads int, scale float32) error {
 	m := s.meta
 	maxCtx := 1
 	for _, c := range m.ContextLens {
 		maxCtx = max(maxCtx, int(c))
 	}
-	if maxCtx > smallMaxContext || l.HeadDim > maxHeadDim || heads%l.KVHeads != 0 {
+	if maxCtx > smallMaxContext || l.HeadDim > cuda.MaxHeadDim || heads%l.KVHeads != 0 {
 		return fmt.Errorf("cuda attention: head dim %d with context %d and %d/%d heads: unsupported", l.HeadDim, maxCtx, heads, l.KVHeads)
 	}
-	shared := 4 * maxCtx
+	shared := maxCtx
 	if b.capturing {
 		// A replayed graph keeps this launch's shared memory: size it for the longest
 		// context the step's block-table stride allows.
@@ -348,24 +317,24 @@ func (b *Backend) attentionSmall(o, q *tensor, l *KVCacheLayer, s *step, heads i
 		if bound > smallMaxContext {
 			return fmt.Errorf("cuda attention: head dim %d with a context bound of %d: not captured", l.HeadDim, bound)
 		}
-		shared = 4 * bound
+		shared = bound
 	}
-	return b.dev.Launch(b.ops.Kern.mod, "attn_small_"+suffix(l.K.DType), Dim3{heads, m.NumTokens(), 1}, Dim3{128, 1, 1}, shared,
-		o.buf, q.buf, l.K, l.V, s.blockTables, s.maxBlocks, s.queryStarts, m.NumSeqs(), s.contextLens,
-		heads, l.KVHeads, l.HeadDim, l.BlockSize, scale)
+	return b.ops.AttentionSmall(cuda.PrefillArgs{Out: o.buf, Q: q.buf, Tokens: m.NumTokens(), Seqs: m.NumSeqs(), Heads: heads,
+		Cache: l, SeqStarts: s.queryStarts, ContextLens: s.contextLens, BlockTables: s.blockTables, MaxBlocks: s.maxBlocks,
+		Scale: scale}, shared)
 }
 
 // SwiGLU computes out = silu(gate) * up.
 func (b *Backend) SwiGLU(out, gate, up backend.Tensor) error {
-	o, err := devTensor("swiglu", "out", out, F32)
+	o, err := devTensor("swiglu", "out", out, cuda.F32)
 	if err != nil {
 		return err
 	}
-	g, err := devTensor("swiglu", "gate", gate, F32)
+	g, err := devTensor("swiglu", "gate", gate, cuda.F32)
 	if err != nil {
 		return err
 	}
-	u, err := devTensor("swiglu", "up", up, F32)
+	u, err := devTensor("swiglu", "up", up, cuda.F32)
 	if err != nil {
 		return err
 	}
@@ -377,11 +346,11 @@ func (b *Backend) SwiGLU(out, gate, up backend.Tensor) error {
 
 // GatherRows copies the rows named by the step's logits indices.
 func (b *Backend) GatherRows(out, in backend.Tensor, st backend.Step) error {
-	o, err := devTensor("gather", "out", out, F32)
+	o, err := devTensor("gather", "out", out, cuda.F32)
 	if err != nil {
 		return err
 	}
-	x, err := devTensor("gather", "in", in, F32)
+	x, err := devTensor("gather", "in", in, cuda.F32)
 	if err != nil {
 		return err
 	}
@@ -404,11 +373,11 @@ func (b *Backend) GatherRows(out, in backend.Tensor, st backend.Step) error {
 // Logits multiplies x by wᵀ on the device and copies the result into dst: the step's one
 // host synchronisation.
 func (b *Backend) Logits(dst []float32, x, w backend.Tensor) error {
-	xs, err := devTensor("logits", "x", x, F32)
+	xs, err := devTensor("logits", "x", x, cuda.F32)
 	if err != nil {
 		return err
 	}
-	wm, err := devTensor("logits", "w", w, F32, F16, BF16)
+	wm, err := devTensor("logits", "w", w, cuda.F32, cuda.F16, cuda.BF16)
 	if err != nil {
 		return err
 	}
@@ -423,18 +392,18 @@ func (b *Backend) Logits(dst []float32, x, w backend.Tensor) error {
 		if err := b.free(b.logitsDev); err != nil {
 			return err
 		}
-		b.logitsDev = Buffer{}
-		l, err := b.alloc(F32, len(dst))
+		b.logitsDev = cuda.Buffer{}
+		l, err := b.alloc(cuda.F32, len(dst))
 		if err != nil {
 			return fmt.Errorf("cuda logits: %w", err)
 		}
 		b.logitsDev = l
 	}
-	y := Buffer{Ptr: b.logitsDev.Ptr, DType: F32, Len: len(dst)}
+	y := cuda.Buffer{Ptr: b.logitsDev.Ptr, DType: cuda.F32, Len: len(dst)}
 	if err := b.matMul(y, xs.buf, wm, n); err != nil {
 		return err
 	}
-	return Download(b.dev, dst, y)
+	return cuda.Download(b.dev, dst, y)
 }
 
 // RouteExperts is not implemented on the GPU yet.

@@ -1,10 +1,11 @@
-package cuda
+package cudabackend
 
 import (
 	"fmt"
 	"math"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
 )
 
 // LogitsArgmax multiplies x by wᵀ on the device, picks each row's largest logit there
@@ -24,13 +25,13 @@ func (b *Backend) LogitsArgmax(dst []int32, x, w backend.Tensor, masks [][]uint3
 	if err != nil {
 		return err
 	}
-	if err := b.grow(&b.argmaxWork, F32, 2*argmaxParts*n, 2*argmaxParts*max(n, 256), "logits argmax"); err != nil {
+	if err := b.grow(&b.argmaxWork, cuda.F32, 2*cuda.ArgmaxParts*n, 2*cuda.ArgmaxParts*max(n, 256), "logits argmax"); err != nil {
 		return err
 	}
 	if err := b.ops.Argmax(ids, y, b.argmaxWork, n, vocab, mb); err != nil {
 		return err
 	}
-	return Download(b.dev, dst, ids)
+	return cuda.Download(b.dev, dst, ids)
 }
 
 // LogitsSample multiplies x by wᵀ on the device, draws each row's token there as rows
@@ -71,21 +72,23 @@ func (b *Backend) LogitsSample(dst []int32, x, w backend.Tensor, rows []backend.
 	}
 	// The previous step's read-back synchronised the stream, so no queued kernel still
 	// reads the settings buffer; the copy happens before the sampling kernel is queued.
-	settings := Buffer{Ptr: b.sampleDev.Ptr, DType: F32, Len: 4 * n}
-	if err := Upload(b.dev, settings, packed); err != nil {
+	settings := cuda.Buffer{Ptr: b.sampleDev.Ptr, DType: cuda.F32, Len: 4 * n}
+	if err := cuda.Upload(b.dev, settings, packed); err != nil {
 		return err
 	}
-	part := func(i int, t DType) Buffer { return Buffer{Ptr: settings.Ptr + uint64(4*i*n), DType: t, Len: n} }
-	p := SampleParams{Temperature: part(0, F32), TopK: part(1, I32), TopP: part(2, F32), Uniform: part(3, F32), Masks: mb}
+	part := func(i int, t cuda.DType) cuda.Buffer {
+		return cuda.Buffer{Ptr: settings.Ptr + uint64(4*i*n), DType: t, Len: n}
+	}
+	p := cuda.SampleParams{Temperature: part(0, cuda.F32), TopK: part(1, cuda.I32), TopP: part(2, cuda.F32), Uniform: part(3, cuda.F32), Masks: mb}
 	if err := b.ops.Sample(ids, y, n, vocab, p); err != nil {
 		return err
 	}
-	return Download(b.dev, dst, ids)
+	return cuda.Download(b.dev, dst, ids)
 }
 
 // logitsVocab returns the vocabulary of an output projection w (its rows).
 func logitsVocab(op string, w backend.Tensor) (int, error) {
-	wm, err := devTensor(op, "w", w, F32, F16, BF16)
+	wm, err := devTensor(op, "w", w, cuda.F32, cuda.F16, cuda.BF16)
 	if err != nil {
 		return 0, err
 	}
@@ -94,93 +97,59 @@ func logitsVocab(op string, w backend.Tensor) (int, error) {
 
 // uploadMasks queues the copy of a step's vocabulary masks (nil, or one per row of n; see
 // backend.CheckMasks) to the device and returns the buffer the argmax and sampling kernels
-// read: n words giving where each row's mask starts in the same buffer (noMask for a row
-// without one), then the masks of the rows that have one, backend.MaskWords(vocab) words
-// each. With no mask in the step it copies nothing and returns the zero Buffer, which the
-// kernels read as "no row masked".
+// read (cuda.PackMasks): n words giving where each row's mask starts in the same buffer
+// (-1 for a row without one), then the masks of the rows that have one,
+// backend.MaskWords(vocab) words each. With no mask in the step it copies nothing and
+// returns the zero Buffer, which the kernels read as "no row masked".
 //
 // The words go through pinned memory in one asynchronous copy, queued ahead of the logits
 // product, so that the kernels after it find them. The pinned buffer is rewritten without
 // a wait: every step's UploadStep synchronises the stream first, so no copy out of it from
 // an earlier step is still pending.
-func (b *Backend) uploadMasks(op string, masks [][]uint32, n, vocab int) (Buffer, error) {
+func (b *Backend) uploadMasks(op string, masks [][]uint32, n, vocab int) (cuda.Buffer, error) {
 	if err := backend.CheckMasks(masks, n, vocab); err != nil {
-		return Buffer{}, fmt.Errorf("cuda %s: %w", op, err)
+		return cuda.Buffer{}, fmt.Errorf("cuda %s: %w", op, err)
 	}
-	total := maskedLen(masks, vocab)
+	total := cuda.MaskedLen(masks, vocab)
 	if total == 0 {
-		return Buffer{}, nil
+		return cuda.Buffer{}, nil
 	}
 	if b.maskHost == nil || len(b.maskHost.Int32s()) < total {
 		// A smaller pinned buffer may still be read by a queued copy.
 		if err := firstErr(b.dev.Sync(), b.dev.FreeHost(b.maskHost)); err != nil {
-			return Buffer{}, err
+			return cuda.Buffer{}, err
 		}
 		b.maskHost = nil
 		h, err := b.dev.AllocHost(4 * 2 * total)
 		if err != nil {
-			return Buffer{}, fmt.Errorf("cuda %s: masks: %w", op, err)
+			return cuda.Buffer{}, fmt.Errorf("cuda %s: masks: %w", op, err)
 		}
 		b.maskHost = h
 	}
-	if err := b.grow(&b.maskDev, I32, total, 2*total, op); err != nil {
-		return Buffer{}, err
+	if err := b.grow(&b.maskDev, cuda.I32, total, 2*total, op); err != nil {
+		return cuda.Buffer{}, err
 	}
-	packMasks(b.maskHost.Int32s(), masks)
+	cuda.PackMasks(b.maskHost.Int32s(), masks)
 	buf, err := b.maskDev.Slice(0, total)
 	if err != nil {
-		return Buffer{}, err
+		return cuda.Buffer{}, err
 	}
 	if err := b.dev.UploadAsync(buf, b.maskHost, 0); err != nil {
-		return Buffer{}, fmt.Errorf("cuda %s: masks: %w", op, err)
+		return cuda.Buffer{}, fmt.Errorf("cuda %s: masks: %w", op, err)
 	}
 	return buf, nil
-}
-
-// noMask is the offset word of a row without a mask (0xffffffff in sample.cu).
-const noMask = -1
-
-// maskedLen returns the words of the masks buffer of checked masks over vocab tokens: 0
-// when no row has a mask.
-func maskedLen(masks [][]uint32, vocab int) int {
-	masked := 0
-	for _, m := range masks {
-		if m != nil {
-			masked++
-		}
-	}
-	if masked == 0 {
-		return 0
-	}
-	return len(masks) + masked*backend.MaskWords(vocab)
-}
-
-// packMasks lays checked masks out in dst as the kernels read them (see uploadMasks).
-func packMasks(dst []int32, masks [][]uint32) {
-	off := len(masks)
-	for i, m := range masks {
-		if m == nil {
-			dst[i] = noMask
-			continue
-		}
-		dst[i] = int32(off)
-		for j, w := range m {
-			dst[off+j] = int32(w)
-		}
-		off += len(m)
-	}
 }
 
 // deviceLogits queues x · wᵀ for an op (named in errors) that picks the n rows' tokens on
 // the device: it checks that x has n rows, grows the step's logits and token-id buffers,
 // and the sampling-settings buffer to settings float32s per row, to hold them, and returns
 // the logits (n rows of vocab) and the ids buffer (n rows).
-func (b *Backend) deviceLogits(op string, x, w backend.Tensor, n, settings int) (y, ids Buffer, vocab int, err error) {
-	xs, err := devTensor(op, "x", x, F32)
+func (b *Backend) deviceLogits(op string, x, w backend.Tensor, n, settings int) (y, ids cuda.Buffer, vocab int, err error) {
+	xs, err := devTensor(op, "x", x, cuda.F32)
 	if err != nil {
 		return y, ids, 0, err
 	}
-	wm, err := devTensor(op, "w", w, F32, F16, BF16)
+	wm, err := devTensor(op, "w", w, cuda.F32, cuda.F16, cuda.BF16)
 	if err != nil {
 		return y, ids, 0, err
 	}
@@ -188,12 +157,12 @@ func (b *Backend) deviceLogits(op string, x, w backend.Tensor, n, settings int) 
 	if len(wm.shape) != 2 || xs.cols() != wm.cols() || xs.rows() != n {
 		return y, ids, 0, fmt.Errorf("cuda %s: %d ids for x %v · w %vᵀ", op, n, xs.shape, wm.shape)
 	}
-	if err := firstErr(b.grow(&b.logitsDev, F32, n*vocab, n*vocab, op), b.grow(&b.idsDev, I32, n, max(n, 256), op),
-		b.grow(&b.sampleDev, F32, settings*n, settings*max(n, 256), op)); err != nil {
+	if err := firstErr(b.grow(&b.logitsDev, cuda.F32, n*vocab, n*vocab, op), b.grow(&b.idsDev, cuda.I32, n, max(n, 256), op),
+		b.grow(&b.sampleDev, cuda.F32, settings*n, settings*max(n, 256), op)); err != nil {
 		return y, ids, 0, err
 	}
-	y = Buffer{Ptr: b.logitsDev.Ptr, DType: F32, Len: n * vocab}
-	ids = Buffer{Ptr: b.idsDev.Ptr, DType: I32, Len: n}
+	y = cuda.Buffer{Ptr: b.logitsDev.Ptr, DType: cuda.F32, Len: n * vocab}
+	ids = cuda.Buffer{Ptr: b.idsDev.Ptr, DType: cuda.I32, Len: n}
 	return y, ids, vocab, b.matMul(y, xs.buf, wm, n)
 }
 

@@ -1,4 +1,4 @@
-package cuda_test
+package cudabackend_test
 
 import (
 	"fmt"
@@ -6,7 +6,8 @@ import (
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
-	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
+	"github.com/kvasir-llm/kvasir/internal/backend/backendtest"
+
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/model"
 	"github.com/kvasir-llm/kvasir/internal/quant"
@@ -77,7 +78,7 @@ func TestBackendMaskedTokens(t *testing.T) {
 	}
 	vocab, rows := m.Config().VocabSize, len(b.LogitsIndices)
 	r := rand.New(rand.NewPCG(11, 12))
-	masks := cuda.RandomMasks(r, rows, vocab)
+	masks := backendtest.RandomMasks(r, rows, vocab)
 	calls := 0
 	maskFn := func() ([][]uint32, error) {
 		calls++
@@ -90,7 +91,7 @@ func TestBackendMaskedTokens(t *testing.T) {
 	}
 	same := 0
 	for i, id := range ids {
-		want := sample.Greedy(cuda.Disallowed(logits[i*vocab:(i+1)*vocab], masks[i]))
+		want := sample.Greedy(backendtest.Disallowed(logits[i*vocab:(i+1)*vocab], masks[i]))
 		if int(id) == want {
 			same++
 		} else {
@@ -112,7 +113,7 @@ func TestBackendMaskedTokens(t *testing.T) {
 	}
 	exact := 0
 	for i, id := range drawn {
-		row := cuda.Disallowed(logits[i*vocab:(i+1)*vocab], masks[i])
+		row := backendtest.Disallowed(logits[i*vocab:(i+1)*vocab], masks[i])
 		s := settings[i]
 		want := sample.DrawIndexOrder(row, s.Temperature, int(s.TopK), s.TopP, float64(s.Uniform))
 		switch {

@@ -1,4 +1,4 @@
-package cuda
+package cudabackend
 
 import (
 	"encoding/binary"
@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/backend/backendtest"
+	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
@@ -17,7 +19,7 @@ import (
 func newTestBackend(t *testing.T) *Backend {
 	t.Helper()
 	gpuDriver(t)
-	b, err := NewBackend(BackendOptions{Cache: &CubinCache{Dir: t.TempDir()}})
+	b, err := NewBackend(BackendOptions{Cache: &cuda.CubinCache{Dir: t.TempDir()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,27 +33,27 @@ func newTestBackend(t *testing.T) *Backend {
 
 // uploadMatrix uploads vals as a [rows][cols] weight of dt through UploadWeight and
 // returns it with the values as the device holds them.
-func uploadMatrix(t *testing.T, b *Backend, dt DType, rows, cols int, vals []float32) (backend.Tensor, []float32) {
+func uploadMatrix(t *testing.T, b *Backend, dt cuda.DType, rows, cols int, vals []float32) (backend.Tensor, []float32) {
 	t.Helper()
 	held := make([]float32, len(vals))
 	var data []byte
 	var qt quant.Type
 	switch dt {
-	case F32:
+	case cuda.F32:
 		qt, data = quant.F32, make([]byte, 4*len(vals))
 		for i, v := range vals {
 			binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(v))
 			held[i] = v
 		}
-	case F16, BF16:
+	case cuda.F16, cuda.BF16:
 		qt, data = quant.BF16, make([]byte, 2*len(vals))
-		if dt == F16 {
+		if dt == cuda.F16 {
 			qt = quant.F16
 		}
 		for i, v := range vals {
 			h := quant.F32ToBF16(v)
 			held[i] = quant.BF16ToF32(h)
-			if dt == F16 {
+			if dt == cuda.F16 {
 				h = quant.F32ToF16(v)
 				held[i] = quant.F16ToF32(h)
 			}
@@ -94,7 +96,9 @@ func tensorValues(t *testing.T, b *Backend, x backend.Tensor) []float32 {
 	t.Helper()
 	c := x.(*tensor)
 	out := make([]float32, c.rows()*c.cols())
-	if err := b.Run(func() error { return Download(b.dev, out, Buffer{Ptr: c.buf.Ptr, DType: F32, Len: len(out)}) }); err != nil {
+	if err := b.Run(func() error {
+		return cuda.Download(b.dev, out, cuda.Buffer{Ptr: c.buf.Ptr, DType: cuda.F32, Len: len(out)})
+	}); err != nil {
 		t.Fatal(err)
 	}
 	return out
@@ -133,28 +137,28 @@ func TestBackendFusedMatMuls(t *testing.T) {
 		{40, 72, []int{33, 7, 7}},
 		{4, 36, []int{13, 5, 5}}, // k % 8 != 0: cuBLAS at any row count
 	}
-	for _, dt := range []DType{BF16, F16, F32} {
+	for _, dt := range []cuda.DType{cuda.BF16, cuda.F16, cuda.F32} {
 		for _, c := range cases {
-			if dt == F32 && c.n > 3 {
+			if dt == cuda.F32 && c.n > 3 {
 				continue
 			}
 			name := fmt.Sprintf("%s n=%d k=%d m=%v", dt, c.n, c.k, c.ms)
-			xt, xh := uploadMatrix(t, b, F32, c.n, c.k, randVals(r, c.n*c.k, 1))
+			xt, xh := uploadMatrix(t, b, cuda.F32, c.n, c.k, randVals(r, c.n*c.k, 1))
 			ws, outs := make([]backend.Tensor, len(c.ms)), make([]backend.Tensor, len(c.ms))
 			whs := make([][]float32, len(c.ms))
 			for i, m := range c.ms {
 				ws[i], whs[i] = uploadMatrix(t, b, dt, m, c.k, randVals(r, m*c.k, 1))
 				outs[i] = newOut(t, b, c.n, m)
 			}
-			tl := F32 // the GEMV kernels and F32 cuBLAS keep float32 inputs
-			if dt != F32 && (c.n > gemvMaxRows || c.k%8 != 0) {
+			tl := cuda.F32 // the GEMV kernels and F32 cuBLAS keep float32 inputs
+			if dt != cuda.F32 && (c.n > cuda.GEMVMaxRows || c.k%8 != 0) {
 				tl = dt // cuBLAS on x cast to the weights' type
 			}
 			if err := b.Run(func() error { return b.MatMuls(outs, xt, ws) }); err != nil {
 				t.Fatalf("matmuls %s: %v", name, err)
 			}
 			for i, m := range c.ms {
-				check(t, fmt.Sprintf("matmuls %s [%d]", name, i), tl, tensorValues(t, b, outs[i]), gemvRef(xh, whs[i], c.n, c.k, m))
+				check(t, fmt.Sprintf("matmuls %s [%d]", name, i), tl, tensorValues(t, b, outs[i]), backendtest.MatMulRef(xh, whs[i], c.n, c.k, m))
 			}
 			m := c.ms[0]
 			gt, gh := uploadMatrix(t, b, dt, m, c.k, randVals(r, m*c.k, 1))
@@ -163,7 +167,7 @@ func TestBackendFusedMatMuls(t *testing.T) {
 			if err := b.Run(func() error { return b.MatMulSwiGLU(out, xt, gt, ut) }); err != nil {
 				t.Fatalf("matmul swiglu %s: %v", name, err)
 			}
-			want := swigluRef(gemvRef(xh, gh, c.n, c.k, m), gemvRef(xh, uh, c.n, c.k, m))
+			want := swigluRef(backendtest.MatMulRef(xh, gh, c.n, c.k, m), backendtest.MatMulRef(xh, uh, c.n, c.k, m))
 			check(t, fmt.Sprintf("matmul swiglu %s", name), tl, tensorValues(t, b, out), want)
 		}
 	}
@@ -178,19 +182,19 @@ func TestBackendFusedMatMuls(t *testing.T) {
 func testFusedGraph(t *testing.T, b *Backend, r *rand.Rand, n int) {
 	const k = 512
 	ms := []int{96, 31, 31}
-	xt, _ := uploadMatrix(t, b, F32, n, k, randVals(r, n*k, 1))
+	xt, _ := uploadMatrix(t, b, cuda.F32, n, k, randVals(r, n*k, 1))
 	ws, outs, whs := make([]backend.Tensor, 3), make([]backend.Tensor, 3), make([][]float32, 3)
 	for i, m := range ms {
-		ws[i], whs[i] = uploadMatrix(t, b, BF16, m, k, randVals(r, m*k, 1))
+		ws[i], whs[i] = uploadMatrix(t, b, cuda.BF16, m, k, randVals(r, m*k, 1))
 		outs[i] = newOut(t, b, n, m)
 	}
-	gt, gh := uploadMatrix(t, b, BF16, 77, k, randVals(r, 77*k, 1))
-	ut, uh := uploadMatrix(t, b, BF16, 77, k, randVals(r, 77*k, 1))
+	gt, gh := uploadMatrix(t, b, cuda.BF16, 77, k, randVals(r, 77*k, 1))
+	ut, uh := uploadMatrix(t, b, cuda.BF16, 77, k, randVals(r, 77*k, 1))
 	glu := newOut(t, b, n, 77)
 	ops := func() error {
 		return firstErr(b.MatMuls(outs, xt, ws), b.MatMulSwiGLU(glu, xt, gt, ut))
 	}
-	var g *Graph
+	var g *cuda.Graph
 	err := b.Run(func() error {
 		if err := ops(); err != nil { // eager: scratch buffers get allocated
 			return err
@@ -210,7 +214,7 @@ func testFusedGraph(t *testing.T, b *Backend, r *rand.Rand, n int) {
 				return err
 			}
 		}
-		if err := Upload(b.dev, xt.(*tensor).buf, xv); err != nil {
+		if err := cuda.Upload(b.dev, xt.(*tensor).buf, xv); err != nil {
 			return err
 		}
 		return firstErr(b.dev.LaunchGraph(g), b.dev.Sync())
@@ -219,16 +223,16 @@ func testFusedGraph(t *testing.T, b *Backend, r *rand.Rand, n int) {
 		t.Fatalf("graph n=%d replay: %v", n, err)
 	}
 	for i, m := range ms {
-		check(t, fmt.Sprintf("matmuls graph n=%d [%d]", n, i), graphTol(n), tensorValues(t, b, outs[i]), gemvRef(xv, whs[i], n, k, m))
+		check(t, fmt.Sprintf("matmuls graph n=%d [%d]", n, i), graphTol(n), tensorValues(t, b, outs[i]), backendtest.MatMulRef(xv, whs[i], n, k, m))
 	}
-	want := swigluRef(gemvRef(xv, gh, n, k, 77), gemvRef(xv, uh, n, k, 77))
+	want := swigluRef(backendtest.MatMulRef(xv, gh, n, k, 77), backendtest.MatMulRef(xv, uh, n, k, 77))
 	check(t, fmt.Sprintf("matmul swiglu graph n=%d", n), graphTol(n), tensorValues(t, b, glu), want)
 }
 
 // graphTol is the tolerance type of testFusedGraph's BF16 products of n rows.
-func graphTol(n int) DType {
-	if n > gemvMaxRows {
-		return BF16
+func graphTol(n int) cuda.DType {
+	if n > cuda.GEMVMaxRows {
+		return cuda.BF16
 	}
-	return F32
+	return cuda.F32
 }

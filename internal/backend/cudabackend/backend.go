@@ -1,10 +1,10 @@
-package cuda
+package cudabackend
 
 import (
 	"fmt"
-	"unsafe"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
@@ -13,13 +13,13 @@ import (
 type BackendOptions struct {
 	// Ordinal is the CUDA device to run on.
 	Ordinal int
-	// Cache is where compiled kernels are kept; the zero value uses DefaultCubinCache.
-	Cache *CubinCache
+	// Cache is where compiled kernels are kept; the zero value uses cuda.DefaultCubinCache.
+	Cache *cuda.CubinCache
 	// OpTime keeps a profile of every op's device time, printed to standard error when
-	// the backend closes (see DeviceOptions.OpTime).
+	// the backend closes (see cuda.DeviceOptions.OpTime).
 	OpTime bool
 	// DisablePDL launches the decode kernels without programmatic dependent launch (see
-	// DeviceOptions.DisablePDL).
+	// cuda.DeviceOptions.DisablePDL).
 	DisablePDL bool
 	// DisableShadows makes the cuBLAS steps cast their activations to 16 bits with a
 	// kernel of their own instead of reading the copy the producing op (RMSNorm, SwiGLU)
@@ -28,7 +28,7 @@ type BackendOptions struct {
 }
 
 // Backend implements backend.Backend on one NVIDIA GPU. Every op is queued on the device's
-// stream from the device goroutine (Run is Device.Do); Logits is the step's only host
+// stream from the device goroutine (Run is cuda.Device.Do); Logits is the step's only host
 // synchronisation.
 //
 // Memory: weights in BF16, F16 or F32 are uploaded as they are; quantized weights are
@@ -37,34 +37,34 @@ type BackendOptions struct {
 // otherwise casts the activations to the weight's type for a cuBLAS GEMM with float32
 // accumulation. A KV cache holds the element type its KVSpec asks for (F32, F16 or BF16).
 type Backend struct {
-	dev  *Device
-	ops  *Ops
-	nv   *NVRTC
-	blas *CuBLAS
+	dev  *cuda.Device
+	ops  *cuda.Ops
+	nv   *cuda.NVRTC
+	blas *cuda.CuBLAS
 
-	allocs map[uint64]Buffer // every allocation the backend made, freed by Close
+	allocs map[uint64]cuda.Buffer // every allocation the backend made, freed by Close
 
 	// The current step: its metadata in pinned host memory and on the device.
 	cur      *step
-	metaHost *HostBuffer
-	metaDev  Buffer
-	scratch  Buffer // 16-bit activations cast for cuBLAS
+	metaHost *cuda.HostBuffer
+	metaDev  cuda.Buffer
+	scratch  cuda.Buffer // 16-bit activations cast for cuBLAS
 	// shadows: producing ops write 16-bit copies of their outputs into scratch
-	// (backend_shadow.go); shadow says which values it holds; castType is the 16-bit
+	// (shadow.go); shadow says which values it holds; castType is the 16-bit
 	// type the last cast was to (the type of the shadows RMSNorm writes).
 	shadows    bool
 	shadow     activationShadow
-	castType   DType
-	gluScratch Buffer // F32 up products of MatMulSwiGLU's cuBLAS path
-	logitsDev  Buffer // F32 logits of the step
-	argmaxWork Buffer // F32 partial maxima of Ops.Argmax
-	work       *DecodeWorkspace
-	idsDev     Buffer      // I32 token ids picked on the device (LogitsArgmax)
-	sampleDev  Buffer      // per-row sampling settings (LogitsSample)
-	maskHost   *HostBuffer // a step's vocabulary masks in pinned memory (uploadMasks)
-	maskDev    Buffer      // the same on the device
-	blockHost  *HostBuffer // pinned staging of ReadBlocks and WriteBlocks
-	tables     []int32     // block tables re-laid with a graph step's stride
+	castType   cuda.DType
+	gluScratch cuda.Buffer // F32 up products of MatMulSwiGLU's cuBLAS path
+	logitsDev  cuda.Buffer // F32 logits of the step
+	argmaxWork cuda.Buffer // F32 partial maxima of cuda.Ops.Argmax
+	work       *cuda.DecodeWorkspace
+	idsDev     cuda.Buffer      // I32 token ids picked on the device (LogitsArgmax)
+	sampleDev  cuda.Buffer      // per-row sampling settings (LogitsSample)
+	maskHost   *cuda.HostBuffer // a step's vocabulary masks in pinned memory (uploadMasks)
+	maskDev    cuda.Buffer      // the same on the device
+	blockHost  *cuda.HostBuffer // pinned staging of ReadBlocks and WriteBlocks
+	tables     []int32          // block tables re-laid with a graph step's stride
 
 	// Captured decode graphs by owner, bucket and block-table stride; dropped whenever a
 	// buffer is freed (a graph holds device addresses).
@@ -80,37 +80,34 @@ type Backend struct {
 // decodeSplits is the most split-K partitions decode attention uses per sequence and head.
 const decodeSplits = 32
 
-// gemvMaxRows is the most activation rows the GEMV kernels take (gemv_n1 ... gemv_n8 in gemv.cu).
-const gemvMaxRows = 8
-
 // NewBackend opens the CUDA driver, the device, NVRTC and cuBLAS, and compiles (or loads
 // from cache) the kernels. Without a driver or a device it returns an error saying so.
 func NewBackend(opt BackendOptions) (*Backend, error) {
-	drv, n, err := Devices()
+	drv, n, err := cuda.Devices()
 	if err != nil {
 		return nil, err
 	}
 	if opt.Ordinal < 0 || opt.Ordinal >= n {
 		return nil, fmt.Errorf("cuda: device %d requested, %d present", opt.Ordinal, n)
 	}
-	nv, err := OpenNVRTC()
+	nv, err := cuda.OpenNVRTC()
 	if err != nil {
 		return nil, err
 	}
-	blasLib, err := OpenCuBLAS()
+	blasLib, err := cuda.OpenCuBLAS()
 	if err != nil {
 		return nil, err
 	}
-	dev, err := drv.OpenDevice(opt.Ordinal, DeviceOptions{OpTime: opt.OpTime, DisablePDL: opt.DisablePDL})
+	dev, err := drv.OpenDevice(opt.Ordinal, cuda.DeviceOptions{OpTime: opt.OpTime, DisablePDL: opt.DisablePDL})
 	if err != nil {
 		return nil, err
 	}
-	cache := DefaultCubinCache()
+	cache := cuda.DefaultCubinCache()
 	if opt.Cache != nil {
 		cache = *opt.Cache
 	}
-	b := &Backend{dev: dev, nv: nv, blas: blasLib, allocs: map[uint64]Buffer{}, graphs: map[graphKey]*graphEntry{},
-		shadows: !opt.DisableShadows, castType: BF16}
+	b := &Backend{dev: dev, nv: nv, blas: blasLib, allocs: map[uint64]cuda.Buffer{}, graphs: map[graphKey]*graphEntry{},
+		shadows: !opt.DisableShadows, castType: cuda.BF16}
 	err = dev.Do(func() error {
 		k, err := dev.LoadKernels(nv, cache)
 		if err != nil {
@@ -121,7 +118,7 @@ func NewBackend(opt BackendOptions) (*Backend, error) {
 			dev.FreeKernels(k)
 			return err
 		}
-		b.ops = &Ops{Dev: dev, Kern: k, BLAS: bl}
+		b.ops = &cuda.Ops{Dev: dev, Kern: k, BLAS: bl}
 		return nil
 	})
 	if err != nil {
@@ -132,7 +129,7 @@ func NewBackend(opt BackendOptions) (*Backend, error) {
 }
 
 // Device returns the device the backend runs on.
-func (b *Backend) Device() *Device { return b.dev }
+func (b *Backend) Device() *cuda.Device { return b.dev }
 
 // Name describes the backend and its device.
 func (b *Backend) Name() string {
@@ -157,7 +154,7 @@ func (b *Backend) Close() error {
 		for _, buf := range b.allocs {
 			errs = append(errs, b.dev.Free(buf))
 		}
-		b.allocs = map[uint64]Buffer{}
+		b.allocs = map[uint64]cuda.Buffer{}
 		if b.work != nil {
 			errs = append(errs, b.dev.FreeDecodeWorkspace(b.work))
 			b.work = nil
@@ -174,10 +171,10 @@ func (b *Backend) Close() error {
 }
 
 // alloc allocates n elements of t and remembers the buffer for Close (inside Run).
-func (b *Backend) alloc(t DType, n int) (Buffer, error) {
+func (b *Backend) alloc(t cuda.DType, n int) (cuda.Buffer, error) {
 	buf, err := b.dev.Alloc(t, n)
 	if err != nil {
-		return Buffer{}, err
+		return cuda.Buffer{}, err
 	}
 	b.allocs[buf.Ptr] = buf
 	return buf, nil
@@ -187,7 +184,7 @@ func (b *Backend) alloc(t DType, n int) (Buffer, error) {
 // is synchronized (nothing queued may still use the old buffer; during a graph capture this
 // fails, before anything is freed), the old buffer freed and one of size values (size >= n)
 // allocated. what names the buffer in errors.
-func (b *Backend) grow(buf *Buffer, dt DType, n, size int, what string) error {
+func (b *Backend) grow(buf *cuda.Buffer, dt cuda.DType, n, size int, what string) error {
 	if buf.Len >= n {
 		return nil
 	}
@@ -197,7 +194,7 @@ func (b *Backend) grow(buf *Buffer, dt DType, n, size int, what string) error {
 	if err := b.free(*buf); err != nil {
 		return err
 	}
-	*buf = Buffer{}
+	*buf = cuda.Buffer{}
 	nb, err := b.alloc(dt, size)
 	if err != nil {
 		return fmt.Errorf("cuda %s: %w", what, err)
@@ -207,7 +204,7 @@ func (b *Backend) grow(buf *Buffer, dt DType, n, size int, what string) error {
 }
 
 // free releases a buffer made by alloc (inside Run).
-func (b *Backend) free(buf Buffer) error {
+func (b *Backend) free(buf cuda.Buffer) error {
 	if buf.Ptr == 0 {
 		return nil
 	}
@@ -219,16 +216,16 @@ func (b *Backend) free(buf Buffer) error {
 }
 
 // deviceType maps a quant type to the device dtype that holds it as is.
-func deviceType(t quant.Type) (DType, bool) {
+func deviceType(t quant.Type) (cuda.DType, bool) {
 	switch t {
 	case quant.F32:
-		return F32, true
+		return cuda.F32, true
 	case quant.F16:
-		return F16, true
+		return cuda.F16, true
 	case quant.BF16:
-		return BF16, true
+		return cuda.BF16, true
 	case quant.I32:
-		return I32, true
+		return cuda.I32, true
 	}
 	return 0, false
 }
@@ -247,27 +244,26 @@ func (b *Backend) UploadWeight(t *format.Tensor) (backend.Tensor, error) {
 		if err := quant.Dequantize(t.Type, t.Data, v); err != nil {
 			return nil, fmt.Errorf("cuda upload: tensor %q: %w", t.Name, err)
 		}
-		buf, err := b.alloc(F32, len(v))
+		buf, err := b.alloc(cuda.F32, len(v))
 		if err != nil {
 			return nil, fmt.Errorf("cuda upload: tensor %q: %w", t.Name, err)
 		}
-		if err := Upload(b.dev, buf, v); err != nil {
+		if err := cuda.Upload(b.dev, buf, v); err != nil {
 			return nil, fmt.Errorf("cuda upload: tensor %q: %w", t.Name, err)
 		}
 		return &tensor{buf: buf, shape: []int{len(v)}}, nil
 	}
 	rows, cols := t.Rows()
 	dt, direct := deviceType(t.Type)
-	if !direct || dt == I32 {
-		dt = BF16
+	if !direct || dt == cuda.I32 {
+		dt = cuda.BF16
 	}
 	buf, err := b.alloc(dt, rows*cols)
 	if err != nil {
 		return nil, fmt.Errorf("cuda upload: tensor %q: %w", t.Name, err)
 	}
 	if direct {
-		b.dev.seq++
-		err = b.dev.drv.check("cuMemcpyHtoD_v2", b.dev.drv.cuMemcpyHtoD(buf.Ptr, unsafe.Pointer(&t.Data[0]), uint64(buf.Bytes())))
+		err = cuda.Upload(b.dev, buf, t.Data[:buf.Bytes()])
 	} else {
 		err = b.uploadDequantized(buf, t, rows, cols)
 	}
@@ -279,7 +275,7 @@ func (b *Backend) UploadWeight(t *format.Tensor) (backend.Tensor, error) {
 
 // uploadDequantized dequantizes a block-format matrix to BF16, a chunk of rows at a time,
 // into buf (inside Run).
-func (b *Backend) uploadDequantized(buf Buffer, t *format.Tensor, rows, cols int) error {
+func (b *Backend) uploadDequantized(buf cuda.Buffer, t *format.Tensor, rows, cols int) error {
 	rb, err := t.Type.RowBytes(cols)
 	if err != nil {
 		return err
@@ -302,7 +298,7 @@ func (b *Backend) uploadDequantized(buf Buffer, t *format.Tensor, rows, cols int
 		if err != nil {
 			return err
 		}
-		if err := Upload(b.dev, part, half[:(r1-r0)*cols]); err != nil {
+		if err := cuda.Upload(b.dev, part, half[:(r1-r0)*cols]); err != nil {
 			return err
 		}
 	}
@@ -322,7 +318,7 @@ func (b *Backend) NewTensor(dtype quant.Type, shape ...int) (backend.Tensor, err
 		n *= d
 	}
 	dt, ok := deviceType(dtype)
-	if !ok || (dt != F32 && dt != I32) {
+	if !ok || (dt != cuda.F32 && dt != cuda.I32) {
 		return nil, fmt.Errorf("cuda: new tensor of %s: want f32 or i32", dtype)
 	}
 	buf, err := b.alloc(dt, n)
@@ -348,7 +344,7 @@ func (b *Backend) Free(t backend.Tensor) error {
 		return err
 	}
 	err := b.free(c.buf)
-	c.buf = Buffer{}
+	c.buf = cuda.Buffer{}
 	return err
 }
 
@@ -358,13 +354,13 @@ func (b *Backend) NewKVCache(spec backend.KVSpec) (backend.KVCache, error) {
 		return nil, fmt.Errorf("cuda kv cache: bad geometry %+v", spec)
 	}
 	kv, ok := deviceType(spec.DType)
-	if !ok || kv == I32 {
+	if !ok || kv == cuda.I32 {
 		return nil, fmt.Errorf("cuda kv cache: elements of %s: want f32, f16 or bf16", spec.DType)
 	}
 	c := &kvCache{spec: spec}
 	n := spec.NumBlocks * spec.BlockSize * spec.KVHeads * spec.HeadDim
 	for l := range spec.Layers {
-		layer := &KVCacheLayer{NumBlocks: spec.NumBlocks, BlockSize: spec.BlockSize, KVHeads: spec.KVHeads, HeadDim: spec.HeadDim}
+		layer := &cuda.KVCacheLayer{NumBlocks: spec.NumBlocks, BlockSize: spec.BlockSize, KVHeads: spec.KVHeads, HeadDim: spec.HeadDim}
 		var err error
 		if layer.K, err = b.alloc(kv, n); err != nil {
 			return nil, fmt.Errorf("cuda kv cache: layer %d: %w", l, err)
@@ -372,7 +368,7 @@ func (b *Backend) NewKVCache(spec backend.KVSpec) (backend.KVCache, error) {
 		if layer.V, err = b.alloc(kv, n); err != nil {
 			return nil, fmt.Errorf("cuda kv cache: layer %d: %w", l, err)
 		}
-		if err := firstErr(layer.check("kv cache"), b.dev.Fill32(layer.K, 0), b.dev.Fill32(layer.V, 0)); err != nil {
+		if err := firstErr(layer.Check("kv cache"), b.dev.Fill32(layer.K, 0), b.dev.Fill32(layer.V, 0)); err != nil {
 			return nil, err
 		}
 		c.layers = append(c.layers, layer)
@@ -431,23 +427,23 @@ func (b *Backend) UploadStep(meta *backend.StepMeta) (backend.Step, error) {
 		if err := b.free(b.metaDev); err != nil {
 			return nil, err
 		}
-		b.metaDev = Buffer{}
+		b.metaDev = cuda.Buffer{}
 		size := max(total*2, 4096)
 		h, err := b.dev.AllocHost(4 * size)
 		if err != nil {
 			return nil, fmt.Errorf("cuda step: %w", err)
 		}
 		b.metaHost = h
-		if b.metaDev, err = b.alloc(I32, size); err != nil {
+		if b.metaDev, err = b.alloc(cuda.I32, size); err != nil {
 			return nil, fmt.Errorf("cuda step: %w", err)
 		}
 	}
 	host := b.metaHost.Int32s()
-	views := make([]Buffer, len(parts))
+	views := make([]cuda.Buffer, len(parts))
 	off := 0
 	for i, p := range parts {
 		copy(host[off:], p)
-		views[i] = Buffer{Ptr: b.metaDev.Ptr + uint64(4*off), DType: I32, Len: len(p)}
+		views[i] = cuda.Buffer{Ptr: b.metaDev.Ptr + uint64(4*off), DType: cuda.I32, Len: len(p)}
 		off += len(p)
 	}
 	all, err := b.metaDev.Slice(0, total)
@@ -475,7 +471,7 @@ func (b *Backend) CopyBlocks(kv backend.KVCache, copies []backend.BlockCopy) err
 			return fmt.Errorf("cuda copy blocks: block %d to %d: outside the cache's %d blocks", op.Src, op.Dst, s.NumBlocks)
 		}
 		for _, l := range c.layers {
-			for _, buf := range []Buffer{l.K, l.V} {
+			for _, buf := range []cuda.Buffer{l.K, l.V} {
 				src, err1 := buf.Slice(int(op.Src)*per, int(op.Src+1)*per)
 				dst, err2 := buf.Slice(int(op.Dst)*per, int(op.Dst+1)*per)
 				if err := firstErr(err1, err2); err != nil {
@@ -485,6 +481,16 @@ func (b *Backend) CopyBlocks(kv backend.KVCache, copies []backend.BlockCopy) err
 					return fmt.Errorf("cuda copy blocks: %w", err)
 				}
 			}
+		}
+	}
+	return nil
+}
+
+// firstErr returns the first non-nil error.
+func firstErr(errs ...error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package cuda
+package cudabackend
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/backend/backendtest"
+	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
 )
 
 // rmsNormRef is RMSNorm of the rows of x in float64.
@@ -45,7 +47,7 @@ func TestBackendShadowedMatMuls(t *testing.T) {
 	r := rand.New(rand.NewPCG(11, 13))
 	const k, m, f = 256, 96, 384 // f > k: MatMulSwiGLU grows the scratch after RMSNorm's shadow
 	const eps = 1e-5
-	for _, dt := range []DType{BF16, F16} {
+	for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
 		for _, n := range []int{16, 40, 256} {
 			// Start every case with the smallest scratch, so that the chain grows it.
 			if err := b.Run(func() error { return b.ensureScratchReset() }); err != nil {
@@ -53,11 +55,11 @@ func TestBackendShadowedMatMuls(t *testing.T) {
 			}
 			name := fmt.Sprintf("%s n=%d", dt, n)
 			xv := randVals(r, n*k, 1)
-			xt, _ := uploadMatrix(t, b, F32, n, k, xv)
+			xt, _ := uploadMatrix(t, b, cuda.F32, n, k, xv)
 			addv := randVals(r, n*k, 0.5)
-			addt, _ := uploadMatrix(t, b, F32, n, k, addv)
-			normT, normW := uploadMatrix(t, b, F32, 1, k, randVals(r, k, 1))
-			biasT, biasV := uploadMatrix(t, b, F32, 1, k, randVals(r, k, 1))
+			addt, _ := uploadMatrix(t, b, cuda.F32, n, k, addv)
+			normT, normW := uploadMatrix(t, b, cuda.F32, 1, k, randVals(r, k, 1))
+			biasT, biasV := uploadMatrix(t, b, cuda.F32, 1, k, randVals(r, k, 1))
 			wq, wqh := uploadMatrix(t, b, dt, m, k, randVals(r, m*k, 1))
 			wg, wgh := uploadMatrix(t, b, dt, f, k, randVals(r, f*k, 1))
 			wu, wuh := uploadMatrix(t, b, dt, f, k, randVals(r, f*k, 1))
@@ -67,7 +69,7 @@ func TestBackendShadowedMatMuls(t *testing.T) {
 			for i, on := range []bool{true, false} {
 				b.shadows = on
 				b.castType = dt // as after a first step: RMSNorm shadows in the weights' type
-				res, _ := uploadMatrix(t, b, F32, n, k, xv)
+				res, _ := uploadMatrix(t, b, cuda.F32, n, k, xv)
 				h, h2, glu := newOut(t, b, n, k), newOut(t, b, n, k), newOut(t, b, n, f)
 				q, down, biased := newOut(t, b, n, m), newOut(t, b, n, m), newOut(t, b, n, m)
 				var seq uint64
@@ -75,11 +77,11 @@ func TestBackendShadowedMatMuls(t *testing.T) {
 					if err := b.RMSNorm(h, xt, normT, eps); err != nil {
 						return err
 					}
-					s0 := b.dev.seq
+					s0 := b.dev.Seq()
 					if err := b.MatMuls([]backend.Tensor{q}, h, []backend.Tensor{wq}); err != nil {
 						return err
 					}
-					seq = b.dev.seq - s0
+					seq = b.dev.Seq() - s0
 					return firstErr(b.RMSNormResidual(h2, res, addt, normT, eps), b.MatMulSwiGLU(glu, h2, wg, wu),
 						b.MatMul(down, glu, wd), b.RMSNorm(h, xt, normT, eps), b.AddBias(h, biasT), b.MatMul(biased, h, wq))
 				})
@@ -93,22 +95,22 @@ func TestBackendShadowedMatMuls(t *testing.T) {
 				t.Errorf("%s: MatMuls after RMSNorm queued %d (shadows) and %d (none) stream ops, want 1 and 2", name, runs[0].seqMatMuls, runs[1].seqMatMuls)
 			}
 			hv := rmsNormRef(xv, normW, n, k, eps)
-			check(t, "shadow q "+name, dt, runs[0].q, gemvRef(hv, wqh, n, k, m))
+			check(t, "shadow q "+name, dt, runs[0].q, backendtest.MatMulRef(hv, wqh, n, k, m))
 			sum := make([]float32, n*k)
 			for i := range sum {
 				sum[i] = xv[i] + addv[i]
 			}
 			h2v := rmsNormRef(sum, normW, n, k, eps)
-			gate, up := gemvRef(h2v, wgh, n, k, f), gemvRef(h2v, wuh, n, k, f)
+			gate, up := backendtest.MatMulRef(h2v, wgh, n, k, f), backendtest.MatMulRef(h2v, wuh, n, k, f)
 			gv := make([]float32, n*f)
 			for i, v := range swigluRef(gate, up) {
 				gv[i] = float32(v)
 			}
-			check(t, "shadow swiglu down "+name, dt, runs[0].down, gemvRef(gv, wdh, n, f, m))
+			check(t, "shadow swiglu down "+name, dt, runs[0].down, backendtest.MatMulRef(gv, wdh, n, f, m))
 			for i := range hv {
 				hv[i] += biasV[i%k]
 			}
-			check(t, "shadow stale (bias after norm) "+name, dt, runs[0].biased, gemvRef(hv, wqh, n, k, m))
+			check(t, "shadow stale (bias after norm) "+name, dt, runs[0].biased, backendtest.MatMulRef(hv, wqh, n, k, m))
 			for j, pair := range [][2][]float32{{runs[0].q, runs[1].q}, {runs[0].down, runs[1].down}, {runs[0].biased, runs[1].biased}} {
 				for i := range pair[0] {
 					if math.Float32bits(pair[0][i]) != math.Float32bits(pair[1][i]) {
@@ -128,6 +130,6 @@ func (b *Backend) ensureScratchReset() error {
 	}
 	b.shadow = activationShadow{}
 	err := b.free(b.scratch)
-	b.scratch = Buffer{}
+	b.scratch = cuda.Buffer{}
 	return err
 }

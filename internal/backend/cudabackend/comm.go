@@ -1,4 +1,4 @@
-package cuda
+package cudabackend
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
 )
 
 // errAborted is returned by a Communicator's calls once its group was aborted.
@@ -15,7 +16,7 @@ var errAborted = errors.New("cuda nccl: the communicator group was aborted")
 // commGroup is the state the members of one NCCL group share: the library, each rank's
 // communicator handle, and whether the group was aborted.
 type commGroup struct {
-	lib     *NCCL
+	lib     *cuda.NCCL
 	aborted atomic.Bool
 
 	mu    sync.Mutex // guards comms: a handle is taken (zeroed) by whoever frees it
@@ -53,31 +54,20 @@ func (b *Backend) NewGroup(members []backend.Backend) ([]backend.Communicator, e
 		if !ok || cb == nil {
 			return nil, fmt.Errorf("cuda nccl: member %d is a %T, not a CUDA backend", i, m)
 		}
-		o := cb.dev.ordinal
+		o := cb.dev.Info().Ordinal
 		if j, dup := seen[o]; dup {
 			return nil, fmt.Errorf("cuda nccl: members %d and %d are both on GPU %d; NCCL needs one GPU per rank", j, i, o)
 		}
 		seen[o] = i
 		bes[i], devs[i] = cb, int32(o)
 	}
-	lib, err := OpenNCCL()
+	lib, err := cuda.OpenNCCL()
 	if err != nil {
 		return nil, err
 	}
 	g := &commGroup{lib: lib, comms: make([]uintptr, len(members))}
-	// ncclCommInitAll sets each member's device in turn on the calling thread and restores
-	// the thread's device afterwards; every backend runs on its device's primary context,
-	// which is what the CUDA runtime inside NCCL uses, so the contexts agree. The thread's
-	// context is set again anyway.
 	first := bes[0].dev
-	err = first.Do(func() error {
-		r := lib.ncclCommInitAll(&g.comms[0], int32(len(devs)), &devs[0])
-		cerr := first.drv.check("cuCtxSetCurrent", first.drv.cuCtxSetCurrent(first.ctx))
-		if err := lib.check("ncclCommInitAll", r, 0); err != nil {
-			return err
-		}
-		return cerr
-	})
+	err = first.Do(func() error { return lib.InitAll(first, g.comms, devs) })
 	if err != nil {
 		return nil, fmt.Errorf("cuda nccl: group of GPUs %v: %w", devs, err)
 	}
@@ -104,20 +94,19 @@ func (c *Comm) Size() int { return len(c.g.comms) }
 func (c *Comm) Version() int { return c.g.lib.Version }
 
 // buffer checks that the group is live and t is a tensor of an NCCL data type, and returns
-// its buffer and that type (inside Run).
-func (c *Comm) buffer(op string, t backend.Tensor) (Buffer, int32, error) {
+// its buffer (inside Run).
+func (c *Comm) buffer(op string, t backend.Tensor) (cuda.Buffer, error) {
 	if c.g.aborted.Load() {
-		return Buffer{}, 0, fmt.Errorf("cuda nccl %s: %w", op, errAborted)
+		return cuda.Buffer{}, fmt.Errorf("cuda nccl %s: %w", op, errAborted)
 	}
 	if c.closed.Load() {
-		return Buffer{}, 0, fmt.Errorf("cuda nccl %s: rank %d is closed", op, c.rank)
+		return cuda.Buffer{}, fmt.Errorf("cuda nccl %s: rank %d is closed", op, c.rank)
 	}
-	x, err := devTensor("nccl "+op, "t", t, F32, F16, BF16, I32)
+	x, err := devTensor("nccl "+op, "t", t, cuda.F32, cuda.F16, cuda.BF16, cuda.I32)
 	if err != nil {
-		return Buffer{}, 0, err
+		return cuda.Buffer{}, err
 	}
-	dt, err := ncclType(x.buf.DType)
-	return x.buf, dt, err
+	return x.buf, nil
 }
 
 // peerOK checks a peer rank.
@@ -131,13 +120,11 @@ func (c *Comm) peerOK(op string, peer int) error {
 // AllReduceSum queues an in-place ncclAllReduce (sum, in t's dtype) of t on the rank's
 // stream (inside the rank backend's Run).
 func (c *Comm) AllReduceSum(t backend.Tensor) error {
-	buf, dt, err := c.buffer("all-reduce", t)
+	buf, err := c.buffer("all-reduce", t)
 	if err != nil {
 		return err
 	}
-	c.be.dev.seq++
-	r := c.g.lib.ncclAllReduce(buf.Ptr, buf.Ptr, uint64(buf.Len), dt, ncclSum, c.comm, c.be.dev.stream)
-	if err := c.g.lib.check("ncclAllReduce", r, c.comm); err != nil {
+	if err := c.g.lib.AllReduceSum(c.be.dev, buf, c.comm); err != nil {
 		return fmt.Errorf("cuda nccl all-reduce of %d %s on rank %d: %w", buf.Len, buf.DType, c.rank, err)
 	}
 	return nil
@@ -147,15 +134,14 @@ func (c *Comm) AllReduceSum(t backend.Tensor) error {
 // ranks it returns once queued; a send to the rank itself must be paired with its Recv
 // inside one Group call.
 func (c *Comm) Send(t backend.Tensor, peer int) error {
-	buf, dt, err := c.buffer("send", t)
+	buf, err := c.buffer("send", t)
 	if err != nil {
 		return err
 	}
 	if err := c.peerOK("send", peer); err != nil {
 		return err
 	}
-	r := c.g.lib.ncclSend(buf.Ptr, uint64(buf.Len), dt, int32(peer), c.comm, c.be.dev.stream)
-	if err := c.g.lib.check("ncclSend", r, c.comm); err != nil {
+	if err := c.g.lib.Send(c.be.dev, buf, peer, c.comm); err != nil {
 		return fmt.Errorf("cuda nccl send of %d %s from rank %d to %d: %w", buf.Len, buf.DType, c.rank, peer, err)
 	}
 	return nil
@@ -163,16 +149,14 @@ func (c *Comm) Send(t backend.Tensor, peer int) error {
 
 // Recv queues an ncclRecv into t from rank peer on the rank's stream (inside Run).
 func (c *Comm) Recv(t backend.Tensor, peer int) error {
-	buf, dt, err := c.buffer("recv", t)
+	buf, err := c.buffer("recv", t)
 	if err != nil {
 		return err
 	}
 	if err := c.peerOK("recv", peer); err != nil {
 		return err
 	}
-	c.be.dev.seq++
-	r := c.g.lib.ncclRecv(buf.Ptr, uint64(buf.Len), dt, int32(peer), c.comm, c.be.dev.stream)
-	if err := c.g.lib.check("ncclRecv", r, c.comm); err != nil {
+	if err := c.g.lib.Recv(c.be.dev, buf, peer, c.comm); err != nil {
 		return fmt.Errorf("cuda nccl recv of %d %s on rank %d from %d: %w", buf.Len, buf.DType, c.rank, peer, err)
 	}
 	return nil
@@ -188,11 +172,11 @@ func (c *Comm) Group(fn func() error) error {
 	if c.closed.Load() {
 		return fmt.Errorf("cuda nccl group: rank %d is closed", c.rank)
 	}
-	if err := c.g.lib.check("ncclGroupStart", c.g.lib.ncclGroupStart(), c.comm); err != nil {
+	if err := c.g.lib.GroupStart(c.comm); err != nil {
 		return err
 	}
 	ferr := fn()
-	eerr := c.g.lib.check("ncclGroupEnd", c.g.lib.ncclGroupEnd(), c.comm)
+	eerr := c.g.lib.GroupEnd(c.comm)
 	return firstErr(ferr, eerr)
 }
 
@@ -215,7 +199,7 @@ func (g *commGroup) abort() {
 	}
 	g.mu.Unlock()
 	for _, h := range live {
-		g.lib.ncclCommAbort(h)
+		g.lib.Abort(h)
 	}
 }
 
@@ -241,7 +225,7 @@ func (c *Comm) Close() error {
 		if h == 0 {
 			return err
 		}
-		return firstErr(err, g.lib.check("ncclCommDestroy", g.lib.ncclCommDestroy(h), 0))
+		return firstErr(err, g.lib.Destroy(h))
 	})
 }
 

@@ -1,4 +1,4 @@
-package cuda
+package cudabackend
 
 import (
 	"errors"
@@ -11,33 +11,9 @@ import (
 	"time"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
-
-func TestOpenNCCLMissing(t *testing.T) {
-	_, err := openNCCL([]string{"libnccl-kvasir-absent.so.2"})
-	if err == nil {
-		t.Fatal("opening a library that does not exist succeeded")
-	}
-	if !strings.HasPrefix(err.Error(), "cuda: NCCL (libnccl.so.2) not found: ") {
-		t.Fatalf("error %q does not say NCCL is missing", err)
-	}
-}
-
-func TestNCCLType(t *testing.T) {
-	for _, c := range []struct {
-		dt   DType
-		want int32
-	}{{F32, ncclFloat32}, {F16, ncclFloat16}, {BF16, ncclBfloat16}, {I32, ncclInt32}} {
-		got, err := ncclType(c.dt)
-		if err != nil || got != c.want {
-			t.Errorf("ncclType(%s) = %d, %v; want %d", c.dt, got, err, c.want)
-		}
-	}
-	if _, err := ncclType(DType(99)); err == nil {
-		t.Error("ncclType of an unknown dtype succeeded")
-	}
-}
 
 // groupBackends opens a Backend on each of the first n GPUs (closed when the test ends),
 // with kernels from the default cubin cache.
@@ -89,7 +65,7 @@ func putF32(t *testing.T, b *Backend, rows, cols int, vals []float32) backend.Te
 		if x, err = b.NewTensor(quant.F32, rows, cols); err != nil {
 			return err
 		}
-		return Upload(b.dev, x.(*tensor).buf, vals)
+		return cuda.Upload(b.dev, x.(*tensor).buf, vals)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +78,7 @@ func getF32(t *testing.T, b *Backend, x backend.Tensor) []float32 {
 	t.Helper()
 	buf := x.(*tensor).buf
 	v := make([]float32, buf.Len)
-	if err := b.Run(func() error { return Download(b.dev, v, buf) }); err != nil {
+	if err := b.Run(func() error { return cuda.Download(b.dev, v, buf) }); err != nil {
 		t.Fatal(err)
 	}
 	return v
@@ -181,7 +157,7 @@ func TestNCCLGroupOfOne(t *testing.T) {
 		if bias, err = be.NewTensor(quant.F32, cols); err != nil {
 			return err
 		}
-		return Upload(be.dev, bias.(*tensor).buf, bias0)
+		return cuda.Upload(be.dev, bias.(*tensor).buf, bias0)
 	})
 	if err != nil {
 		t.Fatal(err)

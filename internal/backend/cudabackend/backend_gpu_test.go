@@ -1,4 +1,4 @@
-package cuda_test
+package cudabackend_test
 
 // Device tests of the CUDA Backend through the model and the engine. They skip without a
 // GPU. The files they read are found through environment variables, since the shared test
@@ -28,6 +28,7 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/backend/cpubackend"
 	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
+	"github.com/kvasir-llm/kvasir/internal/backend/cudabackend"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/model"
 	"github.com/kvasir-llm/kvasir/internal/sample"
@@ -37,12 +38,12 @@ import (
 
 // newBackend opens a Backend on device 0, or skips the test when there is no CUDA driver
 // or device.
-func newBackend(t *testing.T) *cuda.Backend {
+func newBackend(t *testing.T) *cudabackend.Backend {
 	t.Helper()
 	if _, n, err := cuda.Devices(); n == 0 {
 		t.Skipf("skipping GPU test: no CUDA device (%v)", err)
 	}
-	b, err := cuda.NewBackend(cuda.BackendOptions{})
+	b, err := cudabackend.NewBackend(cudabackend.BackendOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +284,7 @@ func TestBackendSynthMatchesCPU(t *testing.T) {
 
 // engineRun generates greedily for prompts on an engine over stories260K with a KV cache
 // of kv elements and prefix caching on or off, and checks that every block comes back.
-func engineRun(t *testing.T, be *cuda.Backend, kv kvasir.KVCacheDType, prompts [][]int32, noPrefix bool) ([][]int32, kvasir.Stats) {
+func engineRun(t *testing.T, be *cudabackend.Backend, kv kvasir.KVCacheDType, prompts [][]int32, noPrefix bool) ([][]int32, kvasir.Stats) {
 	t.Helper()
 	e, err := kvasir.OpenModel(openStories(t), kvasir.Options{Backends: []backend.Backend{be}, Device: kvasir.Device{CUDA: true},
 		KVCacheDType: kv, DisablePrefixCaching: noPrefix, KVCacheMemory: 64 << 20, MaxNumSeqs: 16})

@@ -1,0 +1,19 @@
+// Package cudabackend implements the backend op set (package backend) on one NVIDIA GPU,
+// on the bindings, device and kernel launchers of package cuda, as cpubackend does on
+// package cpu's kernels.
+//
+// What is here:
+//
+//   - Backend (backend.go): NewBackend opens the device, NVRTC and cuBLAS and loads the
+//     kernels; weights, tensors, KV caches and a step's metadata are uploaded to device
+//     memory (tensor.go); every op is queued on the device's stream from its goroutine.
+//   - The ops (ops.go, fused.go): each checks its operands and launches cuda's kernels or
+//     cuBLAS; 16-bit shadows of activations spare cuBLAS a cast (shadow.go).
+//   - Graphs (graph.go): a decode step's ops are captured once per batch bucket and
+//     replayed.
+//   - Device argmax and sampling of the logits under vocabulary masks (sample.go), KV
+//     block read/write and copy (kvblocks.go), and the NCCL communicator group of tensor
+//     and pipeline parallelism (comm.go).
+//
+// The tests run on a GPU and skip without one; scripts/gpu_test.sh runs them with cuda's.
+package cudabackend
