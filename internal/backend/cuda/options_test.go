@@ -1,74 +1,27 @@
 package cuda
 
-import (
-	"testing"
+import "testing"
 
-	"github.com/kvasir-llm/kvasir/internal/backend"
-	"github.com/kvasir-llm/kvasir/internal/quant"
-)
-
-// openBackend opens a Backend on device 0 with opt (kernels from the default cache), or
-// skips the test without a CUDA driver or device.
-func openBackend(t *testing.T, opt BackendOptions) *Backend {
-	t.Helper()
-	gpuDriver(t)
-	b, err := NewBackend(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return b
-}
-
-// TestBackendOptions: the settings that were environment variables reach the backend and
-// its device through BackendOptions.
-func TestBackendOptions(t *testing.T) {
-	plain := openBackend(t, BackendOptions{})
-	if !plain.shadows || plain.dev.times != nil {
-		t.Errorf("default backend: shadows %v, op profile %v", plain.shadows, plain.dev.times != nil)
-	}
-	info := plain.dev.Info()
-	wantPDL := plain.dev.drv.cuLaunchKernelEx != nil && info.Major >= 9
-	if plain.dev.pdl != wantPDL {
-		t.Errorf("default backend on %s: PDL %v, want %v", info.Arch(), plain.dev.pdl, wantPDL)
-	}
-	knobs := openBackend(t, BackendOptions{OpTime: true, DisablePDL: true, DisableShadows: true})
-	if knobs.shadows || knobs.dev.times == nil || knobs.dev.pdl {
-		t.Errorf("OpTime, DisablePDL, DisableShadows: shadows %v, op profile %v, PDL %v", knobs.shadows, knobs.dev.times != nil, knobs.dev.pdl)
-	}
-}
-
-// TestBackendKVCacheDType: a KV cache holds the element type its spec asks for (the one
-// road of the cache type to the GPU), and a type the GPU cache cannot hold is refused.
-func TestBackendKVCacheDType(t *testing.T) {
-	b := openBackend(t, BackendOptions{})
-	spec := backend.KVSpec{Layers: 2, NumBlocks: 4, BlockSize: 16, KVHeads: 2, HeadDim: 64}
-	for _, tc := range []struct {
-		dt   quant.Type
-		want DType
-	}{{quant.F32, F32}, {quant.F16, F16}, {quant.BF16, BF16}} {
-		spec.DType = tc.dt
-		var c backend.KVCache
-		err := b.Run(func() (err error) {
-			c, err = b.NewKVCache(spec)
-			return err
-		})
+// TestDeviceOptions: the device settings that were environment variables reach the device
+// through DeviceOptions: op timing, and programmatic dependent launch (on where the driver
+// and the GPU have it, unless turned off).
+func TestDeviceOptions(t *testing.T) {
+	drv, _ := gpuDriver(t)
+	open := func(opt DeviceOptions) *Device {
+		dv, err := drv.OpenDevice(0, opt)
 		if err != nil {
-			t.Fatalf("%s cache: %v", tc.dt, err)
+			t.Fatal(err)
 		}
-		kv := c.(*kvCache)
-		if got := c.Spec().DType; got != tc.dt || kv.layers[0].K.DType != tc.want || kv.layers[1].V.DType != tc.want {
-			t.Errorf("%s cache: spec %s, buffers %s/%s", tc.dt, got, kv.layers[0].K.DType, kv.layers[1].V.DType)
-		}
+		t.Cleanup(func() { dv.Close() })
+		return dv
 	}
-	for _, bad := range []quant.Type{quant.Q8_0, quant.I32} {
-		spec.DType = bad
-		if err := b.Run(func() error { _, err := b.NewKVCache(spec); return err }); err == nil {
-			t.Errorf("a %s KV cache was made", bad)
-		}
+	plain := open(DeviceOptions{})
+	wantPDL := plain.drv.cuLaunchKernelEx != nil && plain.Info().Major >= 9
+	if plain.pdl != wantPDL || plain.times != nil {
+		t.Errorf("default device on %s: PDL %v (want %v), op profile %v", plain.Info().Arch(), plain.pdl, wantPDL, plain.times != nil)
+	}
+	knobs := open(DeviceOptions{OpTime: true, DisablePDL: true})
+	if knobs.pdl || knobs.times == nil {
+		t.Errorf("OpTime, DisablePDL: PDL %v, op profile %v", knobs.pdl, knobs.times != nil)
 	}
 }
