@@ -27,6 +27,7 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
 	"github.com/kvasir-llm/kvasir/internal/model"
+	"github.com/kvasir-llm/kvasir/internal/sample"
 	"github.com/kvasir-llm/kvasir/internal/tokenizer"
 )
 
@@ -50,7 +51,24 @@ type (
 	Stats = engine.Stats
 	// ParamError is an invalid request parameter, naming it.
 	ParamError = engine.ParamError
+	// Processor is a stateful logits processor of a request (Request.Processors): the
+	// engine tells it every token the request's choice accepts and takes tokens back from
+	// it when draft tokens are rejected. One that also implements Masker restricts the
+	// next token.
+	Processor = sample.Stateful
+	// Masker is a Processor that restricts the next token by a vocabulary Mask, applied on
+	// the host and by a device sampler alike.
+	Masker = sample.Masker
+	// Mask is a set of token ids as a bitmask (bit t%32 of word t/32); see NewMask.
+	Mask = sample.Mask
+	// Proposer proposes draft tokens for speculative decoding (Options.Proposer): the model
+	// verifies them in one step and the engine keeps those the request's own sampling
+	// agrees with, so the tokens generated do not change.
+	Proposer = engine.Proposer
 )
+
+// NewMask returns a mask over a vocabulary of n tokens allowing the ids given.
+func NewMask(n int, ids ...int32) Mask { return sample.NewMask(n, ids...) }
 
 // Finish reasons of an Output.
 const (
@@ -158,6 +176,8 @@ func start(l *Loaded, opt Options) (*Engine, error) {
 		DisableAsyncScheduling: opt.DisableAsyncScheduling,
 		MaxWaiting:             opt.MaxWaiting,
 		OnRequestDone:          opt.OnRequestDone,
+		Proposer:               opt.Proposer,
+		NumSpeculativeTokens:   opt.NumSpeculativeTokens,
 	})
 	if err != nil {
 		return nil, err

@@ -61,6 +61,12 @@ type Options struct {
 	DisableAsyncScheduling bool
 	// MaxWaiting refuses requests with ErrQueueFull when that many wait (0: no limit).
 	MaxWaiting int
+	// Proposer, when set, proposes up to NumSpeculativeTokens draft tokens for every
+	// decoding sequence, verified by the model in the sequence's next step (speculative
+	// decoding). A drafting sequence's steps do not overlap each other under asynchronous
+	// scheduling.
+	Proposer             Proposer
+	NumSpeculativeTokens int
 	// GenerationConfig says where Engine.SamplingDefaults come from (the zero value: the
 	// model's generation_config.json over vLLM's neutral defaults).
 	GenerationConfig GenerationConfig
