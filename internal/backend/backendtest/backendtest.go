@@ -1,15 +1,36 @@
-// Package backendtest holds what the tests of the CUDA kernels (package cuda) and of the
-// GPU op set (package cudabackend) share: a float64 matrix-product reference and random
-// vocabulary masks. Only tests import it.
+// Package backendtest holds what tests of several packages share: a float64
+// matrix-product reference and random vocabulary masks (the CUDA kernels' and the GPU op
+// set's tests), and CPU backends for a model's ranks (the model's and the engine's tests).
+// Only tests import it.
 package backendtest
 
 import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/backend/cpubackend"
 )
+
+// CPUBackends makes one CPU backend for each of ranks ranks, the threads shared among them
+// (at least one each; threads < 1: all cores for each), closed when the test or benchmark
+// ends.
+func CPUBackends(t testing.TB, threads, ranks int) []backend.Backend {
+	t.Helper()
+	per := 0
+	if threads > 0 {
+		per = max(threads/ranks, 1)
+	}
+	bes := make([]backend.Backend, ranks)
+	for i := range bes {
+		b := cpubackend.New(per)
+		t.Cleanup(func() { b.Close() })
+		bes[i] = b
+	}
+	return bes
+}
 
 // MatMulRef returns y = x · wᵀ in float64: y[t][r] = sum_c x[t][c] * w[r][c] for n rows
 // of x ([n][k]) and m rows of w ([m][k]).

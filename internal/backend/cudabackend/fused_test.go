@@ -18,17 +18,7 @@ import (
 // the test without a CUDA driver or device.
 func newTestBackend(t *testing.T) *Backend {
 	t.Helper()
-	gpuDriver(t)
-	b, err := NewBackend(BackendOptions{Cache: &cuda.CubinCache{Dir: t.TempDir()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := b.Close(); err != nil {
-			t.Errorf("close: %v", err)
-		}
-	})
-	return b
+	return openBackend(t, BackendOptions{Cache: &cuda.CubinCache{Dir: t.TempDir()}})
 }
 
 // uploadMatrix uploads vals as a [rows][cols] weight of dt through UploadWeight and

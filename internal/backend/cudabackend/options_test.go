@@ -8,8 +8,8 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
-// openBackend opens a Backend on device 0 with opt (kernels from the default cache), or
-// skips the test without a CUDA driver or device.
+// openBackend opens a Backend on device 0 with opt, or skips the test without a CUDA
+// driver or device.
 func openBackend(t *testing.T, opt BackendOptions) *Backend {
 	t.Helper()
 	gpuDriver(t)
