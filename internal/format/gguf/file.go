@@ -256,6 +256,9 @@ func readTensorInfo(d *decoder, name string) (TensorInfo, error) {
 		if ti.Dims[j], err = d.u64(fmt.Sprintf("dimension %d", j)); err != nil {
 			return ti, err
 		}
+		if ti.Dims[j] > math.MaxInt64 {
+			return ti, fmt.Errorf("dimension %d is %d, more than int64 holds", j, ti.Dims[j])
+		}
 	}
 	if _, ok := elementCount(ti.Dims); !ok {
 		return ti, fmt.Errorf("dimensions %v: element count overflows int64", ti.Dims)

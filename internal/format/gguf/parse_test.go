@@ -57,6 +57,8 @@ func TestParseHostile(t *testing.T) {
 		{"five dims", newRaw(3, 1, 0).tensor("w", quant.F32, 0, 1, 1, 1, 1, 1).b, `tensor 0 "w": dimension count 5`},
 		{"dims overflow", newRaw(3, 1, 0).tensor("w", quant.F32, 0, 1<<32, 1<<31, 2).padTo(32, 0).b,
 			`tensor 0 "w": dimensions [4294967296 2147483648 2]: element count overflows`},
+		{"dimension past int64", newRaw(3, 1, 0).tensor("w", quant.F32, 0, 0, 1<<63).padTo(32, 0).b,
+			`tensor 0 "w": dimension 1 is 9223372036854775808, more than int64 holds`},
 		{"bytes overflow", newRaw(3, 1, 0).tensor("w", quant.F64, 0, 1<<62).padTo(32, 0).b, "byte size overflows"},
 		{"offset past end", newRaw(3, 1, 0).tensor("blk.0.attn_q.weight", quant.F32, 4096, 4).padTo(32, 16).b,
 			`tensor 0 "blk.0.attn_q.weight": data offset 4096 past end of file`},

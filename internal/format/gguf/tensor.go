@@ -21,7 +21,7 @@ type TensorInfo struct {
 	// Name is the tensor's name, such as "blk.0.attn_q.weight".
 	Name string
 	// Dims are the dimensions in file order: Dims[0] is the innermost (the row length),
-	// the reverse of the PyTorch shape.
+	// the reverse of the PyTorch shape. In a parsed file each fits an int64.
 	Dims []uint64
 	// Type is the element type. A file may hold types this build does not know
 	// (Type.Known() is false): such tensors are listed, but their data cannot be taken.
