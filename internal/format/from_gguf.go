@@ -2,30 +2,29 @@ package format
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/kvasir-llm/kvasir/internal/format/gguf"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
-// openGGUF opens a GGUF model file.
-func openGGUF(path string) (*Model, error) {
+// openGGUF opens a GGUF model file. A file whose header Open refuses is returned with the
+// error (see Inspect), its mapping still open.
+func openGGUF(path string, l Limits) (*Model, error) {
 	f, err := gguf.Open(path)
 	if err != nil {
 		return nil, err
 	}
-	m, err := modelFromGGUF(f)
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
+	m, err := modelFromGGUF(f, l)
 	m.closers = append(m.closers, f)
-	return m, nil
+	return m, err
 }
 
-// modelFromGGUF reads the hyperparameters, tensors, vocabulary and chat template of f.
-func modelFromGGUF(f *gguf.File) (*Model, error) {
-	m := &Model{Path: f.Path, Format: "gguf", Metadata: map[string]any{}}
+// modelFromGGUF reads the hyperparameters, tensors, vocabulary and chat template of f and
+// checks them (within limits l). The Model is returned even when the check fails.
+func modelFromGGUF(f *gguf.File, l Limits) (*Model, error) {
+	m := &Model{Path: f.Path, Format: "gguf", Metadata: map[string]any{}, names: ggufNames(f.Architecture())}
 	for _, kv := range f.KV {
 		if v, ok := kv.Value.String(); ok && len(v) > 200 {
 			m.Metadata[kv.Key] = fmt.Sprintf("<string of %d bytes>", len(v))
@@ -37,38 +36,81 @@ func modelFromGGUF(f *gguf.File) (*Model, error) {
 		}
 		m.Metadata[kv.Key] = kv.Value.Any()
 	}
-	cfg, err := configFromGGUF(f)
-	if err != nil {
-		return nil, fmt.Errorf("gguf %s: %w", f.Path, err)
-	}
-	m.Config = cfg
 	for i := range f.Tensors {
 		ti := &f.Tensors[i]
 		data, err := f.TensorData(ti)
 		if err != nil {
-			return nil, err
+			return m, err
 		}
 		shape := make([]int, len(ti.Dims))
 		for j, d := range ti.Dims {
-			shape[len(ti.Dims)-1-j] = int(d)
+			shape[len(ti.Dims)-1-j] = int(d) // the parser keeps dimensions within int64
 		}
 		m.addTensor(&Tensor{Name: ti.Name, Type: ti.Type, Shape: shape, Data: data})
 	}
+	cfg, err := configFromGGUF(f)
+	m.Config = cfg
+	if err != nil {
+		return m, fmt.Errorf("gguf %s: %w", f.Path, err)
+	}
+	m.names.nameDefaults(f)
 	if t, ok := m.Tensor("rope_freqs.weight"); ok && m.Config.Scaling.Type == "" {
 		m.Config.Scaling = inferLlama3Scaling(m.Config, t)
 	}
 	if _, ok := f.Get("tokenizer.ggml.model"); ok {
 		v, err := vocabFromGGUF(f)
 		if err != nil {
-			return nil, fmt.Errorf("gguf %s: tokenizer: %w", f.Path, err)
+			return m, fmt.Errorf("gguf %s: tokenizer: %w", f.Path, err)
 		}
 		m.Vocab = v
 	}
 	m.ChatTemplate, _ = f.GetString("tokenizer.chat_template")
-	if err := m.inferFromTensors(); err != nil {
-		return nil, fmt.Errorf("gguf %s: %w", f.Path, err)
+	if err := m.inferFromTensors(l); err != nil {
+		return m, fmt.Errorf("gguf %s: %w", f.Path, err)
 	}
 	return m, nil
+}
+
+// nameDefaults renames the fields whose keys f lacks after what stands in for them.
+func (n *fieldNames) nameDefaults(f *gguf.File) {
+	arch := f.Architecture()
+	absent := func(key string) bool { _, ok := f.Get(arch + "." + key); return !ok }
+	if absent("vocab_size") {
+		n.vocab = "the vocabulary size (the tokens of tokenizer.ggml.tokens, else the rows of token_embd.weight)"
+	}
+	if absent("attention.head_count_kv") {
+		n.kvHeads = n.heads
+	}
+	if absent("attention.key_length") {
+		n.headDim = n.dim + " / " + n.heads
+	}
+	if absent("rope.dimension_count") {
+		n.ropeDim = n.headDim
+	}
+	if absent("expert_feed_forward_length") {
+		n.expertFFN = n.ffn
+	}
+}
+
+// ggufCount reads the count stored under key: 0 when absent, an error when it is not a
+// non-negative integer that fits an int32 (no count of a real model comes near; the limits
+// check the rest).
+func ggufCount(f *gguf.File, key string) (int, error) {
+	v, ok := f.Get(key)
+	if !ok {
+		return 0, nil
+	}
+	n, ok := v.Int64()
+	if !ok {
+		if u, ok := v.Uint64(); ok {
+			return 0, fmt.Errorf("%s %d is out of range", key, u)
+		}
+		return 0, fmt.Errorf("%s is %s, want an integer", key, v.Type)
+	}
+	if n < 0 || n > math.MaxInt32 {
+		return 0, fmt.Errorf("%s %d is out of range (0..%d)", key, n, math.MaxInt32)
+	}
+	return int(n), nil
 }
 
 // configFromGGUF maps the "{arch}.*" metadata keys llama.cpp writes onto a Config.
@@ -86,9 +128,13 @@ func configFromGGUF(f *gguf.File) (Config, error) {
 	if arch == "mistral" {
 		c.Arch = "llama"
 	}
+	var err error
 	geti := func(key string) int {
-		v, _ := f.GetUint64(arch + "." + key)
-		return int(v)
+		n, e := ggufCount(f, arch+"."+key)
+		if err == nil {
+			err = e
+		}
+		return n
 	}
 	getf := func(key string, def float64) float64 {
 		if v, ok := f.GetFloat64(arch + "." + key); ok {
@@ -151,7 +197,7 @@ func configFromGGUF(f *gguf.File) (Config, error) {
 		c.RopeStyle = RopeNeox
 	}
 	c.QKNorm = arch == "qwen3" || arch == "qwen3moe"
-	return c, nil
+	return c, err
 }
 
 // inferLlama3Scaling recovers the Llama 3 rotary scaling parameters that llama.cpp stores

@@ -13,30 +13,37 @@ import (
 )
 
 // openLlama2c opens a llama2.c checkpoint. Its tokenizer lives in a separate file: the one
-// given, else tokenizer.bin beside the checkpoint when present.
-func openLlama2c(path, tokPath string) (*Model, error) {
-	ck, err := llama2c.Open(path)
+// given, else tokenizer.bin beside the checkpoint when present. Its header is held against
+// limits l before the checkpoint's tensors are laid out (one entry per layer); a header
+// that fails returns a Model of the header alone with the error (see Inspect).
+func openLlama2c(path, tokPath string, l Limits) (*Model, error) {
+	h, err := llama2c.ReadConfig(path)
 	if err != nil {
 		return nil, err
 	}
-	h := ck.Config
 	m := &Model{Path: path, Format: "llama2c", Metadata: map[string]any{
 		"dim": h.Dim, "hidden_dim": h.HiddenDim, "n_layers": h.Layers, "n_heads": h.Heads,
 		"n_kv_heads": h.KVHeads, "vocab_size": h.VocabSize, "seq_len": h.SeqLen,
 		"shared_classifier": h.SharedClassifier,
-	}}
-	m.closers = append(m.closers, ck)
+	}, names: llama2cNames}
 	m.Config = Config{
 		Arch: "llama", VocabSize: h.VocabSize, Dim: h.Dim, Layers: h.Layers, Heads: h.Heads,
 		KVHeads: h.KVHeads, HeadDim: h.HeadSize(), RopeDim: h.HeadSize(), FFNDim: h.HiddenDim,
 		ContextLen: h.SeqLen, NormEps: 1e-5, RopeTheta: llama2c.RopeTheta, RopeStyle: RopeInterleaved,
 	}
+	if err := m.Config.check(l, &m.names); err != nil {
+		return m, fmt.Errorf("llama2c %s: %w", path, err)
+	}
+	ck, err := llama2c.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	m.closers = append(m.closers, ck)
 	for _, t := range ck.Tensors {
 		m.addTensor(&Tensor{Name: t.Name, Type: quant.F32, Shape: t.Shape, Data: t.Data})
 	}
-	if err := m.inferFromTensors(); err != nil {
-		m.Close()
-		return nil, fmt.Errorf("llama2c %s: %w", path, err)
+	if err := m.inferFromTensors(l); err != nil {
+		return m, fmt.Errorf("llama2c %s: %w", path, err)
 	}
 	if tokPath == "" {
 		if p := filepath.Join(filepath.Dir(path), "tokenizer.bin"); fileExists(p) {
@@ -46,8 +53,7 @@ func openLlama2c(path, tokPath string) (*Model, error) {
 	if tokPath != "" {
 		v, err := LoadVocab(tokPath, h.VocabSize)
 		if err != nil {
-			m.Close()
-			return nil, err
+			return m, err
 		}
 		m.Vocab = v
 	}

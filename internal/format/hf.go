@@ -113,8 +113,9 @@ var dtypeOfSafetensors = map[safetensors.DType]quant.Type{
 }
 
 // openHF opens a Hugging Face model folder: config.json, safetensors weights (one file or
-// sharded), and the tokenizer and generation files when present.
-func openHF(dir string) (*Model, error) {
+// sharded), and the tokenizer and generation files when present. Once the weights are
+// open, a failing check returns the Model with the error (see Inspect).
+func openHF(dir string, l Limits) (*Model, error) {
 	h, err := hfconfig.ReadConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return nil, err
@@ -127,7 +128,7 @@ func openHF(dir string) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{Path: dir, Format: "safetensors", Config: cfg, Metadata: map[string]any{}}
+	m := &Model{Path: dir, Format: "safetensors", Config: cfg, Metadata: map[string]any{}, names: hfNames(h.Architecture == hfconfig.Mixtral)}
 	m.closers = append(m.closers, set)
 	for k, v := range set.Metadata() {
 		m.Metadata[k] = v
@@ -136,8 +137,7 @@ func openHF(dir string) (*Model, error) {
 	m.Metadata["torch_dtype"] = h.TorchDType
 	embdFromHead, err := tiedHeadOnly(set, h.TieWordEmbeddings)
 	if err != nil {
-		m.Close()
-		return nil, fmt.Errorf("hf %s: %w", dir, err)
+		return m, fmt.Errorf("hf %s: %w", dir, err)
 	}
 	for _, hfName := range set.Names() {
 		ti, _ := set.Tensor(hfName)
@@ -150,18 +150,15 @@ func openHF(dir string) (*Model, error) {
 		}
 		t, ok := dtypeOfSafetensors[ti.DType]
 		if !ok {
-			m.Close()
-			return nil, fmt.Errorf("hf %s: tensor %q: dtype %s is not supported (want F32, F16 or BF16)", dir, hfName, ti.DType)
+			return m, fmt.Errorf("hf %s: tensor %q: dtype %s is not supported (want F32, F16 or BF16)", dir, hfName, ti.DType)
 		}
 		m.addTensor(&Tensor{Name: name, Type: t, Shape: ti.Shape, Data: ti.Data})
 	}
 	if err := m.readHFTokenizer(dir); err != nil {
-		m.Close()
-		return nil, err
+		return m, err
 	}
-	if err := m.inferFromTensors(); err != nil {
-		m.Close()
-		return nil, fmt.Errorf("hf %s: %w", dir, err)
+	if err := m.inferFromTensors(l); err != nil {
+		return m, fmt.Errorf("hf %s: %w", dir, err)
 	}
 	return m, nil
 }

@@ -37,28 +37,12 @@ type Checkpoint struct {
 // Open memory-maps the checkpoint at path and parses it. The tensors' data stay valid until
 // Close.
 func Open(path string) (*Checkpoint, error) {
-	f, err := os.Open(path)
+	f, _, size, err := openHeader(path)
 	if err != nil {
-		return nil, fmt.Errorf("llama2c: %w", err)
+		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("llama2c %s: %w", path, err)
-	}
-	// Read and check the header before mapping, so a wrong file fails cheaply.
-	var hdr [HeaderSize]byte
-	if _, err := f.ReadAt(hdr[:], 0); err != nil {
-		return nil, fmt.Errorf("llama2c %s: reading header (file is %d bytes): %w", path, st.Size(), err)
-	}
-	cfg, err := ParseConfig(hdr[:])
-	if err != nil {
-		return nil, fmt.Errorf("llama2c %s: %w", path, err)
-	}
-	if err := checkSize(cfg, st.Size()); err != nil {
-		return nil, fmt.Errorf("llama2c %s: %w", path, err)
-	}
-	data, unmap, err := mmap.File(f, st.Size())
+	data, unmap, err := mmap.File(f, size)
 	if err != nil {
 		return nil, fmt.Errorf("llama2c %s: %w", path, err)
 	}
@@ -69,6 +53,47 @@ func Open(path string) (*Checkpoint, error) {
 	}
 	c.unmap = unmap
 	return c, nil
+}
+
+// ReadConfig reads and checks the header of the checkpoint at path, and the file's size
+// against it, without mapping the file or laying out its tensors: a caller can hold the
+// counts against limits of its own before Open makes an entry per layer.
+func ReadConfig(path string) (Config, error) {
+	f, cfg, _, err := openHeader(path)
+	if err != nil {
+		return Config{}, err
+	}
+	f.Close()
+	return cfg, nil
+}
+
+// openHeader opens the file at path and reads and checks its header before anything is
+// mapped, so a wrong file fails cheaply; the caller closes the file.
+func openHeader(path string) (*os.File, Config, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, Config{}, 0, fmt.Errorf("llama2c: %w", err)
+	}
+	fail := func(err error) (*os.File, Config, int64, error) {
+		f.Close()
+		return nil, Config{}, 0, fmt.Errorf("llama2c %s: %w", path, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		return fail(err)
+	}
+	var hdr [HeaderSize]byte
+	if _, err := f.ReadAt(hdr[:], 0); err != nil {
+		return fail(fmt.Errorf("reading header (file is %d bytes): %w", st.Size(), err))
+	}
+	cfg, err := ParseConfig(hdr[:])
+	if err != nil {
+		return fail(err)
+	}
+	if err := checkSize(cfg, st.Size()); err != nil {
+		return fail(err)
+	}
+	return f, cfg, st.Size(), nil
 }
 
 // checkSize compares a file's size with the size its header calls for.
