@@ -92,6 +92,9 @@ func bindWeights[T any](m source, c format.Config, path string, parts stageParts
 	q, kv := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
 	w.layers = make([]layerWeights[T], c.Layers)
 	for l := range w.layers {
+		if b.err != nil {
+			break // the first missing or misshapen tensor ends the binding
+		}
 		p := fmt.Sprintf("blk.%d.", l)
 		lw := &w.layers[l]
 		lw.attnNorm = b.vector(p+"attn_norm.weight", c.Dim)
