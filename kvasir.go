@@ -160,7 +160,7 @@ func start(l *Loaded, opt Options) (*Engine, error) {
 		}
 	}
 	if mem <= 0 {
-		mem = min(DefaultKVCacheMemory, perToken*int64(maxLen)*int64(maxSeqs)+perToken*int64(blockSize))
+		mem = min(DefaultKVCacheMemory, kvcache.FullContextBytes(perToken, maxLen, maxSeqs, blockSize))
 	}
 	sizing, err := kvcache.Plan(rc.Layers, rc.KVHeads, rc.HeadDim, elem, blockSize, mem, maxLen)
 	if err != nil {

@@ -43,12 +43,13 @@ func Plan(layers, kvHeads, headDim, bytesPerElem, blockSize int, memoryBytes int
 	perToken := int64(2)
 	for _, f := range []int{layers, kvHeads, headDim, bytesPerElem} {
 		if perToken > math.MaxInt64/int64(f) {
-			return s, fmt.Errorf("kvcache: plan: bytes per token overflow")
+			return s, fmt.Errorf("kvcache: plan: bytes per token (2 x %d layers x %d kv heads x %d head dim x %d bytes) overflow int64",
+				layers, kvHeads, headDim, bytesPerElem)
 		}
 		perToken *= int64(f)
 	}
 	if perToken > math.MaxInt64/int64(blockSize) {
-		return s, fmt.Errorf("kvcache: plan: bytes per block overflow")
+		return s, fmt.Errorf("kvcache: plan: bytes per block (%d tokens x %d bytes) overflow int64", blockSize, perToken)
 	}
 	s.BytesPerToken = perToken
 	s.BytesPerBlock = perToken * int64(blockSize)
@@ -67,6 +68,33 @@ func Plan(layers, kvHeads, headDim, bytesPerElem, blockSize int, memoryBytes int
 	}
 	s.MaxConcurrentFullContext = (s.NumBlocks - 1) / s.BlocksPerSequence
 	return s, nil
+}
+
+// FullContextBytes returns the bytes a pool needs to hold maxNumSeqs sequences of
+// maxModelLen tokens at once, at bytesPerToken each, plus one block of blockSize tokens
+// for the null block: the most a budget need be. A product beyond int64 saturates at
+// math.MaxInt64 (more than any budget), never wraps; non-positive arguments give 0.
+func FullContextBytes(bytesPerToken int64, maxModelLen, maxNumSeqs, blockSize int) int64 {
+	if bytesPerToken <= 0 || maxModelLen <= 0 || maxNumSeqs <= 0 || blockSize <= 0 {
+		return 0
+	}
+	return addSat(mulSat(mulSat(bytesPerToken, int64(maxModelLen)), int64(maxNumSeqs)), mulSat(bytesPerToken, int64(blockSize)))
+}
+
+// mulSat multiplies non-negative a and b, saturating at math.MaxInt64.
+func mulSat(a, b int64) int64 {
+	if a != 0 && b > math.MaxInt64/a {
+		return math.MaxInt64
+	}
+	return a * b
+}
+
+// addSat adds non-negative a and b, saturating at math.MaxInt64.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // String returns the start-up log line; the block and token counts exclude the null block.

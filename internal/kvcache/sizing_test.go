@@ -1,6 +1,7 @@
 package kvcache
 
 import (
+	"math"
 	"strings"
 	"testing"
 )
@@ -67,11 +68,52 @@ func TestPlanErrors(t *testing.T) {
 		{"budget too small", [5]int{32, 32, 128, 2, 16}, 1 << 20, 10, "need at least 2"},
 		{"negative budget", [5]int{1, 1, 1, 1, 16}, -5, 10, "need at least 2"},
 		{"overflow", [5]int{1 << 30, 1 << 30, 1 << 30, 1 << 30, 16}, 1 << 40, 10, "overflow"},
+		{"block overflow", [5]int{1, 1, 1, 1, 1 << 62}, 1 << 40, 10, "bytes per block (4611686018427387904 tokens x 2 bytes) overflow int64"},
 	}
 	for _, tc := range cases {
 		_, err := Plan(tc.args[0], tc.args[1], tc.args[2], tc.args[3], tc.args[4], tc.memory, tc.maxLen)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+// TestPlanHugeMaxModelLen: a context of 2^62 tokens sizes the pool by the budget and fits
+// no full-context sequence; nothing wraps.
+func TestPlanHugeMaxModelLen(t *testing.T) {
+	s, err := Plan(1, 1, 1, 1, 16, 1<<40, 1<<62)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 2 bytes a token, 32 a block: 2^40 / 32 = 2^35 blocks, capped at MaxInt32.
+	if s.NumBlocks != math.MaxInt32 || s.BlocksPerSequence != 1<<58 || s.MaxConcurrentFullContext != 0 {
+		t.Errorf("plan %+v: want MaxInt32 blocks, 2^58 blocks a sequence, no full-context sequence", s)
+	}
+	if str := s.String(); strings.Contains(str, " -") {
+		t.Errorf("log line %q has a negative number", str)
+	}
+}
+
+// TestFullContextBytes: the bytes max-num-seqs full contexts need saturate at MaxInt64
+// instead of wrapping negative.
+func TestFullContextBytes(t *testing.T) {
+	cases := []struct {
+		perToken             int64
+		maxLen, seqs, blocks int
+		want                 int64
+	}{
+		{1280, 128, 1, 16, 1280*128 + 1280*16},
+		{1280, 128, 4, 16, 1280*128*4 + 1280*16},
+		{1280, 1 << 62, 256, 16, math.MaxInt64},
+		{1 << 40, 1 << 20, 1 << 10, 16, math.MaxInt64},
+		{1, math.MaxInt, 1, 1, math.MaxInt64},
+		{1 << 20, 16, 1, 1 << 62, math.MaxInt64},
+		{0, 128, 1, 16, 0},
+		{1280, -1, 1, 16, 0},
+	}
+	for _, c := range cases {
+		if got := FullContextBytes(c.perToken, c.maxLen, c.seqs, c.blocks); got != c.want {
+			t.Errorf("FullContextBytes(%d, %d, %d, %d) = %d, want %d", c.perToken, c.maxLen, c.seqs, c.blocks, got, c.want)
 		}
 	}
 }
