@@ -30,6 +30,9 @@ type inspection struct {
 	Special       map[string]any `json:"special_tokens"`
 	ChatTemplate  bool           `json:"chat_template"`
 	Tensors       []tensorLine   `json:"tensors,omitempty"`
+	// Problem is why kvasir refuses the model (its header disagrees with its tensors or
+	// exceeds a limit); "" for a model it runs.
+	Problem string `json:"problem,omitempty"`
 }
 
 type tensorLine struct {
@@ -50,15 +53,18 @@ func runInspect(args []string) error {
 		fs.Usage()
 		return fmt.Errorf("name one model")
 	}
-	m, err := openModel(fs.Arg(0), *tok)
-	if err != nil {
-		return err
+	m, problem := inspectModel(fs.Arg(0), *tok)
+	if m == nil {
+		return problem
 	}
 	defer m.Close()
 	in := inspection{
 		Path: m.Path, Format: m.Format, Architecture: describeArch(m.Config), Parameters: m.ParamCount(),
 		Bytes: m.Bytes(), DTypes: map[string]int{}, ContextLength: m.Config.ContextLen, Config: m.Config,
 		Tokenizer: "none", ChatTemplate: m.ChatTemplate != "", Special: map[string]any{},
+	}
+	if problem != nil {
+		in.Problem = problem.Error()
 	}
 	for _, t := range m.Tensors {
 		in.DTypes[t.Type.String()]++
@@ -87,7 +93,10 @@ func runInspect(args []string) error {
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(in)
+		if err := enc.Encode(in); err != nil {
+			return err
+		}
+		return problem
 	}
 	c := m.Config
 	fmt.Printf("model:          %s (%s)\n", in.Path, in.Format)
@@ -120,7 +129,24 @@ func runInspect(args []string) error {
 	for _, t := range in.Tensors {
 		fmt.Printf("  %-40s %-6s %v\n", t.Name, t.Type, t.Shape)
 	}
-	return nil
+	if problem != nil {
+		fmt.Printf("refused:        %v\n", problem)
+	}
+	return problem
+}
+
+// inspectModel opens a model for inspection: like openModel, but a file whose header
+// kvasir refuses comes back with the reason (see format.Inspect), so that inspect shows
+// what the header declares. The model is nil when nothing could be read.
+func inspectModel(ref, tok string) (*format.Model, error) {
+	if ref == "" || strings.HasPrefix(ref, "synth:") {
+		return openModel(ref, tok)
+	}
+	path, err := resolveModel(ref)
+	if err != nil {
+		return nil, err
+	}
+	return format.Inspect(path, format.Options{Tokenizer: tok})
 }
 
 func describeArch(c format.Config) string {

@@ -13,6 +13,17 @@ import (
 // captureStdout runs fn with os.Stdout redirected and returns what it printed.
 func captureStdout(t *testing.T, fn func() error) string {
 	t.Helper()
+	out, err := captureStdoutErr(t, fn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// captureStdoutErr runs fn with os.Stdout redirected and returns what it printed and
+// fn's error.
+func captureStdoutErr(t *testing.T, fn func() error) (string, error) {
+	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
@@ -27,11 +38,7 @@ func captureStdout(t *testing.T, fn func() error) string {
 	runErr := fn()
 	os.Stdout = old
 	w.Close()
-	out := <-done
-	if runErr != nil {
-		t.Fatal(runErr)
-	}
-	return out
+	return <-done, runErr
 }
 
 // storiesRun returns the stories260K checkpoint and tokenizer paths and llama2.c's greedy
