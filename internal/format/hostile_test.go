@@ -1,6 +1,7 @@
 package format
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"os"
@@ -91,23 +92,29 @@ func ggufBytes(t testing.TB, c Config, vocab *tokenizer.Vocab, edit func([]gguf.
 	if edit != nil {
 		kvs = edit(kvs)
 	}
-	p := filepath.Join(t.TempDir(), "m.gguf")
-	wts := make([]gguf.WriterTensor, len(tensors))
-	for i, tn := range tensors {
+	var buf bytes.Buffer
+	w, err := gguf.NewWriter(&buf, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range kvs {
+		if err := w.AddKV(kv.Key, kv.Value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tn := range tensors {
 		dims := make([]uint64, len(tn.Shape))
 		for j, d := range tn.Shape {
 			dims[len(tn.Shape)-1-j] = uint64(d)
 		}
-		wts[i] = gguf.WriterTensor{Name: tn.Name, Type: tn.Type, Dims: dims, Data: tn.Data}
+		if err := w.AddTensor(gguf.WriterTensor{Name: tn.Name, Type: tn.Type, Dims: dims, Data: tn.Data}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := gguf.WriteFile(p, kvs, wts, nil); err != nil {
+	if err := w.Finish(); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return buf.Bytes()
 }
 
 // writeFile writes data to a new file called name and returns its path.

@@ -22,6 +22,7 @@ func FuzzParse(f *testing.F) {
 	f.Add(newRaw(3, 0, 1).kv(KeyAlignment, Uint32(8)).b)
 	f.Add(newRaw(2, 1, 0).tensor("odd", 200, 0, 3).padTo(32, 0).b)
 	f.Add(newRaw(3, 2, 0).tensor("a", quant.F32, 32, 16).tensor("b", quant.F32, 0, 4).padTo(32, 96).b)
+	f.Add(newRaw(3, 1, 0).tensor("w", quant.F32, 0, 0, 1<<63).padTo(32, 0).b)
 	f.Add([]byte("GGUF"))
 
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -309,6 +309,17 @@ func FuzzParseConfig(f *testing.F) {
 		f.Add(data)
 	}
 	f.Add([]byte(`{"model_type":"llama","rope_scaling":{"type":"yarn"}}`))
+	// Counts far beyond any real model's, and past int32 and int64.
+	for _, counts := range []string{
+		`"num_hidden_layers":10000000,"num_attention_heads":2,"num_key_value_heads":1`,
+		`"num_hidden_layers":2,"num_attention_heads":2147483647,"num_key_value_heads":1`,
+		`"num_hidden_layers":4611686018427387904,"num_attention_heads":2,"num_key_value_heads":1`,
+		`"num_hidden_layers":2,"num_attention_heads":2,"num_key_value_heads":1,"max_position_embeddings":99999999999999999999`,
+	} {
+		f.Add([]byte(`{"model_type":"llama","vocab_size":32,"hidden_size":8,"intermediate_size":16,` + counts + `}`))
+	}
+	f.Add([]byte(`{"model_type":"mixtral","vocab_size":32,"hidden_size":8,"intermediate_size":16,"num_hidden_layers":2,` +
+		`"num_attention_heads":2,"num_local_experts":1000000,"num_experts_per_tok":999999}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ParseConfig(data)
 		if err != nil {

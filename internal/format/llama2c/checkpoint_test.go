@@ -260,6 +260,12 @@ func FuzzParse(f *testing.F) {
 	f.Add(append(cfg.AppendHeader(nil), make([]byte, lay.FileSize-HeaderSize)...))
 	f.Add(header(8, 12, 2, 2, 2, 10, 6))
 	f.Add(header(math.MaxInt32, math.MaxInt32, math.MaxInt32, 1, 1, -math.MaxInt32, math.MaxInt32))
+	// Headers with counts far beyond any real model's: 2000 layers of width 2 in a file of
+	// the size they call for, and 2^31-1 layers in a small file.
+	deep := Config{Dim: 2, HiddenDim: 1, Layers: 2000, Heads: 1, KVHeads: 1, VocabSize: 1, SeqLen: 1, SharedClassifier: true}
+	lay, _ = NewLayout(deep)
+	f.Add(append(deep.AppendHeader(nil), make([]byte, lay.FileSize-HeaderSize)...))
+	f.Add(append(header(2, 1, math.MaxInt32, 1, 1, 1, 1), make([]byte, 4096)...))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := Parse("fuzz", data)
