@@ -95,7 +95,7 @@ type Engine struct {
 // Open opens the model at path (a .gguf file, a llama2.c .bin checkpoint, or a Hugging
 // Face folder) and starts an engine on it.
 func Open(path string, opt Options) (*Engine, error) {
-	fm, err := format.Open(path, format.Options{Tokenizer: opt.Tokenizer})
+	fm, err := format.Open(path, format.Options{Tokenizer: opt.Tokenizer, Limits: opt.ModelLimits})
 	if err != nil {
 		return nil, err
 	}

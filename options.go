@@ -1,6 +1,9 @@
 package kvasir
 
-import "github.com/kvasir-llm/kvasir/internal/backend"
+import (
+	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/format"
+)
 
 // DefaultKVCacheMemory is the KV cache budget when Options.KVCacheMemory is 0 (capped at what
 // MaxNumSeqs sequences of MaxModelLen tokens need).
@@ -72,6 +75,10 @@ type Options struct {
 	GenerationConfig GenerationConfig
 	// Tokenizer names a separate tokenizer file (a llama2.c checkpoint's tokenizer.bin).
 	Tokenizer string
+	// ModelLimits bounds the counts the header of a model file Open reads may declare
+	// (layers, heads, head dimension, hidden and feed-forward sizes, vocabulary, context,
+	// experts); zero fields take format.DefaultLimits (docs/API.md lists them).
+	ModelLimits format.Limits
 	// OnRequestDone, when set, receives every finished request's stats, from the engine
 	// loop: it must return quickly.
 	OnRequestDone func(RequestStats)

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 	"github.com/kvasir-llm/kvasir/internal/testdata"
 )
@@ -150,4 +151,20 @@ func TestLoadCPU(t *testing.T) {
 	if _, err := load(Options{Tokenizer: tok, Threads: 1}); err == nil || !strings.Contains(err.Error(), "no-such-set") {
 		t.Errorf("an unknown kernel set: %v", err)
 	}
+}
+
+// TestModelLimits: Options.ModelLimits reaches the model file's checks: stories260K's five
+// layers pass the default limits and fail a limit of four.
+func TestModelLimits(t *testing.T) {
+	p := testdata.Path(t, "models/stories260K/stories260K.bin")
+	tok := testdata.Path(t, "models/stories260K/tok512.bin")
+	_, err := Open(p, Options{Tokenizer: tok, Threads: 1, ModelLimits: format.Limits{MaxLayers: 4}})
+	if err == nil || !strings.Contains(err.Error(), "n_layers 5 exceeds the limit of 4 (format.Limits.MaxLayers)") {
+		t.Errorf("MaxLayers 4: error %v, want the limit named", err)
+	}
+	e, err := Open(p, Options{Tokenizer: tok, Threads: 1, KVCacheMemory: 1 << 20, ModelLimits: format.Limits{MaxLayers: 5}})
+	if err != nil {
+		t.Fatalf("MaxLayers 5: %v", err)
+	}
+	e.Close()
 }
