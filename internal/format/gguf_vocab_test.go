@@ -37,20 +37,7 @@ func (m kvMeta) Get(key string) (gguf.Value, bool) { v, ok := m[key]; return v, 
 
 func writeParse(t testing.TB, kvs []gguf.KV) *gguf.File {
 	t.Helper()
-	var buf bytes.Buffer
-	w, err := gguf.NewWriter(&buf, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, kv := range kvs {
-		if err := w.AddKV(kv.Key, kv.Value); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := w.Finish(); err != nil {
-		t.Fatal(err)
-	}
-	f, err := gguf.Parse("mem.gguf", buf.Bytes())
+	f, err := gguf.Parse("mem.gguf", encodeGGUF(t, kvs, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

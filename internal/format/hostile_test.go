@@ -92,6 +92,12 @@ func ggufBytes(t testing.TB, c Config, vocab *tokenizer.Vocab, edit func([]gguf.
 	if edit != nil {
 		kvs = edit(kvs)
 	}
+	return encodeGGUF(t, kvs, tensors)
+}
+
+// encodeGGUF encodes a GGUF of the metadata and tensors in memory.
+func encodeGGUF(t testing.TB, kvs []gguf.KV, tensors []OutTensor) []byte {
+	t.Helper()
 	var buf bytes.Buffer
 	w, err := gguf.NewWriter(&buf, 3)
 	if err != nil {
