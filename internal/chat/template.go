@@ -9,10 +9,14 @@ import (
 	"github.com/ardanlabs/jinja"
 )
 
-// Template is a compiled chat template. It is safe for concurrent use.
+// Template is a compiled chat template. It is safe for concurrent use. A template made by New
+// renders in this process; one made by Sandbox.Load renders in the sandbox's workers.
 type Template struct {
-	tmpl   *jinja.Template
+	tmpl   *jinja.Template // nil for a sandbox's template: its workers compile it
 	limits Limits
+	src    string   // the source, for a sandbox's workers
+	sb     *Sandbox // nil when rendering in this process
+	id     uint64   // the sandbox's name for the template
 }
 
 // Input is what a chat template is rendered with, matching the arguments transformers'
@@ -56,7 +60,7 @@ func isReserved(name string) bool {
 
 // New compiles a chat template to render in this process, under the default Limits (of
 // which only the depth, iteration and output limits hold in a process). A syntax error names
-// the line and the reason.
+// the line and the reason. Use a Sandbox for templates that may be hostile.
 func New(source string) (*Template, error) {
 	return compile(source, Limits{}.withDefaults())
 }
@@ -93,8 +97,8 @@ func (t *Template) Render(in Input) (string, error) {
 	return t.RenderContext(context.Background(), in)
 }
 
-// RenderContext is Render that stops when ctx ends (a render in this process cannot be
-// stopped, so ctx is only checked before it starts).
+// RenderContext is Render that stops when ctx ends: a sandbox's render is killed then (a
+// render in this process cannot be stopped, so ctx is only checked before it starts).
 func (t *Template) RenderContext(ctx context.Context, in Input) (string, error) {
 	data, err := variables(in)
 	if err != nil {
@@ -103,6 +107,9 @@ func (t *Template) RenderContext(ctx context.Context, in Input) (string, error) 
 	now := time.Now
 	if in.Now != nil {
 		now = in.Now
+	}
+	if t.sb != nil {
+		return t.sb.render(ctx, t, data, now())
 	}
 	if err := ctx.Err(); err != nil {
 		return "", fmt.Errorf("chat template: %w", err)
