@@ -132,6 +132,9 @@ func (s *Sandbox) Close() error {
 // render renders the variables data with t in a worker, killing it when the deadline
 // passes or ctx ends.
 func (s *Sandbox) render(ctx context.Context, t *Template, data map[string]jinja.Value, now time.Time) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("chat template: %w", err)
+	}
 	body := encoder{}
 	if err := body.variables(data); err != nil {
 		return "", err
