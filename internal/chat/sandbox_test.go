@@ -66,8 +66,9 @@ func children(t testing.TB) []int {
 	return pids
 }
 
-// waitZombie waits up to 5 s for process pid to have exited (and not yet been reaped).
-func waitZombie(t testing.TB, pid int) {
+// waitDead waits up to 5 s for process pid to have exited with all its threads, and so to
+// have closed its files; it is not reaped yet, so its /proc entry stays, a zombie.
+func waitDead(t testing.TB, pid int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
@@ -76,11 +77,13 @@ func waitZombie(t testing.TB, pid int) {
 			t.Fatal(err)
 		}
 		s := string(b)
-		if fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]); len(fields) > 0 && fields[0] == "Z" {
+		state := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])[0]
+		threads, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if state == "Z" && err == nil && len(threads) == 1 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("process %d has not exited: %s", pid, s)
+			t.Fatalf("process %d has not exited: state %s, %d threads", pid, state, len(threads))
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -272,7 +275,7 @@ func TestSandboxRestartsKilledWorker(t *testing.T) {
 	if err := p.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	waitZombie(t, pids[0])
+	waitDead(t, pids[0])
 	for range 2 {
 		if out, err := tmpl.Render(in); err != nil || out != "hi" {
 			t.Fatalf("after the kill: %q, %v", out, err)
