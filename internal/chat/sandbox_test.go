@@ -154,8 +154,12 @@ var hostile = []struct {
 	{"a billion nested iterations", `{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(1000) %}{% endfor %}{% endfor %}{% endfor %}`, []Limit{LimitIterations}},
 	// Few iterations, each a filter over a million numbers, in bounded memory.
 	{"slow filters", `{% for i in range(1000) %}{{ range(1000000) | sum }}{% endfor %}`, []Limit{LimitDeadline}},
-	{"a prompt too long", `{% for i in range(40) %}{{ 'x' * 1000000 }}{% endfor %}`, []Limit{LimitOutput}},
+	{"a prompt too long", `{{ 'x' * 20000000 }}`, []Limit{LimitOutput}},
 }
+
+// hostileSlack is how long past the deadline a hostile render may end: a worker's start
+// and the kill take time on a loaded machine.
+const hostileSlack = 2 * time.Second
 
 // wantOneOf fails unless err is a *LimitError on one of limits.
 func wantOneOf(t *testing.T, err error, limits []Limit) {
@@ -174,11 +178,12 @@ func trojan(body string) string {
 }
 
 // TestSandboxHostileTemplates: each hostile template is refused by Load, and its trojan
-// variant, accepted, fails the render that meets it, on the limit named, within about a
-// second; the sandbox then renders on, with no more worker processes than it may have,
-// and this process's heap does not grow with what the workers took.
+// variant, accepted, fails the render that meets it, on the limit named, within about the
+// deadline (one second); the sandbox then renders on, with no more worker processes than
+// it may have, and this process's heap does not grow with what the workers took. (The
+// iteration limit is lowered so that a loaded machine meets it before the deadline.)
 func TestSandboxHostileTemplates(t *testing.T) {
-	sb := newTestSandbox(t, SandboxConfig{Workers: 2})
+	sb := newTestSandbox(t, SandboxConfig{Workers: 2, Limits: Limits{MaxIterations: 20_000}})
 	good := loadIn(t, sb, `{% for m in messages %}[{{ m.role }}] {{ m.content }}
 {% endfor %}`)
 	two := Input{Messages: []Message{{Role: "user", Content: "a"}, {Role: "user", Content: "b"}}}
@@ -193,14 +198,14 @@ func TestSandboxHostileTemplates(t *testing.T) {
 			if !strings.Contains(err.Error(), "refused") {
 				t.Errorf("Load error %q does not say the template is refused", err)
 			}
-			if d := time.Since(start); d > 1500*time.Millisecond {
+			if d := time.Since(start); d > DefaultTimeout+hostileSlack {
 				t.Errorf("Load took %v, want about a second at most", d)
 			}
 			tmpl := loadIn(t, sb, trojan(h.body))
 			start = time.Now()
 			_, err = tmpl.Render(two)
 			wantOneOf(t, err, h.limits)
-			if d := time.Since(start); d > 1500*time.Millisecond {
+			if d := time.Since(start); d > DefaultTimeout+hostileSlack {
 				t.Errorf("the render took %v, want about a second at most", d)
 			}
 			if out, err := good.Render(two); err != nil || out != "[user] a\n[user] b\n" {

@@ -29,6 +29,14 @@ var hostileCases = []struct {
 	{"loops", `{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(1000) %}{% endfor %}{% endfor %}{% endfor %}`, []chat.Limit{chat.LimitIterations}},
 }
 
+// testTemplateLimits are the default limits but for loop iterations, lowered so that a
+// loaded machine meets that limit before the deadline; hostileSlack is how long past the
+// deadline a hostile request may end (a worker's start and kill take time under load).
+var (
+	testTemplateLimits = chat.Limits{MaxIterations: 20_000}
+	hostileSlack       = 2 * time.Second
+)
+
 // trojanTemplate is ChatML, but with chat_template_kwargs {"case": NAME} it runs that
 // hostile case (and with "slow" it filters numbers for a minute): it renders the load's
 // one-message conversation, and a request turns it hostile.
@@ -49,7 +57,7 @@ func TestHostileChatTemplateRefused(t *testing.T) {
 	for _, c := range hostileCases {
 		t.Run(c.name, func(t *testing.T) {
 			start := time.Now()
-			srv, err := New(eng, Config{ChatTemplate: c.body, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			srv, err := New(eng, Config{ChatTemplate: c.body, ChatTemplateLimits: testTemplateLimits, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			if err == nil {
 				srv.Close()
 				t.Fatal("the server was made")
@@ -58,7 +66,7 @@ func TestHostileChatTemplateRefused(t *testing.T) {
 			if !errors.As(err, &le) || !containsLimit(c.limits, le.Limit) || !strings.Contains(err.Error(), string(le.Limit)) {
 				t.Fatalf("error %v, want one of the limits %v named", err, c.limits)
 			}
-			if d := time.Since(start); d > 1500*time.Millisecond {
+			if d := time.Since(start); d > chat.DefaultTimeout+hostileSlack {
 				t.Errorf("refused after %v, want about a second at most", d)
 			}
 		})
@@ -76,10 +84,10 @@ func containsLimit(limits []chat.Limit, l chat.Limit) bool {
 }
 
 // TestHostileChatRequests: each hostile case met by a request (chat or /tokenize) is a
-// 400 naming the limit and its flag, within about a second, while the server stays up:
+// 400 naming the limit and its flag, within about the deadline (one second), while the server stays up:
 // /health answers, an ordinary chat completes, and this process's heap stays bounded.
 func TestHostileChatRequests(t *testing.T) {
-	env := newTestEnv(t, kvasir.Options{}, Config{ChatTemplate: trojanTemplate(), ChatTemplateWorkers: 2})
+	env := newTestEnv(t, kvasir.Options{}, Config{ChatTemplate: trojanTemplate(), ChatTemplateWorkers: 2, ChatTemplateLimits: testTemplateLimits})
 	var before runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -90,7 +98,7 @@ func TestHostileChatRequests(t *testing.T) {
 					"max_tokens": 2, "chat_template_kwargs": map[string]any{"case": c.name}})
 				start := time.Now()
 				status, resp := env.do(t, http.MethodPost, path, body)
-				if d := time.Since(start); d > 1500*time.Millisecond {
+				if d := time.Since(start); d > chat.DefaultTimeout+hostileSlack {
 					t.Errorf("answered after %v, want about a second at most", d)
 				}
 				if status != http.StatusBadRequest {
