@@ -11,17 +11,24 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/testdata"
 )
 
-// TestRenderChat: the one chat rendering hands the template the vocabulary's BOS and EOS
-// texts, parses the special tokens it writes, does not double a BOS the template wrote,
-// cuts the text after the last message for continue_final_message, and passes a
-// template's raise_exception on.
-func TestRenderChat(t *testing.T) {
+// openStories opens an engine on stories260K, closed when the test ends.
+func openStories(t *testing.T) *Engine {
+	t.Helper()
 	e, err := Open(testdata.Path(t, "models/stories260K/stories260K.bin"),
 		Options{Tokenizer: testdata.Path(t, "models/stories260K/tok512.bin"), Threads: 1, KVCacheMemory: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close()
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// TestRenderChat: the one chat rendering hands the template the vocabulary's BOS and EOS
+// texts, parses the special tokens it writes, does not double a BOS the template wrote,
+// cuts the text after the last message for continue_final_message, and passes a
+// template's raise_exception on.
+func TestRenderChat(t *testing.T) {
+	e := openStories(t)
 	v := e.Loaded().Tokenizer().Vocab()
 	render := func(src string, in chat.Input, continueFinal bool) []int32 {
 		t.Helper()
@@ -80,12 +87,7 @@ func TestRenderChat(t *testing.T) {
 // TestRenderChatContext: a template in a sandbox gives the same tokens as one in this
 // process, and a render whose context has ended stops with the context's error.
 func TestRenderChatContext(t *testing.T) {
-	e, err := Open(testdata.Path(t, "models/stories260K/stories260K.bin"),
-		Options{Tokenizer: testdata.Path(t, "models/stories260K/tok512.bin"), Threads: 1, KVCacheMemory: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e := openStories(t)
 	src := `{{ bos_token }}{% for m in messages %}{{ m['content'] }} {% endfor %}{{ eos_token }}`
 	local, err := chat.New(src)
 	if err != nil {

@@ -13,8 +13,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/kvasir-llm/kvasir/internal/testdata"
 )
 
 // newTestSandbox makes a sandbox of this test binary (TestMain serves as its worker),
@@ -106,35 +104,21 @@ func waitChildren(t testing.TB, n int) {
 // prompts, or the errors, must be the same.
 func TestSandboxRendersAsInProcess(t *testing.T) {
 	sb := newTestSandbox(t, SandboxConfig{})
-	dir := testdata.Path(t, "chat_templates")
-	files, err := filepath.Glob(filepath.Join(dir, "*.jinja"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no templates in %s: %v", dir, err)
-	}
-	extra := map[string]any{"enable_thinking": false, "n": 3, "x": 2.0, "s": "é", "list": []any{nil, true, 1.5, "a"}}
-	inputs := []Input{
-		{Messages: basicConversation(), AddGenerationPrompt: true, BOSToken: "<s>", EOSToken: "</s>", Now: fixedNow, Extra: extra},
-		{Messages: toolConversation(), Tools: []map[string]any{weatherTool()}, AddGenerationPrompt: true, Now: fixedNow},
-	}
-	for _, f := range files {
-		src, err := os.ReadFile(f)
+	for name, src := range sharedTemplates(t) {
+		local, err := New(src)
 		if err != nil {
 			t.Fatal(err)
 		}
-		local, err := New(string(src))
-		if err != nil {
-			t.Fatal(err)
-		}
-		remote := loadIn(t, sb, string(src))
-		for i, in := range inputs {
+		remote := loadIn(t, sb, src)
+		for i, in := range comparedInputs() {
 			want, werr := local.Render(in)
 			got, gerr := remote.Render(in)
 			if got != want || fmt.Sprint(gerr) != fmt.Sprint(werr) {
-				t.Errorf("%s, input %d: sandbox %q (%v), in process %q (%v)", filepath.Base(f), i, got, gerr, want, werr)
+				t.Errorf("%s, input %d: sandbox %q (%v), in process %q (%v)", name, i, got, gerr, want, werr)
 			}
 			var lr, rr *RaisedError
 			if errors.As(werr, &lr) != errors.As(gerr, &rr) || lr != nil && lr.Message != rr.Message {
-				t.Errorf("%s, input %d: raised %v in the sandbox, %v in process", filepath.Base(f), i, rr, lr)
+				t.Errorf("%s, input %d: raised %v in the sandbox, %v in process", name, i, rr, lr)
 			}
 		}
 	}
