@@ -1,6 +1,7 @@
 package kvasir
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -14,8 +15,15 @@ import (
 // special-token texts in the result are parsed as such; BOS is added as the vocabulary
 // asks, but not doubled when the template wrote one itself. With continueFinal the text is
 // cut after the last message's content, so that the model continues that message rather
-// than starting a new one. A template's raise_exception comes back as a *chat.RaisedError.
+// than starting a new one. A template's raise_exception comes back as a *chat.RaisedError,
+// a limit it exceeds as a *chat.LimitError.
 func (e *Engine) RenderChat(t *chat.Template, in chat.Input, continueFinal bool) ([]int32, error) {
+	return e.RenderChatContext(context.Background(), t, in, continueFinal)
+}
+
+// RenderChatContext is RenderChat that stops rendering (a sandboxed template's worker is
+// killed) and tokenizing when ctx ends, returning its error.
+func (e *Engine) RenderChatContext(ctx context.Context, t *chat.Template, in chat.Input, continueFinal bool) ([]int32, error) {
 	tok := e.l.tok
 	if tok == nil {
 		return nil, fmt.Errorf("model %s has no tokenizer", e.ModelName())
@@ -27,7 +35,7 @@ func (e *Engine) RenderChat(t *chat.Template, in chat.Input, continueFinal bool)
 	if in.EOSToken == "" {
 		in.EOSToken = tokenText(v, v.EOS)
 	}
-	text, err := t.Render(in)
+	text, err := t.RenderContext(ctx, in)
 	if err != nil {
 		return nil, err
 	}
@@ -37,7 +45,10 @@ func (e *Engine) RenderChat(t *chat.Template, in chat.Input, continueFinal bool)
 			text = text[:i+len(content)]
 		}
 	}
-	ids := tok.Encode(text, tokenizer.EncodeOptions{AddSpecial: true, ParseSpecial: true})
+	ids, err := tok.EncodeContext(ctx, text, tokenizer.EncodeOptions{AddSpecial: true, ParseSpecial: true})
+	if err != nil {
+		return nil, fmt.Errorf("tokenizing the chat prompt: %w", err)
+	}
 	if bos := addedBOS(tok); bos >= 0 && len(ids) >= 2 && ids[0] == bos && ids[1] == bos {
 		ids = ids[1:]
 	}

@@ -1,6 +1,7 @@
 package kvasir
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -10,17 +11,24 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/testdata"
 )
 
-// TestRenderChat: the one chat rendering hands the template the vocabulary's BOS and EOS
-// texts, parses the special tokens it writes, does not double a BOS the template wrote,
-// cuts the text after the last message for continue_final_message, and passes a
-// template's raise_exception on.
-func TestRenderChat(t *testing.T) {
+// openStories opens an engine on stories260K, closed when the test ends.
+func openStories(t *testing.T) *Engine {
+	t.Helper()
 	e, err := Open(testdata.Path(t, "models/stories260K/stories260K.bin"),
 		Options{Tokenizer: testdata.Path(t, "models/stories260K/tok512.bin"), Threads: 1, KVCacheMemory: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer e.Close()
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// TestRenderChat: the one chat rendering hands the template the vocabulary's BOS and EOS
+// texts, parses the special tokens it writes, does not double a BOS the template wrote,
+// cuts the text after the last message for continue_final_message, and passes a
+// template's raise_exception on.
+func TestRenderChat(t *testing.T) {
+	e := openStories(t)
 	v := e.Loaded().Tokenizer().Vocab()
 	render := func(src string, in chat.Input, continueFinal bool) []int32 {
 		t.Helper()
@@ -73,5 +81,40 @@ func TestRenderChat(t *testing.T) {
 	var raised *chat.RaisedError
 	if _, err := e.RenderChat(tmpl, chat.Input{Messages: msgs}, false); !errors.As(err, &raised) || raised.Message != "no assistants here" {
 		t.Errorf("raise_exception: %v", err)
+	}
+}
+
+// TestRenderChatContext: a template in a sandbox gives the same tokens as one in this
+// process, and a render whose context has ended stops with the context's error.
+func TestRenderChatContext(t *testing.T) {
+	e := openStories(t)
+	src := `{{ bos_token }}{% for m in messages %}{{ m['content'] }} {% endfor %}{{ eos_token }}`
+	local, err := chat.New(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := chat.NewSandbox(chat.SandboxConfig{Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	remote, err := sb.Load(context.Background(), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := chat.Input{Messages: []chat.Message{{Role: "user", Content: "Once upon"}, {Role: "assistant", Content: "a time"}}}
+	want, err := e.RenderChat(local, in, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := e.RenderChatContext(context.Background(), remote, in, false); err != nil || !slices.Equal(got, want) {
+		t.Errorf("sandboxed: %v (%v), want %v", got, err, want)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tmpl := range []*chat.Template{local, remote} {
+		if ids, err := e.RenderChatContext(ctx, tmpl, in, false); !errors.Is(err, context.Canceled) || ids != nil {
+			t.Errorf("cancelled: %v, %v", ids, err)
+		}
 	}
 }

@@ -46,10 +46,11 @@ func runChat(args []string) error {
 		return err
 	}
 	defer e.Close()
-	tmpl, err := chatTemplate(e)
+	tmpl, closeTemplate, err := chatTemplate(e)
 	if err != nil {
 		return err
 	}
+	defer closeTemplate()
 	tok := e.Loaded().Tokenizer()
 	params := sf.params(e.SamplingDefaults())
 	seed0 := clockSeed(*seed)

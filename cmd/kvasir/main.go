@@ -13,6 +13,8 @@ import (
 	"fmt"
 	"os"
 	"sort"
+
+	"github.com/kvasir-llm/kvasir/internal/chat"
 )
 
 // command is one subcommand of the kvasir binary. Each lives in its own file and adds
@@ -28,6 +30,8 @@ var commands = map[string]command{}
 func register(c command) { commands[c.name] = c }
 
 func main() {
+	// Chat templates render in copies of this binary started as sandbox workers.
+	chat.ServeWorkerIfAsked()
 	if len(os.Args) < 2 {
 		usage()
 		os.Exit(2)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -44,10 +45,11 @@ func runRun(args []string) error {
 	var ids []int32
 	switch {
 	case *useChat:
-		t, err := chatTemplate(e)
+		t, closeTemplate, err := chatTemplate(e)
 		if err != nil {
 			return err
 		}
+		defer closeTemplate()
 		if ids, err = e.RenderChat(t, chat.Input{Messages: []chat.Message{{Role: "user", Content: *prompt}}, AddGenerationPrompt: true}, false); err != nil {
 			return err
 		}
@@ -99,11 +101,20 @@ func runRun(args []string) error {
 	return nil
 }
 
-// chatTemplate compiles the model's chat template.
-func chatTemplate(e *kvasir.Engine) (*chat.Template, error) {
+// chatTemplate loads the model's chat template into a sandbox of one worker, under the
+// default limits; close stops the worker.
+func chatTemplate(e *kvasir.Engine) (t *chat.Template, close func() error, err error) {
 	src := e.ChatTemplate()
 	if src == "" {
-		return nil, fmt.Errorf("%s has no chat template", e.ModelName())
+		return nil, nil, fmt.Errorf("%s has no chat template", e.ModelName())
 	}
-	return chat.New(src)
+	sb, err := chat.NewSandbox(chat.SandboxConfig{Workers: 1})
+	if err != nil {
+		return nil, nil, err
+	}
+	if t, err = sb.Load(context.Background(), src); err != nil {
+		sb.Close()
+		return nil, nil, err
+	}
+	return t, sb.Close, nil
 }

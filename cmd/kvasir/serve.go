@@ -29,6 +29,7 @@ func runServe(args []string) error {
 	served := fs.String("served-model-name", "", "comma-separated names the model is served under (default: the model's name)")
 	chatTemplate := fs.String("chat-template", "", "a Jinja chat template file overriding the model's")
 	ef := addEngineFlags(fs, allEngineFlags)
+	tf := addChatTemplateFlags(fs)
 	maxBody := fs.Int64("max-request-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (larger: 413)")
 	drain := fs.Duration("drain-timeout", server.DefaultDrainTimeout, "on SIGTERM/SIGINT, how long requests in flight may finish before they are aborted")
 	if err := fs.Parse(args); err != nil {
@@ -37,6 +38,10 @@ func runServe(args []string) error {
 	if fs.NArg() > 0 {
 		fs.Usage()
 		return fmt.Errorf("unexpected argument %q (the model goes after -m)", fs.Arg(0))
+	}
+	tmplLimits, tmplWorkers, err := tf.limits()
+	if err != nil {
+		return err
 	}
 	var tmplSrc string
 	if *chatTemplate != "" {
@@ -64,7 +69,7 @@ func runServe(args []string) error {
 	log.Info("default sampling parameters: "+eng.SamplingDefaults().String(), "generation_config", ef.generationConfig)
 	srv, err := server.New(eng, server.Config{
 		ModelNames: names, APIKey: *apiKey, MaxBodyBytes: *maxBody, ChatTemplate: tmplSrc,
-		Logger: log, Metrics: metrics,
+		ChatTemplateLimits: tmplLimits, ChatTemplateWorkers: tmplWorkers, Logger: log, Metrics: metrics,
 	})
 	if err != nil {
 		eng.Close()

@@ -2,6 +2,7 @@ package chat
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -61,5 +62,34 @@ func toolConversation() []Message {
 		{Role: "tool", Content: `{"temp": 21}`, ToolCallID: "abcdefghi"},
 		{Role: "assistant", Content: "It is 21°C."},
 		{Role: "user", Content: "Thanks!"},
+	}
+}
+
+// sharedTemplates returns the source of every shared chat template, by file name.
+func sharedTemplates(t testing.TB) map[string]string {
+	t.Helper()
+	dir := testdata.Path(t, "chat_templates")
+	files, err := filepath.Glob(filepath.Join(dir, "*.jinja"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no templates in %s: %v", dir, err)
+	}
+	srcs := make(map[string]string, len(files))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srcs[filepath.Base(f)] = string(b)
+	}
+	return srcs
+}
+
+// comparedInputs are what the tests that render a template two ways compare on: the basic
+// conversation with extra variables of every kind, and the tool conversation with a tool.
+func comparedInputs() []Input {
+	extra := map[string]any{"enable_thinking": false, "n": 3, "x": 2.0, "s": "é", "list": []any{nil, true, 1.5, "a"}}
+	return []Input{
+		{Messages: basicConversation(), AddGenerationPrompt: true, BOSToken: "<s>", EOSToken: "</s>", Now: fixedNow, Extra: extra},
+		{Messages: toolConversation(), Tools: []map[string]any{weatherTool()}, AddGenerationPrompt: true, Now: fixedNow},
 	}
 }

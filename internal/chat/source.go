@@ -10,6 +10,17 @@ import (
 // escapes HTML characters when an indent is given.
 const toJSONFilter = "kvasir_tojson"
 
+// The calls prepareSource inserts to count loop iterations and macro depth, and the names of
+// the callables behind them.
+const (
+	loopFunc       = "kvasir_loop"
+	enterFunc      = "kvasir_enter"
+	leaveFunc      = "kvasir_leave"
+	countIteration = "{{ " + loopFunc + "() }}"
+	enterMacro     = "{{ " + enterFunc + "() }}"
+	leaveMacro     = "{{ " + leaveFunc + "() }}"
+)
+
 // toJSONUse matches a use of the tojson filter inside a tag: a pipe, optional spaces, the name.
 var toJSONUse = regexp.MustCompile(`\|(\s*)tojson\b`)
 
@@ -25,6 +36,10 @@ var toJSONUse = regexp.MustCompile(`\|(\s*)tojson\b`)
 //     the text right after the tag, which trim_blocks removes, leaving the real text intact.
 //   - likewise a " " is inserted between a tag and a following `{%-` or `{#-`, whose trimming
 //     would otherwise reach back past the tag into earlier text; the trimming removes it.
+//   - the limits are counted by calls the renderer supplies, inserted as expressions (which
+//     print nothing, and which the engine's whitespace control passes over): one at the
+//     start of every for-loop body (countIteration), one at the start and one at the end of
+//     every macro body (enterMacro, leaveMacro). Nothing is inserted inside raw blocks.
 func prepareSource(src string) string {
 	src = strings.ReplaceAll(src, "\r\n", "\n")
 	src = strings.ReplaceAll(src, "\r", "\n")
@@ -33,6 +48,7 @@ func prepareSource(src string) string {
 	var b strings.Builder
 	b.Grow(len(src) + len(src)/16)
 	i := 0
+	inRaw := false
 	for i < len(src) {
 		open := strings.Index(src[i:], "{")
 		if open < 0 {
@@ -57,7 +73,27 @@ func prepareSource(src string) string {
 		if kind != '#' {
 			tag = toJSONUse.ReplaceAllString(tag, "|${1}"+toJSONFilter)
 		}
+		keyword := ""
+		if kind == '%' {
+			keyword = stmtKeyword(tag)
+		}
+		switch {
+		case keyword == "raw":
+			inRaw = true
+		case keyword == "endraw":
+			inRaw = false
+		case keyword == "endmacro" && !inRaw:
+			b.WriteString(leaveMacro)
+		}
 		b.WriteString(tag)
+		if !inRaw {
+			switch keyword {
+			case "for":
+				b.WriteString(countIteration)
+			case "macro":
+				b.WriteString(enterMacro)
+			}
+		}
 		i = end
 
 		next := tagKind(src, i)
@@ -114,4 +150,15 @@ func tagEnd(src string, start int, kind byte) int {
 		}
 	}
 	return -1
+}
+
+// stmtKeyword returns the first word of a statement tag ("for" of "{%- for m in x %}").
+func stmtKeyword(tag string) string {
+	body := strings.TrimPrefix(strings.TrimPrefix(tag, "{%"), "-")
+	body = strings.TrimLeft(body, " \t\n")
+	end := 0
+	for end < len(body) && (body[end] >= 'a' && body[end] <= 'z' || body[end] == '_') {
+		end++
+	}
+	return body[:end]
 }

@@ -1,6 +1,7 @@
 package chat
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -8,9 +9,14 @@ import (
 	"github.com/ardanlabs/jinja"
 )
 
-// Template is a compiled chat template. It is safe for concurrent use.
+// Template is a compiled chat template. It is safe for concurrent use. A template made by New
+// renders in this process; one made by Sandbox.Load renders in the sandbox's workers.
 type Template struct {
-	tmpl *jinja.Template
+	tmpl   *jinja.Template // nil for a sandbox's template: its workers compile it
+	limits Limits
+	src    string   // the source, for a sandbox's workers
+	sb     *Sandbox // nil when rendering in this process
+	id     uint64   // the sandbox's name for the template
 }
 
 // Input is what a chat template is rendered with, matching the arguments transformers'
@@ -46,60 +52,104 @@ func (e *RaisedError) Error() string { return e.Message }
 func isReserved(name string) bool {
 	switch name {
 	case "messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token",
-		"raise_exception", "strftime_now", toJSONFilter:
+		"raise_exception", "strftime_now", toJSONFilter, loopFunc, enterFunc, leaveFunc:
 		return true
 	}
 	return false
 }
 
-// New compiles a chat template. A syntax error names the line and the reason.
-func New(source string) (t *Template, err error) {
+// New compiles a chat template to render in this process, under the default Limits (of
+// which only the depth, iteration and output limits hold in a process). A syntax error names
+// the line and the reason. Use a Sandbox for templates that may be hostile.
+func New(source string) (*Template, error) {
+	return compile(source, Limits{}.withDefaults())
+}
+
+// compile compiles source to render in this process under limits.
+func compile(source string, limits Limits) (t *Template, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			t, err = nil, fmt.Errorf("chat template: compiling: internal error: %v", r)
+			t, err = nil, &CompileError{Err: fmt.Errorf("internal error: %v", r)}
 		}
 	}()
 	tmpl, err := jinja.Compile(prepareSource(source))
 	if err != nil {
-		return nil, fmt.Errorf("chat template: %w", err)
+		return nil, &CompileError{Err: err}
 	}
-	return &Template{tmpl: tmpl}, nil
+	return &Template{tmpl: tmpl, limits: limits}, nil
 }
 
+// CompileError is the error of a template that does not compile.
+type CompileError struct {
+	// Err is the engine's reason, with the line.
+	Err error
+}
+
+// Error says why the template does not compile.
+func (e *CompileError) Error() string { return "chat template: " + e.Err.Error() }
+
+// Unwrap returns the engine's error.
+func (e *CompileError) Unwrap() error { return e.Err }
+
 // Render renders the conversation in in. An error from the template's raise_exception is
-// returned as a *RaisedError (use errors.As).
-func (t *Template) Render(in Input) (out string, err error) {
-	data, raised, err := t.context(in)
+// returned as a *RaisedError, a limit exceeded as a *LimitError (use errors.As).
+func (t *Template) Render(in Input) (string, error) {
+	return t.RenderContext(context.Background(), in)
+}
+
+// RenderContext is Render that stops when ctx ends: a sandbox's render is killed then (a
+// render in this process cannot be stopped, so ctx is only checked before it starts).
+func (t *Template) RenderContext(ctx context.Context, in Input) (string, error) {
+	data, err := variables(in)
 	if err != nil {
 		return "", err
 	}
+	now := time.Now
+	if in.Now != nil {
+		now = in.Now
+	}
+	if t.sb != nil {
+		return t.sb.render(ctx, t, data, now())
+	}
+	if err := ctx.Err(); err != nil {
+		return "", fmt.Errorf("chat template: %w", err)
+	}
+	return t.renderValues(data, now)
+}
+
+// renderValues renders the template variables data, adding the renderer's callables.
+func (t *Template) renderValues(data map[string]jinja.Value, now func() time.Time) (out string, err error) {
+	st := addCallables(data, now, t.limits)
 	defer func() {
 		if r := recover(); r != nil {
 			out, err = "", fmt.Errorf("chat template: rendering: internal error: %v", r)
 		}
 	}()
 	out, err = t.tmpl.RenderValues(data)
-	if err != nil {
-		if *raised != nil && !errors.As(err, new(*RaisedError)) {
-			// The engine reported the raise without wrapping it; keep the typed error.
-			return "", fmt.Errorf("chat template: %w (%v)", *raised, err)
-		}
+	switch {
+	case st.limit != nil:
+		return "", st.limit
+	case err != nil && st.raised != nil && !errors.As(err, new(*RaisedError)):
+		// The engine reported the raise without wrapping it; keep the typed error.
+		return "", fmt.Errorf("chat template: %w (%v)", st.raised, err)
+	case err != nil:
 		return "", fmt.Errorf("chat template: %w", err)
+	case int64(len(out)) > t.limits.MaxOutputBytes:
+		return "", t.limits.limitError(LimitOutput)
 	}
 	return out, nil
 }
 
-// context builds the template variables for in. raised points at the error that
-// raise_exception records, so Render can report it with its type.
-func (t *Template) context(in Input) (map[string]jinja.Value, **RaisedError, error) {
+// variables builds the template variables of in, without the renderer's callables.
+func variables(in Input) (map[string]jinja.Value, error) {
 	data := make(map[string]jinja.Value, 8+len(in.Extra))
 	for k, v := range in.Extra {
 		if isReserved(k) {
-			return nil, nil, fmt.Errorf("chat template: extra variable %q is set by the renderer", k)
+			return nil, fmt.Errorf("chat template: extra variable %q is set by the renderer", k)
 		}
 		val, err := toValue(v, k, 0)
 		if err != nil {
-			return nil, nil, fmt.Errorf("chat template: extra variable %w", err)
+			return nil, fmt.Errorf("chat template: extra variable %w", err)
 		}
 		data[k] = val
 	}
@@ -108,7 +158,7 @@ func (t *Template) context(in Input) (map[string]jinja.Value, **RaisedError, err
 	for i, m := range in.Messages {
 		v, err := messageValue(m, fmt.Sprintf("messages[%d]", i))
 		if err != nil {
-			return nil, nil, fmt.Errorf("chat template: %w", err)
+			return nil, fmt.Errorf("chat template: %w", err)
 		}
 		msgs[i] = v
 	}
@@ -118,37 +168,65 @@ func (t *Template) context(in Input) (map[string]jinja.Value, **RaisedError, err
 	if in.Tools != nil {
 		tools, err := toValue(in.Tools, "tools", 0)
 		if err != nil {
-			return nil, nil, fmt.Errorf("chat template: %w", err)
+			return nil, fmt.Errorf("chat template: %w", err)
 		}
 		data["tools"] = tools
 	}
 	data["documents"] = jinja.None()
-	data[toJSONFilter] = jinja.NewCallable(toJSONFilter, pyToJSON)
 	data["add_generation_prompt"] = jinja.NewBool(in.AddGenerationPrompt)
 	data["bos_token"] = jinja.NewString(in.BOSToken)
 	data["eos_token"] = jinja.NewString(in.EOSToken)
+	return data, nil
+}
 
-	now := in.Now
-	if now == nil {
-		now = time.Now
-	}
+// renderState is what a render's callables record: the template's raise, a limit exceeded.
+type renderState struct {
+	raised     *RaisedError
+	limit      *LimitError
+	depth      int
+	iterations int64
+}
+
+// addCallables adds the callables of one render to data: tojson, strftime_now (on the clock
+// now), raise_exception and the counters of loop iterations and macro depth that
+// prepareSource inserts. The returned state records what they saw.
+func addCallables(data map[string]jinja.Value, now func() time.Time, limits Limits) *renderState {
+	st := &renderState{}
+	empty := jinja.NewString("")
+	data[toJSONFilter] = jinja.NewCallable(toJSONFilter, pyToJSON)
 	data["strftime_now"] = jinja.NewCallable("strftime_now", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 		if len(args) != 1 || !args[0].IsString() {
 			return jinja.Undefined(), fmt.Errorf("strftime_now: want one format string, got %d arguments", len(args))
 		}
 		return jinja.NewString(strftime(args[0].AsString(), now())), nil
 	})
-
-	raised := new(*RaisedError)
 	data["raise_exception"] = jinja.NewCallable("raise_exception", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
 		msg := "raise_exception called"
 		if len(args) > 0 {
 			msg = plainText(args[0])
 		}
-		*raised = &RaisedError{Message: msg}
-		return jinja.Undefined(), *raised
+		st.raised = &RaisedError{Message: msg}
+		return jinja.Undefined(), st.raised
 	})
-	return data, raised, nil
+	data[loopFunc] = jinja.NewCallable(loopFunc, func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
+		if st.iterations++; st.iterations > limits.MaxIterations {
+			st.limit = limits.limitError(LimitIterations)
+			return jinja.Undefined(), st.limit
+		}
+		return empty, nil
+	})
+	data[enterFunc] = jinja.NewCallable(enterFunc, func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
+		if st.depth++; st.depth > limits.MaxDepth {
+			st.limit = limits.limitError(LimitDepth)
+			return jinja.Undefined(), st.limit
+		}
+		return empty, nil
+	})
+	data[leaveFunc] = jinja.NewCallable(leaveFunc, func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
+		st.depth--
+		return empty, nil
+	})
+	return st
 }
 
 // plainText renders v as template output would (strings unquoted).

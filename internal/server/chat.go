@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,13 +20,13 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	if !s.readRequest(w, r, &req, func() string { return req.Model }) {
 		return
 	}
-	kreq, apiErr := s.chatRequest(&req)
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	kreq, apiErr := s.chatRequest(ctx, &req)
 	if apiErr != nil {
 		writeError(w, apiErr)
 		return
 	}
-	ctx, cancel := requestContext(r)
-	defer cancel()
 	id := newID("chatcmpl-")
 	ch, apiErr := s.submit(ctx, id, []kvasir.Request{kreq}, "messages")
 	if apiErr != nil {
@@ -62,8 +63,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, base)
 }
 
-// chatRequest validates a chat request, renders its messages and makes the engine request.
-func (s *Server) chatRequest(req *chatRequest) (kvasir.Request, *APIError) {
+// chatRequest validates a chat request, renders its messages (stopping when ctx ends) and
+// makes the engine request.
+func (s *Server) chatRequest(ctx context.Context, req *chatRequest) (kvasir.Request, *APIError) {
 	maxTokens, maxParam := req.MaxTokens, "max_tokens"
 	if req.MaxCompletionTokens != nil {
 		maxTokens, maxParam = req.MaxCompletionTokens, "max_completion_tokens"
@@ -90,7 +92,7 @@ func (s *Server) chatRequest(req *chatRequest) (kvasir.Request, *APIError) {
 		}
 	}
 	addGen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
-	ids, apiErr := s.renderChat(req.Messages, req.Tools, addGen, req.ContinueFinal, req.ChatTemplateKwargs)
+	ids, apiErr := s.renderChat(ctx, req.Messages, req.Tools, addGen, req.ContinueFinal, req.ChatTemplateKwargs)
 	if apiErr != nil {
 		return kvasir.Request{}, apiErr
 	}
@@ -98,8 +100,9 @@ func (s *Server) chatRequest(req *chatRequest) (kvasir.Request, *APIError) {
 }
 
 // renderChat validates messages, renders them with the chat template and tokenizes the
-// result (special tokens parsed; a BOS the template wrote itself is not doubled).
-func (s *Server) renderChat(msgs []chatMessage, tools []json.RawMessage, addGen, continueFinal bool, kwargs map[string]any) ([]int32, *APIError) {
+// result (special tokens parsed; a BOS the template wrote itself is not doubled), stopping
+// when ctx ends.
+func (s *Server) renderChat(ctx context.Context, msgs []chatMessage, tools []json.RawMessage, addGen, continueFinal bool, kwargs map[string]any) ([]int32, *APIError) {
 	if len(msgs) == 0 {
 		return nil, badRequest("messages", "messages must hold at least one message")
 	}
@@ -131,15 +134,31 @@ func (s *Server) renderChat(msgs []chatMessage, tools []json.RawMessage, addGen,
 	if continueFinal && in.Messages[len(in.Messages)-1].Role != "assistant" {
 		return nil, badRequest("continue_final_message", "continue_final_message needs an assistant message last")
 	}
-	ids, err := s.eng.RenderChat(s.tmpl, in, continueFinal)
+	ids, err := s.eng.RenderChatContext(ctx, s.tmpl, in, continueFinal)
 	if err != nil {
 		var raised *chat.RaisedError
-		if errors.As(err, &raised) {
+		var limit *chat.LimitError
+		switch {
+		case errors.As(err, &raised):
 			return nil, badRequest("messages", "the chat template refused the messages: %s", raised.Message)
+		case errors.As(err, &limit):
+			e := badRequest("messages", "rendering the chat template on these messages exceeded its %s limit (%s, the server's %s)",
+				limit.Limit, limit.Max, chatLimitFlags[limit.Limit])
+			e.Code = "chat_template_limit_exceeded"
+			return nil, e
 		}
 		return nil, badRequest("messages", "rendering the chat template: %v", err)
 	}
 	return ids, nil
+}
+
+// chatLimitFlags names the serve flags that set each chat template limit.
+var chatLimitFlags = map[chat.Limit]string{
+	chat.LimitDepth:      "--chat-template-max-depth and --chat-template-max-stack",
+	chat.LimitIterations: "--chat-template-max-iterations",
+	chat.LimitOutput:     "--chat-template-max-output",
+	chat.LimitMemory:     "--chat-template-max-memory",
+	chat.LimitDeadline:   "--chat-template-timeout",
 }
 
 // convertMessage turns message i of a request into the template's message, with content

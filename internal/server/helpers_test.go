@@ -99,6 +99,7 @@ func newTestEnvOf(t testing.TB, opt kvasir.Options, cfg Config, wt quant.Type) *
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { srv.Close() })
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
 	return &testEnv{eng: eng, srv: srv, ts: ts, apiKey: cfg.APIKey}

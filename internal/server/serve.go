@@ -14,9 +14,11 @@ const DefaultDrainTimeout = 30 * time.Second
 
 // Serve answers HTTP on ln until ctx ends (a SIGTERM or SIGINT, say); then it stops
 // accepting connections, lets the requests in flight finish for up to drain (0:
-// DefaultDrainTimeout), aborts those still running, and shuts the engine down. It returns
-// nil once drained (a drain that times out is logged, not an error).
+// DefaultDrainTimeout), aborts those still running, and shuts the engine and the chat
+// template's sandbox down. It returns nil once drained (a drain that times out is logged,
+// not an error).
 func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration) error {
+	defer s.Close()
 	if drain <= 0 {
 		drain = DefaultDrainTimeout
 	}

@@ -7,10 +7,12 @@
 package server
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -38,6 +40,13 @@ type Config struct {
 	MaxBodyBytes int64
 	// ChatTemplate overrides the model's chat template (Jinja source).
 	ChatTemplate string
+	// ChatTemplateLimits bound each render of the chat template, which runs in sandbox
+	// worker processes (zero fields: chat's defaults). A template that cannot render a
+	// one-message conversation within them makes New fail.
+	ChatTemplateLimits chat.Limits
+	// ChatTemplateWorkers is how many sandbox workers may render at once (0:
+	// chat.DefaultWorkers).
+	ChatTemplateWorkers int
 	// Sampling are the sampling parameters of requests that leave them out (nil: the
 	// engine's, Engine.SamplingDefaults).
 	Sampling *kvasir.SamplingDefaults
@@ -57,6 +66,7 @@ type Server struct {
 	cfg     Config
 	log     *slog.Logger
 	metrics *Metrics
+	sandbox *chat.Sandbox  // where tmpl renders
 	tmpl    *chat.Template // nil when there is no chat template
 	tmplErr error          // why tmpl is nil
 	// sampling are the defaults of the sampling fields a request leaves out.
@@ -68,7 +78,7 @@ type Server struct {
 	draining atomic.Bool
 }
 
-// New makes a server for eng.
+// New makes a server for eng, starting the chat template's sandbox (Close stops it).
 func New(eng *kvasir.Engine, cfg Config) (*Server, error) {
 	if len(cfg.ModelNames) == 0 {
 		cfg.ModelNames = []string{eng.ModelName()}
@@ -92,21 +102,51 @@ func New(eng *kvasir.Engine, cfg Config) (*Server, error) {
 	if err := s.metrics.attach(eng); err != nil {
 		return nil, err
 	}
-	src := cfg.ChatTemplate
-	if src == "" {
-		src = eng.ChatTemplate()
-	}
-	if src == "" {
-		s.tmplErr = fmt.Errorf("model %s has no chat template: use /v1/completions, or start the server with --chat-template", eng.ModelName())
-	} else if t, err := chat.New(src); err != nil {
-		s.tmplErr = fmt.Errorf("the chat template does not compile: %w", err)
-		s.log.Warn("chat template", "err", err)
-	} else {
-		s.tmpl = t
+	if err := s.loadChatTemplate(); err != nil {
+		return nil, err
 	}
 	s.routes()
 	return s, nil
 }
+
+// loadChatTemplate starts the sandbox and loads the chat template in it: a template that
+// does not compile leaves chat answering 400 with the reason; one that cannot render a
+// one-message conversation within the limits is an error.
+func (s *Server) loadChatTemplate() error {
+	sb, err := chat.NewSandbox(chat.SandboxConfig{Limits: s.cfg.ChatTemplateLimits, Workers: s.cfg.ChatTemplateWorkers})
+	if err != nil {
+		return err
+	}
+	s.sandbox = sb
+	src := s.cfg.ChatTemplate
+	if src == "" {
+		src = s.eng.ChatTemplate()
+	}
+	if src == "" {
+		s.tmplErr = fmt.Errorf("model %s has no chat template: use /v1/completions, or start the server with --chat-template", s.eng.ModelName())
+		return nil
+	}
+	t, err := sb.Load(context.Background(), src)
+	var ce *chat.CompileError
+	var le *chat.LimitError
+	switch {
+	case errors.As(err, &ce):
+		s.tmplErr = fmt.Errorf("the chat template does not compile: %w", err)
+		s.log.Warn("chat template", "err", err)
+	case errors.As(err, &le):
+		sb.Close()
+		return fmt.Errorf("%w (set by %s)", err, chatLimitFlags[le.Limit])
+	case err != nil:
+		sb.Close()
+		return err
+	default:
+		s.tmpl = t
+	}
+	return nil
+}
+
+// Close stops the chat template's sandbox workers; Serve calls it as it returns.
+func (s *Server) Close() error { return s.sandbox.Close() }
 
 // buildVersion is the main module's version from the build info.
 func buildVersion() string {

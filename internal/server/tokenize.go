@@ -38,7 +38,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		}
 		addGen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
 		var apiErr *APIError
-		if ids, apiErr = s.renderChat(req.Messages, req.Tools, addGen, req.ContinueFinal, req.ChatTemplateKwargs); apiErr != nil {
+		if ids, apiErr = s.renderChat(r.Context(), req.Messages, req.Tools, addGen, req.ContinueFinal, req.ChatTemplateKwargs); apiErr != nil {
 			writeError(w, apiErr)
 			return
 		}

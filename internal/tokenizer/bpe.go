@@ -117,14 +117,32 @@ func splitMerge(line string) (left, right string, ok bool) {
 
 // encode appends the ids of fragment, which holds no special tokens, to out.
 func (m *bpeModel) encode(fragment string, out []int) []int {
+	out, _ = m.encodeUntil(fragment, out, nil)
+	return out
+}
+
+// stopEvery is how many pre-tokens encodeUntil encodes between two looks at stop.
+const stopEvery = 256
+
+// encodeUntil is encode that gives up (reporting true) once stop, asked every stopEvery
+// pre-tokens when not nil, says so.
+func (m *bpeModel) encodeUntil(fragment string, out []int, stop func() bool) ([]int, bool) {
 	if fragment == "" {
-		return out
+		return out, false
 	}
 	syms := make([]int32, 0, bpeHeapThreshold)
+	n, stopped := 0, false
 	m.pretok(fragment, func(w string) {
+		if stopped {
+			return
+		}
+		if n++; stop != nil && n%stopEvery == 0 && stop() {
+			stopped = true
+			return
+		}
 		out = m.encodeWord(w, out, syms)
 	})
-	return out
+	return out, stopped
 }
 
 // encodeWord appends the ids of one pre-token to out; syms is scratch space.

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
@@ -210,6 +211,33 @@ func hexDigit(c byte) (byte, bool) {
 // tokens; texts of user-defined (added) tokens always do, as in llama.cpp and HF tokenizers.
 // With opt.AddSpecial, BOS/EOS are added as the vocab asks (WordPiece: CLS ... SEP).
 func (t *Tokenizer) Encode(text string, opt EncodeOptions) []int {
+	out, _ := t.encode(text, opt, nil)
+	return out
+}
+
+// EncodeContext is Encode that stops when ctx ends and returns its error. It looks at ctx
+// between the fragments that special tokens cut the text into and, in byte-level BPE,
+// every stopEvery pre-tokens.
+func (t *Tokenizer) EncodeContext(ctx context.Context, text string, opt EncodeOptions) ([]int, error) {
+	stop := func() bool { return ctx.Err() != nil }
+	if stop() {
+		return nil, ctx.Err()
+	}
+	out, stopped := t.encode(text, opt, stop)
+	if stopped {
+		return nil, ctx.Err()
+	}
+	return out, nil
+}
+
+// stopper is an encoder that can stop early: once stop reports true it returns what it has
+// and true.
+type stopper interface {
+	encodeUntil(fragment string, out []int, stop func() bool) ([]int, bool)
+}
+
+// encode is Encode that stops early (reporting true) when stop, if not nil, says so.
+func (t *Tokenizer) encode(text string, opt EncodeOptions, stop func() bool) ([]int, bool) {
 	v := t.vocab
 	if v.NFC {
 		text = norm.NFC.String(text)
@@ -236,7 +264,17 @@ func (t *Tokenizer) Encode(text string, opt EncodeOptions) []int {
 		if t.kind == "spm" && v.AddSpacePrefix && prevSpecial {
 			frag = " " + frag
 		}
-		out = t.enc.encode(frag, out)
+		if stop != nil && stop() {
+			return out, true
+		}
+		if s, ok := t.enc.(stopper); ok && stop != nil {
+			var stopped bool
+			if out, stopped = s.encodeUntil(frag, out, stop); stopped {
+				return out, true
+			}
+		} else {
+			out = t.enc.encode(frag, out)
+		}
 		prevSpecial = false
 	}
 	if opt.AddSpecial {
@@ -249,7 +287,7 @@ func (t *Tokenizer) Encode(text string, opt EncodeOptions) []int {
 			out = append(out, v.EOS)
 		}
 	}
-	return out
+	return out, false
 }
 
 func firstValid(ids ...int) int {
