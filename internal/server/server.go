@@ -49,6 +49,25 @@ type Config struct {
 	// Options.OnRequestDone so that latency histograms fill (nil: a fresh one without
 	// latency histograms being fed).
 	Metrics *Metrics
+
+	// HeaderTimeout is how long a connection may take to send a request's headers, and
+	// IdleTimeout how long a kept-alive connection may wait for its next request; both
+	// are enforced by Serve (0: DefaultHeaderTimeout, DefaultIdleTimeout).
+	HeaderTimeout, IdleTimeout time.Duration
+	// BodyTimeout is how long a request's body may take to arrive from the start of the
+	// request; a slower one gets 408 (0: DefaultBodyTimeout).
+	BodyTimeout time.Duration
+	// WriteTimeout is how long one write to a client may block: a response, or one chunk
+	// of a stream; a client that reads none of it for so long is cut off and its request
+	// aborted (0: DefaultWriteTimeout).
+	WriteTimeout time.Duration
+	// MaxStreamBuffer is how many bytes of a stream may wait for a client reading slower
+	// than the engine writes; beyond it the client is cut off and its request aborted (0:
+	// DefaultMaxStreamBuffer).
+	MaxStreamBuffer int64
+	// MaxConnections caps the connections Serve keeps open; one beyond the cap is
+	// answered 503 and closed at once (0: DefaultMaxConnections()).
+	MaxConnections int
 }
 
 // Server answers the HTTP API for one engine. It is an http.Handler.
@@ -66,6 +85,8 @@ type Server struct {
 	handler  http.Handler
 
 	draining atomic.Bool
+	// openConns counts the connections Serve holds open.
+	openConns atomic.Int64
 }
 
 // New makes a server for eng.
@@ -79,6 +100,7 @@ func New(eng *kvasir.Engine, cfg Config) (*Server, error) {
 	if cfg.Version == "" {
 		cfg.Version = buildVersion()
 	}
+	setDefaults(&cfg)
 	s := &Server{eng: eng, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, sampling: eng.SamplingDefaults(), created: time.Now().Unix()}
 	if cfg.Sampling != nil {
 		s.sampling = *cfg.Sampling
@@ -116,7 +138,27 @@ func buildVersion() string {
 	return "(devel)"
 }
 
-// routes builds the handler chain: recover, authentication, then the endpoints.
+// setDefaults fills the connection settings cfg leaves at zero.
+func setDefaults(cfg *Config) {
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&cfg.HeaderTimeout, DefaultHeaderTimeout}, {&cfg.IdleTimeout, DefaultIdleTimeout},
+		{&cfg.BodyTimeout, DefaultBodyTimeout}, {&cfg.WriteTimeout, DefaultWriteTimeout}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
+	if cfg.MaxStreamBuffer <= 0 {
+		cfg.MaxStreamBuffer = DefaultMaxStreamBuffer
+	}
+	if cfg.MaxConnections <= 0 {
+		cfg.MaxConnections = DefaultMaxConnections()
+	}
+}
+
+// routes builds the handler chain: deadlines, recover, authentication, the checks made
+// from the headers alone, then the endpoints.
 func (s *Server) routes() {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/models", method(http.MethodGet, s.handleModels))
@@ -132,7 +174,7 @@ func (s *Server) routes() {
 		writeError(w, notFound("", "", "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	s.mux = mux
-	s.handler = s.recoverPanics(s.authenticate(mux))
+	s.handler = s.deadlines(s.recoverPanics(s.authenticate(s.admit(mux))))
 }
 
 // ServeHTTP answers one HTTP request.
@@ -174,7 +216,8 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 	})
 }
 
-// authenticate requires the API key on the API paths when one is configured.
+// authenticate requires the API key on the API paths when one is configured, from the
+// headers: a request without it is refused before its body is read.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	if s.cfg.APIKey == "" {
 		return next
@@ -189,7 +232,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 				if len(got) > 0 {
 					msg = "incorrect API key provided"
 				}
-				writeError(w, &APIError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "invalid_api_key", Message: msg})
+				refuseEarly(w, r, &APIError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "invalid_api_key", Message: msg})
 				return
 			}
 		}
