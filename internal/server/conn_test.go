@@ -273,7 +273,7 @@ func TestNonReadingResponseClient(t *testing.T) {
 
 // TestEarlyRefusals: a request the headers already condemn is answered at once, with
 // Connection: close, although its body never comes (the body deadline is long): no API key
-// (401), a body over the limit (413), a full queue (429).
+// (401), a body over the limit (413), a body that is not JSON (415), a full queue (429).
 func TestEarlyRefusals(t *testing.T) {
 	// Requests of about a second (5 ms a token), so that the queue stays full.
 	env := newServeEnv(t, kvasir.Options{MaxNumSeqs: 1, MaxWaiting: 1, Proposer: slowProposer{5 * time.Millisecond}, NumSpeculativeTokens: 1},
@@ -287,6 +287,8 @@ func TestEarlyRefusals(t *testing.T) {
 		{"no key", stalledPost("/v1/completions", "Content-Type: application/json\r\n"), 401, "invalid_api_key"},
 		{"wrong key", stalledPost("/v1/chat/completions", "Authorization: Bearer nope\r\n"), 401, "invalid_api_key"},
 		{"too large", "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n" + key + "Content-Length: 2000000\r\n\r\n{", 413, "request_too_large"},
+		{"text/plain", stalledPost("/v1/completions", key+"Content-Type: text/plain\r\n"), 415, "unsupported_media_type"},
+		{"form", stalledPost("/tokenize", key+"Content-Type: application/x-www-form-urlencoded\r\n"), 415, "unsupported_media_type"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()

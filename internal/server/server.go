@@ -68,6 +68,15 @@ type Config struct {
 	// MaxConnections caps the connections Serve keeps open; one beyond the cap is
 	// answered 503 and closed at once (0: DefaultMaxConnections()).
 	MaxConnections int
+	// AllowedHosts are the Host header values answered besides loopback names and the
+	// listen address on a connection that arrives on a loopback address (and, when set,
+	// on every connection): names or addresses, alone (any port) or with :port; "*" turns
+	// the check off. A Host outside them gets 403 (DNS rebinding).
+	AllowedHosts []string
+	// AllowedOrigins are the origins (scheme://host[:port], "null", or "*" for all) whose
+	// web pages may call the server; a request with another Origin header gets 403, an
+	// allowed one CORS headers. Empty: no browser origin.
+	AllowedOrigins []string
 }
 
 // Server answers the HTTP API for one engine. It is an http.Handler.
@@ -84,6 +93,8 @@ type Server struct {
 	mux      *http.ServeMux
 	handler  http.Handler
 
+	hosts    hostPolicy
+	origins  originPolicy
 	draining atomic.Bool
 	// openConns counts the connections Serve holds open.
 	openConns atomic.Int64
@@ -101,7 +112,12 @@ func New(eng *kvasir.Engine, cfg Config) (*Server, error) {
 		cfg.Version = buildVersion()
 	}
 	setDefaults(&cfg)
-	s := &Server{eng: eng, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, sampling: eng.SamplingDefaults(), created: time.Now().Unix()}
+	hosts, origins, err := cfg.policies()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{eng: eng, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, sampling: eng.SamplingDefaults(), created: time.Now().Unix(),
+		hosts: hosts, origins: origins}
 	if cfg.Sampling != nil {
 		s.sampling = *cfg.Sampling
 	}
@@ -138,6 +154,23 @@ func buildVersion() string {
 	return "(devel)"
 }
 
+// Validate reports a Config that New would refuse (an allowed host or origin it cannot
+// read), so that a command can check its flags before loading a model.
+func (c *Config) Validate() error {
+	_, _, err := c.policies()
+	return err
+}
+
+// policies reads AllowedHosts and AllowedOrigins.
+func (c *Config) policies() (hostPolicy, originPolicy, error) {
+	hosts, err := newHostPolicy(c.AllowedHosts)
+	if err != nil {
+		return hosts, originPolicy{}, err
+	}
+	origins, err := newOriginPolicy(c.AllowedOrigins)
+	return hosts, origins, err
+}
+
 // setDefaults fills the connection settings cfg leaves at zero.
 func setDefaults(cfg *Config) {
 	for _, d := range []struct {
@@ -157,8 +190,8 @@ func setDefaults(cfg *Config) {
 	}
 }
 
-// routes builds the handler chain: deadlines, recover, authentication, the checks made
-// from the headers alone, then the endpoints.
+// routes builds the handler chain: deadlines, recover, the browser checks (Host, Origin,
+// CORS), authentication, the checks made from the headers alone, then the endpoints.
 func (s *Server) routes() {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/models", method(http.MethodGet, s.handleModels))
@@ -174,7 +207,7 @@ func (s *Server) routes() {
 		writeError(w, notFound("", "", "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	s.mux = mux
-	s.handler = s.deadlines(s.recoverPanics(s.authenticate(s.admit(mux))))
+	s.handler = s.deadlines(s.recoverPanics(s.browserChecks(s.authenticate(s.admit(mux)))))
 }
 
 // ServeHTTP answers one HTTP request.
