@@ -56,30 +56,47 @@ func forbidden(code, format string, args ...any) *APIError {
 	return &APIError{Status: http.StatusForbidden, Type: "invalid_request_error", Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
-// hostPolicy is the set of Host header values a server answers besides loopback names and
-// its listen address.
-type hostPolicy struct {
-	any   bool            // "*": no Host check
-	names map[string]bool // "name" (any port) or "name:port", lower case
+// allowList is a set of allowed values, or all of them.
+type allowList struct {
+	any bool            // "*": every value
+	set map[string]bool // the allowed values' keys
 }
+
+// newAllowList reads a list whose entries key turns into their keys; empty entries are
+// skipped and "*" allows every value.
+func newAllowList(list []string, key func(string) (string, error)) (allowList, error) {
+	l := allowList{set: map[string]bool{}}
+	for _, e := range list {
+		e = strings.TrimSpace(e)
+		switch {
+		case e == "":
+		case e == "*":
+			l.any = true
+		default:
+			k, err := key(e)
+			if err != nil {
+				return l, err
+			}
+			l.set[k] = true
+		}
+	}
+	return l, nil
+}
+
+// hostPolicy is the set of Host header values a server answers besides loopback names and
+// its listen address: "name" (any port) or "name:port", lower case.
+type hostPolicy struct{ allowList }
 
 // newHostPolicy reads Config.AllowedHosts: host names or IP addresses, each alone (any
 // port) or with a port, or "*".
 func newHostPolicy(list []string) (hostPolicy, error) {
-	p := hostPolicy{names: map[string]bool{}}
-	for _, h := range list {
-		h = strings.TrimSpace(h)
-		switch {
-		case h == "":
-		case h == "*":
-			p.any = true
-		case strings.ContainsAny(h, "/ \t"):
-			return p, fmt.Errorf("allowed host %q: give a host name or address, optionally with :port (not a URL)", h)
-		default:
-			p.names[hostKey(splitHost(h))] = true
+	l, err := newAllowList(list, func(h string) (string, error) {
+		if strings.ContainsAny(h, "/ \t") {
+			return "", fmt.Errorf("allowed host %q: give a host name or address, optionally with :port (not a URL)", h)
 		}
-	}
-	return p, nil
+		return hostKey(splitHost(h)), nil
+	})
+	return hostPolicy{l}, err
 }
 
 // allowsRequest reports whether the server answers r's Host. The check applies to a
@@ -90,7 +107,7 @@ func (p hostPolicy) allowsRequest(r *http.Request) bool {
 		return true
 	}
 	local := localIP(r)
-	if !local.IsLoopback() && len(p.names) == 0 {
+	if !local.IsLoopback() && len(p.set) == 0 {
 		return true
 	}
 	host, port := splitHost(r.Host)
@@ -100,7 +117,7 @@ func (p hostPolicy) allowsRequest(r *http.Request) bool {
 	if ip, err := netip.ParseAddr(host); err == nil && local.IsValid() && ip.Unmap() == local {
 		return true
 	}
-	return p.names[host] || (port != "" && p.names[hostKey(host, port)])
+	return p.set[host] || (port != "" && p.set[hostKey(host, port)])
 }
 
 // localIP is the address the request's connection arrived on (invalid when unknown).
@@ -146,31 +163,21 @@ func isLoopbackName(host string) bool {
 	return err == nil && ip.Unmap().IsLoopback()
 }
 
-// originPolicy is the set of origins whose web pages may call the server.
-type originPolicy struct {
-	any     bool            // "*": every origin
-	origins map[string]bool // normalized, as normalizeOrigin writes them
-}
+// originPolicy is the set of origins whose web pages may call the server, normalized as
+// normalizeOrigin writes them.
+type originPolicy struct{ allowList }
 
 // newOriginPolicy reads Config.AllowedOrigins: origins such as "https://app.example.com"
 // or "http://localhost:3000", "null" (the opaque origin of files and sandboxes), or "*".
 func newOriginPolicy(list []string) (originPolicy, error) {
-	p := originPolicy{origins: map[string]bool{}}
-	for _, o := range list {
-		o = strings.TrimSpace(o)
-		switch {
-		case o == "":
-		case o == "*":
-			p.any = true
-		default:
-			n, ok := normalizeOrigin(o)
-			if !ok {
-				return p, fmt.Errorf("allowed origin %q: give scheme://host[:port], such as http://localhost:3000", o)
-			}
-			p.origins[n] = true
+	l, err := newAllowList(list, func(o string) (string, error) {
+		n, ok := normalizeOrigin(o)
+		if !ok {
+			return "", fmt.Errorf("allowed origin %q: give scheme://host[:port], such as http://localhost:3000", o)
 		}
-	}
-	return p, nil
+		return n, nil
+	})
+	return originPolicy{l}, err
 }
 
 // allows reports whether a request's Origin header is allowed.
@@ -179,7 +186,7 @@ func (p originPolicy) allows(origin string) bool {
 		return true
 	}
 	n, ok := normalizeOrigin(origin)
-	return ok && p.origins[n]
+	return ok && p.set[n]
 }
 
 // normalizeOrigin writes an origin as scheme://host[:port] in lower case, without the

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"runtime"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/kvasir-llm/kvasir"
+	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
 // serveEnv is a server answering through Serve on a loopback listener, as kvasir serve
@@ -31,19 +31,7 @@ type serveEnv struct {
 // blocks the server's writes after some 40 KB, not after the megabytes loopback takes.
 func newServeEnv(t testing.TB, opt kvasir.Options, cfg Config) *serveEnv {
 	t.Helper()
-	if cfg.Metrics == nil {
-		cfg.Metrics = NewMetrics(testModelName)
-	}
-	opt.OnRequestDone = cfg.Metrics.OnRequestDone
-	eng := newTinyEngine(t, opt)
-	cfg.ModelNames = []string{testModelName}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	srv, err := New(eng, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng, srv := newTestServer(t, opt, cfg, quant.F32)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
