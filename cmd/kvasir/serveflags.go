@@ -27,7 +27,7 @@ func addConnFlags(fs *flag.FlagSet) *connFlags {
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", server.DefaultIdleTimeout, "how long a kept-alive connection may wait for its next request")
 	fs.DurationVar(&f.writeTimeout, "write-timeout", server.DefaultWriteTimeout, "how long one write to a client (a response, a stream's chunk) may block before the client is cut off and its request aborted")
 	fs.IntVar(&f.maxConns, "max-connections", server.DefaultMaxConnections(), "most connections open at once; one more gets 503 and is closed (the default, at most 4096, leaves file descriptors under the open-file limit)")
-	fs.StringVar(&f.streamBuffer, "max-stream-buffer", "1MiB", "most bytes of a stream waiting for a slow client; beyond it the client is cut off and its request aborted")
+	fs.StringVar(&f.streamBuffer, "max-stream-buffer", "256KiB", "most bytes of a stream waiting for a slow client; beyond it the client is cut off and its request aborted")
 	fs.StringVar(&f.allowedHosts, "allowed-hosts", "", "comma-separated Host names (optionally with :port) answered besides loopback names and the listen address; * turns the Host check off")
 	fs.StringVar(&f.allowedOrigins, "allowed-origins", "", "comma-separated origins (scheme://host[:port]) whose web pages may call the server, with CORS; * allows every origin (default: none, browsers refused)")
 	return f
@@ -48,7 +48,7 @@ func (f *connFlags) apply(cfg *server.Config) error {
 	}
 	buf, err := kvasir.ParseBytes(f.streamBuffer)
 	if err != nil || buf <= 0 {
-		return fmt.Errorf("--max-stream-buffer %q: give a positive size, such as 1MiB", f.streamBuffer)
+		return fmt.Errorf("--max-stream-buffer %q: give a positive size, such as 256KiB", f.streamBuffer)
 	}
 	cfg.HeaderTimeout, cfg.BodyTimeout, cfg.IdleTimeout, cfg.WriteTimeout = f.headerTimeout, f.bodyTimeout, f.idleTimeout, f.writeTimeout
 	cfg.MaxConnections, cfg.MaxStreamBuffer = f.maxConns, buf

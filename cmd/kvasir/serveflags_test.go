@@ -35,6 +35,10 @@ func TestConnFlags(t *testing.T) {
 	if cfg.HeaderTimeout != 10*time.Second || cfg.BodyTimeout != time.Minute || cfg.IdleTimeout != 2*time.Minute {
 		t.Errorf("default deadlines %v %v %v", cfg.HeaderTimeout, cfg.BodyTimeout, cfg.IdleTimeout)
 	}
+	// The flag's default is the server's (and the documented one).
+	if cfg, err := parse(); err != nil || cfg.MaxStreamBuffer != server.DefaultMaxStreamBuffer || server.DefaultMaxStreamBuffer != 256<<10 {
+		t.Errorf("default --max-stream-buffer %d (%v)", cfg.MaxStreamBuffer, err)
+	}
 	for _, tc := range [][]string{
 		{"--header-timeout", "0s"}, {"--body-timeout", "-1s"}, {"--idle-timeout", "0"}, {"--write-timeout", "-5m"},
 		{"--max-connections", "0"}, {"--max-connections", "-3"}, {"--max-stream-buffer", "0"}, {"--max-stream-buffer", "lots"},

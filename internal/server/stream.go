@@ -10,7 +10,7 @@ import (
 
 // DefaultMaxStreamBuffer is the default of Config.MaxStreamBuffer: how many bytes of a
 // stream may wait for a client that reads slower than the engine writes.
-const DefaultMaxStreamBuffer = 1 << 20
+const DefaultMaxStreamBuffer = 256 << 10
 
 // sseWriter writes server-sent events as OpenAI streams them: "data: {json}\n\n" per
 // chunk and "data: [DONE]\n\n" at the end. The handler queues events without blocking; a
