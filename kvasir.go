@@ -195,6 +195,10 @@ func (e *Engine) Generate(ctx context.Context, req Request) (<-chan Output, erro
 	return e.e.Generate(ctx, req)
 }
 
+// QueueFull reports whether Generate would refuse a request now with ErrQueueFull (the
+// waiting queue is at Options.MaxWaiting).
+func (e *Engine) QueueFull() bool { return e.e.QueueFull() }
+
 // Abort ends the request with the given ID (its choices finish with FinishAbort).
 func (e *Engine) Abort(id string) { e.e.Abort(id) }
 

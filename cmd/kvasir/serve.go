@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -32,7 +31,12 @@ func runServe(args []string) error {
 	tf := addChatTemplateFlags(fs)
 	maxBody := fs.Int64("max-request-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (larger: 413)")
 	drain := fs.Duration("drain-timeout", server.DefaultDrainTimeout, "on SIGTERM/SIGINT, how long requests in flight may finish before they are aborted")
+	cf := addConnFlags(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg := server.Config{APIKey: *apiKey, MaxBodyBytes: *maxBody}
+	if err := cf.apply(&cfg); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -67,14 +71,15 @@ func runServe(args []string) error {
 	log.Info("engine ready", "model", eng.ModelName(), "max_model_len", eng.MaxModelLen(), "load", time.Since(start).Round(time.Millisecond))
 	log.Info(eng.KVCacheSizing())
 	log.Info("default sampling parameters: "+eng.SamplingDefaults().String(), "generation_config", ef.generationConfig)
-	srv, err := server.New(eng, server.Config{
-		ModelNames: names, APIKey: *apiKey, MaxBodyBytes: *maxBody, ChatTemplate: tmplSrc,
-		ChatTemplateLimits: tmplLimits, ChatTemplateWorkers: tmplWorkers, Logger: log, Metrics: metrics,
-	})
+	cfg.ModelNames, cfg.ChatTemplate, cfg.Logger, cfg.Metrics = names, tmplSrc, log, metrics
+	cfg.ChatTemplateLimits, cfg.ChatTemplateWorkers = tmplLimits, tmplWorkers
+	srv, err := server.New(eng, cfg)
 	if err != nil {
 		eng.Close()
 		return err
 	}
+	log.Info("connections", "max_connections", cfg.MaxConnections, "header_timeout", cfg.HeaderTimeout, "body_timeout", cfg.BodyTimeout,
+		"write_timeout", cfg.WriteTimeout, "allowed_hosts", cfg.AllowedHosts, "allowed_origins", cfg.AllowedOrigins)
 	ln, err := net.Listen("tcp", net.JoinHostPort(*host, strconv.Itoa(*port)))
 	if err != nil {
 		eng.Close()
@@ -95,12 +100,7 @@ func runServe(args []string) error {
 // servedNames returns the comma-separated names of --served-model-name, or the model's
 // own name when there are none.
 func servedNames(flagValue, modelName string) []string {
-	var names []string
-	for _, n := range strings.Split(flagValue, ",") {
-		if n = strings.TrimSpace(n); n != "" {
-			names = append(names, n)
-		}
-	}
+	names := commaList(flagValue)
 	if len(names) == 0 {
 		names = []string{modelName}
 	}

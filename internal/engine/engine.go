@@ -196,6 +196,14 @@ func (e *Engine) Tokenizer() *tokenizer.Tokenizer { return e.tok }
 // MaxModelLen is the most prompt plus output tokens a sequence may hold.
 func (e *Engine) MaxModelLen() int { return e.cfg.MaxModelLen }
 
+// QueueFull reports whether a request submitted now would be refused with ErrQueueFull,
+// so that a server can refuse it before reading its body.
+func (e *Engine) QueueFull() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cfg.MaxWaiting > 0 && e.numWaitingLocked() >= e.cfg.MaxWaiting
+}
+
 // Generate submits a request and returns the channel its outputs arrive on, closed after
 // the last one (each choice ends with an Output whose FinishReason is set). Cancelling ctx
 // aborts the request and frees its KV blocks; the consumer must read the channel to the

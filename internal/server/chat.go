@@ -213,7 +213,8 @@ func convertMessage(i int, m chatMessage) (chat.Message, *APIError) {
 // content deltas, finish_reason on each choice's last chunk, an optional usage chunk, and
 // [DONE].
 func (s *Server) streamChat(w http.ResponseWriter, ch <-chan item, base chatResponse, req *chatRequest, n int, logprobs bool) {
-	sse := newSSE(w)
+	sse := newSSE(w, int(s.cfg.MaxStreamBuffer))
+	defer sse.close()
 	u := usageTracker{last: make([]kvasir.Usage, 1)}
 	chunk := func(c chatChoice) bool {
 		out := base

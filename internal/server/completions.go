@@ -147,7 +147,8 @@ func (s *Server) completionRequests(req *completionRequest) ([]kvasir.Request, *
 // which arrive on the first output of the prompt's choice 0, so until then the prompt's
 // other outputs wait.
 func (s *Server) streamCompletion(w http.ResponseWriter, ch <-chan item, base completionResponse, req *completionRequest, n int, e echoed, lp *legacyBuilder) {
-	sse := newSSE(w)
+	sse := newSSE(w, int(s.cfg.MaxStreamBuffer))
+	defer sse.close()
 	prompts := len(e.text)
 	u := usageTracker{last: make([]kvasir.Usage, prompts)}
 	offsets := make([]int, prompts*n)

@@ -17,7 +17,8 @@ const DefaultMaxBodyBytes = 10 << 20
 
 // decodeBody reads a JSON request body of at most limit bytes into v (a pointer to a
 // struct) and returns the top-level fields v does not know, with their values. Every
-// failure is an APIError: 413 for an oversized body, 400 for invalid UTF-8, malformed JSON
+// failure is an APIError: 413 for an oversized body, 408 (closing the connection) for one
+// that did not arrive within the body-read deadline, 400 for invalid UTF-8, malformed JSON
 // or a field of the wrong type (naming it).
 func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) (map[string]json.RawMessage, *APIError) {
 	if r.ContentLength > limit {
@@ -28,6 +29,11 @@ func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) (map
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, tooLarge(limit)
+		}
+		if isTimeout(err) {
+			w.Header().Set("Connection", "close")
+			return nil, &APIError{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: "request_timeout",
+				Message: "the request body did not arrive within the body-read deadline (--body-timeout)"}
 		}
 		return nil, badRequest("", "reading the request body: %v", err)
 	}

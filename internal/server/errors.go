@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
 
 	"github.com/kvasir-llm/kvasir"
 )
@@ -87,6 +88,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		b, _ = json.Marshal(errorBody{internalError(fmt.Errorf("encoding the response: %w", err))})
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
 	w.WriteHeader(status)
 	w.Write(append(b, '\n'))
 }

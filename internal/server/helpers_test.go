@@ -84,6 +84,16 @@ func newTestEnv(t testing.TB, opt kvasir.Options, cfg Config) *testEnv {
 // newTestEnvOf is newTestEnv on a tiny engine with weights of type wt.
 func newTestEnvOf(t testing.TB, opt kvasir.Options, cfg Config, wt quant.Type) *testEnv {
 	t.Helper()
+	eng, srv := newTestServer(t, opt, cfg, wt)
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	return &testEnv{eng: eng, srv: srv, ts: ts, apiKey: cfg.APIKey}
+}
+
+// newTestServer makes a server on a tiny engine with weights of type wt, its metrics fed
+// by the engine, serving testModelName, logging nowhere (unless cfg says otherwise).
+func newTestServer(t testing.TB, opt kvasir.Options, cfg Config, wt quant.Type) (*kvasir.Engine, *Server) {
+	t.Helper()
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(testModelName)
 	}
@@ -100,9 +110,7 @@ func newTestEnvOf(t testing.TB, opt kvasir.Options, cfg Config, wt quant.Type) *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
-	ts := httptest.NewServer(srv)
-	t.Cleanup(ts.Close)
-	return &testEnv{eng: eng, srv: srv, ts: ts, apiKey: cfg.APIKey}
+	return eng, srv
 }
 
 // do sends a request and returns the status and body.

@@ -12,7 +12,8 @@ import (
 // ends.
 const DefaultDrainTimeout = 30 * time.Second
 
-// Serve answers HTTP on ln until ctx ends (a SIGTERM or SIGINT, say); then it stops
+// Serve answers HTTP on ln, with the connection deadlines and the connection cap of the
+// server's Config, until ctx ends (a SIGTERM or SIGINT, say); then it stops
 // accepting connections, lets the requests in flight finish for up to drain (0:
 // DefaultDrainTimeout), aborts those still running, and shuts the engine and the chat
 // template's sandbox down. It returns nil once drained (a drain that times out is logged,
@@ -24,11 +25,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 	}
 	hs := &http.Server{
 		Handler:           s,
-		ReadHeaderTimeout: 30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		ReadHeaderTimeout: s.cfg.HeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
 	}
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- hs.Serve(limitConnections(ln, s.cfg.MaxConnections, &s.openConns, s.log)) }()
 	select {
 	case err := <-errc:
 		s.shutdownEngine(context.Background())

@@ -58,6 +58,34 @@ type Config struct {
 	// Options.OnRequestDone so that latency histograms fill (nil: a fresh one without
 	// latency histograms being fed).
 	Metrics *Metrics
+
+	// HeaderTimeout is how long a connection may take to send a request's headers, and
+	// IdleTimeout how long a kept-alive connection may wait for its next request; both
+	// are enforced by Serve (0: DefaultHeaderTimeout, DefaultIdleTimeout).
+	HeaderTimeout, IdleTimeout time.Duration
+	// BodyTimeout is how long a request's body may take to arrive from the start of the
+	// request; a slower one gets 408 (0: DefaultBodyTimeout).
+	BodyTimeout time.Duration
+	// WriteTimeout is how long one write to a client may block: a response, or one chunk
+	// of a stream; a client that reads none of it for so long is cut off and its request
+	// aborted (0: DefaultWriteTimeout).
+	WriteTimeout time.Duration
+	// MaxStreamBuffer is how many bytes of a stream may wait for a client reading slower
+	// than the engine writes; beyond it the client is cut off and its request aborted (0:
+	// DefaultMaxStreamBuffer).
+	MaxStreamBuffer int64
+	// MaxConnections caps the connections Serve keeps open; one beyond the cap is
+	// answered 503 and closed at once (0: DefaultMaxConnections()).
+	MaxConnections int
+	// AllowedHosts are the Host header values answered besides loopback names and the
+	// listen address on a connection that arrives on a loopback address (and, when set,
+	// on every connection): names or addresses, alone (any port) or with :port; "*" turns
+	// the check off. A Host outside them gets 403 (DNS rebinding).
+	AllowedHosts []string
+	// AllowedOrigins are the origins (scheme://host[:port], "null", or "*" for all) whose
+	// web pages may call the server; a request with another Origin header gets 403, an
+	// allowed one CORS headers. Empty: no browser origin.
+	AllowedOrigins []string
 }
 
 // Server answers the HTTP API for one engine. It is an http.Handler.
@@ -75,7 +103,11 @@ type Server struct {
 	mux      *http.ServeMux
 	handler  http.Handler
 
+	hosts    hostPolicy
+	origins  originPolicy
 	draining atomic.Bool
+	// openConns counts the connections Serve holds open.
+	openConns atomic.Int64
 }
 
 // New makes a server for eng, starting the chat template's sandbox (Close stops it).
@@ -89,7 +121,13 @@ func New(eng *kvasir.Engine, cfg Config) (*Server, error) {
 	if cfg.Version == "" {
 		cfg.Version = buildVersion()
 	}
-	s := &Server{eng: eng, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, sampling: eng.SamplingDefaults(), created: time.Now().Unix()}
+	setDefaults(&cfg)
+	hosts, origins, err := cfg.policies()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{eng: eng, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, sampling: eng.SamplingDefaults(), created: time.Now().Unix(),
+		hosts: hosts, origins: origins}
 	if cfg.Sampling != nil {
 		s.sampling = *cfg.Sampling
 	}
@@ -156,7 +194,44 @@ func buildVersion() string {
 	return "(devel)"
 }
 
-// routes builds the handler chain: recover, authentication, then the endpoints.
+// Validate reports a Config that New would refuse (an allowed host or origin it cannot
+// read), so that a command can check its flags before loading a model.
+func (c *Config) Validate() error {
+	_, _, err := c.policies()
+	return err
+}
+
+// policies reads AllowedHosts and AllowedOrigins.
+func (c *Config) policies() (hostPolicy, originPolicy, error) {
+	hosts, err := newHostPolicy(c.AllowedHosts)
+	if err != nil {
+		return hosts, originPolicy{}, err
+	}
+	origins, err := newOriginPolicy(c.AllowedOrigins)
+	return hosts, origins, err
+}
+
+// setDefaults fills the connection settings cfg leaves at zero.
+func setDefaults(cfg *Config) {
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&cfg.HeaderTimeout, DefaultHeaderTimeout}, {&cfg.IdleTimeout, DefaultIdleTimeout},
+		{&cfg.BodyTimeout, DefaultBodyTimeout}, {&cfg.WriteTimeout, DefaultWriteTimeout}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
+	if cfg.MaxStreamBuffer <= 0 {
+		cfg.MaxStreamBuffer = DefaultMaxStreamBuffer
+	}
+	if cfg.MaxConnections <= 0 {
+		cfg.MaxConnections = DefaultMaxConnections()
+	}
+}
+
+// routes builds the handler chain: deadlines, recover, the browser checks (Host, Origin,
+// CORS), authentication, the checks made from the headers alone, then the endpoints.
 func (s *Server) routes() {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/models", method(http.MethodGet, s.handleModels))
@@ -172,7 +247,7 @@ func (s *Server) routes() {
 		writeError(w, notFound("", "", "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	s.mux = mux
-	s.handler = s.recoverPanics(s.authenticate(mux))
+	s.handler = s.deadlines(s.recoverPanics(s.browserChecks(s.authenticate(s.admit(mux)))))
 }
 
 // ServeHTTP answers one HTTP request.
@@ -214,7 +289,8 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 	})
 }
 
-// authenticate requires the API key on the API paths when one is configured.
+// authenticate requires the API key on the API paths when one is configured, from the
+// headers: a request without it is refused before its body is read.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	if s.cfg.APIKey == "" {
 		return next
@@ -229,7 +305,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 				if len(got) > 0 {
 					msg = "incorrect API key provided"
 				}
-				writeError(w, &APIError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "invalid_api_key", Message: msg})
+				refuseEarly(w, r, &APIError{Status: http.StatusUnauthorized, Type: "authentication_error", Code: "invalid_api_key", Message: msg})
 				return
 			}
 		}

@@ -2,36 +2,61 @@ package server
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"sync"
+	"time"
 )
 
+// DefaultMaxStreamBuffer is the default of Config.MaxStreamBuffer: how many bytes of a
+// stream may wait for a client that reads slower than the engine writes.
+const DefaultMaxStreamBuffer = 256 << 10
+
 // sseWriter writes server-sent events as OpenAI streams them: "data: {json}\n\n" per
-// chunk, flushed at once, and "data: [DONE]\n\n" at the end.
+// chunk and "data: [DONE]\n\n" at the end. The handler queues events without blocking; a
+// goroutine of the writer's own writes them to the client and flushes, each write under
+// the connection's write deadline (renewed per write by the deadlines middleware). A
+// client that lets more than limit bytes pile up, or that stops reading for a whole write
+// deadline, is cut off: send then reports false, the handler returns and the request's
+// context ends, which aborts the request in the engine and frees its KV blocks.
 type sseWriter struct {
-	w   http.ResponseWriter
-	rc  *http.ResponseController
-	err error // the first write error (the client went away)
+	w     http.ResponseWriter
+	rc    *http.ResponseController
+	limit int
+
+	mu      sync.Mutex
+	pending []byte // events queued, not yet handed to the connection
+	spare   []byte // the buffer the writer last wrote, reused for the next events
+	err     error  // why the stream stopped (the client went away, stopped reading or fell behind)
+	closed  bool   // no more events will be queued
+
+	wake   chan struct{} // capacity 1: "something to write"
+	exited chan struct{} // closed when the writing goroutine has returned
 }
 
-// newSSE starts an event stream response.
-func newSSE(w http.ResponseWriter) *sseWriter {
+// newSSE starts an event stream response holding at most limit bytes (0:
+// DefaultMaxStreamBuffer) of events the client has not taken yet. The caller must call
+// close (done does) before the handler returns.
+func newSSE(w http.ResponseWriter, limit int) *sseWriter {
+	if limit <= 0 {
+		limit = DefaultMaxStreamBuffer
+	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	s := &sseWriter{w: w, rc: http.NewResponseController(w)}
-	s.flush()
+	s := &sseWriter{w: w, rc: http.NewResponseController(w), limit: limit,
+		wake: make(chan struct{}, 1), exited: make(chan struct{})}
+	s.err = s.rc.Flush()
+	go s.writeLoop()
 	return s
 }
 
-// send writes one data event holding v as JSON; it reports whether the stream is still
+// send queues one data event holding v as JSON; it reports whether the stream is still
 // writable.
 func (s *sseWriter) send(v any) bool {
-	if s.err != nil {
-		return false
-	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		b, _ = json.Marshal(errorBody{internalError(err)})
@@ -39,31 +64,85 @@ func (s *sseWriter) send(v any) bool {
 	return s.raw(b)
 }
 
-// raw writes one data event with the given payload.
+// raw queues one data event with the given payload.
 func (s *sseWriter) raw(payload []byte) bool {
-	if s.err != nil {
+	s.mu.Lock()
+	if s.err != nil || s.closed {
+		s.mu.Unlock()
 		return false
 	}
-	buf := make([]byte, 0, len(payload)+8)
-	buf = append(buf, "data: "...)
-	buf = append(buf, payload...)
-	buf = append(buf, "\n\n"...)
-	if _, err := s.w.Write(buf); err != nil {
-		s.err = err
+	size := len(s.pending) + len(payload) + len("data: \n\n")
+	if size > s.limit {
+		s.err = fmt.Errorf("the client fell %d bytes behind the stream (the limit is %d): cut off", size, s.limit)
+		s.mu.Unlock()
+		// End a write blocked on the client at once instead of at its deadline.
+		s.rc.SetWriteDeadline(time.Now())
 		return false
 	}
-	s.flush()
-	return s.err == nil
+	s.pending = append(s.pending, "data: "...)
+	s.pending = append(s.pending, payload...)
+	s.pending = append(s.pending, "\n\n"...)
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	return true
 }
 
-func (s *sseWriter) flush() {
-	if err := s.rc.Flush(); err != nil && s.err == nil {
-		s.err = err
+// writeLoop writes the queued events until the stream is closed and written, or a write
+// fails.
+func (s *sseWriter) writeLoop() {
+	defer close(s.exited)
+	for range s.wake {
+		s.mu.Lock()
+		buf, closed := s.pending, s.closed
+		s.pending, s.spare = s.spare[:0], nil
+		stopped := s.err != nil
+		s.mu.Unlock()
+		if stopped {
+			return
+		}
+		if len(buf) > 0 {
+			_, err := s.w.Write(buf)
+			if err == nil {
+				err = s.rc.Flush()
+			}
+			s.mu.Lock()
+			if err != nil && s.err == nil {
+				s.err = err
+			}
+			stopped = s.err != nil
+			s.spare = buf[:0]
+			s.mu.Unlock()
+			if stopped {
+				return
+			}
+		}
+		if closed {
+			return
+		}
 	}
+}
+
+// close ends the stream (queuing nothing more) and waits until what was queued is written,
+// or the client is cut off; later calls return at once.
+func (s *sseWriter) close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	<-s.exited
 }
 
 // fail sends an error event (an error after the stream has started).
 func (s *sseWriter) fail(e *APIError) bool { return s.send(errorBody{e}) }
 
-// done ends the stream with [DONE].
-func (s *sseWriter) done() { s.raw([]byte("[DONE]")) }
+// done ends the stream with [DONE] and waits for it to be written.
+func (s *sseWriter) done() {
+	s.raw([]byte("[DONE]"))
+	s.close()
+}
