@@ -23,6 +23,7 @@ import (
 
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
 	"github.com/kvasir-llm/kvasir/internal/model"
+	"github.com/kvasir-llm/kvasir/internal/sample"
 	"github.com/kvasir-llm/kvasir/internal/tokenizer"
 )
 
@@ -298,6 +299,10 @@ func (e *Engine) prepare(req Request) (*request, error) {
 		id: req.ID, params: p, n: n, maxTokens: maxTokens, priority: req.Priority,
 		salt: req.CacheSalt, prompt: prompt, procs: req.Processors, out: newOutbox(), reasons: make([]string, n),
 		arrival: e.cfg.Now(),
+	}
+	if e.tok != nil {
+		// Compiled here, on the submitter's goroutine, not on the engine loop.
+		r.stops = sample.NewStopSet(p.Stop)
 	}
 	return r, nil
 }
