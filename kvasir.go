@@ -255,6 +255,12 @@ func (e *Engine) Tokenize(text string, addSpecial bool) ([]int32, error) {
 	return toInt32(e.l.tok.Encode(text, tokenizer.EncodeOptions{AddSpecial: addSpecial, ParseSpecial: addSpecial})), nil
 }
 
+// TokenizePrompt tokenizes a text prompt as Generate does with Request.Prompt (BOS and EOS
+// as the vocabulary asks; special-token texts are not parsed), stopping as soon as the
+// tokens pass MaxModelLen: a prompt that cannot fit is refused with an error wrapping
+// ErrTooLong without being encoded in full.
+func (e *Engine) TokenizePrompt(text string) ([]int32, error) { return e.e.TokenizePrompt(text) }
+
 // Detokenize turns token ids into text, leaving special tokens out when skipSpecial.
 func (e *Engine) Detokenize(ids []int32, skipSpecial bool) (string, error) {
 	if e.l.tok == nil {

@@ -257,11 +257,9 @@ func (e *Engine) prepare(req Request) (*request, error) {
 	}
 	prompt := req.PromptTokens
 	if prompt == nil {
-		if e.tok == nil {
-			return nil, paramErr("prompt", "the model has no tokenizer: give prompt token ids")
-		}
-		for _, id := range e.tok.Encode(req.Prompt, tokenizer.EncodeOptions{AddSpecial: true}) {
-			prompt = append(prompt, int32(id))
+		var err error
+		if prompt, err = e.TokenizePrompt(req.Prompt); err != nil {
+			return nil, err
 		}
 	}
 	if len(prompt) == 0 {
@@ -305,6 +303,26 @@ func (e *Engine) prepare(req Request) (*request, error) {
 		r.stops = sample.NewStopSet(p.Stop)
 	}
 	return r, nil
+}
+
+// TokenizePrompt tokenizes a text prompt as Generate does (BOS and EOS as the vocabulary
+// asks; special-token texts are not parsed). Encoding stops as soon as the tokens pass the
+// context length: a prompt that cannot fit is refused with an error wrapping ErrTooLong
+// without being encoded in full.
+func (e *Engine) TokenizePrompt(text string) ([]int32, error) {
+	if e.tok == nil {
+		return nil, paramErr("prompt", "the model has no tokenizer: give prompt token ids")
+	}
+	maxLen := e.cfg.MaxModelLen
+	ids := e.tok.Encode(text, tokenizer.EncodeOptions{AddSpecial: true, MaxTokens: maxLen})
+	if len(ids) > maxLen {
+		return nil, fmt.Errorf("%w: a prompt of more than %d tokens exceeds the context length of %d tokens", ErrTooLong, maxLen, maxLen)
+	}
+	prompt := make([]int32, len(ids))
+	for i, id := range ids {
+		prompt[i] = int32(id)
+	}
+	return prompt, nil
 }
 
 // Abort ends a request: its choices finish with FinishAbort and its blocks are freed at the

@@ -115,13 +115,17 @@ func splitMerge(line string) (left, right string, ok bool) {
 	return line[:i], line[i+1:], true
 }
 
-// encode appends the ids of fragment, which holds no special tokens, to out.
-func (m *bpeModel) encode(fragment string, out []int) []int {
+// encode appends the ids of fragment, which holds no special tokens, to out; with limit > 0
+// it merges no more pre-tokens once out holds more than limit ids.
+func (m *bpeModel) encode(fragment string, out []int, limit int) []int {
 	if fragment == "" {
 		return out
 	}
 	syms := make([]int32, 0, bpeHeapThreshold)
 	m.pretok(fragment, func(w string) {
+		if limit > 0 && len(out) > limit {
+			return
+		}
 		out = m.encodeWord(w, out, syms)
 	})
 	return out
