@@ -195,6 +195,14 @@ func (e *Engine) Generate(ctx context.Context, req Request) (<-chan Output, erro
 	return e.e.Generate(ctx, req)
 }
 
+// GenerateAll submits requests as one (the prompts of one client request, say): all are
+// admitted or none is, and with Options.MaxWaiting an empty queue takes them whatever
+// their number, so that an idle engine never refuses a batch it can ever take. chans[i]
+// carries the outputs of reqs[i], as Generate's channel does.
+func (e *Engine) GenerateAll(ctx context.Context, reqs []Request) ([]<-chan Output, error) {
+	return e.e.GenerateAll(ctx, reqs)
+}
+
 // Abort ends the request with the given ID (its choices finish with FinishAbort).
 func (e *Engine) Abort(id string) { e.e.Abort(id) }
 

@@ -17,6 +17,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -204,38 +205,62 @@ func (e *Engine) MaxModelLen() int { return e.cfg.MaxModelLen }
 // here with an error (a *ParamError, or one wrapping ErrTooLong, ErrQueueFull or
 // ErrClosed).
 func (e *Engine) Generate(ctx context.Context, req Request) (<-chan Output, error) {
-	r, err := e.prepare(req)
+	chans, err := e.GenerateAll(ctx, []Request{req})
 	if err != nil {
 		return nil, err
+	}
+	return chans[0], nil
+}
+
+// GenerateAll submits requests as one: all of them are admitted, or none is (the first
+// refusal is returned), so that a client's prompts are never half queued. With
+// Config.MaxWaiting they are refused with ErrQueueFull when requests wait and these would
+// take the queue past the limit; an empty queue takes them whatever their number, so that
+// an idle engine takes any batch it can ever take. Each request behaves as Generate's;
+// chans[i] carries the outputs of reqs[i].
+func (e *Engine) GenerateAll(ctx context.Context, reqs []Request) (chans []<-chan Output, err error) {
+	rs := make([]*request, len(reqs))
+	for i, req := range reqs {
+		if rs[i], err = e.prepare(req); err != nil {
+			return nil, err
+		}
 	}
 	e.mu.Lock()
 	if e.closing {
 		e.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if r.id == "" {
-		e.nextID++
-		r.id = "req-" + strconv.FormatUint(e.nextID, 10)
+	for i, r := range rs {
+		if r.id == "" {
+			e.nextID++
+			r.id = "req-" + strconv.FormatUint(e.nextID, 10)
+		}
+		if e.inFlight[r.id] != nil || slices.ContainsFunc(rs[:i], func(o *request) bool { return o.id == r.id }) {
+			e.mu.Unlock()
+			return nil, paramErr("request_id", "%q is already in flight", r.id)
+		}
 	}
-	if e.inFlight[r.id] != nil {
+	if waiting := e.numWaitingLocked(); e.cfg.MaxWaiting > 0 && waiting > 0 && waiting+len(rs) > e.cfg.MaxWaiting {
 		e.mu.Unlock()
-		return nil, paramErr("request_id", "%q is already in flight", r.id)
+		return nil, fmt.Errorf("%w: %d requests waiting, %d more would pass the limit of %d", ErrQueueFull, waiting, len(rs), e.cfg.MaxWaiting)
 	}
-	if e.cfg.MaxWaiting > 0 && e.numWaitingLocked() >= e.cfg.MaxWaiting {
-		e.mu.Unlock()
-		return nil, fmt.Errorf("%w: %d requests waiting", ErrQueueFull, e.cfg.MaxWaiting)
+	for _, r := range rs {
+		e.order++
+		r.order = e.order
+		e.inFlight[r.id] = r
+		e.inbox = append(e.inbox, command{add: r})
 	}
-	e.order++
-	r.order = e.order
-	e.inFlight[r.id] = r
-	e.inbox = append(e.inbox, command{add: r})
 	e.mu.Unlock()
 	e.signal()
 
-	ch := make(chan Output)
-	id := r.id
-	go r.out.pump(ctx, ch, func() { e.Abort(id) })
-	return ch, nil
+	chans = make([]<-chan Output, len(rs))
+	for i, r := range rs {
+		ch := make(chan Output)
+		id := r.id
+		go r.out.pump(ctx, ch, func() { e.Abort(id) })
+		chans[i] = ch
+	}
+	return chans, nil
 }
 
 // numWaitingLocked counts submitted requests not yet admitted (caller holds e.mu).
