@@ -23,7 +23,11 @@ func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) (map
 	if r.ContentLength > limit {
 		return nil, tooLarge(limit)
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	// Read into one buffer of the announced length (a body growing by doubling takes
+	// twice its size).
+	buf := bytes.NewBuffer(make([]byte, 0, max(r.ContentLength, 0)+bytes.MinRead))
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
+	body := buf.Bytes()
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -53,6 +57,11 @@ func decodeJSON(body []byte, v any) (map[string]json.RawMessage, *APIError) {
 	}
 	if fields == nil {
 		return nil, badRequest("", "the request body must be a JSON object, not null")
+	}
+	if p, ok := v.(prechecker); ok {
+		if apiErr := p.precheck(fields); apiErr != nil {
+			return nil, apiErr
+		}
 	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return nil, jsonError(err)

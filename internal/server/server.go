@@ -49,6 +49,8 @@ type Config struct {
 	// Options.OnRequestDone so that latency histograms fill (nil: a fresh one without
 	// latency histograms being fed).
 	Metrics *Metrics
+	// Limits are the budgets of one request (zero fields: the defaults).
+	Limits
 }
 
 // Server answers the HTTP API for one engine. It is an http.Handler.
@@ -79,6 +81,7 @@ func New(eng *kvasir.Engine, cfg Config) (*Server, error) {
 	if cfg.Version == "" {
 		cfg.Version = buildVersion()
 	}
+	cfg.Limits = cfg.Limits.withDefaults(eng.MaxModelLen())
 	s := &Server{eng: eng, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, sampling: eng.SamplingDefaults(), created: time.Now().Unix()}
 	if cfg.Sampling != nil {
 		s.sampling = *cfg.Sampling

@@ -1,0 +1,189 @@
+package server
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"runtime"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvasir-llm/kvasir"
+)
+
+// hostileBody builds a JSON body around a long list: head, then n elements made by elem,
+// then tail.
+func hostileBody(head string, n int, elem func(i int) string, tail string) []byte {
+	var b strings.Builder
+	b.WriteString(head)
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(elem(i))
+	}
+	b.WriteString(tail)
+	return []byte(b.String())
+}
+
+// refusal is what one request cost the server until it was refused.
+type refusal struct {
+	status int
+	err    map[string]any
+	took   time.Duration
+	alloc  uint64 // bytes allocated by the whole process meanwhile
+}
+
+// refuse sends body and measures the time and memory until the answer.
+func refuse(t *testing.T, env *testEnv, path string, body []byte) refusal {
+	t.Helper()
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	status, resp := env.do(t, http.MethodPost, path, body)
+	took := time.Since(start)
+	runtime.ReadMemStats(&after)
+	r := refusal{status: status, took: took, alloc: after.TotalAlloc - before.TotalAlloc}
+	if status != http.StatusOK {
+		r.err = apiErrorOf(t, resp)
+	}
+	return r
+}
+
+// TestHostileRequestsRefused replays the per-request cases of issue 14: each ends in a 400
+// naming the parameter and the limit's flag within a second, allocating less than 50 MB
+// (the body itself included).
+func TestHostileRequestsRefused(t *testing.T) {
+	env := newTestEnv(t, kvasir.Options{}, Config{})
+	stop := func(i int) string { // five letters: 1.1 M of them in a 9.4 MiB body
+		b := []byte(`"aaaaa"`)
+		for j := 5; j > 0; j, i = j-1, i/26 {
+			b[j] = byte('a' + i%26)
+		}
+		return string(b)
+	}
+	message := func(i int) string { return `{"role":"user","content":"hi"}` }
+	cases := []struct {
+		name, path string
+		body       []byte
+		param      string
+		msg        string
+	}{
+		{"1.1 M stop strings, n=16", "/v1/completions", hostileBody(`{"prompt":"x","n":16,"stop":[`, 1_100_000, stop, `]}`), "stop", "--max-stop-strings"},
+		{"a 4 KiB stop string", "/v1/completions", []byte(`{"prompt":"x","stop":["` + strings.Repeat("a", 4096) + `"]}`), "stop", "--max-stop-string-bytes"},
+		{"32 KiB of stop strings", "/v1/completions", hostileBody(`{"prompt":"x","stop":[`, 32, func(i int) string { return `"` + strings.Repeat("b", 1000) + `"` }, `]}`), "stop", "--max-stop-bytes"},
+		{"256 prompts x n=128 x logprobs 20", "/v1/completions", hostileBody(`{"prompt":[`, 256, func(int) string { return `"hi"` }, `],"n":128,"logprobs":20,"max_tokens":16}`), "n", "--max-choices"},
+		{"256 choices x 200 tokens x logprobs 20", "/v1/completions", hostileBody(`{"prompt":[`, 8, func(int) string { return `"hi"` }, `],"n":32,"logprobs":20,"max_tokens":200}`), "logprobs", "--max-response-logprobs"},
+		{"a 9.5 MiB prompt", "/v1/completions", []byte(`{"prompt":"` + strings.Repeat("ka ", (19<<20)/6) + `"}`), "prompt", "--max-prompt-bytes"},
+		{"a chat of 300 k messages", "/v1/chat/completions", hostileBody(`{"messages":[`, 300_000, message, `]}`), "messages", "--max-chat-messages"},
+		{"a chat of 9 MiB", "/v1/chat/completions", []byte(`{"messages":[{"role":"user","content":"` + strings.Repeat("ka ", 3<<20) + `"}]}`), "messages", "--max-prompt-bytes"},
+		{"a 9.5 MiB PROMPT (the field in upper case)", "/v1/completions", []byte(`{"PROMPT":"` + strings.Repeat("ka ", (19<<20)/6) + `"}`), "prompt", "--max-prompt-bytes"},
+		{"1.1 M STOP strings", "/v1/completions", hostileBody(`{"prompt":"x","Stop":[`, 1_100_000, stop, `]}`), "stop", "--max-stop-strings"},
+		{"/tokenize of a 9.5 MiB prompt", "/tokenize", []byte(`{"prompt":"` + strings.Repeat("ka ", (19<<20)/6) + `"}`), "prompt", "--max-prompt-bytes"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := refuse(t, env, c.path, c.body)
+			t.Logf("%d-byte body: %d in %v, %.1f MB allocated", len(c.body), r.status, r.took.Round(time.Millisecond), float64(r.alloc)/1e6)
+			if r.status != http.StatusBadRequest || r.err["param"] != c.param || !strings.Contains(fmt.Sprint(r.err["message"]), c.msg) {
+				t.Fatalf("status %d, error %v: want 400 with param %q naming %s", r.status, r.err, c.param, c.msg)
+			}
+			if r.took > raceSlowdown*time.Second {
+				t.Errorf("refused after %v: want under a second", r.took)
+			}
+			if r.alloc > 50e6 {
+				t.Errorf("refusing allocated %.1f MB: want under 50 MB", float64(r.alloc)/1e6)
+			}
+		})
+	}
+	waitIdle(t, env.eng, 5*time.Second)
+}
+
+// TestUnknownChatRole checks that a role outside vLLM's set is refused, naming the message.
+func TestUnknownChatRole(t *testing.T) {
+	env := newTestEnv(t, kvasir.Options{}, Config{})
+	for _, role := range []string{"system", "user", "assistant", "tool", "developer", "function"} {
+		body, _ := json.Marshal(map[string]any{"messages": []map[string]string{{"role": role, "content": "hi"}}, "max_tokens": 1})
+		if status, resp := env.do(t, http.MethodPost, "/v1/chat/completions", body); status != http.StatusOK {
+			t.Errorf("role %q: status %d: %s", role, status, resp)
+		}
+	}
+	status, resp := env.do(t, http.MethodPost, "/v1/chat/completions", []byte(`{"messages":[{"role":"user","content":"a"},{"role":"wizard","content":"b"}]}`))
+	e := apiErrorOf(t, resp)
+	if status != http.StatusBadRequest || e["param"] != "messages[1].role" || !strings.Contains(fmt.Sprint(e["message"]), `"wizard"`) {
+		t.Fatalf("status %d, error %v: want 400 naming messages[1].role and the role", status, e)
+	}
+}
+
+// ordinaryLatency returns the 90th percentile of the times of ordinary completions sent one
+// after the other until done reports true (at least ten). (Not the median: requests that
+// find the server free answer sooner, so more of them are sent than of those that wait.)
+func ordinaryLatency(t *testing.T, env *testEnv, done func() bool) time.Duration {
+	t.Helper()
+	var times []time.Duration
+	for len(times) < 10 || !done() {
+		start := time.Now()
+		status, body := env.do(t, http.MethodPost, "/v1/completions", []byte(`{"prompt":"Once upon a time","max_tokens":8,"ignore_eos":true}`))
+		times = append(times, time.Since(start))
+		if status != http.StatusOK {
+			t.Fatalf("ordinary request: status %d: %s", status, body)
+		}
+	}
+	slices.Sort(times)
+	return times[len(times)*9/10]
+}
+
+// idleLatency is ordinaryLatency of 30 requests on an idle server, after a few to warm up.
+func idleLatency(t *testing.T, env *testEnv) time.Duration {
+	n := 0
+	ordinaryLatency(t, env, func() bool { return true })
+	return ordinaryLatency(t, env, func() bool { n++; return n >= 30 })
+}
+
+// besideHostile sends body again and again (expecting status) while ordinary requests run,
+// until rounds of it are answered, and returns the ordinary requests' latency.
+func besideHostile(t *testing.T, env *testEnv, path string, bodies [][]byte, status, rounds int) time.Duration {
+	t.Helper()
+	var answered atomic.Int64
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		for i := 0; ; i++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if got, resp := env.do(t, http.MethodPost, path, bodies[i%len(bodies)]); got != status {
+				t.Errorf("hostile request %d: status %d, want %d: %.200s", i, got, status, resp)
+			}
+			answered.Add(1)
+		}
+	}()
+	busy := ordinaryLatency(t, env, func() bool { return answered.Load() >= int64(rounds) })
+	close(done)
+	<-finished
+	return busy
+}
+
+// TestHostileRequestsKeepLatency refuses hostile requests one after the other while
+// ordinary requests run: their latency (90th percentile) stays within twice the idle server's (plus
+// a little for the shared CPU).
+func TestHostileRequestsKeepLatency(t *testing.T) {
+	env := newTestEnv(t, kvasir.Options{}, Config{})
+	idle := idleLatency(t, env)
+	bodies := [][]byte{
+		hostileBody(`{"prompt":"x","n":16,"stop":[`, 1_100_000, func(i int) string { return `"abcde"` }, `]}`),
+		hostileBody(`{"prompt":[`, 256, func(int) string { return `"hi"` }, `],"n":128,"logprobs":20,"max_tokens":16}`),
+		[]byte(`{"prompt":"` + strings.Repeat("ka ", (19<<20)/6) + `"}`),
+	}
+	busy := besideHostile(t, env, "/v1/completions", bodies, http.StatusBadRequest, 3)
+	t.Logf("latency %v idle, %v while hostile requests were refused", idle, busy)
+	if busy > 2*idle+raceSlowdown*50*time.Millisecond {
+		t.Errorf("latency %v while hostile requests were refused, %v idle: want at most twice", busy, idle)
+	}
+}
