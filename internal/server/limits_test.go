@@ -187,3 +187,47 @@ func TestHostileRequestsKeepLatency(t *testing.T) {
 		t.Errorf("latency %v while hostile requests were refused, %v idle: want at most twice", busy, idle)
 	}
 }
+
+// TestLogprobBudget checks the bound on the logprobs of a response (1000 here) on each of
+// its parts: generated tokens, prompt logprobs, echo, and a chat's max_tokens left to the
+// rest of the context. The counts are entries: positions x (1 + alternatives).
+func TestLogprobBudget(t *testing.T) {
+	env := newTestEnv(t, kvasir.Options{}, Config{Limits: Limits{MaxResponseLogprobs: 1000}})
+	ids := make([]int, 100)
+	for i := range ids {
+		ids[i] = 10 + i
+	}
+	prompt, _ := json.Marshal(ids)
+	cases := []struct {
+		name, path, body string
+		param            string // "": accepted
+	}{
+		// 2 choices x 100 positions x (1 + 5) = 1200
+		{"prompt_logprobs of every choice", "/v1/completions", `{"prompt":` + string(prompt) + `,"n":2,"prompt_logprobs":5,"max_tokens":1}`, "prompt_logprobs"},
+		// 1 x 100 x 6 = 600
+		{"prompt_logprobs of one choice", "/v1/completions", `{"prompt":` + string(prompt) + `,"prompt_logprobs":5,"max_tokens":1}`, ""},
+		// 3 x 4 x 4 generated + 3 x 100 x 4 echoed = 1248
+		{"echo with logprobs, n=3", "/v1/completions", `{"prompt":` + string(prompt) + `,"n":3,"echo":true,"logprobs":3,"max_tokens":4}`, "logprobs"},
+		// 1 x 4 x 4 + 1 x 100 x 4 = 416
+		{"echo with logprobs, n=1", "/v1/completions", `{"prompt":` + string(prompt) + `,"echo":true,"logprobs":3,"max_tokens":4}`, ""},
+		// 50 x 1 x 21 = 1050, refused before the prompt is tokenized
+		{"50 choices x top 20", "/v1/completions", `{"prompt":"hi","n":50,"logprobs":20,"max_tokens":1}`, "logprobs"},
+		// about 240 tokens left of the 256 x 21
+		{"chat top_logprobs to the end of the context", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":20}`, "logprobs"},
+		// 8 x 21 = 168
+		{"chat top_logprobs of 8 tokens", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":20,"max_tokens":8}`, ""},
+	}
+	for _, c := range cases {
+		status, body := env.do(t, http.MethodPost, c.path, []byte(c.body))
+		if c.param == "" {
+			if status != http.StatusOK {
+				t.Errorf("%s: status %d: %s", c.name, status, body)
+			}
+			continue
+		}
+		e := apiErrorOf(t, body)
+		if status != http.StatusBadRequest || e["param"] != c.param || !strings.Contains(fmt.Sprint(e["message"]), "--max-response-logprobs") {
+			t.Errorf("%s: status %d, error %v: want 400 naming %s and --max-response-logprobs", c.name, status, e, c.param)
+		}
+	}
+}
