@@ -19,8 +19,8 @@ const (
 	// DefaultMaxStopStringBytes bounds the text a choice holds back while a stop string may
 	// be starting, which every token's matching copies.
 	DefaultMaxStopStringBytes = 1024
-	// DefaultMaxStopBytes bounds the automaton the stop strings compile to (about 30 bytes
-	// per byte of stop strings, once per request).
+	// DefaultMaxStopBytes bounds the automaton the stop strings compile to (at most about
+	// 120 bytes per byte of stop strings, once per request: 2 MB).
 	DefaultMaxStopBytes = 16 << 10
 	// DefaultMaxChoices is the default --max-num-seqs: one request may fill the running
 	// batch once, not queue thousands of sequences.
@@ -29,7 +29,7 @@ const (
 	// JSON, while a chat with top_logprobs 20 over 32 k tokens still fits.
 	DefaultMaxResponseLogprobs = 1_000_000
 	// PromptBytesPerToken gives the default MaxPromptBytes: this many bytes per token of the
-	// context length, far more than any tokenizer's average (about 4 bytes per token).
+	// context length, eight times a tokenizer's usual average (about 4 bytes per token).
 	PromptBytesPerToken = 32
 	// DefaultMaxChatMessages is far more messages than a context holds (each costs the
 	// template's few tokens at least), at a few milliseconds of rendering.
