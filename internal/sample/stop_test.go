@@ -3,6 +3,7 @@ package sample
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -193,6 +194,32 @@ func BenchmarkStopMatcherToken(b *testing.B) {
 			b.Run(fmt.Sprintf("naive/stops=%d", count), func(b *testing.B) {
 				run(b, func() matcher { return newNaiveStopMatcher(stops, false) })
 			})
+		}
+	}
+}
+
+// TestStopSetMemory builds sets of 16 KiB of random stop strings, short ones (many nodes
+// with byte tables) to long ones: each takes at most 64 bytes per byte of stop strings,
+// building included, the bound docs/API.md gives for --max-stop-bytes.
+func TestStopSetMemory(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	const total = 16 << 10
+	for _, length := range []int{2, 3, 4, 8, 64, 1024} {
+		stops := make([]string, total/length)
+		for i := range stops {
+			b := make([]byte, length)
+			for j := range b {
+				b[j] = byte(rng.IntN(256))
+			}
+			stops[i] = string(b)
+		}
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		set := NewStopSet(stops)
+		runtime.ReadMemStats(&after)
+		if alloc := after.TotalAlloc - before.TotalAlloc; alloc > 64*total {
+			t.Errorf("stop strings of %d bytes: %d nodes took %d bytes, more than 64 per byte of the %d", length, len(set.nodes), alloc, total)
 		}
 	}
 }

@@ -48,9 +48,11 @@ type stopEdge struct {
 // nil when no stop string is left, and a nil *StopSet matches nothing.
 func NewStopSet(stops []string) *StopSet {
 	order := make([]int32, 0, len(stops))
+	total := 0 // bounds the nodes: one per byte at most, and the root
 	for i, s := range stops {
 		if s != "" {
 			order = append(order, int32(i))
+			total += len(s)
 		}
 	}
 	if len(order) == 0 {
@@ -61,17 +63,19 @@ func NewStopSet(stops []string) *StopSet {
 	// match reports.
 	slices.SortStableFunc(order, func(a, b int32) int { return strings.Compare(stops[a], stops[b]) })
 	s := &StopSet{stops: stops}
-	parent, label := s.buildTrie(order)
+	parent, label := s.buildTrie(order, total+1)
 	s.linkEdges(parent, label)
 	s.linkFailures()
 	return s
 }
 
-// buildTrie inserts the stop strings of order (sorted) and returns each node's parent and
-// incoming byte. It fills depth and the nodes' own matches.
-func (s *StopSet) buildTrie(order []int32) (parent []int32, label []byte) {
-	parent, label = []int32{-1}, []byte{0}
-	s.depth, s.nodes = []int32{0}, []stopNode{{match: -1}}
+// buildTrie inserts the stop strings of order (sorted) into a trie of at most maxNodes
+// nodes and returns each node's parent and incoming byte. It fills depth and the nodes' own
+// matches.
+func (s *StopSet) buildTrie(order []int32, maxNodes int) (parent []int32, label []byte) {
+	parent, label = make([]int32, 1, maxNodes), make([]byte, 1, maxNodes)
+	s.depth, s.nodes = make([]int32, 1, maxNodes), make([]stopNode, 1, maxNodes)
+	parent[0], s.nodes[0].match = -1, -1
 	path := []int32{0} // the nodes spelling the previous string, root first
 	prev := ""
 	for _, idx := range order {
@@ -105,6 +109,13 @@ func (s *StopSet) linkEdges(parent []int32, label []byte) {
 	for v := 1; v < n; v++ {
 		count[parent[v]]++
 	}
+	tables := 0
+	for v := range s.nodes {
+		if v == 0 || count[v] >= denseChildren {
+			tables++
+		}
+	}
+	s.dense = make([]int32, 0, 256*tables)
 	at := int32(0)
 	for v := range s.nodes {
 		nv := &s.nodes[v]
@@ -112,7 +123,7 @@ func (s *StopSet) linkEdges(parent []int32, label []byte) {
 		at += count[v]
 		if v == 0 || count[v] >= denseChildren {
 			nv.dense = int32(len(s.dense))
-			s.dense = append(s.dense, make([]int32, 256)...)
+			s.dense = s.dense[:len(s.dense)+256]
 		}
 	}
 	s.edges = make([]stopEdge, n-1)

@@ -19,8 +19,8 @@ const (
 	// DefaultMaxStopStringBytes bounds the text a choice holds back while a stop string may
 	// be starting, which every token's matching copies.
 	DefaultMaxStopStringBytes = 1024
-	// DefaultMaxStopBytes bounds the automaton the stop strings compile to (at most about
-	// 120 bytes per byte of stop strings, once per request: 2 MB).
+	// DefaultMaxStopBytes bounds the automaton the stop strings compile to (at most 64 bytes
+	// per byte of stop strings, building included, once per request: 1 MB).
 	DefaultMaxStopBytes = 16 << 10
 	// DefaultMaxChoices is the default --max-num-seqs: one request may fill the running
 	// batch once, not queue thousands of sequences.
