@@ -1,7 +1,6 @@
 package main
 
 import (
-	"io"
 	"os"
 	"regexp"
 	"strings"
@@ -9,24 +8,7 @@ import (
 )
 
 // captureStderr runs fn with os.Stderr redirected and returns what it printed.
-func captureStderr(t *testing.T, fn func()) string {
-	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := os.Stderr
-	os.Stderr = w
-	done := make(chan string)
-	go func() {
-		b, _ := io.ReadAll(r)
-		done <- string(b)
-	}()
-	fn()
-	os.Stderr = old
-	w.Close()
-	return <-done
-}
+func captureStderr(t *testing.T, fn func()) string { return captureOutput(t, &os.Stderr, fn) }
 
 // numericFlags lists the flags of a command's help (flag.PrintDefaults) whose value is a
 // number or a duration, with a negative value of each.

@@ -13,25 +13,33 @@ import (
 // captureStdout runs fn with os.Stdout redirected and returns what it printed.
 func captureStdout(t *testing.T, fn func() error) string {
 	t.Helper()
+	var runErr error
+	out := captureOutput(t, &os.Stdout, func() { runErr = fn() })
+	if runErr != nil {
+		t.Fatal(runErr)
+	}
+	return out
+}
+
+// captureOutput runs fn with *file (os.Stdout, os.Stderr) redirected and returns what it
+// printed there.
+func captureOutput(t *testing.T, file **os.File, fn func()) string {
+	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := os.Stdout
-	os.Stdout = w
+	old := *file
+	*file = w
 	done := make(chan string)
 	go func() {
 		b, _ := io.ReadAll(r)
 		done <- string(b)
 	}()
-	runErr := fn()
-	os.Stdout = old
+	fn()
+	*file = old
 	w.Close()
-	out := <-done
-	if runErr != nil {
-		t.Fatal(runErr)
-	}
-	return out
+	return <-done
 }
 
 // storiesRun returns the stories260K checkpoint and tokenizer paths and llama2.c's greedy
