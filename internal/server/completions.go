@@ -161,9 +161,9 @@ func (s *Server) completionRequests(req *completionRequest) ([]kvasir.Request, *
 }
 
 // promptTokens returns the tokens of every prompt: text prompts no longer than
-// MaxPromptBytes are tokenized (precheck refuses longer ones before decoding, but a field
-// spelled in another case, which encoding/json accepts too, escapes it), and one that
-// cannot fit the context is refused as soon as its tokens pass the context length.
+// MaxPromptBytes are tokenized (precheck refuses longer ones before decoding; this is the
+// check of record), and one that cannot fit the context is refused as soon as its tokens
+// pass the context length.
 func (s *Server) promptTokens(prompts promptInput) ([][]int32, *APIError) {
 	out := make([][]int32, len(prompts))
 	for i, p := range prompts {

@@ -23,11 +23,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, limit int64, v any) (map
 	if r.ContentLength > limit {
 		return nil, tooLarge(limit)
 	}
-	// Read into one buffer of the announced length (a body growing by doubling takes
-	// twice its size).
-	buf := bytes.NewBuffer(make([]byte, 0, max(r.ContentLength, 0)+bytes.MinRead))
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
-	body := buf.Bytes()
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
