@@ -199,6 +199,14 @@ func (e *Engine) Generate(ctx context.Context, req Request) (<-chan Output, erro
 // waiting queue is at Options.MaxWaiting).
 func (e *Engine) QueueFull() bool { return e.e.QueueFull() }
 
+// GenerateAll submits requests as one (the prompts of one client request, say): all are
+// admitted or none is, and with Options.MaxWaiting an empty queue takes them whatever
+// their number, so that an idle engine never refuses a batch it can ever take. chans[i]
+// carries the outputs of reqs[i], as Generate's channel does.
+func (e *Engine) GenerateAll(ctx context.Context, reqs []Request) ([]<-chan Output, error) {
+	return e.e.GenerateAll(ctx, reqs)
+}
+
 // Abort ends the request with the given ID (its choices finish with FinishAbort).
 func (e *Engine) Abort(id string) { e.e.Abort(id) }
 
@@ -258,6 +266,12 @@ func (e *Engine) Tokenize(text string, addSpecial bool) ([]int32, error) {
 	}
 	return toInt32(e.l.tok.Encode(text, tokenizer.EncodeOptions{AddSpecial: addSpecial, ParseSpecial: addSpecial})), nil
 }
+
+// TokenizePrompt tokenizes a text prompt as Generate does with Request.Prompt (BOS and EOS
+// as the vocabulary asks; special-token texts are not parsed), stopping as soon as the
+// tokens pass MaxModelLen: a prompt that cannot fit is refused with an error wrapping
+// ErrTooLong without being encoded in full.
+func (e *Engine) TokenizePrompt(text string) ([]int32, error) { return e.e.TokenizePrompt(text) }
 
 // Detokenize turns token ids into text, leaving special tokens out when skipSpecial.
 func (e *Engine) Detokenize(ids []int32, skipSpecial bool) (string, error) {

@@ -70,7 +70,7 @@ func benchKernels(args []string) error {
 	fs.IntVar(&o.Tokens, "tokens", 64, "tokens of the matrix-matrix (prefill) measurement")
 	typeList := fs.String("types", "f32,f16,bf16,q8_0,q4_0,q4_k,q6_k", "weight types")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	for _, name := range strings.Split(*typeList, ",") {
@@ -106,7 +106,7 @@ func benchGenerate(args []string) error {
 	fs.IntVar(&o.Chunk, "chunk", model.DefaultPrefillChunk, "prefill chunk size in tokens")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	ef := addEngineFlags(fs, loadFlags)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

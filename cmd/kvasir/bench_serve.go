@@ -67,7 +67,7 @@ func benchServe(args []string) error {
 	fs.StringVar(&o.ResultFilename, "result-filename", "", "result file name (default: LABEL-RATEqps[-concurrencyN]-MODEL-DATE.json)")
 	fs.StringVar(&o.PlotPath, "plot", "", "draw latency histograms and throughput over time into this PNG")
 	fs.BoolVar(&o.DisableProgress, "disable-tqdm", false, "no progress bar")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -27,7 +27,7 @@ func runChat(args []string) error {
 	seed := fs.Int64("seed", -1, "random seed (-1: from the clock)")
 	ef := addEngineFlags(fs, allEngineFlags)
 	sf := addSamplingFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args, "seed"); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -3,6 +3,8 @@ package main
 import (
 	"flag"
 	"fmt"
+	"math"
+	"runtime"
 
 	"github.com/kvasir-llm/kvasir"
 	"github.com/kvasir-llm/kvasir/internal/bench"
@@ -38,6 +40,10 @@ type engineFlags struct {
 	noPrefixCaching, noAsync  bool
 	generationConfig          string
 }
+
+// threadsPerCPU bounds --threads: more CPU workers than this many per core only contend
+// (and a pool of 100000 threads never starts).
+const threadsPerCPU = 64
 
 // defaultModelHelp is the -m flag's help.
 const defaultModelHelp = "model: a .gguf file, a llama2.c .bin, a Hugging Face folder, hf:ORG/REPO[/FILE] or synth:SHAPE[:TYPE]; default: the built-in random-weight model"
@@ -79,6 +85,9 @@ func (f *engineFlags) options() (kvasir.Options, error) {
 	if f.tensor < 1 || f.pipeline < 1 {
 		return opt, fmt.Errorf("--tensor-parallel-size %d --pipeline-parallel-size %d: want sizes of at least 1", f.tensor, f.pipeline)
 	}
+	if most := threadsPerCPU * runtime.NumCPU(); f.threads > most {
+		return opt, fmt.Errorf("--threads %d: at most %d (%d per CPU core of the %d here)", f.threads, most, threadsPerCPU, runtime.NumCPU())
+	}
 	opt.TensorParallel, opt.PipelineParallel, opt.Threads = f.tensor, f.pipeline, f.threads
 	if opt.KVCacheDType, err = kvasir.ParseKVCacheDType(f.kvDType); err != nil {
 		return opt, fmt.Errorf("--kv-cache-dtype: %w", err)
@@ -88,6 +97,9 @@ func (f *engineFlags) options() (kvasir.Options, error) {
 	}
 	if f.scope == loadFlags {
 		return opt, nil
+	}
+	if f.maxModelLen > math.MaxInt32 {
+		return opt, fmt.Errorf("--max-model-len %d: at most %d tokens (positions are 32-bit)", f.maxModelLen, math.MaxInt32)
 	}
 	if opt.KVCacheMemory, err = kvasir.ParseBytes(f.kvMemory); err != nil {
 		return opt, fmt.Errorf("--kv-cache-memory: %w", err)

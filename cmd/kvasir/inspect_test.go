@@ -52,7 +52,7 @@ func TestInspectHostileHeader(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	start := time.Now()
-	out, err := captureStdoutErr(t, func() error { return runInspect([]string{p}) })
+	out, err := captureOutputErr(t, func() error { return runInspect([]string{p}) })
 	elapsed := time.Since(start)
 	runtime.ReadMemStats(&after)
 	if err == nil || !strings.Contains(err.Error(), reason) {
@@ -70,7 +70,7 @@ func TestInspectHostileHeader(t *testing.T) {
 		t.Errorf("allocated %d MB, want at most 50 MB", grew>>20)
 	}
 
-	out, err = captureStdoutErr(t, func() error { return runInspect([]string{"--json", p}) })
+	out, err = captureOutputErr(t, func() error { return runInspect([]string{"--json", p}) })
 	var in inspection
 	if jerr := json.Unmarshal([]byte(out), &in); jerr != nil || err == nil {
 		t.Fatalf("--json: %v, error %v", jerr, err)

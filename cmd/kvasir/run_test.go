@@ -13,32 +13,33 @@ import (
 // captureStdout runs fn with os.Stdout redirected and returns what it printed.
 func captureStdout(t *testing.T, fn func() error) string {
 	t.Helper()
-	out, err := captureStdoutErr(t, fn)
-	if err != nil {
-		t.Fatal(err)
+	var runErr error
+	out := captureOutput(t, &os.Stdout, func() { runErr = fn() })
+	if runErr != nil {
+		t.Fatal(runErr)
 	}
 	return out
 }
 
-// captureStdoutErr runs fn with os.Stdout redirected and returns what it printed and
-// fn's error.
-func captureStdoutErr(t *testing.T, fn func() error) (string, error) {
+// captureOutput runs fn with *file (os.Stdout, os.Stderr) redirected and returns what it
+// printed there.
+func captureOutput(t *testing.T, file **os.File, fn func()) string {
 	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := os.Stdout
-	os.Stdout = w
+	old := *file
+	*file = w
 	done := make(chan string)
 	go func() {
 		b, _ := io.ReadAll(r)
 		done <- string(b)
 	}()
-	runErr := fn()
-	os.Stdout = old
+	fn()
+	*file = old
 	w.Close()
-	return <-done, runErr
+	return <-done
 }
 
 // storiesRun returns the stories260K checkpoint and tokenizer paths and llama2.c's greedy
@@ -118,4 +119,13 @@ func TestBenchDispatch(t *testing.T) {
 			t.Errorf("benchmark %q is not registered", name)
 		}
 	}
+}
+
+// captureOutputErr runs fn with os.Stdout redirected and returns what it printed and fn's
+// error.
+func captureOutputErr(t *testing.T, fn func() error) (string, error) {
+	t.Helper()
+	var err error
+	out := captureOutput(t, &os.Stdout, func() { err = fn() })
+	return out, err
 }

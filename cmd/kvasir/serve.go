@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -24,18 +25,20 @@ func runServe(args []string) error {
 	fs := newFlags("serve", "[-m MODEL] [--host H] [--port P] [flags]")
 	host := fs.String("host", "127.0.0.1", "address to listen on (0.0.0.0: all interfaces)")
 	port := fs.Int("port", 8000, "port to listen on (0: any free port)")
-	apiKey := fs.String("api-key", os.Getenv("KVASIR_API_KEY"), "require this key as \"Authorization: Bearer KEY\" (default $KVASIR_API_KEY)")
+	apiKey := fs.String("api-key", "", "require this key as \"Authorization: Bearer KEY\" (default: the environment variable KVASIR_API_KEY, read when the flag is not given)")
 	served := fs.String("served-model-name", "", "comma-separated names the model is served under (default: the model's name)")
 	chatTemplate := fs.String("chat-template", "", "a Jinja chat template file overriding the model's")
 	ef := addEngineFlags(fs, allEngineFlags)
 	tf := addChatTemplateFlags(fs)
 	maxBody := fs.Int64("max-request-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (larger: 413)")
-	drain := fs.Duration("drain-timeout", server.DefaultDrainTimeout, "on SIGTERM/SIGINT, how long requests in flight may finish before they are aborted")
+	drain := fs.Duration("drain-timeout", server.DefaultDrainTimeout, "on SIGTERM/SIGINT, how long requests in flight may finish before they are aborted (a second signal exits at once)")
 	cf := addConnFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	limits := addLimitFlags(fs)
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg := server.Config{APIKey: *apiKey, MaxBodyBytes: *maxBody}
+	envDefault(fs, "api-key", "KVASIR_API_KEY", apiKey)
+	cfg := server.Config{APIKey: *apiKey, MaxBodyBytes: *maxBody, Limits: *limits}
 	if err := cf.apply(&cfg); err != nil {
 		return err
 	}
@@ -90,8 +93,14 @@ func runServe(args []string) error {
 	}
 	// The address line is parsed by tests and scripts that start the server on port 0.
 	fmt.Fprintf(os.Stderr, "kvasir: serving %s on http://%s/v1 (Ctrl-C to stop)\n", names[0], ln.Addr())
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	done := make(chan struct{})
+	defer close(done)
+	go onSignals(sigs, done, cancel, os.Exit, log)
 	err = srv.Serve(ctx, ln, *drain)
 	log.Info("server stopped")
 	return err
@@ -105,4 +114,39 @@ func servedNames(flagValue, modelName string) []string {
 		names = []string{modelName}
 	}
 	return names
+}
+
+// onSignals drains the server (drain) on the first SIGTERM or SIGINT, and on the second
+// exits at once, as vLLM does, so that a drain that takes too long can be cut short (exit
+// gets 128 + the signal's number, as a shell reports a process a signal killed). It
+// returns when done closes.
+func onSignals(sigs <-chan os.Signal, done <-chan struct{}, drain func(), exit func(int), log *slog.Logger) {
+	select {
+	case <-done:
+		return
+	case sig := <-sigs:
+		log.Info("signal received: draining the requests in flight; send it again to exit at once", "signal", sig)
+		drain()
+	}
+	select {
+	case <-done:
+	case sig := <-sigs:
+		log.Warn("second signal: exiting at once, the requests in flight are lost", "signal", sig)
+		code := 1
+		if s, ok := sig.(syscall.Signal); ok {
+			code = 128 + int(s)
+		}
+		exit(code)
+	}
+}
+
+// envDefault sets *v, the value of flag name of the parsed fs, to the environment variable
+// env when the flag was not given. Read after parsing, a secret there never shows in the
+// help as the flag's default would.
+func envDefault(fs *flag.FlagSet, name, env string, v *string) {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	if !given {
+		*v = os.Getenv(env)
+	}
 }

@@ -17,12 +17,14 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
 	"github.com/kvasir-llm/kvasir/internal/model"
+	"github.com/kvasir-llm/kvasir/internal/sample"
 	"github.com/kvasir-llm/kvasir/internal/tokenizer"
 )
 
@@ -211,38 +213,62 @@ func (e *Engine) QueueFull() bool {
 // here with an error (a *ParamError, or one wrapping ErrTooLong, ErrQueueFull or
 // ErrClosed).
 func (e *Engine) Generate(ctx context.Context, req Request) (<-chan Output, error) {
-	r, err := e.prepare(req)
+	chans, err := e.GenerateAll(ctx, []Request{req})
 	if err != nil {
 		return nil, err
+	}
+	return chans[0], nil
+}
+
+// GenerateAll submits requests as one: all of them are admitted, or none is (the first
+// refusal is returned), so that a client's prompts are never half queued. With
+// Config.MaxWaiting they are refused with ErrQueueFull when requests wait and these would
+// take the queue past the limit; an empty queue takes them whatever their number, so that
+// an idle engine takes any batch it can ever take. Each request behaves as Generate's;
+// chans[i] carries the outputs of reqs[i].
+func (e *Engine) GenerateAll(ctx context.Context, reqs []Request) (chans []<-chan Output, err error) {
+	rs := make([]*request, len(reqs))
+	for i, req := range reqs {
+		if rs[i], err = e.prepare(req); err != nil {
+			return nil, err
+		}
 	}
 	e.mu.Lock()
 	if e.closing {
 		e.mu.Unlock()
 		return nil, ErrClosed
 	}
-	if r.id == "" {
-		e.nextID++
-		r.id = "req-" + strconv.FormatUint(e.nextID, 10)
+	for i, r := range rs {
+		if r.id == "" {
+			e.nextID++
+			r.id = "req-" + strconv.FormatUint(e.nextID, 10)
+		}
+		if e.inFlight[r.id] != nil || slices.ContainsFunc(rs[:i], func(o *request) bool { return o.id == r.id }) {
+			e.mu.Unlock()
+			return nil, paramErr("request_id", "%q is already in flight", r.id)
+		}
 	}
-	if e.inFlight[r.id] != nil {
+	if waiting := e.numWaitingLocked(); e.cfg.MaxWaiting > 0 && waiting > 0 && waiting+len(rs) > e.cfg.MaxWaiting {
 		e.mu.Unlock()
-		return nil, paramErr("request_id", "%q is already in flight", r.id)
+		return nil, fmt.Errorf("%w: %d requests waiting, %d more would pass the limit of %d", ErrQueueFull, waiting, len(rs), e.cfg.MaxWaiting)
 	}
-	if e.cfg.MaxWaiting > 0 && e.numWaitingLocked() >= e.cfg.MaxWaiting {
-		e.mu.Unlock()
-		return nil, fmt.Errorf("%w: %d requests waiting", ErrQueueFull, e.cfg.MaxWaiting)
+	for _, r := range rs {
+		e.order++
+		r.order = e.order
+		e.inFlight[r.id] = r
+		e.inbox = append(e.inbox, command{add: r})
 	}
-	e.order++
-	r.order = e.order
-	e.inFlight[r.id] = r
-	e.inbox = append(e.inbox, command{add: r})
 	e.mu.Unlock()
 	e.signal()
 
-	ch := make(chan Output)
-	id := r.id
-	go r.out.pump(ctx, ch, func() { e.Abort(id) })
-	return ch, nil
+	chans = make([]<-chan Output, len(rs))
+	for i, r := range rs {
+		ch := make(chan Output)
+		id := r.id
+		go r.out.pump(ctx, ch, func() { e.Abort(id) })
+		chans[i] = ch
+	}
+	return chans, nil
 }
 
 // numWaitingLocked counts submitted requests not yet admitted (caller holds e.mu).
@@ -264,11 +290,9 @@ func (e *Engine) prepare(req Request) (*request, error) {
 	}
 	prompt := req.PromptTokens
 	if prompt == nil {
-		if e.tok == nil {
-			return nil, paramErr("prompt", "the model has no tokenizer: give prompt token ids")
-		}
-		for _, id := range e.tok.Encode(req.Prompt, tokenizer.EncodeOptions{AddSpecial: true}) {
-			prompt = append(prompt, int32(id))
+		var err error
+		if prompt, err = e.TokenizePrompt(req.Prompt); err != nil {
+			return nil, err
 		}
 	}
 	if len(prompt) == 0 {
@@ -307,7 +331,31 @@ func (e *Engine) prepare(req Request) (*request, error) {
 		salt: req.CacheSalt, prompt: prompt, procs: req.Processors, out: newOutbox(), reasons: make([]string, n),
 		arrival: e.cfg.Now(),
 	}
+	if e.tok != nil {
+		// Compiled here, on the submitter's goroutine, not on the engine loop.
+		r.stops = sample.NewStopSet(p.Stop)
+	}
 	return r, nil
+}
+
+// TokenizePrompt tokenizes a text prompt as Generate does (BOS and EOS as the vocabulary
+// asks; special-token texts are not parsed). Encoding stops as soon as the tokens pass the
+// context length: a prompt that cannot fit is refused with an error wrapping ErrTooLong
+// without being encoded in full.
+func (e *Engine) TokenizePrompt(text string) ([]int32, error) {
+	if e.tok == nil {
+		return nil, paramErr("prompt", "the model has no tokenizer: give prompt token ids")
+	}
+	maxLen := e.cfg.MaxModelLen
+	ids := e.tok.Encode(text, tokenizer.EncodeOptions{AddSpecial: true, MaxTokens: maxLen})
+	if len(ids) > maxLen {
+		return nil, fmt.Errorf("%w: a prompt of more than %d tokens exceeds the context length of %d tokens", ErrTooLong, maxLen, maxLen)
+	}
+	prompt := make([]int32, len(ids))
+	for i, id := range ids {
+		prompt[i] = int32(id)
+	}
+	return prompt, nil
 }
 
 // Abort ends a request: its choices finish with FinishAbort and its blocks are freed at the

@@ -19,7 +19,10 @@ type request struct {
 	order     uint64 // arrival order (FCFS tie-break)
 	prompt    []int32
 	procs     []sample.Stateful // choice 0's stateful processors (Request.Processors)
-	out       *outbox
+	// stops are the stop strings compiled once (nil: none); every choice's matcher walks
+	// this one set.
+	stops *sample.StopSet
+	out   *outbox
 
 	seqs     []*sequence // choice i at index i once forked; only seqs[0] before
 	finished int         // choices finished

@@ -56,7 +56,7 @@ func (e *Engine) newSequence(r *request, index int, tokens []int32, procs []samp
 	seq.sampler = sample.New(sample.Params{Temperature: p.Temperature, TopK: topK, TopP: p.TopP, MinP: p.MinP, Seed: seed}, extra...)
 	if e.tok != nil {
 		seq.detok = tokenizer.NewDetokenizer(e.tok, !p.KeepSpecialTokens)
-		seq.stop = sample.NewStopMatcher(p.Stop, p.IncludeStopStrInOutput)
+		seq.stop = r.stops.Matcher(p.IncludeStopStrInOutput)
 	}
 	return seq
 }

@@ -16,7 +16,7 @@ import (
 
 // handleChat answers POST /v1/chat/completions.
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
-	var req chatRequest
+	req := chatRequest{commonRequest: commonRequest{limits: &s.cfg.Limits}}
 	if !s.readRequest(w, r, &req, func() string { return req.Model }) {
 		return
 	}
@@ -91,9 +91,33 @@ func (s *Server) chatRequest(ctx context.Context, req *chatRequest) (kvasir.Requ
 			return kvasir.Request{}, apiErr
 		}
 	}
+	if apiErr := s.cfg.checkRequest(params.Stop, 1, params); apiErr != nil {
+		return kvasir.Request{}, apiErr
+	}
+	n, maxLen := max(params.N, 1), s.eng.MaxModelLen()
+	if params.MaxTokens > 0 {
+		// Refused before rendering when max_tokens alone is too much.
+		var lps logprobCount
+		lps.generated(params, n, params.MaxTokens, maxLen)
+		if apiErr := s.cfg.checkLogprobs(lps, logprobsParam(params)); apiErr != nil {
+			return kvasir.Request{}, apiErr
+		}
+	}
 	addGen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
 	ids, apiErr := s.renderChat(ctx, req.Messages, req.Tools, addGen, req.ContinueFinal, req.ChatTemplateKwargs)
 	if apiErr != nil {
+		return kvasir.Request{}, apiErr
+	}
+	var lps logprobCount
+	outTokens := params.MaxTokens
+	if outTokens == 0 {
+		outTokens = maxLen - len(ids)
+	}
+	lps.generated(params, n, outTokens, maxLen)
+	if params.PromptLogprobs {
+		lps.add(1, len(ids), params.PromptTopLogprobs)
+	}
+	if apiErr := s.cfg.checkLogprobs(lps, logprobsParam(params)); apiErr != nil {
 		return kvasir.Request{}, apiErr
 	}
 	return kvasir.Request{PromptTokens: ids, Params: params, Priority: req.Priority, CacheSalt: req.CacheSalt}, nil
@@ -106,6 +130,9 @@ func (s *Server) renderChat(ctx context.Context, msgs []chatMessage, tools []jso
 	if len(msgs) == 0 {
 		return nil, badRequest("messages", "messages must hold at least one message")
 	}
+	if apiErr := s.cfg.checkMessages(len(msgs)); apiErr != nil {
+		return nil, apiErr
+	}
 	if s.tmpl == nil {
 		return nil, badRequest("messages", "%v", s.tmplErr)
 	}
@@ -113,9 +140,14 @@ func (s *Server) renderChat(ctx context.Context, msgs []chatMessage, tools []jso
 		return nil, badRequest("messages", "the model has no tokenizer")
 	}
 	in := chat.Input{Messages: make([]chat.Message, len(msgs)), AddGenerationPrompt: addGen && !continueFinal, Extra: kwargs}
+	textBytes := 0
 	for i, m := range msgs {
 		cm, apiErr := convertMessage(i, m)
 		if apiErr != nil {
+			return nil, apiErr
+		}
+		textBytes += messageBytes(cm)
+		if apiErr := s.cfg.checkPromptBytes("messages", "the text of the messages", textBytes); apiErr != nil {
 			return nil, apiErr
 		}
 		in.Messages[i] = cm
@@ -168,6 +200,9 @@ func convertMessage(i int, m chatMessage) (chat.Message, *APIError) {
 	if m.Role == "" {
 		return chat.Message{}, badRequest(param+".role", "%s.role is required", param)
 	}
+	if !chatRoles[m.Role] {
+		return chat.Message{}, badRequest(param+".role", "%s.role %q: expected system, user, assistant, tool, developer or function", param, m.Role)
+	}
 	out := chat.Message{Role: m.Role, Name: m.Name, ToolCallID: m.ToolCallID, ReasoningContent: m.ReasoningContent}
 	for _, tc := range m.ToolCalls {
 		out.ToolCalls = append(out.ToolCalls, chat.ToolCall{ID: tc.ID, Type: tc.Type,
@@ -207,6 +242,17 @@ func convertMessage(i int, m chatMessage) (chat.Message, *APIError) {
 		return chat.Message{}, badRequest(param+".content", "%s.content must be a string or an array of content parts", param)
 	}
 	return out, nil
+}
+
+// messageBytes is the text of a message the template renders: its content, reasoning and
+// tool calls' arguments.
+func messageBytes(m chat.Message) int {
+	text, _ := m.Content.(string) // convertMessage flattens content to a string
+	n := len(text) + len(m.ReasoningContent)
+	for _, tc := range m.ToolCalls {
+		n += len(tc.Function.Arguments)
+	}
+	return n
 }
 
 // streamChat streams chat.completion.chunk events: first a role delta per choice, then

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 	"time"
 
@@ -9,7 +10,7 @@ import (
 
 // handleCompletions answers POST /v1/completions.
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
-	var req completionRequest
+	req := completionRequest{commonRequest: commonRequest{limits: &s.cfg.Limits}}
 	if !s.readRequest(w, r, &req, func() string { return req.Model }) {
 		return
 	}
@@ -94,7 +95,7 @@ func (s *Server) completionRequests(req *completionRequest) ([]kvasir.Request, *
 		return nil, badRequest("prompt", "prompt is required")
 	}
 	if len(req.Prompt) > MaxPrompts {
-		return nil, badRequest("prompt", "%d prompts: at most %d per request", len(req.Prompt), MaxPrompts)
+		return nil, tooManyPrompts(len(req.Prompt))
 	}
 	if req.Suffix != nil && *req.Suffix != "" {
 		return nil, unsupportedParam("suffix", "suffix is not supported yet (text after the insertion point)")
@@ -128,18 +129,65 @@ func (s *Server) completionRequests(req *completionRequest) ([]kvasir.Request, *
 		}
 		params.PromptLogprobs, params.PromptTopLogprobs = true, max(params.PromptTopLogprobs, *req.Logprobs)
 	}
-	if !s.eng.HasTokenizer() {
-		for _, p := range req.Prompt {
-			if p.IsText {
-				return nil, badRequest("prompt", "the model has no tokenizer: give the prompt as token ids")
-			}
+	if apiErr := s.cfg.checkRequest(params.Stop, len(req.Prompt), params); apiErr != nil {
+		return nil, apiErr
+	}
+	n := max(params.N, 1)
+	var lps logprobCount
+	lps.generated(params, len(req.Prompt)*n, params.MaxTokens, s.eng.MaxModelLen())
+	if apiErr := s.cfg.checkLogprobs(lps, logprobsParam(params)); apiErr != nil {
+		return nil, apiErr
+	}
+	prompts, apiErr := s.promptTokens(req.Prompt)
+	if apiErr != nil {
+		return nil, apiErr
+	}
+	for _, ids := range prompts {
+		if req.PromptLogprobs != nil {
+			lps.add(n, len(ids), *req.PromptLogprobs)
+		}
+		if req.Echo && req.Logprobs != nil {
+			lps.add(n, len(ids), *req.Logprobs)
 		}
 	}
+	if apiErr := s.cfg.checkLogprobs(lps, logprobsParam(params)); apiErr != nil {
+		return nil, apiErr
+	}
 	reqs := make([]kvasir.Request, len(req.Prompt))
-	for i, p := range req.Prompt {
-		reqs[i] = kvasir.Request{Prompt: p.Text, PromptTokens: p.Tokens, Params: params, Priority: req.Priority, CacheSalt: req.CacheSalt}
+	for i, ids := range prompts {
+		reqs[i] = kvasir.Request{PromptTokens: ids, Params: params, Priority: req.Priority, CacheSalt: req.CacheSalt}
 	}
 	return reqs, nil
+}
+
+// promptTokens returns the tokens of every prompt: text prompts no longer than
+// MaxPromptBytes are tokenized (precheck refuses longer ones before decoding; this is the
+// check of record), and one that cannot fit the context is refused as soon as its tokens
+// pass the context length.
+func (s *Server) promptTokens(prompts promptInput) ([][]int32, *APIError) {
+	out := make([][]int32, len(prompts))
+	for i, p := range prompts {
+		if !p.IsText {
+			out[i] = p.Tokens
+			continue
+		}
+		if !s.eng.HasTokenizer() {
+			return nil, badRequest("prompt", "the model has no tokenizer: give the prompt as token ids")
+		}
+		what := "the prompt"
+		if len(prompts) > 1 {
+			what = fmt.Sprintf("prompt %d", i)
+		}
+		if apiErr := s.cfg.checkPromptBytes("prompt", what, len(p.Text)); apiErr != nil {
+			return nil, apiErr
+		}
+		ids, err := s.eng.TokenizePrompt(p.Text)
+		if err != nil {
+			return nil, engineError(err, "prompt")
+		}
+		out[i] = ids
+	}
+	return out, nil
 }
 
 // streamCompletion streams text_completion chunks. With echo, each choice starts with a

@@ -60,6 +60,11 @@ func decodeJSON(body []byte, v any) (map[string]json.RawMessage, *APIError) {
 	if fields == nil {
 		return nil, badRequest("", "the request body must be a JSON object, not null")
 	}
+	if p, ok := v.(prechecker); ok {
+		if apiErr := p.precheck(fields); apiErr != nil {
+			return nil, apiErr
+		}
+	}
 	if err := json.Unmarshal(body, v); err != nil {
 		return nil, jsonError(err)
 	}

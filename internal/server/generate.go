@@ -16,19 +16,16 @@ type item struct {
 	Out    kvasir.Output
 }
 
-// submit hands the engine one request per prompt (all with ctx) and merges their outputs
-// into one channel, closed when every request has finished or ctx is done. When the
-// engine refuses a request, the ones already submitted are left to the caller to abort
-// by cancelling ctx.
+// submit hands the engine one request per prompt (all with ctx), admitted or refused as a
+// whole, and merges their outputs into one channel, closed when every request has finished
+// or ctx is done.
 func (s *Server) submit(ctx context.Context, id string, reqs []kvasir.Request, promptParam string) (<-chan item, *APIError) {
-	chans := make([]<-chan kvasir.Output, len(reqs))
-	for i, req := range reqs {
-		req.ID = id + "-" + strconv.Itoa(i)
-		ch, err := s.eng.Generate(ctx, req)
-		if err != nil {
-			return nil, engineError(err, promptParam)
-		}
-		chans[i] = ch
+	for i := range reqs {
+		reqs[i].ID = id + "-" + strconv.Itoa(i)
+	}
+	chans, err := s.eng.GenerateAll(ctx, reqs)
+	if err != nil {
+		return nil, engineError(err, promptParam)
 	}
 	merged := make(chan item)
 	var wg sync.WaitGroup

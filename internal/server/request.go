@@ -59,6 +59,10 @@ type commonRequest struct {
 	PromptLogprobs *int     `json:"prompt_logprobs"`
 	UseBeamSearch  bool     `json:"use_beam_search"`
 	LengthPenalty  *float64 `json:"length_penalty"`
+
+	// limits, when set (by the handler, before decoding), bound the request's lists
+	// before they are decoded (precheck).
+	limits *Limits
 }
 
 // stopList is the stop field: a string, a list of strings, or null.
@@ -328,6 +332,8 @@ type tokenizeRequest struct {
 	ReturnTokenStrs     bool              `json:"return_token_strs"`
 	ChatTemplateKwargs  map[string]any    `json:"chat_template_kwargs"`
 	Tools               []json.RawMessage `json:"tools"`
+
+	limits *Limits // as commonRequest's
 }
 
 // detokenizeRequest is the body of POST /detokenize.

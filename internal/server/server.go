@@ -86,6 +86,8 @@ type Config struct {
 	// web pages may call the server; a request with another Origin header gets 403, an
 	// allowed one CORS headers. Empty: no browser origin.
 	AllowedOrigins []string
+	// Limits are the budgets of one request (zero fields: the defaults).
+	Limits
 }
 
 // Server answers the HTTP API for one engine. It is an http.Handler.
@@ -122,6 +124,7 @@ func New(eng *kvasir.Engine, cfg Config) (*Server, error) {
 		cfg.Version = buildVersion()
 	}
 	setDefaults(&cfg)
+	cfg.Limits = cfg.Limits.withDefaults(eng.MaxModelLen())
 	hosts, origins, err := cfg.policies()
 	if err != nil {
 		return nil, err

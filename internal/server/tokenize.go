@@ -7,7 +7,7 @@ import (
 // handleTokenize answers vLLM's POST /tokenize: a prompt, or chat messages rendered with
 // the template, to token ids.
 func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
-	var req tokenizeRequest
+	req := tokenizeRequest{limits: &s.cfg.Limits}
 	if !s.readRequest(w, r, &req, func() string { return req.Model }) {
 		return
 	}
@@ -21,6 +21,10 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("prompt", "give either prompt or messages, not both"))
 		return
 	case req.Prompt != nil:
+		if apiErr := s.cfg.checkPromptBytes("prompt", "the prompt", len(*req.Prompt)); apiErr != nil {
+			writeError(w, apiErr)
+			return
+		}
 		addSpecial := req.AddSpecialTokens == nil || *req.AddSpecialTokens
 		var err error
 		if ids, err = s.eng.Tokenize(*req.Prompt, addSpecial); err != nil {

@@ -115,9 +115,10 @@ func splitMerge(line string) (left, right string, ok bool) {
 	return line[:i], line[i+1:], true
 }
 
-// encode appends the ids of fragment, which holds no special tokens, to out.
-func (m *bpeModel) encode(fragment string, out []int) []int {
-	out, _ = m.encodeUntil(fragment, out, nil)
+// encode appends the ids of fragment, which holds no special tokens, to out; with limit > 0
+// it merges no more pre-tokens once out holds more than limit ids.
+func (m *bpeModel) encode(fragment string, out []int, limit int) []int {
+	out, _ = m.encodeUntil(fragment, out, limit, nil)
 	return out
 }
 
@@ -126,14 +127,14 @@ const stopEvery = 256
 
 // encodeUntil is encode that gives up (reporting true) once stop, asked every stopEvery
 // pre-tokens when not nil, says so.
-func (m *bpeModel) encodeUntil(fragment string, out []int, stop func() bool) ([]int, bool) {
+func (m *bpeModel) encodeUntil(fragment string, out []int, limit int, stop func() bool) ([]int, bool) {
 	if fragment == "" {
 		return out, false
 	}
 	syms := make([]int32, 0, bpeHeapThreshold)
 	n, stopped := 0, false
 	m.pretok(fragment, func(w string) {
-		if stopped {
+		if stopped || limit > 0 && len(out) > limit {
 			return
 		}
 		if n++; stop != nil && n%stopEvery == 0 && stop() {

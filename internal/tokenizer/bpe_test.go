@@ -85,7 +85,7 @@ func TestBPEMergeOrder(t *testing.T) {
 		{"bbbbbbbbb", []string{"bbbb", "bbbb", "b"}},
 	}
 	for _, c := range cases {
-		got := tokenTexts(v, m.encode(c.text, nil))
+		got := tokenTexts(v, m.encode(c.text, nil, 0))
 		if !slices.Equal(got, c.want) {
 			t.Errorf("%q: got %q, want %q", c.text, got, c.want)
 		}
@@ -105,7 +105,7 @@ func TestBPEIgnoreMerges(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := tokenTexts(v, m.encode("xyz", nil)); !slices.Equal(got, c.want) {
+		if got := tokenTexts(v, m.encode("xyz", nil, 0)); !slices.Equal(got, c.want) {
 			t.Errorf("%s: got %q, want %q", c.pre, got, c.want)
 		}
 	}

@@ -15,15 +15,43 @@ type spmModel struct {
 	vocab  *Vocab
 	ids    map[string]int
 	byteID [256]int // token for each byte: "<0xNN>", else the one-byte text, else unk (-1 if none)
+	// joins holds the pairs of characters (a, b), b a cut candidate (spmCutBefore), that
+	// some token contains next to each other: a text may be cut before b where it follows
+	// any other character without changing its tokens.
+	joins map[[2]rune]bool
 }
 
 func newSPM(v *Vocab, ids map[string]int) *spmModel {
-	m := &spmModel{vocab: v, ids: ids}
+	m := &spmModel{vocab: v, ids: ids, joins: make(map[[2]rune]bool)}
 	for b := range 256 {
 		m.byteID[b] = byteToken(ids, byte(b), v.UNK)
 	}
+	for text := range ids {
+		prev := utf8.RuneError
+		for _, r := range text {
+			if spmCutBefore(r) && prev != utf8.RuneError {
+				m.joins[[2]rune{prev, r}] = true
+			}
+			prev = r
+		}
+	}
 	return m
 }
+
+// spmCutBefore reports whether a text may be cut before r when no token joins r to the
+// character before it: the escaped space, a line break, CJK punctuation.
+func spmCutBefore(r rune) bool {
+	switch r {
+	case '\u2581', '\n', '\u3001', '\u3002', '\uff0c', '\uff01', '\uff1f':
+		return true
+	}
+	return false
+}
+
+// spmChunkBytes is the size from which encode with a token limit cuts a text into
+// independently encoded chunks (at places where no token can span the cut, so the tokens
+// are the same), checking the limit after each.
+const spmChunkBytes = 4096
 
 // byteToken finds the token for byte b: "<0xNN>", else the one-byte string, else unk.
 func byteToken(ids map[string]int, b byte, unk int) int {
@@ -98,12 +126,61 @@ func (q *spmQueue) pop() spmBigram {
 	return top
 }
 
-// encode tokenizes fragment (spaces not yet escaped; any dummy prefix already added).
-func (m *spmModel) encode(fragment string, out []int) []int {
+// encode tokenizes fragment (spaces not yet escaped; any dummy prefix already added). With
+// limit > 0 it encodes the text in chunks of about spmChunkBytes and stops after the chunk
+// that takes out past limit ids.
+func (m *spmModel) encode(fragment string, out []int, limit int) []int {
 	if fragment == "" {
 		return out
 	}
 	text := strings.ReplaceAll(fragment, " ", spaceMarker)
+	if limit <= 0 {
+		return m.encodeText(text, out)
+	}
+	return m.encodeChunks(text, out, limit, spmChunkBytes)
+}
+
+// encodeChunks encodes text chunk by chunk, each at least chunk bytes long where a safe cut
+// follows, until out holds more than limit ids.
+func (m *spmModel) encodeChunks(text string, out []int, limit, chunk int) []int {
+	for text != "" && len(out) <= limit {
+		cut := m.safeCut(text, chunk)
+		out = m.encodeText(text[:cut], out)
+		text = text[cut:]
+	}
+	return out
+}
+
+// safeCut returns the first place at or after byte from where text can be cut without
+// changing its tokens, or len(text) when there is none: before a cut candidate that no
+// token joins to the character before it. No merged symbol can span such a place (it
+// would be a token holding both characters), and merges on either side never meet, so
+// encoding the two parts apart gives the same tokens.
+func (m *spmModel) safeCut(text string, from int) int {
+	if from >= len(text) {
+		return len(text)
+	}
+	// Start on a character boundary: a continuation byte cannot begin a character.
+	for from > 0 && !utf8.RuneStart(text[from]) {
+		from--
+	}
+	prev, _ := utf8.DecodeLastRuneInString(text[:from])
+	for i := from; i < len(text); {
+		r, n := utf8.DecodeRuneInString(text[i:])
+		if i > 0 && spmCutBefore(r) && prev != utf8.RuneError && !m.joins[[2]rune{prev, r}] {
+			return i
+		}
+		prev = r
+		i += n
+	}
+	return len(text)
+}
+
+// encodeText tokenizes text, its spaces escaped.
+func (m *spmModel) encodeText(text string, out []int) []int {
+	if text == "" {
+		return out
+	}
 	syms := make([]spmSymbol, 0, len(text))
 	for off := 0; off < len(text); {
 		// One symbol per UTF-8 character; each byte of an invalid sequence is a symbol of its

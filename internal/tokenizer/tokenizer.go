@@ -12,12 +12,18 @@ import (
 type EncodeOptions struct {
 	AddSpecial   bool // add BOS/EOS as the vocab says
 	ParseSpecial bool // recognise control/user-defined token texts in the input
+	// MaxTokens, when positive, stops encoding as soon as the output holds more than
+	// MaxTokens tokens: the result then has more than MaxTokens tokens but is not the
+	// text's encoding (it is only good for saying that the text does not fit). Below the
+	// limit the result is the full encoding, the same as without MaxTokens.
+	MaxTokens int
 }
 
 // encoder is the model-specific part of a Tokenizer: it encodes one fragment of text that
-// holds no special tokens, appending ids to out.
+// holds no special tokens, appending ids to out. With limit > 0 it may stop once out holds
+// more than limit ids.
 type encoder interface {
-	encode(fragment string, out []int) []int
+	encode(fragment string, out []int, limit int) []int
 }
 
 // Tokenizer encodes text to token ids and decodes ids to text for one Vocab.
@@ -233,7 +239,7 @@ func (t *Tokenizer) EncodeContext(ctx context.Context, text string, opt EncodeOp
 // stopper is an encoder that can stop early: once stop reports true it returns what it has
 // and true.
 type stopper interface {
-	encodeUntil(fragment string, out []int, stop func() bool) ([]int, bool)
+	encodeUntil(fragment string, out []int, limit int, stop func() bool) ([]int, bool)
 }
 
 // encode is Encode that stops early (reporting true) when stop, if not nil, says so.
@@ -242,7 +248,11 @@ func (t *Tokenizer) encode(text string, opt EncodeOptions, stop func() bool) ([]
 	if v.NFC {
 		text = norm.NFC.String(text)
 	}
-	out := make([]int, 0, len(text)/3+2)
+	size := len(text)/3 + 2
+	if opt.MaxTokens > 0 {
+		size = min(size, opt.MaxTokens+2)
+	}
+	out := make([]int, 0, size)
 	if opt.AddSpecial {
 		switch {
 		case t.kind == "wordpiece":
@@ -255,6 +265,9 @@ func (t *Tokenizer) encode(text string, opt EncodeOptions, stop func() bool) ([]
 	}
 	prevSpecial := true // SentencePiece: a dummy prefix goes before text that starts the input or follows a special token
 	for _, f := range t.partition(text, opt.ParseSpecial) {
+		if opt.MaxTokens > 0 && len(out) > opt.MaxTokens {
+			return out, false
+		}
 		if f.id >= 0 {
 			out = append(out, f.id)
 			prevSpecial = true
@@ -269,11 +282,11 @@ func (t *Tokenizer) encode(text string, opt EncodeOptions, stop func() bool) ([]
 		}
 		if s, ok := t.enc.(stopper); ok && stop != nil {
 			var stopped bool
-			if out, stopped = s.encodeUntil(frag, out, stop); stopped {
+			if out, stopped = s.encodeUntil(frag, out, opt.MaxTokens, stop); stopped {
 				return out, true
 			}
 		} else {
-			out = t.enc.encode(frag, out)
+			out = t.enc.encode(frag, out, opt.MaxTokens)
 		}
 		prevSpecial = false
 	}

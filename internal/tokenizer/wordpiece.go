@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"iter"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -27,8 +28,11 @@ func newWordPiece(v *Vocab, ids map[string]int) *wordPieceModel {
 	return m
 }
 
-func (m *wordPieceModel) encode(fragment string, out []int) []int {
-	for _, word := range wordPieceWords(fragment) {
+func (m *wordPieceModel) encode(fragment string, out []int, limit int) []int {
+	for word := range wordPieceWords(fragment) {
+		if limit > 0 && len(out) > limit {
+			break
+		}
 		w := spaceMarker + word
 		start := len(out)
 		for i := 0; i < len(w); {
@@ -54,33 +58,42 @@ func (m *wordPieceModel) encode(fragment string, out []int) []int {
 
 // wordPieceWords is BERT's basic pre-tokenization as llama.cpp does it: NFD, lower case,
 // whitespace splits, control characters and accents dropped, punctuation, ASCII symbols and CJK
-// ideographs become words of their own.
-func wordPieceWords(text string) []string {
-	var words []string
-	var cur strings.Builder
-	flush := func() {
-		if cur.Len() > 0 {
-			words = append(words, cur.String())
+// ideographs become words of their own. The words are yielded one at a time, so that an
+// encoding that stops early does not split the rest of the text.
+func wordPieceWords(text string) iter.Seq[string] {
+	return func(yield func(string) bool) {
+		var cur strings.Builder
+		flush := func() bool {
+			if cur.Len() == 0 {
+				return true
+			}
+			w := cur.String()
 			cur.Reset()
+			return yield(w)
 		}
-	}
-	nfd := norm.NFD.String(text)
-	for _, r := range nfd {
-		switch {
-		case unicode.IsSpace(r):
-			flush()
-		case r == 0 || r == utf8.RuneError || unicode.Is(unicode.C, r) || unicode.Is(unicode.Mn, r):
-			// dropped: control characters, and accents (nonspacing marks) split off by NFD
-		case unicode.IsPunct(r) || (r < 0x7F && unicode.IsSymbol(r)) || isCJK(r):
-			flush()
-			cur.WriteRune(unicode.ToLower(r))
-			flush()
-		default:
-			cur.WriteRune(unicode.ToLower(r))
+		nfd := norm.NFD.String(text)
+		for _, r := range nfd {
+			switch {
+			case unicode.IsSpace(r):
+				if !flush() {
+					return
+				}
+			case r == 0 || r == utf8.RuneError || unicode.Is(unicode.C, r) || unicode.Is(unicode.Mn, r):
+				// dropped: control characters, and accents (nonspacing marks) split off by NFD
+			case unicode.IsPunct(r) || (r < 0x7F && unicode.IsSymbol(r)) || isCJK(r):
+				if !flush() {
+					return
+				}
+				cur.WriteRune(unicode.ToLower(r))
+				if !flush() {
+					return
+				}
+			default:
+				cur.WriteRune(unicode.ToLower(r))
+			}
 		}
+		flush()
 	}
-	flush()
-	return words
 }
 
 // isCJK reports whether r is in the CJK ideograph blocks BERT splits on (with the upper

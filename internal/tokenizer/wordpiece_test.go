@@ -1,6 +1,9 @@
 package tokenizer
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 func TestWordPieceVectorsBertBGE(t *testing.T) {
 	tok := runVocabVectors(t, "ggml-vocab-bert-bge.gguf")
@@ -23,7 +26,7 @@ func TestWordPieceWords(t *testing.T) {
 		{"€uro", []string{"€uro"}}, // non-ASCII symbols stay inside words
 	}
 	for _, tc := range tests {
-		got := wordPieceWords(tc.in)
+		got := slices.Collect(wordPieceWords(tc.in))
 		if !equalStrings(got, tc.want) {
 			t.Errorf("wordPieceWords(%q) = %q, want %q", tc.in, got, tc.want)
 		}
