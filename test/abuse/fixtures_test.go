@@ -149,42 +149,27 @@ func writeFile(t *testing.T, name, content string) string {
 	return path
 }
 
-// stopStrings is the stop field of the table's first case: count distinct six-letter
-// strings, as a JSON array (about 9.4 MiB for 1.1 M).
-func stopStrings(count int) string {
-	var b strings.Builder
-	b.Grow(count * 9)
-	b.WriteByte('[')
-	for i := range count {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		fmt.Fprintf(&b, `"%06x"`, i)
+// jsonArray is a JSON array of count elements, element i being elem(i).
+func jsonArray(count int, elem func(i int) string) string {
+	parts := make([]string, count)
+	for i := range parts {
+		parts[i] = elem(i)
 	}
-	b.WriteByte(']')
-	return b.String()
+	return "[" + strings.Join(parts, ",") + "]"
+}
+
+// stopStrings is the stop field of the table's first case: count distinct six-letter
+// strings (about 9.4 MiB for 1.1 M).
+func stopStrings(count int) string {
+	return jsonArray(count, func(i int) string { return fmt.Sprintf(`"%06x"`, i) })
 }
 
 // manyMessages is a messages array of count one-letter user messages (8.6 MiB for 300 k).
 func manyMessages(count int) string {
-	var b strings.Builder
-	b.Grow(count * 30)
-	b.WriteByte('[')
-	for i := range count {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(`{"role":"user","content":"x"}`)
-	}
-	b.WriteByte(']')
-	return b.String()
+	return jsonArray(count, func(int) string { return `{"role":"user","content":"x"}` })
 }
 
 // manyPrompts is a prompt array of count short prompts.
 func manyPrompts(count int) string {
-	ps := make([]string, count)
-	for i := range ps {
-		ps[i] = fmt.Sprintf(`"Once upon a time %d"`, i)
-	}
-	return "[" + strings.Join(ps, ",") + "]"
+	return jsonArray(count, func(i int) string { return fmt.Sprintf(`"Once upon a time %d"`, i) })
 }

@@ -117,16 +117,10 @@ func startProbe(pid int) (*memoryProbe, error) {
 	p.childrenMax = p.childrenStart
 	go func() {
 		defer close(p.done)
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-p.stop:
-				return
-			case <-tick.C:
-				p.childrenMax = max(p.childrenMax, descendantsRSS(pid))
-			}
-		}
+		poll(p.stop, func() bool {
+			p.childrenMax = max(p.childrenMax, descendantsRSS(pid))
+			return false
+		})
 	}()
 	return p, nil
 }
@@ -150,26 +144,39 @@ func (p *memoryProbe) end() (int64, string, error) {
 // mib formats a byte count in MiB.
 func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
 
-// watchdog kills process pid when its resident set passes memoryCap, polling every 5 ms
-// until stop is closed. It returns what it did: "" or why it killed the process.
+// poll calls fn every 5 ms until stop is closed or fn returns true, and reports whether fn
+// did.
+func poll(stop <-chan struct{}, fn func() bool) bool {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return false
+		case <-tick.C:
+			if fn() {
+				return true
+			}
+		}
+	}
+}
+
+// watchdog kills process pid when its resident set passes memoryCap, until stop is closed.
+// It sends what it did: "" or why it killed the process.
 func watchdog(pid int, stop <-chan struct{}) <-chan string {
 	out := make(chan string, 1)
 	go func() {
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				out <- ""
-				return
-			case <-tick.C:
+		why := ""
+		poll(stop, func() bool {
+			m, err := readMemory(pid)
+			if err != nil || m.rss <= memoryCap {
+				return false
 			}
-			if m, err := readMemory(pid); err == nil && m.rss > memoryCap {
-				syscall.Kill(pid, syscall.SIGKILL)
-				out <- fmt.Sprintf("killed by the suite's watchdog at %s resident", mib(m.rss))
-				return
-			}
-		}
+			syscall.Kill(pid, syscall.SIGKILL)
+			why = fmt.Sprintf("killed by the suite's watchdog at %s resident", mib(m.rss))
+			return true
+		})
+		out <- why
 	}()
 	return out
 }
@@ -234,21 +241,13 @@ func runCommand(timeout time.Duration, env []string, args ...string) (commandRes
 	killed := watchdog(cmd.Process.Pid, stop)
 	served := make(chan bool, 1)
 	go func() {
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stop:
-				served <- false
-				return
-			case <-tick.C:
+		served <- poll(stop, func() bool {
+			if !addressLine.MatchString(out.String()) {
+				return false
 			}
-			if addressLine.MatchString(out.String()) {
-				cmd.Process.Kill()
-				served <- true
-				return
-			}
-		}
+			cmd.Process.Kill()
+			return true
+		})
 	}()
 	err := cmd.Wait()
 	close(stop)

@@ -101,7 +101,7 @@ func readAnswer(c net.Conn, d time.Duration) (answer, error) {
 	br := bufio.NewReader(c)
 	res, err := http.ReadResponse(br, nil)
 	if err != nil {
-		return answer{}, fmt.Errorf("no answer within %v: %w", d, err)
+		return answer{took: time.Since(start)}, fmt.Errorf("no answer within %v: %w", d, err)
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(res.Body, 64<<10))

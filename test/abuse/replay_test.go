@@ -3,9 +3,9 @@
 package abuse
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"regexp"
 	"strings"
@@ -49,9 +49,6 @@ type hostile struct {
 	mentions *regexp.Regexp
 }
 
-// hostileClient sends hostile requests, each on a connection of its own.
-var hostileClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: hostileTimeout}
-
 // answer is what a hostile request got.
 type answer struct {
 	status int
@@ -61,7 +58,9 @@ type answer struct {
 	err    error
 }
 
-// send sends h to s and reads at most 64 KiB of the answer.
+// send sends h with body to s on a connection of its own and reads the answer (at most 64
+// KiB of its body) as it comes: a server may answer before the body is all sent, and close
+// the connection.
 func (h hostile) send(s *server, body string) answer {
 	method := h.method
 	if method == "" {
@@ -84,21 +83,33 @@ func (h hostile) send(s *server, body string) answer {
 	if h.origin != "" {
 		req.Header.Set("Origin", h.origin)
 	}
-	start := time.Now()
-	res, err := hostileClient.Do(req)
-	if err != nil {
-		return answer{took: time.Since(start), err: err}
+	var raw bytes.Buffer
+	if err := req.Write(&raw); err != nil {
+		return answer{err: err}
 	}
-	defer res.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(res.Body, 64<<10))
-	return answer{status: res.StatusCode, header: res.Header, body: b, took: time.Since(start), err: err}
+	conn, err := dialRaw(s, 0)
+	if err != nil {
+		return answer{err: err}
+	}
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		conn.Write(raw.Bytes()) // an error is the server closing early, which the answer shows
+	}()
+	a, err := readAnswer(conn, hostileTimeout)
+	conn.Close()
+	<-written
+	if err != nil {
+		a.err = err
+	}
+	return a
 }
 
 // checkRefusal checks that a is a 4xx (status when it is not 0) in OpenAI's error shape
 // whose message, param or code matches mentions.
 func checkRefusal(c *check, a answer, status int, mentions *regexp.Regexp) {
 	if a.err != nil {
-		c.Fatalf("no answer within %v: %v", hostileTimeout, a.err)
+		c.Fatalf("%v", a.err)
 	}
 	if status != 0 && a.status != status || a.status < 400 || a.status > 499 {
 		want := "a 4xx"
@@ -135,40 +146,43 @@ func deref(s *string) string {
 	return *s
 }
 
-// target is the server the hostile requests go to, with its idle latency.
+// target is the server the hostile requests go to.
 type target struct {
-	srv  *server
-	idle time.Duration
+	srv *server
 }
 
+// attempts is how many times a case that meets everything but the latency is tried: each
+// time after measuring the idle server again, since on a shared machine a neighbour's burst
+// can slow one window, but not a server that stalls on every such request.
+const attempts = 3
+
 // replay sends h while ordinary users keep asking, and checks everything a case must meet:
-// the refusal, its time, the server's extra memory, the ordinary users' latency and
-// success, and a server alive, healthy and idle afterwards. A case that meets everything
-// but the latency is tried once more after measuring the idle server again: on a shared
-// machine a neighbour's burst can slow one window, but not a server that stalls on every
-// such request.
+// the refusal, its time, the server's extra memory, the ordinary users' latency (p99 within
+// latencyFactor of the idle server's, measured just before) and success, and a server
+// alive, healthy and idle afterwards.
 func (tg *target) replay(c *check, h hostile) {
 	body := ""
 	if h.body != nil {
 		body = h.body()
 	}
-	lat, errs := tg.once(c, h, body)
-	if p := p99(lat); len(c.failures) == 0 && len(errs) == 0 && p > latencyFactor*tg.idle {
-		c.Logf("ordinary p99 %v, over %dx the idle %v: measuring the idle server again, then one more try",
-			p.Round(time.Microsecond), latencyFactor, tg.idle.Round(time.Microsecond))
-		idle, err := idleP99(tg.srv, idleWindow/2)
+	for attempt := 1; ; attempt++ {
+		idle, err := idleP99(tg.srv)
 		if err != nil {
 			c.Fatalf("%v", err)
 		}
-		tg.idle = idle
-		lat, errs = tg.once(c, h, body)
+		lat, errs := tg.once(c, h, body, idle)
+		p := p99(lat)
+		if len(c.failures) > 0 || len(errs) > 0 || p <= latencyFactor*idle || attempt == attempts {
+			tg.checkOrdinary(c, lat, errs, idle)
+			return
+		}
+		c.Logf("ordinary p99 %v, over %dx the idle %v: trying again", p.Round(time.Microsecond), latencyFactor, idle.Round(time.Microsecond))
 	}
-	tg.checkOrdinary(c, lat, errs)
 }
 
 // once sends h with body once (see replay) and returns the ordinary users' latencies and
 // failures during it.
-func (tg *target) once(c *check, h hostile, body string) ([]time.Duration, []string) {
+func (tg *target) once(c *check, h hostile, body string, idle time.Duration) ([]time.Duration, []string) {
 	load := startOrdinary(tg.srv)
 	time.Sleep(20 * time.Millisecond)
 	probe, err := startProbe(tg.srv.pid())
@@ -183,7 +197,7 @@ func (tg *target) once(c *check, h hostile, body string) ([]time.Duration, []str
 	defer tg.after(c)
 
 	c.Logf("answered %d in %v; extra memory %s; ordinary p99 %v over %d requests (idle %v)",
-		a.status, a.took.Round(time.Microsecond), memDesc, p99(lat).Round(time.Microsecond), len(lat), tg.idle.Round(time.Microsecond))
+		a.status, a.took.Round(time.Microsecond), memDesc, p99(lat).Round(time.Microsecond), len(lat), idle.Round(time.Microsecond))
 	if h.mentions == nil {
 		if a.err != nil || a.status != http.StatusOK {
 			c.Errorf("status %d (%v), want 200: %s", a.status, a.err, tail(string(a.body), 500))
@@ -204,14 +218,14 @@ func (tg *target) once(c *check, h hostile, body string) ([]time.Duration, []str
 
 // checkOrdinary checks the ordinary users' requests during a case: all answered, with a
 // p99 within latencyFactor of the idle server's.
-func (tg *target) checkOrdinary(c *check, lat []time.Duration, errs []string) {
+func (tg *target) checkOrdinary(c *check, lat []time.Duration, errs []string, idle time.Duration) {
 	for _, e := range errs {
 		c.Errorf("%s", e)
 	}
 	if len(lat) == 0 {
 		c.Errorf("no ordinary request was answered during the case")
-	} else if p := p99(lat); p > latencyFactor*tg.idle {
-		c.Errorf("ordinary requests' p99 %v during the case, want under %dx the idle %v", p.Round(time.Microsecond), latencyFactor, tg.idle.Round(time.Microsecond))
+	} else if p := p99(lat); p > latencyFactor*idle {
+		c.Errorf("ordinary requests' p99 %v during the case, want under %dx the idle %v", p.Round(time.Microsecond), latencyFactor, idle.Round(time.Microsecond))
 	}
 }
 

@@ -69,12 +69,10 @@ func port(s *server) string { return s.addr[strings.LastIndexByte(s.addr, ':')+1
 // asking; a case that fails gets a fresh server for the next.
 func TestRequests(t *testing.T) {
 	srv := mustStart(t, "-m", trapModel(t))
-	idle, err := idleP99(srv, idleWindow)
-	if err != nil {
+	if err := warm(srv); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("idle server: ordinary p99 %v", idle)
-	tg := &target{srv: srv, idle: idle}
+	tg := &target{srv: srv}
 	for _, h := range requestCases(srv) {
 		if !runCase(t, h.name, func(c *check) { tg.replay(c, h) }) {
 			if err := srv.restart(); err != nil {
