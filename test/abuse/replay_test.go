@@ -146,55 +146,50 @@ func deref(s *string) string {
 	return *s
 }
 
-// target is the server the hostile requests go to.
-type target struct {
-	srv *server
-}
-
 // attempts is how many times a case that meets everything but the latency is tried: each
 // time after measuring the idle server again, since on a shared machine a neighbour's burst
 // can slow one window, but not a server that stalls on every such request.
 const attempts = 3
 
-// replay sends h while ordinary users keep asking, and checks everything a case must meet:
+// replay sends h to s while ordinary users keep asking, and checks everything a case must meet:
 // the refusal, its time, the server's extra memory, the ordinary users' latency (p99 within
 // latencyFactor of the idle server's, measured just before) and success, and a server
 // alive, healthy and idle afterwards.
-func (tg *target) replay(c *check, h hostile) {
+func replay(c *check, s *server, h hostile) {
 	body := ""
 	if h.body != nil {
 		body = h.body()
 	}
 	for attempt := 1; ; attempt++ {
-		idle, err := idleP99(tg.srv)
+		idle, err := idleP99(s)
 		if err != nil {
 			c.Fatalf("%v", err)
 		}
-		lat, errs := tg.once(c, h, body, idle)
+		lat, errs := once(c, s, h, body, idle)
 		p := p99(lat)
 		if len(c.failures) > 0 || len(errs) > 0 || p <= latencyFactor*idle || attempt == attempts {
-			tg.checkOrdinary(c, lat, errs, idle)
+			checkOrdinary(c, lat, errs, idle)
 			return
 		}
 		c.Logf("ordinary p99 %v, over %dx the idle %v: trying again", p.Round(time.Microsecond), latencyFactor, idle.Round(time.Microsecond))
 	}
 }
 
-// once sends h with body once (see replay) and returns the ordinary users' latencies and
+// once sends h with body to s once (see replay) and returns the ordinary users' latencies and
 // failures during it.
-func (tg *target) once(c *check, h hostile, body string, idle time.Duration) ([]time.Duration, []string) {
-	load := startOrdinary(tg.srv)
+func once(c *check, s *server, h hostile, body string, idle time.Duration) ([]time.Duration, []string) {
+	load := startOrdinary(s)
 	time.Sleep(20 * time.Millisecond)
-	probe, err := startProbe(tg.srv.pid())
+	probe, err := startProbe(s.pid())
 	if err != nil {
 		load.finish(time.Now(), time.Now())
 		c.Fatalf("%v", err)
 	}
 	start := time.Now()
-	a := h.send(tg.srv, body)
+	a := h.send(s, body)
 	extra, memDesc, memErr := probe.end()
 	lat, errs := load.finish(start, start.Add(caseWindow))
-	defer tg.after(c)
+	defer afterCase(c, s)
 
 	c.Logf("answered %d in %v; extra memory %s; ordinary p99 %v over %d requests (idle %v)",
 		a.status, a.took.Round(time.Microsecond), memDesc, p99(lat).Round(time.Microsecond), len(lat), idle.Round(time.Microsecond))
@@ -218,7 +213,7 @@ func (tg *target) once(c *check, h hostile, body string, idle time.Duration) ([]
 
 // checkOrdinary checks the ordinary users' requests during a case: all answered, with a
 // p99 within latencyFactor of the idle server's.
-func (tg *target) checkOrdinary(c *check, lat []time.Duration, errs []string, idle time.Duration) {
+func checkOrdinary(c *check, lat []time.Duration, errs []string, idle time.Duration) {
 	for _, e := range errs {
 		c.Errorf("%s", e)
 	}
@@ -229,16 +224,16 @@ func (tg *target) checkOrdinary(c *check, lat []time.Duration, errs []string, id
 	}
 }
 
-// after checks the server survived the case, answers /health and has nothing left running.
-func (tg *target) after(c *check) {
-	if _, err := tg.srv.health(); err != nil {
-		tg.srv.waitExit(time.Second)
-		if died := tg.srv.alive(); died != nil {
+// afterCase checks the server survived the case, answers /health and has nothing left running.
+func afterCase(c *check, s *server) {
+	if _, err := s.health(); err != nil {
+		s.waitExit(time.Second)
+		if died := s.alive(); died != nil {
 			c.Fatalf("%v", died)
 		}
 		c.Errorf("after the case: %v", err)
 	}
-	if _, err := tg.srv.waitIdle(-1, 2*time.Second); err != nil {
+	if _, err := s.waitIdle(-1, 2*time.Second); err != nil {
 		c.Errorf("after the case: %v", err)
 	}
 }

@@ -72,9 +72,8 @@ func TestRequests(t *testing.T) {
 	if err := warm(srv); err != nil {
 		t.Fatal(err)
 	}
-	tg := &target{srv: srv}
 	for _, h := range requestCases(srv) {
-		if !runCase(t, h.name, func(c *check) { tg.replay(c, h) }) {
+		if !runCase(t, h.name, func(c *check) { replay(c, srv, h) }) {
 			if err := srv.restart(); err != nil {
 				t.Fatal(err)
 			}
