@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 )
@@ -68,6 +67,7 @@ func TestConnections(t *testing.T) {
 	runCase(t, "stalled_oversized_body_gets_413_at_once", func(c *check) {
 		earlyRefusal(c, keyed, requestHead(keyed, "/v1/completions", 20<<20, "Authorization: Bearer abuse-key\r\n")+`{"prompt":`, http.StatusRequestEntityTooLarge)
 	})
+	runCase(t, "stalled_body_on_a_full_queue_gets_429_at_once", fullQueue)
 	runCase(t, "connections_over_the_cap_get_503", func(c *check) { connectionCap(c, model) })
 }
 
@@ -223,12 +223,48 @@ func earlyRefusal(c *check, s *server, head string, status int) {
 	if a.took > caseTime {
 		c.Errorf("answered in %v, want under %v", a.took.Round(time.Millisecond), caseTime)
 	}
-	if !strings.EqualFold(a.header.Get("Connection"), "close") {
-		c.Errorf("the %d has no Connection: close (header %q)", a.status, a.header.Get("Connection"))
+	if !a.close {
+		c.Errorf("the %d has no Connection: close", a.status)
 	}
 	if !closedBy(conn, time.Now().Add(caseTime)) {
 		c.Errorf("the connection is still open %v after the %d", caseTime, a.status)
 	}
+}
+
+// fullQueue fills a server that runs one sequence and lets one wait (the built-in default
+// model, slow enough that a 300-token stream runs for seconds), then sends a request whose
+// body stalls: the server knows before the body that it cannot take it, so it must answer
+// 429 at once and close the connection.
+func fullQueue(c *check) {
+	s, err := startServer("--max-num-seqs", "1", "--max-waiting", "1")
+	if err != nil {
+		c.Fatalf("%v", err)
+	}
+	defer s.stop()
+	busy := `{"prompt":"Once upon a time","max_tokens":300,"ignore_eos":true,"stream":true}`
+	// One request at a time, so that the second is not refused while the first still waits.
+	for _, want := range []idleState{{running: 1}, {running: 1, waiting: 1}} {
+		conns, err := openConns(s, 1, 0, func(int) string { return requestHead(s, "/v1/completions", len(busy), "") + busy })
+		if err != nil {
+			c.Fatalf("%v", err)
+		}
+		defer closeAll(conns)
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			st, err := s.state()
+			if err != nil {
+				c.Fatalf("%v", err)
+			}
+			if st.running == want.running && st.waiting == want.waiting {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.Fatalf("the queue did not fill: %v running, %v waiting, want %v and %v", st.running, st.waiting, want.running, want.waiting)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	earlyRefusal(c, s, requestHead(s, "/v1/completions", 1000, "")+`{"prompt":`, http.StatusTooManyRequests)
 }
 
 // connectionCap starts a server capped at a few connections, holds that many, and expects

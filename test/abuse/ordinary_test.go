@@ -12,9 +12,10 @@ import (
 	"time"
 )
 
-// ordinaryBody is what an ordinary user asks while a case runs: a short greedy completion of
-// a fixed length.
-const ordinaryBody = `{"prompt":"Once upon a time","max_tokens":32,"temperature":0,"ignore_eos":true}`
+// ordinaryBody is what an ordinary user asks while a case runs: a greedy completion of a
+// fixed length, some tens of milliseconds on two cores, so that the few milliseconds of CPU
+// any request costs (a hostile one's bytes included) are not mistaken for a stall.
+const ordinaryBody = `{"prompt":"Once upon a time","max_tokens":128,"temperature":0,"ignore_eos":true}`
 
 // ordinaryClients is how many ordinary users send requests, one after another each, during
 // a case and while the idle latency is measured.
@@ -25,7 +26,7 @@ const idleWindow = 500 * time.Millisecond
 
 // caseWindow is the shortest stretch of ordinary requests taken around a case, so that a
 // case refused in a millisecond still has its neighbours measured.
-const caseWindow = 300 * time.Millisecond
+const caseWindow = 500 * time.Millisecond
 
 // sample is one ordinary request: when it started and how long it took.
 type sample struct {

@@ -105,7 +105,7 @@ func readAnswer(c net.Conn, d time.Duration) (answer, error) {
 	}
 	defer res.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(res.Body, 64<<10))
-	return answer{status: res.StatusCode, header: res.Header, body: b, took: time.Since(start), err: err}, nil
+	return answer{status: res.StatusCode, header: res.Header, close: res.Close, body: b, took: time.Since(start), err: err}, nil
 }
 
 // healthUnder probes /health n times, every gap, and returns the slowest answer.

@@ -53,9 +53,11 @@ type hostile struct {
 type answer struct {
 	status int
 	header http.Header
-	body   []byte // its first 64 KiB
-	took   time.Duration
-	err    error
+	// close says the answer had Connection: close (which Go's reader takes out of header).
+	close bool
+	body  []byte // its first 64 KiB
+	took  time.Duration
+	err   error
 }
 
 // send sends h with body to s on a connection of its own and reads the answer (at most 64
