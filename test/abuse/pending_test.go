@@ -10,7 +10,6 @@ var pending = map[string]string{
 	"TestConnections/stalled_bodies_300":                               "A2, item 2: connections",
 	"TestConnections/non_reading_streams_300":                          "A2, item 2: connections",
 	"TestConnections/stalled_body_without_key_gets_401_at_once":        "A2, item 2: connections",
-	"TestConnections/stalled_oversized_body_gets_413_at_once":          "A2, item 2: connections",
 	"TestConnections/stalled_body_on_a_full_queue_gets_429_at_once":    "A2, item 2: connections",
 	"TestConnections/connections_over_the_cap_get_503":                 "A2, item 2: connections",
 	"TestModelFiles/serve_gguf_block_count_1e6":                        "C, item 4: model files",
