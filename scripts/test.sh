@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command: formatting, vet, every package's tests (the CPU kernels under
-# both their SIMD and their pure-Go dispatch), then each fuzz target for a short time.
+# both their SIMD and their pure-Go dispatch), the server's and the engine's tests under the
+# race detector, the abuse suite (test/abuse, on its own: it measures latencies), then each
+# fuzz target for a short time.
 #
 #   bash scripts/test.sh            # everything
 #   FUZZTIME=0 bash scripts/test.sh # skip the fuzzing pass
@@ -27,15 +29,35 @@ else
 	echo "no g++: the kernel check is not run here (CI installs g++ and runs it)"
 fi
 
+# Every package but the abuse suite, which runs alone below.
+pkgs=$(go list ./... | grep -v '/test/abuse$')
+
 echo "== go test"
-go test -count=1 ./...
+go test -count=1 $pkgs
 
 echo "== go test (pure-Go kernels, KVASIR_CPU=generic)"
 KVASIR_CPU=generic go test -count=1 ./internal/backend/...
 
+# The race detector needs cgo (a C compiler; CI's g++ brings one). TestOpenAINpmClient drives
+# a separately built binary, so the detector would not see its server; TestGreedyInvariance
+# runs its engine configurations on the synthetic model only, since the real models' runs
+# take the same paths and cost ten times as long under the detector. Both ran in full above.
+echo "== go test -race (server and engine)"
+if [ "$(go env CGO_ENABLED)" = 1 ]; then
+	go test -race -count=1 -skip '^TestOpenAINpmClient$' ./internal/server
+	go test -race -count=1 -skip '^TestGreedyInvariance$/^stories260K' ./internal/engine
+elif [ "${KVASIR_REQUIRE_TESTDATA:-}" = 1 ]; then
+	echo "the race detector needs cgo: no C compiler (CGO_ENABLED=$(go env CGO_ENABLED))"; exit 1
+else
+	echo "no cgo (no C compiler): the race run is not done here (CI installs g++ and runs it)"
+fi
+
+echo "== abuse suite (test/abuse)"
+go test -count=1 ./test/abuse
+
 if [ "$fuzztime" != "0" ]; then
 	echo "== fuzz ($fuzztime per target)"
-	for pkg in $(go list ./...); do
+	for pkg in $pkgs; do
 		for target in $(go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
 			echo "-- $pkg $target"
 			log=$(mktemp)

@@ -1,0 +1,58 @@
+//go:build linux
+
+package abuse
+
+// pending lists, by test name, the cases that fail on this tree because their fix has not
+// landed, with who fixes them (issue 14's build items). A pending case still runs and its
+// failures are logged, but it is skipped; once it passes it fails, so that its entry is
+// deleted here when the fix lands. KVASIR_ABUSE_STRICT=1 ignores the list.
+var pending = map[string]string{
+	"TestConnections/stalled_bodies_300":                               "A2, item 2: connections",
+	"TestConnections/non_reading_streams_300":                          "A2, item 2: connections",
+	"TestConnections/stalled_body_without_key_gets_401_at_once":        "A2, item 2: connections",
+	"TestConnections/stalled_body_on_a_full_queue_gets_429_at_once":    "A2, item 2: connections",
+	"TestConnections/connections_over_the_cap_get_503":                 "A2, item 2: connections",
+	"TestModelFiles/serve_gguf_block_count_1e6":                        "C, item 4: model files",
+	"TestModelFiles/inspect_gguf_block_count_1e6":                      "C, item 4: model files",
+	"TestModelFiles/serve_gguf_block_count_2^62":                       "C, item 4: model files",
+	"TestModelFiles/inspect_gguf_block_count_2^62":                     "C, item 4: model files",
+	"TestModelFiles/serve_hf_num_hidden_layers_1e7":                    "C, item 4: model files",
+	"TestModelFiles/inspect_hf_num_hidden_layers_1e7":                  "C, item 4: model files",
+	"TestRequests/stop_strings_1.1M_n16":                               "A1, item 1: request budgets",
+	"TestRequests/prompts_256_x_n128_x_logprobs20":                     "A1, item 1: request budgets",
+	"TestRequests/prompt_9.5MiB":                                       "A1, item 1: request budgets",
+	"TestRequests/chat_300k_messages":                                  "A1, item 1: request budgets",
+	"TestRequests/chat_unknown_role":                                   "A1, item 6: smaller items",
+	"TestRequests/template_unbounded_recursion":                        "B, item 3: chat templates",
+	"TestRequests/template_string_times_1e9":                           "B, item 3: chat templates",
+	"TestRequests/template_range_1e8":                                  "B, item 3: chat templates",
+	"TestRequests/foreign_host_post":                                   "A2, item 5: browser defaults",
+	"TestRequests/foreign_host_dns_rebinding_read":                     "A2, item 5: browser defaults",
+	"TestRequests/foreign_origin":                                      "A2, item 5: browser defaults",
+	"TestRequests/text_plain_post":                                     "A2, item 5: browser defaults",
+	"TestSmallerItems/more_prompts_than_max_waiting_on_an_idle_server": "A1, item 6: smaller items",
+	"TestSmallerItems/serve_help_hides_the_api_key":                    "A1, item 6: smaller items",
+	"TestSmallerItems/max_model_len_2^62":                              "A1, item 6: smaller items",
+	"TestSmallerItems/threads_100000":                                  "A1, item 6: smaller items",
+	"TestSmallerItems/second_sigterm_exits_at_once":                    "A1, item 6: smaller items",
+	"TestSmallerItems/negative_serve_threads":                          "A1, item 6: smaller items",
+	"TestSmallerItems/negative_serve_block-size":                       "A1, item 6: smaller items",
+	"TestSmallerItems/negative_serve_max-model-len":                    "A1, item 6: smaller items",
+	"TestSmallerItems/negative_serve_max-num-seqs":                     "A1, item 6: smaller items",
+	"TestSmallerItems/negative_serve_max-num-batched-tokens":           "A1, item 6: smaller items",
+	"TestSmallerItems/negative_serve_max-waiting":                      "A1, item 6: smaller items",
+	"TestSmallerItems/negative_serve_max-request-bytes":                "A1, item 6: smaller items",
+	"TestSmallerItems/negative_serve_drain-timeout":                    "A1, item 6: smaller items",
+	"TestSmallerItems/negative_run_max-num-seqs":                       "A1, item 6: smaller items",
+	"TestSmallerItems/negative_chat_n":                                 "A1, item 6: smaller items",
+	"TestSmallerItems/negative_chat_ctx":                               "A1, item 6: smaller items",
+	"TestSmallerItems/negative_bench_offline_input-len":                "A1, item 6: smaller items",
+	"TestSmallerItems/negative_bench_offline_max-concurrency":          "A1, item 6: smaller items",
+	"TestTemplates/gguf_recursion_refused_at_load":                     "B, item 3: chat templates",
+	"TestTemplates/chat_template_flag_recursion_refused_at_load":       "B, item 3: chat templates",
+	"TestTemplates/gguf_repeat_refused_at_load":                        "B, item 3: chat templates",
+	"TestTemplates/chat_template_flag_repeat_refused_at_load":          "B, item 3: chat templates",
+	"TestTemplates/gguf_range_refused_at_load":                         "B, item 3: chat templates",
+	"TestTemplates/chat_template_flag_range_refused_at_load":           "B, item 3: chat templates",
+	"TestTemplates/runaway_render_does_not_block_the_drain":            "B, item 3: chat templates",
+}
