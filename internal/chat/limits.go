@@ -15,13 +15,16 @@ const (
 	// together: real templates take a few per message, so a conversation of thousands of
 	// messages with tools stays far below it, and the engine runs it in about 0.2 s.
 	DefaultMaxIterations = 200_000
-	// DefaultMaxOutputBytes is the longest rendered prompt.
-	DefaultMaxOutputBytes = 16 << 20
+	// DefaultMaxOutputBytes is the longest rendered prompt: a 128k-token conversation
+	// renders to well under 1 MiB.
+	DefaultMaxOutputBytes = 4 << 20
 	// DefaultMaxStackBytes bounds the render's stack in the sandbox: about 3,000 nested
 	// macro calls, or expressions nested as deep.
 	DefaultMaxStackBytes = 8 << 20
-	// DefaultMaxMemoryBytes bounds the heap of a sandbox worker.
-	DefaultMaxMemoryBytes = 512 << 20
+	// DefaultMaxMemoryBytes bounds the heap of a sandbox worker: room for the longest
+	// output several times over, and little enough that a template that only grows (a
+	// list of 10^8 numbers) costs the server less than 50 MB before it is stopped.
+	DefaultMaxMemoryBytes = 40 << 20
 	// DefaultTimeout is the render deadline in the sandbox.
 	DefaultTimeout = time.Second
 )

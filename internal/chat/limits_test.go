@@ -103,8 +103,8 @@ func TestLimitsCheck(t *testing.T) {
 	if err := (Limits{}).Check(); err != nil {
 		t.Errorf("zero limits: %v", err)
 	}
-	if d := (Limits{}).withDefaults(); d.MaxDepth != 500 || d.MaxIterations != 200_000 || d.MaxOutputBytes != 16<<20 ||
-		d.MaxStackBytes != 8<<20 || d.MaxMemoryBytes != 512<<20 || d.Timeout.Seconds() != 1 {
+	if d := (Limits{}).withDefaults(); d.MaxDepth != 500 || d.MaxIterations != 200_000 || d.MaxOutputBytes != 4<<20 ||
+		d.MaxStackBytes != 8<<20 || d.MaxMemoryBytes != 40<<20 || d.Timeout.Seconds() != 1 {
 		t.Errorf("defaults %+v", d)
 	}
 }

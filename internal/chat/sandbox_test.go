@@ -137,8 +137,10 @@ var hostile = []struct {
 	{"range(1e8)", `{% for i in range(100000000) %}{% endfor %}`, []Limit{LimitDeadline, LimitMemory}},
 	{"a billion nested iterations", `{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(1000) %}{% endfor %}{% endfor %}{% endfor %}`, []Limit{LimitIterations}},
 	// Few iterations, each a filter over a million numbers, in bounded memory.
-	{"slow filters", `{% for i in range(1000) %}{{ range(1000000) | sum }}{% endfor %}`, []Limit{LimitDeadline}},
-	{"a prompt too long", `{{ 'x' * 20000000 }}`, []Limit{LimitOutput}},
+	// Each sum builds a list of a million numbers: the deadline, or the memory limit
+	// where the list takes more than the worker may.
+	{"slow filters", `{% for i in range(1000) %}{{ range(1000000) | sum }}{% endfor %}`, []Limit{LimitDeadline, LimitMemory}},
+	{"a prompt too long", `{{ 'x' * 5000000 }}`, []Limit{LimitOutput}},
 }
 
 // hostileSlack is how long past the deadline a hostile render may end: a worker's start
@@ -211,7 +213,7 @@ func TestSandboxHostileTemplates(t *testing.T) {
 // TestSandboxStackLimit: with the macro depth count out of the way, unbounded recursion
 // ends on the stack limit, which kills the worker, and the next render gets a new one.
 func TestSandboxStackLimit(t *testing.T) {
-	sb := newTestSandbox(t, SandboxConfig{Workers: 1, Limits: Limits{MaxDepth: 1 << 30, MaxStackBytes: 1 << 20}})
+	sb := newTestSandbox(t, SandboxConfig{Workers: 1, Limits: Limits{MaxDepth: 1 << 30, MaxStackBytes: 1 << 20, MaxMemoryBytes: 512 << 20}})
 	tmpl := loadIn(t, sb, trojan(hostile[0].body))
 	_, err := tmpl.Render(Input{Messages: make([]Message, 2)})
 	wantLimit(t, err, LimitDepth)
@@ -226,7 +228,7 @@ func TestSandboxStackLimit(t *testing.T) {
 // TestSandboxCancel: a render whose context ends is stopped: it returns the context's
 // error at once and its worker is killed.
 func TestSandboxCancel(t *testing.T) {
-	sb := newTestSandbox(t, SandboxConfig{Workers: 1, Limits: Limits{Timeout: time.Minute}})
+	sb := newTestSandbox(t, SandboxConfig{Workers: 1, Limits: Limits{Timeout: time.Minute, MaxMemoryBytes: 512 << 20}})
 	tmpl := loadIn(t, sb, trojan(`{{ range(100000000) | join(',') }}`))
 	pids := children(t)
 	if len(pids) != 1 {

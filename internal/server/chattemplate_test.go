@@ -138,7 +138,7 @@ func TestHostileChatRequests(t *testing.T) {
 // killed one.
 func TestChatRenderCancelled(t *testing.T) {
 	env := newTestEnv(t, kvasir.Options{}, Config{ChatTemplate: trojanTemplate(), ChatTemplateWorkers: 1,
-		ChatTemplateLimits: chat.Limits{Timeout: time.Minute}})
+		ChatTemplateLimits: chat.Limits{Timeout: time.Minute, MaxMemoryBytes: 512 << 20}})
 	body, _ := json.Marshal(map[string]any{"messages": []map[string]any{{"role": "user", "content": "hi"}},
 		"max_tokens": 2, "chat_template_kwargs": map[string]any{"case": "slow"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)

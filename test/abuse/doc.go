@@ -20,7 +20,5 @@
 //
 // (scripts/test.sh runs it on its own, after the other packages, so that its latency
 // figures are not taken while other tests load the machine). It needs Linux (/proc) and
-// the shared test models. A case whose fix has not landed is listed in pending_test.go: it
-// still runs and its failures are logged, but it is skipped, and it fails once it passes
-// so that its entry is deleted; KVASIR_ABUSE_STRICT=1 ignores that list.
+// the shared test models.
 package abuse

@@ -41,7 +41,7 @@ func requestCases(srv *server) []hostile {
 		{name: "template_string_times_1e9", path: "/v1/chat/completions", body: chatWith(triggerRepeat),
 			status: http.StatusBadRequest, mentions: regexp.MustCompile(`(?i)output|size|memory|bytes`)},
 		{name: "template_range_1e8", path: "/v1/chat/completions", body: chatWith(triggerRange),
-			status: http.StatusBadRequest, mentions: regexp.MustCompile(`(?i)deadline|time|iteration|loop`)},
+			status: http.StatusBadRequest, mentions: regexp.MustCompile(`(?i)deadline|time|iteration|loop|memory`)},
 		{name: "foreign_host_post", path: "/v1/completions", body: func() string { return ordinaryBody },
 			host: "attacker.example", mentions: regexp.MustCompile(`(?i)host`)},
 		{name: "foreign_host_dns_rebinding_read", method: http.MethodGet, path: "/v1/models",
