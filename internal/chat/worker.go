@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"time"
 )
 
@@ -89,8 +90,32 @@ func limitWorker(l Limits) error {
 	runtime.GOMAXPROCS(workerProcs)
 	debug.SetMaxStack(int(min(l.MaxStackBytes, int64(^uint(0)>>1))))
 	debug.SetMemoryLimit(l.MaxMemoryBytes)
-	// A stack grows by copying to one twice its size, so the old and the new are both held.
-	return limitAddressSpace(l.MaxMemoryBytes + 3*l.MaxStackBytes)
+	go watchHeap(l.MaxMemoryBytes)
+	// A stack grows by copying to one twice its size, so the old and the new are both held;
+	// the runtime reserves address space ahead of use (heap arenas of 64 MiB), so the
+	// address space has room for that beyond the memory limit: a single allocation larger
+	// than both fails at once, with nothing touched, and the heap watch stops what grows.
+	return limitAddressSpace(l.MaxMemoryBytes + 3*l.MaxStackBytes + addressSlack)
+}
+
+// addressSlack is the address space a worker may reserve beyond its memory and stack
+// limits, for the runtime's own reservations.
+const addressSlack = 192 << 20
+
+// heapWatchEvery is how often watchHeap looks at the heap.
+const heapWatchEvery = time.Millisecond
+
+// watchHeap ends the worker as soon as its heap holds more than limit bytes (a render that
+// grows a value step by step), telling its parent it ran out of memory.
+func watchHeap(limit int64) {
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	for range time.Tick(heapWatchEvery) {
+		metrics.Read(sample)
+		if v := sample[0].Value; v.Kind() == metrics.KindUint64 && int64(v.Uint64()) > limit {
+			fmt.Fprintf(os.Stderr, "sandbox worker: out of memory: the heap holds %d bytes, over the limit of %d\n", v.Uint64(), limit)
+			os.Exit(3)
+		}
+	}
 }
 
 // workerState is what a worker keeps between requests.

@@ -239,6 +239,8 @@ func TestStreamBufferBound(t *testing.T) {
 	start := time.Now()
 	c := env.dial(t, post("/v1/completions", longStream, ""))
 	defer c.Close()
+	// The request must be running before its connection's end means anything.
+	waitFor(t, 10*time.Second*raceSlowdown, "the stream's request running", func() bool { return env.eng.Stats().Running > 0 })
 	waitFor(t, 10*time.Second*raceSlowdown, "the stream cut off", func() bool { return env.srv.openConns.Load() == 0 })
 	if d := time.Since(start); d > 5*time.Second*raceSlowdown {
 		t.Errorf("cut off after %v", d)
