@@ -97,7 +97,7 @@ func TestHostileRequestsRefused(t *testing.T) {
 			if r.took > raceSlowdown*time.Second {
 				t.Errorf("refused after %v: want under a second", r.took)
 			}
-			if r.alloc > 50e6 {
+			if r.alloc > 50e6*raceMemory {
 				t.Errorf("refusing allocated %.1f MB: want under 50 MB", float64(r.alloc)/1e6)
 			}
 		})

@@ -9,3 +9,7 @@ const raceSlowdown = 10
 // raceShare divides the client counts of the load tests under the race detector (a third of
 // them run).
 const raceShare = 3
+
+// raceMemory scales the memory bounds under the race detector, whose instrumented
+// code allocates more.
+const raceMemory = 1.5
