@@ -176,8 +176,7 @@ func start(l *Loaded, opt Options) (*Engine, error) {
 		DisableAsyncScheduling: opt.DisableAsyncScheduling,
 		MaxWaiting:             opt.MaxWaiting,
 		OnRequestDone:          opt.OnRequestDone,
-		Proposer:               opt.Proposer,
-		NumSpeculativeTokens:   opt.NumSpeculativeTokens,
+		Speculation:            speculation(opt),
 	})
 	if err != nil {
 		return nil, err
@@ -273,4 +272,12 @@ func (e *Engine) TokenText(id int32) string {
 		return ""
 	}
 	return string(e.l.tok.TokenBytes(int(id)))
+}
+
+// speculation returns the engine's speculative-decoding settings for opt (nil: off).
+func speculation(opt Options) *engine.Speculation {
+	if opt.Proposer == nil {
+		return nil
+	}
+	return &engine.Speculation{K: opt.NumSpeculativeTokens, Proposer: opt.Proposer}
 }

@@ -53,10 +53,8 @@ type Config struct {
 	// OnRequestDone, when set, is called from the engine loop for every finished request;
 	// it must return quickly.
 	OnRequestDone func(RequestStats)
-	// Proposer, when set, proposes up to NumSpeculativeTokens draft tokens for each
-	// decoding sequence, verified by the model in the sequence's next step.
-	Proposer             Proposer
-	NumSpeculativeTokens int
+	// Speculation, when set, turns on speculative decoding (see Speculation).
+	Speculation *Speculation
 	// Now is the clock (time.Now when nil); tests may replace it.
 	Now func() time.Time
 }
@@ -146,9 +144,6 @@ func withDefaults(cfg Config) (Config, error) {
 	if cfg.NumBlocks < 2 {
 		return cfg, fmt.Errorf("engine: %d KV blocks: need at least 2 (one is the null block)", cfg.NumBlocks)
 	}
-	if cfg.NumSpeculativeTokens < 0 {
-		return cfg, fmt.Errorf("engine: %d speculative tokens: must not be negative", cfg.NumSpeculativeTokens)
-	}
 	return cfg, nil
 }
 
@@ -174,7 +169,7 @@ func assemble(m Model, info ModelInfo, tok *tokenizer.Tokenizer, cfg Config) (*E
 	e := &Engine{
 		cfg: cfg, model: m, tok: tok, vocab: info.VocabSize, kv: mgr,
 		sched: &scheduler{cfg: cfg.SchedulerConfig, kv: mgr, maxModelLen: cfg.MaxModelLen, vocab: info.VocabSize,
-			proposer: cfg.Proposer, numSpec: cfg.NumSpeculativeTokens, scoreChunk: scoreBytes / (4 * info.VocabSize)},
+			spec: cfg.Speculation, scoreChunk: scoreBytes / (4 * info.VocabSize)},
 		runner:   &runner{model: m, blockSize: cfg.BlockSize},
 		rng:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		inFlight: make(map[string]*request),

@@ -81,9 +81,9 @@ type scheduler struct {
 	maxModelLen int
 	// vocab is the model's vocabulary size (draft tokens must be inside it).
 	vocab int
-	// proposer, when set, proposes up to numSpec draft tokens for decoding sequences.
-	proposer Proposer
-	numSpec  int
+	// spec, when set, configures speculative decoding (draft tokens for decoding
+	// sequences).
+	spec *Speculation
 	// scoreChunk caps the tokens of a prefill chunk whose every row returns logits (a
 	// prompt-logprobs request), bounding the logits a step copies back.
 	scoreChunk int
@@ -178,7 +178,7 @@ func (s *scheduler) sitsOut(seq *sequence) bool {
 
 // drafts reports whether seq decodes with draft tokens: the engine has a proposer and seq
 // is not a beam.
-func (s *scheduler) drafts(seq *sequence) bool { return s.proposer != nil && seq.beam == nil }
+func (s *scheduler) drafts(seq *sequence) bool { return s.spec != nil && seq.beam == nil }
 
 // finishing reports whether the token a step in flight samples for seq brings it to
 // max_tokens or the context length: it is sure to finish, and a step for it would be
@@ -196,11 +196,11 @@ func (s *scheduler) propose(seq *sequence, budget int) []int32 {
 	if !s.drafts(seq) || seq.pending > 0 || seq.numComputed != len(seq.tokens)-1 || seq.forkPending {
 		return nil
 	}
-	room := min(s.numSpec, seq.req.maxTokens-seq.numOutput()-1, s.maxModelLen-len(seq.tokens)-1, budget-1)
-	if room <= 0 {
+	room := min(s.spec.K, seq.req.maxTokens-seq.numOutput()-1, s.maxModelLen-len(seq.tokens)-1, budget-1)
+	if room <= 0 || s.spec.Proposer == nil {
 		return nil
 	}
-	draft := s.proposer.Propose(seq.tokens, room)
+	draft := s.spec.Proposer.Propose(seq.tokens, room)
 	draft = draft[:min(len(draft), room)]
 	for i, t := range draft {
 		if t < 0 || int(t) >= s.vocab {

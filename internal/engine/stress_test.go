@@ -21,7 +21,7 @@ func TestEngineStress(t *testing.T) {
 		for round := range 8 {
 			rng := rand.New(rand.NewPCG(uint64(round), 7))
 			e, _ := fakeEngine(t, vocab, Config{NumBlocks: 40, DisableAsyncScheduling: serial,
-				Proposer: &oracleProposer{vocab: vocab, wrong: true}, NumSpeculativeTokens: 3,
+				Speculation:     specWith(&oracleProposer{vocab: vocab, wrong: true}, 3),
 				SchedulerConfig: SchedulerConfig{MaxNumBatchedTokens: 20, MaxNumSeqs: 12}}, round == 1)
 			var wg sync.WaitGroup
 			for i := range 30 {
