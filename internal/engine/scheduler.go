@@ -157,8 +157,10 @@ func (s *scheduler) preempt(seq *sequence) {
 	if seq.pending == 0 {
 		// Drafts proposed for the step being planned: it will not run them. (A step in
 		// flight keeps its drafts until its result is taken.)
-		seq.draft = nil
+		seq.draft, seq.draftByModel = nil, false
 	}
+	// The draft model's cache lost the sequence's blocks too.
+	seq.draftComputed = 0
 	s.add(seq)
 	s.preemptions++
 }
@@ -187,21 +189,76 @@ func (s *scheduler) finishing(seq *sequence) bool {
 	return seq.pending > 0 && (seq.length()-seq.numPrompt >= seq.req.maxTokens || seq.length() >= s.maxModelLen)
 }
 
-// propose asks the proposer for the draft tokens of a decoding sequence: at most numSpec,
-// fewer when max_tokens, the context length or the step's budget leave less room, cut at
-// the first id outside the vocabulary. Only a sequence whose tokens are all known and all
-// but the last computed, one sampling plainly token by token (not a beam, not about to
-// fork), drafts.
-func (s *scheduler) propose(seq *sequence, budget int) []int32 {
-	if !s.drafts(seq) || seq.pending > 0 || seq.numComputed != len(seq.tokens)-1 || seq.forkPending {
+// canDraft reports whether seq may verify drafts in the step being planned: it drafts, its
+// tokens are all known and all but the last computed, and it samples token by token (no
+// fork pending).
+func (s *scheduler) canDraft(seq *sequence) bool {
+	return s.drafts(seq) && seq.pending == 0 && seq.numComputed == len(seq.tokens)-1 && !seq.forkPending
+}
+
+// draftRoom is the most draft tokens seq may take in a step with budget tokens left:
+// Speculation.K, fewer when max_tokens, the context length or the budget leave less.
+func (s *scheduler) draftRoom(seq *sequence, budget int) int {
+	return max(0, min(s.spec.K, seq.req.maxTokens-seq.numOutput()-1, s.maxModelLen-len(seq.tokens)-1, budget-1))
+}
+
+// draftLens asks the policy how many drafts each running sequence that can draft takes in
+// the step being planned (Speculation.K, capped by its room, without a policy). It returns
+// them by sequence.
+func (s *scheduler) draftLens() map[*sequence]int {
+	if s.spec == nil {
 		return nil
 	}
-	room := min(s.spec.K, seq.req.maxTokens-seq.numOutput()-1, s.maxModelLen-len(seq.tokens)-1, budget-1)
-	if room <= 0 || s.spec.Proposer == nil {
+	var cands []SpecCandidate
+	var seqs []*sequence
+	others := 0
+	for _, seq := range s.running {
+		if s.sitsOut(seq) {
+			continue
+		}
+		if !s.canDraft(seq) {
+			others += min(seq.length()-seq.numComputed, s.cfg.MaxNumBatchedTokens)
+			continue
+		}
+		others++
+		if room := s.draftRoom(seq, s.cfg.MaxNumBatchedTokens); room > 0 {
+			cands = append(cands, SpecCandidate{Seq: string(seq.id), MaxLen: room})
+			seqs = append(seqs, seq)
+		}
+	}
+	lens := make([]int, len(cands))
+	if s.spec.Policy != nil {
+		s.spec.Policy.DraftLens(others, cands, lens)
+	} else {
+		for i, c := range cands {
+			lens[i] = c.MaxLen
+		}
+	}
+	out := make(map[*sequence]int, len(seqs))
+	for i, seq := range seqs {
+		out[seq] = max(0, min(lens[i], cands[i].MaxLen))
+	}
+	return out
+}
+
+// propose gives seq its draft tokens for the step being planned, at most want of them and
+// no more than the budget left allows: the proposer's tokens (cut at the first id outside
+// the vocabulary), or placeholders that the step's draft phase fills with a draft model.
+func (s *scheduler) propose(seq *sequence, want, budget int) []int32 {
+	seq.draftByModel, seq.draftDists = false, nil
+	if want <= 0 || !s.canDraft(seq) {
 		return nil
 	}
-	draft := s.spec.Proposer.Propose(seq.tokens, room)
-	draft = draft[:min(len(draft), room)]
+	k := min(want, s.draftRoom(seq, budget))
+	if k <= 0 {
+		return nil
+	}
+	if s.spec.Proposer == nil {
+		seq.draftByModel = true
+		return make([]int32, k)
+	}
+	draft := s.spec.Proposer.Propose(seq.tokens, k)
+	draft = draft[:min(len(draft), k)]
 	for i, t := range draft {
 		if t < 0 || int(t) >= s.vocab {
 			return slices.Clone(draft[:i])
@@ -246,13 +303,14 @@ func (s *scheduler) schedule() (stepPlan, error) {
 
 	// Running sequences first, in order; victims come from the end of the list, which
 	// holds sequences not yet scheduled this step (or the current one itself).
+	lens := s.draftLens()
 	for i := 0; i < len(s.running) && budget > 0; {
 		seq := s.running[i]
 		if s.sitsOut(seq) {
 			i++
 			continue
 		}
-		seq.draft = s.propose(seq, budget)
+		seq.draft = s.propose(seq, lens[seq], budget)
 		numNew := chunk(seq, min(seq.length()-seq.numComputed, budget))
 		if numNew <= 0 {
 			return plan, fmt.Errorf("engine: running sequence %q has nothing to compute (%d of %d tokens)", seq.id, seq.numComputed, seq.length())
@@ -269,7 +327,7 @@ func (s *scheduler) schedule() (stepPlan, error) {
 			if len(seq.draft) > 0 {
 				// Verifying drafts is not worth a preemption: decode plainly.
 				numNew -= len(seq.draft)
-				seq.draft = nil
+				seq.draft, seq.draftByModel = nil, false
 				continue
 			}
 			victim := s.running[len(s.running)-1]

@@ -90,3 +90,11 @@ func (s *Speculation) check(layers int) error {
 	}
 	return nil
 }
+
+// policy returns the configured policy (nil without speculation or without a policy).
+func (s *Speculation) policy() SpecPolicy {
+	if s == nil {
+		return nil
+	}
+	return s.Policy
+}
