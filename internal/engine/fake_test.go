@@ -24,9 +24,9 @@ type fakeModel struct {
 	canSample        bool
 	// noise, for a fake draft model, perturbs the logits by up to that much, so that its
 	// picks agree with the target's only in part (0: the target's own logits).
-	noise float32
-	steps, rows      atomic.Int64
-	copied           atomic.Int64 // logits rows returned to the host
+	noise       float32
+	steps, rows atomic.Int64
+	copied      atomic.Int64 // logits rows returned to the host
 }
 
 // fakeSlot is one KV slot of the fake cache.

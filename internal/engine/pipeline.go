@@ -24,7 +24,7 @@ type stepJob struct {
 	// drafts are the step's draft-model runs (speculative decoding), prepared at launch and
 	// run before the target's forward pass.
 	drafts []*draftRun
-	done  chan stepResult // capacity 1: the result, sent once
+	done   chan stepResult // capacity 1: the result, sent once
 	// overlapped is whether a later step was planned before this one's result was taken.
 	overlapped bool
 	// cost is what the step cost, for the speculation policy (set when taken).

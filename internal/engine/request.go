@@ -80,7 +80,7 @@ type sequence struct {
 	draftComputed int
 	// draftRuns counts the draft phases the sequence has had, to seed each one's draws.
 	draftRuns uint64
-	status status
+	status    status
 	// forkPending is true for choice 0 of an n > 1 request until it samples its first
 	// token, when choices 1..n-1 fork from it; until then it holds n running slots.
 	forkPending bool
