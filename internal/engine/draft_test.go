@@ -66,3 +66,72 @@ func TestDraftModelSteps(t *testing.T) {
 		t.Errorf("the draft ran %d passes for %d target steps", dm.steps.Load(), fm.steps.Load())
 	}
 }
+
+// recordPolicy is a SpecPolicy that gives every candidate k drafts and records its calls.
+type recordPolicy struct {
+	k                            int
+	calls, verified, done, costs int
+	kept, drafted                int
+	maxLenSeen                   int
+}
+
+func (p *recordPolicy) DraftLens(others int, cands []SpecCandidate, lens []int) {
+	p.calls++
+	for i, c := range cands {
+		lens[i] = p.k
+		p.maxLenSeen = max(p.maxLenSeen, c.MaxLen)
+	}
+}
+func (p *recordPolicy) Verified(seq string, n, kept int) {
+	p.verified++
+	p.drafted += n
+	p.kept += kept
+}
+func (p *recordPolicy) Done(seq string) { p.done++ }
+func (p *recordPolicy) Stepped(c StepCost) {
+	if c.Target > 0 {
+		p.costs++
+	}
+}
+
+// TestSpecPolicy: the engine asks the policy for every step's draft lengths, tells it every
+// verification, every step's cost and every finished sequence; a policy that drafts nothing
+// leaves decoding as it is without speculation, its steps overlapped.
+func TestSpecPolicy(t *testing.T) {
+	const vocab = 50
+	reqs := fakeRequests(vocab, SamplingParams{})
+	run := func(spec *Speculation) (*Engine, [][]result) {
+		e, _, _ := fakeEngineDraft(t, vocab, Config{Speculation: spec}, false, 2)
+		got := generate(t, e, reqs)
+		waitIdle(t, e)
+		return e, got
+	}
+	_, want := run(nil)
+	zero := &recordPolicy{}
+	e0, got := run(&Speculation{K: 4, Policy: zero})
+	for i := range reqs {
+		if !slices.Equal(got[i][0].tokens, want[i][0].tokens) {
+			t.Errorf("request %d: %v, want %v", i, got[i][0].tokens, want[i][0].tokens)
+		}
+	}
+	// Every step but the last overlaps its successor, as without speculation (no sequence
+	// sits a step out to draft).
+	if s0 := e0.Stats(); s0.DraftTokens != 0 || e0.overlapped < s0.Steps-2 {
+		t.Errorf("policy of no drafts: %d drafts, %d of %d steps overlapped", s0.DraftTokens, e0.overlapped, s0.Steps)
+	}
+	if zero.calls == 0 || zero.done != len(reqs) || zero.verified != 0 || zero.costs == 0 || zero.maxLenSeen != 4 {
+		t.Errorf("policy of no drafts: %+v", zero)
+	}
+	two := &recordPolicy{k: 2}
+	e2, got := run(&Speculation{K: 4, Policy: two})
+	for i := range reqs {
+		if !slices.Equal(got[i][0].tokens, want[i][0].tokens) {
+			t.Errorf("k 2: request %d: %v, want %v", i, got[i][0].tokens, want[i][0].tokens)
+		}
+	}
+	st := e2.Stats()
+	if two.verified == 0 || int64(two.verified) != st.SpecDrafts || int64(two.drafted) != st.DraftTokens ||
+		int64(two.kept) != st.AcceptedDrafts || two.drafted > 2*two.verified || two.done != len(reqs) {
+		t.Errorf("policy of 2 drafts: %+v; stats %d verifications, %d drafts, %d kept", two, st.SpecDrafts, st.DraftTokens, st.AcceptedDrafts)
+	}
+}

@@ -80,6 +80,10 @@ type sequence struct {
 	draftComputed int
 	// draftRuns counts the draft phases the sequence has had, to seed each one's draws.
 	draftRuns uint64
+	// wantsDraft is the policy's wish, made while a step decoding it was in flight, that it
+	// draft: it sits out the step being planned, so that its tokens are all known for the
+	// next one.
+	wantsDraft bool
 	status    status
 	// forkPending is true for choice 0 of an n > 1 request until it samples its first
 	// token, when choices 1..n-1 fork from it; until then it holds n running slots.

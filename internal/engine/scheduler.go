@@ -168,14 +168,14 @@ func (s *scheduler) preempt(seq *sequence) {
 // sitsOut reports whether a running sequence skips the step being planned because the step
 // in flight decides its fate: it is sampling its first token before forking (its children
 // are made from its state after that token, and they and it run from the step after), it
-// is a beam (whether it lives on is known only then), it drafts (its drafts are proposed
-// from known tokens, and how many it keeps is known only then), or it is finishing. A beam
-// also sits out while its siblings catch up.
+// is a beam (whether it lives on is known only then), it verifies drafts (how many it keeps
+// is known only then) or is to draft (its drafts follow tokens that must all be known), or
+// it is finishing. A beam also sits out while its siblings catch up.
 func (s *scheduler) sitsOut(seq *sequence) bool {
 	if seq.beam != nil && seq.beam.ready {
 		return true
 	}
-	return seq.pending > 0 && (seq.forkPending || seq.beam != nil || s.drafts(seq)) || s.finishing(seq)
+	return seq.pending > 0 && (seq.forkPending || seq.beam != nil || len(seq.draft) > 0 || seq.wantsDraft) || s.finishing(seq)
 }
 
 // drafts reports whether seq decodes with draft tokens: the engine has a proposer and seq
@@ -193,7 +193,14 @@ func (s *scheduler) finishing(seq *sequence) bool {
 // tokens are all known and all but the last computed, and it samples token by token (no
 // fork pending).
 func (s *scheduler) canDraft(seq *sequence) bool {
-	return s.drafts(seq) && seq.pending == 0 && seq.numComputed == len(seq.tokens)-1 && !seq.forkPending
+	return s.decodes(seq) && seq.pending == 0
+}
+
+// decodes reports whether seq is decoding token by token (all but its last token computed,
+// or about to be once the step in flight has run) with drafting possible: a candidate of
+// the speculation policy.
+func (s *scheduler) decodes(seq *sequence) bool {
+	return s.drafts(seq) && seq.numComputed == len(seq.tokens)+seq.pending-1 && !seq.forkPending && len(seq.draft) == 0
 }
 
 // draftRoom is the most draft tokens seq may take in a step with budget tokens left:
@@ -202,9 +209,11 @@ func (s *scheduler) draftRoom(seq *sequence, budget int) int {
 	return max(0, min(s.spec.K, seq.req.maxTokens-seq.numOutput()-1, s.maxModelLen-len(seq.tokens)-1, budget-1))
 }
 
-// draftLens asks the policy how many drafts each running sequence that can draft takes in
-// the step being planned (Speculation.K, capped by its room, without a policy). It returns
-// them by sequence.
+// draftLens asks the policy how many drafts each decoding sequence takes in the step being
+// planned (Speculation.K, capped by its room, without a policy), and returns them by
+// sequence. A sequence the policy gives drafts while a step decoding it is in flight cannot
+// draft now (its last token is not known yet): it is marked to sit this step out and draft
+// in the next.
 func (s *scheduler) draftLens() map[*sequence]int {
 	if s.spec == nil {
 		return nil
@@ -213,10 +222,11 @@ func (s *scheduler) draftLens() map[*sequence]int {
 	var seqs []*sequence
 	others := 0
 	for _, seq := range s.running {
+		seq.wantsDraft = false
 		if s.sitsOut(seq) {
 			continue
 		}
-		if !s.canDraft(seq) {
+		if !s.decodes(seq) {
 			others += min(seq.length()-seq.numComputed, s.cfg.MaxNumBatchedTokens)
 			continue
 		}
@@ -236,7 +246,9 @@ func (s *scheduler) draftLens() map[*sequence]int {
 	}
 	out := make(map[*sequence]int, len(seqs))
 	for i, seq := range seqs {
-		out[seq] = max(0, min(lens[i], cands[i].MaxLen))
+		k := max(0, min(lens[i], cands[i].MaxLen))
+		out[seq] = k
+		seq.wantsDraft = k > 0 && seq.pending > 0
 	}
 	return out
 }
