@@ -84,7 +84,7 @@ type sequence struct {
 	// draft: it sits out the step being planned, so that its tokens are all known for the
 	// next one.
 	wantsDraft bool
-	status    status
+	status     status
 	// forkPending is true for choice 0 of an n > 1 request until it samples its first
 	// token, when choices 1..n-1 fork from it; until then it holds n running slots.
 	forkPending bool
