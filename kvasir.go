@@ -71,6 +71,13 @@ type (
 	SpeculativeConfig = spec.Config
 )
 
+// The speculative-decoding methods (SpeculativeConfig.Method).
+const (
+	SpecNGram      = spec.MethodNGram
+	SpecDraftModel = spec.MethodDraftModel
+	SpecLayerSkip  = spec.MethodLayerSkip
+)
+
 // ParseSpeculativeConfig reads vLLM's --speculative-config JSON: "method" (ngram,
 // draft_model or layer_skip; inferred from the fields when left out),
 // "num_speculative_tokens" (K, 1..16), "prompt_lookup_min" and "prompt_lookup_max"
