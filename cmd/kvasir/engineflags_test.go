@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvasir-llm/kvasir/internal/spec"
+	"github.com/kvasir-llm/kvasir"
 	"github.com/kvasir-llm/kvasir/internal/testdata"
 )
 
@@ -24,7 +24,7 @@ func TestSpeculativeConfigFlag(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := opt.Speculative; c == nil || c.Method != spec.MethodNGram || c.NumSpeculativeTokens != 3 || c.PromptLookupMin != 4 {
+	if c := opt.Speculative; c == nil || c.Method != kvasir.SpecNGram || c.NumSpeculativeTokens != 3 || c.PromptLookupMin != 4 {
 		t.Errorf("parsed %+v", c)
 	}
 	ef, _ = parse()
