@@ -232,7 +232,7 @@ func (s *scheduler) draftLens() map[*sequence]int {
 		}
 		others++
 		if room := s.draftRoom(seq, s.cfg.MaxNumBatchedTokens); room > 0 {
-			cands = append(cands, SpecCandidate{Seq: string(seq.id), MaxLen: room})
+			cands = append(cands, SpecCandidate{Seq: string(seq.id), MaxLen: room, Lag: s.draftLag(seq)})
 			seqs = append(seqs, seq)
 		}
 	}
@@ -251,6 +251,18 @@ func (s *scheduler) draftLens() map[*sequence]int {
 		seq.wantsDraft = k > 0 && seq.pending > 0
 	}
 	return out
+}
+
+// draftLag is the number of tokens the draft model catches up on before seq drafts (see
+// SpecCandidate.Lag).
+func (s *scheduler) draftLag(seq *sequence) int {
+	switch {
+	case s.spec.Proposer != nil:
+		return 0
+	case s.spec.DraftLayers > 0:
+		return 1
+	}
+	return len(seq.tokens) + seq.pending - seq.draftComputed
 }
 
 // propose gives seq its draft tokens for the step being planned, at most want of them and

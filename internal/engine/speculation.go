@@ -57,6 +57,10 @@ type SpecCandidate struct {
 	// MaxLen is the most draft tokens it may take (max_tokens, the context length and the
 	// step's budget left).
 	MaxLen int
+	// Lag is the number of tokens the draft model would catch up on before drafting (its
+	// first pass): the sequence's tokens its cache does not hold yet, the whole prompt
+	// after a prefill; 1 when the draft reads the target's cache; 0 with a proposer.
+	Lag int
 }
 
 // StepCost is what a step cost: its target forward pass over Tokens tokens (DraftTokens

@@ -148,7 +148,7 @@ func (d *Dynamic) choose(others int, cands []engine.SpecCandidate, lens []int) s
 		if limit <= 0 || a < minGain {
 			continue
 		}
-		cs := cand{index: i, invLogA: 1 / math.Log(a), limit: limit, lag: d.lag(st)}
+		cs := cand{index: i, invLogA: 1 / math.Log(a), limit: limit, lag: d.lag(st, c.Lag)}
 		// cs.gain[k] is the expected tokens that k drafts add: a + ... + a^k.
 		term := 1.0
 		for k := 1; k <= limit; k++ {
@@ -205,11 +205,15 @@ func (d *Dynamic) choose(others int, cands []engine.SpecCandidate, lens []int) s
 	return plan
 }
 
-// lag returns the tokens the draft must catch up on before a sequence drafts (the one
-// since its last draft, and one per step it did not draft), or 0 without catching up.
-func (d *Dynamic) lag(st *seqState) int {
-	if !d.catchUp {
+// lag returns the tokens the draft must catch up on before a sequence drafts: what the
+// engine says (engine.SpecCandidate.Lag), or when it says nothing, an estimate (the one
+// since its last draft, and one per step it did not draft); 0 without catching up.
+func (d *Dynamic) lag(st *seqState, told int) int {
+	switch {
+	case !d.catchUp:
 		return 0
+	case told > 0:
+		return told
 	}
 	return 1 + st.idle
 }
@@ -236,7 +240,7 @@ func (d *Dynamic) probe(cands []engine.SpecCandidate, lens []int, plan stepPlan)
 		next := plan
 		next.tokens++
 		next.passes = max(next.passes, 1)
-		next.draftTokens += 1 + d.lag(st)
+		next.draftTokens += 1 + d.lag(st, c.Lag)
 		cost := d.seconds(next) - d.seconds(plan)
 		if cost > d.credit {
 			continue
