@@ -230,10 +230,11 @@ func (s *scheduler) draftLens() map[*sequence]int {
 			others += min(seq.length()-seq.numComputed, s.cfg.MaxNumBatchedTokens)
 			continue
 		}
-		others++
 		if room := s.draftRoom(seq, s.cfg.MaxNumBatchedTokens); room > 0 {
 			cands = append(cands, SpecCandidate{Seq: string(seq.id), MaxLen: room, Lag: s.draftLag(seq)})
 			seqs = append(seqs, seq)
+		} else {
+			others++ // its one token
 		}
 	}
 	lens := make([]int, len(cands))

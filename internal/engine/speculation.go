@@ -37,10 +37,11 @@ type Speculation struct {
 // SpecPolicy chooses how many draft tokens each sequence verifies in a step and learns
 // from what happens. The engine calls it on the loop.
 type SpecPolicy interface {
-	// DraftLens is called while a step is planned. cands are the sequences that may draft
-	// (decoding, all tokens known); others is the number of other tokens the step already
-	// holds. It sets lens[i], 0..k, for candidate i (k: Speculation.K, capped per candidate
-	// by its MaxLen).
+	// DraftLens is called while a step is planned. cands are the decoding sequences that
+	// may draft (each brings its last token to the step besides its drafts); others is the
+	// number of the step's other tokens (prefill chunks, and decodes that cannot draft). It
+	// sets lens[i], 0..MaxLen, for candidate i; the engine cuts what the step's budget
+	// cannot hold.
 	DraftLens(others int, cands []SpecCandidate, lens []int)
 	// Verified reports one verification: the sequence drafted n tokens, kept kept of them.
 	Verified(seq string, n, kept int)
@@ -63,9 +64,10 @@ type SpecCandidate struct {
 	Lag int
 }
 
-// StepCost is what a step cost: its target forward pass over Tokens tokens (DraftTokens
+// StepCost is what a step cost: its target forward pass over Tokens tokens (VerifyTokens
 // of them draft tokens verified), and its draft phase, DraftPasses forward passes of the
-// draft over DraftTokens tokens in all (none with a Proposer).
+// draft model over DraftTokens tokens in all, catch-up tokens included (none with a
+// Proposer).
 type StepCost struct {
 	Tokens, VerifyTokens     int
 	Target                   time.Duration
