@@ -469,6 +469,249 @@ ATTN_DECODE_GRP(attn_decode_grp128g8_f32, float, 128, 8)
 ATTN_DECODE_GRP(attn_decode_grp128g8_f16, f16, 128, 8)
 ATTN_DECODE_GRP(attn_decode_grp128g8_bf16, bf16, 128, 8)
 
+// ---- Decode attention for a few query tokens per sequence (speculative verification) ----
+// attn_verify: the grouped decode kernel (attn_decode_grp) for sequences of q >= 1 query
+// tokens each, the last q of the sequence's context (seqStarts and ctxLens as in
+// attn_prefill). grid (splits, kvHeads * chunks, seqs), block 128: each block serves the G =
+// heads/kvHeads query heads of one kv head for QB = NR/G consecutive queries of one
+// sequence (chunk c: queries c*QB ..), as NR rows r = jj*G + g (query c*QB + jj, head g;
+// rows past the sequence's queries idle). Query jj attends to the context up to its own
+// index, so each row is masked causally where its context ends. Every row's arithmetic is
+// the grouped decode kernel's for that query alone at its context: the same split-K
+// partition (the caller gives the same splitLen), the same tiles, scores, online softmax
+// and merge in split order; positions past a row's context add exact zeros. So a query's
+// output is the decode kernel's bit for bit, given the same splits. Partial results of a
+// query go to pm, pl, po at row ((t * heads + h) * splits + split), t its token index; the
+// last block of a (kv head, chunk, sequence) to finish (counted in done[(s * kvHeads + kvh)
+// * chunks + c], reset by it) merges them. NR is 32 rows for 16-bit caches and 16 for f32
+// (shared memory).
+template <typename T, int HD, int NR>
+__device__ void attn_verify(void* out, int outStride, int outKind, const float* q, int qStride, const T* kc,
+                            const T* vc, const int* blockTables, int maxBlocks, const int* seqStarts,
+                            const int* ctxLens, float* pm, float* pl, float* po, int* done, int heads, int kvHeads,
+                            int blockSize, int splitLen, float scale, int chunks) {
+    constexpr int E = 16 / sizeof(T);      // elements per 16-byte vector
+    constexpr int VPR = HD / E;            // vectors per row
+    constexpr int KLD = HD + E;            // K row stride (padding: lanes on distinct banks)
+    constexpr int HG = DG_THREADS / HD;    // row groups of the PV phase (1 or 2)
+    constexpr int NA = NR / HG;            // accumulators per thread: rows hg*NA .. hg*NA+NA-1
+    constexpr int NW = NR / 4;             // rows per warp in the score phase: w, w+4, ...
+    constexpr int MS = 2 * DG_MAX_SPLITS * NR;           // the merge's weights and sums
+    constexpr int QF = NR * HD > MS ? NR * HD : MS;      // sQ, reused by the merge
+    __shared__ __align__(16) float sQ[QF];
+    __shared__ __align__(16) T sK[DG_TP * KLD];
+    __shared__ __align__(16) T sV[DG_TP * HD];
+    __shared__ __align__(16) float sP[NR][DG_TP];
+    __shared__ float sCorr[NR], sM[NR], sL[NR];
+    __shared__ int sLast;
+    pdl_entry();
+    int split = blockIdx.x, kvh = blockIdx.y / chunks, chunk = blockIdx.y - kvh * chunks, s = blockIdx.z;
+    int splits = gridDim.x;
+    int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    int G = heads / kvHeads, QB = NR / G;
+    int t0 = seqStarts[s], qlen = seqStarts[s + 1] - t0;
+    int j0 = chunk * QB;
+    if (j0 >= qlen) return;  // every split of this chunk returns: no ticket is taken
+    int nq = min(QB, qlen - j0), rows = nq * G;
+    int c0 = ctxLens[s] - qlen + j0;  // the context index of the block's first query
+    int start = split * splitLen, end = min(c0 + nq, start + splitLen);
+    const float qscale = scale * 1.4426950408889634f;  // scores in base 2
+    for (int i = tid; i < NR * HD; i += DG_THREADS) {
+        int r = i / HD, dd = i - r * HD;
+        float v = 0.f;
+        if (r < rows) {
+            int jj = r / G, g = r - jj * G;
+            v = q[(long long)(t0 + j0 + jj) * qStride + (long long)(kvh * G + g) * HD + dd] * qscale;
+        }
+        sQ[i] = v;
+    }
+    float mreg[NW], lreg[NW];
+#pragma unroll
+    for (int k = 0; k < NW; k++) {
+        mreg[k] = -KV_INF;
+        lreg[k] = 0.f;
+    }
+    int d = tid % HD, hg = HG == 1 ? 0 : tid / HD;
+    float acc[NA];
+#pragma unroll
+    for (int a = 0; a < NA; a++) acc[a] = 0.f;
+    const int* bt = blockTables + (long long)s * maxBlocks;
+
+    for (int k0 = start; k0 < end; k0 += DG_TP) {
+        int n = min(DG_TP, end - k0);
+        __syncthreads();  // the previous tile is consumed (and sQ written)
+#pragma unroll
+        for (int e = tid; e < DG_TP * VPR; e += DG_THREADS) {
+            int j = e / VPR, c = (e - j * VPR) * E;
+            uint4 kv = {0u, 0u, 0u, 0u}, vv = {0u, 0u, 0u, 0u};
+            if (j < n) {
+                int p = k0 + j;
+                long long slot = (long long)bt[p / blockSize] * blockSize + p % blockSize;
+                long long idx = (slot * kvHeads + kvh) * HD + c;
+                kv = *(const uint4*)(kc + idx);
+                vv = *(const uint4*)(vc + idx);
+            }
+            *(uint4*)&sK[j * KLD + c] = kv;
+            *(uint4*)&sV[j * HD + c] = vv;
+        }
+        __syncthreads();
+        // Scores: lane j of warp w takes position k0 + j for rows w, w+4, ...; the K row is
+        // read once for all of them, each row's dot summed as attn_decode_grp sums it.
+        float d0[NW], d1[NW];
+#pragma unroll
+        for (int k = 0; k < NW; k++) d0[k] = d1[k] = 0.f;
+        const T* kr = &sK[lane * KLD];
+#pragma unroll
+        for (int c = 0; c < HD; c += E) {
+            float kf[E];
+            dg_unpack(*(const uint4*)(kr + c), kf, kr);
+#pragma unroll
+            for (int k = 0; k < NW; k++) {
+                if (w + 4 * k < rows) {
+                    const float* qg = &sQ[(w + 4 * k) * HD];
+#pragma unroll
+                    for (int i = 0; i < E; i += 4) {
+                        float4 qv = *(const float4*)(qg + c + i);
+                        d0[k] += qv.x * kf[i] + qv.y * kf[i + 1];
+                        d1[k] += qv.z * kf[i + 2] + qv.w * kf[i + 3];
+                    }
+                }
+            }
+        }
+        // The online softmax of each row over its own positions of the tile (lanes below
+        // nr): a row with none yet (its context ends before the tile) keeps -inf and 0.
+#pragma unroll
+        for (int k = 0; k < NW; k++) {
+            int r = w + 4 * k;
+            int nr = r < rows ? min(n, c0 + r / G + 1 - k0) : 0;
+            float sc = lane < nr ? d0[k] + d1[k] : -KV_INF;
+            float mx = fmaxf(mreg[k], warp_max(sc));
+            float corr = 1.f, pe = 0.f;
+            if (mx != -KV_INF) {
+                corr = exp2f(mreg[k] - mx);  // 0 on the row's first tile
+                pe = lane < nr ? exp2f(sc - mx) : 0.f;
+            }
+            lreg[k] = lreg[k] * corr + warp_sum(pe);
+            mreg[k] = mx;
+            sP[r][lane] = pe;
+            if (lane == 0) sCorr[r] = corr;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int a = 0; a < NA; a++)
+            if (hg * NA + a < rows) acc[a] *= sCorr[hg * NA + a];
+        for (int j = 0; j < n; j += 4) {  // rows past n hold zeros, as do their probabilities
+            float v0 = to_f32(sV[j * HD + d]), v1 = to_f32(sV[(j + 1) * HD + d]);
+            float v2 = to_f32(sV[(j + 2) * HD + d]), v3 = to_f32(sV[(j + 3) * HD + d]);
+#pragma unroll
+            for (int a = 0; a < NA; a++) {
+                if (hg * NA + a < rows) {
+                    float4 p = *(const float4*)&sP[hg * NA + a][j];
+                    acc[a] += p.x * v0;
+                    acc[a] += p.y * v1;
+                    acc[a] += p.z * v2;
+                    acc[a] += p.w * v3;
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < NW; k++) {
+        int r = w + 4 * k;
+        if (lane == 0) {
+            sM[r] = mreg[k];
+            sL[r] = lreg[k];
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int a = 0; a < NA; a++) {
+        int r = hg * NA + a;
+        if (r >= rows) continue;
+        int jj = r / G, h = kvh * G + (r - jj * G);
+        long long t = t0 + j0 + jj;
+        if (splits == 1) {
+            float L = sL[r];
+            dg_store(out, t * outStride + (long long)h * HD + d, outKind, L > 0.f ? acc[a] / L : 0.f);
+        } else {
+            long long row = (t * heads + h) * splits + split;
+            po[row * HD + d] = acc[a];
+            if (d == 0) {
+                float M = sM[r];
+                pm[row] = M == -KV_INF ? -KV_INF : M * 0.6931471805599453f;  // back to natural units
+                pl[row] = sL[r];
+            }
+        }
+    }
+    if (splits == 1) return;
+    // The last split block of (kvh, chunk, s) merges the partials, as attn_decode_grp does.
+    int ticket = (s * kvHeads + kvh) * chunks + chunk;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) sLast = atomicAdd(&done[ticket], 1) == splits - 1;
+    __syncthreads();
+    if (!sLast) return;
+    __threadfence();
+    float* sE = sQ;                          // [split][row]: exp(m_i - M), then the weights
+    float* sPl = sQ + DG_MAX_SPLITS * NR;    // [split][row]: the splits' sums
+    for (int e = tid; e < splits * rows; e += DG_THREADS) {
+        int i = e / rows, r = e - i * rows;
+        int jj = r / G, h = kvh * G + (r - jj * G);
+        long long row = ((long long)(t0 + j0 + jj) * heads + h) * splits + i;
+        sE[i * NR + r] = __ldcg(pm + row);
+        sPl[i * NR + r] = __ldcg(pl + row);
+    }
+    __syncthreads();
+    if (tid < rows) {  // per row: the splits' weights exp(m_i - M) (0 for empty splits) and their sum
+        int r = tid;
+        float M = -KV_INF;
+        for (int i = 0; i < splits; i++) M = fmaxf(M, sE[i * NR + r]);
+        float L = 0.f;
+        for (int i = 0; i < splits; i++) {
+            float mi = sE[i * NR + r], e = 0.f;
+            if (M != -KV_INF && mi != -KV_INF) {
+                e = expf(mi - M);
+                L += sPl[i * NR + r] * e;
+            }
+            sE[i * NR + r] = e;
+        }
+        sL[r] = L;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int a = 0; a < NA; a++) {
+        int r = hg * NA + a;
+        if (r >= rows) continue;
+        int jj = r / G, h = kvh * G + (r - jj * G);
+        long long t = t0 + j0 + jj;
+        long long row0 = (t * heads + h) * splits;
+        float L = sL[r], v = 0.f;
+        if (L > 0.f) {
+#pragma unroll 8
+            for (int i = 0; i < splits; i++) v += __ldcg(po + (row0 + i) * HD + d) * sE[i * NR + r];
+            v /= L;
+        }
+        dg_store(out, t * outStride + (long long)h * HD + d, outKind, v);
+    }
+    if (tid == 0) done[ticket] = 0;
+}
+// Instances are named attn_verify<headDim>_<cache>.
+#define ATTN_VERIFY(NAME, T, HD, NR)                                                                          \
+    extern "C" __global__ void __launch_bounds__(DG_THREADS) NAME(void* out, int os, int ok, const float* q,   \
+                                    int qs, const T* kc, const T* vc, const int* bt, int maxBlocks,            \
+                                    const int* starts, const int* ctx, float* pm, float* pl, float* po,        \
+                                    int* done, int heads, int kvh, int bs, int splitLen, float scale,          \
+                                    int chunks) {                                                              \
+        attn_verify<T, HD, NR>(out, os, ok, q, qs, kc, vc, bt, maxBlocks, starts, ctx, pm, pl, po, done, heads, \
+                               kvh, bs, splitLen, scale, chunks);                                              \
+    }
+ATTN_VERIFY(attn_verify64_f32, float, 64, 16)
+ATTN_VERIFY(attn_verify64_f16, f16, 64, 32)
+ATTN_VERIFY(attn_verify64_bf16, bf16, 64, 32)
+ATTN_VERIFY(attn_verify128_f32, float, 128, 16)
+ATTN_VERIFY(attn_verify128_f16, f16, 128, 32)
+ATTN_VERIFY(attn_verify128_bf16, bf16, 128, 32)
+
 // attn_combine: grid (heads, seqs), block 128: out[s][h*headDim + d] = the softmax-weighted
 // merge of the splits' partial results. A sequence with no context gets zeros.
 template <typename T>
