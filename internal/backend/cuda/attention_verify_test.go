@@ -156,7 +156,8 @@ func testVerify(t *testing.T, e *env, r *rand.Rand) {
 
 // benchVerify times attention at llama-3.1-8b's shape (32 query heads over 8 kv heads of
 // 128, BF16 cache and output) for one sequence, a verify step of 1+4 and 1+16 queries
-// against a decode step of one, at 512 and 4,096 positions.
+// against a decode step of one and against the prefill kernel verify steps ran before, at
+// 512 and 4,096 positions.
 func benchVerify(t *testing.T, e *env, r *rand.Rand) {
 	const heads, kvHeads, hd, bs = 32, 8, 128, 16
 	for _, ctx := range []int{512, 4096} {
@@ -193,8 +194,17 @@ func benchVerify(t *testing.T, e *env, r *rand.Rand) {
 				ms, err = timeMedian(e.dev, 21, func() error { return e.ops.AttentionVerify(a) })
 				return err
 			})
+			var prefillMS float64
+			e.do(t, func() error {
+				a := PrefillArgs{Out: out, OutStride: heads * hd, Q: q, QStride: heads * hd, Tokens: nq, Seqs: 1, Heads: heads,
+					Cache: cache, SeqStarts: starts, ContextLens: ctxB, MaxQueryLen: nq, BlockTables: bt, MaxBlocks: maxBlocks,
+					Scale: 0.088}
+				var err error
+				prefillMS, err = timeMedian(e.dev, 21, func() error { return e.ops.AttentionPrefill(a) })
+				return err
+			})
 			result(t, "attention", fmt.Sprintf("verify bf16 1 seq x %d queries, %d positions, 32/8 heads of 128", nq, ctx),
-				fmt.Sprintf("%.1f us", ms*1000), fmt.Sprintf("%.2fx the decode step", ms/decodeMS))
+				fmt.Sprintf("%.1f us", ms*1000), fmt.Sprintf("%.2fx the decode step; the prefill kernel (tensor cores) %.1f us", ms/decodeMS, prefillMS*1000))
 		}
 		e.do(t, func() error { return e.dev.FreeDecodeWorkspace(work) })
 	}
