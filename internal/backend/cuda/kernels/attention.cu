@@ -256,13 +256,89 @@ __device__ __forceinline__ void dg_store(void* out, long long i, int kind, float
         ((bf16*)out)[i] = from_f32<bf16>(v);
 }
 
+// dg_load_tile loads positions k0 .. k0+n-1 of kv head kvh, through the block table bt,
+// into the K tile (rows of KLD elements) and the V tile (rows of HD), zeros in rows n ..
+// DG_TP-1, with 16-byte loads spread over the block (between barriers).
+template <typename T, int HD, int KLD>
+__device__ __forceinline__ void dg_load_tile(T* sK, T* sV, const T* kc, const T* vc, const int* bt, int k0, int n,
+                                             int blockSize, int kvHeads, int kvh) {
+    constexpr int E = 16 / sizeof(T);  // elements per 16-byte vector
+    constexpr int VPR = HD / E;        // vectors per row
+#pragma unroll
+    for (int e = threadIdx.x; e < DG_TP * VPR; e += DG_THREADS) {
+        int j = e / VPR, c = (e - j * VPR) * E;
+        uint4 kv = {0u, 0u, 0u, 0u}, vv = {0u, 0u, 0u, 0u};
+        if (j < n) {
+            int p = k0 + j;
+            long long slot = (long long)bt[p / blockSize] * blockSize + p % blockSize;
+            long long idx = (slot * kvHeads + kvh) * HD + c;
+            kv = *(const uint4*)(kc + idx);
+            vv = *(const uint4*)(vc + idx);
+        }
+        *(uint4*)&sK[j * KLD + c] = kv;
+        *(uint4*)&sV[j * HD + c] = vv;
+    }
+}
+
+// dg_dot returns the score of the K tile row kr against the scaled query qg (HD values in
+// shared memory), summed in two halves: the one dot product of every grouped decode kernel.
+template <typename T, int HD>
+__device__ __forceinline__ float dg_dot(const T* kr, const float* qg) {
+    constexpr int E = 16 / sizeof(T);
+    float d0 = 0.f, d1 = 0.f;
+#pragma unroll
+    for (int c = 0; c < HD; c += E) {
+        float kf[E];
+        dg_unpack(*(const uint4*)(kr + c), kf, kr);
+#pragma unroll
+        for (int i = 0; i < E; i += 4) {
+            float4 qv = *(const float4*)(qg + c + i);
+            d0 += qv.x * kf[i] + qv.y * kf[i + 1];
+            d1 += qv.z * kf[i + 2] + qv.w * kf[i + 3];
+        }
+    }
+    return d0 + d1;
+}
+
+// dg_merge_weights turns the partial maxima of one row's splits (m[i * stride], natural
+// units, -inf for an empty split) into their weights exp(m_i - M) (0 for empty splits) in
+// place, and returns the merged sum of the partial sums l[i * stride], in split order.
+__device__ __forceinline__ float dg_merge_weights(float* m, const float* l, int stride, int splits) {
+    float M = -KV_INF;
+    for (int i = 0; i < splits; i++) M = fmaxf(M, m[i * stride]);
+    float L = 0.f;
+    for (int i = 0; i < splits; i++) {
+        float mi = m[i * stride], e = 0.f;
+        if (M != -KV_INF && mi != -KV_INF) {
+            e = expf(mi - M);
+            L += l[i * stride] * e;
+        }
+        m[i * stride] = e;
+    }
+    return L;
+}
+
+// dg_merge_out returns dimension d of one row's merged output: its splits' partial outputs
+// (po rows row0 .. row0+splits-1 of HD, read through L2) weighted by e[i * stride] and
+// summed in split order, over L (0 when L is 0).
+template <int HD>
+__device__ __forceinline__ float dg_merge_out(const float* po, long long row0, int d, const float* e, int stride,
+                                              int splits, float L) {
+    float v = 0.f;
+    if (L > 0.f) {
+#pragma unroll 8
+        for (int i = 0; i < splits; i++) v += __ldcg(po + (row0 + i) * HD + d) * e[i * stride];
+        v /= L;
+    }
+    return v;
+}
+
 template <typename T, int HD, int G>
 __device__ void attn_decode_grp(void* out, int outStride, int outKind, const float* q, int qStride, const T* kc,
                                 const T* vc, const int* blockTables, int maxBlocks, const int* ctxLens, float* pm,
                                 float* pl, float* po, int* done, int heads, int kvHeads, int blockSize,
                                 int splitLen, float scale) {
     constexpr int E = 16 / sizeof(T);  // elements per 16-byte vector
-    constexpr int VPR = HD / E;        // vectors per row
     constexpr int KLD = HD + E;        // K row stride: 16 bytes of padding keep lanes on distinct banks
     constexpr int HG = DG_THREADS / HD;  // head groups of the PV phase (1 or 2)
     constexpr int NA = (G + HG - 1) / HG;  // accumulators per thread
@@ -296,20 +372,7 @@ __device__ void attn_decode_grp(void* out, int outStride, int outKind, const flo
     for (int k0 = start; k0 < end; k0 += DG_TP) {
         int n = min(DG_TP, end - k0);
         __syncthreads();  // the previous tile is consumed (and sQ written)
-#pragma unroll
-        for (int e = tid; e < DG_TP * VPR; e += DG_THREADS) {
-            int j = e / VPR, c = (e - j * VPR) * E;
-            uint4 kv = {0u, 0u, 0u, 0u}, vv = {0u, 0u, 0u, 0u};
-            if (j < n) {
-                int p = k0 + j;
-                long long slot = (long long)bt[p / blockSize] * blockSize + p % blockSize;
-                long long idx = (slot * kvHeads + kvh) * HD + c;
-                kv = *(const uint4*)(kc + idx);
-                vv = *(const uint4*)(vc + idx);
-            }
-            *(uint4*)&sK[j * KLD + c] = kv;
-            *(uint4*)&sV[j * HD + c] = vv;
-        }
+        dg_load_tile<T, HD, KLD>(sK, sV, kc, vc, bt, k0, n, blockSize, kvHeads, kvh);
         __syncthreads();
         // Scores and the online softmax: warp w owns heads w + 4k, lane j position k0 + j.
 #pragma unroll
@@ -317,23 +380,7 @@ __device__ void attn_decode_grp(void* out, int outStride, int outKind, const flo
             int g = w + 4 * k;
             if (g < G) {
                 float sc = -KV_INF;
-                if (lane < n) {
-                    const T* kr = &sK[lane * KLD];
-                    const float* qg = &sQ[g * HD];
-                    float d0 = 0.f, d1 = 0.f;
-#pragma unroll
-                    for (int c = 0; c < HD; c += E) {
-                        float kf[E];
-                        dg_unpack(*(const uint4*)(kr + c), kf, kr);
-#pragma unroll
-                        for (int i = 0; i < E; i += 4) {
-                            float4 qv = *(const float4*)(qg + c + i);
-                            d0 += qv.x * kf[i] + qv.y * kf[i + 1];
-                            d1 += qv.z * kf[i + 2] + qv.w * kf[i + 3];
-                        }
-                    }
-                    sc = d0 + d1;
-                }
+                if (lane < n) sc = dg_dot<T, HD>(&sK[lane * KLD], &sQ[g * HD]);
                 float mx = fmaxf(mreg[k], warp_max(sc));  // finite: n >= 1
                 float corr = exp2f(mreg[k] - mx);          // 0 on the first tile
                 float pe = lane < n ? exp2f(sc - mx) : 0.f;
@@ -403,21 +450,7 @@ __device__ void attn_decode_grp(void* out, int outStride, int outKind, const flo
         sPl[i][g] = __ldcg(pl + row);
     }
     __syncthreads();
-    if (tid < G) {  // per head: the splits' weights exp(m_i - M) (0 for empty splits) and their sum
-        int g = tid;
-        float M = -KV_INF;
-        for (int i = 0; i < splits; i++) M = fmaxf(M, sE[i][g]);
-        float L = 0.f;
-        for (int i = 0; i < splits; i++) {
-            float mi = sE[i][g], e = 0.f;
-            if (M != -KV_INF && mi != -KV_INF) {
-                e = expf(mi - M);
-                L += sPl[i][g] * e;
-            }
-            sE[i][g] = e;
-        }
-        sLt[g] = L;
-    }
+    if (tid < G) sLt[tid] = dg_merge_weights(&sE[0][tid], &sPl[0][tid], G, splits);  // per head
     __syncthreads();
 #pragma unroll
     for (int a = 0; a < NA; a++) {
@@ -425,12 +458,7 @@ __device__ void attn_decode_grp(void* out, int outStride, int outKind, const flo
         if (g >= G) continue;
         int h = kvh * G + g;
         long long row0 = ((long long)s * heads + h) * splits;
-        float L = sLt[g], v = 0.f;
-        if (L > 0.f) {
-#pragma unroll 8
-            for (int i = 0; i < splits; i++) v += __ldcg(po + (row0 + i) * HD + d) * sE[i][g];
-            v /= L;
-        }
+        float v = dg_merge_out<HD>(po, row0, d, &sE[0][g], G, splits, sLt[g]);
         dg_store(out, (long long)s * outStride + (long long)h * HD + d, outKind, v);
     }
     if (tid == 0) done[s * kvHeads + kvh] = 0;
@@ -491,7 +519,6 @@ __device__ void attn_verify(void* out, int outStride, int outKind, const float* 
                             const int* ctxLens, float* pm, float* pl, float* po, int* done, int heads, int kvHeads,
                             int blockSize, int splitLen, float scale, int chunks) {
     constexpr int E = 16 / sizeof(T);      // elements per 16-byte vector
-    constexpr int VPR = HD / E;            // vectors per row
     constexpr int KLD = HD + E;            // K row stride (padding: lanes on distinct banks)
     constexpr int HG = DG_THREADS / HD;    // row groups of the PV phase (1 or 2)
     constexpr int NA = NR / HG;            // accumulators per thread: rows hg*NA .. hg*NA+NA-1
@@ -540,51 +567,17 @@ __device__ void attn_verify(void* out, int outStride, int outKind, const float* 
     for (int k0 = start; k0 < end; k0 += DG_TP) {
         int n = min(DG_TP, end - k0);
         __syncthreads();  // the previous tile is consumed (and sQ written)
-#pragma unroll
-        for (int e = tid; e < DG_TP * VPR; e += DG_THREADS) {
-            int j = e / VPR, c = (e - j * VPR) * E;
-            uint4 kv = {0u, 0u, 0u, 0u}, vv = {0u, 0u, 0u, 0u};
-            if (j < n) {
-                int p = k0 + j;
-                long long slot = (long long)bt[p / blockSize] * blockSize + p % blockSize;
-                long long idx = (slot * kvHeads + kvh) * HD + c;
-                kv = *(const uint4*)(kc + idx);
-                vv = *(const uint4*)(vc + idx);
-            }
-            *(uint4*)&sK[j * KLD + c] = kv;
-            *(uint4*)&sV[j * HD + c] = vv;
-        }
+        dg_load_tile<T, HD, KLD>(sK, sV, kc, vc, bt, k0, n, blockSize, kvHeads, kvh);
         __syncthreads();
-        // Scores: lane j of warp w takes position k0 + j for rows w, w+4, ...; the K row is
-        // read once for all of them, each row's dot summed as attn_decode_grp sums it.
-        float d0[NW], d1[NW];
-#pragma unroll
-        for (int k = 0; k < NW; k++) d0[k] = d1[k] = 0.f;
-        const T* kr = &sK[lane * KLD];
-#pragma unroll
-        for (int c = 0; c < HD; c += E) {
-            float kf[E];
-            dg_unpack(*(const uint4*)(kr + c), kf, kr);
-#pragma unroll
-            for (int k = 0; k < NW; k++) {
-                if (w + 4 * k < rows) {
-                    const float* qg = &sQ[(w + 4 * k) * HD];
-#pragma unroll
-                    for (int i = 0; i < E; i += 4) {
-                        float4 qv = *(const float4*)(qg + c + i);
-                        d0[k] += qv.x * kf[i] + qv.y * kf[i + 1];
-                        d1[k] += qv.z * kf[i + 2] + qv.w * kf[i + 3];
-                    }
-                }
-            }
-        }
-        // The online softmax of each row over its own positions of the tile (lanes below
-        // nr): a row with none yet (its context ends before the tile) keeps -inf and 0.
+        // Scores and the online softmax: lane j of warp w takes position k0 + j for rows w,
+        // w+4, ..., each over its own positions of the tile (lanes below nr); a row with
+        // none yet (its context ends before the tile) keeps -inf and 0.
 #pragma unroll
         for (int k = 0; k < NW; k++) {
             int r = w + 4 * k;
             int nr = r < rows ? min(n, c0 + r / G + 1 - k0) : 0;
-            float sc = lane < nr ? d0[k] + d1[k] : -KV_INF;
+            float sc = -KV_INF;
+            if (lane < nr) sc = dg_dot<T, HD>(&sK[lane * KLD], &sQ[r * HD]);
             float mx = fmaxf(mreg[k], warp_max(sc));
             float corr = 1.f, pe = 0.f;
             if (mx != -KV_INF) {
@@ -662,21 +655,7 @@ __device__ void attn_verify(void* out, int outStride, int outKind, const float* 
         sPl[i * NR + r] = __ldcg(pl + row);
     }
     __syncthreads();
-    if (tid < rows) {  // per row: the splits' weights exp(m_i - M) (0 for empty splits) and their sum
-        int r = tid;
-        float M = -KV_INF;
-        for (int i = 0; i < splits; i++) M = fmaxf(M, sE[i * NR + r]);
-        float L = 0.f;
-        for (int i = 0; i < splits; i++) {
-            float mi = sE[i * NR + r], e = 0.f;
-            if (M != -KV_INF && mi != -KV_INF) {
-                e = expf(mi - M);
-                L += sPl[i * NR + r] * e;
-            }
-            sE[i * NR + r] = e;
-        }
-        sL[r] = L;
-    }
+    if (tid < rows) sL[tid] = dg_merge_weights(sE + tid, sPl + tid, NR, splits);  // per row
     __syncthreads();
 #pragma unroll
     for (int a = 0; a < NA; a++) {
@@ -684,13 +663,7 @@ __device__ void attn_verify(void* out, int outStride, int outKind, const float* 
         if (r >= rows) continue;
         int jj = r / G, h = kvh * G + (r - jj * G);
         long long t = t0 + j0 + jj;
-        long long row0 = (t * heads + h) * splits;
-        float L = sL[r], v = 0.f;
-        if (L > 0.f) {
-#pragma unroll 8
-            for (int i = 0; i < splits; i++) v += __ldcg(po + (row0 + i) * HD + d) * sE[i * NR + r];
-            v /= L;
-        }
+        float v = dg_merge_out<HD>(po, (t * heads + h) * splits, d, sE + r, NR, splits, sL[r]);
         dg_store(out, t * outStride + (long long)h * HD + d, outKind, v);
     }
     if (tid == 0) done[ticket] = 0;
