@@ -24,6 +24,16 @@ func truncated(fm *format.Model, n int) *format.Model {
 	return &t
 }
 
+// mustCache returns a new cache of m of 10 blocks of 4 slots (layerSkipSeqs').
+func mustCache(t *testing.T, m *Model) *KVCache {
+	t.Helper()
+	kv, err := m.NewKVCache(10, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
 // layerSkipSeqs are two sequences over a cache of 10 blocks of 4 slots.
 var layerSkipSeqs = []seqRun{
 	{prompt: testTokens(12), table: []int32{6, 1, 8}},
@@ -50,10 +60,7 @@ func TestFirstLayersMatchTruncatedModel(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			fm := writeTwin(t, c, quant.F32, synth.GGUF)
 			full := mustModel(t, fm, Options{Backends: cpuBackends(t, 2, Parallel{})})
-			kv, err := full.NewKVCache(10, 4)
-			if err != nil {
-				t.Fatal(err)
-			}
+			kv := mustCache(t, full)
 			for _, n := range []int{1, 2} {
 				view, err := full.FirstLayers(n)
 				if err != nil {
@@ -63,10 +70,7 @@ func TestFirstLayersMatchTruncatedModel(t *testing.T) {
 					t.Errorf("view of %d layers reports %d", n, got)
 				}
 				trunc := mustModel(t, truncated(fm, n), Options{Backends: cpuBackends(t, 2, Parallel{})})
-				tkv, err := trunc.NewKVCache(10, 4)
-				if err != nil {
-					t.Fatal(err)
-				}
+				tkv := mustCache(t, trunc)
 				for i, b := range layerSkipSteps() {
 					got, err := view.Forward(b, kv)
 					if err != nil {
@@ -128,14 +132,8 @@ func TestFirstLayersKVAndFullModel(t *testing.T) {
 	const n = 2
 	fm := writeTwin(t, c, quant.F32, synth.GGUF)
 	full := mustModel(t, fm, Options{Backends: cpuBackends(t, 2, Parallel{})})
-	kvA, err := full.NewKVCache(10, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kvB, err := full.NewKVCache(10, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kvA := mustCache(t, full)
+	kvB := mustCache(t, full)
 	steps := layerSkipSteps()
 	for _, kv := range []*KVCache{kvA, kvB} {
 		if _, err := full.Forward(steps[0], kv); err != nil {
@@ -217,10 +215,7 @@ func TestFirstLayersKVAndFullModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	skv, err := sfull.NewKVCache(10, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	skv := mustCache(t, sfull)
 	for _, b := range steps[:2] {
 		if _, err := sfull.Forward(b, skv); err != nil {
 			t.Fatal(err)
@@ -274,14 +269,8 @@ func TestFirstLayersTensorParallel(t *testing.T) {
 		t.Fatal(err)
 	}
 	trunc := cpuModel(t, truncated(fm, 2), par, quant.F32)
-	kv, err := full.NewKVCache(10, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tkv, err := trunc.NewKVCache(10, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := mustCache(t, full)
+	tkv := mustCache(t, trunc)
 	for i, b := range layerSkipSteps() {
 		got, err := view.Forward(b, kv)
 		if err != nil {
@@ -324,10 +313,7 @@ func TestFirstLayersOwnSteps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := full.NewKVCache(10, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := mustCache(t, full)
 	steps := layerSkipSteps()
 	for _, m := range []*Model{full, full, view, view} {
 		if _, err := m.Forward(steps[1], kv); err != nil {
@@ -366,17 +352,11 @@ func TestFirstLayersRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := cpuModel(t, fm, Parallel{}, quant.F32)
-	okv, err := other.NewKVCache(10, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	okv := mustCache(t, other)
 	if _, err := view.Forward(layerSkipSteps()[0], okv); err == nil || !strings.Contains(err.Error(), "not made by this model") {
 		t.Errorf("the view ran on another model's cache: error %v", err)
 	}
-	vkv, err := view.NewKVCache(10, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	vkv := mustCache(t, view)
 	if got := vkv.Specs()[0].Layers; got != 1 {
 		t.Errorf("the view's own cache holds %d layers, want 1", got)
 	}
@@ -387,10 +367,7 @@ func TestFirstLayersRefused(t *testing.T) {
 		t.Error("the full model ran on the view's cache of fewer layers")
 	}
 	view.Close() // a no-op: the full model still runs
-	kv, err := full.NewKVCache(10, 4)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := mustCache(t, full)
 	if _, err := full.Forward(layerSkipSteps()[0], kv); err != nil {
 		t.Errorf("the full model after its view was closed: %v", err)
 	}
