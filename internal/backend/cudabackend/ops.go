@@ -294,9 +294,11 @@ func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int
 const verifyMaxQuery = 17
 
 // ensureWork makes the split-K workspace of decode attention hold rows query rows (a
-// sequence's worth of partial results each) of heads heads of headDim (inside Run).
-// Growing it synchronizes first, which fails during a graph capture before anything is
-// freed.
+// sequence's worth of partial results each) of heads heads of headDim (inside Run). Past
+// maxGraphSeqs rows it holds fewer splits a row, so that it never outgrows what 256 rows
+// of decodeSplits take (the attention launches then split less: with that many rows the
+// blocks fill the device anyway). Growing it synchronizes first, which fails during a
+// graph capture before anything is freed.
 func (b *Backend) ensureWork(rows, heads, headDim int) error {
 	if b.work != nil && b.work.Seqs >= rows && b.work.Heads >= heads && b.work.HeadDim >= headDim {
 		return nil
@@ -311,7 +313,11 @@ func (b *Backend) ensureWork(rows, heads, headDim int) error {
 			return err
 		}
 	}
-	w, err := b.dev.NewDecodeWorkspace(max(rows, 64), heads, decodeSplits, headDim)
+	seqs, splits := max(rows, 64), decodeSplits
+	if seqs > maxGraphSeqs {
+		splits = max(1, maxGraphSeqs*decodeSplits/seqs)
+	}
+	w, err := b.dev.NewDecodeWorkspace(seqs, heads, splits, headDim)
 	if err != nil {
 		return fmt.Errorf("cuda attention: %w", err)
 	}
