@@ -72,3 +72,39 @@ func TestDraftModelRealPairs(t *testing.T) {
 		})
 	}
 }
+
+// TestDraftLayers: self-speculation with the target's first layers (their keys and values
+// the target's own) gives the greedy tokens of decoding without it, alone and batched,
+// under both scheduling modes, on stories260K (5 layers, drafting with 2 and with 4).
+func TestDraftLayers(t *testing.T) {
+	tm := openModel(t, "models/stories260K/stories260K.bin", "models/stories260K/tok512.bin")
+	var reqs []Request
+	for i, p := range []string{"Once upon a time", "The cat", "Tom had a big red"} {
+		reqs = append(reqs, Request{Prompt: p, Params: SamplingParams{MaxTokens: 50 + 20*i, IgnoreEOS: true}})
+	}
+	want := generate(t, tm.engine(t, Config{}), reqs)
+	for _, layers := range []int{2, 4} {
+		forEachMode(t, func(t *testing.T, serial bool) {
+			e := tm.engineWithHook(t, Config{DisableAsyncScheduling: serial, Speculation: &Speculation{K: 3, DraftLayers: layers}},
+				func(e *Engine) {
+					if err := checkEngine(e); err != nil {
+						t.Errorf("invariant: %v", err)
+					}
+				})
+			for _, batch := range [][]Request{reqs[:1], reqs} {
+				got := generate(t, e, batch)
+				for i := range batch {
+					if !slices.Equal(got[i][0].tokens, want[i][0].tokens) {
+						t.Errorf("%d layers, batch of %d, request %d: %v, want %v", layers, len(batch), i, got[i][0].tokens, want[i][0].tokens)
+					}
+				}
+			}
+			waitIdle(t, e)
+			st := e.Stats()
+			t.Logf("%d of 5 layers: kept %d of %d drafts", layers, st.AcceptedDrafts, st.DraftTokens)
+			if st.DraftTokens == 0 || st.AcceptedDrafts == 0 {
+				t.Errorf("%d layers: kept %d of %d drafts", layers, st.AcceptedDrafts, st.DraftTokens)
+			}
+		})
+	}
+}

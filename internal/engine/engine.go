@@ -146,8 +146,11 @@ func build(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error
 			}
 			d.model = &pagedModel{m: sp.DraftModel, kv: dcache}
 		case sp.DraftLayers > 0:
-			// TODO(lead): model.FirstLayers lands with helper S3's work.
-			return nil, fmt.Errorf("engine: draft layers: not wired yet")
+			view, err := m.FirstLayers(sp.DraftLayers)
+			if err != nil {
+				return nil, fmt.Errorf("engine: draft layers: %w", err)
+			}
+			d = drafter{model: &pagedModel{m: view, kv: cache}, shared: true}
 		}
 	}
 	return assemble(&pagedModel{m: m, kv: cache}, ModelInfo{VocabSize: mc.VocabSize, ContextLen: mc.ContextLen}, tok, cfg, d)
