@@ -28,6 +28,7 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
 	"github.com/kvasir-llm/kvasir/internal/model"
 	"github.com/kvasir-llm/kvasir/internal/sample"
+	"github.com/kvasir-llm/kvasir/internal/spec"
 	"github.com/kvasir-llm/kvasir/internal/tokenizer"
 )
 
@@ -61,11 +62,29 @@ type (
 	Masker = sample.Masker
 	// Mask is a set of token ids as a bitmask (bit t%32 of word t/32); see NewMask.
 	Mask = sample.Mask
-	// Proposer proposes draft tokens for speculative decoding (Options.Proposer): the model
-	// verifies them in one step and the engine keeps those the request's own sampling
-	// agrees with, so the tokens generated do not change.
+	// Proposer proposes draft tokens for speculative decoding (SpeculativeConfig.Proposer,
+	// a custom proposer): the model verifies them in one step and the engine keeps those
+	// the request's own sampling agrees with, so the tokens generated do not change.
 	Proposer = engine.Proposer
+	// SpeculativeConfig configures speculative decoding (Options.Speculative): vLLM's
+	// --speculative-config fields (see ParseSpeculativeConfig), or a custom Proposer.
+	SpeculativeConfig = spec.Config
 )
+
+// The speculative-decoding methods (SpeculativeConfig.Method).
+const (
+	SpecNGram      = spec.MethodNGram
+	SpecDraftModel = spec.MethodDraftModel
+	SpecLayerSkip  = spec.MethodLayerSkip
+)
+
+// ParseSpeculativeConfig reads vLLM's --speculative-config JSON: "method" (ngram,
+// draft_model or layer_skip; inferred from the fields when left out),
+// "num_speculative_tokens" (K, 1..16), "prompt_lookup_min" and "prompt_lookup_max"
+// (ngram; vLLM's default 5), "model" (draft_model: any model reference OpenRef reads),
+// "draft_layers" (layer_skip) and "dynamic" (default true: choose each sequence's draft
+// length per step; false drafts K always). Anything else is an error.
+func ParseSpeculativeConfig(s string) (*SpeculativeConfig, error) { return spec.Parse([]byte(s)) }
 
 // NewMask returns a mask over a vocabulary of n tokens allowing the ids given.
 func NewMask(n int, ids ...int32) Mask { return sample.NewMask(n, ids...) }
@@ -88,6 +107,7 @@ var (
 type Engine struct {
 	l        *Loaded
 	e        *engine.Engine
+	spec     *speculation // nil: no speculative decoding
 	sizing   kvcache.Sizing
 	defaults SamplingDefaults
 }
@@ -128,8 +148,24 @@ func OpenModel(fm *format.Model, opt Options) (*Engine, error) {
 	return e, nil
 }
 
-// start sizes the KV cache of a loaded model and starts an engine on it.
+// start sizes the KV cache of a loaded model and starts an engine on it, with the draft
+// model of a draft_model configuration loaded first (and closed again on failure).
 func start(l *Loaded, opt Options) (*Engine, error) {
+	sp, err := newSpeculation(l, opt)
+	if err != nil {
+		return nil, err
+	}
+	e, err := startEngine(l, opt, sp)
+	if err != nil {
+		sp.close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// startEngine sizes the KV cache (for the target's and the draft's keys and values, when
+// sp has a draft model) and starts the engine.
+func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 	fm, m := l.fm, l.m
 	gen, err := opt.GenerationConfig.read(fm.Generation)
 	if err != nil {
@@ -149,10 +185,11 @@ func start(l *Loaded, opt Options) (*Engine, error) {
 	}
 	// Every rank holds the same blocks of its own layers and KV heads: the cache is sized
 	// by the largest rank's part, in the element its backend holds, from the memory each
-	// rank has.
+	// rank has. A draft model's cache has the same blocks, so a block costs both.
 	rc := m.RankConfig()
 	elem := m.KVBytesPerElement()
-	perToken := model.KVBytesPerToken(rc, elem)
+	draftPerToken := sp.draftBytesPerToken()
+	perToken := model.KVBytesPerToken(rc, elem) + draftPerToken
 	mem := opt.KVCacheMemory
 	if mem <= 0 {
 		if mem, err = deviceKVBudget(l.bes, opt.GPUMemoryUtilization); err != nil {
@@ -163,8 +200,15 @@ func start(l *Loaded, opt Options) (*Engine, error) {
 		mem = min(DefaultKVCacheMemory, kvcache.FullContextBytes(perToken, maxLen, maxSeqs, blockSize))
 	}
 	sizing, err := kvcache.Plan(rc.Layers, rc.KVHeads, rc.HeadDim, elem, blockSize, mem, maxLen)
+	if err == nil && draftPerToken > 0 {
+		sizing, err = sizing.WithDraft(draftPerToken)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", fm.Path, err)
+	}
+	// The engine caps the context at what the pool holds; the draft must cover it.
+	if err := sp.checkContext(fm.Name(), min(maxLen, (sizing.NumBlocks-1)*blockSize)); err != nil {
+		return nil, err
 	}
 	e, err := engine.New(m, l.tok, engine.Config{
 		NumBlocks: sizing.NumBlocks, BlockSize: blockSize, MaxModelLen: opt.MaxModelLen,
@@ -176,13 +220,12 @@ func start(l *Loaded, opt Options) (*Engine, error) {
 		DisableAsyncScheduling: opt.DisableAsyncScheduling,
 		MaxWaiting:             opt.MaxWaiting,
 		OnRequestDone:          opt.OnRequestDone,
-		Proposer:               opt.Proposer,
-		NumSpeculativeTokens:   opt.NumSpeculativeTokens,
+		Speculation:            sp.engine(),
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{l: l, e: e, sizing: sizing, defaults: NeutralSampling().With(gen)}, nil
+	return &Engine{l: l, e: e, spec: sp, sizing: sizing, defaults: NeutralSampling().With(gen)}, nil
 }
 
 // Generate submits a request and returns the channel its outputs arrive on; the channel is
@@ -221,6 +264,9 @@ func (e *Engine) Close() error { return e.Shutdown(context.Background()) }
 // aborted.
 func (e *Engine) Shutdown(ctx context.Context) error {
 	err := e.e.Shutdown(ctx)
+	if cerr := e.spec.close(); err == nil {
+		err = cerr
+	}
 	if cerr := e.l.Close(); err == nil {
 		err = cerr
 	}

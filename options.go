@@ -1,6 +1,8 @@
 package kvasir
 
 import (
+	"io"
+
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/format"
 )
@@ -64,12 +66,14 @@ type Options struct {
 	DisableAsyncScheduling bool
 	// MaxWaiting refuses requests with ErrQueueFull when that many wait (0: no limit).
 	MaxWaiting int
-	// Proposer, when set, proposes up to NumSpeculativeTokens draft tokens for every
-	// decoding sequence, verified by the model in the sequence's next step (speculative
-	// decoding). A drafting sequence's steps do not overlap each other under asynchronous
-	// scheduling.
-	Proposer             Proposer
-	NumSpeculativeTokens int
+	// Speculative, when set, turns on speculative decoding (vLLM's --speculative-config;
+	// see ParseSpeculativeConfig): a proposer, a draft model or the target's first layers
+	// guess up to K tokens per decoding sequence, which the model verifies in the
+	// sequence's next step, keeping exactly the tokens its own sampling gives. A draft
+	// model is loaded as the model is, on its backends, and its keys and values share the
+	// KV cache's blocks (and budget). A drafting sequence's steps do not overlap each other
+	// under asynchronous scheduling.
+	Speculative *SpeculativeConfig
 	// GenerationConfig says where Engine.SamplingDefaults come from (the zero value: the
 	// model's generation_config.json over vLLM's neutral defaults).
 	GenerationConfig GenerationConfig
@@ -79,6 +83,9 @@ type Options struct {
 	// (layers, heads, head dimension, hidden and feed-forward sizes, vocabulary, context,
 	// experts); zero fields take format.DefaultLimits (docs/API.md lists them).
 	ModelLimits format.Limits
+	// Log, when set, receives notes while loading: a draft model's download progress, a
+	// synthesized draft's warning.
+	Log io.Writer
 	// OnRequestDone, when set, receives every finished request's stats, from the engine
 	// loop: it must return quickly.
 	OnRequestDone func(RequestStats)

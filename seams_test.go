@@ -94,7 +94,7 @@ func TestPublicSeams(t *testing.T) {
 		t.Errorf("the processor was told %v, the output is %v", proc.accepted, out)
 	}
 
-	opt.Proposer, opt.NumSpeculativeTokens = &replay{ref: append(slices.Clone(prompt), ref...)}, 4
+	opt.Speculative = &SpeculativeConfig{Proposer: &replay{ref: append(slices.Clone(prompt), ref...)}, NumSpeculativeTokens: 4, DisableDynamic: true}
 	spec, err := Open(p, opt)
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -99,15 +100,24 @@ func benchKernels(args []string) error {
 }
 
 func benchGenerate(args []string) error {
-	fs := newFlags("bench generate", "-m MODEL [--prompt-len L] [--gen-len N] [--threads T] [--json]")
+	fs := newFlags("bench generate", "-m MODEL [--prompt-len L] [--gen-len N] [--verify-len K [--verify-batch 1,8]] [--threads T] [--json]")
 	var o bench.GenerateOptions
 	fs.IntVar(&o.PromptLen, "prompt-len", 128, "prompt tokens to prefill")
-	fs.IntVar(&o.GenLen, "gen-len", 64, "tokens to decode")
+	fs.IntVar(&o.GenLen, "gen-len", 64, "tokens to decode (and verify steps to time)")
 	fs.IntVar(&o.Chunk, "chunk", model.DefaultPrefillChunk, "prefill chunk size in tokens")
+	fs.IntVar(&o.VerifyLen, "verify-len", 0, "also time speculative verify steps of 1+K tokens a sequence against 1-token steps (0: off)")
+	verifyBatch := fs.String("verify-batch", "1", "batch sizes of the verify timing, comma-separated")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	ef := addEngineFlags(fs, loadFlags)
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	for _, f := range strings.Split(*verifyBatch, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("--verify-batch %q: want positive batch sizes, comma-separated", *verifyBatch)
+		}
+		o.VerifyBatches = append(o.VerifyBatches, n)
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()

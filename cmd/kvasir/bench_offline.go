@@ -40,6 +40,9 @@ func benchOffline(args []string) error {
 	}
 	defer e.Close()
 	fmt.Fprintln(os.Stderr, e.KVCacheSizing())
+	if line := speculationLine(e); line != "" {
+		fmt.Fprintln(os.Stderr, line)
+	}
 	ctx := context.Background()
 	reqs, err := bench.OfflineRequests(ctx, e, o, os.Stderr)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 
 	"github.com/kvasir-llm/kvasir"
@@ -39,6 +40,7 @@ type engineFlags struct {
 	maxWaiting                int
 	noPrefixCaching, noAsync  bool
 	generationConfig          string
+	speculative               string
 }
 
 // threadsPerCPU bounds --threads: more CPU workers than this many per core only contend
@@ -70,6 +72,7 @@ func addEngineFlags(fs *flag.FlagSet, scope flagScope) *engineFlags {
 	fs.IntVar(&f.maxWaiting, "max-waiting", 0, "refuse requests when this many wait (serve answers 429) (0: no limit)")
 	fs.BoolVar(&f.noPrefixCaching, "no-prefix-caching", false, "turn prefix caching off")
 	fs.BoolVar(&f.noAsync, "no-async-scheduling", false, "turn asynchronous scheduling off (plan each step only after the previous one's outputs are out)")
+	fs.StringVar(&f.speculative, "speculative-config", "", `speculative decoding, vLLM's JSON: {"method": "ngram"|"draft_model"|"layer_skip", "num_speculative_tokens": K (1..16), "prompt_lookup_min"/"prompt_lookup_max": N (ngram, default 5), "model": DRAFT (draft_model: a file, folder, hf: or synth: reference), "draft_layers": L (layer_skip), "dynamic": true|false (default true: each sequence's draft length chosen per step)}`)
 	fs.StringVar(&f.generationConfig, "generation-config", "auto", "default sampling parameters: auto (the model's generation_config.json over vLLM's neutral defaults), vllm (the neutral defaults: temperature 1, top_p 1, top_k off, min_p 0, repetition_penalty 1), or a folder whose generation_config.json to read")
 	return f
 }
@@ -113,7 +116,28 @@ func (f *engineFlags) options() (kvasir.Options, error) {
 	opt.GPUMemoryUtilization, opt.BlockSize, opt.MaxModelLen = f.gpuMem, f.blockSize, f.maxModelLen
 	opt.MaxNumSeqs, opt.MaxNumBatchedTokens, opt.MaxWaiting = f.maxNumSeqs, f.maxBatched, f.maxWaiting
 	opt.DisablePrefixCaching, opt.DisableAsyncScheduling = f.noPrefixCaching, f.noAsync
+	if f.speculative != "" {
+		if opt.Speculative, err = kvasir.ParseSpeculativeConfig(f.speculative); err != nil {
+			return opt, fmt.Errorf("--speculative-config: %w", err)
+		}
+	}
+	opt.Log = os.Stderr
 	return opt, nil
+}
+
+// speculationLine describes an engine's speculative decoding for its start-up log ("" when
+// it does not speculate).
+func speculationLine(e *kvasir.Engine) string {
+	c := e.Speculative()
+	if c == nil {
+		return ""
+	}
+	line := "speculative decoding: " + c.String()
+	if d := e.Draft(); d != nil {
+		fc := d.File().Config
+		line += fmt.Sprintf(" (draft %s: %d layers, dim %d, %.1f MB of weights)", d.File().Name(), fc.Layers, fc.Dim, float64(d.File().Bytes())/1e6)
+	}
+	return line
 }
 
 // openEngine opens the model the flags name and starts an engine on it with the flags'

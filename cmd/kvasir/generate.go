@@ -42,6 +42,9 @@ func openGenerator(ef *engineFlags, tune func(*kvasir.Options, *format.Model)) (
 	if d := e.SamplingDefaults(); d != kvasir.NeutralSampling() {
 		fmt.Fprintf(os.Stderr, "sampling defaults from generation_config.json: %s\n", d)
 	}
+	if line := speculationLine(e); line != "" {
+		fmt.Fprintln(os.Stderr, line)
+	}
 	return e, nil
 }
 

@@ -1,39 +1,24 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
+	"github.com/kvasir-llm/kvasir"
 	"github.com/kvasir-llm/kvasir/internal/format"
-	"github.com/kvasir-llm/kvasir/internal/hub"
-	"github.com/kvasir-llm/kvasir/internal/quant"
-	"github.com/kvasir-llm/kvasir/internal/synth"
 	"github.com/kvasir-llm/kvasir/internal/tokenizer"
 )
 
 // resolveModel turns a -m argument into a local path, downloading "hf:ORG/REPO[/FILE]"
 // references into the Hugging Face cache first.
-func resolveModel(ref string) (string, error) {
-	if !hub.IsRef(ref) {
-		return ref, nil
-	}
-	r, err := hub.ParseRef(ref)
-	if err != nil {
-		return "", err
-	}
-	opt := hub.OptionsFromEnv()
-	opt.Progress = os.Stderr
-	return hub.Download(context.Background(), r, opt)
-}
+func resolveModel(ref string) (string, error) { return kvasir.ResolveRef(ref, os.Stderr) }
 
 // defaultShape and defaultDType give the built-in model served when no -m is given.
 const (
 	defaultShape = "smollm2-135m"
-	defaultDType = quant.Q8_0
+	defaultDType = kvasir.SynthDType
 )
 
 // defaultChatTemplate is ChatML, the template the built-in model is given.
@@ -45,25 +30,11 @@ const defaultChatTemplate = `{%- for message in messages -%}
 // openSynthModel synthesizes a model in memory: random weights of a real shape, given as
 // "SHAPE[:TYPE]" (such as "smollm2-135m:q8_0"), with the ChatML template.
 func openSynthModel(spec string) (*format.Model, error) {
-	name, typ, _ := strings.Cut(spec, ":")
-	shape, err := synth.Lookup(name)
-	if err != nil {
-		return nil, err
-	}
-	dtype := defaultDType
-	if typ != "" {
-		if dtype, err = quant.ParseType(typ); err != nil {
-			return nil, err
-		}
-	}
-	start := time.Now()
-	m, err := synth.Model(shape, dtype, 0)
+	m, err := kvasir.OpenRef("synth:"+spec, kvasir.RefOptions{Log: os.Stderr})
 	if err != nil {
 		return nil, err
 	}
 	m.ChatTemplate = defaultChatTemplate
-	fmt.Fprintf(os.Stderr, "kvasir: model %s-shaped with RANDOM weights (%s, synthesized in memory in %.1fs); its output is gibberish by design.\n",
-		shape.Name, dtype, time.Since(start).Seconds())
 	return m, nil
 }
 
@@ -80,11 +51,7 @@ func openModel(ref, tok string) (*format.Model, error) {
 	if spec, ok := strings.CutPrefix(ref, "synth:"); ok {
 		return openSynthModel(spec)
 	}
-	path, err := resolveModel(ref)
-	if err != nil {
-		return nil, err
-	}
-	return format.Open(path, format.Options{Tokenizer: tok})
+	return kvasir.OpenRef(ref, kvasir.RefOptions{Tokenizer: tok, Log: os.Stderr})
 }
 
 // openTokenizer returns the tokenizer of the model or vocabulary file named by a -m

@@ -218,18 +218,23 @@ type Backend interface {
 	WriteBlocks(kv KVCache, blocks []int32, src []byte) error
 }
 
-// StepGrapher is implemented by backends that can capture the ops of a decode step as a
-// graph and replay it. A step of n one-token sequences is padded by the caller to
-// DecodeBucket(n) sequences (padding sequences write no keys and values), so that steps of
-// one bucket share a graph.
+// StepGrapher is implemented by backends that can capture the ops of a step as a graph
+// and replay it. Steps of a few tokens per sequence (decode steps of one, speculative
+// verification of 1+k) are padded by the caller to the shape GraphShape returns, so that
+// steps of one shape share a graph: each sequence's tokens are followed by padding tokens
+// up to the shape's tokens per sequence (its context grows by as many), padding sequences
+// fill the bucket, every padding token writes no keys and values (slot -1), and the step
+// takes a logits row for every token, the rows asked for first (in their order).
 type StepGrapher interface {
-	// DecodeBucket returns the sequence count a decode step of n sequences is padded to
-	// (n itself when steps of n sequences are not replayed as graphs).
-	DecodeBucket(n int) int
+	// GraphShape returns the shape a step of seqs sequences and tokens tokens, the longest
+	// sequence of maxQuery tokens, is padded to for graph replay: bucket sequences (at
+	// least seqs) of queryLen tokens each (at least maxQuery); ok is false when such a step
+	// is not replayed as a graph (it then runs as it is).
+	GraphShape(seqs, tokens, maxQuery int) (bucket, queryLen int, ok bool)
 	// RunStep runs ops, which queues the ops of step st after UploadStep and before the
-	// read-back. For a decode step it may capture them as a graph the first times a step
-	// of st's shape is seen for owner (any value naming the buffers the ops use) and
-	// replay the graph afterwards instead of calling ops.
+	// read-back. For a step of a graph shape it may capture them as a graph the first
+	// times a step of st's shape is seen for owner (any value naming the buffers the ops
+	// use) and replay the graph afterwards instead of calling ops.
 	RunStep(st Step, owner any, ops func() error) error
 }
 

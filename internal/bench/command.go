@@ -140,15 +140,17 @@ func Serve(ctx context.Context, o ServeOptions) (*Result, error) {
 	if !o.DisableProgress {
 		cfg.Progress = o.Err
 	}
-	// The server's own histograms, when it exports kvasir's or vLLM's, are compared after.
-	before, scrapeErr := ScrapeHistograms(ctx, httpc, o.BaseURL, o.APIKey)
+	// The server's own histograms and spec_decode counters, when it exports kvasir's or
+	// vLLM's, are compared after.
+	before, scrapeErr := ScrapeServer(ctx, httpc, o.BaseURL, o.APIKey)
 	res, err := Run(ctx, cfg, reqs)
 	if err != nil {
 		return nil, err
 	}
 	if scrapeErr == nil {
-		if after, err := ScrapeHistograms(ctx, httpc, o.BaseURL, o.APIKey); err == nil {
-			res.Server = ServerLatencyDelta(before, after)
+		if after, err := ScrapeServer(ctx, httpc, o.BaseURL, o.APIKey); err == nil {
+			res.Server = ServerLatencyDelta(before.Histograms, after.Histograms)
+			res.SpecDecode = SpecDecodeDelta(before.Spec, after.Spec)
 		}
 	}
 	backend := "openai"

@@ -28,6 +28,9 @@ type fakeServer struct {
 	MidStreamError func(n int64) bool
 	// Hang makes every request wait this long before answering.
 	Hang time.Duration
+	// Spec exports spec_decode counters at /metrics: per request so far, 2 drafts of 4
+	// tokens, 5 accepted (2 at position 0, 2 at 1, 1 at 2, none at 3).
+	Spec bool
 
 	count atomic.Int64
 	// mu guards the server-side histogram totals served at /metrics.
@@ -53,6 +56,14 @@ func newFake(t *testing.T, f *fakeServer) *httptest.Server {
 		fmt.Fprintf(w, "kvasir:time_to_first_token_seconds_sum{model_name=\"fake model {x}\"} %g\n", f.ttftSum)
 		fmt.Fprintf(w, "kvasir:time_to_first_token_seconds_count{model_name=\"fake model {x}\"} %d\n", f.ttftCount)
 		fmt.Fprintf(w, "kvasir:inter_token_latency_seconds_sum %g\nkvasir:inter_token_latency_seconds_count %d 1700000000\n", f.itlSum, f.itlCount)
+		if f.Spec {
+			n := f.count.Load()
+			fmt.Fprintf(w, "kvasir:spec_decode_num_drafts_total{model_name=\"fake\"} %d\nkvasir:spec_decode_num_draft_tokens_total{model_name=\"fake\"} %d\n", 2*n, 8*n)
+			fmt.Fprintf(w, "kvasir:spec_decode_num_accepted_tokens_total{model_name=\"fake\"} %d\n", 5*n)
+			for pos, per := range []int64{2, 2, 1, 0} {
+				fmt.Fprintf(w, "kvasir:spec_decode_num_accepted_tokens_per_pos_total{model_name=\"fake\",position=\"%d\"} %d\n", pos, per*n)
+			}
+		}
 	})
 	mux.HandleFunc("POST /v1/completions", f.complete)
 	mux.HandleFunc("POST /v1/chat/completions", f.complete)

@@ -11,9 +11,13 @@ import (
 )
 
 // GenerateOptions is what `kvasir bench generate` times: a random prompt of PromptLen
-// tokens prefilled in chunks of Chunk, then GenLen greedy decode steps.
+// tokens prefilled in chunks of Chunk, then GenLen greedy decode steps; with VerifyLen K >
+// 0, also GenLen speculative verify steps of 1+K tokens per sequence against as many decode
+// steps, at each batch size of VerifyBatches (default 1; see Verify).
 type GenerateOptions struct {
 	PromptLen, GenLen, Chunk int
+	VerifyLen                int
+	VerifyBatches            []int
 }
 
 // GenerateResult is what `bench generate --json` prints.
@@ -35,6 +39,8 @@ type GenerateResult struct {
 	DecodeGBPerS        float64 `json:"decode_gb_per_s"`
 	ProbeGBPerS         float64 `json:"probe_gb_per_s"`
 	DecodeBWRatio       float64 `json:"decode_bandwidth_ratio"`
+	// Verify holds the verify-step figures (VerifyLen > 0).
+	Verify []VerifyResult `json:"verify,omitempty"`
 }
 
 // Generate times one sequence on the loaded model with none of the engine's scheduling
@@ -47,6 +53,9 @@ func Generate(l *kvasir.Loaded, o GenerateOptions) (GenerateResult, error) {
 	var res GenerateResult
 	if o.PromptLen <= 0 || o.GenLen <= 0 {
 		return res, fmt.Errorf("--prompt-len %d --gen-len %d: need positive lengths", o.PromptLen, o.GenLen)
+	}
+	if o.VerifyLen < 0 {
+		return res, fmt.Errorf("--verify-len %d: want 0 (off) or more", o.VerifyLen)
 	}
 	probe := l.ProbeBandwidth(ProbeBytes)
 	s, err := m.NewSession(o.PromptLen + o.GenLen)
@@ -109,6 +118,15 @@ func Generate(l *kvasir.Loaded, o GenerateOptions) (GenerateResult, error) {
 	if probe > 0 {
 		res.DecodeBWRatio = res.DecodeGBPerS / probe
 	}
+	if o.VerifyLen > 0 {
+		batches := o.VerifyBatches
+		if len(batches) == 0 {
+			batches = []int{1}
+		}
+		if res.Verify, err = Verify(m, o.PromptLen, o.GenLen, o.VerifyLen, batches); err != nil {
+			return res, err
+		}
+	}
 	return res, nil
 }
 
@@ -119,6 +137,7 @@ func WriteGenerate(w io.Writer, r GenerateResult) {
 	fmt.Fprintf(w, "decode:  %d tokens in %.3fs = %.2f tokens/s\n", r.GenLen, r.DecodeSeconds, r.DecodeTokensPerS)
 	fmt.Fprintf(w, "decode bandwidth: %.2f GB/s (%.1f MB weights + %.1f MB KV per token) = %.0f%% of the probe's %.2f GB/s\n",
 		r.DecodeGBPerS, float64(r.WeightBytesPerToken)/1e6, float64(r.KVBytesPerToken)/1e6, 100*r.DecodeBWRatio, r.ProbeGBPerS)
+	WriteVerify(w, r.Verify)
 }
 
 // perSecond returns n per d, 0 for no time.

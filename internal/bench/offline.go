@@ -114,6 +114,9 @@ type OfflineResult struct {
 	InputLens  []int     `json:"input_lens"`
 	OutputLens []int     `json:"output_lens"`
 	TTFTs      []float64 `json:"ttfts"`
+	// SpecDecode holds speculative decoding's figures (its spec_decode_* keys) when the
+	// engine speculates; nil (and no keys) otherwise.
+	*SpecDecode
 }
 
 // Offline pushes reqs through e, at most concurrency at a time (0: all), each with params
@@ -152,6 +155,9 @@ func Offline(ctx context.Context, e *kvasir.Engine, reqs []OfflineRequest, concu
 	}
 	if q := after.PrefixQueries - before.PrefixQueries; q > 0 {
 		res.PrefixCacheHitRate = float64(after.PrefixHits-before.PrefixHits) / float64(q)
+	}
+	if c := e.Speculative(); c != nil {
+		res.SpecDecode = SpecDecodeFromStats(before, after, c.NumSpeculativeTokens)
 	}
 	for _, o := range outputs {
 		res.InputLens = append(res.InputLens, o.PromptLen)
@@ -219,6 +225,9 @@ func WriteOfflineSummary(w io.Writer, r OfflineResult) {
 	} {
 		fmt.Fprintf(w, "%s\n", center(" "+m.name+" ", '-', 50))
 		fmt.Fprintf(w, "%-40s %10.2f\n%-40s %10.2f\n%-40s %10.2f\n", "Mean (ms):", m.mean, "Median (ms):", m.median, "P99 (ms):", m.p99)
+	}
+	if r.SpecDecode != nil {
+		writeSpecDecode(w, r.SpecDecode, "%10v")
 	}
 	fmt.Fprintln(w, strings.Repeat("=", 50))
 }

@@ -116,6 +116,9 @@ func WriteSummary(w io.Writer, rep Report, res *Result) {
 			line(fmt.Sprintf("P%s %s (ms):", PercentileName(p.P), mi.short), p.Value)
 		}
 	}
+	if res.SpecDecode != nil {
+		writeSpecDecode(w, res.SpecDecode, "%-10v")
+	}
 	if sv := res.Server; sv != nil {
 		fmt.Fprintln(w, center("Server-side Latency ("+sv.Prefix+" /metrics)", '-', 50))
 		line("Server mean TTFT (ms):", sv.TTFT)
@@ -258,6 +261,13 @@ func ResultJSON(rep Report, res *Result, now time.Time) ([]byte, error) {
 		for _, p := range st.Percentiles {
 			o = append(o, field{"p" + PercentileName(p.P) + "_" + mi.key + "_ms", finite(p.Value)})
 		}
+	}
+	if sd := res.SpecDecode; sd != nil {
+		o = append(o, field{"spec_decode_acceptance_rate", finite(sd.AcceptanceRate)},
+			field{"spec_decode_acceptance_length", finite(sd.AcceptanceLength)},
+			field{"spec_decode_num_drafts", sd.NumDrafts}, field{"spec_decode_draft_tokens", sd.DraftTokens},
+			field{"spec_decode_accepted_tokens", sd.AcceptedTokens},
+			field{"spec_decode_per_position_acceptance_rates", sd.PerPosition})
 	}
 	if sv := res.Server; sv != nil {
 		o = append(o, field{"server_metrics_prefix", sv.Prefix}, field{"server_mean_ttft_ms", finite(sv.TTFT)},

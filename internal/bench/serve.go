@@ -52,6 +52,9 @@ type Result struct {
 	// Server holds the server's own mean latencies over the run, when its /metrics has
 	// kvasir's or vLLM's histograms; nil otherwise.
 	Server *ServerLatency
+	// SpecDecode holds speculative decoding's figures over the run, when the server's
+	// /metrics has kvasir's or vLLM's spec_decode counters; nil otherwise.
+	SpecDecode *SpecDecode
 }
 
 // NewHTTPClient returns an HTTP client fit for benchmarking: enough idle connections for

@@ -30,6 +30,26 @@ type histogramTotals map[string][2]float64
 // exposition, summed over label sets, by histogram name.
 func ParsePrometheusHistograms(r io.Reader) (map[string][2]float64, error) {
 	out := histogramTotals{}
+	err := scanSamples(r, func(name, _ []byte, v float64) {
+		n := string(name)
+		switch {
+		case strings.HasSuffix(n, "_sum"):
+			t := out[strings.TrimSuffix(n, "_sum")]
+			t[0] += v
+			out[strings.TrimSuffix(n, "_sum")] = t
+		case strings.HasSuffix(n, "_count"):
+			t := out[strings.TrimSuffix(n, "_count")]
+			t[1] += v
+			out[strings.TrimSuffix(n, "_count")] = t
+		}
+	})
+	return out, err
+}
+
+// scanSamples calls fn with the name, the label set's text (between the braces, nil
+// without) and the value of every sample line of a Prometheus text exposition; comments and
+// lines it cannot read are skipped.
+func scanSamples(r io.Reader, fn func(name, labels []byte, v float64)) error {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	for sc.Scan() {
@@ -37,7 +57,7 @@ func ParsePrometheusHistograms(r io.Reader) (map[string][2]float64, error) {
 		if len(line) == 0 || line[0] == '#' {
 			continue
 		}
-		var name, rest []byte
+		var name, labels, rest []byte
 		if i := bytes.IndexAny(line, "{ \t"); i < 0 {
 			continue
 		} else if line[i] == '{' {
@@ -59,7 +79,7 @@ func ParsePrometheusHistograms(r io.Reader) (map[string][2]float64, error) {
 			if end < 0 {
 				continue
 			}
-			name, rest = line[:i], line[end+1:]
+			name, labels, rest = line[:i], line[i+1:end], line[end+1:]
 		} else {
 			name, rest = line[:i], line[i:]
 		}
@@ -71,39 +91,78 @@ func ParsePrometheusHistograms(r io.Reader) (map[string][2]float64, error) {
 		if err != nil {
 			continue
 		}
-		n := string(name)
-		switch {
-		case strings.HasSuffix(n, "_sum"):
-			t := out[strings.TrimSuffix(n, "_sum")]
-			t[0] += v
-			out[strings.TrimSuffix(n, "_sum")] = t
-		case strings.HasSuffix(n, "_count"):
-			t := out[strings.TrimSuffix(n, "_count")]
-			t[1] += v
-			out[strings.TrimSuffix(n, "_count")] = t
-		}
+		fn(name, labels, v)
 	}
-	return out, sc.Err()
+	return sc.Err()
 }
 
-// ScrapeHistograms fetches GET /metrics and parses its histograms.
-func ScrapeHistograms(ctx context.Context, client *http.Client, baseURL, apiKey string) (map[string][2]float64, error) {
+// labelValue returns the value of label key in a label set's text (`a="x",b="y"`), with
+// its escapes (\\, \", \n) undone; false when the set has no such label or cannot be read.
+func labelValue(labels []byte, key string) (string, bool) {
+	for len(labels) > 0 {
+		eq := bytes.IndexByte(labels, '=')
+		if eq < 0 || eq+1 >= len(labels) || labels[eq+1] != '"' {
+			return "", false
+		}
+		name := string(bytes.TrimSpace(labels[:eq]))
+		var val []byte
+		j := eq + 2
+		for ; j < len(labels) && labels[j] != '"'; j++ {
+			c := labels[j]
+			if c == '\\' && j+1 < len(labels) {
+				j++
+				c = labels[j]
+				if c == 'n' {
+					c = '\n'
+				}
+			}
+			val = append(val, c)
+		}
+		if j >= len(labels) {
+			return "", false
+		}
+		if name == key {
+			return string(val), true
+		}
+		labels = bytes.TrimLeft(labels[j+1:], ", ")
+	}
+	return "", false
+}
+
+// ServerScrape is one reading of a server's GET /metrics: its histograms' totals and its
+// speculative-decoding counters.
+type ServerScrape struct {
+	Histograms map[string][2]float64
+	Spec       SpecCounters
+}
+
+// ScrapeServer fetches GET /metrics and parses its histograms and spec_decode counters.
+func ScrapeServer(ctx context.Context, client *http.Client, baseURL, apiKey string) (ServerScrape, error) {
+	var s ServerScrape
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(baseURL, "/")+"/metrics", nil)
 	if err != nil {
-		return nil, err
+		return s, err
 	}
 	if apiKey != "" {
 		req.Header.Set("Authorization", "Bearer "+apiKey)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, err
+		return s, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+		return s, fmt.Errorf("GET /metrics: %s", resp.Status)
 	}
-	return ParsePrometheusHistograms(io.LimitReader(resp.Body, 64<<20))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return s, fmt.Errorf("GET /metrics: %w", err)
+	}
+	if s.Histograms, err = ParsePrometheusHistograms(bytes.NewReader(body)); err != nil {
+		return s, err
+	}
+	s.Spec, err = ParseSpecDecodeCounters(bytes.NewReader(body))
+	return s, err
 }
 
 // ServerLatencyDelta compares two scrapes and returns the server's mean latencies over the

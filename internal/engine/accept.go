@@ -23,8 +23,15 @@ var errNoToken = errors.New("engine: the request's logits processors allow no ne
 // takeRows handles the rows of entry sc of a finished step (fast), the entry's first row
 // being row first of the result. It returns the picks of the tokens accepted, for slow to
 // emit.
-func (e *Engine) takeRows(sc *scheduled, res stepResult, first int) []pick {
+func (e *Engine) takeRows(sc *scheduled, run *draftRun, res stepResult, first int) []pick {
 	seq := sc.seq
+	if run != nil {
+		// The draft phase filled the placeholders: what the step verified.
+		seq.draft, seq.draftDists = run.drafts, run.dists
+		if seq.status == statusRunning && !e.runner.draftShared {
+			seq.draftComputed = run.start + len(run.tokens) + run.k - 1
+		}
+	}
 	numScore := len(sc.rows) - sc.numSampling()
 	if numScore > 0 && res.logits != nil {
 		e.scorePrompt(sc, res.logits, first, numScore)
@@ -44,11 +51,51 @@ func (e *Engine) takeRows(sc *scheduled, res stepResult, first int) []pick {
 	if seq.forkPending {
 		picks = e.fork(seq, e.logitsRow(res.logits, first))
 	}
+	dists, draft := seq.draftDists, seq.draft
 	return append(picks, e.verify(sc, true, func(j int) (int32, []Logprob, bool) {
 		row := e.logitsRow(res.logits, first+j)
-		tok, ok := e.draw(seq, row)
+		var tok int32
+		ok := true
+		if j < len(dists) {
+			tok, ok = e.judge(seq, row, draft[j], dists[j])
+		} else {
+			tok, ok = e.draw(seq, row)
+		}
 		return tok, e.logprobs(seq, row, tok), ok
 	})...)
+}
+
+// judge verifies a draft token drawn from the draft's distribution q against the target's
+// distribution at its row (modified rejection sampling, see sample.KeepDraft): it returns
+// the draft when kept, else the token drawn from the residual. It reports false, having
+// failed the request, when the target's mask allows nothing.
+func (e *Engine) judge(seq *sequence, logits []float32, draft int32, q sample.Dist) (int32, bool) {
+	p, ok := e.dist(seq, logits)
+	if !ok {
+		return 0, false
+	}
+	if sample.KeepDraft(p, q, draft, seq.sampler.Uniform()) || e.keepAllDrafts {
+		return draft, true
+	}
+	return sample.Residual(p, q, seq.sampler.Uniform()), true
+}
+
+// dist returns the distribution seq's next token is drawn from at a logits row: its mask
+// applied, then its sampler's processing (see draw).
+func (e *Engine) dist(seq *sequence, logits []float32) (sample.Dist, bool) {
+	if seq.suppress != nil {
+		seq.suppress.Active = seq.numOutput() < seq.req.params.MinTokens
+	}
+	mask, err := e.currentMask(seq)
+	if err != nil {
+		e.failRequest(seq.req, err)
+		return sample.Dist{}, false
+	}
+	if mask != nil {
+		logits = slices.Clone(logits)
+		mask.Apply(logits)
+	}
+	return seq.sampler.Dist(logits), true
 }
 
 // logitsRow returns row i of a step's logits.
@@ -63,8 +110,8 @@ func (e *Engine) logitsRow(logits []float32, i int) []float32 {
 // tokens (none when the sequence finished or failed on the way).
 func (e *Engine) verify(sc *scheduled, host bool, next func(j int) (int32, []Logprob, bool)) []pick {
 	seq := sc.seq
-	draft := seq.draft
-	seq.draft = nil
+	draft, judged := seq.draft, seq.draftDists != nil
+	seq.draft, seq.draftDists, seq.draftByModel = nil, nil, false
 	var picks []pick
 	kept := 0 // drafts kept
 	for j := 0; j <= len(draft) && seq.status != statusFinished; j++ {
@@ -83,13 +130,10 @@ func (e *Engine) verify(sc *scheduled, host bool, next func(j int) (int32, []Log
 		kept++
 	}
 	if len(draft) > 0 {
-		e.mu.Lock()
-		e.stats.DraftTokens += int64(len(draft))
-		e.stats.AcceptedDrafts += int64(kept)
-		e.mu.Unlock()
+		e.countVerified(seq, len(draft), kept)
 	}
 	if rejected := len(draft) - kept; rejected > 0 {
-		if host {
+		if host && !judged {
 			e.skipDraws(seq, rejected)
 		}
 		if err := e.rollback(sc, rejected); err != nil {
@@ -98,6 +142,22 @@ func (e *Engine) verify(sc *scheduled, host bool, next func(j int) (int32, []Log
 		}
 	}
 	return picks
+}
+
+// countVerified counts a verification of n drafts of which kept were kept, and tells the
+// speculation policy.
+func (e *Engine) countVerified(seq *sequence, n, kept int) {
+	e.mu.Lock()
+	e.stats.SpecDrafts++
+	e.stats.DraftTokens += int64(n)
+	e.stats.AcceptedDrafts += int64(kept)
+	for i := range kept {
+		e.stats.AcceptedPerPos[i]++
+	}
+	e.mu.Unlock()
+	if p := e.cfg.Speculation.policy(); p != nil {
+		p.Verified(string(seq.id), n, kept)
+	}
 }
 
 // skipDraws takes the uniforms a device sampler drew for rows the host did not use (rows
@@ -122,6 +182,7 @@ func (e *Engine) rollback(sc *scheduled, n int) error {
 		return nil
 	}
 	seq.numComputed -= n
+	seq.draftComputed = min(seq.draftComputed, seq.numComputed)
 	if err := e.kv.Truncate(seq.id, seq.numComputed); err != nil {
 		return fmt.Errorf("engine: roll back %d draft tokens of %q: %w", n, seq.id, err)
 	}

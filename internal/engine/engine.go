@@ -55,10 +55,8 @@ type Config struct {
 	// OnRequestDone, when set, is called from the engine loop for every finished request;
 	// it must return quickly.
 	OnRequestDone func(RequestStats)
-	// Proposer, when set, proposes up to NumSpeculativeTokens draft tokens for each
-	// decoding sequence, verified by the model in the sequence's next step.
-	Proposer             Proposer
-	NumSpeculativeTokens int
+	// Speculation, when set, turns on speculative decoding (see Speculation).
+	Speculation *Speculation
 	// Now is the clock (time.Now when nil); tests may replace it.
 	Now func() time.Time
 }
@@ -103,6 +101,9 @@ type Engine struct {
 	planned, overlapped, discarded int64
 	// afterStep, when set (tests), runs on the loop after every step.
 	afterStep func()
+	// keepAllDrafts, when set (tests), breaks the verification of sampled drafts on
+	// purpose: every draft is kept.
+	keepAllDrafts bool
 }
 
 // New makes an engine for m, whose tokenizer (nil: token ids only, no text, no stop
@@ -117,18 +118,51 @@ func New(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) 
 	return e, nil
 }
 
-// build makes an engine on a real model without starting its loop.
+// build makes an engine on a real model without starting its loop: the model bound to a KV
+// cache of cfg.NumBlocks blocks, and with speculation by a draft model, the draft bound to
+// a cache of its own with the same block numbering (with the target's first layers, to the
+// target's cache).
 func build(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
 	cfg, err := withDefaults(cfg)
 	if err != nil {
+		return nil, err
+	}
+	mc := m.Config()
+	if err := cfg.Speculation.check(mc.Layers); err != nil {
 		return nil, err
 	}
 	cache, err := m.NewKVCache(cfg.NumBlocks, cfg.BlockSize)
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	mc := m.Config()
-	return assemble(&pagedModel{m: m, kv: cache}, ModelInfo{VocabSize: mc.VocabSize, ContextLen: mc.ContextLen}, tok, cfg)
+	d := drafter{}
+	if sp := cfg.Speculation; sp != nil {
+		switch {
+		case sp.DraftModel != nil:
+			if dv := sp.DraftModel.Config().VocabSize; dv != mc.VocabSize {
+				return nil, fmt.Errorf("engine: the draft model's vocabulary of %d tokens is not the target's %d", dv, mc.VocabSize)
+			}
+			dcache, err := sp.DraftModel.NewKVCache(cfg.NumBlocks, cfg.BlockSize)
+			if err != nil {
+				return nil, fmt.Errorf("engine: draft model: %w", err)
+			}
+			d.model = &pagedModel{m: sp.DraftModel, kv: dcache}
+		case sp.DraftLayers > 0:
+			view, err := m.FirstLayers(sp.DraftLayers)
+			if err != nil {
+				return nil, fmt.Errorf("engine: draft layers: %w", err)
+			}
+			d = drafter{model: &pagedModel{m: view, kv: cache}, shared: true}
+		}
+	}
+	return assemble(&pagedModel{m: m, kv: cache}, ModelInfo{VocabSize: mc.VocabSize, ContextLen: mc.ContextLen}, tok, cfg, d)
+}
+
+// drafter is the draft model of speculative decoding as the engine runs it: bound to its
+// cache, and whether that cache is the target's own.
+type drafter struct {
+	model  Model
+	shared bool
 }
 
 // withDefaults fills in cfg's zero values.
@@ -148,17 +182,15 @@ func withDefaults(cfg Config) (Config, error) {
 	if cfg.NumBlocks < 2 {
 		return cfg, fmt.Errorf("engine: %d KV blocks: need at least 2 (one is the null block)", cfg.NumBlocks)
 	}
-	if cfg.NumSpeculativeTokens < 0 {
-		return cfg, fmt.Errorf("engine: %d speculative tokens: must not be negative", cfg.NumSpeculativeTokens)
-	}
 	return cfg, nil
 }
 
 // scoreBytes bounds the logits one prefill chunk of a prompt-logprobs request returns.
 const scoreBytes = 64 << 20
 
-// assemble makes an engine on m (with cfg's defaults filled in) without starting its loop.
-func assemble(m Model, info ModelInfo, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error) {
+// assemble makes an engine on m (with cfg's defaults filled in) and the draft model d (none
+// when its model is nil) without starting its loop.
+func assemble(m Model, info ModelInfo, tok *tokenizer.Tokenizer, cfg Config, d drafter) (*Engine, error) {
 	if info.VocabSize <= 0 {
 		return nil, fmt.Errorf("engine: vocabulary of %d tokens", info.VocabSize)
 	}
@@ -176,8 +208,8 @@ func assemble(m Model, info ModelInfo, tok *tokenizer.Tokenizer, cfg Config) (*E
 	e := &Engine{
 		cfg: cfg, model: m, tok: tok, vocab: info.VocabSize, kv: mgr,
 		sched: &scheduler{cfg: cfg.SchedulerConfig, kv: mgr, maxModelLen: cfg.MaxModelLen, vocab: info.VocabSize,
-			proposer: cfg.Proposer, numSpec: cfg.NumSpeculativeTokens, scoreChunk: scoreBytes / (4 * info.VocabSize)},
-		runner:   &runner{model: m, blockSize: cfg.BlockSize},
+			spec: cfg.Speculation, scoreChunk: scoreBytes / (4 * info.VocabSize)},
+		runner:   &runner{model: m, draft: d.model, draftShared: d.shared, blockSize: cfg.BlockSize},
 		rng:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		inFlight: make(map[string]*request),
 		active:   make(map[string]*request),

@@ -22,8 +22,11 @@ type fakeModel struct {
 	vocab, blockSize int
 	slots            []fakeSlot
 	canSample        bool
-	steps, rows      atomic.Int64
-	copied           atomic.Int64 // logits rows returned to the host
+	// noise, for a fake draft model, perturbs the logits by up to that much, so that its
+	// picks agree with the target's only in part (0: the target's own logits).
+	noise       float32
+	steps, rows atomic.Int64
+	copied      atomic.Int64 // logits rows returned to the host
 }
 
 // fakeSlot is one KV slot of the fake cache.
@@ -116,7 +119,13 @@ func (f *fakeModel) row(b *model.Batch, i int) ([]float32, error) {
 			}
 			ctx[j] = e.tok
 		}
-		return fakeLogits(f.vocab, ctx), nil
+		l := fakeLogits(f.vocab, ctx)
+		if f.noise != 0 {
+			for v, n := range fakeLogits(f.vocab, append(ctx, -1)) {
+				l[v] += f.noise * n / 5
+			}
+		}
+		return l, nil
 	}
 	return nil, fmt.Errorf("fake: logits row %d in no sequence", i)
 }
@@ -185,6 +194,15 @@ func (f *fakeModel) CopyBlocks(copies []backend.BlockCopy) error {
 // first violation is reported at cleanup.
 func fakeEngine(t testing.TB, vocab int, cfg Config, canSample bool) (*Engine, *fakeModel) {
 	t.Helper()
+	e, fm, _ := fakeEngineDraft(t, vocab, cfg, canSample, -1)
+	return e, fm
+}
+
+// fakeEngineDraft is fakeEngine with, when noise >= 0, a fake draft model of that noise
+// (with a cache of its own) for speculation by a draft model of cfg.Speculation.K tokens;
+// setup, when given, runs on the engine before its loop starts.
+func fakeEngineDraft(t testing.TB, vocab int, cfg Config, canSample bool, noise float32, setup ...func(*Engine)) (*Engine, *fakeModel, *fakeModel) {
+	t.Helper()
 	if cfg.NumBlocks == 0 {
 		cfg.NumBlocks = 257
 	}
@@ -197,9 +215,19 @@ func fakeEngine(t testing.TB, vocab int, cfg Config, canSample bool) (*Engine, *
 	}
 	fm := newFakeModel(vocab, cfg.NumBlocks, cfg.BlockSize)
 	fm.canSample = canSample
-	e, err := assemble(fm, ModelInfo{VocabSize: vocab, ContextLen: 4096}, nil, cfg)
+	var d drafter
+	var dm *fakeModel
+	if noise >= 0 {
+		dm = newFakeModel(vocab, cfg.NumBlocks, cfg.BlockSize)
+		dm.noise = noise
+		d.model = dm
+	}
+	e, err := assemble(fm, ModelInfo{VocabSize: vocab, ContextLen: 4096}, nil, cfg, d)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range setup {
+		f(e)
 	}
 	var broken error
 	e.afterStep = func() {
@@ -217,7 +245,7 @@ func fakeEngine(t testing.TB, vocab int, cfg Config, canSample bool) (*Engine, *
 			t.Errorf("KV manager after the run: %v, %d sequences held", err, e.kv.NumRequests())
 		}
 	})
-	return e, fm
+	return e, fm, dm
 }
 
 // logprobSum returns the sum of the chosen tokens' log probabilities.

@@ -70,7 +70,7 @@ func TestMultiTokenGreedy(t *testing.T) {
 						SchedulerConfig: SchedulerConfig{MaxNumBatchedTokens: 24}}
 					prop := mk()
 					if prop != nil {
-						cfg.Proposer, cfg.NumSpeculativeTokens = prop, 4
+						cfg.Speculation = specWith(prop, 4)
 					}
 					e, _ := fakeEngine(t, vocab, cfg, false)
 					reqs := fakeRequests(vocab, SamplingParams{})
@@ -104,9 +104,9 @@ func TestMultiTokenSteps(t *testing.T) {
 	const vocab, n = 50, 40
 	prompt := randomPrompt(5, 8, vocab)
 	steps := func(p *oracleProposer) (int64, int64, Stats) {
-		cfg := Config{Proposer: p, NumSpeculativeTokens: 4}
-		if p == nil {
-			cfg.Proposer = nil
+		cfg := Config{}
+		if p != nil {
+			cfg.Speculation = specWith(p, 4)
 		}
 		e, fm := fakeEngine(t, vocab, cfg, false)
 		got := generate(t, e, []Request{{PromptTokens: prompt, Params: SamplingParams{MaxTokens: n, IgnoreEOS: true}}})
@@ -147,7 +147,7 @@ func TestMultiTokenSampling(t *testing.T) {
 	params := SamplingParams{Temperature: 0.8, TopK: 20, Seed: &seed, MaxTokens: 30, IgnoreEOS: true}
 	prompt := randomPrompt(3, 10, vocab)
 	run := func(p Proposer, canSample bool, company bool) []int32 {
-		e, _ := fakeEngine(t, vocab, Config{Proposer: p, NumSpeculativeTokens: 3}, canSample)
+		e, _ := fakeEngine(t, vocab, Config{Speculation: specWith(p, 3)}, canSample)
 		reqs := []Request{{PromptTokens: prompt, Params: params}}
 		if company {
 			lp := params
@@ -175,7 +175,7 @@ func TestMultiTokenStops(t *testing.T) {
 	stop := ref[13]
 	want := fakeGreedy(vocab, prompt, 30, stop)
 	forEachMode(t, func(t *testing.T, serial bool) {
-		e, _ := fakeEngine(t, vocab, Config{Proposer: &oracleProposer{vocab: vocab}, NumSpeculativeTokens: 5, DisableAsyncScheduling: serial}, false)
+		e, _ := fakeEngine(t, vocab, Config{Speculation: specWith(&oracleProposer{vocab: vocab}, 5), DisableAsyncScheduling: serial}, false)
 		got := generate(t, e, []Request{
 			{PromptTokens: prompt, Params: SamplingParams{MaxTokens: 30, StopTokenIDs: []int32{stop}}},
 			{PromptTokens: prompt, Params: SamplingParams{MaxTokens: 7}},
@@ -191,4 +191,12 @@ func TestMultiTokenStops(t *testing.T) {
 
 func (p *oracleProposer) String() string {
 	return fmt.Sprintf("oracle(wrong=%v junk=%v)", p.wrong, p.junk)
+}
+
+// specWith is speculation with proposer p and at most k drafts (nil for a nil p).
+func specWith(p Proposer, k int) *Speculation {
+	if p == nil {
+		return nil
+	}
+	return &Speculation{K: k, Proposer: p}
 }

@@ -95,9 +95,12 @@ type Stats struct {
 	PromptTokens          int64 // prompt tokens computed or taken from the cache
 	GenerationTokens      int64
 	Steps                 int64
-	// DraftTokens counts the draft tokens verified (speculative decoding), AcceptedDrafts
-	// those the model kept.
-	DraftTokens, AcceptedDrafts int64
+	// Speculative decoding: SpecDrafts counts the verifications (a sequence's drafts checked
+	// in one step), DraftTokens the draft tokens verified, AcceptedDrafts those kept, and
+	// AcceptedPerPos[i] the verifications that kept draft i (0-based) — vLLM's
+	// spec_decode counters.
+	SpecDrafts, DraftTokens, AcceptedDrafts int64
+	AcceptedPerPos                          [MaxSpeculativeTokens]int64
 	// Finished counts finished choices by finish reason.
 	Finished map[string]int64
 }

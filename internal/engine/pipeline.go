@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
@@ -20,19 +21,28 @@ type stepJob struct {
 	// masks, for a device pick of masked rows, carries the rows' vocabulary masks from the
 	// loop, which computes them while the step runs, to the forward pass (capacity 1).
 	masks chan [][]uint32
-	done  chan stepResult // capacity 1: the result, sent once
+	// drafts are the step's draft-model runs (speculative decoding), prepared at launch and
+	// run before the target's forward pass.
+	drafts []*draftRun
+	done   chan stepResult // capacity 1: the result, sent once
 	// overlapped is whether a later step was planned before this one's result was taken.
 	overlapped bool
+	// cost is what the step cost, for the speculation policy (set when taken).
+	cost StepCost
 	// picks are the tokens fast sampled from the result, in order, for slow to stream.
 	picks []pick
 }
 
 // stepResult is what a step's forward pass returns: logits rows or token ids (see
-// runner.execute), or an error.
+// runner.execute), or an error; and what its draft phase and forward pass cost.
 type stepResult struct {
 	logits []float32
 	ids    []int32
 	err    error
+
+	draftPasses, draftTokens int
+	draftTime, targetTime    time.Duration
+	// cost is set when the result is taken.
 }
 
 // pick is a token appended to a sequence by fast, with what slow needs to handle it: the
@@ -114,6 +124,11 @@ func (e *Engine) take(job *stepJob) error {
 		return res.err
 	}
 	e.fast(job, res)
+	job.cost = StepCost{Tokens: len(job.buf.batch.Tokens), Target: res.targetTime,
+		DraftPasses: res.draftPasses, DraftTokens: res.draftTokens, Draft: res.draftTime}
+	for _, sc := range job.plan.seqs {
+		job.cost.VerifyTokens += sc.numDraft
+	}
 	return nil
 }
 
@@ -188,6 +203,7 @@ func (e *Engine) launch(job *stepJob) {
 		// A finished sequence keeps token 0: its KV slot is past its last token and its
 		// result is ignored.
 	}
+	job.drafts = e.draftRuns(job)
 	job.mode, job.rows = e.runner.mode(&job.plan, job.buf)
 	masked := job.mode != forwardLogits && e.anyMasker(job)
 	if masked {
@@ -254,6 +270,10 @@ func (e *Engine) failStep(job *stepJob, err error) {
 // before) has its result ignored. A sequence preempted since still gets its tokens: it is
 // waiting now, and is recomputed with them.
 func (e *Engine) fast(job *stepJob, res stepResult) {
+	runs := make([]*draftRun, len(job.plan.seqs))
+	for _, run := range job.drafts {
+		runs[run.entry] = run
+	}
 	row := 0
 	for i := range job.plan.seqs {
 		sc := &job.plan.seqs[i]
@@ -269,7 +289,7 @@ func (e *Engine) fast(job *stepJob, res stepResult) {
 			}
 			continue
 		}
-		job.picks = append(job.picks, e.takeRows(sc, res, first)...)
+		job.picks = append(job.picks, e.takeRows(sc, runs[i], res, first)...)
 	}
 }
 
@@ -313,6 +333,9 @@ func (e *Engine) slow(job *stepJob) {
 	e.publishStats()
 	if job.overlapped {
 		e.overlapped++
+	}
+	if p := e.cfg.Speculation.policy(); p != nil {
+		p.Stepped(job.cost)
 	}
 	if e.afterStep != nil {
 		e.afterStep()

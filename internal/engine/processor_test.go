@@ -79,7 +79,7 @@ func TestProcessorMask(t *testing.T) {
 	for _, tc := range cases {
 		for _, prop := range []Proposer{nil, &oracleProposer{vocab: vocab, wrong: true}} {
 			forEachMode(t, func(t *testing.T, serial bool) {
-				e, _ := fakeEngine(t, vocab, Config{Proposer: prop, NumSpeculativeTokens: 3, DisableAsyncScheduling: serial}, tc.canSample)
+				e, _ := fakeEngine(t, vocab, Config{Speculation: specWith(prop, 3), DisableAsyncScheduling: serial}, tc.canSample)
 				proc := &cycleMasker{vocab: vocab}
 				p := tc.params
 				p.MaxTokens, p.IgnoreEOS = n, true

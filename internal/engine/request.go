@@ -71,9 +71,23 @@ type sequence struct {
 	// brings at least one token, not yet in tokens.
 	pending int
 	// draft holds the proposed tokens the step being planned or in flight verifies after
-	// the sequence's last token (speculative decoding); empty otherwise.
-	draft  []int32
-	status status
+	// the sequence's last token (speculative decoding); empty otherwise. With a draft model
+	// they are placeholders until the step's draft phase has run (draftByModel), and
+	// draftDists holds the distribution each was drawn from (nil rows: drawn greedily, or
+	// a point mass from a proposer).
+	draft        []int32
+	draftByModel bool
+	draftDists   []sample.Dist
+	// draftComputed is the number of the sequence's tokens whose keys and values the draft
+	// model holds (a draft model with a cache of its own).
+	draftComputed int
+	// draftRuns counts the draft phases the sequence has had, to seed each one's draws.
+	draftRuns uint64
+	// wantsDraft is the policy's wish, made while a step decoding it was in flight, that it
+	// draft: it sits out the step being planned, so that its tokens are all known for the
+	// next one.
+	wantsDraft bool
+	status     status
 	// forkPending is true for choice 0 of an n > 1 request until it samples its first
 	// token, when choices 1..n-1 fork from it; until then it holds n running slots.
 	forkPending bool

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
@@ -15,10 +16,15 @@ import (
 // forward pass run on the forward goroutine (pipeline.go). Two batch buffers take turns, so
 // that the next step is built while the previous one's batch is in use.
 type runner struct {
-	model     Model
-	blockSize int
-	bufs      [2]batchBuffer
-	next      int // index of the buffer the next build fills
+	model Model
+	// draft is the draft model of speculative decoding (nil without one); draftShared says
+	// its keys and values are the target's own (the target's first layers).
+	draft       Model
+	draftShared bool
+	draftBatch  model.Batch // the draft phase's batch, reused (forward goroutine)
+	blockSize   int
+	bufs        [2]batchBuffer
+	next        int // index of the buffer the next build fills
 }
 
 // batchBuffer is one step's batch and the backing store of its block tables, reused from
@@ -57,6 +63,11 @@ func (r *runner) copyBlocks(ops []kvcache.CopyOp) error {
 	}
 	if err := r.model.CopyBlocks(copies); err != nil {
 		return fmt.Errorf("engine: %w", err)
+	}
+	if r.draft != nil && !r.draftShared {
+		if err := r.draft.CopyBlocks(copies); err != nil {
+			return fmt.Errorf("engine: draft cache: %w", err)
+		}
 	}
 	return nil
 }
@@ -145,6 +156,15 @@ func (r *runner) execute(job *stepJob) (res stepResult) {
 	}
 	b := &job.buf.batch
 	var err error
+	if len(job.drafts) > 0 {
+		t := time.Now()
+		if res.draftPasses, res.draftTokens, err = r.draftPhase(job); err != nil {
+			return stepResult{err: err}
+		}
+		res.draftTime = time.Since(t)
+	}
+	t := time.Now()
+	defer func() { res.targetTime = time.Since(t) }()
 	var masks MaskFunc
 	if job.masks != nil {
 		masks = func() ([][]uint32, error) { return <-job.masks, nil }
@@ -180,10 +200,12 @@ func plainOnly(plan *stepPlan) bool { return everySampling(plan, samplesPlainly)
 // sampler's settings (temperature, top-k and top-p only: no penalties, logit bias,
 // min-tokens suppression or min-p) and its processors' vocabulary mask, which a device
 // applies too: no logprobs, no fork pending (a fork samples its children from the same
-// logits), and not a beam (beams rank the top log probabilities).
+// logits), not a beam (beams rank the top log probabilities), and no sampled draft-model
+// drafts (their verification needs the target's distribution on the host).
 func samplesPlainly(seq *sequence) bool {
 	p := &seq.req.params
-	return seq.sampler.Plain() && !p.Logprobs && p.TopLogprobs == 0 && !seq.forkPending && seq.beam == nil
+	return seq.sampler.Plain() && !p.Logprobs && p.TopLogprobs == 0 && !seq.forkPending && seq.beam == nil &&
+		!(seq.draftByModel && p.Temperature > 0)
 }
 
 // everySampling reports whether ok holds for every sequence of the plan that samples this

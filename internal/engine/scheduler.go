@@ -81,9 +81,9 @@ type scheduler struct {
 	maxModelLen int
 	// vocab is the model's vocabulary size (draft tokens must be inside it).
 	vocab int
-	// proposer, when set, proposes up to numSpec draft tokens for decoding sequences.
-	proposer Proposer
-	numSpec  int
+	// spec, when set, configures speculative decoding (draft tokens for decoding
+	// sequences).
+	spec *Speculation
 	// scoreChunk caps the tokens of a prefill chunk whose every row returns logits (a
 	// prompt-logprobs request), bounding the logits a step copies back.
 	scoreChunk int
@@ -157,8 +157,10 @@ func (s *scheduler) preempt(seq *sequence) {
 	if seq.pending == 0 {
 		// Drafts proposed for the step being planned: it will not run them. (A step in
 		// flight keeps its drafts until its result is taken.)
-		seq.draft = nil
+		seq.draft, seq.draftByModel = nil, false
 	}
+	// The draft model's cache lost the sequence's blocks too.
+	seq.draftComputed = 0
 	s.add(seq)
 	s.preemptions++
 }
@@ -166,19 +168,19 @@ func (s *scheduler) preempt(seq *sequence) {
 // sitsOut reports whether a running sequence skips the step being planned because the step
 // in flight decides its fate: it is sampling its first token before forking (its children
 // are made from its state after that token, and they and it run from the step after), it
-// is a beam (whether it lives on is known only then), it drafts (its drafts are proposed
-// from known tokens, and how many it keeps is known only then), or it is finishing. A beam
-// also sits out while its siblings catch up.
+// is a beam (whether it lives on is known only then), it verifies drafts (how many it keeps
+// is known only then) or is to draft (its drafts follow tokens that must all be known), or
+// it is finishing. A beam also sits out while its siblings catch up.
 func (s *scheduler) sitsOut(seq *sequence) bool {
 	if seq.beam != nil && seq.beam.ready {
 		return true
 	}
-	return seq.pending > 0 && (seq.forkPending || seq.beam != nil || s.drafts(seq)) || s.finishing(seq)
+	return seq.pending > 0 && (seq.forkPending || seq.beam != nil || len(seq.draft) > 0 || seq.wantsDraft) || s.finishing(seq)
 }
 
 // drafts reports whether seq decodes with draft tokens: the engine has a proposer and seq
 // is not a beam.
-func (s *scheduler) drafts(seq *sequence) bool { return s.proposer != nil && seq.beam == nil }
+func (s *scheduler) drafts(seq *sequence) bool { return s.spec != nil && seq.beam == nil }
 
 // finishing reports whether the token a step in flight samples for seq brings it to
 // max_tokens or the context length: it is sure to finish, and a step for it would be
@@ -187,21 +189,101 @@ func (s *scheduler) finishing(seq *sequence) bool {
 	return seq.pending > 0 && (seq.length()-seq.numPrompt >= seq.req.maxTokens || seq.length() >= s.maxModelLen)
 }
 
-// propose asks the proposer for the draft tokens of a decoding sequence: at most numSpec,
-// fewer when max_tokens, the context length or the step's budget leave less room, cut at
-// the first id outside the vocabulary. Only a sequence whose tokens are all known and all
-// but the last computed, one sampling plainly token by token (not a beam, not about to
-// fork), drafts.
-func (s *scheduler) propose(seq *sequence, budget int) []int32 {
-	if !s.drafts(seq) || seq.pending > 0 || seq.numComputed != len(seq.tokens)-1 || seq.forkPending {
+// canDraft reports whether seq may verify drafts in the step being planned: it drafts, its
+// tokens are all known and all but the last computed, and it samples token by token (no
+// fork pending).
+func (s *scheduler) canDraft(seq *sequence) bool {
+	return s.decodes(seq) && seq.pending == 0
+}
+
+// decodes reports whether seq is decoding token by token (all but its last token computed,
+// or about to be once the step in flight has run) with drafting possible: a candidate of
+// the speculation policy.
+func (s *scheduler) decodes(seq *sequence) bool {
+	return s.drafts(seq) && seq.numComputed == len(seq.tokens)+seq.pending-1 && !seq.forkPending && len(seq.draft) == 0
+}
+
+// draftRoom is the most draft tokens seq may take in a step with budget tokens left:
+// Speculation.K, fewer when max_tokens, the context length or the budget leave less.
+func (s *scheduler) draftRoom(seq *sequence, budget int) int {
+	return max(0, min(s.spec.K, seq.req.maxTokens-seq.numOutput()-1, s.maxModelLen-len(seq.tokens)-1, budget-1))
+}
+
+// draftLens asks the policy how many drafts each decoding sequence takes in the step being
+// planned (Speculation.K, capped by its room, without a policy), and returns them by
+// sequence. A sequence the policy gives drafts while a step decoding it is in flight cannot
+// draft now (its last token is not known yet): it is marked to sit this step out and draft
+// in the next.
+func (s *scheduler) draftLens() map[*sequence]int {
+	if s.spec == nil {
 		return nil
 	}
-	room := min(s.numSpec, seq.req.maxTokens-seq.numOutput()-1, s.maxModelLen-len(seq.tokens)-1, budget-1)
-	if room <= 0 {
+	var cands []SpecCandidate
+	var seqs []*sequence
+	others := 0
+	for _, seq := range s.running {
+		seq.wantsDraft = false
+		if s.sitsOut(seq) {
+			continue
+		}
+		if !s.decodes(seq) {
+			others += min(seq.length()-seq.numComputed, s.cfg.MaxNumBatchedTokens)
+			continue
+		}
+		if room := s.draftRoom(seq, s.cfg.MaxNumBatchedTokens); room > 0 {
+			cands = append(cands, SpecCandidate{Seq: string(seq.id), MaxLen: room, Lag: s.draftLag(seq)})
+			seqs = append(seqs, seq)
+		} else {
+			others++ // its one token
+		}
+	}
+	lens := make([]int, len(cands))
+	if s.spec.Policy != nil {
+		s.spec.Policy.DraftLens(others, cands, lens)
+	} else {
+		for i, c := range cands {
+			lens[i] = c.MaxLen
+		}
+	}
+	out := make(map[*sequence]int, len(seqs))
+	for i, seq := range seqs {
+		k := max(0, min(lens[i], cands[i].MaxLen))
+		out[seq] = k
+		seq.wantsDraft = k > 0 && seq.pending > 0
+	}
+	return out
+}
+
+// draftLag is the number of tokens the draft model catches up on before seq drafts (see
+// SpecCandidate.Lag).
+func (s *scheduler) draftLag(seq *sequence) int {
+	switch {
+	case s.spec.Proposer != nil:
+		return 0
+	case s.spec.DraftLayers > 0:
+		return 1
+	}
+	return len(seq.tokens) + seq.pending - seq.draftComputed
+}
+
+// propose gives seq its draft tokens for the step being planned, at most want of them and
+// no more than the budget left allows: the proposer's tokens (cut at the first id outside
+// the vocabulary), or placeholders that the step's draft phase fills with a draft model.
+func (s *scheduler) propose(seq *sequence, want, budget int) []int32 {
+	seq.draftByModel, seq.draftDists = false, nil
+	if want <= 0 || !s.canDraft(seq) {
 		return nil
 	}
-	draft := s.proposer.Propose(seq.tokens, room)
-	draft = draft[:min(len(draft), room)]
+	k := min(want, s.draftRoom(seq, budget))
+	if k <= 0 {
+		return nil
+	}
+	if s.spec.Proposer == nil {
+		seq.draftByModel = true
+		return make([]int32, k)
+	}
+	draft := s.spec.Proposer.Propose(seq.tokens, k)
+	draft = draft[:min(len(draft), k)]
 	for i, t := range draft {
 		if t < 0 || int(t) >= s.vocab {
 			return slices.Clone(draft[:i])
@@ -246,13 +328,14 @@ func (s *scheduler) schedule() (stepPlan, error) {
 
 	// Running sequences first, in order; victims come from the end of the list, which
 	// holds sequences not yet scheduled this step (or the current one itself).
+	lens := s.draftLens()
 	for i := 0; i < len(s.running) && budget > 0; {
 		seq := s.running[i]
 		if s.sitsOut(seq) {
 			i++
 			continue
 		}
-		seq.draft = s.propose(seq, budget)
+		seq.draft = s.propose(seq, lens[seq], budget)
 		numNew := chunk(seq, min(seq.length()-seq.numComputed, budget))
 		if numNew <= 0 {
 			return plan, fmt.Errorf("engine: running sequence %q has nothing to compute (%d of %d tokens)", seq.id, seq.numComputed, seq.length())
@@ -269,7 +352,7 @@ func (s *scheduler) schedule() (stepPlan, error) {
 			if len(seq.draft) > 0 {
 				// Verifying drafts is not worth a preemption: decode plainly.
 				numNew -= len(seq.draft)
-				seq.draft = nil
+				seq.draft, seq.draftByModel = nil, false
 				continue
 			}
 			victim := s.running[len(s.running)-1]

@@ -31,17 +31,11 @@ func (e *Engine) newSequence(r *request, index int, tokens []int32, procs []samp
 		numPrompt: len(r.prompt),
 		penalties: sample.NewPenalties(p.RepetitionPenalty, p.PresencePenalty, p.FrequencyPenalty, r.prompt),
 	}
-	var extra []sample.Processor
 	if seq.penalties != nil {
-		extra = append(extra, seq.penalties)
 		seq.procs = append(seq.procs, seq.penalties)
-	}
-	if len(p.LogitBias) > 0 {
-		extra = append(extra, sample.LogitBias(p.LogitBias))
 	}
 	if p.MinTokens > 0 {
 		seq.suppress = &sample.Suppress{IDs: e.minTokensBans(p)}
-		extra = append(extra, seq.suppress)
 	}
 	for _, proc := range procs {
 		seq.procs = append(seq.procs, proc)
@@ -49,16 +43,29 @@ func (e *Engine) newSequence(r *request, index int, tokens []int32, procs []samp
 			seq.maskers = append(seq.maskers, m)
 		}
 	}
-	topK := p.TopK
-	if topK < 0 {
-		topK = 0
-	}
-	seq.sampler = sample.New(sample.Params{Temperature: p.Temperature, TopK: topK, TopP: p.TopP, MinP: p.MinP, Seed: seed}, extra...)
+	seq.sampler = samplerFor(p, seed, seq.penalties, seq.suppress)
 	if e.tok != nil {
 		seq.detok = tokenizer.NewDetokenizer(e.tok, !p.KeepSpecialTokens)
 		seq.stop = r.stops.Matcher(p.IncludeStopStrInOutput)
 	}
 	return seq
+}
+
+// samplerFor returns the sampler of a sequence with parameters p and random seed seed, its
+// penalties pen and its min-tokens suppression sup (each nil when unused) run first, then the
+// logit bias, then temperature, top-k, top-p and min-p.
+func samplerFor(p SamplingParams, seed uint64, pen *sample.Penalties, sup *sample.Suppress) *sample.Sampler {
+	var extra []sample.Processor
+	if pen != nil {
+		extra = append(extra, pen)
+	}
+	if len(p.LogitBias) > 0 {
+		extra = append(extra, sample.LogitBias(p.LogitBias))
+	}
+	if sup != nil {
+		extra = append(extra, sup)
+	}
+	return sample.New(sample.Params{Temperature: p.Temperature, TopK: max(p.TopK, 0), TopP: p.TopP, MinP: p.MinP, Seed: seed}, extra...)
 }
 
 // cloneProcs returns clones of the request's processors held by seq (its penalties are
@@ -117,7 +124,7 @@ func (e *Engine) attach(parent, child *sequence) bool {
 		e.sched.add(child)
 		return true
 	}
-	child.numComputed = parent.numComputed
+	child.numComputed, child.draftComputed = parent.numComputed, parent.draftComputed
 	if err := e.kv.Fork(parent.id, child.id); err != nil {
 		e.sched.addRunning(child)
 		e.failRequest(parent.req, err)
@@ -142,6 +149,9 @@ func (e *Engine) finishSeq(seq *sequence, reason string, stopReason any, text st
 func (e *Engine) finishSeqWith(seq *sequence, out Output, reason string, stopReason any, err error) {
 	r := seq.req
 	e.sched.finish(seq)
+	if p := e.cfg.Speculation.policy(); p != nil {
+		p.Done(string(seq.id))
+	}
 	r.reasons[seq.index] = reason
 	r.finished++
 	out.FinishReason, out.StopReason, out.Err = reason, stopReason, err

@@ -46,7 +46,7 @@ func TestSpeculativeModel(t *testing.T) {
 	stopRef := generate(t, base, []Request{{PromptTokens: prompt, Params: SamplingParams{MaxTokens: 40, IgnoreEOS: true, Stop: []string{stop}}}})[0][0]
 	prop := &replayProposer{ref: append(slices.Clone(prompt), ref.tokens...), vocab: vocab}
 	forEachMode(t, func(t *testing.T, serial bool) {
-		e := tm.engineWithHook(t, Config{Proposer: prop, NumSpeculativeTokens: 4, DisableAsyncScheduling: serial}, func(e *Engine) {
+		e := tm.engineWithHook(t, Config{Speculation: specWith(prop, 4), DisableAsyncScheduling: serial}, func(e *Engine) {
 			if err := checkEngine(e); err != nil {
 				t.Errorf("invariant: %v", err)
 			}

@@ -10,9 +10,9 @@ import (
 )
 
 // TestEngineStress throws a random mix at an engine on the fake model, in a pool small
-// enough to preempt: greedy requests with and without drafts, beam searches, seeded
-// parallel sampling, prompt logprobs, stop tokens, and requests cancelled midway, under
-// both scheduling modes. Every greedy request gets plain greedy decoding's tokens, every
+// enough to preempt: greedy requests with drafts (a proposer's, or a draft model's on odd
+// rounds), beam searches, seeded parallel sampling, prompt logprobs, stop tokens, and
+// requests cancelled midway, under both scheduling modes. Every greedy request gets plain greedy decoding's tokens, every
 // beam search refBeam's beams, every request ends, the engine's invariants hold after
 // every step, and nothing is held at the end (fakeEngine's checks).
 func TestEngineStress(t *testing.T) {
@@ -20,9 +20,15 @@ func TestEngineStress(t *testing.T) {
 	forEachMode(t, func(t *testing.T, serial bool) {
 		for round := range 8 {
 			rng := rand.New(rand.NewPCG(uint64(round), 7))
-			e, _ := fakeEngine(t, vocab, Config{NumBlocks: 40, DisableAsyncScheduling: serial,
-				Proposer: &oracleProposer{vocab: vocab, wrong: true}, NumSpeculativeTokens: 3,
-				SchedulerConfig: SchedulerConfig{MaxNumBatchedTokens: 20, MaxNumSeqs: 12}}, round == 1)
+			cfg := Config{NumBlocks: 40, DisableAsyncScheduling: serial,
+				Speculation:     specWith(&oracleProposer{vocab: vocab, wrong: true}, 3),
+				SchedulerConfig: SchedulerConfig{MaxNumBatchedTokens: 20, MaxNumSeqs: 12}}
+			noise := float32(-1)
+			if round%2 == 1 {
+				// A draft model instead of the proposer, on odd rounds.
+				cfg.Speculation, noise = &Speculation{K: 3}, 2
+			}
+			e, _, _ := fakeEngineDraft(t, vocab, cfg, round == 1, noise)
 			var wg sync.WaitGroup
 			for i := range 30 {
 				prompt := randomPrompt(100*round+i, 2+rng.IntN(20), vocab)

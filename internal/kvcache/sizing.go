@@ -15,7 +15,10 @@ type Sizing struct {
 	MemoryBytes int64
 	// BytesPerToken is 2 (K and V) x layers x KV heads x head dim x bytes per element.
 	BytesPerToken int64
-	// BytesPerBlock is BytesPerToken x BlockSize.
+	// DraftBytesPerToken is what a draft model's keys and values add per token when its
+	// cache shares the blocks' numbering (see WithDraft); 0 without one.
+	DraftBytesPerToken int64
+	// BytesPerBlock is (BytesPerToken + DraftBytesPerToken) x BlockSize.
 	BytesPerBlock int64
 	// NumBlocks is the number of blocks the budget holds, the null block included
 	// (pass it as Config.NumBlocks).
@@ -48,22 +51,29 @@ func Plan(layers, kvHeads, headDim, bytesPerElem, blockSize int, memoryBytes int
 		}
 		perToken *= int64(f)
 	}
-	if perToken > math.MaxInt64/int64(blockSize) {
-		return s, fmt.Errorf("kvcache: plan: bytes per block (%d tokens x %d bytes) overflow int64", blockSize, perToken)
-	}
 	s.BytesPerToken = perToken
-	s.BytesPerBlock = perToken * int64(blockSize)
-	blocks := memoryBytes / s.BytesPerBlock
+	return s.divide()
+}
+
+// divide fills in the block size in bytes and the block counts from the bytes per token
+// and the budget.
+func (s Sizing) divide() (Sizing, error) {
+	perToken := s.BytesPerToken + s.DraftBytesPerToken
+	if perToken > math.MaxInt64/int64(s.BlockSize) {
+		return s, fmt.Errorf("kvcache: plan: bytes per block (%d tokens x %d bytes) overflow int64", s.BlockSize, perToken)
+	}
+	s.BytesPerBlock = perToken * int64(s.BlockSize)
+	blocks := s.MemoryBytes / s.BytesPerBlock
 	if blocks < 2 {
 		return s, fmt.Errorf("kvcache: plan: a budget of %d bytes holds %d blocks of %d bytes (%d tokens x %d bytes); need at least 2 (one is the null block)",
-			memoryBytes, max(blocks, 0), s.BytesPerBlock, blockSize, perToken)
+			s.MemoryBytes, max(blocks, 0), s.BytesPerBlock, s.BlockSize, perToken)
 	}
 	if blocks > math.MaxInt32 {
 		blocks = math.MaxInt32
 	}
 	s.NumBlocks = int(blocks)
-	s.BlocksPerSequence = maxModelLen / blockSize
-	if maxModelLen%blockSize != 0 {
+	s.BlocksPerSequence = s.MaxModelLen / s.BlockSize
+	if s.MaxModelLen%s.BlockSize != 0 {
 		s.BlocksPerSequence++
 	}
 	s.MaxConcurrentFullContext = (s.NumBlocks - 1) / s.BlocksPerSequence
@@ -97,6 +107,17 @@ func addSat(a, b int64) int64 {
 	return a + b
 }
 
+// WithDraft re-plans s for blocks that also hold a draft model's keys and values,
+// draftBytesPerToken per token (speculative decoding: the draft's cache has the same
+// block numbering, so a block costs both models' bytes): the same budget, fewer blocks.
+func (s Sizing) WithDraft(draftBytesPerToken int64) (Sizing, error) {
+	if draftBytesPerToken < 0 || draftBytesPerToken > math.MaxInt64-s.BytesPerToken {
+		return s, fmt.Errorf("kvcache: plan: %d draft bytes per token", draftBytesPerToken)
+	}
+	s.DraftBytesPerToken = draftBytesPerToken
+	return s.divide()
+}
+
 // String returns the start-up log line; the block and token counts exclude the null block.
 // For smollm2-135m in f16 with 1 GiB and an 8192-token context:
 //
@@ -109,8 +130,12 @@ func (s Sizing) String() string {
 	if s.BlocksPerSequence > 0 {
 		conc = float64(usable) / float64(s.BlocksPerSequence)
 	}
-	return fmt.Sprintf("kv cache: %d B/token (2 x %d layers x %d kv heads x %d dim x %d B); %d-token blocks of %s; %d blocks = %d tokens in %s; %.2fx concurrency at %d tokens (%d full-context sequences)",
-		s.BytesPerToken, s.Layers, s.KVHeads, s.HeadDim, s.BytesPerElem,
+	draft := ""
+	if s.DraftBytesPerToken > 0 {
+		draft = fmt.Sprintf(" + %d B/token of the draft model", s.DraftBytesPerToken)
+	}
+	return fmt.Sprintf("kv cache: %d B/token (2 x %d layers x %d kv heads x %d dim x %d B)%s; %d-token blocks of %s; %d blocks = %d tokens in %s; %.2fx concurrency at %d tokens (%d full-context sequences)",
+		s.BytesPerToken, s.Layers, s.KVHeads, s.HeadDim, s.BytesPerElem, draft,
 		s.BlockSize, formatBytes(s.BytesPerBlock),
 		usable, usable*s.BlockSize, formatBytes(s.BytesPerBlock*int64(usable)),
 		conc, s.MaxModelLen, s.MaxConcurrentFullContext)

@@ -117,3 +117,38 @@ func TestFullContextBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanWithDraft: a draft model's bytes per token shrink the pool of the same budget,
+// and the log line says so.
+func TestPlanWithDraft(t *testing.T) {
+	// The trained pair in f32: target 6 layers x 4 KV heads x 64, draft 3 x 2 x 64.
+	s, err := Plan(6, 4, 64, 4, 16, 64<<20, 512)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.WithDraft(2 * 3 * 2 * 64 * 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.BytesPerToken != 12288 || d.BytesPerToken != 12288 || d.DraftBytesPerToken != 3072 {
+		t.Errorf("bytes per token: %d, with the draft %d + %d", s.BytesPerToken, d.BytesPerToken, d.DraftBytesPerToken)
+	}
+	if d.BytesPerBlock != 15360*16 || d.NumBlocks != int((64<<20)/(15360*16)) || d.NumBlocks >= s.NumBlocks {
+		t.Errorf("with the draft: %d blocks of %d bytes (without: %d)", d.NumBlocks, d.BytesPerBlock, s.NumBlocks)
+	}
+	if d.MaxConcurrentFullContext != (d.NumBlocks-1)/32 {
+		t.Errorf("concurrency %d", d.MaxConcurrentFullContext)
+	}
+	if str := d.String(); !strings.Contains(str, "12288 B/token (2 x 6 layers x 4 kv heads x 64 dim x 4 B) + 3072 B/token of the draft model;") {
+		t.Errorf("log line %q", str)
+	}
+	if str := s.String(); strings.Contains(str, "draft") {
+		t.Errorf("log line without a draft %q", str)
+	}
+	if _, err := s.WithDraft(-1); err == nil {
+		t.Error("negative draft bytes accepted")
+	}
+	if _, err := s.WithDraft(64 << 20); err == nil || !strings.Contains(err.Error(), "need at least 2") {
+		t.Errorf("a draft too large for the budget: %v", err)
+	}
+}

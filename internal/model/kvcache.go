@@ -98,12 +98,13 @@ func (kv *KVCache) CopyBlocks(copies []backend.BlockCopy) error {
 	return nil
 }
 
-// fits checks that the cache was made for model m.
+// fits checks that the cache was made for model m: by m itself or, when m is a view made
+// by FirstLayers, by the model it views.
 func (kv *KVCache) fits(m *Model) error {
-	if kv == nil || kv.m != m || len(kv.parts) != len(m.ranks) {
+	if kv == nil || !m.cacheOwner(kv) || len(kv.parts) != len(m.ranks) {
 		return fmt.Errorf("kv cache was not made by this model")
 	}
-	for r, s := range m.ranks {
+	for r, s := range kv.m.ranks {
 		got, want := kv.parts[r].Spec(), s.kvSpec(kv.NumBlocks, kv.BlockSize, m.kvDT)
 		if got.Layers != want.Layers || got.KVHeads != want.KVHeads || got.HeadDim != want.HeadDim ||
 			got.BlockSize != want.BlockSize || got.NumBlocks != want.NumBlocks {

@@ -146,7 +146,9 @@ func (o *orderBackend) Run(fn func() error) error {
 	})
 }
 
-func (o *orderBackend) DecodeBucket(n int) int { return n }
+func (o *orderBackend) GraphShape(seqs, tokens, maxQuery int) (int, int, bool) {
+	return seqs, maxQuery, false
+}
 
 func (o *orderBackend) RunStep(st backend.Step, owner any, ops func() error) error {
 	err := ops()

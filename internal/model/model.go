@@ -4,8 +4,9 @@
 // Model is the fast path: weights bound by name from an opened format.Model and uploaded
 // once, and a batched Forward over a paged KV cache, written once against the backend's
 // small op set. A Model may be split across several backends by tensor and pipeline
-// parallelism (Parallel). Reference is the slow single-sequence fp32 path that tests use
-// as the oracle. Session drives a Model for one sequence (the kernel-level figures of
+// parallelism (Parallel), and its first layers run as a model of their own on its KV cache
+// (FirstLayers: the draft of self-speculative decoding). Reference is the slow
+// single-sequence fp32 path that tests use as the oracle. Session drives a Model for one sequence (the kernel-level figures of
 // `kvasir bench generate`).
 package model
 
@@ -51,6 +52,9 @@ type Model struct {
 	// broken is the error of a split step that failed and aborted the communicators;
 	// the model refuses to run after it.
 	broken error
+	// base is the model a view made by FirstLayers runs a part of (nil for a model of its
+	// own): its weights, backends, communicators and KV caches.
+	base *Model
 }
 
 // New binds the weights of an opened model and uploads them to the backends (each rank's
@@ -191,8 +195,11 @@ func (m *Model) Parallel() Parallel { return m.par }
 func (m *Model) RankConfig() format.Config { return m.ranks[0].cfg }
 
 // Close releases the communicators. (The backends keep the model's tensors until they are
-// closed.)
+// closed.) Closing a view made by FirstLayers does nothing.
 func (m *Model) Close() {
+	if m.base != nil {
+		return
+	}
 	for _, c := range m.comms {
 		c.Close()
 	}
@@ -312,8 +319,8 @@ func (m *Model) check(b *Batch, kv *KVCache) error {
 	if err := b.check(m.cfg.VocabSize, kv); err != nil {
 		return fmt.Errorf("forward: %w", err)
 	}
-	if m.broken != nil {
-		return fmt.Errorf("forward: an earlier step of the split model failed: %w", m.broken)
+	if err := m.failed(); err != nil {
+		return fmt.Errorf("forward: an earlier step of the split model failed: %w", err)
 	}
 	return nil
 }

@@ -2,43 +2,84 @@ package model
 
 import "github.com/kvasir-llm/kvasir/internal/backend"
 
-// decodePad holds the model's copies of a padded decode step's per-token arrays, reused
-// from step to step.
-type decodePad struct {
+// stepPad holds the model's copies of a padded step's arrays, reused from step to step:
+// the per-token arrays, and the per-sequence and logits arrays, which trade places with
+// the step metadata's own each time a step is padded (the metadata's are read while these
+// are written).
+type stepPad struct {
 	tokens, positions, slots []int32
+	index                    []int32 // each real token's place in the padded step
+	starts, ctxs, tables     []int32
+	logits                   []int32
 }
 
-// padDecode pads s.meta, when it is a decode step (one token per sequence, each one's
-// logits wanted in order), to g's bucket with sequences of one token that write no keys
-// and values (slot -1) and attend only to slot 0 of block 0. Their logits rows follow the
-// real ones and are not read back.
-func (s *shard) padDecode(g backend.StepGrapher) {
+// padStep lays s.meta out in the shape g replays as a graph, when g replays steps like it
+// (backend.StepGrapher.GraphShape), for a cache of blockSize-token blocks: bucket
+// sequences of q tokens each. A sequence of fewer than q tokens is followed by padding
+// tokens (token 0 at position 0, slot -1: no keys and values written) and its context
+// grows by as many, so its own tokens keep their context indices; the padding tokens
+// attend to whatever those later indices of its blocks (block 0 past its table) hold,
+// which only they read. Padding sequences of q padding tokens with a context of q, all in
+// block 0, fill the bucket. The step takes a logits row for every one of its tokens: the
+// rows asked for first, in their order and moved to their tokens' new places, then the
+// remaining tokens' rows, which are not read back. A step without logits rows is left as
+// it is (its ops differ from a step with them).
+func (s *shard) padStep(g backend.StepGrapher, blockSize int) {
 	meta := &s.meta
-	n := meta.NumTokens()
-	if n == 0 || meta.NumSeqs() != n || len(meta.LogitsIndices) != n {
+	n, seqs, rows := meta.NumTokens(), meta.NumSeqs(), len(meta.LogitsIndices)
+	if n == 0 || rows == 0 {
 		return
 	}
-	for i, li := range meta.LogitsIndices {
-		if int(li) != i {
-			return
-		}
-	}
-	bucket := g.DecodeBucket(n)
-	if bucket <= n {
+	bucket, q, ok := g.GraphShape(seqs, n, meta.MaxQueryLen)
+	if !ok || bucket < seqs || q < meta.MaxQueryLen || rows > bucket*q {
 		return
+	}
+	if bucket == seqs && n == seqs*q && rows == n {
+		return // every sequence has q tokens and every token its logits row already
 	}
 	p := &s.pad
-	p.tokens = append(append(p.tokens[:0], meta.Tokens...), make([]int32, bucket-n)...)
-	p.positions = append(append(p.positions[:0], meta.Positions...), make([]int32, bucket-n)...)
-	p.slots = append(p.slots[:0], meta.SlotMapping...)
-	for range bucket - n {
-		p.slots = append(p.slots, -1)
+	p.tokens, p.positions, p.slots, p.index = p.tokens[:0], p.positions[:0], p.slots[:0], p.index[:0]
+	p.starts, p.ctxs, p.logits = p.starts[:0], p.ctxs[:0], p.logits[:0]
+	stride, maxCtx := 0, 0
+	for i := range bucket {
+		ctx := q
+		if i < seqs {
+			from, to := meta.QueryStarts[i], meta.QueryStarts[i+1]
+			for t := from; t < to; t++ {
+				p.index = append(p.index, int32(len(p.tokens)))
+				p.tokens = append(p.tokens, meta.Tokens[t])
+				p.positions = append(p.positions, meta.Positions[t])
+				p.slots = append(p.slots, meta.SlotMapping[t])
+			}
+			ctx = int(meta.ContextLens[i]) + q - int(to-from)
+		}
+		for len(p.tokens) < (i+1)*q {
+			p.tokens, p.positions, p.slots = append(p.tokens, 0), append(p.positions, 0), append(p.slots, -1)
+		}
+		p.starts = append(p.starts, int32(i*q))
+		p.ctxs = append(p.ctxs, int32(ctx))
+		stride = max(stride, (ctx+blockSize-1)/blockSize)
+		maxCtx = max(maxCtx, ctx)
+	}
+	p.starts = append(p.starts, int32(bucket*q))
+	if cap(p.tables) < bucket*stride {
+		p.tables = make([]int32, bucket*stride)
+	}
+	p.tables = p.tables[:bucket*stride]
+	clear(p.tables)
+	for i := range seqs {
+		copy(p.tables[i*stride:], meta.BlockTables[i*meta.MaxBlocks:(i+1)*meta.MaxBlocks])
+	}
+	for _, li := range meta.LogitsIndices {
+		p.logits = append(p.logits, p.index[li])
+	}
+	for r := rows; r < bucket*q; r++ {
+		p.logits = append(p.logits, int32(r))
 	}
 	meta.Tokens, meta.Positions, meta.SlotMapping = p.tokens, p.positions, p.slots
-	for i := n; i < bucket; i++ {
-		meta.QueryStarts = append(meta.QueryStarts, int32(i+1))
-		meta.ContextLens = append(meta.ContextLens, 1)
-		meta.LogitsIndices = append(meta.LogitsIndices, int32(i))
-	}
-	meta.BlockTables = append(meta.BlockTables, make([]int32, (bucket-n)*meta.MaxBlocks)...)
+	meta.QueryStarts, p.starts = p.starts, meta.QueryStarts
+	meta.ContextLens, p.ctxs = p.ctxs, meta.ContextLens
+	meta.BlockTables, p.tables = p.tables, meta.BlockTables
+	meta.LogitsIndices, p.logits = p.logits, meta.LogitsIndices
+	meta.MaxBlocks, meta.MaxQueryLen, meta.MaxContextLen = stride, q, maxCtx
 }

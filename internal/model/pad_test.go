@@ -1,6 +1,8 @@
 package model
 
 import (
+	"bytes"
+	"slices"
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
@@ -10,19 +12,23 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/synth"
 )
 
-// padBackend is a CPU backend that asks for decode steps padded to powers of two, as a
-// graph-replaying backend does, and runs the step's ops eagerly.
+// padBackend is a CPU backend that asks for steps of up to 17 tokens per sequence to be
+// padded to a power of two of sequences of the step's longest, as a graph-replaying
+// backend does, and runs the step's ops eagerly.
 type padBackend struct {
 	*cpubackend.Backend
 	steps, noOwner int
 }
 
-func (p *padBackend) DecodeBucket(n int) int {
+func (p *padBackend) GraphShape(seqs, tokens, maxQuery int) (int, int, bool) {
+	if maxQuery > 17 {
+		return seqs, maxQuery, false
+	}
 	b := 1
-	for b < n {
+	for b < seqs {
 		b <<= 1
 	}
-	return b
+	return b, maxQuery, true
 }
 
 func (p *padBackend) RunStep(st backend.Step, owner any, ops func() error) error {
@@ -142,5 +148,108 @@ func TestKVBytesPerToken(t *testing.T) {
 	}
 	if got, want := KVBytesPerToken(s.Config, 4), int64(2*32*8*128*4); got != want {
 		t.Errorf("llama-3.1-8b f32: %d bytes per token, want %d", got, want)
+	}
+}
+
+// TestPaddedVerify: steps of a few tokens per sequence, of different counts (verifying 4,
+// 0 and 2 draft tokens), are padded to the backend's shape (4 sequences of 5 tokens) and,
+// with Q8_0 weights (whose matmuls sum every row in one order for any number of rows),
+// give the unpadded steps' logits bit for bit, whichever rows are asked for and in
+// whatever order; the padding writes nothing into the cache (both caches hold the same
+// bytes), and greedy ids follow the logits.
+func TestPaddedVerify(t *testing.T) {
+	s, err := synth.Lookup("llama-3.2-1b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fm := writeTwin(t, smallConfig(s.Config), quant.Q8_0, synth.GGUF)
+	plain := mustModel(t, fm, Options{Backends: cpuBackends(t, 2, Parallel{})})
+	pb := &padBackend{Backend: cpubackend.New(2)}
+	t.Cleanup(func() { pb.Close() })
+	padded := mustModel(t, fm, Options{Backends: []backend.Backend{pb}})
+	const bs = 4
+	seqs := []seqRun{
+		{prompt: testTokens(16), table: []int32{7, 1, 4, 10}},
+		{prompt: testTokens(15)[2:], table: []int32{0, 9, 2, 11}},
+		{prompt: testTokens(14)[1:], table: []int32{5, 8, 3, 6}},
+	}
+	var caches [2]*KVCache
+	for i, m := range []*Model{plain, padded} {
+		if caches[i], err = m.NewKVCache(12, bs); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.Forward(batchFor(seqs, []int{0, 0, 0}, []int{6, 3, 7}, bs), caches[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vocab := plain.Config().VocabSize
+	lastOnly := func(b *Batch) {
+		b.LogitsIndices = b.LogitsIndices[:0]
+		for _, sq := range b.Seqs {
+			b.LogitsIndices = append(b.LogitsIndices, sq.QueryStart+sq.QueryLen-1)
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		from, to []int
+		rows     func(b *Batch)
+	}{
+		{"every token", []int{6, 3, 7}, []int{11, 4, 10}, nil},
+		{"last tokens", []int{7, 4, 8}, []int{12, 5, 11}, lastOnly},
+		{"some rows out of order", []int{8, 5, 9}, []int{13, 6, 12}, func(b *Batch) { b.LogitsIndices = []int{6, 0, 3, 5} }},
+		{"uniform", []int{9, 6, 10}, []int{10, 7, 11}, nil},
+	} {
+		var logits [2][]float32
+		for i, m := range []*Model{plain, padded} {
+			b := batchFor(seqs, tc.from, tc.to, bs)
+			if tc.rows != nil {
+				tc.rows(b)
+			}
+			if logits[i], err = m.Forward(b, caches[i]); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+		}
+		if !slices.Equal(logits[0], logits[1]) {
+			t.Errorf("%s: padded logits differ by %g (relative)", tc.name, maxAbsDiff(logits[1], logits[0]))
+		}
+		meta, q := &padded.ranks[0].meta, 0
+		for i := range tc.from {
+			q = max(q, tc.to[i]-tc.from[i])
+		}
+		if meta.NumSeqs() != 4 || meta.NumTokens() != 4*q || len(meta.LogitsIndices) != 4*q {
+			t.Errorf("%s: ran %d sequences, %d tokens, %d logits rows; want 4, %d, %d", tc.name, meta.NumSeqs(), meta.NumTokens(), len(meta.LogitsIndices), 4*q, 4*q)
+		}
+		for i := range tc.from {
+			if got, want := int(meta.ContextLens[i]), tc.to[i]+q-(tc.to[i]-tc.from[i]); got != want {
+				t.Errorf("%s: sequence %d: padded context %d, want %d", tc.name, i, got, want)
+			}
+		}
+		b := batchFor(seqs, tc.from, tc.to, bs)
+		if tc.rows != nil {
+			tc.rows(b)
+		}
+		ids, err := padded.ForwardGreedy(b, caches[1], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, id := range ids {
+			if w := sample.Greedy(logits[0][i*vocab : (i+1)*vocab]); int(id) != w {
+				t.Errorf("%s: row %d: greedy id %d, want %d", tc.name, i, id, w)
+			}
+		}
+	}
+	all := make([]int32, 12)
+	for i := range all {
+		all[i] = int32(i)
+	}
+	var contents [2][]byte
+	for i, kv := range caches {
+		contents[i] = make([]byte, len(all)*kv.BlockBytes())
+		if err := kv.ReadBlocks(all, contents[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(contents[0], contents[1]) {
+		t.Error("the padded steps' cache holds other keys and values than the unpadded steps'")
 	}
 }

@@ -111,7 +111,7 @@ func (m *Model) runSplit(b *Batch, kv *KVCache, out stepOut, masks MaskFunc) err
 	relay.serve(finished, out.n)
 	<-finished
 	if err := errors.Join(errs...); err != nil {
-		m.broken = err
+		m.breakWith(err)
 		return err
 	}
 	return errors.Join(maskErrs...)

@@ -33,7 +33,7 @@ type shard struct {
 	stage  int
 
 	meta backend.StepMeta // the step being run, its buffers reused
-	pad  decodePad        // a padded decode step's per-token arrays
+	pad  stepPad          // a padded step's arrays
 	act  stepBuffers
 }
 
@@ -94,20 +94,22 @@ func (s *shard) weightBytesPerToken() int64 {
 	return n
 }
 
-// prepare fills s.meta from a checked batch, padded to the backend's decode bucket when
-// the backend replays decode steps as graphs.
+// prepare fills s.meta from a checked batch, padded to the backend's graph shape when the
+// backend replays steps like it as graphs.
 func (s *shard) prepare(b *Batch, blockSize int) {
 	b.fillMeta(&s.meta, blockSize)
 	if g, ok := s.be.(backend.StepGrapher); ok {
-		s.padDecode(g)
+		s.padStep(g, blockSize)
 	}
 }
 
-// graphOwner names the buffers a captured step uses: the shard's (weights, activations)
-// and the cache's.
+// graphOwner names the buffers a captured step uses, the shard's (weights, activations)
+// and the cache's, and whether the step ends with the output norm and the logits rows'
+// gather (out), which a step without output leaves out.
 type graphOwner struct {
-	s  *shard
-	kv backend.KVCache
+	s   *shard
+	kv  backend.KVCache
+	out bool
 }
 
 // stepOut is where a step's output goes: of the step's first n logits rows, the logits
@@ -204,7 +206,7 @@ func (s *shard) forward(kv backend.KVCache, out stepOut) error {
 		return nil
 	}
 	if g, ok := be.(backend.StepGrapher); ok {
-		return g.RunStep(st, graphOwner{s: s, kv: kv}, ops)
+		return g.RunStep(st, graphOwner{s: s, kv: kv, out: wantOut}, ops)
 	}
 	return ops()
 }

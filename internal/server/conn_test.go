@@ -234,7 +234,7 @@ func TestStalledAndNonReadingClients(t *testing.T) {
 // MaxStreamBuffer bytes wait for it, long before its write deadline, and its request,
 // still generating, is aborted.
 func TestStreamBufferBound(t *testing.T) {
-	env := newServeEnv(t, kvasir.Options{Proposer: slowProposer{2 * time.Millisecond}, NumSpeculativeTokens: 1},
+	env := newServeEnv(t, kvasir.Options{Speculative: &kvasir.SpeculativeConfig{Proposer: slowProposer{2 * time.Millisecond}, NumSpeculativeTokens: 1, DisableDynamic: true}},
 		Config{WriteTimeout: time.Minute, MaxStreamBuffer: 8 << 10})
 	start := time.Now()
 	c := env.dial(t, post("/v1/completions", longStream, ""))
@@ -279,7 +279,7 @@ func TestNonReadingResponseClient(t *testing.T) {
 // (401), a body over the limit (413), a body that is not JSON (415), a full queue (429).
 func TestEarlyRefusals(t *testing.T) {
 	// Requests of about a second (5 ms a token), so that the queue stays full.
-	env := newServeEnv(t, kvasir.Options{MaxNumSeqs: 1, MaxWaiting: 1, Proposer: slowProposer{5 * time.Millisecond}, NumSpeculativeTokens: 1},
+	env := newServeEnv(t, kvasir.Options{MaxNumSeqs: 1, MaxWaiting: 1, Speculative: &kvasir.SpeculativeConfig{Proposer: slowProposer{5 * time.Millisecond}, NumSpeculativeTokens: 1, DisableDynamic: true}},
 		Config{APIKey: "sekret", BodyTimeout: time.Minute, MaxBodyBytes: 1 << 20})
 	key := "Authorization: Bearer sekret\r\n"
 	for _, tc := range []struct {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -98,6 +99,12 @@ type statsCollector struct {
 	running, waiting, kvUsage               *prometheus.Desc
 	preemptions, prefixQueries, prefixHits  *prometheus.Desc
 	promptTokens, generationTokens, success *prometheus.Desc
+
+	// The speculative-decoding counters, only when the engine speculates (as vLLM
+	// registers them only then): specK positions are reported.
+	specK                                     int
+	specDrafts, specDraftTokens, specAccepted *prometheus.Desc
+	specAcceptedPerPos                        *prometheus.Desc
 }
 
 func newStatsCollector(model string, eng *kvasir.Engine) *statsCollector {
@@ -105,7 +112,7 @@ func newStatsCollector(model string, eng *kvasir.Engine) *statsCollector {
 	d := func(name, help string, variable ...string) *prometheus.Desc {
 		return prometheus.NewDesc(MetricPrefix+name, help, variable, labels)
 	}
-	return &statsCollector{
+	c := &statsCollector{
 		eng:              eng,
 		running:          d("num_requests_running", "Number of requests in model execution batches."),
 		waiting:          d("num_requests_waiting", "Number of requests waiting to be processed."),
@@ -117,6 +124,14 @@ func newStatsCollector(model string, eng *kvasir.Engine) *statsCollector {
 		generationTokens: d("generation_tokens_total", "Number of generation tokens processed."),
 		success:          d("request_success_total", "Count of successfully processed requests (per choice).", "finished_reason"),
 	}
+	if sc := eng.Speculative(); sc != nil {
+		c.specK = sc.NumSpeculativeTokens
+		c.specDrafts = d("spec_decode_num_drafts_total", "Number of spec decoding drafts.")
+		c.specDraftTokens = d("spec_decode_num_draft_tokens_total", "Number of draft tokens.")
+		c.specAccepted = d("spec_decode_num_accepted_tokens_total", "Number of accepted tokens.")
+		c.specAcceptedPerPos = d("spec_decode_num_accepted_tokens_per_pos_total", "Accepted tokens per draft position.", "position")
+	}
+	return c
 }
 
 // Describe sends the descriptors of the collected metrics.
@@ -124,6 +139,11 @@ func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.kvUsage, c.preemptions, c.prefixQueries,
 		c.prefixHits, c.promptTokens, c.generationTokens, c.success} {
 		ch <- d
+	}
+	if c.specK > 0 {
+		for _, d := range []*prometheus.Desc{c.specDrafts, c.specDraftTokens, c.specAccepted, c.specAcceptedPerPos} {
+			ch <- d
+		}
 	}
 }
 
@@ -153,5 +173,13 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	sort.Strings(reasons)
 	for _, r := range reasons {
 		counter(c.success, float64(s.Finished[r]), r)
+	}
+	if c.specK > 0 {
+		counter(c.specDrafts, float64(s.SpecDrafts))
+		counter(c.specDraftTokens, float64(s.DraftTokens))
+		counter(c.specAccepted, float64(s.AcceptedDrafts))
+		for pos := range min(c.specK, len(s.AcceptedPerPos)) {
+			counter(c.specAcceptedPerPos, float64(s.AcceptedPerPos[pos]), strconv.Itoa(pos))
+		}
 	}
 }

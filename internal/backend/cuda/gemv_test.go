@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -46,8 +47,70 @@ func testGEMV(t *testing.T, e *env, r *rand.Rand) {
 	}
 }
 
-// benchGEMV records the weight bandwidth of the GEMV kernels on BF16 weights at n = 1 and
-// 8, rotating over enough weight copies (at least 256 MiB) that L2 holds none of them.
+// testGEMVRows checks that the GEMV kernels of several token rows (plain, three weights at
+// once, gate and up with their SwiGLU) give each row the bits the one-row kernels give it
+// alone: a verify step's matmuls then agree with a decode step's, row for row.
+func testGEMVRows(t *testing.T, e *env, r *rand.Rand) {
+	for _, dt := range []DType{BF16, F16} {
+		for _, s := range []struct{ k, m int }{{4096, 20}, {1000, 37}} {
+			xv := randVals(r, GEMVMaxRows*s.k, 1)
+			x, _ := e.upload(t, F32, xv)
+			var w [GEMVMulti]Buffer
+			for j := range w {
+				w[j], _ = e.upload(t, dt, randVals(r, s.m*s.k, 1))
+			}
+			row := func(b Buffer, i, width int) Buffer {
+				v, err := b.Slice(i*width, (i+1)*width)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+			// runs computes, for n rows of x, the plain GEMV, the three-weight one and the
+			// SwiGLU one, downloaded in that order.
+			runs := func(x Buffer, n int) [][]float32 {
+				y := e.poisoned(t, F32, n*s.m)
+				var ym [GEMVMulti]Buffer
+				for j := range ym {
+					ym[j] = e.poisoned(t, F32, n*s.m)
+				}
+				yg := e.poisoned(t, F32, n*s.m)
+				m := [GEMVMulti]int{s.m, s.m, s.m}
+				e.do(t, func() error {
+					return firstErr(e.ops.GEMV(y, x, w[0], n, s.k, s.m), e.ops.GEMVMulti(ym, x, w, n, s.k, m),
+						e.ops.GEMVSwiGLU(yg, x, w[0], w[1], n, s.k, s.m))
+				})
+				return [][]float32{e.download(t, y), e.download(t, ym[0]), e.download(t, ym[1]), e.download(t, ym[2]), e.download(t, yg)}
+			}
+			alone := make([][][]float32, GEMVMaxRows)
+			for i := range alone {
+				alone[i] = runs(row(x, i, s.k), 1)
+			}
+			for n := 2; n <= GEMVMaxRows; n++ {
+				got := runs(x, n)
+				same, total := 0, 0
+				for kind, out := range got {
+					for i := range n {
+						for c, v := range out[i*s.m : (i+1)*s.m] {
+							total++
+							if math.Float32bits(v) == math.Float32bits(alone[i][kind][c]) {
+								same++
+							}
+						}
+					}
+				}
+				name := fmt.Sprintf("gemv %s n=%d k=%d m=%d rows vs one-row kernels", dt, n, s.k, s.m)
+				result(t, "kernel", name, fmt.Sprintf("%d/%d", same, total), "bit-identical (plain, 3 weights, swiglu)")
+				if same != total {
+					t.Errorf("%s: %d of %d values differ", name, total-same, total)
+				}
+			}
+		}
+	}
+}
+
+// benchGEMV records the weight bandwidth of the GEMV kernels on BF16 weights at n = 1, 2,
+// 4, 5 (a verify step of 1+4) and 8, rotating over enough weight copies (at least 256 MiB) that L2 holds none of them.
 func benchGEMV(t *testing.T, e *env, r *rand.Rand) {
 	dv := e.dev
 	for _, s := range []struct{ m, k int }{{4096, 4096}, {14336, 4096}, {4096, 14336}, {128256, 4096}} {
@@ -81,7 +144,7 @@ func benchGEMV(t *testing.T, e *env, r *rand.Rand) {
 					return err
 				}
 			}
-			for _, n := range []int{1, 8} {
+			for _, n := range []int{1, 2, 4, 5, 8} {
 				v := gemvFor(n)
 				ms, err := timeMedian(dv, 9, func() error {
 					for _, w := range ws {
@@ -116,7 +179,7 @@ func benchFusedGEMV(t *testing.T, e *env, ws []Buffer, x, y Buffer, m, k int) er
 		return fmt.Errorf("bench fused gemv: %d weight copies, want 3", len(ws))
 	}
 	rowsOf := func(w Buffer, rows int) Buffer { return Buffer{Ptr: w.Ptr, DType: w.DType, Len: rows * k} }
-	for _, n := range []int{1, 8} {
+	for _, n := range []int{1, 5, 8} {
 		var fused, separate func(i int) error
 		var bytes int
 		var what string

@@ -45,7 +45,7 @@ func TestKernelSourceHasEveryKernel(t *testing.T) {
 		for _, o := range floatTypes {
 			names = append(names, "attn_prefill_"+s+"_"+o.String())
 		}
-		names = append(names, "attn_prefill_tc64_bf16_"+s, "attn_prefill_tc128_bf16_"+s)
+		names = append(names, "attn_prefill_tc64_bf16_"+s, "attn_prefill_tc128_bf16_"+s, "attn_verify64_"+s, "attn_verify128_"+s)
 	}
 	for _, n := range []string{"n1", "n2", "n4", "n8"} {
 		for _, dt := range []string{"bf16", "f16"} {
@@ -107,8 +107,9 @@ func TestGPU(t *testing.T) {
 	t.Run("rope kv", func(t *testing.T) { testRopeKV(t, e, r) })
 	t.Run("attention decode", func(t *testing.T) { testDecode(t, e, r); testDecodeGrouped(t, e, r) })
 	t.Run("attention prefill", func(t *testing.T) { testPrefill(t, e, r) })
+	t.Run("attention verify", func(t *testing.T) { testVerify(t, e, r); benchVerify(t, e, r) })
 	t.Run("matmul", func(t *testing.T) { testMatMul(t, e, r) })
-	t.Run("gemv", func(t *testing.T) { testGEMV(t, e, r); benchGEMV(t, e, r) })
+	t.Run("gemv", func(t *testing.T) { testGEMV(t, e, r); testGEMVRows(t, e, r); benchGEMV(t, e, r) })
 	t.Run("argmax", func(t *testing.T) { testArgmax(t, e, r) })
 	t.Run("sample", func(t *testing.T) { testSample(t, e, r) })
 	t.Run("argmax masked", func(t *testing.T) { testArgmaxMasked(t, e) })

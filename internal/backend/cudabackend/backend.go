@@ -400,10 +400,10 @@ func (b *Backend) UploadStep(meta *backend.StepMeta) (backend.Step, error) {
 			return nil, fmt.Errorf("cuda step: sequence %d: %d tokens in a context of %d", i, q, meta.ContextLens[i])
 		}
 	}
-	// A decode step of a bucket's size is laid out for graph replay: its block tables get a
-	// stride rounded up to a power of two, so that steps of one bucket share kernel
-	// arguments (and a graph) while their contexts grow.
-	graphable := seqs == n && len(meta.LogitsIndices) == seqs && b.DecodeBucket(seqs) == seqs && seqs <= maxGraphSeqs
+	// A step of a graph shape is laid out for graph replay: its block tables get a stride
+	// rounded up to a power of two, so that steps of one shape share kernel arguments (and
+	// a graph) while their contexts grow.
+	query, graphable := graphQuery(meta)
 	stride, tables := meta.MaxBlocks, meta.BlockTables
 	if graphable {
 		stride = blockStrideBound(meta.MaxBlocks)
@@ -454,7 +454,7 @@ func (b *Backend) UploadStep(meta *backend.StepMeta) (backend.Step, error) {
 		return nil, fmt.Errorf("cuda step: %w", err)
 	}
 	b.cur = &step{meta: meta, tokens: views[0], positions: views[1], slots: views[2], queryStarts: views[3],
-		contextLens: views[4], blockTables: views[5], logitsIndices: views[6], maxBlocks: stride, graphable: graphable}
+		contextLens: views[4], blockTables: views[5], logitsIndices: views[6], maxBlocks: stride, query: query, graphable: graphable}
 	return b.cur, nil
 }
 

@@ -9,8 +9,9 @@
 //     memory (tensor.go); every op is queued on the device's stream from its goroutine.
 //   - The ops (ops.go, fused.go): each checks its operands and launches cuda's kernels or
 //     cuBLAS; 16-bit shadows of activations spare cuBLAS a cast (shadow.go).
-//   - Graphs (graph.go): a decode step's ops are captured once per batch bucket and
-//     replayed.
+//   - Graphs (graph.go): the ops of a step of a few tokens per sequence (decode, speculative
+//     verification) are captured once per shape (sequence bucket, tokens per sequence,
+//     block-table stride) and replayed.
 //   - Device argmax and sampling of the logits under vocabulary masks (sample.go), KV
 //     block read/write and copy (kvblocks.go), and the NCCL communicator group of tensor
 //     and pipeline parallelism (comm.go).

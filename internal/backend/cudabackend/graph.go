@@ -8,18 +8,27 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
 )
 
-// maxGraphSeqs is the largest decode bucket replayed as a graph; larger decode steps run
+// maxGraphSeqs is the largest sequence bucket replayed as a graph; larger steps run
 // eagerly.
 const maxGraphSeqs = 256
 
-// minBlockStride is the smallest block-table stride of a graphable decode step.
+// maxGraphQuery is the most tokens per sequence of a step replayed as a graph: a
+// speculative verification of 1+16 tokens.
+const maxGraphQuery = 17
+
+// maxGraphTokens bounds the tokens of a graph step of more than one token per sequence,
+// padding included.
+const maxGraphTokens = 512
+
+// minBlockStride is the smallest block-table stride of a graph step.
 const minBlockStride = 16
 
-// graphKey names one captured decode graph: the buffers it uses (owner), its sequence
-// count and its block-table stride.
+// graphKey names one captured step graph: the buffers it uses (owner), its sequence
+// count, its tokens per sequence and its block-table stride.
 type graphKey struct {
 	owner     any
 	seqs      int
+	query     int
 	maxBlocks int
 }
 
@@ -31,17 +40,52 @@ type graphEntry struct {
 	failed error
 }
 
-// DecodeBucket returns the sequence count a decode step of n sequences is padded to: the
-// next power of two up to maxGraphSeqs, n itself above.
-func (b *Backend) DecodeBucket(n int) int {
-	if n <= 0 || n > maxGraphSeqs {
-		return n
+// GraphShape returns the shape a step of seqs sequences and tokens tokens, the longest of
+// maxQuery, is padded to for graph replay (backend.StepGrapher): the sequences rounded up
+// to a power of two, maxQuery tokens each (see graphShape).
+func (b *Backend) GraphShape(seqs, tokens, maxQuery int) (bucket, queryLen int, ok bool) {
+	return graphShape(seqs, tokens, maxQuery)
+}
+
+// graphShape is GraphShape: steps of up to maxGraphSeqs sequences of at most maxGraphQuery
+// tokens each are replayed as graphs of bucket = the next power of two of sequences, of
+// maxQuery tokens each. A step of more than one token per sequence is not padded past
+// maxGraphTokens, nor to more than twice its tokens once past 128 (padding would cost more
+// compute than replay saves), nor from at most cuda.GEMVMaxRows tokens to more: its
+// matmuls keep the GEMV kernels, which read float32 activations and sum each row as a
+// one-token step does, where cuBLAS would take them rounded to 16 bits.
+func graphShape(seqs, tokens, maxQuery int) (bucket, queryLen int, ok bool) {
+	if seqs <= 0 || seqs > maxGraphSeqs || tokens < seqs || maxQuery < 1 || maxQuery > maxGraphQuery {
+		return seqs, maxQuery, false
 	}
-	p := 1
-	for p < n {
-		p <<= 1
+	bucket = 1
+	for bucket < seqs {
+		bucket <<= 1
 	}
-	return p
+	padded := bucket * maxQuery
+	if maxQuery > 1 && (padded > maxGraphTokens || padded > max(2*tokens, 128) ||
+		(tokens <= cuda.GEMVMaxRows && padded > cuda.GEMVMaxRows)) {
+		return seqs, maxQuery, false
+	}
+	return bucket, maxQuery, true
+}
+
+// graphQuery returns the tokens per sequence of a step laid out in a graph shape (every
+// sequence of q tokens, every token a logits row, as many sequences and tokens as
+// graphShape gives for such a step); ok is false for any other step.
+func graphQuery(meta *backend.StepMeta) (q int, ok bool) {
+	n, seqs := meta.NumTokens(), meta.NumSeqs()
+	if seqs <= 0 || n%seqs != 0 || len(meta.LogitsIndices) != n {
+		return 0, false
+	}
+	q = n / seqs
+	for i, start := range meta.QueryStarts {
+		if int(start) != i*q {
+			return 0, false
+		}
+	}
+	bucket, bq, ok := graphShape(seqs, n, q)
+	return q, ok && bucket == seqs && bq == q
 }
 
 // blockStrideBound rounds a block-table width up to a power of two (at least
@@ -70,25 +114,26 @@ func (b *Backend) paddedTables(meta *backend.StepMeta, stride int) []int32 {
 	return t
 }
 
-// RunStep runs ops, the ops of step st. A decode step of a bucket's size runs eagerly the
-// first time its key (owner, bucket, block-table stride) is seen, so that every buffer the
-// ops need exists; the second time its ops are captured as a graph, and from then on the
-// graph is replayed without calling ops. The step's metadata reaches the graph through the
-// device buffers UploadStep fills with one asynchronous copy. owner must be comparable.
+// RunStep runs ops, the ops of step st. A step of a graph shape (GraphShape) runs eagerly
+// the first time its key (owner, bucket, tokens per sequence, block-table stride) is seen,
+// so that every buffer the ops need exists; the second time its ops are captured as a
+// graph, and from then on the graph is replayed without calling ops. The step's metadata
+// reaches the graph through the device buffers UploadStep fills with one asynchronous
+// copy. owner must be comparable.
 func (b *Backend) RunStep(st backend.Step, owner any, ops func() error) error {
 	s, err := b.stepOf("run step", st)
 	if err != nil {
 		return err
 	}
 	if !s.graphable || owner == nil || b.dev.OpTimed() {
-		// The op profile (DeviceOptions.OpTime) times decode steps op by op, eagerly.
+		// The op profile (DeviceOptions.OpTime) times steps op by op, eagerly.
 		return ops()
 	}
 	if b.groupsAborted() {
 		// A captured graph may hold the aborted communicators' work.
 		return firstErr(fmt.Errorf("cuda run step: %w", errAborted), b.dropGraphs())
 	}
-	key := graphKey{owner: owner, seqs: s.meta.NumSeqs(), maxBlocks: s.maxBlocks}
+	key := graphKey{owner: owner, seqs: s.meta.NumSeqs(), query: s.query, maxBlocks: s.maxBlocks}
 	e := b.graphs[key]
 	if e == nil {
 		e = &graphEntry{}
@@ -107,7 +152,7 @@ func (b *Backend) RunStep(st backend.Step, owner any, ops func() error) error {
 	if err != nil {
 		if !b.warned {
 			b.warned = true
-			fmt.Fprintf(os.Stderr, "cuda: decode step of %d sequences not captured as a graph, running eagerly: %v\n", key.seqs, err)
+			fmt.Fprintf(os.Stderr, "cuda: step of %d sequences of %d tokens not captured as a graph, running eagerly: %v\n", key.seqs, key.query, err)
 		}
 		// Something in the step cannot be captured (a buffer growing, say): run it eagerly,
 		// now and from now on for this key.
@@ -118,7 +163,7 @@ func (b *Backend) RunStep(st backend.Step, owner any, ops func() error) error {
 	return b.dev.LaunchGraph(g)
 }
 
-// GraphStats reports how many decode graphs are captured and how many keys failed to
+// GraphStats reports how many step graphs are captured and how many keys failed to
 // capture, with the first failure.
 func (b *Backend) GraphStats() (captured, failed int, firstErr error) {
 	for _, e := range b.graphs {

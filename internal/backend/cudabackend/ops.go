@@ -224,7 +224,8 @@ func (b *Backend) RopeKVWrite(q, k, v backend.Tensor, rope backend.Rope, kv back
 }
 
 // Attention runs paged causal attention: split-K decode when every sequence has one query
-// token, the varlen prefill kernel otherwise.
+// token, its few-query twin (cuda.Ops.AttentionVerify) when each has at most
+// verifyMaxQuery (speculative verification), the varlen prefill kernel otherwise.
 func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int, scale float32, st backend.Step) error {
 	o, err := devTensor("attention", "out", out, cuda.F32)
 	if err != nil {
@@ -250,48 +251,78 @@ func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int
 	if qs.rows() != m.NumTokens() || qDim%l.HeadDim != 0 {
 		return fmt.Errorf("cuda attention: q %v for %d tokens of heads of %d", qs.shape, m.NumTokens(), l.HeadDim)
 	}
-	heads, seqs := qDim/l.HeadDim, m.NumSeqs()
+	heads, seqs, tokens := qDim/l.HeadDim, m.NumSeqs(), m.NumTokens()
 	if l.HeadDim%32 != 0 {
 		return b.attentionSmall(o, qs, l, s, heads, scale)
-	}
-	if m.NumTokens() == seqs {
-		if b.work == nil || b.work.Seqs < seqs || b.work.Heads < heads || b.work.HeadDim < l.HeadDim {
-			if b.work != nil {
-				// Sync first: it fails during a graph capture, before anything is freed.
-				if err := b.dev.Sync(); err != nil {
-					return err
-				}
-				w := b.work
-				b.work = nil
-				if err := firstErr(b.dropGraphs(), b.dev.FreeDecodeWorkspace(w)); err != nil {
-					return err
-				}
-			}
-			w, err := b.dev.NewDecodeWorkspace(max(seqs, 64), heads, decodeSplits, l.HeadDim)
-			if err != nil {
-				return fmt.Errorf("cuda attention: %w", err)
-			}
-			b.work = w
-		}
-		maxCtx := m.MaxContextLen
-		for _, c := range m.ContextLens {
-			maxCtx = max(maxCtx, int(c))
-		}
-		if s.graphable {
-			// Split-K sizing from the stride bound, fixed for the steps that share a graph.
-			maxCtx = s.maxBlocks * l.BlockSize
-		}
-		return b.ops.AttentionDecode(cuda.DecodeArgs{Out: o.buf, OutStride: qDim, Q: qs.buf, QStride: qDim, Seqs: seqs, Heads: heads,
-			Cache: l, BlockTables: s.blockTables, MaxBlocks: s.maxBlocks, ContextLens: s.contextLens,
-			MaxContext: maxCtx, Scale: scale, Work: b.work})
 	}
 	maxQ := m.MaxQueryLen
 	for i := range seqs {
 		maxQ = max(maxQ, int(m.QueryStarts[i+1]-m.QueryStarts[i]))
 	}
-	return b.ops.AttentionPrefill(cuda.PrefillArgs{Out: o.buf, OutStride: qDim, Q: qs.buf, QStride: qDim, Tokens: m.NumTokens(),
+	maxCtx := m.MaxContextLen
+	for _, c := range m.ContextLens {
+		maxCtx = max(maxCtx, int(c))
+	}
+	if s.graphable {
+		// Split-K sizing from the stride bound, fixed for the steps that share a graph.
+		maxCtx = s.maxBlocks * l.BlockSize
+	}
+	switch {
+	case tokens == seqs:
+		if err := b.ensureWork(seqs, heads, l.HeadDim); err != nil {
+			return err
+		}
+		return b.ops.AttentionDecode(cuda.DecodeArgs{Out: o.buf, OutStride: qDim, Q: qs.buf, QStride: qDim, Seqs: seqs, Heads: heads,
+			Cache: l, BlockTables: s.blockTables, MaxBlocks: s.maxBlocks, ContextLens: s.contextLens,
+			MaxContext: maxCtx, Scale: scale, Work: b.work})
+	case maxQ <= verifyMaxQuery && cuda.VerifyKernel(l.K.DType, heads, l.KVHeads, l.HeadDim):
+		if err := b.ensureWork(max(tokens, seqs*maxQ), heads, l.HeadDim); err != nil {
+			return err
+		}
+		return b.ops.AttentionVerify(cuda.VerifyArgs{Out: o.buf, OutStride: qDim, Q: qs.buf, QStride: qDim, Tokens: tokens,
+			Seqs: seqs, Heads: heads, Cache: l, SeqStarts: s.queryStarts, ContextLens: s.contextLens, MaxQueryLen: maxQ,
+			BlockTables: s.blockTables, MaxBlocks: s.maxBlocks, MaxContext: maxCtx, Scale: scale, Work: b.work})
+	}
+	return b.ops.AttentionPrefill(cuda.PrefillArgs{Out: o.buf, OutStride: qDim, Q: qs.buf, QStride: qDim, Tokens: tokens,
 		Seqs: seqs, Heads: heads, Cache: l, SeqStarts: s.queryStarts, ContextLens: s.contextLens, MaxQueryLen: maxQ,
 		BlockTables: s.blockTables, MaxBlocks: s.maxBlocks, Scale: scale})
+}
+
+// verifyMaxQuery is the most query tokens per sequence of a step whose attention runs
+// the few-query decode kernel (a speculative verification of 1+16) rather than the
+// prefill kernel.
+const verifyMaxQuery = 17
+
+// ensureWork makes the split-K workspace of decode attention hold rows query rows (a
+// sequence's worth of partial results each) of heads heads of headDim (inside Run). Past
+// maxGraphSeqs rows it holds fewer splits a row, so that it never outgrows what 256 rows
+// of decodeSplits take (the attention launches then split less: with that many rows the
+// blocks fill the device anyway). Growing it synchronizes first, which fails during a
+// graph capture before anything is freed.
+func (b *Backend) ensureWork(rows, heads, headDim int) error {
+	if b.work != nil && b.work.Seqs >= rows && b.work.Heads >= heads && b.work.HeadDim >= headDim {
+		return nil
+	}
+	if b.work != nil {
+		if err := b.dev.Sync(); err != nil {
+			return err
+		}
+		w := b.work
+		b.work = nil
+		if err := firstErr(b.dropGraphs(), b.dev.FreeDecodeWorkspace(w)); err != nil {
+			return err
+		}
+	}
+	seqs, splits := max(rows, 64), decodeSplits
+	if seqs > maxGraphSeqs {
+		splits = max(1, maxGraphSeqs*decodeSplits/seqs)
+	}
+	w, err := b.dev.NewDecodeWorkspace(seqs, heads, splits, headDim)
+	if err != nil {
+		return fmt.Errorf("cuda attention: %w", err)
+	}
+	b.work = w
+	return nil
 }
 
 // smallMaxContext bounds the context of the plain attention kernel (its scores sit in

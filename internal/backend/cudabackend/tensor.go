@@ -112,10 +112,12 @@ type step struct {
 	tokens, positions, slots, queryStarts   cuda.Buffer
 	contextLens, blockTables, logitsIndices cuda.Buffer
 	// maxBlocks is the block tables' row stride on the device: meta.MaxBlocks, or a bound
-	// of it for a graphable decode step.
+	// of it for a graph step.
 	maxBlocks int
-	// graphable marks a decode step of a bucket's size, laid out for graph replay.
+	// graphable marks a step of a graph shape (GraphShape), laid out for graph replay;
+	// query is its tokens per sequence.
 	graphable bool
+	query     int
 }
 
 // Meta returns the host copy.

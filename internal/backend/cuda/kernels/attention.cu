@@ -256,13 +256,89 @@ __device__ __forceinline__ void dg_store(void* out, long long i, int kind, float
         ((bf16*)out)[i] = from_f32<bf16>(v);
 }
 
+// dg_load_tile loads positions k0 .. k0+n-1 of kv head kvh, through the block table bt,
+// into the K tile (rows of KLD elements) and the V tile (rows of HD), zeros in rows n ..
+// DG_TP-1, with 16-byte loads spread over the block (between barriers).
+template <typename T, int HD, int KLD>
+__device__ __forceinline__ void dg_load_tile(T* sK, T* sV, const T* kc, const T* vc, const int* bt, int k0, int n,
+                                             int blockSize, int kvHeads, int kvh) {
+    constexpr int E = 16 / sizeof(T);  // elements per 16-byte vector
+    constexpr int VPR = HD / E;        // vectors per row
+#pragma unroll
+    for (int e = threadIdx.x; e < DG_TP * VPR; e += DG_THREADS) {
+        int j = e / VPR, c = (e - j * VPR) * E;
+        uint4 kv = {0u, 0u, 0u, 0u}, vv = {0u, 0u, 0u, 0u};
+        if (j < n) {
+            int p = k0 + j;
+            long long slot = (long long)bt[p / blockSize] * blockSize + p % blockSize;
+            long long idx = (slot * kvHeads + kvh) * HD + c;
+            kv = *(const uint4*)(kc + idx);
+            vv = *(const uint4*)(vc + idx);
+        }
+        *(uint4*)&sK[j * KLD + c] = kv;
+        *(uint4*)&sV[j * HD + c] = vv;
+    }
+}
+
+// dg_dot returns the score of the K tile row kr against the scaled query qg (HD values in
+// shared memory), summed in two halves: the one dot product of every grouped decode kernel.
+template <typename T, int HD>
+__device__ __forceinline__ float dg_dot(const T* kr, const float* qg) {
+    constexpr int E = 16 / sizeof(T);
+    float d0 = 0.f, d1 = 0.f;
+#pragma unroll
+    for (int c = 0; c < HD; c += E) {
+        float kf[E];
+        dg_unpack(*(const uint4*)(kr + c), kf, kr);
+#pragma unroll
+        for (int i = 0; i < E; i += 4) {
+            float4 qv = *(const float4*)(qg + c + i);
+            d0 += qv.x * kf[i] + qv.y * kf[i + 1];
+            d1 += qv.z * kf[i + 2] + qv.w * kf[i + 3];
+        }
+    }
+    return d0 + d1;
+}
+
+// dg_merge_weights turns the partial maxima of one row's splits (m[i * stride], natural
+// units, -inf for an empty split) into their weights exp(m_i - M) (0 for empty splits) in
+// place, and returns the merged sum of the partial sums l[i * stride], in split order.
+__device__ __forceinline__ float dg_merge_weights(float* m, const float* l, int stride, int splits) {
+    float M = -KV_INF;
+    for (int i = 0; i < splits; i++) M = fmaxf(M, m[i * stride]);
+    float L = 0.f;
+    for (int i = 0; i < splits; i++) {
+        float mi = m[i * stride], e = 0.f;
+        if (M != -KV_INF && mi != -KV_INF) {
+            e = expf(mi - M);
+            L += l[i * stride] * e;
+        }
+        m[i * stride] = e;
+    }
+    return L;
+}
+
+// dg_merge_out returns dimension d of one row's merged output: its splits' partial outputs
+// (po rows row0 .. row0+splits-1 of HD, read through L2) weighted by e[i * stride] and
+// summed in split order, over L (0 when L is 0).
+template <int HD>
+__device__ __forceinline__ float dg_merge_out(const float* po, long long row0, int d, const float* e, int stride,
+                                              int splits, float L) {
+    float v = 0.f;
+    if (L > 0.f) {
+#pragma unroll 8
+        for (int i = 0; i < splits; i++) v += __ldcg(po + (row0 + i) * HD + d) * e[i * stride];
+        v /= L;
+    }
+    return v;
+}
+
 template <typename T, int HD, int G>
 __device__ void attn_decode_grp(void* out, int outStride, int outKind, const float* q, int qStride, const T* kc,
                                 const T* vc, const int* blockTables, int maxBlocks, const int* ctxLens, float* pm,
                                 float* pl, float* po, int* done, int heads, int kvHeads, int blockSize,
                                 int splitLen, float scale) {
     constexpr int E = 16 / sizeof(T);  // elements per 16-byte vector
-    constexpr int VPR = HD / E;        // vectors per row
     constexpr int KLD = HD + E;        // K row stride: 16 bytes of padding keep lanes on distinct banks
     constexpr int HG = DG_THREADS / HD;  // head groups of the PV phase (1 or 2)
     constexpr int NA = (G + HG - 1) / HG;  // accumulators per thread
@@ -296,20 +372,7 @@ __device__ void attn_decode_grp(void* out, int outStride, int outKind, const flo
     for (int k0 = start; k0 < end; k0 += DG_TP) {
         int n = min(DG_TP, end - k0);
         __syncthreads();  // the previous tile is consumed (and sQ written)
-#pragma unroll
-        for (int e = tid; e < DG_TP * VPR; e += DG_THREADS) {
-            int j = e / VPR, c = (e - j * VPR) * E;
-            uint4 kv = {0u, 0u, 0u, 0u}, vv = {0u, 0u, 0u, 0u};
-            if (j < n) {
-                int p = k0 + j;
-                long long slot = (long long)bt[p / blockSize] * blockSize + p % blockSize;
-                long long idx = (slot * kvHeads + kvh) * HD + c;
-                kv = *(const uint4*)(kc + idx);
-                vv = *(const uint4*)(vc + idx);
-            }
-            *(uint4*)&sK[j * KLD + c] = kv;
-            *(uint4*)&sV[j * HD + c] = vv;
-        }
+        dg_load_tile<T, HD, KLD>(sK, sV, kc, vc, bt, k0, n, blockSize, kvHeads, kvh);
         __syncthreads();
         // Scores and the online softmax: warp w owns heads w + 4k, lane j position k0 + j.
 #pragma unroll
@@ -317,23 +380,7 @@ __device__ void attn_decode_grp(void* out, int outStride, int outKind, const flo
             int g = w + 4 * k;
             if (g < G) {
                 float sc = -KV_INF;
-                if (lane < n) {
-                    const T* kr = &sK[lane * KLD];
-                    const float* qg = &sQ[g * HD];
-                    float d0 = 0.f, d1 = 0.f;
-#pragma unroll
-                    for (int c = 0; c < HD; c += E) {
-                        float kf[E];
-                        dg_unpack(*(const uint4*)(kr + c), kf, kr);
-#pragma unroll
-                        for (int i = 0; i < E; i += 4) {
-                            float4 qv = *(const float4*)(qg + c + i);
-                            d0 += qv.x * kf[i] + qv.y * kf[i + 1];
-                            d1 += qv.z * kf[i + 2] + qv.w * kf[i + 3];
-                        }
-                    }
-                    sc = d0 + d1;
-                }
+                if (lane < n) sc = dg_dot<T, HD>(&sK[lane * KLD], &sQ[g * HD]);
                 float mx = fmaxf(mreg[k], warp_max(sc));  // finite: n >= 1
                 float corr = exp2f(mreg[k] - mx);          // 0 on the first tile
                 float pe = lane < n ? exp2f(sc - mx) : 0.f;
@@ -403,21 +450,7 @@ __device__ void attn_decode_grp(void* out, int outStride, int outKind, const flo
         sPl[i][g] = __ldcg(pl + row);
     }
     __syncthreads();
-    if (tid < G) {  // per head: the splits' weights exp(m_i - M) (0 for empty splits) and their sum
-        int g = tid;
-        float M = -KV_INF;
-        for (int i = 0; i < splits; i++) M = fmaxf(M, sE[i][g]);
-        float L = 0.f;
-        for (int i = 0; i < splits; i++) {
-            float mi = sE[i][g], e = 0.f;
-            if (M != -KV_INF && mi != -KV_INF) {
-                e = expf(mi - M);
-                L += sPl[i][g] * e;
-            }
-            sE[i][g] = e;
-        }
-        sLt[g] = L;
-    }
+    if (tid < G) sLt[tid] = dg_merge_weights(&sE[0][tid], &sPl[0][tid], G, splits);  // per head
     __syncthreads();
 #pragma unroll
     for (int a = 0; a < NA; a++) {
@@ -425,12 +458,7 @@ __device__ void attn_decode_grp(void* out, int outStride, int outKind, const flo
         if (g >= G) continue;
         int h = kvh * G + g;
         long long row0 = ((long long)s * heads + h) * splits;
-        float L = sLt[g], v = 0.f;
-        if (L > 0.f) {
-#pragma unroll 8
-            for (int i = 0; i < splits; i++) v += __ldcg(po + (row0 + i) * HD + d) * sE[i][g];
-            v /= L;
-        }
+        float v = dg_merge_out<HD>(po, row0, d, &sE[0][g], G, splits, sLt[g]);
         dg_store(out, (long long)s * outStride + (long long)h * HD + d, outKind, v);
     }
     if (tid == 0) done[s * kvHeads + kvh] = 0;
@@ -468,6 +496,194 @@ ATTN_DECODE_GRP(attn_decode_grp128g4_bf16, bf16, 128, 4)
 ATTN_DECODE_GRP(attn_decode_grp128g8_f32, float, 128, 8)
 ATTN_DECODE_GRP(attn_decode_grp128g8_f16, f16, 128, 8)
 ATTN_DECODE_GRP(attn_decode_grp128g8_bf16, bf16, 128, 8)
+
+// ---- Decode attention for a few query tokens per sequence (speculative verification) ----
+// attn_verify: the grouped decode kernel (attn_decode_grp) for sequences of q >= 1 query
+// tokens each, the last q of the sequence's context (seqStarts and ctxLens as in
+// attn_prefill). grid (splits, kvHeads * chunks, seqs), block 128: each block serves the G =
+// heads/kvHeads query heads of one kv head for QB = NR/G consecutive queries of one
+// sequence (chunk c: queries c*QB ..), as NR rows r = jj*G + g (query c*QB + jj, head g;
+// rows past the sequence's queries idle). Query jj attends to the context up to its own
+// index, so each row is masked causally where its context ends. Every row's arithmetic is
+// the grouped decode kernel's for that query alone at its context: the same split-K
+// partition (the caller gives the same splitLen), the same tiles, scores, online softmax
+// and merge in split order; positions past a row's context add exact zeros. So a query's
+// output is the decode kernel's bit for bit, given the same splits. Partial results of a
+// query go to pm, pl, po at row ((t * heads + h) * splits + split), t its token index; the
+// last block of a (kv head, chunk, sequence) to finish (counted in done[(s * kvHeads + kvh)
+// * chunks + c], reset by it) merges them. NR is 32 rows for 16-bit caches and 16 for f32
+// (shared memory).
+template <typename T, int HD, int NR>
+__device__ void attn_verify(void* out, int outStride, int outKind, const float* q, int qStride, const T* kc,
+                            const T* vc, const int* blockTables, int maxBlocks, const int* seqStarts,
+                            const int* ctxLens, float* pm, float* pl, float* po, int* done, int heads, int kvHeads,
+                            int blockSize, int splitLen, float scale, int chunks) {
+    constexpr int E = 16 / sizeof(T);      // elements per 16-byte vector
+    constexpr int KLD = HD + E;            // K row stride (padding: lanes on distinct banks)
+    constexpr int HG = DG_THREADS / HD;    // row groups of the PV phase (1 or 2)
+    constexpr int NA = NR / HG;            // accumulators per thread: rows hg*NA .. hg*NA+NA-1
+    constexpr int NW = NR / 4;             // rows per warp in the score phase: w, w+4, ...
+    constexpr int MS = 2 * DG_MAX_SPLITS * NR;           // the merge's weights and sums
+    constexpr int QF = NR * HD > MS ? NR * HD : MS;      // sQ, reused by the merge
+    __shared__ __align__(16) float sQ[QF];
+    __shared__ __align__(16) T sK[DG_TP * KLD];
+    __shared__ __align__(16) T sV[DG_TP * HD];
+    __shared__ __align__(16) float sP[NR][DG_TP];
+    __shared__ float sCorr[NR], sM[NR], sL[NR];
+    __shared__ int sLast;
+    pdl_entry();
+    int split = blockIdx.x, kvh = blockIdx.y / chunks, chunk = blockIdx.y - kvh * chunks, s = blockIdx.z;
+    int splits = gridDim.x;
+    int tid = threadIdx.x, lane = tid & 31, w = tid >> 5;
+    int G = heads / kvHeads, QB = NR / G;
+    int t0 = seqStarts[s], qlen = seqStarts[s + 1] - t0;
+    int j0 = chunk * QB;
+    if (j0 >= qlen) return;  // every split of this chunk returns: no ticket is taken
+    int nq = min(QB, qlen - j0), rows = nq * G;
+    int c0 = ctxLens[s] - qlen + j0;  // the context index of the block's first query
+    int start = split * splitLen, end = min(c0 + nq, start + splitLen);
+    const float qscale = scale * 1.4426950408889634f;  // scores in base 2
+    for (int i = tid; i < NR * HD; i += DG_THREADS) {
+        int r = i / HD, dd = i - r * HD;
+        float v = 0.f;
+        if (r < rows) {
+            int jj = r / G, g = r - jj * G;
+            v = q[(long long)(t0 + j0 + jj) * qStride + (long long)(kvh * G + g) * HD + dd] * qscale;
+        }
+        sQ[i] = v;
+    }
+    float mreg[NW], lreg[NW];
+#pragma unroll
+    for (int k = 0; k < NW; k++) {
+        mreg[k] = -KV_INF;
+        lreg[k] = 0.f;
+    }
+    int d = tid % HD, hg = HG == 1 ? 0 : tid / HD;
+    float acc[NA];
+#pragma unroll
+    for (int a = 0; a < NA; a++) acc[a] = 0.f;
+    const int* bt = blockTables + (long long)s * maxBlocks;
+
+    for (int k0 = start; k0 < end; k0 += DG_TP) {
+        int n = min(DG_TP, end - k0);
+        __syncthreads();  // the previous tile is consumed (and sQ written)
+        dg_load_tile<T, HD, KLD>(sK, sV, kc, vc, bt, k0, n, blockSize, kvHeads, kvh);
+        __syncthreads();
+        // Scores and the online softmax: lane j of warp w takes position k0 + j for rows w,
+        // w+4, ..., each over its own positions of the tile (lanes below nr); a row with
+        // none yet (its context ends before the tile) keeps -inf and 0.
+#pragma unroll
+        for (int k = 0; k < NW; k++) {
+            int r = w + 4 * k;
+            int nr = r < rows ? min(n, c0 + r / G + 1 - k0) : 0;
+            float sc = -KV_INF;
+            if (lane < nr) sc = dg_dot<T, HD>(&sK[lane * KLD], &sQ[r * HD]);
+            float mx = fmaxf(mreg[k], warp_max(sc));
+            float corr = 1.f, pe = 0.f;
+            if (mx != -KV_INF) {
+                corr = exp2f(mreg[k] - mx);  // 0 on the row's first tile
+                pe = lane < nr ? exp2f(sc - mx) : 0.f;
+            }
+            lreg[k] = lreg[k] * corr + warp_sum(pe);
+            mreg[k] = mx;
+            sP[r][lane] = pe;
+            if (lane == 0) sCorr[r] = corr;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int a = 0; a < NA; a++)
+            if (hg * NA + a < rows) acc[a] *= sCorr[hg * NA + a];
+        for (int j = 0; j < n; j += 4) {  // rows past n hold zeros, as do their probabilities
+            float v0 = to_f32(sV[j * HD + d]), v1 = to_f32(sV[(j + 1) * HD + d]);
+            float v2 = to_f32(sV[(j + 2) * HD + d]), v3 = to_f32(sV[(j + 3) * HD + d]);
+#pragma unroll
+            for (int a = 0; a < NA; a++) {
+                if (hg * NA + a < rows) {
+                    float4 p = *(const float4*)&sP[hg * NA + a][j];
+                    acc[a] += p.x * v0;
+                    acc[a] += p.y * v1;
+                    acc[a] += p.z * v2;
+                    acc[a] += p.w * v3;
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < NW; k++) {
+        int r = w + 4 * k;
+        if (lane == 0) {
+            sM[r] = mreg[k];
+            sL[r] = lreg[k];
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int a = 0; a < NA; a++) {
+        int r = hg * NA + a;
+        if (r >= rows) continue;
+        int jj = r / G, h = kvh * G + (r - jj * G);
+        long long t = t0 + j0 + jj;
+        if (splits == 1) {
+            float L = sL[r];
+            dg_store(out, t * outStride + (long long)h * HD + d, outKind, L > 0.f ? acc[a] / L : 0.f);
+        } else {
+            long long row = (t * heads + h) * splits + split;
+            po[row * HD + d] = acc[a];
+            if (d == 0) {
+                float M = sM[r];
+                pm[row] = M == -KV_INF ? -KV_INF : M * 0.6931471805599453f;  // back to natural units
+                pl[row] = sL[r];
+            }
+        }
+    }
+    if (splits == 1) return;
+    // The last split block of (kvh, chunk, s) merges the partials, as attn_decode_grp does.
+    int ticket = (s * kvHeads + kvh) * chunks + chunk;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) sLast = atomicAdd(&done[ticket], 1) == splits - 1;
+    __syncthreads();
+    if (!sLast) return;
+    __threadfence();
+    float* sE = sQ;                          // [split][row]: exp(m_i - M), then the weights
+    float* sPl = sQ + DG_MAX_SPLITS * NR;    // [split][row]: the splits' sums
+    for (int e = tid; e < splits * rows; e += DG_THREADS) {
+        int i = e / rows, r = e - i * rows;
+        int jj = r / G, h = kvh * G + (r - jj * G);
+        long long row = ((long long)(t0 + j0 + jj) * heads + h) * splits + i;
+        sE[i * NR + r] = __ldcg(pm + row);
+        sPl[i * NR + r] = __ldcg(pl + row);
+    }
+    __syncthreads();
+    if (tid < rows) sL[tid] = dg_merge_weights(sE + tid, sPl + tid, NR, splits);  // per row
+    __syncthreads();
+#pragma unroll
+    for (int a = 0; a < NA; a++) {
+        int r = hg * NA + a;
+        if (r >= rows) continue;
+        int jj = r / G, h = kvh * G + (r - jj * G);
+        long long t = t0 + j0 + jj;
+        float v = dg_merge_out<HD>(po, (t * heads + h) * splits, d, sE + r, NR, splits, sL[r]);
+        dg_store(out, t * outStride + (long long)h * HD + d, outKind, v);
+    }
+    if (tid == 0) done[ticket] = 0;
+}
+// Instances are named attn_verify<headDim>_<cache>.
+#define ATTN_VERIFY(NAME, T, HD, NR)                                                                          \
+    extern "C" __global__ void __launch_bounds__(DG_THREADS) NAME(void* out, int os, int ok, const float* q,   \
+                                    int qs, const T* kc, const T* vc, const int* bt, int maxBlocks,            \
+                                    const int* starts, const int* ctx, float* pm, float* pl, float* po,        \
+                                    int* done, int heads, int kvh, int bs, int splitLen, float scale,          \
+                                    int chunks) {                                                              \
+        attn_verify<T, HD, NR>(out, os, ok, q, qs, kc, vc, bt, maxBlocks, starts, ctx, pm, pl, po, done, heads, \
+                               kvh, bs, splitLen, scale, chunks);                                              \
+    }
+ATTN_VERIFY(attn_verify64_f32, float, 64, 16)
+ATTN_VERIFY(attn_verify64_f16, f16, 64, 32)
+ATTN_VERIFY(attn_verify64_bf16, bf16, 64, 32)
+ATTN_VERIFY(attn_verify128_f32, float, 128, 16)
+ATTN_VERIFY(attn_verify128_f16, f16, 128, 32)
+ATTN_VERIFY(attn_verify128_bf16, bf16, 128, 32)
 
 // attn_combine: grid (heads, seqs), block 128: out[s][h*headDim + d] = the softmax-weighted
 // merge of the splits' partial results. A sequence with no context gets zeros.

@@ -28,6 +28,41 @@ __device__ __forceinline__ uint4 ld_weights(const uint4* p) {
     return __ldg(p);
 }
 
+// ReduceScatter<C>::run sums C values per lane (v[0..C)) over the lanes that differ in bit
+// o, o/2, ... of their lane number (log2 C bits), halving the values each time: a lane keeps
+// the half its bit selects and adds the other lane's copy of it. Each value is summed in
+// the order warp_sum sums it, stage by stage, so the sums are warp_sum's bit for bit, for
+// C - 1 shuffles instead of 5 C.
+template <int C>
+struct ReduceScatter {
+    __device__ static __forceinline__ void run(float* v, int lane, int o) {
+        bool up = (lane & o) != 0;
+#pragma unroll
+        for (int i = 0; i < C / 2; i++) {
+            float send = up ? v[i] : v[i + C / 2];
+            float keep = up ? v[i + C / 2] : v[i];
+            v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+        }
+        ReduceScatter<C / 2>::run(v, lane, o >> 1);
+    }
+};
+template <>
+struct ReduceScatter<1> {
+    __device__ static __forceinline__ void run(float*, int, int) {}
+};
+
+// warp_sums sums each of V values (a power of two up to 32) over the warp, as warp_sum
+// would one by one: lane l returns the sum of value l / (32 / V).
+template <int V>
+__device__ __forceinline__ float warp_sums(float* v, int lane) {
+    static_assert(V >= 1 && V <= 32 && (V & (V - 1)) == 0, "V must be a power of two up to 32");
+    ReduceScatter<V>::run(v, lane, 16);
+    float s = v[0];
+#pragma unroll
+    for (int o = 16 / V; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+
 template <typename T, int R, int NT, bool NOL1, bool GLU>
 __device__ __forceinline__ void gemv_rows(long long blk, float* __restrict__ y, const float* __restrict__ x,
                                           const T* __restrict__ w, const T* __restrict__ u, int n, int k, int m) {
@@ -87,15 +122,25 @@ __device__ __forceinline__ void gemv_rows(long long blk, float* __restrict__ y, 
         }
     }
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if constexpr (NT == 1) {
 #pragma unroll
-    for (int i = 0; i < RR; i++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            if (t < n) {
-                float s = warp_sum(acc[i][t]);
-                if (lane == 0) red[warp][i * NT + t] = s;
-            }
+        for (int i = 0; i < RR; i++) {
+            float s = warp_sum(acc[i][0]);
+            if (lane == 0) red[warp][i] = s;
         }
+    } else {
+        // Several token rows: the RR x NT sums meet in one reduce-scatter over the warp
+        // (the same sums as warp_sum's, in far fewer shuffles).
+        constexpr int V = RR * NT;
+        constexpr int PER = 32 / V;  // lanes holding each sum
+        float v[V];
+#pragma unroll
+        for (int i = 0; i < RR; i++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) v[i * NT + t] = acc[i][t];
+        float s = warp_sums<V>(v, lane);
+        if (lane % PER == 0) red[warp][lane / PER] = s;
+    }
     __syncthreads();
     int j = threadIdx.x;
     if (j < R * NT) {

@@ -1,0 +1,52 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/kvasir-llm/kvasir"
+	"github.com/kvasir-llm/kvasir/internal/testdata"
+)
+
+// TestSpeculativeConfigFlag: --speculative-config is parsed with the engine flags, before
+// anything is loaded; a bad one is an error naming the flag.
+func TestSpeculativeConfigFlag(t *testing.T) {
+	parse := func(args ...string) (*engineFlags, error) {
+		fs := newFlags("test", "")
+		ef := addEngineFlags(fs, allEngineFlags)
+		return ef, fs.Parse(args)
+	}
+	ef, err := parse("--speculative-config", `{"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, err := ef.options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := opt.Speculative; c == nil || c.Method != kvasir.SpecNGram || c.NumSpeculativeTokens != 3 || c.PromptLookupMin != 4 {
+		t.Errorf("parsed %+v", c)
+	}
+	ef, _ = parse()
+	if opt, err := ef.options(); err != nil || opt.Speculative != nil {
+		t.Errorf("no flag: %+v, %v", opt.Speculative, err)
+	}
+	ef, _ = parse("--speculative-config", `{"method": "ngram", "num_speculative_tokens": 32}`)
+	if _, err := ef.options(); err == nil || !strings.HasPrefix(err.Error(), "--speculative-config: speculative config: num_speculative_tokens 32") {
+		t.Errorf("K 32: %v", err)
+	}
+}
+
+// TestRunSpeculative: `kvasir run` with an ngram config prints what it prints without
+// (greedy; stories260K in Q8_0, whose steps give the same bits for any token count).
+func TestRunSpeculative(t *testing.T) {
+	m := testdata.Path(t, "models/stories260K/stories260K-Q8_0.gguf")
+	args := []string{"-m", m, "-p", "Once upon a time", "--temperature", "0", "-n", "80", "--threads", "1"}
+	plain := captureStdout(t, func() error { return runRun(args) })
+	spec := captureStdout(t, func() error {
+		return runRun(append(args, "--speculative-config", `{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3}`))
+	})
+	if spec != plain || len(plain) < 100 {
+		t.Errorf("with ngram:\n%q\nwithout:\n%q", spec, plain)
+	}
+}

@@ -1,0 +1,56 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/kvasir-llm/kvasir"
+)
+
+// repeatLast proposes the sequence's last token again: sometimes right.
+type repeatLast struct{}
+
+func (repeatLast) Propose(tokens []int32, n int) []int32 {
+	d := make([]int32, n)
+	for i := range d {
+		d[i] = tokens[len(tokens)-1]
+	}
+	return d
+}
+
+// TestSpecDecodeMetrics: an engine that speculates exports vLLM's spec_decode counters from
+// its stats, one per-position counter per draft position; one that does not exports none.
+func TestSpecDecodeMetrics(t *testing.T) {
+	opt := kvasir.Options{Speculative: &kvasir.SpeculativeConfig{Proposer: repeatLast{}, NumSpeculativeTokens: 3, DisableDynamic: true}}
+	env := newTestEnv(t, opt, Config{})
+	var res completionResponse
+	env.post(t, "/v1/completions", map[string]any{"prompt": "hello", "max_tokens": 12, "ignore_eos": true, "temperature": 0}, &res)
+	_, body := env.do(t, http.MethodGet, "/metrics", nil)
+	m := string(body)
+	s := env.eng.Stats()
+	if s.DraftTokens == 0 {
+		t.Fatal("no drafts were verified")
+	}
+	for _, want := range []string{
+		fmt.Sprintf(`kvasir:spec_decode_num_drafts_total{model_name="tiny"} %d`, s.SpecDrafts),
+		fmt.Sprintf(`kvasir:spec_decode_num_draft_tokens_total{model_name="tiny"} %d`, s.DraftTokens),
+		fmt.Sprintf(`kvasir:spec_decode_num_accepted_tokens_total{model_name="tiny"} %d`, s.AcceptedDrafts),
+		fmt.Sprintf(`kvasir:spec_decode_num_accepted_tokens_per_pos_total{model_name="tiny",position="0"} %d`, s.AcceptedPerPos[0]),
+		fmt.Sprintf(`kvasir:spec_decode_num_accepted_tokens_per_pos_total{model_name="tiny",position="2"} %d`, s.AcceptedPerPos[2]),
+		"# TYPE kvasir:spec_decode_num_draft_tokens_total counter",
+	} {
+		if !strings.Contains(m, want+"\n") {
+			t.Errorf("metrics lack %q", want)
+		}
+	}
+	if strings.Contains(m, `position="3"`) {
+		t.Error("a per-position counter beyond K = 3")
+	}
+
+	plain := newTestEnv(t, kvasir.Options{}, Config{})
+	if _, body := plain.do(t, http.MethodGet, "/metrics", nil); strings.Contains(string(body), "spec_decode") {
+		t.Error("an engine that does not speculate exports spec_decode counters")
+	}
+}

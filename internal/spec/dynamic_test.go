@@ -1,0 +1,385 @@
+package spec
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/kvasir-llm/kvasir/internal/engine"
+)
+
+// world is a synthetic serving loop for a policy: batch sequences decode forever, each
+// step every one is a candidate that may take up to K drafts, each draft is accepted with
+// the sequence's true rate (given the ones before it), and the step costs target(tokens)
+// plus draft(passes, draft tokens) seconds, measured with noise.
+type world struct {
+	batch, k int
+	// accept returns sequence i's true acceptance rate at step s.
+	accept func(i, s int) float64
+	target func(tokens int) float64
+	// draft is the draft phase's cost (nil: free, like n-gram lookup); lag, when set,
+	// adds each drafting sequence's missed tokens to the draft tokens (a draft model).
+	draft func(passes, tokens int) float64
+	lag   bool
+	noise float64
+}
+
+// result is what a run produced: tokens per second, and the draft lengths chosen.
+type result struct {
+	throughput float64
+	// meanK is the mean draft length per candidate over the run's last quarter;
+	// drafting the fraction of candidate-steps with a draft in it.
+	meanK, drafting float64
+	lens            [][]int // per step
+}
+
+// run drives policy p through steps steps of w.
+func (w world) run(p engine.SpecPolicy, steps int, seed uint64) result {
+	rng := rand.New(rand.NewPCG(seed, 99))
+	cands := make([]engine.SpecCandidate, w.batch)
+	for i := range cands {
+		cands[i] = engine.SpecCandidate{Seq: fmt.Sprintf("seq-%d", i), MaxLen: w.k}
+	}
+	idle := make([]int, w.batch)
+	var r result
+	var tokens, secs float64
+	var drafted, candSteps, tailK, tailN float64
+	for s := range steps {
+		lens := make([]int, w.batch)
+		p.DraftLens(0, cands, lens)
+		r.lens = append(r.lens, lens)
+		n, passes, draftTokens := w.batch, 0, 0
+		for i, k := range lens {
+			n += k
+			passes = max(passes, k)
+			candSteps++
+			if s >= steps*3/4 {
+				tailK += float64(k)
+				tailN++
+			}
+			if k == 0 {
+				idle[i]++
+				tokens++
+				continue
+			}
+			drafted++
+			draftTokens += k
+			if w.lag {
+				draftTokens += idle[i] + 1
+			}
+			idle[i] = 0
+			kept := 0
+			for kept < k && rng.Float64() < w.accept(i, s) {
+				kept++
+			}
+			tokens += float64(kept + 1)
+			p.Verified(cands[i].Seq, k, kept)
+		}
+		jitter := func() float64 { return 1 + w.noise*(2*rng.Float64()-1) }
+		tt := w.target(n) * jitter()
+		dt := 0.0
+		if w.draft != nil && passes > 0 {
+			dt = w.draft(passes, draftTokens) * jitter()
+		}
+		secs += tt + dt
+		p.Stepped(engine.StepCost{Tokens: n, VerifyTokens: n - w.batch, Target: dur(tt),
+			DraftPasses: passes, DraftTokens: draftTokens, Draft: dur(dt)})
+	}
+	r.throughput = tokens / secs
+	r.meanK = tailK / tailN
+	r.drafting = drafted / candSteps
+	return r
+}
+
+func dur(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// fixedBest returns the best expected throughput of a fixed draft length 0..K for a world
+// whose every sequence has acceptance a (computed, not simulated), and that length.
+func (w world) fixedBest(a float64) (float64, int) {
+	best, bestK := 0.0, 0
+	for k := 0; k <= w.k; k++ {
+		secs := w.target(w.batch * (1 + k))
+		if w.draft != nil && k > 0 {
+			tok := w.batch * k
+			if w.lag {
+				tok += w.batch
+			}
+			secs += w.draft(k, tok)
+		}
+		if tp := float64(w.batch) * expectedTokens(a, k) / secs; tp > best {
+			best, bestK = tp, k
+		}
+	}
+	return best, bestK
+}
+
+func constant(a float64) func(int, int) float64 { return func(int, int) float64 { return a } }
+
+// gpuStep is an 8B-on-one-GPU-like target step: memory-bound (flat) up to 128 tokens,
+// then compute-bound.
+func gpuStep(n int) float64 { return 0.004 + 0.00003*math.Max(0, float64(n-128)) }
+
+// cpuStep is a small-model-on-the-CPU-like target step: a multi-token step costs much
+// less than as many one-token steps, but every token costs something.
+func cpuStep(n int) float64 { return 0.005 + 0.0006*float64(n-1) }
+
+// TestDynamicBacksOffAsBatchGrows: with a draft accepted 70% of the time and a GPU-like
+// step cost, the policy speculates fully at batch 1 and stops at batch 256, and is never
+// much below the best fixed draft length.
+func TestDynamicBacksOffAsBatchGrows(t *testing.T) {
+	for _, tc := range []struct {
+		batch              int
+		minMeanK, maxMeanK float64
+	}{
+		{1, 3.5, 4}, {8, 3.5, 4}, {32, 1, 4}, {256, 0, 0.1},
+	} {
+		w := world{batch: tc.batch, k: 4, accept: constant(0.7), target: gpuStep, noise: 0.05}
+		r := w.run(NewDynamic(DynamicConfig{MaxLen: 4}), 1500, 1)
+		best, bestK := w.fixedBest(0.7)
+		plain, _ := world{batch: tc.batch, k: 0, target: gpuStep}.fixedBest(0)
+		t.Logf("batch %d: mean k %.2f (best fixed %d), %.0f tok/s; best fixed %.0f, plain %.0f", tc.batch, r.meanK, bestK, r.throughput, best, plain)
+		if r.meanK < tc.minMeanK || r.meanK > tc.maxMeanK {
+			t.Errorf("batch %d: mean draft length %.2f, want %g..%g", tc.batch, r.meanK, tc.minMeanK, tc.maxMeanK)
+		}
+		if r.throughput < 0.93*best {
+			t.Errorf("batch %d: %.0f tok/s, below 0.93x the best fixed length's %.0f", tc.batch, r.throughput, best)
+		}
+		if r.throughput < 0.97*plain {
+			t.Errorf("batch %d: %.0f tok/s, below 0.97x no speculation's %.0f", tc.batch, r.throughput, plain)
+		}
+	}
+}
+
+// TestDynamicNearZeroAcceptance: a draft that is never right (a random draft model) leads
+// to no drafts almost always, the rare probes of one token each, and costs under 3% of
+// throughput, at any batch size.
+func TestDynamicNearZeroAcceptance(t *testing.T) {
+	for _, batch := range []int{1, 8, 32, 128} {
+		w := world{batch: batch, k: 4, accept: constant(0), target: cpuStep,
+			draft: func(p, tok int) float64 { return 0.0006*float64(p) + 0.00005*float64(tok) }, lag: true, noise: 0.05}
+		r := w.run(NewDynamic(DynamicConfig{MaxLen: 4, CatchUp: true}), 2000, 2)
+		plain, _ := world{batch: batch, k: 0, target: cpuStep}.fixedBest(0)
+		if r.drafting > 0.03 {
+			t.Errorf("batch %d: %.1f%% of candidate-steps drafted", batch, 100*r.drafting)
+		}
+		for s, lens := range r.lens[200:] {
+			for _, k := range lens {
+				if k > 1 {
+					t.Fatalf("batch %d, step %d: a draft of %d at acceptance 0", batch, s+200, k)
+				}
+			}
+		}
+		if r.throughput < 0.97*plain {
+			t.Errorf("batch %d: %.0f tok/s, below 0.97x no speculation's %.0f", batch, r.throughput, plain)
+		}
+	}
+}
+
+// TestDynamicSpeculatesWhenCheapAndAccurate: a nearly always right, free draft on a flat
+// step cost takes every draft token it may.
+func TestDynamicSpeculatesWhenCheapAndAccurate(t *testing.T) {
+	w := world{batch: 4, k: 8, accept: constant(0.97), target: gpuStep, noise: 0.02}
+	r := w.run(NewDynamic(DynamicConfig{MaxLen: 8}), 600, 3)
+	if r.meanK < 7.5 {
+		t.Errorf("mean draft length %.2f, want about 8", r.meanK)
+	}
+}
+
+// TestDynamicWeighsDraftCost: at the same acceptance, a draft whose passes cost as much as
+// half a target step is not worth running, one that costs 5% of it is.
+func TestDynamicWeighsDraftCost(t *testing.T) {
+	for _, tc := range []struct {
+		perPass  float64
+		min, max float64
+	}{{0.5 * cpuStep(1), 0, 0.3}, {0.05 * cpuStep(1), 1, 4}} {
+		w := world{batch: 1, k: 4, accept: constant(0.5), target: cpuStep,
+			draft: func(p, tok int) float64 { return tc.perPass * float64(p) }, lag: true, noise: 0.03}
+		r := w.run(NewDynamic(DynamicConfig{MaxLen: 4, CatchUp: true}), 1500, 4)
+		best, bestK := w.fixedBest(0.5)
+		t.Logf("draft pass %.2g s: mean k %.2f, %.0f tok/s; best fixed k %d, %.0f tok/s", tc.perPass, r.meanK, r.throughput, bestK, best)
+		if r.meanK < tc.min || r.meanK > tc.max {
+			t.Errorf("draft pass %.2g s: mean draft length %.2f, want %g..%g", tc.perPass, r.meanK, tc.min, tc.max)
+		}
+		if r.throughput < 0.93*best {
+			t.Errorf("draft pass %.2g s: %.0f tok/s, below 0.93x the best fixed length's %.0f", tc.perPass, r.throughput, best)
+		}
+	}
+}
+
+// TestDynamicTrainedPairAtBatchOne: the CPU figures of the trained pair (target ~200
+// tok/s, draft ~1,600 tok/s, ~64% agreement) make speculation at batch 1 a clear gain.
+func TestDynamicTrainedPairAtBatchOne(t *testing.T) {
+	w := world{batch: 1, k: 4, accept: constant(0.64), target: cpuStep,
+		draft: func(p, tok int) float64 { return 0.0006*float64(p) + 0.00002*float64(tok) }, lag: true, noise: 0.05}
+	r := w.run(NewDynamic(DynamicConfig{MaxLen: 4, CatchUp: true}), 1500, 5)
+	best, bestK := w.fixedBest(0.64)
+	plain, _ := world{batch: 1, k: 0, target: cpuStep}.fixedBest(0)
+	t.Logf("mean k %.2f, %.0f tok/s; best fixed k %d %.0f tok/s; plain %.0f tok/s", r.meanK, r.throughput, bestK, best, plain)
+	if r.throughput < 0.95*best || r.throughput < 1.3*plain {
+		t.Errorf("%.0f tok/s: want >= 0.95x the best fixed length's %.0f and >= 1.3x plain %.0f", r.throughput, best, plain)
+	}
+}
+
+// TestDynamicPerSequence: in one batch, sequences whose drafts are right draft and those
+// whose drafts are wrong do not.
+func TestDynamicPerSequence(t *testing.T) {
+	w := world{batch: 8, k: 4, target: cpuStep, noise: 0.03,
+		accept: func(i, _ int) float64 {
+			if i%2 == 0 {
+				return 0.9
+			}
+			return 0
+		}}
+	r := w.run(NewDynamic(DynamicConfig{MaxLen: 4}), 800, 6)
+	var good, bad float64
+	for _, lens := range r.lens[400:] {
+		for i, k := range lens {
+			if i%2 == 0 {
+				good += float64(k)
+			} else {
+				bad += float64(k)
+			}
+		}
+	}
+	steps := float64(len(r.lens[400:]) * 4)
+	if good/steps < 2 || bad/steps > 0.1 {
+		t.Errorf("mean draft length %.2f for the right drafts, %.2f for the wrong ones", good/steps, bad/steps)
+	}
+}
+
+// TestDynamicRecovers: a sequence whose drafts were wrong for a long time and then turn
+// right (a repetitive stretch of text) drafts again soon, through its probes.
+func TestDynamicRecovers(t *testing.T) {
+	const turn = 600
+	w := world{batch: 1, k: 4, target: cpuStep, noise: 0.03,
+		accept: func(_, s int) float64 {
+			if s < turn {
+				return 0
+			}
+			return 0.9
+		}}
+	r := w.run(NewDynamic(DynamicConfig{MaxLen: 4}), turn+400, 7)
+	for s := turn - 100; s < turn; s++ {
+		if r.lens[s][0] > 1 {
+			t.Fatalf("step %d: drafted %d before the turn", s, r.lens[s][0])
+		}
+	}
+	first := -1
+	for s := turn; s < len(r.lens); s++ {
+		if r.lens[s][0] >= 3 {
+			first = s
+			break
+		}
+	}
+	if first < 0 || first > turn+probeMax+50 {
+		t.Errorf("full drafts resumed at step %d, want within %d steps of the turn at %d", first, probeMax+50, turn)
+	}
+	if r.meanK < 3 {
+		t.Errorf("mean draft length %.2f at the end, want about 4", r.meanK)
+	}
+}
+
+// TestDynamicCaps: draft lengths stay within each candidate's MaxLen and the policy's
+// MaxLen, a candidate that may take none is never probed, and nothing is chosen before a
+// step has been measured (except probes, which wait probeBase steps).
+func TestDynamicCaps(t *testing.T) {
+	d := NewDynamic(DynamicConfig{MaxLen: 3})
+	cands := []engine.SpecCandidate{{Seq: "a", MaxLen: 0}, {Seq: "b", MaxLen: 1}, {Seq: "c", MaxLen: 2}, {Seq: "d", MaxLen: 9}}
+	lens := make([]int, len(cands))
+	d.DraftLens(0, cands, lens)
+	for i, k := range lens {
+		if k != 0 {
+			t.Errorf("before any step: candidate %d drafts %d", i, k)
+		}
+	}
+	for range 50 {
+		d.Stepped(engine.StepCost{Tokens: 4, Target: 10 * time.Millisecond})
+		d.Stepped(engine.StepCost{Tokens: 12, Target: 10 * time.Millisecond})
+	}
+	for range 100 {
+		for i := range lens {
+			lens[i] = -1
+		}
+		d.DraftLens(3, cands, lens)
+		for i, k := range lens {
+			if k < 0 || k > min(3, cands[i].MaxLen) {
+				t.Fatalf("candidate %d (MaxLen %d): %d drafts", i, cands[i].MaxLen, k)
+			}
+			d.Verified(cands[i].Seq, k, k)
+		}
+	}
+	if lens[3] != 3 || lens[2] != 2 || lens[1] != 1 || lens[0] != 0 {
+		t.Errorf("with free drafts always kept: %v, want [0 1 2 3]", lens)
+	}
+	d.DraftLens(0, nil, nil)
+	for _, c := range cands {
+		d.Done(c.Seq)
+	}
+	if len(d.seqs) != 0 {
+		t.Errorf("Done left %d sequences", len(d.seqs))
+	}
+	d.Verified("e", 0, 0)
+	d.Verified("e", 2, 7)
+	if st := d.seqs["e"]; st == nil || st.acc.accepted != 2 {
+		t.Errorf("a verification keeping more than it drafted counts as %+v", st)
+	}
+}
+
+// TestDynamicReports: the models' figures are readable for logs and benchmarks.
+func TestDynamicReports(t *testing.T) {
+	d := NewDynamic(DynamicConfig{MaxLen: 4})
+	if d.TargetCost(5) != 0 || d.DraftCost(2, 4) != 0 || d.Acceptance() != globalPrior {
+		t.Errorf("new: T %v, D %v, a %g", d.TargetCost(5), d.DraftCost(2, 4), d.Acceptance())
+	}
+	for range 20 {
+		d.Stepped(engine.StepCost{Tokens: 2, Target: 4 * time.Millisecond, DraftPasses: 2, DraftTokens: 3, Draft: time.Millisecond})
+		d.Verified("s", 4, 0)
+	}
+	if got := d.TargetCost(2); got < 3900*time.Microsecond || got > 4100*time.Microsecond {
+		t.Errorf("T(2) = %v, want 4ms", got)
+	}
+	if got := d.DraftCost(2, 3); got < 900*time.Microsecond || got > 1100*time.Microsecond {
+		t.Errorf("D(2, 3) = %v, want 1ms", got)
+	}
+	if a := d.Acceptance(); a > 0.2 {
+		t.Errorf("acceptance %g after 20 rejections", a)
+	}
+}
+
+func TestFixed(t *testing.T) {
+	f := Fixed{K: 3}
+	cands := []engine.SpecCandidate{{Seq: "a", MaxLen: 0}, {Seq: "b", MaxLen: 2}, {Seq: "c", MaxLen: 5}}
+	lens := make([]int, 3)
+	f.DraftLens(100, cands, lens)
+	if lens[0] != 0 || lens[1] != 2 || lens[2] != 3 {
+		t.Errorf("fixed 3: %v", lens)
+	}
+	f.Verified("a", 1, 0)
+	f.Done("a")
+	f.Stepped(engine.StepCost{})
+}
+
+// BenchmarkDynamicDraftLens times planning one step's draft lengths at batch 256 with
+// K = 16, every draft accepted (the longest search): it runs on the engine loop, while the
+// previous step computes.
+func BenchmarkDynamicDraftLens(b *testing.B) {
+	for _, batch := range []int{1, 32, 256} {
+		b.Run(fmt.Sprintf("batch%d", batch), func(b *testing.B) {
+			d := NewDynamic(DynamicConfig{MaxLen: 16})
+			cands := make([]engine.SpecCandidate, batch)
+			for i := range cands {
+				cands[i] = engine.SpecCandidate{Seq: fmt.Sprint(i), MaxLen: 16}
+				d.Verified(cands[i].Seq, 16, 16)
+			}
+			for n := 1; n <= 8192; n *= 2 {
+				d.Stepped(engine.StepCost{Tokens: n, Target: dur(gpuStep(n))})
+			}
+			lens := make([]int, batch)
+			for b.Loop() {
+				d.DraftLens(0, cands, lens)
+			}
+		})
+	}
+}
