@@ -73,3 +73,36 @@ func BenchmarkGEMMTile(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkFewTokens times products of a few tokens, the decode steps of small batches and
+// speculative verify steps, with 16 matrices of 2048x1536 (53 to 100 MB: beyond the caches,
+// as a model's weights are), on 2 threads: where the matrix-vector path gives way to the
+// GEMM (gemmMinTokens, q0MinTokens). best-us is the fastest pass over the 16.
+func BenchmarkFewTokens(b *testing.B) {
+	r := rand.New(rand.NewSource(5))
+	p := testPool(2)
+	defer p.Close()
+	for _, wt := range []quant.Type{quant.F16, quant.BF16, quant.Q8_0, quant.Q4_K, quant.Q6_K} {
+		ws := make([]Weight, 16)
+		for i := range ws {
+			ws[i] = benchWeight(r, wt, 2048, 1536)
+		}
+		for _, tokens := range []int{1, 2, 3, 5, 6, 8, 12, 16} {
+			b.Run(fmt.Sprintf("%s/tokens=%d", wt, tokens), func(b *testing.B) {
+				x := normals(r, tokens*1536)
+				out := make([]float32, tokens*2048)
+				best := time.Duration(1 << 62)
+				for b.Loop() {
+					start := time.Now()
+					for _, w := range ws {
+						if err := MatMul(p, out, w, x, tokens); err != nil {
+							b.Fatal(err)
+						}
+					}
+					best = min(best, time.Since(start))
+				}
+				b.ReportMetric(float64(best.Microseconds()), "best-us")
+			})
+		}
+	}
+}

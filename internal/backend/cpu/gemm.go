@@ -9,11 +9,28 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
+// gemmMinTokens returns the least token count whose product with weights of type t takes
+// the GEMM path; fewer tokens run as dot products straight off the weights, a few rows at a
+// time, each group of rows meeting the tokens one after the other while it stays in cache
+// (so its weights are read from memory once). The dot products use every vector lane
+// whatever the token count, and the GEMM's tiles (tokens along the lanes, 8 or 16 wide)
+// pay for their width whatever the tokens in them, so the crossover lies where the tokens'
+// arithmetic outgrows one pass over the weights: measured with 100 MB of weights on 2
+// AVX2 cores (BenchmarkFewTokens), about 12 tokens for F32/F16 and Q6_K, 10 for BF16 and
+// 16 for Q4_K. Below it are the decode steps of small batches and the verify steps of
+// speculative decoding (1 + k tokens a sequence).
+func gemmMinTokens(t quant.Type) int {
+	switch t {
+	case quant.BF16:
+		return 10
+	case quant.Q4_K:
+		return 16
+	}
+	return 12
+}
+
 // Blocking of the many-token path (see matMulGEMM).
 const (
-	// gemmMinTokens is the least token count that takes the GEMM path; fewer tokens run as
-	// dot products straight off the weights.
-	gemmMinTokens = 3
 	// gemmRows is the number of weight rows of a micro-tile: a panel of gemmRows rows is
 	// widened to float32 once and meets every token before the next panel is made.
 	gemmRows = 6
@@ -106,7 +123,7 @@ type gemmScratch struct {
 	chunk   int       // row panels per claim
 }
 
-// matMulGEMM computes out[t][r] = sum_c w[r][c] * x[t][c] for nTokens >= gemmMinTokens tokens
+// matMulGEMM computes out[t][r] = sum_c w[r][c] * x[t][c] for nTokens >= gemmMinTokens(w.Type) tokens
 // of activations x ([nTokens][w.Cols]); rb is the bytes per weight row. Weights are F32,
 // F16, BF16, Q4_K or Q6_K (Q8_0 and Q4_0 take matMulQ0). For Q4_K and Q6_K weights the
 // activations are first quantized to Q8_K as the matrix-vector path quantizes them and

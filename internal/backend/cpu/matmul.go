@@ -23,12 +23,13 @@ type Weight struct {
 //
 // Q8_0 and Q4_0 weights take one arithmetic whatever the token count (see matMulQ0):
 // integer block dot products with the Q8_0 activations, scaled and summed in block order,
-// 8 weight rows at a time for 1 or 2 tokens and in tiles of 4 rows x 16 tokens from 3 on,
-// so that a token's outputs are bit for bit the same alone or in a batch. For the other types, fewer than 3
-// tokens (decode) run as matrix-vector products split over rows, 4 rows per kernel call
-// where the type has such a kernel, Q4_K/Q6_K dotted in integers with the quantized
-// activations, as GGML does; from 3 tokens on (prefill, batched decode) the product runs
-// as a GEMM (see matMulGEMM): each panel of 6 weight rows is widened to float32 once and
+// 8 weight rows at a time for fewer than q0MinTokens tokens and in tiles of 4 rows x 16
+// tokens from there on, so that a token's outputs are bit for bit the same alone or in a
+// batch. For the other types, fewer than gemmMinTokens tokens (decode, small batches,
+// speculative verify steps) run as matrix-vector products split over rows, 4 rows per
+// kernel call where the type has such a kernel, Q4_K/Q6_K dotted in integers with the
+// quantized activations, as GGML does; from there on (prefill, large batches) the product
+// runs as a GEMM (see matMulGEMM): each panel of 6 weight rows is widened to float32 once and
 // meets all tokens in a register-blocked kernel; Q8_K activations are dequantized back to
 // float for it, so the products are those of the integer path, summed in float32.
 func MatMul(p *Pool, out []float32, w Weight, x []float32, nTokens int) error {
@@ -42,7 +43,7 @@ func MatMul(p *Pool, out []float32, w Weight, x []float32, nTokens int) error {
 	case quant.Q8_0, quant.Q4_0:
 		return matMulQ0(p, out, w, xs, nTokens)
 	}
-	if nTokens >= gemmMinTokens {
+	if nTokens >= gemmMinTokens(w.Type) {
 		return matMulGEMM(p, out, w, rb, xs, nTokens)
 	}
 
