@@ -182,3 +182,23 @@ func TestDraftCostLearns(t *testing.T) {
 		}
 	}
 }
+
+// TestDraftCostFirstPhase: a first draft phase that also ran a 130-token prompt is read as
+// a cost per token, so a short draft after it is predicted cheap (and gets tried), not as
+// dear as that first phase; the next measurement then separates the coefficients.
+func TestDraftCostFirstPhase(t *testing.T) {
+	var c draftCost
+	c.observe(2, 132, 0.0077)
+	if got := c.seconds(4, 5); got > 0.0077/10 {
+		t.Errorf("after a 132-token catch-up of 7.7 ms, D(4 passes, 5 tokens) = %.3g s, want it read as a cost per token", got)
+	}
+	truth := func(p, tok int) float64 { return 0.0006*float64(p) + 0.00005*float64(tok) }
+	for k := 1; k <= 4; k++ {
+		c.observe(k, k+1, truth(k, k+1))
+	}
+	for _, pt := range [][2]int{{4, 5}, {2, 132}} {
+		if got, want := c.seconds(pt[0], pt[1]), truth(pt[0], pt[1]); !near(got, want, 0.1) {
+			t.Errorf("D(%d, %d) = %.3g, want %.3g", pt[0], pt[1], got, want)
+		}
+	}
+}

@@ -32,8 +32,9 @@ type Dynamic struct {
 	draft   draftCost
 	global  tally
 	seqs    map[string]*seqState
-	// credit is the probe budget in seconds (see probe).
-	credit float64
+	// credit is the probe budget in seconds, and refused the cost of the dearest probe
+	// it could not pay since the last one it paid (see probe).
+	credit, refused float64
 
 	// cands is DraftLens's scratch.
 	cands []cand
@@ -222,8 +223,12 @@ func (d *Dynamic) lag(st *seqState, told int) int {
 // far as the probe budget allows: every step adds probeShare of its predicted cost to the
 // budget, and a probe takes what it adds to the step (its target token, its draft tokens
 // and catching up), so that probing never costs more than about probeShare of the time.
+// The budget saves up to probeCreditSteps steps' share, or more when a probe refused
+// costs more than that (a dear draft model), so that such a probe is paid in the end,
+// only less often.
 func (d *Dynamic) probe(cands []engine.SpecCandidate, lens []int, plan stepPlan) {
-	d.credit = min(d.credit+probeShare*d.seconds(plan), probeCreditSteps*probeShare*d.seconds(plan))
+	limit := max(probeCreditSteps*probeShare*d.seconds(plan), d.refused)
+	d.credit = min(d.credit+probeShare*d.seconds(plan), limit)
 	for i, c := range cands {
 		st := d.state(c.Seq)
 		if lens[i] > 0 {
@@ -243,9 +248,11 @@ func (d *Dynamic) probe(cands []engine.SpecCandidate, lens []int, plan stepPlan)
 		next.draftTokens += 1 + d.lag(st, c.Lag)
 		cost := d.seconds(next) - d.seconds(plan)
 		if cost > d.credit {
+			d.refused = max(d.refused, cost)
 			continue
 		}
 		d.credit -= cost
+		d.refused = 0
 		plan = next
 		lens[i], st.idle, st.probing = 1, 0, true
 	}

@@ -23,7 +23,10 @@ type world struct {
 	// adds each drafting sequence's missed tokens to the draft tokens (a draft model).
 	draft func(passes, tokens int) float64
 	lag   bool
-	noise float64
+	// prompt, with lag, is each sequence's prompt, which the draft catches up on before
+	// its first draft; the candidates then tell the policy their lag, as the engine does.
+	prompt int
+	noise  float64
 }
 
 // result is what a run produced: tokens per second, and the draft lengths chosen.
@@ -43,10 +46,18 @@ func (w world) run(p engine.SpecPolicy, steps int, seed uint64) result {
 		cands[i] = engine.SpecCandidate{Seq: fmt.Sprintf("seq-%d", i), MaxLen: w.k}
 	}
 	idle := make([]int, w.batch)
+	for i := range idle {
+		idle[i] = w.prompt
+	}
 	var r result
 	var tokens, secs float64
 	var drafted, candSteps, tailK, tailN float64
 	for s := range steps {
+		if w.lag && w.prompt > 0 {
+			for i := range cands {
+				cands[i].Lag = idle[i] + 1
+			}
+		}
 		lens := make([]int, w.batch)
 		p.DraftLens(0, cands, lens)
 		r.lens = append(r.lens, lens)
@@ -222,6 +233,22 @@ func TestDynamicTrainedPairAtBatchOne(t *testing.T) {
 	}
 }
 
+// TestDynamicCatchesUpOnPrompt: the trained pair again, but the draft's first phase also
+// runs the 128-token prompt, so the first draft measured is many times a later one. The
+// policy must not read that phase as the fixed cost of every draft (and stop drafting for
+// good): it keeps speculating, within a few percent of the best fixed length.
+func TestDynamicCatchesUpOnPrompt(t *testing.T) {
+	w := world{batch: 1, k: 4, accept: constant(0.64), target: cpuStep,
+		draft: func(p, tok int) float64 { return 0.0006*float64(p) + 0.00002*float64(tok) },
+		lag:   true, prompt: 128, noise: 0.05}
+	r := w.run(NewDynamic(DynamicConfig{MaxLen: 4, CatchUp: true}), 1500, 11)
+	best, bestK := w.fixedBest(0.64)
+	t.Logf("mean k %.2f, drafting %.2f, %.0f tok/s; best fixed k %d %.0f tok/s", r.meanK, r.drafting, r.throughput, bestK, best)
+	if r.throughput < 0.9*best || r.meanK < 2 {
+		t.Errorf("%.0f tok/s, mean k %.2f: want >= 0.9x the best fixed length's %.0f and k about %d", r.throughput, r.meanK, best, bestK)
+	}
+}
+
 // TestDynamicPerSequence: in one batch, sequences whose drafts are right draft and those
 // whose drafts are wrong do not.
 func TestDynamicPerSequence(t *testing.T) {
@@ -278,6 +305,27 @@ func TestDynamicRecovers(t *testing.T) {
 	}
 	if r.meanK < 3 {
 		t.Errorf("mean draft length %.2f at the end, want about 4", r.meanK)
+	}
+}
+
+// TestDynamicDearProbes: a draft pass costing more than the probe budget ever saves at
+// its usual cap (probeCreditSteps steps' share) is still probed, now and then, within
+// about probeShare of the time.
+func TestDynamicDearProbes(t *testing.T) {
+	const steps = 20000
+	dear := func(p, _ int) float64 { return 0.05 * float64(p) } // ten target steps a pass
+	w := world{batch: 1, k: 4, accept: constant(0), target: cpuStep, draft: dear, noise: 0.03}
+	r := w.run(NewDynamic(DynamicConfig{MaxLen: 4}), steps, 12)
+	probes := 0
+	for _, lens := range r.lens[1000:] {
+		if lens[0] > 0 {
+			probes++
+		}
+	}
+	spent := float64(probes) * dear(1, 1) / (float64(steps-1000) * cpuStep(1))
+	t.Logf("%d probes in %d steps: %.2f%% of the time", probes, steps-1000, 100*spent)
+	if probes == 0 || spent > 2*probeShare {
+		t.Errorf("%d probes, %.2f%% of the time: want some, within about %.0f%%", probes, 100*spent, 100*probeShare)
 	}
 }
 
