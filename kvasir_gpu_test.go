@@ -329,3 +329,64 @@ func gpuStoriesFile(t *testing.T, name string) string {
 	}
 	return testdata.Path(t, "models/stories260K/"+name)
 }
+
+// TestGPUSpeculativeGreedy: on the GPU, with an f32 KV cache, greedy output of stories260K
+// is the same with each proposer as without (ngram, llama2xs as a draft model, and the
+// first two layers as a layer-skip draft; fixed K = 4, so that every step verifies), one
+// request at a time and four at once, and the drafts were verified and partly kept.
+func TestGPUSpeculativeGreedy(t *testing.T) {
+	if _, n, err := cuda.Devices(); n == 0 {
+		t.Skipf("skipping GPU test: no CUDA device (%v)", err)
+	}
+	bin, tok, draft := gpuStoriesFile(t, "stories260K.bin"), gpuStoriesFile(t, "tok512.bin"), gpuStoriesFile(t, "llama2xs.bin")
+	open := func(sc *SpeculativeConfig) *Engine {
+		e, err := Open(bin, Options{Tokenizer: tok, Device: Device{CUDA: true}, KVCacheDType: KVCacheF32, KVCacheMemory: 64 << 20, MaxModelLen: 256, Speculative: sc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		return e
+	}
+	var reqs []Request
+	for i, p := range []string{"Once upon a time", "Lily and Ben", "The cat sat", "One day, a little"} {
+		reqs = append(reqs, Request{Prompt: p, Params: SamplingParams{MaxTokens: 48 + 8*i, IgnoreEOS: true}})
+	}
+	run := func(e *Engine) (alone, batched [][]int32) {
+		for _, r := range reqs {
+			alone = append(alone, tokens(t, e, []Request{r})[0][0])
+		}
+		for _, c := range tokens(t, e, reqs) {
+			batched = append(batched, c[0])
+		}
+		return alone, batched
+	}
+	ref, refBatched := run(open(nil))
+	for i := range ref {
+		if !slices.Equal(ref[i], refBatched[i]) {
+			t.Errorf("without speculation, request %d alone %v, batched %v", i, ref[i], refBatched[i])
+		}
+	}
+	for _, js := range []string{
+		`{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3, "dynamic": false}`,
+		`{"model": "` + draft + `", "num_speculative_tokens": 4, "dynamic": false}`,
+		`{"method": "layer_skip", "draft_layers": 2, "num_speculative_tokens": 4, "dynamic": false}`,
+	} {
+		sc := mustSpec(t, js)
+		e := open(sc)
+		alone, batched := run(e)
+		same := 0
+		for i := range ref {
+			if slices.Equal(alone[i], ref[i]) && slices.Equal(batched[i], ref[i]) {
+				same++
+				continue
+			}
+			t.Errorf("%s: request %d alone %v, batched %v, without speculation %v", sc.Method, i, alone[i], batched[i], ref[i])
+		}
+		st := e.Stats()
+		if st.SpecDrafts == 0 || st.AcceptedDrafts == 0 {
+			t.Errorf("%s: %d verifications, %d drafts kept: the test did not speculate", sc.Method, st.SpecDrafts, st.AcceptedDrafts)
+		}
+		fmt.Printf("RESULT|engine|stories260K greedy with %s on cuda (f32 KV), alone and batched|%d/%d equal|%d verifications, %d of %d drafts kept\n",
+			sc.Method, same, len(ref), st.SpecDrafts, st.AcceptedDrafts, st.DraftTokens)
+	}
+}
