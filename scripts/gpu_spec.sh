@@ -3,7 +3,7 @@
 # models: the cost of a verify step against a decode step (llama-3.1-8b, batch 1, 4 and 16),
 # and "never slower": bench offline of llama-3.1-8b without speculation, with ngram and with
 # llama-3.2-1b as a draft model (dynamic draft lengths, K = 4), at each concurrency of
-# $CONCURRENCY, alternated round by round ($ROUNDS rounds). Random weights make acceptance
+# $CONCURRENCY, alternated round by round ($ROUNDS rounds; scripts/spec_bench.sh). Random weights make acceptance
 # meaningless: the draft is accepted almost never, which the dynamic policy must notice.
 # Build the CLI where Go is: CGO_ENABLED=0 go build -o bin/kvasir ./cmd/kvasir
 #   OUT=/some/dir bash scripts/gpu_spec.sh
@@ -29,32 +29,8 @@ verify="$k bench generate --device cuda -m $target --prompt-len 512 --gen-len 64
 echo "\$ $verify" >>"$md"
 $verify 2>>"$log" | grep -i 'verify\|decode' >>"$md"
 
-# prompts returns the requests of a run at concurrency C: enough for a few waves.
-prompts() { if [ "$1" -lt 8 ]; then echo 8; else echo $((2 * $1)); fi; }
-declare -A specs=(
-	[plain]=""
-	[ngram]='{"method": "ngram", "num_speculative_tokens": 4}'
-	[draft]="{\"model\": \"$dir/llama-3.2-1b.gguf\", \"num_speculative_tokens\": 4}"
-)
 echo >>"$md"
-echo "bench offline --device cuda -m llama-3.1-8b.gguf --input-len 128 --output-len 128 --ignore-eos --temperature 0 --kv-cache-memory 17179869184 --max-num-seqs 256 --max-num-batched-tokens 8192 --max-concurrency C --num-prompts max(8, 2C) [--speculative-config ...]" >>"$md"
-echo >>"$md"
-echo "| C | round | method | output tok/s | acceptance % | drafts |" >>"$md"
-echo "| --- | --- | --- | --- | --- | --- |" >>"$md"
-for c in $conc; do
-	for r in $(seq "$rounds"); do
-		for name in plain ngram draft; do
-			args=(bench offline --device cuda -m "$target" --num-prompts "$(prompts "$c")" --max-concurrency "$c"
-				--input-len 128 --output-len 128 --ignore-eos --temperature 0 --kv-cache-memory 17179869184
-				--max-num-seqs 256 --max-num-batched-tokens 8192 --seed "$r" --json)
-			[ -n "${specs[$name]}" ] && args+=(--speculative-config "${specs[$name]}")
-			res=$($k "${args[@]}" 2>>"$log")
-			echo "C=$c round=$r $name: $res" >>"$log"
-			tps=$(echo "$res" | grep -o '"output_throughput": *[0-9.]*' | grep -o '[0-9.]*$')
-			acc=$(echo "$res" | grep -o '"spec_decode_acceptance_rate": *[0-9.]*' | grep -o '[0-9.]*$')
-			nd=$(echo "$res" | grep -o '"spec_decode_num_drafts": *[0-9]*' | grep -o '[0-9]*$')
-			echo "| $c | $r | $name | ${tps:-failed} | ${acc:--} | ${nd:--} |" >>"$md"
-		done
-	done
-done
+TARGET=$target DRAFT=$dir/llama-3.2-1b.gguf DEVICE=cuda CONCURRENCY=$conc ROUNDS=$rounds KVASIR=$k LOG=$log \
+	EXTRA="--kv-cache-memory 17179869184 --max-num-seqs 256 --max-num-batched-tokens 8192" \
+	bash scripts/spec_bench.sh >>"$md"
 cat "$md"

@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 )
@@ -199,4 +200,41 @@ func specWith(p Proposer, k int) *Speculation {
 		return nil
 	}
 	return &Speculation{K: k, Proposer: p}
+}
+
+// firstSeqPolicy gives full drafts to the first request's sequence only, as a dynamic
+// policy does to a sequence whose drafts are right beside others whose drafts are not.
+type firstSeqPolicy struct{}
+
+func (firstSeqPolicy) DraftLens(_ int, cands []SpecCandidate, lens []int) {
+	for i, c := range cands {
+		if strings.HasPrefix(c.Seq, "req-1#") {
+			lens[i] = c.MaxLen
+		}
+	}
+}
+func (firstSeqPolicy) Verified(string, int, int) {}
+func (firstSeqPolicy) Done(string)               {}
+func (firstSeqPolicy) Stepped(StepCost)          {}
+
+// TestVerifyKeepsBatchWhole: with async scheduling, a sequence whose drafts are always
+// right verifies in every step while another decodes beside it without drafts, rather than
+// sitting out every other step (the step after a verification is planned only once it is
+// done): 80 tokens in 4-token verifications beside a 20-token request take about 21 steps,
+// not the ~30 of drafting every other step while the other runs.
+func TestVerifyKeepsBatchWhole(t *testing.T) {
+	const vocab = 50
+	a, b := randomPrompt(21, 6, vocab), randomPrompt(22, 6, vocab)
+	sp := &Speculation{K: 3, Proposer: &oracleProposer{vocab: vocab}, Policy: firstSeqPolicy{}}
+	e, fm := fakeEngine(t, vocab, Config{Speculation: sp}, false)
+	got := generate(t, e, []Request{
+		{PromptTokens: a, Params: SamplingParams{MaxTokens: 80, IgnoreEOS: true}},
+		{PromptTokens: b, Params: SamplingParams{MaxTokens: 20, IgnoreEOS: true}},
+	})
+	if !slices.Equal(got[0][0].tokens, fakeGreedy(vocab, a, 80)) || !slices.Equal(got[1][0].tokens, fakeGreedy(vocab, b, 20)) {
+		t.Fatal("wrong tokens")
+	}
+	if steps := fm.steps.Load(); steps > 24 {
+		t.Errorf("%d steps, want about 21 (80 tokens in verifications of 4 beside 20 decoded)", steps)
+	}
 }

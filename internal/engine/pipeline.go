@@ -75,8 +75,22 @@ func (e *Engine) forwardLoop(jobs <-chan *stepJob, stopped chan<- struct{}) {
 //
 // With async scheduling off, or nothing in flight, there is no N: the step planned is
 // launched, waited for and finished at once, the serial order.
+//
+// A step in flight that verifies drafts is finished before the next is planned: its
+// sequences keep a number of tokens known only then, so a step planned meanwhile would
+// leave them out (they sit it out), and from then on they would run every other step,
+// out of phase with the rest of the batch, paying a step's slot for each verification.
+// Waiting costs one step's overlap of host and device work and keeps the batch whole.
 func (e *Engine) step() {
 	prev := e.inflight
+	if prev != nil && prev.verifies() {
+		if err := e.take(prev); err != nil {
+			e.publishStats()
+			return
+		}
+		e.slow(prev)
+		prev = nil
+	}
 	next, err := e.plan(prev != nil)
 	if err != nil {
 		// Scheduling itself failed (a bookkeeping bug): let the step in flight end, so
@@ -113,6 +127,16 @@ func (e *Engine) step() {
 		return
 	}
 	e.slow(next)
+}
+
+// verifies reports whether the step verifies some sequence's drafts.
+func (job *stepJob) verifies() bool {
+	for _, sc := range job.plan.seqs {
+		if sc.numDraft > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // take waits for a launched step and takes its tokens (fast); when its forward pass failed

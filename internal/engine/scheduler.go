@@ -71,7 +71,9 @@ type stepPlan struct {
 // its share of the step is its last token and the drafts, with a logits row for each, and
 // after the step the engine keeps the drafts the model agrees with and rolls the rest
 // back. Until that is known the sequence sits out the steps planned, so a drafting
-// sequence does not overlap its own steps (the others still do). Imported KV fits as
+// sequence does not overlap its own steps; the engine therefore plans the step after a
+// verification only once the verification is done (see Engine.step), so that the batch
+// stays whole. Imported KV fits as
 // numComputed set from outside before admission.
 type scheduler struct {
 	cfg SchedulerConfig

@@ -75,6 +75,9 @@ const (
 	// budget saved for them at that many steps' share.
 	probeShare       = 0.01
 	probeCreditSteps = 256
+	// exploreVerdicts and exploreSeqs bound the drafting of a cold start (see exploring).
+	exploreVerdicts = 8
+	exploreSeqs     = 2
 )
 
 // seqState is what Dynamic keeps of one sequence.
@@ -198,12 +201,31 @@ func (d *Dynamic) choose(others int, cands []engine.SpecCandidate, lens []int) s
 	if math.IsInf(bestLog, 1) {
 		return base
 	}
-	_, plan := at(bestLog)
+	plan, explored := base, 0
 	for i := range d.cands {
 		c := &d.cands[i]
-		lens[c.index] = max(min(c.limit, int(bestLog*c.invLogA+1e-9)), 0)
+		k := max(min(c.limit, int(bestLog*c.invLogA+1e-9)), 0)
+		if k > 0 && d.exploring() {
+			if explored++; explored > exploreSeqs {
+				k = 0 // not this one while the first find out what drafts are worth
+			}
+		}
+		lens[c.index] = k
+		if k > 0 {
+			plan.tokens += k
+			plan.draftTokens += k + c.lag
+			plan.passes = max(plan.passes, k)
+		}
 	}
 	return plan
+}
+
+// exploring reports whether the acceptance over all sequences is still mostly the prior
+// (fewer than exploreVerdicts verdicts): a cold start, when every sequence would draft on
+// the prior's word and a draft model would catch up on every prompt at once. Then only
+// exploreSeqs candidates draft per step, and what they measure decides for the rest.
+func (d *Dynamic) exploring() bool {
+	return d.global.accepted+d.global.rejected < exploreVerdicts
 }
 
 // lag returns the tokens the draft must catch up on before a sequence drafts: what the

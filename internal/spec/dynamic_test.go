@@ -329,6 +329,43 @@ func TestDynamicDearProbes(t *testing.T) {
 	}
 }
 
+// TestDynamicColdStart: at a cold start of 64 sequences only a few draft while the
+// acceptance is unknown: with a draft model that must first run each sequence's 128-token
+// prompt and is never right, hardly any sequence pays for that; with drafts that are
+// cheap and right, nearly all draft a few steps later.
+func TestDynamicColdStart(t *testing.T) {
+	wrong := world{batch: 64, k: 4, accept: constant(0), target: gpuStep, lag: true, prompt: 128, noise: 0.03,
+		draft: func(p, tok int) float64 { return 0.0003*float64(p) + 0.00001*float64(tok) }}
+	r := wrong.run(NewDynamic(DynamicConfig{MaxLen: 4, CatchUp: true}), 100, 13)
+	drafted := 0
+	for s, lens := range r.lens {
+		n := 0
+		for _, k := range lens {
+			if k > 0 {
+				n++
+			}
+		}
+		if s == 0 && n > exploreSeqs {
+			t.Errorf("first step: %d of 64 sequences draft, want at most %d", n, exploreSeqs)
+		}
+		drafted += n
+	}
+	if drafted > 8 {
+		t.Errorf("%d drafts in 100 steps of 64 sequences whose drafts are never right", drafted)
+	}
+	right := world{batch: 64, k: 4, accept: constant(0.9), target: gpuStep, noise: 0.03}
+	r = right.run(NewDynamic(DynamicConfig{MaxLen: 4}), 20, 14)
+	n := 0
+	for _, k := range r.lens[10] {
+		if k > 0 {
+			n++
+		}
+	}
+	if n < 56 {
+		t.Errorf("step 10 of drafts right 90%% of the time: %d of 64 sequences draft", n)
+	}
+}
+
 // TestDynamicCaps: draft lengths stay within each candidate's MaxLen and the policy's
 // MaxLen, a candidate that may take none is never probed, and nothing is chosen before a
 // step has been measured (except probes, which wait probeBase steps).

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# "Never slower" for speculative decoding (issue 15): kvasir bench offline without
+# speculation and with each method, at each concurrency, alternated round by round (plain,
+# ngram, draft, plain, ngram, draft, ...), printing a Markdown table of output tok/s with
+# each method's ratio to the plain run of its round, and the acceptance it measured.
+#   TARGET=model DRAFT=draft-model [DEVICE=cpu|cuda] [CONCURRENCY="1 8 32 128"] [ROUNDS=2]
+#   [METHODS="plain ngram draft"] [K=4] [INPUT_LEN=128] [OUTPUT_LEN=128] [EXTRA="flags"]
+#   [KVASIR=bin/kvasir] [LOG=file] bash scripts/spec_bench.sh
+# Each run has max(8, 2 x C) requests of INPUT_LEN random prompt tokens and OUTPUT_LEN
+# output tokens (ignore_eos, greedy); the speculative runs use dynamic draft lengths up to K.
+set -uo pipefail
+k=${KVASIR:-bin/kvasir}
+device=${DEVICE:-cpu}
+conc=${CONCURRENCY:-"1 8 32 128"}
+rounds=${ROUNDS:-2}
+methods=${METHODS:-"plain ngram draft"}
+K=${K:-4}
+log=${LOG:-/dev/null}
+: "${TARGET:?TARGET: the target model}"
+declare -A specs=(
+	[plain]=""
+	[ngram]="{\"method\": \"ngram\", \"num_speculative_tokens\": $K}"
+	[draft]="{\"model\": \"${DRAFT:-}\", \"num_speculative_tokens\": $K}"
+	[fixed]="{\"model\": \"${DRAFT:-}\", \"num_speculative_tokens\": $K, \"dynamic\": false}"
+)
+# field prints a number of the JSON results.
+field() { grep -o "\"$1\": *[0-9.e+-]*" | head -1 | sed 's/.*: *//'; }
+echo "\`kvasir bench offline --device $device -m $(basename "$TARGET") --input-len ${INPUT_LEN:-128} --output-len ${OUTPUT_LEN:-128} --ignore-eos --temperature 0 --max-concurrency C --num-prompts max(8, 2C) ${EXTRA:-}\`, speculative: K = $K, draft $(basename "${DRAFT:-none}")"
+echo
+echo "| C | round | method | output tok/s | x plain | acceptance % | verifications |"
+echo "| --- | --- | --- | --- | --- | --- | --- |"
+for c in $conc; do
+	n=$((2 * c))
+	[ "$n" -ge 8 ] || n=8
+	for r in $(seq "$rounds"); do
+		plain=""
+		for m in $methods; do
+			args=(bench offline --device "$device" -m "$TARGET" --num-prompts "$n" --max-concurrency "$c"
+				--input-len "${INPUT_LEN:-128}" --output-len "${OUTPUT_LEN:-128}" --ignore-eos --temperature 0 --seed "$r" --json)
+			[ -n "${specs[$m]}" ] && args+=(--speculative-config "${specs[$m]}")
+			# shellcheck disable=SC2086
+			res=$($k "${args[@]}" ${EXTRA:-} 2>>"$log")
+			echo "C=$c round=$r $m: $res" >>"$log"
+			tps=$(echo "$res" | field output_throughput)
+			acc=$(echo "$res" | field spec_decode_acceptance_rate)
+			nd=$(echo "$res" | field spec_decode_num_drafts)
+			[ "$m" = plain ] && plain=$tps
+			ratio=-
+			[ -n "$plain" ] && [ -n "$tps" ] && ratio=$(awk -v a="$tps" -v b="$plain" 'BEGIN { printf "%.3f", a / b }')
+			printf '| %s | %s | %s | %.1f | %s | %s | %s |\n' "$c" "$r" "$m" "${tps:-0}" "$ratio" "${acc:--}" "${nd:--}"
+		done
+	done
+done
