@@ -104,6 +104,11 @@ func TestSpecPolicy(t *testing.T) {
 		e, _, _ := fakeEngineDraft(t, vocab, Config{Speculation: spec}, false, 2)
 		got := generate(t, e, reqs)
 		waitIdle(t, e)
+		// The loop may still be finishing the last step (telling the policy its cost):
+		// the policy is read once the loop has ended.
+		if err := e.Close(); err != nil {
+			t.Fatal(err)
+		}
 		return e, got
 	}
 	_, want := run(nil)
