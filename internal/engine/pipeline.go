@@ -84,11 +84,9 @@ func (e *Engine) forwardLoop(jobs <-chan *stepJob, stopped chan<- struct{}) {
 func (e *Engine) step() {
 	prev := e.inflight
 	if prev != nil && prev.verifies() {
-		if err := e.take(prev); err != nil {
-			e.publishStats()
+		if !e.finish(prev) {
 			return
 		}
-		e.slow(prev)
 		prev = nil
 	}
 	next, err := e.plan(prev != nil)
@@ -122,11 +120,18 @@ func (e *Engine) step() {
 	if next == nil || !e.cfg.DisableAsyncScheduling {
 		return
 	}
-	if err := e.take(next); err != nil {
+	e.finish(next)
+}
+
+// finish takes a launched step and does its host work, in the serial order; false when
+// its forward pass failed (its requests are failed instead).
+func (e *Engine) finish(job *stepJob) bool {
+	if err := e.take(job); err != nil {
 		e.publishStats()
-		return
+		return false
 	}
-	e.slow(next)
+	e.slow(job)
+	return true
 }
 
 // verifies reports whether the step verifies some sequence's drafts.

@@ -166,28 +166,24 @@ func (d *Dynamic) choose(others int, cands []engine.SpecCandidate, lens []int) s
 		return base
 	}
 	num := float64(len(cands))
-	// at evaluates the threshold e^logT: the step's plan and expected tokens per second.
-	at := func(logT float64) (float64, stepPlan) {
+	// at evaluates the threshold e^logT: the step's expected tokens per second.
+	at := func(logT float64) float64 {
 		plan, gain := base, 0.0
 		for i := range d.cands {
 			c := &d.cands[i]
-			k := min(c.limit, int(logT*c.invLogA+1e-9))
-			if k <= 0 {
-				continue
+			if k := c.draftsAt(logT); k > 0 {
+				gain += c.gain[k]
+				plan.add(c, k)
 			}
-			gain += c.gain[k]
-			plan.tokens += k
-			plan.draftTokens += k + c.lag
-			plan.passes = max(plan.passes, k)
 		}
-		return (num + gain) / d.seconds(plan), plan
+		return (num + gain) / d.seconds(plan)
 	}
 	best, bestLog := num/d.seconds(base), math.Inf(1)
 	hi, lo := math.Log(top), math.Log(minGain)
 	search := func(from, to float64, n int) {
 		for m := range n {
 			logT := from + (to-from)*float64(m)/float64(n-1)
-			if j, _ := at(logT); j > best*(1+1e-9) {
+			if j := at(logT); j > best*(1+1e-9) {
 				best, bestLog = j, logT
 			}
 		}
@@ -204,7 +200,7 @@ func (d *Dynamic) choose(others int, cands []engine.SpecCandidate, lens []int) s
 	plan, explored := base, 0
 	for i := range d.cands {
 		c := &d.cands[i]
-		k := max(min(c.limit, int(bestLog*c.invLogA+1e-9)), 0)
+		k := c.draftsAt(bestLog)
 		if k > 0 && d.exploring() {
 			if explored++; explored > exploreSeqs {
 				k = 0 // not this one while the first find out what drafts are worth
@@ -212,12 +208,18 @@ func (d *Dynamic) choose(others int, cands []engine.SpecCandidate, lens []int) s
 		}
 		lens[c.index] = k
 		if k > 0 {
-			plan.tokens += k
-			plan.draftTokens += k + c.lag
-			plan.passes = max(plan.passes, k)
+			plan.add(c, k)
 		}
 	}
 	return plan
+}
+
+// add counts k drafts of candidate c into the plan: its target tokens, its draft tokens
+// (catching up included) and the draft phase's passes.
+func (p *stepPlan) add(c *cand, k int) {
+	p.tokens += k
+	p.draftTokens += k + c.lag
+	p.passes = max(p.passes, k)
 }
 
 // exploring reports whether the acceptance over all sequences is still mostly the prior
@@ -249,8 +251,8 @@ func (d *Dynamic) lag(st *seqState, told int) int {
 // costs more than that (a dear draft model), so that such a probe is paid in the end,
 // only less often.
 func (d *Dynamic) probe(cands []engine.SpecCandidate, lens []int, plan stepPlan) {
-	limit := max(probeCreditSteps*probeShare*d.seconds(plan), d.refused)
-	d.credit = min(d.credit+probeShare*d.seconds(plan), limit)
+	share := probeShare * d.seconds(plan)
+	d.credit = min(d.credit+share, max(probeCreditSteps*share, d.refused))
 	for i, c := range cands {
 		st := d.state(c.Seq)
 		if lens[i] > 0 {
@@ -351,4 +353,10 @@ type cand struct {
 	invLogA    float64
 	limit, lag int
 	gain       [engine.MaxSpeculativeTokens + 1]float64
+}
+
+// draftsAt returns the drafts the candidate takes at the threshold e^logT: those whose
+// expected gain a^j is at least the threshold, at most its limit.
+func (c *cand) draftsAt(logT float64) int {
+	return max(min(c.limit, int(logT*c.invLogA+1e-9)), 0)
 }
