@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"slices"
 	"testing"
 )
@@ -101,8 +102,23 @@ func TestSpecPolicy(t *testing.T) {
 	const vocab = 50
 	reqs := fakeRequests(vocab, SamplingParams{})
 	run := func(spec *Speculation) (*Engine, [][]result) {
-		e, _, _ := fakeEngineDraft(t, vocab, Config{Speculation: spec}, false, 2)
-		got := generate(t, e, reqs)
+		// Every request is queued before the loop starts, so that no step waits for the
+		// next request to arrive (which, on a slow machine, leaves it without a successor
+		// to overlap).
+		var chans []<-chan Output
+		e, _, _ := fakeEngineDraft(t, vocab, Config{Speculation: spec}, false, 2, func(e *Engine) {
+			for i, r := range reqs {
+				ch, err := e.Generate(context.Background(), r)
+				if err != nil {
+					t.Fatalf("request %d: %v", i, err)
+				}
+				chans = append(chans, ch)
+			}
+		})
+		got := make([][]result, len(reqs))
+		for i, ch := range chans {
+			got[i] = collect(t, ch, 1)
+		}
 		waitIdle(t, e)
 		// The loop may still be finishing the last step (telling the policy its cost):
 		// the policy is read once the loop has ended.
