@@ -10,31 +10,52 @@ import (
 
 // TestVerifyPlan: the verify kernel serves head sizes 64 and 128 with up to a block's
 // rows of query heads per kv head, splits a kv head's queries into chunks of rows/group
-// queries, and splits the context as the grouped decode kernel does for the same
-// sequences, capped by what the workspace holds for the step's tokens.
+// queries, takes the fewest rows a block while the grid fits 8 blocks a multiprocessor,
+// and splits the context as the grouped decode kernel does for the same sequences, capped
+// by what the workspace holds for the step's tokens.
 func TestVerifyPlan(t *testing.T) {
 	for _, c := range []struct {
-		dt                    DType
-		heads, kvHeads, hd    int
-		ok                    bool
-		maxQuery, chunks, per int
+		dt                 DType
+		heads, kvHeads, hd int
+		ok                 bool
 	}{
-		{BF16, 32, 8, 128, true, 5, 1, 8},  // llama-3.1-8b, verify 1+4: one block per kv head
-		{BF16, 32, 8, 128, true, 17, 3, 8}, // 1+16
-		{BF16, 32, 32, 64, true, 17, 1, 32},
-		{F32, 16, 1, 128, true, 5, 5, 1},
-		{F32, 32, 1, 128, false, 1, 0, 0}, // 32 query heads a kv head: more than an f32 block's 16 rows
-		{BF16, 8, 2, 96, false, 1, 0, 0},
-		{BF16, 12, 8, 64, false, 1, 0, 0},
+		{BF16, 32, 8, 128, true}, // llama-3.1-8b
+		{BF16, 32, 32, 64, true},
+		{BF16, 32, 1, 128, true},
+		{F32, 16, 1, 128, true},
+		{F32, 32, 1, 128, false}, // 32 query heads a kv head: more than an f32 block's 16 rows
+		{BF16, 64, 1, 128, false},
+		{BF16, 8, 2, 96, false},
+		{BF16, 12, 8, 64, false},
 	} {
 		if got := VerifyKernel(c.dt, c.heads, c.kvHeads, c.hd); got != c.ok {
 			t.Errorf("VerifyKernel(%s, %d, %d, %d) = %v, want %v", c.dt, c.heads, c.kvHeads, c.hd, got, c.ok)
 		}
-		if !c.ok {
-			continue
+	}
+	for _, c := range []struct{ rows, group, maxQuery, chunks, per int }{
+		{32, 4, 5, 1, 8}, {32, 4, 17, 3, 8}, {4, 4, 5, 5, 1}, {16, 4, 5, 2, 4}, {16, 1, 5, 1, 16}, {4, 2, 5, 3, 2}, {16, 16, 3, 3, 1},
+	} {
+		if n, per := verifyChunks(c.rows, c.group, c.maxQuery); n != c.chunks || per != c.per {
+			t.Errorf("verifyChunks(%d, %d, %d) = %d, %d; want %d, %d", c.rows, c.group, c.maxQuery, n, per, c.chunks, c.per)
 		}
-		if n, per := verifyChunks(c.dt, c.heads/c.kvHeads, c.maxQuery); n != c.chunks || per != c.per {
-			t.Errorf("verifyChunks(%s, %d, %d) = %d, %d; want %d, %d", c.dt, c.heads/c.kvHeads, c.maxQuery, n, per, c.chunks, c.per)
+	}
+	for _, c := range []struct {
+		dt                                     DType
+		group, maxQuery, seqs, kvHeads, splits int
+		rows                                   int
+	}{
+		{BF16, 4, 5, 1, 8, 16, 4},     // 8B at batch 1: 16 x 8 x 5 = 640 blocks, one query each
+		{BF16, 4, 5, 4, 8, 16, 16},    // 2,560 blocks are too many; 16 rows: 1,024
+		{BF16, 4, 5, 64, 8, 1, 16},    // 2,560, then 1,024
+		{BF16, 4, 5, 256, 8, 1, 32},   // the most rows a block
+		{BF16, 2, 3, 1, 16, 8, 4},     // two queries a block
+		{BF16, 8, 3, 1, 2, 8, 16},     // the group sets the least
+		{F32, 4, 17, 32, 4, 4, 16},    // f32 blocks stop at 16 rows
+		{BF16, 32, 5, 1000, 1, 1, 32}, //
+	} {
+		if got := verifyBlockRows(c.dt, c.group, c.maxQuery, c.seqs, c.kvHeads, c.splits, 132); got != c.rows {
+			t.Errorf("verifyBlockRows(%s, group %d, %d queries, %d seqs, %d kv heads, %d splits) = %d, want %d",
+				c.dt, c.group, c.maxQuery, c.seqs, c.kvHeads, c.splits, got, c.rows)
 		}
 	}
 	o := &Ops{Dev: &Device{info: DeviceInfo{Multiprocessors: 132}}}
@@ -111,24 +132,26 @@ func testVerify(t *testing.T, e *env, r *rand.Rand) {
 		var work *DecodeWorkspace
 		e.do(t, func() error {
 			var err error
-			work, err = e.dev.NewDecodeWorkspace(max(total, 64), c.heads, 32, c.hd)
+			work, err = e.dev.NewDecodeWorkspace(max(total, len(specs)*maxQ, 64), c.heads, 32, c.hd)
 			return err
 		})
 		startsB, ctxB, btB := e.uploadI32(t, starts), e.uploadI32(t, ctxs), e.uploadI32(t, bt)
 		tokCtxB, tokBtB := e.uploadI32(t, tokCtx), e.uploadI32(t, tokTables)
 		group := c.heads / c.kvHeads
-		for _, splits := range []int{0, 1, 3} {
+		for i, splits := range []int{0, 1, 3, 3} {
+			// Rows a block: the plan's choice, the fewest, the most, and the most with 3 splits.
+			rows := []int{0, verifyBlockRows(c.dt, group, 1, 1, 1, 1, 132), maxVerifyRows(c.dt), maxVerifyRows(c.dt)}[i]
 			out := e.poisoned(t, c.odt, total*c.heads*c.hd)
 			args := VerifyArgs{Out: out, OutStride: c.heads * c.hd, Q: qb, QStride: qStride, Tokens: total, Seqs: len(specs),
 				Heads: c.heads, Cache: cache, SeqStarts: startsB, ContextLens: ctxB, MaxQueryLen: maxQ, BlockTables: btB,
-				MaxBlocks: maxBlocks, MaxContext: maxCtx, Scale: scale, Work: work, Splits: splits}
+				MaxBlocks: maxBlocks, MaxContext: maxCtx, Scale: scale, Work: work, Splits: splits, Rows: rows}
 			e.do(t, func() error { return e.ops.AttentionVerify(args) })
 			got := e.download(t, out)
 			tl := c.odt
 			if c.dt != F32 && c.odt == F32 {
 				tl = F16 // inputs were rounded already; only accumulation differs
 			}
-			name := fmt.Sprintf("verify heads=%d/%d hd=%d cache=%s out=%s splits=%d", c.heads, c.kvHeads, c.hd, c.dt, c.odt, splits)
+			name := fmt.Sprintf("verify heads=%d/%d hd=%d cache=%s out=%s splits=%d rows=%d", c.heads, c.kvHeads, c.hd, c.dt, c.odt, splits, rows)
 			check(t, name, tl, got, want)
 			if splits == 0 || !groupedDecode(group, c.hd) {
 				continue

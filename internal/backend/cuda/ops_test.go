@@ -45,7 +45,7 @@ func TestKernelSourceHasEveryKernel(t *testing.T) {
 		for _, o := range floatTypes {
 			names = append(names, "attn_prefill_"+s+"_"+o.String())
 		}
-		names = append(names, "attn_prefill_tc64_bf16_"+s, "attn_prefill_tc128_bf16_"+s, "attn_verify64_"+s, "attn_verify128_"+s)
+		names = append(names, "attn_prefill_tc64_bf16_"+s, "attn_prefill_tc128_bf16_"+s, "attn_verify64r4_"+s, "attn_verify128r4_"+s, "attn_verify128r16_"+s)
 	}
 	for _, n := range []string{"n1", "n2", "n4", "n8"} {
 		for _, dt := range []string{"bf16", "f16"} {

@@ -511,8 +511,8 @@ ATTN_DECODE_GRP(attn_decode_grp128g8_bf16, bf16, 128, 8)
 // output is the decode kernel's bit for bit, given the same splits. Partial results of a
 // query go to pm, pl, po at row ((t * heads + h) * splits + split), t its token index; the
 // last block of a (kv head, chunk, sequence) to finish (counted in done[(s * kvHeads + kvh)
-// * chunks + c], reset by it) merges them. NR is 32 rows for 16-bit caches and 16 for f32
-// (shared memory).
+// * chunks + c], reset by it) merges them. NR is 4 to 32 rows (16 at most for f32 caches:
+// shared memory).
 template <typename T, int HD, int NR>
 __device__ void attn_verify(void* out, int outStride, int outKind, const float* q, int qStride, const T* kc,
                             const T* vc, const int* blockTables, int maxBlocks, const int* seqStarts,
@@ -668,7 +668,9 @@ __device__ void attn_verify(void* out, int outStride, int outKind, const float* 
     }
     if (tid == 0) done[ticket] = 0;
 }
-// Instances are named attn_verify<headDim>_<cache>.
+// Instances are named attn_verify<headDim>r<NR>_<cache>: NR rows 4, 16 and 32 (16 at most for
+// f32 caches); the launch picks the fewest rows that hold a kv head's query heads while the
+// grid fits the device, more once it does not (verifyBlockRows).
 #define ATTN_VERIFY(NAME, T, HD, NR)                                                                          \
     extern "C" __global__ void __launch_bounds__(DG_THREADS) NAME(void* out, int os, int ok, const float* q,   \
                                     int qs, const T* kc, const T* vc, const int* bt, int maxBlocks,            \
@@ -678,12 +680,22 @@ __device__ void attn_verify(void* out, int outStride, int outKind, const float* 
         attn_verify<T, HD, NR>(out, os, ok, q, qs, kc, vc, bt, maxBlocks, starts, ctx, pm, pl, po, done, heads, \
                                kvh, bs, splitLen, scale, chunks);                                              \
     }
-ATTN_VERIFY(attn_verify64_f32, float, 64, 16)
-ATTN_VERIFY(attn_verify64_f16, f16, 64, 32)
-ATTN_VERIFY(attn_verify64_bf16, bf16, 64, 32)
-ATTN_VERIFY(attn_verify128_f32, float, 128, 16)
-ATTN_VERIFY(attn_verify128_f16, f16, 128, 32)
-ATTN_VERIFY(attn_verify128_bf16, bf16, 128, 32)
+ATTN_VERIFY(attn_verify64r4_f32, float, 64, 4)
+ATTN_VERIFY(attn_verify64r16_f32, float, 64, 16)
+ATTN_VERIFY(attn_verify64r4_f16, f16, 64, 4)
+ATTN_VERIFY(attn_verify64r16_f16, f16, 64, 16)
+ATTN_VERIFY(attn_verify64r32_f16, f16, 64, 32)
+ATTN_VERIFY(attn_verify64r4_bf16, bf16, 64, 4)
+ATTN_VERIFY(attn_verify64r16_bf16, bf16, 64, 16)
+ATTN_VERIFY(attn_verify64r32_bf16, bf16, 64, 32)
+ATTN_VERIFY(attn_verify128r4_f32, float, 128, 4)
+ATTN_VERIFY(attn_verify128r16_f32, float, 128, 16)
+ATTN_VERIFY(attn_verify128r4_f16, f16, 128, 4)
+ATTN_VERIFY(attn_verify128r16_f16, f16, 128, 16)
+ATTN_VERIFY(attn_verify128r32_f16, f16, 128, 32)
+ATTN_VERIFY(attn_verify128r4_bf16, bf16, 128, 4)
+ATTN_VERIFY(attn_verify128r16_bf16, bf16, 128, 16)
+ATTN_VERIFY(attn_verify128r32_bf16, bf16, 128, 32)
 
 // attn_combine: grid (heads, seqs), block 128: out[s][h*headDim + d] = the softmax-weighted
 // merge of the splits' partial results. A sequence with no context gets zeros.
