@@ -61,8 +61,12 @@ func buffers(a *activations, s *shard) []buffer {
 }
 
 // stepBuffers holds a shard's activations, allocated on the backend for the largest step
-// seen so far, and views of them at the current step's size. Steps of one size reuse the
-// same views, so they run the same ops on the same tensors.
+// seen so far (rounded up to powers of two), and views of them at the current step's size.
+// Steps of one size reuse the same views, so they run the same ops on the same tensors.
+// Growing frees the old tensors, which makes a device drop every step graph it captured
+// (they hold the old addresses): the rounding keeps that to a few times in a server's life
+// even as its steps grow token by token (speculative verification adds logits rows a few
+// at a time).
 type stepBuffers struct {
 	full                 activations
 	tokens, rows         int // the capacity of full: tokens and logits rows
@@ -77,7 +81,8 @@ func (s *stepBuffers) forStep(sh *shard, n, rows int) (*activations, error) {
 		return &s.current, nil
 	}
 	if n > s.tokens || rows > s.rows {
-		if err := s.grow(sh, max(n, s.tokens), max(rows, s.rows, 1)); err != nil {
+		tokens := max(s.tokens, ceilPow2(n))
+		if err := s.grow(sh, tokens, max(s.rows, min(ceilPow2(max(rows, 1)), tokens))); err != nil {
 			return nil, err
 		}
 	}
@@ -120,4 +125,13 @@ func (s *stepBuffers) grow(sh *shard, tokens, rows int) error {
 	}
 	s.tokens, s.rows = tokens, rows
 	return nil
+}
+
+// ceilPow2 returns the least power of two at least n (n >= 1).
+func ceilPow2(n int) int {
+	p := 1
+	for p < n {
+		p <<= 1
+	}
+	return p
 }

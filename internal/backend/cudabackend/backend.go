@@ -182,12 +182,15 @@ func (b *Backend) alloc(t cuda.DType, n int) (cuda.Buffer, error) {
 
 // grow makes *buf hold at least n values of dt (inside Run): when it holds fewer, the stream
 // is synchronized (nothing queued may still use the old buffer; during a graph capture this
-// fails, before anything is freed), the old buffer freed and one of size values (size >= n)
-// allocated. what names the buffer in errors.
+// fails, before anything is freed), the old buffer freed and one of size values (size >= n),
+// or twice the old size if that is more, allocated: freeing drops every captured graph, so
+// a buffer that keeps growing by a little must not drop them each time. what names the
+// buffer in errors.
 func (b *Backend) grow(buf *cuda.Buffer, dt cuda.DType, n, size int, what string) error {
 	if buf.Len >= n {
 		return nil
 	}
+	size = max(size, 2*buf.Len)
 	if err := b.dev.Sync(); err != nil {
 		return err
 	}

@@ -303,6 +303,7 @@ func (b *Backend) ensureWork(rows, heads, headDim int) error {
 	if b.work != nil && b.work.Seqs >= rows && b.work.Heads >= heads && b.work.HeadDim >= headDim {
 		return nil
 	}
+	seqs := max(rows, 64)
 	if b.work != nil {
 		if err := b.dev.Sync(); err != nil {
 			return err
@@ -312,8 +313,12 @@ func (b *Backend) ensureWork(rows, heads, headDim int) error {
 		if err := firstErr(b.dropGraphs(), b.dev.FreeDecodeWorkspace(w)); err != nil {
 			return err
 		}
+		if rows > w.Seqs {
+			seqs = max(seqs, 2*w.Seqs) // a few regrowths (each drops the graphs), not one a row
+		}
+		heads, headDim = max(heads, w.Heads), max(headDim, w.HeadDim)
 	}
-	seqs, splits := max(rows, 64), decodeSplits
+	splits := decodeSplits
 	if seqs > maxGraphSeqs {
 		splits = max(1, maxGraphSeqs*decodeSplits/seqs)
 	}
