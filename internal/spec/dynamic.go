@@ -17,8 +17,12 @@ import (
 // where E(a, k) = (1 - a^(k+1)) / (1 - a) is the tokens a verification of k drafts yields
 // when each is accepted with probability a, a_i is the candidate's running acceptance
 // estimate (acceptance.go), T the target's measured step cost as a function of its tokens
-// (the step's other tokens, one per candidate, and the drafts) and D the draft phase's
-// (cost.go). So speculation backs off by itself when the batch grows (the step leaves the
+// (the step's other tokens, one per candidate, and the drafts), learnt apart for steps that
+// verify drafts and steps that do not, and D the draft phase's (cost.go). Verifying steps
+// get a curve of their own because a device may run them otherwise than steps of as many
+// tokens (padded to a graph shape with every sequence as long as its longest, eagerly where
+// no graph shape fits, with other attention kernels), none of which a token count shows;
+// until one is measured, a verifying step is priced as a plain one, so that it is tried. So speculation backs off by itself when the batch grows (the step leaves the
 // memory-bound regime and every draft token costs time) and when a sequence's drafts are
 // seldom accepted. A sequence that stops drafting is probed now and then with one draft,
 // at intervals that double while probes fail and within a budget of about 1% of the time,
@@ -28,7 +32,8 @@ type Dynamic struct {
 	mu      sync.Mutex
 	maxLen  int
 	catchUp bool
-	target  targetCost
+	target  targetCost // steps that verify no drafts
+	verify  targetCost // steps that verify drafts
 	draft   draftCost
 	global  tally
 	seqs    map[string]*seqState
@@ -119,15 +124,19 @@ func (d *Dynamic) DraftLens(others int, cands []engine.SpecCandidate, lens []int
 	d.probe(cands, lens, plan)
 }
 
-// stepPlan is the shape of the step DraftLens plans: its target tokens, and its draft
-// phase's passes and tokens.
+// stepPlan is the shape of the step DraftLens plans: its target tokens (drafts of them
+// draft tokens to verify), and its draft phase's passes and tokens.
 type stepPlan struct {
-	tokens, passes, draftTokens int
+	tokens, drafts, passes, draftTokens int
 }
 
 // seconds predicts the step's cost.
 func (d *Dynamic) seconds(p stepPlan) float64 {
-	return d.target.seconds(p.tokens) + d.draft.seconds(p.passes, p.draftTokens)
+	curve := &d.target
+	if p.drafts > 0 && d.verify.known() {
+		curve = &d.verify
+	}
+	return curve.seconds(p.tokens) + d.draft.seconds(p.passes, p.draftTokens)
 }
 
 // choose gives each candidate the drafts whose expected gain is at least a threshold:
@@ -218,6 +227,7 @@ func (d *Dynamic) choose(others int, cands []engine.SpecCandidate, lens []int) s
 // (catching up included) and the draft phase's passes.
 func (p *stepPlan) add(c *cand, k int) {
 	p.tokens += k
+	p.drafts += k
 	p.draftTokens += k + c.lag
 	p.passes = max(p.passes, k)
 }
@@ -268,6 +278,7 @@ func (d *Dynamic) probe(cands []engine.SpecCandidate, lens []int, plan stepPlan)
 		}
 		next := plan
 		next.tokens++
+		next.drafts++
 		next.passes = max(next.passes, 1)
 		next.draftTokens += 1 + d.lag(st, c.Lag)
 		cost := d.seconds(next) - d.seconds(plan)
@@ -314,7 +325,11 @@ func (d *Dynamic) Done(seq string) {
 func (d *Dynamic) Stepped(c engine.StepCost) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.target.observe(c.Tokens, c.Target.Seconds())
+	if c.VerifyTokens > 0 {
+		d.verify.observe(c.Tokens, c.Target.Seconds())
+	} else {
+		d.target.observe(c.Tokens, c.Target.Seconds())
+	}
 	d.draft.observe(c.DraftPasses, c.DraftTokens, c.Draft.Seconds())
 }
 

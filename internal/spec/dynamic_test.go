@@ -27,6 +27,17 @@ type world struct {
 	// its first draft; the candidates then tell the policy their lag, as the engine does.
 	prompt int
 	noise  float64
+	// verifyTax multiplies the target's cost of a step that verifies drafts (0: 1), as a
+	// device's padded or eager verify steps cost more than steps of as many tokens.
+	verifyTax float64
+}
+
+// tax returns the factor of a step's target cost: verifyTax when it verifies drafts.
+func (w world) tax(verifies bool) float64 {
+	if verifies && w.verifyTax > 0 {
+		return w.verifyTax
+	}
+	return 1
 }
 
 // result is what a run produced: tokens per second, and the draft lengths chosen.
@@ -89,7 +100,7 @@ func (w world) run(p engine.SpecPolicy, steps int, seed uint64) result {
 			p.Verified(cands[i].Seq, k, kept)
 		}
 		jitter := func() float64 { return 1 + w.noise*(2*rng.Float64()-1) }
-		tt := w.target(n) * jitter()
+		tt := w.target(n) * w.tax(passes > 0) * jitter()
 		dt := 0.0
 		if w.draft != nil && passes > 0 {
 			dt = w.draft(passes, draftTokens) * jitter()
@@ -111,7 +122,7 @@ func dur(s float64) time.Duration { return time.Duration(s * float64(time.Second
 func (w world) fixedBest(a float64) (float64, int) {
 	best, bestK := 0.0, 0
 	for k := 0; k <= w.k; k++ {
-		secs := w.target(w.batch * (1 + k))
+		secs := w.target(w.batch*(1+k)) * w.tax(k > 0)
 		if w.draft != nil && k > 0 {
 			tok := w.batch * k
 			if w.lag {
@@ -230,6 +241,25 @@ func TestDynamicTrainedPairAtBatchOne(t *testing.T) {
 	t.Logf("mean k %.2f, %.0f tok/s; best fixed k %d %.0f tok/s; plain %.0f tok/s", r.meanK, r.throughput, bestK, best, plain)
 	if r.throughput < 0.95*best || r.throughput < 1.3*plain {
 		t.Errorf("%.0f tok/s: want >= 0.95x the best fixed length's %.0f and >= 1.3x plain %.0f", r.throughput, best, plain)
+	}
+}
+
+// TestDynamicVerifyTax: on a device whose verifying steps cost more than steps of as many
+// tokens (padded graph shapes, eager runs: here 2.5x or 1.3x), a 70% acceptance at batch 32
+// pays only when the tax is small. The policy learns the tax from its verifications: at
+// 2.5x it backs off to within 5% of plain decoding (priced by tokens alone, drafting looks
+// like a 1.7x gain and costs 11%), at 1.3x it keeps most of the best fixed length's gain.
+func TestDynamicVerifyTax(t *testing.T) {
+	for _, c := range []struct {
+		tax, want float64 // want: the least throughput, as a fraction of the best fixed length's
+	}{{2.5, 0.95}, {1.3, 0.9}} {
+		w := world{batch: 32, k: 4, accept: constant(0.7), target: gpuStep, noise: 0.05, verifyTax: c.tax}
+		r := w.run(NewDynamic(DynamicConfig{MaxLen: 4}), 2000, 3)
+		best, bestK := w.fixedBest(0.7)
+		t.Logf("tax %.1f: mean k %.2f, drafting %.2f, %.0f tok/s; best fixed k %d %.0f tok/s", c.tax, r.meanK, r.drafting, r.throughput, bestK, best)
+		if r.throughput < c.want*best {
+			t.Errorf("tax %.1f: %.0f tok/s, below %.2fx the best fixed length's %.0f (k %d)", c.tax, r.throughput, c.want, best, bestK)
+		}
 	}
 }
 
