@@ -1,0 +1,271 @@
+package toolcall
+
+import "strings"
+
+// The formats that mark each part of a call with tokens of their own: a name between
+// markers, then arguments as one JSON value.
+
+// validName reports whether s can be a function's name (letters, digits, _ - . :), so that
+// prose after a marker is told from a call.
+func validName(s string) bool {
+	for _, c := range s {
+		ok := c == '_' || c == '-' || c == '.' || c == ':' || c >= '0' && c <= '9' ||
+			c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// readName reads a name at s[i] that ends at one of ends: the name, where the text goes on
+// after the marker, and how far it got. A name that cannot be one is scanBad.
+func readName(s string, i int, ends ...string) (name string, next int, st scan) {
+	name, next, st = until(s, i, ends...)
+	name = strings.TrimSpace(name)
+	if !validName(name) || st == scanDone && name == "" {
+		return "", i, scanBad
+	}
+	return name, next, st
+}
+
+// readArgs reads the JSON value at s[i] (after optional whitespace): the arguments as far as
+// they go, where they end and how far they got. Arguments found bad once streamed are kept
+// as the model wrote them, up to where they were found bad, so that a longer text never
+// takes back what a shorter one handed out.
+func readArgs(s string, i int) (args string, end int, st scan) {
+	i = skipSpace(s, i)
+	if i >= len(s) {
+		return "", i, scanMore
+	}
+	end, st = valueEnd(s, i)
+	if st == scanMore {
+		return s[i:], len(s), st
+	}
+	return s[i:end], end, st
+}
+
+// expect checks for lit at s[i] after optional whitespace: scanDone with the index after it,
+// scanMore while s may still become it, else scanBad.
+func expect(s string, i int, lit string) (int, scan) {
+	i = skipSpace(s, i)
+	switch {
+	case strings.HasPrefix(s[i:], lit):
+		return i + len(lit), scanDone
+	case strings.HasPrefix(lit, s[i:]):
+		return i, scanMore
+	}
+	return i, scanBad
+}
+
+// mistral reads [TOOL_CALLS] followed by a JSON array of call objects (Mistral 7B v0.3,
+// Nemo), or by name[ARGS]{...} with an optional [CALL_ID]id before [ARGS] (Mistral Small
+// 3.2, Devstral, Ministral 3), one [TOOL_CALLS] per call.
+func mistral() *format {
+	const open, args, callID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
+	return &format{markers: []string{open}, newID: mistralID, read: func(s string, final bool, _ toolTypes) region {
+		i := skipSpace(s, len(open))
+		if i >= len(s) {
+			return region{reject: final}
+		}
+		if s[i] == '[' {
+			return readJSONRegion(s, len(open), '[', "", "", final)
+		}
+		name, j, st := readName(s, i, args, callID)
+		if st != scanDone {
+			return region{reject: st == scanBad || final}
+		}
+		var c partialCall
+		c.name = name
+		if strings.HasPrefix(s[j-len(callID):j], callID) && j-len(callID) >= i {
+			id, k, st := until(s, j, args)
+			if st != scanDone {
+				return region{reject: final}
+			}
+			c.id, j = strings.TrimSpace(id), k
+		}
+		c.args, j, st = readArgs(s, j)
+		r := region{calls: []partialCall{c}}
+		if st != scanMore {
+			r.done, r.end = true, j
+		}
+		return r
+	}}
+}
+
+// deepseekV3 reads DeepSeek's <｜tool▁calls▁begin｜> section: calls
+// <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\n{...}\n```<｜tool▁call▁end｜> (V3, R1)
+// or <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜> (V3.1), then
+// <｜tool▁calls▁end｜>.
+func deepseekV3() *format {
+	const (
+		open, closing     = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
+		callOpen, callEnd = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>"
+		sep, fence        = "<｜tool▁sep｜>", "```json"
+	)
+	return &format{markers: []string{open}, read: func(s string, final bool, _ toolTypes) region {
+		var r region
+		i := len(open)
+		for {
+			if j, st := expect(s, i, closing); st != scanBad {
+				if st == scanDone {
+					r.done, r.end = true, j
+				}
+				return withReject(r, st == scanMore && final)
+			}
+			j, st := expect(s, i, callOpen)
+			if st != scanDone {
+				if st == scanBad {
+					r.done, r.end = true, i
+				}
+				return withReject(r, st == scanBad || final)
+			}
+			first, j, st := until(s, j, sep)
+			if st != scanDone {
+				return withReject(r, final)
+			}
+			var c partialCall
+			if k := skipSpace(s, j); k < len(s) && (s[k] == '{' || s[k] == '[') {
+				c.name = strings.TrimSpace(first) // V3.1: the name, then the arguments
+			} else if k >= len(s) {
+				return withReject(r, final)
+			} else {
+				// V3, R1: the type, then the name on its line and the arguments in a fence.
+				if c.name, j, st = readName(s, j, "\n"); st != scanDone {
+					return withReject(r, st == scanBad || final)
+				}
+				if k, st := expect(s, j, fence); st == scanDone {
+					j = k
+				} else if st == scanMore {
+					r.calls = append(r.calls, c)
+					return r
+				}
+			}
+			c.args, j, st = readArgs(s, j)
+			r.calls = append(r.calls, c)
+			if st != scanDone {
+				if st == scanBad {
+					r.done, r.end = true, j
+				}
+				return r
+			}
+			_, j, st = until(s, j, callEnd) // the fence's close and the call's end
+			if st != scanDone {
+				return r
+			}
+			i = j
+		}
+	}}
+}
+
+// withReject marks r rejected when reject holds and it has no call: a region that began a
+// call keeps it.
+func withReject(r region, reject bool) region {
+	if reject && len(r.calls) == 0 {
+		r.reject = true
+	}
+	return r
+}
+
+// kimiK2 reads Kimi-K2's <|tool_calls_section_begin|> section: calls
+// <|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{...}<|tool_call_end|>,
+// whose "functions.NAME:IDX" is also the call's id, then <|tool_calls_section_end|>.
+func kimiK2() *format {
+	const (
+		open, closing     = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
+		callOpen, callEnd = "<|tool_call_begin|>", "<|tool_call_end|>"
+		argOpen           = "<|tool_call_argument_begin|>"
+	)
+	return &format{markers: []string{open}, read: func(s string, final bool, _ toolTypes) region {
+		var r region
+		i := len(open)
+		for {
+			if j, st := expect(s, i, closing); st != scanBad {
+				if st == scanDone {
+					r.done, r.end = true, j
+				}
+				return withReject(r, st == scanMore && final)
+			}
+			j, st := expect(s, i, callOpen)
+			if st != scanDone {
+				if st == scanBad {
+					r.done, r.end = true, i
+				}
+				return withReject(r, st == scanBad || final)
+			}
+			id, j, st := readName(s, j, argOpen)
+			if st != scanDone {
+				return withReject(r, st == scanBad || final)
+			}
+			name := strings.TrimPrefix(id, "functions.")
+			if k := strings.LastIndexByte(name, ':'); k > 0 {
+				name = name[:k]
+			}
+			c := partialCall{id: id, name: name}
+			c.args, j, st = readArgs(s, j)
+			r.calls = append(r.calls, c)
+			if st != scanDone {
+				if st == scanBad {
+					r.done, r.end = true, j
+				}
+				return r
+			}
+			if j, st = expect(s, j, callEnd); st != scanDone {
+				if st == scanBad {
+					r.done, r.end = true, j
+				}
+				return r
+			}
+			i = j
+		}
+	}}
+}
+
+// functionaryV31 reads functionary v3.1's <function=NAME>{...}</function>.
+func functionaryV31() *format {
+	const open, closing = "<function=", "</function>"
+	return &format{markers: []string{open}, read: func(s string, final bool, _ toolTypes) region {
+		name, j, st := readName(s, len(open), ">")
+		if st != scanDone {
+			return region{reject: st == scanBad || final}
+		}
+		c := partialCall{name: name}
+		c.args, j, st = readArgs(s, j)
+		r := region{calls: []partialCall{c}}
+		switch st {
+		case scanMore:
+			return r
+		case scanBad:
+			r.done, r.end = true, j
+			return r
+		}
+		return closeWith(r, s, j, closing, final)
+	}}
+}
+
+// functionaryV32 reads functionary v3.2's messages: >>>NAME\n{...} is a call, >>>all\n the
+// text that follows up to the next >>>. The generation prompt ends with >>>, so the reply
+// starts with a recipient.
+func functionaryV32() *format {
+	const open = ">>>"
+	return &format{markers: []string{open}, atStart: true, read: func(s string, final bool, _ toolTypes) region {
+		i := 0
+		if strings.HasPrefix(s, open) {
+			i = len(open)
+		}
+		name, j, st := readName(s, i, "\n")
+		if st != scanDone {
+			return region{reject: st == scanBad || final}
+		}
+		if name == "all" {
+			return region{done: true, end: j, pass: &passage{kind: Content, ends: []string{open}, keep: open}}
+		}
+		c := partialCall{name: name}
+		c.args, j, st = readArgs(s, j)
+		r := region{calls: []partialCall{c}}
+		if st != scanMore {
+			r.done, r.end = true, j
+		}
+		return r
+	}}
+}
