@@ -124,8 +124,8 @@ type Parser struct {
 	buf       string // content held back, or the open region's text
 	inRegion  bool
 	pass      *passage // the passage being handed out, if any
-	marker    int  // the open region's marker length
-	started   bool // any text has been taken
+	marker    int      // the open region's marker length
+	started   bool     // any text has been taken
 	finished  bool
 	sent      regionSent
 	calls     []Call
