@@ -121,15 +121,18 @@ type Parser struct {
 	tools toolTypes
 	newID func() string
 
-	buf       string // content held back, or the open region's text
-	inRegion  bool
-	pass      *passage // the passage being handed out, if any
-	marker    int      // the open region's marker length
-	started   bool     // any text has been taken
-	finished  bool
-	sent      regionSent
-	calls     []Call
-	openCalls []Call // the open region's calls begun so far
+	buf      string // content held back, or the open region's text
+	inRegion bool
+	// afterCalls: a region of calls has just closed, so whitespace that only separates it
+	// from the next region or the end of the output is dropped.
+	afterCalls bool
+	pass       *passage // the passage being handed out, if any
+	marker     int      // the open region's marker length
+	started    bool     // any text has been taken
+	finished   bool
+	sent       regionSent
+	calls      []Call
+	openCalls  []Call // the open region's calls begun so far
 }
 
 // regionSent is what the open region has handed out: how much of each call's arguments.
@@ -216,6 +219,17 @@ func (p *Parser) advance(final bool) []Event {
 				return evs
 			}
 			p.started = true
+			if p.afterCalls {
+				rest := strings.TrimLeft(p.buf, " \t\r\n")
+				if !final && heldPrefix(rest, p.f.markers) == len(rest) {
+					return evs // whitespace, or whitespace and what may open a region
+				}
+				if i, _ := firstMarker(rest, p.f.markers); i == 0 || rest == "" {
+					p.buf = rest
+				}
+				p.afterCalls = false
+				continue
+			}
 			i, m := firstMarker(p.buf, p.f.markers)
 			if i >= 0 {
 				emitContent(p.buf[:i])
@@ -254,6 +268,7 @@ func (p *Parser) advance(final bool) []Event {
 			}
 		}
 		p.calls = append(p.calls, p.openCalls...)
+		p.afterCalls = len(p.openCalls) > 0
 		p.buf = p.buf[end:]
 		p.inRegion = false
 		if r.done {
