@@ -205,6 +205,9 @@ func (s *Server) loadChatTemplate() error {
 	return nil
 }
 
+// ToolCallParser names the tool-call parser chat replies are read with ("": none).
+func (s *Server) ToolCallParser() string { return s.toolParser }
+
 // Close stops the chat template's sandbox workers; Serve calls it as it returns.
 func (s *Server) Close() error { return s.sandbox.Close() }
 

@@ -70,6 +70,10 @@ var scriptedFamilies = []scriptedFamily{
 		reply: `<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": "Paris", "days": 3}<|tool_call_end|><|tool_call_begin|>functions.get_time:1<|tool_call_argument_begin|>{"tz": "Europe/Paris"}<|tool_call_end|><|tool_calls_section_end|>`, Calls: twoCalls},
 	{Name: "glm45", template: "GLM-4.6.jinja", Parallel: true,
 		reply: "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>days</arg_key>\n<arg_value>3</arg_value>\n</tool_call>\n<tool_call>get_time\n<arg_key>tz</arg_key>\n<arg_value>Europe/Paris</arg_value>\n</tool_call>", Calls: twoCalls},
+	{Name: "seed_oss", template: "ByteDance-Seed-OSS.jinja", Parallel: true,
+		reply: "<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n<parameter=days>3</parameter>\n</function>\n</seed:tool_call>", Calls: []scriptCall{parisCall}},
+	{Name: "apriel", template: "unsloth-Apriel-1.5.jinja", Parallel: true,
+		reply: `<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, {"name": "get_time", "arguments": {"tz": "Europe/Paris"}}]</tool_calls>`, Calls: twoCalls},
 	{Name: "openai", template: "openai-gpt-oss-120b.jinja",
 		reply: "<|channel|>analysis<|message|>The user wants the weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\", \"days\": 3}<|call|>", Calls: []scriptCall{parisCall}},
 }

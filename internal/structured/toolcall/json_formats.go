@@ -193,6 +193,14 @@ func granite() *format {
 	}}
 }
 
+// apriel reads Apriel's <tool_calls>[{"name": ..., "arguments": {...}}, ...]</tool_calls>.
+func apriel() *format {
+	const open, closing = "<tool_calls>", "</tool_calls>"
+	return &format{markers: []string{open}, read: func(s string, final bool, _ toolTypes) region {
+		return readJSONRegion(s, len(open), '[', "", closing, final)
+	}}
+}
+
 // commandR reads Command-R's "Action: ```json [{"tool_name": ..., "parameters": {...}}]```"
 // and Command R7B's <|START_ACTION|>[...]<|END_ACTION|>.
 func commandR() *format {

@@ -20,6 +20,8 @@ const (
 	KimiK2         = "kimi_k2"
 	GLM45          = "glm45"
 	OpenAI         = "openai"
+	SeedOSS        = "seed_oss"
+	Apriel         = "apriel"
 )
 
 // formats makes each named format.
@@ -27,6 +29,7 @@ var formats = map[string]func() *format{
 	Hermes: hermes, Llama3JSON: llama3JSON, Mistral: mistral, Qwen3Coder: qwen3Coder,
 	DeepSeekV3: deepseekV3, Granite: granite, FunctionaryV31: functionaryV31,
 	FunctionaryV32: functionaryV32, CommandR: commandR, KimiK2: kimiK2, GLM45: glm45, OpenAI: harmony,
+	SeedOSS: seedOSS, Apriel: apriel,
 }
 
 // Names returns the parser names, sorted.
@@ -55,6 +58,8 @@ var detection = []struct {
 	all  []string
 }{
 	{GLM45, []string{"<arg_key>"}},
+	{SeedOSS, []string{"<seed:tool_call>"}},
+	{Apriel, []string{"<tool_calls>["}},
 	{Qwen3Coder, []string{"<function=", "<parameter="}},
 	{DeepSeekV3, []string{"tool▁calls▁begin"}},
 	{KimiK2, []string{"<|tool_calls_section_begin|>"}},

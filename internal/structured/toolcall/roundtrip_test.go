@@ -73,6 +73,16 @@ var roundTrips = []struct {
 	{GLM45, "GLM-4.6.jinja", 2},
 	{GLM45, "GLM-4.7-Flash.jinja", 2},
 	{OpenAI, "openai-gpt-oss-120b.jinja", 1},
+	{Hermes, "Bielik-11B-v3.0-Instruct.jinja", 2},
+	{Hermes, "MiMo-VL.jinja", 2},
+	{Hermes, "Reka-Edge.jinja", 2},
+	{Hermes, "ibm-granite-granite-4.1.jinja", 2},
+	{Apriel, "unsloth-Apriel-1.5.jinja", 2},
+	{SeedOSS, "ByteDance-Seed-OSS.jinja", 2},
+	{Qwen3Coder, "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", 2},
+	{Qwen3Coder, "StepFun3.5-Flash.jinja", 2},
+	{Qwen3Coder, "stepfun-ai-Step-3.5-Flash.jinja", 2},
+	{KimiK2, "Kimi-K2-Thinking.jinja", 2},
 }
 
 // renderedReply renders the conversation up to the assistant's tool-call turn through the

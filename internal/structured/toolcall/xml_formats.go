@@ -36,10 +36,16 @@ func (a *xmlArgs) partial(closed bool) string {
 }
 
 // qwen3Coder reads Qwen3-Coder's <tool_call><function=NAME><parameter=KEY>\nVALUE\n</parameter>
-// ...</function></tool_call> (also Qwen3.5, Nemotron 3, Step 3.5, Seed-OSS).
-func qwen3Coder() *format {
+// ...</function></tool_call> (also Qwen3.5, Nemotron 3, Step 3.5).
+func qwen3Coder() *format { return functionTags("<tool_call>", "</tool_call>") }
+
+// seedOSS reads Seed-OSS's calls: Qwen3-Coder's inside <seed:tool_call></seed:tool_call>.
+func seedOSS() *format { return functionTags("<seed:tool_call>", "</seed:tool_call>") }
+
+// functionTags reads <function=NAME><parameter=KEY>VALUE</parameter>...</function> calls
+// between open and closing; a newline each side of a value is the layout's, not the value's.
+func functionTags(open, closing string) *format {
 	const (
-		open, closing   = "<tool_call>", "</tool_call>"
 		fnOpen, fnClose = "<function=", "</function>"
 		pOpen, pClose   = "<parameter=", "</parameter>"
 	)
