@@ -14,7 +14,7 @@ func harmony() *format {
 		maxHeader      = 256 // a header longer than this, or with a line break, is prose
 	)
 	ends := []string{"<|end|>", "<|call|>", "<|return|>", start}
-	return &format{markers: []string{start, channel}, atStart: true, read: func(s string, final bool, _ toolTypes) region {
+	return &format{markers: []string{start, channel}, atStart: true, read: func(s string, final bool, rd *reader) region {
 		i := 0
 		if strings.HasPrefix(s, start) {
 			i = len(start)

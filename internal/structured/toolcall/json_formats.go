@@ -13,8 +13,8 @@ var idKeys = []string{"id", "tool_call_id"}
 
 // readCallObject reads the call object at s[i] ('{'). reject: it is not a call (its first
 // member is not a name or id, or it ended without a name); nothing of it was a call.
-func readCallObject(s string, i int) (c partialCall, end int, st scan, reject bool) {
-	ms, end, st := readObject(s, i)
+func (rd *reader) readCallObject(s string, i int) (c partialCall, end int, st scan, reject bool) {
+	ms, end, st := rd.readObject(s, i)
 	if len(ms) > 0 && !slices.Contains(nameKeys, ms[0].key) && !slices.Contains(idKeys, ms[0].key) {
 		return partialCall{}, end, st, true
 	}
@@ -27,7 +27,7 @@ func readCallObject(s string, i int) (c partialCall, end int, st scan, reject bo
 
 // readCallArray reads the array of call objects at s[i] ('['): the calls so far and where
 // the array ends. reject: the first element is not a call object.
-func readCallArray(s string, i int) (calls []partialCall, end int, st scan, reject bool) {
+func (rd *reader) readCallArray(s string, i int) (calls []partialCall, end int, st scan, reject bool) {
 	j := i + 1
 	for {
 		j = skipSpace(s, j)
@@ -48,7 +48,7 @@ func readCallArray(s string, i int) (calls []partialCall, end int, st scan, reje
 		if s[j] != '{' {
 			return calls, j, scanBad, len(calls) == 0
 		}
-		c, end, st, rej := readCallObject(s, j)
+		c, end, st, rej := rd.readCallObject(s, j)
 		if rej {
 			return calls, j, scanBad, len(calls) == 0
 		}
@@ -79,15 +79,15 @@ func closeWith(r region, s string, end int, closing string, final bool) region {
 // 3, Qwen2.5, Qwen3, QwQ, Granite 4 and the many templates that copied them).
 func hermes() *format {
 	const open, closing = "<tool_call>", "</tool_call>"
-	return &format{markers: []string{open}, read: func(s string, final bool, _ toolTypes) region {
-		return readJSONRegion(s, len(open), '{', "", closing, final)
+	return &format{markers: []string{open}, read: func(s string, final bool, rd *reader) region {
+		return rd.readJSONRegion(s, len(open), '{', "", closing, final)
 	}}
 }
 
 // readJSONRegion reads a region whose marker is n bytes long, then optional whitespace and
 // opening (the text of a code fence, or ""), then a call object ('{') or an array of them
 // ('['), then closing.
-func readJSONRegion(s string, n int, shape byte, opening, closing string, final bool) region {
+func (rd *reader) readJSONRegion(s string, n int, shape byte, opening, closing string, final bool) region {
 	i := skipSpace(s, n)
 	if opening != "" {
 		switch {
@@ -111,10 +111,10 @@ func readJSONRegion(s string, n int, shape byte, opening, closing string, final 
 	var reject bool
 	if shape == '{' {
 		var c partialCall
-		c, end, st, reject = readCallObject(s, i)
+		c, end, st, reject = rd.readCallObject(s, i)
 		calls = []partialCall{c}
 	} else {
-		calls, end, st, reject = readCallArray(s, i)
+		calls, end, st, reject = rd.readCallArray(s, i)
 	}
 	r := region{calls: calls}
 	switch {
@@ -136,7 +136,7 @@ func readJSONRegion(s string, n int, shape byte, opening, closing string, final 
 // whole reply, or after <|python_tag|>, several separated by ";".
 func llama3JSON() *format {
 	const tag = "<|python_tag|>"
-	return &format{markers: []string{tag}, atStart: true, read: func(s string, final bool, _ toolTypes) region {
+	return &format{markers: []string{tag}, atStart: true, read: func(s string, final bool, rd *reader) region {
 		i := 0
 		if strings.HasPrefix(s, tag) {
 			i = len(tag)
@@ -153,7 +153,7 @@ func llama3JSON() *format {
 			if s[i] != '{' {
 				return region{reject: len(r.calls) == 0, done: true, end: i}
 			}
-			c, end, st, reject := readCallObject(s, i)
+			c, end, st, reject := rd.readCallObject(s, i)
 			switch {
 			case reject && len(r.calls) == 0:
 				return region{reject: true}
@@ -188,16 +188,16 @@ func llama3JSON() *format {
 // granite reads Granite 3's <|tool_call|>[{"name": ..., "arguments": {...}}, ...].
 func granite() *format {
 	const open = "<|tool_call|>"
-	return &format{markers: []string{open}, read: func(s string, final bool, _ toolTypes) region {
-		return readJSONRegion(s, len(open), '[', "", "", final)
+	return &format{markers: []string{open}, read: func(s string, final bool, rd *reader) region {
+		return rd.readJSONRegion(s, len(open), '[', "", "", final)
 	}}
 }
 
 // apriel reads Apriel's <tool_calls>[{"name": ..., "arguments": {...}}, ...]</tool_calls>.
 func apriel() *format {
 	const open, closing = "<tool_calls>", "</tool_calls>"
-	return &format{markers: []string{open}, read: func(s string, final bool, _ toolTypes) region {
-		return readJSONRegion(s, len(open), '[', "", closing, final)
+	return &format{markers: []string{open}, read: func(s string, final bool, rd *reader) region {
+		return rd.readJSONRegion(s, len(open), '[', "", closing, final)
 	}}
 }
 
@@ -205,10 +205,10 @@ func apriel() *format {
 // and Command R7B's <|START_ACTION|>[...]<|END_ACTION|>.
 func commandR() *format {
 	const action, start = "Action:", "<|START_ACTION|>"
-	return &format{markers: []string{action, start}, read: func(s string, final bool, _ toolTypes) region {
+	return &format{markers: []string{action, start}, read: func(s string, final bool, rd *reader) region {
 		if strings.HasPrefix(s, start) {
-			return readJSONRegion(s, len(start), '[', "", "<|END_ACTION|>", final)
+			return rd.readJSONRegion(s, len(start), '[', "", "<|END_ACTION|>", final)
 		}
-		return readJSONRegion(s, len(action), '[', "```json", "```", final)
+		return rd.readJSONRegion(s, len(action), '[', "```json", "```", final)
 	}}
 }

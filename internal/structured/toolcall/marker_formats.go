@@ -33,12 +33,12 @@ func readName(s string, i int, ends ...string) (name string, next int, st scan) 
 // they go, where they end and how far they got. Arguments found bad once streamed are kept
 // as the model wrote them, up to where they were found bad, so that a longer text never
 // takes back what a shorter one handed out.
-func readArgs(s string, i int) (args string, end int, st scan) {
+func (rd *reader) readArgs(s string, i int) (args string, end int, st scan) {
 	i = skipSpace(s, i)
 	if i >= len(s) {
 		return "", i, scanMore
 	}
-	end, st = valueEnd(s, i)
+	end, st = rd.valueEnd(s, i)
 	if st == scanMore {
 		return s[i:], len(s), st
 	}
@@ -63,13 +63,13 @@ func expect(s string, i int, lit string) (int, scan) {
 // 3.2, Devstral, Ministral 3), one [TOOL_CALLS] per call.
 func mistral() *format {
 	const open, args, callID = "[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"
-	return &format{markers: []string{open}, newID: mistralID, read: func(s string, final bool, _ toolTypes) region {
+	return &format{markers: []string{open}, newID: mistralID, read: func(s string, final bool, rd *reader) region {
 		i := skipSpace(s, len(open))
 		if i >= len(s) {
 			return region{reject: final}
 		}
 		if s[i] == '[' {
-			return readJSONRegion(s, len(open), '[', "", "", final)
+			return rd.readJSONRegion(s, len(open), '[', "", "", final)
 		}
 		name, j, st := readName(s, i, args, callID)
 		if st != scanDone {
@@ -84,7 +84,7 @@ func mistral() *format {
 			}
 			c.id, j = strings.TrimSpace(id), k
 		}
-		c.args, j, st = readArgs(s, j)
+		c.args, j, st = rd.readArgs(s, j)
 		r := region{calls: []partialCall{c}}
 		if st != scanMore {
 			r.done, r.end = true, j
@@ -103,7 +103,7 @@ func deepseekV3() *format {
 		callOpen, callEnd = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>"
 		sep, fence        = "<｜tool▁sep｜>", "```json"
 	)
-	return &format{markers: []string{open}, read: func(s string, final bool, _ toolTypes) region {
+	return &format{markers: []string{open}, read: func(s string, final bool, rd *reader) region {
 		var r region
 		i := len(open)
 		for {
@@ -141,7 +141,7 @@ func deepseekV3() *format {
 					return r
 				}
 			}
-			c.args, j, st = readArgs(s, j)
+			c.args, j, st = rd.readArgs(s, j)
 			r.calls = append(r.calls, c)
 			if st != scanDone {
 				if st == scanBad {
@@ -176,7 +176,7 @@ func kimiK2() *format {
 		callOpen, callEnd = "<|tool_call_begin|>", "<|tool_call_end|>"
 		argOpen           = "<|tool_call_argument_begin|>"
 	)
-	return &format{markers: []string{open}, read: func(s string, final bool, _ toolTypes) region {
+	return &format{markers: []string{open}, read: func(s string, final bool, rd *reader) region {
 		var r region
 		i := len(open)
 		for {
@@ -202,7 +202,7 @@ func kimiK2() *format {
 				name = name[:k]
 			}
 			c := partialCall{id: id, name: name}
-			c.args, j, st = readArgs(s, j)
+			c.args, j, st = rd.readArgs(s, j)
 			r.calls = append(r.calls, c)
 			if st != scanDone {
 				if st == scanBad {
@@ -224,13 +224,13 @@ func kimiK2() *format {
 // functionaryV31 reads functionary v3.1's <function=NAME>{...}</function>.
 func functionaryV31() *format {
 	const open, closing = "<function=", "</function>"
-	return &format{markers: []string{open}, read: func(s string, final bool, _ toolTypes) region {
+	return &format{markers: []string{open}, read: func(s string, final bool, rd *reader) region {
 		name, j, st := readName(s, len(open), ">")
 		if st != scanDone {
 			return region{reject: st == scanBad || final}
 		}
 		c := partialCall{name: name}
-		c.args, j, st = readArgs(s, j)
+		c.args, j, st = rd.readArgs(s, j)
 		r := region{calls: []partialCall{c}}
 		switch st {
 		case scanMore:
@@ -248,7 +248,7 @@ func functionaryV31() *format {
 // starts with a recipient.
 func functionaryV32() *format {
 	const open = ">>>"
-	return &format{markers: []string{open}, atStart: true, read: func(s string, final bool, _ toolTypes) region {
+	return &format{markers: []string{open}, atStart: true, read: func(s string, final bool, rd *reader) region {
 		i := 0
 		if strings.HasPrefix(s, open) {
 			i = len(open)
@@ -261,7 +261,7 @@ func functionaryV32() *format {
 			return region{done: true, end: j, pass: &passage{kind: Content, ends: []string{open}, keep: open}}
 		}
 		c := partialCall{name: name}
-		c.args, j, st = readArgs(s, j)
+		c.args, j, st = rd.readArgs(s, j)
 		r := region{calls: []partialCall{c}}
 		if st != scanMore {
 			r.done, r.end = true, j

@@ -110,7 +110,7 @@ type format struct {
 	// marker, or the format writes calls bare).
 	atStart bool
 	// read reads a region's text, which starts with its marker; final says no more follows.
-	read func(text string, final bool, tools toolTypes) region
+	read func(text string, final bool, rd *reader) region
 	// newID makes ids for calls whose syntax carries none (nil: randomID).
 	newID func() string
 }
@@ -118,7 +118,7 @@ type format struct {
 // Parser parses one output's tool calls incrementally. It is not safe for concurrent use.
 type Parser struct {
 	f     *format
-	tools toolTypes
+	rd    *reader
 	newID func() string
 
 	buf      string // content held back, or the open region's text
@@ -142,7 +142,7 @@ type regionSent struct {
 
 // newParser makes a parser for f.
 func newParser(f *format, opt Options) *Parser {
-	p := &Parser{f: f, tools: newToolTypes(opt.Tools), newID: opt.NewID}
+	p := &Parser{f: f, rd: &reader{tools: newToolTypes(opt.Tools)}, newID: opt.NewID}
 	if p.newID == nil {
 		p.newID = f.newID
 	}
@@ -245,7 +245,7 @@ func (p *Parser) advance(final bool) []Event {
 			p.buf = p.buf[len(p.buf)-keep:]
 			return evs
 		}
-		r := p.f.read(p.buf, final, p.tools)
+		r := p.f.read(p.buf, final, p.rd)
 		if r.reject && p.sentNothing() {
 			p.inRegion = false
 			emitContent(p.buf[:p.marker])
@@ -260,12 +260,8 @@ func (p *Parser) advance(final bool) []Event {
 		if r.done && r.end <= end {
 			end = max(r.end, p.marker) // a region takes its marker at least
 		}
-		for k := range p.openCalls {
-			if p.openCalls[k].Arguments == "" {
-				// A call that ended without arguments takes none.
-				p.openCalls[k].Arguments = "{}"
-				evs = append(evs, Event{Kind: CallArgs, Index: len(p.calls) + k, Text: "{}"})
-			}
+		if n := len(p.openCalls); n > 0 {
+			evs = p.closeArgs(n-1, evs)
 		}
 		p.calls = append(p.calls, p.openCalls...)
 		p.afterCalls = len(p.openCalls) > 0
@@ -281,6 +277,7 @@ func (p *Parser) advance(final bool) []Event {
 func (p *Parser) openRegion(n int) {
 	p.inRegion = true
 	p.marker = n
+	p.rd.forget()
 	p.sent = regionSent{}
 	p.openCalls = nil
 }
@@ -298,6 +295,9 @@ func (p *Parser) diff(r region, evs []Event) []Event {
 		}
 		index := len(p.calls) + i
 		if i == len(p.sent.args) {
+			if i > 0 {
+				evs = p.closeArgs(i-1, evs) // a call is complete once the next begins
+			}
 			id := c.id
 			if id == "" {
 				id = p.newID()
@@ -313,6 +313,15 @@ func (p *Parser) diff(r region, evs []Event) []Event {
 		}
 	}
 	return evs
+}
+
+// closeArgs gives open call k, now complete, "{}" for arguments when it had none.
+func (p *Parser) closeArgs(k int, evs []Event) []Event {
+	if p.openCalls[k].Arguments != "" {
+		return evs
+	}
+	p.openCalls[k].Arguments = "{}"
+	return append(evs, Event{Kind: CallArgs, Index: len(p.calls) + k, Text: "{}"})
 }
 
 // firstMarker returns the earliest position of any marker in s and that marker (the longest

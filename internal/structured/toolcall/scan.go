@@ -30,7 +30,7 @@ func skipSpace(s string, i int) int {
 // with encoding/json), or scanMore when s ends inside it. Brackets and strings are followed
 // as far as s goes, so a value is known bad once it is complete or its brackets mismatch;
 // the end of a bad value is where it was found bad.
-func valueEnd(s string, i int) (int, scan) {
+func (rd *reader) valueEnd(s string, i int) (int, scan) {
 	if i >= len(s) {
 		return i, scanMore
 	}
@@ -39,7 +39,7 @@ func valueEnd(s string, i int) (int, scan) {
 	case c == '"':
 		j, st = stringEnd(s, i)
 	case c == '{' || c == '[':
-		j, st = containerEnd(s, i)
+		j, st = rd.containerEnd(s, i)
 	case c == '-' || c >= '0' && c <= '9' || c == 't' || c == 'f' || c == 'n':
 		for j < len(s) && strings.IndexByte("+-.0123456789eEtruefalsn", s[j]) >= 0 {
 			j++
@@ -72,14 +72,41 @@ func stringEnd(s string, i int) (int, scan) {
 	return len(s), scanMore
 }
 
+// reader reads one region as its text grows: it knows the request's parameter types, and
+// remembers how far it scanned each JSON container, so that a region read again after more
+// text came scans only the new text of the value it is in (without it a long call's
+// arguments would be scanned again for every piece).
+type reader struct {
+	tools toolTypes
+	scans map[int]containerScan // by the container's start in the region's text
+}
+
+// containerScan is a container scanned up to next, with the brackets open there (inside
+// a string, next is the string's start).
+type containerScan struct {
+	next int
+	open []byte
+}
+
+// forget drops what was scanned: a new region starts.
+func (rd *reader) forget() { clear(rd.scans) }
+
 // containerEnd scans the JSON object or array that starts at s[i], following nesting and
-// strings (json.Valid checks the rest once it is complete).
-func containerEnd(s string, i int) (int, scan) {
+// strings (json.Valid checks the rest once it is complete), resuming where an earlier call
+// on a shorter text of the same region stopped.
+func (rd *reader) containerEnd(s string, i int) (int, scan) {
 	var open []byte
-	for j := i; j < len(s); j++ {
+	from := i
+	if c, ok := rd.scans[i]; ok && c.next <= len(s) {
+		from, open = c.next, slices.Clone(c.open)
+	}
+	for j := from; j < len(s); j++ {
 		switch c := s[j]; c {
 		case '"':
 			end, st := stringEnd(s, j)
+			if st == scanMore {
+				rd.remember(i, j, open)
+			}
 			if st != scanDone {
 				return end, st
 			}
@@ -96,7 +123,16 @@ func containerEnd(s string, i int) (int, scan) {
 			}
 		}
 	}
+	rd.remember(i, len(s), open)
 	return len(s), scanMore
+}
+
+// remember notes that the container at i is scanned up to next with open brackets open.
+func (rd *reader) remember(i, next int, open []byte) {
+	if rd.scans == nil {
+		rd.scans = map[int]containerScan{}
+	}
+	rd.scans[i] = containerScan{next: next, open: slices.Clone(open)}
 }
 
 // member is one member of a JSON object as far as the text goes.
@@ -108,7 +144,7 @@ type member struct {
 
 // readObject reads the members of the JSON object that starts at s[i] ('{'): those
 // complete, then the one the text ends in (its value partial), and where the object ends.
-func readObject(s string, i int) ([]member, int, scan) {
+func (rd *reader) readObject(s string, i int) ([]member, int, scan) {
 	var ms []member
 	j := i + 1
 	for {
@@ -147,7 +183,7 @@ func readObject(s string, i int) ([]member, int, scan) {
 		if j = skipSpace(s, j+1); j >= len(s) {
 			return append(ms, member{key: key}), j, scanMore
 		}
-		vend, st := valueEnd(s, j)
+		vend, st := rd.valueEnd(s, j)
 		switch st {
 		case scanBad:
 			// The value as far as it went: what a shorter text streamed of it.

@@ -49,7 +49,7 @@ func functionTags(open, closing string) *format {
 		fnOpen, fnClose = "<function=", "</function>"
 		pOpen, pClose   = "<parameter=", "</parameter>"
 	)
-	return &format{markers: []string{open}, read: func(s string, final bool, tt toolTypes) region {
+	return &format{markers: []string{open}, read: func(s string, final bool, rd *reader) region {
 		j, st := expect(s, len(open), fnOpen)
 		if st != scanDone {
 			return region{reject: st == scanBad || final}
@@ -58,7 +58,7 @@ func functionTags(open, closing string) *format {
 		if st != scanDone {
 			return region{reject: st == scanBad || final}
 		}
-		args := xmlArgs{fn: name, types: tt}
+		args := xmlArgs{fn: name, types: rd.tools}
 		r := region{calls: []partialCall{{name: name}}}
 		for {
 			if k, st := expect(s, j, pOpen); st == scanDone {
@@ -98,7 +98,7 @@ func glm45() *format {
 		kOpen, kClose = "<arg_key>", "</arg_key>"
 		vOpen, vClose = "<arg_value>", "</arg_value>"
 	)
-	return &format{markers: []string{open}, read: func(s string, final bool, tt toolTypes) region {
+	return &format{markers: []string{open}, read: func(s string, final bool, rd *reader) region {
 		rest := s[len(open):]
 		k, m := firstMarker(rest, []string{"\n", kOpen, closing})
 		if k < 0 {
@@ -113,7 +113,7 @@ func glm45() *format {
 		if m == "\n" {
 			j++
 		}
-		args := xmlArgs{fn: name, types: tt}
+		args := xmlArgs{fn: name, types: rd.tools}
 		r := region{calls: []partialCall{{name: name}}}
 		for {
 			if k, st := expect(s, j, kOpen); st == scanDone {
