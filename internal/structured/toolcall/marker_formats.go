@@ -103,59 +103,75 @@ func deepseekV3() *format {
 		callOpen, callEnd = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>"
 		sep, fence        = "<｜tool▁sep｜>", "```json"
 	)
-	return &format{markers: []string{open}, read: func(s string, final bool, rd *reader) region {
-		var r region
-		i := len(open)
-		for {
-			if j, st := expect(s, i, closing); st != scanBad {
-				if st == scanDone {
-					r.done, r.end = true, j
-				}
-				return withReject(r, st == scanMore && final)
-			}
-			j, st := expect(s, i, callOpen)
-			if st != scanDone {
-				if st == scanBad {
-					r.done, r.end = true, i
-				}
-				return withReject(r, st == scanBad || final)
-			}
-			first, j, st := until(s, j, sep)
-			if st != scanDone {
-				return withReject(r, final)
-			}
-			var c partialCall
-			if k := skipSpace(s, j); k < len(s) && (s[k] == '{' || s[k] == '[') {
-				c.name = strings.TrimSpace(first) // V3.1: the name, then the arguments
-			} else if k >= len(s) {
-				return withReject(r, final)
-			} else {
-				// V3, R1: the type, then the name on its line and the arguments in a fence.
-				if c.name, j, st = readName(s, j, "\n"); st != scanDone {
-					return withReject(r, st == scanBad || final)
-				}
-				if k, st := expect(s, j, fence); st == scanDone {
-					j = k
-				} else if st == scanMore {
-					r.calls = append(r.calls, c)
-					return r
-				}
-			}
-			c.args, j, st = rd.readArgs(s, j)
-			r.calls = append(r.calls, c)
-			if st != scanDone {
-				if st == scanBad {
-					r.done, r.end = true, j
-				}
-				return r
-			}
-			_, j, st = until(s, j, callEnd) // the fence's close and the call's end
-			if st != scanDone {
-				return r
-			}
-			i = j
+	call := func(s string, j int, rd *reader) (c partialCall, begun bool, next int, st scan) {
+		first, j, st := until(s, j, sep)
+		if st != scanDone {
+			return c, false, j, scanMore
 		}
+		if k := skipSpace(s, j); k < len(s) && (s[k] == '{' || s[k] == '[') {
+			c.name = strings.TrimSpace(first) // V3.1: the name, then the arguments
+		} else if k >= len(s) {
+			return c, false, j, scanMore
+		} else {
+			// V3, R1: the type, then the name on its line and the arguments in a fence.
+			if c.name, j, st = readName(s, j, "\n"); st != scanDone {
+				return c, false, j, st
+			}
+			if k, st := expect(s, j, fence); st == scanDone {
+				j = k
+			} else if st == scanMore {
+				return c, true, j, scanMore
+			}
+		}
+		if c.args, j, st = rd.readArgs(s, j); st != scanDone {
+			return c, true, j, st
+		}
+		_, j, st = until(s, j, callEnd) // the fence's close and the call's end
+		return c, true, j, st
+	}
+	return &format{markers: []string{open}, read: func(s string, final bool, rd *reader) region {
+		return readSection(s, final, rd, open, closing, callOpen, call)
 	}}
+}
+
+// sectionCall reads one call of a section at s[j], after its opening marker: the call, whether
+// it has begun (its name is known), where it ends and how far it got. A call begun and then
+// bad ends the section where it went bad.
+type sectionCall func(s string, j int, rd *reader) (c partialCall, begun bool, next int, st scan)
+
+// readSection reads a section of calls: the open marker, calls each opened by callOpen and
+// read by call, then closing. What stands where a call or the close should is content.
+func readSection(s string, final bool, rd *reader, open, closing, callOpen string, call sectionCall) region {
+	var r region
+	i := len(open)
+	for {
+		if j, st := expect(s, i, closing); st != scanBad {
+			if st == scanDone {
+				r.done, r.end = true, j
+			}
+			return withReject(r, st == scanMore && final)
+		}
+		j, st := expect(s, i, callOpen)
+		if st != scanDone {
+			if st == scanBad {
+				r.done, r.end = true, i
+			}
+			return withReject(r, st == scanBad || final)
+		}
+		c, begun, next, st := call(s, j, rd)
+		if !begun {
+			return withReject(r, st == scanBad || final)
+		}
+		r.calls = append(r.calls, c)
+		switch st {
+		case scanMore:
+			return r
+		case scanBad:
+			r.done, r.end = true, next
+			return r
+		}
+		i = next
+	}
 }
 
 // withReject marks r rejected when reject holds and it has no call: a region that began a
@@ -176,48 +192,23 @@ func kimiK2() *format {
 		callOpen, callEnd = "<|tool_call_begin|>", "<|tool_call_end|>"
 		argOpen           = "<|tool_call_argument_begin|>"
 	)
-	return &format{markers: []string{open}, read: func(s string, final bool, rd *reader) region {
-		var r region
-		i := len(open)
-		for {
-			if j, st := expect(s, i, closing); st != scanBad {
-				if st == scanDone {
-					r.done, r.end = true, j
-				}
-				return withReject(r, st == scanMore && final)
-			}
-			j, st := expect(s, i, callOpen)
-			if st != scanDone {
-				if st == scanBad {
-					r.done, r.end = true, i
-				}
-				return withReject(r, st == scanBad || final)
-			}
-			id, j, st := readName(s, j, argOpen)
-			if st != scanDone {
-				return withReject(r, st == scanBad || final)
-			}
-			name := strings.TrimPrefix(id, "functions.")
-			if k := strings.LastIndexByte(name, ':'); k > 0 {
-				name = name[:k]
-			}
-			c := partialCall{id: id, name: name}
-			c.args, j, st = rd.readArgs(s, j)
-			r.calls = append(r.calls, c)
-			if st != scanDone {
-				if st == scanBad {
-					r.done, r.end = true, j
-				}
-				return r
-			}
-			if j, st = expect(s, j, callEnd); st != scanDone {
-				if st == scanBad {
-					r.done, r.end = true, j
-				}
-				return r
-			}
-			i = j
+	call := func(s string, j int, rd *reader) (c partialCall, begun bool, next int, st scan) {
+		id, j, st := readName(s, j, argOpen)
+		if st != scanDone {
+			return c, false, j, st
 		}
+		c.id, c.name = id, strings.TrimPrefix(id, "functions.")
+		if k := strings.LastIndexByte(c.name, ':'); k > 0 {
+			c.name = c.name[:k]
+		}
+		if c.args, j, st = rd.readArgs(s, j); st != scanDone {
+			return c, true, j, st
+		}
+		j, st = expect(s, j, callEnd)
+		return c, true, j, st
+	}
+	return &format{markers: []string{open}, read: func(s string, final bool, rd *reader) region {
+		return readSection(s, final, rd, open, closing, callOpen, call)
 	}}
 }
 
