@@ -28,6 +28,8 @@ type scriptedFamily struct {
 	Calls    []scriptCall `json:"calls"`
 	// Parallel: the family writes more than one call a turn (the reply holds two).
 	Parallel bool `json:"parallel"`
+	// Reasoning is the thinking the parser separates.
+	Reasoning string `json:"reasoning"`
 }
 
 // scriptCall is a call a scripted reply makes.
@@ -74,7 +76,7 @@ var scriptedFamilies = []scriptedFamily{
 		reply: "<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</parameter>\n<parameter=days>3</parameter>\n</function>\n</seed:tool_call>", Calls: []scriptCall{parisCall}},
 	{Name: "apriel", template: "unsloth-Apriel-1.5.jinja", Parallel: true,
 		reply: `<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris", "days": 3}}, {"name": "get_time", "arguments": {"tz": "Europe/Paris"}}]</tool_calls>`, Calls: twoCalls},
-	{Name: "openai", template: "openai-gpt-oss-120b.jinja",
+	{Name: "openai", template: "openai-gpt-oss-120b.jinja", Reasoning: "The user wants the weather.",
 		reply: "<|channel|>analysis<|message|>The user wants the weather.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\", \"days\": 3}<|call|>", Calls: []scriptCall{parisCall}},
 }
 
@@ -213,12 +215,15 @@ func TestToolCallsScripted(t *testing.T) {
 			env.post(t, "/v1/chat/completions", toolsBody(nil), &res)
 			c := res.Choices[0]
 			checkToolCalls(t, c.Message.ToolCalls, f.Calls)
-			if c.Message.text() != f.Content || c.FinishReason == nil || *c.FinishReason != "tool_calls" {
-				t.Errorf("content %q, finish %v; want %q, tool_calls", c.Message.text(), c.FinishReason, f.Content)
+			if c.Message.text() != f.Content || c.Message.ReasoningContent != f.Reasoning || c.FinishReason == nil || *c.FinishReason != "tool_calls" {
+				t.Errorf("content %q, reasoning %q, finish %v; want %q, %q, tool_calls", c.Message.text(), c.Message.ReasoningContent, c.FinishReason, f.Content, f.Reasoning)
+			}
+			if f.Content == "" && c.Message.Content != nil {
+				t.Errorf("content %q, want null beside the calls", *c.Message.Content)
 			}
 
 			events := env.stream(t, "/v1/chat/completions", toolsBody(map[string]any{"stream": true}))
-			var content string
+			var content, reasoning string
 			var calls []toolCallOut
 			var finish string
 			pieces := 0
@@ -231,6 +236,7 @@ func TestToolCallsScripted(t *testing.T) {
 				if d.Content != nil {
 					content += *d.Content
 				}
+				reasoning += d.ReasoningContent
 				for _, tc := range d.ToolCalls {
 					if tc.Index == len(calls) {
 						if tc.ID == "" || tc.Function.Name == "" {
@@ -250,8 +256,8 @@ func TestToolCallsScripted(t *testing.T) {
 				}
 			}
 			checkToolCalls(t, calls, f.Calls)
-			if content != f.Content || finish != "tool_calls" {
-				t.Errorf("streamed content %q, finish %q; want %q, tool_calls", content, finish, f.Content)
+			if content != f.Content || reasoning != f.Reasoning || finish != "tool_calls" {
+				t.Errorf("streamed content %q, reasoning %q, finish %q; want %q, %q, tool_calls", content, reasoning, finish, f.Content, f.Reasoning)
 			}
 			if pieces < len(f.Calls) {
 				t.Errorf("%d argument pieces after the calls' starts: the arguments did not stream", pieces)
@@ -311,6 +317,18 @@ func TestToolChoice(t *testing.T) {
 	}
 	if _, err := New(plain.eng, Config{ToolCallParser: "nope"}); err == nil || !strings.Contains(err.Error(), "hermes") {
 		t.Errorf("New with an unknown parser: %v", err)
+	}
+
+	// A grammar that cannot be built from the tools is the request's 400.
+	refusing := newTestEnv(t, kvasir.Options{}, Config{ToolCallParser: "hermes", ToolGrammar: func(c ToolChoice) ([]kvasir.Processor, error) {
+		if c.Mode != "required" || c.Parser != "hermes" || len(c.Tools) != 2 || !c.Parallel {
+			t.Errorf("ToolGrammar given %+v", c)
+		}
+		return nil, fmt.Errorf("tools[0].function.parameters: unsupported keyword %q", "not")
+	}})
+	b, _ := json.Marshal(toolsBody(map[string]any{"tool_choice": "required"}))
+	if status, body := refusing.do(t, http.MethodPost, "/v1/chat/completions", b); status != http.StatusBadRequest || !strings.Contains(string(body), "unsupported keyword") {
+		t.Errorf("a grammar that fails: status %d: %s", status, body)
 	}
 }
 

@@ -2,8 +2,8 @@
 // official openai npm client: tools in the request, tool_calls parsed from the reply, not
 // streamed and streamed.
 //
-// Environment: KVASIR_TOOL_SERVERS, a JSON list of {name, baseURL, model, content, calls:
-// [{name, arguments}]}, and KVASIR_TOOLS, the tools to send.
+// Environment: KVASIR_TOOL_SERVERS, a JSON list of {name, baseURL, model, content,
+// reasoning, calls: [{name, arguments}]}, and KVASIR_TOOLS, the tools to send.
 // internal/server/openai_npm_tools_test.go starts the servers and runs this file.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -36,6 +36,7 @@ for (const s of servers) {
     assert.equal(choice.finish_reason, 'tool_calls');
     assert.equal(choice.message.role, 'assistant');
     assert.equal(choice.message.content ?? '', s.content);
+    assert.equal(choice.message.reasoning_content ?? '', s.reasoning);
     checkCalls(choice.message.tool_calls, s.calls);
   });
 
@@ -43,11 +44,13 @@ for (const s of servers) {
     const stream = await client.chat.completions.create({ model: s.model, messages, tools, max_tokens: 600, stream: true });
     const calls = [];
     let content = '';
+    let reasoning = '';
     let finish = null;
     for await (const chunk of stream) {
       const choice = chunk.choices[0];
       if (!choice) continue;
       content += choice.delta.content ?? '';
+      reasoning += choice.delta.reasoning_content ?? '';
       for (const tc of choice.delta.tool_calls ?? []) {
         if (tc.index === calls.length) {
           assert.ok(tc.id && tc.function?.name, `call ${tc.index} starts with its id and name`);
@@ -61,6 +64,7 @@ for (const s of servers) {
     }
     assert.equal(finish, 'tool_calls');
     assert.equal(content, s.content);
+    assert.equal(reasoning, s.reasoning);
     checkCalls(calls, s.calls);
   });
 }
