@@ -175,102 +175,130 @@ func (p *Parser) Finish() []Event {
 // Calls returns the complete calls, in order (all of them once Finish has been called).
 func (p *Parser) Calls() []Call { return p.calls }
 
-// advance hands out what the buffered text settles.
+// advance hands out what the buffered text settles: the text is in a passage, in content,
+// or in a region, and each step either moves on (a passage or region ended, a region
+// opened) or waits for more text.
 func (p *Parser) advance(final bool) []Event {
 	var evs []Event
-	emitContent := func(s string) {
-		if s != "" {
-			evs = append(evs, Event{Kind: Content, Text: s})
-		}
-	}
 	for {
-		if p.pass != nil {
-			k, m := firstMarker(p.buf, p.pass.ends)
-			if k < 0 {
-				k = len(p.buf)
-				if !final {
-					k -= heldPrefix(p.buf, p.pass.ends)
-				}
-			}
-			if k > 0 {
-				evs = append(evs, Event{Kind: p.pass.kind, Text: p.buf[:k]})
-			}
-			if m == "" {
-				p.buf = p.buf[k:]
-				if final {
-					p.pass = nil
-					continue
-				}
-				return evs
-			}
-			if m != p.pass.keep {
-				k += len(m)
-			}
-			p.buf, p.pass = p.buf[k:], nil
-			continue
+		var again bool
+		switch {
+		case p.pass != nil:
+			evs, again = p.advancePassage(evs, final)
+		case p.inRegion:
+			evs, again = p.advanceRegion(evs, final)
+		default:
+			evs, again = p.advanceContent(evs, final)
 		}
-		if !p.inRegion {
-			if !p.started && p.f.atStart {
-				p.started = true
-				p.openRegion(0)
-				continue
-			}
-			if p.buf == "" {
-				return evs
-			}
-			p.started = true
-			if p.afterCalls {
-				rest := strings.TrimLeft(p.buf, " \t\r\n")
-				if !final && heldPrefix(rest, p.f.markers) == len(rest) {
-					return evs // whitespace, or whitespace and what may open a region
-				}
-				if i, _ := firstMarker(rest, p.f.markers); i == 0 || rest == "" {
-					p.buf = rest
-				}
-				p.afterCalls = false
-				continue
-			}
-			i, m := firstMarker(p.buf, p.f.markers)
-			if i >= 0 {
-				emitContent(p.buf[:i])
-				p.buf = p.buf[i:]
-				p.openRegion(len(m))
-				continue
-			}
-			keep := 0
-			if !final {
-				keep = heldPrefix(p.buf, p.f.markers)
-			}
-			emitContent(p.buf[:len(p.buf)-keep])
-			p.buf = p.buf[len(p.buf)-keep:]
+		if !again {
 			return evs
-		}
-		r := p.f.read(p.buf, final, p.rd)
-		if r.reject && p.sentNothing() {
-			p.inRegion = false
-			emitContent(p.buf[:p.marker])
-			p.buf = p.buf[p.marker:]
-			continue
-		}
-		evs = p.diff(r, evs)
-		if !r.done && !final {
-			return evs
-		}
-		end := len(p.buf)
-		if r.done && r.end <= end {
-			end = max(r.end, p.marker) // a region takes its marker at least
-		}
-		if n := len(p.openCalls); n > 0 {
-			evs = p.closeArgs(n-1, evs)
-		}
-		p.calls = append(p.calls, p.openCalls...)
-		p.afterCalls = len(p.openCalls) > 0
-		p.buf = p.buf[end:]
-		p.inRegion = false
-		if r.done {
-			p.pass = r.pass
 		}
 	}
+}
+
+// advancePassage hands out the passage's text up to its end, or all but what may start
+// the end.
+func (p *Parser) advancePassage(evs []Event, final bool) ([]Event, bool) {
+	k, m := firstMarker(p.buf, p.pass.ends)
+	if k < 0 {
+		k = len(p.buf)
+		if !final {
+			k -= heldPrefix(p.buf, p.pass.ends)
+		}
+	}
+	if k > 0 {
+		evs = append(evs, Event{Kind: p.pass.kind, Text: p.buf[:k]})
+	}
+	if m == "" {
+		p.buf = p.buf[k:]
+		if final {
+			p.pass = nil
+		}
+		return evs, final
+	}
+	if m != p.pass.keep {
+		k += len(m)
+	}
+	p.buf, p.pass = p.buf[k:], nil
+	return evs, true
+}
+
+// advanceContent hands out content up to the first marker, which opens a region, or all but
+// what may start a marker.
+func (p *Parser) advanceContent(evs []Event, final bool) ([]Event, bool) {
+	if !p.started && p.f.atStart {
+		p.started = true
+		p.openRegion(0)
+		return evs, true
+	}
+	if p.buf == "" {
+		return evs, false
+	}
+	p.started = true
+	if p.afterCalls {
+		rest := strings.TrimLeft(p.buf, " \t\r\n")
+		if !final && heldPrefix(rest, p.f.markers) == len(rest) {
+			return evs, false // whitespace, or whitespace and what may open a region
+		}
+		if i, _ := firstMarker(rest, p.f.markers); i == 0 || rest == "" {
+			p.buf = rest
+		}
+		p.afterCalls = false
+		return evs, true
+	}
+	i, m := firstMarker(p.buf, p.f.markers)
+	if i >= 0 {
+		evs = contentEvent(evs, p.buf[:i])
+		p.buf = p.buf[i:]
+		p.openRegion(len(m))
+		return evs, true
+	}
+	keep := 0
+	if !final {
+		keep = heldPrefix(p.buf, p.f.markers)
+	}
+	evs = contentEvent(evs, p.buf[:len(p.buf)-keep])
+	p.buf = p.buf[len(p.buf)-keep:]
+	return evs, false
+}
+
+// advanceRegion reads the open region and hands out what is new; a region that ends (or
+// the output's end) closes it, a rejected one gives its marker back as content.
+func (p *Parser) advanceRegion(evs []Event, final bool) ([]Event, bool) {
+	r := p.f.read(p.buf, final, p.rd)
+	if r.reject && p.sentNothing() {
+		p.inRegion = false
+		evs = contentEvent(evs, p.buf[:p.marker])
+		p.buf = p.buf[p.marker:]
+		return evs, true
+	}
+	evs = p.diff(r, evs)
+	if !r.done && !final {
+		return evs, false
+	}
+	end := len(p.buf)
+	if r.done && r.end <= end {
+		end = max(r.end, p.marker) // a region takes its marker at least
+	}
+	if n := len(p.openCalls); n > 0 {
+		evs = p.closeArgs(n-1, evs)
+	}
+	p.calls = append(p.calls, p.openCalls...)
+	p.afterCalls = len(p.openCalls) > 0
+	p.buf = p.buf[end:]
+	p.inRegion = false
+	if r.done {
+		p.pass = r.pass
+	}
+	return evs, true
+}
+
+// contentEvent appends a Content event of s, unless s is empty.
+func contentEvent(evs []Event, s string) []Event {
+	if s == "" {
+		return evs
+	}
+	return append(evs, Event{Kind: Content, Text: s})
 }
 
 // openRegion starts a region at the head of buf whose marker is n bytes long.
