@@ -9,12 +9,14 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/kvasir-llm/kvasir"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/server"
+	"github.com/kvasir-llm/kvasir/internal/structured/toolcall"
 )
 
 func init() {
@@ -28,6 +30,7 @@ func runServe(args []string) error {
 	apiKey := fs.String("api-key", "", "require this key as \"Authorization: Bearer KEY\" (default: the environment variable KVASIR_API_KEY, read when the flag is not given)")
 	served := fs.String("served-model-name", "", "comma-separated names the model is served under (default: the model's name)")
 	chatTemplate := fs.String("chat-template", "", "a Jinja chat template file overriding the model's")
+	toolParser := fs.String("tool-call-parser", "", "the tool-call syntax chat replies are parsed in: "+strings.Join(toolcall.Names(), ", ")+" (default: detected from the chat template)")
 	ef := addEngineFlags(fs, allEngineFlags)
 	tf := addChatTemplateFlags(fs)
 	maxBody := fs.Int64("max-request-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (larger: 413)")
@@ -38,7 +41,7 @@ func runServe(args []string) error {
 		return err
 	}
 	envDefault(fs, "api-key", "KVASIR_API_KEY", apiKey)
-	cfg := server.Config{APIKey: *apiKey, MaxBodyBytes: *maxBody, Limits: *limits}
+	cfg := server.Config{APIKey: *apiKey, MaxBodyBytes: *maxBody, Limits: *limits, ToolCallParser: *toolParser}
 	if err := cf.apply(&cfg); err != nil {
 		return err
 	}
@@ -83,6 +86,11 @@ func runServe(args []string) error {
 	if err != nil {
 		eng.Close()
 		return err
+	}
+	if p := srv.ToolCallParser(); p != "" {
+		log.Info("tool calls", "parser", p, "detected", *toolParser == "")
+	} else {
+		log.Info("tool calls: the chat template shows no tool-call syntax kvasir knows; requests with tools need --tool-call-parser (or tool_choice none)")
 	}
 	log.Info("connections", "max_connections", cfg.MaxConnections, "header_timeout", cfg.HeaderTimeout, "body_timeout", cfg.BodyTimeout,
 		"write_timeout", cfg.WriteTimeout, "allowed_hosts", cfg.AllowedHosts, "allowed_origins", cfg.AllowedOrigins)

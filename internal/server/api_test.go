@@ -86,10 +86,10 @@ func TestSamplingN(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for i, c := range res.Choices {
-		if c.Index != i || c.Message == nil || c.Message.Role != "assistant" || c.Message.Content == "" {
+		if c.Index != i || c.Message == nil || c.Message.Role != "assistant" || c.Message.text() == "" {
 			t.Errorf("choice %d: %+v", i, c)
 		}
-		seen[c.Message.Content] = true
+		seen[c.Message.text()] = true
 	}
 	if len(seen) < 2 {
 		t.Errorf("sampled choices are all the same: %v", seen)
@@ -100,8 +100,8 @@ func TestSamplingN(t *testing.T) {
 		"temperature": 1.0, "seed": 42, "ignore_eos": true,
 	}, &again)
 	for i := range res.Choices {
-		if res.Choices[i].Message.Content != again.Choices[i].Message.Content {
-			t.Errorf("choice %d not reproducible with a seed: %q vs %q", i, res.Choices[i].Message.Content, again.Choices[i].Message.Content)
+		if res.Choices[i].Message.text() != again.Choices[i].Message.text() {
+			t.Errorf("choice %d not reproducible with a seed: %q vs %q", i, res.Choices[i].Message.text(), again.Choices[i].Message.text())
 		}
 	}
 }
@@ -114,8 +114,8 @@ func TestChatContentParts(t *testing.T) {
 	env.post(t, "/v1/chat/completions", map[string]any{"messages": []map[string]any{
 		{"role": "user", "content": []map[string]any{{"type": "text", "text": "hello"}, {"type": "text", "text": "world"}}}},
 		"max_tokens": 5, "temperature": 0, "response_format": map[string]any{"type": "text"}}, &b)
-	if a.Choices[0].Message.Content != b.Choices[0].Message.Content {
-		t.Errorf("content parts render differently: %q vs %q", a.Choices[0].Message.Content, b.Choices[0].Message.Content)
+	if a.Choices[0].Message.text() != b.Choices[0].Message.text() {
+		t.Errorf("content parts render differently: %q vs %q", a.Choices[0].Message.text(), b.Choices[0].Message.text())
 	}
 	// /tokenize renders messages with the same template.
 	var tok struct {

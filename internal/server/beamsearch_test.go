@@ -86,7 +86,7 @@ func TestBeamSearch(t *testing.T) {
 	msgs := []map[string]any{{"role": "user", "content": "hi"}}
 	var chat chatResponse
 	env.post(t, "/v1/chat/completions", map[string]any{"messages": msgs, "max_tokens": gen, "ignore_eos": true, "use_beam_search": true, "n": 2}, &chat)
-	if len(chat.Choices) != 2 || chat.Choices[0].Message.Content == chat.Choices[1].Message.Content || chat.Usage.CompletionTokens != 2*gen {
+	if len(chat.Choices) != 2 || chat.Choices[0].Message.text() == chat.Choices[1].Message.text() || chat.Usage.CompletionTokens != 2*gen {
 		t.Fatalf("chat beams %+v, usage %+v", chat.Choices, chat.Usage)
 	}
 	events = env.stream(t, "/v1/chat/completions", map[string]any{"messages": msgs, "max_tokens": gen, "ignore_eos": true, "use_beam_search": true, "n": 2, "stream": true})
@@ -99,8 +99,8 @@ func TestBeamSearch(t *testing.T) {
 			t.Fatal(err)
 		}
 		got := c.Choices[0]
-		if got.Index != i || got.Delta.Content == nil || *got.Delta.Content != chat.Choices[i].Message.Content || got.FinishReason == nil {
-			t.Errorf("chat chunk %d: %+v, want beam %d %q", i, got, i, chat.Choices[i].Message.Content)
+		if got.Index != i || got.Delta.Content == nil || *got.Delta.Content != chat.Choices[i].Message.text() || got.FinishReason == nil {
+			t.Errorf("chat chunk %d: %+v, want beam %d %q", i, got, i, chat.Choices[i].Message.text())
 		}
 	}
 }

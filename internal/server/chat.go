@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvasir-llm/kvasir"
 	"github.com/kvasir-llm/kvasir/internal/chat"
+	"github.com/kvasir-llm/kvasir/internal/structured/toolcall"
 )
 
 // handleChat answers POST /v1/chat/completions.
@@ -22,7 +23,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
-	kreq, apiErr := s.chatRequest(ctx, &req)
+	kreq, tools, apiErr := s.chatRequest(ctx, &req)
 	if apiErr != nil {
 		writeError(w, apiErr)
 		return
@@ -37,7 +38,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	base := chatResponse{ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: s.modelName()}
 	if req.Stream {
 		base.Object = "chat.completion.chunk"
-		s.streamChat(w, ch, base, &req, n, kreq.Params.Logprobs)
+		s.streamChat(w, ch, base, &req, n, kreq.Params.Logprobs, tools)
 		return
 	}
 	res, apiErr := collect(ch, 1, n)
@@ -49,8 +50,8 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	base.Choices = make([]chatChoice, n)
 	for i := range res.choices {
 		cs := &res.choices[i]
-		c := chatChoice{Index: i, Message: &chatMessageOut{Role: "assistant", Content: cs.text.String()},
-			FinishReason: strPtr(cs.finish), StopReason: cs.stop}
+		c := chatChoice{Index: i, Message: replyMessage(cs.text.String(), tools), StopReason: cs.stop}
+		c.FinishReason = strPtr(toolFinish(cs.finish, len(c.Message.ToolCalls) > 0))
 		if kreq.Params.Logprobs {
 			c.Logprobs = s.chatLogprobs(cs.tokens, cs.logprobs)
 		}
@@ -64,35 +65,43 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 }
 
 // chatRequest validates a chat request, renders its messages (stopping when ctx ends) and
-// makes the engine request.
-func (s *Server) chatRequest(ctx context.Context, req *chatRequest) (kvasir.Request, *APIError) {
+// makes the engine request, with how its replies are parsed for tool calls (nil: not).
+func (s *Server) chatRequest(ctx context.Context, req *chatRequest) (kvasir.Request, *toolRequest, *APIError) {
 	maxTokens, maxParam := req.MaxTokens, "max_tokens"
 	if req.MaxCompletionTokens != nil {
 		maxTokens, maxParam = req.MaxCompletionTokens, "max_completion_tokens"
 	}
 	params, apiErr := req.params(maxTokens, maxParam, 0, s.sampling)
 	if apiErr != nil {
-		return kvasir.Request{}, apiErr
+		return kvasir.Request{}, nil, apiErr
 	}
 	if req.TopLogprobs != nil {
 		if !req.Logprobs && *req.TopLogprobs > 0 {
-			return kvasir.Request{}, badRequest("top_logprobs", "top_logprobs needs logprobs set to true")
+			return kvasir.Request{}, nil, badRequest("top_logprobs", "top_logprobs needs logprobs set to true")
 		}
 		if *req.TopLogprobs < 0 || *req.TopLogprobs > MaxTopLogprobs {
-			return kvasir.Request{}, badRequest("top_logprobs", "top_logprobs must be in [0, %d], got %d", MaxTopLogprobs, *req.TopLogprobs)
+			return kvasir.Request{}, nil, badRequest("top_logprobs", "top_logprobs must be in [0, %d], got %d", MaxTopLogprobs, *req.TopLogprobs)
 		}
 		params.TopLogprobs = *req.TopLogprobs
 	}
 	params.Logprobs = req.Logprobs
 	for _, apiErr := range []*APIError{req.promptLogprobsParams(&params), req.beamSearchParams(&params),
-		checkResponseFormat(req.ResponseFormat), checkTools(req.Tools, req.ToolChoice),
-		checkContinueFinal(req.AddGenerationPrompt, req.ContinueFinal)} {
+		checkResponseFormat(req.ResponseFormat), checkContinueFinal(req.AddGenerationPrompt, req.ContinueFinal)} {
 		if apiErr != nil {
-			return kvasir.Request{}, apiErr
+			return kvasir.Request{}, nil, apiErr
 		}
 	}
+	tools, procs, apiErr := s.toolRequest(req)
+	if apiErr != nil {
+		return kvasir.Request{}, nil, apiErr
+	}
+	if tools != nil && req.SkipSpecialTokens == nil {
+		// Tool-call syntax is often made of special tokens ([TOOL_CALLS], <|python_tag|>):
+		// the parser must see them.
+		params.KeepSpecialTokens = true
+	}
 	if apiErr := s.cfg.checkRequest(params.Stop, 1, params); apiErr != nil {
-		return kvasir.Request{}, apiErr
+		return kvasir.Request{}, nil, apiErr
 	}
 	n, maxLen := max(params.N, 1), s.eng.MaxModelLen()
 	if params.MaxTokens > 0 {
@@ -100,13 +109,13 @@ func (s *Server) chatRequest(ctx context.Context, req *chatRequest) (kvasir.Requ
 		var lps logprobCount
 		lps.generated(params, n, params.MaxTokens, maxLen)
 		if apiErr := s.cfg.checkLogprobs(lps, logprobsParam(params)); apiErr != nil {
-			return kvasir.Request{}, apiErr
+			return kvasir.Request{}, nil, apiErr
 		}
 	}
 	addGen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
 	ids, apiErr := s.renderChat(ctx, req.Messages, req.Tools, addGen, req.ContinueFinal, req.ChatTemplateKwargs)
 	if apiErr != nil {
-		return kvasir.Request{}, apiErr
+		return kvasir.Request{}, nil, apiErr
 	}
 	var lps logprobCount
 	outTokens := params.MaxTokens
@@ -118,9 +127,9 @@ func (s *Server) chatRequest(ctx context.Context, req *chatRequest) (kvasir.Requ
 		lps.add(1, len(ids), params.PromptTopLogprobs)
 	}
 	if apiErr := s.cfg.checkLogprobs(lps, logprobsParam(params)); apiErr != nil {
-		return kvasir.Request{}, apiErr
+		return kvasir.Request{}, nil, apiErr
 	}
-	return kvasir.Request{PromptTokens: ids, Params: params, Priority: req.Priority, CacheSalt: req.CacheSalt}, nil
+	return kvasir.Request{PromptTokens: ids, Params: params, Priority: req.Priority, CacheSalt: req.CacheSalt, Processors: procs}, tools, nil
 }
 
 // renderChat validates messages, renders them with the chat template and tokenizes the
@@ -255,10 +264,25 @@ func messageBytes(m chat.Message) int {
 	return n
 }
 
+// replyMessage is the assistant message of a reply: its text, or with tools the content,
+// reasoning and calls the parser reads in it.
+func replyMessage(text string, tools *toolRequest) *chatMessageOut {
+	if tools == nil {
+		return &chatMessageOut{Role: "assistant", Content: &text}
+	}
+	r := tools.parseReply(text)
+	m := &chatMessageOut{Role: "assistant", ToolCalls: r.calls, ReasoningContent: r.reasoning}
+	if r.content != "" || len(r.calls) == 0 {
+		m.Content = &r.content
+	}
+	return m
+}
+
 // streamChat streams chat.completion.chunk events: first a role delta per choice, then
-// content deltas, finish_reason on each choice's last chunk, an optional usage chunk, and
-// [DONE].
-func (s *Server) streamChat(w http.ResponseWriter, ch <-chan item, base chatResponse, req *chatRequest, n int, logprobs bool) {
+// content deltas (with tools: content, reasoning and tool_calls deltas as each choice's
+// parser reads them), finish_reason on each choice's last chunk, an optional usage chunk,
+// and [DONE].
+func (s *Server) streamChat(w http.ResponseWriter, ch <-chan item, base chatResponse, req *chatRequest, n int, logprobs bool, tools *toolRequest) {
 	sse := newSSE(w, int(s.cfg.MaxStreamBuffer))
 	defer sse.close()
 	u := usageTracker{last: make([]kvasir.Usage, 1)}
@@ -276,6 +300,12 @@ func (s *Server) streamChat(w http.ResponseWriter, ch <-chan item, base chatResp
 			return
 		}
 	}
+	parsers := make([]*replyStream, n)
+	if tools != nil {
+		for i := range parsers {
+			parsers[i] = &replyStream{tools: tools, p: tools.newParser()}
+		}
+	}
 	for it := range ch {
 		o := it.Out
 		u.update(it)
@@ -289,12 +319,18 @@ func (s *Server) streamChat(w http.ResponseWriter, ch <-chan item, base chatResp
 			continue
 		}
 		c := chatChoice{Index: o.Index, Delta: &chatDelta{}, FinishReason: strPtr(o.FinishReason), StopReason: stopReason(o)}
-		if o.Text != "" {
+		if rs := parsers[o.Index]; rs != nil {
+			*c.Delta = rs.feed(o.Text, o.FinishReason != "")
+			c.FinishReason = strPtr(toolFinish(o.FinishReason, rs.calls))
+		} else if o.Text != "" {
 			text := o.Text
 			c.Delta.Content = &text
 		}
 		if logprobs {
 			c.Logprobs = s.chatLogprobs(o.TokenIDs, o.Logprobs)
+		}
+		if c.Delta.empty() && c.FinishReason == nil && c.Logprobs == nil {
+			continue // the parser holds the text back
 		}
 		if !chunk(c) {
 			return
@@ -326,4 +362,24 @@ func (s *Server) chatLogprobs(ids []int32, lps []kvasir.Logprob) *chatLogprobs {
 		out.Content = append(out.Content, e)
 	}
 	return out
+}
+
+// replyStream is one streamed choice's tool-call parser.
+type replyStream struct {
+	tools *toolRequest
+	p     *toolcall.Parser
+	calls bool // a call has begun
+}
+
+// feed parses the next text of the reply (and its end, when last) into a delta.
+func (rs *replyStream) feed(text string, last bool) chatDelta {
+	evs := rs.p.Feed(text)
+	if last {
+		evs = append(evs, rs.p.Finish()...)
+	}
+	d := rs.tools.delta(evs)
+	if len(d.ToolCalls) > 0 {
+		rs.calls = true
+	}
+	return d
 }

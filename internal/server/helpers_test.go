@@ -40,18 +40,25 @@ func newTinyEngine(t testing.TB, opt kvasir.Options) *kvasir.Engine {
 // the same bits whatever the batch or the prefill shape.
 func newTinyEngineOf(t testing.TB, opt kvasir.Options, wt quant.Type) *kvasir.Engine {
 	t.Helper()
+	return openTinyEngine(t, opt, wt, testContextLen, testChatTemplate)
+}
+
+// openTinyEngine opens an engine on the tiny model with weights of type wt, a context of
+// contextLen tokens and the chat template given.
+func openTinyEngine(t testing.TB, opt kvasir.Options, wt quant.Type, contextLen int, template string) *kvasir.Engine {
+	t.Helper()
 	shape, err := synth.Lookup("smollm2-135m")
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := shape.Config
-	c.Layers, c.VocabSize, c.Dim, c.Heads, c.KVHeads, c.HeadDim, c.RopeDim, c.FFNDim, c.ContextLen = 2, 320, 64, 4, 2, 16, 16, 128, testContextLen
+	c.Layers, c.VocabSize, c.Dim, c.Heads, c.KVHeads, c.HeadDim, c.RopeDim, c.FFNDim, c.ContextLen = 2, 320, 64, 4, 2, 16, 16, 128, contextLen
 	shape.Config = c
 	fm, err := synth.Model(shape, wt, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fm.ChatTemplate = testChatTemplate
+	fm.ChatTemplate = template
 	if opt.Threads == 0 {
 		opt.Threads = 2
 	}

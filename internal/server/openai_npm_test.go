@@ -24,48 +24,17 @@ import (
 // under node --test) against it; then it sends SIGTERM and expects a clean exit. It skips
 // only when node or npm is missing and KVASIR_REQUIRE_TESTDATA is unset.
 func TestOpenAINpmClient(t *testing.T) {
-	node, nodeErr := exec.LookPath("node")
-	npm, npmErr := exec.LookPath("npm")
-	if nodeErr != nil || npmErr != nil {
-		if os.Getenv("KVASIR_REQUIRE_TESTDATA") != "" {
-			t.Fatalf("node and npm are required (KVASIR_REQUIRE_TESTDATA is set): node: %v, npm: %v", nodeErr, npmErr)
-		}
-		t.Skipf("node or npm not installed (node: %v, npm: %v)", nodeErr, npmErr)
-	}
-	dir := t.TempDir()
-	src := filepath.Join("..", "..", "test", "openai")
-	for _, name := range []string{"package.json", "package-lock.json", "openai.test.mjs"} {
-		b, err := os.ReadFile(filepath.Join(src, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
-
-	// Install the client while the binary builds.
-	var wg sync.WaitGroup
-	var npmOut []byte
-	var npmErrRun error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
-		cmd.Dir = dir
-		npmOut, npmErrRun = cmd.CombinedOutput()
-	}()
-	bin := filepath.Join(dir, "kvasir")
-	build := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "github.com/kvasir-llm/kvasir/cmd/kvasir")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	wg.Wait()
-	if npmErrRun != nil {
-		t.Fatalf("npm ci: %v\n%s", npmErrRun, npmOut)
-	}
+	var bin string
+	node, dir := openAIClient(t, ctx, func(dir string) {
+		// The binary builds while the client installs.
+		bin = filepath.Join(dir, "kvasir")
+		build := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "github.com/kvasir-llm/kvasir/cmd/kvasir")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, out)
+		}
+	})
 
 	var key [8]byte
 	rand.Read(key[:])
@@ -136,6 +105,54 @@ func TestOpenAINpmClient(t *testing.T) {
 	case <-time.After(40 * time.Second):
 		t.Errorf("kvasir serve did not exit after SIGTERM:\n%s", logs.String())
 	}
+}
+
+// openAIClient copies test/openai into a temporary folder and installs the openai npm client
+// there (npm ci), running also(dir) meanwhile; it returns node's path and the folder. It
+// skips only when node or npm is missing and KVASIR_REQUIRE_TESTDATA is unset.
+func openAIClient(t *testing.T, ctx context.Context, also func(dir string)) (node, dir string) {
+	t.Helper()
+	node, nodeErr := exec.LookPath("node")
+	npm, npmErr := exec.LookPath("npm")
+	if nodeErr != nil || npmErr != nil {
+		if os.Getenv("KVASIR_REQUIRE_TESTDATA") != "" {
+			t.Fatalf("node and npm are required (KVASIR_REQUIRE_TESTDATA is set): node: %v, npm: %v", nodeErr, npmErr)
+		}
+		t.Skipf("node or npm not installed (node: %v, npm: %v)", nodeErr, npmErr)
+	}
+	dir = t.TempDir()
+	src := filepath.Join("..", "..", "test", "openai")
+	files, err := filepath.Glob(filepath.Join(src, "*.*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	var npmOut []byte
+	var npmErrRun error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
+		cmd.Dir = dir
+		npmOut, npmErrRun = cmd.CombinedOutput()
+	}()
+	if also != nil {
+		also(dir)
+	}
+	wg.Wait()
+	if npmErrRun != nil {
+		t.Fatalf("npm ci: %v\n%s", npmErrRun, npmOut)
+	}
+	return node, dir
 }
 
 // lockedBuffer is a bytes.Buffer safe for one writer and concurrent readers.

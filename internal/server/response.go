@@ -56,16 +56,35 @@ type legacyLogprobs struct {
 	TextOffset    []int                `json:"text_offset"`
 }
 
-// chatMessageOut is the assistant message of a chat completion.
+// chatMessageOut is the assistant message of a chat completion. Content is null when the
+// reply is only tool calls.
 type chatMessageOut struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role      string        `json:"role"`
+	Content   *string       `json:"content"`
+	ToolCalls []toolCallOut `json:"tool_calls,omitempty"`
+	// ReasoningContent is the thinking a tool-call parser separated (gpt-oss' analysis).
+	ReasoningContent string `json:"reasoning_content,omitempty"`
+}
+
+// text is the message's content, "" when null.
+func (m *chatMessageOut) text() string {
+	if m.Content == nil {
+		return ""
+	}
+	return *m.Content
 }
 
 // chatDelta is the delta of a chat stream chunk.
 type chatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role             string        `json:"role,omitempty"`
+	Content          *string       `json:"content,omitempty"`
+	ReasoningContent string        `json:"reasoning_content,omitempty"`
+	ToolCalls        []toolCallOut `json:"tool_calls,omitempty"`
+}
+
+// empty reports whether the delta says nothing.
+func (d *chatDelta) empty() bool {
+	return d.Role == "" && d.Content == nil && d.ReasoningContent == "" && len(d.ToolCalls) == 0
 }
 
 // chatChoice is one choice of a chat completion (Message) or chunk (Delta).

@@ -25,6 +25,7 @@ import (
 
 	"github.com/kvasir-llm/kvasir"
 	"github.com/kvasir-llm/kvasir/internal/chat"
+	"github.com/kvasir-llm/kvasir/internal/structured/toolcall"
 )
 
 // Config configures a Server. Zero values pick defaults.
@@ -86,6 +87,15 @@ type Config struct {
 	// web pages may call the server; a request with another Origin header gets 403, an
 	// allowed one CORS headers. Empty: no browser origin.
 	AllowedOrigins []string
+	// ToolCallParser names the tool-call syntax chat replies are parsed in (a
+	// toolcall.Names entry); empty: the one the chat template shows (toolcall.Detect), or
+	// none, when requests with tools and tool_choice other than "none" are refused.
+	ToolCallParser string
+	// ToolGrammar, when set, makes the processors that hold a chat request with tools to
+	// its tool_choice (a grammar built from the tools' schemas, in the Parser's syntax).
+	// Without it tool_choice "required" and a named function are refused, and "auto" runs
+	// unconstrained.
+	ToolGrammar func(ToolChoice) ([]kvasir.Processor, error)
 	// Limits are the budgets of one request (zero fields: the defaults).
 	Limits
 }
@@ -99,6 +109,8 @@ type Server struct {
 	sandbox *chat.Sandbox  // where tmpl renders
 	tmpl    *chat.Template // nil when there is no chat template
 	tmplErr error          // why tmpl is nil
+	// toolParser is the tool-call parser of chat replies ("": none).
+	toolParser string
 	// sampling are the defaults of the sampling fields a request leaves out.
 	sampling kvasir.SamplingDefaults
 	created  int64
@@ -127,6 +139,9 @@ func New(eng *kvasir.Engine, cfg Config) (*Server, error) {
 	cfg.Limits = cfg.Limits.withDefaults(eng.MaxModelLen())
 	hosts, origins, err := cfg.policies()
 	if err != nil {
+		return nil, err
+	}
+	if err := cfg.checkToolCallParser(); err != nil {
 		return nil, err
 	}
 	s := &Server{eng: eng, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, sampling: eng.SamplingDefaults(), created: time.Now().Unix(),
@@ -183,8 +198,15 @@ func (s *Server) loadChatTemplate() error {
 	default:
 		s.tmpl = t
 	}
+	s.toolParser = s.cfg.ToolCallParser
+	if s.toolParser == "" {
+		s.toolParser = toolcall.Detect(src)
+	}
 	return nil
 }
+
+// ToolCallParser names the tool-call parser chat replies are read with ("": none).
+func (s *Server) ToolCallParser() string { return s.toolParser }
 
 // Close stops the chat template's sandbox workers; Serve calls it as it returns.
 func (s *Server) Close() error { return s.sandbox.Close() }
@@ -198,9 +220,21 @@ func buildVersion() string {
 }
 
 // Validate reports a Config that New would refuse (an allowed host or origin it cannot
-// read), so that a command can check its flags before loading a model.
+// read, an unknown tool-call parser), so that a command can check its flags before loading
+// a model.
 func (c *Config) Validate() error {
-	_, _, err := c.policies()
+	if _, _, err := c.policies(); err != nil {
+		return err
+	}
+	return c.checkToolCallParser()
+}
+
+// checkToolCallParser reports a ToolCallParser that names no parser.
+func (c *Config) checkToolCallParser() error {
+	if c.ToolCallParser == "" {
+		return nil
+	}
+	_, err := toolcall.New(c.ToolCallParser, toolcall.Options{})
 	return err
 }
 

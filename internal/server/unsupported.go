@@ -8,8 +8,7 @@ import (
 )
 
 // A request field kvasir does not implement yet is refused with a 400 that names it, never
-// accepted and ignored: a client that asks for JSON output or for tool calls must not take
-// plain text for either. Fields that change nothing here, as they change nothing in vLLM,
+// accepted and ignored: a client that asks for JSON output must not take plain text for it. Fields that change nothing here, as they change nothing in vLLM,
 // are accepted; docs/API.md lists both kinds.
 
 // unsupportedParam is the 400 for a request field kvasir does not implement yet, with
@@ -32,8 +31,8 @@ func unsupportedValue(param, format string, args ...any) *APIError {
 // is refused; a field that a request type parses is never looked up here, so implementing
 // one is adding it to that type. Other unknown fields are logged and ignored, as vLLM does.
 var unimplementedFields = map[string]string{
-	"functions":                  "tool calls",
-	"function_call":              "tool calls",
+	"functions":                  "the legacy functions API: use tools",
+	"function_call":              "the legacy functions API: use tool_choice",
 	"guided_json":                "structured output",
 	"guided_regex":               "structured output",
 	"guided_choice":              "structured output",
@@ -76,54 +75,6 @@ func checkResponseFormat(f *responseFormat) *APIError {
 		return unsupportedValue("response_format", "response_format of type %s is not supported yet: output cannot be constrained to JSON until structured output lands (type text is fine)", f.Type)
 	}
 	return nil
-}
-
-// checkTools refuses tools that the model could call: tool calls come with structured
-// output. With tool_choice "none" the tools are only rendered into the prompt, which is
-// honoured; a tool_choice that demands a call needs tools.
-func checkTools(tools []json.RawMessage, rawChoice json.RawMessage) *APIError {
-	choice, apiErr := parseToolChoice(rawChoice)
-	switch {
-	case apiErr != nil:
-		return apiErr
-	case choice == "none":
-		return nil
-	case len(tools) > 0 && choice == "":
-		return unsupportedValue("tools", `tools with tool_choice auto (the default with tools) are not supported yet: tool calls come with structured output; tool_choice "none" renders the tools into the prompt`)
-	case len(tools) > 0:
-		return unsupportedValue("tool_choice", `tools with tool_choice %s are not supported yet: tool calls come with structured output; tool_choice "none" renders the tools into the prompt`, choice)
-	case choice == "required" || choice == "a named function":
-		return badRequest("tool_choice", "tool_choice %s needs tools", choice)
-	}
-	return nil
-}
-
-// parseToolChoice reads tool_choice: "" when absent or null, "none", "auto", "required", or
-// "a named function" for {"type": "function", "function": {"name": ...}}.
-func parseToolChoice(raw json.RawMessage) (string, *APIError) {
-	raw = bytes.TrimSpace(raw)
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
-	}
-	const want = `tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}`
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		switch s {
-		case "none", "auto", "required":
-			return s, nil
-		}
-		return "", badRequest("tool_choice", "%s, got %q", want, s)
-	}
-	var named struct {
-		Type     string `json:"type"`
-		Function struct {
-			Name string `json:"name"`
-		} `json:"function"`
-	}
-	if err := json.Unmarshal(raw, &named); err != nil || named.Type != "function" || named.Function.Name == "" {
-		return "", badRequest("tool_choice", "%s", want)
-	}
-	return "a named function", nil
 }
 
 // checkContinueFinal refuses add_generation_prompt set to true beside

@@ -1,0 +1,47 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+)
+
+// TestOpenAINpmTools starts a server per tool-calling family (the family's real chat
+// template, replies scripted through Config.ToolGrammar) and runs test/openai/tools.test.mjs:
+// the official openai npm client sends tools and checks the tool_calls it gets, streamed
+// and not. It skips only when node or npm is missing and KVASIR_REQUIRE_TESTDATA is unset.
+func TestOpenAINpmTools(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	type server struct {
+		scriptedFamily
+		BaseURL string `json:"baseURL"`
+		Model   string `json:"model"`
+	}
+	var servers []server
+	node, dir := openAIClient(t, ctx, func(string) {
+		for _, f := range scriptedFamilies {
+			env := scriptedServer(t, f, "")
+			servers = append(servers, server{scriptedFamily: f, BaseURL: env.ts.URL + "/v1", Model: testModelName})
+		}
+	})
+	list, err := json.Marshal(servers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tools, err := json.Marshal(testTools())
+	if err != nil {
+		t.Fatal(err)
+	}
+	test := exec.CommandContext(ctx, node, "--test", "tools.test.mjs")
+	test.Dir = dir
+	test.Env = append(os.Environ(), "KVASIR_TOOL_SERVERS="+string(list), "KVASIR_TOOLS="+string(tools))
+	out, err := test.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test: %v\n%s", err, tail(out, 12000))
+	}
+	t.Logf("openai client tool tests passed on %d families (%s)", len(servers), summary(out))
+}
