@@ -173,5 +173,15 @@ func kernelsByName(name string) (*kernels, error) {
 			return k, nil
 		}
 	}
+	for _, s := range platformSets() {
+		if s.name == name {
+			return nil, fmt.Errorf("cpu: kernel set %q needs %s, which this CPU lacks (have %v)", name, s.needs, KernelSets())
+		}
+	}
 	return nil, fmt.Errorf("cpu: kernel set %q is not available on this CPU (have %v)", name, KernelSets())
+}
+
+// kernelSetNeeds names a SIMD kernel set and the CPU features it needs.
+type kernelSetNeeds struct {
+	name, needs string
 }
