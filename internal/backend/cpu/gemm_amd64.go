@@ -3,9 +3,10 @@ package cpu
 import "unsafe"
 
 // gemmTileKernels returns the micro-kernels of the many-token path that go with kernel set k:
-// the AVX2 ones for the AVX2 set, the pure-Go twins otherwise.
+// the AVX2 ones for the AVX2 set and the AVX-512 set (which builds on it), the pure-Go twins
+// otherwise.
 func gemmTileKernels(k *kernels) gemmKernels {
-	if k.name == "avx2" {
+	if k.name == "avx2" || k.name == avx512Name {
 		return gemmKernels{tile16: gemmT16x6AVX2Slice, tile8: gemmT8x6AVX2Slice, prefetch: prefetchAVX2Slice}
 	}
 	return genericGemmKernels()
