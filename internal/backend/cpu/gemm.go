@@ -56,10 +56,6 @@ type gemmKernels struct {
 	// prefetch hints b into the caches (a no-op in pure Go): the next panel's weights are
 	// fetched while the current panel is multiplied.
 	prefetch func(b []byte)
-	// bf16x16 and bf16x8, where the CPU has them (nil otherwise), are the micro-kernels of
-	// the BF16 path (gemm_bf16.go), as gemmBF16TGeneric computes them: BF16 weights then
-	// meet their activations rounded to bfloat16, two columns per instruction.
-	bf16x16, bf16x8 func(w []byte, ldw int, xp []uint32, k2 int, acc []float32)
 }
 
 // genericGemmKernels returns the pure-Go micro-kernels, the twins of the SIMD ones.
@@ -103,7 +99,6 @@ type gemmScratch struct {
 	xq    []byte               // quantized activations
 	xbuf  []float32            // quantized activations widened back to float32, [nTokens][cols]
 	xt    []float32            // activations packed by token group (see packTokens)
-	xb    []uint32             // or, for the BF16 path, bfloat16 pairs (packTokensBF16)
 	slots []gemmSlot           // one per thread
 	prep  func(start, end int) // s.prepare, bound once
 	run   func(start, end int) // s.work, bound once
@@ -120,7 +115,6 @@ type gemmScratch struct {
 	// The product in progress, set under mu.
 	kern    *kernels
 	tiles   gemmKernels
-	bf16    bool // the BF16 path: tiles.bf16x16 on BF16 weights of an even number of columns
 	out     []float32
 	w       Weight
 	rb      int
@@ -149,12 +143,8 @@ func matMulGEMM(p *Pool, out []float32, w Weight, rb int, x []float32, nTokens i
 	cols := w.Cols
 
 	s.kern, s.tiles, s.out, s.w, s.rb, s.nTokens = k, gemmTileKernels(k), out, w, rb, nTokens
-	s.bf16 = s.tiles.bf16x16 != nil && w.Type == quant.BF16 && cols%2 == 0
 	x = x[:nTokens*cols]
 	actType := gemmActType(w.Type)
-	if s.bf16 {
-		actType = quant.BF16
-	}
 	if !s.samePacked(x, cols, actType) {
 		if err := s.pack(p, x, cols, actType); err != nil {
 			return err
@@ -189,15 +179,12 @@ func (s *gemmScratch) samePacked(x []float32, cols int, actType quant.Type) bool
 }
 
 // pack quantizes the activations x ([s.nTokens][cols]) to actType and back when it is not
-// F32, packs them into s.xt by token groups and remembers them for samePacked; for BF16 (the
-// BF16 path) it packs their bfloat16 pairs into s.xb instead.
+// F32, packs them into s.xt by token groups and remembers them for samePacked.
 func (s *gemmScratch) pack(p *Pool, x []float32, cols int, actType quant.Type) error {
 	s.packed = false
 	nTokens := s.nTokens
 	s.xf = x
-	if actType == quant.BF16 {
-		s.xb = grow(s.xb, packedLen(nTokens, cols)/2)
-	} else if actType != quant.F32 {
+	if actType != quant.F32 {
 		xrb, err := actType.RowBytes(cols)
 		if err != nil {
 			return fmt.Errorf("cpu: matmul: activations: %w", err)
@@ -210,9 +197,7 @@ func (s *gemmScratch) pack(p *Pool, x []float32, cols int, actType quant.Type) e
 		}
 		s.xf = s.xbuf
 	}
-	if actType != quant.BF16 {
-		s.xt = grow(s.xt, packedLen(nTokens, cols))
-	}
+	s.xt = grow(s.xt, packedLen(nTokens, cols))
 	if s.prep == nil {
 		s.prep = s.prepare
 	}
@@ -264,10 +249,6 @@ func packedLen(nTokens, cols int) int {
 func (s *gemmScratch) prepare(start, end int) {
 	cols, n := s.w.Cols, s.nTokens
 	c0, c1 := start*gemmPackCols, min(end*gemmPackCols, cols)
-	if s.bf16 {
-		packTokensBF16(s.xb, s.xf, n, cols, c0, c1)
-		return
-	}
 	packTokens(s.xt, s.xf, n, cols, c0, c1)
 }
 
@@ -334,12 +315,10 @@ func (s *gemmScratch) multiplyPanel(sl *gemmSlot, i int) {
 	rows, cols, n := s.w.Rows, s.w.Cols, s.nTokens
 	r0 := i * gemmRows
 	nr := min(gemmRows, rows-r0)
-	if s.bf16 {
-		s.multiplyPanelBF16(sl, r0, nr)
-		return
-	}
 	pw, ldw := s.panel(sl, r0, nr)
-	s.prefetchNext(r0)
+	if next := r0 + gemmRows; next < rows {
+		s.tiles.prefetch(s.w.Data[next*s.rb : min(next+gemmRows, rows)*s.rb])
+	}
 	off := 0
 	for t0 := 0; t0 < n; {
 		wd := tokenGroupWidth(t0, n)
@@ -351,13 +330,6 @@ func (s *gemmScratch) multiplyPanel(sl *gemmSlot, i int) {
 		storeTile(s.out[t0*rows+r0:], rows, sl.tile[:gemmRows*wd], wd, min(wd, n-t0), nr)
 		off += wd * cols
 		t0 += wd
-	}
-}
-
-// prefetchNext hints the row panel after the one at row r0 into the caches.
-func (s *gemmScratch) prefetchNext(r0 int) {
-	if next := r0 + gemmRows; next < s.w.Rows {
-		s.tiles.prefetch(s.w.Data[next*s.rb : min(next+gemmRows, s.w.Rows)*s.rb])
 	}
 }
 
