@@ -1,6 +1,10 @@
 package cpu
 
-import "golang.org/x/sys/cpu"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
 
 // avx512Name is the name of the AVX-512 kernel set.
 const avx512Name = "avx512"
@@ -21,13 +25,18 @@ func hasAVX512() bool {
 // signed. The Q8_0 matrix-vector kernel shifts the weights by 128 (XOR 0x80) and subtracts
 // 128 times the activations' sums, computed once per block for the 8 rows it serves; the
 // alternative, moving the weights' signs onto the activations, costs an absolute value and
-// a masked negation per row where the shift costs one XOR. The tile kernels need no trick:
-// their Q8_0 panel is int16 (VPDPWSSD) and their Q4_0 panel is unsigned nibbles.
+// a masked negation per row where the shift costs one XOR. Q4_0's nibbles are unsigned
+// already (the matrix-vector kernel subtracts 8 times the activations' sums the same way),
+// and the tile kernels need no trick: their Q8_0 panel is int16 (VPDPWSSD) and their Q4_0
+// panel unsigned nibbles.
 func avx512Kernels() *kernels {
 	k := avx2Kernels()
 	k.name = avx512Name
 	k.rows8Q8_0 = func(w []byte, stride int, x []byte, nb int, out []float32) {
 		rows8AVX2(rows8Q8_0VNNI, q8_0Bytes, w, stride, x, nb, out)
+	}
+	k.rows8Q4_0 = func(w []byte, stride int, x []byte, nb int, out []float32) {
+		rows8AVX2(rows8Q4_0VNNI, q4_0Bytes, w, stride, x, nb, out)
 	}
 	k.tileQ8_0 = func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
 		q0TileAVX2(q8Tile16AVX512, q8Tile8AVX512, q0Steps8, 64, wd, pw, dw, xp, xs, nb, acc)
@@ -43,6 +52,15 @@ func avx512Kernels() *kernels {
 
 //go:noescape
 func rows8Q8_0VNNI(w *byte, stride int, x *byte, nb int, out *float32)
+
+//go:noescape
+func rows4Q4_0VNNI(w *byte, stride int, x *byte, nb int, out *float32)
+
+// rows8Q4_0VNNI is the 8-row Q4_0 kernel: two calls of the 4-row one.
+func rows8Q4_0VNNI(w *byte, stride int, x *byte, nb int, out *float32) {
+	rows4Q4_0VNNI(w, stride, x, nb, out)
+	rows4Q4_0VNNI((*byte)(unsafe.Add(unsafe.Pointer(w), 4*stride)), stride, x, nb, (*float32)(unsafe.Add(unsafe.Pointer(out), 16)))
+}
 
 //go:noescape
 func q8Tile16AVX512(pw *byte, dw *float32, xp *uint32, xs *uint32, nb int, acc *float32)

@@ -379,3 +379,115 @@ q40r4done:
 	VZEROUPPER
 	RET
 
+
+// Q40_X2_VNNI is Q40_X2 for the VNNI kernel: the activations of the next two blocks in Y4
+// and Y5 as there, and in Y12 the int32 start of every row's sums, -8 times the
+// activations' sums of 4 (both halves), which the unsigned nibbles' offset of 8 takes back
+// (Y13 holds 8s, Y20 zero).
+#define Q40_X2_VNNI \
+	VMOVDQU     2(DI), X4 \
+	VINSERTI128 $1, 36(DI), Y4, Y4 \
+	VMOVDQU     18(DI), X5 \
+	VINSERTI128 $1, 52(DI), Y5, Y5 \
+	VPXORD      Y12, Y12, Y12 \
+	VPDPBUSD    Y4, Y13, Y12 \
+	VPDPBUSD    Y5, Y13, Y12 \
+	VPSUBD      Y12, Y20, Y12
+
+// Q40_ROW_VNNI leaves in acc the exact int32 sums of 4 products (q-8)*x of one row's two
+// blocks loaded in yp (as Q40_ROW takes them): the nibbles q (unsigned) times the
+// activations, multiplied and added by VPDPBUSD onto Y12 (clobbers yp, Y8).
+#define Q40_ROW_VNNI(yp, acc) \
+	VPSRLW    $4, yp, Y8 \
+	VPAND     Y14, yp, yp \
+	VPAND     Y14, Y8, Y8 \
+	VMOVDQA64 Y12, acc \
+	VPDPBUSD  Y4, yp, acc \
+	VPDPBUSD  Y5, Y8, acc
+
+// Q40_FOLD_VNNI folds the int32 sums of rows 0..3 in Y16..Y19 into Y16, lanes r0 r1 r2 r3
+// per block (block 0 in lanes 0..3, block 1 in 4..7), converts them and multiplies them by
+// the scale products in Y9 (clobbers Y18, Y21).
+#define Q40_FOLD_VNNI \
+	ROWS8_PAIR(Y16, Y17, Y21) \
+	ROWS8_PAIR(Y18, Y19, Y21) \
+	ROWS8_QUAD(Y16, Y18, Y21) \
+	VCVTDQ2PS Y16, Y16 \
+	VMULPS    Y9, Y16, Y16
+
+// func rows4Q4_0VNNI(w *byte, stride int, x *byte, nb int, out *float32)   (nb > 0)
+// rows4Q4_0AVX2 with VNNI: each row's two blocks are one VPDPBUSD per half onto int32
+// sums, folded by the integer adds of rows8Q8_0AVX2 (no int16 stage, no VPHADDW), then
+// added in block order to the row sums in X11.
+TEXT ·rows4Q4_0VNNI(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), SI
+	MOVQ         stride+8(FP), R8
+	MOVQ         x+16(FP), DI
+	MOVQ         nb+24(FP), CX
+	MOVQ         out+32(FP), DX
+	LEAQ         (R8)(R8*2), R9
+	VXORPS       Y11, Y11, Y11
+	VPXORD       Y20, Y20, Y20
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14 // 0x0f bytes
+	MOVL         $0x08080808, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Y13 // 8s
+	LEAQ         (SI)(R8*4), R12 // the next 4 rows, prefetched 144 bytes per iteration
+
+q40r4vloop:
+	CMPQ       CX, $2
+	JLT        q40r4vtail
+	PREFETCHT0 (R12)
+	PREFETCHT0 64(R12)
+	PREFETCHT0 128(R12)
+	ADDQ       $144, R12
+	ROWS4_SCALES2(18)
+	Q40_X2_VNNI
+	Q40_LOAD(2(SI), X0)
+	Q40_LOAD_HI(20(SI), Y0)
+	Q40_ROW_VNNI(Y0, Y16)
+	Q40_LOAD(2(SI)(R8*1), X1)
+	Q40_LOAD_HI(20(SI)(R8*1), Y1)
+	Q40_ROW_VNNI(Y1, Y17)
+	Q40_LOAD(2(SI)(R8*2), X2)
+	Q40_LOAD_HI(20(SI)(R8*2), Y2)
+	Q40_ROW_VNNI(Y2, Y18)
+	Q40_LOAD(2(SI)(R9*1), X3)
+	Q40_LOAD_HI(20(SI)(R9*1), Y3)
+	Q40_ROW_VNNI(Y3, Y19)
+	Q40_FOLD_VNNI
+	VEXTRACTF32X4 $1, Y16, X1
+	VADDPS        X16, X11, X11
+	VADDPS        X1, X11, X11
+	ADDQ          $36, SI
+	ADDQ          $68, DI
+	SUBQ          $2, CX
+	JMP           q40r4vloop
+
+q40r4vtail:
+	CMPQ     CX, $0
+	JEQ      q40r4vdone
+	ROWS4_SCALES1
+	VMOVDQU  2(DI), X4
+	VMOVDQU  18(DI), X5
+	VPXORD   Y12, Y12, Y12
+	VPDPBUSD Y4, Y13, Y12
+	VPDPBUSD Y5, Y13, Y12
+	VPSUBD   Y12, Y20, Y12
+	Q40_LOAD(2(SI), X0)
+	Q40_ROW_VNNI(Y0, Y16)
+	Q40_LOAD(2(SI)(R8*1), X1)
+	Q40_ROW_VNNI(Y1, Y17)
+	Q40_LOAD(2(SI)(R8*2), X2)
+	Q40_ROW_VNNI(Y2, Y18)
+	Q40_LOAD(2(SI)(R9*1), X3)
+	Q40_ROW_VNNI(Y3, Y19)
+	Q40_FOLD_VNNI
+	VADDPS   X16, X11, X11
+
+q40r4vdone:
+	VMOVUPS X11, (DX)
+	VZEROUPPER
+	RET
