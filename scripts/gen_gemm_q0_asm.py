@@ -92,10 +92,8 @@ P('''//go:build amd64
 // block, DX its corrections then d_x, AX the tile, CX the blocks left.
 ''')
 
-def tile(name, W, q4):
-    steps = 8 if q4 else 16
-    wblk = 128 if q4 else 256
-    xblk = steps * 4 * W
+def tile_header(name):
+    # the kernel's signature and the loads of its arguments
     P(f'// func {name}(pw *byte, dw *float32, xp *uint32, xs *uint32, nb int, acc *float32)   (nb > 0)')
     P(f'TEXT ·{name}(SB), NOSPLIT, $0-48')
     P('\tMOVQ pw+0(FP), SI')
@@ -104,15 +102,9 @@ def tile(name, W, q4):
     P('\tMOVQ xs+24(FP), DX')
     P('\tMOVQ nb+32(FP), CX')
     P('\tMOVQ acc+40(FP), AX')
-    if q4:
-        P('\tVPCMPEQW Y11, Y11, Y11')
-        P('\tVPSRLW $15, Y11, Y11')
-    P('')
-    P(f'{name}loop:')
-    for k in range(steps):
-        stepf = q4_step if q4 else q8_step
-        out.extend(stepf(W, k, k == 0))
-    out.extend(scale(W, q4, 0))
+
+def tile_footer(name, W, wblk, xblk):
+    # the step to the next block (wblk panel bytes, xblk activation bytes) and the return
     P(f'\tADDQ ${wblk}, SI')
     P('\tADDQ $16, BX')
     P(f'\tADDQ ${xblk}, DI')
@@ -122,6 +114,22 @@ def tile(name, W, q4):
     P('\tVZEROUPPER')
     P('\tRET')
     P('')
+
+def tile(name, W, q4):
+    steps = 8 if q4 else 16
+    wblk = 128 if q4 else 256
+    xblk = steps * 4 * W
+    tile_header(name)
+    if q4:
+        P('\tVPCMPEQW Y11, Y11, Y11')
+        P('\tVPSRLW $15, Y11, Y11')
+    P('')
+    P(f'{name}loop:')
+    for k in range(steps):
+        stepf = q4_step if q4 else q8_step
+        out.extend(stepf(W, k, k == 0))
+    out.extend(scale(W, q4, 0))
+    tile_footer(name, W, wblk, xblk)
 
 tile('q8Tile16AVX2', 16, False)
 tile('q8Tile8AVX2', 8, False)
@@ -254,14 +262,7 @@ def tile512(name, W, q4):
     xblk = steps * 4 * W
     acc = lambda s, r: f'{v}{4*s + r}'
     X, B, D = f'{v}16', f'{v}17', f'{v}18'
-    P(f'// func {name}(pw *byte, dw *float32, xp *uint32, xs *uint32, nb int, acc *float32)   (nb > 0)')
-    P(f'TEXT ·{name}(SB), NOSPLIT, $0-48')
-    P('\tMOVQ pw+0(FP), SI')
-    P('\tMOVQ dw+8(FP), BX')
-    P('\tMOVQ xp+16(FP), DI')
-    P('\tMOVQ xs+24(FP), DX')
-    P('\tMOVQ nb+32(FP), CX')
-    P('\tMOVQ acc+40(FP), AX')
+    tile_header(name)
     P('')
     P(f'{name}loop:')
     for s in range(SETS):
@@ -284,15 +285,7 @@ def tile512(name, W, q4):
         P(f'\tVMULPS {D}, {a}, {a}')
         P(f'\tVADDPS {r*W*4}(AX), {a}, {a}')
         P(f'\tVMOVUPS {a}, {r*W*4}(AX)')
-    P(f'\tADDQ ${wblk}, SI')
-    P('\tADDQ $16, BX')
-    P(f'\tADDQ ${xblk}, DI')
-    P(f'\tADDQ ${8*W}, DX')
-    P('\tDECQ CX')
-    P(f'\tJNZ {name}loop')
-    P('\tVZEROUPPER')
-    P('\tRET')
-    P('')
+    tile_footer(name, W, wblk, xblk)
 
 P('''//go:build amd64
 

@@ -76,45 +76,60 @@
 	VPMADDUBSW Y8, Y7, Y7 \
 	VPMADDWD   Y15, Y7, dst
 
+// ROWS8_ARGS loads the arguments of an 8-row Q8_0 kernel into the registers the macros
+// above use (SI, R8, R9, R11, DI, CX; R10 the next 8 rows) and zeroes the row sums Y10.
+#define ROWS8_ARGS \
+	MOVQ   w+0(FP), SI \
+	MOVQ   stride+8(FP), R8 \
+	MOVQ   x+16(FP), DI \
+	MOVQ   nb+24(FP), CX \
+	LEAQ   (R8)(R8*2), R9 \
+	LEAQ   (SI)(R8*4), R11 \
+	LEAQ   (R11)(R8*4), R10 \
+	VXORPS Y10, Y10, Y10
+
+// ROWS8_PREFETCH asks for 8 blocks' worth (272 bytes) of the next 8 rows at R10.
+#define ROWS8_PREFETCH \
+	PREFETCHT0 (R10) \
+	PREFETCHT0 64(R10) \
+	PREFETCHT0 128(R10) \
+	PREFETCHT0 192(R10) \
+	PREFETCHT0 256(R10) \
+	ADDQ       $272, R10
+
+// ROWS8_Q80 sums the current block of the 8 rows with the activations in Y4 by the row
+// macro R (Q80_R8 or Q80_R8_VNNI), folds the sums and adds them, scaled, to Y10 (clobbers
+// Y0..Y3, Y5 and what R clobbers).
+#define ROWS8_Q80(R) \
+	R(2(SI), Y0) \
+	R(2(SI)(R8*1), Y1) \
+	ROWS8_PAIR(Y0, Y1, Y2) \
+	R(2(SI)(R8*2), Y1) \
+	R(2(SI)(R9*1), Y2) \
+	ROWS8_PAIR(Y1, Y2, Y3) \
+	ROWS8_QUAD(Y0, Y1, Y2) \
+	R(2(R11), Y1) \
+	R(2(R11)(R8*1), Y2) \
+	ROWS8_PAIR(Y1, Y2, Y3) \
+	R(2(R11)(R8*2), Y2) \
+	R(2(R11)(R9*1), Y3) \
+	ROWS8_PAIR(Y2, Y3, Y5) \
+	ROWS8_QUAD(Y1, Y2, Y3) \
+	ROWS8_FOLD
+
 // func rows8Q8_0AVX2(w *byte, stride int, x *byte, nb int, out *float32)   (nb > 0)
 // R10 walks the next 8 rows (contiguous when stride is the row size), prefetched 8 blocks'
 // worth (272 bytes) per block.
 TEXT ·rows8Q8_0AVX2(SB), NOSPLIT, $0-40
-	MOVQ     w+0(FP), SI
-	MOVQ     stride+8(FP), R8
-	MOVQ     x+16(FP), DI
-	MOVQ     nb+24(FP), CX
-	LEAQ     (R8)(R8*2), R9
-	LEAQ     (SI)(R8*4), R11
-	LEAQ     (R11)(R8*4), R10
-	VXORPS   Y10, Y10, Y10
+	ROWS8_ARGS
 	VPCMPEQW Y15, Y15, Y15
 	VPSRLW   $15, Y15, Y15
 
 q80r8loop:
-	PREFETCHT0 (R10)
-	PREFETCHT0 64(R10)
-	PREFETCHT0 128(R10)
-	PREFETCHT0 192(R10)
-	PREFETCHT0 256(R10)
-	ADDQ       $272, R10
+	ROWS8_PREFETCH
 	ROWS8_SCALES
 	VMOVDQU 2(DI), Y4
-	Q80_R8(2(SI), Y0)
-	Q80_R8(2(SI)(R8*1), Y1)
-	ROWS8_PAIR(Y0, Y1, Y2)
-	Q80_R8(2(SI)(R8*2), Y1)
-	Q80_R8(2(SI)(R9*1), Y2)
-	ROWS8_PAIR(Y1, Y2, Y3)
-	ROWS8_QUAD(Y0, Y1, Y2)
-	Q80_R8(2(R11), Y1)
-	Q80_R8(2(R11)(R8*1), Y2)
-	ROWS8_PAIR(Y1, Y2, Y3)
-	Q80_R8(2(R11)(R8*2), Y2)
-	Q80_R8(2(R11)(R9*1), Y3)
-	ROWS8_PAIR(Y2, Y3, Y5)
-	ROWS8_QUAD(Y1, Y2, Y3)
-	ROWS8_FOLD
+	ROWS8_Q80(Q80_R8)
 	ADDQ    $34, SI
 	ADDQ    $34, R11
 	ADDQ    $34, DI
@@ -140,46 +155,20 @@ q80r8loop:
 // rows8Q8_0AVX2 with Q80_R8_VNNI; per block, Y14 is set from the activations once for the
 // 8 rows (Y12 holds zero).
 TEXT ·rows8Q8_0VNNI(SB), NOSPLIT, $0-40
-	MOVQ         w+0(FP), SI
-	MOVQ         stride+8(FP), R8
-	MOVQ         x+16(FP), DI
-	MOVQ         nb+24(FP), CX
-	LEAQ         (R8)(R8*2), R9
-	LEAQ         (SI)(R8*4), R11
-	LEAQ         (R11)(R8*4), R10
-	VXORPS       Y10, Y10, Y10
+	ROWS8_ARGS
 	VPXORD       Y12, Y12, Y12
 	MOVL         $0x80808080, AX
 	VMOVD        AX, X13
 	VPBROADCASTD X13, Y13
 
 q80r8vnniloop:
-	PREFETCHT0 (R10)
-	PREFETCHT0 64(R10)
-	PREFETCHT0 128(R10)
-	PREFETCHT0 192(R10)
-	PREFETCHT0 256(R10)
-	ADDQ       $272, R10
+	ROWS8_PREFETCH
 	ROWS8_SCALES
 	VMOVDQU  2(DI), Y4
 	VPXORD   Y14, Y14, Y14
 	VPDPBUSD Y4, Y13, Y14
 	VPSUBD   Y14, Y12, Y14
-	Q80_R8_VNNI(2(SI), Y0)
-	Q80_R8_VNNI(2(SI)(R8*1), Y1)
-	ROWS8_PAIR(Y0, Y1, Y2)
-	Q80_R8_VNNI(2(SI)(R8*2), Y1)
-	Q80_R8_VNNI(2(SI)(R9*1), Y2)
-	ROWS8_PAIR(Y1, Y2, Y3)
-	ROWS8_QUAD(Y0, Y1, Y2)
-	Q80_R8_VNNI(2(R11), Y1)
-	Q80_R8_VNNI(2(R11)(R8*1), Y2)
-	ROWS8_PAIR(Y1, Y2, Y3)
-	Q80_R8_VNNI(2(R11)(R8*2), Y2)
-	Q80_R8_VNNI(2(R11)(R9*1), Y3)
-	ROWS8_PAIR(Y2, Y3, Y5)
-	ROWS8_QUAD(Y1, Y2, Y3)
-	ROWS8_FOLD
+	ROWS8_Q80(Q80_R8_VNNI)
 	ADDQ    $34, SI
 	ADDQ    $34, R11
 	ADDQ    $34, DI
@@ -301,6 +290,18 @@ q80r8vnniloop:
 	VPMADDUBSW   Y5, Y13, Y12 \
 	VPADDW       Y6, Y12, Y12
 
+// Q40_CONSTS zeroes the row sums X11, sets Y14 to 0x0f bytes and Y13 to 8s, and points R12
+// at the next 4 rows, prefetched 144 bytes per iteration (clobbers AX).
+#define Q40_CONSTS \
+	VXORPS       Y11, Y11, Y11 \
+	MOVL         $0x0f0f0f0f, AX \
+	VMOVD        AX, X14 \
+	VPBROADCASTD X14, Y14 \
+	MOVL         $0x08080808, AX \
+	VMOVD        AX, X13 \
+	VPBROADCASTD X13, Y13 \
+	LEAQ         (SI)(R8*4), R12
+
 // func rows4Q4_0AVX2(w *byte, stride int, x *byte, nb int, out *float32)   (nb > 0)
 // out[i] = dot of the Q4_0 row at w+i*stride with the Q8_0 activations x, for i < 4, as
 // dotQ4_0Generic computes it, two blocks per iteration (the 8 int16 fold rounds of
@@ -313,14 +314,7 @@ TEXT ·rows4Q4_0AVX2(SB), NOSPLIT, $0-40
 	MOVQ nb+24(FP), CX
 	MOVQ out+32(FP), DX
 	ROWS4_SETUP
-	VXORPS         Y11, Y11, Y11
-	MOVL           $0x0f0f0f0f, AX
-	VMOVD          AX, X14
-	VPBROADCASTD   X14, Y14 // 0x0f bytes
-	MOVL           $0x08080808, AX
-	VMOVD          AX, X13
-	VPBROADCASTD   X13, Y13 // 8s
-	LEAQ           (SI)(R8*4), R12 // the next 4 rows, prefetched 144 bytes per iteration
+	Q40_CONSTS
 
 q40r4loop:
 	CMPQ         CX, $2
@@ -426,15 +420,8 @@ TEXT ·rows4Q4_0VNNI(SB), NOSPLIT, $0-40
 	MOVQ         nb+24(FP), CX
 	MOVQ         out+32(FP), DX
 	LEAQ         (R8)(R8*2), R9
-	VXORPS       Y11, Y11, Y11
 	VPXORD       Y20, Y20, Y20
-	MOVL         $0x0f0f0f0f, AX
-	VMOVD        AX, X14
-	VPBROADCASTD X14, Y14 // 0x0f bytes
-	MOVL         $0x08080808, AX
-	VMOVD        AX, X13
-	VPBROADCASTD X13, Y13 // 8s
-	LEAQ         (SI)(R8*4), R12 // the next 4 rows, prefetched 144 bytes per iteration
+	Q40_CONSTS
 
 q40r4vloop:
 	CMPQ       CX, $2
