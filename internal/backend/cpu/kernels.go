@@ -8,8 +8,8 @@ import (
 
 // kernels is one set of inner-loop kernels. Every set computes the same functions; a set is
 // chosen per Pool, at start-up, by CPU feature (see platformKernels), so that tests can run
-// every set side by side. Adding an AVX-512 set means adding one more entry to
-// platformKernels.
+// every set side by side (platformSets names the sets of the architecture and what each
+// needs, so that tests can say which they could not run).
 //
 // Quantized dot kernels take nb blocks of weights w in the weight type's GGML block format
 // and nb blocks of activations x in the paired activation format (Q8_0 for Q8_0/Q4_0 weights,
