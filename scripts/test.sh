@@ -35,6 +35,12 @@ pkgs=$(go list ./... | grep -v '/test/abuse$')
 echo "== go test"
 go test -count=1 $pkgs
 
+# Which SIMD kernel sets the differential tests above compared with the pure-Go twins on
+# this CPU, and which they skipped for lack of the instructions (KVASIR_REQUIRE_CPU=avx512
+# makes a missing set fail).
+echo "== CPU kernel sets tested"
+go test -count=1 -v -run '^TestKernelSetCoverage$' ./internal/backend/cpu | grep -E -e '--- (PASS|SKIP|FAIL)|NOT tested|compared with'
+
 echo "== go test (pure-Go kernels, KVASIR_CPU=generic)"
 KVASIR_CPU=generic go test -count=1 ./internal/backend/...
 

@@ -24,9 +24,11 @@
 //     residual add), RoPE, SwiGLU, softmax, and the greedy argmax under a vocabulary mask
 //     (argmax.go); and ProbeBandwidth, the memory-bandwidth probe benchmarks compare with.
 //
-// Every SIMD kernel (AVX2 assembly on amd64: dot_amd64.s, gemm_amd64.s, ...) has a pure-Go
-// twin computing the same function, and the tests run both sets side by side. The set is
-// picked at run time by CPU feature when a Pool is made (kernels.go, kernels_amd64.go): the
-// fastest the CPU supports, or the pure-Go one on other architectures and when the
-// environment variable KVASIR_CPU is "generic".
+// Every SIMD kernel (assembly on amd64: the avx2 set in dot_amd64.s, gemm_amd64.s, ...; the
+// avx512 set, which replaces the avx2 kernels that AVX-512 and VNNI make faster, in
+// kernels_avx512_amd64.go and the *avx512* files) has a pure-Go twin computing the same
+// function, and the tests run every set the CPU has side by side. The set is picked at run
+// time by CPU feature when a Pool is made (kernels.go, kernels_amd64.go): the fastest the
+// CPU supports, or the pure-Go one on other architectures; the environment variable
+// KVASIR_CPU ("avx512", "avx2", "generic") forces one.
 package cpu

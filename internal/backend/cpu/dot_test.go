@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"math"
 	"math/rand"
+	"os"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/quant"
@@ -313,4 +316,33 @@ func TestKernelSets(t *testing.T) {
 		t.Fatal("unknown kernel set accepted")
 	}
 	t.Logf("kernel sets: %v", names)
+}
+
+// TestKernelSetCoverage says which SIMD kernel sets the differential tests ran (every test
+// that compares kernels loops over allKernels): one subtest per set of this architecture,
+// passing when the CPU has the set and skipped, with the features it lacks, when not. A set
+// named in KVASIR_REQUIRE_CPU (comma-separated, e.g. "avx512") fails instead of skipping,
+// for machines that must test it. scripts/test.sh prints this test's lines.
+func TestKernelSetCoverage(t *testing.T) {
+	required := strings.Split(os.Getenv("KVASIR_REQUIRE_CPU"), ",")
+	have := KernelSets()
+	for _, s := range platformSets() {
+		t.Run(s.name, func(t *testing.T) {
+			if slices.Contains(have, s.name) {
+				if _, err := kernelsByName(s.name); err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("%s kernels compared with generic by the differential tests", s.name)
+				return
+			}
+			_, err := kernelsByName(s.name)
+			if err == nil || !strings.Contains(err.Error(), s.needs) {
+				t.Fatalf("kernel set %s missing, but kernelsByName says %v", s.name, err)
+			}
+			if slices.Contains(required, s.name) {
+				t.Fatalf("KVASIR_REQUIRE_CPU names %s: %v", s.name, err)
+			}
+			t.Skipf("%s kernels NOT tested: %v", s.name, err)
+		})
+	}
 }

@@ -57,7 +57,7 @@ func FuzzCvtHalf(f *testing.F) {
 
 // checkGemmTiles compares every kernel set's micro-kernels of the many-token path with the
 // generic twin on random operands (w with a padded stride, k of any length); acc starts
-// with garbage to check that the kernels overwrite it.
+// with garbage to check that the kernels overwrite it; the SIMD sets must agree bit for bit.
 func checkGemmTiles(t *testing.T, seed int64, k, mode int) {
 	t.Helper()
 	r := rand.New(rand.NewSource(seed))
@@ -67,6 +67,7 @@ func checkGemmTiles(t *testing.T, seed int64, k, mode int) {
 		xt := randFloats(r, width*k, mode)
 		want := make([]float32, gemmRows*width)
 		gemmTGeneric(width, w, ldw, xt, k, want)
+		var simd []float32 // the first SIMD set's tile
 		for _, ks := range allKernels() {
 			tk := gemmTileKernels(ks)
 			tile := tk.tile16
@@ -85,6 +86,20 @@ func checkGemmTiles(t *testing.T, seed int64, k, mode int) {
 					if d := math.Abs(float64(got[o]) - float64(want[o])); d > 1e-5*mag+1e-30 || got[o] != got[o] && want[o] == want[o] {
 						t.Fatalf("%s width=%d k=%d mode=%d: acc[%d][%d] = %g, generic %g", ks.name, width, k, mode, i, j, got[o], want[o])
 					}
+				}
+			}
+			// Every SIMD set sums a lane with one fused multiply-add per step in order of
+			// c, so their tiles agree bit for bit.
+			if ks.name == genericName {
+				continue
+			}
+			if simd == nil {
+				simd = got
+				continue
+			}
+			for o := range got {
+				if !sameBits(got[o], simd[o]) {
+					t.Fatalf("%s width=%d k=%d mode=%d: acc[%d] = %g, %s %g (must be equal)", ks.name, width, k, mode, o, got[o], allKernels()[0].name, simd[o])
 				}
 			}
 		}

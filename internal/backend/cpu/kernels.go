@@ -8,8 +8,8 @@ import (
 
 // kernels is one set of inner-loop kernels. Every set computes the same functions; a set is
 // chosen per Pool, at start-up, by CPU feature (see platformKernels), so that tests can run
-// every set side by side. Adding an AVX-512 set means adding one more entry to
-// platformKernels.
+// every set side by side (platformSets names the sets of the architecture and what each
+// needs, so that tests can say which they could not run).
 //
 // Quantized dot kernels take nb blocks of weights w in the weight type's GGML block format
 // and nb blocks of activations x in the paired activation format (Q8_0 for Q8_0/Q4_0 weights,
@@ -173,5 +173,15 @@ func kernelsByName(name string) (*kernels, error) {
 			return k, nil
 		}
 	}
+	for _, s := range platformSets() {
+		if s.name == name {
+			return nil, fmt.Errorf("cpu: kernel set %q needs %s, which this CPU lacks (have %v)", name, s.needs, KernelSets())
+		}
+	}
 	return nil, fmt.Errorf("cpu: kernel set %q is not available on this CPU (have %v)", name, KernelSets())
+}
+
+// kernelSetNeeds names a SIMD kernel set and the CPU features it needs.
+type kernelSetNeeds struct {
+	name, needs string
 }

@@ -8,14 +8,29 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// platformKernels returns the SIMD kernel sets this amd64 CPU supports, fastest first.
-// An AVX-512 set would go in front of the AVX2 one.
+// platformKernels returns the SIMD kernel sets this amd64 CPU supports, fastest first:
+// avx512 (which builds on avx2), then avx2.
 func platformKernels() []*kernels {
-	if cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasAVX && hasF16C() {
-		return []*kernels{avx2Kernels()}
+	if !hasAVX2() {
+		return nil
 	}
-	return nil
+	if hasAVX512() {
+		return []*kernels{avx512Kernels(), avx2Kernels()}
+	}
+	return []*kernels{avx2Kernels()}
 }
+
+// platformSets names every SIMD kernel set of amd64 and the CPU features it needs, fastest
+// first, whether or not this CPU has them.
+func platformSets() []kernelSetNeeds {
+	return []kernelSetNeeds{
+		{avx512Name, "AVX-512 F, BW, VL and VNNI"},
+		{"avx2", "AVX, AVX2, FMA and F16C"},
+	}
+}
+
+// hasAVX2 reports the features the avx2 set uses: AVX, AVX2, FMA and F16C.
+func hasAVX2() bool { return cpu.X86.HasAVX2 && cpu.X86.HasFMA && cpu.X86.HasAVX && hasF16C() }
 
 // hasF16C reports F16C support (CPUID leaf 1, ECX bit 29), which x/sys/cpu does not expose.
 func hasF16C() bool { return cpuidECX1()&(1<<29) != 0 }

@@ -84,7 +84,8 @@ func newPoolWith(threads int, k *kernels) *Pool {
 // Threads returns the number of threads the pool runs loops on.
 func (p *Pool) Threads() int { return p.threads }
 
-// KernelSet returns the name of the kernel set the pool's operations use ("avx2", "generic").
+// KernelSet returns the name of the kernel set the pool's operations use ("avx512", "avx2",
+// "generic").
 func (p *Pool) KernelSet() string { return p.kern.name }
 
 // worker runs every loop handed out, in order of p.gen: it polls p.gen for poolSpin after

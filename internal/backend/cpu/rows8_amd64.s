@@ -76,50 +76,104 @@
 	VPMADDUBSW Y8, Y7, Y7 \
 	VPMADDWD   Y15, Y7, dst
 
+// ROWS8_ARGS loads the arguments of an 8-row Q8_0 kernel into the registers the macros
+// above use (SI, R8, R9, R11, DI, CX; R10 the next 8 rows) and zeroes the row sums Y10.
+#define ROWS8_ARGS \
+	MOVQ   w+0(FP), SI \
+	MOVQ   stride+8(FP), R8 \
+	MOVQ   x+16(FP), DI \
+	MOVQ   nb+24(FP), CX \
+	LEAQ   (R8)(R8*2), R9 \
+	LEAQ   (SI)(R8*4), R11 \
+	LEAQ   (R11)(R8*4), R10 \
+	VXORPS Y10, Y10, Y10
+
+// ROWS8_PREFETCH asks for 8 blocks' worth (272 bytes) of the next 8 rows at R10.
+#define ROWS8_PREFETCH \
+	PREFETCHT0 (R10) \
+	PREFETCHT0 64(R10) \
+	PREFETCHT0 128(R10) \
+	PREFETCHT0 192(R10) \
+	PREFETCHT0 256(R10) \
+	ADDQ       $272, R10
+
+// ROWS8_Q80 sums the current block of the 8 rows with the activations in Y4 by the row
+// macro R (Q80_R8 or Q80_R8_VNNI), folds the sums and adds them, scaled, to Y10 (clobbers
+// Y0..Y3, Y5 and what R clobbers).
+#define ROWS8_Q80(R) \
+	R(2(SI), Y0) \
+	R(2(SI)(R8*1), Y1) \
+	ROWS8_PAIR(Y0, Y1, Y2) \
+	R(2(SI)(R8*2), Y1) \
+	R(2(SI)(R9*1), Y2) \
+	ROWS8_PAIR(Y1, Y2, Y3) \
+	ROWS8_QUAD(Y0, Y1, Y2) \
+	R(2(R11), Y1) \
+	R(2(R11)(R8*1), Y2) \
+	ROWS8_PAIR(Y1, Y2, Y3) \
+	R(2(R11)(R8*2), Y2) \
+	R(2(R11)(R9*1), Y3) \
+	ROWS8_PAIR(Y2, Y3, Y5) \
+	ROWS8_QUAD(Y1, Y2, Y3) \
+	ROWS8_FOLD
+
 // func rows8Q8_0AVX2(w *byte, stride int, x *byte, nb int, out *float32)   (nb > 0)
 // R10 walks the next 8 rows (contiguous when stride is the row size), prefetched 8 blocks'
 // worth (272 bytes) per block.
 TEXT ·rows8Q8_0AVX2(SB), NOSPLIT, $0-40
-	MOVQ     w+0(FP), SI
-	MOVQ     stride+8(FP), R8
-	MOVQ     x+16(FP), DI
-	MOVQ     nb+24(FP), CX
-	LEAQ     (R8)(R8*2), R9
-	LEAQ     (SI)(R8*4), R11
-	LEAQ     (R11)(R8*4), R10
-	VXORPS   Y10, Y10, Y10
+	ROWS8_ARGS
 	VPCMPEQW Y15, Y15, Y15
 	VPSRLW   $15, Y15, Y15
 
 q80r8loop:
-	PREFETCHT0 (R10)
-	PREFETCHT0 64(R10)
-	PREFETCHT0 128(R10)
-	PREFETCHT0 192(R10)
-	PREFETCHT0 256(R10)
-	ADDQ       $272, R10
+	ROWS8_PREFETCH
 	ROWS8_SCALES
 	VMOVDQU 2(DI), Y4
-	Q80_R8(2(SI), Y0)
-	Q80_R8(2(SI)(R8*1), Y1)
-	ROWS8_PAIR(Y0, Y1, Y2)
-	Q80_R8(2(SI)(R8*2), Y1)
-	Q80_R8(2(SI)(R9*1), Y2)
-	ROWS8_PAIR(Y1, Y2, Y3)
-	ROWS8_QUAD(Y0, Y1, Y2)
-	Q80_R8(2(R11), Y1)
-	Q80_R8(2(R11)(R8*1), Y2)
-	ROWS8_PAIR(Y1, Y2, Y3)
-	Q80_R8(2(R11)(R8*2), Y2)
-	Q80_R8(2(R11)(R9*1), Y3)
-	ROWS8_PAIR(Y2, Y3, Y5)
-	ROWS8_QUAD(Y1, Y2, Y3)
-	ROWS8_FOLD
+	ROWS8_Q80(Q80_R8)
 	ADDQ    $34, SI
 	ADDQ    $34, R11
 	ADDQ    $34, DI
 	DECQ    CX
 	JNZ     q80r8loop
+
+	MOVQ    out+32(FP), DX
+	VMOVUPS Y10, (DX)
+	VZEROUPPER
+	RET
+
+// Q80_R8_VNNI is Q80_R8 with VNNI: VPDPBUSD multiplies unsigned by signed bytes, so the
+// weights are shifted to w+128 (w XOR 0x80, in [0, 255]) and the sums start from Y14 =
+// -128 times the activations' sums of 4, which the shift adds back: each lane ends as the
+// exact sum of 4 products w*x, in one multiply-add where Q80_R8 takes four instructions
+// (clobbers Y7; Y13 holds 0x80 bytes).
+#define Q80_R8_VNNI(wq, dst) \
+	VPXORD    wq, Y13, Y7 \
+	VMOVDQA64 Y14, dst \
+	VPDPBUSD  Y4, Y7, dst
+
+// func rows8Q8_0VNNI(w *byte, stride int, x *byte, nb int, out *float32)   (nb > 0)
+// rows8Q8_0AVX2 with Q80_R8_VNNI; per block, Y14 is set from the activations once for the
+// 8 rows (Y12 holds zero).
+TEXT ·rows8Q8_0VNNI(SB), NOSPLIT, $0-40
+	ROWS8_ARGS
+	VPXORD       Y12, Y12, Y12
+	MOVL         $0x80808080, AX
+	VMOVD        AX, X13
+	VPBROADCASTD X13, Y13
+
+q80r8vnniloop:
+	ROWS8_PREFETCH
+	ROWS8_SCALES
+	VMOVDQU  2(DI), Y4
+	VPXORD   Y14, Y14, Y14
+	VPDPBUSD Y4, Y13, Y14
+	VPSUBD   Y14, Y12, Y14
+	ROWS8_Q80(Q80_R8_VNNI)
+	ADDQ    $34, SI
+	ADDQ    $34, R11
+	ADDQ    $34, DI
+	DECQ    CX
+	JNZ     q80r8vnniloop
 
 	MOVQ    out+32(FP), DX
 	VMOVUPS Y10, (DX)
@@ -236,6 +290,18 @@ q80r8loop:
 	VPMADDUBSW   Y5, Y13, Y12 \
 	VPADDW       Y6, Y12, Y12
 
+// Q40_CONSTS zeroes the row sums X11, sets Y14 to 0x0f bytes and Y13 to 8s, and points R12
+// at the next 4 rows, prefetched 144 bytes per iteration (clobbers AX).
+#define Q40_CONSTS \
+	VXORPS       Y11, Y11, Y11 \
+	MOVL         $0x0f0f0f0f, AX \
+	VMOVD        AX, X14 \
+	VPBROADCASTD X14, Y14 \
+	MOVL         $0x08080808, AX \
+	VMOVD        AX, X13 \
+	VPBROADCASTD X13, Y13 \
+	LEAQ         (SI)(R8*4), R12
+
 // func rows4Q4_0AVX2(w *byte, stride int, x *byte, nb int, out *float32)   (nb > 0)
 // out[i] = dot of the Q4_0 row at w+i*stride with the Q8_0 activations x, for i < 4, as
 // dotQ4_0Generic computes it, two blocks per iteration (the 8 int16 fold rounds of
@@ -248,14 +314,7 @@ TEXT ·rows4Q4_0AVX2(SB), NOSPLIT, $0-40
 	MOVQ nb+24(FP), CX
 	MOVQ out+32(FP), DX
 	ROWS4_SETUP
-	VXORPS         Y11, Y11, Y11
-	MOVL           $0x0f0f0f0f, AX
-	VMOVD          AX, X14
-	VPBROADCASTD   X14, Y14 // 0x0f bytes
-	MOVL           $0x08080808, AX
-	VMOVD          AX, X13
-	VPBROADCASTD   X13, Y13 // 8s
-	LEAQ           (SI)(R8*4), R12 // the next 4 rows, prefetched 144 bytes per iteration
+	Q40_CONSTS
 
 q40r4loop:
 	CMPQ         CX, $2
@@ -314,3 +373,108 @@ q40r4done:
 	VZEROUPPER
 	RET
 
+
+// Q40_X2_VNNI is Q40_X2 for the VNNI kernel: the activations of the next two blocks in Y4
+// and Y5 as there, and in Y12 the int32 start of every row's sums, -8 times the
+// activations' sums of 4 (both halves), which the unsigned nibbles' offset of 8 takes back
+// (Y13 holds 8s, Y20 zero).
+#define Q40_X2_VNNI \
+	VMOVDQU     2(DI), X4 \
+	VINSERTI128 $1, 36(DI), Y4, Y4 \
+	VMOVDQU     18(DI), X5 \
+	VINSERTI128 $1, 52(DI), Y5, Y5 \
+	VPXORD      Y12, Y12, Y12 \
+	VPDPBUSD    Y4, Y13, Y12 \
+	VPDPBUSD    Y5, Y13, Y12 \
+	VPSUBD      Y12, Y20, Y12
+
+// Q40_ROW_VNNI leaves in acc the exact int32 sums of 4 products (q-8)*x of one row's two
+// blocks loaded in yp (as Q40_ROW takes them): the nibbles q (unsigned) times the
+// activations, multiplied and added by VPDPBUSD onto Y12 (clobbers yp, Y8).
+#define Q40_ROW_VNNI(yp, acc) \
+	VPSRLW    $4, yp, Y8 \
+	VPAND     Y14, yp, yp \
+	VPAND     Y14, Y8, Y8 \
+	VMOVDQA64 Y12, acc \
+	VPDPBUSD  Y4, yp, acc \
+	VPDPBUSD  Y5, Y8, acc
+
+// Q40_FOLD_VNNI folds the int32 sums of rows 0..3 in Y16..Y19 into Y16, lanes r0 r1 r2 r3
+// per block (block 0 in lanes 0..3, block 1 in 4..7), converts them and multiplies them by
+// the scale products in Y9 (clobbers Y18, Y21).
+#define Q40_FOLD_VNNI \
+	ROWS8_PAIR(Y16, Y17, Y21) \
+	ROWS8_PAIR(Y18, Y19, Y21) \
+	ROWS8_QUAD(Y16, Y18, Y21) \
+	VCVTDQ2PS Y16, Y16 \
+	VMULPS    Y9, Y16, Y16
+
+// func rows4Q4_0VNNI(w *byte, stride int, x *byte, nb int, out *float32)   (nb > 0)
+// rows4Q4_0AVX2 with VNNI: each row's two blocks are one VPDPBUSD per half onto int32
+// sums, folded by the integer adds of rows8Q8_0AVX2 (no int16 stage, no VPHADDW), then
+// added in block order to the row sums in X11.
+TEXT ·rows4Q4_0VNNI(SB), NOSPLIT, $0-40
+	MOVQ         w+0(FP), SI
+	MOVQ         stride+8(FP), R8
+	MOVQ         x+16(FP), DI
+	MOVQ         nb+24(FP), CX
+	MOVQ         out+32(FP), DX
+	LEAQ         (R8)(R8*2), R9
+	VPXORD       Y20, Y20, Y20
+	Q40_CONSTS
+
+q40r4vloop:
+	CMPQ       CX, $2
+	JLT        q40r4vtail
+	PREFETCHT0 (R12)
+	PREFETCHT0 64(R12)
+	PREFETCHT0 128(R12)
+	ADDQ       $144, R12
+	ROWS4_SCALES2(18)
+	Q40_X2_VNNI
+	Q40_LOAD(2(SI), X0)
+	Q40_LOAD_HI(20(SI), Y0)
+	Q40_ROW_VNNI(Y0, Y16)
+	Q40_LOAD(2(SI)(R8*1), X1)
+	Q40_LOAD_HI(20(SI)(R8*1), Y1)
+	Q40_ROW_VNNI(Y1, Y17)
+	Q40_LOAD(2(SI)(R8*2), X2)
+	Q40_LOAD_HI(20(SI)(R8*2), Y2)
+	Q40_ROW_VNNI(Y2, Y18)
+	Q40_LOAD(2(SI)(R9*1), X3)
+	Q40_LOAD_HI(20(SI)(R9*1), Y3)
+	Q40_ROW_VNNI(Y3, Y19)
+	Q40_FOLD_VNNI
+	VEXTRACTF32X4 $1, Y16, X1
+	VADDPS        X16, X11, X11
+	VADDPS        X1, X11, X11
+	ADDQ          $36, SI
+	ADDQ          $68, DI
+	SUBQ          $2, CX
+	JMP           q40r4vloop
+
+q40r4vtail:
+	CMPQ     CX, $0
+	JEQ      q40r4vdone
+	ROWS4_SCALES1
+	VMOVDQU  2(DI), X4
+	VMOVDQU  18(DI), X5
+	VPXORD   Y12, Y12, Y12
+	VPDPBUSD Y4, Y13, Y12
+	VPDPBUSD Y5, Y13, Y12
+	VPSUBD   Y12, Y20, Y12
+	Q40_LOAD(2(SI), X0)
+	Q40_ROW_VNNI(Y0, Y16)
+	Q40_LOAD(2(SI)(R8*1), X1)
+	Q40_ROW_VNNI(Y1, Y17)
+	Q40_LOAD(2(SI)(R8*2), X2)
+	Q40_ROW_VNNI(Y2, Y18)
+	Q40_LOAD(2(SI)(R9*1), X3)
+	Q40_ROW_VNNI(Y3, Y19)
+	Q40_FOLD_VNNI
+	VADDPS   X16, X11, X11
+
+q40r4vdone:
+	VMOVUPS X11, (DX)
+	VZEROUPPER
+	RET

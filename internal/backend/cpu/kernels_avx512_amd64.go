@@ -1,0 +1,75 @@
+package cpu
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
+
+// avx512Name is the name of the AVX-512 kernel set.
+const avx512Name = "avx512"
+
+// hasAVX512 reports the features the avx512 set uses beyond avx2's: AVX-512 F, BW and VL
+// (EVEX encodings of 256- and 512-bit integer operations, 32 vector registers) and VNNI
+// (VPDPBUSD, VPDPWSSD). x/sys/cpu reports them only when the OS saves the AVX-512 state.
+func hasAVX512() bool {
+	x := cpu.X86
+	return x.HasAVX512F && x.HasAVX512BW && x.HasAVX512VL && x.HasAVX512VNNI
+}
+
+// avx512Kernels returns the AVX-512 set: the avx2 set with the kernels that AVX-512 and
+// VNNI make faster replaced, each bit for bit equal to the kernel it replaces (the integer
+// sums are exact either way and the float steps are the same).
+//
+// VPDPBUSD multiplies unsigned by signed bytes while Q8_0 weights and activations are both
+// signed. The Q8_0 matrix-vector kernel shifts the weights by 128 (XOR 0x80) and subtracts
+// 128 times the activations' sums, computed once per block for the 8 rows it serves; the
+// alternative, moving the weights' signs onto the activations, costs an absolute value and
+// a masked negation per row where the shift costs one XOR. Q4_0's nibbles are unsigned
+// already (the matrix-vector kernel subtracts 8 times the activations' sums the same way),
+// and the tile kernels need no trick: their Q8_0 panel is int16 (VPDPWSSD) and their Q4_0
+// panel unsigned nibbles.
+func avx512Kernels() *kernels {
+	k := avx2Kernels()
+	k.name = avx512Name
+	k.rows8Q8_0 = func(w []byte, stride int, x []byte, nb int, out []float32) {
+		rows8AVX2(rows8Q8_0VNNI, q8_0Bytes, w, stride, x, nb, out)
+	}
+	k.rows8Q4_0 = func(w []byte, stride int, x []byte, nb int, out []float32) {
+		rows8AVX2(rows8Q4_0VNNI, q4_0Bytes, w, stride, x, nb, out)
+	}
+	k.tileQ8_0 = func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
+		q0TileAVX2(q8Tile16AVX512, q8Tile8AVX512, q0Steps8, 64, wd, pw, dw, xp, xs, nb, acc)
+	}
+	k.tileQ4_0 = func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
+		q0TileAVX2(q4Tile16AVX512, q4Tile8AVX512, q0Steps4, 32, wd, pw, dw, xp, xs, nb, acc)
+	}
+	return k
+}
+
+// Assembly kernels of the avx512 set (rows8_amd64.s, gemm_q0_avx512_amd64.s), with the
+// arguments of the avx2 kernels they replace.
+
+//go:noescape
+func rows8Q8_0VNNI(w *byte, stride int, x *byte, nb int, out *float32)
+
+//go:noescape
+func rows4Q4_0VNNI(w *byte, stride int, x *byte, nb int, out *float32)
+
+// rows8Q4_0VNNI is the 8-row Q4_0 kernel: two calls of the 4-row one.
+func rows8Q4_0VNNI(w *byte, stride int, x *byte, nb int, out *float32) {
+	rows4Q4_0VNNI(w, stride, x, nb, out)
+	rows4Q4_0VNNI((*byte)(unsafe.Add(unsafe.Pointer(w), 4*stride)), stride, x, nb, (*float32)(unsafe.Add(unsafe.Pointer(out), 16)))
+}
+
+//go:noescape
+func q8Tile16AVX512(pw *byte, dw *float32, xp *uint32, xs *uint32, nb int, acc *float32)
+
+//go:noescape
+func q8Tile8AVX512(pw *byte, dw *float32, xp *uint32, xs *uint32, nb int, acc *float32)
+
+//go:noescape
+func q4Tile16AVX512(pw *byte, dw *float32, xp *uint32, xs *uint32, nb int, acc *float32)
+
+//go:noescape
+func q4Tile8AVX512(pw *byte, dw *float32, xp *uint32, xs *uint32, nb int, acc *float32)
