@@ -50,9 +50,9 @@ func mustGBNF(t testing.TB, src string) *Compiled {
 
 func TestGBNFMatches(t *testing.T) {
 	cases := []struct {
-		src  string
-		yes  []string
-		no   []string
+		src string
+		yes []string
+		no  []string
 	}{
 		{jsonGBNF,
 			[]string{`{}`, `{"a":1}`, `{"a": [1, 2.5, "x\n", {"b": null}]}`, `{"k":"\u00e9é"} `, `{"a":{"b":{"c":[[[]]]}}}`},

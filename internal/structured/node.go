@@ -33,8 +33,8 @@ type node struct {
 // byteSet is a set of bytes as a 256-bit bitmap.
 type byteSet [4]uint64
 
-func (s *byteSet) add(b byte)           { s[b>>6] |= 1 << (b & 63) }
-func (s *byteSet) has(b byte) bool      { return s[b>>6]&(1<<(b&63)) != 0 }
+func (s *byteSet) add(b byte)      { s[b>>6] |= 1 << (b & 63) }
+func (s *byteSet) has(b byte) bool { return s[b>>6]&(1<<(b&63)) != 0 }
 func (s *byteSet) addRange(lo, hi byte) {
 	for b := int(lo); b <= int(hi); b++ {
 		s.add(byte(b))
