@@ -139,8 +139,9 @@ func (c *Compiled) canContinue(set []item) bool {
 // Matcher checks input against a compiled grammar byte by byte. It is the reference the
 // token masks are tested against, and the state a Masker keeps.
 type Matcher struct {
-	c    *Compiled
-	sets [][]item
+	c     *Compiled
+	sets  [][]item
+	input []byte // the bytes accepted
 }
 
 // NewMatcher returns a matcher at the start of the input.
@@ -162,6 +163,7 @@ func (m *Matcher) AcceptByte(b byte) bool {
 		return false
 	}
 	m.sets = append(m.sets, set)
+	m.input = append(m.input, b)
 	return true
 }
 
@@ -186,9 +188,12 @@ func (m *Matcher) CanContinue() bool { return m.c.canContinue(m.sets[len(m.sets)
 func (m *Matcher) Len() int { return len(m.sets) - 1 }
 
 // Rollback forgets the last n accepted bytes (n at most Len).
-func (m *Matcher) Rollback(n int) { m.sets = m.sets[:len(m.sets)-n] }
+func (m *Matcher) Rollback(n int) {
+	m.sets = m.sets[:len(m.sets)-n]
+	m.input = m.input[:len(m.input)-n]
+}
 
 // Clone returns an independent matcher in the same state.
 func (m *Matcher) Clone() *Matcher {
-	return &Matcher{c: m.c, sets: append([][]item(nil), m.sets...)}
+	return &Matcher{c: m.c, sets: append([][]item(nil), m.sets...), input: append([]byte(nil), m.input...)}
 }
