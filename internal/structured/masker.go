@@ -12,6 +12,7 @@ import (
 // the output is complete; when the grammar is complete and admits nothing more, only
 // end-of-generation tokens. Special tokens are never allowed.
 type Masker struct {
+	g     *TokenGrammar
 	c     *Compiled
 	trie  *TokenTrie
 	vocab Vocabulary
@@ -24,9 +25,9 @@ type Masker struct {
 	w     *walker
 }
 
-// NewMasker returns a masker at the start of the output. trie must be built from vocab.
-func NewMasker(c *Compiled, trie *TokenTrie, vocab Vocabulary) *Masker {
-	return &Masker{c: c, trie: trie, vocab: vocab, m: c.NewMatcher()}
+// NewMasker returns a masker at the start of the output.
+func (g *TokenGrammar) NewMasker() *Masker {
+	return &Masker{g: g, c: g.c, trie: g.trie, vocab: g.vocab, m: g.c.NewMatcher()}
 }
 
 // Accept feeds tokens in order; a token the grammar does not allow is an error (the state
@@ -77,14 +78,14 @@ func (k *Masker) Rollback(n int) {
 
 // Clone returns an independent masker in the same state.
 func (k *Masker) Clone() sample.Stateful {
-	return &Masker{c: k.c, trie: k.trie, vocab: k.vocab, m: k.m.Clone(),
+	return &Masker{g: k.g, c: k.c, trie: k.trie, vocab: k.vocab, m: k.m.Clone(),
 		lens: append([]int(nil), k.lens...), ended: k.ended}
 }
 
 // Mask returns the tokens allowed next. The mask is reused by the next call.
 func (k *Masker) Mask() sample.Mask {
 	if k.w == nil {
-		k.w = newWalker(k.c, k.trie)
+		k.w = newWalker(k.g)
 	}
 	mask := k.w.mask(k.m.sets, k.ended > 0)
 	return mask
@@ -97,59 +98,3 @@ func (k *Masker) Accepting() bool { return k.m.Accepting() }
 func (k *Masker) Done() bool { return !k.m.CanContinue() }
 
 var _ sample.Masker = (*Masker)(nil)
-
-// walker computes masks by walking the token trie against the parser: a node is followed
-// when its byte continues the item sets of its parent, so a rejected prefix prunes every
-// token under it. Item sets of the walk are built in buffers reused per depth.
-type walker struct {
-	c    *Compiled
-	trie *TokenTrie
-	out  sample.Mask
-	bufs [][]item
-	sets [][]item
-}
-
-func newWalker(c *Compiled, trie *TokenTrie) *walker {
-	return &walker{c: c, trie: trie, out: make(sample.Mask, sample.MaskWords(trie.numTokens))}
-}
-
-// mask computes the mask after the chart sets (ended: an end-of-generation token was
-// accepted, so only end-of-generation tokens remain).
-func (w *walker) mask(sets [][]item, ended bool) sample.Mask {
-	clear(w.out)
-	last := sets[len(sets)-1]
-	if !ended {
-		w.walk(sets)
-	}
-	if ended || w.c.accepting(last) || w.out.Count(w.trie.numTokens) == 0 {
-		for _, id := range w.trie.eog {
-			w.out.Set(id)
-		}
-	}
-	return w.out
-}
-
-// walk marks every token whose bytes continue sets.
-func (w *walker) walk(base [][]item) {
-	t := w.trie
-	w.sets = append(w.sets[:0], base...)
-	n0 := len(base)
-	for i := 1; i < len(t.label); {
-		d := int(t.depth[i])
-		w.sets = w.sets[:n0+d-1]
-		for len(w.bufs) <= d {
-			w.bufs = append(w.bufs, nil)
-		}
-		set := w.c.scan(w.sets, t.label[i], w.bufs[d])
-		if set == nil {
-			i = int(t.end[i])
-			continue
-		}
-		w.bufs[d] = set
-		w.sets = append(w.sets, set)
-		for _, id := range t.tokensAt(i) {
-			w.out.Set(id)
-		}
-		i++
-	}
-}

@@ -95,7 +95,7 @@ func checkGeneration(t *testing.T, name string, c *Compiled, v Vocabulary, steps
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(seed, 7))
-	k := NewMasker(c, trie, v)
+	k := NewTokenGrammar(c, trie, v).NewMasker()
 	n := v.NumTokens()
 	for step := 0; step < steps; step++ {
 		got := k.Mask()
