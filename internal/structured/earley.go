@@ -197,3 +197,54 @@ func (m *Matcher) Rollback(n int) {
 func (m *Matcher) Clone() *Matcher {
 	return &Matcher{c: m.c, sets: append([][]item(nil), m.sets...), input: append([]byte(nil), m.input...)}
 }
+
+// nextBytes returns the set of bytes that may follow set.
+func (c *Compiled) nextBytes(set []item) byteSet {
+	var out byteSet
+	for _, it := range set {
+		if it.lex == 0 {
+			continue
+		}
+		d := c.terms[c.posNext[it.pos].terminal()]
+		row := d.next[int(it.lex)*d.nclass : int(it.lex+1)*d.nclass]
+		for b := range 256 {
+			if row[d.class[b]] != 0 {
+				out.add(byte(b))
+			}
+		}
+	}
+	return out
+}
+
+// Forced returns the bytes the grammar forces from the current state, at most max: while
+// the input is not complete and exactly one byte may follow, that byte is forced. The
+// matcher is not changed. This is jump-forward: a caller may append the bytes' tokens
+// without sampling.
+func (m *Matcher) Forced(max int) []byte {
+	var out []byte
+	sets := m.sets
+	for len(out) < max {
+		last := sets[len(sets)-1]
+		if m.c.accepting(last) {
+			break
+		}
+		next := m.c.nextBytes(last)
+		only, count := byte(0), 0
+		for b := range 256 {
+			if next.has(byte(b)) {
+				only = byte(b)
+				count++
+			}
+		}
+		if count != 1 {
+			break
+		}
+		set := m.c.scan(sets, only, nil)
+		if len(out) == 0 {
+			sets = append([][]item(nil), sets...)
+		}
+		sets = append(sets, set)
+		out = append(out, only)
+	}
+	return out
+}

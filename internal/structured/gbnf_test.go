@@ -104,3 +104,5 @@ func TestGBNFErrors(t *testing.T) {
 		}
 	}
 }
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }

@@ -98,3 +98,14 @@ func (k *Masker) Accepting() bool { return k.m.Accepting() }
 func (k *Masker) Done() bool { return !k.m.CanContinue() }
 
 var _ sample.Masker = (*Masker)(nil)
+
+// Forced returns the bytes the grammar forces next (at most max), for jump-forward: where
+// the grammar admits exactly one continuation, as a fixed key or `": "`, those bytes can be
+// appended without sampling. It returns nothing once an end-of-generation token was
+// accepted.
+func (k *Masker) Forced(max int) []byte {
+	if k.ended > 0 {
+		return nil
+	}
+	return k.m.Forced(max)
+}
