@@ -1,39 +1,11 @@
 package structured
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
 
-// jsonGBNF is a JSON grammar in the style of llama.cpp's grammars/json.gbnf (written for
-// these tests), with whitespace bounded to 4 bytes.
-const jsonGBNF = `
-root   ::= object
-value  ::= object | array | string | number | ("true" | "false" | "null") ws
-
-object ::=
-  "{" ws (
-            string ":" ws value
-    ("," ws string ":" ws value)*
-  )? "}" ws
-
-array  ::=
-  "[" ws (
-            value
-    ("," ws value)*
-  )? "]" ws
-
-string ::=
-  "\"" (
-    [^"\\\x7F\x00-\x1F] |
-    "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) # escapes
-  )* "\"" ws
-
-number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-9]{0,15})? ws
-
-# bounded whitespace
-ws ::= [ \t\n]{0,4}
-`
 
 func mustGBNF(t testing.TB, src string) *Compiled {
 	t.Helper()
@@ -106,3 +78,12 @@ func TestGBNFErrors(t *testing.T) {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// jsonGBNF is the JSON grammar of testdata/grammars/json.gbnf.
+var jsonGBNF = func() string {
+	b, err := os.ReadFile("testdata/grammars/json.gbnf")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()

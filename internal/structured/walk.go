@@ -135,6 +135,7 @@ func (w *walker) mask(sets [][]item, ended bool) sample.Mask {
 func (w *walker) lexemes(sets [][]item) {
 	n := len(sets)
 	w.seen = w.seen[:0]
+	w.sets = append(w.sets[:0], sets...) // copied once; walks only append past n
 	for _, x := range sets[n-1] {
 		if x.lex == 0 {
 			continue
@@ -170,7 +171,7 @@ func (w *walker) lexemes(sets [][]item) {
 				w.seeds = append(w.seeds, nil)
 			}
 			k := n - 1 + d // the chart position after the node's bytes
-			w.sets = append(w.sets[:0], sets...)
+			w.sets = w.sets[:n]
 			for len(w.sets) < k {
 				w.sets = append(w.sets, nil) // positions inside the lexeme: never consulted
 			}
