@@ -23,6 +23,8 @@ func init() {
 // grammarFrontEnds maps a grammar file's extension to the front end that reads it.
 var grammarFrontEnds = map[string]structured.FrontEnd{
 	".gbnf": func(src []byte) (*structured.Grammar, error) { return structured.ParseGBNF(string(src)) },
+	".ebnf": func(src []byte) (*structured.Grammar, error) { return structured.ParseEBNF(string(src)) },
+	".lark": func(src []byte) (*structured.Grammar, error) { return structured.ParseEBNF(string(src)) },
 	".regex": func(src []byte) (*structured.Grammar, error) {
 		return structured.ParseRegex(strings.TrimRight(string(src), "\r\n"))
 	},

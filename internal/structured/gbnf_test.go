@@ -6,7 +6,6 @@ import (
 	"testing"
 )
 
-
 func mustGBNF(t testing.TB, src string) *Compiled {
 	t.Helper()
 	g, err := ParseGBNF(src)
