@@ -3,7 +3,7 @@ package structured
 import (
 	"bytes"
 	"fmt"
-	"sort"
+	"slices"
 )
 
 // Vocabulary is what the masks need of a tokenizer (tokenizer.Tokenizer has these).
@@ -60,7 +60,12 @@ func NewTokenTrie(v Vocabulary) (*TokenTrie, error) {
 		}
 	}
 	t.id = fmt.Sprintf("%d:%016x", n, h)
-	sort.SliceStable(entries, func(i, j int) bool { return bytes.Compare(entries[i].b, entries[j].b) < 0 })
+	slices.SortFunc(entries, func(a, b entry) int {
+		if c := bytes.Compare(a.b, b.b); c != 0 {
+			return c
+		}
+		return int(a.id - b.id)
+	})
 
 	// Sorted keys visit the trie in depth-first order: each key shares a prefix with the
 	// path so far; nodes deeper than that prefix are closed, the rest of the key opened.

@@ -179,6 +179,9 @@ func (w *walker) lexemes(sets [][]item) {
 				seed := append(w.seeds[d][:0], w.c.enter(x.pos+1, x.origin))
 				w.seeds[d] = w.c.closure(w.sets, seed, int32(k))
 			}
+			if !w.c.canContinue(w.seeds[d]) {
+				continue // the output can end here, but nothing can follow
+			}
 			w.sets = append(w.sets, w.seeds[d])
 			w.walk(int(b))
 		}
