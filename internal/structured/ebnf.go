@@ -3,7 +3,6 @@ package structured
 import (
 	"fmt"
 	"strings"
-	"unicode/utf8"
 )
 
 // ParseEBNF parses a Lark-like EBNF grammar:
@@ -224,27 +223,13 @@ func (p *ebnfParser) alternatives(depth int) (*node, error) {
 	if depth > maxNesting {
 		return nil, p.errorf(p.pos, "groups nested more than %d deep", maxNesting)
 	}
-	var alts []*node
-	for {
-		seq, err := p.sequence(depth)
-		if err != nil {
-			return nil, err
-		}
-		alts = append(alts, seq)
+	return alternativesOf(depth, p.sequence, func() bool {
 		p.skipBlank()
 		if depth > 0 {
 			p.skipLines()
 		}
-		if p.pos < len(p.src) && p.src[p.pos] == '|' {
-			p.pos++
-			continue
-		}
-		if depth == 0 && p.continues() {
-			p.pos++
-			continue
-		}
-		return altNode(alts...), nil
-	}
+		return p.bar() || depth == 0 && p.continues() && p.bar()
+	})
 }
 
 func (p *ebnfParser) sequence(depth int) (*node, error) {
@@ -282,9 +267,12 @@ func (p *ebnfParser) item(depth int) (*node, error) {
 	var atom *node
 	switch c := p.src[p.pos]; {
 	case c == '"':
-		lit, err := p.literal()
+		lit, err := p.stringLiteral()
 		if err != nil {
 			return nil, err
+		}
+		if p.pos < len(p.src) && p.src[p.pos] == 'i' {
+			return nil, p.errorf(p.pos, "case-insensitive literals (\"...\"i) are not supported")
 		}
 		atom = lit
 	case c == '/':
@@ -325,26 +313,21 @@ func (p *ebnfParser) item(depth int) (*node, error) {
 				return atom, nil
 			}
 		}
-		switch p.src[p.pos] {
-		case '*':
-			atom = repeatNode(atom, 0, -1)
-		case '+':
-			atom = repeatNode(atom, 1, -1)
-		case '?':
-			atom = repeatNode(atom, 0, 1)
-		case '~':
-			p.pos++
-			p.skipBlank()
-			min, max, err := p.tildeCounts()
-			if err != nil {
-				return nil, err
-			}
+		if min, max, ok := simpleRepeat(p.src[p.pos]); ok {
 			atom = repeatNode(atom, min, max)
+			p.pos++
 			continue
-		default:
+		}
+		if p.src[p.pos] != '~' {
 			return atom, nil
 		}
 		p.pos++
+		p.skipBlank()
+		min, max, err := p.tildeCounts()
+		if err != nil {
+			return nil, err
+		}
+		atom = repeatNode(atom, min, max)
 	}
 	return atom, nil
 }
@@ -369,30 +352,6 @@ func (p *ebnfParser) tildeCounts() (int, int, error) {
 		return 0, 0, p.errorf(start, "%v", err)
 	}
 	return min, max, nil
-}
-
-func (p *ebnfParser) literal() (*node, error) {
-	start := p.pos
-	p.pos++
-	var lit []byte
-	for {
-		if p.pos >= len(p.src) || p.src[p.pos] == '\n' {
-			return nil, p.errorf(start, "unterminated string literal")
-		}
-		if p.src[p.pos] == '"' {
-			p.pos++
-			break
-		}
-		r, err := p.char()
-		if err != nil {
-			return nil, err
-		}
-		lit = utf8.AppendRune(lit, r)
-	}
-	if p.pos < len(p.src) && p.src[p.pos] == 'i' {
-		return nil, p.errorf(p.pos, "case-insensitive literals (\"...\"i) are not supported")
-	}
-	return literalNode(lit), nil
 }
 
 func (p *ebnfParser) regex() (*node, error) {

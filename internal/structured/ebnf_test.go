@@ -8,14 +8,7 @@ import (
 func mustEBNF(t testing.TB, src string) *Compiled {
 	t.Helper()
 	g, err := ParseEBNF(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := Compile(g, DefaultLimits())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return mustCompile(t, g, err)
 }
 
 const jsonEBNF = `
@@ -47,17 +40,7 @@ func TestEBNFMatches(t *testing.T) {
 		{"start: \"a\" /[0-9]{2}\\//", []string{"a12/"}, []string{"a12", "a1/"}},
 	}
 	for _, tc := range cases {
-		c := mustEBNF(t, tc.src)
-		for _, s := range tc.yes {
-			if !c.Matches(s) {
-				t.Errorf("%.40q: %q not matched", tc.src, s)
-			}
-		}
-		for _, s := range tc.no {
-			if c.Matches(s) {
-				t.Errorf("%.40q: %q matched", tc.src, s)
-			}
-		}
+		checkMatches(t, mustEBNF(t, tc.src), tc.src, tc.yes, tc.no)
 	}
 }
 
@@ -74,6 +57,7 @@ func TestEBNFErrors(t *testing.T) {
 		{"start: (\"a\"", "unclosed '('"},
 		{"start: \"a\" ~ 3..1", "max below min"},
 		{"start: \"a\"\nstart: \"b\"", "line 2:1: \"start\" defined twice"},
+		{"start: " + strings.Repeat("[", 300), "nested more than 200 deep"},
 	}
 	for _, tc := range cases {
 		_, err := ParseEBNF(tc.src)
@@ -88,14 +72,7 @@ func FuzzParseEBNF(f *testing.F) {
 	f.Add("start: A B? C~2..3\nA: /a+/\nB: \"b\"\nC: \"c\"", "abcc")
 	f.Fuzz(func(t *testing.T, src, input string) {
 		g, err := ParseEBNF(src)
-		if err != nil {
-			return
-		}
-		c, err := Compile(g, fuzzLimits())
-		if err != nil {
-			return
-		}
-		fuzzMatcher(t, c, input)
+		fuzzCompiled(t, g, err, input)
 	})
 }
 

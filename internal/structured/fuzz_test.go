@@ -21,14 +21,7 @@ func FuzzParseGBNF(f *testing.F) {
 	f.Add("root ::= a{2,} | b?\na ::= \"x\" # c\nb ::= (a | \"y\")*", "xxy")
 	f.Fuzz(func(t *testing.T, src, input string) {
 		g, err := ParseGBNF(src)
-		if err != nil {
-			return
-		}
-		c, err := Compile(g, fuzzLimits())
-		if err != nil {
-			return
-		}
-		fuzzMatcher(t, c, input)
+		fuzzCompiled(t, g, err, input)
 	})
 }
 
@@ -39,15 +32,20 @@ func FuzzParseRegex(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, src, input string) {
 		g, err := ParseRegex(src)
-		if err != nil {
-			return
-		}
-		c, err := Compile(g, fuzzLimits())
-		if err != nil {
-			return
-		}
-		fuzzMatcher(t, c, input)
+		fuzzCompiled(t, g, err, input)
 	})
+}
+
+// fuzzCompiled compiles a parsed grammar (err: the parse failed) and checks its matcher.
+func fuzzCompiled(t *testing.T, g *Grammar, err error, input string) {
+	if err != nil {
+		return
+	}
+	c, err := Compile(g, fuzzLimits())
+	if err != nil {
+		return
+	}
+	fuzzMatcher(t, c, input)
 }
 
 // fuzzMatcher feeds input and checks the matcher's invariants on the way.

@@ -166,19 +166,34 @@ func (p *gbnfParser) alternatives(depth int) (*node, error) {
 	if depth > maxNesting {
 		return nil, p.errorf(p.pos, "groups nested more than %d deep", maxNesting)
 	}
+	return alternativesOf(depth, p.sequence, func() bool {
+		p.skipSpace()
+		return p.bar()
+	})
+}
+
+// bar consumes a '|' at the current position and reports whether there was one.
+func (p *gbnfParser) bar() bool {
+	if p.pos < len(p.src) && p.src[p.pos] == '|' {
+		p.pos++
+		return true
+	}
+	return false
+}
+
+// alternativesOf parses sequences separated by '|': more, called after each sequence,
+// consumes a separator and reports whether there was one.
+func alternativesOf(depth int, sequence func(int) (*node, error), more func() bool) (*node, error) {
 	var alts []*node
 	for {
-		seq, err := p.sequence(depth)
+		seq, err := sequence(depth)
 		if err != nil {
 			return nil, err
 		}
 		alts = append(alts, seq)
-		p.skipSpace()
-		if p.pos < len(p.src) && p.src[p.pos] == '|' {
-			p.pos++
-			continue
+		if !more() {
+			return altNode(alts...), nil
 		}
-		return altNode(alts...), nil
 	}
 }
 
@@ -205,22 +220,7 @@ func (p *gbnfParser) primary(depth int) (*node, error) {
 	start := p.pos
 	switch c := p.src[p.pos]; {
 	case c == '"':
-		p.pos++
-		var lit []byte
-		for {
-			if p.pos >= len(p.src) {
-				return nil, p.errorf(start, "unterminated string literal")
-			}
-			if p.src[p.pos] == '"' {
-				p.pos++
-				return literalNode(lit), nil
-			}
-			r, err := p.char()
-			if err != nil {
-				return nil, err
-			}
-			lit = utf8.AppendRune(lit, r)
-		}
+		return p.stringLiteral()
 	case c == '[':
 		return p.class()
 	case c == '.':
@@ -243,6 +243,27 @@ func (p *gbnfParser) primary(depth int) (*node, error) {
 		return &node{op: opRef, ref: p.ruleIndex(name, start)}, nil
 	}
 	return nil, p.errorf(p.pos, "unexpected %s", p.found())
+}
+
+// stringLiteral parses a "..." literal at '"'.
+func (p *gbnfParser) stringLiteral() (*node, error) {
+	start := p.pos
+	p.pos++
+	var lit []byte
+	for {
+		if p.pos >= len(p.src) || p.src[p.pos] == '\n' {
+			return nil, p.errorf(start, "unterminated string literal")
+		}
+		if p.src[p.pos] == '"' {
+			p.pos++
+			return literalNode(lit), nil
+		}
+		r, err := p.char()
+		if err != nil {
+			return nil, err
+		}
+		lit = utf8.AppendRune(lit, r)
+	}
 }
 
 // class parses a character class starting at '['.
@@ -330,26 +351,34 @@ func (p *gbnfParser) char() (rune, error) {
 // postfix applies the repetition operators that follow an item.
 func (p *gbnfParser) postfix(item *node, start int) (*node, error) {
 	for p.pos < len(p.src) {
-		switch p.src[p.pos] {
-		case '*':
-			item = repeatNode(item, 0, -1)
-		case '+':
-			item = repeatNode(item, 1, -1)
-		case '?':
-			item = repeatNode(item, 0, 1)
-		case '{':
-			min, max, err := p.counts()
-			if err != nil {
-				return nil, err
-			}
+		if min, max, ok := simpleRepeat(p.src[p.pos]); ok {
 			item = repeatNode(item, min, max)
+			p.pos++
 			continue
-		default:
+		}
+		if p.src[p.pos] != '{' {
 			return item, nil
 		}
-		p.pos++
+		min, max, err := p.counts()
+		if err != nil {
+			return nil, err
+		}
+		item = repeatNode(item, min, max)
 	}
 	return item, nil
+}
+
+// simpleRepeat returns the counts of the postfix operators '*', '+' and '?'.
+func simpleRepeat(c byte) (min, max int, ok bool) {
+	switch c {
+	case '*':
+		return 0, -1, true
+	case '+':
+		return 1, -1, true
+	case '?':
+		return 0, 1, true
+	}
+	return 0, 0, false
 }
 
 // counts parses {m}, {m,}, {m,n} or {,n} at '{'.

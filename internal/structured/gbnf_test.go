@@ -9,6 +9,12 @@ import (
 func mustGBNF(t testing.TB, src string) *Compiled {
 	t.Helper()
 	g, err := ParseGBNF(src)
+	return mustCompile(t, g, err)
+}
+
+// mustCompile compiles a grammar parsed with err, failing the test on any error.
+func mustCompile(t testing.TB, g *Grammar, err error) *Compiled {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,16 +46,21 @@ func TestGBNFMatches(t *testing.T) {
 		{`root ::= a b a  a ::= "x"?  b ::= "y"*`, []string{"", "x", "xyx", "yyy", "xx"}, []string{"xxx", "yxy x"}},
 	}
 	for _, tc := range cases {
-		c := mustGBNF(t, tc.src)
-		for _, s := range tc.yes {
-			if !c.Matches(s) {
-				t.Errorf("%.40q: %q not matched", tc.src, s)
-			}
+		checkMatches(t, mustGBNF(t, tc.src), tc.src, tc.yes, tc.no)
+	}
+}
+
+// checkMatches checks that c matches every string of yes and none of no.
+func checkMatches(t *testing.T, c *Compiled, name string, yes, no []string) {
+	t.Helper()
+	for _, s := range yes {
+		if !c.Matches(s) {
+			t.Errorf("%.40q: %q not matched", name, s)
 		}
-		for _, s := range tc.no {
-			if c.Matches(s) {
-				t.Errorf("%.40q: %q matched", tc.src, s)
-			}
+	}
+	for _, s := range no {
+		if c.Matches(s) {
+			t.Errorf("%.40q: %q matched", name, s)
 		}
 	}
 }
@@ -67,6 +78,7 @@ func TestGBNFErrors(t *testing.T) {
 		{"root ::= \"\\q\"", "unknown escape \\q"},
 		{"root ::= ::=", "line 1:10: unexpected ':'"},
 		{"root ::= [a", "unterminated character class"},
+		{"root ::= " + strings.Repeat("(", 300), "nested more than 200 deep"},
 	}
 	for _, tc := range cases {
 		_, err := ParseGBNF(tc.src)

@@ -179,29 +179,28 @@ func loadHF(t testing.TB, rel string) *tokenizer.Tokenizer {
 		t.Fatal(err)
 	}
 	cfg, _ := os.ReadFile(filepath.Join(dir, "tokenizer_config.json"))
-	voc, err := tokenizer.VocabFromHF(js, cfg)
-	if err != nil {
-		t.Fatal(err)
+	return newTokenizer(t)(tokenizer.VocabFromHF(js, cfg))
+}
+
+// newTokenizer returns a function building the tokenizer of a vocabulary loaded with err.
+func newTokenizer(t testing.TB) func(*tokenizer.Vocab, error) *tokenizer.Tokenizer {
+	return func(voc *tokenizer.Vocab, err error) *tokenizer.Tokenizer {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, err := tokenizer.New(voc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
 	}
-	tok, err := tokenizer.New(voc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
 }
 
 func loadLlama3(t testing.TB) *tokenizer.Tokenizer {
 	t.Helper()
 	dir := testdata.Path(t, "tokenizers/llama3")
-	voc, err := tokenizer.VocabFromLlama3Files(filepath.Join(dir, "encoder.json"), filepath.Join(dir, "vocab.bpe"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := tokenizer.New(voc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tok
+	return newTokenizer(t)(tokenizer.VocabFromLlama3Files(filepath.Join(dir, "encoder.json"), filepath.Join(dir, "vocab.bpe")))
 }
 
 func TestMaskerAgainstReferenceTinyStories(t *testing.T) {

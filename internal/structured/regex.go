@@ -68,19 +68,13 @@ func (p *regexParser) alternatives(depth int) (*node, error) {
 	if depth > maxNesting {
 		return nil, p.errorf(p.pos, "groups nested more than %d deep", maxNesting)
 	}
-	var alts []*node
-	for {
-		seq, err := p.sequence(depth)
-		if err != nil {
-			return nil, err
-		}
-		alts = append(alts, seq)
+	return alternativesOf(depth, p.sequence, func() bool {
 		if p.pos < len(p.src) && p.src[p.pos] == '|' {
 			p.pos++
-			continue
+			return true
 		}
-		return altNode(alts...), nil
-	}
+		return false
+	})
 }
 
 func (p *regexParser) sequence(depth int) (*node, error) {
@@ -192,21 +186,11 @@ func (p *regexParser) isQuantifierBrace() bool {
 
 func (p *regexParser) quantifiers(atom *node, start int) (*node, error) {
 	for p.pos < len(p.src) {
-		var min, max int
-		switch p.src[p.pos] {
-		case '*':
-			min, max = 0, -1
+		min, max, ok := simpleRepeat(p.src[p.pos])
+		switch {
+		case ok:
 			p.pos++
-		case '+':
-			min, max = 1, -1
-			p.pos++
-		case '?':
-			min, max = 0, 1
-			p.pos++
-		case '{':
-			if !p.isQuantifierBrace() {
-				return atom, nil
-			}
+		case p.src[p.pos] == '{' && p.isQuantifierBrace():
 			end := strings.IndexByte(p.src[p.pos:], '}')
 			var err error
 			if min, max, err = parseCounts(p.src[p.pos+1 : p.pos+end]); err != nil {

@@ -58,6 +58,7 @@ func TestRegexErrors(t *testing.T) {
 		{`[a`, "unterminated character class"},
 		{`a{3,1}`, "max below min"},
 		{`\q`, "unknown escape"},
+		{strings.Repeat("(", 300), "nested more than 200 deep"},
 	}
 	for _, tc := range cases {
 		_, err := ParseRegex(tc.src)
