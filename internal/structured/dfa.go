@@ -137,23 +137,43 @@ func compileDFA(n *node, maxNFA, maxDFA int, check func() error) (*dfa, error) {
 		return nil, err
 	}
 	class, nclass := byteClasses(a)
-	reps := make([]byte, nclass)
-	for b := 255; b >= 0; b-- {
-		reps[class[b]] = byte(b)
+	// classesOf[s]: the classes of the bytes of state s's byte move
+	classesOf := make([][]uint8, len(a.states))
+	for i := range a.states {
+		st := &a.states[i]
+		if st.to < 0 {
+			continue
+		}
+		var seen [256]bool
+		for b := range 256 {
+			if c := class[b]; st.set.has(byte(b)) && !seen[c] {
+				seen[c] = true
+				classesOf[i] = append(classesOf[i], c)
+			}
+		}
 	}
+	buckets := make([][]int, nclass)
 
+	// closure returns the states reachable from set by epsilon moves, keeping only those
+	// that matter to a DFA state: states with a byte move, and the final state. It reuses
+	// a visit stamp per NFA state instead of a set.
+	stamp := make([]uint32, len(a.states))
+	gen := uint32(0)
+	var stack []int
 	closure := func(set []int) []int {
-		seen := map[int]bool{}
+		gen++
 		var out []int
-		stack := append([]int(nil), set...)
+		stack = append(stack[:0], set...)
 		for len(stack) > 0 {
 			s := stack[len(stack)-1]
 			stack = stack[:len(stack)-1]
-			if seen[s] {
+			if stamp[s] == gen {
 				continue
 			}
-			seen[s] = true
-			out = append(out, s)
+			stamp[s] = gen
+			if a.states[s].to >= 0 || s == s1 {
+				out = append(out, s)
+			}
 			stack = append(stack, a.states[s].eps...)
 		}
 		sort.Ints(out)
@@ -188,16 +208,18 @@ func compileDFA(n *node, maxNFA, maxDFA int, check func() error) (*dfa, error) {
 			}
 		}
 		accept = append(accept, acc)
-		for c := range nclass {
-			b := reps[c]
-			var moved []int
-			for _, s := range sets[q] {
-				if st := &a.states[s]; st.to >= 0 && st.set.has(b) {
-					moved = append(moved, st.to)
-				}
+		// gather each class's moves in one pass over the subset's byte moves
+		for c := range buckets {
+			buckets[c] = buckets[c][:0]
+		}
+		for _, st := range sets[q] {
+			for _, c := range classesOf[st] {
+				buckets[c] = append(buckets[c], a.states[st].to)
 			}
+		}
+		for c := range nclass {
 			var to int
-			if len(moved) > 0 {
+			if moved := buckets[c]; len(moved) > 0 {
 				cl := closure(moved)
 				k := key(cl)
 				var ok bool
@@ -213,7 +235,7 @@ func compileDFA(n *node, maxNFA, maxDFA int, check func() error) (*dfa, error) {
 			next = append(next, uint32(to))
 		}
 	}
-	return trim(class, nclass, next, accept), nil
+	return minimize(trim(class, nclass, next, accept)), nil
 }
 
 // byteClasses partitions the bytes so that bytes of one class behave alike in every move.
@@ -297,4 +319,91 @@ func trim(class [256]uint8, nclass int, next []uint32, accept []bool) *dfa {
 	}
 	d.start = newID[1]
 	return d
+}
+
+// minimize merges equivalent states (Moore's partition refinement: states start split by
+// whether they accept, and a block splits while its states move to different blocks on
+// some class). The dead state stays 0 and alone: it is the only state from which nothing
+// is accepted, since the DFA is trimmed.
+func minimize(d *dfa) *dfa {
+	n := d.numStates()
+	block := make([]uint32, n)
+	for q := range n {
+		switch {
+		case q == 0:
+			block[q] = 0
+		case d.accept[q]:
+			block[q] = 1
+		default:
+			block[q] = 2
+		}
+	}
+	nblocks := 0
+	same := func(q, r int) bool { // q and r have the same signature under block
+		if block[q] != block[r] {
+			return false
+		}
+		for c := range d.nclass {
+			if block[d.next[q*d.nclass+c]] != block[d.next[r*d.nclass+c]] {
+				return false
+			}
+		}
+		return true
+	}
+	for {
+		index := map[uint64][]int{} // signature hash -> representatives
+		fresh := make([]uint32, n)
+		count := 0
+		for q := range n {
+			h := uint64(block[q])*0x9e3779b97f4a7c15 + 1
+			for c := range d.nclass {
+				h = (h ^ uint64(block[d.next[q*d.nclass+c]])) * 0x100000001b3
+			}
+			found := -1
+			for _, r := range index[h] {
+				if same(q, r) {
+					found = r
+					break
+				}
+			}
+			if found >= 0 {
+				fresh[q] = fresh[found]
+				continue
+			}
+			index[h] = append(index[h], q)
+			fresh[q] = uint32(count)
+			count++
+		}
+		block = fresh
+		if count == nblocks {
+			break
+		}
+		nblocks = count
+	}
+	if nblocks == n {
+		return d
+	}
+	// renumber so that the dead state's block is 0
+	order := make([]uint32, nblocks)
+	for i := range order {
+		order[i] = ^uint32(0)
+	}
+	next := uint32(0)
+	for q := range n {
+		if order[block[q]] == ^uint32(0) {
+			order[block[q]] = next
+			next++
+		}
+	}
+	m := &dfa{class: d.class, nclass: d.nclass, next: make([]uint32, nblocks*d.nclass),
+		accept: make([]bool, nblocks), hasOut: make([]bool, nblocks), start: order[block[d.start]]}
+	for q := range n {
+		b := order[block[q]]
+		m.accept[b] = d.accept[q]
+		m.hasOut[b] = d.hasOut[q]
+		for c := range d.nclass {
+			m.next[int(b)*d.nclass+c] = order[block[d.next[q*d.nclass+c]]]
+		}
+	}
+	return m
 }
