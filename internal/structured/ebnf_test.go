@@ -78,7 +78,9 @@ func FuzzParseEBNF(f *testing.F) {
 
 func TestMaskerEBNF(t *testing.T) {
 	c := mustEBNF(t, jsonEBNF)
-	for seed := range uint64(4) {
-		checkGeneration(t, "ebnf-json", c, smallVocab(), 50, seed)
+	total := 0
+	for seed := range uint64(8) {
+		total += checkGeneration(t, "ebnf-json", c, smallVocab(), 50, seed)
 	}
+	requireSteps(t, total, 20)
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/sample"
 	"github.com/kvasir-llm/kvasir/internal/testdata"
 	"github.com/kvasir-llm/kvasir/internal/tokenizer"
@@ -85,7 +86,7 @@ func allowedIDs(m sample.Mask, n int) []int32 {
 
 // checkGeneration samples random allowed tokens from the masker and compares every mask
 // with the reference, exercising Rollback and Clone on the way.
-func checkGeneration(t *testing.T, name string, c *Compiled, v Vocabulary, steps int, seed uint64) {
+func checkGeneration(t *testing.T, name string, c *Compiled, v Vocabulary, steps int, seed uint64) int {
 	t.Helper()
 	trie, err := NewTokenTrie(v)
 	if err != nil {
@@ -115,7 +116,8 @@ func checkGeneration(t *testing.T, name string, c *Compiled, v Vocabulary, steps
 			if len(ids) != len(trie.eog) || k.Accept([]int32{tok}) == nil {
 				t.Fatalf("%s: dead end after %q: mask %v, EOG accepted", name, k.output(), head(ids))
 			}
-			return
+			t.Logf("%s: dead end after %d steps, %q", name, step, k.output())
+			return step
 		}
 		if v.IsEOG(int(tok)) {
 			if err := k.Accept([]int32{tok}); err != nil {
@@ -124,7 +126,7 @@ func checkGeneration(t *testing.T, name string, c *Compiled, v Vocabulary, steps
 			if !c.Matches(string(k.output())) {
 				t.Fatalf("%s: output %q ended but does not match", name, k.output())
 			}
-			return
+			return step
 		}
 		// a speculative detour: accept a few allowed tokens, then roll them back
 		before := string(k.output())
@@ -145,6 +147,7 @@ func checkGeneration(t *testing.T, name string, c *Compiled, v Vocabulary, steps
 			t.Fatalf("%s: clone changed with its original: %q", name, clone.output())
 		}
 	}
+	return steps
 }
 
 func head(ids []int32) []int32 { return ids[:min(len(ids), 8)] }
@@ -159,15 +162,27 @@ var testGrammars = map[string]string{
 	"list":   `root ::= "[" ( item ("," " "? item)* )? "]"   item ::= [a-c]+ | "null" | "true"`,
 	"nested": `root ::= e  e ::= "(" e* ")" | "x" [0-9]{0,3}`,
 	"words":  `root ::= ("ab" | "abc" | "é" | " " | "\n"){0,12}`,
+	"story":  `root ::= "Once upon a time" ("," | " " [a-z]+ | " " ("Tim" | "Lily")){1,24} "." [ \n]{0,2}`,
 }
 
 func TestMaskerAgainstReferenceSmallVocab(t *testing.T) {
 	v := smallVocab()
+	total := 0
 	for name, src := range testGrammars {
 		c := mustGBNF(t, src)
 		for seed := range uint64(8) {
-			checkGeneration(t, name, c, v, 60, seed)
+			total += checkGeneration(t, name, c, v, 60, seed)
 		}
+	}
+	requireSteps(t, total, 500)
+}
+
+// requireSteps fails a test whose generations made fewer than min steps in all (a
+// vocabulary that cannot spell the grammars would test nothing).
+func requireSteps(t *testing.T, total, min int) {
+	t.Helper()
+	if total < min {
+		t.Fatalf("the generations made %d steps in all, want at least %d", total, min)
 	}
 }
 
@@ -205,12 +220,14 @@ func loadLlama3(t testing.TB) *tokenizer.Tokenizer {
 
 func TestMaskerAgainstReferenceTinyStories(t *testing.T) {
 	v := loadHF(t, "models/tinystories-656k")
+	total := 0
 	for name, src := range testGrammars {
 		c := mustGBNF(t, src)
 		for seed := range uint64(3) {
-			checkGeneration(t, name, c, v, 40, seed)
+			total += checkGeneration(t, name, c, v, 40, seed)
 		}
 	}
+	requireSteps(t, total, 100)
 }
 
 // TestMaskerAgainstReferenceLlama3 checks masks on the 128k Llama 3 vocabulary (the
@@ -221,12 +238,27 @@ func TestMaskerAgainstReferenceLlama3(t *testing.T) {
 	if testing.Short() {
 		steps = 4
 	}
+	total := 0
 	for _, name := range []string{"json", "list"} {
-		checkGeneration(t, name, mustGBNF(t, testGrammars[name]), v, steps, 1)
+		total += checkGeneration(t, name, mustGBNF(t, testGrammars[name]), v, steps, 1)
 	}
+	requireSteps(t, total, 2*steps)
 }
 
 func TestMaskerAgainstReferenceQwen3(t *testing.T) {
 	v := loadHF(t, "tokenizers/qwen3")
-	checkGeneration(t, "nested", mustGBNF(t, testGrammars["nested"]), v, 6, 2)
+	requireSteps(t, checkGeneration(t, "nested", mustGBNF(t, testGrammars["nested"]), v, 6, 2), 2)
+}
+
+// TestMaskerAgainstReferenceStories260K uses a SentencePiece vocabulary of 512 tokens with
+// byte fallback tokens (<0x0A> ...).
+func TestMaskerAgainstReferenceStories260K(t *testing.T) {
+	v := newTokenizer(t)(format.LoadVocab(testdata.Path(t, "models/stories260K/tok512.bin"), 0))
+	total := 0
+	for name, src := range testGrammars {
+		for seed := range uint64(3) {
+			total += checkGeneration(t, name, mustGBNF(t, src), v, 40, seed)
+		}
+	}
+	requireSteps(t, total, 100)
 }
