@@ -80,6 +80,7 @@ func compileSchema(schema []byte, opt Options) (*grammar, error) {
 	if err := c.g.checkProgress(); err != nil {
 		return nil, err
 	}
+	c.g.prune()
 	return &c.g, nil
 }
 
@@ -131,6 +132,14 @@ func (c *compiler) newName(base string) string {
 // when none does. A lone $ref becomes a reference to its target's rule; a conjunction met
 // again while it is being compiled (recursion) becomes a rule of its own.
 func (c *compiler) compileAll(nodes []node, ptr string) (expr, error) {
+	// The same schema twice in a conjunction says nothing more.
+	for i := 0; i < len(nodes); i++ {
+		for j := len(nodes) - 1; j > i; j-- {
+			if nodes[j].ptr == nodes[i].ptr {
+				nodes = slices.Delete(nodes, j, j+1)
+			}
+		}
+	}
 	if len(nodes) == 1 {
 		if target, ok, err := c.pureRef(nodes[0]); err != nil {
 			return nil, err

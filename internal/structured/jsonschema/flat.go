@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -79,6 +80,7 @@ type flat struct {
 	shaped             bool // properties, patternProperties or additionalProperties seen
 	props              []*prop
 	patternProps       []pattern
+	mergedPatterns     bool   // patternProperties from several schemas: extras also obey addl
 	addl               []node // additionalProperties schemas; none: any
 	addlSet            bool
 	required           []string
@@ -537,8 +539,23 @@ func (f *flat) mergeShape(props []*prop, pats []pattern, addl []node, hasAddl bo
 		f.shaped, f.props, f.patternProps, f.addl, f.addlSet = true, props, pats, addl, hasAddl
 		return nil
 	}
-	if len(pats) > 0 || len(f.patternProps) > 0 {
-		return schemaError(ptr, "allOf combining patternProperties with other property schemas is not supported")
+	// sub returns what one side says about a key it does not declare: the schemas of the
+	// patterns the key matches, or additionalProperties when it matches none.
+	sub := func(name string, pats []pattern, addl []node) ([]node, error) {
+		var out []node
+		for _, p := range pats {
+			re, err := regexp.Compile(p.re)
+			if err != nil {
+				return nil, schemaError(p.node.ptr, "patternProperties pattern %q: %v", p.re, err)
+			}
+			if re.MatchString(name) {
+				out = append(out, p.node)
+			}
+		}
+		if len(out) == 0 {
+			out = addl
+		}
+		return out, nil
 	}
 	newByName := map[string]*prop{}
 	for _, p := range props {
@@ -547,15 +564,27 @@ func (f *flat) mergeShape(props []*prop, pats []pattern, addl []node, hasAddl bo
 	for _, p := range f.props {
 		if q, ok := newByName[p.name]; ok {
 			p.nodes = append(p.nodes, q.nodes...)
-		} else {
-			p.nodes = append(p.nodes, addl...)
+			continue
 		}
+		extra, err := sub(p.name, pats, addl)
+		if err != nil {
+			return err
+		}
+		p.nodes = append(p.nodes, extra...)
 	}
 	for _, q := range props {
 		if !slices.ContainsFunc(f.props, func(p *prop) bool { return p.name == q.name }) {
-			f.props = append(f.props, &prop{name: q.name, nodes: append(slices.Clone(f.addl), q.nodes...)})
+			extra, err := sub(q.name, f.patternProps, f.addl)
+			if err != nil {
+				return err
+			}
+			f.props = append(f.props, &prop{name: q.name, nodes: append(slices.Clone(extra), q.nodes...)})
 		}
 	}
+	if len(pats) > 0 || len(f.patternProps) > 0 {
+		f.mergedPatterns = true
+	}
+	f.patternProps = append(f.patternProps, pats...)
 	f.addl = append(f.addl, addl...)
 	f.addlSet = f.addlSet || hasAddl
 	return nil

@@ -2,6 +2,7 @@ package jsonschema
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 )
@@ -361,4 +362,36 @@ func (g *grammar) leftRefs(e expr, nullable map[string]bool, out []string) []str
 		}
 	}
 	return out
+}
+
+// prune drops the rules root cannot reach.
+func (g *grammar) prune() {
+	reached := map[string]bool{}
+	var walk func(e expr)
+	walk = func(e expr) {
+		switch e := e.(type) {
+		case ref:
+			if !reached[string(e)] {
+				reached[string(e)] = true
+				walk(g.rules[string(e)])
+			}
+		case seq:
+			for _, p := range e {
+				walk(p)
+			}
+		case alt:
+			for _, p := range e {
+				walk(p)
+			}
+		case rep:
+			walk(e.e)
+		}
+	}
+	walk(ref("root"))
+	g.names = slices.DeleteFunc(g.names, func(n string) bool { return !reached[n] })
+	for n := range g.rules {
+		if !reached[n] {
+			delete(g.rules, n)
+		}
+	}
 }

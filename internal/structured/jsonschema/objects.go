@@ -205,6 +205,11 @@ func (c *compiler) extraProperties(f *flat, pats []*regexp.Regexp, taken []strin
 		for _, p := range f.patternProps {
 			all = append(all, p.node)
 		}
+		if f.mergedPatterns {
+			// A key matching one side's pattern may fall to the other side's
+			// additionalProperties: require those too.
+			all = append(all, f.addl...)
+		}
 		value, err := c.compileAll(all, f.ptr+"/patternProperties")
 		if err != nil || value == nil {
 			return nil, err

@@ -71,10 +71,9 @@ func (c *compiler) compileString(f *flat) (expr, error) {
 	if len(f.formats) > 1 {
 		return nil, schemaError(f.ptr, "more than one format (%v) on one string is not supported", f.formats)
 	}
-	if len(f.formats) == 1 {
-		if len(f.patterns) > 0 {
-			return nil, schemaError(f.patterns[0].ptr, "pattern beside format %q is not supported", f.formats[0])
-		}
+	if len(f.formats) == 1 && len(f.patterns) == 0 {
+		// Beside a pattern, format stays the annotation JSON Schema 2020-12 makes it by
+		// default, and the pattern is enforced.
 		body := formatExpr(f.formats[0])
 		if f.minLen > 0 || f.maxLen >= 0 {
 			lo, hi := lengths(body)
@@ -99,6 +98,9 @@ func (c *compiler) compileString(f *flat) (expr, error) {
 			return nil, err
 		}
 		if lo, _ := lengths(body); lo < f.minLen {
+			body = raiseMinimum(body, f.minLen)
+		}
+		if lo, _ := lengths(body); lo < f.minLen {
 			return nil, schemaError(p.ptr, "pattern %q admits strings shorter than minLength %d (not supported)", p.v, f.minLen)
 		}
 		if _, hi := lengths(body); f.maxLen >= 0 && (hi < 0 || hi > f.maxLen) {
@@ -110,6 +112,20 @@ func (c *compiler) compileString(f *flat) (expr, error) {
 		return c.stringRule(), nil
 	}
 	return newSeq(lit(`"`), rep{e: c.charRule(), min: f.minLen, max: f.maxLen}, lit(`"`)), nil
+}
+
+// raiseMinimum makes a pattern that is one repetition of single characters (such as
+// ^[0-9a-f]*$) repeat at least minLen times; anything else is returned unchanged.
+func raiseMinimum(e expr, minLen int) expr {
+	r, ok := e.(rep)
+	if !ok {
+		return e
+	}
+	if lo, hi := lengths(r.e); lo != 1 || hi != 1 || (r.max >= 0 && r.max < minLen) {
+		return e
+	}
+	r.min = minLen
+	return r
 }
 
 // lengths returns the fewest and most characters e can match (most < 0: unbounded).
