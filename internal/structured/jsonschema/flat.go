@@ -315,6 +315,9 @@ func applyLocal(f *flat, o *object, ptr string) error {
 		if !ok {
 			return schemaError(at("format"), "format must be a string")
 		}
+		if refusedFormat(s) {
+			return schemaError(at("format"), "format %q is not supported", s)
+		}
 		if knownFormat(s) && !slices.Contains(f.formats, s) {
 			f.formats = append(f.formats, s)
 		}

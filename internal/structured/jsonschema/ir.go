@@ -100,6 +100,35 @@ func newAlt(choices ...expr) expr {
 	return out
 }
 
+// maxCountedRepeat is the largest repetition count written as one {m,n}; larger counts
+// are written as nested repetitions (GBNF parsers cap counts, and large counts make large
+// automata).
+const maxCountedRepeat = 1000
+
+// repeat matches e between min and max times (max < 0: unbounded), writing counts above
+// maxCountedRepeat exactly as nested repetitions of blocks of 100.
+func repeat(e expr, min, max int) expr {
+	if min <= maxCountedRepeat && max <= maxCountedRepeat {
+		return rep{e: e, min: min, max: max}
+	}
+	const block = 100
+	blocks := func(lo, hi int) expr { return repeat(rep{e: e, min: block, max: block}, lo, hi) }
+	switch {
+	case min == max:
+		return newSeq(blocks(min/block, min/block), rep{e: e, min: min % block, max: min % block})
+	case max < 0:
+		return newSeq(repeat(e, min, min), rep{e: e, min: 0, max: -1})
+	case min > 0:
+		return newSeq(repeat(e, min, min), repeat(e, 0, max-min))
+	}
+	// 0..max = (e{100}){0,k-1} e{0,99} | (e{100}){k} e{0,max%100}, k = max/100.
+	k := max / block
+	return newAlt(
+		newSeq(blocks(0, k-1), rep{e: e, min: 0, max: block - 1}),
+		newSeq(blocks(k, k), rep{e: e, min: 0, max: max % block}),
+	)
+}
+
 // opt matches e or nothing.
 func opt(e expr) expr { return rep{e: e, min: 0, max: 1} }
 

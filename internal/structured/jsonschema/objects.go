@@ -243,8 +243,9 @@ func (c *compiler) extraProperties(f *flat, pats []*regexp.Regexp, taken []strin
 	return kv(keyExcept(taken), value), nil
 }
 
-// keyExcept writes a JSON string, without escapes, that is none of names: a walk down the
-// trie of the names that leaves it as soon as the key differs from all of them.
+// keyExcept writes a JSON string of printable ASCII characters, without escapes, that is
+// none of names: a walk down the trie of the names that leaves it as soon as the key differs
+// from all of them. (Keeping extra keys to ASCII keeps the grammar's automata small.)
 func keyExcept(names []string) expr {
 	type trie struct {
 		end      bool
@@ -263,7 +264,7 @@ func keyExcept(names []string) expr {
 		}
 		t.end = true
 	}
-	anyChars := rep{e: plainChar(nil), min: 0, max: -1}
+	anyChars := rep{e: keyChar(nil), min: 0, max: -1}
 	var walk func(t *trie) expr
 	walk = func(t *trie) expr {
 		var choices []expr
@@ -275,13 +276,31 @@ func keyExcept(names []string) expr {
 			rs = append(rs, r)
 		}
 		slices.Sort(rs)
-		choices = append(choices, newSeq(plainChar(rs), anyChars))
+		if c := keyChar(rs); len(c.ranges) > 0 {
+			choices = append(choices, newSeq(c, anyChars))
+		}
 		for _, r := range rs {
 			choices = append(choices, newSeq(lit(string(r)), walk(t.children[r])))
 		}
 		return newAlt(choices...)
 	}
 	return newSeq(lit(`"`), walk(root), lit(`"`))
+}
+
+// keyChar matches one printable ASCII character other than '"', '\' and those in except.
+func keyChar(except []rune) class {
+	var c class
+	for r := rune(0x20); r < 0x7f; r++ {
+		if r == '"' || r == '\\' || slices.Contains(except, r) {
+			continue
+		}
+		if n := len(c.ranges); n > 0 && c.ranges[n-1].hi == r-1 {
+			c.ranges[n-1].hi = r
+		} else {
+			c.ranges = append(c.ranges, runeRange{r, r})
+		}
+	}
+	return c
 }
 
 // plainChar matches one character a JSON string may hold unescaped, other than those in

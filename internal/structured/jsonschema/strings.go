@@ -71,9 +71,16 @@ func (c *compiler) compileString(f *flat) (expr, error) {
 	if len(f.formats) > 1 {
 		return nil, schemaError(f.ptr, "more than one format (%v) on one string is not supported", f.formats)
 	}
-	if len(f.formats) == 1 && len(f.patterns) == 0 {
-		// Beside a pattern, format stays the annotation JSON Schema 2020-12 makes it by
-		// default, and the pattern is enforced.
+	if len(f.formats) == 1 && len(f.patterns) > 0 {
+		// A pattern that only demands literal prefixes (^https?://) is written into the
+		// format's grammar; other patterns beside a format are refused.
+		body := formatWithPrefix(f.formats[0], f.patterns[0].v.(string))
+		if body == nil || len(f.patterns) > 1 || f.minLen > 0 || f.maxLen >= 0 {
+			return nil, schemaError(f.patterns[0].ptr, "pattern beside format %q is supported only when it demands a literal prefix (as ^https?://)", f.formats[0])
+		}
+		return newSeq(lit(`"`), body, lit(`"`)), nil
+	}
+	if len(f.formats) == 1 {
 		body := formatExpr(f.formats[0])
 		if f.minLen > 0 || f.maxLen >= 0 {
 			lo, hi := lengths(body)
@@ -111,7 +118,7 @@ func (c *compiler) compileString(f *flat) (expr, error) {
 	if f.minLen == 0 && f.maxLen < 0 {
 		return c.stringRule(), nil
 	}
-	return newSeq(lit(`"`), rep{e: c.charRule(), min: f.minLen, max: f.maxLen}, lit(`"`)), nil
+	return newSeq(lit(`"`), repeat(c.charRule(), f.minLen, f.maxLen), lit(`"`)), nil
 }
 
 // raiseMinimum makes a pattern that is one repetition of single characters (such as
