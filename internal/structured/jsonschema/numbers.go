@@ -52,6 +52,7 @@ func (c *compiler) admitsNumber(f *flat, v any) (bool, error) {
 // compileNumber writes the numbers (or only integers) an alternative admits.
 func (c *compiler) compileNumber(f *flat) (expr, error) {
 	integer := f.types&tNumber == 0
+	noIntegers := f.types&tInteger == 0 // "not": {"type": "integer"} leaves only fractions
 	fracDigits := maxDigits
 	var step int64 // integer multipleOf, 0: none
 	for _, m := range f.multipleOf {
@@ -72,7 +73,7 @@ func (c *compiler) compileNumber(f *flat) (expr, error) {
 			fracDigits = min(fracDigits, k)
 		}
 	}
-	if !f.lo.set && !f.hi.set && step == 0 {
+	if !f.lo.set && !f.hi.set && step == 0 && !noIntegers {
 		if integer {
 			return c.integerRule(), nil
 		}
@@ -96,6 +97,12 @@ func (c *compiler) compileNumber(f *flat) (expr, error) {
 		ihi--
 	}
 	var choices []expr
+	if noIntegers && step != 0 {
+		return nil, nil
+	}
+	if noIntegers {
+		ilo, ihi = 1, 0 // no integral values
+	}
 	if step != 0 {
 		first := ceilDiv(ilo, step) * step
 		if ilo > ihi || (ihi-first)/step+1 > maxEnumerated {
