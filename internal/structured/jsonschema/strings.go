@@ -43,14 +43,7 @@ func (c *compiler) anyValue() expr {
 }
 
 // jsonValue writes any JSON value whose nested values are inner.
-func (c *compiler) jsonValue(inner expr) expr {
-	str := c.stringRule()
-	sep := newSeq(c.ws, lit(","), c.ws)
-	member := newSeq(str, c.ws, lit(":"), c.ws, inner)
-	obj := newSeq(lit("{"), c.ws, opt(newSeq(member, rep{e: newSeq(sep, member), min: 0, max: -1})), c.ws, lit("}"))
-	arr := newSeq(lit("["), c.ws, opt(newSeq(inner, rep{e: newSeq(sep, inner), min: 0, max: -1})), c.ws, lit("]"))
-	return newAlt(obj, arr, str, c.numberRule(), lit("true"), lit("false"), lit("null"))
-}
+func (c *compiler) jsonValue(inner expr) expr { return c.container(inner) }
 
 // stringRule returns the rule for any JSON string.
 func (c *compiler) stringRule() expr {
