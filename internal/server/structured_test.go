@@ -152,8 +152,8 @@ func streamedTexts(t *testing.T, env *testEnv, path string, body map[string]any,
 		}
 		var ev struct {
 			Choices []struct {
-				Index int     `json:"index"`
-				Text  string  `json:"text"`
+				Index int    `json:"index"`
+				Text  string `json:"text"`
 				Delta *struct {
 					Content *string `json:"content"`
 				} `json:"delta"`
