@@ -132,17 +132,17 @@ func TestPropertyOrderAndOptional(t *testing.T) {
 	ms, _ := compileMatcher(spec)
 	mt, _ := compileMatcher(strict)
 	for in, want := range map[string][2]bool{
-		`{"b":1,"a":"xy"}`:         {true, true},
-		`{"a":"xy"}`:               {true, true},
-		`{"a":"xyz"}`:              {false, false},
-		`{"a":"x","b":1}`:          {false, false},
-		`{"b":1}`:                  {false, false},
-		`{"a":"x","c":[1]}`:        {true, false},
-		`{"a":"x","b":"s"}`:        {false, false}, // b repeated as an extra with a wrong value
-		`{"a":"x","ba":null}`:      {true, false},
-		`{"a":"\u00e9\"","c":{}}`:  {true, false},
-		`{"a":"\n"}`:               {true, true}, // an escaped newline
-		"{\"a\":\"\x01\"}":         {false, false},
+		`{"b":1,"a":"xy"}`:        {true, true},
+		`{"a":"xy"}`:              {true, true},
+		`{"a":"xyz"}`:             {false, false},
+		`{"a":"x","b":1}`:         {false, false},
+		`{"b":1}`:                 {false, false},
+		`{"a":"x","c":[1]}`:       {true, false},
+		`{"a":"x","b":"s"}`:       {false, false}, // b repeated as an extra with a wrong value
+		`{"a":"x","ba":null}`:     {true, false},
+		`{"a":"\u00e9\"","c":{}}`: {true, false},
+		`{"a":"\n"}`:              {true, true}, // an escaped newline
+		"{\"a\":\"\x01\"}":        {false, false},
 	} {
 		if got := ms(in); got != want[0] {
 			t.Errorf("spec grammar: %s matched %v, want %v\n%s", in, got, want[0], spec)
