@@ -130,36 +130,23 @@ func (c *compiler) compileNumber(f *flat) (expr, error) {
 			choices = append(choices, newSeq(lit("-"), integerRange(nlo, nhi), frac))
 		}
 	}
-	if len(choices) == 0 {
-		return nil, nil
-	}
 	return newAlt(choices...), nil
 }
 
 // numberRule returns the rule for any JSON number the grammar writes.
 func (c *compiler) numberRule() expr {
-	if m, ok := c.memo["builtin:number"]; ok {
-		return ref(m.name)
-	}
-	name := c.newName("number")
-	c.memo["builtin:number"] = &memoEntry{done: true, name: name}
-	c.g.rules[name] = newSeq(
-		c.integerRule(),
-		opt(newSeq(lit("."), rep{e: digit(), min: 1, max: maxDigits})),
-		opt(newSeq(class{ranges: []runeRange{{'E', 'E'}, {'e', 'e'}}}, opt(class{ranges: []runeRange{{'+', '+'}, {'-', '-'}}}), rep{e: digit(), min: 1, max: 2})),
-	)
-	return ref(name)
+	return c.builtin("number", func(expr) expr {
+		return newSeq(
+			c.integerRule(),
+			opt(newSeq(lit("."), rep{e: digit(), min: 1, max: maxDigits})),
+			opt(newSeq(class{ranges: []runeRange{{'E', 'E'}, {'e', 'e'}}}, opt(class{ranges: []runeRange{{'+', '+'}, {'-', '-'}}}), rep{e: digit(), min: 1, max: 2})),
+		)
+	})
 }
 
 // integerRule returns the rule for any integer the grammar writes.
 func (c *compiler) integerRule() expr {
-	if m, ok := c.memo["builtin:integer"]; ok {
-		return ref(m.name)
-	}
-	name := c.newName("integer")
-	c.memo["builtin:integer"] = &memoEntry{done: true, name: name}
-	c.g.rules[name] = integerRange(-maxMagnitude, maxMagnitude)
-	return ref(name)
+	return c.builtin("integer", func(expr) expr { return integerRange(-maxMagnitude, maxMagnitude) })
 }
 
 // integerRange writes the integers lo..hi in decimal, without leading zeros or "-0".

@@ -225,9 +225,6 @@ func (c *compiler) extraProperties(f *flat, pats []*regexp.Regexp, taken []strin
 			}
 			choices = append(choices, kv(key, value))
 		}
-		if len(choices) == 0 {
-			return nil, nil
-		}
 		return newAlt(choices...), nil
 	}
 	if strictNoExtras {
@@ -355,9 +352,6 @@ func (c *compiler) compileArray(f *flat) (expr, error) {
 					}
 					choices = append(choices, newSeq(s, prefix[i], rest))
 				}
-			}
-			if len(choices) == 0 {
-				return nil
 			}
 			return newAlt(choices...)
 		}
