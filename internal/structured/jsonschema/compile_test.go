@@ -68,7 +68,7 @@ func TestRefusals(t *testing.T) {
 		{`{"$ref":"#"}`, `cycle`},
 		{`{"type":"strin"}`, `unknown type`},
 		{`{"minLength":-1}`, `#/minLength: must be a non-negative integer`},
-		{`{"type":"integer","multipleOf":7}`, `#/multipleOf`},
+		{`{"type":"integer","multipleOf":70,"minimum":0,"maximum":1e9}`, `#/multipleOf`},
 		{`{"format":"period"}`, `format "period"`},
 		{`false`, `admits no value`},
 		{`{"type":"string","enum":[1]}`, `admits no value`},
@@ -149,6 +149,28 @@ func TestPropertyOrderAndOptional(t *testing.T) {
 		}
 		if got := mt(in); got != want[1] {
 			t.Errorf("strict grammar: %s matched %v, want %v\n%s", in, got, want[1], strict)
+		}
+	}
+}
+
+// TestMultiplesOf checks the remainder automaton for multipleOf against arithmetic.
+func TestMultiplesOf(t *testing.T) {
+	for _, m := range []int{1, 2, 3, 7, 10, 12} {
+		g, err := ToGBNF([]byte(`{"type":"integer","multipleOf":`+strconv.Itoa(m)+`}`), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		match, err := compileMatcher(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n := -250; n <= 250; n++ {
+			if got, want := match(strconv.Itoa(n)), n%m == 0; got != want {
+				t.Errorf("multipleOf %d: %d matched %v, want %v", m, n, got, want)
+			}
+		}
+		if match("-0") || match("007") {
+			t.Errorf("multipleOf %d matched a leading zero or -0", m)
 		}
 	}
 }

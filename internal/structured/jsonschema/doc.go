@@ -23,7 +23,9 @@
 // $defs/definitions, items, prefixItems, additionalItems, minItems, maxItems, uniqueItems
 // (only over a finite list of values), pattern, format, minLength, maxLength, minimum,
 // maximum, exclusiveMinimum, exclusiveMaximum (numbers and draft 4 booleans), multipleOf
-// (integers over a range of at most 256 multiples; powers of ten such as 0.01).
+// (an integer m <= 64 without bounds, as a remainder automaton whose multiples are not
+// capped at 15 digits; an integer over a bounded range of at most 256 multiples; a power
+// of ten such as 0.01).
 //
 // Refused with an error naming the keyword and its JSON pointer: if, contains,
 // minContains, maxContains, propertyNames, unevaluatedItems, unevaluatedProperties,

@@ -100,6 +100,9 @@ func (c *compiler) compileNumber(f *flat) (expr, error) {
 	if noIntegers && step != 0 {
 		return nil, nil
 	}
+	if step != 0 && step <= maxRemainderStates && !f.lo.set && !f.hi.set {
+		return c.multiplesOf(step), nil
+	}
 	if noIntegers {
 		ilo, ihi = 1, 0 // no integral values
 	}
@@ -131,6 +134,44 @@ func (c *compiler) compileNumber(f *flat) (expr, error) {
 		}
 	}
 	return newAlt(choices...), nil
+}
+
+// maxRemainderStates caps the multipleOf written as a remainder automaton.
+const maxRemainderStates = 64
+
+// multiplesOf writes every multiple of m (unbounded, so not capped at maxDigits digits):
+// reading a number's digits left to right, the remainder modulo m goes from r to
+// (10r + d) mod m, and the number is a multiple when it ends at remainder 0. One rule per
+// remainder, each digit class leading to the rule of the next remainder.
+func (c *compiler) multiplesOf(m int64) expr {
+	names := make([]string, m)
+	for r := range m {
+		names[r] = c.newName("mod" + strconv.FormatInt(m, 10) + "-r" + strconv.FormatInt(r, 10))
+	}
+	next := func(r int64, lo byte) expr {
+		// digits lo..9 grouped by the remainder they lead to
+		var choices []expr
+		for t := range m {
+			var digits []runeRange
+			for d := int64(lo - '0'); d <= 9; d++ {
+				if (10*r+d)%m == t {
+					digits = append(digits, runeRange{rune('0' + d), rune('0' + d)})
+				}
+			}
+			if len(digits) > 0 {
+				choices = append(choices, newSeq(class{ranges: digits}, ref(names[t])))
+			}
+		}
+		return newAlt(choices...)
+	}
+	for r := range m {
+		body := next(r, '0')
+		if r == 0 {
+			body = newAlt(empty, body)
+		}
+		c.g.rules[names[r]] = body
+	}
+	return newAlt(lit("0"), newSeq(opt(lit("-")), next(0, '1')))
 }
 
 // numberRule returns the rule for any JSON number the grammar writes.
