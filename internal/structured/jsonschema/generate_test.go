@@ -19,7 +19,7 @@ func TestBenchSamplesValidate(t *testing.T) {
 	// KVASIR_JSONSCHEMA_FULL=1 draws more samples and checks every grammar with the engine
 	// (about a minute on 2 cores); the default keeps CI to seconds.
 	full := os.Getenv("KVASIR_JSONSCHEMA_FULL") == "1"
-	samples, matcherLimit := 4, 1500
+	samples, matcherLimit := 3, 1500
 	if full {
 		samples, matcherLimit = 8, 1<<30
 	}
