@@ -338,9 +338,6 @@ func (c *compiler) compileConjunction(nodes []node, ptr string) (expr, error) {
 			choices = append(choices, e)
 		}
 	}
-	if len(choices) == 0 {
-		return nil, nil
-	}
 	return newAlt(choices...), nil
 }
 
@@ -386,9 +383,6 @@ func (c *compiler) compileFlat(f *flat) (expr, error) {
 			return nil, err
 		}
 	}
-	if len(choices) == 0 {
-		return nil, nil
-	}
 	return newAlt(choices...), nil
 }
 
@@ -410,9 +404,6 @@ func (c *compiler) compileEnum(f *flat) (expr, error) {
 			seen[b.String()] = true
 			choices = append(choices, lit(b.String()))
 		}
-	}
-	if len(choices) == 0 {
-		return nil, nil
 	}
 	return newAlt(choices...), nil
 }

@@ -68,7 +68,7 @@ func TestRefusals(t *testing.T) {
 		{`{"$ref":"#"}`, `cycle`},
 		{`{"type":"strin"}`, `unknown type`},
 		{`{"minLength":-1}`, `#/minLength: must be a non-negative integer`},
-		{`{"type":"integer","multipleOf":7}`, `#/multipleOf`},
+		{`{"type":"integer","multipleOf":70,"minimum":0,"maximum":1e9}`, `#/multipleOf`},
 		{`{"format":"period"}`, `format "period"`},
 		{`false`, `admits no value`},
 		{`{"type":"string","enum":[1]}`, `admits no value`},
@@ -132,23 +132,45 @@ func TestPropertyOrderAndOptional(t *testing.T) {
 	ms, _ := compileMatcher(spec)
 	mt, _ := compileMatcher(strict)
 	for in, want := range map[string][2]bool{
-		`{"b":1,"a":"xy"}`:         {true, true},
-		`{"a":"xy"}`:               {true, true},
-		`{"a":"xyz"}`:              {false, false},
-		`{"a":"x","b":1}`:          {false, false},
-		`{"b":1}`:                  {false, false},
-		`{"a":"x","c":[1]}`:        {true, false},
-		`{"a":"x","b":"s"}`:        {false, false}, // b repeated as an extra with a wrong value
-		`{"a":"x","ba":null}`:      {true, false},
-		`{"a":"\u00e9\"","c":{}}`:  {true, false},
-		`{"a":"\n"}`:               {true, true}, // an escaped newline
-		"{\"a\":\"\x01\"}":         {false, false},
+		`{"b":1,"a":"xy"}`:        {true, true},
+		`{"a":"xy"}`:              {true, true},
+		`{"a":"xyz"}`:             {false, false},
+		`{"a":"x","b":1}`:         {false, false},
+		`{"b":1}`:                 {false, false},
+		`{"a":"x","c":[1]}`:       {true, false},
+		`{"a":"x","b":"s"}`:       {false, false}, // b repeated as an extra with a wrong value
+		`{"a":"x","ba":null}`:     {true, false},
+		`{"a":"\u00e9\"","c":{}}`: {true, false},
+		`{"a":"\n"}`:              {true, true}, // an escaped newline
+		"{\"a\":\"\x01\"}":        {false, false},
 	} {
 		if got := ms(in); got != want[0] {
 			t.Errorf("spec grammar: %s matched %v, want %v\n%s", in, got, want[0], spec)
 		}
 		if got := mt(in); got != want[1] {
 			t.Errorf("strict grammar: %s matched %v, want %v\n%s", in, got, want[1], strict)
+		}
+	}
+}
+
+// TestMultiplesOf checks the remainder automaton for multipleOf against arithmetic.
+func TestMultiplesOf(t *testing.T) {
+	for _, m := range []int{1, 2, 3, 7, 10, 12} {
+		g, err := ToGBNF([]byte(`{"type":"integer","multipleOf":`+strconv.Itoa(m)+`}`), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		match, err := compileMatcher(g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n := -250; n <= 250; n++ {
+			if got, want := match(strconv.Itoa(n)), n%m == 0; got != want {
+				t.Errorf("multipleOf %d: %d matched %v, want %v", m, n, got, want)
+			}
+		}
+		if match("-0") || match("007") {
+			t.Errorf("multipleOf %d matched a leading zero or -0", m)
 		}
 	}
 }

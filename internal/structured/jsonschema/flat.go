@@ -290,19 +290,8 @@ func applyLocal(f *flat, o *object, ptr string) error {
 		f.restrictEnum([]any{v})
 	}
 	// Strings.
-	if v, ok := o.get("minLength"); ok {
-		n, err := count(v, at("minLength"))
-		if err != nil {
-			return err
-		}
-		f.minLen = max(f.minLen, n)
-	}
-	if v, ok := o.get("maxLength"); ok {
-		n, err := count(v, at("maxLength"))
-		if err != nil {
-			return err
-		}
-		f.maxLen = minBound(f.maxLen, n)
+	if err := countBounds(o, "minLength", "maxLength", at, &f.minLen, &f.maxLen); err != nil {
+		return err
 	}
 	if v, ok := o.get("pattern"); ok {
 		if _, ok := v.(string); !ok {
@@ -450,19 +439,8 @@ func applyArray(f *flat, o *object, at func(string) string) error {
 		f.prefix = merged
 		f.items = append(slices.Clone(f.items), items...)
 	}
-	if v, ok := o.get("minItems"); ok {
-		n, err := count(v, at("minItems"))
-		if err != nil {
-			return err
-		}
-		f.minItems = max(f.minItems, n)
-	}
-	if v, ok := o.get("maxItems"); ok {
-		n, err := count(v, at("maxItems"))
-		if err != nil {
-			return err
-		}
-		f.maxItems = minBound(f.maxItems, n)
+	if err := countBounds(o, "minItems", "maxItems", at, &f.minItems, &f.maxItems); err != nil {
+		return err
 	}
 	if v, ok := o.get("uniqueItems"); ok {
 		b, ok := v.(bool)
@@ -518,19 +496,8 @@ func applyObjectShape(f *flat, o *object, at func(string) string) error {
 			}
 		}
 	}
-	if v, ok := o.get("minProperties"); ok {
-		n, err := count(v, at("minProperties"))
-		if err != nil {
-			return err
-		}
-		f.minProps = max(f.minProps, n)
-	}
-	if v, ok := o.get("maxProperties"); ok {
-		n, err := count(v, at("maxProperties"))
-		if err != nil {
-			return err
-		}
-		f.maxProps = minBound(f.maxProps, n)
+	if err := countBounds(o, "minProperties", "maxProperties", at, &f.minProps, &f.maxProps); err != nil {
+		return err
 	}
 	return nil
 }
@@ -770,6 +737,25 @@ func stringList(v any, ptr string) ([]string, error) {
 		out[i] = str
 	}
 	return out, nil
+}
+
+// countBounds tightens lo and hi (hi < 0: none) by the count keywords minKey and maxKey.
+func countBounds(o *object, minKey, maxKey string, at func(string) string, lo, hi *int) error {
+	if v, ok := o.get(minKey); ok {
+		n, err := count(v, at(minKey))
+		if err != nil {
+			return err
+		}
+		*lo = max(*lo, n)
+	}
+	if v, ok := o.get(maxKey); ok {
+		n, err := count(v, at(maxKey))
+		if err != nil {
+			return err
+		}
+		*hi = minBound(*hi, n)
+	}
+	return nil
 }
 
 // maxCount bounds the counts (lengths, item and property counts) the compiler accepts.

@@ -146,9 +146,6 @@ func formatWithPrefix(format, pattern string) expr {
 			choices = append(choices, newSeq(lit(p), d))
 		}
 	}
-	if len(choices) == 0 {
-		return nil
-	}
 	return newAlt(choices...)
 }
 
@@ -234,9 +231,6 @@ func derive(e expr, r rune) expr {
 				choices = append(choices, d)
 			}
 		}
-		if len(choices) == 0 {
-			return nil
-		}
 		return newAlt(choices...)
 	case alt:
 		var choices []expr
@@ -244,9 +238,6 @@ func derive(e expr, r rune) expr {
 			if d := derive(c, r); d != nil {
 				choices = append(choices, d)
 			}
-		}
-		if len(choices) == 0 {
-			return nil
 		}
 		return newAlt(choices...)
 	case rep:

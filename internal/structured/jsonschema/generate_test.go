@@ -16,9 +16,12 @@ import (
 // it against the schema, and the grammar engine's matcher accepts it against the GBNF text
 // (so the text says what the compiler meant).
 func TestBenchSamplesValidate(t *testing.T) {
-	samples := 8
-	if testing.Short() {
-		samples = 2
+	// KVASIR_JSONSCHEMA_FULL=1 draws more samples and checks every grammar with the engine
+	// (about a minute on 2 cores); the default keeps CI to seconds.
+	full := os.Getenv("KVASIR_JSONSCHEMA_FULL") == "1"
+	samples, matcherLimit := 3, 1500
+	if full {
+		samples, matcherLimit = 8, 1<<30
 	}
 	opts := []Options{{}, {WhitespacePattern: `[ \n]{0,2}`, StrictProperties: true}}
 	checked, skipped, oneOfOverlaps, engineLimits := 0, 0, 0, 0
@@ -42,7 +45,7 @@ func TestBenchSamplesValidate(t *testing.T) {
 			// The engine's matcher checks the GBNF text too; large grammars take the
 			// engine seconds to compile, so only with KVASIR_JSONSCHEMA_FULL=1.
 			var match func(string) bool
-			if text := g.writeGBNF(); len(text) < 8000 || os.Getenv("KVASIR_JSONSCHEMA_FULL") == "1" {
+			if text := g.writeGBNF(); len(text) < matcherLimit {
 				if match, err = compileMatcher(text); err != nil {
 					t.Logf("%s (options %d): the grammar engine cannot compile the grammar: %v", name, oi, err)
 					engineLimits++

@@ -84,7 +84,8 @@ func newSeq(parts ...expr) expr {
 	return out
 }
 
-// newAlt builds a choice, flattening nested choices; a single choice is returned as is.
+// newAlt builds a choice, flattening nested choices; a single choice is returned as is,
+// and no choice at all is nil (nothing matches).
 func newAlt(choices ...expr) expr {
 	var out alt
 	for _, c := range choices {
@@ -94,7 +95,10 @@ func newAlt(choices ...expr) expr {
 		}
 		out = append(out, c)
 	}
-	if len(out) == 1 {
+	switch len(out) {
+	case 0:
+		return nil
+	case 1:
 		return out[0]
 	}
 	return out

@@ -100,6 +100,9 @@ func (c *compiler) compileNumber(f *flat) (expr, error) {
 	if noIntegers && step != 0 {
 		return nil, nil
 	}
+	if step != 0 && step <= maxRemainderStates && !f.lo.set && !f.hi.set {
+		return c.multiplesOf(step), nil
+	}
 	if noIntegers {
 		ilo, ihi = 1, 0 // no integral values
 	}
@@ -130,36 +133,61 @@ func (c *compiler) compileNumber(f *flat) (expr, error) {
 			choices = append(choices, newSeq(lit("-"), integerRange(nlo, nhi), frac))
 		}
 	}
-	if len(choices) == 0 {
-		return nil, nil
-	}
 	return newAlt(choices...), nil
+}
+
+// maxRemainderStates caps the multipleOf written as a remainder automaton.
+const maxRemainderStates = 64
+
+// multiplesOf writes every multiple of m (unbounded, so not capped at maxDigits digits):
+// reading a number's digits left to right, the remainder modulo m goes from r to
+// (10r + d) mod m, and the number is a multiple when it ends at remainder 0. One rule per
+// remainder, each digit class leading to the rule of the next remainder.
+func (c *compiler) multiplesOf(m int64) expr {
+	names := make([]string, m)
+	for r := range m {
+		names[r] = c.newName("mod" + strconv.FormatInt(m, 10) + "-r" + strconv.FormatInt(r, 10))
+	}
+	next := func(r int64, lo byte) expr {
+		// digits lo..9 grouped by the remainder they lead to
+		var choices []expr
+		for t := range m {
+			var digits []runeRange
+			for d := int64(lo - '0'); d <= 9; d++ {
+				if (10*r+d)%m == t {
+					digits = append(digits, runeRange{rune('0' + d), rune('0' + d)})
+				}
+			}
+			if len(digits) > 0 {
+				choices = append(choices, newSeq(class{ranges: digits}, ref(names[t])))
+			}
+		}
+		return newAlt(choices...)
+	}
+	for r := range m {
+		body := next(r, '0')
+		if r == 0 {
+			body = newAlt(empty, body)
+		}
+		c.g.rules[names[r]] = body
+	}
+	return newAlt(lit("0"), newSeq(opt(lit("-")), next(0, '1')))
 }
 
 // numberRule returns the rule for any JSON number the grammar writes.
 func (c *compiler) numberRule() expr {
-	if m, ok := c.memo["builtin:number"]; ok {
-		return ref(m.name)
-	}
-	name := c.newName("number")
-	c.memo["builtin:number"] = &memoEntry{done: true, name: name}
-	c.g.rules[name] = newSeq(
-		c.integerRule(),
-		opt(newSeq(lit("."), rep{e: digit(), min: 1, max: maxDigits})),
-		opt(newSeq(class{ranges: []runeRange{{'E', 'E'}, {'e', 'e'}}}, opt(class{ranges: []runeRange{{'+', '+'}, {'-', '-'}}}), rep{e: digit(), min: 1, max: 2})),
-	)
-	return ref(name)
+	return c.builtin("number", func(expr) expr {
+		return newSeq(
+			c.integerRule(),
+			opt(newSeq(lit("."), rep{e: digit(), min: 1, max: maxDigits})),
+			opt(newSeq(class{ranges: []runeRange{{'E', 'E'}, {'e', 'e'}}}, opt(class{ranges: []runeRange{{'+', '+'}, {'-', '-'}}}), rep{e: digit(), min: 1, max: 2})),
+		)
+	})
 }
 
 // integerRule returns the rule for any integer the grammar writes.
 func (c *compiler) integerRule() expr {
-	if m, ok := c.memo["builtin:integer"]; ok {
-		return ref(m.name)
-	}
-	name := c.newName("integer")
-	c.memo["builtin:integer"] = &memoEntry{done: true, name: name}
-	c.g.rules[name] = integerRange(-maxMagnitude, maxMagnitude)
-	return ref(name)
+	return c.builtin("integer", func(expr) expr { return integerRange(-maxMagnitude, maxMagnitude) })
 }
 
 // integerRange writes the integers lo..hi in decimal, without leading zeros or "-0".

@@ -122,6 +122,9 @@ func (c *compiler) counted(base string, slots []slot, minN, maxN int, extra expr
 func (c *compiler) compileObject(f *flat) (expr, error) {
 	pats := make([]*regexp.Regexp, len(f.patternProps))
 	for i, p := range f.patternProps {
+		if _, err := parsePattern(p.re, p.node.ptr); err != nil {
+			return nil, err // names lookaround and backreferences
+		}
 		re, err := regexp.Compile(p.re)
 		if err != nil {
 			return nil, schemaError(p.node.ptr, "patternProperties pattern %q: %v", p.re, err)
@@ -224,9 +227,6 @@ func (c *compiler) extraProperties(f *flat, pats []*regexp.Regexp, taken []strin
 				return nil, err
 			}
 			choices = append(choices, kv(key, value))
-		}
-		if len(choices) == 0 {
-			return nil, nil
 		}
 		return newAlt(choices...), nil
 	}
@@ -355,9 +355,6 @@ func (c *compiler) compileArray(f *flat) (expr, error) {
 					}
 					choices = append(choices, newSeq(s, prefix[i], rest))
 				}
-			}
-			if len(choices) == 0 {
-				return nil
 			}
 			return newAlt(choices...)
 		}

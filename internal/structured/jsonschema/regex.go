@@ -220,9 +220,6 @@ func regexExpr(re *syntax.Regexp, p, ptr string) (expr, error) {
 				choices = append(choices, e)
 			}
 		}
-		if len(choices) == 0 {
-			return nil, nil
-		}
 		return newAlt(choices...), nil
 	case syntax.OpBeginLine, syntax.OpEndLine, syntax.OpBeginText, syntax.OpEndText:
 		return nil, schemaError(ptr, "pattern %q: ^ or $ inside the expression is not supported (only at its start and end)", p)

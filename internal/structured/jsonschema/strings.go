@@ -14,32 +14,35 @@ func digit() class { return class{ranges: []runeRange{{'0', '9'}}} }
 // '\' and the controls, or an escape (\uXXXX never names a lone surrogate, so each escape is
 // one character).
 func (c *compiler) charRule() expr {
-	if m, ok := c.memo["builtin:char"]; ok {
-		return ref(m.name)
-	}
-	nonSurrogate := newAlt(
-		newSeq(class{ranges: []runeRange{{'0', '9'}, {'A', 'C'}, {'a', 'c'}, {'E', 'F'}, {'e', 'f'}}}, rep{e: hexDigit(), min: 3, max: 3}),
-		newSeq(class{ranges: []runeRange{{'D', 'D'}, {'d', 'd'}}}, class{ranges: []runeRange{{'0', '7'}}}, rep{e: hexDigit(), min: 2, max: 2}),
-	)
-	body := newAlt(
-		plainChar(nil),
-		newSeq(lit(`\`), newAlt(class{ranges: []runeRange{{'"', '"'}, {'/', '/'}, {'\\', '\\'}, {'b', 'b'}, {'f', 'f'}, {'n', 'n'}, {'r', 'r'}, {'t', 't'}}}, newSeq(lit("u"), nonSurrogate))),
-	)
-	name := c.newName("char")
-	c.g.rules[name] = body
-	c.memo["builtin:char"] = &memoEntry{done: true, name: name}
-	return ref(name)
+	return c.builtin("char", func(expr) expr {
+		nonSurrogate := newAlt(
+			newSeq(class{ranges: []runeRange{{'0', '9'}, {'A', 'C'}, {'a', 'c'}, {'E', 'F'}, {'e', 'f'}}}, rep{e: hexDigit(), min: 3, max: 3}),
+			newSeq(class{ranges: []runeRange{{'D', 'D'}, {'d', 'd'}}}, class{ranges: []runeRange{{'0', '7'}}}, rep{e: hexDigit(), min: 2, max: 2}),
+		)
+		body := newAlt(
+			plainChar(nil),
+			newSeq(lit(`\`), newAlt(class{ranges: []runeRange{{'"', '"'}, {'/', '/'}, {'\\', '\\'}, {'b', 'b'}, {'f', 'f'}, {'n', 'n'}, {'r', 'r'}, {'t', 't'}}}, newSeq(lit("u"), nonSurrogate))),
+		)
+		return body
+	})
 }
 
 // anyValue returns the rule for any JSON value.
 func (c *compiler) anyValue() expr {
-	if m, ok := c.memo["builtin:value"]; ok {
+	return c.builtin("value", c.jsonValue)
+}
+
+// builtin returns a reference to the shared rule called name, defining it the first time
+// as body(a reference to itself).
+func (c *compiler) builtin(name string, body func(self expr) expr) expr {
+	key := "builtin:" + name
+	if m, ok := c.memo[key]; ok {
 		return ref(m.name)
 	}
-	name := c.newName("value")
-	c.memo["builtin:value"] = &memoEntry{done: true, name: name}
-	c.g.rules[name] = c.jsonValue(ref(name))
-	return ref(name)
+	rule := c.newName(name)
+	c.memo[key] = &memoEntry{done: true, name: rule}
+	c.g.rules[rule] = body(ref(rule))
+	return ref(rule)
 }
 
 // jsonValue writes any JSON value whose nested values are inner.
@@ -47,13 +50,9 @@ func (c *compiler) jsonValue(inner expr) expr { return c.container(inner) }
 
 // stringRule returns the rule for any JSON string.
 func (c *compiler) stringRule() expr {
-	if m, ok := c.memo["builtin:string"]; ok {
-		return ref(m.name)
-	}
-	name := c.newName("string")
-	c.memo["builtin:string"] = &memoEntry{done: true, name: name}
-	c.g.rules[name] = newSeq(lit(`"`), rep{e: c.charRule(), min: 0, max: -1}, lit(`"`))
-	return ref(name)
+	return c.builtin("string", func(expr) expr {
+		return newSeq(lit(`"`), rep{e: c.charRule(), min: 0, max: -1}, lit(`"`))
+	})
 }
 
 // compileString writes the strings an alternative admits.
