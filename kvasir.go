@@ -110,6 +110,7 @@ type Engine struct {
 	spec     *speculation // nil: no speculative decoding
 	sizing   kvcache.Sizing
 	defaults SamplingDefaults
+	grammars grammars // structured output's compiled grammars (Constrain)
 }
 
 // Open opens the model at path (a .gguf file, a llama2.c .bin checkpoint, or a Hugging

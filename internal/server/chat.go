@@ -86,7 +86,7 @@ func (s *Server) chatRequest(ctx context.Context, req *chatRequest) (kvasir.Requ
 	}
 	params.Logprobs = req.Logprobs
 	for _, apiErr := range []*APIError{req.promptLogprobsParams(&params), req.beamSearchParams(&params),
-		checkResponseFormat(req.ResponseFormat), checkContinueFinal(req.AddGenerationPrompt, req.ContinueFinal)} {
+		checkContinueFinal(req.AddGenerationPrompt, req.ContinueFinal)} {
 		if apiErr != nil {
 			return kvasir.Request{}, nil, apiErr
 		}
@@ -95,6 +95,14 @@ func (s *Server) chatRequest(ctx context.Context, req *chatRequest) (kvasir.Requ
 	if apiErr != nil {
 		return kvasir.Request{}, nil, apiErr
 	}
+	constrained, apiErr := s.constrain(&req.constraintFields)
+	if apiErr != nil {
+		return kvasir.Request{}, nil, apiErr
+	}
+	if len(constrained) > 0 && len(procs) > 0 {
+		return kvasir.Request{}, nil, badRequest("tool_choice", "tool_choice and a structured output both constrain the output: give one")
+	}
+	procs = append(procs, constrained...)
 	if tools != nil && req.SkipSpecialTokens == nil {
 		// Tool-call syntax is often made of special tokens ([TOOL_CALLS], <|python_tag|>):
 		// the parser must see them.

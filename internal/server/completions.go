@@ -100,9 +100,6 @@ func (s *Server) completionRequests(req *completionRequest) ([]kvasir.Request, *
 	if req.Suffix != nil && *req.Suffix != "" {
 		return nil, unsupportedParam("suffix", "suffix is not supported yet (text after the insertion point)")
 	}
-	if apiErr := checkResponseFormat(req.ResponseFormat); apiErr != nil {
-		return nil, apiErr
-	}
 	params, apiErr := req.params(req.MaxTokens, "max_tokens", DefaultCompletionMaxTokens, s.sampling)
 	if apiErr != nil {
 		return nil, apiErr
@@ -155,7 +152,12 @@ func (s *Server) completionRequests(req *completionRequest) ([]kvasir.Request, *
 	}
 	reqs := make([]kvasir.Request, len(req.Prompt))
 	for i, ids := range prompts {
-		reqs[i] = kvasir.Request{PromptTokens: ids, Params: params, Priority: req.Priority, CacheSalt: req.CacheSalt}
+		// Each prompt's output has a processor of its own (compiled once, then cached).
+		procs, apiErr := s.constrain(&req.constraintFields)
+		if apiErr != nil {
+			return nil, apiErr
+		}
+		reqs[i] = kvasir.Request{PromptTokens: ids, Params: params, Priority: req.Priority, CacheSalt: req.CacheSalt, Processors: procs}
 	}
 	return reqs, nil
 }

@@ -31,6 +31,7 @@ type streamOptions struct {
 // commonRequest holds the fields completions and chat completions share, with the names
 // OpenAI and vLLM clients send.
 type commonRequest struct {
+	constraintFields
 	Model                  string             `json:"model"`
 	MaxTokens              *int               `json:"max_tokens"`
 	Temperature            *float64           `json:"temperature"`
@@ -175,8 +176,6 @@ type completionRequest struct {
 	Logprobs *int        `json:"logprobs"`
 	Suffix   *string     `json:"suffix"`
 	BestOf   *int        `json:"best_of"`
-	// ResponseFormat is vLLM's extension of completions; only type text is honoured yet.
-	ResponseFormat *responseFormat `json:"response_format"`
 }
 
 // promptInput is the prompt field: a string, a list of strings, a list of token ids or a
@@ -251,7 +250,6 @@ type chatRequest struct {
 	MaxCompletionTokens *int              `json:"max_completion_tokens"`
 	Logprobs            bool              `json:"logprobs"`
 	TopLogprobs         *int              `json:"top_logprobs"`
-	ResponseFormat      *responseFormat   `json:"response_format"`
 	Tools               []json.RawMessage `json:"tools"`
 	ToolChoice          json.RawMessage   `json:"tool_choice"`
 	ParallelToolCalls   *bool             `json:"parallel_tool_calls"`
@@ -290,7 +288,8 @@ type contentPart struct {
 	} `json:"image_url"`
 }
 
-// responseFormat is the response_format of a chat request.
+// responseFormat is the response_format of a request (OpenAI's, in chat; vLLM's extension
+// in completions).
 type responseFormat struct {
 	Type       string `json:"type"`
 	JSONSchema *struct {
@@ -301,7 +300,7 @@ type responseFormat struct {
 }
 
 // validate checks the shape of a response_format: text, json_object, or json_schema with a
-// schema object. checkResponseFormat then refuses the JSON types, which are not honoured yet.
+// schema object.
 func (f *responseFormat) validate() *APIError {
 	switch f.Type {
 	case "text", "json_object":

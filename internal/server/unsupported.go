@@ -33,11 +33,6 @@ func unsupportedValue(param, format string, args ...any) *APIError {
 var unimplementedFields = map[string]string{
 	"functions":                  "the legacy functions API: use tools",
 	"function_call":              "the legacy functions API: use tool_choice",
-	"guided_json":                "structured output",
-	"guided_regex":               "structured output",
-	"guided_choice":              "structured output",
-	"guided_grammar":             "structured output",
-	"structured_outputs":         "structured output",
 	"allowed_token_ids":          "restricting the vocabulary",
 	"bad_words":                  "banning words",
 	"logits_processors":          "custom logits processors",
@@ -58,21 +53,6 @@ func refuseUnimplemented(unknown map[string]json.RawMessage) *APIError {
 			continue
 		}
 		return unsupportedParam(name, "%s is not supported yet (%s)", name, what)
-	}
-	return nil
-}
-
-// checkResponseFormat validates a response_format and refuses the types that constrain the
-// output: kvasir cannot hold generation to JSON until structured output lands.
-func checkResponseFormat(f *responseFormat) *APIError {
-	if f == nil {
-		return nil
-	}
-	if apiErr := f.validate(); apiErr != nil {
-		return apiErr
-	}
-	if f.Type != "text" {
-		return unsupportedValue("response_format", "response_format of type %s is not supported yet: output cannot be constrained to JSON until structured output lands (type text is fine)", f.Type)
 	}
 	return nil
 }

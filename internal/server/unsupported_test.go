@@ -18,12 +18,6 @@ func TestUnsupportedRefused(t *testing.T) {
 		name, path, body string
 		param, code, msg string
 	}{
-		{"json_object", "/v1/chat/completions", `{` + msgs + `,"response_format":{"type":"json_object"}}`,
-			"response_format", "unsupported_value", "json_object is not supported yet"},
-		{"json_schema", "/v1/chat/completions", `{` + msgs + `,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object"}}}}`,
-			"response_format", "unsupported_value", "json_schema is not supported yet"},
-		{"completions json_object", "/v1/completions", `{"prompt":"x","response_format":{"type":"json_object"}}`,
-			"response_format", "unsupported_value", "not supported yet"},
 		// The test model's ChatML template shows no tool-call syntax (tools.go's tests
 		// serve one that does).
 		{"tools, tool_choice absent, no parser", "/v1/chat/completions", `{` + msgs + `,"tools":[` + tool + `]}`,
@@ -34,9 +28,6 @@ func TestUnsupportedRefused(t *testing.T) {
 		{"best_of", "/v1/completions", `{"prompt":"x","n":1,"best_of":3}`, "best_of", "unsupported_value", "not supported yet"},
 		{"functions", "/v1/chat/completions", `{` + msgs + `,"functions":[{"name":"f"}]}`, "functions", "unsupported_parameter", "functions is not supported yet (the legacy functions API: use tools)"},
 		{"function_call", "/v1/chat/completions", `{` + msgs + `,"function_call":"auto"}`, "function_call", "unsupported_parameter", "not supported yet"},
-		{"guided_json", "/v1/completions", `{"prompt":"x","guided_json":{"type":"object"}}`, "guided_json", "unsupported_parameter", "guided_json is not supported yet (structured output)"},
-		{"guided_choice", "/v1/chat/completions", `{` + msgs + `,"guided_choice":["a","b"]}`, "guided_choice", "unsupported_parameter", "not supported yet"},
-		{"structured_outputs", "/v1/chat/completions", `{` + msgs + `,"structured_outputs":{"regex":"a+"}}`, "structured_outputs", "unsupported_parameter", "not supported yet"},
 		{"allowed_token_ids", "/v1/completions", `{"prompt":"x","allowed_token_ids":[5,6]}`, "allowed_token_ids", "unsupported_parameter", "not supported yet"},
 		{"bad_words", "/v1/completions", `{"prompt":"x","bad_words":["no"]}`, "bad_words", "unsupported_parameter", "not supported yet"},
 		{"truncate_prompt_tokens", "/v1/completions", `{"prompt":"x","truncate_prompt_tokens":4}`, "truncate_prompt_tokens", "unsupported_parameter", "not supported yet"},

@@ -1,0 +1,457 @@
+package structured
+
+import (
+	"fmt"
+	"time"
+)
+
+// Limits caps the work and memory of a compile. A grammar over any cap fails to compile with
+// an error naming the cap, instead of stalling or exhausting the server.
+type Limits struct {
+	// Time bounds the wall time of one compile.
+	Time time.Duration
+	// Rules bounds the rules after lowering (helper rules of groups and repetitions
+	// included).
+	Rules int
+	// NFAStates and DFAStates bound the automaton of each terminal; TotalDFAStates bounds
+	// the sum over all terminals.
+	NFAStates, DFAStates, TotalDFAStates int
+	// LexemeSize bounds the size (in byte leaves, repetitions expanded) of a non-recursive
+	// rule that is turned into one terminal; larger rules stay rules of the parser.
+	LexemeSize int
+}
+
+// DefaultLimits returns the limits used when none are given.
+func DefaultLimits() Limits {
+	return Limits{
+		Time:           2 * time.Second,
+		Rules:          20000,
+		NFAStates:      200000,
+		DFAStates:      20000,
+		TotalDFAStates: 200000,
+		LexemeSize:     2000,
+	}
+}
+
+// sym is a grammar symbol of a lowered rule: a nonterminal (>= 0, a rule index) or a
+// terminal (< 0: terminal -1-sym).
+type sym int32
+
+func termSym(t int) sym     { return sym(-1 - t) }
+func (s sym) isTerm() bool  { return s < 0 }
+func (s sym) terminal() int { return int(-1 - s) }
+
+// Compiled is a grammar lowered for the Earley parser: rules whose alternatives are
+// sequences of symbols, and terminals as DFAs. It is immutable and safe for concurrent use;
+// Matchers and token Maskers hold the per-sequence state.
+type Compiled struct {
+	terms []*dfa
+	// termName is each terminal's expression, printed (its identity).
+	termName []string
+	rules    [][][]sym // rule -> alternatives -> symbols
+	ruleName []string
+	nullable []bool
+	start    int // the augmented start rule: a single alternative [original start]
+
+	// dotted positions: every (rule, alternative, dot) is one position id; the positions
+	// of one alternative are consecutive, the last being the completed item.
+	posNext  []sym   // the symbol after the dot (valid when !posEnd)
+	posEnd   []bool  // the dot is at the end
+	posRule  []int32 // the rule of the position
+	ruleAlts [][]int32
+}
+
+// Compile lowers g within the limits: non-recursive rules small enough become single
+// terminals (lexemes), the rest become parser rules whose adjacent literal parts are fused
+// into terminals.
+func Compile(g *Grammar, lim Limits) (*Compiled, error) {
+	if g == nil || len(g.rules) == 0 {
+		return nil, fmt.Errorf("compile: empty grammar")
+	}
+	deadline := time.Now().Add(lim.Time)
+	lw := &lowering{g: g, lim: lim, deadline: deadline,
+		lexical: make([]int8, len(g.rules)), size: make([]int, len(g.rules)),
+		inlined: make([]*node, len(g.rules)), ruleSym: make([]int, len(g.rules)),
+		termIndex: map[string]int{}}
+	for i := range lw.ruleSym {
+		lw.ruleSym[i] = -1
+	}
+	c, err := lw.run()
+	if err != nil {
+		return nil, fmt.Errorf("compile: %w", err)
+	}
+	return c, nil
+}
+
+type lowering struct {
+	g        *Grammar
+	lim      Limits
+	deadline time.Time
+	c        Compiled
+
+	lexical   []int8 // per source rule: 0 unknown, 1 lexical, -1 not, 2 visiting
+	size      []int
+	inlined   []*node
+	ruleSym   []int // source rule -> lowered rule index (-1: not yet)
+	termIndex map[string]int
+	dfaStates int
+}
+
+func (lw *lowering) check() error {
+	if time.Now().After(lw.deadline) {
+		return fmt.Errorf("compile took longer than the limit of %v", lw.lim.Time)
+	}
+	return nil
+}
+
+func (lw *lowering) run() (*Compiled, error) {
+	c := &lw.c
+	c.start = lw.newRule("(start)")
+	root, err := lw.ruleRef(lw.g.start)
+	if err != nil {
+		return nil, err
+	}
+	c.rules[c.start] = [][]sym{root}
+	if err := lw.finish(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (lw *lowering) newRule(name string) int {
+	lw.c.rules = append(lw.c.rules, nil)
+	lw.c.ruleName = append(lw.c.ruleName, name)
+	return len(lw.c.rules) - 1
+}
+
+// isLexical reports whether source rule r is non-recursive and small enough to be one
+// terminal, computing its size.
+func (lw *lowering) isLexical(r int) bool {
+	switch lw.lexical[r] {
+	case 1:
+		return true
+	case -1, 2: // 2: r is on the current path, so it is recursive
+		return false
+	}
+	lw.lexical[r] = 2
+	size, ok := lw.exprSize(lw.g.rules[r].body)
+	if ok && size <= lw.lim.LexemeSize {
+		lw.lexical[r] = 1
+		lw.size[r] = size
+		return true
+	}
+	lw.lexical[r] = -1
+	return false
+}
+
+// exprSize returns n's size in byte leaves with repetitions expanded, and whether every
+// rule n refers to is lexical.
+func (lw *lowering) exprSize(n *node) (int, bool) {
+	switch n.op {
+	case opEmpty:
+		return 0, true
+	case opBytes:
+		return 1, true
+	case opRef:
+		if !lw.isLexical(n.ref) {
+			return 0, false
+		}
+		return lw.size[n.ref], true
+	case opRepeat:
+		s, ok := lw.exprSize(n.subs[0])
+		k := n.max
+		if k < 0 {
+			k = n.min + 1
+		}
+		return min(s*max(k, 1), 1<<30), ok
+	}
+	total, all := 0, true
+	for _, s := range n.subs {
+		size, ok := lw.exprSize(s)
+		total += size
+		all = all && ok
+		if total > 1<<30 {
+			total = 1 << 30
+		}
+	}
+	return total, all
+}
+
+// exprLexical reports whether n refers only to lexical rules (and fits as a terminal).
+func (lw *lowering) exprLexical(n *node) bool {
+	size, ok := lw.exprSize(n)
+	return ok && size <= lw.lim.LexemeSize
+}
+
+// inline returns n with every (lexical) rule reference replaced by the rule's body.
+func (lw *lowering) inline(n *node) *node {
+	switch n.op {
+	case opEmpty, opBytes:
+		return n
+	case opRef:
+		if lw.inlined[n.ref] == nil {
+			lw.inlined[n.ref] = lw.inline(lw.g.rules[n.ref].body)
+		}
+		return lw.inlined[n.ref]
+	}
+	out := &node{op: n.op, min: n.min, max: n.max, subs: make([]*node, len(n.subs))}
+	for i, s := range n.subs {
+		out.subs[i] = lw.inline(s)
+	}
+	return out
+}
+
+// terminal returns the symbol of the terminal matching lexical expression n, sharing one
+// terminal between equal expressions.
+func (lw *lowering) terminal(n *node) (sym, error) {
+	e := lw.inline(n)
+	name := e.String()
+	if t, ok := lw.termIndex[name]; ok {
+		return termSym(t), nil
+	}
+	if err := lw.check(); err != nil {
+		return 0, err
+	}
+	d, err := compileDFA(e, lw.lim.NFAStates, lw.lim.DFAStates, lw.check)
+	if err != nil {
+		return 0, fmt.Errorf("terminal %.80s: %w", name, err)
+	}
+	lw.dfaStates += d.numStates()
+	if lw.dfaStates > lw.lim.TotalDFAStates {
+		return 0, fmt.Errorf("terminals over %d automaton states in all", lw.lim.TotalDFAStates)
+	}
+	t := len(lw.c.terms)
+	lw.c.terms = append(lw.c.terms, d)
+	lw.c.termName = append(lw.c.termName, name)
+	lw.termIndex[name] = t
+	return termSym(t), nil
+}
+
+// ruleRef returns the symbols standing for source rule r: its terminal when it is lexical,
+// else its lowered rule.
+func (lw *lowering) ruleRef(r int) ([]sym, error) {
+	if lw.isLexical(r) {
+		t, err := lw.terminal(&node{op: opRef, ref: r})
+		if err != nil {
+			return nil, fmt.Errorf("rule %s: %w", lw.ruleWhere(r), err)
+		}
+		return []sym{t}, nil
+	}
+	if lw.ruleSym[r] >= 0 {
+		return []sym{sym(lw.ruleSym[r])}, nil
+	}
+	idx := lw.newRule(lw.g.rules[r].name)
+	lw.ruleSym[r] = idx
+	body := lw.g.rules[r].body
+	alts := []*node{body}
+	if body.op == opAlt {
+		alts = body.subs
+	}
+	lowered := make([][]sym, 0, len(alts))
+	for _, a := range alts {
+		seq, err := lw.lowerSeq(a)
+		if err != nil {
+			return nil, err
+		}
+		lowered = append(lowered, seq)
+	}
+	lw.c.rules[idx] = lowered
+	return []sym{sym(idx)}, nil
+}
+
+func (lw *lowering) ruleWhere(r int) string {
+	if p := lw.g.rules[r].pos; p != "" {
+		return fmt.Sprintf("%q (%s)", lw.g.rules[r].name, p)
+	}
+	return fmt.Sprintf("%q", lw.g.rules[r].name)
+}
+
+// lowerSeq lowers n to a sequence of symbols, fusing adjacent lexical parts (other than
+// bare rule references, which keep their own shared terminal) into one terminal.
+func (lw *lowering) lowerSeq(n *node) ([]sym, error) {
+	if n.op != opConcat {
+		return lw.lowerExpr(n)
+	}
+	var out []sym
+	var run []*node
+	flush := func() error {
+		if len(run) == 0 {
+			return nil
+		}
+		t, err := lw.terminal(concatNode(run...))
+		run = nil
+		if err != nil {
+			return err
+		}
+		out = append(out, t)
+		return nil
+	}
+	for _, s := range n.subs {
+		if s.op != opRef && lw.exprLexical(s) {
+			run = append(run, s)
+			continue
+		}
+		if err := flush(); err != nil {
+			return nil, err
+		}
+		syms, err := lw.lowerExpr(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, syms...)
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// lowerExpr lowers one expression, adding helper rules for groups and repetitions that
+// involve parser rules.
+func (lw *lowering) lowerExpr(n *node) ([]sym, error) {
+	if n.op == opEmpty {
+		return nil, nil
+	}
+	if n.op == opRef {
+		return lw.ruleRef(n.ref)
+	}
+	if lw.exprLexical(n) {
+		t, err := lw.terminal(n)
+		if err != nil {
+			return nil, err
+		}
+		return []sym{t}, nil
+	}
+	if err := lw.check(); err != nil {
+		return nil, err
+	}
+	switch n.op {
+	case opConcat:
+		return lw.lowerSeq(n)
+	case opAlt:
+		idx := lw.newRule("(group)")
+		var alts [][]sym
+		for _, a := range n.subs {
+			seq, err := lw.lowerSeq(a)
+			if err != nil {
+				return nil, err
+			}
+			alts = append(alts, seq)
+		}
+		lw.c.rules[idx] = alts
+		return []sym{sym(idx)}, lw.checkRules()
+	case opRepeat:
+		sub, err := lw.lowerSeq(n.subs[0])
+		if err != nil {
+			return nil, err
+		}
+		var out []sym
+		for range n.min {
+			out = append(out, sub...)
+		}
+		if n.max < 0 { // star ::= star sub | (empty): left recursion suits Earley
+			idx := lw.newRule("(repeat)")
+			lw.c.rules[idx] = [][]sym{append([]sym{sym(idx)}, sub...), nil}
+			return append(out, sym(idx)), lw.checkRules()
+		}
+		// opt_k ::= sub opt_{k-1} | (empty)
+		prev := -1
+		for range n.max - n.min {
+			idx := lw.newRule("(optional)")
+			alt := append([]sym(nil), sub...)
+			if prev >= 0 {
+				alt = append(alt, sym(prev))
+			}
+			lw.c.rules[idx] = [][]sym{alt, nil}
+			prev = idx
+			if err := lw.checkRules(); err != nil {
+				return nil, err
+			}
+		}
+		if prev >= 0 {
+			out = append(out, sym(prev))
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("internal error: unexpected expression %v", n)
+}
+
+func (lw *lowering) checkRules() error {
+	if len(lw.c.rules) > lw.lim.Rules {
+		return fmt.Errorf("grammar over %d rules after expanding groups and repetitions", lw.lim.Rules)
+	}
+	return nil
+}
+
+// finish drops unproductive alternatives, computes nullable rules and lays out the dotted
+// positions.
+func (lw *lowering) finish() error {
+	c := &lw.c
+	termOK := func(t int) bool { return c.terms[t].start != 0 }
+	productive := make([]bool, len(c.rules))
+	c.nullable = make([]bool, len(c.rules))
+	for changed := true; changed; {
+		changed = false
+		for r, alts := range c.rules {
+			for _, alt := range alts {
+				prod, null := true, true
+				for _, s := range alt {
+					if s.isTerm() {
+						prod = prod && termOK(s.terminal())
+						null = null && c.terms[s.terminal()].accept[c.terms[s.terminal()].start]
+					} else {
+						prod = prod && productive[s]
+						null = null && c.nullable[s]
+					}
+				}
+				if prod && !productive[r] {
+					productive[r] = true
+					changed = true
+				}
+				if null && !c.nullable[r] {
+					c.nullable[r] = true
+					changed = true
+				}
+			}
+		}
+	}
+	if !productive[c.start] {
+		return fmt.Errorf("the grammar matches no string")
+	}
+	for r, alts := range c.rules {
+		kept := alts[:0]
+		for _, alt := range alts {
+			ok := true
+			for _, s := range alt {
+				if s.isTerm() && !termOK(s.terminal()) || !s.isTerm() && !productive[s] {
+					ok = false
+				}
+			}
+			if ok {
+				kept = append(kept, alt)
+			}
+		}
+		c.rules[r] = kept
+	}
+	c.ruleAlts = make([][]int32, len(c.rules))
+	for r, alts := range c.rules {
+		for _, alt := range alts {
+			c.ruleAlts[r] = append(c.ruleAlts[r], int32(len(c.posNext)))
+			for _, s := range alt {
+				c.posNext = append(c.posNext, s)
+				c.posEnd = append(c.posEnd, false)
+				c.posRule = append(c.posRule, int32(r))
+			}
+			c.posNext = append(c.posNext, 0)
+			c.posEnd = append(c.posEnd, true)
+			c.posRule = append(c.posRule, int32(r))
+		}
+	}
+	return nil
+}
+
+// NumTerminals returns the number of terminals (lexemes) of the compiled grammar.
+func (c *Compiled) NumTerminals() int { return len(c.terms) }
+
+// NumRules returns the number of parser rules of the compiled grammar.
+func (c *Compiled) NumRules() int { return len(c.rules) }

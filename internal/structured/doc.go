@@ -1,0 +1,73 @@
+// Package structured constrains generation to a formal language: a context-free grammar
+// (GBNF or a Lark-like EBNF), a regular expression or a list of choices, turned into
+// per-step token masks over a model's tokenizer, with jump-forward of forced bytes.
+//
+// # Design
+//
+// Every front end produces a Grammar: rules over byte-level expressions (byte sets,
+// sequences, alternatives, bounded and unbounded repetitions, rule references); character
+// classes over code points are lowered to UTF-8 byte sequences when parsed. Compile lowers
+// a Grammar for an Earley parser whose terminals are regular lexemes matched by DFAs (the
+// llguidance design: a lexer of regular expressions under a context-free parser):
+//
+//   - a rule that is not recursive and whose expansion is small (Limits.LexemeSize) becomes
+//     one terminal, shared by every reference to it; adjacent literal parts of a parser
+//     rule are fused into one terminal; a grammar that is regular as a whole is one DFA;
+//   - the parser keeps, per Earley item, the state of the DFA of its next terminal, and a
+//     lexeme may end wherever its DFA accepts (no longest-match rule: the language is
+//     exactly the grammar's, however its lexemes are cut);
+//   - groups and repetitions that involve recursive rules become helper rules (left
+//     recursion for '*' and '+', which Earley parses in linear time).
+//
+// A Matcher feeds bytes one at a time: it is the reference that token masks are tested
+// against. A TokenGrammar binds a compiled grammar to a TokenTrie (the vocabulary as a
+// depth-first byte trie, built once per tokenizer) and caches, per (terminal, DFA state),
+// the tokens that stay inside the lexeme and the trie nodes where the lexeme can end; a
+// Masker (a sample.Masker: Accept, Rollback, Clone, Mask) ORs those sets and walks the
+// parser only below the nodes where a lexeme ends inside a token. Masks allow a token
+// exactly when its bytes extend the output to a prefix of the language; end-of-generation
+// tokens exactly when the output is complete (only they, when the grammar admits nothing
+// more); special (control) tokens never. Where the vocabulary cannot spell any
+// continuation the mask offers only end-of-generation tokens and Accept refuses them with
+// an error naming the incomplete output.
+//
+// Forced (on a Matcher or Masker) returns the bytes the grammar forces next — while
+// exactly one byte may follow and the output is not complete — for jump-forward.
+//
+// # Bounded whitespace
+//
+// There is no special whitespace form: bounded repetition is cheap. `ws ::= [ \t\n]{0,N}`
+// is a regular rule, so it becomes (part of) a terminal whose DFA has N+1 states, costing
+// the parser nothing and the mask one cached token set per state; a front end that writes
+// its optional whitespace that way (as the JSON Schema compiler does) cannot produce output
+// that loops on spaces or newlines. Unbounded `[ \t\n]*` is allowed too, and then the
+// grammar (not the engine) permits unbounded whitespace.
+//
+// # Limits and caching
+//
+// Compile takes Limits: wall time, rules after expansion, NFA and DFA states per terminal
+// and in all, and a repetition count cap ({m,n} counts above 10000 are refused by the
+// parsers). Errors say what and where: GBNF and EBNF errors carry line:column, regex errors
+// a byte offset, compile errors the rule. Cache keeps compiled TokenGrammars keyed by
+// (front end, SHA-256 of the source, tokenizer identity), at most N of them, least
+// recently used evicted; concurrent requests for one key share one compile.
+//
+// # Supported and not
+//
+// GBNF (ParseGBNF): rules, alternation, grouping, literals, classes with ranges, negation
+// and escapes, '.', ?, *, +, {m}, {m,}, {m,n}, {,n}, comments, multi-line rules, `root` as
+// start. Not supported: llama.cpp's token references (<[id]>, <name>), so a grammar
+// cannot name special tokens.
+//
+// Regex (ParseRegex): see its doc; the whole output must match. Refused: backreferences,
+// lookaround, word boundaries, inner anchors, inline flags, \p classes, possessive
+// quantifiers. '.' excludes "\n"; \s is [\t\n\v\f\r ] (ASCII only, as are \d and \w).
+//
+// Choice: a list of strings. EBNF (ParseEBNF): see its doc; no templates, no imports but
+// Lark's common terminals, no case-insensitive literals or regex flags, and no Lark lexer
+// semantics (priorities, contextual lexing): the language is the plain grammar's.
+//
+// Known slow spot: a wide class under a counted repetition ([a-z]{1,32}) makes one DFA
+// state per count, and each state's first mask walks the whole trie (about 1 ms on the
+// Llama 3 vocabulary) before it is cached.
+package structured

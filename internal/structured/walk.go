@@ -1,0 +1,215 @@
+package structured
+
+import (
+	"sync"
+
+	"github.com/kvasir-llm/kvasir/internal/sample"
+)
+
+// TokenGrammar is a compiled grammar bound to one tokenizer's trie: the shared, read-mostly
+// part of every Masker of that grammar, holding the lexeme cache described below. It is safe
+// for concurrent use.
+//
+// Masks are computed in two parts. Most of a mask depends only on the lexeme being matched
+// and the state of its DFA: for a terminal T in DFA state q, the tokens whose bytes keep T's
+// DFA alive are allowed whatever the parser's state (a live DFA state can always finish
+// the lexeme, and the parser item waiting for T can always finish its rule). That set, and
+// the trie nodes where T may end inside a token, are computed once per (T, q) by a walk of
+// the trie over the DFA alone and cached here. Only below those nodes, where the token goes
+// on past the end of the lexeme, does the walk consult the parser.
+type TokenGrammar struct {
+	c     *Compiled
+	trie  *TokenTrie
+	vocab Vocabulary
+
+	mu      sync.Mutex
+	lexemes map[lexKey]*lexEntry
+}
+
+type lexKey struct {
+	term int32
+	q    uint32
+}
+
+// lexEntry is what a lexeme in one DFA state allows by itself.
+type lexEntry struct {
+	dense sample.Mask // the tokens that stay inside the lexeme (nil: see ids)
+	ids   []int32     // the same when few
+	ends  []int32     // trie nodes with children where the lexeme may end
+}
+
+// NewTokenGrammar binds c to a tokenizer (trie must be built from vocab).
+func NewTokenGrammar(c *Compiled, trie *TokenTrie, vocab Vocabulary) *TokenGrammar {
+	return &TokenGrammar{c: c, trie: trie, vocab: vocab, lexemes: map[lexKey]*lexEntry{}}
+}
+
+// Compiled returns the grammar.
+func (g *TokenGrammar) Compiled() *Compiled { return g.c }
+
+// lexeme returns the cached entry of terminal term in DFA state q, computing it on first use.
+func (g *TokenGrammar) lexeme(term int32, q uint32, stack []uint32) *lexEntry {
+	key := lexKey{term, q}
+	g.mu.Lock()
+	e, ok := g.lexemes[key]
+	g.mu.Unlock()
+	if ok {
+		return e
+	}
+	e = g.walkLexeme(g.c.terms[term], q, stack)
+	g.mu.Lock()
+	g.lexemes[key] = e
+	g.mu.Unlock()
+	return e
+}
+
+// sparseLimit is the most tokens a lexeme entry keeps as a list rather than a bitmask.
+const sparseLimit = 512
+
+// walkLexeme walks the whole trie over d alone from state q.
+func (g *TokenGrammar) walkLexeme(d *dfa, q uint32, stack []uint32) *lexEntry {
+	t := g.trie
+	e := &lexEntry{}
+	stack = append(stack[:0], q)
+	for i := 1; i < len(t.label); {
+		depth := int(t.depth[i])
+		s := d.step(stack[depth-1], t.label[i])
+		if s == 0 {
+			i = int(t.end[i])
+			continue
+		}
+		stack = append(stack[:depth], s)
+		for _, id := range t.tokensAt(i) {
+			if e.dense != nil {
+				e.dense.Set(id)
+				continue
+			}
+			e.ids = append(e.ids, id)
+			if len(e.ids) > sparseLimit {
+				e.dense = sample.NewMask(t.numTokens, e.ids...)
+				e.ids = nil
+			}
+		}
+		if d.accept[s] && t.end[i] > int32(i+1) {
+			e.ends = append(e.ends, int32(i))
+		}
+		i++
+	}
+	return e
+}
+
+// walker computes the masks of one Masker, reusing its buffers.
+type walker struct {
+	g     *TokenGrammar
+	c     *Compiled
+	trie  *TokenTrie
+	out   sample.Mask
+	bufs  [][]item // item sets of the walk, by trie depth
+	seeds [][]item // the item set where a lexeme ends, by trie depth
+	sets  [][]item
+	stack []uint32
+	seen  []lexKey
+}
+
+func newWalker(g *TokenGrammar) *walker {
+	return &walker{g: g, c: g.c, trie: g.trie, out: make(sample.Mask, sample.MaskWords(g.trie.numTokens))}
+}
+
+// mask computes the mask after the chart sets (ended: an end-of-generation token was
+// accepted, so only end-of-generation tokens remain).
+func (w *walker) mask(sets [][]item, ended bool) sample.Mask {
+	clear(w.out)
+	last := sets[len(sets)-1]
+	if !ended {
+		w.lexemes(sets)
+	}
+	if ended || w.c.accepting(last) || w.out.Count(w.trie.numTokens) == 0 {
+		for _, id := range w.trie.eog {
+			w.out.Set(id)
+		}
+	}
+	return w.out
+}
+
+// lexemes adds, for every item waiting on a terminal, the tokens its lexeme allows and the
+// tokens that end the lexeme and go on under the parser.
+func (w *walker) lexemes(sets [][]item) {
+	n := len(sets)
+	w.seen = w.seen[:0]
+	w.sets = append(w.sets[:0], sets...) // copied once; walks only append past n
+	for _, x := range sets[n-1] {
+		if x.lex == 0 {
+			continue
+		}
+		term := int32(w.c.posNext[x.pos].terminal())
+		e := w.g.lexeme(term, x.lex, w.stack)
+		key := lexKey{term, x.lex}
+		dup := false
+		for _, k := range w.seen {
+			dup = dup || k == key
+		}
+		if !dup {
+			w.seen = append(w.seen, key)
+			if e.dense != nil {
+				for i, word := range e.dense {
+					w.out[i] |= word
+				}
+			}
+			for _, id := range e.ids {
+				w.out.Set(id)
+			}
+		}
+		if len(e.ends) == 0 {
+			continue
+		}
+		// the lexeme ends at trie node b: the item steps over its terminal there
+		for d := range w.seeds {
+			w.seeds[d] = w.seeds[d][:0]
+		}
+		for _, b := range e.ends {
+			d := int(w.trie.depth[b])
+			for len(w.seeds) <= d {
+				w.seeds = append(w.seeds, nil)
+			}
+			k := n - 1 + d // the chart position after the node's bytes
+			w.sets = w.sets[:n]
+			for len(w.sets) < k {
+				w.sets = append(w.sets, nil) // positions inside the lexeme: never consulted
+			}
+			if len(w.seeds[d]) == 0 {
+				seed := append(w.seeds[d][:0], w.c.enter(x.pos+1, x.origin))
+				w.seeds[d] = w.c.closure(w.sets, seed, int32(k))
+			}
+			if !w.c.canContinue(w.seeds[d]) {
+				continue // the output can end here, but nothing can follow
+			}
+			w.sets = append(w.sets, w.seeds[d])
+			w.walk(int(b))
+		}
+	}
+}
+
+// walk marks the tokens under trie node r whose bytes continue w.sets, whose last set is
+// the state at r.
+func (w *walker) walk(r int) {
+	t := w.trie
+	n0 := len(w.sets)
+	d0 := int(t.depth[r])
+	for i := r + 1; i < int(t.end[r]); {
+		d := int(t.depth[i])
+		w.sets = w.sets[:n0+d-d0-1]
+		for len(w.bufs) <= d {
+			w.bufs = append(w.bufs, nil)
+		}
+		set := w.c.scan(w.sets, t.label[i], w.bufs[d])
+		if set == nil {
+			i = int(t.end[i])
+			continue
+		}
+		w.bufs[d] = set
+		w.sets = append(w.sets, set)
+		for _, id := range t.tokensAt(i) {
+			w.out.Set(id)
+		}
+		i++
+	}
+}

@@ -1,0 +1,145 @@
+package kvasir
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	validator "github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/kvasir-llm/kvasir/internal/testdata"
+)
+
+// constrained generates n samples at temperature 1 of prompt held to s and returns their
+// texts and finish reasons.
+func constrained(t *testing.T, e *Engine, s StructuredOutput, n, maxTokens int) ([]string, []string) {
+	t.Helper()
+	proc, err := e.Constrain(s)
+	if err != nil {
+		t.Fatalf("constrain %+v: %v", s, err)
+	}
+	ch, err := e.Generate(context.Background(), Request{Prompt: "Once upon a time", Processors: []Processor{proc},
+		Params: SamplingParams{MaxTokens: maxTokens, N: n, Temperature: 1, Seed: ptr(uint64(7))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts, finish := make([]string, n), make([]string, n)
+	for o := range ch {
+		if o.Err != nil {
+			t.Fatalf("choice %d: %v", o.Index, o.Err)
+		}
+		texts[o.Index] += o.Text
+		if o.FinishReason != "" {
+			finish[o.Index] = o.FinishReason
+		}
+	}
+	return texts, finish
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestConstrainGenerate: a real model (stories260K, whose SentencePiece vocabulary spells any
+// byte through its byte tokens) sampled at
+// temperature 1 under each kind of constraint produces only output of the language, and a
+// grammar that is complete ends the request with "stop": a JSON Schema (every sample
+// validates with the validator library), a regex, a choice list and a GBNF grammar.
+func TestConstrainGenerate(t *testing.T) {
+	e, err := Open(testdata.Path(t, "models/stories260K/stories260K.bin"), Options{Tokenizer: testdata.Path(t, "models/stories260K/tok512.bin"), Threads: 2, KVCacheMemory: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+
+	schema := []byte(`{"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+		"age": {"type": "integer", "minimum": 0, "maximum": 120}, "pet": {"enum": ["cat", "dog"]}},
+		"required": ["name", "age", "pet"], "additionalProperties": false}`)
+	doc, err := validator.UnmarshalJSON(strings.NewReader(string(schema)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := validator.NewCompiler()
+	if err := c.AddResource("file:///s.json", doc); err != nil {
+		t.Fatal(err)
+	}
+	sch, err := c.Compile("file:///s.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts, finish := constrained(t, e, StructuredOutput{JSONSchema: schema}, 6, 80)
+	for i, s := range texts {
+		v, err := validator.UnmarshalJSON(strings.NewReader(s))
+		if err == nil {
+			err = sch.Validate(v)
+		}
+		if err != nil || finish[i] != "stop" {
+			t.Errorf("json schema sample %d (%s): %q: %v", i, finish[i], s, err)
+		}
+	}
+
+	re := regexp.MustCompile(`^[a-z]{2,6}-[0-9]{3}$`)
+	texts, finish = constrained(t, e, StructuredOutput{Regex: `[a-z]{2,6}-[0-9]{3}`}, 6, 20)
+	for i, s := range texts {
+		if !re.MatchString(s) || finish[i] != "stop" {
+			t.Errorf("regex sample %d (%s): %q", i, finish[i], s)
+		}
+	}
+
+	options := []string{"yes", "no", "maybe later"}
+	texts, _ = constrained(t, e, StructuredOutput{Choice: options}, 6, 10)
+	for i, s := range texts {
+		if !slices.Contains(options, s) {
+			t.Errorf("choice sample %d: %q", i, s)
+		}
+	}
+
+	texts, _ = constrained(t, e, StructuredOutput{Grammar: `root ::= "The " ("cat" | "dog") " " [a-z]+ "."`}, 4, 20)
+	gre := regexp.MustCompile(`^The (cat|dog) [a-z]+\.$`)
+	for i, s := range texts {
+		if !gre.MatchString(s) {
+			t.Errorf("gbnf sample %d: %q", i, s)
+		}
+	}
+
+	obj, finish := constrained(t, e, StructuredOutput{JSONObject: true, WhitespacePattern: `[ ]{0,2}`}, 4, 60)
+	for i, s := range obj {
+		var m map[string]any
+		err := json.Unmarshal([]byte(s), &m)
+		switch {
+		case finish[i] == "stop" && err != nil:
+			t.Errorf("json object sample %d: %q: %v", i, s, err)
+		case finish[i] == "length" && !strings.HasPrefix(s, "{"):
+			t.Errorf("json object sample %d, cut by max_tokens: %q", i, s)
+		}
+	}
+}
+
+// TestConstrainRefuses: every malformed or unsupported constraint is an
+// ErrStructuredOutput naming its problem, and nothing is given to the engine.
+func TestConstrainRefuses(t *testing.T) {
+	e, err := Open(testdata.Path(t, "models/stories260K/stories260K.bin"), Options{Tokenizer: testdata.Path(t, "models/stories260K/tok512.bin"), Threads: 1, KVCacheMemory: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for _, c := range []struct {
+		s    StructuredOutput
+		want string
+	}{
+		{StructuredOutput{}, "exactly one"},
+		{StructuredOutput{Regex: "a", Choice: []string{"b"}}, "exactly one"},
+		{StructuredOutput{Choice: []string{}}, "at least one"},
+		{StructuredOutput{Regex: `(a)\1`}, "backreference"},
+		{StructuredOutput{Grammar: `root ::= "a`}, "1:"},
+		{StructuredOutput{JSONSchema: []byte(`{"type": "object", "if": {}}`)}, "if"},
+		{StructuredOutput{JSONSchema: []byte(`{"type": `)}, ""},
+	} {
+		_, err := e.Constrain(c.s)
+		if !errors.Is(err, ErrStructuredOutput) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v, want an ErrStructuredOutput naming %q", c.s, err, c.want)
+		}
+	}
+}
