@@ -93,17 +93,47 @@ func (s *Server) toolRequest(req *chatRequest) (*toolRequest, []kvasir.Processor
 	if mode == "" {
 		mode = "auto"
 	}
-	if s.cfg.ToolGrammar == nil {
-		if mode != "auto" {
-			return nil, nil, unsupportedValue("tool_choice", "tool_choice %s is not supported yet: it must constrain the output by a grammar built from the tools' schemas, which this server has none of; tool_choice auto parses the calls the model makes", describeChoice(mode))
-		}
-		return tr, nil, nil
+	grammar := s.cfg.ToolGrammar
+	if grammar == nil {
+		grammar = s.toolGrammar
 	}
-	procs, err := s.cfg.ToolGrammar(ToolChoice{Mode: mode, Function: named, Tools: req.Tools, Parallel: tr.parallel, Parser: tr.parser})
+	procs, err := grammar(ToolChoice{Mode: mode, Function: named, Tools: req.Tools, Parallel: tr.parallel, Parser: tr.parser})
 	if err != nil {
-		return nil, nil, badRequest("tools", "the tools' schemas: %v", err)
+		return nil, nil, badRequest("tools", "tool_choice %s: %v", describeChoice(mode), err)
 	}
 	return tr, procs, nil
+}
+
+// toolGrammar is the ToolGrammar of a server whose Config sets none: "auto" runs
+// unconstrained; "required" and a named function hold the reply to calls in the parser's
+// syntax whose arguments are instances of the tools' schemas (toolcall.Grammar), for the
+// families whose calls are JSON.
+func (s *Server) toolGrammar(c ToolChoice) ([]kvasir.Processor, error) {
+	if c.Mode == "auto" {
+		return nil, nil
+	}
+	fns := make([]toolcall.Function, 0, len(c.Tools))
+	for _, raw := range c.Tools {
+		var t struct {
+			Function struct {
+				Name       string          `json:"name"`
+				Parameters json.RawMessage `json:"parameters"`
+			} `json:"function"`
+		}
+		if err := json.Unmarshal(raw, &t); err != nil {
+			return nil, err
+		}
+		fns = append(fns, toolcall.Function{Name: t.Function.Name, Parameters: t.Function.Parameters})
+	}
+	gbnf, err := toolcall.Grammar(c.Parser, fns, c.Function, c.Parallel)
+	if err != nil {
+		return nil, err
+	}
+	proc, err := s.eng.Constrain(kvasir.StructuredOutput{Grammar: gbnf})
+	if err != nil {
+		return nil, err
+	}
+	return []kvasir.Processor{proc}, nil
 }
 
 // describeChoice names a tool_choice mode in an error.

@@ -21,6 +21,17 @@ type Options struct {
 	// mode and llama.cpp do; by default (as JSON Schema says) an object may then carry
 	// further properties after the declared ones.
 	StrictProperties bool
+	// Start names the start rule ("": root), so that the grammar can be a part of a larger
+	// one (a tool call's wrapper text around its arguments): no other rule takes the name.
+	Start string
+}
+
+// start returns the start rule's name.
+func (o Options) start() string {
+	if o.Start == "" {
+		return "root"
+	}
+	return o.Start
 }
 
 // compiler holds the state of one schema's compilation.
@@ -46,8 +57,8 @@ type memoEntry struct {
 const maxCompileDepth = 200
 
 // ToGBNF compiles a JSON Schema document into a GBNF grammar (llama.cpp's dialect) whose
-// start rule "root" matches the JSON texts that the schema accepts, in the form the grammar
-// writes them: properties in the schema's order, whitespace as opt allows. A schema using a
+// start rule ("root", or opt.Start) matches the JSON texts that the schema accepts, in the
+// form the grammar writes them: properties in the schema's order, whitespace as opt allows. A schema using a
 // keyword the grammar cannot enforce is refused with an error naming the keyword and its
 // JSON pointer.
 func ToGBNF(schema []byte, opt Options) (string, error) {
@@ -68,7 +79,7 @@ func compileSchema(schema []byte, opt Options) (*grammar, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.g.names = append(c.g.names, "root")
+	c.g.names = append(c.g.names, opt.start())
 	body, err := c.compileAll([]node{{root, ""}}, "")
 	if err != nil {
 		return nil, err
@@ -76,11 +87,11 @@ func compileSchema(schema []byte, opt Options) (*grammar, error) {
 	if body == nil {
 		return nil, schemaError("", "the schema admits no value")
 	}
-	c.g.rules["root"] = body
+	c.g.rules[opt.start()] = body
 	if err := c.g.checkProgress(); err != nil {
 		return nil, err
 	}
-	c.g.prune()
+	c.g.prune(c.opt.start())
 	return &c.g, nil
 }
 
@@ -117,7 +128,7 @@ func (c *compiler) define(base string, body expr) expr {
 func (c *compiler) newName(base string) string {
 	name := base
 	for {
-		if _, taken := c.g.rules[name]; !taken && name != "root" {
+		if _, taken := c.g.rules[name]; !taken && name != c.opt.start() {
 			break
 		}
 		c.counter++

@@ -397,8 +397,8 @@ func (g *grammar) leftRefs(e expr, nullable map[string]bool, out []string) []str
 	return out
 }
 
-// prune drops the rules root cannot reach.
-func (g *grammar) prune() {
+// prune drops the rules the start rule cannot reach.
+func (g *grammar) prune(start string) {
 	reached := map[string]bool{}
 	var walk func(e expr)
 	walk = func(e expr) {
@@ -420,7 +420,7 @@ func (g *grammar) prune() {
 			walk(e.e)
 		}
 	}
-	walk(ref("root"))
+	walk(ref(start))
 	g.names = slices.DeleteFunc(g.names, func(n string) bool { return !reached[n] })
 	for n := range g.rules {
 		if !reached[n] {

@@ -16,7 +16,7 @@ func JSONObjectGBNF(opt Options, maxDepth int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	c.g.names = append(c.g.names, "root")
+	c.g.names = append(c.g.names, opt.start())
 	var inner expr
 	if maxDepth == 0 {
 		inner = c.anyValue()
@@ -27,8 +27,8 @@ func JSONObjectGBNF(opt Options, maxDepth int) (string, error) {
 			inner = c.define("value-"+strconv.Itoa(d), c.container(inner))
 		}
 	}
-	c.g.rules["root"] = c.objectOf(inner)
-	c.g.prune()
+	c.g.rules[opt.start()] = c.objectOf(inner)
+	c.g.prune(c.opt.start())
 	return c.g.writeGBNF(), nil
 }
 
