@@ -309,7 +309,7 @@ func TestToolChoice(t *testing.T) {
 	bounded := []any{
 		map[string]any{"type": "function", "function": map[string]any{"name": "get_weather", "parameters": map[string]any{"type": "object",
 			"properties": map[string]any{"city": map[string]any{"enum": []string{"Paris", "Oslo"}}, "days": map[string]any{"type": "integer", "minimum": 1, "maximum": 7}},
-			"required": []string{"city", "days"}}}},
+			"required":   []string{"city", "days"}}}},
 		map[string]any{"type": "function", "function": map[string]any{"name": "get_time"}},
 	}
 	for _, choice := range []any{"required", map[string]any{"type": "function", "function": map[string]any{"name": "get_weather"}}} {
