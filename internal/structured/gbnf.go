@@ -160,7 +160,7 @@ func (p *gbnfParser) atRuleStart() bool {
 }
 
 // maxNesting bounds parentheses so that hostile input cannot exhaust the stack.
-const maxNesting = 200
+const maxNesting = 1000
 
 func (p *gbnfParser) alternatives(depth int) (*node, error) {
 	if depth > maxNesting {
