@@ -29,7 +29,7 @@ func DefaultLimits() Limits {
 		NFAStates:      200000,
 		DFAStates:      20000,
 		TotalDFAStates: 200000,
-		LexemeSize:     300,
+		LexemeSize:     2000,
 	}
 }
 
