@@ -87,8 +87,15 @@ func benchGrammar(args []string) error {
 	var results []grammarResult
 	var allMasks []time.Duration
 	var compileTimes []float64
+	if !*asJSON {
+		fmt.Printf("vocabulary: %d tokens, trie of %d nodes\n", tok.NumTokens(), trie.NumNodes())
+		fmt.Printf("%-28s %10s %7s %10s %10s %10s %9s\n", "grammar", "compile", "masks", "mean", "p50", "p99", "complete")
+	}
 	for _, f := range files {
 		r, masks := benchGrammarFile(f, tok, trie, rng, *runs, *maxTokens, *compiles)
+		if !*asJSON {
+			printGrammarRow(r)
+		}
 		results = append(results, r)
 		allMasks = append(allMasks, masks...)
 		if r.Error == "" {
@@ -108,21 +115,22 @@ func benchGrammar(args []string) error {
 			"tokenizer_tokens": tok.NumTokens(), "grammars": results, "all": total,
 			"compile_p50_ms": compileP50, "compile_p99_ms": compileP99})
 	}
-	fmt.Printf("vocabulary: %d tokens, trie of %d nodes\n", tok.NumTokens(), trie.NumNodes())
-	fmt.Printf("%-28s %10s %7s %10s %10s %10s %9s\n", "grammar", "compile", "masks", "mean", "p50", "p99", "complete")
-	for _, r := range append(results, total) {
-		if r.Error != "" {
-			fmt.Printf("%-28s error: %s\n", r.File, r.Error)
-			continue
-		}
-		comp := fmt.Sprintf("%.2fms", r.CompileMS)
-		if r.File == "(all)" {
-			comp = ""
-		}
-		fmt.Printf("%-28s %10s %7d %8.1fus %8.1fus %8.1fus %4d/%-4d\n", r.File, comp, r.Masks, r.MeanUS, r.P50US, r.P99US, r.Complete, r.Runs)
-	}
+	printGrammarRow(total)
 	fmt.Printf("compile over %d grammars: p50 %.2fms, p99 %.2fms\n", len(compileTimes), compileP50, compileP99)
 	return nil
+}
+
+// printGrammarRow prints one line of the text report (the totals have no compile time).
+func printGrammarRow(r grammarResult) {
+	if r.Error != "" {
+		fmt.Printf("%-28s error: %s\n", r.File, r.Error)
+		return
+	}
+	comp := fmt.Sprintf("%.2fms", r.CompileMS)
+	if r.File == "(all)" {
+		comp = ""
+	}
+	fmt.Printf("%-28s %10s %7d %8.1fus %8.1fus %8.1fus %4d/%-4d\n", r.File, comp, r.Masks, r.MeanUS, r.P50US, r.P99US, r.Complete, r.Runs)
 }
 
 // benchGrammarFile times compiles of one file and masks over simulated generations.

@@ -243,28 +243,29 @@ func byteClasses(a *nfa) ([256]uint8, int) {
 	var class [256]uint8
 	nclass := 1
 	seen := map[byteSet]bool{}
+	remap := make([]int, 2*256)
 	for _, st := range a.states {
 		if st.to < 0 || seen[st.set] {
 			continue
 		}
 		seen[st.set] = true
-		remap := map[[2]int]int{}
+		// split every class by membership in st.set: (old class, in set) -> new class
+		for i := range 2 * nclass {
+			remap[i] = -1
+		}
 		n := 0
-		var fresh [256]uint8
 		for b := range 256 {
-			k := [2]int{int(class[b]), 0}
+			k := 2 * int(class[b])
 			if st.set.has(byte(b)) {
-				k[1] = 1
+				k++
 			}
-			c, ok := remap[k]
-			if !ok {
-				c = n
-				remap[k] = c
+			if remap[k] < 0 {
+				remap[k] = n
 				n++
 			}
-			fresh[b] = uint8(c)
+			class[b] = uint8(remap[k])
 		}
-		class, nclass = fresh, n
+		nclass = n
 	}
 	return class, nclass
 }

@@ -46,8 +46,9 @@
 // # Limits and caching
 //
 // Compile takes Limits: wall time, rules after expansion, NFA and DFA states per terminal
-// and in all, and a repetition count cap ({m,n} counts above 10000 are refused by the
-// parsers). Errors say what and where: GBNF and EBNF errors carry line:column, regex errors
+// and in all; the parsers also refuse {m,n} counts above 10000 and groups nested more than
+// 1000 deep. A non-recursive rule becomes one terminal when its expansion has at most
+// Limits.LexemeSize (2000) byte leaves; a larger one stays a parser rule. Errors say what and where: GBNF and EBNF errors carry line:column, regex errors
 // a byte offset, compile errors the rule. Cache keeps compiled TokenGrammars keyed by
 // (front end, SHA-256 of the source, tokenizer identity), at most N of them, least
 // recently used evicted; concurrent requests for one key share one compile.

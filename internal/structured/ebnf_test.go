@@ -57,7 +57,7 @@ func TestEBNFErrors(t *testing.T) {
 		{"start: (\"a\"", "unclosed '('"},
 		{"start: \"a\" ~ 3..1", "max below min"},
 		{"start: \"a\"\nstart: \"b\"", "line 2:1: \"start\" defined twice"},
-		{"start: " + strings.Repeat("[", 300), "nested more than 200 deep"},
+		{"start: " + strings.Repeat("[", 1100), "nested more than 1000 deep"},
 	}
 	for _, tc := range cases {
 		_, err := ParseEBNF(tc.src)

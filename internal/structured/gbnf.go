@@ -160,7 +160,7 @@ func (p *gbnfParser) atRuleStart() bool {
 }
 
 // maxNesting bounds parentheses so that hostile input cannot exhaust the stack.
-const maxNesting = 200
+const maxNesting = 1000
 
 func (p *gbnfParser) alternatives(depth int) (*node, error) {
 	if depth > maxNesting {
@@ -198,21 +198,34 @@ func alternativesOf(depth int, sequence func(int) (*node, error), more func() bo
 }
 
 func (p *gbnfParser) sequence(depth int) (*node, error) {
-	var items []*node
-	for {
+	return sequenceOf(func() (bool, error) {
 		p.skipSpace()
-		if p.pos >= len(p.src) || p.src[p.pos] == '|' || p.src[p.pos] == ')' || p.atRuleStart() {
-			return concatNode(items...), nil
-		}
-		start := p.pos
+		return p.pos >= len(p.src) || p.src[p.pos] == '|' || p.src[p.pos] == ')' || p.atRuleStart(), nil
+	}, func() (*node, error) {
 		item, err := p.primary(depth)
 		if err != nil {
 			return nil, err
 		}
-		if item, err = p.postfix(item, start); err != nil {
+		return p.postfix(item)
+	})
+}
+
+// sequenceOf parses items until atEnd reports the end of the sequence (or an error).
+func sequenceOf(atEnd func() (bool, error), item func() (*node, error)) (*node, error) {
+	var items []*node
+	for {
+		end, err := atEnd()
+		if err != nil {
 			return nil, err
 		}
-		items = append(items, item)
+		if end {
+			return concatNode(items...), nil
+		}
+		n, err := item()
+		if err != nil {
+			return nil, err
+		}
+		items = append(items, n)
 	}
 }
 
@@ -266,15 +279,20 @@ func (p *gbnfParser) stringLiteral() (*node, error) {
 	}
 }
 
+// openClass steps over the '[' at pos and a '^' after it, reporting whether there was one.
+func openClass(src string, pos int) (int, bool) {
+	pos++
+	if pos < len(src) && src[pos] == '^' {
+		return pos + 1, true
+	}
+	return pos, false
+}
+
 // class parses a character class starting at '['.
 func (p *gbnfParser) class() (*node, error) {
 	start := p.pos
-	p.pos++
-	negate := false
-	if p.pos < len(p.src) && p.src[p.pos] == '^' {
-		negate = true
-		p.pos++
-	}
+	var negate bool
+	p.pos, negate = openClass(p.src, p.pos)
 	var ranges []runeRange
 	for {
 		if p.pos >= len(p.src) {
@@ -349,7 +367,7 @@ func (p *gbnfParser) char() (rune, error) {
 }
 
 // postfix applies the repetition operators that follow an item.
-func (p *gbnfParser) postfix(item *node, start int) (*node, error) {
+func (p *gbnfParser) postfix(item *node) (*node, error) {
 	for p.pos < len(p.src) {
 		if min, max, ok := simpleRepeat(p.src[p.pos]); ok {
 			item = repeatNode(item, min, max)

@@ -78,7 +78,7 @@ func TestGBNFErrors(t *testing.T) {
 		{"root ::= \"\\q\"", "unknown escape \\q"},
 		{"root ::= ::=", "line 1:10: unexpected ':'"},
 		{"root ::= [a", "unterminated character class"},
-		{"root ::= " + strings.Repeat("(", 300), "nested more than 200 deep"},
+		{"root ::= " + strings.Repeat("(", 1100), "nested more than 1000 deep"},
 	}
 	for _, tc := range cases {
 		_, err := ParseGBNF(tc.src)

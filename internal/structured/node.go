@@ -2,6 +2,7 @@ package structured
 
 import (
 	"fmt"
+	"math/bits"
 	"strconv"
 	"strings"
 )
@@ -128,20 +129,21 @@ func (n *node) write(b *strings.Builder) {
 }
 
 func writeSet(b *strings.Builder, s *byteSet) {
-	count := 0
-	var only byte
-	for c := 0; c < 256; c++ {
-		if s.has(byte(c)) {
-			count++
-			only = byte(c)
-		}
-	}
+	count := bits.OnesCount64(s[0]) + bits.OnesCount64(s[1]) + bits.OnesCount64(s[2]) + bits.OnesCount64(s[3])
 	if count == 1 {
-		b.WriteString(quoteByte(only))
+		for w, word := range s {
+			if word != 0 {
+				b.WriteString(quoteByte(byte(64*w + bits.TrailingZeros64(word))))
+			}
+		}
 		return
 	}
 	b.WriteByte('[')
 	for c := 0; c < 256; c++ {
+		if s[c>>6] == 0 && c&63 == 0 {
+			c += 63 // an empty word
+			continue
+		}
 		if !s.has(byte(c)) {
 			continue
 		}

@@ -78,30 +78,25 @@ func (p *regexParser) alternatives(depth int) (*node, error) {
 }
 
 func (p *regexParser) sequence(depth int) (*node, error) {
-	var items []*node
-	for p.pos < len(p.src) {
-		c := p.src[p.pos]
-		if c == '|' || c == ')' {
-			break
+	return sequenceOf(func() (bool, error) {
+		if p.pos >= len(p.src) || p.src[p.pos] == '|' || p.src[p.pos] == ')' {
+			return true, nil
 		}
-		if c == '$' {
-			if p.pos == len(p.src)-1 && depth == 0 {
-				p.pos++
-				break
-			}
-			return nil, p.errorf(p.pos, "'$' is supported only at the end of the expression")
+		if p.src[p.pos] != '$' {
+			return false, nil
 		}
-		start := p.pos
+		if p.pos == len(p.src)-1 && depth == 0 {
+			p.pos++
+			return true, nil
+		}
+		return false, p.errorf(p.pos, "'$' is supported only at the end of the expression")
+	}, func() (*node, error) {
 		atom, err := p.atom(depth)
 		if err != nil {
 			return nil, err
 		}
-		if atom, err = p.quantifiers(atom, start); err != nil {
-			return nil, err
-		}
-		items = append(items, atom)
-	}
-	return concatNode(items...), nil
+		return p.quantifiers(atom)
+	})
 }
 
 func (p *regexParser) atom(depth int) (*node, error) {
@@ -184,7 +179,7 @@ func (p *regexParser) isQuantifierBrace() bool {
 	return lo != "" && digits(lo) && digits(hi)
 }
 
-func (p *regexParser) quantifiers(atom *node, start int) (*node, error) {
+func (p *regexParser) quantifiers(atom *node) (*node, error) {
 	for p.pos < len(p.src) {
 		min, max, ok := simpleRepeat(p.src[p.pos])
 		switch {
@@ -304,12 +299,8 @@ func (p *regexParser) escape(inClass bool) ([]runeRange, error) {
 // class parses a bracketed class at '['.
 func (p *regexParser) class() (*node, error) {
 	start := p.pos
-	p.pos++
-	negate := false
-	if p.pos < len(p.src) && p.src[p.pos] == '^' {
-		negate = true
-		p.pos++
-	}
+	var negate bool
+	p.pos, negate = openClass(p.src, p.pos)
 	var ranges []runeRange
 	first := true
 	for {

@@ -58,7 +58,7 @@ func TestRegexErrors(t *testing.T) {
 		{`[a`, "unterminated character class"},
 		{`a{3,1}`, "max below min"},
 		{`\q`, "unknown escape"},
-		{strings.Repeat("(", 300), "nested more than 200 deep"},
+		{strings.Repeat("(", 1100), "nested more than 1000 deep"},
 	}
 	for _, tc := range cases {
 		_, err := ParseRegex(tc.src)

@@ -99,15 +99,15 @@ func (g *TokenGrammar) walkLexeme(d *dfa, q uint32, stack []uint32) *lexEntry {
 
 // walker computes the masks of one Masker, reusing its buffers.
 type walker struct {
-	g     *TokenGrammar
-	c     *Compiled
-	trie  *TokenTrie
-	out   sample.Mask
-	bufs  [][]item // item sets of the walk, by trie depth
-	seeds [][]item // the item set where a lexeme ends, by trie depth
-	sets  [][]item
-	stack []uint32
-	seen  []lexKey
+	g      *TokenGrammar
+	c      *Compiled
+	trie   *TokenTrie
+	out    sample.Mask
+	bufs   [][]item // item sets of the walk, by trie depth
+	seeds  [][]item // the item set where a lexeme ends, by trie depth
+	sets   [][]item
+	stack  []uint32
+	groups []itemGroup
 }
 
 func newWalker(g *TokenGrammar) *walker {
@@ -131,37 +131,45 @@ func (w *walker) mask(sets [][]item, ended bool) sample.Mask {
 }
 
 // lexemes adds, for every item waiting on a terminal, the tokens its lexeme allows and the
-// tokens that end the lexeme and go on under the parser.
+// tokens that end the lexeme and go on under the parser. Items waiting on one terminal in
+// one DFA state share both: their cached token set, and one walk below each node where the
+// lexeme ends, from the union of their item sets there (the tokens a union of item sets
+// allows are the union of what each allows).
 func (w *walker) lexemes(sets [][]item) {
 	n := len(sets)
-	w.seen = w.seen[:0]
-	w.sets = append(w.sets[:0], sets...) // copied once; walks only append past n
+	w.groups = w.groups[:0]
 	for _, x := range sets[n-1] {
 		if x.lex == 0 {
 			continue
 		}
-		term := int32(w.c.posNext[x.pos].terminal())
-		e := w.g.lexeme(term, x.lex, w.stack)
-		key := lexKey{term, x.lex}
-		dup := false
-		for _, k := range w.seen {
-			dup = dup || k == key
+		key := lexKey{int32(w.c.posNext[x.pos].terminal()), x.lex}
+		g := -1
+		for i := range w.groups {
+			if w.groups[i].key == key {
+				g = i
+			}
 		}
-		if !dup {
-			w.seen = append(w.seen, key)
-			if e.dense != nil {
-				for i, word := range e.dense {
-					w.out[i] |= word
-				}
+		if g < 0 {
+			g = len(w.groups)
+			w.groups = append(w.groups, itemGroup{key: key})
+		}
+		w.groups[g].items = append(w.groups[g].items, x)
+	}
+	w.sets = append(w.sets[:0], sets...) // copied once; walks only append past n
+	for _, grp := range w.groups {
+		e := w.g.lexeme(grp.key.term, grp.key.q, w.stack)
+		if e.dense != nil {
+			for i, word := range e.dense {
+				w.out[i] |= word
 			}
-			for _, id := range e.ids {
-				w.out.Set(id)
-			}
+		}
+		for _, id := range e.ids {
+			w.out.Set(id)
 		}
 		if len(e.ends) == 0 {
 			continue
 		}
-		// the lexeme ends at trie node b: the item steps over its terminal there
+		// the lexeme ends at trie node b: the items step over their terminal there
 		for d := range w.seeds {
 			w.seeds[d] = w.seeds[d][:0]
 		}
@@ -176,7 +184,10 @@ func (w *walker) lexemes(sets [][]item) {
 				w.sets = append(w.sets, nil) // positions inside the lexeme: never consulted
 			}
 			if len(w.seeds[d]) == 0 {
-				seed := append(w.seeds[d][:0], w.c.enter(x.pos+1, x.origin))
+				seed := w.seeds[d][:0]
+				for _, x := range grp.items {
+					seed = addItem(seed, w.c.enter(x.pos+1, x.origin))
+				}
 				w.seeds[d] = w.c.closure(w.sets, seed, int32(k))
 			}
 			if !w.c.canContinue(w.seeds[d]) {
@@ -186,6 +197,12 @@ func (w *walker) lexemes(sets [][]item) {
 			w.walk(int(b))
 		}
 	}
+}
+
+// itemGroup is the items of a set waiting on one terminal in one DFA state.
+type itemGroup struct {
+	key   lexKey
+	items []item
 }
 
 // walk marks the tokens under trie node r whose bytes continue w.sets, whose last set is
