@@ -21,6 +21,19 @@ type tinyModel struct {
 	fm  *format.Model
 	m   *model.Model
 	tok *tokenizer.Tokenizer
+	// engines are the engines made on m so far. One model serves one engine at a time:
+	// a new engine closes them first, since an engine's loop may still run a step planned
+	// ahead after its last request finished (async scheduling), which would race with the
+	// new engine's steps on the model's buffers.
+	engines []*Engine
+}
+
+// closeEngines closes the engines made on tm so far (see tinyModel.engines).
+func (tm *tinyModel) closeEngines() {
+	for _, e := range tm.engines {
+		e.Close()
+	}
+	tm.engines = tm.engines[:0]
 }
 
 func newTinyModel(t testing.TB) *tinyModel { return tinyModelOf(t, quant.F32) }
@@ -83,10 +96,12 @@ func (tm *tinyModel) engine(t testing.TB, cfg Config) *Engine {
 	if cfg.BlockSize == 0 {
 		cfg.BlockSize = 16
 	}
+	tm.closeEngines()
 	e, err := New(tm.m, tm.tok, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	tm.engines = append(tm.engines, e)
 	t.Cleanup(func() { e.Close() })
 	return e
 }
@@ -110,10 +125,12 @@ func (tm *tinyModel) engineWithHook(t testing.TB, cfg Config, afterStep func(e *
 	if cfg.NumBlocks == 0 {
 		cfg.NumBlocks = 257
 	}
+	tm.closeEngines()
 	e, err := build(tm.m, tm.tok, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	tm.engines = append(tm.engines, e)
 	e.afterStep = func() { afterStep(e) }
 	go e.loop()
 	t.Cleanup(func() { e.Close() })
