@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/kvasir-llm/kvasir/internal/structured"
 	"github.com/kvasir-llm/kvasir/internal/structured/jsonschema"
@@ -46,13 +48,25 @@ const grammarCacheSize = 256
 // jsonObjectDepth bounds the nesting of response_format json_object output.
 const jsonObjectDepth = 16
 
+// Mask-time probe: a grammar is tried for probeTokens tokens of a random walk before its
+// first request uses it, and refused when one mask takes longer than maxProbeMask. Masks
+// are computed on the engine's loop, so a grammar whose masks take a good part of a second
+// (a counted repetition too large for one automaton, such as a string of maxLength 2048,
+// which the parser then counts out) would stall every request; the probe turns the first
+// such masks into the request's 400. Later states of a grammar may still be slower.
+const (
+	probeTokens  = 16
+	maxProbeMask = 50 * time.Millisecond
+)
+
 // grammars is an engine's compiled-grammar cache and its vocabulary's token trie, made on
-// first use.
+// first use, and the probe's verdict on each compiled grammar.
 type grammars struct {
-	once  sync.Once
-	trie  *structured.TokenTrie
-	err   error
-	cache *structured.Cache
+	once    sync.Once
+	trie    *structured.TokenTrie
+	err     error
+	cache   *structured.Cache
+	verdict sync.Map // *structured.TokenGrammar -> error (nil: passed)
 }
 
 // Constrain compiles s for the engine's tokenizer and returns a fresh processor holding one
@@ -80,7 +94,45 @@ func (e *Engine) Constrain(s StructuredOutput) (Processor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStructuredOutput, err)
 	}
+	v, ok := g.verdict.Load(tg)
+	if !ok {
+		v, _ = g.verdict.LoadOrStore(tg, probeMasks(tg, e.l.tok))
+	}
+	if err, _ := v.(error); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrStructuredOutput, err)
+	}
 	return tg.NewMasker(), nil
+}
+
+// probeMasks walks tg for up to probeTokens random allowed tokens and reports a mask slower
+// than maxProbeMask (see the probe's constants).
+func probeMasks(tg *structured.TokenGrammar, vocab structured.Vocabulary) error {
+	m := tg.NewMasker()
+	rng := rand.New(rand.NewPCG(1, 2))
+	var allowed []int32
+	for i := range probeTokens {
+		t0 := time.Now()
+		mask := m.Mask()
+		if d := time.Since(t0); d > maxProbeMask {
+			return fmt.Errorf("too slow to hold generation to: a token mask took %v (at most %v; after %d tokens)", d.Round(time.Millisecond), maxProbeMask, i)
+		}
+		if m.Done() || mask == nil {
+			return nil
+		}
+		allowed = allowed[:0]
+		for id := range int32(vocab.NumTokens()) {
+			if mask.Allows(id) && !vocab.IsEOG(int(id)) {
+				allowed = append(allowed, id)
+			}
+		}
+		if len(allowed) == 0 {
+			return nil
+		}
+		if err := m.Accept([]int32{allowed[rng.IntN(len(allowed))]}); err != nil {
+			return nil
+		}
+	}
+	return nil
 }
 
 // frontEnd returns the cache kind, source and front end of s, or why s is not one

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -11,7 +12,10 @@ import (
 
 	validator "github.com/santhosh-tekuri/jsonschema/v6"
 
+	"github.com/kvasir-llm/kvasir/internal/structured"
+	"github.com/kvasir-llm/kvasir/internal/structured/jsonschema"
 	"github.com/kvasir-llm/kvasir/internal/testdata"
+	"github.com/kvasir-llm/kvasir/internal/tokenizer"
 )
 
 // constrained generates n samples at temperature 1 of prompt held to s and returns their
@@ -141,5 +145,48 @@ func TestConstrainRefuses(t *testing.T) {
 		if !errors.Is(err, ErrStructuredOutput) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want an ErrStructuredOutput naming %q", c.s, err, c.want)
 		}
+	}
+}
+
+// TestProbeRefusesSlowMasks: on Llama 3's 128k vocabulary, a schema whose strings have a
+// maxLength in the thousands (JSONSchemaBench's o6251: the counted repetition is too large
+// for one automaton, so the parser counts it out and a mask takes a good part of a second)
+// is refused by the mask-time probe, naming the time; a plain schema passes.
+func TestProbeRefusesSlowMasks(t *testing.T) {
+	dir := testdata.Path(t, "tokenizers/llama3")
+	v, err := tokenizer.VocabFromLlama3Files(filepath.Join(dir, "encoder.json"), filepath.Join(dir, "vocab.bpe"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.New(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trie, err := structured.NewTokenTrie(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := func(schema string) error {
+		gbnf, err := jsonschema.ToGBNF([]byte(schema), jsonschema.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g, err := structured.ParseGBNF(gbnf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := structured.Compile(g, structured.DefaultLimits())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return probeMasks(structured.NewTokenGrammar(c, trie, tok), tok)
+	}
+	slow := `{"type": "object", "additionalProperties": false, "required": ["email", "password"], "properties": {
+		"email": {"type": "string", "maxLength": 1024}, "password": {"type": "string", "minLength": 8, "maxLength": 2048}}}`
+	if err := probe(slow); err == nil || !strings.Contains(err.Error(), "too slow") {
+		t.Errorf("slow schema: %v, want a too-slow error", err)
+	}
+	if err := probe(`{"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string", "maxLength": 16}}}`); err != nil {
+		t.Errorf("plain schema: %v", err)
 	}
 }

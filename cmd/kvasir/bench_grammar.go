@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/structured"
+	"github.com/kvasir-llm/kvasir/internal/structured/jsonschema"
 	"github.com/kvasir-llm/kvasir/internal/tokenizer"
 )
 
@@ -27,6 +28,14 @@ var grammarFrontEnds = map[string]structured.FrontEnd{
 	".lark": func(src []byte) (*structured.Grammar, error) { return structured.ParseEBNF(string(src)) },
 	".regex": func(src []byte) (*structured.Grammar, error) {
 		return structured.ParseRegex(strings.TrimRight(string(src), "\r\n"))
+	},
+	// A JSON Schema, compiled as response_format json_schema compiles it (compact JSON).
+	".json": func(src []byte) (*structured.Grammar, error) {
+		gbnf, err := jsonschema.ToGBNF(src, jsonschema.Options{})
+		if err != nil {
+			return nil, err
+		}
+		return structured.ParseGBNF(gbnf)
 	},
 }
 
