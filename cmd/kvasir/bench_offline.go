@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/kvasir-llm/kvasir"
 	"github.com/kvasir-llm/kvasir/internal/bench"
 )
 
@@ -14,7 +15,7 @@ func init() {
 }
 
 func benchOffline(args []string) error {
-	fs := newFlags("bench offline", "-m MODEL --num-prompts N --input-len L --output-len L [--max-concurrency C] [--prefix-len P] [--dataset-path sharegpt.json] [--ignore-eos] [--json]")
+	fs := newFlags("bench offline", "-m MODEL --num-prompts N --input-len L --output-len L [--max-concurrency C] [--prefix-len P] [--dataset-path sharegpt.json] [--json-schema FILE] [--ignore-eos] [--json]")
 	var o bench.OfflineOptions
 	fs.IntVar(&o.NumPrompts, "num-prompts", 32, "number of requests")
 	fs.IntVar(&o.InputLen, "input-len", 128, "random prompt tokens per request (after the shared prefix)")
@@ -23,6 +24,7 @@ func benchOffline(args []string) error {
 	fs.IntVar(&o.Concurrency, "max-concurrency", 0, "requests in flight at once (0: all)")
 	fs.StringVar(&o.DatasetPath, "dataset-path", "", "ShareGPT JSON file to take prompts from instead of random tokens")
 	ignoreEOS := fs.Bool("ignore-eos", false, "generate the full output length past end-of-sequence tokens")
+	schemaPath := fs.String("json-schema", "", "hold every reply to this JSON Schema (structured output, as response_format json_schema)")
 	fs.Uint64Var(&o.Seed, "seed", 0, "random seed for prompts")
 	asJSON := fs.Bool("json", false, "print the results as JSON (vLLM's keys)")
 	ef := addEngineFlags(fs, allEngineFlags)
@@ -47,6 +49,19 @@ func benchOffline(args []string) error {
 	reqs, err := bench.OfflineRequests(ctx, e, o, os.Stderr)
 	if err != nil {
 		return err
+	}
+	if *schemaPath != "" {
+		schema, err := os.ReadFile(*schemaPath)
+		if err != nil {
+			return err
+		}
+		so := &kvasir.StructuredOutput{JSONSchema: schema}
+		if _, err := e.Constrain(*so); err != nil { // refused before any request is sent
+			return err
+		}
+		for i := range reqs {
+			reqs[i].Structured = so
+		}
 	}
 	params := sf.params(e.SamplingDefaults())
 	params.IgnoreEOS = *ignoreEOS

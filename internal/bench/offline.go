@@ -28,10 +28,13 @@ type OfflineOptions struct {
 	Concurrency int
 }
 
-// OfflineRequest is one request of an offline run: prompt token ids and the output length.
+// OfflineRequest is one request of an offline run: prompt token ids, the output length and
+// the structured output its reply is held to (nil: none), compiled when it is sent (a
+// repeated constraint from the engine's cache).
 type OfflineRequest struct {
-	Prompt    []int32
-	MaxTokens int
+	Prompt     []int32
+	MaxTokens  int
+	Structured *kvasir.StructuredOutput
 }
 
 // OfflineRequests makes the workload of o for engine e with the datasets of bench serve:
@@ -174,7 +177,16 @@ func offlineOne(ctx context.Context, e *kvasir.Engine, r OfflineRequest, params 
 	sent := time.Now()
 	out.Start = sent.Sub(start)
 	params.MaxTokens = r.MaxTokens
-	ch, err := e.Generate(ctx, kvasir.Request{PromptTokens: r.Prompt, Params: params})
+	req := kvasir.Request{PromptTokens: r.Prompt, Params: params}
+	if r.Structured != nil {
+		proc, err := e.Constrain(*r.Structured)
+		if err != nil {
+			out.Error = err.Error()
+			return out
+		}
+		req.Processors = []kvasir.Processor{proc}
+	}
+	ch, err := e.Generate(ctx, req)
 	if err != nil {
 		out.Error = err.Error()
 		return out
