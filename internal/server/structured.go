@@ -66,54 +66,23 @@ func (c *constraintFields) constraint() (*kvasir.StructuredOutput, string, *APIE
 		}
 	}
 	if so := c.StructuredOutputs; so != nil {
-		ws := ""
-		if so.WhitespacePattern != nil {
-			ws = *so.WhitespacePattern
-		}
 		n := len(all)
-		if len(so.JSON) > 0 && string(so.JSON) != "null" {
-			schema, apiErr := schemaValue("structured_outputs.json", so.JSON)
-			if apiErr != nil {
-				return nil, "", apiErr
-			}
-			add("structured_outputs.json", kvasir.StructuredOutput{JSONSchema: schema, WhitespacePattern: ws})
-		}
-		if so.Regex != nil {
-			add("structured_outputs.regex", kvasir.StructuredOutput{Regex: *so.Regex})
-		}
-		if so.Choice != nil {
-			add("structured_outputs.choice", kvasir.StructuredOutput{Choice: so.Choice})
-		}
-		if so.Grammar != nil {
-			add("structured_outputs.grammar", kvasir.StructuredOutput{Grammar: *so.Grammar})
+		f := vllmForms{json: so.JSON, regex: so.Regex, choice: so.Choice, grammar: so.Grammar, ws: so.WhitespacePattern}
+		if apiErr := f.add(add, "structured_outputs.json", "structured_outputs.regex", "structured_outputs.choice", "structured_outputs.grammar"); apiErr != nil {
+			return nil, "", apiErr
 		}
 		if so.JSONObject {
-			add("structured_outputs.json_object", kvasir.StructuredOutput{JSONObject: true, WhitespacePattern: ws})
+			add("structured_outputs.json_object", kvasir.StructuredOutput{JSONObject: true, WhitespacePattern: f.whitespace()})
 		}
 		if len(all) == n {
 			return nil, "", badRequest("structured_outputs", "structured_outputs needs one of json, regex, choice, grammar and json_object")
 		}
 	}
-	ws := ""
-	if c.GuidedWhitespacePattern != nil {
-		ws = *c.GuidedWhitespacePattern
+	guided := vllmForms{json: c.GuidedJSON, regex: c.GuidedRegex, choice: c.GuidedChoice, grammar: c.GuidedGrammar, ws: c.GuidedWhitespacePattern}
+	if apiErr := guided.add(add, "guided_json", "guided_regex", "guided_choice", "guided_grammar"); apiErr != nil {
+		return nil, "", apiErr
 	}
-	if len(c.GuidedJSON) > 0 && string(c.GuidedJSON) != "null" {
-		schema, apiErr := schemaValue("guided_json", c.GuidedJSON)
-		if apiErr != nil {
-			return nil, "", apiErr
-		}
-		add("guided_json", kvasir.StructuredOutput{JSONSchema: schema, WhitespacePattern: ws})
-	}
-	if c.GuidedRegex != nil {
-		add("guided_regex", kvasir.StructuredOutput{Regex: *c.GuidedRegex})
-	}
-	if c.GuidedChoice != nil {
-		add("guided_choice", kvasir.StructuredOutput{Choice: c.GuidedChoice})
-	}
-	if c.GuidedGrammar != nil {
-		add("guided_grammar", kvasir.StructuredOutput{Grammar: *c.GuidedGrammar})
-	}
+	ws := guided.whitespace()
 	if c.Grammar != nil && *c.Grammar != "" {
 		add("grammar", kvasir.StructuredOutput{Grammar: *c.Grammar})
 	}
@@ -136,6 +105,44 @@ func (c *constraintFields) constraint() (*kvasir.StructuredOutput, string, *APIE
 		return &all[0].out, all[0].param, nil
 	}
 	return nil, "", badRequest(all[1].param, "%s and %s both constrain the output: give one", all[0].param, all[1].param)
+}
+
+// vllmForms are the four constraints vLLM names in structured_outputs and in its older
+// guided_* fields, with the whitespace pattern of its JSON.
+type vllmForms struct {
+	json           json.RawMessage
+	regex, grammar *string
+	choice         []string
+	ws             *string
+}
+
+// whitespace returns the JSON whitespace pattern ("": none).
+func (f vllmForms) whitespace() string {
+	if f.ws == nil {
+		return ""
+	}
+	return *f.ws
+}
+
+// add passes the forms that are set to add, under the field names given.
+func (f vllmForms) add(add func(string, kvasir.StructuredOutput), jsonParam, regexParam, choiceParam, grammarParam string) *APIError {
+	if len(f.json) > 0 && string(f.json) != "null" {
+		schema, apiErr := schemaValue(jsonParam, f.json)
+		if apiErr != nil {
+			return apiErr
+		}
+		add(jsonParam, kvasir.StructuredOutput{JSONSchema: schema, WhitespacePattern: f.whitespace()})
+	}
+	if f.regex != nil {
+		add(regexParam, kvasir.StructuredOutput{Regex: *f.regex})
+	}
+	if f.choice != nil {
+		add(choiceParam, kvasir.StructuredOutput{Choice: f.choice})
+	}
+	if f.grammar != nil {
+		add(grammarParam, kvasir.StructuredOutput{Grammar: *f.grammar})
+	}
+	return nil
 }
 
 // schemaValue returns a JSON Schema given as an object, or as a string holding one (vLLM
