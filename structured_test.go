@@ -22,12 +22,18 @@ import (
 // texts and finish reasons.
 func constrained(t *testing.T, e *Engine, s StructuredOutput, n, maxTokens int) ([]string, []string) {
 	t.Helper()
+	return constrainedAt(t, e, s, n, maxTokens, 1)
+}
+
+// constrainedAt is constrained at temperature temp (0: greedy).
+func constrainedAt(t *testing.T, e *Engine, s StructuredOutput, n, maxTokens int, temp float32) ([]string, []string) {
+	t.Helper()
 	proc, err := e.Constrain(s)
 	if err != nil {
 		t.Fatalf("constrain %+v: %v", s, err)
 	}
 	ch, err := e.Generate(context.Background(), Request{Prompt: "Once upon a time", Processors: []Processor{proc},
-		Params: SamplingParams{MaxTokens: maxTokens, N: n, Temperature: 1, Seed: ptr(uint64(7))}})
+		Params: SamplingParams{MaxTokens: maxTokens, N: n, Temperature: temp, Seed: ptr(uint64(7))}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,5 +194,59 @@ func TestProbeRefusesSlowMasks(t *testing.T) {
 	}
 	if err := probe(`{"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string", "maxLength": 16}}}`); err != nil {
 		t.Errorf("plain schema: %v", err)
+	}
+}
+
+// TestConstrainSpeculative: with n-gram drafts, fixed K = 4 so that every step verifies,
+// the drafts are masked by the grammar like sampled tokens and a draft off the grammar is
+// rejected in verification: greedy output under a regex and a JSON Schema equals the output
+// without speculation, and sampled output stays in the language. A draft model makes its
+// drafts inside the step, after the rows' masks are computed, so a masked sequence does not
+// draft with one (it once accepted a draft the grammar forbade): its output is the plain one.
+func TestConstrainSpeculative(t *testing.T) {
+	bin, tok := testdata.Path(t, "models/stories260K/stories260K.bin"), testdata.Path(t, "models/stories260K/tok512.bin")
+	draft := testdata.Path(t, "models/llama2xs/llama2xs.bin")
+	schema := []byte(`{"type": "object", "properties": {"name": {"type": "string", "maxLength": 24}, "age": {"type": "integer", "minimum": 1, "maximum": 99}},
+		"required": ["name", "age"], "additionalProperties": false}`)
+	var drafts int64 // verifications in the last outputs call
+	outputs := func(sc *SpeculativeConfig, temp float32) []string {
+		e, err := Open(bin, Options{Tokenizer: tok, Threads: 2, KVCacheMemory: 16 << 20, MaxModelLen: 256, Speculative: sc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		var out []string
+		for _, s := range []StructuredOutput{{Regex: `(Once|One day) [a-z ,]{10,40}\.`}, {JSONSchema: schema}} {
+			texts, _ := constrainedAt(t, e, s, 3, 64, temp)
+			out = append(out, texts...)
+		}
+		drafts = e.Stats().SpecDrafts
+		return out
+	}
+	plain := outputs(nil, 0)
+	re := regexp.MustCompile(`^(Once|One day) [a-z ,]{10,40}\.$`)
+	for _, js := range []string{
+		`{"model": "` + draft + `", "num_speculative_tokens": 4, "dynamic": false}`,
+		`{"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_min": 1, "prompt_lookup_max": 3, "dynamic": false}`,
+	} {
+		sc := mustSpec(t, js)
+		if got := outputs(sc, 0); !slices.Equal(got, plain) {
+			t.Errorf("%s: greedy %q, without speculation %q", js, got, plain)
+		}
+		if ngram := sc.Model == ""; ngram != (drafts > 0) {
+			t.Errorf("%s: %d verifications", js, drafts)
+		}
+		sampled := outputs(sc, 1)
+		for i, s := range sampled[:3] {
+			if !re.MatchString(s) && len(s) < 60 {
+				t.Errorf("%s: sampled regex output %d: %q", js, i, s)
+			}
+		}
+		for i, s := range sampled[3:] {
+			var v map[string]any
+			if err := json.Unmarshal([]byte(s), &v); err != nil && !strings.HasPrefix(s, `{"name":"`) {
+				t.Errorf("%s: sampled json output %d: %q", js, i, s)
+			}
+		}
 	}
 }

@@ -181,8 +181,13 @@ func (s *scheduler) sitsOut(seq *sequence) bool {
 }
 
 // drafts reports whether seq decodes with draft tokens: the engine has a proposer and seq
-// is not a beam.
-func (s *scheduler) drafts(seq *sequence) bool { return s.spec != nil && seq.beam == nil }
+// is not a beam. A sequence whose processors mask the vocabulary (structured output) drafts
+// only with a proposer: a draft model or draft layers make their drafts inside the step, on
+// the forward goroutine, after the loop computed the masks of the step's rows, and a draft
+// row's mask depends on the drafts before it.
+func (s *scheduler) drafts(seq *sequence) bool {
+	return s.spec != nil && seq.beam == nil && (s.spec.Proposer != nil || len(seq.maskers) == 0)
+}
 
 // finishing reports whether the token a step in flight samples for seq brings it to
 // max_tokens or the context length: it is sure to finish, and a step for it would be
