@@ -59,14 +59,13 @@ const (
 	maxProbeMask = 50 * time.Millisecond
 )
 
-// grammars is an engine's compiled-grammar cache and its vocabulary's token trie, made on
-// first use, and the probe's verdict on each compiled grammar.
+// grammars is an engine's compiled-grammar cache, whose entries the mask-time probe has
+// judged, and its vocabulary's token trie, made on first use.
 type grammars struct {
-	once    sync.Once
-	trie    *structured.TokenTrie
-	err     error
-	cache   *structured.Cache
-	verdict sync.Map // *structured.TokenGrammar -> error (nil: passed)
+	once  sync.Once
+	trie  *structured.TokenTrie
+	err   error
+	cache *structured.Cache
 }
 
 // Constrain compiles s for the engine's tokenizer and returns a fresh processor holding one
@@ -85,20 +84,14 @@ func (e *Engine) Constrain(s StructuredOutput) (Processor, error) {
 	g := &e.grammars
 	g.once.Do(func() {
 		g.trie, g.err = structured.NewTokenTrie(e.l.tok)
-		g.cache = structured.NewCache(grammarCacheSize, structured.DefaultLimits())
+		g.cache = structured.NewCache(grammarCacheSize, structured.DefaultLimits(),
+			func(tg *structured.TokenGrammar) error { return probeMasks(tg, e.l.tok) })
 	})
 	if g.err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStructuredOutput, g.err)
 	}
 	tg, err := g.cache.Get(kind, fe, src, g.trie, e.l.tok)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrStructuredOutput, err)
-	}
-	v, ok := g.verdict.Load(tg)
-	if !ok {
-		v, _ = g.verdict.LoadOrStore(tg, probeMasks(tg, e.l.tok))
-	}
-	if err, _ := v.(error); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStructuredOutput, err)
 	}
 	return tg.NewMasker(), nil
@@ -152,13 +145,7 @@ func (s StructuredOutput) frontEnd() (kind string, src []byte, fe structured.Fro
 	jsonKind := fmt.Sprintf("json ws=%q strict=%v", s.WhitespacePattern, s.Strict)
 	switch {
 	case len(s.JSONSchema) > 0:
-		return jsonKind, s.JSONSchema, func(src []byte) (*structured.Grammar, error) {
-			gbnf, err := jsonschema.ToGBNF(src, opt)
-			if err != nil {
-				return nil, err
-			}
-			return structured.ParseGBNF(gbnf)
-		}, nil
+		return jsonKind, s.JSONSchema, jsonschema.FrontEnd(opt), nil
 	case s.JSONObject:
 		return "json_object " + jsonKind, []byte("{}"), func([]byte) (*structured.Grammar, error) {
 			gbnf, err := jsonschema.JSONObjectGBNF(opt, jsonObjectDepth)

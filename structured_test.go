@@ -173,11 +173,7 @@ func TestProbeRefusesSlowMasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	probe := func(schema string) error {
-		gbnf, err := jsonschema.ToGBNF([]byte(schema), jsonschema.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		g, err := structured.ParseGBNF(gbnf)
+		g, err := jsonschema.FrontEnd(jsonschema.Options{})([]byte(schema))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -30,13 +30,7 @@ var grammarFrontEnds = map[string]structured.FrontEnd{
 		return structured.ParseRegex(strings.TrimRight(string(src), "\r\n"))
 	},
 	// A JSON Schema, compiled as response_format json_schema compiles it (compact JSON).
-	".json": func(src []byte) (*structured.Grammar, error) {
-		gbnf, err := jsonschema.ToGBNF(src, jsonschema.Options{})
-		if err != nil {
-			return nil, err
-		}
-		return structured.ParseGBNF(gbnf)
-	},
+	".json": jsonschema.FrontEnd(jsonschema.Options{}),
 }
 
 // grammarResult is one grammar file's figures.

@@ -19,6 +19,7 @@ type FrontEnd func(src []byte) (*Grammar, error)
 type Cache struct {
 	limits Limits
 	max    int
+	check  func(*TokenGrammar) error
 
 	mu      sync.Mutex
 	entries map[cacheKey]*list.Element
@@ -38,9 +39,11 @@ type cacheEntry struct {
 	err  error
 }
 
-// NewCache returns a cache of at most max entries compiling within lim.
-func NewCache(max int, lim Limits) *Cache {
-	return &Cache{limits: lim, max: max, entries: map[cacheKey]*list.Element{}, order: list.New()}
+// NewCache returns a cache of at most max entries compiling within lim. check, when not nil,
+// judges each grammar once after it compiles (a mask-time probe, say); a grammar it refuses
+// is cached as a failed compile, with its error.
+func NewCache(max int, lim Limits, check func(*TokenGrammar) error) *Cache {
+	return &Cache{limits: lim, max: max, check: check, entries: map[cacheKey]*list.Element{}, order: list.New()}
 }
 
 // Get returns src compiled by front end fe (named kind) for trie and vocab, compiling it on
@@ -69,6 +72,11 @@ func (c *Cache) Get(kind string, fe FrontEnd, src []byte, trie *TokenTrie, vocab
 		var comp *Compiled
 		if comp, err = Compile(g, c.limits); err == nil {
 			e.g = NewTokenGrammar(comp, trie, vocab)
+			if c.check != nil {
+				if err = c.check(e.g); err != nil {
+					e.g = nil
+				}
+			}
 		}
 	}
 	if err != nil {

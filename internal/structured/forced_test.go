@@ -98,7 +98,7 @@ func TestCache(t *testing.T) {
 		compiles.Add(1)
 		return ParseGBNF(string(src))
 	}
-	cache := NewCache(2, DefaultLimits())
+	cache := NewCache(2, DefaultLimits(), nil)
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Add(1)
@@ -128,6 +128,28 @@ func TestCache(t *testing.T) {
 	cache.Get("gbnf", fe, []byte(`root ::= "a"`), trie, v) // evicted: compiles again
 	if compiles.Load() != 4 {
 		t.Fatalf("%d compiles, want 4 (LRU eviction)", compiles.Load())
+	}
+
+	// A check judges each compiled grammar once; what it refuses is a cached failure.
+	var checks atomic.Int32
+	refuse := errors.New("refused by the check")
+	checked := NewCache(2, DefaultLimits(), func(g *TokenGrammar) error {
+		checks.Add(1)
+		if g.Compiled().Matches("b") {
+			return refuse
+		}
+		return nil
+	})
+	for range 2 {
+		if g, err := checked.Get("gbnf", fe, []byte(`root ::= "b"`), trie, v); g != nil || !errors.Is(err, refuse) {
+			t.Fatalf("a grammar the check refuses: %v, %v", g, err)
+		}
+		if _, err := checked.Get("gbnf", fe, []byte(`root ::= "a"`), trie, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if checks.Load() != 2 {
+		t.Fatalf("%d checks of two grammars got twice each, want 2", checks.Load())
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kvasir-llm/kvasir/internal/structured"
 )
 
 // Options configure ToGBNF.
@@ -67,6 +69,18 @@ func ToGBNF(schema []byte, opt Options) (string, error) {
 		return "", err
 	}
 	return g.writeGBNF(), nil
+}
+
+// FrontEnd returns the structured-output front end of JSON Schema documents compiled with
+// opt: ToGBNF, then the GBNF parser.
+func FrontEnd(opt Options) structured.FrontEnd {
+	return func(schema []byte) (*structured.Grammar, error) {
+		gbnf, err := ToGBNF(schema, opt)
+		if err != nil {
+			return nil, err
+		}
+		return structured.ParseGBNF(gbnf)
+	}
 }
 
 // compileSchema builds the grammar of a schema document.
