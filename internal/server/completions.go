@@ -150,14 +150,15 @@ func (s *Server) completionRequests(req *completionRequest) ([]kvasir.Request, *
 	if apiErr := s.cfg.checkLogprobs(lps, logprobsParam(params)); apiErr != nil {
 		return nil, apiErr
 	}
+	procs, apiErr := s.constrain(&req.constraintFields)
+	if apiErr != nil {
+		return nil, apiErr
+	}
 	reqs := make([]kvasir.Request, len(req.Prompt))
 	for i, ids := range prompts {
-		// Each prompt's output has a processor of its own (compiled once, then cached).
-		procs, apiErr := s.constrain(&req.constraintFields)
-		if apiErr != nil {
-			return nil, apiErr
-		}
 		reqs[i] = kvasir.Request{PromptTokens: ids, Params: params, Priority: req.Priority, CacheSalt: req.CacheSalt, Processors: procs}
+		// Each prompt's output has a processor of its own, in the same (fresh) state.
+		procs = cloneProcessors(procs)
 	}
 	return reqs, nil
 }
@@ -352,4 +353,13 @@ func (b *legacyBuilder) addToken(out *legacyLogprobs, id int32, lp *kvasir.Logpr
 	top[text] = v
 	out.TopLogprobs = append(out.TopLogprobs, top)
 	return offset + len(text)
+}
+
+// cloneProcessors returns independent copies of procs (nil for none).
+func cloneProcessors(procs []kvasir.Processor) []kvasir.Processor {
+	var out []kvasir.Processor
+	for _, p := range procs {
+		out = append(out, p.Clone())
+	}
+	return out
 }

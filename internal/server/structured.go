@@ -3,8 +3,6 @@ package server
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/kvasir-llm/kvasir"
@@ -173,11 +171,8 @@ func (s *Server) constrain(c *constraintFields) ([]kvasir.Processor, *APIError) 
 		return nil, unsupportedParam(param, "%s needs the model's tokenizer, and this model has none", param)
 	}
 	proc, err := s.eng.Constrain(*out)
-	if err != nil {
+	if err != nil { // an ErrStructuredOutput: the request's constraint, not the server, is at fault
 		e := badRequest(param, "%s: %s", param, strings.TrimPrefix(err.Error(), kvasir.ErrStructuredOutput.Error()+": "))
-		if !errors.Is(err, kvasir.ErrStructuredOutput) {
-			e = internalError(fmt.Errorf("%s: %w", param, err))
-		}
 		e.Code = "invalid_structured_output"
 		return nil, e
 	}

@@ -237,3 +237,20 @@ func TestStructuredCompileDoesNotStall(t *testing.T) {
 		}
 	}
 }
+
+// TestStructuredOutputPrompts: a completions request of several prompts holds each prompt's
+// output to the constraint with a processor of its own (one compile, cloned).
+func TestStructuredOutputPrompts(t *testing.T) {
+	env := newTestEnv(t, kvasir.Options{}, Config{})
+	var res completionResponse
+	env.post(t, "/v1/completions", map[string]any{"prompt": []string{"One", "Two", "Three"}, "n": 2, "max_tokens": 64,
+		"temperature": 1, "guided_json": json.RawMessage(structuredSchema)}, &res)
+	if len(res.Choices) != 6 {
+		t.Fatalf("%d choices, want 6", len(res.Choices))
+	}
+	for i, c := range res.Choices {
+		if err := checkSchemaInstance(c.Text); err != nil || deref(c.FinishReason) != "stop" {
+			t.Errorf("choice %d (%s): %v", i, deref(c.FinishReason), err)
+		}
+	}
+}

@@ -8,9 +8,9 @@ import (
 // This file holds the online cost models of dynamic speculation, both in seconds: the
 // target's step as a function of its token count (targetCost; Dynamic keeps one for steps
 // that verify drafts and one for steps that do not), and the draft phase as a function of
-// its forward passes and tokens (draftCost). Both learn from every step's
-// measured cost, forget old steps exponentially, and clip outliers (a garbage-collection
-// pause, another process's burst) so that one bad measurement moves them little.
+// its forward passes and tokens (draftCost). Both learn from every step's measured cost,
+// forget old steps exponentially, and clip outliers (a garbage-collection pause, another
+// process's burst) so that one bad measurement moves them little.
 
 // Learning constants.
 const (

@@ -22,7 +22,8 @@ import (
 // get a curve of their own because a device may run them otherwise than steps of as many
 // tokens (padded to a graph shape with every sequence as long as its longest, eagerly where
 // no graph shape fits, with other attention kernels), none of which a token count shows;
-// until one is measured, a verifying step is priced as a plain one, so that it is tried. So speculation backs off by itself when the batch grows (the step leaves the
+// until one is measured, a verifying step is priced as a plain one, so that it is tried.
+// So speculation backs off by itself when the batch grows (the step leaves the
 // memory-bound regime and every draft token costs time) and when a sequence's drafts are
 // seldom accepted. A sequence that stops drafting is probed now and then with one draft,
 // at intervals that double while probes fail and within a budget of about 1% of the time,
