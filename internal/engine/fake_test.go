@@ -189,6 +189,19 @@ func (f *fakeModel) CopyBlocks(copies []backend.BlockCopy) error {
 	return nil
 }
 
+// ShiftKeys moves the positions held in blocks' slots by delta (as rotating keys would).
+func (f *fakeModel) ShiftKeys(blocks []int32, delta int) error {
+	bs := f.blockSize
+	for _, b := range blocks {
+		for i := int(b) * bs; i < int(b+1)*bs; i++ {
+			if f.slots[i].set {
+				f.slots[i].pos += int32(delta)
+			}
+		}
+	}
+	return nil
+}
+
 // fakeEngine makes an engine on a fresh fake model of vocab tokens, with cfg (NumBlocks
 // 257 and BlockSize 4 when zero), whose afterStep hook checks the engine's invariants; the
 // first violation is reported at cleanup.

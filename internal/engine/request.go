@@ -14,6 +14,11 @@ type request struct {
 	params    SamplingParams
 	n         int
 	maxTokens int // resolved: never 0
+	// maxLen caps the sequence's prompt plus output tokens: the context length, or no
+	// limit under a policy that rotates tokens by their place in the cache.
+	maxLen int
+	// policy is the request's KV policy (what its sequences keep in their blocks).
+	policy kvcache.Policy
 	priority  int
 	salt      string
 	order     uint64 // arrival order (FCFS tie-break)
@@ -67,6 +72,10 @@ type sequence struct {
 	// numComputed is the number of tokens whose KV is in the cache once the steps
 	// scheduled so far have run: the scheduler advances it when it schedules a step.
 	numComputed int
+	// dropped is the number of tokens whose KV its policy dropped from its cache (whole
+	// blocks behind the sinks): a token p computed now sits at cache index p-dropped (see
+	// kvcache.Policy).
+	dropped int
 	// pending counts the steps in flight that sample for the sequence (at most one); each
 	// brings at least one token, not yet in tokens.
 	pending int

@@ -124,7 +124,7 @@ func (e *Engine) attach(parent, child *sequence) bool {
 		e.sched.add(child)
 		return true
 	}
-	child.numComputed, child.draftComputed = parent.numComputed, parent.draftComputed
+	child.numComputed, child.draftComputed, child.dropped = parent.numComputed, parent.draftComputed, parent.dropped
 	if err := e.kv.Fork(parent.id, child.id); err != nil {
 		e.sched.addRunning(child)
 		e.failRequest(parent.req, err)

@@ -21,6 +21,8 @@ type shard struct {
 	w       *weights[backend.Tensor]
 	experts [][]backend.Expert // per layer, for mixtures of experts
 	rope    backend.Rope
+	// hostRope is the rope's frequencies on the host (KVCache.ShiftKeys).
+	hostRope *rope
 	scale   float32 // attention scores' scale, 1/sqrt(HeadDim)
 
 	// first holds the embedding (pipeline stage 0); last the final norm and output
@@ -66,6 +68,7 @@ func (s *shard) upload(m source, path string, sent func(n int64)) error {
 	}
 	s.w = w
 	s.rope = backend.Rope{InvFreq: inv, Dim: r.dim, NeoX: r.neox, MScale: r.mscale}
+	s.hostRope = r
 	s.scale = float32(1 / math.Sqrt(float64(s.cfg.HeadDim)))
 	s.experts = make([][]backend.Expert, len(w.layers))
 	for l, lw := range w.layers {

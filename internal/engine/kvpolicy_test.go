@@ -1,0 +1,137 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/kvcache"
+	"github.com/kvasir-llm/kvasir/internal/sample"
+)
+
+// streamingReference is what a fake model sees under StreamingLLM on blocks of bs tokens,
+// written from the policy's definition rather than from its code: the prompt computed at
+// once (it fits the budget), then one token a step; before a token that would open a block
+// past maxBlocks, the oldest block behind the sinkBlocks sink blocks goes. It returns n
+// greedy tokens.
+func streamingReference(vocab, bs, maxBlocks, sinkBlocks int, prompt []int32, n int) []int32 {
+	kept := slices.Clone(prompt)
+	var out []int32
+	for len(out) < n {
+		t := int32(sample.Greedy(fakeLogits(vocab, kept)))
+		out = append(out, t)
+		if (len(kept)+1+bs-1)/bs > maxBlocks {
+			kept = slices.Delete(kept, sinkBlocks*bs, (sinkBlocks+1)*bs)
+		}
+		kept = append(kept, t)
+	}
+	return out
+}
+
+func streamingSpec(budget, sinks int) *kvcache.PolicySpec {
+	return &kvcache.PolicySpec{Name: kvcache.PolicyStreaming, BudgetTokens: budget, SinkTokens: sinks, WindowTokens: kvcache.Unset}
+}
+
+// Under a budget the sequence's cache holds the sinks and the latest blocks, every entry at
+// its cache index (the fake model fails a step whose context holds a position that is not
+// its index), for a generation of 10x the budget, past the model's context length; and with
+// the budget above the sequence's length the tokens are full attention's.
+func TestStreamingPolicyFake(t *testing.T) {
+	const vocab, bs = 61, 4
+	for _, async := range []bool{false, true} {
+		e, _ := fakeEngine(t, vocab, Config{NumBlocks: 64, BlockSize: bs, MaxModelLen: 100, DisableAsyncScheduling: !async}, false)
+		prompt := randomPrompt(3, 10, vocab)
+		const budget, out = 24, 240
+		res := generate(t, e, []Request{
+			{PromptTokens: prompt, Params: SamplingParams{MaxTokens: out, IgnoreEOS: true}, KVPolicy: streamingSpec(budget, 4)},
+			{PromptTokens: prompt, Params: SamplingParams{MaxTokens: 50, IgnoreEOS: true}, KVPolicy: streamingSpec(64, 4)},
+		})
+		want := streamingReference(vocab, bs, budget/bs, 1, prompt, out)
+		if got := res[0][0].tokens; !slices.Equal(got, want) {
+			t.Fatalf("async %v: streaming tokens\n got %v\nwant %v", async, got, want)
+		}
+		if res[0][0].finish != FinishLength || len(res[0][0].tokens) != out {
+			t.Errorf("async %v: finished %q after %d tokens, want length after %d (past the context of 100)", async, res[0][0].finish, len(res[0][0].tokens), out)
+		}
+		if got, want := res[1][0].tokens, fakeGreedy(vocab, prompt, 50); !slices.Equal(got, want) {
+			t.Errorf("async %v: budget above the length: tokens\n got %v\nwant %v (full attention)", async, got, want)
+		}
+		waitIdle(t, e)
+		if free := e.kv.NumFreeBlocks(); free != 63 {
+			t.Errorf("async %v: %d of 63 blocks free after the requests", async, free)
+		}
+	}
+}
+
+// A long prompt under streaming prefills in chunks within the budget; prefix caching stays
+// on, yet a compressed sequence publishes nothing.
+func TestStreamingPolicyPromptAndPrefixCache(t *testing.T) {
+	const vocab, bs = 61, 4
+	e, _ := fakeEngine(t, vocab, Config{NumBlocks: 64, BlockSize: bs, MaxModelLen: 80}, false)
+	prompt := randomPrompt(5, 150, vocab) // longer than the context and the pool's share of it
+	res := generate(t, e, []Request{{PromptTokens: prompt, Params: SamplingParams{MaxTokens: 30, IgnoreEOS: true}, KVPolicy: streamingSpec(32, 4)}})
+	if len(res[0][0].tokens) != 30 {
+		t.Fatalf("%d tokens, want 30", len(res[0][0].tokens))
+	}
+	waitIdle(t, e)
+	if n := e.kv.NumCachedBlocks(); n != 0 {
+		t.Errorf("a streaming sequence published %d blocks to the prefix cache", n)
+	}
+	// A full request publishes as before, and a streaming one with the same prompt takes
+	// no hits from it (its cache would pass the budget) yet equals full attention while
+	// within the budget.
+	short := randomPrompt(7, 12, vocab)
+	generate(t, e, []Request{{PromptTokens: short, Params: SamplingParams{MaxTokens: 4}}})
+	if n := e.kv.NumCachedBlocks(); n == 0 {
+		t.Fatal("a full request published nothing")
+	}
+	res = generate(t, e, []Request{{PromptTokens: short, Params: SamplingParams{MaxTokens: 8, IgnoreEOS: true}, KVPolicy: streamingSpec(64, 4)}})
+	if got, want := res[0][0].tokens, fakeGreedy(vocab, short, 8); !slices.Equal(got, want) {
+		t.Errorf("streaming after a cached prefix: %v, want %v", got, want)
+	}
+	if res[0][0].usage.CachedPromptTokens != 0 {
+		t.Errorf("a streaming request took %d cached prompt tokens", res[0][0].usage.CachedPromptTokens)
+	}
+}
+
+// Forked choices share their blocks until their policy rotates keys: each then gets
+// copies of its own, and every choice equals the reference.
+func TestStreamingPolicyForks(t *testing.T) {
+	const vocab, bs = 61, 4
+	e, _ := fakeEngine(t, vocab, Config{NumBlocks: 64, BlockSize: bs}, false)
+	prompt := randomPrompt(2, 9, vocab)
+	res := generate(t, e, []Request{{PromptTokens: prompt, Params: SamplingParams{N: 3, MaxTokens: 60, IgnoreEOS: true}, KVPolicy: streamingSpec(20, 2)}})
+	want := streamingReference(vocab, bs, 5, 1, prompt, 60)
+	for i, c := range res[0] {
+		if !slices.Equal(c.tokens, want) {
+			t.Errorf("choice %d: %v, want %v", i, c.tokens, want)
+		}
+	}
+}
+
+// Bad policies are refused with the reason, engine-wide and per request.
+func TestPolicyErrors(t *testing.T) {
+	e, _ := fakeEngine(t, 61, Config{BlockSize: 4}, false)
+	for _, spec := range []kvcache.PolicySpec{
+		{Name: "snapkv2", BudgetTokens: -1, SinkTokens: -1, WindowTokens: -1},
+		{Name: "streaming", BudgetTokens: 16, SinkTokens: 4, WindowTokens: 20},
+		{Name: "streaming", BudgetTokens: 8, SinkTokens: 4, WindowTokens: -1},
+		{Name: "full", BudgetTokens: 16, SinkTokens: -1, WindowTokens: -1},
+		{Name: "streaming", BudgetTokens: 1 << 20, SinkTokens: 4, WindowTokens: -1},
+	} {
+		_, err := e.Generate(context.Background(), Request{PromptTokens: []int32{1, 2}, Params: SamplingParams{MaxTokens: 2}, KVPolicy: &spec})
+		var pe *ParamError
+		if err == nil || (!errors.As(err, &pe) && !errors.Is(err, ErrTooLong)) {
+			t.Errorf("policy %s: error %v, want a parameter error", spec, err)
+		}
+	}
+	spec := streamingSpec(32, 4)
+	_, err := e.Generate(context.Background(), Request{PromptTokens: []int32{1, 2}, Params: SamplingParams{N: 2, UseBeamSearch: true, MaxTokens: 2}, KVPolicy: spec})
+	if err == nil {
+		t.Error("beam search under streaming was accepted")
+	}
+	if _, err := assemble(newFakeModel(61, 16, 4), ModelInfo{VocabSize: 61}, nil, Config{NumBlocks: 16, BlockSize: 4, KVPolicy: kvcache.PolicySpec{Name: "lru"}}, drafter{}); err == nil {
+		t.Error("an engine with an unknown kv policy was made")
+	}
+}
