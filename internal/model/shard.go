@@ -23,7 +23,7 @@ type shard struct {
 	rope    backend.Rope
 	// hostRope is the rope's frequencies on the host (KVCache.ShiftKeys).
 	hostRope *rope
-	scale   float32 // attention scores' scale, 1/sqrt(HeadDim)
+	scale    float32 // attention scores' scale, 1/sqrt(HeadDim)
 
 	// first holds the embedding (pipeline stage 0); last the final norm and output
 	// projection (the last stage); logits computes them (the last stage's tensor rank 0).
