@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
 	"github.com/kvasir-llm/kvasir/internal/sample"
+	"github.com/kvasir-llm/kvasir/internal/tokenizer"
 )
 
 // streamingReference is what a fake model sees under StreamingLLM on blocks of bs tokens,
@@ -134,4 +135,49 @@ func TestPolicyErrors(t *testing.T) {
 	if _, err := assemble(newFakeModel(61, 16, 4), ModelInfo{VocabSize: 61}, nil, Config{NumBlocks: 16, BlockSize: 4, KVPolicy: kvcache.PolicySpec{Name: "lru"}}, drafter{}); err == nil {
 		t.Error("an engine with an unknown kv policy was made")
 	}
+}
+
+// On the real stories260K (context 512): streaming with a budget above the sequence's
+// length is full attention token for token, and with the budget below it, full attention
+// until the first drop; a generation of 10x the budget runs past the context length with
+// the cache within the budget at every step and every block back in the pool afterwards.
+func TestStreamingPolicyStories(t *testing.T) {
+	tm := storiesModel(t)
+	prompt := tm.tok.Encode("Once upon a time, there was a little girl named Lily.", tokenizer.EncodeOptions{AddSpecial: true})
+	ids := make([]int32, len(prompt))
+	for i, id := range prompt {
+		ids[i] = int32(id)
+	}
+	forEachMode(t, func(t *testing.T, serial bool) {
+		var broken error
+		e := tm.engineWithHook(t, Config{DisableAsyncScheduling: serial}, func(e *Engine) {
+			if broken == nil {
+				broken = checkEngine(e)
+			}
+		})
+		const budget, long = 64, 700
+		res := generate(t, e, []Request{
+			{PromptTokens: ids, Params: SamplingParams{MaxTokens: 200, IgnoreEOS: true}},
+			{PromptTokens: ids, Params: SamplingParams{MaxTokens: 200, IgnoreEOS: true}, KVPolicy: streamingSpec(256, 4)},
+			{PromptTokens: ids, Params: SamplingParams{MaxTokens: long, IgnoreEOS: true}, KVPolicy: streamingSpec(budget, 4)},
+		})
+		full, wide, narrow := res[0][0].tokens, res[1][0].tokens, res[2][0].tokens
+		if !slices.Equal(wide, full) {
+			t.Errorf("streaming with budget 256 differs from full attention:\n%v\n%v", wide, full)
+		}
+		same := budget - len(ids) // tokens sampled before the first drop
+		if len(narrow) != long || !slices.Equal(narrow[:same], full[:same]) {
+			t.Errorf("streaming with budget %d: %d tokens, first %d %v, want %d tokens starting %v", budget, len(narrow), same, narrow[:min(same, len(narrow))], long, full[:same])
+		}
+		if slices.Equal(narrow[:200], full) {
+			t.Errorf("streaming with budget %d never left full attention: the test shows nothing", budget)
+		}
+		waitIdle(t, e)
+		if broken != nil {
+			t.Error(broken)
+		}
+		if err := e.kv.Check(); err != nil || e.kv.NumFreeBlocks() != e.cfg.NumBlocks-1 {
+			t.Errorf("after the requests: %v, %d of %d blocks free", err, e.kv.NumFreeBlocks(), e.cfg.NumBlocks-1)
+		}
+	})
 }
