@@ -222,6 +222,7 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 		MaxWaiting:             opt.MaxWaiting,
 		OnRequestDone:          opt.OnRequestDone,
 		Speculation:            sp.engine(),
+		KVPolicy:               opt.KVPolicy,
 	})
 	if err != nil {
 		return nil, err
