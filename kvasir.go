@@ -303,6 +303,9 @@ func (e *Engine) KVCacheSizing() string {
 	return e.sizing.String()
 }
 
+// BlockSize returns the tokens per KV block.
+func (e *Engine) BlockSize() int { return e.sizing.BlockSize }
+
 // HasTokenizer reports whether the model came with a tokenizer (text prompts and outputs).
 func (e *Engine) HasTokenizer() bool { return e.l.tok != nil }
 

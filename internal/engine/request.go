@@ -18,12 +18,14 @@ type request struct {
 	// limit under a policy that rotates tokens by their place in the cache.
 	maxLen int
 	// policy is the request's KV policy (what its sequences keep in their blocks).
-	policy   kvcache.Policy
-	priority int
-	salt     string
-	order    uint64 // arrival order (FCFS tie-break)
-	prompt   []int32
-	procs    []sample.Stateful // choice 0's stateful processors (Request.Processors)
+	policy kvcache.Policy
+	// peakBlocks is the most blocks one of its sequences held after a step's allocation.
+	peakBlocks int
+	priority   int
+	salt       string
+	order      uint64 // arrival order (FCFS tie-break)
+	prompt     []int32
+	procs      []sample.Stateful // choice 0's stateful processors (Request.Processors)
 	// stops are the stop strings compiled once (nil: none); every choice's matcher walks
 	// this one set.
 	stops *sample.StopSet

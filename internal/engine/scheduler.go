@@ -327,6 +327,7 @@ func (s *scheduler) schedule() (stepPlan, error) {
 			seq.pending++
 		}
 		plan.seqs = append(plan.seqs, sc)
+		seq.req.peakBlocks = max(seq.req.peakBlocks, s.kv.NumBlocksOf(seq.id))
 		plan.numTokens += numNew
 		budget -= numNew
 		seq.numComputed = end

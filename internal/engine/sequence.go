@@ -183,7 +183,7 @@ func (e *Engine) requestStats(r *request) RequestStats {
 	now := e.cfg.Now()
 	st := RequestStats{
 		RequestID: r.id, E2E: now.Sub(r.arrival), ITL: r.itl,
-		PromptTokens: len(r.prompt), GenerationTokens: r.genCount, CachedPromptTokens: r.cached,
+		PromptTokens: len(r.prompt), GenerationTokens: r.genCount, CachedPromptTokens: r.cached, PeakKVBlocks: r.peakBlocks,
 		FinishReasons: slices.Clone(r.reasons),
 	}
 	if !r.firstScheduled.IsZero() {

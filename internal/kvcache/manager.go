@@ -132,6 +132,14 @@ func (m *Manager) BlocksFor(numTokens int) int {
 	return n
 }
 
+// NumBlocksOf returns the number of blocks request id holds (0 when id is unknown).
+func (m *Manager) NumBlocksOf(id RequestID) int {
+	if s := m.seqs[id]; s != nil {
+		return len(s.table)
+	}
+	return 0
+}
+
 // BlockTable returns a copy of id's block table (nil when id is unknown).
 func (m *Manager) BlockTable(id RequestID) []int32 {
 	return m.AppendBlockTable(nil, id)
