@@ -3,6 +3,8 @@ package engine
 import (
 	"fmt"
 	"slices"
+
+	"github.com/kvasir-llm/kvasir/internal/kvcache"
 )
 
 // This file applies a sequence's KV policy (kvcache.Policy) to its steps: before a step
@@ -27,11 +29,15 @@ func (s *scheduler) fitPolicy(seq *sequence, want int) (room int, shift *keyShif
 	pol := seq.req.policy
 	if !pol.Drops() || !s.kv.HasRequest(seq.id) {
 		// A sequence not admitted yet holds nothing to drop.
-		_, _, room = pol.Plan(0, want)
+		_, _, room = pol.Plan(0, want, nil)
 		return room, nil, true, nil
 	}
 	cached := seq.numComputed - seq.dropped
-	from, n, room := pol.Plan(cached, want)
+	var mass []float32
+	if seq.mass != nil {
+		mass = seq.mass.score(cached)
+	}
+	from, n, room := pol.Plan(cached, want, mass)
 	if n == 0 {
 		return room, nil, true, nil
 	}
@@ -45,6 +51,9 @@ func (s *scheduler) fitPolicy(seq *sequence, want int) (room int, shift *keyShif
 		return 0, nil, false, fmt.Errorf("engine: kv policy of %q: %w", seq.id, err)
 	}
 	seq.dropped += n * s.kv.BlockSize()
+	if seq.mass != nil {
+		seq.mass.drop(from*s.kv.BlockSize(), (from+n)*s.kv.BlockSize())
+	}
 	if !pol.CachePositions() {
 		return room, nil, true, nil
 	}
@@ -60,4 +69,95 @@ func cacheIndex(seq *sequence, p, dropped int) (index, pos int) {
 		return index, index
 	}
 	return index, p
+}
+
+// massState is the attention mass a sequence's policy ranks its cache by (see
+// kvcache.Policy.MassWindow): rows of mass by cache index, each from the queries of one
+// step, the oldest rows let go once the rest cover the policy's window (all kept when the
+// window is 0: H2O's accumulated mass).
+type massState struct {
+	window int
+	rows   []massRow
+}
+
+// massRow is the mass of one step's queries.
+type massRow struct {
+	queries int
+	mass    []float32
+}
+
+// newMassState returns the mass state of a sequence under pol (nil when pol asks for none).
+func newMassState(pol kvcache.Policy) *massState {
+	if asks, window := pol.MassWindow(); asks {
+		return &massState{window: window}
+	}
+	return nil
+}
+
+// clone returns a copy of m for a forked sequence.
+func (m *massState) clone() *massState {
+	if m == nil {
+		return nil
+	}
+	c := &massState{window: m.window}
+	for _, r := range m.rows {
+		c.rows = append(c.rows, massRow{r.queries, slices.Clone(r.mass)})
+	}
+	return c
+}
+
+// from returns the first of a step's numNew tokens whose queries count.
+func (m *massState) from(numNew int) int {
+	if m.window == 0 {
+		return 0
+	}
+	return max(0, numNew-m.window)
+}
+
+// add takes a step's mass from its queries.
+func (m *massState) add(mass []float32, queries int) {
+	if m.window == 0 && len(m.rows) == 1 {
+		r := &m.rows[0]
+		if len(r.mass) < len(mass) {
+			r.mass = append(r.mass, make([]float32, len(mass)-len(r.mass))...)
+		}
+		for j, x := range mass {
+			r.mass[j] += x
+		}
+		r.queries += queries
+		return
+	}
+	m.rows = append(m.rows, massRow{queries, mass})
+	for m.window > 0 && len(m.rows) > 1 && m.queries()-m.rows[0].queries >= m.window {
+		m.rows = m.rows[1:]
+	}
+}
+
+func (m *massState) queries() int {
+	n := 0
+	for _, r := range m.rows {
+		n += r.queries
+	}
+	return n
+}
+
+// score returns the mass of each of the cache's cached entries.
+func (m *massState) score(cached int) []float32 {
+	s := make([]float32, cached)
+	for _, r := range m.rows {
+		for j, x := range r.mass[:min(len(r.mass), cached)] {
+			s[j] += x
+		}
+	}
+	return s
+}
+
+// drop forgets the mass of cache entries [from, to), which the policy dropped.
+func (m *massState) drop(from, to int) {
+	for i := range m.rows {
+		r := &m.rows[i]
+		if from < len(r.mass) {
+			r.mass = slices.Delete(r.mass, from, min(to, len(r.mass)))
+		}
+	}
 }

@@ -137,7 +137,7 @@ func TestPolicyErrors(t *testing.T) {
 	}
 }
 
-// On the real stories260K (context 512): streaming with a budget above the sequence's
+// On the real stories260K (context 512): streaming, h2o and snapkv with a budget above the sequence's
 // length is full attention token for token, and with the budget below it, full attention
 // until the first drop; a generation of 10x the budget runs past the context length with
 // the cache within the budget at every step and every block back in the pool afterwards.
@@ -155,22 +155,36 @@ func TestStreamingPolicyStories(t *testing.T) {
 				broken = checkEngine(e)
 			}
 		})
-		const budget, long = 64, 700
-		res := generate(t, e, []Request{
-			{PromptTokens: ids, Params: SamplingParams{MaxTokens: 200, IgnoreEOS: true}},
-			{PromptTokens: ids, Params: SamplingParams{MaxTokens: 200, IgnoreEOS: true}, KVPolicy: streamingSpec(256, 4)},
-			{PromptTokens: ids, Params: SamplingParams{MaxTokens: long, IgnoreEOS: true}, KVPolicy: streamingSpec(budget, 4)},
-		})
-		full, wide, narrow := res[0][0].tokens, res[1][0].tokens, res[2][0].tokens
-		if !slices.Equal(wide, full) {
-			t.Errorf("streaming with budget 256 differs from full attention:\n%v\n%v", wide, full)
+		const budget, long = 64, 640
+		names := []string{kvcache.PolicyStreaming}
+		if !serial {
+			// The heavy hitters under one schedule: their steps do not overlap anyway.
+			names = append(names, kvcache.PolicyH2O, kvcache.PolicySnapKV)
 		}
-		same := budget - len(ids) // tokens sampled before the first drop
-		if len(narrow) != long || !slices.Equal(narrow[:same], full[:same]) {
-			t.Errorf("streaming with budget %d: %d tokens, first %d %v, want %d tokens starting %v", budget, len(narrow), same, narrow[:min(same, len(narrow))], long, full[:same])
-		}
-		if slices.Equal(narrow[:200], full) {
-			t.Errorf("streaming with budget %d never left full attention: the test shows nothing", budget)
+		for _, name := range names {
+			spec := func(b int) *kvcache.PolicySpec {
+				window := 16 // h2o's and snapkv's recent window
+				if name == kvcache.PolicyStreaming {
+					window = kvcache.Unset
+				}
+				return &kvcache.PolicySpec{Name: name, BudgetTokens: b, SinkTokens: 4, WindowTokens: window}
+			}
+			res := generate(t, e, []Request{
+				{PromptTokens: ids, Params: SamplingParams{MaxTokens: 120, IgnoreEOS: true}},
+				{PromptTokens: ids, Params: SamplingParams{MaxTokens: 120, IgnoreEOS: true}, KVPolicy: spec(256)},
+				{PromptTokens: ids, Params: SamplingParams{MaxTokens: long, IgnoreEOS: true}, KVPolicy: spec(budget)},
+			})
+			full, wide, narrow := res[0][0].tokens, res[1][0].tokens, res[2][0].tokens
+			if !slices.Equal(wide, full) {
+				t.Errorf("%s with budget 256 differs from full attention:\n%v\n%v", name, wide, full)
+			}
+			same := budget - len(ids) // tokens sampled before the first drop
+			if len(narrow) != long || !slices.Equal(narrow[:same], full[:same]) {
+				t.Errorf("%s with budget %d: %d tokens, first %d %v, want %d tokens starting %v", name, budget, len(narrow), same, narrow[:min(same, len(narrow))], long, full[:same])
+			}
+			if slices.Equal(narrow[:120], full) {
+				t.Errorf("%s with budget %d never left full attention: the test shows nothing", name, budget)
+			}
 		}
 		waitIdle(t, e)
 		if broken != nil {
@@ -180,4 +194,48 @@ func TestStreamingPolicyStories(t *testing.T) {
 			t.Errorf("after the requests: %v, %d of %d blocks free", err, e.kv.NumFreeBlocks(), e.cfg.NumBlocks-1)
 		}
 	})
+}
+
+// On the fake model, which reports no attention mass, h2o and snapkv find every block
+// equal and drop the oldest one outside the sinks and their window: streaming's choice.
+// The sequence sits out the steps planned while one collecting its mass runs, so the
+// tokens are those of the reference under both schedules.
+func TestHeavyHittersFake(t *testing.T) {
+	const vocab, bs = 61, 4
+	for _, name := range []string{kvcache.PolicyH2O, kvcache.PolicySnapKV} {
+		for _, serial := range []bool{false, true} {
+			e, _ := fakeEngine(t, vocab, Config{NumBlocks: 64, BlockSize: bs, DisableAsyncScheduling: serial}, false)
+			prompt := randomPrompt(5, 10, vocab)
+			spec := &kvcache.PolicySpec{Name: name, BudgetTokens: 24, SinkTokens: 4, WindowTokens: 0}
+			res := generate(t, e, []Request{{PromptTokens: prompt, Params: SamplingParams{MaxTokens: 120, IgnoreEOS: true}, KVPolicy: spec}})
+			if got, want := res[0][0].tokens, streamingReference(vocab, bs, 6, 1, prompt, 120); !slices.Equal(got, want) {
+				t.Errorf("%s (serial %v): %v, want %v", name, serial, got, want)
+			}
+		}
+	}
+}
+
+// The mass state accumulates (h2o) or keeps the latest window of queries (snapkv), and
+// forgets dropped entries.
+func TestMassState(t *testing.T) {
+	h := &massState{}
+	h.add([]float32{1, 2}, 2)
+	h.add([]float32{1, 1, 5}, 1)
+	if got := h.score(3); !slices.Equal(got, []float32{2, 3, 5}) {
+		t.Errorf("h2o score %v", got)
+	}
+	h.drop(1, 2)
+	if got := h.score(2); !slices.Equal(got, []float32{2, 5}) {
+		t.Errorf("h2o score after a drop %v", got)
+	}
+	s := &massState{window: 2}
+	s.add([]float32{9}, 1)
+	s.add([]float32{1, 1}, 1)
+	s.add([]float32{1, 1, 1}, 1)
+	if got := s.score(3); !slices.Equal(got, []float32{2, 2, 1}) {
+		t.Errorf("snapkv score %v (the first query is out of the window)", got)
+	}
+	if s.from(10) != 8 || h.from(10) != 0 {
+		t.Errorf("mass rows from %d and %d of 10", s.from(10), h.from(10))
+	}
 }

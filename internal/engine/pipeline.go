@@ -315,6 +315,10 @@ func (e *Engine) fast(job *stepJob, res stepResult) {
 		if sc.sampling {
 			seq.pending--
 		}
+		if sc.mass != nil && sc.massEpoch == seq.massEpoch {
+			seq.mass.add(sc.mass, sc.numNew-sc.massFrom)
+			seq.massPending = false
+		}
 		if seq.status == statusFinished {
 			if sc.sampling {
 				e.discarded++

@@ -78,6 +78,13 @@ type sequence struct {
 	// blocks behind the sinks): a token p computed now sits at cache index p-dropped (see
 	// kvcache.Policy).
 	dropped int
+	// mass is the attention mass its KV policy ranks its cache by (nil when the policy
+	// asks for none); massPending is set while a step in flight collects more (the
+	// sequence sits out steps until it is folded in), massEpoch counts preemptions, so
+	// that a step planned before one does not fold its mass into the recomputed cache.
+	mass        *massState
+	massPending bool
+	massEpoch   int
 	// pending counts the steps in flight that sample for the sequence (at most one); each
 	// brings at least one token, not yet in tokens.
 	pending int

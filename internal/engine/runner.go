@@ -113,7 +113,8 @@ func (r *runner) build(plan *stepPlan, mgr *kvcache.Manager) (*batchBuffer, []pl
 			b.Positions = append(b.Positions, int32(pos))
 			b.SlotMapping = append(b.SlotMapping, table[c/bs]*int32(bs)+int32(c%bs))
 		}
-		b.Seqs = append(b.Seqs, model.Seq{BlockTable: table, QueryStart: qs, QueryLen: sc.numNew, ContextLen: end - sc.dropped})
+		b.Seqs = append(b.Seqs, model.Seq{BlockTable: table, QueryStart: qs, QueryLen: sc.numNew, ContextLen: end - sc.dropped,
+			Mass: sc.mass, MassFrom: sc.massFrom})
 		for _, o := range sc.rows {
 			b.LogitsIndices = append(b.LogitsIndices, qs+o)
 		}

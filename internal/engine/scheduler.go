@@ -42,6 +42,10 @@ type scheduled struct {
 	dropped int
 	// shift, when set, rotates keys the sequence's KV policy moved before the step runs.
 	shift *keyShift
+	// mass, when set, receives the attention mass of the step's tokens from the
+	// massFrom-th on, for the sequence's policy; massEpoch is seq.massEpoch then.
+	mass                []float32
+	massFrom, massEpoch int
 }
 
 // numSampling returns the number of the entry's last rows that verify drafts or sample.
@@ -161,6 +165,8 @@ func (s *scheduler) preempt(seq *sequence) {
 	s.running, _ = remove(s.running, seq)
 	s.kv.Free(seq.id)
 	seq.numComputed, seq.dropped = 0, 0
+	seq.mass, seq.massPending = newMassState(seq.req.policy), false
+	seq.massEpoch++
 	if seq.pending == 0 {
 		// Drafts proposed for the step being planned: it will not run them. (A step in
 		// flight keeps its drafts until its result is taken.)
@@ -179,7 +185,7 @@ func (s *scheduler) preempt(seq *sequence) {
 // is known only then) or is to draft (its drafts follow tokens that must all be known), or
 // it is finishing. A beam also sits out while its siblings catch up.
 func (s *scheduler) sitsOut(seq *sequence) bool {
-	if seq.beam != nil && seq.beam.ready {
+	if seq.beam != nil && seq.beam.ready || seq.massPending {
 		return true
 	}
 	return seq.pending > 0 && (seq.forkPending || seq.beam != nil || len(seq.draft) > 0 || seq.wantsDraft) || s.finishing(seq)
@@ -313,6 +319,10 @@ func (s *scheduler) schedule() (stepPlan, error) {
 		start, end := seq.numComputed, seq.numComputed+numNew
 		sc := scheduled{seq: seq, start: start, numNew: numNew, numDraft: len(seq.draft), sampling: end == seq.length(),
 			dropped: seq.dropped, shift: shift}
+		if seq.mass != nil {
+			sc.mass, sc.massFrom, sc.massEpoch = make([]float32, end-seq.dropped), seq.mass.from(numNew), seq.massEpoch
+			seq.massPending = true
+		}
 		if r := seq.req; r.wantsPromptLogprobs() {
 			// Rows that score prompt tokens not scored yet (a recomputed prompt is not
 			// scored twice): the row of position p predicts prompt token p+1.

@@ -30,6 +30,7 @@ func (e *Engine) newSequence(r *request, index int, tokens []int32, procs []samp
 		tokens:    slices.Clip(slices.Clone(tokens)),
 		numPrompt: len(r.prompt),
 		penalties: sample.NewPenalties(p.RepetitionPenalty, p.PresencePenalty, p.FrequencyPenalty, r.prompt),
+		mass:      newMassState(r.policy),
 	}
 	if seq.penalties != nil {
 		seq.procs = append(seq.procs, seq.penalties)
@@ -125,6 +126,7 @@ func (e *Engine) attach(parent, child *sequence) bool {
 		return true
 	}
 	child.numComputed, child.draftComputed, child.dropped = parent.numComputed, parent.draftComputed, parent.dropped
+	child.mass = parent.mass.clone()
 	if err := e.kv.Fork(parent.id, child.id); err != nil {
 		e.sched.addRunning(child)
 		e.failRequest(parent.req, err)

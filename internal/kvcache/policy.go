@@ -30,7 +30,8 @@ import (
 // kv_policy field. A setting of -1 is unset: it takes the server's value (see Over) or the
 // policy's default.
 type PolicySpec struct {
-	// Name is the policy: "full" (keep everything; the default) or "streaming".
+	// Name is the policy: "full" (keep everything; the default), "streaming", "h2o" or
+	// "snapkv".
 	Name string
 	// BudgetTokens caps the tokens a sequence holds (enforced in whole blocks: at most
 	// BudgetTokens/BlockSize blocks).
@@ -39,7 +40,10 @@ type PolicySpec struct {
 	// ceil(SinkTokens/BlockSize), are never dropped.
 	SinkTokens int
 	// WindowTokens is the recent window kept; for streaming the window is what the budget
-	// leaves after the sinks, and WindowTokens, when set, must fit beside them.
+	// leaves after the sinks, and WindowTokens, when set, must fit beside them. For h2o
+	// the recent tokens never dropped (default: half of what the budget leaves beside the
+	// sinks and two blocks); for snapkv the observation window too, the latest queries
+	// whose attention ranks the rest (default 32, less when the budget is small).
 	WindowTokens int
 }
 
@@ -50,12 +54,16 @@ const Unset = -1
 const (
 	PolicyFull      = "full"
 	PolicyStreaming = "streaming"
+	PolicyH2O       = "h2o"
+	PolicySnapKV    = "snapkv"
 )
 
 // Streaming defaults.
 const (
 	DefaultSinkTokens   = 4
 	DefaultBudgetTokens = 1024
+	// DefaultObservationTokens is snapkv's default window: its observation window.
+	DefaultObservationTokens = 32
 )
 
 // FullSpec is the default policy: keep every token.
@@ -150,10 +158,16 @@ type Policy interface {
 	// CachePositions reports whether tokens are rotated by their index in the cache
 	// rather than in the sequence (see the file comment).
 	CachePositions() bool
+	// MassWindow says whether the policy ranks the cache by attention mass (see
+	// model.Seq.Mass), and over which queries: window 0 all of them since the sequence
+	// began (accumulated, H2O), window w > 0 the latest w (SnapKV's observation window).
+	MassWindow() (asks bool, window int)
 	// Plan is asked before a step that would add want >= 1 tokens to a sequence whose
-	// cache holds cached tokens: it returns the logical blocks to drop first, [from,
-	// from+n) (n 0: none), and how many of the want tokens the step may add, at least 1.
-	Plan(cached, want int) (from, n, room int)
+	// cache holds cached tokens, with mass the attention mass of each cache entry when the
+	// policy asks for it (MassWindow; nil otherwise): it returns the logical blocks to
+	// drop first, [from, from+n) (n 0: none), and how many of the want tokens the step may
+	// add, at least 1.
+	Plan(cached, want int, mass []float32) (from, n, room int)
 }
 
 // NewPolicy checks spec and returns its policy for blocks of blockSize tokens.
@@ -166,8 +180,10 @@ func NewPolicy(spec PolicySpec, blockSize int) (Policy, error) {
 		return fullPolicy{}, nil
 	case PolicyStreaming:
 		return newStreaming(spec, blockSize)
+	case PolicyH2O, PolicySnapKV:
+		return newHeavyHitters(spec, blockSize)
 	}
-	return nil, fmt.Errorf("unknown kv policy %q (have full, streaming)", spec.Name)
+	return nil, fmt.Errorf("unknown kv policy %q (have full, streaming, h2o, snapkv)", spec.Name)
 }
 
 // fullPolicy keeps every token: today's paged cache.
@@ -179,7 +195,9 @@ func (fullPolicy) Drops() bool { return false }
 
 func (fullPolicy) CachePositions() bool { return false }
 
-func (fullPolicy) Plan(cached, want int) (int, int, int) { return 0, 0, want }
+func (fullPolicy) MassWindow() (bool, int) { return false, 0 }
+
+func (fullPolicy) Plan(cached, want int, mass []float32) (int, int, int) { return 0, 0, want }
 
 // streaming is StreamingLLM (Xiao et al., 2023) on blocks: the sink blocks, then a window
 // of the most recent blocks, the blocks between dropped whole, oldest first; tokens
@@ -225,7 +243,9 @@ func (p *streaming) CachePositions() bool { return true }
 // tokens (a decode token, or up to a block of a prompt chunk), then lets the step fill
 // what the budget leaves. Only full blocks are dropped, so at least maxBlocks-sinkBlocks-1
 // whole blocks of the most recent tokens stay before the step's first token.
-func (p *streaming) Plan(cached, want int) (from, n, room int) {
+func (p *streaming) MassWindow() (bool, int) { return false, 0 }
+
+func (p *streaming) Plan(cached, want int, mass []float32) (from, n, room int) {
 	bs := p.bs
 	first := min(want, bs)
 	if over := (cached+first+bs-1)/bs - p.maxBlocks; over > 0 {
@@ -233,4 +253,84 @@ func (p *streaming) Plan(cached, want int) (from, n, room int) {
 	}
 	room = min(want, p.maxBlocks*bs-(cached-n*bs))
 	return p.sinkBlocks, n, room
+}
+
+// heavyHitters keeps the blocks the sequence's attention goes to: the sink blocks, the
+// recent window, and of the blocks between those with the most attention mass; when the
+// budget is full, the block with the least goes (the oldest among equals). h2o (Zhang et
+// al., 2023) ranks by the mass of every query so far; snapkv (Li et al., 2024) by that of
+// the latest queries only, its observation window, as SnapKV selects at the end of a
+// prompt, here at every drop so that a sequence of any length stays within its budget.
+//
+// Both select whole blocks by the mass summed over the block's tokens, its heads and its
+// layers: the paged layout shares one block table across heads and layers, so selection
+// per KV head (as SnapKV does) or per layer (as H2O does) does not fit it. Tokens are
+// rotated by their place in the cache, as streaming's are.
+type heavyHitters struct {
+	spec                               PolicySpec
+	bs, maxBlocks, sinkBlocks, recentB int
+	window                             int // mass window: 0 for h2o
+}
+
+func newHeavyHitters(spec PolicySpec, bs int) (Policy, error) {
+	if spec.SinkTokens == Unset {
+		spec.SinkTokens = DefaultSinkTokens
+	}
+	if spec.BudgetTokens == Unset {
+		spec.BudgetTokens = DefaultBudgetTokens
+	}
+	if spec.WindowTokens == Unset {
+		// What the budget leaves beside the sink blocks and the two blocks a drop needs
+		// (a candidate and the block being filled): h2o keeps half of it recent, snapkv
+		// up to its observation window.
+		room := max(0, spec.BudgetTokens/bs-(spec.SinkTokens+bs-1)/bs-2) * bs
+		spec.WindowTokens = min(DefaultObservationTokens, room)
+		if spec.Name == PolicyH2O {
+			spec.WindowTokens = room / 2
+		}
+	}
+	if spec.SinkTokens+spec.WindowTokens > spec.BudgetTokens {
+		return nil, fmt.Errorf("kv policy %s: budget_tokens %d is below sink_tokens %d + window_tokens %d", spec.Name, spec.BudgetTokens, spec.SinkTokens, spec.WindowTokens)
+	}
+	p := &heavyHitters{spec: spec, bs: bs, maxBlocks: spec.BudgetTokens / bs, sinkBlocks: (spec.SinkTokens + bs - 1) / bs, recentB: (spec.WindowTokens + bs - 1) / bs}
+	if spec.Name == PolicySnapKV {
+		p.window = max(1, spec.WindowTokens)
+	}
+	if p.maxBlocks < p.sinkBlocks+p.recentB+2 {
+		return nil, fmt.Errorf("kv policy %s: budget_tokens %d holds %d blocks of %d tokens: too few for the %d sink block(s) of sink_tokens %d, the %d of window_tokens %d and 2 more",
+			spec.Name, spec.BudgetTokens, p.maxBlocks, bs, p.sinkBlocks, spec.SinkTokens, p.recentB, spec.WindowTokens)
+	}
+	return p, nil
+}
+
+func (p *heavyHitters) Spec() PolicySpec { return p.spec }
+
+func (p *heavyHitters) Drops() bool { return true }
+
+func (p *heavyHitters) CachePositions() bool { return true }
+
+func (p *heavyHitters) MassWindow() (bool, int) { return true, p.window }
+
+// Plan drops, when the step's first block of tokens would pass the budget, the full block
+// outside the sinks and the recent window with the least mass.
+func (p *heavyHitters) Plan(cached, want int, mass []float32) (from, n, room int) {
+	bs := p.bs
+	first := min(want, bs)
+	if (cached+first+bs-1)/bs > p.maxBlocks {
+		// Validation leaves at least one candidate: cached > (maxBlocks-1) x bs.
+		lo, hi := p.sinkBlocks, cached/bs-p.recentB
+		best, bestMass := lo, float32(0)
+		for b := lo; b < hi; b++ {
+			var m float32
+			for _, x := range mass[min(len(mass), b*bs):min(len(mass), (b+1)*bs)] {
+				m += x
+			}
+			if b == lo || m < bestMass {
+				best, bestMass = b, m
+			}
+		}
+		from, n = best, 1
+	}
+	room = min(want, p.maxBlocks*bs-(cached-n*bs))
+	return from, n, room
 }

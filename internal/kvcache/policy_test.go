@@ -42,6 +42,8 @@ func TestNewPolicy(t *testing.T) {
 	}
 	for _, c := range []struct{ in, err string }{
 		{"h2o_typo", "unknown kv policy"},
+		{"h2o:budget_tokens=64,window_tokens=48", "too few"},
+		{"snapkv:budget_tokens=64,window_tokens=64,sink_tokens=4", "below sink_tokens"},
 		{"full:budget_tokens=64", "takes no"},
 		{"streaming:budget_tokens=64,sink_tokens=4,window_tokens=61", "below sink_tokens 4 + window_tokens 61"},
 		{"streaming:budget_tokens=40,sink_tokens=4", "too few"},
@@ -82,7 +84,7 @@ func TestStreamingPlan(t *testing.T) {
 	for _, want := range []int{1, 3, 4, 7, 100} {
 		cached := 0
 		for range 200 {
-			from, n, room := p.Plan(cached, want)
+			from, n, room := p.Plan(cached, want, nil)
 			if room < 1 || room > want {
 				t.Fatalf("want %d, cached %d: room %d", want, cached, room)
 			}
@@ -162,7 +164,7 @@ func FuzzParsePolicySpec(f *testing.F) {
 		if p, err := NewPolicy(spec, 16); err == nil && p.Drops() {
 			cached := 0
 			for range 50 {
-				_, n, room := p.Plan(cached, 17)
+				_, n, room := p.Plan(cached, 17, nil)
 				if room < 1 {
 					t.Fatalf("%s: no room at %d cached", spec, cached)
 				}

@@ -322,6 +322,14 @@ func (m *Model) check(b *Batch, kv *KVCache) error {
 	if err := m.failed(); err != nil {
 		return fmt.Errorf("forward: an earlier step of the split model failed: %w", err)
 	}
+	for _, s := range b.Seqs {
+		if s.Mass == nil {
+			continue
+		}
+		if _, ok := m.ranks[0].be.(backend.AttentionMasser); !ok || len(m.ranks) > 1 {
+			return fmt.Errorf("forward: attention mass asked of backend %s with %d ranks: only a backend that reports it, the model not split", m.ranks[0].be.Name(), len(m.ranks))
+		}
+	}
 	return nil
 }
 
