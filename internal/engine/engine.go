@@ -74,14 +74,16 @@ type command struct {
 // Engine runs requests on a model. Its methods are safe for concurrent use; all the work
 // happens on one loop goroutine.
 type Engine struct {
-	cfg    Config
-	model  Model
-	tok    *tokenizer.Tokenizer
-	vocab  int
-	kv     *kvcache.Manager
-	sched  *scheduler
-	runner *runner
-	rng    *rand.Rand // seeds for requests without one; loop goroutine only
+	cfg   Config
+	model Model
+	tok   *tokenizer.Tokenizer
+	vocab int
+	// reportsMass is ModelInfo.ReportsMass.
+	reportsMass bool
+	kv          *kvcache.Manager
+	sched       *scheduler
+	runner      *runner
+	rng         *rand.Rand // seeds for requests without one; loop goroutine only
 
 	mu       sync.Mutex
 	inbox    []command
@@ -159,7 +161,7 @@ func build(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error
 			d = drafter{model: &pagedModel{m: view, kv: cache}, shared: true}
 		}
 	}
-	return assemble(&pagedModel{m: m, kv: cache}, ModelInfo{VocabSize: mc.VocabSize, ContextLen: mc.ContextLen}, tok, cfg, d)
+	return assemble(&pagedModel{m: m, kv: cache}, ModelInfo{VocabSize: mc.VocabSize, ContextLen: mc.ContextLen, ReportsMass: m.ReportsAttentionMass()}, tok, cfg, d)
 }
 
 // drafter is the draft model of speculative decoding as the engine runs it: bound to its
@@ -210,7 +212,7 @@ func assemble(m Model, info ModelInfo, tok *tokenizer.Tokenizer, cfg Config, d d
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	e := &Engine{
-		cfg: cfg, model: m, tok: tok, vocab: info.VocabSize, kv: mgr,
+		cfg: cfg, model: m, tok: tok, vocab: info.VocabSize, reportsMass: info.ReportsMass, kv: mgr,
 		sched: &scheduler{cfg: cfg.SchedulerConfig, kv: mgr, maxModelLen: cfg.MaxModelLen, vocab: info.VocabSize,
 			spec: cfg.Speculation, scoreChunk: scoreBytes / (4 * info.VocabSize)},
 		runner:   &runner{model: m, draft: d.model, draftShared: d.shared, blockSize: cfg.BlockSize},
@@ -408,6 +410,9 @@ func (e *Engine) policyFor(spec *kvcache.PolicySpec) (kvcache.Policy, error) {
 	pol, err := kvcache.NewPolicy(s, e.cfg.BlockSize)
 	if err != nil {
 		return nil, paramErr("kv_policy", "%v", err)
+	}
+	if asks, _ := pol.MassWindow(); asks && !e.reportsMass {
+		return nil, paramErr("kv_policy", "%s ranks the cache by attention mass, which this model's backend does not report (the CPU backend does, with the model not split)", s.Name)
 	}
 	return pol, nil
 }

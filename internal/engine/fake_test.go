@@ -235,7 +235,8 @@ func fakeEngineDraft(t testing.TB, vocab int, cfg Config, canSample bool, noise 
 		dm.noise = noise
 		d.model = dm
 	}
-	e, err := assemble(fm, ModelInfo{VocabSize: vocab, ContextLen: 4096}, nil, cfg, d)
+	// The fake reports no mass, but takes the policies that ask for it (all blocks equal).
+	e, err := assemble(fm, ModelInfo{VocabSize: vocab, ContextLen: 4096, ReportsMass: true}, nil, cfg, d)
 	if err != nil {
 		t.Fatal(err)
 	}

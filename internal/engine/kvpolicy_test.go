@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
@@ -134,6 +135,11 @@ func TestPolicyErrors(t *testing.T) {
 	}
 	if _, err := assemble(newFakeModel(61, 16, 4), ModelInfo{VocabSize: 61}, nil, Config{NumBlocks: 16, BlockSize: 4, KVPolicy: kvcache.PolicySpec{Name: "lru"}}, drafter{}); err == nil {
 		t.Error("an engine with an unknown kv policy was made")
+	}
+	// A model that reports no attention mass refuses the policies that need it.
+	h2o := kvcache.PolicySpec{Name: kvcache.PolicyH2O, BudgetTokens: 64, SinkTokens: 4, WindowTokens: kvcache.Unset}
+	if _, err := assemble(newFakeModel(61, 16, 4), ModelInfo{VocabSize: 61}, nil, Config{NumBlocks: 16, BlockSize: 4, KVPolicy: h2o}, drafter{}); err == nil || !strings.Contains(err.Error(), "attention mass") {
+		t.Errorf("h2o on a model without attention mass: %v", err)
 	}
 }
 

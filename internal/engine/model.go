@@ -41,6 +41,9 @@ type ModelInfo struct {
 	VocabSize int
 	// ContextLen is the longest sequence the model takes (0: no limit of its own).
 	ContextLen int
+	// ReportsMass says whether its steps report attention mass (model.Seq.Mass), which
+	// the KV policies h2o and snapkv need.
+	ReportsMass bool
 }
 
 // pagedModel binds a model.Model to one KV cache: the Model the engine runs on a real
