@@ -366,11 +366,7 @@ func (e *Engine) prepare(req Request) (*request, error) {
 		if b := policy.Spec().BudgetTokens; b > poolTokens {
 			return nil, fmt.Errorf("%w: kv_policy budget_tokens %d exceeds the whole KV pool of %d tokens", ErrTooLong, b, poolTokens)
 		}
-		if policy.CachePositions() {
-			maxLen = math.MaxInt
-		} else if need := len(prompt) + maxTokens; need > maxLen {
-			return nil, fmt.Errorf("%w: prompt of %d tokens + max_tokens %d = %d tokens exceeds the context length of %d tokens", ErrTooLong, len(prompt), maxTokens, need, maxLen)
-		}
+		maxLen = math.MaxInt
 	} else if need := len(prompt) + maxTokens; need > maxLen {
 		return nil, fmt.Errorf("%w: prompt of %d tokens + max_tokens %d = %d tokens exceeds the context length of %d tokens (KV pool: %d tokens)", ErrTooLong, len(prompt), maxTokens, need, maxLen, poolTokens)
 	} else if need > poolTokens {

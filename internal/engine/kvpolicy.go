@@ -10,7 +10,7 @@ import (
 // This file applies a sequence's KV policy (kvcache.Policy) to its steps: before a step
 // is allocated the policy names the blocks to drop and caps the step's tokens; the step
 // then computes its tokens at their cache indices (sequence index less the tokens
-// dropped), and, under a policy with cache positions, first rotates the keys behind the
+// dropped), which are also their RoPE positions, and first rotates the keys behind the
 // dropped blocks to their new places.
 
 // keyShift orders the keys of blocks rotated by delta positions before a step's forward
@@ -27,10 +27,8 @@ type keyShift struct {
 // choices) need to be copied to before they rotate.
 func (s *scheduler) fitPolicy(seq *sequence, want int) (room int, shift *keyShift, ok bool, err error) {
 	pol := seq.req.policy
-	if !pol.Drops() || !s.kv.HasRequest(seq.id) {
-		// A sequence not admitted yet holds nothing to drop.
-		_, _, room = pol.Plan(0, want, nil)
-		return room, nil, true, nil
+	if !pol.Drops() {
+		return want, nil, true, nil
 	}
 	cached := seq.numComputed - seq.dropped
 	var mass []float32
@@ -41,11 +39,9 @@ func (s *scheduler) fitPolicy(seq *sequence, want int) (room int, shift *keyShif
 	if n == 0 {
 		return room, nil, true, nil
 	}
-	if pol.CachePositions() {
-		// The blocks behind the dropped ones are rewritten in place: they must be ours.
-		if ok, err := s.kv.Privatize(seq.id, from+n); err != nil || !ok {
-			return 0, nil, false, err
-		}
+	// The blocks behind the dropped ones are rewritten in place: they must be ours.
+	if ok, err := s.kv.Privatize(seq.id, from+n); err != nil || !ok {
+		return 0, nil, false, err
 	}
 	if err := s.kv.Drop(seq.id, from, n); err != nil {
 		return 0, nil, false, fmt.Errorf("engine: kv policy of %q: %w", seq.id, err)
@@ -54,22 +50,10 @@ func (s *scheduler) fitPolicy(seq *sequence, want int) (room int, shift *keyShif
 	if seq.mass != nil {
 		seq.mass.drop(from*s.kv.BlockSize(), (from+n)*s.kv.BlockSize())
 	}
-	if !pol.CachePositions() {
-		return room, nil, true, nil
-	}
 	table := s.kv.BlockTable(seq.id)
 	return room, &keyShift{blocks: slices.Clone(table[from:]), delta: -n * s.kv.BlockSize()}, true, nil
 }
 
-// cacheIndex returns the cache index and the RoPE position of seq's token p in a step
-// scheduled with dropped tokens dropped.
-func cacheIndex(seq *sequence, p, dropped int) (index, pos int) {
-	index = p - dropped
-	if seq.req.policy.CachePositions() {
-		return index, index
-	}
-	return index, p
-}
 
 // massState is the attention mass a sequence's policy ranks its cache by (see
 // kvcache.Policy.MassWindow): rows of mass by cache index, each from the queries of one

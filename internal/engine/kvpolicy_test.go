@@ -12,6 +12,9 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/tokenizer"
 )
 
+// fullPolicy is the full policy, for requests tests make by hand.
+var fullPolicy, _ = kvcache.NewPolicy(kvcache.FullSpec(), kvcache.DefaultBlockSize)
+
 // streamingReference is what a fake model sees under StreamingLLM on blocks of bs tokens,
 // written from the policy's definition rather than from its code: the prompt computed at
 // once (it fits the budget), then one token a step; before a token that would open a block

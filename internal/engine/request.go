@@ -15,7 +15,8 @@ type request struct {
 	n         int
 	maxTokens int // resolved: never 0
 	// maxLen caps the sequence's prompt plus output tokens: the context length, or no
-	// limit under a policy that rotates tokens by their place in the cache.
+	// limit under a policy that drops tokens (its tokens are rotated by their place in the
+	// cache).
 	maxLen int
 	// policy is the request's KV policy (what its sequences keep in their blocks).
 	policy kvcache.Policy

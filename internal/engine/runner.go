@@ -108,9 +108,10 @@ func (r *runner) build(plan *stepPlan, mgr *kvcache.Manager) (*batchBuffer, []pl
 			default:
 				holes = append(holes, placeholder{index: len(b.Tokens), seq: seq, pos: p})
 			}
-			c, pos := cacheIndex(seq, p, sc.dropped)
+			// Its place in the cache, which is also its RoPE position (see kvcache.Policy).
+			c := p - sc.dropped
 			b.Tokens = append(b.Tokens, tok)
-			b.Positions = append(b.Positions, int32(pos))
+			b.Positions = append(b.Positions, int32(c))
 			b.SlotMapping = append(b.SlotMapping, table[c/bs]*int32(bs)+int32(c%bs))
 		}
 		b.Seqs = append(b.Seqs, model.Seq{BlockTable: table, QueryStart: qs, QueryLen: sc.numNew, ContextLen: end - sc.dropped,

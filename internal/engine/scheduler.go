@@ -426,7 +426,8 @@ func (s *scheduler) schedule() (stepPlan, error) {
 		if numNew > budget && s.cfg.DisableChunkedPrefill && len(plan.seqs) > 0 {
 			break
 		}
-		numNew, _, _, _ = s.fitPolicy(seq, chunk(seq, min(numNew, budget)))
+		// A sequence not admitted yet holds nothing to drop: its policy only caps the chunk.
+		_, _, numNew = seq.req.policy.Plan(0, chunk(seq, min(numNew, budget)), nil)
 		ok, err := s.kv.Allocate(seq.id, kvcache.Alloc{NumComputed: numComputed, NumNew: numNew, Computed: hits, Salt: seq.req.salt})
 		if err != nil {
 			return plan, fmt.Errorf("engine: admit %q: %w", seq.id, err)

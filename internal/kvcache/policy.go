@@ -18,8 +18,8 @@ import (
 // # Positions
 //
 // kvasir stores keys after RoPE (the backend's RopeKVWrite rotates them as it writes
-// them). A policy whose CachePositions is set rotates every token by its index in the
-// cache, as StreamingLLM does: after a drop, the blocks behind the dropped ones hold keys
+// them). A policy that drops tokens rotates every token by its index in the cache, as
+// StreamingLLM does: after a drop, the blocks behind the dropped ones hold keys
 // rotated for places they no longer have, so they are rotated back by the tokens dropped
 // (RoPE rotations compose, R(a)R(b) = R(a+b), so one rotation by -d moves a key from
 // position p to p-d). Positions then never exceed the budget, and generation goes on past
@@ -152,12 +152,10 @@ type Policy interface {
 	// Spec returns the settings the policy runs with, defaults filled in.
 	Spec() PolicySpec
 	// Drops reports whether the policy ever drops tokens. A sequence under such a policy
-	// does not publish blocks to the prefix cache (its blocks stop matching the hash
-	// chain of its tokens) and does not draft.
+	// rotates its tokens by their index in the cache (see the file comment), does not
+	// publish blocks to the prefix cache (its blocks stop matching the hash chain of its
+	// tokens) and does not draft.
 	Drops() bool
-	// CachePositions reports whether tokens are rotated by their index in the cache
-	// rather than in the sequence (see the file comment).
-	CachePositions() bool
 	// MassWindow says whether the policy ranks the cache by attention mass (see
 	// model.Seq.Mass), and over which queries: window 0 all of them since the sequence
 	// began (accumulated, H2O), window w > 0 the latest w (SnapKV's observation window).
@@ -192,8 +190,6 @@ type fullPolicy struct{}
 func (fullPolicy) Spec() PolicySpec { return FullSpec() }
 
 func (fullPolicy) Drops() bool { return false }
-
-func (fullPolicy) CachePositions() bool { return false }
 
 func (fullPolicy) MassWindow() (bool, int) { return false, 0 }
 
@@ -236,8 +232,6 @@ func newStreaming(spec PolicySpec, bs int) (Policy, error) {
 func (p *streaming) Spec() PolicySpec { return p.spec }
 
 func (p *streaming) Drops() bool { return true }
-
-func (p *streaming) CachePositions() bool { return true }
 
 // Plan drops the fewest old window blocks that make room for the step's first block of
 // tokens (a decode token, or up to a block of a prompt chunk), then lets the step fill
@@ -306,8 +300,6 @@ func newHeavyHitters(spec PolicySpec, bs int) (Policy, error) {
 func (p *heavyHitters) Spec() PolicySpec { return p.spec }
 
 func (p *heavyHitters) Drops() bool { return true }
-
-func (p *heavyHitters) CachePositions() bool { return true }
 
 func (p *heavyHitters) MassWindow() (bool, int) { return true, p.window }
 
