@@ -54,7 +54,6 @@ func (s *scheduler) fitPolicy(seq *sequence, want int) (room int, shift *keyShif
 	return room, &keyShift{blocks: slices.Clone(table[from:]), delta: -n * s.kv.BlockSize()}, true, nil
 }
 
-
 // massState is the attention mass a sequence's policy ranks its cache by (see
 // kvcache.Policy.MassWindow): rows of mass by cache index, each from the queries of one
 // step, the oldest rows let go once the rest cover the policy's window (all kept when the
