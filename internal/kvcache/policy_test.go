@@ -176,3 +176,35 @@ func FuzzParsePolicySpec(f *testing.F) {
 		}
 	})
 }
+
+// h2o and snapkv drop the block with the least mass outside the sinks and the recent
+// window (the oldest among equals), and only when the budget is full.
+func TestHeavyHittersPlan(t *testing.T) {
+	const bs = 4
+	p, err := NewPolicy(PolicySpec{Name: PolicyH2O, BudgetTokens: 24, SinkTokens: 4, WindowTokens: 4}, bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mass := make([]float32, 24)
+	for j := range mass {
+		mass[j] = 1
+	}
+	mass[0], mass[9] = 0, 0.1 // the sink block stays; block 2 has the least mass
+	mass[20] = 0              // the recent window (block 5) stays
+	if from, n, room := p.Plan(24, 1, mass); from != 2 || n != 1 || room != 1 {
+		t.Errorf("full budget: drop [%d, %d), room %d; want block 2, room 1", from, from+n, room)
+	}
+	if _, n, room := p.Plan(20, 3, mass[:20]); n != 0 || room != 3 {
+		t.Errorf("room left: %d dropped, room %d", n, room)
+	}
+	if from, _, _ := p.Plan(24, 1, make([]float32, 24)); from != 1 {
+		t.Errorf("equal mass: dropped block %d, want the oldest outside the sinks (1)", from)
+	}
+	if asks, w := p.MassWindow(); !asks || w != 0 {
+		t.Errorf("h2o mass window %v %d", asks, w)
+	}
+	s, _ := NewPolicy(PolicySpec{Name: PolicySnapKV, BudgetTokens: 64, SinkTokens: 4, WindowTokens: Unset}, 16)
+	if asks, w := s.MassWindow(); !asks || w != 16 || s.Spec().WindowTokens != 16 {
+		t.Errorf("snapkv at 64: mass window %v %d, spec %+v", asks, w, s.Spec())
+	}
+}

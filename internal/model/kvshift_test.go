@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/quant"
@@ -69,5 +70,57 @@ func TestShiftKeys(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestAttentionMassForward: a step's attention mass, asked for a sequence's tokens from
+// its MassFrom-th, sums to layers x heads x those tokens (each head's probabilities sum to
+// 1), is added to what the buffer held, leaves the logits as they are, and is refused by a
+// split model.
+func TestAttentionMassForward(t *testing.T) {
+	const bs = 4
+	tokens := testTokens(11)
+	fm := positionShapes(t)["qwen2.5-0.5b"]
+	c := fm.Config
+	run := func(m *Model, mass []float32) ([]float32, error) {
+		kv, err := m.NewKVCache(8, bs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		table := []int32{5, 2, 7}
+		b := &Batch{Seqs: []Seq{{BlockTable: table, QueryLen: len(tokens), ContextLen: len(tokens), Mass: mass, MassFrom: 3}}, LogitsIndices: []int{10}}
+		for i, tok := range tokens {
+			b.Tokens, b.Positions = append(b.Tokens, tok), append(b.Positions, int32(i))
+			b.SlotMapping = append(b.SlotMapping, table[i/bs]*bs+int32(i%bs))
+		}
+		return m.Forward(b, kv)
+	}
+	m := cpuModel(t, fm, Parallel{1, 1}, quant.F32)
+	mass := make([]float32, 12)
+	mass[11] = 5 // past the context: left as it is
+	got, err := run(m, mass)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := run(m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := relErr([][]float32{got}, [][]float32{want}); e != 0 {
+		t.Errorf("asking for mass changed the logits by %.3g", e)
+	}
+	var sum float64
+	for _, x := range mass[:11] {
+		sum += float64(x)
+	}
+	if w := float64(c.Layers * c.Heads * (len(tokens) - 3)); math.Abs(sum-w) > 1e-3*w || mass[11] != 5 {
+		t.Errorf("mass sums to %v (entry 11: %v), want %v", sum, mass[11], w)
+	}
+	if mass[10] == 0 || mass[0] == 0 {
+		t.Errorf("mass %v: entries the queries attend to hold none", mass)
+	}
+	split := cpuModel(t, fm, Parallel{2, 1}, quant.F32)
+	if _, err := run(split, make([]float32, 11)); err == nil {
+		t.Error("a split model took a mass request")
 	}
 }
