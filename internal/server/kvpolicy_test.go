@@ -27,6 +27,11 @@ func TestKVPolicyField(t *testing.T) {
 	if full.Choices[0].Text != streaming.Choices[0].Text || full.Choices[0].Text == "" {
 		t.Errorf("streaming within its budget: %q, full: %q", streaming.Choices[0].Text, full.Choices[0].Text)
 	}
+	var h2o completionResponse
+	env.post(t, "/v1/completions", body(map[string]any{"kv_policy": map[string]any{"name": "h2o", "budget_tokens": 256, "sink_tokens": 0}}), &h2o)
+	if h2o.Choices[0].Text != full.Choices[0].Text {
+		t.Errorf("h2o within its budget: %q, full: %q", h2o.Choices[0].Text, full.Choices[0].Text)
+	}
 	var chat chatResponse
 	env.post(t, "/v1/chat/completions", map[string]any{"messages": []map[string]string{{"role": "user", "content": "hi"}}, "max_tokens": 4,
 		"kv_policy": map[string]any{"name": "streaming", "budget_tokens": 64, "sink_tokens": 4, "window_tokens": 32}}, &chat)
