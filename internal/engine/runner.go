@@ -158,7 +158,7 @@ func (r *runner) execute(job *stepJob) (res stepResult) {
 		return stepResult{err: err}
 	}
 	for _, sc := range job.plan.seqs {
-		if sh := sc.shift; sh != nil {
+		for _, sh := range sc.shifts {
 			if err := r.model.ShiftKeys(sh.blocks, sh.delta); err != nil {
 				return stepResult{err: fmt.Errorf("engine: kv policy of %q: %w", sc.seq.id, err)}
 			}

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 
@@ -40,8 +39,9 @@ type scheduled struct {
 	sampling bool
 	// dropped is seq.dropped for the step: its tokens sit at cache index p-dropped.
 	dropped int
-	// shift, when set, rotates keys the sequence's KV policy moved before the step runs.
-	shift *keyShift
+	// shifts rotate the keys the sequence's KV policy moved, in order, before the step
+	// runs.
+	shifts []keyShift
 	// mass, when set, receives the attention mass of the step's tokens from the
 	// massFrom-th on, for the sequence's policy; massEpoch is seq.massEpoch then.
 	mass                []float32
@@ -183,7 +183,8 @@ func (s *scheduler) preempt(seq *sequence) {
 // are made from its state after that token, and they and it run from the step after), it
 // is a beam (whether it lives on is known only then), it verifies drafts (how many it keeps
 // is known only then) or is to draft (its drafts follow tokens that must all be known), or
-// it is finishing. A beam also sits out while its siblings catch up.
+// it is finishing. A beam also sits out while its siblings catch up, and a sequence whose
+// KV policy ranks its cache by attention mass while a step collecting that mass runs.
 func (s *scheduler) sitsOut(seq *sequence) bool {
 	if seq.beam != nil && seq.beam.ready || seq.massPending {
 		return true
@@ -315,10 +316,10 @@ func (s *scheduler) propose(seq *sequence, want, budget int) []int32 {
 func (s *scheduler) schedule() (stepPlan, error) {
 	var plan stepPlan
 	budget := s.cfg.MaxNumBatchedTokens
-	take := func(seq *sequence, numNew int, shift *keyShift) {
+	take := func(seq *sequence, numNew int, shifts []keyShift) {
 		start, end := seq.numComputed, seq.numComputed+numNew
 		sc := scheduled{seq: seq, start: start, numNew: numNew, numDraft: len(seq.draft), sampling: end == seq.length(),
-			dropped: seq.dropped, shift: shift}
+			dropped: seq.dropped, shifts: shifts}
 		if seq.mass != nil {
 			sc.mass, sc.massFrom, sc.massEpoch = make([]float32, end-seq.dropped), seq.mass.from(numNew), seq.massEpoch
 			seq.massPending = true
@@ -365,14 +366,17 @@ func (s *scheduler) schedule() (stepPlan, error) {
 			return plan, fmt.Errorf("engine: running sequence %q has nothing to compute (%d of %d tokens)", seq.id, seq.numComputed, seq.length())
 		}
 		self := false
-		var shift *keyShift
+		var shifts []keyShift
 		for {
 			room, sh, ok, err := s.fitPolicy(seq, numNew)
 			if err != nil {
 				return plan, fmt.Errorf("engine: schedule %q: %w", seq.id, err)
 			}
 			if ok {
-				numNew, shift = room, cmp.Or(sh, shift)
+				if sh != nil {
+					shifts = append(shifts, *sh)
+				}
+				numNew = room
 				ok, err = s.kv.Allocate(seq.id, kvcache.Alloc{NumComputed: seq.numComputed - seq.dropped, NumNew: numNew})
 			}
 			if err != nil {
@@ -398,7 +402,7 @@ func (s *scheduler) schedule() (stepPlan, error) {
 		if self {
 			break
 		}
-		take(seq, numNew, shift)
+		take(seq, numNew, shifts)
 		i++
 	}
 
