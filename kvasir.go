@@ -222,6 +222,7 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 		MaxWaiting:             opt.MaxWaiting,
 		OnRequestDone:          opt.OnRequestDone,
 		Speculation:            sp.engine(),
+		KVPolicy:               opt.KVPolicy,
 	})
 	if err != nil {
 		return nil, err
@@ -301,6 +302,9 @@ func (e *Engine) KVCacheSizing() string {
 	}
 	return e.sizing.String()
 }
+
+// BlockSize returns the tokens per KV block.
+func (e *Engine) BlockSize() int { return e.sizing.BlockSize }
 
 // HasTokenizer reports whether the model came with a tokenizer (text prompts and outputs).
 func (e *Engine) HasTokenizer() bool { return e.l.tok != nil }

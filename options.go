@@ -74,6 +74,10 @@ type Options struct {
 	// KV cache's blocks (and budget). A drafting sequence's steps do not overlap each other
 	// under asynchronous scheduling.
 	Speculative *SpeculativeConfig
+	// KVPolicy is the KV policy of requests that name none (see KVPolicySpec; the zero
+	// value keeps every token). A request's Request.KVPolicy overrides it, its unset
+	// settings taking these.
+	KVPolicy KVPolicySpec
 	// GenerationConfig says where Engine.SamplingDefaults come from (the zero value: the
 	// model's generation_config.json over vLLM's neutral defaults).
 	GenerationConfig GenerationConfig

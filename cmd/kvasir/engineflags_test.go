@@ -50,3 +50,35 @@ func TestRunSpeculative(t *testing.T) {
 		t.Errorf("with ngram:\n%q\nwithout:\n%q", spec, plain)
 	}
 }
+
+// TestKVPolicyFlag: --kv-policy is parsed and checked with the engine flags; a bad one is
+// an error naming the flag and the reason.
+func TestKVPolicyFlag(t *testing.T) {
+	options := func(args ...string) (kvasir.Options, error) {
+		fs := newFlags("test", "")
+		ef := addEngineFlags(fs, allEngineFlags)
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		return ef.options()
+	}
+	opt, err := options("--kv-policy", "streaming:budget_tokens=128,sink_tokens=4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := opt.KVPolicy; p.Name != "streaming" || p.BudgetTokens != 128 || p.SinkTokens != 4 || p.WindowTokens != kvasir.KVPolicyUnset {
+		t.Errorf("parsed %+v", p)
+	}
+	if opt, err := options(); err != nil || opt.KVPolicy.Name != "full" {
+		t.Errorf("default: %+v, %v", opt.KVPolicy, err)
+	}
+	for arg, reason := range map[string]string{
+		"lru":                        "unknown kv policy",
+		"streaming:budget_tokens=6x": "not a non-negative integer",
+		"streaming:budget_tokens=64,window_tokens=100": "below sink_tokens",
+	} {
+		if _, err := options("--kv-policy", arg); err == nil || !strings.HasPrefix(err.Error(), "--kv-policy: ") || !strings.Contains(err.Error(), reason) {
+			t.Errorf("--kv-policy %s: %v, want an error saying %q", arg, err, reason)
+		}
+	}
+}

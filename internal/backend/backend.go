@@ -131,6 +131,17 @@ type Rope struct {
 	MScale float32
 }
 
+// AttentionMasser is implemented by backends that report attention probabilities, for KV
+// policies that keep the most attended tokens (H2O, SnapKV).
+type AttentionMasser interface {
+	// AttentionMass adds, for each sequence i of the step with mass[i] not nil, the
+	// attention probabilities of its query tokens from its from[i]-th on over its
+	// context, summed over the query heads, to mass[i] (host memory, entry j for context
+	// entry j, at least the sequence's ContextLen entries): what Attention with the same
+	// arguments weighs the values by. q is rotated, as Attention takes it.
+	AttentionMass(mass [][]float32, from []int, q Tensor, kv KVCache, layer int, scale float32, st Step) error
+}
+
 // Expert is one routed expert's SwiGLU MLP: down(silu(gate·x) * up·x).
 type Expert struct {
 	Gate, Up, Down Tensor

@@ -183,7 +183,7 @@ func (e *Engine) rollback(sc *scheduled, n int) error {
 	}
 	seq.numComputed -= n
 	seq.draftComputed = min(seq.draftComputed, seq.numComputed)
-	if err := e.kv.Truncate(seq.id, seq.numComputed); err != nil {
+	if err := e.kv.Truncate(seq.id, seq.numComputed-seq.dropped); err != nil {
 		return fmt.Errorf("engine: roll back %d draft tokens of %q: %w", n, seq.id, err)
 	}
 	return nil

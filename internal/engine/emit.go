@@ -52,7 +52,7 @@ func (e *Engine) emit(pk pick) {
 			}
 		}
 	}
-	if finish == "" && (pk.numOut >= r.maxTokens || pk.length >= e.cfg.MaxModelLen) {
+	if finish == "" && (pk.numOut >= r.maxTokens || pk.length >= r.maxLen) {
 		finish = FinishLength
 	}
 	if finish != "" && !stopText && seq.detok != nil {

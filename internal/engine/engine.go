@@ -16,6 +16,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -57,6 +58,9 @@ type Config struct {
 	OnRequestDone func(RequestStats)
 	// Speculation, when set, turns on speculative decoding (see Speculation).
 	Speculation *Speculation
+	// KVPolicy is the KV policy of requests that name none (Request.KVPolicy); the zero
+	// value is full (every token kept).
+	KVPolicy kvcache.PolicySpec
 	// Now is the clock (time.Now when nil); tests may replace it.
 	Now func() time.Time
 }
@@ -70,14 +74,16 @@ type command struct {
 // Engine runs requests on a model. Its methods are safe for concurrent use; all the work
 // happens on one loop goroutine.
 type Engine struct {
-	cfg    Config
-	model  Model
-	tok    *tokenizer.Tokenizer
-	vocab  int
-	kv     *kvcache.Manager
-	sched  *scheduler
-	runner *runner
-	rng    *rand.Rand // seeds for requests without one; loop goroutine only
+	cfg   Config
+	model Model
+	tok   *tokenizer.Tokenizer
+	vocab int
+	// reportsMass is ModelInfo.ReportsMass.
+	reportsMass bool
+	kv          *kvcache.Manager
+	sched       *scheduler
+	runner      *runner
+	rng         *rand.Rand // seeds for requests without one; loop goroutine only
 
 	mu       sync.Mutex
 	inbox    []command
@@ -155,7 +161,7 @@ func build(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error
 			d = drafter{model: &pagedModel{m: view, kv: cache}, shared: true}
 		}
 	}
-	return assemble(&pagedModel{m: m, kv: cache}, ModelInfo{VocabSize: mc.VocabSize, ContextLen: mc.ContextLen}, tok, cfg, d)
+	return assemble(&pagedModel{m: m, kv: cache}, ModelInfo{VocabSize: mc.VocabSize, ContextLen: mc.ContextLen, ReportsMass: m.ReportsAttentionMass()}, tok, cfg, d)
 }
 
 // drafter is the draft model of speculative decoding as the engine runs it: bound to its
@@ -206,7 +212,7 @@ func assemble(m Model, info ModelInfo, tok *tokenizer.Tokenizer, cfg Config, d d
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	e := &Engine{
-		cfg: cfg, model: m, tok: tok, vocab: info.VocabSize, kv: mgr,
+		cfg: cfg, model: m, tok: tok, vocab: info.VocabSize, reportsMass: info.ReportsMass, kv: mgr,
 		sched: &scheduler{cfg: cfg.SchedulerConfig, kv: mgr, maxModelLen: cfg.MaxModelLen, vocab: info.VocabSize,
 			spec: cfg.Speculation, scoreChunk: scoreBytes / (4 * info.VocabSize)},
 		runner:   &runner{model: m, draft: d.model, draftShared: d.shared, blockSize: cfg.BlockSize},
@@ -215,6 +221,9 @@ func assemble(m Model, info ModelInfo, tok *tokenizer.Tokenizer, cfg Config, d d
 		active:   make(map[string]*request),
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
+	}
+	if _, err := e.policyFor(nil); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
 	}
 	e.stats.NumBlocks = cfg.NumBlocks - 1
 	e.stats.Finished = make(map[string]int64)
@@ -335,6 +344,13 @@ func (e *Engine) prepare(req Request) (*request, error) {
 			return nil, paramErr("prompt", "token %d: id %d outside the vocabulary of %d", i, t, e.vocab)
 		}
 	}
+	policy, err := e.policyFor(req.KVPolicy)
+	if err != nil {
+		return nil, err
+	}
+	if policy.Drops() && p.UseBeamSearch {
+		return nil, paramErr("kv_policy", "%s: not supported with beam search", policy.Spec().Name)
+	}
 	maxLen := e.cfg.MaxModelLen
 	poolTokens := (e.cfg.NumBlocks - 1) * e.cfg.BlockSize
 	maxTokens := p.MaxTokens
@@ -344,7 +360,14 @@ func (e *Engine) prepare(req Request) (*request, error) {
 			return nil, fmt.Errorf("%w: prompt of %d tokens leaves no room in the context length of %d tokens", ErrTooLong, len(prompt), maxLen)
 		}
 	}
-	if need := len(prompt) + maxTokens; need > maxLen {
+	if policy.Drops() {
+		// The sequence holds at most its budget; positions by place in the cache let it
+		// run past the context length.
+		if b := policy.Spec().BudgetTokens; b > poolTokens {
+			return nil, fmt.Errorf("%w: kv_policy budget_tokens %d exceeds the whole KV pool of %d tokens", ErrTooLong, b, poolTokens)
+		}
+		maxLen = math.MaxInt
+	} else if need := len(prompt) + maxTokens; need > maxLen {
 		return nil, fmt.Errorf("%w: prompt of %d tokens + max_tokens %d = %d tokens exceeds the context length of %d tokens (KV pool: %d tokens)", ErrTooLong, len(prompt), maxTokens, need, maxLen, poolTokens)
 	} else if need > poolTokens {
 		return nil, fmt.Errorf("%w: prompt of %d tokens + max_tokens %d = %d tokens exceeds the whole KV pool of %d tokens", ErrTooLong, len(prompt), maxTokens, need, poolTokens)
@@ -359,7 +382,7 @@ func (e *Engine) prepare(req Request) (*request, error) {
 	}
 	n := max(p.N, 1)
 	r := &request{
-		id: req.ID, params: p, n: n, maxTokens: maxTokens, priority: req.Priority,
+		id: req.ID, params: p, n: n, maxTokens: maxTokens, maxLen: maxLen, policy: policy, priority: req.Priority,
 		salt: req.CacheSalt, prompt: prompt, procs: req.Processors, out: newOutbox(), reasons: make([]string, n),
 		arrival: e.cfg.Now(),
 	}
@@ -368,6 +391,26 @@ func (e *Engine) prepare(req Request) (*request, error) {
 		r.stops = sample.NewStopSet(p.Stop)
 	}
 	return r, nil
+}
+
+// policyFor resolves a request's KV policy over the engine's (nil: the engine's).
+func (e *Engine) policyFor(spec *kvcache.PolicySpec) (kvcache.Policy, error) {
+	base := e.cfg.KVPolicy
+	if base.Name == "" {
+		base = kvcache.FullSpec()
+	}
+	s := base
+	if spec != nil {
+		s = spec.Over(base)
+	}
+	pol, err := kvcache.NewPolicy(s, e.cfg.BlockSize)
+	if err != nil {
+		return nil, paramErr("kv_policy", "%v", err)
+	}
+	if asks, _ := pol.MassWindow(); asks && !e.reportsMass {
+		return nil, paramErr("kv_policy", "%s ranks the cache by attention mass, which this model's backend does not report (the CPU backend does, with the model not split)", s.Name)
+	}
+	return pol, nil
 }
 
 // TokenizePrompt tokenizes a text prompt as Generate does (BOS and EOS as the vocabulary

@@ -189,6 +189,19 @@ func (f *fakeModel) CopyBlocks(copies []backend.BlockCopy) error {
 	return nil
 }
 
+// ShiftKeys moves the positions held in blocks' slots by delta (as rotating keys would).
+func (f *fakeModel) ShiftKeys(blocks []int32, delta int) error {
+	bs := f.blockSize
+	for _, b := range blocks {
+		for i := int(b) * bs; i < int(b+1)*bs; i++ {
+			if f.slots[i].set {
+				f.slots[i].pos += int32(delta)
+			}
+		}
+	}
+	return nil
+}
+
 // fakeEngine makes an engine on a fresh fake model of vocab tokens, with cfg (NumBlocks
 // 257 and BlockSize 4 when zero), whose afterStep hook checks the engine's invariants; the
 // first violation is reported at cleanup.
@@ -222,7 +235,8 @@ func fakeEngineDraft(t testing.TB, vocab int, cfg Config, canSample bool, noise 
 		dm.noise = noise
 		d.model = dm
 	}
-	e, err := assemble(fm, ModelInfo{VocabSize: vocab, ContextLen: 4096}, nil, cfg, d)
+	// The fake reports no mass, but takes the policies that ask for it (all blocks equal).
+	e, err := assemble(fm, ModelInfo{VocabSize: vocab, ContextLen: 4096, ReportsMass: true}, nil, cfg, d)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -261,6 +261,11 @@ func checkEngine(e *Engine) error {
 			}
 			if e.kv.HasRequest(s.id) {
 				held++
+				if pol := r.policy; pol.Drops() {
+					if n, most := len(e.kv.BlockTable(s.id)), pol.Spec().BudgetTokens/e.kv.BlockSize(); n > most {
+						return fmt.Errorf("sequence %q under kv policy %s holds %d blocks, budget %d", s.id, pol.Spec(), n, most)
+					}
+				}
 			}
 		}
 	}

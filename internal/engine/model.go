@@ -30,6 +30,9 @@ type Model interface {
 	CanSample() bool
 	// CopyBlocks copies blocks' keys and values in every layer, in order (copy-on-write).
 	CopyBlocks(copies []backend.BlockCopy) error
+	// ShiftKeys rotates the keys held in blocks, every layer, by delta positions (a KV
+	// policy moving keys to their new place in the cache after a drop).
+	ShiftKeys(blocks []int32, delta int) error
 }
 
 // ModelInfo is what the engine needs to know of a model besides running it.
@@ -38,6 +41,9 @@ type ModelInfo struct {
 	VocabSize int
 	// ContextLen is the longest sequence the model takes (0: no limit of its own).
 	ContextLen int
+	// ReportsMass says whether its steps report attention mass (model.Seq.Mass), which
+	// the KV policies h2o and snapkv need.
+	ReportsMass bool
 }
 
 // pagedModel binds a model.Model to one KV cache: the Model the engine runs on a real
@@ -60,3 +66,5 @@ func (p *pagedModel) ForwardSample(b *model.Batch, rows []backend.SampleRow, mas
 func (p *pagedModel) CanSample() bool { return p.m.CanSample() }
 
 func (p *pagedModel) CopyBlocks(copies []backend.BlockCopy) error { return p.kv.CopyBlocks(copies) }
+
+func (p *pagedModel) ShiftKeys(blocks []int32, delta int) error { return p.kv.ShiftKeys(blocks, delta) }

@@ -79,6 +79,9 @@ type RequestStats struct {
 	PromptTokens         int
 	GenerationTokens     int
 	CachedPromptTokens   int
+	// PeakKVBlocks is the most KV blocks one of the request's sequences held at once
+	// (within its KV policy's budget, under one that drops tokens).
+	PeakKVBlocks int
 	// FinishReasons has one entry per choice.
 	FinishReasons []string
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/kvasir-llm/kvasir/internal/kvcache"
 	"github.com/kvasir-llm/kvasir/internal/sample"
 )
 
@@ -205,4 +206,7 @@ type Request struct {
 	// and by a device sampler alike. Choices 1..N-1 get clones. The engine owns them
 	// once the request is submitted.
 	Processors []sample.Stateful
+	// KVPolicy, when set, is the request's KV policy: its unset parts take the engine's
+	// (Config.KVPolicy; see kvcache.PolicySpec.Over).
+	KVPolicy *kvcache.PolicySpec
 }

@@ -209,6 +209,9 @@ func (e *Engine) plan(inFlight bool) (*stepJob, error) {
 func (e *Engine) offerPlanned(job *stepJob) {
 	for _, sc := range job.plan.seqs {
 		seq := sc.seq
+		if seq.req.policy.Drops() {
+			continue // its blocks stop matching its tokens' hash chain
+		}
 		known := min(sc.start+sc.numNew, len(seq.tokens))
 		if err := e.kv.CacheFullBlocks(seq.id, seq.tokens, known); err != nil {
 			e.failRequest(seq.req, err)
@@ -312,6 +315,10 @@ func (e *Engine) fast(job *stepJob, res stepResult) {
 		if sc.sampling {
 			seq.pending--
 		}
+		if sc.mass != nil && sc.massEpoch == seq.massEpoch {
+			seq.mass.add(sc.mass, sc.numNew-sc.massFrom)
+			seq.massPending = false
+		}
 		if seq.status == statusFinished {
 			if sc.sampling {
 				e.discarded++
@@ -343,7 +350,7 @@ func (e *Engine) slow(job *stepJob) {
 		// Only a running sequence holds blocks: a finished one freed them, and a
 		// preempted one was not readmitted since (admission waits for its pending token,
 		// which fast appended after the only schedule that could have preempted it).
-		if seq.status != statusRunning {
+		if seq.status != statusRunning || seq.req.policy.Drops() {
 			continue
 		}
 		if err := e.kv.CacheFullBlocks(seq.id, seq.tokens, sc.start+sc.numNew); err != nil {

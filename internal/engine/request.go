@@ -14,11 +14,19 @@ type request struct {
 	params    SamplingParams
 	n         int
 	maxTokens int // resolved: never 0
-	priority  int
-	salt      string
-	order     uint64 // arrival order (FCFS tie-break)
-	prompt    []int32
-	procs     []sample.Stateful // choice 0's stateful processors (Request.Processors)
+	// maxLen caps the sequence's prompt plus output tokens: the context length, or no
+	// limit under a policy that drops tokens (its tokens are rotated by their place in the
+	// cache).
+	maxLen int
+	// policy is the request's KV policy (what its sequences keep in their blocks).
+	policy kvcache.Policy
+	// peakBlocks is the most blocks one of its sequences held after a step's allocation.
+	peakBlocks int
+	priority   int
+	salt       string
+	order      uint64 // arrival order (FCFS tie-break)
+	prompt     []int32
+	procs      []sample.Stateful // choice 0's stateful processors (Request.Processors)
 	// stops are the stop strings compiled once (nil: none); every choice's matcher walks
 	// this one set.
 	stops *sample.StopSet
@@ -67,6 +75,17 @@ type sequence struct {
 	// numComputed is the number of tokens whose KV is in the cache once the steps
 	// scheduled so far have run: the scheduler advances it when it schedules a step.
 	numComputed int
+	// dropped is the number of tokens whose KV its policy dropped from its cache (whole
+	// blocks behind the sinks): a token p computed now sits at cache index p-dropped (see
+	// kvcache.Policy).
+	dropped int
+	// mass is the attention mass its KV policy ranks its cache by (nil when the policy
+	// asks for none); massPending is set while a step in flight collects more (the
+	// sequence sits out steps until it is folded in), massEpoch counts preemptions, so
+	// that a step planned before one does not fold its mass into the recomputed cache.
+	mass        *massState
+	massPending bool
+	massEpoch   int
 	// pending counts the steps in flight that sample for the sequence (at most one); each
 	// brings at least one token, not yet in tokens.
 	pending int

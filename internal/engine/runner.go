@@ -108,11 +108,14 @@ func (r *runner) build(plan *stepPlan, mgr *kvcache.Manager) (*batchBuffer, []pl
 			default:
 				holes = append(holes, placeholder{index: len(b.Tokens), seq: seq, pos: p})
 			}
+			// Its place in the cache, which is also its RoPE position (see kvcache.Policy).
+			c := p - sc.dropped
 			b.Tokens = append(b.Tokens, tok)
-			b.Positions = append(b.Positions, int32(p))
-			b.SlotMapping = append(b.SlotMapping, table[p/bs]*int32(bs)+int32(p%bs))
+			b.Positions = append(b.Positions, int32(c))
+			b.SlotMapping = append(b.SlotMapping, table[c/bs]*int32(bs)+int32(c%bs))
 		}
-		b.Seqs = append(b.Seqs, model.Seq{BlockTable: table, QueryStart: qs, QueryLen: sc.numNew, ContextLen: end})
+		b.Seqs = append(b.Seqs, model.Seq{BlockTable: table, QueryStart: qs, QueryLen: sc.numNew, ContextLen: end - sc.dropped,
+			Mass: sc.mass, MassFrom: sc.massFrom})
 		for _, o := range sc.rows {
 			b.LogitsIndices = append(b.LogitsIndices, qs+o)
 		}
@@ -153,6 +156,13 @@ func (r *runner) execute(job *stepJob) (res stepResult) {
 	}()
 	if err := r.copyBlocks(job.copies); err != nil {
 		return stepResult{err: err}
+	}
+	for _, sc := range job.plan.seqs {
+		for _, sh := range sc.shifts {
+			if err := r.model.ShiftKeys(sh.blocks, sh.delta); err != nil {
+				return stepResult{err: fmt.Errorf("engine: kv policy of %q: %w", sc.seq.id, err)}
+			}
+		}
 	}
 	b := &job.buf.batch
 	var err error

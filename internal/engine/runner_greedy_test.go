@@ -10,7 +10,7 @@ import (
 func TestGreedyOnly(t *testing.T) {
 	e := &Engine{rng: rand.New(rand.NewPCG(1, 2))}
 	seq := func(p SamplingParams, mod func(*sequence)) scheduled {
-		s := e.newSequence(&request{params: p}, 0, nil, nil)
+		s := e.newSequence(&request{params: p, policy: fullPolicy}, 0, nil, nil)
 		if mod != nil {
 			mod(s)
 		}
@@ -32,7 +32,7 @@ func TestGreedyOnly(t *testing.T) {
 		{"greedy ignores min-p", []scheduled{seq(SamplingParams{MinP: 0.1}, nil)}, true},
 		{"fork", []scheduled{seq(greedy, func(s *sequence) { s.forkPending = true })}, false},
 		{"sampling seq without logits", []scheduled{seq(greedy, nil),
-			{seq: e.newSequence(&request{params: SamplingParams{Temperature: 1}}, 0, nil, nil), numNew: 4}}, true},
+			{seq: e.newSequence(&request{params: SamplingParams{Temperature: 1}, policy: fullPolicy}, 0, nil, nil), numNew: 4}}, true},
 	}
 	for _, tc := range tests {
 		if got := greedyOnly(&stepPlan{seqs: tc.seqs}); got != tc.want {

@@ -37,6 +37,15 @@ type scheduled struct {
 	// sampling is whether the step ends at the sequence's last token, so that it samples
 	// the sequence's next token (after verifying its drafts).
 	sampling bool
+	// dropped is seq.dropped for the step: its tokens sit at cache index p-dropped.
+	dropped int
+	// shifts rotate the keys the sequence's KV policy moved, in order, before the step
+	// runs.
+	shifts []keyShift
+	// mass, when set, receives the attention mass of the step's tokens from the
+	// massFrom-th on, for the sequence's policy; massEpoch is seq.massEpoch then.
+	mass                []float32
+	massFrom, massEpoch int
 }
 
 // numSampling returns the number of the entry's last rows that verify drafts or sample.
@@ -155,7 +164,9 @@ func (s *scheduler) runningSlots() int {
 func (s *scheduler) preempt(seq *sequence) {
 	s.running, _ = remove(s.running, seq)
 	s.kv.Free(seq.id)
-	seq.numComputed = 0
+	seq.numComputed, seq.dropped = 0, 0
+	seq.mass, seq.massPending = newMassState(seq.req.policy), false
+	seq.massEpoch++
 	if seq.pending == 0 {
 		// Drafts proposed for the step being planned: it will not run them. (A step in
 		// flight keeps its drafts until its result is taken.)
@@ -172,9 +183,10 @@ func (s *scheduler) preempt(seq *sequence) {
 // are made from its state after that token, and they and it run from the step after), it
 // is a beam (whether it lives on is known only then), it verifies drafts (how many it keeps
 // is known only then) or is to draft (its drafts follow tokens that must all be known), or
-// it is finishing. A beam also sits out while its siblings catch up.
+// it is finishing. A beam also sits out while its siblings catch up, and a sequence whose
+// KV policy ranks its cache by attention mass while a step collecting that mass runs.
 func (s *scheduler) sitsOut(seq *sequence) bool {
-	if seq.beam != nil && seq.beam.ready {
+	if seq.beam != nil && seq.beam.ready || seq.massPending {
 		return true
 	}
 	return seq.pending > 0 && (seq.forkPending || seq.beam != nil || len(seq.draft) > 0 || seq.wantsDraft) || s.finishing(seq)
@@ -186,14 +198,14 @@ func (s *scheduler) sitsOut(seq *sequence) bool {
 // the forward goroutine, after the loop computed the masks of the step's rows, and a draft
 // row's mask depends on the drafts before it.
 func (s *scheduler) drafts(seq *sequence) bool {
-	return s.spec != nil && seq.beam == nil && (s.spec.Proposer != nil || len(seq.maskers) == 0)
+	return s.spec != nil && seq.beam == nil && !seq.req.policy.Drops() && (s.spec.Proposer != nil || len(seq.maskers) == 0)
 }
 
 // finishing reports whether the token a step in flight samples for seq brings it to
 // max_tokens or the context length: it is sure to finish, and a step for it would be
 // wasted.
 func (s *scheduler) finishing(seq *sequence) bool {
-	return seq.pending > 0 && (seq.length()-seq.numPrompt >= seq.req.maxTokens || seq.length() >= s.maxModelLen)
+	return seq.pending > 0 && (seq.length()-seq.numPrompt >= seq.req.maxTokens || seq.length() >= seq.req.maxLen)
 }
 
 // canDraft reports whether seq may verify drafts in the step being planned: it drafts, its
@@ -304,9 +316,14 @@ func (s *scheduler) propose(seq *sequence, want, budget int) []int32 {
 func (s *scheduler) schedule() (stepPlan, error) {
 	var plan stepPlan
 	budget := s.cfg.MaxNumBatchedTokens
-	take := func(seq *sequence, numNew int) {
+	take := func(seq *sequence, numNew int, shifts []keyShift) {
 		start, end := seq.numComputed, seq.numComputed+numNew
-		sc := scheduled{seq: seq, start: start, numNew: numNew, numDraft: len(seq.draft), sampling: end == seq.length()}
+		sc := scheduled{seq: seq, start: start, numNew: numNew, numDraft: len(seq.draft), sampling: end == seq.length(),
+			dropped: seq.dropped, shifts: shifts}
+		if seq.mass != nil {
+			sc.mass, sc.massFrom, sc.massEpoch = make([]float32, end-seq.dropped), seq.mass.from(numNew), seq.massEpoch
+			seq.massPending = true
+		}
 		if r := seq.req; r.wantsPromptLogprobs() {
 			// Rows that score prompt tokens not scored yet (a recomputed prompt is not
 			// scored twice): the row of position p predicts prompt token p+1.
@@ -321,6 +338,7 @@ func (s *scheduler) schedule() (stepPlan, error) {
 			seq.pending++
 		}
 		plan.seqs = append(plan.seqs, sc)
+		seq.req.peakBlocks = max(seq.req.peakBlocks, s.kv.NumBlocksOf(seq.id))
 		plan.numTokens += numNew
 		budget -= numNew
 		seq.numComputed = end
@@ -348,8 +366,19 @@ func (s *scheduler) schedule() (stepPlan, error) {
 			return plan, fmt.Errorf("engine: running sequence %q has nothing to compute (%d of %d tokens)", seq.id, seq.numComputed, seq.length())
 		}
 		self := false
+		var shifts []keyShift
 		for {
-			ok, err := s.kv.Allocate(seq.id, kvcache.Alloc{NumComputed: seq.numComputed, NumNew: numNew})
+			room, sh, ok, err := s.fitPolicy(seq, numNew)
+			if err != nil {
+				return plan, fmt.Errorf("engine: schedule %q: %w", seq.id, err)
+			}
+			if ok {
+				if sh != nil {
+					shifts = append(shifts, *sh)
+				}
+				numNew = room
+				ok, err = s.kv.Allocate(seq.id, kvcache.Alloc{NumComputed: seq.numComputed - seq.dropped, NumNew: numNew})
+			}
 			if err != nil {
 				return plan, fmt.Errorf("engine: schedule %q: %w", seq.id, err)
 			}
@@ -373,7 +402,7 @@ func (s *scheduler) schedule() (stepPlan, error) {
 		if self {
 			break
 		}
-		take(seq, numNew)
+		take(seq, numNew, shifts)
 		i++
 	}
 
@@ -394,14 +423,15 @@ func (s *scheduler) schedule() (stepPlan, error) {
 		}
 		var hits []kvcache.BlockID
 		numComputed := 0
-		if s.kv.PrefixCacheEnabled() && !seq.req.wantsPromptLogprobs() {
+		if s.kv.PrefixCacheEnabled() && !seq.req.wantsPromptLogprobs() && !seq.req.policy.Drops() {
 			hits, numComputed = s.kv.GetComputedBlocks(seq.tokens, seq.req.salt)
 		}
 		numNew := len(seq.tokens) - numComputed
 		if numNew > budget && s.cfg.DisableChunkedPrefill && len(plan.seqs) > 0 {
 			break
 		}
-		numNew = chunk(seq, min(numNew, budget))
+		// A sequence not admitted yet holds nothing to drop: its policy only caps the chunk.
+		_, _, numNew = seq.req.policy.Plan(0, chunk(seq, min(numNew, budget)), nil)
 		ok, err := s.kv.Allocate(seq.id, kvcache.Alloc{NumComputed: numComputed, NumNew: numNew, Computed: hits, Salt: seq.req.salt})
 		if err != nil {
 			return plan, fmt.Errorf("engine: admit %q: %w", seq.id, err)
@@ -420,7 +450,7 @@ func (s *scheduler) schedule() (stepPlan, error) {
 			seq.req.admitted = true
 			seq.req.cached = numComputed
 		}
-		take(seq, numNew)
+		take(seq, numNew, nil)
 	}
 	return plan, nil
 }

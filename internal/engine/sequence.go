@@ -30,6 +30,7 @@ func (e *Engine) newSequence(r *request, index int, tokens []int32, procs []samp
 		tokens:    slices.Clip(slices.Clone(tokens)),
 		numPrompt: len(r.prompt),
 		penalties: sample.NewPenalties(p.RepetitionPenalty, p.PresencePenalty, p.FrequencyPenalty, r.prompt),
+		mass:      newMassState(r.policy),
 	}
 	if seq.penalties != nil {
 		seq.procs = append(seq.procs, seq.penalties)
@@ -124,7 +125,8 @@ func (e *Engine) attach(parent, child *sequence) bool {
 		e.sched.add(child)
 		return true
 	}
-	child.numComputed, child.draftComputed = parent.numComputed, parent.draftComputed
+	child.numComputed, child.draftComputed, child.dropped = parent.numComputed, parent.draftComputed, parent.dropped
+	child.mass = parent.mass.clone()
 	if err := e.kv.Fork(parent.id, child.id); err != nil {
 		e.sched.addRunning(child)
 		e.failRequest(parent.req, err)
@@ -183,7 +185,7 @@ func (e *Engine) requestStats(r *request) RequestStats {
 	now := e.cfg.Now()
 	st := RequestStats{
 		RequestID: r.id, E2E: now.Sub(r.arrival), ITL: r.itl,
-		PromptTokens: len(r.prompt), GenerationTokens: r.genCount, CachedPromptTokens: r.cached,
+		PromptTokens: len(r.prompt), GenerationTokens: r.genCount, CachedPromptTokens: r.cached, PeakKVBlocks: r.peakBlocks,
 		FinishReasons: slices.Clone(r.reasons),
 	}
 	if !r.firstScheduled.IsZero() {

@@ -132,6 +132,14 @@ func (m *Manager) BlocksFor(numTokens int) int {
 	return n
 }
 
+// NumBlocksOf returns the number of blocks request id holds (0 when id is unknown).
+func (m *Manager) NumBlocksOf(id RequestID) int {
+	if s := m.seqs[id]; s != nil {
+		return len(s.table)
+	}
+	return 0
+}
+
 // BlockTable returns a copy of id's block table (nil when id is unknown).
 func (m *Manager) BlockTable(id RequestID) []int32 {
 	return m.AppendBlockTable(nil, id)
@@ -428,4 +436,65 @@ func (m *Manager) Fork(parent, child RequestID) error {
 	}
 	m.seqs[child] = c
 	return nil
+}
+
+// Drop releases request id's logical blocks [from, from+n) and closes the gap: block
+// from+n becomes logical block from (a KV policy dropping tokens; see Policy). The blocks
+// from on stop counting as finalized, since their tokens no longer follow the hash chain.
+func (m *Manager) Drop(id RequestID, from, n int) error {
+	s := m.seqs[id]
+	if s == nil {
+		return fmt.Errorf("kvcache: drop blocks of %q: unknown request", id)
+	}
+	if from < 0 || n < 0 || from+n > len(s.table) {
+		return fmt.Errorf("kvcache: drop blocks [%d, %d) of %q: out of its %d blocks", from, from+n, id, len(s.table))
+	}
+	if n == 0 {
+		return nil
+	}
+	for i := from + n - 1; i >= from; i-- {
+		m.release(&m.pool.blocks[s.table[i]])
+	}
+	s.table = slices.Delete(s.table, from, from+n)
+	s.numCached = min(s.numCached, from)
+	s.hashes = s.hashes[:min(len(s.hashes), from)]
+	return nil
+}
+
+// Privatize makes request id the only holder of its logical blocks from on, so that their
+// contents may be rewritten in place (keys rotated after a drop): a block shared with
+// other requests is replaced by a private copy (ordered by TakeCopies), and a block only
+// it holds leaves the prefix cache. It returns false, changing nothing, when the pool has
+// too few free blocks for the copies.
+func (m *Manager) Privatize(id RequestID, from int) (bool, error) {
+	s := m.seqs[id]
+	if s == nil {
+		return false, fmt.Errorf("kvcache: privatize blocks of %q: unknown request", id)
+	}
+	if from < 0 || from > len(s.table) {
+		return false, fmt.Errorf("kvcache: privatize blocks from %d of %q: out of its %d blocks", from, id, len(s.table))
+	}
+	shared := 0
+	for _, b := range s.table[from:] {
+		if m.pool.blocks[b].ref > 1 {
+			shared++
+		}
+	}
+	if shared > m.pool.NumFreeBlocks() {
+		return false, nil
+	}
+	for i := from; i < len(s.table); i++ {
+		b := &m.pool.blocks[s.table[i]]
+		if b.ref > 1 {
+			nb := m.pool.pop()
+			m.pending = append(m.pending, CopyOp{Src: b.id, Dst: nb.id})
+			m.release(b)
+			s.table[i] = nb.id
+		} else {
+			m.pool.uncache(b)
+		}
+	}
+	s.numCached = min(s.numCached, from)
+	s.hashes = s.hashes[:min(len(s.hashes), from)]
+	return true, nil
 }

@@ -36,6 +36,13 @@ type Seq struct {
 	// ContextLen is the number of the sequence's tokens in the cache after this step
 	// (cached prefix + the step's tokens).
 	ContextLen int
+	// Mass, when set, receives the attention mass of the sequence's tokens from its
+	// MassFrom-th on (added to it): for each context entry, the probabilities with which
+	// those tokens' heads attend to it, summed over heads and layers (KV policies that
+	// keep the most attended tokens). At least ContextLen entries; only on a backend that
+	// reports it (backend.AttentionMasser), with the model not split.
+	Mass     []float32
+	MassFrom int
 }
 
 // check validates a batch against the model's vocabulary and the cache.
@@ -68,6 +75,9 @@ func (b *Batch) check(vocab int, kv *KVCache) error {
 		}
 		if s.ContextLen < s.QueryLen {
 			return fmt.Errorf("batch: sequence %d: %d tokens in a context of %d", i, s.QueryLen, s.ContextLen)
+		}
+		if s.Mass != nil && (len(s.Mass) < s.ContextLen || s.MassFrom < 0 || s.MassFrom > s.QueryLen) {
+			return fmt.Errorf("batch: sequence %d: attention mass of %d entries from token %d, for a context of %d and %d tokens", i, len(s.Mass), s.MassFrom, s.ContextLen, s.QueryLen)
 		}
 		for t := s.QueryStart; t < s.QueryStart+s.QueryLen; t++ {
 			if p := b.Positions[t]; p < 0 {

@@ -37,7 +37,7 @@ func (m *Model) FirstLayers(n int) (*Model, error) {
 		cfg := s.cfg
 		cfg.Layers = n
 		v.ranks = append(v.ranks, &shard{
-			cfg: cfg, be: s.be, w: &w, experts: s.experts[:n], rope: s.rope, scale: s.scale,
+			cfg: cfg, be: s.be, w: &w, experts: s.experts[:n], rope: s.rope, hostRope: s.hostRope, scale: s.scale,
 			first: s.first, last: s.last, logits: s.logits, tp: s.tp, pp: s.pp, stage: s.stage,
 		})
 	}

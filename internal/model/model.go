@@ -308,6 +308,13 @@ func (m *Model) ForwardSample(b *Batch, kv *KVCache, rows []backend.SampleRow, m
 	return ids, nil
 }
 
+// ReportsAttentionMass reports whether a step may ask for attention mass (Seq.Mass): the
+// model is not split and its backend reports it.
+func (m *Model) ReportsAttentionMass() bool {
+	_, ok := m.ranks[0].be.(backend.AttentionMasser)
+	return ok && len(m.ranks) == 1
+}
+
 // logitsRank returns the rank that computes the logits: the last stage's first.
 func (m *Model) logitsRank() int { return (m.par.Pipeline - 1) * m.par.Tensor }
 
@@ -321,6 +328,14 @@ func (m *Model) check(b *Batch, kv *KVCache) error {
 	}
 	if err := m.failed(); err != nil {
 		return fmt.Errorf("forward: an earlier step of the split model failed: %w", err)
+	}
+	for _, s := range b.Seqs {
+		if s.Mass == nil {
+			continue
+		}
+		if !m.ReportsAttentionMass() {
+			return fmt.Errorf("forward: attention mass asked of backend %s with %d ranks: only a backend that reports it, the model not split", m.ranks[0].be.Name(), len(m.ranks))
+		}
 	}
 	return nil
 }

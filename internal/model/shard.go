@@ -21,7 +21,9 @@ type shard struct {
 	w       *weights[backend.Tensor]
 	experts [][]backend.Expert // per layer, for mixtures of experts
 	rope    backend.Rope
-	scale   float32 // attention scores' scale, 1/sqrt(HeadDim)
+	// hostRope is the rope's frequencies on the host (KVCache.ShiftKeys).
+	hostRope *rope
+	scale    float32 // attention scores' scale, 1/sqrt(HeadDim)
 
 	// first holds the embedding (pipeline stage 0); last the final norm and output
 	// projection (the last stage); logits computes them (the last stage's tensor rank 0).
@@ -33,8 +35,12 @@ type shard struct {
 	stage  int
 
 	meta backend.StepMeta // the step being run, its buffers reused
-	pad  stepPad          // a padded step's arrays
-	act  stepBuffers
+	// mass and massFrom are the step's attention mass requests, one per sequence (nil
+	// when none asks; see Seq.Mass).
+	mass     [][]float32
+	massFrom []int
+	pad      stepPad // a padded step's arrays
+	act      stepBuffers
 }
 
 // upload binds and uploads the part's weights and the rotary frequencies (inside Run),
@@ -66,6 +72,7 @@ func (s *shard) upload(m source, path string, sent func(n int64)) error {
 	}
 	s.w = w
 	s.rope = backend.Rope{InvFreq: inv, Dim: r.dim, NeoX: r.neox, MScale: r.mscale}
+	s.hostRope = r
 	s.scale = float32(1 / math.Sqrt(float64(s.cfg.HeadDim)))
 	s.experts = make([][]backend.Expert, len(w.layers))
 	for l, lw := range w.layers {
@@ -98,6 +105,13 @@ func (s *shard) weightBytesPerToken() int64 {
 // backend replays steps like it as graphs.
 func (s *shard) prepare(b *Batch, blockSize int) {
 	b.fillMeta(&s.meta, blockSize)
+	s.mass, s.massFrom = s.mass[:0], s.massFrom[:0]
+	for _, q := range b.Seqs {
+		s.mass, s.massFrom = append(s.mass, q.Mass), append(s.massFrom, q.MassFrom)
+	}
+	if !slices.ContainsFunc(s.mass, func(m []float32) bool { return m != nil }) {
+		s.mass, s.massFrom = s.mass[:0], s.massFrom[:0]
+	}
 	if g, ok := s.be.(backend.StepGrapher); ok {
 		s.padStep(g, blockSize)
 	}
@@ -341,6 +355,12 @@ func (s *shard) attention(l int, a *activations, kv backend.KVCache, st backend.
 	}
 	if err := be.Attention(a.att, a.q, kv, l, s.scale, st); err != nil {
 		return err
+	}
+	if len(s.mass) > 0 {
+		// Checked by Model.check: the backend reports mass.
+		if err := be.(backend.AttentionMasser).AttentionMass(s.mass, s.massFrom, a.q, kv, l, s.scale, st); err != nil {
+			return err
+		}
 	}
 	if err := be.MatMul(a.ffnOut, a.att, lw.o); err != nil {
 		return err

@@ -137,7 +137,7 @@ func (s *Server) chatRequest(ctx context.Context, req *chatRequest) (kvasir.Requ
 	if apiErr := s.cfg.checkLogprobs(lps, logprobsParam(params)); apiErr != nil {
 		return kvasir.Request{}, nil, apiErr
 	}
-	return kvasir.Request{PromptTokens: ids, Params: params, Priority: req.Priority, CacheSalt: req.CacheSalt, Processors: procs}, tools, nil
+	return kvasir.Request{PromptTokens: ids, Params: params, Priority: req.Priority, CacheSalt: req.CacheSalt, Processors: procs, KVPolicy: req.KVPolicy.request()}, tools, nil
 }
 
 // renderChat validates messages, renders them with the chat template and tokenizes the

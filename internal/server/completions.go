@@ -156,7 +156,7 @@ func (s *Server) completionRequests(req *completionRequest) ([]kvasir.Request, *
 	}
 	reqs := make([]kvasir.Request, len(req.Prompt))
 	for i, ids := range prompts {
-		reqs[i] = kvasir.Request{PromptTokens: ids, Params: params, Priority: req.Priority, CacheSalt: req.CacheSalt, Processors: procs}
+		reqs[i] = kvasir.Request{PromptTokens: ids, Params: params, Priority: req.Priority, CacheSalt: req.CacheSalt, Processors: procs, KVPolicy: req.KVPolicy.request()}
 		// Each prompt's output has a processor of its own, in the same (fresh) state.
 		procs = cloneProcessors(procs)
 	}

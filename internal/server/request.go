@@ -53,6 +53,7 @@ type commonRequest struct {
 	User                   string             `json:"user"`
 	Priority               int                `json:"priority"`
 	CacheSalt              string             `json:"cache_salt"`
+	KVPolicy               *kvPolicyField     `json:"kv_policy"`
 	Stream                 bool               `json:"stream"`
 	StreamOptions          *streamOptions     `json:"stream_options"`
 	// PromptLogprobs, UseBeamSearch and LengthPenalty are vLLM's extensions, checked by

@@ -327,3 +327,40 @@ func (b *Backend) Logits(dst []float32, x, w backend.Tensor) error {
 	}
 	return matMul(b.pool, dst, wm, xs.f32, xs.rows())
 }
+
+// AttentionMass adds the attention probabilities of the sequences that ask to their mass
+// (see backend.AttentionMasser).
+func (b *Backend) AttentionMass(mass [][]float32, from []int, q backend.Tensor, kv backend.KVCache, layer int, scale float32, st backend.Step) error {
+	qs, err := activation("attention mass", "q", q)
+	if err != nil {
+		return err
+	}
+	_, l, err := cache("attention mass", kv, layer)
+	if err != nil {
+		return err
+	}
+	s, err := stepOf("attention mass", st)
+	if err != nil {
+		return err
+	}
+	m := s.meta
+	if len(mass) != m.NumSeqs() || len(from) != m.NumSeqs() {
+		return fmt.Errorf("cpu attention mass: %d masses and %d offsets for %d sequences", len(mass), len(from), m.NumSeqs())
+	}
+	qDim := qs.cols()
+	ctx := s.contextIndices()
+	for i, ms := range mass {
+		if ms == nil {
+			continue
+		}
+		t0, t1 := int(m.QueryStarts[i])+from[i], int(m.QueryStarts[i+1])
+		if from[i] < 0 || t0 > t1 {
+			return fmt.Errorf("cpu attention mass: sequence %d: rows from %d of %d", i, from[i], t1-int(m.QueryStarts[i]))
+		}
+		table := m.BlockTables[i*m.MaxBlocks : (i+1)*m.MaxBlocks]
+		if err := cpu.AttentionMass(b.pool, ms, qs.f32[t0*qDim:t1*qDim], t1-t0, qDim/l.HeadDim, l, table, ctx[t0:t1], scale); err != nil {
+			return fmt.Errorf("sequence %d: %w", i, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,328 @@
+package kvcache
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// This file holds KV policies: what a sequence keeps in its blocks when its KV must stay
+// within a token budget however long it grows.
+//
+// A policy is consulted once per step of a sequence, before the step's blocks are
+// allocated (Policy.Plan): it names the logical blocks to drop and how many new tokens the
+// step may add. The Manager drops them (Drop); the engine keeps, per sequence, how many
+// tokens were dropped, so that a token's index in the cache (its slot, and what attends to
+// it) is its index in the sequence less the tokens dropped before it.
+//
+// # Positions
+//
+// kvasir stores keys after RoPE (the backend's RopeKVWrite rotates them as it writes
+// them). A policy that drops tokens rotates every token by its index in the cache, as
+// StreamingLLM does: after a drop, the blocks behind the dropped ones hold keys
+// rotated for places they no longer have, so they are rotated back by the tokens dropped
+// (RoPE rotations compose, R(a)R(b) = R(a+b), so one rotation by -d moves a key from
+// position p to p-d). Positions then never exceed the budget, and generation goes on past
+// the model's context length. Each key is rotated at most once per block of the window
+// it moves through, so rounding does not pile up without bound.
+
+// PolicySpec names a KV policy and its settings: the --kv-policy flag and a request's
+// kv_policy field. A setting of -1 is unset: it takes the server's value (see Over) or the
+// policy's default.
+type PolicySpec struct {
+	// Name is the policy: "full" (keep everything; the default), "streaming", "h2o" or
+	// "snapkv".
+	Name string
+	// BudgetTokens caps the tokens a sequence holds (enforced in whole blocks: at most
+	// BudgetTokens/BlockSize blocks).
+	BudgetTokens int
+	// SinkTokens are the first tokens kept for good (the attention sinks); their blocks,
+	// ceil(SinkTokens/BlockSize), are never dropped.
+	SinkTokens int
+	// WindowTokens is the recent window kept; for streaming the window is what the budget
+	// leaves after the sinks, and WindowTokens, when set, must fit beside them. For h2o
+	// the recent tokens never dropped (default: half of what the budget leaves beside the
+	// sinks and two blocks); for snapkv the observation window too, the latest queries
+	// whose attention ranks the rest (default 32, less when the budget is small).
+	WindowTokens int
+}
+
+// Unset is the value of a PolicySpec setting that was not given.
+const Unset = -1
+
+// Policy names.
+const (
+	PolicyFull      = "full"
+	PolicyStreaming = "streaming"
+	PolicyH2O       = "h2o"
+	PolicySnapKV    = "snapkv"
+)
+
+// Streaming defaults.
+const (
+	DefaultSinkTokens   = 4
+	DefaultBudgetTokens = 1024
+	// DefaultObservationTokens is snapkv's default window: its observation window.
+	DefaultObservationTokens = 32
+)
+
+// FullSpec is the default policy: keep every token.
+func FullSpec() PolicySpec {
+	return PolicySpec{Name: PolicyFull, BudgetTokens: Unset, SinkTokens: Unset, WindowTokens: Unset}
+}
+
+// ParsePolicySpec parses NAME[:key=value,...], the form of the --kv-policy flag, with keys
+// budget_tokens, sink_tokens and window_tokens taking non-negative integers.
+func ParsePolicySpec(s string) (PolicySpec, error) {
+	spec := FullSpec()
+	name, rest, hasKeys := strings.Cut(strings.TrimSpace(s), ":")
+	spec.Name = strings.TrimSpace(name)
+	if spec.Name == "" {
+		return spec, fmt.Errorf("kv policy %q: no policy name", s)
+	}
+	if !hasKeys {
+		return spec, nil
+	}
+	for _, kv := range strings.Split(rest, ",") {
+		key, val, ok := strings.Cut(kv, "=")
+		key, val = strings.TrimSpace(key), strings.TrimSpace(val)
+		if !ok || key == "" {
+			return spec, fmt.Errorf("kv policy %q: %q is not key=value", s, kv)
+		}
+		n, err := strconv.Atoi(val)
+		if err != nil || n < 0 {
+			return spec, fmt.Errorf("kv policy %q: %s=%q is not a non-negative integer", s, key, val)
+		}
+		switch key {
+		case "budget_tokens":
+			spec.BudgetTokens = n
+		case "sink_tokens":
+			spec.SinkTokens = n
+		case "window_tokens":
+			spec.WindowTokens = n
+		default:
+			return spec, fmt.Errorf("kv policy %q: unknown key %q (have budget_tokens, sink_tokens, window_tokens)", s, key)
+		}
+	}
+	return spec, nil
+}
+
+// String formats s as ParsePolicySpec reads it.
+func (s PolicySpec) String() string {
+	var keys []string
+	for _, kv := range []struct {
+		k string
+		v int
+	}{{"budget_tokens", s.BudgetTokens}, {"sink_tokens", s.SinkTokens}, {"window_tokens", s.WindowTokens}} {
+		if kv.v != Unset {
+			keys = append(keys, kv.k+"="+strconv.Itoa(kv.v))
+		}
+	}
+	if len(keys) == 0 {
+		return s.Name
+	}
+	return s.Name + ":" + strings.Join(keys, ",")
+}
+
+// Over returns s with its unset parts taken from base (a request's policy over the
+// server's): an empty name takes base's name, and unset settings take base's when the
+// names agree.
+func (s PolicySpec) Over(base PolicySpec) PolicySpec {
+	if s.Name == "" {
+		s.Name = base.Name
+	}
+	if s.Name != base.Name {
+		return s
+	}
+	if s.BudgetTokens == Unset {
+		s.BudgetTokens = base.BudgetTokens
+	}
+	if s.SinkTokens == Unset {
+		s.SinkTokens = base.SinkTokens
+	}
+	if s.WindowTokens == Unset {
+		s.WindowTokens = base.WindowTokens
+	}
+	return s
+}
+
+// Policy decides what a sequence keeps in its blocks. It is immutable and may be shared
+// by the sequences of a request.
+type Policy interface {
+	// Spec returns the settings the policy runs with, defaults filled in.
+	Spec() PolicySpec
+	// Drops reports whether the policy ever drops tokens. A sequence under such a policy
+	// rotates its tokens by their index in the cache (see the file comment), does not
+	// publish blocks to the prefix cache (its blocks stop matching the hash chain of its
+	// tokens) and does not draft.
+	Drops() bool
+	// MassWindow says whether the policy ranks the cache by attention mass (see
+	// model.Seq.Mass), and over which queries: window 0 all of them since the sequence
+	// began (accumulated, H2O), window w > 0 the latest w (SnapKV's observation window).
+	MassWindow() (asks bool, window int)
+	// Plan is asked before a step that would add want >= 1 tokens to a sequence whose
+	// cache holds cached tokens, with mass the attention mass of each cache entry when the
+	// policy asks for it (MassWindow; nil otherwise): it returns the logical blocks to
+	// drop first, [from, from+n) (n 0: none), and how many of the want tokens the step may
+	// add, at least 1.
+	Plan(cached, want int, mass []float32) (from, n, room int)
+}
+
+// NewPolicy checks spec and returns its policy for blocks of blockSize tokens.
+func NewPolicy(spec PolicySpec, blockSize int) (Policy, error) {
+	switch spec.Name {
+	case PolicyFull, "":
+		if spec.BudgetTokens != Unset || spec.SinkTokens != Unset || spec.WindowTokens != Unset {
+			return nil, fmt.Errorf("kv policy full keeps every token: it takes no budget_tokens, sink_tokens or window_tokens")
+		}
+		return fullPolicy{}, nil
+	case PolicyStreaming:
+		return newStreaming(spec, blockSize)
+	case PolicyH2O, PolicySnapKV:
+		return newHeavyHitters(spec, blockSize)
+	}
+	return nil, fmt.Errorf("unknown kv policy %q (have full, streaming, h2o, snapkv)", spec.Name)
+}
+
+// fullPolicy keeps every token: today's paged cache.
+type fullPolicy struct{}
+
+func (fullPolicy) Spec() PolicySpec { return FullSpec() }
+
+func (fullPolicy) Drops() bool { return false }
+
+func (fullPolicy) MassWindow() (bool, int) { return false, 0 }
+
+func (fullPolicy) Plan(cached, want int, mass []float32) (int, int, int) { return 0, 0, want }
+
+// streaming is StreamingLLM (Xiao et al., 2023) on blocks: the sink blocks, then a window
+// of the most recent blocks, the blocks between dropped whole, oldest first; tokens
+// rotated by their index in the cache.
+type streaming struct {
+	spec       PolicySpec
+	bs         int
+	maxBlocks  int // budget in blocks
+	sinkBlocks int
+}
+
+func newStreaming(spec PolicySpec, bs int) (Policy, error) {
+	if spec.SinkTokens == Unset {
+		spec.SinkTokens = DefaultSinkTokens
+	}
+	if spec.BudgetTokens == Unset {
+		spec.BudgetTokens = DefaultBudgetTokens
+		if spec.WindowTokens != Unset {
+			spec.BudgetTokens = spec.SinkTokens + spec.WindowTokens
+		}
+	}
+	if spec.WindowTokens == Unset {
+		spec.WindowTokens = max(0, spec.BudgetTokens-spec.SinkTokens)
+	}
+	if spec.SinkTokens+spec.WindowTokens > spec.BudgetTokens {
+		return nil, fmt.Errorf("kv policy streaming: budget_tokens %d is below sink_tokens %d + window_tokens %d", spec.BudgetTokens, spec.SinkTokens, spec.WindowTokens)
+	}
+	p := &streaming{spec: spec, bs: bs, maxBlocks: spec.BudgetTokens / bs, sinkBlocks: (spec.SinkTokens + bs - 1) / bs}
+	if p.maxBlocks < p.sinkBlocks+2 {
+		return nil, fmt.Errorf("kv policy streaming: budget_tokens %d holds %d blocks of %d tokens: too few for the %d sink block(s) of sink_tokens %d and a window of at least 2 blocks",
+			spec.BudgetTokens, p.maxBlocks, bs, p.sinkBlocks, spec.SinkTokens)
+	}
+	return p, nil
+}
+
+func (p *streaming) Spec() PolicySpec { return p.spec }
+
+func (p *streaming) Drops() bool { return true }
+
+// Plan drops the fewest old window blocks that make room for the step's first block of
+// tokens (a decode token, or up to a block of a prompt chunk), then lets the step fill
+// what the budget leaves. Only full blocks are dropped, so at least maxBlocks-sinkBlocks-1
+// whole blocks of the most recent tokens stay before the step's first token.
+func (p *streaming) MassWindow() (bool, int) { return false, 0 }
+
+func (p *streaming) Plan(cached, want int, mass []float32) (from, n, room int) {
+	bs := p.bs
+	first := min(want, bs)
+	if over := (cached+first+bs-1)/bs - p.maxBlocks; over > 0 {
+		n = min(over, max(0, cached/bs-p.sinkBlocks))
+	}
+	room = min(want, p.maxBlocks*bs-(cached-n*bs))
+	return p.sinkBlocks, n, room
+}
+
+// heavyHitters keeps the blocks the sequence's attention goes to: the sink blocks, the
+// recent window, and of the blocks between those with the most attention mass; when the
+// budget is full, the block with the least goes (the oldest among equals). h2o (Zhang et
+// al., 2023) ranks by the mass of every query so far; snapkv (Li et al., 2024) by that of
+// the latest queries only, its observation window, as SnapKV selects at the end of a
+// prompt, here at every drop so that a sequence of any length stays within its budget.
+//
+// Both select whole blocks by the mass summed over the block's tokens, its heads and its
+// layers: the paged layout shares one block table across heads and layers, so selection
+// per KV head (as SnapKV does) or per layer (as H2O does) does not fit it. Tokens are
+// rotated by their place in the cache, as streaming's are.
+type heavyHitters struct {
+	spec                               PolicySpec
+	bs, maxBlocks, sinkBlocks, recentB int
+	window                             int // mass window: 0 for h2o
+}
+
+func newHeavyHitters(spec PolicySpec, bs int) (Policy, error) {
+	if spec.SinkTokens == Unset {
+		spec.SinkTokens = DefaultSinkTokens
+	}
+	if spec.BudgetTokens == Unset {
+		spec.BudgetTokens = DefaultBudgetTokens
+	}
+	if spec.WindowTokens == Unset {
+		// What the budget leaves beside the sink blocks and the two blocks a drop needs
+		// (a candidate and the block being filled): h2o keeps half of it recent, snapkv
+		// up to its observation window.
+		room := max(0, spec.BudgetTokens/bs-(spec.SinkTokens+bs-1)/bs-2) * bs
+		spec.WindowTokens = min(DefaultObservationTokens, room)
+		if spec.Name == PolicyH2O {
+			spec.WindowTokens = room / 2
+		}
+	}
+	if spec.SinkTokens+spec.WindowTokens > spec.BudgetTokens {
+		return nil, fmt.Errorf("kv policy %s: budget_tokens %d is below sink_tokens %d + window_tokens %d", spec.Name, spec.BudgetTokens, spec.SinkTokens, spec.WindowTokens)
+	}
+	p := &heavyHitters{spec: spec, bs: bs, maxBlocks: spec.BudgetTokens / bs, sinkBlocks: (spec.SinkTokens + bs - 1) / bs, recentB: (spec.WindowTokens + bs - 1) / bs}
+	if spec.Name == PolicySnapKV {
+		p.window = max(1, spec.WindowTokens)
+	}
+	if p.maxBlocks < p.sinkBlocks+p.recentB+2 {
+		return nil, fmt.Errorf("kv policy %s: budget_tokens %d holds %d blocks of %d tokens: too few for the %d sink block(s) of sink_tokens %d, the %d of window_tokens %d and 2 more",
+			spec.Name, spec.BudgetTokens, p.maxBlocks, bs, p.sinkBlocks, spec.SinkTokens, p.recentB, spec.WindowTokens)
+	}
+	return p, nil
+}
+
+func (p *heavyHitters) Spec() PolicySpec { return p.spec }
+
+func (p *heavyHitters) Drops() bool { return true }
+
+func (p *heavyHitters) MassWindow() (bool, int) { return true, p.window }
+
+// Plan drops, when the step's first block of tokens would pass the budget, the full block
+// outside the sinks and the recent window with the least mass.
+func (p *heavyHitters) Plan(cached, want int, mass []float32) (from, n, room int) {
+	bs := p.bs
+	first := min(want, bs)
+	if (cached+first+bs-1)/bs > p.maxBlocks {
+		// Validation leaves at least one candidate: cached > (maxBlocks-1) x bs.
+		lo, hi := p.sinkBlocks, cached/bs-p.recentB
+		best, bestMass := lo, float32(0)
+		for b := lo; b < hi; b++ {
+			var m float32
+			for _, x := range mass[min(len(mass), b*bs):min(len(mass), (b+1)*bs)] {
+				m += x
+			}
+			if b == lo || m < bestMass {
+				best, bestMass = b, m
+			}
+		}
+		from, n = best, 1
+	}
+	room = min(want, p.maxBlocks*bs-(cached-n*bs))
+	return from, n, room
+}

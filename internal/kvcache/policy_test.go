@@ -1,0 +1,210 @@
+package kvcache
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestParsePolicySpec(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want PolicySpec
+	}{
+		{"full", PolicySpec{Name: "full", BudgetTokens: Unset, SinkTokens: Unset, WindowTokens: Unset}},
+		{"streaming:budget_tokens=64,sink_tokens=0", PolicySpec{Name: "streaming", BudgetTokens: 64, SinkTokens: 0, WindowTokens: Unset}},
+		{" streaming : window_tokens = 60 ", PolicySpec{Name: "streaming", BudgetTokens: Unset, SinkTokens: Unset, WindowTokens: 60}},
+	} {
+		got, err := ParsePolicySpec(c.in)
+		if err != nil || got != c.want {
+			t.Errorf("ParsePolicySpec(%q) = %+v, %v; want %+v", c.in, got, err, c.want)
+		}
+		again, err := ParsePolicySpec(got.String())
+		if err != nil || again != got {
+			t.Errorf("%q does not read back: %+v, %v", got.String(), again, err)
+		}
+	}
+	for _, in := range []string{"", ":budget_tokens=4", "streaming:budget_tokens=1.5", "streaming:budget_tokens=-4",
+		"streaming:budget=64", "streaming:budget_tokens", "streaming:,"} {
+		if _, err := ParsePolicySpec(in); err == nil {
+			t.Errorf("ParsePolicySpec(%q) took it", in)
+		}
+	}
+}
+
+func TestNewPolicy(t *testing.T) {
+	spec := func(s string) PolicySpec {
+		p, err := ParsePolicySpec(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, c := range []struct{ in, err string }{
+		{"h2o_typo", "unknown kv policy"},
+		{"h2o:budget_tokens=64,window_tokens=48", "too few"},
+		{"snapkv:budget_tokens=64,window_tokens=64,sink_tokens=4", "below sink_tokens"},
+		{"full:budget_tokens=64", "takes no"},
+		{"streaming:budget_tokens=64,sink_tokens=4,window_tokens=61", "below sink_tokens 4 + window_tokens 61"},
+		{"streaming:budget_tokens=40,sink_tokens=4", "too few"},
+	} {
+		if _, err := NewPolicy(spec(c.in), 16); err == nil || !strings.Contains(err.Error(), c.err) {
+			t.Errorf("%s: error %v, want one saying %q", c.in, err, c.err)
+		}
+	}
+	p, err := NewPolicy(spec("streaming:window_tokens=60"), 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Spec(); got.BudgetTokens != 64 || got.SinkTokens != DefaultSinkTokens || got.WindowTokens != 60 {
+		t.Errorf("defaults: %+v", got)
+	}
+	// A request's unset keys take the server's when it names the same policy.
+	server := spec("streaming:budget_tokens=128,sink_tokens=8")
+	if got := spec("streaming:budget_tokens=64").Over(server); got.SinkTokens != 8 || got.BudgetTokens != 64 {
+		t.Errorf("over the server's: %+v", got)
+	}
+	if got := (PolicySpec{BudgetTokens: 96, SinkTokens: Unset, WindowTokens: Unset}).Over(server); got.Name != "streaming" || got.BudgetTokens != 96 || got.SinkTokens != 8 {
+		t.Errorf("unnamed over the server's: %+v", got)
+	}
+	if got := FullSpec().Over(server); got != FullSpec() {
+		t.Errorf("full over streaming: %+v", got)
+	}
+}
+
+// The streaming plan keeps a sequence within its budget and its sinks whatever it is
+// asked, drops only full window blocks, and always lets a step progress.
+func TestStreamingPlan(t *testing.T) {
+	const bs = 4
+	p, err := NewPolicy(PolicySpec{Name: PolicyStreaming, BudgetTokens: 22, SinkTokens: 5, WindowTokens: Unset}, bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const maxBlocks, sinkBlocks = 5, 2
+	for _, want := range []int{1, 3, 4, 7, 100} {
+		cached := 0
+		for range 200 {
+			from, n, room := p.Plan(cached, want, nil)
+			if room < 1 || room > want {
+				t.Fatalf("want %d, cached %d: room %d", want, cached, room)
+			}
+			if n > 0 && (from != sinkBlocks || from+n > cached/bs) {
+				t.Fatalf("want %d, cached %d: drops blocks [%d, %d)", want, cached, from, from+n)
+			}
+			cached += room - n*bs
+			if blocks := (cached + bs - 1) / bs; blocks > maxBlocks {
+				t.Fatalf("want %d: %d blocks held, budget %d", want, blocks, maxBlocks)
+			}
+		}
+		if cached < (maxBlocks-1)*bs {
+			t.Errorf("want %d: only %d tokens held in the end", want, cached)
+		}
+	}
+}
+
+// Drop closes the gap and releases the blocks; Privatize copies shared blocks and takes
+// the rest out of the prefix cache.
+func TestDropAndPrivatize(t *testing.T) {
+	m := newTestManager(t, Config{NumBlocks: 16, BlockSize: 4})
+	toks := seqTokens(1, 20)
+	admit(t, m, "a", toks, "")
+	if err := m.Fork("a", "b"); err != nil {
+		t.Fatal(err)
+	}
+	before := m.BlockTable("a")
+	if err := m.Drop("a", 1, 2); err != nil {
+		t.Fatal(err)
+	}
+	mustCheck(t, m)
+	if got, want := m.BlockTable("a"), append(slices.Clone(before[:1]), before[3:]...); !slices.Equal(got, want) {
+		t.Fatalf("after the drop: %v, want %v", got, want)
+	}
+	ok, err := m.Privatize("a", 1)
+	if err != nil || !ok {
+		t.Fatalf("privatize: %v %v", ok, err)
+	}
+	mustCheck(t, m)
+	got := m.BlockTable("a")
+	if got[0] != before[0] {
+		t.Errorf("block 0 (not asked) changed")
+	}
+	copies := m.TakeCopies()
+	if len(copies) != 2 || copies[0].Src != before[3] || copies[1].Src != before[4] {
+		t.Errorf("copies %v for shared blocks %v", copies, before[3:])
+	}
+	for _, b := range got[1:] {
+		if slices.Contains(m.BlockTable("b"), b) {
+			t.Errorf("block %d still shared after privatize", b)
+		}
+	}
+	if err := m.Drop("a", 1, 5); err == nil {
+		t.Error("a drop past the table was taken")
+	}
+	m.Free("a")
+	m.Free("b")
+	mustCheck(t, m)
+	if m.NumFreeBlocks() != 15 {
+		t.Errorf("%d blocks free, want 15", m.NumFreeBlocks())
+	}
+}
+
+func FuzzParsePolicySpec(f *testing.F) {
+	for _, s := range []string{"full", "streaming:budget_tokens=64,sink_tokens=4,window_tokens=60", "x:a=1", "streaming:budget_tokens=99999999999999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		spec, err := ParsePolicySpec(s)
+		if err != nil {
+			return
+		}
+		again, err := ParsePolicySpec(spec.String())
+		if err != nil || again != spec {
+			t.Fatalf("%q -> %+v -> %q -> %+v, %v", s, spec, spec.String(), again, err)
+		}
+		if p, err := NewPolicy(spec, 16); err == nil && p.Drops() {
+			cached := 0
+			for range 50 {
+				_, n, room := p.Plan(cached, 17, nil)
+				if room < 1 {
+					t.Fatalf("%s: no room at %d cached", spec, cached)
+				}
+				cached += room - n*16
+				if cached > p.Spec().BudgetTokens {
+					t.Fatalf("%s: %d tokens held", spec, cached)
+				}
+			}
+		}
+	})
+}
+
+// h2o and snapkv drop the block with the least mass outside the sinks and the recent
+// window (the oldest among equals), and only when the budget is full.
+func TestHeavyHittersPlan(t *testing.T) {
+	const bs = 4
+	p, err := NewPolicy(PolicySpec{Name: PolicyH2O, BudgetTokens: 24, SinkTokens: 4, WindowTokens: 4}, bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mass := make([]float32, 24)
+	for j := range mass {
+		mass[j] = 1
+	}
+	mass[0], mass[9] = 0, 0.1 // the sink block stays; block 2 has the least mass
+	mass[20] = 0              // the recent window (block 5) stays
+	if from, n, room := p.Plan(24, 1, mass); from != 2 || n != 1 || room != 1 {
+		t.Errorf("full budget: drop [%d, %d), room %d; want block 2, room 1", from, from+n, room)
+	}
+	if _, n, room := p.Plan(20, 3, mass[:20]); n != 0 || room != 3 {
+		t.Errorf("room left: %d dropped, room %d", n, room)
+	}
+	if from, _, _ := p.Plan(24, 1, make([]float32, 24)); from != 1 {
+		t.Errorf("equal mass: dropped block %d, want the oldest outside the sinks (1)", from)
+	}
+	if asks, w := p.MassWindow(); !asks || w != 0 {
+		t.Errorf("h2o mass window %v %d", asks, w)
+	}
+	s, _ := NewPolicy(PolicySpec{Name: PolicySnapKV, BudgetTokens: 64, SinkTokens: 4, WindowTokens: Unset}, 16)
+	if asks, w := s.MassWindow(); !asks || w != 16 || s.Spec().WindowTokens != 16 {
+		t.Errorf("snapkv at 64: mass window %v %d, spec %+v", asks, w, s.Spec())
+	}
+}

@@ -1,0 +1,103 @@
+package model
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/kvasir-llm/kvasir/internal/quant"
+)
+
+// ShiftKeys rotates the keys held in blocks, every layer of every rank, by delta positions:
+// a key written at position p reads afterwards as written at p+delta. Values are left as
+// they are. Keys are cached after RoPE, and RoPE rotations compose (R(a)R(b) = R(a+b)), so
+// this is how a KV policy that drops tokens moves the keys behind them to their new place
+// in the cache (StreamingLLM's positions). YaRN's attention factor is not applied again.
+//
+// It goes through the host (ReadBlocks, rotate, WriteBlocks), so it works on every backend
+// that moves blocks; its cost is the blocks' bytes both ways, paid once per dropped block.
+func (kv *KVCache) ShiftKeys(blocks []int32, delta int) error {
+	if len(blocks) == 0 || delta == 0 {
+		return nil
+	}
+	buf := make([]byte, len(blocks)*kv.BlockBytes())
+	if err := kv.ReadBlocks(blocks, buf); err != nil {
+		return fmt.Errorf("shift keys: %w", err)
+	}
+	total := kv.BlockBytes()
+	off := 0
+	for r, s := range kv.m.ranks {
+		spec := kv.parts[r].Spec()
+		per := spec.BlockBytes()
+		eb := spec.DType.BlockBytes()
+		rot, err := newKeyRotation(s.hostRope, delta, spec.DType)
+		if err != nil {
+			return fmt.Errorf("shift keys: %w", err)
+		}
+		// Host layout: within a block, layer after layer, each the keys (BlockSize slots
+		// of KVHeads x HeadDim elements) then the values.
+		keyBytes := spec.BlockSize * spec.KVHeads * spec.HeadDim * eb
+		vec := make([]float32, spec.HeadDim)
+		for i := range blocks {
+			part := buf[i*total+off:][:per]
+			for l := range spec.Layers {
+				keys := part[l*2*keyBytes:][:keyBytes]
+				for h := 0; h < len(keys); h += spec.HeadDim * eb {
+					rot.apply(keys[h:h+spec.HeadDim*eb], vec)
+				}
+			}
+		}
+		off += per
+	}
+	if err := kv.WriteBlocks(blocks, buf); err != nil {
+		return fmt.Errorf("shift keys: %w", err)
+	}
+	return nil
+}
+
+// keyRotation rotates head vectors stored as elements of one type by a fixed angle per pair.
+type keyRotation struct {
+	r        *rope
+	cos, sin []float32
+	dtype    quant.Type
+}
+
+func newKeyRotation(r *rope, delta int, dt quant.Type) (*keyRotation, error) {
+	if r == nil {
+		return nil, fmt.Errorf("the model has no rotary frequencies")
+	}
+	if dt != quant.F32 && dt != quant.F16 && dt != quant.BF16 {
+		return nil, fmt.Errorf("cache element type %s", dt)
+	}
+	k := &keyRotation{r: r, cos: make([]float32, len(r.invFreq)), sin: make([]float32, len(r.invFreq)), dtype: dt}
+	for i, f := range r.invFreq {
+		s, c := math.Sincos(float64(delta) * float64(f))
+		k.cos[i], k.sin[i] = float32(c), float32(s)
+	}
+	return k, nil
+}
+
+// apply rotates the head vector stored in b, decoding it into vec and encoding it back.
+func (k *keyRotation) apply(b []byte, vec []float32) {
+	for i := range vec {
+		switch k.dtype {
+		case quant.F32:
+			vec[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		case quant.F16:
+			vec[i] = quant.F16ToF32(binary.LittleEndian.Uint16(b[2*i:]))
+		default:
+			vec[i] = quant.BF16ToF32(binary.LittleEndian.Uint16(b[2*i:]))
+		}
+	}
+	k.r.apply(vec, k.cos, k.sin)
+	for i, v := range vec {
+		switch k.dtype {
+		case quant.F32:
+			binary.LittleEndian.PutUint32(b[4*i:], math.Float32bits(v))
+		case quant.F16:
+			binary.LittleEndian.PutUint16(b[2*i:], quant.F32ToF16(v))
+		default:
+			binary.LittleEndian.PutUint16(b[2*i:], quant.F32ToBF16(v))
+		}
+	}
+}

@@ -1,0 +1,126 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/quant"
+)
+
+// prefillAt runs tokens as one prefill chunk of a sequence over table, its i-th token
+// rotated as at position pos0+i and cached at context index i.
+func prefillAt(t *testing.T, m *Model, kv *KVCache, table []int32, tokens []int32, pos0 int) {
+	t.Helper()
+	bs := kv.BlockSize
+	b := &Batch{Seqs: []Seq{{BlockTable: table, QueryLen: len(tokens), ContextLen: len(tokens)}}}
+	for i, tok := range tokens {
+		b.Tokens = append(b.Tokens, tok)
+		b.Positions = append(b.Positions, int32(pos0+i))
+		b.SlotMapping = append(b.SlotMapping, table[i/bs]*int32(bs)+int32(i%bs))
+	}
+	if _, err := m.Forward(b, kv); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestShiftKeys: a context computed at positions d, d+1, ... whose keys ShiftKeys rotates
+// by -d decodes the next token as the same context computed at 0, 1, ... does, up to
+// rounding (attention depends on positions only through q-k rotations, and the values
+// do not depend on positions at all); left unshifted it decodes otherwise. Interleaved
+// and NeoX RoPE, GQA, F32 and F16 caches, a model split by tensor.
+func TestShiftKeys(t *testing.T) {
+	const bs, n = 4, 10
+	tokens := testTokens(n)
+	for name, fm := range positionShapes(t) {
+		for _, tc := range []struct {
+			p  Parallel
+			dt quant.Type
+		}{{Parallel{1, 1}, quant.F32}, {Parallel{1, 1}, quant.F16}, {Parallel{2, 1}, quant.F32}} {
+			t.Run(fmt.Sprintf("%s/tp%d/%s", name, tc.p.Tensor, tc.dt), func(t *testing.T) {
+				m := cpuModel(t, fm, tc.p, tc.dt)
+				kv, err := m.NewKVCache(12, bs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				plain, moved := []int32{1, 2, 3}, []int32{7, 4, 9}
+				prefillAt(t, m, kv, plain, tokens, 0)
+				want := decodeAt(t, m, kv, plain, 77, n)
+				for _, d := range []int{16, 300} {
+					prefillAt(t, m, kv, moved, tokens, d)
+					unshifted := decodeAt(t, m, kv, moved, 77, n)
+					prefillAt(t, m, kv, moved, tokens, d) // the decode wrote slot n
+					if err := kv.ShiftKeys(moved, -d); err != nil {
+						t.Fatal(err)
+					}
+					got := decodeAt(t, m, kv, moved, 77, n)
+					// F16 keys are rounded at their first position and again after the
+					// rotation: a few half-precision ulps.
+					tol := map[quant.Type]float64{quant.F32: 5e-5, quant.F16: 2e-3}[tc.dt]
+					e := relErr([][]float32{got}, [][]float32{want})
+					if e > tol {
+						t.Errorf("shift %d: logits %.3g from the unshifted context's (relative), allowed %g", d, e, tol)
+					}
+					if u := relErr([][]float32{unshifted}, [][]float32{want}); u < 10*e || u < 1e-3 {
+						t.Errorf("shift %d: without the shift the logits are %.3g apart, with it %.3g: the test shows nothing", d, u, e)
+					}
+				}
+				if err := kv.ShiftKeys([]int32{99}, 1); err == nil {
+					t.Error("a shift of a block outside the cache was taken")
+				}
+			})
+		}
+	}
+}
+
+// TestAttentionMassForward: a step's attention mass, asked for a sequence's tokens from
+// its MassFrom-th, sums to layers x heads x those tokens (each head's probabilities sum to
+// 1), is added to what the buffer held, leaves the logits as they are, and is refused by a
+// split model.
+func TestAttentionMassForward(t *testing.T) {
+	const bs = 4
+	tokens := testTokens(11)
+	fm := positionShapes(t)["qwen2.5-0.5b"]
+	c := fm.Config
+	run := func(m *Model, mass []float32) ([]float32, error) {
+		kv, err := m.NewKVCache(8, bs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		table := []int32{5, 2, 7}
+		b := &Batch{Seqs: []Seq{{BlockTable: table, QueryLen: len(tokens), ContextLen: len(tokens), Mass: mass, MassFrom: 3}}, LogitsIndices: []int{10}}
+		for i, tok := range tokens {
+			b.Tokens, b.Positions = append(b.Tokens, tok), append(b.Positions, int32(i))
+			b.SlotMapping = append(b.SlotMapping, table[i/bs]*bs+int32(i%bs))
+		}
+		return m.Forward(b, kv)
+	}
+	m := cpuModel(t, fm, Parallel{1, 1}, quant.F32)
+	mass := make([]float32, 12)
+	mass[11] = 5 // past the context: left as it is
+	got, err := run(m, mass)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := run(m, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := relErr([][]float32{got}, [][]float32{want}); e != 0 {
+		t.Errorf("asking for mass changed the logits by %.3g", e)
+	}
+	var sum float64
+	for _, x := range mass[:11] {
+		sum += float64(x)
+	}
+	if w := float64(c.Layers * c.Heads * (len(tokens) - 3)); math.Abs(sum-w) > 1e-3*w || mass[11] != 5 {
+		t.Errorf("mass sums to %v (entry 11: %v), want %v", sum, mass[11], w)
+	}
+	if mass[10] == 0 || mass[0] == 0 {
+		t.Errorf("mass %v: entries the queries attend to hold none", mass)
+	}
+	split := cpuModel(t, fm, Parallel{2, 1}, quant.F32)
+	if _, err := run(split, make([]float32, 11)); err == nil {
+		t.Error("a split model took a mass request")
+	}
+}
