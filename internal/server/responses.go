@@ -331,6 +331,10 @@ func inputMessages(raw json.RawMessage) ([]chatMessage, *APIError) {
 		return nil, badRequest("input", "input is required: a string or a list of input items")
 	}
 	if raw[0] == '"' {
+		var text string
+		if err := json.Unmarshal(raw, &text); err != nil {
+			return nil, badRequest("input", "input: %v", err)
+		}
 		return []chatMessage{{Role: "user", Content: raw}}, nil
 	}
 	var items []inputItem
@@ -386,6 +390,10 @@ func inputMessages(raw json.RawMessage) ([]chatMessage, *APIError) {
 func inputContent(param string, raw json.RawMessage) (json.RawMessage, *APIError) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) > 0 && raw[0] == '"' {
+		var text string
+		if err := json.Unmarshal(raw, &text); err != nil {
+			return nil, badRequest(param, "%s: %v", param, err)
+		}
 		return raw, nil
 	}
 	var parts []struct {
