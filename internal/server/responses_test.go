@@ -412,6 +412,18 @@ func TestResponsesBadInput(t *testing.T) {
 			t.Errorf("%s: param %v, want %q: %s", c.body, e["param"], c.param, body)
 		}
 	}
+	// A body a web page could POST without a preflight is refused before it is read.
+	req, _ := http.NewRequest(http.MethodPost, env.ts.URL+"/v1/responses", strings.NewReader(`{"input":"x"}`))
+	req.Header.Set("Content-Type", "text/plain")
+	res, err := env.ts.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if e := apiErrorOf(t, body); res.StatusCode != http.StatusUnsupportedMediaType || e["code"] != "unsupported_media_type" {
+		t.Errorf("text/plain body: %d %s", res.StatusCode, body)
+	}
 	waitIdle(t, env.eng, 5*time.Second)
 }
 
