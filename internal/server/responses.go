@@ -59,8 +59,9 @@ type textFormat struct {
 	Strict      *bool           `json:"strict,omitempty"`
 }
 
-// inputItem is one element of an input list: a message (type "message", or left out), a
-// function_call the model made earlier, or the function_call_output answering it.
+// inputItem is one element of an input list: a message (type "message", or left out), the
+// reasoning, function_call and message items of an earlier response's output, or the
+// function_call_output answering a call.
 type inputItem struct {
 	Type      string          `json:"type"`
 	Role      string          `json:"role"`
@@ -69,6 +70,23 @@ type inputItem struct {
 	Name      string          `json:"name"`
 	Arguments string          `json:"arguments"`
 	Output    json.RawMessage `json:"output"`
+	// ReasoningContent is a reasoning item's content (its "content" field, which a message
+	// item holds in Content).
+	ReasoningContent []reasoningText `json:"-"`
+}
+
+// UnmarshalJSON reads an item, with a reasoning item's content as ReasoningContent.
+func (it *inputItem) UnmarshalJSON(b []byte) error {
+	type plain inputItem
+	if err := json.Unmarshal(b, (*plain)(it)); err != nil {
+		return err
+	}
+	if it.Type == "reasoning" {
+		if err := json.Unmarshal(it.Content, &it.ReasoningContent); len(it.Content) > 0 && err != nil {
+			return fmt.Errorf("a reasoning item's content must be a list of reasoning_text parts")
+		}
+	}
+	return nil
 }
 
 // responseObject is a response: the answer of POST /v1/responses and GET
@@ -356,7 +374,19 @@ func inputMessages(raw json.RawMessage) ([]chatMessage, *APIError) {
 			if !chatRoles[it.Role] || it.Role == "tool" || it.Role == "function" {
 				return nil, badRequest(param+".role", "%s.role %q: expected user, assistant, system or developer", param, it.Role)
 			}
-			msgs = append(msgs, chatMessage{Role: it.Role, Content: content})
+			if n := len(msgs); it.Role == "assistant" && n > 0 && openAssistant(msgs[n-1]) {
+				msgs[n-1].Content = content // the message of the turn a reasoning item began
+			} else {
+				msgs = append(msgs, chatMessage{Role: it.Role, Content: content})
+			}
+		case "reasoning":
+			// An earlier response's reasoning, sent back with its output: the thinking of
+			// the assistant turn it begins.
+			var text strings.Builder
+			for _, c := range it.ReasoningContent {
+				text.WriteString(c.Text)
+			}
+			msgs = append(msgs, chatMessage{Role: "assistant", Content: json.RawMessage("null"), ReasoningContent: text.String()})
 		case "function_call":
 			if it.Name == "" || it.CallID == "" {
 				return nil, badRequest(param, "%s: a function_call item needs a call_id and a name", param)
@@ -379,10 +409,16 @@ func inputMessages(raw json.RawMessage) ([]chatMessage, *APIError) {
 			}
 			msgs = append(msgs, chatMessage{Role: "tool", ToolCallID: it.CallID, Content: content})
 		default:
-			return nil, unsupportedValue(param+".type", "%s.type %q: expected message, function_call or function_call_output", param, it.Type)
+			return nil, unsupportedValue(param+".type", "%s.type %q: expected message, reasoning, function_call or function_call_output", param, it.Type)
 		}
 	}
 	return msgs, nil
+}
+
+// openAssistant reports whether m is an assistant turn begun by a reasoning item alone,
+// which the turn's message completes.
+func openAssistant(m chatMessage) bool {
+	return m.Role == "assistant" && string(m.Content) == "null" && len(m.ToolCalls) == 0
 }
 
 // inputContent reads a message's content (or a function_call_output's output): a string or

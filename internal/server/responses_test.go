@@ -434,6 +434,7 @@ func FuzzResponsesInput(f *testing.F) {
 		`"hello"`, `[{"role":"user","content":"hi"}]`, `[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"a"}]}]`,
 		`[{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"x"}]`,
 		`[{"role":"user","content":[{"type":"input_image"}]}]`, `{"type":"function","name":"f","parameters":{"type":"object"}}`,
+		`[{"type":"reasoning","content":[{"type":"reasoning_text","text":"t"}]},{"role":"assistant","content":"a"}]`,
 		`{"type":"json_schema","name":"a","schema":{"type":"object"}}`, `{"type":"function","name":"f"}`, `[]`, `null`, `7`, `[{}]`,
 	} {
 		f.Add([]byte(seed))
@@ -465,4 +466,32 @@ func FuzzResponsesInput(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestResponsesInputItems checks an earlier response's output sent back as input (reasoning,
+// message and function_call items, as clients resend response.output) becomes one
+// assistant turn, and a function_call_output its tool message.
+func TestResponsesInputItems(t *testing.T) {
+	msgs, apiErr := inputMessages(json.RawMessage(`[{"role":"user","content":"Weather?"},
+		{"type":"reasoning","id":"rs_1","summary":[],"content":[{"type":"reasoning_text","text":"Think."}]},
+		{"type":"message","id":"msg_1","status":"completed","role":"assistant","content":[{"type":"output_text","text":"Checking.","annotations":[]}]},
+		{"type":"function_call","id":"fc_1","call_id":"call_1","name":"get_weather","arguments":"{\"city\":\"Paris\"}","status":"completed"},
+		{"type":"function_call_output","call_id":"call_1","output":"sunny"}]`))
+	if apiErr != nil {
+		t.Fatal(apiErr.Message)
+	}
+	if len(msgs) != 3 {
+		t.Fatalf("%d messages: %+v", len(msgs), msgs)
+	}
+	a := msgs[1]
+	if a.Role != "assistant" || string(a.Content) != `"Checking."` || a.ReasoningContent != "Think." || len(a.ToolCalls) != 1 ||
+		a.ToolCalls[0].ID != "call_1" || a.ToolCalls[0].Function.Name != "get_weather" || a.ToolCalls[0].Function.Arguments != `{"city":"Paris"}` {
+		t.Errorf("assistant turn %+v", a)
+	}
+	if m := msgs[2]; m.Role != "tool" || m.ToolCallID != "call_1" || string(m.Content) != `"sunny"` {
+		t.Errorf("tool message %+v", m)
+	}
+	if _, apiErr := inputMessages(json.RawMessage(`[{"type":"reasoning","content":"x"}]`)); apiErr == nil || apiErr.Param != "input" {
+		t.Errorf("a reasoning item with string content: %+v", apiErr)
+	}
 }
