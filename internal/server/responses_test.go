@@ -427,8 +427,9 @@ func TestResponsesBadInput(t *testing.T) {
 	waitIdle(t, env.eng, 5*time.Second)
 }
 
-// FuzzResponsesInput feeds arbitrary input, tools, tool_choice and text.format values to
-// the Responses readers: they must never panic, and what they accept must be valid chat.
+// FuzzResponsesInput feeds arbitrary bytes to the Responses readers, as a whole request and
+// as its input, tools, tool_choice and text.format values: they must never panic, what they
+// accept must be valid chat, and what they refuse must name the field.
 func FuzzResponsesInput(f *testing.F) {
 	for _, seed := range []string{
 		`"hello"`, `[{"role":"user","content":"hi"}]`, `[{"type":"message","role":"assistant","content":[{"type":"output_text","text":"a"}]}]`,
@@ -436,6 +437,9 @@ func FuzzResponsesInput(f *testing.F) {
 		`[{"role":"user","content":[{"type":"input_image"}]}]`, `{"type":"function","name":"f","parameters":{"type":"object"}}`,
 		`[{"type":"reasoning","content":[{"type":"reasoning_text","text":"t"}]},{"role":"assistant","content":"a"}]`,
 		`{"type":"json_schema","name":"a","schema":{"type":"object"}}`, `{"type":"function","name":"f"}`, `[]`, `null`, `7`, `[{}]`,
+		`{"input":"hi","instructions":"be brief","max_output_tokens":5,"tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"function","name":"f"}}`,
+		`{"input":[{"role":"user","content":"x"}],"text":{"format":{"type":"json_schema","name":"a","schema":{}}},"previous_response_id":"resp_x"}`,
+		`{"input":"x","background":true,"max_output_tokens":0}`,
 	} {
 		f.Add([]byte(seed))
 	}
@@ -455,6 +459,18 @@ func FuzzResponsesInput(f *testing.F) {
 		if choice, apiErr := chatToolChoice(raw); apiErr == nil {
 			if _, _, apiErr := parseToolChoice(choice); apiErr != nil && apiErr.Param != "tool_choice" {
 				t.Errorf("tool_choice error %+v", apiErr)
+			}
+		}
+		// The whole request: decoded and turned into a chat request, or refused naming a field.
+		var req responsesRequest
+		if _, apiErr := decodeJSON(raw, &req); apiErr == nil {
+			s := &Server{responses: newResponseStore(4, 1<<20)}
+			if creq, _, apiErr := s.responsesChat(&req); apiErr != nil {
+				if (apiErr.Status != 400 && apiErr.Status != 404) || apiErr.Param == "" {
+					t.Errorf("request %q: error %+v", raw, apiErr)
+				}
+			} else if len(creq.Messages) == 0 {
+				t.Errorf("request %q accepted with no messages", raw)
 			}
 		}
 		var tf textFormat
