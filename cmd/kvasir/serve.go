@@ -113,6 +113,7 @@ func runServe(args []string) error {
 	}
 	// The address line is parsed by tests and scripts that start the server on port 0.
 	fmt.Fprintf(os.Stderr, "kvasir: serving %s on http://%s/v1 (Ctrl-C to stop)\n", names[0], ln.Addr())
+	log.Info(fmt.Sprintf("chat page: http://%s/", ln.Addr()))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sigs := make(chan os.Signal, 2)
