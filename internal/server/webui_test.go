@@ -134,8 +134,9 @@ const webUITemplate = `{%- for message in messages -%}{{- message['content'] + '
 // protocol, against a server with an API key on stories260K: the page loads without the
 // key, lists the model once the key is typed, sends a message, and its streamed reply
 // equals the greedy reply of a direct API call; a second turn carries the conversation;
-// Stop ends a third answer early; a reload keeps the conversation. With
-// KVASIR_WEBUI_SCREENSHOT=path it saves a screenshot there (docs/webui.png).
+// Stop ends a third answer early; a reload keeps the conversation; New chat drops a
+// streaming answer and empties the conversation. With KVASIR_WEBUI_SCREENSHOT=path it
+// saves a screenshot there (docs/webui.png).
 func TestWebUIChromium(t *testing.T) {
 	chrome := chromiumPath(t)
 	model := testdata.Path(t, "models/stories260K/stories260K.gguf")
@@ -290,4 +291,17 @@ func TestWebUIChromium(t *testing.T) {
 	if len(kept) != 6 || kept[0] != q1 || kept[1] != want1 || kept[2] != q2 || kept[3] != want2 {
 		t.Errorf("after a reload the page shows %q", kept)
 	}
+
+	// New chat while an answer streams: the answer is dropped, the conversation emptied.
+	do("send a fourth message", chromedp.SendKeys(chromedp.ID("message"), "Again"), chromedp.Click(chromedp.ID("send")))
+	poll("the answer to start", `(() => { const a = document.querySelectorAll('.msg.assistant'); return a.length === 4 && a[3].querySelector('.content').textContent.length > 0; })()`)
+	if state := eval(`document.querySelectorAll('.msg.assistant')[3].dataset.state`); state != "streaming" {
+		t.Fatalf("the fourth answer is %s before New chat: %s", state, eval(`document.querySelectorAll('.msg.assistant')[3].textContent`))
+	}
+	do("new chat", chromedp.Click(chromedp.ID("new-chat")))
+	poll("the page to be idle", `!document.getElementById('send').disabled`)
+	if got := eval(`document.querySelectorAll('.msg').length + ' ' + localStorage.getItem('kvasir.history')`); got != "0 []" {
+		t.Errorf("after New chat: %s (messages shown, history kept)", got)
+	}
+	waitIdle(t, eng, 10*time.Second)
 }
