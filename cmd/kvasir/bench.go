@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvasir-llm/kvasir"
 	"github.com/kvasir-llm/kvasir/internal/bench"
+	"github.com/kvasir-llm/kvasir/internal/energy"
 	"github.com/kvasir-llm/kvasir/internal/model"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
@@ -135,6 +136,8 @@ func benchGenerate(args []string) error {
 	fm := l.File()
 	fmt.Fprintf(os.Stderr, "loaded %s (%s, %.1f MB of weights) in %v; probing memory bandwidth...\n",
 		fm.Name(), fm.Config.Arch, float64(fm.Bytes())/1e6, time.Since(start).Round(time.Millisecond))
+	o.Energy = energy.Open()
+	defer o.Energy.Close()
 	res, err := bench.Generate(l, o)
 	if err != nil {
 		return err

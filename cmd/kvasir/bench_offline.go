@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvasir-llm/kvasir"
 	"github.com/kvasir-llm/kvasir/internal/bench"
+	"github.com/kvasir-llm/kvasir/internal/energy"
 )
 
 func init() {
@@ -65,7 +66,12 @@ func benchOffline(args []string) error {
 	}
 	params := sf.params(e.SamplingDefaults())
 	params.IgnoreEOS = *ignoreEOS
+	meter := energy.Open()
+	defer meter.Close()
+	span := meter.Start()
 	res := bench.Offline(ctx, e, reqs, o.Concurrency, params)
+	report := span.End(res.TotalOutputTokens)
+	res.Energy = &report
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")

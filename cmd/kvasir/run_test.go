@@ -108,6 +108,16 @@ func TestBenchGenerateJSON(t *testing.T) {
 			t.Errorf("%s = %v, want a positive figure", k, res[k])
 		}
 	}
+	// Energy is measured or says why not, whatever this machine has.
+	e, _ := res["energy"].(map[string]any)
+	if avail, _ := e["available"].(bool); avail {
+		// (A counter may not tick within a few milliseconds of decoding: 0 J is possible.)
+		if j, ok := e["joules_per_output_token"].(float64); !ok || j < 0 || e["output_tokens"] != 8.0 {
+			t.Errorf("energy %v", e)
+		}
+	} else if reason, _ := e["reason"].(string); reason == "" {
+		t.Errorf("energy %v: neither measured nor a reason", res["energy"])
+	}
 }
 
 func TestBenchDispatch(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kvasir-llm/kvasir"
+	"github.com/kvasir-llm/kvasir/internal/energy"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/server"
 	"github.com/kvasir-llm/kvasir/internal/structured/toolcall"
@@ -80,6 +81,14 @@ func runServe(args []string) error {
 		log.Info(line)
 	}
 	log.Info("default sampling parameters: "+eng.SamplingDefaults().String(), "generation_config", ef.generationConfig)
+	meter := energy.Open()
+	defer meter.Close()
+	if err := metrics.AddEnergy(meter); err != nil {
+		return err
+	}
+	if !meter.Available() {
+		log.Info("energy: not measurable here, no kvasir:energy_joules_total", "reason", meter.Unavailable())
+	}
 	cfg.ModelNames, cfg.ChatTemplate, cfg.Logger, cfg.Metrics = names, tmplSrc, log, metrics
 	cfg.ChatTemplateLimits, cfg.ChatTemplateWorkers = tmplLimits, tmplWorkers
 	srv, err := server.New(eng, cfg)
@@ -104,6 +113,7 @@ func runServe(args []string) error {
 	}
 	// The address line is parsed by tests and scripts that start the server on port 0.
 	fmt.Fprintf(os.Stderr, "kvasir: serving %s on http://%s/v1 (Ctrl-C to stop)\n", names[0], ln.Addr())
+	log.Info(fmt.Sprintf("chat page: http://%s/", ln.Addr()))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sigs := make(chan os.Signal, 2)

@@ -141,7 +141,7 @@ func Serve(ctx context.Context, o ServeOptions) (*Result, error) {
 		cfg.Progress = o.Err
 	}
 	// The server's own histograms and spec_decode counters, when it exports kvasir's or
-	// vLLM's, are compared after.
+	// vLLM's, and its energy counters, when it exports kvasir's, are compared after.
 	before, scrapeErr := ScrapeServer(ctx, httpc, o.BaseURL, o.APIKey)
 	res, err := Run(ctx, cfg, reqs)
 	if err != nil {
@@ -151,6 +151,7 @@ func Serve(ctx context.Context, o ServeOptions) (*Result, error) {
 		if after, err := ScrapeServer(ctx, httpc, o.BaseURL, o.APIKey); err == nil {
 			res.Server = ServerLatencyDelta(before.Histograms, after.Histograms)
 			res.SpecDecode = SpecDecodeDelta(before.Spec, after.Spec)
+			res.Energy = ServerEnergyDelta(before.Energy, after.Energy, res.Duration.Seconds(), res.Metrics.TotalOutput)
 		}
 	}
 	backend := "openai"

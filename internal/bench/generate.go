@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"github.com/kvasir-llm/kvasir/internal/energy"
 	"io"
 	"math/rand/v2"
 	"time"
@@ -18,6 +19,8 @@ type GenerateOptions struct {
 	PromptLen, GenLen, Chunk int
 	VerifyLen                int
 	VerifyBatches            []int
+	// Energy, when set, measures the decode's energy (GenerateResult.Energy).
+	Energy *energy.Meter
 }
 
 // GenerateResult is what `bench generate --json` prints.
@@ -41,6 +44,9 @@ type GenerateResult struct {
 	DecodeBWRatio       float64 `json:"decode_bandwidth_ratio"`
 	// Verify holds the verify-step figures (VerifyLen > 0).
 	Verify []VerifyResult `json:"verify,omitempty"`
+	// Energy is the decode's energy (joules per generated token, average watts), or why
+	// it is not available; nil when not measured.
+	Energy *energy.Report `json:"energy,omitempty"`
 }
 
 // Generate times one sequence on the loaded model with none of the engine's scheduling
@@ -89,6 +95,10 @@ func Generate(l *kvasir.Loaded, o GenerateOptions) (GenerateResult, error) {
 		return res, err
 	}
 	prefill := time.Since(t0)
+	var span energy.Span
+	if o.Energy != nil {
+		span = o.Energy.Start()
+	}
 	t0 = time.Now()
 	// Greedy decoding as the engine does it: a backend that picks the token on the device
 	// copies back its id, not the logits.
@@ -99,6 +109,11 @@ func Generate(l *kvasir.Loaded, o GenerateOptions) (GenerateResult, error) {
 		}
 	}
 	decode := time.Since(t0)
+	var decodeEnergy *energy.Report
+	if o.Energy != nil {
+		r := span.End(o.GenLen)
+		decodeEnergy = &r
+	}
 	// Probe again and keep the better figure: on a shared machine one probe can be unlucky.
 	probe = max(probe, l.ProbeBandwidth(ProbeBytes))
 
@@ -113,6 +128,7 @@ func Generate(l *kvasir.Loaded, o GenerateOptions) (GenerateResult, error) {
 		// of the generated tokens.
 		KVBytesPerToken: m.KVBytesPerToken() * int64(o.PromptLen+o.GenLen/2),
 		ProbeGBPerS:     probe,
+		Energy:          decodeEnergy,
 	}
 	res.DecodeGBPerS = float64(res.WeightBytesPerToken+res.KVBytesPerToken) * res.DecodeTokensPerS / 1e9
 	if probe > 0 {
@@ -137,6 +153,9 @@ func WriteGenerate(w io.Writer, r GenerateResult) {
 	fmt.Fprintf(w, "decode:  %d tokens in %.3fs = %.2f tokens/s\n", r.GenLen, r.DecodeSeconds, r.DecodeTokensPerS)
 	fmt.Fprintf(w, "decode bandwidth: %.2f GB/s (%.1f MB weights + %.1f MB KV per token) = %.0f%% of the probe's %.2f GB/s\n",
 		r.DecodeGBPerS, float64(r.WeightBytesPerToken)/1e6, float64(r.KVBytesPerToken)/1e6, 100*r.DecodeBWRatio, r.ProbeGBPerS)
+	if r.Energy != nil {
+		fmt.Fprintf(w, "decode %s\n", r.Energy)
+	}
 	WriteVerify(w, r.Verify)
 }
 

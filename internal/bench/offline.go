@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"github.com/kvasir-llm/kvasir/internal/energy"
 	"io"
 	"strings"
 	"sync"
@@ -120,6 +121,9 @@ type OfflineResult struct {
 	// SpecDecode holds speculative decoding's figures (its spec_decode_* keys) when the
 	// engine speculates; nil (and no keys) otherwise.
 	*SpecDecode
+	// Energy is the run's energy (joules per output token, average watts), or why it is
+	// not available; nil when not measured (set by the caller, which holds the meter).
+	Energy *energy.Report `json:"energy,omitempty"`
 }
 
 // Offline pushes reqs through e, at most concurrency at a time (0: all), each with params
@@ -240,6 +244,16 @@ func WriteOfflineSummary(w io.Writer, r OfflineResult) {
 	}
 	if r.SpecDecode != nil {
 		writeSpecDecode(w, r.SpecDecode, "%10v")
+	}
+	if e := r.Energy; e != nil {
+		fmt.Fprintf(w, "%s\n", center(" Energy ", '-', 50))
+		if e.Available {
+			fmt.Fprintf(w, "%-40s %10.2f\n%-40s %10.4f\n%-40s %10.1f\n", "Energy (J):", e.Joules, "Energy per output token (J):", e.JoulesPerToken,
+				"Average power (W):", e.Watts)
+			fmt.Fprintf(w, "%-40s %s\n", "Measured by:", strings.Join(e.Sources, ", "))
+		} else {
+			fmt.Fprintf(w, "not available (%s)\n", e.Reason)
+		}
 	}
 	fmt.Fprintln(w, strings.Repeat("=", 50))
 }

@@ -125,6 +125,15 @@ func WriteSummary(w io.Writer, rep Report, res *Result) {
 		line("Server mean ITL (ms):", sv.ITL)
 		line("Server mean E2EL (ms):", sv.E2EL)
 	}
+	fmt.Fprintln(w, center(" Energy (server /metrics) ", '-', 50))
+	if e := res.Energy; e != nil {
+		line("Energy (J):", e.Joules)
+		fmt.Fprintf(w, "%-40s %-10.4f\n", "Energy per output token (J):", e.JoulesPerToken)
+		line("Average power (W):", e.Watts)
+		fmt.Fprintf(w, "%-40s %s\n", "Measured by:", strings.Join(e.Sources, ", "))
+	} else {
+		fmt.Fprintln(w, "not available (the server exports no kvasir:energy_joules_total)")
+	}
 	fmt.Fprintln(w, strings.Repeat("=", 50))
 }
 
@@ -272,6 +281,10 @@ func ResultJSON(rep Report, res *Result, now time.Time) ([]byte, error) {
 	if sv := res.Server; sv != nil {
 		o = append(o, field{"server_metrics_prefix", sv.Prefix}, field{"server_mean_ttft_ms", finite(sv.TTFT)},
 			field{"server_mean_itl_ms", finite(sv.ITL)}, field{"server_mean_e2el_ms", finite(sv.E2EL)})
+	}
+	if e := res.Energy; e != nil {
+		o = append(o, field{"energy_joules", finite(e.Joules)}, field{"energy_per_output_token_j", finite(e.JoulesPerToken)},
+			field{"average_power_w", finite(e.Watts)}, field{"energy_sources", e.Sources})
 	}
 	return json.MarshalIndent(o, "", "  ")
 }

@@ -55,6 +55,9 @@ type Result struct {
 	// SpecDecode holds speculative decoding's figures over the run, when the server's
 	// /metrics has kvasir's or vLLM's spec_decode counters; nil otherwise.
 	SpecDecode *SpecDecode
+	// Energy is the energy the server measured over the run, when its /metrics has
+	// kvasir:energy_joules_total; nil otherwise.
+	Energy *ServerEnergy
 }
 
 // NewHTTPClient returns an HTTP client fit for benchmarking: enough idle connections for

@@ -129,14 +129,16 @@ func labelValue(labels []byte, key string) (string, bool) {
 	return "", false
 }
 
-// ServerScrape is one reading of a server's GET /metrics: its histograms' totals and its
-// speculative-decoding counters.
+// ServerScrape is one reading of a server's GET /metrics: its histograms' totals, its
+// speculative-decoding counters and its energy counters (joules by source).
 type ServerScrape struct {
 	Histograms map[string][2]float64
 	Spec       SpecCounters
+	Energy     map[string]float64
 }
 
-// ScrapeServer fetches GET /metrics and parses its histograms and spec_decode counters.
+// ScrapeServer fetches GET /metrics and parses its histograms, spec_decode and energy
+// counters.
 func ScrapeServer(ctx context.Context, client *http.Client, baseURL, apiKey string) (ServerScrape, error) {
 	var s ServerScrape
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(baseURL, "/")+"/metrics", nil)
@@ -161,7 +163,10 @@ func ScrapeServer(ctx context.Context, client *http.Client, baseURL, apiKey stri
 	if s.Histograms, err = ParsePrometheusHistograms(bytes.NewReader(body)); err != nil {
 		return s, err
 	}
-	s.Spec, err = ParseSpecDecodeCounters(bytes.NewReader(body))
+	if s.Spec, err = ParseSpecDecodeCounters(bytes.NewReader(body)); err != nil {
+		return s, err
+	}
+	s.Energy, err = ParseEnergyCounters(bytes.NewReader(body))
 	return s, err
 }
 

@@ -14,10 +14,10 @@ import (
 // server listens on 127.0.0.1, the default) must name a loopback host or the listen
 // address in its Host header, or one of Config.AllowedHosts: a DNS-rebinding page, whose
 // requests name its own domain, gets 403. A request with an Origin header (a browser's,
-// cross-site) must come from one of Config.AllowedOrigins, or it gets 403; an allowed
-// origin gets the CORS headers it needs, and its preflight (OPTIONS with
-// Access-Control-Request-Method) is answered here, before the API key is asked for, since
-// browsers send none with it.
+// cross-site) must come from the server's own origin (the chat page at /) or one of
+// Config.AllowedOrigins, or it gets 403; an allowed origin gets the CORS headers it
+// needs, and its preflight (OPTIONS with Access-Control-Request-Method) is answered here,
+// before the API key is asked for, since browsers send none with it.
 func (s *Server) browserChecks(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !s.hosts.allowsRequest(r) {
@@ -26,7 +26,7 @@ func (s *Server) browserChecks(next http.Handler) http.Handler {
 			return
 		}
 		origin := r.Header.Get("Origin")
-		if origin == "" {
+		if origin == "" || s.sameOrigin(r, origin) {
 			next.ServeHTTP(w, r)
 			return
 		}

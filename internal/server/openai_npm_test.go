@@ -20,9 +20,10 @@ import (
 )
 
 // TestOpenAINpmClient builds the kvasir binary, starts `kvasir serve` with the built-in
-// default model on a random port, and runs test/openai (the official openai npm client
-// under node --test) against it; then it sends SIGTERM and expects a clean exit. It skips
-// only when node or npm is missing and KVASIR_REQUIRE_TESTDATA is unset.
+// default model on a random port, and runs test/openai's openai.test.mjs and
+// responses.test.mjs (the official openai npm client under node --test) against it; then
+// it sends SIGTERM and expects a clean exit. It skips only when node or npm is missing and
+// KVASIR_REQUIRE_TESTDATA is unset.
 func TestOpenAINpmClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -84,7 +85,7 @@ func TestOpenAINpmClient(t *testing.T) {
 		t.Fatalf("kvasir serve did not start:\n%s", logs.String())
 	}
 
-	test := exec.CommandContext(ctx, node, "--test", "openai.test.mjs")
+	test := exec.CommandContext(ctx, node, "--test", "openai.test.mjs", "responses.test.mjs")
 	test.Dir = dir
 	test.Env = append(os.Environ(), "KVASIR_BASE_URL="+baseURL, "KVASIR_API_KEY="+apiKey, "KVASIR_MODEL="+model)
 	out, err := test.CombinedOutput()

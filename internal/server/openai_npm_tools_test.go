@@ -10,9 +10,9 @@ import (
 )
 
 // TestOpenAINpmTools starts a server per tool-calling family (the family's real chat
-// template, replies scripted through Config.ToolGrammar) and runs test/openai/tools.test.mjs:
-// the official openai npm client sends tools and checks the tool_calls it gets, streamed
-// and not. It skips only when node or npm is missing and KVASIR_REQUIRE_TESTDATA is unset.
+// template, replies scripted through Config.ToolGrammar) and runs test/openai/tools.test.mjs
+// and responses_tools.test.mjs: the official openai npm client sends tools and checks the
+// tool_calls (chat) and function_call items (Responses) it gets, streamed and not. It skips only when node or npm is missing and KVASIR_REQUIRE_TESTDATA is unset.
 func TestOpenAINpmTools(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -36,7 +36,7 @@ func TestOpenAINpmTools(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	test := exec.CommandContext(ctx, node, "--test", "tools.test.mjs")
+	test := exec.CommandContext(ctx, node, "--test", "tools.test.mjs", "responses_tools.test.mjs")
 	test.Dir = dir
 	test.Env = append(os.Environ(), "KVASIR_TOOL_SERVERS="+string(list), "KVASIR_TOOLS="+string(tools))
 	out, err := test.CombinedOutput()

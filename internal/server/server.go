@@ -116,6 +116,8 @@ type Server struct {
 	created  int64
 	mux      *http.ServeMux
 	handler  http.Handler
+	// responses are the stored responses of /v1/responses.
+	responses *responseStore
 
 	hosts    hostPolicy
 	origins  originPolicy
@@ -145,7 +147,7 @@ func New(eng *kvasir.Engine, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{eng: eng, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, sampling: eng.SamplingDefaults(), created: time.Now().Unix(),
-		hosts: hosts, origins: origins}
+		hosts: hosts, origins: origins, responses: newResponseStore(ResponseStoreEntries, ResponseStoreBytes)}
 	if cfg.Sampling != nil {
 		s.sampling = *cfg.Sampling
 	}
@@ -275,11 +277,14 @@ func (s *Server) routes() {
 	mux.Handle("/v1/models/{model...}", method(http.MethodGet, s.handleModel))
 	mux.Handle("/v1/completions", method(http.MethodPost, s.handleCompletions))
 	mux.Handle("/v1/chat/completions", method(http.MethodPost, s.handleChat))
+	mux.Handle("/v1/responses", method(http.MethodPost, s.handleResponses))
+	mux.Handle("/v1/responses/{id}", method(http.MethodGet, s.handleResponse))
 	mux.Handle("/tokenize", method(http.MethodPost, s.handleTokenize))
 	mux.Handle("/detokenize", method(http.MethodPost, s.handleDetokenize))
 	mux.Handle("/health", method(http.MethodGet, s.handleHealth))
 	mux.Handle("/version", method(http.MethodGet, s.handleVersion))
 	mux.Handle("/metrics", method(http.MethodGet, s.metrics.Handler().ServeHTTP))
+	mux.Handle("/{$}", method(http.MethodGet, s.handleWebUI))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("", "", "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})

@@ -61,23 +61,41 @@ func (s *sseWriter) send(v any) bool {
 	if err != nil {
 		b, _ = json.Marshal(errorBody{internalError(err)})
 	}
-	return s.raw(b)
+	return s.raw("", b)
 }
 
-// raw queues one data event with the given payload.
-func (s *sseWriter) raw(payload []byte) bool {
+// sendEvent queues one event named name ("event: name" before its data line, as the
+// Responses API streams) holding v as JSON.
+func (s *sseWriter) sendEvent(name string, v any) bool {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(errorBody{internalError(err)})
+	}
+	return s.raw(name, b)
+}
+
+// raw queues one data event with the given payload, named when name is not empty.
+func (s *sseWriter) raw(name string, payload []byte) bool {
 	s.mu.Lock()
 	if s.err != nil || s.closed {
 		s.mu.Unlock()
 		return false
 	}
 	size := len(s.pending) + len(payload) + len("data: \n\n")
+	if name != "" {
+		size += len("event: \n") + len(name)
+	}
 	if size > s.limit {
 		s.err = fmt.Errorf("the client fell %d bytes behind the stream (the limit is %d): cut off", size, s.limit)
 		s.mu.Unlock()
 		// End a write blocked on the client at once instead of at its deadline.
 		s.rc.SetWriteDeadline(time.Now())
 		return false
+	}
+	if name != "" {
+		s.pending = append(s.pending, "event: "...)
+		s.pending = append(s.pending, name...)
+		s.pending = append(s.pending, '\n')
 	}
 	s.pending = append(s.pending, "data: "...)
 	s.pending = append(s.pending, payload...)
@@ -143,6 +161,6 @@ func (s *sseWriter) fail(e *APIError) bool { return s.send(errorBody{e}) }
 
 // done ends the stream with [DONE] and waits for it to be written.
 func (s *sseWriter) done() {
-	s.raw([]byte("[DONE]"))
+	s.raw("", []byte("[DONE]"))
 	s.close()
 }

@@ -29,3 +29,10 @@ func TestNCCLType(t *testing.T) {
 		t.Error("ncclType of an unknown dtype succeeded")
 	}
 }
+
+func TestOpenNVMLMissing(t *testing.T) {
+	_, err := openNVML([]string{"libnvidia-ml-kvasir-absent.so.1"})
+	if err == nil || !strings.HasPrefix(err.Error(), "cuda: NVML (libnvidia-ml.so.1) not found: ") {
+		t.Fatalf("opening a missing NVML: %v, want an error saying NVML is missing", err)
+	}
+}
