@@ -9,11 +9,13 @@ import "os"
 //	KVASIR_CUDA_OPTIME=1    Options.CUDA.OpTime
 //	KVASIR_CUDA_PDL=0       Options.CUDA.DisablePDL
 //	KVASIR_CUDA_SHADOW=0    Options.CUDA.DisableShadows
+//	KVASIR_CUDA_QUANT=0     Options.CUDA.WidenQuantized
 const (
 	EnvCPUKernels = "KVASIR_CPU"
 	EnvCUDAOpTime = "KVASIR_CUDA_OPTIME"
 	EnvCUDAPDL    = "KVASIR_CUDA_PDL"
 	EnvCUDAShadow = "KVASIR_CUDA_SHADOW"
+	EnvCUDAQuant  = "KVASIR_CUDA_QUANT"
 )
 
 // withEnv returns opt with the overrides getenv reports (os.Getenv in Load).
@@ -29,6 +31,9 @@ func withEnv(opt Options, getenv func(string) string) Options {
 	}
 	if getenv(EnvCUDAShadow) == "0" {
 		opt.CUDA.DisableShadows = true
+	}
+	if getenv(EnvCUDAQuant) == "0" {
+		opt.CUDA.WidenQuantized = true
 	}
 	return opt
 }

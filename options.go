@@ -106,4 +106,7 @@ type CUDAOptions struct {
 	// DisableShadows makes cuBLAS steps cast their activations to BF16 with a kernel of
 	// their own instead of reading the copy the norm or SwiGLU wrote (KVASIR_CUDA_SHADOW=0).
 	DisableShadows bool
+	// WidenQuantized uploads quantized matrices dequantized to BF16, as kvasir did before
+	// its GPU kernels read GGML's block layouts (KVASIR_CUDA_QUANT=0): for comparisons.
+	WidenQuantized bool
 }

@@ -32,6 +32,7 @@ void __syncwarp();
 void __threadfence();
 float __int_as_float(int);
 float __uint_as_float(unsigned);
+unsigned __byte_perm(unsigned, unsigned, unsigned);
 unsigned __float_as_uint(float);
 int __float_as_int(float);
 float expf(float);

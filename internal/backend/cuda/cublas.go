@@ -138,11 +138,17 @@ func cudaType(t DType) (int32, error) {
 // row-major weight [m][k] (m output features), y is [n][m]. x and w must share a dtype
 // (BF16, F16 or F32); y may be F32 or the input dtype. Accumulation is in float32.
 func (b *BLAS) MatMulT(y, x, w Buffer, n, k, m int) error {
-	if n <= 0 || k <= 0 || m <= 0 {
-		return fmt.Errorf("cublas matmul: bad shape n=%d k=%d m=%d", n, k, m)
+	return b.MatMulTStrided(y, x, w, n, k, m, m)
+}
+
+// MatMulTStrided is MatMulT writing row i of y at y[i*ldy:] (ldy >= m): the product fills
+// a block of m columns of a wider row-major y.
+func (b *BLAS) MatMulTStrided(y, x, w Buffer, n, k, m, ldy int) error {
+	if n <= 0 || k <= 0 || m <= 0 || ldy < m {
+		return fmt.Errorf("cublas matmul: bad shape n=%d k=%d m=%d ldy=%d", n, k, m, ldy)
 	}
-	if x.Len < n*k || w.Len < m*k || y.Len < n*m {
-		return fmt.Errorf("cublas matmul: buffers x=%d w=%d y=%d elements for n=%d k=%d m=%d", x.Len, w.Len, y.Len, n, k, m)
+	if x.Len < n*k || w.Len < m*k || y.Len < (n-1)*ldy+m {
+		return fmt.Errorf("cublas matmul: buffers x=%d w=%d y=%d elements for n=%d k=%d m=%d ldy=%d", x.Len, w.Len, y.Len, n, k, m, ldy)
 	}
 	if x.DType != w.DType {
 		return fmt.Errorf("cublas matmul: x is %s, w is %s", x.DType, w.DType)
@@ -163,7 +169,7 @@ func (b *BLAS) MatMulT(y, x, w Buffer, n, k, m int) error {
 	b.dev.seq++
 	r := b.lib.cublasGemmEx(b.h, cublasOpT, cublasOpN, int32(m), int32(n), int32(k),
 		unsafe.Pointer(&alpha), w.Ptr, it, int32(k), x.Ptr, it, int32(k),
-		unsafe.Pointer(&beta), y.Ptr, ot, int32(m), cublasCompute32F, cublasGemmDefault)
+		unsafe.Pointer(&beta), y.Ptr, ot, int32(ldy), cublasCompute32F, cublasGemmDefault)
 	runtime.KeepAlive(&alpha)
 	runtime.KeepAlive(&beta)
 	if err := b.lib.check("cublasGemmEx", r); err != nil {

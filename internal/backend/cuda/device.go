@@ -213,22 +213,57 @@ func (dv *Device) Synchronize() error { return dv.Do(dv.Sync) }
 // DType is the element type of a device buffer.
 type DType int
 
-// Element types.
+// Element types: four of fixed size and the GGML block layouts quantized weights keep on
+// the device (kernels/gemvq.cu), whose elements come in blocks (Block).
 const (
 	F32 DType = iota
 	F16
 	BF16
 	I32
+	Q8_0
+	Q4_0
+	Q4_1
+	Q5_0
+	Q5_1
+	Q4_K
+	Q5_K
+	Q6_K
 )
 
-// Size returns the bytes of one element.
+// blockTypes gives each block type its name, weights a block and bytes a block.
+var blockTypes = map[DType]struct {
+	name          string
+	elems, nbytes int
+}{
+	Q8_0: {"q8_0", 32, 34}, Q4_0: {"q4_0", 32, 18}, Q4_1: {"q4_1", 32, 20}, Q5_0: {"q5_0", 32, 22},
+	Q5_1: {"q5_1", 32, 24}, Q4_K: {"q4_k", 256, 144}, Q5_K: {"q5_k", 256, 176}, Q6_K: {"q6_k", 256, 210},
+}
+
+// Block returns the elements and bytes of one block of a block type; ok is false for the
+// fixed-size types.
+func (t DType) Block() (elems, nbytes int, ok bool) {
+	b, ok := blockTypes[t]
+	return b.elems, b.nbytes, ok
+}
+
+// Size returns the bytes of one element of a fixed-size type (0 for a block type: use
+// BytesOf).
 func (t DType) Size() int {
 	switch t {
 	case F16, BF16:
 		return 2
-	default:
+	case F32, I32:
 		return 4
 	}
+	return 0
+}
+
+// BytesOf returns the bytes of n elements of t (n a whole number of blocks for a block type).
+func (t DType) BytesOf(n int) int {
+	if e, nb, ok := t.Block(); ok {
+		return n / e * nb
+	}
+	return n * t.Size()
 }
 
 func (t DType) String() string {
@@ -242,6 +277,9 @@ func (t DType) String() string {
 	case I32:
 		return "i32"
 	}
+	if b, ok := blockTypes[t]; ok {
+		return b.name
+	}
 	return fmt.Sprintf("dtype(%d)", int(t))
 }
 
@@ -254,14 +292,18 @@ type Buffer struct {
 }
 
 // Bytes returns the buffer's size in bytes.
-func (b Buffer) Bytes() int { return b.Len * b.DType.Size() }
+func (b Buffer) Bytes() int { return b.DType.BytesOf(b.Len) }
 
-// Slice returns the view of elements [start, end) of b.
+// Slice returns the view of elements [start, end) of b; for a block type both ends must
+// fall on block boundaries.
 func (b Buffer) Slice(start, end int) (Buffer, error) {
 	if start < 0 || end < start || end > b.Len {
 		return Buffer{}, fmt.Errorf("cuda: slice [%d:%d] of a %d-element buffer", start, end, b.Len)
 	}
-	return Buffer{Ptr: b.Ptr + uint64(start*b.DType.Size()), DType: b.DType, Len: end - start}, nil
+	if e, _, ok := b.DType.Block(); ok && (start%e != 0 || end%e != 0) {
+		return Buffer{}, fmt.Errorf("cuda: slice [%d:%d] of a %s buffer off its %d-element blocks", start, end, b.DType, e)
+	}
+	return Buffer{Ptr: b.Ptr + uint64(b.DType.BytesOf(start)), DType: b.DType, Len: end - start}, nil
 }
 
 // Alloc allocates n elements of dtype t (inside Do).
@@ -269,9 +311,12 @@ func (dv *Device) Alloc(t DType, n int) (Buffer, error) {
 	if n <= 0 {
 		return Buffer{}, fmt.Errorf("cuda: alloc of %d %s elements", n, t)
 	}
+	if e, _, ok := t.Block(); ok && n%e != 0 {
+		return Buffer{}, fmt.Errorf("cuda: alloc of %d %s elements: not whole blocks of %d", n, t, e)
+	}
 	var p uint64
-	if err := dv.drv.check("cuMemAlloc_v2", dv.drv.cuMemAlloc(&p, uint64(n*t.Size()))); err != nil {
-		return Buffer{}, fmt.Errorf("alloc %d %s (%d bytes): %w", n, t, n*t.Size(), err)
+	if err := dv.drv.check("cuMemAlloc_v2", dv.drv.cuMemAlloc(&p, uint64(t.BytesOf(n)))); err != nil {
+		return Buffer{}, fmt.Errorf("alloc %d %s (%d bytes): %w", n, t, t.BytesOf(n), err)
 	}
 	return Buffer{Ptr: p, DType: t, Len: n}, nil
 }

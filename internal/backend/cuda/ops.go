@@ -44,13 +44,19 @@ func need(op, what string, b Buffer, n int, dtypes ...DType) error {
 func suffix(t DType) string { return t.String() }
 
 // Embedding writes out[i] = table[tokens[i]] as float32 for n tokens; table is [vocab][dim]
-// in F32, F16 or BF16. Ids outside the vocabulary give zero rows.
+// in F32, F16, BF16 or a block type (rows of whole blocks). Ids outside the vocabulary give
+// zero rows.
 func (o *Ops) Embedding(out, table, tokens Buffer, n, vocab, dim int) error {
 	if n <= 0 || vocab <= 0 || dim <= 0 {
 		return fmt.Errorf("cuda embedding: bad shape n=%d vocab=%d dim=%d", n, vocab, dim)
 	}
+	if Quantized(table.DType) {
+		if err := quantShape("embedding", table.DType, dim); err != nil {
+			return err
+		}
+	}
 	if err := firstErr(need("embedding", "out", out, n*dim, F32),
-		need("embedding", "table", table, vocab*dim, F32, F16, BF16),
+		need("embedding", "table", table, vocab*dim, append([]DType{F32, F16, BF16}, quantizedTypes...)...),
 		need("embedding", "tokens", tokens, n, I32)); err != nil {
 		return err
 	}
@@ -184,6 +190,19 @@ func (o *Ops) MatMulT(y, x, w Buffer, n, k, m int) error {
 			func() error { return o.BLAS.MatMulT(y, x, w, n, k, m) })
 	}
 	return o.BLAS.MatMulT(y, x, w, n, k, m)
+}
+
+// MatMulTStrided computes y = x · wᵀ as MatMulT does into a block of columns of a wider y:
+// row i of the product is written at y[i*ldy:], ldy >= m.
+func (o *Ops) MatMulTStrided(y, x, w Buffer, n, k, m, ldy int) error {
+	if o.BLAS == nil {
+		return fmt.Errorf("cuda matmul: no cuBLAS handle")
+	}
+	if o.Dev.times != nil {
+		return o.Dev.timed(fmt.Sprintf("cublas %s n<=%d k=%d m=%d", x.DType, pow2Bucket(n), k, m),
+			func() error { return o.BLAS.MatMulTStrided(y, x, w, n, k, m, ldy) })
+	}
+	return o.BLAS.MatMulTStrided(y, x, w, n, k, m, ldy)
 }
 
 // ArgmaxParts is the slices of a row argmax_part_f32 reduces in parallel (ARGMAX_PARTS

@@ -25,6 +25,9 @@ type BackendOptions struct {
 	// kernel of their own instead of reading the copy the producing op (RMSNorm, SwiGLU)
 	// wrote beside its output.
 	DisableShadows bool
+	// WidenQuantized uploads quantized matrices dequantized to BF16 instead of in their
+	// GGML block layouts (the behaviour before the quantized kernels; for comparisons).
+	WidenQuantized bool
 }
 
 // Backend implements backend.Backend on one NVIDIA GPU. Every op is queued on the device's
@@ -56,6 +59,8 @@ type Backend struct {
 	shadow     activationShadow
 	castType   cuda.DType
 	gluScratch cuda.Buffer // F32 up products of MatMulSwiGLU's cuBLAS path
+	widen      bool        // quantized matrices are uploaded as BF16 (BackendOptions.WidenQuantized)
+	dequant    cuda.Buffer // BF16 rows of a quantized weight dequantized for cuBLAS (matMulDequantized)
 	logitsDev  cuda.Buffer // F32 logits of the step
 	argmaxWork cuda.Buffer // F32 partial maxima of cuda.Ops.Argmax
 	work       *cuda.DecodeWorkspace
@@ -107,7 +112,7 @@ func NewBackend(opt BackendOptions) (*Backend, error) {
 		cache = *opt.Cache
 	}
 	b := &Backend{dev: dev, nv: nv, blas: blasLib, allocs: map[uint64]cuda.Buffer{}, graphs: map[graphKey]*graphEntry{},
-		shadows: !opt.DisableShadows, castType: cuda.BF16}
+		shadows: !opt.DisableShadows, castType: cuda.BF16, widen: opt.WidenQuantized}
 	err = dev.Do(func() error {
 		k, err := dev.LoadKernels(nv, cache)
 		if err != nil {
@@ -233,8 +238,28 @@ func deviceType(t quant.Type) (cuda.DType, bool) {
 	return 0, false
 }
 
-// UploadWeight copies a weight to the device: matrices of F32, F16 or BF16 as they are,
-// quantized matrices dequantized to BF16 row by row, 1-D tensors decoded to F32.
+// blockTypes maps the GGML block types the GPU kernels read to their device types.
+var blockTypes = map[quant.Type]cuda.DType{
+	quant.Q8_0: cuda.Q8_0, quant.Q4_0: cuda.Q4_0, quant.Q4_1: cuda.Q4_1, quant.Q5_0: cuda.Q5_0,
+	quant.Q5_1: cuda.Q5_1, quant.Q4_K: cuda.Q4_K, quant.Q5_K: cuda.Q5_K, quant.Q6_K: cuda.Q6_K,
+}
+
+// weightTypes are the device types a weight matrix may have.
+var weightTypes = []cuda.DType{cuda.F32, cuda.F16, cuda.BF16,
+	cuda.Q8_0, cuda.Q4_0, cuda.Q4_1, cuda.Q5_0, cuda.Q5_1, cuda.Q4_K, cuda.Q5_K, cuda.Q6_K}
+
+// sixteenBit reports whether dt is one of the 16-bit float types.
+func sixteenBit(dt cuda.DType) bool { return dt == cuda.F16 || dt == cuda.BF16 }
+
+// dequantScratch is the most BF16 values matMulDequantized dequantizes at once (64 MiB):
+// enough rows of any weight for cuBLAS to run at full speed, without a widened copy of
+// the largest (an 8B model's output matrix is half a billion values).
+const dequantScratch = 32 << 20
+
+// UploadWeight copies a weight to the device: matrices of F32, F16, BF16 and of the block
+// types in blockTypes as they are (the quantized kernels read GGML's layouts), other
+// quantized matrices (and all of them with WidenQuantized) dequantized to BF16 row by row,
+// 1-D tensors decoded to F32.
 func (b *Backend) UploadWeight(t *format.Tensor) (backend.Tensor, error) {
 	if err := t.Check(); err != nil {
 		return nil, fmt.Errorf("cuda upload: %w", err)
@@ -258,6 +283,15 @@ func (b *Backend) UploadWeight(t *format.Tensor) (backend.Tensor, error) {
 	}
 	rows, cols := t.Rows()
 	dt, direct := deviceType(t.Type)
+	if q, ok := blockTypes[t.Type]; ok && !b.widen {
+		dt, direct = q, true
+		// The scratch for larger batches is reserved now: growing it inside a graph
+		// capture would fail.
+		n := min(rows, max(1, dequantScratch/cols)) * cols
+		if err := b.grow(&b.dequant, cuda.BF16, n, n, "dequantization scratch"); err != nil {
+			return nil, fmt.Errorf("cuda upload: tensor %q: %w", t.Name, err)
+		}
+	}
 	if !direct || dt == cuda.I32 {
 		dt = cuda.BF16
 	}

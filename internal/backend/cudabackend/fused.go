@@ -9,7 +9,7 @@ import (
 
 // matMulOperands checks out = x · wᵀ for one weight and returns the device tensors.
 func matMulOperands(op string, out *tensor, xs *tensor, w backend.Tensor, i int) (*tensor, error) {
-	wm, err := devTensor(op, fmt.Sprintf("w[%d]", i), w, cuda.F32, cuda.F16, cuda.BF16)
+	wm, err := devTensor(op, fmt.Sprintf("w[%d]", i), w, weightTypes...)
 	if err != nil {
 		return nil, err
 	}
@@ -22,8 +22,8 @@ func matMulOperands(op string, out *tensor, xs *tensor, w backend.Tensor, i int)
 // MatMuls computes outs[i] = x · ws[i]ᵀ for every i (backend.MultiMatMuler). For up to
 // cuda.GEMVMaxRows rows of 16-bit weights of one type, one GEMV launch covers up to three
 // weights (a grid over their concatenated rows); for more rows x is cast to the weights'
-// type once and each weight runs its own cuBLAS GEMM. Other mixes run MatMul's path weight
-// by weight.
+// type once and each weight runs its own cuBLAS GEMM. Other mixes, and quantized weights,
+// run MatMul's path weight by weight.
 func (b *Backend) MatMuls(outs []backend.Tensor, x backend.Tensor, ws []backend.Tensor) error {
 	const op = "matmuls"
 	if len(outs) != len(ws) || len(ws) == 0 {
@@ -43,7 +43,7 @@ func (b *Backend) MatMuls(outs []backend.Tensor, x backend.Tensor, ws []backend.
 		if wms[i], err = matMulOperands(op, ys[i], xs, ws[i], i); err != nil {
 			return err
 		}
-		same = same && wms[i].buf.DType != cuda.F32 && wms[i].buf.DType == wms[0].buf.DType
+		same = same && sixteenBit(wms[i].buf.DType) && wms[i].buf.DType == wms[0].buf.DType
 	}
 	n, k := xs.rows(), xs.cols()
 	if !same {
@@ -109,14 +109,14 @@ func (b *Backend) MatMulSwiGLU(out, x, gate, up backend.Tensor) error {
 	}
 	n, k, m := xs.rows(), xs.cols(), g.rows()
 	dt := g.buf.DType
-	if dt != cuda.F32 && dt == u.buf.DType && n <= cuda.GEMVMaxRows && k%8 == 0 {
+	if sixteenBit(dt) && dt == u.buf.DType && n <= cuda.GEMVMaxRows && k%8 == 0 {
 		return b.ops.GEMVSwiGLU(o.buf, xs.buf, g.buf, u.buf, n, k, m)
 	}
 	if err := b.grow(&b.gluScratch, cuda.F32, n*m, n*m, op+" scratch"); err != nil {
 		return err
 	}
 	upOut := cuda.Buffer{Ptr: b.gluScratch.Ptr, DType: cuda.F32, Len: n * m}
-	if dt != cuda.F32 && dt == u.buf.DType {
+	if sixteenBit(dt) && dt == u.buf.DType {
 		// The scratch holds x's cast and then the SwiGLU's shadow: size it for both
 		// first, so that growing it cannot drop the cast.
 		if b.shadows && !b.capturing {

@@ -18,7 +18,7 @@ func (b *Backend) Embedding(out, table backend.Tensor, st backend.Step) error {
 	if err != nil {
 		return err
 	}
-	w, err := devTensor("embedding", "table", table, cuda.F32, cuda.F16, cuda.BF16)
+	w, err := devTensor("embedding", "table", table, weightTypes...)
 	if err != nil {
 		return err
 	}
@@ -120,7 +120,7 @@ func (b *Backend) MatMul(out, x, w backend.Tensor) error {
 	if err != nil {
 		return err
 	}
-	wm, err := devTensor("matmul", "w", w, cuda.F32, cuda.F16, cuda.BF16)
+	wm, err := devTensor("matmul", "w", w, weightTypes...)
 	if err != nil {
 		return err
 	}
@@ -131,12 +131,19 @@ func (b *Backend) MatMul(out, x, w backend.Tensor) error {
 }
 
 // matMul computes y = x · wᵀ for n rows of float32 x into float32 y (inside Run): cuBLAS
-// directly for F32 weights, the GEMV kernel for up to cuda.GEMVMaxRows rows of a 16-bit weight,
-// else x cast to the weight's type and cuBLAS.
+// directly for F32 weights, the GEMV kernel for up to cuda.GEMVMaxRows rows of a 16-bit or
+// quantized weight, else x cast to BF16 or the weight's type and cuBLAS (a quantized
+// weight dequantized chunk by chunk for it).
 func (b *Backend) matMul(y, x cuda.Buffer, w *tensor, n int) error {
 	m, k := w.rows(), w.cols()
 	if w.buf.DType == cuda.F32 {
 		return b.ops.MatMulT(y, x, w.buf, n, k, m)
+	}
+	if cuda.Quantized(w.buf.DType) {
+		if n <= cuda.GEMVMaxRows {
+			return b.ops.GEMVQ(y, x, w.buf, n, k, m)
+		}
+		return b.matMulDequantized(y, x, w, n)
 	}
 	if n <= cuda.GEMVMaxRows && k%8 == 0 {
 		return b.ops.GEMV(y, x, w.buf, n, k, m)
@@ -146,6 +153,35 @@ func (b *Backend) matMul(y, x cuda.Buffer, w *tensor, n int) error {
 		return err
 	}
 	return b.ops.MatMulT(y, xc, w.buf, n, k, m)
+}
+
+// matMulDequantized computes y = x · wᵀ for a quantized w through cuBLAS: x cast to BF16
+// once, then w's rows a chunk at a time (as many as the dequantization scratch holds,
+// reserved when the weights were uploaded) dequantized to BF16 and multiplied into their
+// columns of y (inside Run).
+func (b *Backend) matMulDequantized(y, x cuda.Buffer, w *tensor, n int) error {
+	m, k := w.rows(), w.cols()
+	chunk := b.dequant.Len / k
+	if chunk == 0 {
+		return fmt.Errorf("cuda matmul: no dequantization scratch for rows of %d %s values", k, w.buf.DType)
+	}
+	xc, err := b.castInput(x, n*k, cuda.BF16)
+	if err != nil {
+		return err
+	}
+	for r0 := 0; r0 < m; r0 += chunk {
+		r1 := min(m, r0+chunk)
+		part, err := w.buf.Slice(r0*k, r1*k)
+		if err != nil {
+			return err
+		}
+		wd := cuda.Buffer{Ptr: b.dequant.Ptr, DType: cuda.BF16, Len: (r1 - r0) * k}
+		yc := cuda.Buffer{Ptr: y.Ptr + uint64(4*r0), DType: cuda.F32, Len: y.Len - r0}
+		if err := firstErr(b.ops.DequantizeBF16(wd, part, r1-r0, k), b.ops.MatMulTStrided(yc, xc, wd, n, k, r1-r0, m)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // castInput casts the first count float32 values of x to dt in the backend's scratch
@@ -413,7 +449,7 @@ func (b *Backend) Logits(dst []float32, x, w backend.Tensor) error {
 	if err != nil {
 		return err
 	}
-	wm, err := devTensor("logits", "w", w, cuda.F32, cuda.F16, cuda.BF16)
+	wm, err := devTensor("logits", "w", w, weightTypes...)
 	if err != nil {
 		return err
 	}

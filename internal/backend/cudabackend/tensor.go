@@ -26,6 +26,11 @@ func (t *tensor) DType() quant.Type {
 	case cuda.I32:
 		return quant.I32
 	}
+	for qt, dt := range blockTypes {
+		if dt == t.buf.DType {
+			return qt
+		}
+	}
 	return quant.F32
 }
 

@@ -1,0 +1,172 @@
+package cuda
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/backend/backendtest"
+	"github.com/kvasir-llm/kvasir/internal/quant"
+)
+
+// gemvqTypes pairs each device block type with its GGML type, whose Go encoder makes the
+// test weights and whose Go decoder is the reference.
+var gemvqTypes = []struct {
+	dt DType
+	qt quant.Type
+}{
+	{Q8_0, quant.Q8_0}, {Q4_0, quant.Q4_0}, {Q4_1, quant.Q4_1}, {Q5_0, quant.Q5_0},
+	{Q5_1, quant.Q5_1}, {Q4_K, quant.Q4_K}, {Q5_K, quant.Q5_K}, {Q6_K, quant.Q6_K},
+}
+
+// uploadQuant quantizes vals (rows of k) to qt on the host, uploads the blocks as dt, and
+// returns the buffer with the values the blocks decode to on the host.
+func (e *env) uploadQuant(t *testing.T, dt DType, qt quant.Type, vals []float32) (Buffer, []float32) {
+	t.Helper()
+	rb, err := qt.RowBytes(len(vals))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := make([]byte, rb)
+	if err := quant.Quantize(qt, vals, raw); err != nil {
+		t.Fatal(err)
+	}
+	held := make([]float32, len(vals))
+	if err := quant.Dequantize(qt, raw, held); err != nil {
+		t.Fatal(err)
+	}
+	var b Buffer
+	e.do(t, func() error {
+		var err error
+		if b, err = e.dev.Alloc(dt, len(vals)); err != nil {
+			return err
+		}
+		return Upload(e.dev, b, raw)
+	})
+	t.Cleanup(func() { e.dev.Do(func() error { return e.dev.Free(b) }) })
+	return b, held
+}
+
+// testGEMVQ checks the quantized kernels of every block type against float64 references on
+// the host decoder's values: the GEMV for every row count 1..8, the BF16 dequantization of
+// a chunk of rows, and the embedding gather (with an id outside the vocabulary).
+func testGEMVQ(t *testing.T, e *env, r *rand.Rand) {
+	for _, ty := range gemvqTypes {
+		for _, s := range []struct{ k, m int }{{512, 37}, {4096, 20}, {2304, 9}} {
+			xv := randVals(r, GEMVMaxRows*s.k, 1)
+			x, xh := e.upload(t, F32, xv)
+			w, wh := e.uploadQuant(t, ty.dt, ty.qt, randVals(r, s.m*s.k, 1))
+			for n := 1; n <= GEMVMaxRows; n++ {
+				y := e.poisoned(t, F32, n*s.m)
+				e.do(t, func() error { return e.ops.GEMVQ(y, x, w, n, s.k, s.m) })
+				check(t, fmt.Sprintf("gemvq %s n=%d k=%d m=%d", ty.dt, n, s.k, s.m), F32, e.download(t, y), backendtest.MatMulRef(xh[:n*s.k], wh, n, s.k, s.m))
+			}
+			rows := s.m - 2 // a chunk that starts at row 1 and stops short of the end
+			part, err := w.Slice(s.k, (rows+1)*s.k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := e.poisoned(t, BF16, rows*s.k)
+			e.do(t, func() error { return e.ops.DequantizeBF16(out, part, rows, s.k) })
+			check(t, fmt.Sprintf("dequant bf16 %s k=%d rows=%d", ty.dt, s.k, rows), BF16, e.download(t, out), f64(wh[s.k:(rows+1)*s.k]))
+
+			tokens := []int32{int32(s.m - 1), 0, int32(s.m), 3}
+			tok := e.uploadI32(t, tokens)
+			emb := e.poisoned(t, F32, len(tokens)*s.k)
+			e.do(t, func() error { return e.ops.Embedding(emb, w, tok, len(tokens), s.m, s.k) })
+			want := make([]float64, len(tokens)*s.k)
+			for i, id := range tokens {
+				if id < int32(s.m) {
+					copy(want[i*s.k:], f64(wh[int(id)*s.k:(int(id)+1)*s.k]))
+				}
+			}
+			check(t, fmt.Sprintf("embedding %s dim=%d", ty.dt, s.k), F32, e.download(t, emb), want)
+		}
+	}
+}
+
+// benchGEMVQ records the weight bandwidth of the quantized GEMV at n = 1, 5 and 8 on the
+// decode shapes of an 8B model, over enough copies (at least 256 MiB) that L2 holds none.
+func benchGEMVQ(t *testing.T, e *env, r *rand.Rand) {
+	dv := e.dev
+	for _, ty := range []struct{ dt DType }{{Q8_0}, {Q4_K}, {Q6_K}} {
+		for _, s := range []struct{ m, k int }{{4096, 4096}, {14336, 4096}, {4096, 14336}, {1024, 4096}} {
+			// Random blocks: their timing does not depend on the values (no host encoder
+			// run over half a billion weights).
+			raw := make([]byte, ty.dt.BytesOf(s.m*s.k))
+			for i := range raw {
+				raw[i] = byte(r.Uint32())
+			}
+			var w0 Buffer
+			e.do(t, func() error {
+				var err error
+				if w0, err = dv.Alloc(ty.dt, s.m*s.k); err != nil {
+					return err
+				}
+				return Upload(dv, w0, raw)
+			})
+			t.Cleanup(func() { dv.Do(func() error { return dv.Free(w0) }) })
+			wbytes := w0.Bytes()
+			copies := max(1, (256<<20+wbytes-1)/wbytes)
+			x, _ := e.upload(t, F32, randVals(r, 8*s.k, 1))
+			y := e.poisoned(t, F32, 8*s.m)
+			e.do(t, func() error {
+				ws := []Buffer{w0}
+				defer func() {
+					for _, w := range ws[1:] {
+						dv.Free(w)
+					}
+				}()
+				for len(ws) < copies {
+					w, err := dv.Alloc(ty.dt, s.m*s.k)
+					if err != nil {
+						return err
+					}
+					ws = append(ws, w)
+					if err := dv.CopyAsync(w, w0); err != nil {
+						return err
+					}
+				}
+				for _, n := range []int{1, 5, 8} {
+					ms, err := timeMedian(dv, 9, func() error {
+						for _, w := range ws {
+							if err := e.ops.GEMVQ(y, x, w, n, s.k, s.m); err != nil {
+								return err
+							}
+						}
+						return nil
+					})
+					if err != nil {
+						return err
+					}
+					per := ms / float64(len(ws))
+					name, rows := gemvqKernel(n, ty.dt)
+					result(t, "gemvq", fmt.Sprintf("%s n=%d m=%d k=%d %s", ty.dt, n, s.m, s.k, name),
+						fmt.Sprintf("%.0f GB/s", float64(wbytes)/per/1e6), fmt.Sprintf("%.1f us, weights of %d rows/block", per*1e3, rows))
+				}
+				for _, v := range []struct {
+					name    string
+					r, warp int
+				}{{"r1w4", 1, 4}, {"r4w4", 4, 4}, {"r2w8", 2, 8}, {"r1w8", 1, 8}, {"r4w2", 4, 2}, {"r8w2", 8, 2}} {
+					name := "gemvqx_" + v.name + "_" + ty.dt.String()
+					rows := v.r * v.warp
+					ms, err := timeMedian(dv, 9, func() error {
+						for _, w := range ws {
+							if err := dv.Launch(e.ops.Kern.mod, name, Dim3{(s.m + rows - 1) / rows, 1, 1}, Dim3{32 * v.warp, 1, 1}, 0, y, x, w, 1, s.k, s.m); err != nil {
+								return err
+							}
+						}
+						return nil
+					})
+					if err != nil {
+						return err
+					}
+					per := ms / float64(len(ws))
+					result(t, "gemvq", fmt.Sprintf("%s n=1 m=%d k=%d %s", ty.dt, s.m, s.k, name),
+						fmt.Sprintf("%.0f GB/s", float64(wbytes)/per/1e6), fmt.Sprintf("%.1f us", per*1e3))
+				}
+				return nil
+			})
+		}
+	}
+}
