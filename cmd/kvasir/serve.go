@@ -69,7 +69,7 @@ func runServe(args []string) error {
 	eng, err := ef.openEngine(func(opt *kvasir.Options, fm *format.Model) {
 		names = servedNames(*served, fm.Name())
 		metrics = server.NewMetrics(names[0])
-		opt.OnRequestDone = metrics.OnRequestDone
+		metrics.Hook(opt)
 	})
 	if err != nil {
 		return err

@@ -34,11 +34,11 @@ func TestSpecDecodeMetrics(t *testing.T) {
 		t.Fatal("no drafts were verified")
 	}
 	for _, want := range []string{
-		fmt.Sprintf(`kvasir:spec_decode_num_drafts_total{model_name="tiny"} %d`, s.SpecDrafts),
-		fmt.Sprintf(`kvasir:spec_decode_num_draft_tokens_total{model_name="tiny"} %d`, s.DraftTokens),
-		fmt.Sprintf(`kvasir:spec_decode_num_accepted_tokens_total{model_name="tiny"} %d`, s.AcceptedDrafts),
-		fmt.Sprintf(`kvasir:spec_decode_num_accepted_tokens_per_pos_total{model_name="tiny",position="0"} %d`, s.AcceptedPerPos[0]),
-		fmt.Sprintf(`kvasir:spec_decode_num_accepted_tokens_per_pos_total{model_name="tiny",position="2"} %d`, s.AcceptedPerPos[2]),
+		fmt.Sprintf(`kvasir:spec_decode_num_drafts_total{engine="0",model_name="tiny"} %d`, s.SpecDrafts),
+		fmt.Sprintf(`kvasir:spec_decode_num_draft_tokens_total{engine="0",model_name="tiny"} %d`, s.DraftTokens),
+		fmt.Sprintf(`kvasir:spec_decode_num_accepted_tokens_total{engine="0",model_name="tiny"} %d`, s.AcceptedDrafts),
+		fmt.Sprintf(`kvasir:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny",position="0"} %d`, s.AcceptedPerPos[0]),
+		fmt.Sprintf(`kvasir:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny",position="2"} %d`, s.AcceptedPerPos[2]),
 		"# TYPE kvasir:spec_decode_num_draft_tokens_total counter",
 	} {
 		if !strings.Contains(m, want+"\n") {

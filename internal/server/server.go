@@ -55,8 +55,8 @@ type Config struct {
 	Version string
 	// Logger receives warnings and errors (nil: slog.Default()).
 	Logger *slog.Logger
-	// Metrics is the registry served on /metrics; its OnRequestDone should be the engine's
-	// Options.OnRequestDone so that latency histograms fill (nil: a fresh one without
+	// Metrics is the registry served on /metrics; its Hook should have set the engine's
+	// callbacks so that the histograms fill (nil: a fresh one without
 	// latency histograms being fed).
 	Metrics *Metrics
 
