@@ -85,8 +85,12 @@ type Config struct {
 	AllowedHosts []string
 	// AllowedOrigins are the origins (scheme://host[:port], "null", or "*" for all) whose
 	// web pages may call the server; a request with another Origin header gets 403, an
-	// allowed one CORS headers. Empty: no browser origin.
+	// allowed one CORS headers. Empty: no browser origin (kvasir serve's --allowed-origins
+	// defaults to "*", as vLLM's).
 	AllowedOrigins []string
+	// AllowedMethods and AllowedHeaders are the methods and request headers a CORS
+	// preflight may ask for (empty or "*": any, as vLLM's defaults).
+	AllowedMethods, AllowedHeaders []string
 	// ToolCallParser names the tool-call syntax chat replies are parsed in (a
 	// toolcall.Names entry); empty: the one the chat template shows (toolcall.Detect), or
 	// none, when requests with tools and tool_choice other than "none" are refused.
@@ -117,9 +121,11 @@ type Server struct {
 	mux      *http.ServeMux
 	handler  http.Handler
 
-	hosts    hostPolicy
-	origins  originPolicy
-	draining atomic.Bool
+	hosts   hostPolicy
+	origins originPolicy
+	// corsMethods and corsHeaders are AllowedMethods and AllowedHeaders.
+	corsMethods, corsHeaders allowList
+	draining                 atomic.Bool
 	// openConns counts the connections Serve holds open.
 	openConns atomic.Int64
 }
@@ -145,7 +151,7 @@ func New(eng *kvasir.Engine, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{eng: eng, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, sampling: eng.SamplingDefaults(), created: time.Now().Unix(),
-		hosts: hosts, origins: origins}
+		hosts: hosts, origins: origins, corsMethods: newCORSList(cfg.AllowedMethods, true), corsHeaders: newCORSList(cfg.AllowedHeaders, false)}
 	if cfg.Sampling != nil {
 		s.sampling = *cfg.Sampling
 	}
@@ -280,6 +286,9 @@ func (s *Server) routes() {
 	mux.Handle("/health", method(http.MethodGet, s.handleHealth))
 	mux.Handle("/version", method(http.MethodGet, s.handleVersion))
 	mux.Handle("/metrics", method(http.MethodGet, s.metrics.Handler().ServeHTTP))
+	s.ollamaRoutes(mux)
+	s.llamaRoutes(mux)
+	mux.Handle("/openapi.json", method(http.MethodGet, s.handleOpenAPI))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("", "", "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
@@ -335,7 +344,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	want := []byte("Bearer " + s.cfg.APIKey)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := r.URL.Path
-		if strings.HasPrefix(p, "/v1/") || p == "/tokenize" || p == "/detokenize" {
+		if strings.HasPrefix(p, "/v1/") || p == "/tokenize" || p == "/detokenize" || isLlamaOrOllamaPath(p) {
 			got := []byte(r.Header.Get("Authorization"))
 			if subtle.ConstantTimeCompare(got, want) != 1 {
 				msg := "missing API key: send Authorization: Bearer KEY"
@@ -426,7 +435,8 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &APIError{Status: http.StatusServiceUnavailable, Type: "service_unavailable_error", Message: "the server is shutting down"})
 		return
 	}
-	w.WriteHeader(http.StatusOK)
+	// llama-server's JSON; vLLM's clients read only the status.
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 func (s *Server) handleVersion(w http.ResponseWriter, r *http.Request) {
