@@ -100,6 +100,12 @@ type Config struct {
 	// Without it tool_choice "required" and a named function are refused, and "auto" runs
 	// unconstrained.
 	ToolGrammar func(ToolChoice) ([]kvasir.Processor, error)
+	// AccessLog logs a line per request (method, path, status, bytes, duration, client).
+	AccessLog bool
+	// StatsInterval is how often Serve logs a line of the engine's figures (throughput,
+	// running and waiting sequences, KV cache usage, prefix cache hit rate), as vLLM does
+	// every 10 s (0: never).
+	StatsInterval time.Duration
 	// Limits are the budgets of one request (zero fields: the defaults).
 	Limits
 }
@@ -273,7 +279,7 @@ func setDefaults(cfg *Config) {
 	}
 }
 
-// routes builds the handler chain: deadlines, recover, the browser checks (Host, Origin,
+// routes builds the handler chain: the access log, deadlines, recover, the browser checks (Host, Origin,
 // CORS), authentication, the checks made from the headers alone, then the endpoints.
 func (s *Server) routes() {
 	mux := http.NewServeMux()
@@ -293,7 +299,7 @@ func (s *Server) routes() {
 		writeError(w, notFound("", "", "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	s.mux = mux
-	s.handler = s.deadlines(s.recoverPanics(s.browserChecks(s.authenticate(s.admit(mux)))))
+	s.handler = s.accessLog(s.deadlines(s.recoverPanics(s.browserChecks(s.authenticate(s.admit(mux))))))
 }
 
 // ServeHTTP answers one HTTP request.
