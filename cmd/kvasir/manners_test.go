@@ -108,3 +108,24 @@ func TestByteSizeFlags(t *testing.T) {
 		}
 	}
 }
+
+// FuzzCheckUnknownFlags feeds arbitrary argument lists (NUL-separated) to the unknown-flag
+// check: it never panics, and when it lets the arguments through, the flag package finds no
+// undefined flag in them either.
+func FuzzCheckUnknownFlags(f *testing.F) {
+	for _, seed := range []string{"--port\x008000", "--prot\x008000", "-m\x00x\x00--json", "--seed=-1\x00--", "---x", "-", "--=", "--json=true\x00arg\x00--nope"} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, joined string) {
+		args := strings.Split(joined, "\x00")
+		fs := flag.NewFlagSet("x", flag.ContinueOnError)
+		fs.SetOutput(new(strings.Builder))
+		fs.Int("port", 0, "")
+		fs.String("m", "", "")
+		fs.Bool("json", false, "")
+		err := checkUnknownFlags(fs, args)
+		if perr := fs.Parse(args); err == nil && perr != nil && strings.Contains(perr.Error(), "not defined") {
+			t.Errorf("%q let through, but flag says %v", args, perr)
+		}
+	})
+}
