@@ -4,8 +4,6 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -20,12 +18,9 @@ func TestOllamaNpmClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	var bin string
-	node, dir := npmClient(t, ctx, "ollama", func(dir string) {
-		bin = filepath.Join(dir, "kvasir")
-		build := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "github.com/kvasir-llm/kvasir/cmd/kvasir")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go build: %v\n%s", err, out)
-		}
+	node, dir := npmClient(t, ctx, "ollama", func(string) {
+		// The binary builds (once for all the tests) while the client installs.
+		bin = kvasirBinary(t, ctx)
 	})
 	const apiKey = "test-ollama-key"
 	srv := startServe(t, bin, "--api-key", apiKey)

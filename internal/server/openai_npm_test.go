@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -27,13 +26,9 @@ func TestOpenAINpmClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	var bin string
-	node, dir := openAIClient(t, ctx, func(dir string) {
-		// The binary builds while the client installs.
-		bin = filepath.Join(dir, "kvasir")
-		build := exec.CommandContext(ctx, filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", bin, "github.com/kvasir-llm/kvasir/cmd/kvasir")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go build: %v\n%s", err, out)
-		}
+	node, dir := openAIClient(t, ctx, func(string) {
+		// The binary builds (once for all the tests) while the client installs.
+		bin = kvasirBinary(t, ctx)
 	})
 
 	var key [8]byte
