@@ -129,3 +129,24 @@ func FuzzCheckUnknownFlags(f *testing.F) {
 		}
 	})
 }
+
+// TestKVCacheMemoryUnits: --kv-cache-memory takes a unit in every command that has it
+// (serve, run, chat, bench offline share the engine flags), and a bad one is refused naming
+// the flag before anything loads.
+func TestKVCacheMemoryUnits(t *testing.T) {
+	fs := newFlags("bench offline", "")
+	ef := addEngineFlags(fs, allEngineFlags)
+	if err := fs.Parse([]string{"--kv-cache-memory", "2GiB"}); err != nil {
+		t.Fatal(err)
+	}
+	if opt, err := ef.options(); err != nil || opt.KVCacheMemory != 2<<30 {
+		t.Errorf("--kv-cache-memory 2GiB: %d, %v", opt.KVCacheMemory, err)
+	}
+	var err error
+	captureStderr(t, func() {
+		err = runBench([]string{"offline", "-m", "synth:smollm2-135m", "--num-prompts", "1", "--input-len", "4", "--output-len", "1", "--kv-cache-memory", "2XiB"})
+	})
+	if err == nil || !strings.Contains(err.Error(), "--kv-cache-memory") {
+		t.Errorf("bench offline --kv-cache-memory 2XiB: %v", err)
+	}
+}

@@ -199,8 +199,9 @@ func (e *Engine) requestStats(r *request) RequestStats {
 	st.Choices = make([]ChoiceStats, len(r.clocks))
 	for i, c := range r.clocks {
 		cs := &st.Choices[i]
-		cs.GenerationTokens, cs.ITL = c.tokens, c.itl
+		cs.GenerationTokens, cs.ITL, cs.E2E = c.tokens, c.itl, st.E2E
 		if !c.end.IsZero() {
+			// (A choice that never ran, of a request failed before it forked, ends with it.)
 			cs.E2E = c.end.Sub(r.arrival)
 		}
 		if c.tokens > 0 {
