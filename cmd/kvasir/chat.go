@@ -20,14 +20,14 @@ func init() {
 // whole conversation rendered again with the chat template. The prefix cache holds the
 // earlier turns' keys and values, so a turn prefills little more than its new message.
 func runChat(args []string) error {
-	fs := newFlags("chat", "-m MODEL [flags]")
+	fs := newFlags("chat", "MODEL | -m MODEL [flags]")
 	system := fs.String("system", "", "system prompt")
 	n := fs.Int("n", 1024, "tokens to generate at most per reply")
 	ctxLen := fs.Int("ctx", 4096, "conversation length in tokens (capped at the model's context length; --max-model-len overrides it)")
 	seed := fs.Int64("seed", -1, "random seed (-1: from the clock)")
 	ef := addEngineFlags(fs, allEngineFlags)
 	sf := addSamplingFlags(fs)
-	if err := parseFlags(fs, args, "seed"); err != nil {
+	if err := ef.parse(fs, args, "seed"); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -150,3 +150,34 @@ func TestKVCacheMemoryUnits(t *testing.T) {
 		t.Errorf("bench offline --kv-cache-memory 2XiB: %v", err)
 	}
 }
+
+// TestPositionalModel: the model may come first as an argument, with flags before or after
+// it; -m and another positional model together are refused.
+func TestPositionalModel(t *testing.T) {
+	parse := func(args ...string) (*engineFlags, *flag.FlagSet, *int, error) {
+		fs := newFlags("serve", "")
+		port := fs.Int("port", 8000, "")
+		ef := addEngineFlags(fs, allEngineFlags)
+		return ef, fs, port, ef.parse(fs, args)
+	}
+	for _, args := range [][]string{
+		{"model.gguf", "--port", "8001", "--kv-cache-memory", "1GiB"},
+		{"--port", "8001", "model.gguf", "--kv-cache-memory", "1GiB"},
+		{"-m", "model.gguf", "--port", "8001", "--kv-cache-memory", "1GiB"},
+		{"-m", "model.gguf", "model.gguf", "--port", "8001", "--kv-cache-memory", "1GiB"},
+	} {
+		ef, fs, port, err := parse(args...)
+		if err != nil || ef.model != "model.gguf" || *port != 8001 || ef.kvMemory != "1GiB" || fs.NArg() != 0 {
+			t.Errorf("%q: model %q, port %d, kv %q, %d args left, %v", args, ef.model, *port, ef.kvMemory, fs.NArg(), err)
+		}
+	}
+	if _, _, _, err := parse("-m", "a.gguf", "b.gguf"); err == nil || !strings.Contains(err.Error(), "two models") {
+		t.Errorf("two models: %v", err)
+	}
+	if _, fs, _, err := parse("a.gguf", "b.gguf"); err != nil || fs.NArg() != 1 {
+		t.Errorf("a second positional argument is left for the command to refuse: %v, %d", err, fs.NArg())
+	}
+	if _, _, _, err := parse("a.gguf", "--prot", "1"); err == nil || !strings.Contains(err.Error(), "did you mean --port?") {
+		t.Errorf("a mistyped flag after the model: %v", err)
+	}
+}

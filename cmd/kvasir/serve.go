@@ -25,7 +25,7 @@ func init() {
 }
 
 func runServe(args []string) error {
-	fs := newFlags("serve", "[-m MODEL] [--host H] [--port P] [flags]")
+	fs := newFlags("serve", "[MODEL | -m MODEL] [--host H] [--port P] [flags]")
 	host := fs.String("host", "127.0.0.1", "address to listen on (0.0.0.0: all interfaces)")
 	port := fs.Int("port", 8000, "port to listen on (0: any free port)")
 	apiKey := fs.String("api-key", "", "require this key as \"Authorization: Bearer KEY\" (default: the environment variable KVASIR_API_KEY, read when the flag is not given)")
@@ -42,7 +42,7 @@ func runServe(args []string) error {
 	statsInterval := fs.Duration("stats-interval", server.DefaultStatsInterval, "how often to log the stats line: throughput, running and waiting requests, KV cache usage, prefix cache hit rate (0: never)")
 	noStats := fs.Bool("disable-log-stats", false, "log no stats line (vLLM's flag; the same as --stats-interval 0)")
 	limits := addLimitFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := ef.parse(fs, args); err != nil {
 		return err
 	}
 	envDefault(fs, "api-key", "KVASIR_API_KEY", apiKey)
@@ -56,7 +56,7 @@ func runServe(args []string) error {
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()
-		return fmt.Errorf("unexpected argument %q (the model goes after -m)", fs.Arg(0))
+		return fmt.Errorf("unexpected argument %q (give one model: first, or after -m)", fs.Arg(0))
 	}
 	tmplLimits, tmplWorkers, err := tf.limits()
 	if err != nil {
