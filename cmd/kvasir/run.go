@@ -90,7 +90,7 @@ func runRun(args []string) error {
 			}
 		}
 	}
-	r, err := generate(e, ids, params, detok, os.Stdout)
+	r, err := generate(context.Background(), e, ids, params, detok, os.Stdout)
 	fmt.Println()
 	if err != nil {
 		return err
