@@ -110,7 +110,8 @@ func (s *Server) checkOllamaModel(name string) *APIError {
 	return nil
 }
 
-// common turns the shared fields into the OpenAI request fields they mean.
+// ollamaCommonRequest turns the shared fields of an ollama request into the OpenAI request
+// fields they mean (path names the endpoint in the log of ignored options).
 func (s *Server) ollamaCommonRequest(path string, o *ollamaCommon) (commonRequest, *APIError) {
 	c := commonRequest{limits: &s.cfg.Limits, Stream: o.Stream == nil || *o.Stream}
 	if len(o.Options) > 0 && string(o.Options) != "null" {
@@ -134,12 +135,11 @@ func (s *Server) ollamaCommonRequest(path string, o *ollamaCommon) (commonReques
 	case f == `"json"`:
 		c.ResponseFormat = &responseFormat{Type: "json_object"}
 	case strings.HasPrefix(f, "{"):
-		rf := &responseFormat{Type: "json_schema", JSONSchema: &struct {
+		c.ResponseFormat = &responseFormat{Type: "json_schema", JSONSchema: &struct {
 			Name   string          `json:"name"`
 			Schema json.RawMessage `json:"schema"`
 			Strict *bool           `json:"strict"`
 		}{Name: "format", Schema: o.Format}}
-		c.ResponseFormat = rf
 	default:
 		return c, badRequest("format", "format must be \"json\" or a JSON Schema object, got %.100s", f)
 	}

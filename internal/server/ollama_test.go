@@ -82,6 +82,15 @@ func TestOllamaGenerate(t *testing.T) {
 	if whole["done_reason"] != "load" {
 		t.Errorf("empty prompt: %v", whole)
 	}
+	// format "json" and a schema hold the answer to JSON (structured output).
+	for _, format := range []any{"json", map[string]any{"type": "object", "properties": map[string]any{"a": map[string]any{"type": "integer"}}, "required": []string{"a"}}} {
+		env.post(t, "/api/generate", map[string]any{"prompt": "hello", "raw": true, "stream": false, "format": format,
+			"options": map[string]any{"num_predict": 60, "temperature": 0}}, &whole)
+		text, _ := whole["response"].(string)
+		if !strings.HasPrefix(strings.TrimSpace(text), "{") || whole["done_reason"] == "stop" && !json.Valid([]byte(text)) {
+			t.Errorf("format %v: %q (%v)", format, text, whole["done_reason"])
+		}
+	}
 	// A stop string ends with done_reason stop.
 	env.post(t, "/api/generate", map[string]any{"prompt": "hello", "raw": true, "stream": false,
 		"options": map[string]any{"num_predict": 7, "temperature": 0, "stop": []string{want.Choices[0].Text[2:4]}}}, &whole)
