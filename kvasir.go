@@ -48,6 +48,10 @@ type (
 	TokenLogprob = engine.TokenLogprob
 	// RequestStats are a finished request's latencies and counts (for metrics).
 	RequestStats = engine.RequestStats
+	// ChoiceStats are one choice's timings within RequestStats.
+	ChoiceStats = engine.ChoiceStats
+	// StepStats are the token counts of one engine step that brought tokens (for metrics).
+	StepStats = engine.StepStats
 	// Stats is a snapshot of the engine's gauges and counters (for metrics).
 	Stats = engine.Stats
 	// ParamError is an invalid request parameter, naming it.
@@ -105,12 +109,14 @@ var (
 
 // Engine serves generation requests on one model. Its methods are safe for concurrent use.
 type Engine struct {
-	l        *Loaded
-	e        *engine.Engine
-	spec     *speculation // nil: no speculative decoding
-	sizing   kvcache.Sizing
-	defaults SamplingDefaults
-	grammars grammars // structured output's compiled grammars (Constrain)
+	l      *Loaded
+	e      *engine.Engine
+	spec   *speculation // nil: no speculative decoding
+	sizing kvcache.Sizing
+	// prefixCaching reports whether the prefix cache is on.
+	prefixCaching bool
+	defaults      SamplingDefaults
+	grammars      grammars // structured output's compiled grammars (Constrain)
 }
 
 // Open opens the model at path (a .gguf file, a llama2.c .bin checkpoint, or a Hugging
@@ -221,13 +227,15 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 		DisableAsyncScheduling: opt.DisableAsyncScheduling,
 		MaxWaiting:             opt.MaxWaiting,
 		OnRequestDone:          opt.OnRequestDone,
+		OnStepDone:             opt.OnStepDone,
 		Speculation:            sp.engine(),
 		KVPolicy:               opt.KVPolicy,
 	})
 	if err != nil {
 		return nil, err
 	}
-	return &Engine{l: l, e: e, spec: sp, sizing: sizing, defaults: NeutralSampling().With(gen)}, nil
+	return &Engine{l: l, e: e, spec: sp, sizing: sizing, prefixCaching: !opt.DisablePrefixCaching,
+		defaults: NeutralSampling().With(gen)}, nil
 }
 
 // Generate submits a request and returns the channel its outputs arrive on; the channel is
@@ -305,6 +313,23 @@ func (e *Engine) KVCacheSizing() string {
 
 // BlockSize returns the tokens per KV block.
 func (e *Engine) BlockSize() int { return e.sizing.BlockSize }
+
+// CacheConfig describes an engine's KV cache, as vLLM's cache_config_info metric does.
+type CacheConfig struct {
+	// BlockSize is the tokens per block and NumBlocks the blocks of the pool (the null
+	// block included); MemoryBytes the budget it was sized from.
+	BlockSize, NumBlocks int
+	MemoryBytes          int64
+	// DType names the element type keys and values are held in (F32, F16 or BF16).
+	DType         string
+	PrefixCaching bool
+}
+
+// CacheConfig returns the engine's KV cache configuration.
+func (e *Engine) CacheConfig() CacheConfig {
+	return CacheConfig{BlockSize: e.sizing.BlockSize, NumBlocks: e.sizing.NumBlocks, MemoryBytes: e.sizing.MemoryBytes,
+		DType: e.l.kvDType.String(), PrefixCaching: e.prefixCaching}
+}
 
 // HasTokenizer reports whether the model came with a tokenizer (text prompts and outputs).
 func (e *Engine) HasTokenizer() bool { return e.l.tok != nil }

@@ -93,6 +93,9 @@ type Options struct {
 	// OnRequestDone, when set, receives every finished request's stats, from the engine
 	// loop: it must return quickly.
 	OnRequestDone func(RequestStats)
+	// OnStepDone, when set, receives the token counts of every engine step that brought
+	// tokens, from the engine loop: it must return quickly.
+	OnStepDone func(StepStats)
 }
 
 // CUDAOptions are the settings of the CUDA backends (see cudabackend.BackendOptions).

@@ -6,10 +6,66 @@
 #
 #   bash scripts/test.sh            # everything
 #   FUZZTIME=0 bash scripts/test.sh # skip the fuzzing pass
+#
+# The last line says how many tests skipped and why (no test data beside the clone, no GPU,
+# ...); the skipped tests of other reasons are listed just before it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 fuzztime=${FUZZTIME:-4s}
+
+# skips collects "TEST<TAB>REASON" for every test skipped, for the last line's summary.
+skips=$(mktemp)
+trap 'rm -f "$skips"' EXIT
+
+# gotest runs go test -v with its arguments, showing the package lines (ok, FAIL) as they
+# come; it records the skipped tests with their reasons in $skips, and on a failure prints
+# the log without the lines of passing tests and exits.
+gotest() {
+	local log rc
+	log=$(mktemp)
+	set +e
+	go test -v "$@" 2>&1 | tee "$log" | grep -E '^(ok|FAIL|\?) '
+	rc=${PIPESTATUS[0]}
+	set -e
+	# go test -v prints a test's log lines after its "=== RUN/CONT/NAME" line and before its
+	# "--- SKIP": the skip's reason is the last log line of that test.
+	awk '/^=== (RUN|CONT|NAME) /{cur=$3; next}
+		/^ +[^ ]+\.go:[0-9]+: /{line=$0; sub(/^ +[^ ]+\.go:[0-9]+: /, "", line); last[cur]=line; next}
+		/^ *--- SKIP: /{print $3 "\t" last[$3]}' "$log" >>"$skips"
+	if [ "$rc" != 0 ]; then
+		grep -v -E '^(=== (RUN|PAUSE|CONT|NAME)|[[:space:]]*--- PASS)' "$log" || true
+		rm -f "$log"
+		exit "$rc"
+	fi
+	rm -f "$log"
+}
+
+# skipSummary says how many tests skipped and why, grouped: no test data beside the clone,
+# no GPU, no node/npm, no Chromium, other (listed).
+skipSummary() {
+	local n
+	n=$(wc -l <"$skips")
+	if [ "$n" = 0 ]; then
+		echo "no test skipped"
+		return
+	fi
+	awk -F'\t' '$2 !~ /testdata|GPU|CUDA|cuda|NVRTC|nvrtc|node|npm|[Cc]hromium/ {print "   skipped: " $1 ": " $2}' "$skips"
+	awk -F'\t' -v n="$n" '{
+		r = $2
+		if (r ~ /testdata/) k = "no test data beside the clone (../shared/testdata)"
+		else if (r ~ /GPU|CUDA|cuda|NVRTC|nvrtc/) k = "no GPU"
+		else if (r ~ /node|npm/) k = "no node/npm"
+		else if (r ~ /[Cc]hromium/) k = "no Chromium"
+		else k = "other reasons (listed above)"
+		c[k]++
+	} END {
+		s = n " tests skipped: "
+		sep = ""
+		for (k in c) { s = s sep c[k] " " k; sep = ", " }
+		print s
+	}' "$skips"
+}
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
@@ -33,7 +89,7 @@ fi
 pkgs=$(go list ./... | grep -v '/test/abuse$')
 
 echo "== go test"
-go test -count=1 $pkgs
+gotest -count=1 $pkgs
 
 # Which SIMD kernel sets the differential tests above compared with the pure-Go twins on
 # this CPU, and which they skipped for lack of the instructions (KVASIR_REQUIRE_CPU=avx512
@@ -44,13 +100,13 @@ go test -count=1 -v -run '^TestKernelSetCoverage$' ./internal/backend/cpu | grep
 echo "== go test (pure-Go kernels, KVASIR_CPU=generic)"
 KVASIR_CPU=generic go test -count=1 ./internal/backend/...
 
-# The race detector needs cgo (a C compiler; CI's g++ brings one). TestOpenAINpmClient drives
+# The race detector needs cgo (a C compiler; CI's g++ brings one). The npm client tests drive
 # a separately built binary, so the detector would not see its server; TestGreedyInvariance
 # runs its engine configurations on the synthetic model only, since the real models' runs
 # take the same paths and cost ten times as long under the detector. Both ran in full above.
 echo "== go test -race (server and engine)"
 if [ "$(go env CGO_ENABLED)" = 1 ]; then
-	go test -race -count=1 -skip '^TestOpenAINpmClient$' ./internal/server
+	go test -race -count=1 -skip '^(TestOpenAINpmClient|TestOllamaNpmClient)$' ./internal/server
 	go test -race -count=1 -skip '^TestGreedyInvariance$/^stories260K' ./internal/engine
 elif [ "${KVASIR_REQUIRE_TESTDATA:-}" = 1 ]; then
 	echo "the race detector needs cgo: no C compiler (CGO_ENABLED=$(go env CGO_ENABLED))"; exit 1
@@ -59,7 +115,7 @@ else
 fi
 
 echo "== abuse suite (test/abuse)"
-go test -count=1 ./test/abuse
+gotest -count=1 ./test/abuse
 
 if [ "$fuzztime" != "0" ]; then
 	echo "== fuzz ($fuzztime per target)"
@@ -80,4 +136,6 @@ if [ "$fuzztime" != "0" ]; then
 		done
 	done
 fi
-echo "== all tests passed"
+summary=$(skipSummary)
+if [ "$(printf '%s\n' "$summary" | wc -l)" -gt 1 ]; then printf '%s\n' "$summary" | head -n -1; fi
+echo "== all tests passed; $(printf '%s\n' "$summary" | tail -n 1)"

@@ -110,7 +110,7 @@ func benchGenerate(args []string) error {
 	verifyBatch := fs.String("verify-batch", "1", "batch sizes of the verify timing, comma-separated")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	ef := addEngineFlags(fs, loadFlags)
-	if err := parseFlags(fs, args); err != nil {
+	if err := ef.parse(fs, args); err != nil {
 		return err
 	}
 	for _, f := range strings.Split(*verifyBatch, ",") {

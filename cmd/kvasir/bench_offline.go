@@ -30,7 +30,7 @@ func benchOffline(args []string) error {
 	asJSON := fs.Bool("json", false, "print the results as JSON (vLLM's keys)")
 	ef := addEngineFlags(fs, allEngineFlags)
 	sf := addSamplingFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := ef.parse(fs, args); err != nil {
 		return err
 	}
 	if ef.model == "" || fs.NArg() > 0 || o.NumPrompts <= 0 || o.OutputLen <= 0 || o.InputLen < 0 || o.PrefixLen < 0 {

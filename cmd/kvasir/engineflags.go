@@ -49,7 +49,7 @@ type engineFlags struct {
 const threadsPerCPU = 64
 
 // defaultModelHelp is the -m flag's help.
-const defaultModelHelp = "model: a .gguf file, a llama2.c .bin, a Hugging Face folder, hf:ORG/REPO[/FILE] or synth:SHAPE[:TYPE]; default: the built-in random-weight model"
+const defaultModelHelp = "model: a .gguf file, a llama2.c .bin, a Hugging Face folder, hf:ORG/REPO[/FILE] or synth:SHAPE[:TYPE] (or give it as the first argument, before or after the flags); default: the built-in random-weight model"
 
 // addEngineFlags adds the engine flags of scope to fs.
 func addEngineFlags(fs *flag.FlagSet, scope flagScope) *engineFlags {
@@ -77,6 +77,24 @@ func addEngineFlags(fs *flag.FlagSet, scope flagScope) *engineFlags {
 	fs.StringVar(&f.kvPolicy, "kv-policy", "full", "KV policy of requests that name none: NAME[:key=value,...]: full (every token kept), or streaming (StreamingLLM: sink_tokens attention sinks (default 4) and a window of the latest blocks within budget_tokens (default 1024), generation going on past the context length), e.g. streaming:budget_tokens=512,sink_tokens=4")
 	fs.StringVar(&f.generationConfig, "generation-config", "auto", "default sampling parameters: auto (the model's generation_config.json over vLLM's neutral defaults), vllm (the neutral defaults: temperature 1, top_p 1, top_k off, min_p 0, repetition_penalty 1), or a folder whose generation_config.json to read")
 	return f
+}
+
+// parse parses args into fs (parseFlags) and takes a first positional argument as the model,
+// as vLLM's `vllm serve MODEL` and llama.cpp take it, parsing the flags after it too:
+// `kvasir serve model.gguf --port 8001` is `kvasir serve -m model.gguf --port 8001`.
+func (f *engineFlags) parse(fs *flag.FlagSet, args []string, minusOne ...string) error {
+	if err := parseFlags(fs, args, minusOne...); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return nil
+	}
+	m := fs.Arg(0)
+	if f.model != "" && f.model != m {
+		return fmt.Errorf("two models, -m %s and %s: give one (unexpected argument %q)", f.model, m, m)
+	}
+	f.model = m
+	return parseFlags(fs, fs.Args()[1:], minusOne...)
 }
 
 // options maps the flags to kvasir.Options, each value parsed and checked here, before

@@ -93,7 +93,7 @@ func TestFlagBounds(t *testing.T) {
 		{[]string{"--top-k", "-1", "--seed", "-1", "--threads", "1"}, ""},
 	} {
 		var err error
-		captureStderr(t, func() { err = runRun(append(c.args, "extra")) })
+		captureStderr(t, func() { err = runRun(append(c.args, "-m", "nosuch.gguf", "extra")) })
 		want := c.want
 		if want == "" {
 			want = `unexpected argument "extra"`

@@ -60,10 +60,11 @@ type reply struct {
 
 // generate runs one request of prompt with params through the engine and streams the
 // generated text through detok to w as it comes; detok may already hold the prompt (so
-// that the text joins up with it). The token that ends generation is not printed.
-func generate(e *kvasir.Engine, prompt []int32, params kvasir.SamplingParams, detok *tokenizer.Detokenizer, w io.Writer) (reply, error) {
+// that the text joins up with it). The token that ends generation is not printed. When ctx
+// ends, the request is aborted and what came so far is returned.
+func generate(ctx context.Context, e *kvasir.Engine, prompt []int32, params kvasir.SamplingParams, detok *tokenizer.Detokenizer, w io.Writer) (reply, error) {
 	var r reply
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	start := time.Now()
 	ch, err := e.Generate(ctx, kvasir.Request{PromptTokens: prompt, Params: params})

@@ -12,6 +12,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"sort"
 
 	"github.com/kvasir-llm/kvasir/internal/chat"
@@ -41,6 +43,10 @@ func main() {
 		usage()
 		return
 	}
+	if name == "--version" || name == "-version" || name == "version" {
+		fmt.Println(versionLine())
+		return
+	}
 	c, ok := commands[name]
 	if !ok {
 		fmt.Fprintf(os.Stderr, "kvasir: unknown command %q\n\n", name)
@@ -67,7 +73,30 @@ func usage() {
 	for _, n := range names {
 		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(os.Stderr, "\nRun \"kvasir <command> -h\" for the flags of a command.")
+	fmt.Fprintln(os.Stderr, "\nRun \"kvasir <command> -h\" for the flags of a command, \"kvasir --version\" for the version.")
+}
+
+// versionLine is what --version prints: kvasir's module version (a tagged release, or a
+// pseudo-version or "(devel)" with the commit of the build), the Go version and platform.
+func versionLine() string {
+	v, commit := "(devel)", ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if bi.Main.Version != "" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			switch {
+			case s.Key == "vcs.revision" && len(s.Value) >= 12:
+				commit = s.Value[:12]
+			case s.Key == "vcs.modified" && s.Value == "true" && commit != "":
+				commit += "-dirty"
+			}
+		}
+	}
+	if commit != "" {
+		v += " " + commit
+	}
+	return fmt.Sprintf("kvasir %s (%s, %s/%s)", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // newFlags returns a flag set for a subcommand that reports errors instead of exiting.

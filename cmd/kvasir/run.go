@@ -18,14 +18,14 @@ func init() {
 }
 
 func runRun(args []string) error {
-	fs := newFlags("run", "-m MODEL [-p PROMPT] [-n N] [flags]")
+	fs := newFlags("run", "MODEL | -m MODEL [-p PROMPT] [-n N] [flags]")
 	prompt := fs.String("p", "", "prompt (empty: start from BOS)")
 	n := fs.Int("n", 256, "tokens to generate at most")
 	useChat := fs.Bool("chat", false, "wrap the prompt in the model's chat template as a user turn")
 	seed := fs.Int64("seed", -1, "random seed (-1: from the clock)")
 	ef := addEngineFlags(fs, allEngineFlags)
 	sf := addSamplingFlags(fs)
-	if err := parseFlags(fs, args, "seed"); err != nil {
+	if err := ef.parse(fs, args, "seed"); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -90,7 +90,7 @@ func runRun(args []string) error {
 			}
 		}
 	}
-	r, err := generate(e, ids, params, detok, os.Stdout)
+	r, err := generate(context.Background(), e, ids, params, detok, os.Stdout)
 	fmt.Println()
 	if err != nil {
 		return err

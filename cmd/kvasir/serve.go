@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -25,7 +26,7 @@ func init() {
 }
 
 func runServe(args []string) error {
-	fs := newFlags("serve", "[-m MODEL] [--host H] [--port P] [flags]")
+	fs := newFlags("serve", "[MODEL | -m MODEL] [--host H] [--port P] [flags]")
 	host := fs.String("host", "127.0.0.1", "address to listen on (0.0.0.0: all interfaces)")
 	port := fs.Int("port", 8000, "port to listen on (0: any free port)")
 	apiKey := fs.String("api-key", "", "require this key as \"Authorization: Bearer KEY\" (default: the environment variable KVASIR_API_KEY, read when the flag is not given)")
@@ -34,21 +35,29 @@ func runServe(args []string) error {
 	toolParser := fs.String("tool-call-parser", "", "the tool-call syntax chat replies are parsed in: "+strings.Join(toolcall.Names(), ", ")+" (default: detected from the chat template)")
 	ef := addEngineFlags(fs, allEngineFlags)
 	tf := addChatTemplateFlags(fs)
-	maxBody := fs.Int64("max-request-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (larger: 413)")
+	maxBody := new(int64)
+	bytesVar(fs, maxBody, "max-request-bytes", server.DefaultMaxBodyBytes, "largest request body accepted (larger: 413)")
 	drain := fs.Duration("drain-timeout", server.DefaultDrainTimeout, "on SIGTERM/SIGINT, how long requests in flight may finish before they are aborted (a second signal exits at once)")
 	cf := addConnFlags(fs)
+	noAccessLog := fs.Bool("disable-access-log", false, "log no line per request (vLLM: --disable-uvicorn-access-log)")
+	statsInterval := fs.Duration("stats-interval", server.DefaultStatsInterval, "how often to log the stats line: throughput, running and waiting requests, KV cache usage, prefix cache hit rate (0: never)")
+	noStats := fs.Bool("disable-log-stats", false, "log no stats line (vLLM's flag; the same as --stats-interval 0)")
 	limits := addLimitFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
+	if err := ef.parse(fs, args); err != nil {
 		return err
 	}
 	envDefault(fs, "api-key", "KVASIR_API_KEY", apiKey)
-	cfg := server.Config{APIKey: *apiKey, MaxBodyBytes: *maxBody, Limits: *limits, ToolCallParser: *toolParser}
+	cfg := server.Config{APIKey: *apiKey, MaxBodyBytes: *maxBody, Limits: *limits, ToolCallParser: *toolParser,
+		AccessLog: !*noAccessLog, StatsInterval: *statsInterval}
+	if *noStats {
+		cfg.StatsInterval = 0
+	}
 	if err := cf.apply(&cfg); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		fs.Usage()
-		return fmt.Errorf("unexpected argument %q (the model goes after -m)", fs.Arg(0))
+		return fmt.Errorf("unexpected argument %q (give one model: first, or after -m)", fs.Arg(0))
 	}
 	tmplLimits, tmplWorkers, err := tf.limits()
 	if err != nil {
@@ -63,6 +72,13 @@ func runServe(args []string) error {
 		tmplSrc = string(b)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	// The port is taken before the model loads, so that a busy one fails at once rather
+	// than after minutes of loading; connections wait in the backlog meanwhile.
+	ln, err := listen(*host, *port)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
 
 	start := time.Now()
 	var names []string
@@ -70,7 +86,7 @@ func runServe(args []string) error {
 	eng, err := ef.openEngine(func(opt *kvasir.Options, fm *format.Model) {
 		names = servedNames(*served, fm.Name())
 		metrics = server.NewMetrics(names[0])
-		opt.OnRequestDone = metrics.OnRequestDone
+		metrics.Hook(opt)
 	})
 	if err != nil {
 		return err
@@ -103,11 +119,6 @@ func runServe(args []string) error {
 	}
 	log.Info("connections", "max_connections", cfg.MaxConnections, "header_timeout", cfg.HeaderTimeout, "body_timeout", cfg.BodyTimeout,
 		"write_timeout", cfg.WriteTimeout, "allowed_hosts", cfg.AllowedHosts, "allowed_origins", cfg.AllowedOrigins)
-	ln, err := net.Listen("tcp", net.JoinHostPort(*host, strconv.Itoa(*port)))
-	if err != nil {
-		eng.Close()
-		return err
-	}
 	if ef.model == "" {
 		log.Warn("serving the built-in default model: RANDOM weights, gibberish output; serve a real model with -m model.gguf, -m ./hf-folder or -m hf:ORG/REPO")
 	}
@@ -170,4 +181,20 @@ func envDefault(fs *flag.FlagSet, name, env string, v *string) {
 	if !given {
 		*v = os.Getenv(env)
 	}
+}
+
+// listen takes the address to serve on, with an error that says what to do when the port is
+// busy or the address is not this machine's.
+func listen(host string, port int) (net.Listener, error) {
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	ln, err := net.Listen("tcp", addr)
+	switch {
+	case err == nil:
+		return ln, nil
+	case errors.Is(err, syscall.EADDRINUSE):
+		return nil, fmt.Errorf("port %d on %s is already in use (another kvasir or server?): stop it, or pick another with --port (--port 0: any free port)", port, host)
+	case errors.Is(err, syscall.EACCES):
+		return nil, fmt.Errorf("listen on %s: permission denied (ports below 1024 need privileges): pick another with --port", addr)
+	}
+	return nil, fmt.Errorf("listen on %s: %w (check --host)", addr, err)
 }

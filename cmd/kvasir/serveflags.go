@@ -17,6 +17,7 @@ type connFlags struct {
 	maxConns                                              int
 	streamBuffer                                          string
 	allowedHosts, allowedOrigins                          string
+	allowedMethods, allowedHeaders                        string
 }
 
 // addConnFlags defines the connection flags on fs.
@@ -29,7 +30,9 @@ func addConnFlags(fs *flag.FlagSet) *connFlags {
 	fs.IntVar(&f.maxConns, "max-connections", server.DefaultMaxConnections(), "most connections open at once; one more gets 503 and is closed (the default, at most 4096, leaves file descriptors under the open-file limit)")
 	fs.StringVar(&f.streamBuffer, "max-stream-buffer", "256KiB", "most bytes of a stream waiting for a slow client; beyond it the client is cut off and its request aborted")
 	fs.StringVar(&f.allowedHosts, "allowed-hosts", "", "comma-separated Host names (optionally with :port) answered besides loopback names and the listen address; * turns the Host check off")
-	fs.StringVar(&f.allowedOrigins, "allowed-origins", "", "comma-separated origins (scheme://host[:port]) whose web pages may call the server, with CORS; * allows every origin (default: none, browsers refused)")
+	fs.StringVar(&f.allowedOrigins, "allowed-origins", "*", "comma-separated origins (scheme://host[:port], or null) whose web pages may call the server, with CORS; * allows every origin, as vLLM; \"\" refuses browsers")
+	fs.StringVar(&f.allowedMethods, "allowed-methods", "*", "comma-separated methods a CORS preflight may ask for; * allows any")
+	fs.StringVar(&f.allowedHeaders, "allowed-headers", "*", "comma-separated request headers a CORS preflight may ask for; * allows any")
 	return f
 }
 
@@ -53,6 +56,7 @@ func (f *connFlags) apply(cfg *server.Config) error {
 	cfg.HeaderTimeout, cfg.BodyTimeout, cfg.IdleTimeout, cfg.WriteTimeout = f.headerTimeout, f.bodyTimeout, f.idleTimeout, f.writeTimeout
 	cfg.MaxConnections, cfg.MaxStreamBuffer = f.maxConns, buf
 	cfg.AllowedHosts, cfg.AllowedOrigins = commaList(f.allowedHosts), commaList(f.allowedOrigins)
+	cfg.AllowedMethods, cfg.AllowedHeaders = commaList(f.allowedMethods), commaList(f.allowedHeaders)
 	return cfg.Validate()
 }
 

@@ -251,6 +251,9 @@ func (e *Engine) endBeams(r *request, err error) {
 	e.mu.Lock()
 	for i := range outs {
 		e.stats.GenerationTokens += int64(len(outs[i].TokenIDs))
+		if len(outs[i].TokenIDs) > 0 {
+			e.stats.PromptTokens += int64(len(r.prompt))
+		}
 		e.stats.Finished[outs[i].FinishReason]++
 	}
 	e.mu.Unlock()

@@ -13,18 +13,23 @@ func (e *Engine) emit(pk pick) {
 	r := seq.req
 	p := &r.params
 	now := e.cfg.Now()
-	if seq.index == 0 {
-		if r.firstToken.IsZero() {
-			r.firstToken = now
-		} else {
-			r.itl = append(r.itl, now.Sub(r.lastToken))
-		}
-		r.lastToken = now
+	if r.firstToken.IsZero() {
+		r.firstToken = now
 	}
+	c := &r.clocks[seq.index]
+	switch {
+	case c.tokens == 0:
+		c.first = now
+		// As vLLM counts it: a choice's whole prompt, cached or not, once it has its
+		// first token.
+		e.stepPrompt += len(r.prompt)
+	case c.lastStep != e.emitStep:
+		c.itl = append(c.itl, now.Sub(c.last))
+	}
+	c.tokens++
+	c.last, c.lastStep = now, e.emitStep
+	e.stepGen++
 	r.genCount++
-	e.mu.Lock()
-	e.stats.GenerationTokens++
-	e.mu.Unlock()
 
 	out := Output{RequestID: r.id, Index: seq.index, TokenIDs: []int32{tok}, Logprobs: pk.lp}
 	if seq.index == 0 && pk.numOut == 1 && p.PromptLogprobs {

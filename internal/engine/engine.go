@@ -56,6 +56,9 @@ type Config struct {
 	// OnRequestDone, when set, is called from the engine loop for every finished request;
 	// it must return quickly.
 	OnRequestDone func(RequestStats)
+	// OnStepDone, when set, is called from the engine loop after every step that brought
+	// tokens; it must return quickly.
+	OnStepDone func(StepStats)
 	// Speculation, when set, turns on speculative decoding (see Speculation).
 	Speculation *Speculation
 	// KVPolicy is the KV policy of requests that name none (Request.KVPolicy); the zero
@@ -105,6 +108,11 @@ type Engine struct {
 	// while they ran; discarded the tokens sampled for sequences that had finished since
 	// their step was planned.
 	planned, overlapped, discarded int64
+	// emitStep counts the steps whose tokens were emitted; stepPrompt and stepGen are the
+	// prompt tokens (vLLM's count: a choice's whole prompt at its first token) and the
+	// tokens the step being emitted brought.
+	emitStep            int64
+	stepPrompt, stepGen int
 	// afterStep, when set (tests), runs on the loop after every step.
 	afterStep func()
 	// keepAllDrafts, when set (tests), breaks the verification of sampled drafts on
@@ -384,7 +392,7 @@ func (e *Engine) prepare(req Request) (*request, error) {
 	r := &request{
 		id: req.ID, params: p, n: n, maxTokens: maxTokens, maxLen: maxLen, policy: policy, priority: req.Priority,
 		salt: req.CacheSalt, prompt: prompt, procs: req.Processors, out: newOutbox(), reasons: make([]string, n),
-		arrival: e.cfg.Now(),
+		clocks: make([]choiceClock, n), arrival: e.cfg.Now(),
 	}
 	if e.tok != nil {
 		// Compiled here, on the submitter's goroutine, not on the engine loop.

@@ -71,19 +71,41 @@ type Output struct {
 // Config.OnRequestDone for latency histograms.
 type RequestStats struct {
 	RequestID string
-	// QueueTime is from arrival to first scheduled; TTFT from arrival to first token;
-	// E2E from arrival to the end. ITL lists the gaps between consecutive tokens of
-	// choice 0 (inter-token latencies).
+	// QueueTime is from arrival to first scheduled; TTFT from arrival to the request's
+	// first token; E2E from arrival to the end of its last choice.
 	QueueTime, TTFT, E2E time.Duration
-	ITL                  []time.Duration
 	PromptTokens         int
 	GenerationTokens     int
 	CachedPromptTokens   int
 	// PeakKVBlocks is the most KV blocks one of the request's sequences held at once
 	// (within its KV policy's budget, under one that drops tokens).
 	PeakKVBlocks int
+	// N is the number of choices asked for and MaxTokens the request's output budget.
+	N, MaxTokens int
 	// FinishReasons has one entry per choice.
 	FinishReasons []string
+	// Choices has each choice's timings, as vLLM times each child request of an n > 1
+	// request (nil for beam search, whose choices appear together at the end).
+	Choices []ChoiceStats
+}
+
+// ChoiceStats are the timings of one choice of a finished request.
+type ChoiceStats struct {
+	GenerationTokens int
+	// TTFT is from the request's arrival to the choice's first token, Decode from its
+	// first token to its last, and E2E from arrival to the choice's end.
+	TTFT, Decode, E2E time.Duration
+	// ITL are the gaps between consecutive steps that brought the choice tokens: one per
+	// step, so a step that brings several (speculative decoding) counts once, as vLLM
+	// times iterations.
+	ITL []time.Duration
+}
+
+// StepStats are the token counts of one engine step that brought tokens, as vLLM counts an
+// iteration: PromptTokens the whole prompts of the choices that got their first token in
+// it, GenerationTokens the tokens it brought.
+type StepStats struct {
+	PromptTokens, GenerationTokens int
 }
 
 // Stats is a snapshot of the engine's gauges and counters (counters count since start).
@@ -95,9 +117,13 @@ type Stats struct {
 	Preemptions           int64
 	PrefixQueries         int64 // prompt tokens looked up in the prefix cache
 	PrefixHits            int64 // of which found
-	PromptTokens          int64 // prompt tokens computed or taken from the cache
-	GenerationTokens      int64
-	Steps                 int64
+	// PromptTokens counts each choice's whole prompt (cached tokens included) when the
+	// choice gets its first token, as vLLM's prompt_tokens counter does;
+	// ComputedPromptTokens the prompt positions whose KV was computed (not taken from the
+	// prefix cache).
+	PromptTokens, ComputedPromptTokens int64
+	GenerationTokens                   int64
+	Steps                              int64
 	// Speculative decoding: SpecDrafts counts the verifications (a sequence's drafts checked
 	// in one step), DraftTokens the draft tokens verified, AcceptedDrafts those kept, and
 	// AcceptedPerPos[i] the verifications that kept draft i (0-based) — vLLM's

@@ -357,6 +357,8 @@ func (e *Engine) slow(job *stepJob) {
 			e.failRequest(seq.req, err)
 		}
 	}
+	e.emitStep++
+	e.stepPrompt, e.stepGen = 0, 0
 	for _, p := range job.picks {
 		if p.seq.status != statusFinished {
 			e.emit(p)
@@ -364,8 +366,13 @@ func (e *Engine) slow(job *stepJob) {
 	}
 	e.mu.Lock()
 	e.stats.Steps++
-	e.stats.PromptTokens += promptTokens
+	e.stats.ComputedPromptTokens += promptTokens
+	e.stats.PromptTokens += int64(e.stepPrompt)
+	e.stats.GenerationTokens += int64(e.stepGen)
 	e.mu.Unlock()
+	if e.stepGen > 0 && e.cfg.OnStepDone != nil {
+		e.cfg.OnStepDone(StepStats{PromptTokens: e.stepPrompt, GenerationTokens: e.stepGen})
+	}
 	e.publishStats()
 	if job.overlapped {
 		e.overlapped++

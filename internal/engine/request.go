@@ -45,8 +45,18 @@ type request struct {
 	// beam is the state of a beam-search request (nil otherwise).
 	beam *beamSearch
 
-	arrival, firstScheduled, firstToken, lastToken time.Time
-	itl                                            []time.Duration
+	arrival, firstScheduled, firstToken time.Time
+	// clocks are each choice's token timestamps, for its metrics.
+	clocks []choiceClock
+}
+
+// choiceClock times one choice as vLLM times each child request of an n > 1 request: its
+// first and last token, the gaps between the steps that brought it tokens, and its end.
+type choiceClock struct {
+	tokens           int
+	first, last, end time.Time
+	lastStep         int64 // the emitting step (Engine.emitStep) of its last token
+	itl              []time.Duration
 }
 
 // wantsPromptLogprobs reports whether r still has prompt tokens to score.

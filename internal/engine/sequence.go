@@ -155,6 +155,7 @@ func (e *Engine) finishSeqWith(seq *sequence, out Output, reason string, stopRea
 		p.Done(string(seq.id))
 	}
 	r.reasons[seq.index] = reason
+	r.clocks[seq.index].end = e.cfg.Now()
 	r.finished++
 	out.FinishReason, out.StopReason, out.Err = reason, stopReason, err
 	out.Usage = e.usage(r)
@@ -184,15 +185,30 @@ func (e *Engine) complete(r *request) {
 func (e *Engine) requestStats(r *request) RequestStats {
 	now := e.cfg.Now()
 	st := RequestStats{
-		RequestID: r.id, E2E: now.Sub(r.arrival), ITL: r.itl,
+		RequestID: r.id, E2E: now.Sub(r.arrival),
 		PromptTokens: len(r.prompt), GenerationTokens: r.genCount, CachedPromptTokens: r.cached, PeakKVBlocks: r.peakBlocks,
-		FinishReasons: slices.Clone(r.reasons),
+		N: r.n, MaxTokens: r.maxTokens, FinishReasons: slices.Clone(r.reasons),
 	}
 	if !r.firstScheduled.IsZero() {
 		st.QueueTime = r.firstScheduled.Sub(r.arrival)
 	}
 	if !r.firstToken.IsZero() {
 		st.TTFT = r.firstToken.Sub(r.arrival)
+	}
+	if r.beam != nil {
+		return st
+	}
+	st.Choices = make([]ChoiceStats, len(r.clocks))
+	for i, c := range r.clocks {
+		cs := &st.Choices[i]
+		cs.GenerationTokens, cs.ITL, cs.E2E = c.tokens, c.itl, st.E2E
+		if !c.end.IsZero() {
+			// (A choice that never ran, of a request failed before it forked, ends with it.)
+			cs.E2E = c.end.Sub(r.arrival)
+		}
+		if c.tokens > 0 {
+			cs.TTFT, cs.Decode = c.first.Sub(r.arrival), c.last.Sub(c.first)
+		}
 	}
 	return st
 }

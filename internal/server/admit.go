@@ -10,10 +10,12 @@ import (
 )
 
 // jsonPaths are the endpoints whose request body is JSON.
-var jsonPaths = map[string]bool{"/v1/completions": true, "/v1/chat/completions": true, "/v1/responses": true, "/tokenize": true, "/detokenize": true}
+var jsonPaths = map[string]bool{"/v1/completions": true, "/v1/chat/completions": true, "/v1/responses": true, "/tokenize": true, "/detokenize": true,
+	"/api/generate": true, "/api/chat": true, "/api/show": true, "/completion": true}
 
 // generatePaths are the endpoints that submit requests to the engine.
-var generatePaths = map[string]bool{"/v1/completions": true, "/v1/chat/completions": true, "/v1/responses": true}
+var generatePaths = map[string]bool{"/v1/completions": true, "/v1/chat/completions": true, "/v1/responses": true,
+	"/api/generate": true, "/api/chat": true, "/completion": true}
 
 // admit refuses, from the headers alone and before the body is read, a POST that could
 // only fail: a body that is not JSON (415), a Content-Length over Config.MaxBodyBytes

@@ -397,26 +397,26 @@ func TestMetricsHealthVersion(t *testing.T) {
 	}
 	m := string(body)
 	for _, want := range []string{
-		`kvasir:time_to_first_token_seconds_count{model_name="tiny"} 1`,
-		`kvasir:inter_token_latency_seconds_count{model_name="tiny"} 3`,
-		`kvasir:e2e_request_latency_seconds_count{model_name="tiny"} 1`,
-		`kvasir:request_queue_time_seconds_count{model_name="tiny"} 1`,
-		`kvasir:num_requests_running{model_name="tiny"} 0`,
-		`kvasir:num_requests_waiting{model_name="tiny"} 0`,
-		`kvasir:kv_cache_usage_perc{model_name="tiny"} 0`,
-		`kvasir:generation_tokens_total{model_name="tiny"} 4`,
-		`kvasir:prompt_tokens_total{model_name="tiny"} `,
-		`kvasir:num_preemptions_total{model_name="tiny"} 0`,
-		`kvasir:prefix_cache_queries_total{model_name="tiny"} `,
-		`kvasir:prefix_cache_hits_total{model_name="tiny"} `,
-		`kvasir:request_success_total{finished_reason="length",model_name="tiny"} 1`,
-		`kvasir:time_to_first_token_seconds_bucket{model_name="tiny",le="0.001"}`,
+		`kvasir:time_to_first_token_seconds_count{engine="0",model_name="tiny"} 1`,
+		`kvasir:inter_token_latency_seconds_count{engine="0",model_name="tiny"} 3`,
+		`kvasir:e2e_request_latency_seconds_count{engine="0",model_name="tiny"} 1`,
+		`kvasir:request_queue_time_seconds_count{engine="0",model_name="tiny"} 1`,
+		`kvasir:num_requests_running{engine="0",model_name="tiny"} 0`,
+		`kvasir:num_requests_waiting{engine="0",model_name="tiny"} 0`,
+		`kvasir:kv_cache_usage_perc{engine="0",model_name="tiny"} 0`,
+		`kvasir:generation_tokens_total{engine="0",model_name="tiny"} 4`,
+		`kvasir:prompt_tokens_total{engine="0",model_name="tiny"} `,
+		`kvasir:num_preemptions_total{engine="0",model_name="tiny"} 0`,
+		`kvasir:prefix_cache_queries_total{engine="0",model_name="tiny"} `,
+		`kvasir:prefix_cache_hits_total{engine="0",model_name="tiny"} `,
+		`kvasir:request_success_total{engine="0",finished_reason="length",model_name="tiny"} 1`,
+		`kvasir:time_to_first_token_seconds_bucket{engine="0",model_name="tiny",le="0.001"}`,
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q", want)
 		}
 	}
-	if status, body := env.do(t, http.MethodGet, "/health", nil); status != 200 || len(body) != 0 {
+	if status, body := env.do(t, http.MethodGet, "/health", nil); status != 200 || string(body) != "{\"status\":\"ok\"}\n" {
 		t.Errorf("health %d %q", status, body)
 	}
 	if _, body := env.do(t, http.MethodGet, "/version", nil); !strings.Contains(string(body), `"v9.9.9"`) {

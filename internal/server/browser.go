@@ -39,16 +39,68 @@ func (s *Server) browserChecks(next http.Handler) http.Handler {
 		h.Set("Access-Control-Allow-Origin", origin)
 		h.Add("Vary", "Origin")
 		if r.Method == http.MethodOptions && r.Header.Get("Access-Control-Request-Method") != "" {
-			h.Set("Access-Control-Allow-Methods", "GET, POST, OPTIONS")
-			if hdrs := r.Header.Get("Access-Control-Request-Headers"); hdrs != "" {
-				h.Set("Access-Control-Allow-Headers", hdrs)
-			}
-			h.Set("Access-Control-Max-Age", "600")
-			w.WriteHeader(http.StatusNoContent)
+			s.preflight(w, r)
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// preflight answers a CORS preflight of an allowed origin: 204 with the methods and headers
+// allowed (Config.AllowedMethods, Config.AllowedHeaders; with "*" the ones asked for), or
+// 403 naming the method or header that is not.
+func (s *Server) preflight(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	m := strings.ToUpper(strings.TrimSpace(r.Header.Get("Access-Control-Request-Method")))
+	if !s.corsMethods.any && !s.corsMethods.set[m] {
+		h.Del("Access-Control-Allow-Origin")
+		writeError(w, forbidden("cors_method_not_allowed", "the method %.20q is not allowed by CORS: allow it with --allowed-methods", m))
+		return
+	}
+	var asked []string
+	for _, hd := range strings.Split(r.Header.Get("Access-Control-Request-Headers"), ",") {
+		if hd = strings.ToLower(strings.TrimSpace(hd)); hd != "" {
+			if !s.corsHeaders.any && !s.corsHeaders.set[hd] {
+				h.Del("Access-Control-Allow-Origin")
+				writeError(w, forbidden("cors_header_not_allowed", "the header %.100q is not allowed by CORS: allow it with --allowed-headers", hd))
+				return
+			}
+			asked = append(asked, hd)
+		}
+	}
+	methods := "GET, POST, OPTIONS"
+	if !s.corsMethods.any {
+		methods = strings.Join(s.cfg.AllowedMethods, ", ")
+	}
+	if !strings.Contains(methods, m) {
+		methods += ", " + m
+	}
+	h.Set("Access-Control-Allow-Methods", methods)
+	if len(asked) > 0 {
+		h.Set("Access-Control-Allow-Headers", strings.Join(asked, ", "))
+	}
+	h.Set("Access-Control-Max-Age", "600")
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// newCORSList reads Config.AllowedMethods or AllowedHeaders: empty or "*" allows all;
+// names compare upper-cased (methods) or lower-cased (headers).
+func newCORSList(list []string, upper bool) allowList {
+	l := allowList{set: map[string]bool{}}
+	for _, v := range list {
+		v = strings.TrimSpace(v)
+		if v == "*" {
+			l.any = true
+		}
+		if upper {
+			v = strings.ToUpper(v)
+		} else {
+			v = strings.ToLower(v)
+		}
+		l.set[v] = true
+	}
+	l.any = l.any || len(list) == 0
+	return l
 }
 
 // forbidden is a 403 with the given code.

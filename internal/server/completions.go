@@ -100,7 +100,11 @@ func (s *Server) completionRequests(req *completionRequest) ([]kvasir.Request, *
 	if req.Suffix != nil && *req.Suffix != "" {
 		return nil, unsupportedParam("suffix", "suffix is not supported yet (text after the insertion point)")
 	}
-	params, apiErr := req.params(req.MaxTokens, "max_tokens", DefaultCompletionMaxTokens, s.sampling)
+	defaultMax := DefaultCompletionMaxTokens
+	if req.restOfContext {
+		defaultMax = 0
+	}
+	params, apiErr := req.params(req.MaxTokens, "max_tokens", defaultMax, s.sampling)
 	if apiErr != nil {
 		return nil, apiErr
 	}

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"io"
+	"log/slog"
 	"math"
 	"testing"
 
@@ -99,4 +101,59 @@ func TestParamPath(t *testing.T) {
 			t.Errorf("paramPath(%q) = %q, want %q", in, got, want)
 		}
 	}
+}
+
+// FuzzOllamaRequests feeds arbitrary bodies to the readers of ollama's /api/generate and
+// /api/chat and of llama-server's /completion: they never panic, an error is a 400 naming
+// nothing it should not, and accepted options give parameters within the limits.
+func FuzzOllamaRequests(f *testing.F) {
+	for _, seed := range []string{
+		`{"model":"m","prompt":"hi","options":{"num_predict":5,"temperature":0.2,"top_k":3,"top_p":0.5,"min_p":0.1,"seed":4,"stop":["a"],"repeat_penalty":1.1}}`,
+		`{"prompt":"x","format":"json","stream":false,"raw":true,"system":"s"}`,
+		`{"prompt":"x","format":{"type":"object"},"options":{"num_predict":-1,"num_ctx":4096}}`,
+		`{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"","tool_calls":[{"function":{"name":"f","arguments":{"a":1}}}]}],"tools":[]}`,
+		`{"prompt":"x","n_predict":-1,"stream":true,"repeat_penalty":1.2,"n_probs":2,"cache_prompt":true}`,
+		`{"options":{"stop":"a"}}`, `{"options":[]}`, `{"format":1}`, `{"options":{"num_predict":1e99}}`, `{`, `null`,
+	} {
+		f.Add([]byte(seed))
+	}
+	s := &Server{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		for _, dst := range []any{&ollamaGenerateRequest{}, &ollamaChatRequest{}} {
+			if _, err := decodeJSON(body, dst); err != nil {
+				if err.Status != 400 {
+					t.Errorf("decode error status %d", err.Status)
+				}
+				continue
+			}
+			var common *ollamaCommon
+			switch r := dst.(type) {
+			case *ollamaGenerateRequest:
+				common = &r.ollamaCommon
+			case *ollamaChatRequest:
+				common = &r.ollamaCommon
+			}
+			c, err := s.ollamaCommonRequest("/api/x", common)
+			if err != nil {
+				if err.Status != 400 {
+					t.Errorf("options error %+v", err)
+				}
+				continue
+			}
+			if c.Stream != (common.Stream == nil || *common.Stream) {
+				t.Errorf("stream %v from %v", c.Stream, common.Stream)
+			}
+			if p, err := c.params(c.MaxTokens, "max_tokens", 0, kvasir.NeutralSampling()); err == nil {
+				if p.MaxTokens < 0 || p.N != 0 {
+					t.Errorf("accepted out-of-range params %+v", p)
+				}
+			} else if err.Status != 400 || err.Param == "" {
+				t.Errorf("params error %+v", err)
+			}
+		}
+		var l llamaCompletionRequest
+		if _, err := decodeJSON(body, &l); err != nil && err.Status != 400 {
+			t.Errorf("/completion decode error status %d", err.Status)
+		}
+	})
 }

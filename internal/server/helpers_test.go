@@ -104,7 +104,7 @@ func newTestServer(t testing.TB, opt kvasir.Options, cfg Config, wt quant.Type) 
 	if cfg.Metrics == nil {
 		cfg.Metrics = NewMetrics(testModelName)
 	}
-	opt.OnRequestDone = cfg.Metrics.OnRequestDone
+	cfg.Metrics.Hook(&opt)
 	eng := newTinyEngineOf(t, opt, wt)
 	if cfg.ModelNames == nil {
 		cfg.ModelNames = []string{testModelName}

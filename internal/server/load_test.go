@@ -65,7 +65,7 @@ func TestLoad(t *testing.T) {
 
 	waitIdle(t, env.eng, 10*time.Second)
 	_, body := env.do(t, http.MethodGet, "/metrics", nil)
-	if !strings.Contains(string(body), `kvasir:kv_cache_usage_perc{model_name="tiny"} 0`+"\n") {
+	if !strings.Contains(string(body), `kvasir:kv_cache_usage_perc{engine="0",model_name="tiny"} 0`+"\n") {
 		t.Errorf("kv_cache_usage_perc is not 0 after the load")
 	}
 	st := env.eng.Stats()

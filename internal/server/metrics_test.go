@@ -34,11 +34,11 @@ func TestSpecDecodeMetrics(t *testing.T) {
 		t.Fatal("no drafts were verified")
 	}
 	for _, want := range []string{
-		fmt.Sprintf(`kvasir:spec_decode_num_drafts_total{model_name="tiny"} %d`, s.SpecDrafts),
-		fmt.Sprintf(`kvasir:spec_decode_num_draft_tokens_total{model_name="tiny"} %d`, s.DraftTokens),
-		fmt.Sprintf(`kvasir:spec_decode_num_accepted_tokens_total{model_name="tiny"} %d`, s.AcceptedDrafts),
-		fmt.Sprintf(`kvasir:spec_decode_num_accepted_tokens_per_pos_total{model_name="tiny",position="0"} %d`, s.AcceptedPerPos[0]),
-		fmt.Sprintf(`kvasir:spec_decode_num_accepted_tokens_per_pos_total{model_name="tiny",position="2"} %d`, s.AcceptedPerPos[2]),
+		fmt.Sprintf(`kvasir:spec_decode_num_drafts_total{engine="0",model_name="tiny"} %d`, s.SpecDrafts),
+		fmt.Sprintf(`kvasir:spec_decode_num_draft_tokens_total{engine="0",model_name="tiny"} %d`, s.DraftTokens),
+		fmt.Sprintf(`kvasir:spec_decode_num_accepted_tokens_total{engine="0",model_name="tiny"} %d`, s.AcceptedDrafts),
+		fmt.Sprintf(`kvasir:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny",position="0"} %d`, s.AcceptedPerPos[0]),
+		fmt.Sprintf(`kvasir:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="tiny",position="2"} %d`, s.AcceptedPerPos[2]),
 		"# TYPE kvasir:spec_decode_num_draft_tokens_total counter",
 	} {
 		if !strings.Contains(m, want+"\n") {
@@ -47,6 +47,18 @@ func TestSpecDecodeMetrics(t *testing.T) {
 	}
 	if strings.Contains(m, `position="3"`) {
 		t.Error("a per-position counter beyond K = 3")
+	}
+	// Inter-token latency is timed per step, as vLLM times iterations: one request of 12
+	// tokens over S steps that brought tokens has S - 1 gaps, fewer than 11 when drafts
+	// were accepted (a step brought several tokens).
+	fams := scrape(t, env)
+	steps := fams["kvasir:iteration_tokens_total"].Metric[0].Histogram.GetSampleCount()
+	gaps := fams["kvasir:inter_token_latency_seconds"].Metric[0].Histogram.GetSampleCount()
+	if gaps != steps-1 || (s.AcceptedDrafts > 0 && gaps >= 11) {
+		t.Errorf("%d inter-token gaps over %d steps (%d drafts accepted)", gaps, steps, s.AcceptedDrafts)
+	}
+	if sum := fams["kvasir:iteration_tokens_total"].Metric[0].Histogram.GetSampleSum(); sum != float64(res.Usage.PromptTokens+12) {
+		t.Errorf("iteration tokens sum %g, want the prompt's %d + 12", sum, res.Usage.PromptTokens)
 	}
 
 	plain := newTestEnv(t, kvasir.Options{}, Config{})

@@ -177,6 +177,10 @@ type completionRequest struct {
 	Logprobs *int        `json:"logprobs"`
 	Suffix   *string     `json:"suffix"`
 	BestOf   *int        `json:"best_of"`
+	// restOfContext makes max_tokens, when not given, the rest of the context rather than
+	// DefaultCompletionMaxTokens (set by the llama.cpp and ollama endpoints, whose
+	// default is no limit).
+	restOfContext bool
 }
 
 // promptInput is the prompt field: a string, a list of strings, a list of token ids or a

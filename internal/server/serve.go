@@ -28,6 +28,11 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 		ReadHeaderTimeout: s.cfg.HeaderTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
 	}
+	if s.cfg.StatsInterval > 0 {
+		sctx, stop := context.WithCancel(ctx)
+		defer stop()
+		go s.logStats(sctx, s.cfg.StatsInterval)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(limitConnections(ln, s.cfg.MaxConnections, &s.openConns, s.log)) }()
 	select {

@@ -55,8 +55,8 @@ type Config struct {
 	Version string
 	// Logger receives warnings and errors (nil: slog.Default()).
 	Logger *slog.Logger
-	// Metrics is the registry served on /metrics; its OnRequestDone should be the engine's
-	// Options.OnRequestDone so that latency histograms fill (nil: a fresh one without
+	// Metrics is the registry served on /metrics; its Hook should have set the engine's
+	// callbacks so that the histograms fill (nil: a fresh one without
 	// latency histograms being fed).
 	Metrics *Metrics
 
@@ -85,8 +85,12 @@ type Config struct {
 	AllowedHosts []string
 	// AllowedOrigins are the origins (scheme://host[:port], "null", or "*" for all) whose
 	// web pages may call the server; a request with another Origin header gets 403, an
-	// allowed one CORS headers. Empty: no browser origin.
+	// allowed one CORS headers. Empty: no browser origin (kvasir serve's --allowed-origins
+	// defaults to "*", as vLLM's).
 	AllowedOrigins []string
+	// AllowedMethods and AllowedHeaders are the methods and request headers a CORS
+	// preflight may ask for (empty or "*": any, as vLLM's defaults).
+	AllowedMethods, AllowedHeaders []string
 	// ToolCallParser names the tool-call syntax chat replies are parsed in (a
 	// toolcall.Names entry); empty: the one the chat template shows (toolcall.Detect), or
 	// none, when requests with tools and tool_choice other than "none" are refused.
@@ -96,6 +100,12 @@ type Config struct {
 	// Without it tool_choice "required" and a named function are refused, and "auto" runs
 	// unconstrained.
 	ToolGrammar func(ToolChoice) ([]kvasir.Processor, error)
+	// AccessLog logs a line per request (method, path, status, bytes, duration, client).
+	AccessLog bool
+	// StatsInterval is how often Serve logs a line of the engine's figures (throughput,
+	// running and waiting sequences, KV cache usage, prefix cache hit rate), as vLLM does
+	// every 10 s (0: never).
+	StatsInterval time.Duration
 	// Limits are the budgets of one request (zero fields: the defaults).
 	Limits
 }
@@ -119,9 +129,11 @@ type Server struct {
 	// responses are the stored responses of /v1/responses.
 	responses *responseStore
 
-	hosts    hostPolicy
-	origins  originPolicy
-	draining atomic.Bool
+	hosts   hostPolicy
+	origins originPolicy
+	// corsMethods and corsHeaders are AllowedMethods and AllowedHeaders.
+	corsMethods, corsHeaders allowList
+	draining                 atomic.Bool
 	// openConns counts the connections Serve holds open.
 	openConns atomic.Int64
 }
@@ -147,7 +159,8 @@ func New(eng *kvasir.Engine, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{eng: eng, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, sampling: eng.SamplingDefaults(), created: time.Now().Unix(),
-		hosts: hosts, origins: origins, responses: newResponseStore(ResponseStoreEntries, ResponseStoreBytes)}
+		hosts: hosts, origins: origins, corsMethods: newCORSList(cfg.AllowedMethods, true), corsHeaders: newCORSList(cfg.AllowedHeaders, false),
+		responses: newResponseStore(ResponseStoreEntries, ResponseStoreBytes)}
 	if cfg.Sampling != nil {
 		s.sampling = *cfg.Sampling
 	}
@@ -269,7 +282,7 @@ func setDefaults(cfg *Config) {
 	}
 }
 
-// routes builds the handler chain: deadlines, recover, the browser checks (Host, Origin,
+// routes builds the handler chain: the access log, deadlines, recover, the browser checks (Host, Origin,
 // CORS), authentication, the checks made from the headers alone, then the endpoints.
 func (s *Server) routes() {
 	mux := http.NewServeMux()
@@ -285,11 +298,14 @@ func (s *Server) routes() {
 	mux.Handle("/version", method(http.MethodGet, s.handleVersion))
 	mux.Handle("/metrics", method(http.MethodGet, s.metrics.Handler().ServeHTTP))
 	mux.Handle("/{$}", method(http.MethodGet, s.handleWebUI))
+	s.ollamaRoutes(mux)
+	s.llamaRoutes(mux)
+	mux.Handle("/openapi.json", method(http.MethodGet, s.handleOpenAPI))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, notFound("", "", "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	s.mux = mux
-	s.handler = s.deadlines(s.recoverPanics(s.browserChecks(s.authenticate(s.admit(mux)))))
+	s.handler = s.accessLog(s.deadlines(s.recoverPanics(s.browserChecks(s.authenticate(s.admit(mux))))))
 }
 
 // ServeHTTP answers one HTTP request.
@@ -340,7 +356,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	want := []byte("Bearer " + s.cfg.APIKey)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p := r.URL.Path
-		if strings.HasPrefix(p, "/v1/") || p == "/tokenize" || p == "/detokenize" {
+		if strings.HasPrefix(p, "/v1/") || p == "/tokenize" || p == "/detokenize" || isLlamaOrOllamaPath(p) {
 			got := []byte(r.Header.Get("Authorization"))
 			if subtle.ConstantTimeCompare(got, want) != 1 {
 				msg := "missing API key: send Authorization: Bearer KEY"
@@ -431,7 +447,8 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &APIError{Status: http.StatusServiceUnavailable, Type: "service_unavailable_error", Message: "the server is shutting down"})
 		return
 	}
-	w.WriteHeader(http.StatusOK)
+	// llama-server's JSON; vLLM's clients read only the status.
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
 func (s *Server) handleVersion(w http.ResponseWriter, r *http.Request) {

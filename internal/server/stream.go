@@ -23,6 +23,9 @@ type sseWriter struct {
 	w     http.ResponseWriter
 	rc    *http.ResponseController
 	limit int
+	// prefix and suffix frame each payload: "data: " and a blank line for server-sent
+	// events, nothing and a newline for NDJSON.
+	prefix, suffix string
 
 	mu      sync.Mutex
 	pending []byte // events queued, not yet handed to the connection
@@ -38,16 +41,27 @@ type sseWriter struct {
 // DefaultMaxStreamBuffer) of events the client has not taken yet. The caller must call
 // close (done does) before the handler returns.
 func newSSE(w http.ResponseWriter, limit int) *sseWriter {
+	return newStream(w, limit, "text/event-stream; charset=utf-8", "data: ", "\n\n")
+}
+
+// newNDJSON starts a newline-delimited JSON stream (ollama's), one JSON object a line, with
+// the flow control of newSSE.
+func newNDJSON(w http.ResponseWriter, limit int) *sseWriter {
+	return newStream(w, limit, "application/x-ndjson", "", "\n")
+}
+
+// newStream starts a stream of payloads framed by prefix and suffix.
+func newStream(w http.ResponseWriter, limit int, contentType, prefix, suffix string) *sseWriter {
 	if limit <= 0 {
 		limit = DefaultMaxStreamBuffer
 	}
 	h := w.Header()
-	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Content-Type", contentType)
 	h.Set("Cache-Control", "no-cache")
 	h.Set("Connection", "keep-alive")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	s := &sseWriter{w: w, rc: http.NewResponseController(w), limit: limit,
+	s := &sseWriter{w: w, rc: http.NewResponseController(w), limit: limit, prefix: prefix, suffix: suffix,
 		wake: make(chan struct{}, 1), exited: make(chan struct{})}
 	s.err = s.rc.Flush()
 	go s.writeLoop()
@@ -81,7 +95,7 @@ func (s *sseWriter) raw(name string, payload []byte) bool {
 		s.mu.Unlock()
 		return false
 	}
-	size := len(s.pending) + len(payload) + len("data: \n\n")
+	size := len(s.pending) + len(s.prefix) + len(payload) + len(s.suffix)
 	if name != "" {
 		size += len("event: \n") + len(name)
 	}
@@ -97,9 +111,9 @@ func (s *sseWriter) raw(name string, payload []byte) bool {
 		s.pending = append(s.pending, name...)
 		s.pending = append(s.pending, '\n')
 	}
-	s.pending = append(s.pending, "data: "...)
+	s.pending = append(s.pending, s.prefix...)
 	s.pending = append(s.pending, payload...)
-	s.pending = append(s.pending, "\n\n"...)
+	s.pending = append(s.pending, s.suffix...)
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:

@@ -67,8 +67,10 @@ type process struct {
 }
 
 // suiteFlags size every server of the suite for a 2-core machine: a small KV cache, and one
-// engine thread, which leaves the other core to the HTTP side and to the suite's clients.
-var suiteFlags = []string{"--kv-cache-memory", "64MiB", "--threads", "1"}
+// engine thread, which leaves the other core to the HTTP side and to the suite's clients;
+// and they allow one browser origin (serve allows every one by default, as vLLM), so that
+// a foreign page's request is refused.
+var suiteFlags = []string{"--kv-cache-memory", "64MiB", "--threads", "1", "--allowed-origins", "http://localhost:3000"}
 
 // startServer starts `kvasir serve --host 127.0.0.1 --port 0 suiteFlags... args...` and waits
 // for its address line. An error carries the server's output: a server that refuses its
@@ -210,7 +212,7 @@ func (s *server) health() (time.Duration, error) {
 }
 
 // metrics reads /metrics and returns each sample's value by its name with labels, such as
-// `go_goroutines` or `kvasir:request_success_total{finished_reason="abort",model_name="m"}`.
+// `go_goroutines` or `kvasir:request_success_total{engine="0",finished_reason="abort",model_name="m"}`.
 func (s *server) metrics() (map[string]float64, error) {
 	res, err := probe.Get(s.url("/metrics"))
 	if err != nil {
@@ -275,7 +277,7 @@ func (s *server) state() (idleState, error) {
 		{&st.kvUsage, "kvasir:kv_cache_usage_perc{"},
 		{&st.running, "kvasir:num_requests_running{"},
 		{&st.waiting, "kvasir:num_requests_waiting{"},
-		{&st.aborted, `kvasir:request_success_total{finished_reason="abort"`},
+		{&st.aborted, `kvasir:request_success_total{engine="0",finished_reason="abort"`},
 	} {
 		if *f.dst, err = metric(ms, f.prefix); err != nil {
 			return idleState{}, err
