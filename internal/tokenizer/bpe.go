@@ -17,7 +17,7 @@ import (
 // byte, as llama.cpp does.
 type bpeModel struct {
 	pretok       preTokenizer
-	ignoreMerges bool // Llama 3: a word that is itself a token is emitted whole
+	ignoreMerges bool // a word that is itself a token is emitted whole (Llama 3 and others)
 
 	nvocab  int32
 	byteSym [256]int32          // the symbol of each single byte
@@ -40,13 +40,13 @@ const bpeHeapThreshold = 48
 
 // newBPE builds the byte-level BPE encoder for v, whose Pre names the pre-tokenizer.
 func newBPE(v *Vocab) (*bpeModel, error) {
-	pretok, err := preTokenizerFor(v.Pre)
+	spec, err := preTokenizerFor(v.Pre)
 	if err != nil {
 		return nil, fmt.Errorf("bpe: %w", err)
 	}
 	m := &bpeModel{
-		pretok:       pretok,
-		ignoreMerges: v.Pre == "llama-bpe" || v.Pre == "llama3" || v.Pre == "llama-v3",
+		pretok:       spec.split,
+		ignoreMerges: spec.ignoreMerges,
 		nvocab:       int32(len(v.Tokens)),
 		merges:       make(map[uint64]bpeMerge, len(v.Merges)),
 		rawIDs:       make(map[string]int32, len(v.Tokens)),
