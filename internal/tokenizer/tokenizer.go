@@ -101,6 +101,13 @@ func New(v *Vocab) (*Tokenizer, error) {
 		t.kind = "wordpiece"
 		t.enc = newWordPiece(v, t.ids)
 		t.stripSpace = true
+	case "t5":
+		t.kind = "unigram"
+		t.enc = newUGM(v)
+		t.stripSpace = v.AddSpacePrefix
+	case "rwkv":
+		t.kind = "rwkv"
+		t.enc = newRWKV(v)
 	default:
 		return nil, fmt.Errorf("tokenizer: unsupported model %q", v.Model)
 	}
@@ -131,7 +138,7 @@ func New(v *Vocab) (*Tokenizer, error) {
 // Vocab returns the vocabulary the tokenizer was built from. It must not be modified.
 func (t *Tokenizer) Vocab() *Vocab { return t.vocab }
 
-// Kind returns "spm", "bpe" or "wordpiece".
+// Kind returns "spm", "bpe", "wordpiece", "unigram" or "rwkv".
 func (t *Tokenizer) Kind() string { return t.kind }
 
 // NumTokens returns the vocabulary size.
@@ -173,8 +180,11 @@ func (t *Tokenizer) tokenBytes(id int) []byte {
 	case TypeControl, TypeUnknown, TypeUserDefined:
 		return []byte(text)
 	case TypeNormal:
-		if t.kind == "bpe" {
+		switch t.kind {
+		case "bpe":
 			return byteLevelDecode(text)
+		case "rwkv":
+			return rwkvUnescape(text)
 		}
 		return []byte(strings.ReplaceAll(text, spaceMarker, " "))
 	case TypeByte:

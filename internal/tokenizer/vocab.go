@@ -23,7 +23,7 @@ const (
 
 // Vocab mirrors the GGUF tokenizer.ggml.* metadata; every tokenizer source is turned into one.
 type Vocab struct {
-	Model  string      // "llama" (SentencePiece BPE), "gpt2" (byte-level BPE), "bert" (WordPiece)
+	Model  string      // "llama" (SentencePiece BPE), "gpt2" (byte-level BPE), "bert" (WordPiece), "t5" (unigram), "rwkv"
 	Pre    string      // pre-tokenizer name for gpt2 models: "default", "gpt-2", "llama-bpe", "qwen2", "deepseek-llm", ...
 	Tokens []string    // token texts, indexed by id
 	Scores []float32   // may be nil
@@ -35,6 +35,12 @@ type Vocab struct {
 
 	AddBOS, AddEOS bool
 	AddSpacePrefix bool // SentencePiece "add_dummy_prefix"
+	// RemoveExtraSpaces: unigram ("t5") normalization drops leading and trailing spaces and
+	// merges runs of them (SentencePiece's remove_extra_whitespaces).
+	RemoveExtraSpaces bool
+	// CharsMap is SentencePiece's precompiled normalization map for unigram vocabs (GGUF
+	// tokenizer.ggml.precompiled_charsmap); may be nil.
+	CharsMap []byte
 	// NFC puts text in Unicode normalization form C before it is tokenized (a Hugging
 	// Face tokenizer.json's NFC normalizer, as Qwen2's has).
 	NFC bool
