@@ -41,9 +41,13 @@ const bpeHeapThreshold = 48
 // newBPE builds the byte-level BPE encoder for v, whose Pre names the pre-tokenizer.
 func newBPE(v *Vocab) (*bpeModel, error) {
 	spec, err := preTokenizerFor(v.Pre)
+	if len(v.PreSteps) > 0 {
+		spec.split, err = buildPreSteps(v.PreSteps)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("bpe: %w", err)
 	}
+	spec.ignoreMerges = spec.ignoreMerges || v.IgnoreMerges
 	m := &bpeModel{
 		pretok:       spec.split,
 		ignoreMerges: spec.ignoreMerges,

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 )
 
@@ -32,6 +31,7 @@ type hfModel struct {
 	Merges       json.RawMessage `json:"merges"`
 	UnkToken     *string         `json:"unk_token"`
 	ByteFallback bool            `json:"byte_fallback"`
+	IgnoreMerges bool            `json:"ignore_merges"`
 }
 
 // hfComponent is any normalizer, pre-tokenizer, post-processor or decoder: the fields of the
@@ -45,6 +45,11 @@ type hfComponent struct {
 	AddPrefixSpace *bool             `json:"add_prefix_space"`
 	PrependScheme  string            `json:"prepend_scheme"`
 	UseRegex       *bool             `json:"use_regex"`
+	Behavior       string            `json:"behavior"`
+	Invert         bool              `json:"invert"`
+	Individual     bool              `json:"individual_digits"`
+	StripLeft      bool              `json:"strip_left"`
+	StripRight     bool              `json:"strip_right"`
 	Children       []json.RawMessage `json:"pretokenizers"`
 	Normalizers    []json.RawMessage `json:"normalizers"`
 	Processors     []json.RawMessage `json:"processors"`
@@ -185,8 +190,17 @@ func VocabFromHF(tokenizerJSON, tokenizerConfigJSON []byte) (*Vocab, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer.json: normalizer: %w", err)
 	}
-	for _, c := range norm {
-		v.NFC = v.NFC || c.Type == "NFC"
+	if v.Model != "gpt2" {
+		for _, c := range norm {
+			v.NFC = v.NFC || c.Type == "NFC"
+		}
+		return v, nil
+	}
+	if v.Normalizers, err = hfNormalizers(norm); err != nil {
+		return nil, fmt.Errorf("tokenizer.json: normalizer: %w", err)
+	}
+	if len(v.Normalizers) == 1 && v.Normalizers[0].Type == "NFC" {
+		v.NFC, v.Normalizers = true, nil
 	}
 	return v, nil
 }
@@ -324,27 +338,45 @@ func isSentencePieceStyle(hf *hfTokenizer) bool {
 	return false
 }
 
-// hfByteLevelVocab builds a "gpt2" vocab and detects its pre-tokenizer.
+// hfByteLevelVocab builds a "gpt2" vocab. Its pre-tokenizer becomes the tokenizer.ggml.pre
+// name of the same split when there is one, else PreSteps.
 func hfByteLevelVocab(hf *hfTokenizer, vocab map[string]int) (*Vocab, error) {
 	pre, err := components(hf.PreTokenizer)
 	if err != nil {
 		return nil, fmt.Errorf("pre_tokenizer: %w", err)
 	}
-	var regexes []string
-	byteLevel, byteLevelRegex := false, false
+	var steps []PreStep
+	byteLevel := false
+	isolated := func(c hfComponent) error {
+		if c.Behavior != "" && c.Behavior != "Isolated" || c.Invert {
+			return fmt.Errorf("pre_tokenizer: %s with behavior %q (invert %v) is not supported (Isolated is)", c.Type, c.Behavior, c.Invert)
+		}
+		return nil
+	}
 	for _, c := range pre {
 		switch c.Type {
 		case "Split":
 			if c.Pattern.Regex == "" {
 				return nil, fmt.Errorf("pre_tokenizer: Split on a plain string %q is not supported", c.Pattern.String)
 			}
-			regexes = append(regexes, c.Pattern.Regex)
+			if err := isolated(c); err != nil {
+				return nil, err
+			}
+			steps = append(steps, PreStep{Type: "Split", Pattern: c.Pattern.Regex})
 		case "ByteLevel":
 			byteLevel = true
-			byteLevelRegex = c.UseRegex == nil || *c.UseRegex
-			if c.AddPrefixSpace != nil && *c.AddPrefixSpace {
-				return nil, fmt.Errorf("pre_tokenizer: ByteLevel with add_prefix_space is not supported")
+			s := PreStep{Type: "ByteLevel", UseRegex: c.UseRegex == nil || *c.UseRegex,
+				AddPrefixSpace: c.AddPrefixSpace != nil && *c.AddPrefixSpace}
+			if s.UseRegex || s.AddPrefixSpace {
+				steps = append(steps, s)
 			}
+		case "Digits":
+			steps = append(steps, PreStep{Type: "Digits", IndividualDigits: c.Individual})
+		case "Punctuation":
+			if err := isolated(c); err != nil {
+				return nil, err
+			}
+			steps = append(steps, PreStep{Type: "Punctuation"})
 		default:
 			return nil, fmt.Errorf("pre_tokenizer: %q is not supported for byte-level BPE", c.Type)
 		}
@@ -352,53 +384,63 @@ func hfByteLevelVocab(hf *hfTokenizer, vocab map[string]int) (*Vocab, error) {
 	if !byteLevel {
 		return nil, fmt.Errorf("BPE model is neither byte-level (no ByteLevel pre-tokenizer) nor SentencePiece-style")
 	}
-	if byteLevelRegex {
-		if len(regexes) > 0 {
-			return nil, fmt.Errorf("pre_tokenizer: Split followed by ByteLevel with use_regex is not supported")
-		}
-		regexes = []string{hfRegexGPT2}
-	}
-	name, err := preNameForRegexes(regexes)
-	if err != nil {
-		return nil, fmt.Errorf("pre_tokenizer: %w", err)
-	}
 	v, err := hfBaseVocab("gpt2", hf, vocab)
 	if err != nil {
 		return nil, err
 	}
-	v.Pre = name
+	if v.Pre = preNameForSteps(steps); v.Pre == "" {
+		if _, err := buildPreSteps(steps); err != nil {
+			return nil, fmt.Errorf("pre_tokenizer: %w", err)
+		}
+		v.PreSteps = steps
+		if len(steps) == 0 {
+			v.PreSteps = []PreStep{{Type: "ByteLevel"}} // the whole text is one word
+		}
+	}
+	v.IgnoreMerges = hf.Model.IgnoreMerges
 	if v.Merges, err = hfMerges(hf.Model.Merges); err != nil {
 		return nil, err
 	}
 	return v, nil
 }
 
-// preNameForRegexes maps a pre-tokenizer's sequence of Split expressions to the GGUF
-// tokenizer.ggml.pre name of the scanner that implements it.
-func preNameForRegexes(regexes []string) (string, error) {
-	if len(regexes) == 1 {
-		switch regexes[0] {
-		case hfRegexGPT2:
-			return "gpt-2", nil
-		case hfRegexLlama3:
-			return "llama-bpe", nil
-		case hfRegexQwen2:
-			return "qwen2", nil
+// hfNormalizers reads the normalizer steps of a byte-level BPE tokenizer.json.
+func hfNormalizers(cs []hfComponent) ([]Normalizer, error) {
+	var out []Normalizer
+	for _, c := range cs {
+		n := Normalizer{Type: c.Type}
+		switch c.Type {
+		case "NFC", "NFKC", "NFD", "NFKD", "Lowercase", "StripAccents":
+		case "Strip":
+			n.Left, n.Right = c.StripLeft, c.StripRight
+		case "Replace":
+			if c.Pattern.String == "" {
+				return nil, fmt.Errorf("Replace of a regular expression or of nothing (%q) is not supported", c.Pattern.Regex)
+			}
+			n.Old, n.New = c.Pattern.String, c.Content
+		case "Prepend":
+			n.New = c.Prepend
+		default:
+			return nil, fmt.Errorf("%q is not supported for byte-level BPE", c.Type)
 		}
+		out = append(out, n)
 	}
-	if slices.Equal(regexes, hfDeepSeekLLMRegexes) {
-		return "deepseek-llm", nil
-	}
-	if len(regexes) == 0 {
-		return "", fmt.Errorf("byte-level BPE without a splitting expression is not supported")
-	}
-	return "", fmt.Errorf("unknown pre-tokenizer expression(s) %q", regexes)
+	return out, nil
 }
 
 // hfSentencePieceVocab builds a "llama" vocab from a SentencePiece-style BPE tokenizer.json.
 // A token made by merge r scores -r; the others (single characters, bytes, specials), which
 // no merge makes, score below every merge.
 func hfSentencePieceVocab(hf *hfTokenizer, vocab map[string]int) (*Vocab, error) {
+	pre, err := components(hf.PreTokenizer)
+	if err != nil {
+		return nil, fmt.Errorf("pre_tokenizer: %w", err)
+	}
+	for _, c := range pre {
+		if c.Type == "Metaspace" && c.Replacement != "" && c.Replacement != spaceMarker {
+			return nil, fmt.Errorf("pre_tokenizer: Metaspace replacement %q is not supported (%q is)", c.Replacement, spaceMarker)
+		}
+	}
 	v, err := hfBaseVocab("llama", hf, vocab)
 	if err != nil {
 		return nil, err

@@ -283,7 +283,7 @@ func (t *Tokenizer) encode(text string, opt EncodeOptions, stop func() bool) ([]
 			prevSpecial = true
 			continue
 		}
-		frag := f.text
+		frag := normalize(v.Normalizers, f.text)
 		if t.kind == "spm" && v.AddSpacePrefix && prevSpecial {
 			frag = " " + frag
 		}
