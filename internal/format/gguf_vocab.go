@@ -136,7 +136,7 @@ func vocabFromGGUF(m ggufMeta) (*tokenizer.Vocab, error) {
 				return nil, fmt.Errorf("gguf tokenizer: %s is %v, not an array of bytes", keyCharsMap, cv.Type)
 			}
 		}
-	case "rwkv":
+	case "rwkv", "gemma4", "whitespace": // no default special tokens
 	default:
 		return nil, fmt.Errorf("gguf tokenizer: unsupported tokenizer model %q", model)
 	}
@@ -164,6 +164,9 @@ func vocabFromGGUF(m ggufMeta) (*tokenizer.Vocab, error) {
 				*s.b = b
 			}
 		}
+	}
+	if model == "gemma4" || pre == "gemma4" {
+		v.AddBOS = true // as llama.cpp, which overrides Gemma 4 files that say otherwise
 	}
 	// Defaults that point past a small vocab (gpt2's 11) mean "absent".
 	for _, id := range []*int{&v.BOS, &v.EOS, &v.UNK, &v.PAD, &v.SEP, &v.CLS, &v.MASK} {

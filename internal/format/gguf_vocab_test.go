@@ -221,3 +221,19 @@ func TestGGUFUnigramAndRWKVRoundTrip(t *testing.T) {
 		t.Errorf("t5 defaults: %+v", *got)
 	}
 }
+
+// TestVocabFromGGUFGemma4: Gemma 4's BPE ("gemma4" model) has no default special tokens and
+// always adds BOS, as llama.cpp does, even when the file says not to.
+func TestVocabFromGGUFGemma4(t *testing.T) {
+	got, err := vocabFromGGUF(kvMeta{keyModel: gguf.String("gemma4"), keyTokens: gguf.Strings([]string{"<pad>", "<bos>", "a"}),
+		keyBOS: gguf.Uint32(1), keyAddBOS: gguf.Bool(false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.BOS != 1 || !got.AddBOS || got.EOS != -1 || got.UNK != -1 {
+		t.Errorf("gemma4: %+v", *got)
+	}
+	if _, err := tokenizer.New(got); err != nil {
+		t.Error(err)
+	}
+}

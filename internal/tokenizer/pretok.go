@@ -22,6 +22,11 @@ type preSpec struct {
 	// ignoreMerges: a word that is itself a token is emitted whole, without merging
 	// (llama.cpp's ignore_merges, as the Llama 3 family's HF tokenizers do).
 	ignoreMerges bool
+	// raw: token texts are plain UTF-8 with <0xNN> byte tokens, not GPT-2's byte alphabet
+	// (llama.cpp's byte_encode false); escapeSpaces writes spaces "▁" first.
+	raw, escapeSpaces bool
+	// newlineWords: a word of line feeds that is a token is emitted whole (Gemma 4).
+	newlineWords bool
 }
 
 // preTokenizerFor returns the pre-tokenizer for a GGUF tokenizer.ggml.pre name.
@@ -80,6 +85,10 @@ var preSpecs = func() map[string]preSpec {
 	add(preSpec{split: splitSpark25}, "spark2_5")
 	add(preSpec{split: splitYoutu, ignoreMerges: true}, "youtu")
 	add(preSpec{split: splitAFMoE}, "afmoe")
+	add(preSpec{split: splitLines, raw: true, escapeSpaces: true, newlineWords: true},
+		"gemma4", "granite-embed-multi-311m")
+	add(preSpec{split: splitLines, raw: true, escapeSpaces: true}, "sarvam-moe")
+	add(preSpec{split: splitNonSpace, raw: true}, "whitespace")
 	return m
 }()
 

@@ -299,7 +299,11 @@ func isDefaultSymbol(r rune) bool { return inSet("$+<=>^~|")(r) }
 // isBloomStop is the class [(\s|.,!?…。，、।۔،)]: where BLOOM's words end.
 func isBloomStop(r rune) bool { return isSpace(r) || inSet("(|.,!?…。，、।۔،)")(r) }
 
-// splitLines is [^\n]+|[\n]+: lines and runs of line feeds.
+// splitNonSpace is \S+: words between whitespace (the whitespace kept as gaps).
+var splitNonSpace = alternation(run(not(isSpace)))
+
+// splitLines is [^\n]+|[\n]+: lines and runs of line feeds (Laguna; Gemma 4, whose spaces are
+// already "▁", merges whole lines).
 func splitLines(s string, yield func(string)) {
 	for i := 0; i < len(s); {
 		nl := s[i] == '\n'

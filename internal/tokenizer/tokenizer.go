@@ -38,6 +38,10 @@ type Tokenizer struct {
 	specials []specialTok // control, user-defined and unknown tokens, longest text first
 	eog      map[int]bool // end-of-generation ids
 
+	// rawBPE: BPE tokens are plain UTF-8 (with "▁" for spaces when escapeSpaces), not
+	// GPT-2's byte alphabet.
+	rawBPE, escapeSpaces bool
+
 	// stripSpace: the decoded text's leading space is the dummy prefix (SentencePiece with
 	// add_dummy_prefix) or a word-start marker (WordPiece) and is dropped.
 	stripSpace bool
@@ -90,13 +94,18 @@ func New(v *Vocab) (*Tokenizer, error) {
 		t.kind = "spm"
 		t.enc = newSPM(v, t.ids)
 		t.stripSpace = v.AddSpacePrefix
-	case "gpt2":
+	case "gpt2", "gemma4", "whitespace":
 		t.kind = "bpe"
-		m, err := newBPE(v)
+		pre := v.Pre
+		if v.Model == "gemma4" { // llama.cpp's name for Gemma 4's BPE, whatever the pre name
+			pre = "gemma4"
+		}
+		m, err := newBPE(v, pre)
 		if err != nil {
 			return nil, fmt.Errorf("tokenizer: %w", err)
 		}
 		t.enc = m
+		t.rawBPE, t.escapeSpaces = m.raw, m.escapeSpaces
 	case "bert":
 		t.kind = "wordpiece"
 		t.enc = newWordPiece(v, t.ids)
@@ -180,10 +189,14 @@ func (t *Tokenizer) tokenBytes(id int) []byte {
 	case TypeControl, TypeUnknown, TypeUserDefined:
 		return []byte(text)
 	case TypeNormal:
-		switch t.kind {
-		case "bpe":
+		switch {
+		case t.kind == "bpe" && t.escapeSpaces:
+			return []byte(strings.ReplaceAll(text, spaceMarker, " "))
+		case t.kind == "bpe" && t.rawBPE:
+			return []byte(text)
+		case t.kind == "bpe":
 			return byteLevelDecode(text)
-		case "rwkv":
+		case t.kind == "rwkv":
 			return rwkvUnescape(text)
 		}
 		return []byte(strings.ReplaceAll(text, spaceMarker, " "))

@@ -23,7 +23,7 @@ const (
 
 // Vocab mirrors the GGUF tokenizer.ggml.* metadata; every tokenizer source is turned into one.
 type Vocab struct {
-	Model  string      // "llama" (SentencePiece BPE), "gpt2" (byte-level BPE), "bert" (WordPiece), "t5" (unigram), "rwkv"
+	Model  string      // "llama" (SentencePiece BPE), "gpt2" (byte-level BPE), "bert" (WordPiece), "t5" (unigram), "rwkv"; "gemma4" and "whitespace" are BPE
 	Pre    string      // pre-tokenizer name for gpt2 models: "default", "gpt-2", "llama-bpe", "qwen2", "deepseek-llm", ...
 	Tokens []string    // token texts, indexed by id
 	Scores []float32   // may be nil
