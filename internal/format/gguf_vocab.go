@@ -228,6 +228,15 @@ func applyStripRules(v *tokenizer.Vocab, name string) {
 	}
 }
 
+// vocabFitsGGUF reports an error for a vocab that GGUF's tokenizer.ggml.* keys cannot hold:
+// a tokenizer.json pre-tokenizer or normalizer that no tokenizer.ggml.pre name describes.
+func vocabFitsGGUF(v *tokenizer.Vocab) error {
+	if v != nil && (len(v.PreSteps) > 0 || len(v.Normalizers) > 0) {
+		return fmt.Errorf("gguf: the tokenizer's pre-tokenizer %v and normalizer %v have no tokenizer.ggml.pre name, so GGUF cannot hold them", v.PreSteps, v.Normalizers)
+	}
+	return nil
+}
+
 // vocabMetadata returns the tokenizer.ggml.* metadata that describes v, for GGUF writers.
 // Absent special tokens (-1) are left out.
 func vocabMetadata(v *tokenizer.Vocab) []gguf.KV {

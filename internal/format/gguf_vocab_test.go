@@ -237,3 +237,17 @@ func TestVocabFromGGUFGemma4(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+func TestVocabFitsGGUF(t *testing.T) {
+	v := &tokenizer.Vocab{Model: "gpt2", PreSteps: []tokenizer.PreStep{{Type: "Digits"}}}
+	if err := vocabFitsGGUF(v); err == nil {
+		t.Error("pre-tokenizer steps accepted")
+	}
+	v = &tokenizer.Vocab{Model: "gpt2", Normalizers: []tokenizer.Normalizer{{Type: "Lowercase"}}}
+	if err := WriteGGUF(t.TempDir()+"/x.gguf", Contents{Vocab: v}, 0, nil, nil); err == nil {
+		t.Error("normalizer accepted")
+	}
+	if err := vocabFitsGGUF(&tokenizer.Vocab{Model: "gpt2", Pre: "qwen2", NFC: true}); err != nil {
+		t.Error(err)
+	}
+}
