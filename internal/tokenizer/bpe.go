@@ -57,6 +57,9 @@ func newBPE(v *Vocab, pre string) (*bpeModel, error) {
 		return nil, fmt.Errorf("bpe: %w", err)
 	}
 	spec.ignoreMerges = spec.ignoreMerges || v.IgnoreMerges
+	if v.Model == "whitespace" { // llama.cpp's whitespace tokenizer drops the whitespace first
+		spec.split = sequence(dropSpaces, spec.split)
+	}
 	m := &bpeModel{
 		pretok:       spec.split,
 		ignoreMerges: spec.ignoreMerges,

@@ -66,6 +66,14 @@ func TestBPERaw(t *testing.T) {
 	if got := tok.Encode("hi !", EncodeOptions{}); !slices.Equal(got, []int{0, 1, 2}) {
 		t.Errorf("whitespace: got %v", got)
 	}
+	// The "whitespace" tokenizer model drops the whitespace: "hi", "!".
+	v.Model = "whitespace"
+	if tok, err = New(v); err != nil {
+		t.Fatal(err)
+	}
+	if got := tok.Encode(" hi \t!\n", EncodeOptions{}); !slices.Equal(got, []int{0, 2}) {
+		t.Errorf("whitespace model: got %v", got)
+	}
 }
 
 // FuzzRawBPEAndRWKV: with every byte a token, Gemma 4's BPE and RWKV give back any text

@@ -302,6 +302,19 @@ func isBloomStop(r rune) bool { return isSpace(r) || inSet("(|.,!?…。，、�
 // splitNonSpace is \S+: words between whitespace (the whitespace kept as gaps).
 var splitNonSpace = alternation(run(not(isSpace)))
 
+// dropSpaces yields the runs of non-whitespace of s, dropping the whitespace between them
+// (the first step of the "whitespace" tokenizer model).
+func dropSpaces(s string, yield func(string)) {
+	for i := 0; i < len(s); {
+		start := skipRun(s, i, isSpace)
+		end := skipRun(s, start, not(isSpace))
+		if end > start {
+			yield(s[start:end])
+		}
+		i = end
+	}
+}
+
 // splitLines is [^\n]+|[\n]+: lines and runs of line feeds (Laguna; Gemma 4, whose spaces are
 // already "▁", merges whole lines).
 func splitLines(s string, yield func(string)) {
