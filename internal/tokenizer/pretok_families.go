@@ -131,7 +131,7 @@ var (
 	//
 	//	\d{1,3}(?=(?:\d{3})*\b)
 	//	(o200k, as splitGPT4o)
-	splitTinyAya = sequence(alternation(digitsBeforeGroups), splitGPT4o)
+	splitTinyAya = sequence(splitDigitsBeforeBoundary, splitGPT4o)
 
 	// splitKimiK2 is Kimi K2's, o200k with Han runs split out first:
 	//
@@ -162,7 +162,7 @@ var (
 	//
 	//	\p{N}+
 	//	(?=(\d{3})+(?!\d))
-	splitSuperBPE = sequence(alternation(run(isN)), alternation(digitGroupStart))
+	splitSuperBPE = sequence(alternation(run(isN)), splitDigitGroups)
 
 	// splitSeedCoder is Seed-Coder's, Qwen2's without line breaks after punctuation:
 	//

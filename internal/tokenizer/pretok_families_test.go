@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 )
 
@@ -246,6 +247,29 @@ func TestPreTokenizerFamiliesDifferential(t *testing.T) {
 				data[k] = byte(rng.UintN(256))
 			}
 			checkPretok(t, fam, o, pretokInput(data))
+		}
+	}
+}
+
+// TestPreTokenizersLongRuns feeds every family long runs of one kind of character, where a
+// rule that rescans the rest of a run at each position would take quadratic time.
+func TestPreTokenizersLongRuns(t *testing.T) {
+	const n = 20000
+	var inputs []string
+	for _, unit := range []string{"1", " ", "a", "aB", "\u0301", "'", "\n ", "中", "½", ".", "IMG"} {
+		inputs = append(inputs, strings.Repeat(unit, n/len(unit)), strings.Repeat(unit, n/len(unit))+"x")
+	}
+	for _, f := range preFamilies {
+		spec, err := preTokenizerFor(f.names[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, in := range inputs {
+			var sb strings.Builder
+			spec.split(in, func(w string) { sb.WriteString(w) })
+			if sb.String() != in {
+				t.Fatalf("%s: pieces do not cover a run of %q", f.family, in[:4])
+			}
 		}
 	}
 }

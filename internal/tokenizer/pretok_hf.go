@@ -41,7 +41,7 @@ var hfSplits = map[string]preTokenizer{
 	`\p{N}{1,3}`:              alternation(atMost(isN, 3)),
 	`\p{N}`:                   alternation(one(isN)),
 	`\p{N}+`:                  alternation(run(isN)),
-	`\d{1,3}(?=(?:\d{3})*\b)`: alternation(digitsBeforeGroups),
+	`\d{1,3}(?=(?:\d{3})*\b)`: splitDigitsBeforeBoundary,
 	`[0-9][0-9][0-9]`:         alternation(exactly(isASCIIDigit, 3)),
 	"[\r\n]":                  alternation(one(isBreak)),
 	`\s?\p{L}+`:               alternation(spacePrefixed(isL)),

@@ -365,66 +365,89 @@ func caseSplit(upper, lower func(rune) bool, withContractions bool) rule {
 
 // Rules particular to one family.
 
-// trailingSpaceRun is \s+$: the whitespace run that ends the text.
-func trailingSpaceRun(s string, i int) int {
-	if end := skipRun(s, i, isSpace); end > i && end == len(s) {
-		return end
-	}
-	return -1
-}
-
-// digitGroupStart is SuperBPE's (?=(\d{3})+(?!\d)): the empty match before a run of digits
-// whose length is a multiple of three.
-func digitGroupStart(s string, i int) int {
-	end, k := i, 0
-	for end < len(s) {
+// digitRun returns the byte offsets at which the characters of the run of decimal digits
+// starting at i begin, and the run's end.
+func digitRun(s string, i int) (starts []int, end int) {
+	for end = i; end < len(s); {
 		r, n := runeAt(s, end)
 		if !isDigit(r) {
 			break
 		}
+		starts = append(starts, end)
 		end += n
-		k++
 	}
-	if k > 0 && k%3 == 0 {
-		return i
-	}
-	return -1
+	return starts, end
 }
 
-// digitsBeforeGroups is Tiny Aya's \d{1,3}(?=(?:\d{3})*\b): the one to three digits after
-// which the rest of the digit run falls in groups of three and ends at a word boundary.
-func digitsBeforeGroups(s string, i int) int {
-	var ends []int // ends[k-1]: the end of the first k digits
-	end := i
-	for end < len(s) {
-		r, n := runeAt(s, end)
-		if !isDigit(r) {
-			break
+// splitDigitGroups is SuperBPE's (?=(\d{3})+(?!\d)): text is cut before every group of
+// three digits counted from the end of a digit run (the empty matches of the lookahead).
+func splitDigitGroups(s string, yield func(string)) {
+	start := 0
+	for i := 0; i < len(s); {
+		if r, n := runeAt(s, i); !isDigit(r) {
+			i += n
+			continue
 		}
-		end += n
-		ends = append(ends, end)
-	}
-	if len(ends) == 0 {
-		return -1
-	}
-	if end < len(s) {
-		if r, _ := runeAt(s, end); isWordChar(r) {
-			return -1 // no boundary after the run
+		starts, end := digitRun(s, i)
+		for k := len(starts) % 3; k < len(starts); k += 3 {
+			if cut := starts[k]; cut > start {
+				yield(s[start:cut])
+				start = cut
+			}
 		}
+		i = end
 	}
-	for k := min(3, len(ends)); k >= 1; k-- {
-		if (len(ends)-k)%3 == 0 {
-			return ends[k-1]
+	if start < len(s) {
+		yield(s[start:])
+	}
+}
+
+// splitDigitsBeforeBoundary is Tiny Aya's \d{1,3}(?=(?:\d{3})*\b): a run of digits that ends
+// at a word boundary is cut into groups of three counted from its end, the one to three
+// digits left over first; a run that runs into a letter is left whole in the text around it.
+func splitDigitsBeforeBoundary(s string, yield func(string)) {
+	start := 0
+	for i := 0; i < len(s); {
+		if r, n := runeAt(s, i); !isDigit(r) {
+			i += n
+			continue
 		}
+		starts, end := digitRun(s, i)
+		if end < len(s) {
+			if r, _ := runeAt(s, end); isWordChar(r) {
+				i = end
+				continue
+			}
+		}
+		if i > start {
+			yield(s[start:i])
+		}
+		first := len(starts) % 3
+		if first == 0 {
+			first = 3
+		}
+		for k := first; k <= len(starts); k += 3 {
+			cut := end
+			if k < len(starts) {
+				cut = starts[k]
+			}
+			yield(s[i:cut])
+			i = cut
+		}
+		start = end
 	}
-	return -1
+	if start < len(s) {
+		yield(s[start:])
+	}
 }
 
 // cascadingSpaces is Jais 2's \s{512}(?!\S)|\s{256}(?!\S)|...|\s{4}(?!\S)|\s{1,2}(?!\S)|\s{1}:
 // a whitespace run not before a word is cut into pieces of power-of-two lengths.
 func cascadingSpaces(s string, i int) int {
+	// No piece is longer than 512, so 513 characters decide: more than k of them, or
+	// exactly k that reach the end of the text.
 	var ends []int // ends[k-1]: the end of the first k whitespace characters
-	for j := i; j < len(s); {
+	for j := i; j < len(s) && len(ends) <= 512; {
 		r, n := runeAt(s, j)
 		if !isSpace(r) {
 			break
