@@ -30,6 +30,7 @@ type hfModel struct {
 	Vocab        json.RawMessage `json:"vocab"`
 	Merges       json.RawMessage `json:"merges"`
 	UnkToken     *string         `json:"unk_token"`
+	UnkID        *int            `json:"unk_id"`
 	ByteFallback bool            `json:"byte_fallback"`
 	IgnoreMerges bool            `json:"ignore_merges"`
 }
@@ -50,6 +51,7 @@ type hfComponent struct {
 	Individual     bool              `json:"individual_digits"`
 	StripLeft      bool              `json:"strip_left"`
 	StripRight     bool              `json:"strip_right"`
+	CharsMap       []byte            `json:"precompiled_charsmap"`
 	Children       []json.RawMessage `json:"pretokenizers"`
 	Normalizers    []json.RawMessage `json:"normalizers"`
 	Processors     []json.RawMessage `json:"processors"`
@@ -159,16 +161,20 @@ func VocabFromHF(tokenizerJSON, tokenizerConfigJSON []byte) (*Vocab, error) {
 		}
 	}
 	var vocab map[string]int
-	if err := json.Unmarshal(hf.Model.Vocab, &vocab); err != nil {
-		return nil, fmt.Errorf("tokenizer.json: model %q: vocab is not a map of token to id: %w", hf.Model.Type, err)
-	}
-	if len(vocab) == 0 {
-		return nil, fmt.Errorf("tokenizer.json: model %q has an empty vocab", hf.Model.Type)
+	if hf.Model.Type != "Unigram" {
+		if err := json.Unmarshal(hf.Model.Vocab, &vocab); err != nil {
+			return nil, fmt.Errorf("tokenizer.json: model %q: vocab is not a map of token to id: %w", hf.Model.Type, err)
+		}
+		if len(vocab) == 0 {
+			return nil, fmt.Errorf("tokenizer.json: model %q has an empty vocab", hf.Model.Type)
+		}
 	}
 
 	var v *Vocab
 	var err error
 	switch hf.Model.Type {
+	case "Unigram":
+		v, err = hfUnigramVocab(&hf)
 	case "BPE", "":
 		if isSentencePieceStyle(&hf) {
 			v, err = hfSentencePieceVocab(&hf, vocab)
@@ -178,7 +184,7 @@ func VocabFromHF(tokenizerJSON, tokenizerConfigJSON []byte) (*Vocab, error) {
 	case "WordPiece":
 		v, err = hfWordPieceVocab(&hf, vocab)
 	default:
-		return nil, fmt.Errorf("tokenizer.json: model type %q is not supported (BPE and WordPiece are)", hf.Model.Type)
+		return nil, fmt.Errorf("tokenizer.json: model type %q is not supported (BPE, WordPiece and Unigram are)", hf.Model.Type)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer.json: %w", err)
@@ -190,7 +196,10 @@ func VocabFromHF(tokenizerJSON, tokenizerConfigJSON []byte) (*Vocab, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer.json: normalizer: %w", err)
 	}
-	if v.Model != "gpt2" {
+	switch v.Model {
+	case "t5":
+		return v, nil // read by hfUnigramVocab
+	case "llama", "bert":
 		for _, c := range norm {
 			v.NFC = v.NFC || c.Type == "NFC"
 		}
@@ -640,4 +649,87 @@ func hfSpecials(v *Vocab, hf *hfTokenizer, cfg *hfConfig) error {
 // (or none was given).
 func tokenizerConfigMissing(cfg *hfConfig) bool {
 	return !cfg.BOS.Set && !cfg.EOS.Set && !cfg.UNK.Set
+}
+
+// hfUnigramVocab builds a "t5" vocab from a Unigram tokenizer.json (T5 and other
+// SentencePiece unigram models): the vocab is a list of [piece, score]; the Precompiled
+// normalizer gives the character map; WhitespaceSplit before Metaspace drops extra spaces
+// (every word then gets "▁"), and Metaspace's prepend scheme decides the space prefix.
+func hfUnigramVocab(hf *hfTokenizer) (*Vocab, error) {
+	var entries [][]json.RawMessage
+	if err := json.Unmarshal(hf.Model.Vocab, &entries); err != nil {
+		return nil, fmt.Errorf("model \"Unigram\": vocab is not a list of [piece, score]: %w", err)
+	}
+	if len(entries) == 0 {
+		return nil, fmt.Errorf("model \"Unigram\" has an empty vocab")
+	}
+	if hf.Model.ByteFallback {
+		return nil, fmt.Errorf("model \"Unigram\" with byte_fallback is not supported")
+	}
+	v := newEmptyVocab("t5", "", len(entries))
+	v.Scores = make([]float32, len(entries))
+	for id, e := range entries {
+		if len(e) != 2 || json.Unmarshal(e[0], &v.Tokens[id]) != nil || json.Unmarshal(e[1], &v.Scores[id]) != nil {
+			return nil, fmt.Errorf("model \"Unigram\": vocab entry %d is not [piece, score]", id)
+		}
+		v.Types[id] = TypeNormal
+	}
+	for _, a := range hf.AddedTokens {
+		if a.ID < 0 || a.ID >= len(v.Tokens) {
+			return nil, fmt.Errorf("added token %q has id %d outside the vocab", a.Content, a.ID)
+		}
+		v.Tokens[a.ID] = a.Content
+		v.Types[a.ID] = TypeUserDefined
+		if a.Special {
+			v.Types[a.ID] = TypeControl
+		}
+	}
+	if id := hf.Model.UnkID; id != nil {
+		if *id < 0 || *id >= len(v.Tokens) {
+			return nil, fmt.Errorf("model \"Unigram\": unk_id %d outside the vocab", *id)
+		}
+		v.UNK = *id
+		v.Types[*id] = TypeUnknown
+	}
+	norm, err := components(hf.Normalizer)
+	if err != nil {
+		return nil, fmt.Errorf("normalizer: %w", err)
+	}
+	for _, c := range norm {
+		switch {
+		case c.Type == "Precompiled":
+			v.CharsMap = c.CharsMap
+			if len(c.CharsMap) > 0 && parseCharsMap(c.CharsMap) == nil {
+				return nil, fmt.Errorf("normalizer: Precompiled: malformed precompiled_charsmap")
+			}
+		case c.Type == "Replace" && c.Pattern.Regex == " {2,}" && c.Content == " ":
+			v.RemoveExtraSpaces = true
+		default:
+			return nil, fmt.Errorf("normalizer: %q is not supported for a Unigram model", c.Type)
+		}
+	}
+	pre, err := components(hf.PreTokenizer)
+	if err != nil {
+		return nil, fmt.Errorf("pre_tokenizer: %w", err)
+	}
+	for _, c := range pre {
+		switch c.Type {
+		case "WhitespaceSplit":
+			v.RemoveExtraSpaces = true
+		case "Metaspace":
+			if c.Replacement != "" && c.Replacement != spaceMarker {
+				return nil, fmt.Errorf("pre_tokenizer: Metaspace replacement %q is not supported (%q is)", c.Replacement, spaceMarker)
+			}
+			switch c.PrependScheme {
+			case "always", "first":
+				v.AddSpacePrefix = true
+			case "never":
+			default:
+				v.AddSpacePrefix = c.AddPrefixSpace == nil || *c.AddPrefixSpace
+			}
+		default:
+			return nil, fmt.Errorf("pre_tokenizer: %q is not supported for a Unigram model", c.Type)
+		}
+	}
+	return v, nil
 }

@@ -2,7 +2,10 @@ package tokenizer
 
 import (
 	"encoding/binary"
+	"encoding/json"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -175,5 +178,68 @@ func TestRWKV(t *testing.T) {
 	}
 	if got := rwkvUnescape(`\t\r\\\xzz\`); string(got) != "\t\r\\\\xzz\\" {
 		t.Errorf("unescape %q", got)
+	}
+}
+
+// hfUnigramJSON is a T5-style tokenizer.json with the vocab of ugmTestVocab.
+func hfUnigramJSON(t testing.TB, charsMap []byte) []byte {
+	t.Helper()
+	v := ugmTestVocab()
+	var entries [][]any
+	for id, tok := range v.Tokens {
+		entries = append(entries, []any{tok, v.Scores[id]})
+	}
+	vocab, _ := json.Marshal(entries)
+	cm, _ := json.Marshal(charsMap)
+	return fmt.Appendf(nil, `{
+  "added_tokens": [
+    {"id": 0, "content": "<pad>", "special": true}, {"id": 1, "content": "</s>", "special": true},
+    {"id": 2, "content": "<unk>", "special": true}, {"id": 10, "content": "<x>", "special": false}],
+  "normalizer": {"type": "Sequence", "normalizers": [{"type": "Precompiled", "precompiled_charsmap": %s},
+    {"type": "Replace", "pattern": {"Regex": " {2,}"}, "content": " "}]},
+  "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"},
+    {"type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": true}]},
+  "post_processor": {"type": "TemplateProcessing", "single": [{"Sequence": {"id": "A", "type_id": 0}}, {"SpecialToken": {"id": "</s>", "type_id": 0}}]},
+  "model": {"type": "Unigram", "unk_id": 2, "vocab": %s, "byte_fallback": false}
+}`, cm, vocab)
+}
+
+// TestVocabFromHFUnigram: a Unigram tokenizer.json gives the same vocab and segmentations as
+// the GGUF form (TestUGMViterbi's), with the character map and extra spaces removed.
+func TestVocabFromHFUnigram(t *testing.T) {
+	v, err := VocabFromHF(hfUnigramJSON(t, handCharsMap()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Model != "t5" || v.UNK != 2 || v.EOS != 1 || !v.AddEOS || v.AddBOS || !v.AddSpacePrefix || !v.RemoveExtraSpaces {
+		t.Fatalf("vocab: model %q unk %d eos %d addEOS %v addBOS %v prefix %v removeWS %v",
+			v.Model, v.UNK, v.EOS, v.AddEOS, v.AddBOS, v.AddSpacePrefix, v.RemoveExtraSpaces)
+	}
+	if v.Types[10] != TypeUserDefined || v.Scores[4] != -1 {
+		t.Errorf("types/scores: %v %v", v.Types[10], v.Scores[4])
+	}
+	tok, err := New(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "  a   b " -> ▁a▁b; "abc" -> ▁a bc; "A" -> the map's "a" -> ▁a.
+	for _, c := range []struct {
+		text string
+		want []int
+	}{
+		{"  a   b ", []int{4, 3, 5, 1}},
+		{"abc", []int{4, 9, 1}},
+		{"A", []int{4, 1}},
+	} {
+		if got := tok.Encode(c.text, EncodeOptions{AddSpecial: true}); !slices.Equal(got, c.want) {
+			t.Errorf("%q: got %v, want %v", c.text, got, c.want)
+		}
+	}
+	bad := strings.Replace(string(hfUnigramJSON(t, nil)), `{"type": "WhitespaceSplit"}`, `{"type": "Punctuation"}`, 1)
+	if _, err := VocabFromHF([]byte(bad), nil); err == nil || !strings.Contains(err.Error(), "Punctuation") {
+		t.Errorf("unsupported pre-tokenizer: err = %v", err)
+	}
+	if _, err := VocabFromHF(hfUnigramJSON(t, []byte{9, 9}), nil); err == nil {
+		t.Error("malformed charsmap accepted")
 	}
 }
