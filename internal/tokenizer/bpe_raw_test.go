@@ -77,7 +77,8 @@ func TestBPERaw(t *testing.T) {
 }
 
 // FuzzRawBPEAndRWKV: with every byte a token, Gemma 4's BPE and RWKV give back any text
-// (Gemma 4's "▁" decodes as a space, so texts holding it are left out) and never panic.
+// (Gemma 4's "▁" decodes as a space, so texts holding it are left out) and never panic, nor
+// does unescaping any RWKV token text.
 func FuzzRawBPEAndRWKV(f *testing.F) {
 	for _, s := range []string{"", "a ab\n\nz", "üé\n\n\n", "\xff\xfe a", "  \n "} {
 		f.Add(s)
@@ -103,6 +104,7 @@ func FuzzRawBPEAndRWKV(f *testing.F) {
 		toks = append(toks, tok)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
+		rwkvUnescape(s) // any token text parses
 		for i, tok := range toks {
 			ids := tok.Encode(s, EncodeOptions{AddSpecial: true, ParseSpecial: true})
 			if i == 0 && strings.Contains(s, spaceMarker) {
