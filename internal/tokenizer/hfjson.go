@@ -357,10 +357,13 @@ func hfByteLevelVocab(hf *hfTokenizer, vocab map[string]int) (*Vocab, error) {
 	var steps []PreStep
 	byteLevel := false
 	isolated := func(c hfComponent) error {
-		if c.Behavior != "" && c.Behavior != "Isolated" || c.Invert {
-			return fmt.Errorf("pre_tokenizer: %s with behavior %q (invert %v) is not supported (Isolated is)", c.Type, c.Behavior, c.Invert)
+		if (c.Behavior == "" || c.Behavior == "Isolated") && !c.Invert {
+			return nil
 		}
-		return nil
+		if c.Type == "Split" && c.Behavior == "Removed" && c.Invert && hfWholeCover[c.Pattern.Regex] {
+			return nil // the matches cover the text: nothing is removed
+		}
+		return fmt.Errorf("pre_tokenizer: %s with behavior %q (invert %v) is not supported (Isolated is)", c.Type, c.Behavior, c.Invert)
 	}
 	for _, c := range pre {
 		switch c.Type {

@@ -2,6 +2,8 @@ package tokenizer
 
 import (
 	"bytes"
+	"encoding/json"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -150,4 +152,64 @@ func TestVocabFromHFMetaspace(t *testing.T) {
 			t.Errorf("%s: space prefix %v", c.pre, v.AddSpacePrefix)
 		}
 	}
+}
+
+// atomic rewrites the possessive quantifiers of tokenizer.json expressions as the atomic
+// groups the oracle's engine knows.
+func atomic(re string) string {
+	return strings.NewReplacer(`[^\r\n\p{L}\p{N}]?+`, `(?>[^\r\n\p{L}\p{N}]?)`,
+		`[^\s\p{L}\p{N}]++`, `(?>[^\s\p{L}\p{N}]+)`).Replace(re)
+}
+
+// TestHFWholeCover checks that the expressions said to cover every text leave no gap on
+// random texts (so Split's Removed-with-invert keeps everything), and that cl100k's
+// possessive form splits as Llama 3's scanner does.
+func TestHFWholeCover(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	var texts []string
+	for i := 0; i < 300; i++ {
+		data := make([]byte, 1+rng.IntN(24))
+		for k := range data {
+			data[k] = byte(rng.UintN(256))
+		}
+		texts = append(texts, pretokInput(data))
+	}
+	for re := range hfWholeCover {
+		o := newOracle(t, atomic(re))
+		for _, text := range texts {
+			locs, err := o[0].FindAllStringIndex(text, -1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := 0
+			for _, l := range locs {
+				if l[0] != at {
+					t.Fatalf("%s leaves %q uncovered in %q", re, text[at:l[0]], text)
+				}
+				at = l[1]
+			}
+			if at != len(text) {
+				t.Fatalf("%s leaves %q uncovered", re, text[at:])
+			}
+		}
+	}
+	fam := pretokFamily{"cl100k", hfSplits[hfRegexCL100k], []string{atomic(hfRegexCL100k)}}
+	o := newOracle(t, fam.exprs...)
+	for _, text := range texts {
+		checkPretok(t, fam, o, text)
+	}
+	pre := `{"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": ` + jsonString(hfRegexGPT4o) +
+		`}, "behavior": "Removed", "invert": true}, {"type": "ByteLevel", "add_prefix_space": false, "use_regex": false}]}`
+	v, err := VocabFromHF(hfTiny(t, false, pre, "null"), nil)
+	if err != nil || v.Pre != "gpt-4o" {
+		t.Errorf("o200k with Removed+invert: pre %v, err %v", v, err)
+	}
+	if v, err := VocabFromHF(hfTiny(t, false, hfPreSplit(hfRegexCL100k), "null"), nil); err != nil || v.Pre != "dbrx" {
+		t.Errorf("cl100k: %v", err)
+	}
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }

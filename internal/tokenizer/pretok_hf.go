@@ -21,13 +21,26 @@ const (
 	hfRegexBloom      = ` ?[^(\s|.,!?…。，、।۔،)]+`
 	hfRegexDeepSeekV3 = "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\\r\\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 	hfRegexCJKKana    = `[一-龥぀-ゟ゠-ヿ]+`
+	// hfRegexCL100k is GPT-4's cl100k expression as tokenizer.json files write it (DBRX):
+	// Llama 3's split, with possessive quantifiers that change no match.
+	hfRegexCL100k = `'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]++[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+`
 )
+
+// hfWholeCover lists the expressions whose matches cover every text, leaving no gaps: for
+// them Split's Removed behavior with invert (keep the matches, drop the rest), as o200k and
+// cl100k tokenizer.json files use, is the Isolated split.
+var hfWholeCover = map[string]bool{
+	hfRegexGPT2: true, hfRegexLlama3: true, hfRegexQwen2: true, hfRegexGPT4o: true, hfRegexTekken: true,
+	hfRegexQwen35: true, hfRegexSeedCoder: true, hfRegexBailingMoE: true, hfRegexExaoneMoE: true,
+	hfRegexCL100k: true,
+}
 
 // hfSplits maps each Split expression kvasir implements to its split, for tokenizer.json
 // pre-tokenizers that compose them in ways no tokenizer.ggml.pre name does.
 var hfSplits = map[string]preTokenizer{
 	hfRegexGPT2:               splitGPT2,
 	hfRegexLlama3:             splitLlama3,
+	hfRegexCL100k:             splitLlama3,
 	hfRegexQwen2:              splitQwen2,
 	hfRegexGPT4o:              splitGPT4o,
 	hfRegexTekken:             splitTekken,
@@ -56,6 +69,7 @@ var hfPreNames = []struct {
 }{
 	{"gpt-2", []string{hfRegexGPT2}},
 	{"llama-bpe", []string{hfRegexLlama3}},
+	{"dbrx", []string{hfRegexCL100k}},
 	{"qwen2", []string{hfRegexQwen2}},
 	{"deepseek-llm", hfDeepSeekLLMRegexes},
 	{"deepseek-coder", []string{"[\r\n]", `\s?\p{L}+`, `\s?\p{P}+`, "[一-龥ࠀ-一가-퟿]+", `\p{N}`}},
