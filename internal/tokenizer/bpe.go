@@ -16,6 +16,10 @@ import (
 // vocabulary gets a synthetic id past the vocabulary (with its raw bytes in extra), so that
 // merging follows the merge list exactly; such a symbol left at the end is emitted byte by
 // byte, as llama.cpp does.
+//
+// A raw vocabulary (Gemma 4) holds plain UTF-8 token texts instead of GPT-2's byte alphabet:
+// each word's characters start as one symbol apiece, a character nothing knows is the symbol
+// -(offset+1) (never merged), and bytes left over become <0xNN> tokens.
 type bpeModel struct {
 	pretok       preTokenizer
 	ignoreMerges bool // a word that is itself a token is emitted whole (Llama 3 and others)
@@ -26,7 +30,7 @@ type bpeModel struct {
 	newlineWords bool // a word of line feeds that is a token is emitted whole (Gemma 4)
 
 	nvocab  int32
-	byteSym [256]int32          // the symbol of each single byte
+	byteSym [256]int32          // the symbol of each single byte (byte-level vocabs)
 	merges  map[uint64]bpeMerge // by pairKey(left, right)
 	rawIDs  map[string]int32    // raw bytes -> token id, for ignoreMerges
 	extra   []string            // raw bytes of synthetic symbols, id nvocab+i
