@@ -139,11 +139,13 @@ var hfDeepSeekLLMRegexes = []string{
 //
 // Supported models:
 //   - byte-level BPE (model.type "BPE" with a ByteLevel pre-tokenizer): Model "gpt2", with
-//     Pre detected from the pre-tokenizer's expressions ("gpt-2", "llama-bpe", "qwen2",
-//     "deepseek-llm"; an unknown expression is an error);
+//     Pre the tokenizer.ggml.pre name of the pre-tokenizer's split ("gpt-2", "llama-bpe",
+//     "qwen2", "gpt-4o", ...) or, when no name describes it, PreSteps (an expression kvasir
+//     does not implement is an error); its normalizer becomes NFC or Normalizers;
 //   - SentencePiece-style BPE (byte_fallback, "▁" for spaces, as Llama 2 and Mistral): Model
 //     "llama" with Scores = -merge rank, so that SentencePiece's highest-score-first merging
 //     follows the merge order;
+//   - Unigram (T5): Model "t5";
 //   - WordPiece: Model "bert".
 //
 // Merges may be "a b" strings or ["a", "b"] pairs. Added tokens become control tokens when
