@@ -29,6 +29,8 @@ const (
 	keyAddBOS      = "tokenizer.ggml.add_bos_token"
 	keyAddEOS      = "tokenizer.ggml.add_eos_token"
 	keyAddPrefix   = "tokenizer.ggml.add_space_prefix"
+	keyRemoveWS    = "tokenizer.ggml.remove_extra_whitespaces"
+	keyCharsMap    = "tokenizer.ggml.precompiled_charsmap"
 	keyGeneralName = "general.name"
 )
 
@@ -112,9 +114,29 @@ func vocabFromGGUF(m ggufMeta) (*tokenizer.Vocab, error) {
 	case "gpt2":
 		v.BOS, v.EOS = 11, 11
 		switch pre {
-		case "llama3", "llama-v3", "llama-bpe", "falcon3", "tekken", "chameleon":
+		case "llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+			"jina-v5-nano", "tekken", "chameleon":
 			v.AddBOS = true
+		case "glm4", "chatglm-bpe":
+			v.BOS = -1
 		}
+	case "t5":
+		v.EOS, v.UNK, v.PAD = 1, 2, 0
+		v.AddEOS = true
+		if cv, ok := m.Get(keyCharsMap); ok {
+			switch b := cv.Any().(type) {
+			case []uint8:
+				v.CharsMap = b
+			case []int8:
+				v.CharsMap = make([]byte, len(b))
+				for i, c := range b {
+					v.CharsMap[i] = byte(c)
+				}
+			default:
+				return nil, fmt.Errorf("gguf tokenizer: %s is %v, not an array of bytes", keyCharsMap, cv.Type)
+			}
+		}
+	case "rwkv", "gemma4", "whitespace": // no default special tokens
 	default:
 		return nil, fmt.Errorf("gguf tokenizer: unsupported tokenizer model %q", model)
 	}
@@ -136,12 +158,15 @@ func vocabFromGGUF(m ggufMeta) (*tokenizer.Vocab, error) {
 	for _, s := range []struct {
 		key string
 		b   *bool
-	}{{keyAddBOS, &v.AddBOS}, {keyAddEOS, &v.AddEOS}, {keyAddPrefix, &v.AddSpacePrefix}} {
+	}{{keyAddBOS, &v.AddBOS}, {keyAddEOS, &v.AddEOS}, {keyAddPrefix, &v.AddSpacePrefix}, {keyRemoveWS, &v.RemoveExtraSpaces}} {
 		if bv, ok := m.Get(s.key); ok {
 			if b, ok := bv.Bool(); ok {
 				*s.b = b
 			}
 		}
+	}
+	if model == "gemma4" || pre == "gemma4" {
+		v.AddBOS = true // as llama.cpp, which overrides Gemma 4 files that say otherwise
 	}
 	// Defaults that point past a small vocab (gpt2's 11) mean "absent".
 	for _, id := range []*int{&v.BOS, &v.EOS, &v.UNK, &v.PAD, &v.SEP, &v.CLS, &v.MASK} {
@@ -203,6 +228,15 @@ func applyStripRules(v *tokenizer.Vocab, name string) {
 	}
 }
 
+// vocabFitsGGUF reports an error for a vocab that GGUF's tokenizer.ggml.* keys cannot hold:
+// a tokenizer.json pre-tokenizer or normalizer that no tokenizer.ggml.pre name describes.
+func vocabFitsGGUF(v *tokenizer.Vocab) error {
+	if v != nil && (len(v.PreSteps) > 0 || len(v.Normalizers) > 0) {
+		return fmt.Errorf("gguf: the tokenizer's pre-tokenizer %v and normalizer %v have no tokenizer.ggml.pre name, so GGUF cannot hold them", v.PreSteps, v.Normalizers)
+	}
+	return nil
+}
+
 // vocabMetadata returns the tokenizer.ggml.* metadata that describes v, for GGUF writers.
 // Absent special tokens (-1) are left out.
 func vocabMetadata(v *tokenizer.Vocab) []gguf.KV {
@@ -238,5 +272,11 @@ func vocabMetadata(v *tokenizer.Vocab) []gguf.KV {
 		gguf.KV{Key: keyAddEOS, Value: gguf.Bool(v.AddEOS)},
 		gguf.KV{Key: keyAddPrefix, Value: gguf.Bool(v.AddSpacePrefix)},
 	)
+	if v.RemoveExtraSpaces {
+		kvs = append(kvs, gguf.KV{Key: keyRemoveWS, Value: gguf.Bool(true)})
+	}
+	if v.CharsMap != nil {
+		kvs = append(kvs, gguf.KV{Key: keyCharsMap, Value: gguf.Uint8s(v.CharsMap)})
+	}
 	return kvs
 }

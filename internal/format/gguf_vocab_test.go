@@ -119,7 +119,8 @@ func TestVocabFromGGUFErrors(t *testing.T) {
 		{keyModel: gguf.String("llama"), keyTokens: toks, keyScores: gguf.Float32s([]float32{1})},
 		{keyModel: gguf.String("llama"), keyTokens: toks, keyTokenType: gguf.Int32s([]int32{1, 1, 1})},
 		{keyModel: gguf.String("llama"), keyTokens: toks, keyMerges: gguf.Uint32(1)},
-		{keyModel: gguf.String("t5"), keyTokens: toks},
+		{keyModel: gguf.String("no-such-model"), keyTokens: toks},
+		{keyModel: gguf.String("t5"), keyTokens: toks, keyCharsMap: gguf.Strings([]string{"x"})},
 	}
 	for i, m := range bad {
 		if v, err := vocabFromGGUF(m); err == nil {
@@ -190,4 +191,63 @@ func FuzzVocabFromGGUF(f *testing.F) {
 			tok.Decode(ids, false)
 		}
 	})
+}
+
+// TestGGUFUnigramAndRWKVRoundTrip: t5 (unigram) and rwkv vocabs survive a GGUF write and
+// read, the t5 defaults (EOS 1, UNK 2, PAD 0, EOS added) apply, and the character map and
+// remove_extra_whitespaces come back.
+func TestGGUFUnigramAndRWKVRoundTrip(t *testing.T) {
+	t5 := &tokenizer.Vocab{Model: "t5", Tokens: []string{"<pad>", "</s>", "<unk>", "▁a"},
+		Scores: []float32{0, 0, 0, -1}, Types: []tokenizer.TokenType{3, 3, 2, 1},
+		BOS: -1, EOS: 1, UNK: 2, PAD: 0, SEP: -1, CLS: -1, MASK: -1, EOT: -1,
+		AddEOS: true, AddSpacePrefix: true, RemoveExtraSpaces: true, CharsMap: []byte{4, 0, 0, 0, 0, 4, 0, 0, 0}}
+	rwkv := &tokenizer.Vocab{Model: "rwkv", Tokens: []string{"a", "\\n"}, Types: []tokenizer.TokenType{1, 1},
+		BOS: -1, EOS: -1, UNK: -1, PAD: -1, SEP: -1, CLS: -1, MASK: -1, EOT: -1}
+	for _, v := range []*tokenizer.Vocab{t5, rwkv} {
+		got, err := vocabFromGGUF(writeParse(t, vocabMetadata(v)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, v) {
+			t.Fatalf("%s round trip differs:\n got %+v\nwant %+v", v.Model, *got, *v)
+		}
+	}
+	got, err := vocabFromGGUF(kvMeta{"tokenizer.ggml.model": gguf.String("t5"),
+		"tokenizer.ggml.tokens": gguf.Strings([]string{"<pad>", "</s>", "<unk>"})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.EOS != 1 || got.UNK != 2 || got.PAD != 0 || got.BOS != -1 || !got.AddEOS || got.AddBOS {
+		t.Errorf("t5 defaults: %+v", *got)
+	}
+}
+
+// TestVocabFromGGUFGemma4: Gemma 4's BPE ("gemma4" model) has no default special tokens and
+// always adds BOS, as llama.cpp does, even when the file says not to.
+func TestVocabFromGGUFGemma4(t *testing.T) {
+	got, err := vocabFromGGUF(kvMeta{keyModel: gguf.String("gemma4"), keyTokens: gguf.Strings([]string{"<pad>", "<bos>", "a"}),
+		keyBOS: gguf.Uint32(1), keyAddBOS: gguf.Bool(false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.BOS != 1 || !got.AddBOS || got.EOS != -1 || got.UNK != -1 {
+		t.Errorf("gemma4: %+v", *got)
+	}
+	if _, err := tokenizer.New(got); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestVocabFitsGGUF(t *testing.T) {
+	v := &tokenizer.Vocab{Model: "gpt2", PreSteps: []tokenizer.PreStep{{Type: "Digits"}}}
+	if err := vocabFitsGGUF(v); err == nil {
+		t.Error("pre-tokenizer steps accepted")
+	}
+	v = &tokenizer.Vocab{Model: "gpt2", Normalizers: []tokenizer.Normalizer{{Type: "Lowercase"}}}
+	if err := WriteGGUF(t.TempDir()+"/x.gguf", Contents{Vocab: v}, 0, nil, nil); err == nil {
+		t.Error("normalizer accepted")
+	}
+	if err := vocabFitsGGUF(&tokenizer.Vocab{Model: "gpt2", Pre: "qwen2", NFC: true}); err != nil {
+		t.Error(err)
+	}
 }

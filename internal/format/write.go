@@ -146,6 +146,9 @@ func llamaFileType(t quant.Type) int {
 // WriteGGUF writes a GGUF file holding c's metadata and the tensors (in GGUF naming and in
 // the layout the GGUF architecture expects). progress, if set, is told the bytes written.
 func WriteGGUF(path string, c Contents, fileType quant.Type, tensors []OutTensor, progress func(done, total int64)) error {
+	if err := vocabFitsGGUF(c.Vocab); err != nil {
+		return err
+	}
 	wts := make([]gguf.WriterTensor, len(tensors))
 	for i := range tensors {
 		t := &tensors[i]

@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // bpeModel is the byte-level BPE encoder (GGUF tokenizer model "gpt2"): the text is split into
@@ -15,15 +16,26 @@ import (
 // vocabulary gets a synthetic id past the vocabulary (with its raw bytes in extra), so that
 // merging follows the merge list exactly; such a symbol left at the end is emitted byte by
 // byte, as llama.cpp does.
+//
+// A raw vocabulary (Gemma 4) holds plain UTF-8 token texts instead of GPT-2's byte alphabet:
+// each word's characters start as one symbol apiece, a character nothing knows is the symbol
+// -(offset+1) (never merged), and bytes left over become <0xNN> tokens.
 type bpeModel struct {
 	pretok       preTokenizer
-	ignoreMerges bool // Llama 3: a word that is itself a token is emitted whole
+	ignoreMerges bool // a word that is itself a token is emitted whole (Llama 3 and others)
+	// raw: tokens are plain UTF-8 text, not GPT-2's byte alphabet; words start as one
+	// symbol per character and bytes no token covers fall back to <0xNN> tokens.
+	raw          bool
+	escapeSpaces bool // raw: spaces are written "▁" before splitting (Gemma 4)
+	newlineWords bool // a word of line feeds that is a token is emitted whole (Gemma 4)
 
 	nvocab  int32
-	byteSym [256]int32          // the symbol of each single byte
+	byteSym [256]int32          // the symbol of each single byte (byte-level vocabs)
 	merges  map[uint64]bpeMerge // by pairKey(left, right)
 	rawIDs  map[string]int32    // raw bytes -> token id, for ignoreMerges
 	extra   []string            // raw bytes of synthetic symbols, id nvocab+i
+	synth   map[string]int32    // raw bytes -> synthetic symbol
+	byteTok [256]int32          // the token that stands for a lone byte, -1 when none
 }
 
 // bpeMerge is one entry of the merge table: its rank and the symbol it produces.
@@ -38,18 +50,34 @@ func pairKey(left, right int32) uint64 { return uint64(uint32(left))<<32 | uint6
 // rescanning the pairs; both give the same result.
 const bpeHeapThreshold = 48
 
-// newBPE builds the byte-level BPE encoder for v, whose Pre names the pre-tokenizer.
-func newBPE(v *Vocab) (*bpeModel, error) {
-	pretok, err := preTokenizerFor(v.Pre)
+// newBPE builds the BPE encoder for v with the pre-tokenizer named pre (v.Pre, unless the
+// tokenizer model implies one), or v.PreSteps when given.
+func newBPE(v *Vocab, pre string) (*bpeModel, error) {
+	spec, err := preTokenizerFor(pre)
+	if len(v.PreSteps) > 0 {
+		spec.split, err = buildPreSteps(v.PreSteps)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("bpe: %w", err)
 	}
+	spec.ignoreMerges = spec.ignoreMerges || v.IgnoreMerges
+	if v.Model == "whitespace" { // llama.cpp's whitespace tokenizer drops the whitespace first
+		spec.split = sequence(dropSpaces, spec.split)
+	}
 	m := &bpeModel{
-		pretok:       pretok,
-		ignoreMerges: v.Pre == "llama-bpe" || v.Pre == "llama3" || v.Pre == "llama-v3",
+		pretok:       spec.split,
+		ignoreMerges: spec.ignoreMerges,
+		raw:          spec.raw,
+		escapeSpaces: spec.escapeSpaces,
+		newlineWords: spec.newlineWords,
 		nvocab:       int32(len(v.Tokens)),
 		merges:       make(map[uint64]bpeMerge, len(v.Merges)),
 		rawIDs:       make(map[string]int32, len(v.Tokens)),
+		synth:        map[string]int32{},
+	}
+	decode := func(tok string) string { return string(byteLevelDecode(tok)) }
+	if m.raw {
+		decode = func(tok string) string { return tok }
 	}
 	// Ordinary tokens first, so that an added token spelled with characters outside the
 	// byte-level alphabet cannot shadow the ordinary token with the same bytes.
@@ -60,35 +88,43 @@ func newBPE(v *Vocab) (*bpeModel, error) {
 			if added != (pass == 1) {
 				continue
 			}
-			raw := string(byteLevelDecode(tok))
+			raw := decode(tok)
 			if _, ok := m.rawIDs[raw]; !ok {
 				m.rawIDs[raw] = int32(id)
 			}
 		}
 	}
-	synthetic := map[string]int32{}
 	symbol := func(raw string) int32 {
 		if id, ok := m.rawIDs[raw]; ok {
 			return id
 		}
-		if id, ok := synthetic[raw]; ok {
+		if id, ok := m.synth[raw]; ok {
 			return id
 		}
 		id := m.nvocab + int32(len(m.extra))
 		m.extra = append(m.extra, raw)
-		synthetic[raw] = id
+		m.synth[raw] = id
 		return id
 	}
 	for b := range m.byteSym {
+		m.byteTok[b] = -1
+		if m.raw {
+			if id, ok := m.rawIDs[fmt.Sprintf("<0x%02X>", b)]; ok {
+				m.byteTok[b] = id
+			}
+			continue
+		}
 		m.byteSym[b] = symbol(string([]byte{byte(b)}))
+		if m.byteSym[b] < m.nvocab {
+			m.byteTok[b] = m.byteSym[b]
+		}
 	}
 	for rank, line := range v.Merges {
 		left, right, ok := splitMerge(line)
 		if !ok {
 			return nil, fmt.Errorf("bpe: merge %d %q is not two tokens separated by a space", rank, line)
 		}
-		l := string(byteLevelDecode(left))
-		r := string(byteLevelDecode(right))
+		l, r := decode(left), decode(right)
 		key := pairKey(symbol(l), symbol(r))
 		if _, dup := m.merges[key]; dup {
 			continue // the first (lowest) rank wins
@@ -131,6 +167,9 @@ func (m *bpeModel) encodeUntil(fragment string, out []int, limit int, stop func(
 	if fragment == "" {
 		return out, false
 	}
+	if m.escapeSpaces {
+		fragment = strings.ReplaceAll(fragment, " ", spaceMarker)
+	}
 	syms := make([]int32, 0, bpeHeapThreshold)
 	n, stopped := 0, false
 	m.pretok(fragment, func(w string) {
@@ -148,13 +187,21 @@ func (m *bpeModel) encodeUntil(fragment string, out []int, limit int, stop func(
 
 // encodeWord appends the ids of one pre-token to out; syms is scratch space.
 func (m *bpeModel) encodeWord(w string, out []int, syms []int32) []int {
-	if m.ignoreMerges {
+	if m.ignoreMerges || m.newlineWords && strings.Trim(w, "\n") == "" {
 		if id, ok := m.rawIDs[w]; ok {
 			return append(out, int(id))
 		}
 	}
-	for i := 0; i < len(w); i++ {
-		syms = append(syms, m.byteSym[w[i]])
+	if m.raw {
+		for i := 0; i < len(w); {
+			_, n := utf8.DecodeRuneInString(w[i:])
+			syms = append(syms, m.charSymbol(w, i, n))
+			i += n
+		}
+	} else {
+		for i := 0; i < len(w); i++ {
+			syms = append(syms, m.byteSym[w[i]])
+		}
 	}
 	if len(syms) >= bpeHeapThreshold {
 		syms = m.mergeHeap(syms)
@@ -162,19 +209,41 @@ func (m *bpeModel) encodeWord(w string, out []int, syms []int32) []int {
 		syms = m.mergeScan(syms)
 	}
 	for _, s := range syms {
-		out = m.appendSymbol(s, out)
+		out = m.appendSymbol(s, w, out)
 	}
 	return out
 }
 
-// appendSymbol appends symbol s: itself when it is a token, else the tokens of its bytes
-// (skipping bytes that have none).
-func (m *bpeModel) appendSymbol(s int32, out []int) []int {
-	if s < m.nvocab {
-		return append(out, int(s))
+// charSymbol returns the symbol of the n-byte character at w[i:] in a raw vocab: its token,
+// a synthetic symbol some merge makes, or -(i+1) for a character nothing knows (it is
+// never merged).
+func (m *bpeModel) charSymbol(w string, i, n int) int32 {
+	c := w[i : i+n]
+	if id, ok := m.rawIDs[c]; ok {
+		return id
 	}
-	for _, b := range []byte(m.extra[s-m.nvocab]) {
-		if id := m.byteSym[b]; id < m.nvocab {
+	if id, ok := m.synth[c]; ok {
+		return id
+	}
+	return -int32(i) - 1
+}
+
+// appendSymbol appends symbol s of word w: itself when it is a token, else the tokens of its
+// bytes (skipping bytes that have none).
+func (m *bpeModel) appendSymbol(s int32, w string, out []int) []int {
+	var raw string
+	switch {
+	case s < 0:
+		i := int(-s - 1)
+		_, n := utf8.DecodeRuneInString(w[i:])
+		raw = w[i : i+n]
+	case s < m.nvocab:
+		return append(out, int(s))
+	default:
+		raw = m.extra[s-m.nvocab]
+	}
+	for k := 0; k < len(raw); k++ {
+		if id := m.byteTok[raw[k]]; id >= 0 {
 			out = append(out, int(id))
 		}
 	}

@@ -62,7 +62,7 @@ func tokenTexts(v *Vocab, ids []int) []string {
 
 func TestBPEMergeOrder(t *testing.T) {
 	v := tinyBPEVocab("gpt-2")
-	m, err := newBPE(v)
+	m, err := newBPE(v, v.Pre)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestBPEIgnoreMerges(t *testing.T) {
 		{"llama-bpe", []string{"xyz"}}, // Llama 3: a word that is a token is taken whole
 	} {
 		v := tinyBPEVocab(c.pre)
-		m, err := newBPE(v)
+		m, err := newBPE(v, v.Pre)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +118,7 @@ func TestNewBPEErrors(t *testing.T) {
 	}
 	v = tinyBPEVocab("gpt-2")
 	v.Merges = append(v.Merges, "nospace")
-	if _, err := newBPE(v); err == nil {
+	if _, err := newBPE(v, v.Pre); err == nil {
 		t.Error("malformed merge accepted")
 	}
 }
@@ -142,7 +142,7 @@ func checkMergeTwins(t *testing.T, m *bpeModel, word string) {
 // (short words) on random words, with the tiny vocab and with Llama 3's.
 func TestBPEMergeHeapMatchesScan(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	tiny, err := newBPE(tinyBPEVocab("gpt-2"))
+	tiny, err := newBPE(tinyBPEVocab("gpt-2"), "gpt-2")
 	if err != nil {
 		t.Fatal(err)
 	}

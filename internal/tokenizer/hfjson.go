@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 )
 
@@ -31,7 +30,9 @@ type hfModel struct {
 	Vocab        json.RawMessage `json:"vocab"`
 	Merges       json.RawMessage `json:"merges"`
 	UnkToken     *string         `json:"unk_token"`
+	UnkID        *int            `json:"unk_id"`
 	ByteFallback bool            `json:"byte_fallback"`
+	IgnoreMerges bool            `json:"ignore_merges"`
 }
 
 // hfComponent is any normalizer, pre-tokenizer, post-processor or decoder: the fields of the
@@ -45,6 +46,12 @@ type hfComponent struct {
 	AddPrefixSpace *bool             `json:"add_prefix_space"`
 	PrependScheme  string            `json:"prepend_scheme"`
 	UseRegex       *bool             `json:"use_regex"`
+	Behavior       string            `json:"behavior"`
+	Invert         bool              `json:"invert"`
+	Individual     bool              `json:"individual_digits"`
+	StripLeft      bool              `json:"strip_left"`
+	StripRight     bool              `json:"strip_right"`
+	CharsMap       []byte            `json:"precompiled_charsmap"`
 	Children       []json.RawMessage `json:"pretokenizers"`
 	Normalizers    []json.RawMessage `json:"normalizers"`
 	Processors     []json.RawMessage `json:"processors"`
@@ -132,11 +139,13 @@ var hfDeepSeekLLMRegexes = []string{
 //
 // Supported models:
 //   - byte-level BPE (model.type "BPE" with a ByteLevel pre-tokenizer): Model "gpt2", with
-//     Pre detected from the pre-tokenizer's expressions ("gpt-2", "llama-bpe", "qwen2",
-//     "deepseek-llm"; an unknown expression is an error);
+//     Pre the tokenizer.ggml.pre name of the pre-tokenizer's split ("gpt-2", "llama-bpe",
+//     "qwen2", "gpt-4o", ...) or, when no name describes it, PreSteps (an expression kvasir
+//     does not implement is an error); its normalizer becomes NFC or Normalizers;
 //   - SentencePiece-style BPE (byte_fallback, "▁" for spaces, as Llama 2 and Mistral): Model
 //     "llama" with Scores = -merge rank, so that SentencePiece's highest-score-first merging
 //     follows the merge order;
+//   - Unigram (T5): Model "t5";
 //   - WordPiece: Model "bert".
 //
 // Merges may be "a b" strings or ["a", "b"] pairs. Added tokens become control tokens when
@@ -154,16 +163,20 @@ func VocabFromHF(tokenizerJSON, tokenizerConfigJSON []byte) (*Vocab, error) {
 		}
 	}
 	var vocab map[string]int
-	if err := json.Unmarshal(hf.Model.Vocab, &vocab); err != nil {
-		return nil, fmt.Errorf("tokenizer.json: model %q: vocab is not a map of token to id: %w", hf.Model.Type, err)
-	}
-	if len(vocab) == 0 {
-		return nil, fmt.Errorf("tokenizer.json: model %q has an empty vocab", hf.Model.Type)
+	if hf.Model.Type != "Unigram" {
+		if err := json.Unmarshal(hf.Model.Vocab, &vocab); err != nil {
+			return nil, fmt.Errorf("tokenizer.json: model %q: vocab is not a map of token to id: %w", hf.Model.Type, err)
+		}
+		if len(vocab) == 0 {
+			return nil, fmt.Errorf("tokenizer.json: model %q has an empty vocab", hf.Model.Type)
+		}
 	}
 
 	var v *Vocab
 	var err error
 	switch hf.Model.Type {
+	case "Unigram":
+		v, err = hfUnigramVocab(&hf)
 	case "BPE", "":
 		if isSentencePieceStyle(&hf) {
 			v, err = hfSentencePieceVocab(&hf, vocab)
@@ -173,7 +186,7 @@ func VocabFromHF(tokenizerJSON, tokenizerConfigJSON []byte) (*Vocab, error) {
 	case "WordPiece":
 		v, err = hfWordPieceVocab(&hf, vocab)
 	default:
-		return nil, fmt.Errorf("tokenizer.json: model type %q is not supported (BPE and WordPiece are)", hf.Model.Type)
+		return nil, fmt.Errorf("tokenizer.json: model type %q is not supported (BPE, WordPiece and Unigram are)", hf.Model.Type)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer.json: %w", err)
@@ -185,8 +198,20 @@ func VocabFromHF(tokenizerJSON, tokenizerConfigJSON []byte) (*Vocab, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tokenizer.json: normalizer: %w", err)
 	}
-	for _, c := range norm {
-		v.NFC = v.NFC || c.Type == "NFC"
+	switch v.Model {
+	case "t5":
+		return v, nil // read by hfUnigramVocab
+	case "llama", "bert":
+		for _, c := range norm {
+			v.NFC = v.NFC || c.Type == "NFC"
+		}
+		return v, nil
+	}
+	if v.Normalizers, err = hfNormalizers(norm); err != nil {
+		return nil, fmt.Errorf("tokenizer.json: normalizer: %w", err)
+	}
+	if len(v.Normalizers) == 1 && v.Normalizers[0].Type == "NFC" {
+		v.NFC, v.Normalizers = true, nil
 	}
 	return v, nil
 }
@@ -324,27 +349,48 @@ func isSentencePieceStyle(hf *hfTokenizer) bool {
 	return false
 }
 
-// hfByteLevelVocab builds a "gpt2" vocab and detects its pre-tokenizer.
+// hfByteLevelVocab builds a "gpt2" vocab. Its pre-tokenizer becomes the tokenizer.ggml.pre
+// name of the same split when there is one, else PreSteps.
 func hfByteLevelVocab(hf *hfTokenizer, vocab map[string]int) (*Vocab, error) {
 	pre, err := components(hf.PreTokenizer)
 	if err != nil {
 		return nil, fmt.Errorf("pre_tokenizer: %w", err)
 	}
-	var regexes []string
-	byteLevel, byteLevelRegex := false, false
+	var steps []PreStep
+	byteLevel := false
+	isolated := func(c hfComponent) error {
+		if (c.Behavior == "" || c.Behavior == "Isolated") && !c.Invert {
+			return nil
+		}
+		if c.Type == "Split" && c.Behavior == "Removed" && c.Invert && hfWholeCover[c.Pattern.Regex] {
+			return nil // the matches cover the text: nothing is removed
+		}
+		return fmt.Errorf("pre_tokenizer: %s with behavior %q (invert %v) is not supported (Isolated is)", c.Type, c.Behavior, c.Invert)
+	}
 	for _, c := range pre {
 		switch c.Type {
 		case "Split":
 			if c.Pattern.Regex == "" {
 				return nil, fmt.Errorf("pre_tokenizer: Split on a plain string %q is not supported", c.Pattern.String)
 			}
-			regexes = append(regexes, c.Pattern.Regex)
+			if err := isolated(c); err != nil {
+				return nil, err
+			}
+			steps = append(steps, PreStep{Type: "Split", Pattern: c.Pattern.Regex})
 		case "ByteLevel":
 			byteLevel = true
-			byteLevelRegex = c.UseRegex == nil || *c.UseRegex
-			if c.AddPrefixSpace != nil && *c.AddPrefixSpace {
-				return nil, fmt.Errorf("pre_tokenizer: ByteLevel with add_prefix_space is not supported")
+			s := PreStep{Type: "ByteLevel", UseRegex: c.UseRegex == nil || *c.UseRegex,
+				AddPrefixSpace: c.AddPrefixSpace != nil && *c.AddPrefixSpace}
+			if s.UseRegex || s.AddPrefixSpace {
+				steps = append(steps, s)
 			}
+		case "Digits":
+			steps = append(steps, PreStep{Type: "Digits", IndividualDigits: c.Individual})
+		case "Punctuation":
+			if err := isolated(c); err != nil {
+				return nil, err
+			}
+			steps = append(steps, PreStep{Type: "Punctuation"})
 		default:
 			return nil, fmt.Errorf("pre_tokenizer: %q is not supported for byte-level BPE", c.Type)
 		}
@@ -352,53 +398,63 @@ func hfByteLevelVocab(hf *hfTokenizer, vocab map[string]int) (*Vocab, error) {
 	if !byteLevel {
 		return nil, fmt.Errorf("BPE model is neither byte-level (no ByteLevel pre-tokenizer) nor SentencePiece-style")
 	}
-	if byteLevelRegex {
-		if len(regexes) > 0 {
-			return nil, fmt.Errorf("pre_tokenizer: Split followed by ByteLevel with use_regex is not supported")
-		}
-		regexes = []string{hfRegexGPT2}
-	}
-	name, err := preNameForRegexes(regexes)
-	if err != nil {
-		return nil, fmt.Errorf("pre_tokenizer: %w", err)
-	}
 	v, err := hfBaseVocab("gpt2", hf, vocab)
 	if err != nil {
 		return nil, err
 	}
-	v.Pre = name
+	if v.Pre = preNameForSteps(steps); v.Pre == "" {
+		if _, err := buildPreSteps(steps); err != nil {
+			return nil, fmt.Errorf("pre_tokenizer: %w", err)
+		}
+		v.PreSteps = steps
+		if len(steps) == 0 {
+			v.PreSteps = []PreStep{{Type: "ByteLevel"}} // the whole text is one word
+		}
+	}
+	v.IgnoreMerges = hf.Model.IgnoreMerges
 	if v.Merges, err = hfMerges(hf.Model.Merges); err != nil {
 		return nil, err
 	}
 	return v, nil
 }
 
-// preNameForRegexes maps a pre-tokenizer's sequence of Split expressions to the GGUF
-// tokenizer.ggml.pre name of the scanner that implements it.
-func preNameForRegexes(regexes []string) (string, error) {
-	if len(regexes) == 1 {
-		switch regexes[0] {
-		case hfRegexGPT2:
-			return "gpt-2", nil
-		case hfRegexLlama3:
-			return "llama-bpe", nil
-		case hfRegexQwen2:
-			return "qwen2", nil
+// hfNormalizers reads the normalizer steps of a byte-level BPE tokenizer.json.
+func hfNormalizers(cs []hfComponent) ([]Normalizer, error) {
+	var out []Normalizer
+	for _, c := range cs {
+		n := Normalizer{Type: c.Type}
+		switch c.Type {
+		case "NFC", "NFKC", "NFD", "NFKD", "Lowercase", "StripAccents":
+		case "Strip":
+			n.Left, n.Right = c.StripLeft, c.StripRight
+		case "Replace":
+			if c.Pattern.String == "" {
+				return nil, fmt.Errorf("Replace of a regular expression or of nothing (%q) is not supported", c.Pattern.Regex)
+			}
+			n.Old, n.New = c.Pattern.String, c.Content
+		case "Prepend":
+			n.New = c.Prepend
+		default:
+			return nil, fmt.Errorf("%q is not supported for byte-level BPE", c.Type)
 		}
+		out = append(out, n)
 	}
-	if slices.Equal(regexes, hfDeepSeekLLMRegexes) {
-		return "deepseek-llm", nil
-	}
-	if len(regexes) == 0 {
-		return "", fmt.Errorf("byte-level BPE without a splitting expression is not supported")
-	}
-	return "", fmt.Errorf("unknown pre-tokenizer expression(s) %q", regexes)
+	return out, nil
 }
 
 // hfSentencePieceVocab builds a "llama" vocab from a SentencePiece-style BPE tokenizer.json.
 // A token made by merge r scores -r; the others (single characters, bytes, specials), which
 // no merge makes, score below every merge.
 func hfSentencePieceVocab(hf *hfTokenizer, vocab map[string]int) (*Vocab, error) {
+	pre, err := components(hf.PreTokenizer)
+	if err != nil {
+		return nil, fmt.Errorf("pre_tokenizer: %w", err)
+	}
+	for _, c := range pre {
+		if c.Type == "Metaspace" && c.Replacement != "" && c.Replacement != spaceMarker {
+			return nil, fmt.Errorf("pre_tokenizer: Metaspace replacement %q is not supported (%q is)", c.Replacement, spaceMarker)
+		}
+	}
 	v, err := hfBaseVocab("llama", hf, vocab)
 	if err != nil {
 		return nil, err
@@ -598,4 +654,87 @@ func hfSpecials(v *Vocab, hf *hfTokenizer, cfg *hfConfig) error {
 // (or none was given).
 func tokenizerConfigMissing(cfg *hfConfig) bool {
 	return !cfg.BOS.Set && !cfg.EOS.Set && !cfg.UNK.Set
+}
+
+// hfUnigramVocab builds a "t5" vocab from a Unigram tokenizer.json (T5 and other
+// SentencePiece unigram models): the vocab is a list of [piece, score]; the Precompiled
+// normalizer gives the character map; WhitespaceSplit before Metaspace drops extra spaces
+// (every word then gets "▁"), and Metaspace's prepend scheme decides the space prefix.
+func hfUnigramVocab(hf *hfTokenizer) (*Vocab, error) {
+	var entries [][]json.RawMessage
+	if err := json.Unmarshal(hf.Model.Vocab, &entries); err != nil {
+		return nil, fmt.Errorf("model \"Unigram\": vocab is not a list of [piece, score]: %w", err)
+	}
+	if len(entries) == 0 {
+		return nil, fmt.Errorf("model \"Unigram\" has an empty vocab")
+	}
+	if hf.Model.ByteFallback {
+		return nil, fmt.Errorf("model \"Unigram\" with byte_fallback is not supported")
+	}
+	v := newEmptyVocab("t5", "", len(entries))
+	v.Scores = make([]float32, len(entries))
+	for id, e := range entries {
+		if len(e) != 2 || json.Unmarshal(e[0], &v.Tokens[id]) != nil || json.Unmarshal(e[1], &v.Scores[id]) != nil {
+			return nil, fmt.Errorf("model \"Unigram\": vocab entry %d is not [piece, score]", id)
+		}
+		v.Types[id] = TypeNormal
+	}
+	for _, a := range hf.AddedTokens {
+		if a.ID < 0 || a.ID >= len(v.Tokens) {
+			return nil, fmt.Errorf("added token %q has id %d outside the vocab", a.Content, a.ID)
+		}
+		v.Tokens[a.ID] = a.Content
+		v.Types[a.ID] = TypeUserDefined
+		if a.Special {
+			v.Types[a.ID] = TypeControl
+		}
+	}
+	if id := hf.Model.UnkID; id != nil {
+		if *id < 0 || *id >= len(v.Tokens) {
+			return nil, fmt.Errorf("model \"Unigram\": unk_id %d outside the vocab", *id)
+		}
+		v.UNK = *id
+		v.Types[*id] = TypeUnknown
+	}
+	norm, err := components(hf.Normalizer)
+	if err != nil {
+		return nil, fmt.Errorf("normalizer: %w", err)
+	}
+	for _, c := range norm {
+		switch {
+		case c.Type == "Precompiled":
+			v.CharsMap = c.CharsMap
+			if len(c.CharsMap) > 0 && parseCharsMap(c.CharsMap) == nil {
+				return nil, fmt.Errorf("normalizer: Precompiled: malformed precompiled_charsmap")
+			}
+		case c.Type == "Replace" && c.Pattern.Regex == " {2,}" && c.Content == " ":
+			v.RemoveExtraSpaces = true
+		default:
+			return nil, fmt.Errorf("normalizer: %q is not supported for a Unigram model", c.Type)
+		}
+	}
+	pre, err := components(hf.PreTokenizer)
+	if err != nil {
+		return nil, fmt.Errorf("pre_tokenizer: %w", err)
+	}
+	for _, c := range pre {
+		switch c.Type {
+		case "WhitespaceSplit":
+			v.RemoveExtraSpaces = true
+		case "Metaspace":
+			if c.Replacement != "" && c.Replacement != spaceMarker {
+				return nil, fmt.Errorf("pre_tokenizer: Metaspace replacement %q is not supported (%q is)", c.Replacement, spaceMarker)
+			}
+			switch c.PrependScheme {
+			case "always", "first":
+				v.AddSpacePrefix = true
+			case "never":
+			default:
+				v.AddSpacePrefix = c.AddPrefixSpace == nil || *c.AddPrefixSpace
+			}
+		default:
+			return nil, fmt.Errorf("pre_tokenizer: %q is not supported for a Unigram model", c.Type)
+		}
+	}
+	return v, nil
 }

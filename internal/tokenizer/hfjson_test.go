@@ -247,7 +247,7 @@ func TestVocabFromHFWordPiece(t *testing.T) {
 func TestVocabFromHFErrors(t *testing.T) {
 	for _, js := range []string{
 		``, `{`, `[]`,
-		`{"model": {"type": "Unigram", "vocab": [["a", 0.0]]}}`,
+		`{"model": {"type": "WordLevel", "vocab": {"a": 0}}}`,
 		`{"model": {"type": "BPE", "vocab": {}}}`,
 		`{"model": {"type": "BPE", "vocab": {"a": -4}}}`,
 		`{"model": {"type": "BPE", "vocab": {"a": 0, "b": 0}}}`,
@@ -274,6 +274,11 @@ func FuzzVocabFromHF(f *testing.F) {
 	f.Add(string(hfTiny(f, true, hfPreSplit(hfRegexLlama3), "null")) + "\x00" + `{"bos_token": "<s>"}`)
 	f.Add(hfSentencePieceTiny + "\x00" + `{"add_bos_token": false}`)
 	f.Add(`{"model": {"type": "WordPiece", "vocab": {"[UNK]": 0}}}`)
+	f.Add(string(hfTiny(f, false, `{"type": "Sequence", "pretokenizers": [{"type": "Digits"}, {"type": "Punctuation"},
+		{"type": "ByteLevel", "add_prefix_space": true, "use_regex": true}]}`, "null")))
+	f.Add(strings.Replace(string(hfTiny(f, false, hfPreSplit(hfRegexGPT4o), "null")), `"normalizer": null`,
+		`"normalizer": {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "Strip", "strip_left": true}]}`, 1))
+	f.Add(string(hfUnigramJSON(f, handCharsMap())))
 	f.Fuzz(func(t *testing.T, in string) {
 		js, cfg, _ := strings.Cut(in, "\x00")
 		v, err := VocabFromHF([]byte(js), []byte(cfg))

@@ -15,20 +15,82 @@ import (
 // original expressions run by a backtracking engine.
 type preTokenizer func(text string, yield func(word string))
 
-// preTokenizerFor returns the pre-tokenizer for a GGUF tokenizer.ggml.pre name.
-func preTokenizerFor(name string) (preTokenizer, error) {
-	switch name {
-	case "", "default", "gpt-2", "gpt2", "phi-2", "mpt", "olmo", "jais", "roberta-bpe":
-		return splitGPT2, nil
-	case "llama-bpe", "llama3", "llama-v3":
-		return splitLlama3, nil
-	case "qwen2", "qwen2.5", "qwen-2.5", "deepseek-r1-qwen":
-		return splitQwen2, nil
-	case "deepseek-llm":
-		return splitDeepSeekLLM, nil
-	}
-	return nil, fmt.Errorf("unknown byte-level BPE pre-tokenizer %q", name)
+// preSpec is what one tokenizer.ggml.pre name means for a byte-level BPE vocabulary: how
+// text is split into words and how words are merged.
+type preSpec struct {
+	split preTokenizer
+	// ignoreMerges: a word that is itself a token is emitted whole, without merging
+	// (llama.cpp's ignore_merges, as the Llama 3 family's HF tokenizers do).
+	ignoreMerges bool
+	// raw: token texts are plain UTF-8 with <0xNN> byte tokens, not GPT-2's byte alphabet
+	// (llama.cpp's byte_encode false); escapeSpaces writes spaces "▁" first.
+	raw, escapeSpaces bool
+	// newlineWords: a word of line feeds that is a token is emitted whole (Gemma 4).
+	newlineWords bool
 }
+
+// preTokenizerFor returns the pre-tokenizer for a GGUF tokenizer.ggml.pre name.
+func preTokenizerFor(name string) (preSpec, error) {
+	if spec, ok := preSpecs[name]; ok {
+		return spec, nil
+	}
+	return preSpec{}, fmt.Errorf("unknown byte-level BPE pre-tokenizer %q", name)
+}
+
+// preSpecs maps every tokenizer.ggml.pre name llama.cpp knows for byte-level BPE to its
+// split; names that share an expression share a scanner. A missing name is llama.cpp's
+// "default".
+var preSpecs = func() map[string]preSpec {
+	m := map[string]preSpec{}
+	add := func(spec preSpec, names ...string) {
+		for _, n := range names {
+			if _, dup := m[n]; dup {
+				panic("tokenizer: pre-tokenizer " + n + " listed twice")
+			}
+			m[n] = spec
+		}
+	}
+	add(preSpec{split: splitDefault}, "", "default")
+	add(preSpec{split: splitGPT2}, "gpt-2", "gpt2", "phi-2", "mpt", "olmo", "jais", "trillion",
+		"granite-docling", "exaone4", "gigachat", "a.x-4.0", "mellum", "modern-bert", "roberta-bpe",
+		"jina-es", "jina-de", "jina-v1-en", "jina-v2-es", "jina-v2-de", "jina-v2-code")
+	add(preSpec{split: splitLlama3, ignoreMerges: true}, "llama3", "llama-v3", "llama-bpe",
+		"falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2", "jina-v5-nano")
+	add(preSpec{split: splitLlama3}, "dbrx", "smaug-bpe", "glm4", "chatglm-bpe")
+	add(preSpec{split: splitQwen2}, "qwen2", "qwen2.5", "qwen-2.5", "deepseek-r1-qwen", "kormo",
+		"f2llmv2", "megrez", "stablelm2", "hunyuan", "solar-open", "grok-2", "bailingmoe",
+		"bailingmoe2", "llada-moe")
+	add(preSpec{split: splitQwen35}, "qwen35")
+	add(preSpec{split: splitDeepSeekLLM}, "deepseek-llm")
+	add(preSpec{split: splitDeepSeekCoder}, "deepseek-coder")
+	add(preSpec{split: splitDeepSeekV3}, "deepseek-v3", "hunyuan-dense", "joyai-llm", "hy_v4")
+	add(preSpec{split: splitFalcon}, "falcon")
+	add(preSpec{split: splitStarCoder}, "starcoder", "refact", "command-r", "smollm", "codeshell",
+		"exaone", "minerva-7b", "mellum2")
+	add(preSpec{split: splitBloom}, "poro-chat", "bloom", "gpt3-finnish")
+	add(preSpec{split: splitViking}, "viking")
+	add(preSpec{split: splitTekken, ignoreMerges: true}, "tekken")
+	add(preSpec{split: splitChameleon}, "chameleon")
+	add(preSpec{split: splitGPT4o}, "gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2")
+	add(preSpec{split: splitGPT4o, ignoreMerges: true}, "granite-embed-multi-97m")
+	add(preSpec{split: splitTinyAya}, "tiny_aya", "cohere2moe")
+	add(preSpec{split: splitKimiK2}, "kimi-k2")
+	add(preSpec{split: splitSuperBPE}, "superbpe")
+	add(preSpec{split: splitSeedCoder}, "seed-coder")
+	add(preSpec{split: splitUfakZeka}, "ufakzeka")
+	add(preSpec{split: splitLaguna}, "laguna")
+	add(preSpec{split: splitExaoneMoE}, "exaone-moe")
+	add(preSpec{split: splitMiniCPM5, ignoreMerges: true}, "minicpm5")
+	add(preSpec{split: splitJais2}, "jais-2")
+	add(preSpec{split: splitSpark25}, "spark2_5")
+	add(preSpec{split: splitYoutu, ignoreMerges: true}, "youtu")
+	add(preSpec{split: splitAFMoE}, "afmoe")
+	add(preSpec{split: splitLines, raw: true, escapeSpaces: true, newlineWords: true},
+		"gemma4", "granite-embed-multi-311m")
+	add(preSpec{split: splitLines, raw: true, escapeSpaces: true}, "sarvam-moe")
+	add(preSpec{split: splitNonSpace, raw: true}, "whitespace")
+	return m
+}()
 
 // Character classes of the pre-tokenizer expressions: \p{L}, \p{N}, \s and everything else.
 const (

@@ -123,7 +123,8 @@ func TestPreTokenizerFor(t *testing.T) {
 // characters at their edges, combining marks, emoji and invalid-looking U+FFFD.
 var pretokAlphabet = []rune(" \t\n\r\v\f\u00a0\u3000\u2028\u0085  '''sStTrReEvVmMlLdDſKk" +
 	"ab xyzAZé ü中文한국어ひらがなカ0123456789٣३Ⅻ½².,!?-_/:;@#$%^&*()[]{}<>`~\"|\\+=" +
-	"\u0301\u200d\u200b😀🤖✅\ufffdµ\u01bb\u0294\u1f7d\u2126\u212a\u02b0！／：～‘‟。、ℂ𐐀𞤀\u0800\u9fa5\u9fa6\uac00\ud7ff")
+	"\u0301\u200d\u200b😀🤖✅\ufffdµ\u01bb\u0294\u1f7d\u2126\u212a\u02b0！／：～‘‟。、ℂ𐐀𞤀\u0800\u9fa5\u9fa6\uac00\ud7ff" +
+	"ไทยΣσǅʰㄱㄅ—…।،IMGB<>\uf900")
 
 // pretokInput maps fuzz bytes onto the alphabet (one character per byte) so that random
 // inputs are dense in interesting boundaries.
@@ -181,21 +182,31 @@ func TestPreTokenizerVectorsInputs(t *testing.T) {
 	}
 }
 
+// FuzzPretokenize checks every pre-tokenizer name's split against its family's expressions:
+// the pieces cover the input, none is empty, they equal the oracle's, and nothing panics.
 func FuzzPretokenize(f *testing.F) {
 	for _, s := range []string{"", "Hello world", "I'm  here\n\n", "a  \n\n  b", "x 123 'S ſ", "\u3000。 a",
-		"   ", "\t\n", "3.14 你好", "🦙.cpp ''''"} {
+		"   ", "\t\n", "3.14 你好", "🦙.cpp ''''", "camelCase 1234567", "<sentinel:3>IMGIMGAZ"} {
 		f.Add([]byte(s))
 	}
-	oracles := make([]oracle, len(pretokFamilies))
-	for i, fam := range pretokFamilies {
-		oracles[i] = newOracle(f, fam.exprs...)
+	var fams []pretokFamily
+	var oracles []oracle
+	for _, pf := range preFamilies {
+		for _, name := range pf.names {
+			spec, err := preTokenizerFor(name)
+			if err != nil {
+				f.Fatal(err)
+			}
+			fams = append(fams, pretokFamily{name, spec.split, pf.exprs})
+			oracles = append(oracles, newOracle(f, pf.exprs...))
+		}
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		texts := []string{pretokInput(data)}
 		if utf8.Valid(data) {
 			texts = append(texts, string(data))
 		}
-		for i, fam := range pretokFamilies {
+		for i, fam := range fams {
 			for _, text := range texts {
 				checkPretok(t, fam, oracles[i], text)
 			}

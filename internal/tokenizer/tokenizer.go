@@ -38,6 +38,10 @@ type Tokenizer struct {
 	specials []specialTok // control, user-defined and unknown tokens, longest text first
 	eog      map[int]bool // end-of-generation ids
 
+	// rawBPE: BPE tokens are plain UTF-8 (with "▁" for spaces when escapeSpaces), not
+	// GPT-2's byte alphabet.
+	rawBPE, escapeSpaces bool
+
 	// stripSpace: the decoded text's leading space is the dummy prefix (SentencePiece with
 	// add_dummy_prefix) or a word-start marker (WordPiece) and is dropped.
 	stripSpace bool
@@ -90,17 +94,29 @@ func New(v *Vocab) (*Tokenizer, error) {
 		t.kind = "spm"
 		t.enc = newSPM(v, t.ids)
 		t.stripSpace = v.AddSpacePrefix
-	case "gpt2":
+	case "gpt2", "gemma4", "whitespace":
 		t.kind = "bpe"
-		m, err := newBPE(v)
+		pre := v.Pre
+		if v.Model == "gemma4" { // llama.cpp's name for Gemma 4's BPE, whatever the pre name
+			pre = "gemma4"
+		}
+		m, err := newBPE(v, pre)
 		if err != nil {
 			return nil, fmt.Errorf("tokenizer: %w", err)
 		}
 		t.enc = m
+		t.rawBPE, t.escapeSpaces = m.raw, m.escapeSpaces
 	case "bert":
 		t.kind = "wordpiece"
 		t.enc = newWordPiece(v, t.ids)
 		t.stripSpace = true
+	case "t5":
+		t.kind = "unigram"
+		t.enc = newUGM(v)
+		t.stripSpace = v.AddSpacePrefix
+	case "rwkv":
+		t.kind = "rwkv"
+		t.enc = newRWKV(v)
 	default:
 		return nil, fmt.Errorf("tokenizer: unsupported model %q", v.Model)
 	}
@@ -131,7 +147,7 @@ func New(v *Vocab) (*Tokenizer, error) {
 // Vocab returns the vocabulary the tokenizer was built from. It must not be modified.
 func (t *Tokenizer) Vocab() *Vocab { return t.vocab }
 
-// Kind returns "spm", "bpe" or "wordpiece".
+// Kind returns "spm", "bpe", "wordpiece", "unigram" or "rwkv".
 func (t *Tokenizer) Kind() string { return t.kind }
 
 // NumTokens returns the vocabulary size.
@@ -173,8 +189,15 @@ func (t *Tokenizer) tokenBytes(id int) []byte {
 	case TypeControl, TypeUnknown, TypeUserDefined:
 		return []byte(text)
 	case TypeNormal:
-		if t.kind == "bpe" {
+		switch {
+		case t.kind == "bpe" && t.escapeSpaces:
+			return []byte(strings.ReplaceAll(text, spaceMarker, " "))
+		case t.kind == "bpe" && t.rawBPE:
+			return []byte(text)
+		case t.kind == "bpe":
 			return byteLevelDecode(text)
+		case t.kind == "rwkv":
+			return rwkvUnescape(text)
 		}
 		return []byte(strings.ReplaceAll(text, spaceMarker, " "))
 	case TypeByte:
@@ -273,7 +296,7 @@ func (t *Tokenizer) encode(text string, opt EncodeOptions, stop func() bool) ([]
 			prevSpecial = true
 			continue
 		}
-		frag := f.text
+		frag := normalize(v.Normalizers, f.text)
 		if t.kind == "spm" && v.AddSpacePrefix && prevSpecial {
 			frag = " " + frag
 		}

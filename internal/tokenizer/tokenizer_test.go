@@ -18,7 +18,7 @@ func TestNewErrors(t *testing.T) {
 	}
 	bad := map[string]func(v *Vocab){
 		"no tokens":      func(v *Vocab) { v.Tokens = nil },
-		"unknown model":  func(v *Vocab) { v.Model = "t5" },
+		"unknown model":  func(v *Vocab) { v.Model = "plamo2" },
 		"scores length":  func(v *Vocab) { v.Scores = []float32{0} },
 		"types length":   func(v *Vocab) { v.Types = []TokenType{1, 1, 1, 1} },
 		"bos range":      func(v *Vocab) { v.BOS = 3 },

@@ -23,7 +23,7 @@ const (
 
 // Vocab mirrors the GGUF tokenizer.ggml.* metadata; every tokenizer source is turned into one.
 type Vocab struct {
-	Model  string      // "llama" (SentencePiece BPE), "gpt2" (byte-level BPE), "bert" (WordPiece)
+	Model  string      // "llama" (SentencePiece BPE), "gpt2" (byte-level BPE), "bert" (WordPiece), "t5" (unigram), "rwkv"; "gemma4" and "whitespace" are BPE
 	Pre    string      // pre-tokenizer name for gpt2 models: "default", "gpt-2", "llama-bpe", "qwen2", "deepseek-llm", ...
 	Tokens []string    // token texts, indexed by id
 	Scores []float32   // may be nil
@@ -35,9 +35,25 @@ type Vocab struct {
 
 	AddBOS, AddEOS bool
 	AddSpacePrefix bool // SentencePiece "add_dummy_prefix"
+	// RemoveExtraSpaces: unigram ("t5") normalization drops leading and trailing spaces and
+	// merges runs of them (SentencePiece's remove_extra_whitespaces).
+	RemoveExtraSpaces bool
+	// CharsMap is SentencePiece's precompiled normalization map for unigram vocabs (GGUF
+	// tokenizer.ggml.precompiled_charsmap); may be nil.
+	CharsMap []byte
 	// NFC puts text in Unicode normalization form C before it is tokenized (a Hugging
 	// Face tokenizer.json's NFC normalizer, as Qwen2's has).
 	NFC bool
+	// Normalizers are the steps of a Hugging Face normalizer other than NFC alone, applied
+	// in order to each piece of text between special tokens (byte-level BPE only).
+	Normalizers []Normalizer
+	// PreSteps is a Hugging Face pre-tokenizer that no tokenizer.ggml.pre name describes
+	// (then Pre is empty): its steps, each splitting the pieces of the one before. GGUF
+	// cannot hold it.
+	PreSteps []PreStep
+	// IgnoreMerges: a byte-level BPE word that is itself a token is emitted whole (a
+	// tokenizer.json's ignore_merges; names such as llama-bpe imply it).
+	IgnoreMerges bool
 
 	// Strip holds lstrip/rstrip flags of added tokens by id; may be nil.
 	Strip map[int]Strip
@@ -75,3 +91,19 @@ const (
 	StripLeft  Strip = 1 << iota // drop whitespace to the left of the token
 	StripRight                   // drop whitespace to the right of the token
 )
+
+// PreStep is one step of a Hugging Face pre-tokenizer (HF type and the options kvasir reads).
+type PreStep struct {
+	Type             string // "Split", "Digits", "ByteLevel" or "Punctuation"
+	Pattern          string // Split: the regular expression (one of those kvasir implements)
+	IndividualDigits bool   // Digits: every digit alone rather than runs of them
+	AddPrefixSpace   bool   // ByteLevel: a space before each piece that does not start with one
+	UseRegex         bool   // ByteLevel: split by GPT-2's expression
+}
+
+// Normalizer is one step of a Hugging Face normalizer.
+type Normalizer struct {
+	Type        string // "NFC", "NFKC", "NFD", "NFKD", "Lowercase", "Strip", "StripAccents", "Replace", "Prepend"
+	Old, New    string // Replace: every Old becomes New; Prepend: New goes before non-empty text
+	Left, Right bool   // Strip: which ends lose their whitespace
+}
