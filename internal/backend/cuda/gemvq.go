@@ -1,13 +1,6 @@
 package cuda
 
-import (
-	"fmt"
-	"os"
-)
-
-// EXPERIMENT (to be removed): KVASIR_GEMVQ_N1=rRwW picks the gemvqx_rRwW_* kernel for one
-// token row.
-var gemvqN1 = os.Getenv("KVASIR_GEMVQ_N1")
+import "fmt"
 
 // The launchers of the kernels in kernels/gemvq.cu: weights kept in GGML's block layouts
 // and dequantized where they are used.
@@ -25,17 +18,10 @@ var quantizedTypes = []DType{Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K}
 const GEMVQWarps = 4
 
 // gemvqKernel returns the gemvq_* kernel for n (1..GEMVMaxRows) token rows of a weight of
-// block type dt and the weight rows one block of it computes (GEMVQWarps times the R of its
-// GEMVQ_ONE line in gemvq.cu).
+// block type dt and the weight rows one block of it computes (GEMVQWarps times the 4 rows
+// a warp of its GEMVQ_ONE line in gemvq.cu).
 func gemvqKernel(n int, dt DType) (name string, rows int) {
-	if n <= 1 && len(gemvqN1) == 4 {
-		return "gemvqx_" + gemvqN1 + "_" + suffix(dt), int(gemvqN1[1]-'0') * int(gemvqN1[3]-'0')
-	}
-	rows = 4
-	if n <= 1 {
-		rows = 2
-	}
-	return "gemvq_" + gemvBucket(n) + "_" + suffix(dt), GEMVQWarps * rows
+	return "gemvq_" + gemvBucket(n) + "_" + suffix(dt), GEMVQWarps * 4
 }
 
 // quantShape checks that rows of k values are whole blocks of dt.
@@ -64,11 +50,7 @@ func (o *Ops) GEMVQ(y, x, w Buffer, n, k, m int) error {
 		return err
 	}
 	name, rows := gemvqKernel(n, w.DType)
-	warps := GEMVQWarps
-	if n <= 1 && len(gemvqN1) == 4 {
-		warps = int(gemvqN1[3] - '0')
-	}
-	return o.Dev.Launch(o.Kern.mod, name, Dim3{(m + rows - 1) / rows, 1, 1}, Dim3{32 * warps, 1, 1}, 0,
+	return o.Dev.Launch(o.Kern.mod, name, Dim3{(m + rows - 1) / rows, 1, 1}, Dim3{32 * GEMVQWarps, 1, 1}, 0,
 		y, x, w, n, k, m)
 }
 

@@ -144,27 +144,6 @@ func benchGEMVQ(t *testing.T, e *env, r *rand.Rand) {
 					result(t, "gemvq", fmt.Sprintf("%s n=%d m=%d k=%d %s", ty.dt, n, s.m, s.k, name),
 						fmt.Sprintf("%.0f GB/s", float64(wbytes)/per/1e6), fmt.Sprintf("%.1f us, weights of %d rows/block", per*1e3, rows))
 				}
-				for _, v := range []struct {
-					name    string
-					r, warp int
-				}{{"r1w4", 1, 4}, {"r4w4", 4, 4}, {"r2w8", 2, 8}, {"r1w8", 1, 8}, {"r4w2", 4, 2}, {"r8w2", 8, 2}} {
-					name := "gemvqx_" + v.name + "_" + ty.dt.String()
-					rows := v.r * v.warp
-					ms, err := timeMedian(dv, 9, func() error {
-						for _, w := range ws {
-							if err := dv.Launch(e.ops.Kern.mod, name, Dim3{(s.m + rows - 1) / rows, 1, 1}, Dim3{32 * v.warp, 1, 1}, 0, y, x, w, 1, s.k, s.m); err != nil {
-								return err
-							}
-						}
-						return nil
-					})
-					if err != nil {
-						return err
-					}
-					per := ms / float64(len(ws))
-					result(t, "gemvq", fmt.Sprintf("%s n=1 m=%d k=%d %s", ty.dt, s.m, s.k, name),
-						fmt.Sprintf("%.0f GB/s", float64(wbytes)/per/1e6), fmt.Sprintf("%.1f us", per*1e3))
-				}
 				return nil
 			})
 		}
