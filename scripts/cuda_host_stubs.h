@@ -35,6 +35,7 @@ float __uint_as_float(unsigned);
 unsigned __float_as_uint(float);
 int __float_as_int(float);
 float expf(float);
+float tanhf(float);
 float exp2f(float);
 float logf(float);
 float sqrtf(float);

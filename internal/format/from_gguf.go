@@ -121,9 +121,9 @@ func configFromGGUF(f *gguf.File) (Config, error) {
 	}
 	c := Config{Arch: arch}
 	switch arch {
-	case "llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe":
+	case "llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma2", "gemma3":
 	default:
-		return Config{}, fmt.Errorf("general.architecture %q is not supported (want llama, mistral, qwen2, qwen3, qwen2moe)", arch)
+		return Config{}, fmt.Errorf("general.architecture %q is not supported (want llama, mistral, qwen2, qwen3, qwen2moe, gemma2, gemma3)", arch)
 	}
 	if arch == "mistral" {
 		c.Arch = "llama"
@@ -197,6 +197,9 @@ func configFromGGUF(f *gguf.File) (Config, error) {
 		c.RopeStyle = RopeNeox
 	}
 	c.QKNorm = arch == "qwen3" || arch == "qwen3moe"
+	if isGemma(arch) {
+		gemmaFromGGUF(f, &c)
+	}
 	return c, err
 }
 

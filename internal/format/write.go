@@ -101,6 +101,9 @@ func (c Contents) GGUFMetadata(fileType quant.Type) []gguf.KV {
 	if cfg.SlidingWindow > 0 {
 		kvs = append(kvs, u("attention.sliding_window", cfg.SlidingWindow))
 	}
+	if isGemma(arch) {
+		kvs = append(kvs, gemmaGGUFMetadata(cfg)...)
+	}
 	if c.Vocab != nil {
 		kvs = append(kvs, vocabMetadata(c.Vocab)...)
 	}
@@ -146,6 +149,11 @@ func llamaFileType(t quant.Type) int {
 // WriteGGUF writes a GGUF file holding c's metadata and the tensors (in GGUF naming and in
 // the layout the GGUF architecture expects). progress, if set, is told the bytes written.
 func WriteGGUF(path string, c Contents, fileType quant.Type, tensors []OutTensor, progress func(done, total int64)) error {
+	if isGemma(c.Config.Arch) {
+		if err := checkGemmaGGUF(c.Config); err != nil {
+			return err
+		}
+	}
 	wts := make([]gguf.WriterTensor, len(tensors))
 	for i := range tensors {
 		t := &tensors[i]

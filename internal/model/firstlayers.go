@@ -38,6 +38,7 @@ func (m *Model) FirstLayers(n int) (*Model, error) {
 		cfg.Layers = n
 		v.ranks = append(v.ranks, &shard{
 			cfg: cfg, be: s.be, w: &w, experts: s.experts[:n], rope: s.rope, scale: s.scale,
+			ropeLocal: s.ropeLocal, layer0: s.layer0,
 			first: s.first, last: s.last, logits: s.logits, tp: s.tp, pp: s.pp, stage: s.stage,
 		})
 	}

@@ -156,6 +156,21 @@ func (r *recorder) Attention(out, q backend.Tensor, kv backend.KVCache, layer in
 	return r.cpu.Attention(in(out), in(q), kv, layer, scale, st)
 }
 
+func (r *recorder) AttentionWith(out, q backend.Tensor, kv backend.KVCache, layer int, opt backend.AttentionOptions, st backend.Step) error {
+	r.note("AttentionWith", out, q, layer)
+	return r.cpu.AttentionWith(in(out), in(q), kv, layer, opt, st)
+}
+
+func (r *recorder) GeGLU(out, gate, up backend.Tensor) error {
+	r.note("GeGLU", out, gate, up)
+	return r.cpu.GeGLU(in(out), in(gate), in(up))
+}
+
+func (r *recorder) Scale(x backend.Tensor, s float32) error {
+	r.note("Scale", x)
+	return r.cpu.Scale(in(x), s)
+}
+
 func (r *recorder) SwiGLU(out, gate, up backend.Tensor) error {
 	r.note("SwiGLU", out, gate, up)
 	return r.cpu.SwiGLU(in(out), in(gate), in(up))

@@ -22,6 +22,11 @@ type shard struct {
 	experts [][]backend.Expert // per layer, for mixtures of experts
 	rope    backend.Rope
 	scale   float32 // attention scores' scale, 1/sqrt(HeadDim)
+	// ropeLocal is the rotary embedding of the windowed layers when it differs (Gemma 3's
+	// RopeThetaLocal); layer0 is the model-wide index of the shard's first layer, by which
+	// a layer's window is found (Config.LayerWindow).
+	ropeLocal *backend.Rope
+	layer0    int
 
 	// first holds the embedding (pipeline stage 0); last the final norm and output
 	// projection (the last stage); logits computes them (the last stage's tensor rank 0).
@@ -52,21 +57,20 @@ func (s *shard) upload(m source, path string, sent func(n int64)) error {
 	if err != nil {
 		return err
 	}
-	r, err := newRope(s.cfg, w.ropeDivisors)
-	if err != nil {
-		return fmt.Errorf("model %s: %w", path, err)
-	}
-	data := make([]byte, 0, 4*len(r.invFreq))
-	for _, f := range r.invFreq {
-		data = binary.LittleEndian.AppendUint32(data, math.Float32bits(f))
-	}
-	inv, err := s.be.UploadWeight(&format.Tensor{Name: "rope inverse frequencies", Type: quant.F32, Shape: []int{len(r.invFreq)}, Data: data})
+	rp, err := s.uploadRope(s.cfg, w.ropeDivisors)
 	if err != nil {
 		return fmt.Errorf("model %s: %w", path, err)
 	}
 	s.w = w
-	s.rope = backend.Rope{InvFreq: inv, Dim: r.dim, NeoX: r.neox, MScale: r.mscale}
-	s.scale = float32(1 / math.Sqrt(float64(s.cfg.HeadDim)))
+	s.rope = rp
+	if c, ok := localRopeConfig(s.cfg); ok {
+		lr, err := s.uploadRope(c, nil)
+		if err != nil {
+			return fmt.Errorf("model %s: local layers: %w", path, err)
+		}
+		s.ropeLocal = &lr
+	}
+	s.scale = attentionScale(s.cfg)
 	s.experts = make([][]backend.Expert, len(w.layers))
 	for l, lw := range w.layers {
 		for _, e := range lw.experts {
@@ -74,6 +78,24 @@ func (s *shard) upload(m source, path string, sent func(n int64)) error {
 		}
 	}
 	return nil
+}
+
+// uploadRope computes the rotary frequencies of c (divisors as newRope takes them) and
+// uploads them.
+func (s *shard) uploadRope(c format.Config, divisors []float32) (backend.Rope, error) {
+	r, err := newRope(c, divisors)
+	if err != nil {
+		return backend.Rope{}, err
+	}
+	data := make([]byte, 0, 4*len(r.invFreq))
+	for _, f := range r.invFreq {
+		data = binary.LittleEndian.AppendUint32(data, math.Float32bits(f))
+	}
+	inv, err := s.be.UploadWeight(&format.Tensor{Name: "rope inverse frequencies", Type: quant.F32, Shape: []int{len(r.invFreq)}, Data: data})
+	if err != nil {
+		return backend.Rope{}, err
+	}
+	return backend.Rope{InvFreq: inv, Dim: r.dim, NeoX: r.neox, MScale: r.mscale}, nil
 }
 
 // weightBytesPerToken returns the bytes of weights one decoded token reads on this rank.
@@ -181,6 +203,11 @@ func (s *shard) forward(kv backend.KVCache, out stepOut) error {
 			if err := be.Embedding(a.x, s.w.embd, st); err != nil {
 				return fmt.Errorf("embedding: %w", err)
 			}
+			if sc := s.cfg.EmbedScale; sc > 0 {
+				if err := be.Scale(a.x, float32(sc)); err != nil {
+					return fmt.Errorf("embedding scale: %w", err)
+				}
+			}
 		} else if err := s.receive(a); err != nil {
 			return err
 		}
@@ -237,6 +264,9 @@ func (s *shard) output(out stepOut) error {
 		err = be.(backend.ArgmaxLogits).LogitsArgmax(out.ids, last, s.w.output, out.masks)
 	default:
 		err = be.Logits(out.logits, last, s.w.output)
+		if c := s.cfg.FinalSoftcap; c > 0 && err == nil {
+			softcapAll(out.logits[:out.n*s.cfg.VocabSize], float32(c))
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("output: %w", err)
@@ -295,6 +325,9 @@ func (s *shard) layer(l int, a *activations, kv backend.KVCache, st backend.Step
 	if err := s.attention(l, a, kv, st); err != nil {
 		return err
 	}
+	if err := s.postNorm(a.ffnOut, lw.attnPostNorm); err != nil {
+		return err
+	}
 	if err := be.RMSNormResidual(a.xb, a.x, a.ffnOut, lw.ffnNorm, eps); err != nil {
 		return err
 	}
@@ -306,7 +339,10 @@ func (s *shard) layer(l int, a *activations, kv backend.KVCache, st backend.Step
 	if err != nil {
 		return err
 	}
-	return s.reduce(a.ffnOut)
+	if err := s.reduce(a.ffnOut); err != nil {
+		return err
+	}
+	return s.postNorm(a.ffnOut, lw.ffnPostNorm)
 }
 
 // attention is the attention half of block l on the normalized rows a.xb: projections,
@@ -336,10 +372,22 @@ func (s *shard) attention(l int, a *activations, kv backend.KVCache, st backend.
 			return err
 		}
 	}
-	if err := be.RopeKVWrite(a.q, a.k, a.v, s.rope, kv, l, st); err != nil {
+	window := c.LayerWindow(s.layer0 + l)
+	rope := s.rope
+	if window > 0 && s.ropeLocal != nil {
+		rope = *s.ropeLocal
+	}
+	if err := be.RopeKVWrite(a.q, a.k, a.v, rope, kv, l, st); err != nil {
 		return err
 	}
-	if err := be.Attention(a.att, a.q, kv, l, s.scale, st); err != nil {
+	var err error
+	if window > 0 || c.AttnSoftcap > 0 {
+		opt := backend.AttentionOptions{Scale: s.scale, Window: window, Softcap: float32(c.AttnSoftcap)}
+		err = be.AttentionWith(a.att, a.q, kv, l, opt, st)
+	} else {
+		err = be.Attention(a.att, a.q, kv, l, s.scale, st)
+	}
+	if err != nil {
 		return err
 	}
 	if err := be.MatMul(a.ffnOut, a.att, lw.o); err != nil {
@@ -352,6 +400,9 @@ func (s *shard) attention(l int, a *activations, kv backend.KVCache, st backend.
 // a.up as scratch.
 func (s *shard) mlp(out, x backend.Tensor, a *activations, gate, up, down backend.Tensor) error {
 	be := s.be
+	if s.cfg.Activation == geluTanh {
+		return s.geglu(out, x, a, gate, up, down)
+	}
 	if f, ok := be.(backend.SwiGLUMatMuler); ok {
 		if err := f.MatMulSwiGLU(a.gate, x, gate, up); err != nil {
 			return err

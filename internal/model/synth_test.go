@@ -34,7 +34,13 @@ func smallConfig(c format.Config) format.Config {
 	if c.Experts > 0 {
 		c.Experts, c.ExpertsUsed, c.ExpertFFNDim = 4, 2, 256
 	}
-	return c
+	if c.SlidingWindow > 0 {
+		// A window shorter than the test prompts, and a whole period of the alternation of
+		// windowed and global layers.
+		c.SlidingWindow = 5
+		c.Layers = max(c.Layers, c.SlidingWindowPattern)
+	}
+	return synth.Rederive(c)
 }
 
 func gcd(a, b int) int {

@@ -27,6 +27,9 @@ type layerWeights[T any] struct {
 	qBias, kBias, vBias T
 	qNorm, kNorm        T
 
+	// Norms of the attention and MLP outputs (Config.PostNorms: Gemma).
+	attnPostNorm, ffnPostNorm T
+
 	// Dense MLP.
 	gate, up, down T
 
@@ -99,6 +102,10 @@ func bindWeights[T any](m source, c format.Config, path string, parts stageParts
 		lw := &w.layers[l]
 		lw.attnNorm = b.vector(p+"attn_norm.weight", c.Dim)
 		lw.ffnNorm = b.vector(p+"ffn_norm.weight", c.Dim)
+		if c.PostNorms {
+			lw.attnPostNorm = b.vector(p+"post_attention_norm.weight", c.Dim)
+			lw.ffnPostNorm = b.vector(p+"post_ffw_norm.weight", c.Dim)
+		}
 		lw.q = b.matrix(p+"attn_q.weight", q, c.Dim)
 		lw.k = b.matrix(p+"attn_k.weight", kv, c.Dim)
 		lw.v = b.matrix(p+"attn_v.weight", kv, c.Dim)

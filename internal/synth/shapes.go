@@ -4,6 +4,7 @@ package synth
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 
@@ -23,6 +24,17 @@ func llama(dim, ffn, layers, heads, kvHeads, vocab, ctx int, theta float64) form
 	return format.Config{
 		Arch: "llama", VocabSize: vocab, Dim: dim, Layers: layers, Heads: heads, KVHeads: kvHeads,
 		HeadDim: hd, RopeDim: hd, FFNDim: ffn, ContextLen: ctx, NormEps: 1e-5, RopeTheta: theta,
+	}
+}
+
+// gemma returns a Gemma config: tied embeddings scaled by sqrt(dim), GeGLU, post-norms,
+// NeoX rotary and scores scaled by head size (query_pre_attn_scalar = head_dim).
+func gemma(arch string, dim, ffn, layers, heads, kvHeads, headDim, vocab, ctx int, theta float64) format.Config {
+	return format.Config{
+		Arch: arch, VocabSize: vocab, Dim: dim, Layers: layers, Heads: heads, KVHeads: kvHeads,
+		HeadDim: headDim, RopeDim: headDim, FFNDim: ffn, ContextLen: ctx, NormEps: 1e-6, RopeTheta: theta,
+		RopeStyle: format.RopeNeox, TiedEmbeddings: true, Activation: "gelu_tanh", PostNorms: true,
+		EmbedScale: math.Sqrt(float64(dim)), AttnScale: 1 / math.Sqrt(float64(headDim)),
 	}
 }
 
@@ -54,6 +66,19 @@ var shapes = func() map[string]Shape {
 	mix := llama(512, 1024, 4, 8, 4, 32000, 4096, 1000000)
 	mix.Experts, mix.ExpertsUsed, mix.ExpertFFNDim, mix.NormTopKProbs = 8, 2, 1024, true
 
+	// Gemma 2 2B and Gemma 3 1B, and small twins of each that keep what makes the
+	// architecture (window alternation, soft-capping, QK norms, a local rotary base) for
+	// tests and the transformers oracle.
+	g2 := gemma("gemma2", 2304, 9216, 26, 8, 4, 256, 256000, 8192, 10000)
+	g2.SlidingWindow, g2.SlidingWindowPattern, g2.AttnSoftcap, g2.FinalSoftcap = 4096, 2, 50, 30
+	g2tiny := gemma("gemma2", 256, 512, 4, 4, 2, 64, 512, 8192, 10000)
+	g2tiny.SlidingWindow, g2tiny.SlidingWindowPattern, g2tiny.AttnSoftcap, g2tiny.FinalSoftcap = 7, 2, 50, 30
+
+	g3 := gemma("gemma3", 1152, 6912, 26, 4, 1, 256, 262144, 32768, 1000000)
+	g3.SlidingWindow, g3.SlidingWindowPattern, g3.RopeThetaLocal, g3.QKNorm = 512, 6, 10000, true
+	g3tiny := gemma("gemma3", 256, 512, 6, 4, 1, 64, 512, 32768, 1000000)
+	g3tiny.SlidingWindow, g3tiny.SlidingWindowPattern, g3tiny.RopeThetaLocal, g3tiny.QKNorm = 7, 6, 10000, true
+
 	return map[string]Shape{
 		"smollm2-135m":   {"smollm2-135m", "LlamaForCausalLM", smol},
 		"qwen2.5-0.5b":   {"qwen2.5-0.5b", "Qwen2ForCausalLM", qwen25},
@@ -62,8 +87,25 @@ var shapes = func() map[string]Shape {
 		"llama-3.2-1b":   {"llama-3.2-1b", "LlamaForCausalLM", l1b},
 		"llama-3.1-8b":   {"llama-3.1-8b", "LlamaForCausalLM", l8b},
 		"mixtral-tiny":   {"mixtral-tiny", "MixtralForCausalLM", mix},
+		"gemma2-2b":      {"gemma2-2b", "Gemma2ForCausalLM", g2},
+		"gemma2-tiny":    {"gemma2-tiny", "Gemma2ForCausalLM", g2tiny},
+		"gemma3-1b":      {"gemma3-1b", "Gemma3ForCausalLM", g3},
+		"gemma3-tiny":    {"gemma3-tiny", "Gemma3ForCausalLM", g3tiny},
 	}
 }()
+
+// Rederive recomputes the fields of c that follow from its sizes, after a test shrinks a
+// shape: Gemma's embedding scale sqrt(Dim) and attention scale 1/sqrt(HeadDim), as
+// llama.cpp derives them from a GGUF's sizes.
+func Rederive(c format.Config) format.Config {
+	if c.EmbedScale > 0 {
+		c.EmbedScale = math.Sqrt(float64(c.Dim))
+	}
+	if c.AttnScale > 0 {
+		c.AttnScale = 1 / math.Sqrt(float64(c.HeadDim))
+	}
+	return c
+}
 
 // Lookup returns the built-in shape with the given name.
 func Lookup(name string) (Shape, error) {

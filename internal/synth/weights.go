@@ -76,6 +76,11 @@ func specs(c format.Config, target Target) []spec {
 		out = append(out,
 			spec{name: p + "attn_output.weight", shape: []int{c.Dim, q}},
 			spec{name: p + "ffn_norm.weight", shape: []int{c.Dim}, kind: norm, float: true})
+		if c.PostNorms {
+			out = append(out,
+				spec{name: p + "post_attention_norm.weight", shape: []int{c.Dim}, kind: norm, float: true},
+				spec{name: p + "post_ffw_norm.weight", shape: []int{c.Dim}, kind: norm, float: true})
+		}
 		if c.Experts == 0 {
 			out = append(out,
 				spec{name: p + "ffn_gate.weight", shape: []int{c.FFNDim, c.Dim}},

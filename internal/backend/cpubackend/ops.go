@@ -232,6 +232,12 @@ func (s *step) contextIndices() []int32 {
 
 // Attention runs paged causal attention for all sequences of the step in one parallel loop.
 func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int, scale float32, st backend.Step) error {
+	return b.AttentionWith(out, q, kv, layer, backend.AttentionOptions{Scale: scale}, st)
+}
+
+// AttentionWith runs attention with a sliding window and soft-capped scores as opt asks
+// (cpu.AttentionBatchWith).
+func (b *Backend) AttentionWith(out, q backend.Tensor, kv backend.KVCache, layer int, opt backend.AttentionOptions, st backend.Step) error {
 	o, err := activation("attention", "out", out)
 	if err != nil {
 		return err
@@ -265,7 +271,7 @@ func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int
 			ContextIndex: ctx[t0:t1]})
 	}
 	b.attnSeqs = seqs
-	return cpu.AttentionBatch(b.pool, seqs, qDim/l.HeadDim, l, scale)
+	return cpu.AttentionBatchWith(b.pool, seqs, qDim/l.HeadDim, l, cpu.AttnOptions{Scale: opt.Scale, Window: opt.Window, Softcap: opt.Softcap})
 }
 
 // SwiGLU computes out = silu(gate) * up.
@@ -326,4 +332,31 @@ func (b *Backend) Logits(dst []float32, x, w backend.Tensor) error {
 		return fmt.Errorf("cpu logits: %d values for x %v · w [%d %d]ᵀ", len(dst), xs.shape, wm.Rows, wm.Cols)
 	}
 	return matMul(b.pool, dst, wm, xs.f32, xs.rows())
+}
+
+// GeGLU computes out = gelu_tanh(gate) * up.
+func (b *Backend) GeGLU(out, gate, up backend.Tensor) error {
+	o, err := activation("geglu", "out", out)
+	if err != nil {
+		return err
+	}
+	g, err := activation("geglu", "gate", gate)
+	if err != nil {
+		return err
+	}
+	u, err := activation("geglu", "up", up)
+	if err != nil {
+		return err
+	}
+	return cpu.GeGLU(b.pool, o.f32, g.f32, u.f32)
+}
+
+// Scale multiplies x by s in place.
+func (b *Backend) Scale(x backend.Tensor, s float32) error {
+	t, err := activation("scale", "x", x)
+	if err != nil {
+		return err
+	}
+	cpu.Scale(b.pool, t.f32, s)
+	return nil
 }

@@ -20,6 +20,8 @@ const (
 	Qwen3    = "Qwen3ForCausalLM"
 	Mixtral  = "MixtralForCausalLM"
 	Qwen2MoE = "Qwen2MoeForCausalLM"
+	Gemma2   = "Gemma2ForCausalLM"
+	Gemma3   = "Gemma3ForCausalLM" // the text-only model (model_type gemma3_text)
 )
 
 // archInfo holds an architecture's model_type and the defaults transformers applies when a
@@ -40,6 +42,8 @@ type archInfo struct {
 	qkvBias        bool
 	qkNorm         bool
 	qwenWindowKeys bool // use_sliding_window / max_window_layers keys
+	tied           bool // tie_word_embeddings defaults to true
+	gemma          bool // Gemma's keys (see gemma.go)
 }
 
 var archs = map[string]archInfo{
@@ -49,6 +53,8 @@ var archs = map[string]archInfo{
 	Qwen3:    {modelType: "qwen3", headDim: 128, maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: -1, eosID: -1, qkNorm: true, qwenWindowKeys: true},
 	Mixtral:  {modelType: "mixtral", kvHeads: 8, maxPos: 4096 * 32, rmsNormEps: 1e-5, ropeTheta: 1e6, experts: 8, expertsPerTok: 2, bosID: 1, eosID: 2},
 	Qwen2MoE: {modelType: "qwen2_moe", maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, experts: 60, expertsPerTok: 4, moeFFN: 1408, sharedFFN: 5632, bosID: -1, eosID: -1, qkvBias: true, qwenWindowKeys: true},
+	Gemma2:   {modelType: "gemma2", kvHeads: 4, headDim: 256, maxPos: 8192, rmsNormEps: 1e-6, ropeTheta: 10000, slidingWindow: 4096, bosID: 2, eosID: 1, tied: true, gemma: true},
+	Gemma3:   {modelType: "gemma3_text", kvHeads: 4, headDim: 256, maxPos: 131072, rmsNormEps: 1e-6, ropeTheta: 1e6, slidingWindow: 4096, bosID: 2, eosID: 1, tied: true, qkNorm: true, gemma: true},
 }
 
 // Config is a parsed config.json of a supported architecture, with transformers' defaults
@@ -97,6 +103,9 @@ type Config struct {
 	NormTopKProb                 bool
 	DecoderSparseStep            int   // Qwen2-MoE: every this many layers is sparse (1: all)
 	MLPOnlyLayers                []int // Qwen2-MoE: layers kept dense
+
+	// Gemma 2 and 3 (see gemma.go); zero for the other architectures.
+	Gemma GemmaConfig
 }
 
 // QKVBias reports whether the q, k and v projections have biases.
@@ -145,6 +154,7 @@ type configJSON struct {
 	NormTopKProb          *bool           `json:"norm_topk_prob"`
 	DecoderSparseStep     *int            `json:"decoder_sparse_step"`
 	MLPOnlyLayers         []int           `json:"mlp_only_layers"`
+	gemmaJSON
 }
 
 // ReadConfig reads and parses the config.json at path.
@@ -219,7 +229,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	c.MaxPositionEmbeddings = orInt(j.MaxPositionEmbeddings, info.maxPos)
 	c.RMSNormEps = orFloat(j.RMSNormEps, info.rmsNormEps)
 	c.RopeTheta = orFloat(j.RopeTheta, info.ropeTheta)
-	c.TieWordEmbeddings = orBool(j.TieWordEmbeddings, false)
+	c.TieWordEmbeddings = orBool(j.TieWordEmbeddings, info.tied)
 	c.AttentionBias = orBool(j.AttentionBias, false)
 	if arch == Qwen2 || arch == Qwen2MoE || arch == Mixtral {
 		c.AttentionBias = false // these models ignore the key; Qwen2's q/k/v bias is implicit
@@ -276,6 +286,11 @@ func ParseConfig(data []byte) (*Config, error) {
 		}
 		c.DecoderSparseStep = orInt(j.DecoderSparseStep, 1)
 	}
+	if info.gemma {
+		if err := c.parseGemma(&j.gemmaJSON); err != nil {
+			return nil, fmt.Errorf("config.json: %w", err)
+		}
+	}
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("config.json: %w", err)
 	}
@@ -306,8 +321,8 @@ func pickArch(list []string, modelType string) (string, error) {
 		}
 		return a, nil
 	}
-	return "", fmt.Errorf("unsupported architecture %q (supported: %s, %s, %s, %s, %s, %s)",
-		list[0], Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2MoE)
+	return "", fmt.Errorf("unsupported architecture %q (supported: %s, %s, %s, %s, %s, %s, %s, %s)",
+		list[0], Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2MoE, Gemma2, Gemma3)
 }
 
 func orInt(p *int, def int) int {

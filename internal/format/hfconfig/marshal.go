@@ -67,6 +67,9 @@ func (c *Config) Marshal() ([]byte, error) {
 			m["sliding_window"] = c.SlidingWindow
 		}
 	}
+	if info.gemma {
+		c.marshalGemma(m)
+	}
 	switch c.Architecture {
 	case Mixtral:
 		m["num_local_experts"] = c.NumExperts
@@ -142,6 +145,11 @@ func NewConfig(arch string, vocab, hidden, intermediate, layers, heads, kvHeads 
 	}
 	if info.qwenWindowKeys {
 		c.MaxWindowLayers = layers
+	}
+	if info.gemma {
+		c.TieWordEmbeddings = true
+		c.SlidingWindow, c.UseSlidingWindow = info.slidingWindow, true
+		c.Gemma = defaultGemma(arch, layers)
 	}
 	return c, nil
 }

@@ -1,0 +1,77 @@
+package cudabackend
+
+import (
+	"fmt"
+
+	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
+)
+
+// AttentionWith runs attention as Attention does when opt asks for nothing more than a
+// scale, and the windowed, soft-capped prefill kernel (cuda.Ops.AttentionWindow) for
+// every step otherwise.
+func (b *Backend) AttentionWith(out, q backend.Tensor, kv backend.KVCache, layer int, opt backend.AttentionOptions, st backend.Step) error {
+	if opt.Window <= 0 && opt.Softcap <= 0 {
+		return b.Attention(out, q, kv, layer, opt.Scale, st)
+	}
+	o, err := devTensor("attention", "out", out, cuda.F32)
+	if err != nil {
+		return err
+	}
+	qs, err := devTensor("attention", "q", q, cuda.F32)
+	if err != nil {
+		return err
+	}
+	_, l, err := kvOf("attention", kv, layer)
+	if err != nil {
+		return err
+	}
+	s, err := b.stepOf("attention", st)
+	if err != nil {
+		return err
+	}
+	m := s.meta
+	if err := sameShape("attention", o, qs); err != nil {
+		return err
+	}
+	qDim := qs.cols()
+	if qs.rows() != m.NumTokens() || qDim%l.HeadDim != 0 {
+		return fmt.Errorf("cuda attention: q %v for %d tokens of heads of %d", qs.shape, m.NumTokens(), l.HeadDim)
+	}
+	maxQ := m.MaxQueryLen
+	for i := range m.NumSeqs() {
+		maxQ = max(maxQ, int(m.QueryStarts[i+1]-m.QueryStarts[i]))
+	}
+	return b.ops.AttentionWindow(cuda.PrefillArgs{Out: o.buf, OutStride: qDim, Q: qs.buf, QStride: qDim, Tokens: m.NumTokens(),
+		Seqs: m.NumSeqs(), Heads: qDim / l.HeadDim, Cache: l, SeqStarts: s.queryStarts, ContextLens: s.contextLens,
+		MaxQueryLen: maxQ, BlockTables: s.blockTables, MaxBlocks: s.maxBlocks, Scale: opt.Scale}, opt.Window, opt.Softcap)
+}
+
+// GeGLU computes out = gelu_tanh(gate) * up.
+func (b *Backend) GeGLU(out, gate, up backend.Tensor) error {
+	o, err := devTensor("geglu", "out", out, cuda.F32)
+	if err != nil {
+		return err
+	}
+	g, err := devTensor("geglu", "gate", gate, cuda.F32)
+	if err != nil {
+		return err
+	}
+	u, err := devTensor("geglu", "up", up, cuda.F32)
+	if err != nil {
+		return err
+	}
+	if err := firstErr(sameShape("geglu", o, g), sameShape("geglu", o, u)); err != nil {
+		return err
+	}
+	return b.ops.GeGLU(o.buf, g.buf, u.buf, o.rows()*o.cols())
+}
+
+// Scale multiplies x by s in place.
+func (b *Backend) Scale(x backend.Tensor, s float32) error {
+	t, err := devTensor("scale", "x", x, cuda.F32)
+	if err != nil {
+		return err
+	}
+	return b.ops.Scale(t.buf, s, t.rows()*t.cols())
+}
