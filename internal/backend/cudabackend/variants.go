@@ -38,6 +38,20 @@ func (b *Backend) AttentionWith(out, q backend.Tensor, kv backend.KVCache, layer
 	if qs.rows() != m.NumTokens() || qDim%l.HeadDim != 0 {
 		return fmt.Errorf("cuda attention: q %v for %d tokens of heads of %d", qs.shape, m.NumTokens(), l.HeadDim)
 	}
+	if opt.Softcap <= 0 {
+		// A window no context reaches is plain attention, on the fast kernels. The bound
+		// of a graphed step is its block-table stride, fixed for the steps that replay it.
+		bound := m.MaxContextLen
+		for _, c := range m.ContextLens {
+			bound = max(bound, int(c))
+		}
+		if s.graphable {
+			bound = s.maxBlocks * l.BlockSize
+		}
+		if bound <= opt.Window {
+			return b.Attention(out, q, kv, layer, opt.Scale, st)
+		}
+	}
 	maxQ := m.MaxQueryLen
 	for i := range m.NumSeqs() {
 		maxQ = max(maxQ, int(m.QueryStarts[i+1]-m.QueryStarts[i]))
