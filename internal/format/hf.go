@@ -83,6 +83,8 @@ func HFArchitecture(c Config) string {
 		return hfconfig.Gemma3
 	case c.Experts > 0:
 		return hfconfig.Mixtral
+	case c.SlidingWindow > 0:
+		return hfconfig.Mistral // Llama has no window
 	}
 	return hfconfig.Llama
 }

@@ -79,18 +79,23 @@ var shapes = func() map[string]Shape {
 	g3tiny := gemma("gemma3", 256, 512, 6, 4, 1, 64, 512, 32768, 1000000)
 	g3tiny.SlidingWindow, g3tiny.SlidingWindowPattern, g3tiny.RopeThetaLocal, g3tiny.QKNorm = 7, 6, 10000, true
 
+	// Mistral 7B v0.1's sliding window on every layer, small.
+	mistralSWA := llama(256, 512, 4, 4, 2, 512, 4096, 10000)
+	mistralSWA.SlidingWindow = 7
+
 	return map[string]Shape{
-		"smollm2-135m":   {"smollm2-135m", "LlamaForCausalLM", smol},
-		"qwen2.5-0.5b":   {"qwen2.5-0.5b", "Qwen2ForCausalLM", qwen25},
-		"qwen3-0.6b":     {"qwen3-0.6b", "Qwen3ForCausalLM", qwen3},
-		"tinyllama-1.1b": {"tinyllama-1.1b", "LlamaForCausalLM", tiny},
-		"llama-3.2-1b":   {"llama-3.2-1b", "LlamaForCausalLM", l1b},
-		"llama-3.1-8b":   {"llama-3.1-8b", "LlamaForCausalLM", l8b},
-		"mixtral-tiny":   {"mixtral-tiny", "MixtralForCausalLM", mix},
-		"gemma2-2b":      {"gemma2-2b", "Gemma2ForCausalLM", g2},
-		"gemma2-tiny":    {"gemma2-tiny", "Gemma2ForCausalLM", g2tiny},
-		"gemma3-1b":      {"gemma3-1b", "Gemma3ForCausalLM", g3},
-		"gemma3-tiny":    {"gemma3-tiny", "Gemma3ForCausalLM", g3tiny},
+		"smollm2-135m":     {"smollm2-135m", "LlamaForCausalLM", smol},
+		"qwen2.5-0.5b":     {"qwen2.5-0.5b", "Qwen2ForCausalLM", qwen25},
+		"qwen3-0.6b":       {"qwen3-0.6b", "Qwen3ForCausalLM", qwen3},
+		"tinyllama-1.1b":   {"tinyllama-1.1b", "LlamaForCausalLM", tiny},
+		"llama-3.2-1b":     {"llama-3.2-1b", "LlamaForCausalLM", l1b},
+		"llama-3.1-8b":     {"llama-3.1-8b", "LlamaForCausalLM", l8b},
+		"mixtral-tiny":     {"mixtral-tiny", "MixtralForCausalLM", mix},
+		"gemma2-2b":        {"gemma2-2b", "Gemma2ForCausalLM", g2},
+		"gemma2-tiny":      {"gemma2-tiny", "Gemma2ForCausalLM", g2tiny},
+		"gemma3-1b":        {"gemma3-1b", "Gemma3ForCausalLM", g3},
+		"gemma3-tiny":      {"gemma3-tiny", "Gemma3ForCausalLM", g3tiny},
+		"mistral-swa-tiny": {"mistral-swa-tiny", "MistralForCausalLM", mistralSWA},
 	}
 }()
 
