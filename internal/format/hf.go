@@ -20,6 +20,7 @@ var archOfHF = map[string]string{
 	hfconfig.Qwen2MoE: "qwen2moe",
 	hfconfig.Gemma2:   "gemma2",
 	hfconfig.Gemma3:   "gemma3",
+	hfconfig.Phi3:     "phi3",
 }
 
 // ConfigFromHF turns a parsed config.json into a Config. Hugging Face checkpoints keep q/k
@@ -81,6 +82,8 @@ func HFArchitecture(c Config) string {
 		return hfconfig.Gemma2
 	case c.Arch == "gemma3":
 		return hfconfig.Gemma3
+	case c.Arch == "phi3":
+		return hfconfig.Phi3
 	case c.Experts > 0:
 		return hfconfig.Mixtral
 	case c.SlidingWindow > 0:
@@ -178,6 +181,11 @@ func openHF(dir string, l Limits) (*Model, error) {
 	}
 	if err := m.readHFTokenizer(dir); err != nil {
 		return m, err
+	}
+	if cfg.Arch == "phi3" {
+		if err := m.splitPhi3(); err != nil {
+			return m, fmt.Errorf("hf %s: %w", dir, err)
+		}
 	}
 	if err := m.inferFromTensors(l); err != nil {
 		return m, fmt.Errorf("hf %s: %w", dir, err)

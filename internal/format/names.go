@@ -73,14 +73,20 @@ func GGUFName(hf string) (name string, ok bool) {
 	return "", false
 }
 
+// archHFLayerNames are, per GGUF architecture, the per-layer names that differ from the
+// Llama family's (hfLayerNames): Gemma's four norms a block, Phi-3's fused projections.
+var archHFLayerNames = map[string]map[string]string{
+	"gemma2": gemmaHFLayerNames,
+	"gemma3": gemmaHFLayerNames,
+	"phi3":   phi3HFLayerNames,
+}
+
 // GGUFNameFor translates a Hugging Face tensor name of a model of GGUF architecture arch,
-// whose names may differ from the Llama family's (Gemma's four norms a block).
+// whose names may differ from the Llama family's (archHFLayerNames).
 func GGUFNameFor(hf, arch string) (string, bool) {
-	if isGemma(arch) {
-		if layer, rest, ok := splitHFLayer(hf); ok {
-			if g, ok := gemmaHFLayerNames[rest]; ok {
-				return "blk." + layer + "." + g, true
-			}
+	if layer, rest, ok := splitHFLayer(hf); ok {
+		if g, ok := archHFLayerNames[arch][rest]; ok {
+			return "blk." + layer + "." + g, true
 		}
 	}
 	return GGUFName(hf)
@@ -102,12 +108,10 @@ func splitHFLayer(hf string) (layer, rest string, ok bool) {
 // HFName translates a GGUF tensor name to the Hugging Face name for the given GGUF
 // architecture (Mixtral is "llama" with experts).
 func HFName(name, arch string) (string, error) {
-	if isGemma(arch) {
-		if layer, rest, ok := strings.Cut(strings.TrimPrefix(name, "blk."), "."); ok && strings.HasPrefix(name, "blk.") {
-			for hf, g := range gemmaHFLayerNames {
-				if g == rest {
-					return "model.layers." + layer + "." + hf, nil
-				}
+	if layer, rest, ok := strings.Cut(strings.TrimPrefix(name, "blk."), "."); ok && strings.HasPrefix(name, "blk.") {
+		for hf, g := range archHFLayerNames[arch] {
+			if g == rest {
+				return "model.layers." + layer + "." + hf, nil
 			}
 		}
 	}

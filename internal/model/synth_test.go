@@ -22,6 +22,9 @@ func smallConfig(c format.Config) format.Config {
 	if ratio%3 == 0 {
 		c.KVHeads = 1 // keep an odd group size, with heads dividing the model width
 	}
+	if ratio == 1 {
+		c.KVHeads = 4 // multi-head attention (Phi-3) in heads enough to split four ways
+	}
 	c.Heads = c.KVHeads * min(ratio, 4)
 	if c.HeadDim > 64 {
 		c.HeadDim = 128

@@ -79,6 +79,12 @@ var shapes = func() map[string]Shape {
 	g3tiny := gemma("gemma3", 256, 512, 6, 4, 1, 64, 512, 32768, 1000000)
 	g3tiny.SlidingWindow, g3tiny.SlidingWindowPattern, g3tiny.RopeThetaLocal, g3tiny.QKNorm = 7, 6, 10000, true
 
+	// Phi-3-mini-4k (fused projections, a window of 2047 on every layer), and small.
+	phi3 := llama(3072, 8192, 32, 32, 32, 32064, 4096, 10000)
+	phi3.Arch, phi3.RopeStyle, phi3.SlidingWindow = "phi3", format.RopeNeox, 2047
+	phi3tiny := llama(256, 512, 4, 4, 4, 512, 4096, 10000)
+	phi3tiny.Arch, phi3tiny.RopeStyle, phi3tiny.SlidingWindow = "phi3", format.RopeNeox, 7
+
 	// Mistral 7B v0.1's sliding window on every layer, small.
 	mistralSWA := llama(256, 512, 4, 4, 2, 512, 4096, 10000)
 	mistralSWA.SlidingWindow = 7
@@ -96,6 +102,8 @@ var shapes = func() map[string]Shape {
 		"gemma3-1b":        {"gemma3-1b", "Gemma3ForCausalLM", g3},
 		"gemma3-tiny":      {"gemma3-tiny", "Gemma3ForCausalLM", g3tiny},
 		"mistral-swa-tiny": {"mistral-swa-tiny", "MistralForCausalLM", mistralSWA},
+		"phi3-mini":        {"phi3-mini", "Phi3ForCausalLM", phi3},
+		"phi3-tiny":        {"phi3-tiny", "Phi3ForCausalLM", phi3tiny},
 	}
 }()
 

@@ -56,8 +56,18 @@ func specs(c format.Config, target Target) []spec {
 	out := []spec{{name: "token_embd.weight", shape: []int{c.VocabSize, c.Dim}}}
 	for i := 0; i < c.Layers; i++ {
 		p := fmt.Sprintf("blk.%d.", i)
+		out = append(out, spec{name: p + "attn_norm.weight", shape: []int{c.Dim}, kind: norm, float: true})
+		if c.Arch == "phi3" {
+			// Phi-3 fuses q, k and v, and the MLP's gate and up (gate first), in both files.
+			out = append(out,
+				spec{name: p + "attn_qkv.weight", shape: []int{q + 2*kv, c.Dim}},
+				spec{name: p + "attn_output.weight", shape: []int{c.Dim, q}},
+				spec{name: p + "ffn_norm.weight", shape: []int{c.Dim}, kind: norm, float: true},
+				spec{name: p + "ffn_up.weight", shape: []int{2 * c.FFNDim, c.Dim}},
+				spec{name: p + "ffn_down.weight", shape: []int{c.Dim, c.FFNDim}})
+			continue
+		}
 		out = append(out,
-			spec{name: p + "attn_norm.weight", shape: []int{c.Dim}, kind: norm, float: true},
 			spec{name: p + "attn_q.weight", shape: []int{q, c.Dim}, permuteHeads: permQ},
 			spec{name: p + "attn_k.weight", shape: []int{kv, c.Dim}, permuteHeads: permK},
 			spec{name: p + "attn_v.weight", shape: []int{kv, c.Dim}},

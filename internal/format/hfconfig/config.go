@@ -22,6 +22,7 @@ const (
 	Qwen2MoE = "Qwen2MoeForCausalLM"
 	Gemma2   = "Gemma2ForCausalLM"
 	Gemma3   = "Gemma3ForCausalLM" // the text-only model (model_type gemma3_text)
+	Phi3     = "Phi3ForCausalLM"
 )
 
 // archInfo holds an architecture's model_type and the defaults transformers applies when a
@@ -54,6 +55,7 @@ var archs = map[string]archInfo{
 	Mixtral:  {modelType: "mixtral", kvHeads: 8, maxPos: 4096 * 32, rmsNormEps: 1e-5, ropeTheta: 1e6, experts: 8, expertsPerTok: 2, bosID: 1, eosID: 2},
 	Qwen2MoE: {modelType: "qwen2_moe", maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, experts: 60, expertsPerTok: 4, moeFFN: 1408, sharedFFN: 5632, bosID: -1, eosID: -1, qkvBias: true, qwenWindowKeys: true},
 	Gemma2:   {modelType: "gemma2", kvHeads: 4, headDim: 256, maxPos: 8192, rmsNormEps: 1e-6, ropeTheta: 10000, slidingWindow: 4096, bosID: 2, eosID: 1, tied: true, gemma: true},
+	Phi3:     {modelType: "phi3", maxPos: 4096, rmsNormEps: 1e-5, ropeTheta: 10000, bosID: 1, eosID: 32000},
 	Gemma3:   {modelType: "gemma3_text", kvHeads: 4, headDim: 256, maxPos: 131072, rmsNormEps: 1e-6, ropeTheta: 1e6, slidingWindow: 4096, bosID: 2, eosID: 1, tied: true, qkNorm: true, gemma: true},
 }
 
@@ -154,6 +156,7 @@ type configJSON struct {
 	NormTopKProb          *bool           `json:"norm_topk_prob"`
 	DecoderSparseStep     *int            `json:"decoder_sparse_step"`
 	MLPOnlyLayers         []int           `json:"mlp_only_layers"`
+	PartialRotaryFactor   *float64        `json:"partial_rotary_factor"`
 	gemmaJSON
 }
 
@@ -267,8 +270,10 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	c.SlidingWindow = window
 
-	c.BOSTokenID = orIDs(j.BOSTokenID, info.bosID)
-	c.EOSTokenIDs = orIDs(j.EOSTokenID, info.eosID)
+	// A default outside the vocabulary (Phi-3's 32000 in a small synthesized model) is no
+	// default; an id the file gives is held to the vocabulary by Validate.
+	c.BOSTokenID = orIDs(j.BOSTokenID, inVocab(info.bosID, c.VocabSize))
+	c.EOSTokenIDs = orIDs(j.EOSTokenID, inVocab(info.eosID, c.VocabSize))
 
 	if info.experts > 0 {
 		experts := j.NumLocalExperts
@@ -285,6 +290,9 @@ func ParseConfig(data []byte) (*Config, error) {
 			c.MoEIntermediateSize = c.IntermediateSize
 		}
 		c.DecoderSparseStep = orInt(j.DecoderSparseStep, 1)
+	}
+	if f := j.PartialRotaryFactor; f != nil && *f != 1 {
+		return nil, fmt.Errorf("config.json: partial_rotary_factor %v is not supported (only 1)", *f)
 	}
 	if info.gemma {
 		if err := c.parseGemma(&j.gemmaJSON); err != nil {
@@ -321,8 +329,8 @@ func pickArch(list []string, modelType string) (string, error) {
 		}
 		return a, nil
 	}
-	return "", fmt.Errorf("unsupported architecture %q (supported: %s, %s, %s, %s, %s, %s, %s, %s)",
-		list[0], Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2MoE, Gemma2, Gemma3)
+	return "", fmt.Errorf("unsupported architecture %q (supported: %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+		list[0], Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2MoE, Gemma2, Gemma3, Phi3)
 }
 
 func orInt(p *int, def int) int {
@@ -354,4 +362,12 @@ func orIDs(p *TokenIDs, def int) TokenIDs {
 		return nil
 	}
 	return TokenIDs{def}
+}
+
+// inVocab returns id when it lies in a vocabulary of vocab tokens, else -1 (none).
+func inVocab(id, vocab int) int {
+	if id >= vocab {
+		return -1
+	}
+	return id
 }

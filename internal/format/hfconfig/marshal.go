@@ -61,7 +61,7 @@ func (c *Config) Marshal() ([]byte, error) {
 			mwl = c.NumHiddenLayers
 		}
 		m["max_window_layers"] = mwl
-	} else if c.Architecture == Mistral || c.Architecture == Mixtral {
+	} else if c.Architecture == Mistral || c.Architecture == Mixtral || c.Architecture == Phi3 {
 		m["sliding_window"] = nil // null: no window (an absent key would mean 4096 for Mistral)
 		if c.SlidingWindow > 0 {
 			m["sliding_window"] = c.SlidingWindow
@@ -69,6 +69,12 @@ func (c *Config) Marshal() ([]byte, error) {
 	}
 	if info.gemma {
 		c.marshalGemma(m)
+	}
+	if c.Architecture == Phi3 {
+		m["original_max_position_embeddings"] = c.MaxPositionEmbeddings
+		m["attention_bias"] = false
+		m["resid_pdrop"], m["embd_pdrop"] = 0.0, 0.0
+		m["pad_token_id"] = 0 // transformers' default, 32000, lies outside a small vocabulary
 	}
 	switch c.Architecture {
 	case Mixtral:
