@@ -35,7 +35,7 @@ func Convert(m *Model, out string, opt ConvertOptions) error {
 		return fmt.Errorf("convert: phi3 models are not converted (their fused qkv and gate_up projections are split when opened)")
 	}
 	wantStyle := RopeNeox
-	if toGGUF && (cfg.Arch == "llama") {
+	if toGGUF && (cfg.Arch == "llama" || cfg.Arch == "granite") {
 		wantStyle = RopeInterleaved
 	}
 	var tensors []OutTensor

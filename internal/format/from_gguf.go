@@ -126,9 +126,9 @@ func configFromGGUF(f *gguf.File) (Config, error) {
 	}
 	c := Config{Arch: arch}
 	switch arch {
-	case "llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma2", "gemma3", "phi3":
+	case "llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma2", "gemma3", "phi3", "granite":
 	default:
-		return Config{}, fmt.Errorf("general.architecture %q is not supported (want llama, mistral, qwen2, qwen3, qwen2moe, gemma2, gemma3, phi3)", arch)
+		return Config{}, fmt.Errorf("general.architecture %q is not supported (want llama, mistral, qwen2, qwen3, qwen2moe, gemma2, gemma3, phi3, granite)", arch)
 	}
 	if arch == "mistral" {
 		c.Arch = "llama"
@@ -204,6 +204,9 @@ func configFromGGUF(f *gguf.File) (Config, error) {
 	c.QKNorm = arch == "qwen3" || arch == "qwen3moe"
 	if isGemma(arch) {
 		gemmaFromGGUF(f, &c)
+	}
+	if arch == "granite" {
+		graniteFromGGUF(f, &c)
 	}
 	return c, err
 }

@@ -116,3 +116,26 @@ func TestGemmaHFNames(t *testing.T) {
 		t.Errorf("llama post_attention_layernorm -> %q", got)
 	}
 }
+
+// TestGraniteConfigFromHF maps Granite's multipliers onto the Config (the logits divided
+// by logits_scaling) and back.
+func TestGraniteConfigFromHF(t *testing.T) {
+	h, err := hfconfig.ReadConfig(filepath.Join("hfconfig", "testdata", "granite.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ConfigFromHF(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Arch != "granite" || c.EmbedScale != 12 || c.ResidualScale != 0.22 || c.AttnScale != 0.015625 || c.LogitScale != 0.125 || c.RopeStyle != RopeNeox {
+		t.Errorf("%+v", c)
+	}
+	h2, err := ConfigToHF(c, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h2.Architecture != hfconfig.Granite || h2.Granite != h.Granite {
+		t.Errorf("back: %s %+v, want %+v", h2.Architecture, h2.Granite, h.Granite)
+	}
+}

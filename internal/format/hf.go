@@ -21,6 +21,7 @@ var archOfHF = map[string]string{
 	hfconfig.Gemma2:   "gemma2",
 	hfconfig.Gemma3:   "gemma3",
 	hfconfig.Phi3:     "phi3",
+	hfconfig.Granite:  "granite",
 }
 
 // ConfigFromHF turns a parsed config.json into a Config. Hugging Face checkpoints keep q/k
@@ -55,6 +56,9 @@ func ConfigFromHF(h *hfconfig.Config) (Config, error) {
 			return Config{}, err
 		}
 	}
+	if arch == "granite" {
+		graniteFromHF(h, &c)
+	}
 	if h.IsMoE() {
 		c.Experts, c.ExpertsUsed, c.NormTopKProbs = h.NumExperts, h.NumExpertsPerTok, h.NormTopKProb
 		c.ExpertFFNDim = h.IntermediateSize
@@ -84,6 +88,8 @@ func HFArchitecture(c Config) string {
 		return hfconfig.Gemma3
 	case c.Arch == "phi3":
 		return hfconfig.Phi3
+	case c.Arch == "granite":
+		return hfconfig.Granite
 	case c.Experts > 0:
 		return hfconfig.Mixtral
 	case c.SlidingWindow > 0:
@@ -122,6 +128,9 @@ func ConfigToHF(c Config, dtype quant.Type) (*hfconfig.Config, error) {
 	}
 	if isGemma(c.Arch) {
 		gemmaToHF(c, h)
+	}
+	if c.Arch == "granite" {
+		graniteToHF(c, h)
 	}
 	return h, nil
 }

@@ -148,6 +148,11 @@ type Config struct {
 	// AttnSoftcap and FinalSoftcap, when > 0, soft-cap the attention scores and the
 	// logits: s -> cap * tanh(s / cap) (Gemma 2).
 	AttnSoftcap, FinalSoftcap float64
+
+	// Granite's multipliers (see granite.go; EmbedScale and AttnScale above too), each 1
+	// when 0: ResidualScale multiplies each half-block's output before it joins the
+	// residual stream, LogitScale the logits (1 / logits_scaling).
+	ResidualScale, LogitScale float64
 }
 
 // LayerWindow returns the attention window of layer l: SlidingWindow when the layer is

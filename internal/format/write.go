@@ -104,6 +104,9 @@ func (c Contents) GGUFMetadata(fileType quant.Type) []gguf.KV {
 	if isGemma(arch) {
 		kvs = append(kvs, gemmaGGUFMetadata(cfg)...)
 	}
+	if arch == "granite" {
+		kvs = append(kvs, graniteGGUFMetadata(cfg)...)
+	}
 	if c.Vocab != nil {
 		kvs = append(kvs, vocabMetadata(c.Vocab)...)
 	}

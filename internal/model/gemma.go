@@ -27,14 +27,19 @@ func (s *shard) geglu(out, x backend.Tensor, a *activations, gate, up, down back
 	return s.be.MatMul(out, a.gate, down)
 }
 
-// postNorm RMS-normalizes a half-block's output in place by weight (nothing without one):
-// Gemma's norms after attention and after the MLP, applied once the tensor-parallel ranks'
-// partial outputs are summed.
-func (s *shard) postNorm(x, weight backend.Tensor) error {
-	if weight == nil {
-		return nil
+// halfOut finishes a half-block's output x in place before it joins the residual stream,
+// once the tensor-parallel ranks' partial outputs are summed: Gemma's RMSNorm by the
+// post-norm weight (when there is one), Granite's residual multiplier.
+func (s *shard) halfOut(x, postNorm backend.Tensor) error {
+	if postNorm != nil {
+		if err := s.be.RMSNorm(x, x, postNorm, float32(s.cfg.NormEps)); err != nil {
+			return err
+		}
 	}
-	return s.be.RMSNorm(x, x, weight, float32(s.cfg.NormEps))
+	if rs := s.cfg.ResidualScale; rs > 0 {
+		return s.be.Scale(x, float32(rs))
+	}
+	return nil
 }
 
 // attentionScale returns the scale of c's attention scores: Config.AttnScale, else

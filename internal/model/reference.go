@@ -156,19 +156,24 @@ func (r *Reference) ForwardAt(token, pos int) ([]float32, error) {
 				out[i] = float32(s)
 			}
 		}
-		addInto(x, r.postNorm(r.matVec(lw.o, att), lw.attnPostNorm))
+		addInto(x, r.halfOut(r.matVec(lw.o, att), lw.attnPostNorm))
 
 		// Feed-forward.
 		xb = rmsNorm(x, r.vector(lw.ffnNorm), eps)
 		if c.Experts == 0 {
-			addInto(x, r.postNorm(r.mlp(lw.gate, lw.up, lw.down, xb), lw.ffnPostNorm))
+			addInto(x, r.halfOut(r.mlp(lw.gate, lw.up, lw.down, xb), lw.ffnPostNorm))
 		} else {
-			addInto(x, r.moe(lw, xb))
+			addInto(x, r.halfOut(r.moe(lw, xb), nil))
 		}
 	}
 	x = rmsNorm(x, r.vector(r.w.outNorm), eps)
 	r.pos++
 	logits := r.matVec(r.w.output, x)
+	if ls := c.LogitScale; ls > 0 {
+		for i := range logits {
+			logits[i] *= float32(ls)
+		}
+	}
 	if sc := c.FinalSoftcap; sc > 0 {
 		for i, v := range logits {
 			logits[i] = float32(sc * math.Tanh(float64(v)/sc))
@@ -177,12 +182,19 @@ func (r *Reference) ForwardAt(token, pos int) ([]float32, error) {
 	return logits, nil
 }
 
-// postNorm returns x RMS-normalized by weight, or x itself when there is no weight.
-func (r *Reference) postNorm(x []float32, weight *format.Tensor) []float32 {
-	if weight == nil {
-		return x
+// halfOut returns a half-block's output x as it joins the residual stream: RMS-normalized
+// by the post-norm weight when there is one (Gemma), times the residual multiplier
+// (Granite).
+func (r *Reference) halfOut(x []float32, postNorm *format.Tensor) []float32 {
+	if postNorm != nil {
+		x = rmsNorm(x, r.vector(postNorm), float32(r.cfg.NormEps))
 	}
-	return rmsNorm(x, r.vector(weight), float32(r.cfg.NormEps))
+	if rs := r.cfg.ResidualScale; rs > 0 {
+		for i := range x {
+			x[i] *= float32(rs)
+		}
+	}
+	return x
 }
 
 // mlp is the SwiGLU feed-forward, down(silu(gate x) * up x), or GeGLU with

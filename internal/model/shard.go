@@ -230,6 +230,12 @@ func (s *shard) forward(kv backend.KVCache, out stepOut) error {
 		if err := be.GatherRows(a.last, a.xb, st); err != nil {
 			return fmt.Errorf("logits rows: %w", err)
 		}
+		if ls := s.cfg.LogitScale; ls > 0 {
+			// The output projection is linear: scaling its input scales the logits.
+			if err := be.Scale(a.last, float32(ls)); err != nil {
+				return fmt.Errorf("logit scale: %w", err)
+			}
+		}
 		return nil
 	}
 	if g, ok := be.(backend.StepGrapher); ok {
@@ -325,7 +331,7 @@ func (s *shard) layer(l int, a *activations, kv backend.KVCache, st backend.Step
 	if err := s.attention(l, a, kv, st); err != nil {
 		return err
 	}
-	if err := s.postNorm(a.ffnOut, lw.attnPostNorm); err != nil {
+	if err := s.halfOut(a.ffnOut, lw.attnPostNorm); err != nil {
 		return err
 	}
 	if err := be.RMSNormResidual(a.xb, a.x, a.ffnOut, lw.ffnNorm, eps); err != nil {
@@ -342,7 +348,7 @@ func (s *shard) layer(l int, a *activations, kv backend.KVCache, st backend.Step
 	if err := s.reduce(a.ffnOut); err != nil {
 		return err
 	}
-	return s.postNorm(a.ffnOut, lw.ffnPostNorm)
+	return s.halfOut(a.ffnOut, lw.ffnPostNorm)
 }
 
 // attention is the attention half of block l on the normalized rows a.xb: projections,

@@ -85,6 +85,14 @@ var shapes = func() map[string]Shape {
 	phi3tiny := llama(256, 512, 4, 4, 4, 512, 4096, 10000)
 	phi3tiny.Arch, phi3tiny.RopeStyle, phi3tiny.SlidingWindow = "phi3", format.RopeNeox, 7
 
+	// Granite 3.0 2B's multipliers, and small.
+	gr := llama(2048, 8192, 40, 32, 8, 49155, 4096, 10000)
+	gr.Arch, gr.TiedEmbeddings = "granite", true
+	gr.EmbedScale, gr.ResidualScale, gr.AttnScale, gr.LogitScale = 12, 0.22, 0.015625, 1.0/8
+	grtiny := llama(256, 512, 4, 4, 2, 512, 4096, 10000)
+	grtiny.Arch, grtiny.TiedEmbeddings = "granite", true
+	grtiny.EmbedScale, grtiny.ResidualScale, grtiny.AttnScale, grtiny.LogitScale = 12, 0.22, 0.0625, 1.0/8
+
 	// Mistral 7B v0.1's sliding window on every layer, small.
 	mistralSWA := llama(256, 512, 4, 4, 2, 512, 4096, 10000)
 	mistralSWA.SlidingWindow = 7
@@ -104,6 +112,8 @@ var shapes = func() map[string]Shape {
 		"mistral-swa-tiny": {"mistral-swa-tiny", "MistralForCausalLM", mistralSWA},
 		"phi3-mini":        {"phi3-mini", "Phi3ForCausalLM", phi3},
 		"phi3-tiny":        {"phi3-tiny", "Phi3ForCausalLM", phi3tiny},
+		"granite-3-2b":     {"granite-3-2b", "GraniteForCausalLM", gr},
+		"granite-tiny":     {"granite-tiny", "GraniteForCausalLM", grtiny},
 	}
 }()
 
@@ -111,6 +121,9 @@ var shapes = func() map[string]Shape {
 // shape: Gemma's embedding scale sqrt(Dim) and attention scale 1/sqrt(HeadDim), as
 // llama.cpp derives them from a GGUF's sizes.
 func Rederive(c format.Config) format.Config {
+	if c.Arch != "gemma2" && c.Arch != "gemma3" {
+		return c // Granite's multipliers are the model's own
+	}
 	if c.EmbedScale > 0 {
 		c.EmbedScale = math.Sqrt(float64(c.Dim))
 	}

@@ -8,6 +8,7 @@ package hfconfig
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 )
 
@@ -23,6 +24,7 @@ const (
 	Gemma2   = "Gemma2ForCausalLM"
 	Gemma3   = "Gemma3ForCausalLM" // the text-only model (model_type gemma3_text)
 	Phi3     = "Phi3ForCausalLM"
+	Granite  = "GraniteForCausalLM"
 )
 
 // archInfo holds an architecture's model_type and the defaults transformers applies when a
@@ -55,6 +57,7 @@ var archs = map[string]archInfo{
 	Mixtral:  {modelType: "mixtral", kvHeads: 8, maxPos: 4096 * 32, rmsNormEps: 1e-5, ropeTheta: 1e6, experts: 8, expertsPerTok: 2, bosID: 1, eosID: 2},
 	Qwen2MoE: {modelType: "qwen2_moe", maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, experts: 60, expertsPerTok: 4, moeFFN: 1408, sharedFFN: 5632, bosID: -1, eosID: -1, qkvBias: true, qwenWindowKeys: true},
 	Gemma2:   {modelType: "gemma2", kvHeads: 4, headDim: 256, maxPos: 8192, rmsNormEps: 1e-6, ropeTheta: 10000, slidingWindow: 4096, bosID: 2, eosID: 1, tied: true, gemma: true},
+	Granite:  {modelType: "granite", maxPos: 2048, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: 1, eosID: 2},
 	Phi3:     {modelType: "phi3", maxPos: 4096, rmsNormEps: 1e-5, ropeTheta: 10000, bosID: 1, eosID: 32000},
 	Gemma3:   {modelType: "gemma3_text", kvHeads: 4, headDim: 256, maxPos: 131072, rmsNormEps: 1e-6, ropeTheta: 1e6, slidingWindow: 4096, bosID: 2, eosID: 1, tied: true, qkNorm: true, gemma: true},
 }
@@ -108,6 +111,13 @@ type Config struct {
 
 	// Gemma 2 and 3 (see gemma.go); zero for the other architectures.
 	Gemma GemmaConfig
+	// Granite's multipliers; zero for the other architectures.
+	Granite GraniteConfig
+}
+
+// GraniteConfig holds Granite's multipliers (transformers' default for each is 1).
+type GraniteConfig struct {
+	EmbeddingMultiplier, ResidualMultiplier, AttentionMultiplier, LogitsScaling float64
 }
 
 // QKVBias reports whether the q, k and v projections have biases.
@@ -157,6 +167,10 @@ type configJSON struct {
 	DecoderSparseStep     *int            `json:"decoder_sparse_step"`
 	MLPOnlyLayers         []int           `json:"mlp_only_layers"`
 	PartialRotaryFactor   *float64        `json:"partial_rotary_factor"`
+	EmbeddingMultiplier   *float64        `json:"embedding_multiplier"`
+	ResidualMultiplier    *float64        `json:"residual_multiplier"`
+	AttentionMultiplier   *float64        `json:"attention_multiplier"`
+	LogitsScaling         *float64        `json:"logits_scaling"`
 	gemmaJSON
 }
 
@@ -294,6 +308,16 @@ func ParseConfig(data []byte) (*Config, error) {
 	if f := j.PartialRotaryFactor; f != nil && *f != 1 {
 		return nil, fmt.Errorf("config.json: partial_rotary_factor %v is not supported (only 1)", *f)
 	}
+	if arch == Granite {
+		c.Granite = GraniteConfig{EmbeddingMultiplier: orFloat(j.EmbeddingMultiplier, 1), ResidualMultiplier: orFloat(j.ResidualMultiplier, 1),
+			AttentionMultiplier: orFloat(j.AttentionMultiplier, 1), LogitsScaling: orFloat(j.LogitsScaling, 1)}
+		for key, v := range map[string]float64{"embedding_multiplier": c.Granite.EmbeddingMultiplier, "residual_multiplier": c.Granite.ResidualMultiplier,
+			"attention_multiplier": c.Granite.AttentionMultiplier, "logits_scaling": c.Granite.LogitsScaling} {
+			if !(v > 0) || math.IsInf(v, 0) {
+				return nil, fmt.Errorf("config.json: %s %v must be positive and finite", key, v)
+			}
+		}
+	}
 	if info.gemma {
 		if err := c.parseGemma(&j.gemmaJSON); err != nil {
 			return nil, fmt.Errorf("config.json: %w", err)
@@ -329,8 +353,8 @@ func pickArch(list []string, modelType string) (string, error) {
 		}
 		return a, nil
 	}
-	return "", fmt.Errorf("unsupported architecture %q (supported: %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-		list[0], Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2MoE, Gemma2, Gemma3, Phi3)
+	return "", fmt.Errorf("unsupported architecture %q (supported: %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+		list[0], Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2MoE, Gemma2, Gemma3, Phi3, Granite)
 }
 
 func orInt(p *int, def int) int {

@@ -70,6 +70,12 @@ func (c *Config) Marshal() ([]byte, error) {
 	if info.gemma {
 		c.marshalGemma(m)
 	}
+	if c.Architecture == Granite {
+		g := c.Granite
+		m["embedding_multiplier"], m["residual_multiplier"] = g.EmbeddingMultiplier, g.ResidualMultiplier
+		m["attention_multiplier"], m["logits_scaling"] = g.AttentionMultiplier, g.LogitsScaling
+		m["attention_bias"], m["mlp_bias"] = false, false
+	}
 	if c.Architecture == Phi3 {
 		m["original_max_position_embeddings"] = c.MaxPositionEmbeddings
 		m["attention_bias"] = false
@@ -151,6 +157,9 @@ func NewConfig(arch string, vocab, hidden, intermediate, layers, heads, kvHeads 
 	}
 	if info.qwenWindowKeys {
 		c.MaxWindowLayers = layers
+	}
+	if arch == Granite {
+		c.Granite = GraniteConfig{EmbeddingMultiplier: 1, ResidualMultiplier: 1, AttentionMultiplier: 1, LogitsScaling: 1}
 	}
 	if info.gemma {
 		c.TieWordEmbeddings = true
