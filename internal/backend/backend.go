@@ -210,6 +210,9 @@ type Backend interface {
 	// Scale multiplies every element of x (F32) by s in place (Gemma's and Granite's
 	// embedding, residual and logit multipliers).
 	Scale(x Tensor, s float32) error
+	// Add writes a + b element-wise to out (F32, one shape); out may be a or b (OLMo 2's
+	// residual stream, which no pre-norm folds in).
+	Add(out, a, b Tensor) error
 	// GatherRows writes row j of out from row LogitsIndices[j] of in.
 	GatherRows(out, in Tensor, st Step) error
 	// RouteExperts picks each token's experts from router logits ([tokens][experts]):

@@ -126,9 +126,9 @@ func configFromGGUF(f *gguf.File) (Config, error) {
 	}
 	c := Config{Arch: arch}
 	switch arch {
-	case "llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma2", "gemma3", "phi3", "granite":
+	case "llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma2", "gemma3", "phi3", "granite", "olmo2":
 	default:
-		return Config{}, fmt.Errorf("general.architecture %q is not supported (want llama, mistral, qwen2, qwen3, qwen2moe, gemma2, gemma3, phi3, granite)", arch)
+		return Config{}, fmt.Errorf("general.architecture %q is not supported (want llama, mistral, qwen2, qwen3, qwen2moe, gemma2, gemma3, phi3, granite, olmo2)", arch)
 	}
 	if arch == "mistral" {
 		c.Arch = "llama"
@@ -207,6 +207,9 @@ func configFromGGUF(f *gguf.File) (Config, error) {
 	}
 	if arch == "granite" {
 		graniteFromGGUF(f, &c)
+	}
+	if arch == "olmo2" {
+		olmo2Config(&c)
 	}
 	return c, err
 }

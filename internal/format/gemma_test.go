@@ -139,3 +139,21 @@ func TestGraniteConfigFromHF(t *testing.T) {
 		t.Errorf("back: %s %+v, want %+v", h2.Architecture, h2.Granite, h.Granite)
 	}
 }
+
+// TestOlmo2ConfigFromHF: OLMo 2's block, post-norms only and a QK norm over all heads.
+func TestOlmo2ConfigFromHF(t *testing.T) {
+	h, err := hfconfig.ReadConfig(filepath.Join("hfconfig", "testdata", "olmo2.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ConfigFromHF(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Arch != "olmo2" || !c.PostNorms || !c.NoPreNorms || !c.QKNorm || !c.QKNormFull || c.RopeStyle != RopeNeox {
+		t.Errorf("%+v", c)
+	}
+	if got, ok := GGUFNameFor("model.layers.2.post_attention_layernorm.weight", "olmo2"); !ok || got != "blk.2.post_attention_norm.weight" {
+		t.Errorf("post_attention_layernorm -> %q", got)
+	}
+}

@@ -22,6 +22,7 @@ var archOfHF = map[string]string{
 	hfconfig.Gemma3:   "gemma3",
 	hfconfig.Phi3:     "phi3",
 	hfconfig.Granite:  "granite",
+	hfconfig.Olmo2:    "olmo2",
 }
 
 // ConfigFromHF turns a parsed config.json into a Config. Hugging Face checkpoints keep q/k
@@ -59,6 +60,9 @@ func ConfigFromHF(h *hfconfig.Config) (Config, error) {
 	if arch == "granite" {
 		graniteFromHF(h, &c)
 	}
+	if arch == "olmo2" {
+		olmo2Config(&c)
+	}
 	if h.IsMoE() {
 		c.Experts, c.ExpertsUsed, c.NormTopKProbs = h.NumExperts, h.NumExpertsPerTok, h.NormTopKProb
 		c.ExpertFFNDim = h.IntermediateSize
@@ -90,6 +94,8 @@ func HFArchitecture(c Config) string {
 		return hfconfig.Phi3
 	case c.Arch == "granite":
 		return hfconfig.Granite
+	case c.Arch == "olmo2":
+		return hfconfig.Olmo2
 	case c.Experts > 0:
 		return hfconfig.Mixtral
 	case c.SlidingWindow > 0:

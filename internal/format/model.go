@@ -153,6 +153,11 @@ type Config struct {
 	// when 0: ResidualScale multiplies each half-block's output before it joins the
 	// residual stream, LogitScale the logits (1 / logits_scaling).
 	ResidualScale, LogitScale float64
+
+	// OLMo 2 (see olmo2.go): NoPreNorms drops the norms before attention and the MLP (with
+	// PostNorms set, the block's only norms follow them); QKNormFull normalizes q and k
+	// over the whole projection, all heads at once, rather than head by head.
+	NoPreNorms, QKNormFull bool
 }
 
 // LayerWindow returns the attention window of layer l: SlidingWindow when the layer is

@@ -79,6 +79,7 @@ var archHFLayerNames = map[string]map[string]string{
 	"gemma2": gemmaHFLayerNames,
 	"gemma3": gemmaHFLayerNames,
 	"phi3":   phi3HFLayerNames,
+	"olmo2":  olmo2HFLayerNames,
 }
 
 // GGUFNameFor translates a Hugging Face tensor name of a model of GGUF architecture arch,

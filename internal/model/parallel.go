@@ -57,6 +57,9 @@ func (p Parallel) Check(c format.Config) error {
 			return fmt.Errorf("parallel: %s %d does not split over tensor-parallel size %d", w.what, w.n, tp)
 		}
 	}
+	if c.QKNormFull && tp > 1 {
+		return fmt.Errorf("parallel: %s normalizes q and k over all heads at once, which tensor parallelism splits (use pipeline parallelism)", c.Arch)
+	}
 	if p.Pipeline > c.Layers {
 		return fmt.Errorf("parallel: pipeline-parallel size %d exceeds the model's %d layers", p.Pipeline, c.Layers)
 	}

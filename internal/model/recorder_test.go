@@ -166,6 +166,11 @@ func (r *recorder) GeGLU(out, gate, up backend.Tensor) error {
 	return r.cpu.GeGLU(in(out), in(gate), in(up))
 }
 
+func (r *recorder) Add(out, a, b backend.Tensor) error {
+	r.note("Add", out, a, b)
+	return r.cpu.Add(in(out), in(a), in(b))
+}
+
 func (r *recorder) Scale(x backend.Tensor, s float32) error {
 	r.note("Scale", x)
 	return r.cpu.Scale(in(x), s)

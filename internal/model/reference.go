@@ -106,7 +106,7 @@ func (r *Reference) ForwardAt(token, pos int) ([]float32, error) {
 			rp, cos, sin = r.ropeLocal, cosL, sinL
 		}
 		// Attention.
-		xb := rmsNorm(x, r.vector(lw.attnNorm), eps)
+		xb := r.preNorm(x, lw.attnNorm)
 		q := r.matVec(lw.q, xb)
 		k := r.matVec(lw.k, xb)
 		v := r.matVec(lw.v, xb)
@@ -115,16 +115,20 @@ func (r *Reference) ForwardAt(token, pos int) ([]float32, error) {
 			addInto(k, r.vector(lw.kBias))
 			addInto(v, r.vector(lw.vBias))
 		}
+		if c.QKNormFull {
+			// OLMo 2: one norm over all the heads of each projection.
+			q, k = rmsNorm(q, r.vector(lw.qNorm), eps), rmsNorm(k, r.vector(lw.kNorm), eps)
+		}
 		for h := range c.Heads {
 			qh := q[h*hd : (h+1)*hd]
-			if c.QKNorm {
+			if c.QKNorm && !c.QKNormFull {
 				copy(qh, rmsNorm(qh, r.vector(lw.qNorm), eps))
 			}
 			rp.apply(qh, cos, sin)
 		}
 		for h := range c.KVHeads {
 			kh := k[h*hd : (h+1)*hd]
-			if c.QKNorm {
+			if c.QKNorm && !c.QKNormFull {
 				copy(kh, rmsNorm(kh, r.vector(lw.kNorm), eps))
 			}
 			rp.apply(kh, cos, sin)
@@ -159,7 +163,7 @@ func (r *Reference) ForwardAt(token, pos int) ([]float32, error) {
 		addInto(x, r.halfOut(r.matVec(lw.o, att), lw.attnPostNorm))
 
 		// Feed-forward.
-		xb = rmsNorm(x, r.vector(lw.ffnNorm), eps)
+		xb = r.preNorm(x, lw.ffnNorm)
 		if c.Experts == 0 {
 			addInto(x, r.halfOut(r.mlp(lw.gate, lw.up, lw.down, xb), lw.ffnPostNorm))
 		} else {
@@ -180,6 +184,15 @@ func (r *Reference) ForwardAt(token, pos int) ([]float32, error) {
 		}
 	}
 	return logits, nil
+}
+
+// preNorm returns x RMS-normalized by a block's pre-norm weight, or a copy of x for a
+// block without pre-norms (OLMo 2).
+func (r *Reference) preNorm(x []float32, weight *format.Tensor) []float32 {
+	if r.cfg.NoPreNorms {
+		return append([]float32(nil), x...)
+	}
+	return rmsNorm(x, r.vector(weight), float32(r.cfg.NormEps))
 }
 
 // halfOut returns a half-block's output x as it joins the residual stream: RMS-normalized

@@ -320,27 +320,37 @@ func (s *shard) reduce(t backend.Tensor) error {
 func (s *shard) layer(l int, a *activations, kv backend.KVCache, st backend.Step) error {
 	be, lw, eps := s.be, &s.w.layers[l], float32(s.cfg.NormEps)
 	var err error
-	if l == 0 && s.first {
+	in := a.xb // each half's input: the normalized stream, or the stream itself
+	switch {
+	case s.cfg.NoPreNorms:
+		in = a.x
+		err = s.joinResidual(a, l == 0 && s.first)
+	case l == 0 && s.first:
 		err = be.RMSNorm(a.xb, a.x, lw.attnNorm, eps)
-	} else {
+	default:
 		err = be.RMSNormResidual(a.xb, a.x, a.ffnOut, lw.attnNorm, eps)
 	}
 	if err != nil {
 		return err
 	}
-	if err := s.attention(l, a, kv, st); err != nil {
+	if err := s.attention(l, a, in, kv, st); err != nil {
 		return err
 	}
 	if err := s.halfOut(a.ffnOut, lw.attnPostNorm); err != nil {
 		return err
 	}
-	if err := be.RMSNormResidual(a.xb, a.x, a.ffnOut, lw.ffnNorm, eps); err != nil {
+	if s.cfg.NoPreNorms {
+		err = s.joinResidual(a, false)
+	} else {
+		err = be.RMSNormResidual(a.xb, a.x, a.ffnOut, lw.ffnNorm, eps)
+	}
+	if err != nil {
 		return err
 	}
 	if s.cfg.Experts > 0 {
 		err = s.moe(l, a)
 	} else {
-		err = s.mlp(a.ffnOut, a.xb, a, lw.gate, lw.up, lw.down)
+		err = s.mlp(a.ffnOut, in, a, lw.gate, lw.up, lw.down)
 	}
 	if err != nil {
 		return err
@@ -351,12 +361,13 @@ func (s *shard) layer(l int, a *activations, kv backend.KVCache, st backend.Step
 	return s.halfOut(a.ffnOut, lw.ffnPostNorm)
 }
 
-// attention is the attention half of block l on the normalized rows a.xb: projections,
+// attention is the attention half of block l on the rows in (the normalized a.xb, or a.x
+// itself for a block without pre-norms): projections,
 // (biases, QK norm,) rotary embedding fused with the cache write, paged attention, and the
 // output projection into a.ffnOut, summed over the tensor-parallel ranks.
-func (s *shard) attention(l int, a *activations, kv backend.KVCache, st backend.Step) error {
+func (s *shard) attention(l int, a *activations, in backend.Tensor, kv backend.KVCache, st backend.Step) error {
 	be, lw, c := s.be, &s.w.layers[l], s.cfg
-	if err := s.project([]backend.Tensor{a.q, a.k, a.v}, a.xb, []backend.Tensor{lw.q, lw.k, lw.v}); err != nil {
+	if err := s.project([]backend.Tensor{a.q, a.k, a.v}, in, []backend.Tensor{lw.q, lw.k, lw.v}); err != nil {
 		return err
 	}
 	if c.QKVBias {
@@ -371,10 +382,14 @@ func (s *shard) attention(l int, a *activations, kv backend.KVCache, st backend.
 		}
 	}
 	if c.QKNorm {
-		if err := be.HeadNorm(a.q, lw.qNorm, float32(c.NormEps)); err != nil {
+		norm := be.HeadNorm
+		if c.QKNormFull {
+			norm = func(x, w backend.Tensor, eps float32) error { return be.RMSNorm(x, x, w, eps) }
+		}
+		if err := norm(a.q, lw.qNorm, float32(c.NormEps)); err != nil {
 			return err
 		}
-		if err := be.HeadNorm(a.k, lw.kNorm, float32(c.NormEps)); err != nil {
+		if err := norm(a.k, lw.kNorm, float32(c.NormEps)); err != nil {
 			return err
 		}
 	}

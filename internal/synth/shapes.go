@@ -93,6 +93,14 @@ var shapes = func() map[string]Shape {
 	grtiny.Arch, grtiny.TiedEmbeddings = "granite", true
 	grtiny.EmbedScale, grtiny.ResidualScale, grtiny.AttnScale, grtiny.LogitScale = 12, 0.22, 0.0625, 1.0/8
 
+	// OLMo 2 1B (post-norms only, QK norm over the whole projection), and small.
+	olmo := llama(2048, 8192, 16, 16, 16, 100352, 4096, 500000)
+	olmo.Arch, olmo.NormEps = "olmo2", 1e-6
+	olmo.RopeStyle, olmo.PostNorms, olmo.NoPreNorms, olmo.QKNorm, olmo.QKNormFull = format.RopeNeox, true, true, true, true
+	olmoTiny := llama(256, 512, 4, 4, 2, 512, 4096, 500000)
+	olmoTiny.Arch, olmoTiny.NormEps = "olmo2", 1e-6
+	olmoTiny.RopeStyle, olmoTiny.PostNorms, olmoTiny.NoPreNorms, olmoTiny.QKNorm, olmoTiny.QKNormFull = format.RopeNeox, true, true, true, true
+
 	// Mistral 7B v0.1's sliding window on every layer, small.
 	mistralSWA := llama(256, 512, 4, 4, 2, 512, 4096, 10000)
 	mistralSWA.SlidingWindow = 7
@@ -114,6 +122,8 @@ var shapes = func() map[string]Shape {
 		"phi3-tiny":        {"phi3-tiny", "Phi3ForCausalLM", phi3tiny},
 		"granite-3-2b":     {"granite-3-2b", "GraniteForCausalLM", gr},
 		"granite-tiny":     {"granite-tiny", "GraniteForCausalLM", grtiny},
+		"olmo2-1b":         {"olmo2-1b", "Olmo2ForCausalLM", olmo},
+		"olmo2-tiny":       {"olmo2-tiny", "Olmo2ForCausalLM", olmoTiny},
 	}
 }()
 

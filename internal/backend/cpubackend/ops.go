@@ -360,3 +360,26 @@ func (b *Backend) Scale(x backend.Tensor, s float32) error {
 	cpu.Scale(b.pool, t.f32, s)
 	return nil
 }
+
+// Add writes a + b to out.
+func (b *Backend) Add(out, x, y backend.Tensor) error {
+	o, err := activation("add", "out", out)
+	if err != nil {
+		return err
+	}
+	xs, err := activation("add", "a", x)
+	if err != nil {
+		return err
+	}
+	ys, err := activation("add", "b", y)
+	if err != nil {
+		return err
+	}
+	if err := sameShape("add", o, xs); err != nil {
+		return err
+	}
+	if err := sameShape("add", o, ys); err != nil {
+		return err
+	}
+	return cpu.Add(b.pool, o.f32, xs.f32, ys.f32)
+}

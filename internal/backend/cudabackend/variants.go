@@ -89,3 +89,23 @@ func (b *Backend) Scale(x backend.Tensor, s float32) error {
 	}
 	return b.ops.Scale(t.buf, s, t.rows()*t.cols())
 }
+
+// Add writes a + b to out.
+func (b *Backend) Add(out, x, y backend.Tensor) error {
+	o, err := devTensor("add", "out", out, cuda.F32)
+	if err != nil {
+		return err
+	}
+	xs, err := devTensor("add", "a", x, cuda.F32)
+	if err != nil {
+		return err
+	}
+	ys, err := devTensor("add", "b", y, cuda.F32)
+	if err != nil {
+		return err
+	}
+	if err := firstErr(sameShape("add", o, xs), sameShape("add", o, ys)); err != nil {
+		return err
+	}
+	return b.ops.Add(o.buf, xs.buf, ys.buf)
+}

@@ -25,6 +25,7 @@ const (
 	Gemma3   = "Gemma3ForCausalLM" // the text-only model (model_type gemma3_text)
 	Phi3     = "Phi3ForCausalLM"
 	Granite  = "GraniteForCausalLM"
+	Olmo2    = "Olmo2ForCausalLM"
 )
 
 // archInfo holds an architecture's model_type and the defaults transformers applies when a
@@ -57,6 +58,7 @@ var archs = map[string]archInfo{
 	Mixtral:  {modelType: "mixtral", kvHeads: 8, maxPos: 4096 * 32, rmsNormEps: 1e-5, ropeTheta: 1e6, experts: 8, expertsPerTok: 2, bosID: 1, eosID: 2},
 	Qwen2MoE: {modelType: "qwen2_moe", maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, experts: 60, expertsPerTok: 4, moeFFN: 1408, sharedFFN: 5632, bosID: -1, eosID: -1, qkvBias: true, qwenWindowKeys: true},
 	Gemma2:   {modelType: "gemma2", kvHeads: 4, headDim: 256, maxPos: 8192, rmsNormEps: 1e-6, ropeTheta: 10000, slidingWindow: 4096, bosID: 2, eosID: 1, tied: true, gemma: true},
+	Olmo2:    {modelType: "olmo2", maxPos: 2048, rmsNormEps: 1e-5, ropeTheta: 10000, bosID: -1, eosID: 50279, qkNorm: true},
 	Granite:  {modelType: "granite", maxPos: 2048, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: 1, eosID: 2},
 	Phi3:     {modelType: "phi3", maxPos: 4096, rmsNormEps: 1e-5, ropeTheta: 10000, bosID: 1, eosID: 32000},
 	Gemma3:   {modelType: "gemma3_text", kvHeads: 4, headDim: 256, maxPos: 131072, rmsNormEps: 1e-6, ropeTheta: 1e6, slidingWindow: 4096, bosID: 2, eosID: 1, tied: true, qkNorm: true, gemma: true},
@@ -353,8 +355,8 @@ func pickArch(list []string, modelType string) (string, error) {
 		}
 		return a, nil
 	}
-	return "", fmt.Errorf("unsupported architecture %q (supported: %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-		list[0], Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2MoE, Gemma2, Gemma3, Phi3, Granite)
+	return "", fmt.Errorf("unsupported architecture %q (supported: %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+		list[0], Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2MoE, Gemma2, Gemma3, Phi3, Granite, Olmo2)
 }
 
 func orInt(p *int, def int) int {

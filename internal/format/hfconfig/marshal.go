@@ -76,6 +76,9 @@ func (c *Config) Marshal() ([]byte, error) {
 		m["attention_multiplier"], m["logits_scaling"] = g.AttentionMultiplier, g.LogitsScaling
 		m["attention_bias"], m["mlp_bias"] = false, false
 	}
+	if c.Architecture == Olmo2 {
+		m["attention_bias"] = false
+	}
 	if c.Architecture == Phi3 {
 		m["original_max_position_embeddings"] = c.MaxPositionEmbeddings
 		m["attention_bias"] = false
