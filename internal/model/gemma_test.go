@@ -10,13 +10,14 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/synth"
 )
 
-// windowedShapes are the small configs of the architectures with windowed or
-// soft-capped attention: Gemma 2 and 3 (every variation at once) and a Mistral with a
-// sliding window on every layer.
-func windowedShapes(t *testing.T) map[string]format.Config {
+// newArchShapes are the small configs of the architectures beyond the Llama family: Gemma
+// 2 and 3 (windowed and soft-capped attention, every variation at once), Phi-3 (split
+// projections, a window), Granite (multipliers), OLMo 2 (post-norms only), and a Mistral
+// with a sliding window on every layer.
+func newArchShapes(t *testing.T) map[string]format.Config {
 	t.Helper()
 	out := map[string]format.Config{}
-	for _, name := range []string{"gemma2-tiny", "gemma3-tiny"} {
+	for _, name := range []string{"gemma2-tiny", "gemma3-tiny", "phi3-tiny", "granite-tiny", "olmo2-tiny"} {
 		s, err := synth.Lookup(name)
 		if err != nil {
 			t.Fatal(err)
@@ -57,14 +58,14 @@ func TestWindowSeesOnlyItsWindow(t *testing.T) {
 	}
 }
 
-// TestWindowedBatchAndPrefixInvariance: for the windowed architectures, three sequences
+// TestNewArchBatchAndPrefixInvariance: for the new architectures, three sequences
 // prefilled and decoded together give each one's logits alone; and a sequence whose
 // first blocks are a prefix-cache hit (another sequence's blocks, only its tail
 // computed) gives the logits of computing it all. Greedy tokens from chunked prefill
 // (chunks of 1, 3 and all) agree.
-func TestWindowedBatchAndPrefixInvariance(t *testing.T) {
+func TestNewArchBatchAndPrefixInvariance(t *testing.T) {
 	const bs = 4
-	for name, c := range windowedShapes(t) {
+	for name, c := range newArchShapes(t) {
 		t.Run(name, func(t *testing.T) {
 			fm := writeTwin(t, c, quant.F32, synth.GGUF)
 			m, err := New(fm, Options{Backends: cpuBackends(t, 2, Parallel{})})
@@ -159,7 +160,7 @@ func TestWindowedBatchAndPrefixInvariance(t *testing.T) {
 // TestWindowedMatchesReference: the Mistral-style windowed model's fast path matches the
 // reference path beyond its window (the Gemma shapes run in TestSynthFastMatchesReference).
 func TestWindowedMatchesReference(t *testing.T) {
-	c := windowedShapes(t)["mistral-window"]
+	c := newArchShapes(t)["mistral-window"]
 	for _, dt := range []quant.Type{quant.F32, quant.Q8_0} {
 		fm := writeTwin(t, c, dt, synth.GGUF)
 		prompt, decode := testTokens(13), []int32{3, 200, 77}
