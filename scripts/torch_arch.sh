@@ -10,6 +10,9 @@
 # Build where Go is (no cgo; nothing is compiled on the GPU machine):
 #   CGO_ENABLED=0 go build -o bin/kvasir ./cmd/kvasir
 #   CGO_ENABLED=0 go test -c -o bin/cudabackend.test ./internal/backend/cudabackend
+#   CGO_ENABLED=0 go test -c -o bin/cuda.test ./internal/backend/cuda    # optional
+# With bin/cuda.test there, the kernels of these architectures (windowed and soft-capped
+# attention, GeGLU, Scale) are first checked against their float64 twins (TestGPU/variants).
 # then, on the GPU machine (bin/ carried along):
 #   OUT=/some/dir bash scripts/torch_arch.sh [SHAPE...]
 # The shapes default to every small architecture shape: gemma2-tiny gemma3-tiny
@@ -32,6 +35,10 @@ log="$out/torch_arch.log"
 : >"$log"
 
 rc=0
+if [ -x bin/cuda.test ]; then
+	bin/cuda.test -test.v -test.count=1 -test.timeout=120s -test.run '^TestGPU$/^variants$' 2>&1 | tee -a "$log"
+	[ "${PIPESTATUS[0]}" = 0 ] || rc=1
+fi
 for s in "${shapes[@]}"; do
 	bin/kvasir synth --shape "$s" --dtype f32 --seed 1 --quiet -o "$models/$s" 2>&1 | tee -a "$log"
 	[ "${PIPESTATUS[0]}" = 0 ] || rc=1
