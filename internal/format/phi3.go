@@ -17,8 +17,9 @@ var phi3HFLayerNames = map[string]string{
 }
 
 // splitPhi3 replaces each layer's fused attn_qkv and ffn_up (gate and up) by their parts,
-// views of the same bytes, in the fused tensors' places. The fused tensors' shapes are
-// checked against the config.
+// views of the same bytes, in the fused tensors' places; a layer whose q (or gate) is
+// already a tensor of its own is left as it is. The fused tensors' shapes are checked
+// against the config.
 func (m *Model) splitPhi3() error {
 	c := &m.Config
 	if _, ok := m.Tensor("rope_factors_long.weight"); ok {
@@ -36,6 +37,9 @@ func (m *Model) splitPhi3() error {
 			{p + "attn_qkv.weight", []string{p + "attn_q.weight", p + "attn_k.weight", p + "attn_v.weight"}, []int{q, kv, kv}},
 			{p + "ffn_up.weight", []string{p + "ffn_gate.weight", p + "ffn_up.weight"}, []int{c.FFNDim, c.FFNDim}},
 		} {
+			if _, split := m.Tensor(f.names[0]); split {
+				continue // already apart (llama.cpp reads either form)
+			}
 			t, ok := m.Tensor(f.name)
 			if !ok {
 				return fmt.Errorf("tensor %s is missing", f.name)
