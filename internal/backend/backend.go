@@ -213,6 +213,14 @@ type Backend interface {
 	// Add writes a + b element-wise to out (F32, one shape); out may be a or b (OLMo 2's
 	// residual stream, which no pre-norm folds in).
 	Add(out, a, b Tensor) error
+	// SumSquares writes the sum of the squares of each row of x into out (F32 [rows][1]):
+	// the first half of an RMSNorm whose rows are split across tensor-parallel ranks
+	// (OLMo 2's QK norm over all heads), whose sums are then all-reduced.
+	SumSquares(out, x Tensor) error
+	// RMSNormSplit normalizes x in place by the summed squares of its whole rows:
+	// x[r][c] = x[r][c] / sqrt(sumSquares[r] / n + eps) * weight[c], n the whole row's
+	// length (weight is this rank's part of it).
+	RMSNormSplit(x, sumSquares, weight Tensor, n int, eps float32) error
 	// GatherRows writes row j of out from row LogitsIndices[j] of in.
 	GatherRows(out, in Tensor, st Step) error
 	// RouteExperts picks each token's experts from router logits ([tokens][experts]):

@@ -57,9 +57,6 @@ func (p Parallel) Check(c format.Config) error {
 			return fmt.Errorf("parallel: %s %d does not split over tensor-parallel size %d", w.what, w.n, tp)
 		}
 	}
-	if c.QKNormFull && tp > 1 {
-		return fmt.Errorf("parallel: %s normalizes q and k over all heads at once, which tensor parallelism splits (use pipeline parallelism)", c.Arch)
-	}
 	if p.Pipeline > c.Layers {
 		return fmt.Errorf("parallel: pipeline-parallel size %d exceeds the model's %d layers", p.Pipeline, c.Layers)
 	}
@@ -124,6 +121,16 @@ const (
 // ...) is divided, and the width of one unit of the split: a head's rows or columns, or one
 // hidden unit of an MLP. KV projections split by KV head are marked by kv.
 func splitOf(rest string, c format.Config) (how split, unit int, kv bool) {
+	if c.QKNormFull {
+		// A norm over the whole projection has a weight per q (or k) row: each rank takes
+		// its heads' part.
+		switch rest {
+		case "attn_q_norm.weight":
+			return byRows, c.HeadDim, false
+		case "attn_k_norm.weight":
+			return byRows, c.HeadDim, true
+		}
+	}
 	switch rest {
 	case "attn_q.weight", "attn_q.bias":
 		return byRows, c.HeadDim, false

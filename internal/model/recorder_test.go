@@ -171,6 +171,16 @@ func (r *recorder) Add(out, a, b backend.Tensor) error {
 	return r.cpu.Add(in(out), in(a), in(b))
 }
 
+func (r *recorder) SumSquares(out, x backend.Tensor) error {
+	r.note("SumSquares", out, x)
+	return r.cpu.SumSquares(in(out), in(x))
+}
+
+func (r *recorder) RMSNormSplit(x, sumSquares, weight backend.Tensor, n int, eps float32) error {
+	r.note("RMSNormSplit", x, sumSquares, weight)
+	return r.cpu.RMSNormSplit(in(x), in(sumSquares), in(weight), n, eps)
+}
+
 func (r *recorder) Scale(x backend.Tensor, s float32) error {
 	r.note("Scale", x)
 	return r.cpu.Scale(in(x), s)

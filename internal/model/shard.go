@@ -381,7 +381,11 @@ func (s *shard) attention(l int, a *activations, in backend.Tensor, kv backend.K
 			return err
 		}
 	}
-	if c.QKNorm {
+	if c.QKNormFull && s.tp != nil {
+		if err := s.splitQKNorm(a, lw); err != nil {
+			return err
+		}
+	} else if c.QKNorm {
 		norm := be.HeadNorm
 		if c.QKNormFull {
 			norm = func(x, w backend.Tensor, eps float32) error { return be.RMSNorm(x, x, w, eps) }

@@ -161,3 +161,51 @@ func TestGeGLU(t *testing.T) {
 		t.Error("mismatched lengths accepted")
 	}
 }
+
+// TestRMSNormSplit: a row normalized in two halves, their squares summed and added, gives
+// the float64 RMSNorm of the whole row.
+func TestRMSNormSplit(t *testing.T) {
+	p := testPool(2)
+	defer p.Close()
+	const rows, dim = 5, 96
+	r := rand.New(rand.NewSource(4))
+	x, w := normals(r, rows*dim), normals(r, dim)
+	halves := [2][]float32{make([]float32, rows*dim/2), make([]float32, rows*dim/2)}
+	for row := range rows {
+		for h := range 2 {
+			copy(halves[h][row*dim/2:(row+1)*dim/2], x[row*dim+h*dim/2:row*dim+(h+1)*dim/2])
+		}
+	}
+	sums := [2][]float32{make([]float32, rows), make([]float32, rows)}
+	for h := range 2 {
+		if err := SumSquares(p, sums[h], halves[h], dim/2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	total := make([]float32, rows)
+	for i := range total {
+		total[i] = sums[0][i] + sums[1][i]
+	}
+	for h := range 2 {
+		if err := RMSNormSplit(p, halves[h], total, w[h*dim/2:(h+1)*dim/2], dim, 1e-6); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for row := range rows {
+		var ss float64
+		for _, v := range x[row*dim : (row+1)*dim] {
+			ss += float64(v) * float64(v)
+		}
+		inv := 1 / math.Sqrt(ss/dim+1e-6)
+		for c := range dim {
+			want := float64(x[row*dim+c]) * inv * float64(w[c])
+			got := halves[c/(dim/2)][row*dim/2+c%(dim/2)]
+			if math.Abs(float64(got)-want) > 1e-5*math.Max(1, math.Abs(want)) {
+				t.Fatalf("row %d col %d: %g, want %g", row, c, got, want)
+			}
+		}
+	}
+	if err := RMSNormSplit(p, halves[0], total[:2], w[:dim/2], dim, 1e-6); err == nil {
+		t.Error("mismatched rows accepted")
+	}
+}

@@ -46,3 +46,41 @@ func Scale(p *Pool, x []float32, s float32) {
 func Softcap(v, c float32) float32 {
 	return float32(float64(c) * math.Tanh(float64(v)/float64(c)))
 }
+
+// SumSquares writes the sum of the squares of each row of x (rows of dim values) into
+// out[row], summed in float64.
+func SumSquares(p *Pool, out, x []float32, dim int) error {
+	if dim <= 0 || len(x) != len(out)*dim {
+		return fmt.Errorf("cpu: sum squares: %d values for %d rows of %d", len(x), len(out), dim)
+	}
+	runRows(p, len(out), dim, func(start, end int) {
+		for r := start; r < end; r++ {
+			var s float64
+			for _, v := range x[r*dim : (r+1)*dim] {
+				s += float64(v) * float64(v)
+			}
+			out[r] = float32(s)
+		}
+	})
+	return nil
+}
+
+// RMSNormSplit normalizes each row of x (rows of len(weight) values) in place by the sum of
+// squares of its whole row, sumSquares[row], over n values: x / sqrt(sumSquares/n + eps) *
+// weight.
+func RMSNormSplit(p *Pool, x, sumSquares, weight []float32, n int, eps float32) error {
+	dim := len(weight)
+	if dim == 0 || n <= 0 || len(x) != len(sumSquares)*dim {
+		return fmt.Errorf("cpu: rmsnorm split: %d values for %d rows of %d (whole rows of %d)", len(x), len(sumSquares), dim, n)
+	}
+	runRows(p, len(sumSquares), dim, func(start, end int) {
+		for r := start; r < end; r++ {
+			inv := float32(1 / math.Sqrt(float64(sumSquares[r])/float64(n)+float64(eps)))
+			row := x[r*dim : (r+1)*dim]
+			for i, v := range row {
+				row[i] = v * inv * weight[i]
+			}
+		}
+	})
+	return nil
+}

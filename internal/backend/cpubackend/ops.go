@@ -383,3 +383,39 @@ func (b *Backend) Add(out, x, y backend.Tensor) error {
 	}
 	return cpu.Add(b.pool, o.f32, xs.f32, ys.f32)
 }
+
+// SumSquares writes each row's sum of squares of x into out ([rows][1]).
+func (b *Backend) SumSquares(out, x backend.Tensor) error {
+	o, err := activation("sum squares", "out", out)
+	if err != nil {
+		return err
+	}
+	xs, err := activation("sum squares", "x", x)
+	if err != nil {
+		return err
+	}
+	if o.rows() != xs.rows() || o.cols() != 1 {
+		return fmt.Errorf("cpu sum squares: out %v for x %v", o.shape, xs.shape)
+	}
+	return cpu.SumSquares(b.pool, o.f32, xs.f32, xs.cols())
+}
+
+// RMSNormSplit normalizes x in place by the summed squares of its whole rows.
+func (b *Backend) RMSNormSplit(x, sumSquares, weight backend.Tensor, n int, eps float32) error {
+	xs, err := activation("rmsnorm split", "x", x)
+	if err != nil {
+		return err
+	}
+	ss, err := activation("rmsnorm split", "sum squares", sumSquares)
+	if err != nil {
+		return err
+	}
+	w, err := activation("rmsnorm split", "weight", weight)
+	if err != nil {
+		return err
+	}
+	if ss.rows() != xs.rows() || ss.cols() != 1 || len(w.f32) != xs.cols() {
+		return fmt.Errorf("cpu rmsnorm split: x %v, sum squares %v, weight %v", xs.shape, ss.shape, w.shape)
+	}
+	return cpu.RMSNormSplit(b.pool, xs.f32, ss.f32, w.f32, n, eps)
+}

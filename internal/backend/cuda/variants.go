@@ -60,3 +60,28 @@ func (o *Ops) Scale(x Buffer, s float32, n int) error {
 	}
 	return o.Dev.Launch(o.Kern.mod, "scale_f32", Dim3{gridFor(n), 1, 1}, Dim3{threads, 1, 1}, 0, x, s, uint64(n))
 }
+
+// SumSquares writes the sum of the squares of each of rows rows of dim float32 values of x
+// into out (rows values).
+func (o *Ops) SumSquares(out, x Buffer, rows, dim int) error {
+	if rows <= 0 || dim <= 0 {
+		return fmt.Errorf("cuda sum squares: bad shape rows=%d dim=%d", rows, dim)
+	}
+	if err := firstErr(need("sum squares", "out", out, rows, F32), need("sum squares", "x", x, rows*dim, F32)); err != nil {
+		return err
+	}
+	return o.Dev.Launch(o.Kern.mod, "sumsq_f32", Dim3{rows, 1, 1}, Dim3{normThreads(dim), 1, 1}, 0, out, x, dim)
+}
+
+// RMSNormSplit normalizes rows rows of dim float32 values of x in place by their whole
+// rows' summed squares ss over n values: x / sqrt(ss/n + eps) * weight.
+func (o *Ops) RMSNormSplit(x, ss, weight Buffer, rows, dim, n int, eps float32) error {
+	if rows <= 0 || dim <= 0 || n <= 0 {
+		return fmt.Errorf("cuda rmsnorm split: bad shape rows=%d dim=%d n=%d", rows, dim, n)
+	}
+	if err := firstErr(need("rmsnorm split", "x", x, rows*dim, F32), need("rmsnorm split", "sum squares", ss, rows, F32),
+		need("rmsnorm split", "weight", weight, dim, F32)); err != nil {
+		return err
+	}
+	return o.Dev.Launch(o.Kern.mod, "rmsnorm_split_f32", Dim3{rows, 1, 1}, Dim3{normThreads(dim), 1, 1}, 0, x, ss, weight, dim, n, eps)
+}

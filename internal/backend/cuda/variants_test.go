@@ -48,7 +48,8 @@ func attnWindowRef(q []float32, kh, vh []float32, bt []int32, pos, window, bs, k
 
 // testVariants checks the ops of the architectures beyond the Llama family against their
 // float64 twins: windowed and soft-capped attention (prefill chunks, prefix-cache hits and
-// decode tokens in one step, every cache type), GeGLU and Scale.
+// decode tokens in one step, every cache type), GeGLU, Scale, and the split RMSNorm's two
+// halves.
 func testVariants(t *testing.T, e *env, r *rand.Rand) {
 	const heads, kvHeads, bs, hd = 8, 2, 16, 64
 	type seqSpec struct{ prefix, n int }
@@ -114,4 +115,29 @@ func testVariants(t *testing.T, e *env, r *rand.Rand) {
 		want[i] = 1.5 * float64(uv[i])
 	}
 	check(t, "scale", F32, e.download(t, u), want)
+
+	// Sum of squares and the split RMSNorm: rows of 3 x 100 values, normalized by the
+	// squares of rows three times as long.
+	const rows, dim = 7, 100
+	xv, wv := randVals(r, rows*dim, 2), randVals(r, dim, 1)
+	x, _ := e.upload(t, F32, xv)
+	w, _ := e.upload(t, F32, wv)
+	ss := e.poisoned(t, F32, rows)
+	e.do(t, func() error { return e.ops.SumSquares(ss, x, rows, dim) })
+	wantSS := make([]float64, rows)
+	for i := range rows {
+		for _, v := range xv[i*dim : (i+1)*dim] {
+			wantSS[i] += float64(v) * float64(v)
+		}
+	}
+	check(t, "sum squares", F32, e.download(t, ss), wantSS)
+	e.do(t, func() error { return e.ops.RMSNormSplit(x, ss, w, rows, dim, 3*dim, 1e-6) })
+	wantX := make([]float64, rows*dim)
+	for i := range rows {
+		inv := 1 / math.Sqrt(wantSS[i]/(3*dim)+1e-6)
+		for c := range dim {
+			wantX[i*dim+c] = float64(xv[i*dim+c]) * inv * float64(wv[c])
+		}
+	}
+	check(t, "rmsnorm split", F32, e.download(t, x), wantX)
 }

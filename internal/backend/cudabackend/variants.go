@@ -109,3 +109,39 @@ func (b *Backend) Add(out, x, y backend.Tensor) error {
 	}
 	return b.ops.Add(o.buf, xs.buf, ys.buf)
 }
+
+// SumSquares writes each row's sum of squares of x into out ([rows][1]).
+func (b *Backend) SumSquares(out, x backend.Tensor) error {
+	o, err := devTensor("sum squares", "out", out, cuda.F32)
+	if err != nil {
+		return err
+	}
+	xs, err := devTensor("sum squares", "x", x, cuda.F32)
+	if err != nil {
+		return err
+	}
+	if o.rows() != xs.rows() || o.cols() != 1 {
+		return fmt.Errorf("cuda sum squares: out %v for x %v", o.shape, xs.shape)
+	}
+	return b.ops.SumSquares(o.buf, xs.buf, xs.rows(), xs.cols())
+}
+
+// RMSNormSplit normalizes x in place by the summed squares of its whole rows.
+func (b *Backend) RMSNormSplit(x, sumSquares, weight backend.Tensor, n int, eps float32) error {
+	xs, err := devTensor("rmsnorm split", "x", x, cuda.F32)
+	if err != nil {
+		return err
+	}
+	ss, err := devTensor("rmsnorm split", "sum squares", sumSquares, cuda.F32)
+	if err != nil {
+		return err
+	}
+	w, err := devTensor("rmsnorm split", "weight", weight, cuda.F32)
+	if err != nil {
+		return err
+	}
+	if ss.rows() != xs.rows() || ss.cols() != 1 || w.buf.Len != xs.cols() {
+		return fmt.Errorf("cuda rmsnorm split: x %v, sum squares %v, weight %v", xs.shape, ss.shape, w.shape)
+	}
+	return b.ops.RMSNormSplit(xs.buf, ss.buf, w.buf, xs.rows(), xs.cols(), n, eps)
+}
