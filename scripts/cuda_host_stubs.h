@@ -36,6 +36,7 @@ unsigned __byte_perm(unsigned, unsigned, unsigned);
 unsigned __float_as_uint(float);
 int __float_as_int(float);
 float expf(float);
+float tanhf(float);
 float exp2f(float);
 float logf(float);
 float sqrtf(float);

@@ -53,7 +53,7 @@ func runSynth(args []string) error {
 		if cfg, err = format.ConfigFromHF(h); err != nil {
 			return fmt.Errorf("%s: %w", *configPath, err)
 		}
-		if h.Architecture == hfconfig.Llama || h.Architecture == hfconfig.Mistral || h.Architecture == hfconfig.Mixtral {
+		if h.Architecture == hfconfig.Llama || h.Architecture == hfconfig.Mistral || h.Architecture == hfconfig.Mixtral || h.Architecture == hfconfig.Granite {
 			cfg.RopeStyle = format.RopeInterleaved // as llama.cpp's converter lays out "llama"
 		}
 		name = strings.TrimSuffix(filepath.Base(*configPath), ".json")

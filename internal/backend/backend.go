@@ -142,6 +142,18 @@ type AttentionMasser interface {
 	AttentionMass(mass [][]float32, from []int, q Tensor, kv KVCache, layer int, scale float32, st Step) error
 }
 
+// AttentionOptions are the settings of one layer's attention beyond the causal default.
+type AttentionOptions struct {
+	// Scale multiplies q·k before anything else.
+	Scale float32
+	// Window, when > 0, limits a token at context index i to the entries i-Window+1..i
+	// (Window entries, itself included): sliding-window attention. 0 attends to all.
+	Window int
+	// Softcap, when > 0, replaces each scaled score s by Softcap * tanh(s / Softcap)
+	// before the softmax (Gemma 2's attention logit soft-capping).
+	Softcap float32
+}
+
 // Expert is one routed expert's SwiGLU MLP: down(silu(gate·x) * up·x).
 type Expert struct {
 	Gate, Up, Down Tensor
@@ -196,8 +208,30 @@ type Backend interface {
 	// context's entries 0..i through its block table, scores scaled by scale. q and out
 	// are [tokens][heads*HeadDim]; query head h uses kv head h/(heads/KVHeads).
 	Attention(out, q Tensor, kv KVCache, layer int, scale float32, st Step) error
+	// AttentionWith is Attention with the variations some architectures need (see
+	// AttentionOptions): a sliding window (Mistral, Gemma's local layers) and soft-capped
+	// scores (Gemma 2).
+	AttentionWith(out, q Tensor, kv KVCache, layer int, opt AttentionOptions, st Step) error
 	// SwiGLU computes out = silu(gate) * up element-wise; out may be gate or up.
 	SwiGLU(out, gate, up Tensor) error
+	// GeGLU computes out = gelu(gate) * up element-wise with the tanh approximation of GELU,
+	// gelu(g) = g/2 * (1 + tanh(sqrt(2/pi) * (g + 0.044715 g³))) (Gemma's MLP); out may be
+	// gate or up.
+	GeGLU(out, gate, up Tensor) error
+	// Scale multiplies every element of x (F32) by s in place (Gemma's and Granite's
+	// embedding, residual and logit multipliers).
+	Scale(x Tensor, s float32) error
+	// Add writes a + b element-wise to out (F32, one shape); out may be a or b (OLMo 2's
+	// residual stream, which no pre-norm folds in).
+	Add(out, a, b Tensor) error
+	// SumSquares writes the sum of the squares of each row of x into out (F32 [rows][1]):
+	// the first half of an RMSNorm whose rows are split across tensor-parallel ranks
+	// (OLMo 2's QK norm over all heads), whose sums are then all-reduced.
+	SumSquares(out, x Tensor) error
+	// RMSNormSplit normalizes x in place by the summed squares of its whole rows:
+	// x[r][c] = x[r][c] / sqrt(sumSquares[r] / n + eps) * weight[c], n the whole row's
+	// length (weight is this rank's part of it).
+	RMSNormSplit(x, sumSquares, weight Tensor, n int, eps float32) error
 	// GatherRows writes row j of out from row LogitsIndices[j] of in.
 	GatherRows(out, in Tensor, st Step) error
 	// RouteExperts picks each token's experts from router logits ([tokens][experts]):

@@ -188,12 +188,20 @@ func layerExpectations(c *Config, n *fieldNames) []expectation {
 	qFrom := n.heads + " x " + n.headDim
 	kvFrom := n.kvHeads + " x " + n.headDim
 	es := []expectation{
-		{name: "attn_norm.weight", shape: []int{c.Dim}, from: n.dim},
 		{name: "attn_q.weight", shape: []int{q, c.Dim}, from: qFrom + ", " + n.dim},
 		{name: "attn_k.weight", shape: []int{kv, c.Dim}, from: kvFrom + ", " + n.dim},
 		{name: "attn_v.weight", shape: []int{kv, c.Dim}, from: kvFrom + ", " + n.dim},
 		{name: "attn_output.weight", shape: []int{c.Dim, q}, from: n.dim + ", " + qFrom},
-		{name: "ffn_norm.weight", shape: []int{c.Dim}, from: n.dim},
+	}
+	if !c.NoPreNorms {
+		es = append(es,
+			expectation{name: "attn_norm.weight", shape: []int{c.Dim}, from: n.dim},
+			expectation{name: "ffn_norm.weight", shape: []int{c.Dim}, from: n.dim})
+	}
+	if c.PostNorms {
+		es = append(es,
+			expectation{name: "post_attention_norm.weight", shape: []int{c.Dim}, from: n.dim},
+			expectation{name: "post_ffw_norm.weight", shape: []int{c.Dim}, from: n.dim})
 	}
 	if c.QKVBias {
 		es = append(es,
@@ -201,7 +209,12 @@ func layerExpectations(c *Config, n *fieldNames) []expectation {
 			expectation{name: "attn_k.bias", shape: []int{kv}, from: kvFrom},
 			expectation{name: "attn_v.bias", shape: []int{kv}, from: kvFrom})
 	}
-	if c.QKNorm {
+	switch {
+	case c.QKNormFull:
+		es = append(es,
+			expectation{name: "attn_q_norm.weight", shape: []int{q}, from: qFrom},
+			expectation{name: "attn_k_norm.weight", shape: []int{kv}, from: kvFrom})
+	case c.QKNorm:
 		es = append(es,
 			expectation{name: "attn_q_norm.weight", shape: []int{c.HeadDim}, from: n.headDim},
 			expectation{name: "attn_k_norm.weight", shape: []int{c.HeadDim}, from: n.headDim})

@@ -95,6 +95,12 @@ func FuzzHFConfigCounts(f *testing.F) {
 		`"head_dim": 1048576`, `"max_position_embeddings": 1073741824`, `"intermediate_size": 24`} {
 		f.Add([]byte(strings.Replace(string(good), "{", "{"+change+",", 1)))
 	}
+	// The other architectures' keys, on the same sizes (their tensors differ: refused).
+	for arch, modelType := range map[string]string{hfconfig.Gemma2: "gemma2", hfconfig.Gemma3: "gemma3_text",
+		hfconfig.Phi3: "phi3", hfconfig.Granite: "granite", hfconfig.Olmo2: "olmo2"} {
+		s := strings.Replace(string(good), hfconfig.Llama, arch, 1)
+		f.Add([]byte(strings.Replace(s, `"model_type": "llama"`, `"model_type": "`+modelType+`"`, 1)))
+	}
 	tensors := tinyTensors(tinyConfig())
 	f.Fuzz(func(t *testing.T, data []byte) {
 		h, err := hfconfig.ParseConfig(data)

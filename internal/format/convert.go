@@ -31,8 +31,11 @@ type ConvertOptions struct {
 func Convert(m *Model, out string, opt ConvertOptions) error {
 	toGGUF := strings.HasSuffix(out, ".gguf")
 	cfg := m.Config
+	if cfg.Arch == "phi3" {
+		return fmt.Errorf("convert: phi3 models are not converted (their fused qkv and gate_up projections are split when opened)")
+	}
 	wantStyle := RopeNeox
-	if toGGUF && (cfg.Arch == "llama") {
+	if toGGUF && (cfg.Arch == "llama" || cfg.Arch == "granite") {
 		wantStyle = RopeInterleaved
 	}
 	var tensors []OutTensor

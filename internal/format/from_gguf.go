@@ -65,6 +65,11 @@ func modelFromGGUF(f *gguf.File, l Limits) (*Model, error) {
 		m.Vocab = v
 	}
 	m.ChatTemplate, _ = f.GetString("tokenizer.chat_template")
+	if m.Config.Arch == "phi3" {
+		if err := m.splitPhi3(); err != nil {
+			return m, fmt.Errorf("gguf %s: %w", f.Path, err)
+		}
+	}
 	if err := m.inferFromTensors(l); err != nil {
 		return m, fmt.Errorf("gguf %s: %w", f.Path, err)
 	}
@@ -121,9 +126,9 @@ func configFromGGUF(f *gguf.File) (Config, error) {
 	}
 	c := Config{Arch: arch}
 	switch arch {
-	case "llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe":
+	case "llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma2", "gemma3", "phi3", "granite", "olmo2":
 	default:
-		return Config{}, fmt.Errorf("general.architecture %q is not supported (want llama, mistral, qwen2, qwen3, qwen2moe)", arch)
+		return Config{}, fmt.Errorf("general.architecture %q is not supported (want llama, mistral, qwen2, qwen3, qwen2moe, gemma2, gemma3, phi3, granite, olmo2)", arch)
 	}
 	if arch == "mistral" {
 		c.Arch = "llama"
@@ -193,10 +198,19 @@ func configFromGGUF(f *gguf.File) (Config, error) {
 	// llama.cpp's "llama" converter permutes q/k rows into the interleaved rotary layout;
 	// the Qwen architectures keep the Hugging Face (NeoX) layout.
 	c.RopeStyle = RopeInterleaved
-	if slices.Contains([]string{"qwen2", "qwen3", "qwen2moe", "qwen3moe"}, arch) {
+	if slices.Contains([]string{"qwen2", "qwen3", "qwen2moe", "qwen3moe", "phi3"}, arch) {
 		c.RopeStyle = RopeNeox
 	}
 	c.QKNorm = arch == "qwen3" || arch == "qwen3moe"
+	if isGemma(arch) {
+		gemmaFromGGUF(f, &c)
+	}
+	if arch == "granite" {
+		graniteFromGGUF(f, &c)
+	}
+	if arch == "olmo2" {
+		olmo2Config(&c)
+	}
 	return c, err
 }
 

@@ -18,6 +18,11 @@ var archOfHF = map[string]string{
 	hfconfig.Qwen2:    "qwen2",
 	hfconfig.Qwen3:    "qwen3",
 	hfconfig.Qwen2MoE: "qwen2moe",
+	hfconfig.Gemma2:   "gemma2",
+	hfconfig.Gemma3:   "gemma3",
+	hfconfig.Phi3:     "phi3",
+	hfconfig.Granite:  "granite",
+	hfconfig.Olmo2:    "olmo2",
 }
 
 // ConfigFromHF turns a parsed config.json into a Config. Hugging Face checkpoints keep q/k
@@ -47,6 +52,17 @@ func ConfigFromHF(h *hfconfig.Config) (Config, error) {
 			AttnFactor: s.AttentionFactor,
 		}
 	}
+	if isGemma(arch) {
+		if err := gemmaFromHF(h, &c); err != nil {
+			return Config{}, err
+		}
+	}
+	if arch == "granite" {
+		graniteFromHF(h, &c)
+	}
+	if arch == "olmo2" {
+		olmo2Config(&c)
+	}
 	if h.IsMoE() {
 		c.Experts, c.ExpertsUsed, c.NormTopKProbs = h.NumExperts, h.NumExpertsPerTok, h.NormTopKProb
 		c.ExpertFFNDim = h.IntermediateSize
@@ -70,8 +86,20 @@ func HFArchitecture(c Config) string {
 		return hfconfig.Qwen3
 	case c.Arch == "qwen2moe":
 		return hfconfig.Qwen2MoE
+	case c.Arch == "gemma2":
+		return hfconfig.Gemma2
+	case c.Arch == "gemma3":
+		return hfconfig.Gemma3
+	case c.Arch == "phi3":
+		return hfconfig.Phi3
+	case c.Arch == "granite":
+		return hfconfig.Granite
+	case c.Arch == "olmo2":
+		return hfconfig.Olmo2
 	case c.Experts > 0:
 		return hfconfig.Mixtral
+	case c.SlidingWindow > 0:
+		return hfconfig.Mistral // Llama has no window
 	}
 	return hfconfig.Llama
 }
@@ -103,6 +131,12 @@ func ConfigToHF(c Config, dtype quant.Type) (*hfconfig.Config, error) {
 	}
 	if c.SlidingWindow > 0 {
 		h.SlidingWindow, h.UseSlidingWindow = c.SlidingWindow, true
+	}
+	if isGemma(c.Arch) {
+		gemmaToHF(c, h)
+	}
+	if c.Arch == "granite" {
+		graniteToHF(c, h)
 	}
 	return h, nil
 }
@@ -141,7 +175,7 @@ func openHF(dir string, l Limits) (*Model, error) {
 	}
 	for _, hfName := range set.Names() {
 		ti, _ := set.Tensor(hfName)
-		name, ok := GGUFName(hfName)
+		name, ok := GGUFNameFor(hfName, cfg.Arch)
 		if !ok {
 			continue // e.g. rotary_emb.inv_freq caches, which kvasir recomputes
 		}
@@ -152,10 +186,21 @@ func openHF(dir string, l Limits) (*Model, error) {
 		if !ok {
 			return m, fmt.Errorf("hf %s: tensor %q: dtype %s is not supported (want F32, F16 or BF16)", dir, hfName, ti.DType)
 		}
-		m.addTensor(&Tensor{Name: name, Type: t, Shape: ti.Shape, Data: ti.Data})
+		tensor := &Tensor{Name: name, Type: t, Shape: ti.Shape, Data: ti.Data}
+		if gemmaNormShifted(cfg.Arch, name) {
+			if tensor, err = shiftNorm(tensor, 1); err != nil {
+				return m, fmt.Errorf("hf %s: %w", dir, err)
+			}
+		}
+		m.addTensor(tensor)
 	}
 	if err := m.readHFTokenizer(dir); err != nil {
 		return m, err
+	}
+	if cfg.Arch == "phi3" {
+		if err := m.splitPhi3(); err != nil {
+			return m, fmt.Errorf("hf %s: %w", dir, err)
+		}
 	}
 	if err := m.inferFromTensors(l); err != nil {
 		return m, fmt.Errorf("hf %s: %w", dir, err)
@@ -276,7 +321,11 @@ func WriteHF(dir string, c Contents, dtype quant.Type, tensors []OutTensor, maxS
 		if err != nil {
 			return err
 		}
-		sts = append(sts, safetensors.WriteTensor{Name: name, DType: st, Shape: t.Shape, Data: t.Data, Stream: t.Write})
+		data, stream := t.Data, t.Write
+		if gemmaNormShifted(c.Config.Arch, t.Name) {
+			data, stream = nil, unshiftedWriter(t)
+		}
+		sts = append(sts, safetensors.WriteTensor{Name: name, DType: st, Shape: t.Shape, Data: data, Stream: stream})
 	}
 	meta := map[string]string{"format": "pt"}
 	if maxShard > 0 {

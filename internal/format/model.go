@@ -125,4 +125,46 @@ type Config struct {
 	NormTopKProbs   bool // renormalize the chosen experts' router weights to sum to 1
 
 	SlidingWindow int // 0 when attention is not windowed
+	// SlidingWindowPattern says which layers the window applies to: 0, every layer
+	// (Mistral); n > 0, every layer l with (l+1) % n != 0, so that one layer in n attends
+	// globally (Gemma 2: 2, Gemma 3: 6).
+	SlidingWindowPattern int
+	// RopeThetaLocal, when > 0, is the rotary base of the windowed layers, whose rotary
+	// embedding is then never scaled (Gemma 3's rope_local_base_freq).
+	RopeThetaLocal float64
+
+	// Gemma 2 and 3 (see gemma.go).
+	//
+	// Activation is the MLP's gate activation: "" or "silu" (SwiGLU), "gelu_tanh" (GeGLU).
+	Activation string
+	// PostNorms adds an RMSNorm of each block's attention and MLP output before it joins
+	// the residual stream (attn_post_norm, ffn_post_norm).
+	PostNorms bool
+	// EmbedScale, when > 0, multiplies the token embeddings (Gemma: sqrt(Dim)).
+	EmbedScale float64
+	// AttnScale, when > 0, is the attention scores' scale in place of 1/sqrt(HeadDim)
+	// (Gemma: query_pre_attn_scalar^-1/2).
+	AttnScale float64
+	// AttnSoftcap and FinalSoftcap, when > 0, soft-cap the attention scores and the
+	// logits: s -> cap * tanh(s / cap) (Gemma 2).
+	AttnSoftcap, FinalSoftcap float64
+
+	// Granite's multipliers (see granite.go; EmbedScale and AttnScale above too), each 1
+	// when 0: ResidualScale multiplies each half-block's output before it joins the
+	// residual stream, LogitScale the logits (1 / logits_scaling).
+	ResidualScale, LogitScale float64
+
+	// OLMo 2 (see olmo2.go): NoPreNorms drops the norms before attention and the MLP (with
+	// PostNorms set, the block's only norms follow them); QKNormFull normalizes q and k
+	// over the whole projection, all heads at once, rather than head by head.
+	NoPreNorms, QKNormFull bool
+}
+
+// LayerWindow returns the attention window of layer l: SlidingWindow when the layer is
+// windowed, 0 when it attends to its whole context.
+func (c *Config) LayerWindow(l int) int {
+	if c.SlidingWindow <= 0 || (c.SlidingWindowPattern > 0 && (l+1)%c.SlidingWindowPattern == 0) {
+		return 0
+	}
+	return c.SlidingWindow
 }

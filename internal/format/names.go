@@ -73,9 +73,49 @@ func GGUFName(hf string) (name string, ok bool) {
 	return "", false
 }
 
+// archHFLayerNames are, per GGUF architecture, the per-layer names that differ from the
+// Llama family's (hfLayerNames): Gemma's four norms a block, Phi-3's fused projections.
+var archHFLayerNames = map[string]map[string]string{
+	"gemma2": gemmaHFLayerNames,
+	"gemma3": gemmaHFLayerNames,
+	"phi3":   phi3HFLayerNames,
+	"olmo2":  olmo2HFLayerNames,
+}
+
+// GGUFNameFor translates a Hugging Face tensor name of a model of GGUF architecture arch,
+// whose names may differ from the Llama family's (archHFLayerNames).
+func GGUFNameFor(hf, arch string) (string, bool) {
+	if layer, rest, ok := splitHFLayer(hf); ok {
+		if g, ok := archHFLayerNames[arch][rest]; ok {
+			return "blk." + layer + "." + g, true
+		}
+	}
+	return GGUFName(hf)
+}
+
+// splitHFLayer splits "model.layers.N.rest" into N and rest.
+func splitHFLayer(hf string) (layer, rest string, ok bool) {
+	rest, found := strings.CutPrefix(hf, "model.layers.")
+	if !found {
+		return "", "", false
+	}
+	layer, rest, found = strings.Cut(rest, ".")
+	if _, err := strconv.Atoi(layer); !found || err != nil {
+		return "", "", false
+	}
+	return layer, rest, true
+}
+
 // HFName translates a GGUF tensor name to the Hugging Face name for the given GGUF
 // architecture (Mixtral is "llama" with experts).
 func HFName(name, arch string) (string, error) {
+	if layer, rest, ok := strings.Cut(strings.TrimPrefix(name, "blk."), "."); ok && strings.HasPrefix(name, "blk.") {
+		for hf, g := range archHFLayerNames[arch] {
+			if g == rest {
+				return "model.layers." + layer + "." + hf, nil
+			}
+		}
+	}
 	for hf, g := range hfGlobalNames {
 		if g == name {
 			return hf, nil

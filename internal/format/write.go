@@ -101,6 +101,12 @@ func (c Contents) GGUFMetadata(fileType quant.Type) []gguf.KV {
 	if cfg.SlidingWindow > 0 {
 		kvs = append(kvs, u("attention.sliding_window", cfg.SlidingWindow))
 	}
+	if isGemma(arch) {
+		kvs = append(kvs, gemmaGGUFMetadata(cfg)...)
+	}
+	if arch == "granite" {
+		kvs = append(kvs, graniteGGUFMetadata(cfg)...)
+	}
 	if c.Vocab != nil {
 		kvs = append(kvs, vocabMetadata(c.Vocab)...)
 	}
@@ -148,6 +154,11 @@ func llamaFileType(t quant.Type) int {
 func WriteGGUF(path string, c Contents, fileType quant.Type, tensors []OutTensor, progress func(done, total int64)) error {
 	if err := vocabFitsGGUF(c.Vocab); err != nil {
 		return err
+	}
+	if isGemma(c.Config.Arch) {
+		if err := checkGemmaGGUF(c.Config); err != nil {
+			return err
+		}
 	}
 	wts := make([]gguf.WriterTensor, len(tensors))
 	for i := range tensors {

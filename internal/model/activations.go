@@ -22,6 +22,9 @@ type activations struct {
 	router, expertIDs, expertGains, shared backend.Tensor
 	// last holds the rows whose logits the step returns [logits rows][Dim].
 	last backend.Tensor
+	// qSq and kSq hold each token's summed squares of q and k [tokens][1], all-reduced
+	// across the tensor-parallel ranks (a QK norm over the whole projection, split).
+	qSq, kSq backend.Tensor
 }
 
 // buffer describes one tensor of activations: where it is, its element type and row
@@ -56,6 +59,9 @@ func buffers(a *activations, s *shard) []buffer {
 	}
 	if ffn > 0 {
 		bs = append(bs, buffer{t: &a.gate, dtype: quant.F32, cols: ffn}, buffer{t: &a.up, dtype: quant.F32, cols: ffn})
+	}
+	if c.QKNormFull && s.tp != nil {
+		bs = append(bs, buffer{t: &a.qSq, dtype: quant.F32, cols: 1}, buffer{t: &a.kSq, dtype: quant.F32, cols: 1})
 	}
 	return bs
 }

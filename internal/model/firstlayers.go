@@ -37,7 +37,8 @@ func (m *Model) FirstLayers(n int) (*Model, error) {
 		cfg := s.cfg
 		cfg.Layers = n
 		v.ranks = append(v.ranks, &shard{
-			cfg: cfg, be: s.be, w: &w, experts: s.experts[:n], rope: s.rope, hostRope: s.hostRope, scale: s.scale,
+			cfg: cfg, be: s.be, w: &w, experts: s.experts[:n], rope: s.rope, hostRope: s.hostRope, hostRopeLocal: s.hostRopeLocal, scale: s.scale,
+			ropeLocal: s.ropeLocal, layer0: s.layer0,
 			first: s.first, last: s.last, logits: s.logits, tp: s.tp, pp: s.pp, stage: s.stage,
 		})
 	}

@@ -16,21 +16,53 @@ import (
 // device backend captures once and replays.
 func textbookOps(c format.Config) []string {
 	ops := []string{"UploadStep", "Embedding"}
-	for l := range c.Layers {
-		if l == 0 {
+	if c.EmbedScale > 0 {
+		ops = append(ops, "Scale")
+	}
+	// A half-block's output: Gemma's and OLMo 2's post-norm, Granite's multiplier.
+	halfOut := func() {
+		if c.PostNorms {
 			ops = append(ops, "RMSNorm")
-		} else {
+		}
+		if c.ResidualScale > 0 {
+			ops = append(ops, "Scale")
+		}
+	}
+	for l := range c.Layers {
+		switch {
+		case c.NoPreNorms && l > 0:
+			ops = append(ops, "Add")
+		case c.NoPreNorms:
+		case l == 0:
+			ops = append(ops, "RMSNorm")
+		default:
 			ops = append(ops, "RMSNormResidual")
 		}
 		ops = append(ops, "MatMul", "MatMul", "MatMul")
 		if c.QKVBias {
 			ops = append(ops, "AddBias", "AddBias", "AddBias")
 		}
-		if c.QKNorm {
+		switch {
+		case c.QKNormFull:
+			ops = append(ops, "RMSNorm", "RMSNorm")
+		case c.QKNorm:
 			ops = append(ops, "HeadNorm", "HeadNorm")
 		}
-		ops = append(ops, "RopeKVWrite", "Attention", "MatMul", "RMSNormResidual")
+		attention := "Attention"
+		if c.LayerWindow(l) > 0 || c.AttnSoftcap > 0 {
+			attention = "AttentionWith"
+		}
+		ops = append(ops, "RopeKVWrite", attention, "MatMul")
+		halfOut()
+		if c.NoPreNorms {
+			ops = append(ops, "Add")
+		} else {
+			ops = append(ops, "RMSNormResidual")
+		}
 		mlp := []string{"MatMul", "MatMul", "SwiGLU", "MatMul"}
+		if c.Activation == "gelu_tanh" {
+			mlp[2] = "GeGLU"
+		}
 		switch {
 		case c.Experts == 0:
 			ops = append(ops, mlp...)
@@ -40,8 +72,13 @@ func textbookOps(c format.Config) []string {
 		default:
 			ops = append(ops, "MatMul", "RouteExperts", "ExpertMLP")
 		}
+		halfOut()
 	}
-	return append(ops, "RMSNormResidual", "GatherRows", "Logits")
+	ops = append(ops, "RMSNormResidual", "GatherRows")
+	if c.LogitScale > 0 {
+		ops = append(ops, "Scale")
+	}
+	return append(ops, "Logits")
 }
 
 // opName returns the op of a recorded call.

@@ -34,6 +34,12 @@ func (kv *KVCache) ShiftKeys(blocks []int32, delta int) error {
 		if err != nil {
 			return fmt.Errorf("shift keys: %w", err)
 		}
+		rotLocal := rot
+		if s.hostRopeLocal != nil {
+			if rotLocal, err = newKeyRotation(s.hostRopeLocal, delta, spec.DType); err != nil {
+				return fmt.Errorf("shift keys: %w", err)
+			}
+		}
 		// Host layout: within a block, layer after layer, each the keys (BlockSize slots
 		// of KVHeads x HeadDim elements) then the values.
 		keyBytes := spec.BlockSize * spec.KVHeads * spec.HeadDim * eb
@@ -42,8 +48,12 @@ func (kv *KVCache) ShiftKeys(blocks []int32, delta int) error {
 			part := buf[i*total+off:][:per]
 			for l := range spec.Layers {
 				keys := part[l*2*keyBytes:][:keyBytes]
+				lr := rot
+				if s.localRope(l) {
+					lr = rotLocal // Gemma 3's windowed layers rotate with their own frequencies
+				}
 				for h := 0; h < len(keys); h += spec.HeadDim * eb {
-					rot.apply(keys[h:h+spec.HeadDim*eb], vec)
+					lr.apply(keys[h:h+spec.HeadDim*eb], vec)
 				}
 			}
 		}

@@ -74,8 +74,9 @@ func New(m *format.Model, opt Options) (*Model, error) {
 	md := &Model{cfg: m.Config, par: par, kvDT: opt.KVCacheDType}
 	for r, be := range opt.Backends {
 		stage, last := r/par.Tensor, r/par.Tensor == par.Pipeline-1
+		layer0, _ := par.stageLayers(m.Config.Layers, stage)
 		md.ranks = append(md.ranks, &shard{
-			cfg: par.rankConfig(m.Config, stage), be: be, stage: stage,
+			cfg: par.rankConfig(m.Config, stage), be: be, stage: stage, layer0: layer0,
 			first: stage == 0, last: last, logits: last && r%par.Tensor == 0,
 		})
 	}
@@ -280,7 +281,7 @@ func (m *Model) ForwardGreedy(b *Batch, kv *KVCache, masks MaskFunc) ([]int32, e
 // (backend.LogitsSampler), so that ForwardSample may be used.
 func (m *Model) CanSample() bool {
 	_, ok := m.ranks[m.logitsRank()].be.(backend.LogitsSampler)
-	return ok
+	return ok && m.cfg.FinalSoftcap == 0 // the device samplers know no soft-capping
 }
 
 // ForwardSample runs one step as Forward does but returns, instead of the logits, the

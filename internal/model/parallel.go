@@ -121,6 +121,16 @@ const (
 // ...) is divided, and the width of one unit of the split: a head's rows or columns, or one
 // hidden unit of an MLP. KV projections split by KV head are marked by kv.
 func splitOf(rest string, c format.Config) (how split, unit int, kv bool) {
+	if c.QKNormFull {
+		// A norm over the whole projection has a weight per q (or k) row: each rank takes
+		// its heads' part.
+		switch rest {
+		case "attn_q_norm.weight":
+			return byRows, c.HeadDim, false
+		case "attn_k_norm.weight":
+			return byRows, c.HeadDim, true
+		}
+	}
 	switch rest {
 	case "attn_q.weight", "attn_q.bias":
 		return byRows, c.HeadDim, false

@@ -156,6 +156,36 @@ func (r *recorder) Attention(out, q backend.Tensor, kv backend.KVCache, layer in
 	return r.cpu.Attention(in(out), in(q), kv, layer, scale, st)
 }
 
+func (r *recorder) AttentionWith(out, q backend.Tensor, kv backend.KVCache, layer int, opt backend.AttentionOptions, st backend.Step) error {
+	r.note("AttentionWith", out, q, layer)
+	return r.cpu.AttentionWith(in(out), in(q), kv, layer, opt, st)
+}
+
+func (r *recorder) GeGLU(out, gate, up backend.Tensor) error {
+	r.note("GeGLU", out, gate, up)
+	return r.cpu.GeGLU(in(out), in(gate), in(up))
+}
+
+func (r *recorder) Add(out, a, b backend.Tensor) error {
+	r.note("Add", out, a, b)
+	return r.cpu.Add(in(out), in(a), in(b))
+}
+
+func (r *recorder) SumSquares(out, x backend.Tensor) error {
+	r.note("SumSquares", out, x)
+	return r.cpu.SumSquares(in(out), in(x))
+}
+
+func (r *recorder) RMSNormSplit(x, sumSquares, weight backend.Tensor, n int, eps float32) error {
+	r.note("RMSNormSplit", x, sumSquares, weight)
+	return r.cpu.RMSNormSplit(in(x), in(sumSquares), in(weight), n, eps)
+}
+
+func (r *recorder) Scale(x backend.Tensor, s float32) error {
+	r.note("Scale", x)
+	return r.cpu.Scale(in(x), s)
+}
+
 func (r *recorder) SwiGLU(out, gate, up backend.Tensor) error {
 	r.note("SwiGLU", out, gate, up)
 	return r.cpu.SwiGLU(in(out), in(gate), in(up))

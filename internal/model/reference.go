@@ -17,6 +17,8 @@ type Reference struct {
 	cfg  format.Config
 	w    *weights[*format.Tensor]
 	rope *rope
+	// ropeLocal rotates the windowed layers when their frequencies differ (Gemma 3).
+	ropeLocal *rope
 	// Keys and values per layer, position after position: [pos][KVHeads*HeadDim].
 	keys, values [][]float32
 	pos          int
@@ -34,7 +36,13 @@ func NewReference(m *format.Model) (*Reference, error) {
 		return nil, fmt.Errorf("model %s: %w", m.Path, err)
 	}
 	c := m.Config
-	return &Reference{cfg: c, w: w, rope: r,
+	var local *rope
+	if lc, ok := localRopeConfig(c); ok {
+		if local, err = newRope(lc, nil); err != nil {
+			return nil, fmt.Errorf("model %s: local layers: %w", m.Path, err)
+		}
+	}
+	return &Reference{cfg: c, w: w, rope: r, ropeLocal: local,
 		keys: make([][]float32, c.Layers), values: make([][]float32, c.Layers),
 		row: make([]float32, max(c.Dim, c.Heads*c.HeadDim, c.FFNDim, c.ExpertFFNDim, c.SharedExpertFFN))}, nil
 }
@@ -68,15 +76,37 @@ func (r *Reference) ForwardAt(token, pos int) ([]float32, error) {
 	hd, kvDim := c.HeadDim, c.KVHeads*c.HeadDim
 	x := make([]float32, c.Dim)
 	r.dequantRow(r.w.embd, token, x)
-	cos := make([]float32, r.rope.dim/2)
-	sin := make([]float32, r.rope.dim/2)
-	r.rope.angles(pos, cos, sin)
+	if c.EmbedScale > 0 {
+		for i := range x {
+			x[i] *= float32(c.EmbedScale)
+		}
+	}
+	globalRope := r.rope
+	cosG := make([]float32, r.rope.dim/2)
+	sinG := make([]float32, r.rope.dim/2)
+	r.rope.angles(pos, cosG, sinG)
+	cosL, sinL := cosG, sinG
+	if r.ropeLocal != nil {
+		cosL, sinL = make([]float32, r.ropeLocal.dim/2), make([]float32, r.ropeLocal.dim/2)
+		r.ropeLocal.angles(pos, cosL, sinL)
+	}
 	eps := float32(c.NormEps)
 
 	for l := range r.w.layers {
 		lw := &r.w.layers[l]
+		// A windowed layer sees the last window context entries, rotated by its own
+		// frequencies when it has them.
+		window := c.LayerWindow(l)
+		first := 0
+		if window > 0 {
+			first = max(0, r.pos-window+1)
+		}
+		rp, cos, sin := globalRope, cosG, sinG
+		if window > 0 && r.ropeLocal != nil {
+			rp, cos, sin = r.ropeLocal, cosL, sinL
+		}
 		// Attention.
-		xb := rmsNorm(x, r.vector(lw.attnNorm), eps)
+		xb := r.preNorm(x, lw.attnNorm)
 		q := r.matVec(lw.q, xb)
 		k := r.matVec(lw.k, xb)
 		v := r.matVec(lw.v, xb)
@@ -85,64 +115,112 @@ func (r *Reference) ForwardAt(token, pos int) ([]float32, error) {
 			addInto(k, r.vector(lw.kBias))
 			addInto(v, r.vector(lw.vBias))
 		}
+		if c.QKNormFull {
+			// OLMo 2: one norm over all the heads of each projection.
+			q, k = rmsNorm(q, r.vector(lw.qNorm), eps), rmsNorm(k, r.vector(lw.kNorm), eps)
+		}
 		for h := range c.Heads {
 			qh := q[h*hd : (h+1)*hd]
-			if c.QKNorm {
+			if c.QKNorm && !c.QKNormFull {
 				copy(qh, rmsNorm(qh, r.vector(lw.qNorm), eps))
 			}
-			r.rope.apply(qh, cos, sin)
+			rp.apply(qh, cos, sin)
 		}
 		for h := range c.KVHeads {
 			kh := k[h*hd : (h+1)*hd]
-			if c.QKNorm {
+			if c.QKNorm && !c.QKNormFull {
 				copy(kh, rmsNorm(kh, r.vector(lw.kNorm), eps))
 			}
-			r.rope.apply(kh, cos, sin)
+			rp.apply(kh, cos, sin)
 		}
 		r.keys[l] = append(r.keys[l], k...)
 		r.values[l] = append(r.values[l], v...)
 
 		att := make([]float32, c.Heads*hd)
 		group := c.Heads / c.KVHeads
-		scale := 1 / math.Sqrt(float64(hd))
+		scale := float64(attentionScale(c))
 		scores := make([]float64, r.pos+1)
 		for h := range c.Heads {
 			qh := q[h*hd : (h+1)*hd]
 			off := (h / group) * hd
-			for t := 0; t <= r.pos; t++ {
+			for t := first; t <= r.pos; t++ {
 				kt := r.keys[l][t*kvDim+off:][:hd]
 				scores[t] = dot64(qh, kt) * scale
+				if sc := c.AttnSoftcap; sc > 0 {
+					scores[t] = sc * math.Tanh(scores[t]/sc)
+				}
 			}
-			softmax64(scores)
+			softmax64(scores[first:])
 			out := att[h*hd : (h+1)*hd]
 			for i := range out {
 				var s float64
-				for t := 0; t <= r.pos; t++ {
+				for t := first; t <= r.pos; t++ {
 					s += scores[t] * float64(r.values[l][t*kvDim+off+i])
 				}
 				out[i] = float32(s)
 			}
 		}
-		addInto(x, r.matVec(lw.o, att))
+		addInto(x, r.halfOut(r.matVec(lw.o, att), lw.attnPostNorm))
 
 		// Feed-forward.
-		xb = rmsNorm(x, r.vector(lw.ffnNorm), eps)
+		xb = r.preNorm(x, lw.ffnNorm)
 		if c.Experts == 0 {
-			addInto(x, r.mlp(lw.gate, lw.up, lw.down, xb))
+			addInto(x, r.halfOut(r.mlp(lw.gate, lw.up, lw.down, xb), lw.ffnPostNorm))
 		} else {
-			addInto(x, r.moe(lw, xb))
+			addInto(x, r.halfOut(r.moe(lw, xb), nil))
 		}
 	}
 	x = rmsNorm(x, r.vector(r.w.outNorm), eps)
 	r.pos++
-	return r.matVec(r.w.output, x), nil
+	logits := r.matVec(r.w.output, x)
+	if ls := c.LogitScale; ls > 0 {
+		for i := range logits {
+			logits[i] *= float32(ls)
+		}
+	}
+	if sc := c.FinalSoftcap; sc > 0 {
+		for i, v := range logits {
+			logits[i] = float32(sc * math.Tanh(float64(v)/sc))
+		}
+	}
+	return logits, nil
 }
 
-// mlp is the SwiGLU feed-forward: down(silu(gate x) * up x).
+// preNorm returns x RMS-normalized by a block's pre-norm weight, or a copy of x for a
+// block without pre-norms (OLMo 2).
+func (r *Reference) preNorm(x []float32, weight *format.Tensor) []float32 {
+	if r.cfg.NoPreNorms {
+		return append([]float32(nil), x...)
+	}
+	return rmsNorm(x, r.vector(weight), float32(r.cfg.NormEps))
+}
+
+// halfOut returns a half-block's output x as it joins the residual stream: RMS-normalized
+// by the post-norm weight when there is one (Gemma), times the residual multiplier
+// (Granite).
+func (r *Reference) halfOut(x []float32, postNorm *format.Tensor) []float32 {
+	if postNorm != nil {
+		x = rmsNorm(x, r.vector(postNorm), float32(r.cfg.NormEps))
+	}
+	if rs := r.cfg.ResidualScale; rs > 0 {
+		for i := range x {
+			x[i] *= float32(rs)
+		}
+	}
+	return x
+}
+
+// mlp is the SwiGLU feed-forward, down(silu(gate x) * up x), or GeGLU with
+// gelu_tanh in place of silu.
 func (r *Reference) mlp(gate, up, down *format.Tensor, x []float32) []float32 {
 	g := r.matVec(gate, x)
 	u := r.matVec(up, x)
 	for i := range g {
+		if r.cfg.Activation == geluTanh {
+			v := float64(g[i])
+			g[i] = float32(0.5 * v * (1 + math.Tanh(math.Sqrt(2/math.Pi)*(v+0.044715*v*v*v))) * float64(u[i]))
+			continue
+		}
 		g[i] = silu(g[i]) * u[i]
 	}
 	return r.matVec(down, g)

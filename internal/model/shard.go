@@ -21,9 +21,15 @@ type shard struct {
 	w       *weights[backend.Tensor]
 	experts [][]backend.Expert // per layer, for mixtures of experts
 	rope    backend.Rope
-	// hostRope is the rope's frequencies on the host (KVCache.ShiftKeys).
-	hostRope *rope
-	scale    float32 // attention scores' scale, 1/sqrt(HeadDim)
+	// hostRope is the rope's frequencies on the host (KVCache.ShiftKeys), and
+	// hostRopeLocal the windowed layers' when they differ.
+	hostRope, hostRopeLocal *rope
+	scale                   float32 // attention scores' scale, 1/sqrt(HeadDim)
+	// ropeLocal is the rotary embedding of the windowed layers when it differs (Gemma 3's
+	// RopeThetaLocal); layer0 is the model-wide index of the shard's first layer, by which
+	// a layer's window is found (Config.LayerWindow).
+	ropeLocal *backend.Rope
+	layer0    int
 
 	// first holds the embedding (pipeline stage 0); last the final norm and output
 	// projection (the last stage); logits computes them (the last stage's tensor rank 0).
@@ -58,22 +64,20 @@ func (s *shard) upload(m source, path string, sent func(n int64)) error {
 	if err != nil {
 		return err
 	}
-	r, err := newRope(s.cfg, w.ropeDivisors)
-	if err != nil {
-		return fmt.Errorf("model %s: %w", path, err)
-	}
-	data := make([]byte, 0, 4*len(r.invFreq))
-	for _, f := range r.invFreq {
-		data = binary.LittleEndian.AppendUint32(data, math.Float32bits(f))
-	}
-	inv, err := s.be.UploadWeight(&format.Tensor{Name: "rope inverse frequencies", Type: quant.F32, Shape: []int{len(r.invFreq)}, Data: data})
+	rp, hr, err := s.uploadRope(s.cfg, w.ropeDivisors)
 	if err != nil {
 		return fmt.Errorf("model %s: %w", path, err)
 	}
 	s.w = w
-	s.rope = backend.Rope{InvFreq: inv, Dim: r.dim, NeoX: r.neox, MScale: r.mscale}
-	s.hostRope = r
-	s.scale = float32(1 / math.Sqrt(float64(s.cfg.HeadDim)))
+	s.rope, s.hostRope = rp, hr
+	if c, ok := localRopeConfig(s.cfg); ok {
+		lr, lh, err := s.uploadRope(c, nil)
+		if err != nil {
+			return fmt.Errorf("model %s: local layers: %w", path, err)
+		}
+		s.ropeLocal, s.hostRopeLocal = &lr, lh
+	}
+	s.scale = attentionScale(s.cfg)
 	s.experts = make([][]backend.Expert, len(w.layers))
 	for l, lw := range w.layers {
 		for _, e := range lw.experts {
@@ -81,6 +85,30 @@ func (s *shard) upload(m source, path string, sent func(n int64)) error {
 		}
 	}
 	return nil
+}
+
+// localRope reports whether the shard's layer l rotates with ropeLocal (a windowed layer of
+// a model whose windowed layers have frequencies of their own).
+func (s *shard) localRope(l int) bool {
+	return s.ropeLocal != nil && s.cfg.LayerWindow(s.layer0+l) > 0
+}
+
+// uploadRope computes the rotary frequencies of c (divisors as newRope takes them) and
+// uploads them; it returns the uploaded rope and its host copy.
+func (s *shard) uploadRope(c format.Config, divisors []float32) (backend.Rope, *rope, error) {
+	r, err := newRope(c, divisors)
+	if err != nil {
+		return backend.Rope{}, nil, err
+	}
+	data := make([]byte, 0, 4*len(r.invFreq))
+	for _, f := range r.invFreq {
+		data = binary.LittleEndian.AppendUint32(data, math.Float32bits(f))
+	}
+	inv, err := s.be.UploadWeight(&format.Tensor{Name: "rope inverse frequencies", Type: quant.F32, Shape: []int{len(r.invFreq)}, Data: data})
+	if err != nil {
+		return backend.Rope{}, nil, err
+	}
+	return backend.Rope{InvFreq: inv, Dim: r.dim, NeoX: r.neox, MScale: r.mscale}, r, nil
 }
 
 // weightBytesPerToken returns the bytes of weights one decoded token reads on this rank.
@@ -195,6 +223,11 @@ func (s *shard) forward(kv backend.KVCache, out stepOut) error {
 			if err := be.Embedding(a.x, s.w.embd, st); err != nil {
 				return fmt.Errorf("embedding: %w", err)
 			}
+			if sc := s.cfg.EmbedScale; sc > 0 {
+				if err := be.Scale(a.x, float32(sc)); err != nil {
+					return fmt.Errorf("embedding scale: %w", err)
+				}
+			}
 		} else if err := s.receive(a); err != nil {
 			return err
 		}
@@ -216,6 +249,12 @@ func (s *shard) forward(kv backend.KVCache, out stepOut) error {
 		}
 		if err := be.GatherRows(a.last, a.xb, st); err != nil {
 			return fmt.Errorf("logits rows: %w", err)
+		}
+		if ls := s.cfg.LogitScale; ls > 0 {
+			// The output projection is linear: scaling its input scales the logits.
+			if err := be.Scale(a.last, float32(ls)); err != nil {
+				return fmt.Errorf("logit scale: %w", err)
+			}
 		}
 		return nil
 	}
@@ -251,6 +290,9 @@ func (s *shard) output(out stepOut) error {
 		err = be.(backend.ArgmaxLogits).LogitsArgmax(out.ids, last, s.w.output, out.masks)
 	default:
 		err = be.Logits(out.logits, last, s.w.output)
+		if c := s.cfg.FinalSoftcap; c > 0 && err == nil {
+			softcapAll(out.logits[:out.n*s.cfg.VocabSize], float32(c))
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("output: %w", err)
@@ -298,37 +340,54 @@ func (s *shard) reduce(t backend.Tensor) error {
 func (s *shard) layer(l int, a *activations, kv backend.KVCache, st backend.Step) error {
 	be, lw, eps := s.be, &s.w.layers[l], float32(s.cfg.NormEps)
 	var err error
-	if l == 0 && s.first {
+	in := a.xb // each half's input: the normalized stream, or the stream itself
+	switch {
+	case s.cfg.NoPreNorms:
+		in = a.x
+		err = s.joinResidual(a, l == 0 && s.first)
+	case l == 0 && s.first:
 		err = be.RMSNorm(a.xb, a.x, lw.attnNorm, eps)
-	} else {
+	default:
 		err = be.RMSNormResidual(a.xb, a.x, a.ffnOut, lw.attnNorm, eps)
 	}
 	if err != nil {
 		return err
 	}
-	if err := s.attention(l, a, kv, st); err != nil {
+	if err := s.attention(l, a, in, kv, st); err != nil {
 		return err
 	}
-	if err := be.RMSNormResidual(a.xb, a.x, a.ffnOut, lw.ffnNorm, eps); err != nil {
+	if err := s.halfOut(a.ffnOut, lw.attnPostNorm); err != nil {
+		return err
+	}
+	if s.cfg.NoPreNorms {
+		err = s.joinResidual(a, false)
+	} else {
+		err = be.RMSNormResidual(a.xb, a.x, a.ffnOut, lw.ffnNorm, eps)
+	}
+	if err != nil {
 		return err
 	}
 	if s.cfg.Experts > 0 {
 		err = s.moe(l, a)
 	} else {
-		err = s.mlp(a.ffnOut, a.xb, a, lw.gate, lw.up, lw.down)
+		err = s.mlp(a.ffnOut, in, a, lw.gate, lw.up, lw.down)
 	}
 	if err != nil {
 		return err
 	}
-	return s.reduce(a.ffnOut)
+	if err := s.reduce(a.ffnOut); err != nil {
+		return err
+	}
+	return s.halfOut(a.ffnOut, lw.ffnPostNorm)
 }
 
-// attention is the attention half of block l on the normalized rows a.xb: projections,
+// attention is the attention half of block l on the rows in (the normalized a.xb, or a.x
+// itself for a block without pre-norms): projections,
 // (biases, QK norm,) rotary embedding fused with the cache write, paged attention, and the
 // output projection into a.ffnOut, summed over the tensor-parallel ranks.
-func (s *shard) attention(l int, a *activations, kv backend.KVCache, st backend.Step) error {
+func (s *shard) attention(l int, a *activations, in backend.Tensor, kv backend.KVCache, st backend.Step) error {
 	be, lw, c := s.be, &s.w.layers[l], s.cfg
-	if err := s.project([]backend.Tensor{a.q, a.k, a.v}, a.xb, []backend.Tensor{lw.q, lw.k, lw.v}); err != nil {
+	if err := s.project([]backend.Tensor{a.q, a.k, a.v}, in, []backend.Tensor{lw.q, lw.k, lw.v}); err != nil {
 		return err
 	}
 	if c.QKVBias {
@@ -342,18 +401,38 @@ func (s *shard) attention(l int, a *activations, kv backend.KVCache, st backend.
 			return err
 		}
 	}
-	if c.QKNorm {
-		if err := be.HeadNorm(a.q, lw.qNorm, float32(c.NormEps)); err != nil {
+	if c.QKNormFull && s.tp != nil {
+		if err := s.splitQKNorm(a, lw); err != nil {
 			return err
 		}
-		if err := be.HeadNorm(a.k, lw.kNorm, float32(c.NormEps)); err != nil {
+	} else if c.QKNorm {
+		norm := be.HeadNorm
+		if c.QKNormFull {
+			norm = func(x, w backend.Tensor, eps float32) error { return be.RMSNorm(x, x, w, eps) }
+		}
+		if err := norm(a.q, lw.qNorm, float32(c.NormEps)); err != nil {
+			return err
+		}
+		if err := norm(a.k, lw.kNorm, float32(c.NormEps)); err != nil {
 			return err
 		}
 	}
-	if err := be.RopeKVWrite(a.q, a.k, a.v, s.rope, kv, l, st); err != nil {
+	window := c.LayerWindow(s.layer0 + l)
+	rope := s.rope
+	if s.localRope(l) {
+		rope = *s.ropeLocal
+	}
+	if err := be.RopeKVWrite(a.q, a.k, a.v, rope, kv, l, st); err != nil {
 		return err
 	}
-	if err := be.Attention(a.att, a.q, kv, l, s.scale, st); err != nil {
+	var err error
+	if window > 0 || c.AttnSoftcap > 0 {
+		opt := backend.AttentionOptions{Scale: s.scale, Window: window, Softcap: float32(c.AttnSoftcap)}
+		err = be.AttentionWith(a.att, a.q, kv, l, opt, st)
+	} else {
+		err = be.Attention(a.att, a.q, kv, l, s.scale, st)
+	}
+	if err != nil {
 		return err
 	}
 	if len(s.mass) > 0 {
@@ -372,6 +451,9 @@ func (s *shard) attention(l int, a *activations, kv backend.KVCache, st backend.
 // a.up as scratch.
 func (s *shard) mlp(out, x backend.Tensor, a *activations, gate, up, down backend.Tensor) error {
 	be := s.be
+	if s.cfg.Activation == geluTanh {
+		return s.geglu(out, x, a, gate, up, down)
+	}
 	if f, ok := be.(backend.SwiGLUMatMuler); ok {
 		if err := f.MatMulSwiGLU(a.gate, x, gate, up); err != nil {
 			return err

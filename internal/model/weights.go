@@ -27,6 +27,9 @@ type layerWeights[T any] struct {
 	qBias, kBias, vBias T
 	qNorm, kNorm        T
 
+	// Norms of the attention and MLP outputs (Config.PostNorms: Gemma).
+	attnPostNorm, ffnPostNorm T
+
 	// Dense MLP.
 	gate, up, down T
 
@@ -97,8 +100,14 @@ func bindWeights[T any](m source, c format.Config, path string, parts stageParts
 		}
 		p := fmt.Sprintf("blk.%d.", l)
 		lw := &w.layers[l]
-		lw.attnNorm = b.vector(p+"attn_norm.weight", c.Dim)
-		lw.ffnNorm = b.vector(p+"ffn_norm.weight", c.Dim)
+		if !c.NoPreNorms {
+			lw.attnNorm = b.vector(p+"attn_norm.weight", c.Dim)
+			lw.ffnNorm = b.vector(p+"ffn_norm.weight", c.Dim)
+		}
+		if c.PostNorms {
+			lw.attnPostNorm = b.vector(p+"post_attention_norm.weight", c.Dim)
+			lw.ffnPostNorm = b.vector(p+"post_ffw_norm.weight", c.Dim)
+		}
 		lw.q = b.matrix(p+"attn_q.weight", q, c.Dim)
 		lw.k = b.matrix(p+"attn_k.weight", kv, c.Dim)
 		lw.v = b.matrix(p+"attn_v.weight", kv, c.Dim)
@@ -109,8 +118,12 @@ func bindWeights[T any](m source, c format.Config, path string, parts stageParts
 			lw.vBias = b.vector(p+"attn_v.bias", kv)
 		}
 		if c.QKNorm {
-			lw.qNorm = b.vector(p+"attn_q_norm.weight", c.HeadDim)
-			lw.kNorm = b.vector(p+"attn_k_norm.weight", c.HeadDim)
+			qn, kn := c.HeadDim, c.HeadDim
+			if c.QKNormFull {
+				qn, kn = q, kv
+			}
+			lw.qNorm = b.vector(p+"attn_q_norm.weight", qn)
+			lw.kNorm = b.vector(p+"attn_k_norm.weight", kn)
 		}
 		if c.Experts == 0 {
 			lw.gate = b.matrix(p+"ffn_gate.weight", c.FFNDim, c.Dim)

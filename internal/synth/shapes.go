@@ -4,6 +4,7 @@ package synth
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 
@@ -23,6 +24,17 @@ func llama(dim, ffn, layers, heads, kvHeads, vocab, ctx int, theta float64) form
 	return format.Config{
 		Arch: "llama", VocabSize: vocab, Dim: dim, Layers: layers, Heads: heads, KVHeads: kvHeads,
 		HeadDim: hd, RopeDim: hd, FFNDim: ffn, ContextLen: ctx, NormEps: 1e-5, RopeTheta: theta,
+	}
+}
+
+// gemma returns a Gemma config: tied embeddings scaled by sqrt(dim), GeGLU, post-norms,
+// NeoX rotary and scores scaled by head size (query_pre_attn_scalar = head_dim).
+func gemma(arch string, dim, ffn, layers, heads, kvHeads, headDim, vocab, ctx int, theta float64) format.Config {
+	return format.Config{
+		Arch: arch, VocabSize: vocab, Dim: dim, Layers: layers, Heads: heads, KVHeads: kvHeads,
+		HeadDim: headDim, RopeDim: headDim, FFNDim: ffn, ContextLen: ctx, NormEps: 1e-6, RopeTheta: theta,
+		RopeStyle: format.RopeNeox, TiedEmbeddings: true, Activation: "gelu_tanh", PostNorms: true,
+		EmbedScale: math.Sqrt(float64(dim)), AttnScale: 1 / math.Sqrt(float64(headDim)),
 	}
 }
 
@@ -54,16 +66,82 @@ var shapes = func() map[string]Shape {
 	mix := llama(512, 1024, 4, 8, 4, 32000, 4096, 1000000)
 	mix.Experts, mix.ExpertsUsed, mix.ExpertFFNDim, mix.NormTopKProbs = 8, 2, 1024, true
 
+	// Gemma 2 2B and Gemma 3 1B, and small twins of each that keep what makes the
+	// architecture (window alternation, soft-capping, QK norms, a local rotary base) for
+	// tests and the transformers oracle.
+	g2 := gemma("gemma2", 2304, 9216, 26, 8, 4, 256, 256000, 8192, 10000)
+	g2.SlidingWindow, g2.SlidingWindowPattern, g2.AttnSoftcap, g2.FinalSoftcap = 4096, 2, 50, 30
+	g2tiny := gemma("gemma2", 256, 512, 4, 4, 2, 64, 512, 8192, 10000)
+	g2tiny.SlidingWindow, g2tiny.SlidingWindowPattern, g2tiny.AttnSoftcap, g2tiny.FinalSoftcap = 7, 2, 50, 30
+
+	g3 := gemma("gemma3", 1152, 6912, 26, 4, 1, 256, 262144, 32768, 1000000)
+	g3.SlidingWindow, g3.SlidingWindowPattern, g3.RopeThetaLocal, g3.QKNorm = 512, 6, 10000, true
+	g3tiny := gemma("gemma3", 256, 512, 6, 4, 1, 64, 512, 32768, 1000000)
+	g3tiny.SlidingWindow, g3tiny.SlidingWindowPattern, g3tiny.RopeThetaLocal, g3tiny.QKNorm = 7, 6, 10000, true
+
+	// Phi-3-mini-4k (fused projections, a window of 2047 on every layer), and small.
+	phi3 := llama(3072, 8192, 32, 32, 32, 32064, 4096, 10000)
+	phi3.Arch, phi3.RopeStyle, phi3.SlidingWindow = "phi3", format.RopeNeox, 2047
+	phi3tiny := llama(256, 512, 4, 4, 4, 512, 4096, 10000)
+	phi3tiny.Arch, phi3tiny.RopeStyle, phi3tiny.SlidingWindow = "phi3", format.RopeNeox, 7
+
+	// Granite 3.0 2B's multipliers, and small.
+	gr := llama(2048, 8192, 40, 32, 8, 49155, 4096, 10000)
+	gr.Arch, gr.TiedEmbeddings = "granite", true
+	gr.EmbedScale, gr.ResidualScale, gr.AttnScale, gr.LogitScale = 12, 0.22, 0.015625, 1.0/8
+	grtiny := llama(256, 512, 4, 4, 2, 512, 4096, 10000)
+	grtiny.Arch, grtiny.TiedEmbeddings = "granite", true
+	grtiny.EmbedScale, grtiny.ResidualScale, grtiny.AttnScale, grtiny.LogitScale = 12, 0.22, 0.0625, 1.0/8
+
+	// OLMo 2 1B (post-norms only, QK norm over the whole projection), and small.
+	olmo := llama(2048, 8192, 16, 16, 16, 100352, 4096, 500000)
+	olmo.Arch, olmo.NormEps = "olmo2", 1e-6
+	olmo.RopeStyle, olmo.PostNorms, olmo.NoPreNorms, olmo.QKNorm, olmo.QKNormFull = format.RopeNeox, true, true, true, true
+	olmoTiny := llama(256, 512, 4, 4, 2, 512, 4096, 500000)
+	olmoTiny.Arch, olmoTiny.NormEps = "olmo2", 1e-6
+	olmoTiny.RopeStyle, olmoTiny.PostNorms, olmoTiny.NoPreNorms, olmoTiny.QKNorm, olmoTiny.QKNormFull = format.RopeNeox, true, true, true, true
+
+	// Mistral 7B v0.1's sliding window on every layer, small.
+	mistralSWA := llama(256, 512, 4, 4, 2, 512, 4096, 10000)
+	mistralSWA.SlidingWindow = 7
+
 	return map[string]Shape{
-		"smollm2-135m":   {"smollm2-135m", "LlamaForCausalLM", smol},
-		"qwen2.5-0.5b":   {"qwen2.5-0.5b", "Qwen2ForCausalLM", qwen25},
-		"qwen3-0.6b":     {"qwen3-0.6b", "Qwen3ForCausalLM", qwen3},
-		"tinyllama-1.1b": {"tinyllama-1.1b", "LlamaForCausalLM", tiny},
-		"llama-3.2-1b":   {"llama-3.2-1b", "LlamaForCausalLM", l1b},
-		"llama-3.1-8b":   {"llama-3.1-8b", "LlamaForCausalLM", l8b},
-		"mixtral-tiny":   {"mixtral-tiny", "MixtralForCausalLM", mix},
+		"smollm2-135m":     {"smollm2-135m", "LlamaForCausalLM", smol},
+		"qwen2.5-0.5b":     {"qwen2.5-0.5b", "Qwen2ForCausalLM", qwen25},
+		"qwen3-0.6b":       {"qwen3-0.6b", "Qwen3ForCausalLM", qwen3},
+		"tinyllama-1.1b":   {"tinyllama-1.1b", "LlamaForCausalLM", tiny},
+		"llama-3.2-1b":     {"llama-3.2-1b", "LlamaForCausalLM", l1b},
+		"llama-3.1-8b":     {"llama-3.1-8b", "LlamaForCausalLM", l8b},
+		"mixtral-tiny":     {"mixtral-tiny", "MixtralForCausalLM", mix},
+		"gemma2-2b":        {"gemma2-2b", "Gemma2ForCausalLM", g2},
+		"gemma2-tiny":      {"gemma2-tiny", "Gemma2ForCausalLM", g2tiny},
+		"gemma3-1b":        {"gemma3-1b", "Gemma3ForCausalLM", g3},
+		"gemma3-tiny":      {"gemma3-tiny", "Gemma3ForCausalLM", g3tiny},
+		"mistral-swa-tiny": {"mistral-swa-tiny", "MistralForCausalLM", mistralSWA},
+		"phi3-mini":        {"phi3-mini", "Phi3ForCausalLM", phi3},
+		"phi3-tiny":        {"phi3-tiny", "Phi3ForCausalLM", phi3tiny},
+		"granite-3-2b":     {"granite-3-2b", "GraniteForCausalLM", gr},
+		"granite-tiny":     {"granite-tiny", "GraniteForCausalLM", grtiny},
+		"olmo2-1b":         {"olmo2-1b", "Olmo2ForCausalLM", olmo},
+		"olmo2-tiny":       {"olmo2-tiny", "Olmo2ForCausalLM", olmoTiny},
 	}
 }()
+
+// Rederive recomputes the fields of c that follow from its sizes, after a test shrinks a
+// shape: Gemma's embedding scale sqrt(Dim) and attention scale 1/sqrt(HeadDim), as
+// llama.cpp derives them from a GGUF's sizes.
+func Rederive(c format.Config) format.Config {
+	if c.Arch != "gemma2" && c.Arch != "gemma3" {
+		return c // Granite's multipliers are the model's own
+	}
+	if c.EmbedScale > 0 {
+		c.EmbedScale = math.Sqrt(float64(c.Dim))
+	}
+	if c.AttnScale > 0 {
+		c.AttnScale = 1 / math.Sqrt(float64(c.HeadDim))
+	}
+	return c
+}
 
 // Lookup returns the built-in shape with the given name.
 func Lookup(name string) (Shape, error) {

@@ -20,7 +20,7 @@ func small(c format.Config) format.Config {
 	if c.Experts > 0 {
 		c.ExpertFFNDim = 64
 	}
-	return c
+	return Rederive(c)
 }
 
 // writeTwins writes the GGUF and the Hugging Face twin of a config and opens both; for a

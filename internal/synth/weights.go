@@ -56,8 +56,20 @@ func specs(c format.Config, target Target) []spec {
 	out := []spec{{name: "token_embd.weight", shape: []int{c.VocabSize, c.Dim}}}
 	for i := 0; i < c.Layers; i++ {
 		p := fmt.Sprintf("blk.%d.", i)
+		if !c.NoPreNorms {
+			out = append(out, spec{name: p + "attn_norm.weight", shape: []int{c.Dim}, kind: norm, float: true})
+		}
+		if c.Arch == "phi3" {
+			// Phi-3 fuses q, k and v, and the MLP's gate and up (gate first), in both files.
+			out = append(out,
+				spec{name: p + "attn_qkv.weight", shape: []int{q + 2*kv, c.Dim}},
+				spec{name: p + "attn_output.weight", shape: []int{c.Dim, q}},
+				spec{name: p + "ffn_norm.weight", shape: []int{c.Dim}, kind: norm, float: true},
+				spec{name: p + "ffn_up.weight", shape: []int{2 * c.FFNDim, c.Dim}},
+				spec{name: p + "ffn_down.weight", shape: []int{c.Dim, c.FFNDim}})
+			continue
+		}
 		out = append(out,
-			spec{name: p + "attn_norm.weight", shape: []int{c.Dim}, kind: norm, float: true},
 			spec{name: p + "attn_q.weight", shape: []int{q, c.Dim}, permuteHeads: permQ},
 			spec{name: p + "attn_k.weight", shape: []int{kv, c.Dim}, permuteHeads: permK},
 			spec{name: p + "attn_v.weight", shape: []int{kv, c.Dim}},
@@ -69,13 +81,23 @@ func specs(c format.Config, target Target) []spec {
 				spec{name: p + "attn_v.bias", shape: []int{kv}, kind: bias, float: true})
 		}
 		if c.QKNorm {
+			qn, kn := c.HeadDim, c.HeadDim
+			if c.QKNormFull {
+				qn, kn = q, kv // OLMo 2: one norm over all heads
+			}
 			out = append(out,
-				spec{name: p + "attn_q_norm.weight", shape: []int{c.HeadDim}, kind: norm, float: true},
-				spec{name: p + "attn_k_norm.weight", shape: []int{c.HeadDim}, kind: norm, float: true})
+				spec{name: p + "attn_q_norm.weight", shape: []int{qn}, kind: norm, float: true},
+				spec{name: p + "attn_k_norm.weight", shape: []int{kn}, kind: norm, float: true})
 		}
-		out = append(out,
-			spec{name: p + "attn_output.weight", shape: []int{c.Dim, q}},
-			spec{name: p + "ffn_norm.weight", shape: []int{c.Dim}, kind: norm, float: true})
+		out = append(out, spec{name: p + "attn_output.weight", shape: []int{c.Dim, q}})
+		if !c.NoPreNorms {
+			out = append(out, spec{name: p + "ffn_norm.weight", shape: []int{c.Dim}, kind: norm, float: true})
+		}
+		if c.PostNorms {
+			out = append(out,
+				spec{name: p + "post_attention_norm.weight", shape: []int{c.Dim}, kind: norm, float: true},
+				spec{name: p + "post_ffw_norm.weight", shape: []int{c.Dim}, kind: norm, float: true})
+		}
 		if c.Experts == 0 {
 			out = append(out,
 				spec{name: p + "ffn_gate.weight", shape: []int{c.FFNDim, c.Dim}},

@@ -147,6 +147,26 @@ const attnTileTokens = 16
 // kv head) units; a decode step with few kv heads runs its chunks as units of their own
 // (flash-decoding), or one unit per query head.
 func Attention(p *Pool, out, q []float32, nTokens, heads int, kv *KVCacheLayer, blockTable []int32, ctxIndex []int32, scale float32) error {
+	return AttentionWith(p, out, q, nTokens, heads, kv, blockTable, ctxIndex, AttnOptions{Scale: scale})
+}
+
+// AttnOptions are the settings of an attention call: the scores' scale and, optionally, a
+// sliding window and soft-capping.
+type AttnOptions struct {
+	Scale float32
+	// Window, when > 0, lets the token at context index i see only the entries
+	// i-Window+1..i.
+	Window int
+	// Softcap, when > 0, maps each scaled score s to Softcap * tanh(s / Softcap) (see
+	// Softcap).
+	Softcap float32
+}
+
+// AttentionWith is Attention with options: the same computation, each token's context cut
+// to its window and its scores soft-capped when opt asks. Blocks wholly before a token's
+// window are skipped; the chunks are cut at the same places, so a token's output still
+// depends only on its context index, its query and the cache.
+func AttentionWith(p *Pool, out, q []float32, nTokens, heads int, kv *KVCacheLayer, blockTable []int32, ctxIndex []int32, opt AttnOptions) error {
 	if err := kv.check(); err != nil {
 		return err
 	}
@@ -161,7 +181,8 @@ func Attention(p *Pool, out, q []float32, nTokens, heads int, kv *KVCacheLayer, 
 		return nil
 	}
 	a := attnJob{k: p.kern, out: out, q: q, nTokens: nTokens, heads: heads, kv: kv,
-		blockTable: blockTable, ctxIndex: ctxIndex, scale: scale, chunk: attnChunkPositions}
+		blockTable: blockTable, ctxIndex: ctxIndex, scale: opt.Scale, window: opt.Window, softcap: opt.Softcap,
+		chunk: attnChunkPositions}
 	a.run(p, maxPos)
 	return nil
 }
@@ -218,7 +239,17 @@ type attnJob struct {
 	kv                   *KVCacheLayer
 	blockTable, ctxIndex []int32 // ctxIndex: each token's index in its sequence's context
 	scale                float32
-	chunk                int // positions per folded chunk (attnChunkPositions; tests use less)
+	window               int     // > 0: each token sees its last window entries only
+	softcap              float32 // > 0: scores soft-capped (Softcap)
+	chunk                int     // positions per folded chunk (attnChunkPositions; tests use less)
+}
+
+// windowStart returns the first context entry token t sees.
+func (a *attnJob) windowStart(t int) int {
+	if a.window <= 0 {
+		return 0
+	}
+	return max(0, int(a.ctxIndex[t])-a.window+1)
 }
 
 // chunkBlocks returns the cache blocks of one folded chunk.
@@ -385,20 +416,28 @@ func (a *attnJob) partial(st *attnState, tile, kvh, g0, g1, lb0, lb1, reach int,
 		if ahead := lb + attnPrefetchBlocks; ahead < reach {
 			a.prefetchBlock(ahead, kvh, maxPos)
 		}
-		base := int(a.blockTable[lb]) * kv.BlockSize
+		blockBase := int(a.blockTable[lb]) * kv.BlockSize
 		for t := t0; t < t1; t++ {
-			// Positions of this block that token t sees.
+			// Positions j0..n-1 of this block are those token t sees.
 			n := min(kv.BlockSize, int(a.ctxIndex[t])-lb*kv.BlockSize+1)
-			if n <= 0 {
+			j0 := max(0, a.windowStart(t)-lb*kv.BlockSize)
+			if n <= j0 {
 				continue
 			}
+			base := blockBase + j0
 			for g := g0; g < g1; g++ {
 				h := kvh*group + g
 				r := (t-t0)*group + g
 				qv := a.q[(t*a.heads+h)*hd:][:hd]
-				sc := st.scores[:n]
+				sc := st.scores[:n-j0]
 				a.scores(sc, qv, base, kvh)
 				bmax := scaleMax(sc, a.scale)
+				if a.softcap > 0 {
+					for j, v := range sc {
+						sc[j] = Softcap(v, a.softcap)
+					}
+					bmax = Softcap(bmax, a.softcap)
+				}
 				acc := st.acc[r*hd : (r+1)*hd]
 				if bmax > st.m[r] {
 					// A new max rescales what was summed so far; before the first block of

@@ -25,6 +25,11 @@ const attnBatchMinUnits = 2
 // busy it falls back to Attention per sequence. A sequence's error is returned with its
 // index.
 func AttentionBatch(p *Pool, seqs []AttentionSeq, heads int, kv *KVCacheLayer, scale float32) error {
+	return AttentionBatchWith(p, seqs, heads, kv, AttnOptions{Scale: scale})
+}
+
+// AttentionBatchWith is AttentionBatch with options (see AttentionWith).
+func AttentionBatchWith(p *Pool, seqs []AttentionSeq, heads int, kv *KVCacheLayer, opt AttnOptions) error {
 	if err := kv.check(); err != nil {
 		return err
 	}
@@ -46,7 +51,7 @@ func AttentionBatch(p *Pool, seqs []AttentionSeq, heads int, kv *KVCacheLayer, s
 	}
 	if len(seqs) == 1 || units < attnBatchMinUnits*p.Threads() {
 		for i, s := range seqs {
-			if err := Attention(p, s.Out, s.Q, s.NTokens, heads, kv, s.BlockTable, s.ContextIndex, scale); err != nil {
+			if err := AttentionWith(p, s.Out, s.Q, s.NTokens, heads, kv, s.BlockTable, s.ContextIndex, opt); err != nil {
 				return fmt.Errorf("sequence %d: %w", i, err)
 			}
 		}
@@ -67,7 +72,8 @@ func AttentionBatch(p *Pool, seqs []AttentionSeq, heads int, kv *KVCacheLayer, s
 				local -= unitEnd[seq-1]
 			}
 			a := attnJob{k: p.kern, out: s.Out, q: s.Q, nTokens: s.NTokens, heads: heads, kv: kv,
-				blockTable: s.BlockTable, ctxIndex: s.ContextIndex, scale: scale, chunk: attnChunkPositions}
+				blockTable: s.BlockTable, ctxIndex: s.ContextIndex, scale: opt.Scale, window: opt.Window,
+				softcap: opt.Softcap, chunk: attnChunkPositions}
 			tile, kvh := local/kv.KVHeads, local%kv.KVHeads
 			a.whole(st, tile, kvh, 0, group, ctxBlocks[seq])
 			a.finish(st, tile, kvh, 0, group)

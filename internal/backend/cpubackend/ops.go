@@ -232,6 +232,12 @@ func (s *step) contextIndices() []int32 {
 
 // Attention runs paged causal attention for all sequences of the step in one parallel loop.
 func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int, scale float32, st backend.Step) error {
+	return b.AttentionWith(out, q, kv, layer, backend.AttentionOptions{Scale: scale}, st)
+}
+
+// AttentionWith runs attention with a sliding window and soft-capped scores as opt asks
+// (cpu.AttentionBatchWith).
+func (b *Backend) AttentionWith(out, q backend.Tensor, kv backend.KVCache, layer int, opt backend.AttentionOptions, st backend.Step) error {
 	o, err := activation("attention", "out", out)
 	if err != nil {
 		return err
@@ -265,7 +271,7 @@ func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int
 			ContextIndex: ctx[t0:t1]})
 	}
 	b.attnSeqs = seqs
-	return cpu.AttentionBatch(b.pool, seqs, qDim/l.HeadDim, l, scale)
+	return cpu.AttentionBatchWith(b.pool, seqs, qDim/l.HeadDim, l, cpu.AttnOptions{Scale: opt.Scale, Window: opt.Window, Softcap: opt.Softcap})
 }
 
 // SwiGLU computes out = silu(gate) * up.
@@ -363,4 +369,90 @@ func (b *Backend) AttentionMass(mass [][]float32, from []int, q backend.Tensor, 
 		}
 	}
 	return nil
+}
+
+// GeGLU computes out = gelu_tanh(gate) * up.
+func (b *Backend) GeGLU(out, gate, up backend.Tensor) error {
+	o, err := activation("geglu", "out", out)
+	if err != nil {
+		return err
+	}
+	g, err := activation("geglu", "gate", gate)
+	if err != nil {
+		return err
+	}
+	u, err := activation("geglu", "up", up)
+	if err != nil {
+		return err
+	}
+	return cpu.GeGLU(b.pool, o.f32, g.f32, u.f32)
+}
+
+// Scale multiplies x by s in place.
+func (b *Backend) Scale(x backend.Tensor, s float32) error {
+	t, err := activation("scale", "x", x)
+	if err != nil {
+		return err
+	}
+	cpu.Scale(b.pool, t.f32, s)
+	return nil
+}
+
+// Add writes a + b to out.
+func (b *Backend) Add(out, x, y backend.Tensor) error {
+	o, err := activation("add", "out", out)
+	if err != nil {
+		return err
+	}
+	xs, err := activation("add", "a", x)
+	if err != nil {
+		return err
+	}
+	ys, err := activation("add", "b", y)
+	if err != nil {
+		return err
+	}
+	if err := sameShape("add", o, xs); err != nil {
+		return err
+	}
+	if err := sameShape("add", o, ys); err != nil {
+		return err
+	}
+	return cpu.Add(b.pool, o.f32, xs.f32, ys.f32)
+}
+
+// SumSquares writes each row's sum of squares of x into out ([rows][1]).
+func (b *Backend) SumSquares(out, x backend.Tensor) error {
+	o, err := activation("sum squares", "out", out)
+	if err != nil {
+		return err
+	}
+	xs, err := activation("sum squares", "x", x)
+	if err != nil {
+		return err
+	}
+	if o.rows() != xs.rows() || o.cols() != 1 {
+		return fmt.Errorf("cpu sum squares: out %v for x %v", o.shape, xs.shape)
+	}
+	return cpu.SumSquares(b.pool, o.f32, xs.f32, xs.cols())
+}
+
+// RMSNormSplit normalizes x in place by the summed squares of its whole rows.
+func (b *Backend) RMSNormSplit(x, sumSquares, weight backend.Tensor, n int, eps float32) error {
+	xs, err := activation("rmsnorm split", "x", x)
+	if err != nil {
+		return err
+	}
+	ss, err := activation("rmsnorm split", "sum squares", sumSquares)
+	if err != nil {
+		return err
+	}
+	w, err := activation("rmsnorm split", "weight", weight)
+	if err != nil {
+		return err
+	}
+	if ss.rows() != xs.rows() || ss.cols() != 1 || len(w.f32) != xs.cols() {
+		return fmt.Errorf("cpu rmsnorm split: x %v, sum squares %v, weight %v", xs.shape, ss.shape, w.shape)
+	}
+	return cpu.RMSNormSplit(b.pool, xs.f32, ss.f32, w.f32, n, eps)
 }

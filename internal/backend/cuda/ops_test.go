@@ -45,6 +45,7 @@ func TestKernelSourceHasEveryKernel(t *testing.T) {
 		for _, o := range floatTypes {
 			names = append(names, "attn_prefill_"+s+"_"+o.String())
 		}
+		names = append(names, "attn_window_"+s)
 		names = append(names, "attn_prefill_tc64_bf16_"+s, "attn_prefill_tc128_bf16_"+s, "attn_verify64r4_"+s, "attn_verify128r4_"+s, "attn_verify128r16_"+s)
 	}
 	for _, n := range []string{"n1", "n2", "n4", "n8"} {
@@ -53,7 +54,8 @@ func TestKernelSourceHasEveryKernel(t *testing.T) {
 		}
 	}
 	names = append(names, "gather_rows_f32", "cast_f32_f16", "cast_f32_bf16",
-		"rmsnorm_f32_sh_bf16", "rmsnorm_f32_sh_f16", "swiglu_sh_bf16", "swiglu_sh_f16", "add_f32", "argmax_f32", "sample_f32")
+		"rmsnorm_f32_sh_bf16", "rmsnorm_f32_sh_f16", "swiglu_sh_bf16", "swiglu_sh_f16", "add_f32", "argmax_f32", "sample_f32",
+		"geglu_f32", "scale_f32", "sumsq_f32", "rmsnorm_split_f32")
 	for _, n := range names {
 		if !strings.Contains(src, n+"(") && !strings.Contains(src, "("+n+",") {
 			t.Errorf("kernel %s is not defined in the embedded sources", n)
@@ -108,6 +110,7 @@ func TestGPU(t *testing.T) {
 	t.Run("attention decode", func(t *testing.T) { testDecode(t, e, r); testDecodeGrouped(t, e, r) })
 	t.Run("attention prefill", func(t *testing.T) { testPrefill(t, e, r) })
 	t.Run("attention verify", func(t *testing.T) { testVerify(t, e, r); benchVerify(t, e, r) })
+	t.Run("variants", func(t *testing.T) { testVariants(t, e, r) })
 	t.Run("matmul", func(t *testing.T) { testMatMul(t, e, r) })
 	t.Run("gemv", func(t *testing.T) { testGEMV(t, e, r); testGEMVRows(t, e, r); benchGEMV(t, e, r) })
 	t.Run("gemvq", func(t *testing.T) { testGEMVQ(t, e, r); benchGEMVQ(t, e, r) })

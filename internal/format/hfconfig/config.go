@@ -8,6 +8,7 @@ package hfconfig
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 )
 
@@ -20,6 +21,11 @@ const (
 	Qwen3    = "Qwen3ForCausalLM"
 	Mixtral  = "MixtralForCausalLM"
 	Qwen2MoE = "Qwen2MoeForCausalLM"
+	Gemma2   = "Gemma2ForCausalLM"
+	Gemma3   = "Gemma3ForCausalLM" // the text-only model (model_type gemma3_text)
+	Phi3     = "Phi3ForCausalLM"
+	Granite  = "GraniteForCausalLM"
+	Olmo2    = "Olmo2ForCausalLM"
 )
 
 // archInfo holds an architecture's model_type and the defaults transformers applies when a
@@ -40,6 +46,8 @@ type archInfo struct {
 	qkvBias        bool
 	qkNorm         bool
 	qwenWindowKeys bool // use_sliding_window / max_window_layers keys
+	tied           bool // tie_word_embeddings defaults to true
+	gemma          bool // Gemma's keys (see gemma.go)
 }
 
 var archs = map[string]archInfo{
@@ -49,6 +57,11 @@ var archs = map[string]archInfo{
 	Qwen3:    {modelType: "qwen3", headDim: 128, maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: -1, eosID: -1, qkNorm: true, qwenWindowKeys: true},
 	Mixtral:  {modelType: "mixtral", kvHeads: 8, maxPos: 4096 * 32, rmsNormEps: 1e-5, ropeTheta: 1e6, experts: 8, expertsPerTok: 2, bosID: 1, eosID: 2},
 	Qwen2MoE: {modelType: "qwen2_moe", maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, experts: 60, expertsPerTok: 4, moeFFN: 1408, sharedFFN: 5632, bosID: -1, eosID: -1, qkvBias: true, qwenWindowKeys: true},
+	Gemma2:   {modelType: "gemma2", kvHeads: 4, headDim: 256, maxPos: 8192, rmsNormEps: 1e-6, ropeTheta: 10000, slidingWindow: 4096, bosID: 2, eosID: 1, tied: true, gemma: true},
+	Olmo2:    {modelType: "olmo2", maxPos: 2048, rmsNormEps: 1e-5, ropeTheta: 10000, bosID: -1, eosID: 50279, qkNorm: true},
+	Granite:  {modelType: "granite", maxPos: 2048, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: 1, eosID: 2},
+	Phi3:     {modelType: "phi3", maxPos: 4096, rmsNormEps: 1e-5, ropeTheta: 10000, bosID: 1, eosID: 32000},
+	Gemma3:   {modelType: "gemma3_text", kvHeads: 4, headDim: 256, maxPos: 131072, rmsNormEps: 1e-6, ropeTheta: 1e6, slidingWindow: 4096, bosID: 2, eosID: 1, tied: true, qkNorm: true, gemma: true},
 }
 
 // Config is a parsed config.json of a supported architecture, with transformers' defaults
@@ -97,6 +110,16 @@ type Config struct {
 	NormTopKProb                 bool
 	DecoderSparseStep            int   // Qwen2-MoE: every this many layers is sparse (1: all)
 	MLPOnlyLayers                []int // Qwen2-MoE: layers kept dense
+
+	// Gemma 2 and 3 (see gemma.go); zero for the other architectures.
+	Gemma GemmaConfig
+	// Granite's multipliers; zero for the other architectures.
+	Granite GraniteConfig
+}
+
+// GraniteConfig holds Granite's multipliers (transformers' default for each is 1).
+type GraniteConfig struct {
+	EmbeddingMultiplier, ResidualMultiplier, AttentionMultiplier, LogitsScaling float64
 }
 
 // QKVBias reports whether the q, k and v projections have biases.
@@ -145,6 +168,12 @@ type configJSON struct {
 	NormTopKProb          *bool           `json:"norm_topk_prob"`
 	DecoderSparseStep     *int            `json:"decoder_sparse_step"`
 	MLPOnlyLayers         []int           `json:"mlp_only_layers"`
+	PartialRotaryFactor   *float64        `json:"partial_rotary_factor"`
+	EmbeddingMultiplier   *float64        `json:"embedding_multiplier"`
+	ResidualMultiplier    *float64        `json:"residual_multiplier"`
+	AttentionMultiplier   *float64        `json:"attention_multiplier"`
+	LogitsScaling         *float64        `json:"logits_scaling"`
+	gemmaJSON
 }
 
 // ReadConfig reads and parses the config.json at path.
@@ -219,7 +248,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	c.MaxPositionEmbeddings = orInt(j.MaxPositionEmbeddings, info.maxPos)
 	c.RMSNormEps = orFloat(j.RMSNormEps, info.rmsNormEps)
 	c.RopeTheta = orFloat(j.RopeTheta, info.ropeTheta)
-	c.TieWordEmbeddings = orBool(j.TieWordEmbeddings, false)
+	c.TieWordEmbeddings = orBool(j.TieWordEmbeddings, info.tied)
 	c.AttentionBias = orBool(j.AttentionBias, false)
 	if arch == Qwen2 || arch == Qwen2MoE || arch == Mixtral {
 		c.AttentionBias = false // these models ignore the key; Qwen2's q/k/v bias is implicit
@@ -257,8 +286,10 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	c.SlidingWindow = window
 
-	c.BOSTokenID = orIDs(j.BOSTokenID, info.bosID)
-	c.EOSTokenIDs = orIDs(j.EOSTokenID, info.eosID)
+	// A default outside the vocabulary (Phi-3's 32000 in a small synthesized model) is no
+	// default; an id the file gives is held to the vocabulary by Validate.
+	c.BOSTokenID = orIDs(j.BOSTokenID, inVocab(info.bosID, c.VocabSize))
+	c.EOSTokenIDs = orIDs(j.EOSTokenID, inVocab(info.eosID, c.VocabSize))
 
 	if info.experts > 0 {
 		experts := j.NumLocalExperts
@@ -275,6 +306,24 @@ func ParseConfig(data []byte) (*Config, error) {
 			c.MoEIntermediateSize = c.IntermediateSize
 		}
 		c.DecoderSparseStep = orInt(j.DecoderSparseStep, 1)
+	}
+	if f := j.PartialRotaryFactor; f != nil && *f != 1 {
+		return nil, fmt.Errorf("config.json: partial_rotary_factor %v is not supported (only 1)", *f)
+	}
+	if arch == Granite {
+		c.Granite = GraniteConfig{EmbeddingMultiplier: orFloat(j.EmbeddingMultiplier, 1), ResidualMultiplier: orFloat(j.ResidualMultiplier, 1),
+			AttentionMultiplier: orFloat(j.AttentionMultiplier, 1), LogitsScaling: orFloat(j.LogitsScaling, 1)}
+		for key, v := range map[string]float64{"embedding_multiplier": c.Granite.EmbeddingMultiplier, "residual_multiplier": c.Granite.ResidualMultiplier,
+			"attention_multiplier": c.Granite.AttentionMultiplier, "logits_scaling": c.Granite.LogitsScaling} {
+			if !(v > 0) || math.IsInf(v, 0) {
+				return nil, fmt.Errorf("config.json: %s %v must be positive and finite", key, v)
+			}
+		}
+	}
+	if info.gemma {
+		if err := c.parseGemma(&j.gemmaJSON); err != nil {
+			return nil, fmt.Errorf("config.json: %w", err)
+		}
 	}
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("config.json: %w", err)
@@ -306,8 +355,8 @@ func pickArch(list []string, modelType string) (string, error) {
 		}
 		return a, nil
 	}
-	return "", fmt.Errorf("unsupported architecture %q (supported: %s, %s, %s, %s, %s, %s)",
-		list[0], Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2MoE)
+	return "", fmt.Errorf("unsupported architecture %q (supported: %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+		list[0], Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2MoE, Gemma2, Gemma3, Phi3, Granite, Olmo2)
 }
 
 func orInt(p *int, def int) int {
@@ -339,4 +388,12 @@ func orIDs(p *TokenIDs, def int) TokenIDs {
 		return nil
 	}
 	return TokenIDs{def}
+}
+
+// inVocab returns id when it lies in a vocabulary of vocab tokens, else -1 (none).
+func inVocab(id, vocab int) int {
+	if id >= vocab {
+		return -1
+	}
+	return id
 }

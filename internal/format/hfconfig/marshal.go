@@ -61,11 +61,29 @@ func (c *Config) Marshal() ([]byte, error) {
 			mwl = c.NumHiddenLayers
 		}
 		m["max_window_layers"] = mwl
-	} else if c.Architecture == Mistral || c.Architecture == Mixtral {
+	} else if c.Architecture == Mistral || c.Architecture == Mixtral || c.Architecture == Phi3 {
 		m["sliding_window"] = nil // null: no window (an absent key would mean 4096 for Mistral)
 		if c.SlidingWindow > 0 {
 			m["sliding_window"] = c.SlidingWindow
 		}
+	}
+	if info.gemma {
+		c.marshalGemma(m)
+	}
+	if c.Architecture == Granite {
+		g := c.Granite
+		m["embedding_multiplier"], m["residual_multiplier"] = g.EmbeddingMultiplier, g.ResidualMultiplier
+		m["attention_multiplier"], m["logits_scaling"] = g.AttentionMultiplier, g.LogitsScaling
+		m["attention_bias"], m["mlp_bias"] = false, false
+	}
+	if c.Architecture == Olmo2 {
+		m["attention_bias"] = false
+	}
+	if c.Architecture == Phi3 {
+		m["original_max_position_embeddings"] = c.MaxPositionEmbeddings
+		m["attention_bias"] = false
+		m["resid_pdrop"], m["embd_pdrop"] = 0.0, 0.0
+		m["pad_token_id"] = 0 // transformers' default, 32000, lies outside a small vocabulary
 	}
 	switch c.Architecture {
 	case Mixtral:
@@ -142,6 +160,14 @@ func NewConfig(arch string, vocab, hidden, intermediate, layers, heads, kvHeads 
 	}
 	if info.qwenWindowKeys {
 		c.MaxWindowLayers = layers
+	}
+	if arch == Granite {
+		c.Granite = GraniteConfig{EmbeddingMultiplier: 1, ResidualMultiplier: 1, AttentionMultiplier: 1, LogitsScaling: 1}
+	}
+	if info.gemma {
+		c.TieWordEmbeddings = true
+		c.SlidingWindow, c.UseSlidingWindow = info.slidingWindow, true
+		c.Gemma = defaultGemma(arch, layers)
 	}
 	return c, nil
 }

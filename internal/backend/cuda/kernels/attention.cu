@@ -736,10 +736,14 @@ extern "C" __global__ void attn_combine_bf16(bf16* o, int os, const float* pm, c
 // causally to the context's cache positions [0, that index], which must already hold
 // their keys and values (the token's RoPE position plays no part). K/V are read tile by
 // tile into shared memory and shared by the block's 16 queries, with an online softmax.
+// With window > 0 a token at context index i sees only the positions i-window+1..i
+// (sliding-window attention); with softcap > 0 each scaled score s becomes
+// softcap * tanh(s / softcap) (Gemma 2). attn_window_* are those instances.
 template <typename T, typename O>
 __device__ void attn_prefill(O* out, int outStride, const float* q, int qStride, const T* kc, const T* vc,
                              const int* blockTables, int maxBlocks, const int* seqStarts, const int* ctxLens,
-                             int heads, int kvHeads, int headDim, int blockSize, float scale) {
+                             int heads, int kvHeads, int headDim, int blockSize, float scale, int window = 0,
+                             float softcap = 0.f) {
     __shared__ float ks[PF_KT][256], vs[PF_KT][256];
     int tile = blockIdx.x, h = blockIdx.y, s = blockIdx.z;
     int q0 = seqStarts[s], qlen = seqStarts[s + 1] - q0;
@@ -770,7 +774,8 @@ __device__ void attn_prefill(O* out, int outStride, const float* q, int qStride,
         m[i] = -KV_INF;
         l[i] = 0.f;
     }
-    for (int k0 = 0; k0 <= kmax; k0 += PF_KT) {
+    int kmin = window > 0 ? max(0, c0 + tile * PF_TQ - window + 1) : 0;  // the tile's first key seen
+    for (int k0 = kmin / PF_KT * PF_KT; k0 <= kmax; k0 += PF_KT) {
         __syncthreads();
         for (int e = threadIdx.x; e < PF_KT * headDim; e += blockDim.x) {
             int j = e / headDim, d = e - j * headDim;
@@ -789,12 +794,14 @@ __device__ void attn_prefill(O* out, int outStride, const float* q, int qStride,
 #pragma unroll
         for (int i = 0; i < PF_QW; i++) {
             int last = min(PF_KT - 1, qpos[i] - k0);  // warp-uniform
-            for (int j = 0; j <= last; j++) {
+            int first = window > 0 ? max(0, qpos[i] - window + 1 - k0) : 0;
+            for (int j = first; j <= last; j++) {
                 float d = 0.f;
 #pragma unroll
                 for (int c = 0; c < ATT_MAXC; c++)
                     if (c < nc) d += qr[i][c] * ks[j][lane + 32 * c];
                 d = warp_sum(d);
+                if (softcap > 0.f) d = softcap * tanhf(d / softcap);
                 float mn = fmaxf(m[i], d);
                 float corr = expf(m[i] - mn), e = expf(d - mn);
                 l[i] = l[i] * corr + e;
@@ -830,6 +837,18 @@ ATTN_PREFILL(attn_prefill_f16_bf16, f16, bf16)
 ATTN_PREFILL(attn_prefill_bf16_f32, bf16, float)
 ATTN_PREFILL(attn_prefill_bf16_f16, bf16, f16)
 ATTN_PREFILL(attn_prefill_bf16_bf16, bf16, bf16)
+// attn_window_<cache>: attn_prefill with a window and soft-capping, F32 output.
+#define ATTN_WINDOW(NAME, T)                                                                              \
+    extern "C" __global__ void NAME(float* out, int os, const float* q, int qs, const T* kc, const T* vc,  \
+                                    const int* bt, int maxBlocks, const int* starts, const int* ctxLens,   \
+                                    int heads, int kvh, int hd, int bs, float scale, int window,           \
+                                    float softcap) {                                                       \
+        attn_prefill<T, float>(out, os, q, qs, kc, vc, bt, maxBlocks, starts, ctxLens, heads, kvh, hd, bs, \
+                               scale, window, softcap);                                                    \
+    }
+ATTN_WINDOW(attn_window_f32, float)
+ATTN_WINDOW(attn_window_f16, f16)
+ATTN_WINDOW(attn_window_bf16, bf16)
 
 // ---- Tensor-core prefill (bf16 cache, head sizes 64 and 128) ----
 // attn_prefill_tc: FlashAttention-2 over the paged cache with mma.sync m16n8k16 (bf16

@@ -74,3 +74,20 @@ __device__ void swiglu_sh(float* out, S* shadow, const float* gate, const float*
 }
 extern "C" __global__ void swiglu_sh_bf16(float* o, bf16* s, const float* g, const float* u, long long n) { swiglu_sh(o, s, g, u, n); }
 extern "C" __global__ void swiglu_sh_f16(float* o, f16* s, const float* g, const float* u, long long n) { swiglu_sh(o, s, g, u, n); }
+
+// geglu_f32: out = gelu(gate) * up over n values with the tanh approximation of GELU,
+// gelu(g) = g/2 * (1 + tanh(sqrt(2/pi) * (g + 0.044715 g^3))) (Gemma's MLP); out may alias
+// gate or up.
+extern "C" __global__ void geglu_f32(float* out, const float* gate, const float* up, long long n) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        float g = gate[i];
+        float inner = 0.7978845608028654f * (g + 0.044715f * g * g * g);
+        out[i] = 0.5f * g * (1.f + tanhf(inner)) * up[i];
+    }
+}
+
+// scale_f32: x *= s over n values.
+extern "C" __global__ void scale_f32(float* x, float s, long long n) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        x[i] *= s;
+}

@@ -73,3 +73,25 @@ extern "C" __global__ void rmsnorm_bf16(bf16* o, float* r, const float* x, const
 // rmsnorm_f32_sh_*: float32 out plus its 16-bit shadow copy.
 extern "C" __global__ void rmsnorm_f32_sh_bf16(float* o, bf16* s, float* r, const float* x, const float* w, int dim, float eps) { rmsnorm(o, s, r, x, w, dim, eps); }
 extern "C" __global__ void rmsnorm_f32_sh_f16(float* o, f16* s, float* r, const float* x, const float* w, int dim, float eps) { rmsnorm(o, s, r, x, w, dim, eps); }
+
+// sumsq_f32: out[row] = the sum of the squares of x's row of dim values; grid = rows,
+// block a multiple of 32. The first half of an RMSNorm whose rows are split across
+// tensor-parallel ranks (rmsnorm_split_f32 is the second, after an all-reduce of out).
+extern "C" __global__ void sumsq_f32(float* out, const float* x, int dim) {
+    __shared__ float sh[32];
+    long long row = blockIdx.x;
+    const float* xr = x + row * dim;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+    ss = block_sum(ss, sh);
+    if (threadIdx.x == 0) out[row] = ss;
+}
+
+// rmsnorm_split_f32: x[row] = x[row] / sqrt(ss[row] / n + eps) * weight in place, rows of
+// dim values whose whole rows (all ranks') hold n; grid = rows.
+extern "C" __global__ void rmsnorm_split_f32(float* x, const float* ss, const float* weight, int dim, int n, float eps) {
+    long long row = blockIdx.x;
+    float inv = rsqrtf(ss[row] / (float)n + eps);
+    float* xr = x + row * dim;
+    for (int i = threadIdx.x; i < dim; i += blockDim.x) xr[i] = xr[i] * inv * weight[i];
+}
