@@ -342,4 +342,3 @@ func Tensors(c Config) []string {
 	}
 	return names
 }
-

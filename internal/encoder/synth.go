@@ -299,7 +299,9 @@ func hfTokenizerJSON(v *tokenizer.Vocab) map[string]any {
 	special := func(id string, n int) map[string]any {
 		return map[string]any{"id": id, "ids": []int{n}, "tokens": []string{id}}
 	}
-	seq := func(id string, typ int) map[string]any { return map[string]any{"Sequence": map[string]any{"id": id, "type_id": typ}} }
+	seq := func(id string, typ int) map[string]any {
+		return map[string]any{"Sequence": map[string]any{"id": id, "type_id": typ}}
+	}
 	tok := func(id string, typ int) map[string]any {
 		return map[string]any{"SpecialToken": map[string]any{"id": id, "type_id": typ}}
 	}
