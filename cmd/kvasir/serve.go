@@ -37,6 +37,7 @@ func runServe(args []string) error {
 	drain := fs.Duration("drain-timeout", server.DefaultDrainTimeout, "on SIGTERM/SIGINT, how long requests in flight may finish before they are aborted (a second signal exits at once)")
 	cf := addConnFlags(fs)
 	limits := addLimitFlags(fs)
+	pooling := fs.String("pooling", "", "pooling of an encoder (embedding) model: mean, cls or last (default: the model's, from GGUF pooling_type or 1_Pooling/config.json)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -62,6 +63,13 @@ func runServe(args []string) error {
 		tmplSrc = string(b)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if ef.model != "" && kvasir.IsEncoderModel(ef.model) {
+		cfg.Logger = log
+		return serveEmbedder(ef.model, *served, *pooling, ef.threads, *host, *port, *drain, cfg, log)
+	}
+	if *pooling != "" {
+		return fmt.Errorf("--pooling %s: the model %s is not an encoder (embedding) model", *pooling, ef.model)
+	}
 
 	start := time.Now()
 	var names []string
@@ -160,4 +168,39 @@ func envDefault(fs *flag.FlagSet, name, env string, v *string) {
 	if !given {
 		*v = os.Getenv(env)
 	}
+}
+
+// serveEmbedder serves an encoder model: /v1/embeddings, /v1/rerank and /v1/score.
+func serveEmbedder(path, served, pooling string, threads int, host string, port int, drain time.Duration, cfg server.Config, log *slog.Logger) error {
+	start := time.Now()
+	emb, err := kvasir.OpenEmbedder(path, kvasir.EmbedderOptions{Pooling: pooling, Threads: threads})
+	if err != nil {
+		return err
+	}
+	defer emb.Close()
+	log.Info("encoder ready", "model", emb.ModelName(), "dim", emb.Dim(), "max_len", emb.MaxLen(), "pooling", emb.Pooling(),
+		"cross_encoder", emb.HasClassifier(), "load", time.Since(start).Round(time.Millisecond))
+	cfg.ModelNames = servedNames(served, emb.ModelName())
+	cfg.Metrics, cfg.Embedder = server.NewMetrics(cfg.ModelNames[0]), emb
+	srv, err := server.New(nil, cfg)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return err
+	}
+	// The address line is parsed by tests and scripts that start the server on port 0.
+	fmt.Fprintf(os.Stderr, "kvasir: serving %s on http://%s/v1 (Ctrl-C to stop)\n", cfg.ModelNames[0], ln.Addr())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	done := make(chan struct{})
+	defer close(done)
+	go onSignals(sigs, done, cancel, os.Exit, log)
+	err = srv.Serve(ctx, ln, drain)
+	log.Info("server stopped")
+	return err
 }

@@ -96,6 +96,11 @@ type Config struct {
 	// Without it tool_choice "required" and a named function are refused, and "auto" runs
 	// unconstrained.
 	ToolGrammar func(ToolChoice) ([]kvasir.Processor, error)
+	// Embedder, when set, serves /v1/embeddings, /v1/rerank and /v1/score with an
+	// encoder model; without it they answer 400 (a generative model). The server may run
+	// on an Embedder alone (New's eng nil): then the generation endpoints answer 400. The
+	// caller closes the Embedder after the server.
+	Embedder *kvasir.Embedder
 	// Limits are the budgets of one request (zero fields: the defaults).
 	Limits
 }
@@ -124,8 +129,12 @@ type Server struct {
 	openConns atomic.Int64
 }
 
-// New makes a server for eng, starting the chat template's sandbox (Close stops it).
+// New makes a server for eng, starting the chat template's sandbox (Close stops it). eng
+// may be nil when cfg.Embedder is set: a server of an encoder model alone.
 func New(eng *kvasir.Engine, cfg Config) (*Server, error) {
+	if eng == nil {
+		return newEmbeddingServer(cfg)
+	}
 	if len(cfg.ModelNames) == 0 {
 		cfg.ModelNames = []string{eng.ModelName()}
 	}
@@ -209,7 +218,12 @@ func (s *Server) loadChatTemplate() error {
 func (s *Server) ToolCallParser() string { return s.toolParser }
 
 // Close stops the chat template's sandbox workers; Serve calls it as it returns.
-func (s *Server) Close() error { return s.sandbox.Close() }
+func (s *Server) Close() error {
+	if s.sandbox == nil {
+		return nil
+	}
+	return s.sandbox.Close()
+}
 
 // buildVersion is the main module's version from the build info.
 func buildVersion() string {
@@ -273,10 +287,15 @@ func (s *Server) routes() {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/models", method(http.MethodGet, s.handleModels))
 	mux.Handle("/v1/models/{model...}", method(http.MethodGet, s.handleModel))
-	mux.Handle("/v1/completions", method(http.MethodPost, s.handleCompletions))
-	mux.Handle("/v1/chat/completions", method(http.MethodPost, s.handleChat))
-	mux.Handle("/tokenize", method(http.MethodPost, s.handleTokenize))
-	mux.Handle("/detokenize", method(http.MethodPost, s.handleDetokenize))
+	generation := map[string]http.HandlerFunc{"/v1/completions": s.handleCompletions, "/v1/chat/completions": s.handleChat,
+		"/tokenize": s.handleTokenize, "/detokenize": s.handleDetokenize}
+	for path, h := range generation {
+		if s.eng == nil {
+			h = s.handleNoGeneration
+		}
+		mux.Handle(path, method(http.MethodPost, h))
+	}
+	s.embeddingRoutes(mux)
 	mux.Handle("/health", method(http.MethodGet, s.handleHealth))
 	mux.Handle("/version", method(http.MethodGet, s.handleVersion))
 	mux.Handle("/metrics", method(http.MethodGet, s.metrics.Handler().ServeHTTP))
@@ -394,6 +413,9 @@ type modelCard struct {
 }
 
 func (s *Server) card(name string) modelCard {
+	if s.eng == nil {
+		return modelCard{ID: name, Object: "model", Created: s.created, OwnedBy: "kvasir", Root: s.cfg.Embedder.ModelName(), MaxModelLen: s.cfg.Embedder.MaxLen()}
+	}
 	return modelCard{ID: name, Object: "model", Created: s.created, OwnedBy: "kvasir", Root: s.eng.ModelName(), MaxModelLen: s.eng.MaxModelLen()}
 }
 
