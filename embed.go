@@ -154,25 +154,17 @@ func (e *Embedder) Tokenize(text string) ([]int32, error) {
 	if e.tok == nil {
 		return nil, fmt.Errorf("model %s has no tokenizer", e.ModelName())
 	}
-	return toInt32(e.tok.Encode(text, tokenizer.EncodeOptions{AddSpecial: true})), nil
+	return encoder.Tokenize(e.tok, text), nil
 }
 
 // TokenizePair turns two texts into one cross-encoder input: [CLS] a [SEP] b [SEP], the
 // tokens of b and its [SEP] in segment 1.
 func (e *Embedder) TokenizePair(a, b string) (EmbedInput, error) {
-	ta, err := e.Tokenize(a)
-	if err != nil {
-		return EmbedInput{}, err
+	if e.tok == nil {
+		return EmbedInput{}, fmt.Errorf("model %s has no tokenizer", e.ModelName())
 	}
-	tb := toInt32(e.tok.Encode(b, tokenizer.EncodeOptions{}))
-	if sep := e.f.Vocab.SEP; sep >= 0 {
-		tb = append(tb, int32(sep))
-	}
-	types := make([]int32, len(ta)+len(tb))
-	for i := len(ta); i < len(types); i++ {
-		types[i] = 1
-	}
-	return EmbedInput{Tokens: append(ta, tb...), Types: types}, nil
+	toks, types := encoder.TokenizePair(e.tok, e.f.Vocab, a, b)
+	return EmbedInput{Tokens: toks, Types: types}, nil
 }
 
 // Embed returns each input's pooled embedding (Dim values, not normalized), batched with
