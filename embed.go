@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/backend/cpubackend"
+	"github.com/kvasir-llm/kvasir/internal/backend/cudabackend"
 	"github.com/kvasir-llm/kvasir/internal/encoder"
 	"github.com/kvasir-llm/kvasir/internal/tokenizer"
 )
@@ -18,6 +19,8 @@ type EmbedderOptions struct {
 	// Pooling overrides the model's pooling: "mean", "cls" or "last" ("": the model's,
 	// from GGUF's {arch}.pooling_type or sentence-transformers' 1_Pooling/config.json).
 	Pooling string
+	// Device is where the encoder runs: the CPU (the zero value) or a CUDA GPU.
+	Device Device
 	// Threads is the number of CPU worker threads (0: all cores).
 	Threads int
 	// CPUKernels names the CPU kernel set ("": the fastest the CPU has).
@@ -70,7 +73,7 @@ type embedResult struct {
 // than a generative one.
 func IsEncoderModel(path string) bool { return encoder.IsEncoder(path) }
 
-// OpenEmbedder opens the encoder model at path on the CPU and starts its batcher.
+// OpenEmbedder opens the encoder model at path on opt.Device and starts its batcher.
 func OpenEmbedder(path string, opt EmbedderOptions) (*Embedder, error) {
 	var pooling *backend.PoolMode
 	if opt.Pooling != "" {
@@ -107,12 +110,15 @@ func OpenEmbedder(path string, opt EmbedderOptions) (*Embedder, error) {
 	if threads < 1 {
 		threads = runtime.NumCPU()
 	}
-	cb, err := cpubackend.NewKernels(threads, opt.CPUKernels)
-	if err != nil {
-		return fail(err)
+	if opt.Device.CUDA {
+		e.be, err = cudabackend.NewBackend(cudabackend.BackendOptions{Ordinal: opt.Device.Ordinal})
+	} else {
+		e.be, err = cpubackend.NewKernels(threads, opt.CPUKernels)
 	}
-	e.be = cb
-	if e.enc, err = encoder.New(f, cb, pooling); err != nil {
+	if err != nil {
+		return fail(fmt.Errorf("device %s: %w", opt.Device, err))
+	}
+	if e.enc, err = encoder.New(f, e.be, pooling); err != nil {
 		return fail(err)
 	}
 	go e.batch()

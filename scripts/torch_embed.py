@@ -13,7 +13,7 @@ each with `kvasir serve`, and compares over HTTP with transformers in float32:
 Exits 1 on any miss. Runs on the CPU or a GPU (torch picks cuda when present).
 
     CGO_ENABLED=0 go build -o bin/kvasir ./cmd/kvasir
-    python3 scripts/torch_embed.py --kvasir bin/kvasir
+    python3 scripts/torch_embed.py --kvasir bin/kvasir [--kvasir-device cuda]
 """
 import argparse
 import json
@@ -34,8 +34,8 @@ PAIRS = [("what is the capital of france", "paris is the capital of france"), ("
          ("hello", "hello world"), ("sun", "The river runs through the city.")]
 
 
-def serve(kvasir, model, *flags):
-    p = subprocess.Popen([kvasir, "serve", "-m", model, "--port", "0", "--threads", "4", *flags],
+def serve(kvasir, device, model, *flags):
+    p = subprocess.Popen([kvasir, "serve", "-m", model, "--port", "0", "--threads", "4", "--device", device, *flags],
                          stderr=subprocess.PIPE, text=True)
     for line in p.stderr:
         m = re.search(r"serving \S+ on (http://\S+/v1)", line)
@@ -57,6 +57,7 @@ def cos(a, b):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kvasir", default="bin/kvasir")
+    ap.add_argument("--kvasir-device", default="cpu", help="where kvasir runs the encoder: cpu or cuda")
     ap.add_argument("--min-cos", type=float, default=0.9999)
     ap.add_argument("--score-tol", type=float, default=1e-4)
     args = ap.parse_args()
@@ -86,7 +87,7 @@ def main():
             return model(input_ids=t, token_type_ids=tt).last_hidden_state[0].float().cpu()
 
     for pooling, flags in (("cls", ()), ("mean", ("--pooling", "mean"))):
-        proc, base = serve(args.kvasir, emb_dir, *flags)
+        proc, base = serve(args.kvasir, args.kvasir_device, emb_dir, *flags)
         try:
             got = post(base, "/embeddings", {"input": id_inputs, "normalize": False})["data"]
             for i, ids in enumerate(id_inputs):
@@ -105,7 +106,7 @@ def main():
 
     rr = BertForSequenceClassification.from_pretrained(rr_dir, dtype=torch.float32).to(dev).eval()
     rtok = PreTrainedTokenizerFast(tokenizer_file=os.path.join(rr_dir, "tokenizer.json"))
-    proc, base = serve(args.kvasir, rr_dir)
+    proc, base = serve(args.kvasir, args.kvasir_device, rr_dir)
     try:
         got = post(base, "/score", {"text_1": [a for a, _ in PAIRS], "text_2": [b for _, b in PAIRS]})["data"]
         for i, (a, b) in enumerate(PAIRS):
@@ -119,7 +120,7 @@ def main():
     finally:
         proc.terminate()
         proc.wait()
-    print(f"{fails} failures ({dev}, torch {torch.__version__})")
+    print(f"{fails} failures (kvasir on {args.kvasir_device}, torch on {dev}, torch {torch.__version__})")
     sys.exit(1 if fails else 0)
 
 

@@ -65,7 +65,12 @@ func runServe(args []string) error {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if ef.model != "" && kvasir.IsEncoderModel(ef.model) {
 		cfg.Logger = log
-		return serveEmbedder(ef.model, *served, *pooling, ef.threads, *host, *port, *drain, cfg, log)
+		dev, err := kvasir.ParseDevice(ef.device)
+		if err != nil {
+			return fmt.Errorf("--device: %w", err)
+		}
+		opt := kvasir.EmbedderOptions{Pooling: *pooling, Threads: ef.threads, Device: dev}
+		return serveEmbedder(ef.model, *served, opt, *host, *port, *drain, cfg, log)
 	}
 	if *pooling != "" {
 		return fmt.Errorf("--pooling %s: the model %s is not an encoder (embedding) model", *pooling, ef.model)
@@ -171,14 +176,14 @@ func envDefault(fs *flag.FlagSet, name, env string, v *string) {
 }
 
 // serveEmbedder serves an encoder model: /v1/embeddings, /v1/rerank and /v1/score.
-func serveEmbedder(path, served, pooling string, threads int, host string, port int, drain time.Duration, cfg server.Config, log *slog.Logger) error {
+func serveEmbedder(path, served string, opt kvasir.EmbedderOptions, host string, port int, drain time.Duration, cfg server.Config, log *slog.Logger) error {
 	start := time.Now()
-	emb, err := kvasir.OpenEmbedder(path, kvasir.EmbedderOptions{Pooling: pooling, Threads: threads})
+	emb, err := kvasir.OpenEmbedder(path, opt)
 	if err != nil {
 		return err
 	}
 	defer emb.Close()
-	log.Info("encoder ready", "model", emb.ModelName(), "dim", emb.Dim(), "max_len", emb.MaxLen(), "pooling", emb.Pooling(),
+	log.Info("encoder ready", "model", emb.ModelName(), "device", opt.Device, "dim", emb.Dim(), "max_len", emb.MaxLen(), "pooling", emb.Pooling(),
 		"cross_encoder", emb.HasClassifier(), "load", time.Since(start).Round(time.Millisecond))
 	cfg.ModelNames = servedNames(served, emb.ModelName())
 	cfg.Metrics, cfg.Embedder = server.NewMetrics(cfg.ModelNames[0]), emb

@@ -171,7 +171,8 @@ func (e *Encoder) stepMeta(seqs []Sequence) (*backend.StepMeta, error) {
 	if len(seqs) == 0 {
 		return nil, fmt.Errorf("encoder forward: no sequences")
 	}
-	m := &backend.StepMeta{QueryStarts: []int32{0}}
+	// One (unused) block table entry per sequence: backends check the tables' shape.
+	m := &backend.StepMeta{QueryStarts: []int32{0}, MaxBlocks: 1, BlockTables: make([]int32, len(seqs))}
 	anyTypes := false
 	for i, s := range seqs {
 		n := len(s.Tokens)
@@ -196,7 +197,7 @@ func (e *Encoder) stepMeta(seqs []Sequence) (*backend.StepMeta, error) {
 		m.ContextLens = append(m.ContextLens, int32(n))
 		m.MaxQueryLen, m.MaxContextLen = max(m.MaxQueryLen, n), max(m.MaxContextLen, n)
 	}
-	if anyTypes {
+	if anyTypes || e.typ != nil {
 		m.TokenTypes = make([]int32, 0, len(m.Tokens))
 		for i, s := range seqs {
 			for _, t := range s.Types {
