@@ -57,17 +57,18 @@ type Backend struct {
 	castType   cuda.DType
 	gluScratch cuda.Buffer // F32 up products of MatMulSwiGLU's cuBLAS path
 	logitsDev  cuda.Buffer // F32 logits of the step
+	argmaxWork cuda.Buffer // F32 partial maxima of cuda.Ops.Argmax
+	work       *cuda.DecodeWorkspace
+	idsDev     cuda.Buffer      // I32 token ids picked on the device (LogitsArgmax)
+	sampleDev  cuda.Buffer      // per-row sampling settings (LogitsSample)
+	maskHost   *cuda.HostBuffer // a step's vocabulary masks in pinned memory (uploadMasks)
+	maskDev    cuda.Buffer      // the same on the device
+	blockHost  *cuda.HostBuffer // pinned staging of ReadBlocks and WriteBlocks
+	tables     []int32          // block tables re-laid with a graph step's stride
+
 	// encScratch holds an encoder step's position and segment embedding rows, encPooled
 	// its pooled rows before they are read back (EncoderOps).
 	encScratch, encPooled cuda.Buffer
-	argmaxWork            cuda.Buffer // F32 partial maxima of cuda.Ops.Argmax
-	work                  *cuda.DecodeWorkspace
-	idsDev                cuda.Buffer      // I32 token ids picked on the device (LogitsArgmax)
-	sampleDev             cuda.Buffer      // per-row sampling settings (LogitsSample)
-	maskHost              *cuda.HostBuffer // a step's vocabulary masks in pinned memory (uploadMasks)
-	maskDev               cuda.Buffer      // the same on the device
-	blockHost             *cuda.HostBuffer // pinned staging of ReadBlocks and WriteBlocks
-	tables                []int32          // block tables re-laid with a graph step's stride
 
 	// Captured decode graphs by owner, bucket and block-table stride; dropped whenever a
 	// buffer is freed (a graph holds device addresses).
