@@ -25,9 +25,9 @@ type EmbedderOptions struct {
 	Threads int
 	// CPUKernels names the CPU kernel set ("": the fastest the CPU has).
 	CPUKernels string
-	// MaxBatchTokens bounds the tokens of one forward; requests waiting together are
-	// batched up to it (0: DefaultEmbedBatchTokens). A single input longer than it still
-	// runs, alone.
+	// MaxBatchTokens bounds the tokens of one forward, and so the activations' memory:
+	// calls waiting together are batched up to it, and a call with more tokens runs in
+	// several forwards (0: DefaultEmbedBatchTokens). An input longer than it runs alone.
 	MaxBatchTokens int
 }
 
@@ -266,7 +266,8 @@ func (e *Embedder) batch() {
 	}
 }
 
-// run embeds the inputs of the jobs still wanted in one forward and hands each its part.
+// run embeds the inputs of the jobs still wanted, in forwards of at most MaxBatchTokens
+// tokens (an input longer than that alone), and hands each job its part.
 func (e *Embedder) run(group []*embedJob) {
 	var live []*embedJob
 	var seqs []encoder.Sequence
@@ -281,7 +282,18 @@ func (e *Embedder) run(group []*embedJob) {
 	if len(live) == 0 {
 		return
 	}
-	vecs, err := e.enc.Forward(seqs)
+	var vecs [][]float32
+	var err error
+	for start := 0; start < len(seqs) && err == nil; {
+		end, tokens := start+1, len(seqs[start].Tokens)
+		for end < len(seqs) && tokens+len(seqs[end].Tokens) <= e.max {
+			tokens += len(seqs[end].Tokens)
+			end++
+		}
+		var part [][]float32
+		part, err = e.enc.Forward(seqs[start:end])
+		vecs, start = append(vecs, part...), end
+	}
 	for _, j := range live {
 		if err != nil {
 			j.out <- embedResult{err: err}

@@ -47,6 +47,23 @@ func TestEmbedderBatching(t *testing.T) {
 		}
 		alone = append(alone, v[0])
 	}
+	// One call of every text at once: more tokens than a forward takes, run in pieces.
+	var all []EmbedInput
+	for _, text := range texts {
+		ids, _ := e.Tokenize(text)
+		all = append(all, EmbedInput{Tokens: ids})
+	}
+	whole, err := e.Embed(context.Background(), append(all, all...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range whole {
+		for j, x := range v {
+			if math.Abs(float64(x-alone[i%len(texts)][j])) > 1e-5 {
+				t.Fatalf("input %d of one call, value %d: %v, alone %v", i, j, x, alone[i%len(texts)][j])
+			}
+		}
+	}
 	var wg sync.WaitGroup
 	got := make([][]float32, len(texts)*8)
 	errs := make([]error, len(got))
