@@ -73,6 +73,15 @@ type embedResult struct {
 // than a generative one.
 func IsEncoderModel(path string) bool { return encoder.IsEncoder(path) }
 
+// encoderHint replaces err, the failure to open path as a generative model, by what to
+// do with it when path holds an encoder model.
+func encoderHint(path string, err error) error {
+	if IsEncoderModel(path) {
+		return fmt.Errorf("open %s: an encoder (embedding) model generates no text: serve it with kvasir serve, for /v1/embeddings, /v1/rerank and /v1/score", path)
+	}
+	return err
+}
+
 // OpenEmbedder opens the encoder model at path on opt.Device and starts its batcher.
 func OpenEmbedder(path string, opt EmbedderOptions) (*Embedder, error) {
 	var pooling *backend.PoolMode

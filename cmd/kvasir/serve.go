@@ -63,14 +63,14 @@ func runServe(args []string) error {
 		tmplSrc = string(b)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if ef.model != "" && kvasir.IsEncoderModel(ef.model) {
+	if path, ok := encoderPath(ef.model); ok {
 		cfg.Logger = log
 		dev, err := kvasir.ParseDevice(ef.device)
 		if err != nil {
 			return fmt.Errorf("--device: %w", err)
 		}
 		opt := kvasir.EmbedderOptions{Pooling: *pooling, Threads: ef.threads, Device: dev}
-		return serveEmbedder(ef.model, *served, opt, *host, *port, *drain, cfg, log)
+		return serveEmbedder(path, *served, opt, *host, *port, *drain, cfg, log)
 	}
 	if *pooling != "" {
 		return fmt.Errorf("--pooling %s: the model %s is not an encoder (embedding) model", *pooling, ef.model)
@@ -208,4 +208,17 @@ func serveEmbedder(path, served string, opt kvasir.EmbedderOptions, host string,
 	err = srv.Serve(ctx, ln, drain)
 	log.Info("server stopped")
 	return err
+}
+
+// encoderPath returns the local path of the model ref names when it is an encoder model
+// (an hf: reference is downloaded first, as the engine would).
+func encoderPath(ref string) (string, bool) {
+	if ref == "" || strings.HasPrefix(ref, "synth:") {
+		return "", false
+	}
+	path, err := kvasir.ResolveRef(ref, os.Stderr)
+	if err != nil {
+		return "", false // the engine reports it
+	}
+	return path, kvasir.IsEncoderModel(path)
 }
