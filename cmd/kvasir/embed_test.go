@@ -1,0 +1,42 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvasir-llm/kvasir"
+)
+
+// TestSynthEncoderShapes writes the encoder shapes as GGUF and HF folders; serve tells
+// them from generative models, and an Embedder opens them.
+func TestSynthEncoderShapes(t *testing.T) {
+	dir := t.TempDir()
+	for _, out := range []string{"bert-tiny.gguf", "bert-tiny", "bert-tiny-reranker"} {
+		shape := strings.TrimSuffix(out, ".gguf")
+		path := filepath.Join(dir, out)
+		if err := runSynth([]string{"--shape", shape, "--seed", "1", "-o", path}); err != nil {
+			t.Fatalf("synth %s: %v", out, err)
+		}
+		if p, ok := encoderPath(path); !ok || p != path {
+			t.Errorf("%s: encoderPath %q %v", out, p, ok)
+		}
+		e, err := kvasir.OpenEmbedder(path, kvasir.EmbedderOptions{Threads: 1})
+		if err != nil {
+			t.Fatalf("%s: %v", out, err)
+		}
+		if e.HasClassifier() != strings.HasSuffix(shape, "reranker") || e.Pooling() != "cls" || e.Dim() != 128 {
+			t.Errorf("%s: classifier %v, pooling %s, dim %d", out, e.HasClassifier(), e.Pooling(), e.Dim())
+		}
+		e.Close()
+	}
+	if err := runSynth([]string{"--shape", "bert-tiny", "-o", filepath.Join(dir, "bert-tiny")}); err == nil {
+		t.Error("synth over an existing folder succeeded")
+	}
+	if _, ok := encoderPath("synth:smollm2-135m"); ok {
+		t.Error("a synth: decoder is an encoder")
+	}
+	if err := runServe([]string{"-m", "synth:smollm2-135m:q8_0", "--pooling", "mean", "--port", "0"}); err == nil || !strings.Contains(err.Error(), "not an encoder") {
+		t.Errorf("--pooling with a generative model: %v", err)
+	}
+}
