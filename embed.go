@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"sync"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/backend/cpubackend"
@@ -51,7 +52,9 @@ type Embedder struct {
 	be   backend.Backend
 	tok  *tokenizer.Tokenizer // nil when the model has no vocabulary
 	jobs chan *embedJob
-	done chan struct{}
+	quit chan struct{} // closed by Close: the batcher stops, Embed refuses
+	done chan struct{} // closed by the batcher as it returns
+	once sync.Once
 	max  int // MaxBatchTokens
 }
 
@@ -96,7 +99,7 @@ func OpenEmbedder(path string, opt EmbedderOptions) (*Embedder, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Embedder{f: f, jobs: make(chan *embedJob), done: make(chan struct{}), max: opt.MaxBatchTokens}
+	e := &Embedder{f: f, jobs: make(chan *embedJob), quit: make(chan struct{}), done: make(chan struct{}), max: opt.MaxBatchTokens}
 	if e.max <= 0 {
 		e.max = DefaultEmbedBatchTokens
 	}
@@ -134,12 +137,16 @@ func OpenEmbedder(path string, opt EmbedderOptions) (*Embedder, error) {
 	return e, nil
 }
 
-// Close stops the batcher (calls in flight finish first) and releases the model.
+// Close stops the batcher (the calls it has taken finish first; later ones fail with
+// ErrClosed) and releases the model. Calling it again does nothing.
 func (e *Embedder) Close() error {
-	close(e.jobs)
-	<-e.done
-	err := e.enc.Close()
-	return errors.Join(err, e.be.Close(), e.f.Close())
+	var err error
+	e.once.Do(func() {
+		close(e.quit)
+		<-e.done
+		err = errors.Join(e.enc.Close(), e.be.Close(), e.f.Close())
+	})
+	return err
 }
 
 // ModelName returns the model's file or folder name.
@@ -207,6 +214,8 @@ func (e *Embedder) Embed(ctx context.Context, inputs []EmbedInput) ([][]float32,
 	}
 	select {
 	case e.jobs <- job:
+	case <-e.quit:
+		return nil, ErrClosed
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
@@ -249,8 +258,9 @@ func (e *Embedder) batch() {
 		job := next
 		next = nil
 		if job == nil {
-			var ok bool
-			if job, ok = <-e.jobs; !ok {
+			select {
+			case job = <-e.jobs:
+			case <-e.quit:
 				return
 			}
 		}
@@ -258,10 +268,7 @@ func (e *Embedder) batch() {
 	gather:
 		for tokens < e.max {
 			select {
-			case j, ok := <-e.jobs:
-				if !ok {
-					break gather
-				}
+			case j := <-e.jobs:
 				if tokens+j.tokens > e.max {
 					next = j
 					break gather

@@ -120,4 +120,10 @@ func TestEmbedderRefuses(t *testing.T) {
 	if _, err := OpenEmbedder("x", EmbedderOptions{Pooling: "max"}); err == nil {
 		t.Error("pooling max accepted")
 	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Embed(context.Background(), []EmbedInput{{Tokens: []int32{2, 3}}}); !errors.Is(err, ErrClosed) {
+		t.Errorf("after Close: %v", err)
+	}
 }
