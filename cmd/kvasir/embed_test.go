@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -29,6 +30,11 @@ func TestSynthEncoderShapes(t *testing.T) {
 			t.Errorf("%s: classifier %v, pooling %s, dim %d", out, e.HasClassifier(), e.Pooling(), e.Dim())
 		}
 		e.Close()
+		out := captureStdout(t, func() error { return runInspect([]string{"--json", path}) })
+		var in encoderInspection
+		if err := json.Unmarshal([]byte(out), &in); err != nil || in.Architecture != "bert" || in.Pooling != "cls" || in.Tokenizer != "wordpiece" || in.Parameters == 0 {
+			t.Errorf("%s: inspect --json %+v (%v): %s", out, in, err, out)
+		}
 	}
 	if err := runSynth([]string{"--shape", "bert-tiny", "-o", filepath.Join(dir, "bert-tiny")}); err == nil {
 		t.Error("synth over an existing folder succeeded")

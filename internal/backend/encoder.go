@@ -1,5 +1,7 @@
 package backend
 
+import "fmt"
+
 // PoolMode says how an encoder turns a sequence's hidden states into one vector.
 type PoolMode int
 
@@ -44,4 +46,18 @@ type EncoderOps interface {
 	// mean of the sequence's rows, its first or its last row. It is the step's last op and
 	// its only host synchronisation.
 	PoolRows(dst []float32, x Tensor, mode PoolMode, st Step) error
+}
+
+// MarshalText writes the mode's name ("mean", "cls", "last").
+func (m PoolMode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// UnmarshalText reads a mode's name: "mean", "cls" or "last".
+func (m *PoolMode) UnmarshalText(b []byte) error {
+	for _, p := range []PoolMode{PoolMean, PoolCLS, PoolLast} {
+		if string(b) == p.String() {
+			*m = p
+			return nil
+		}
+	}
+	return fmt.Errorf("pooling %q: want mean, cls or last", b)
 }

@@ -64,13 +64,7 @@ func (c *Config) check() error {
 
 // ParsePooling reads a pooling name: "mean", "cls" or "last".
 func ParsePooling(s string) (backend.PoolMode, error) {
-	switch s {
-	case "mean":
-		return backend.PoolMean, nil
-	case "cls":
-		return backend.PoolCLS, nil
-	case "last":
-		return backend.PoolLast, nil
-	}
-	return 0, fmt.Errorf("pooling %q: want mean, cls or last", s)
+	var m backend.PoolMode
+	err := m.UnmarshalText([]byte(s))
+	return m, err
 }
