@@ -31,6 +31,9 @@ type embeddingRequest struct {
 	// Normalize (vLLM) scales each embedding to unit length; default true.
 	Normalize *bool  `json:"normalize"`
 	User      string `json:"user"`
+	// TruncatePromptTokens (vLLM) cuts longer inputs to this many tokens (-1: the model's
+	// maximum) instead of refusing them.
+	TruncatePromptTokens *int `json:"truncate_prompt_tokens"`
 }
 
 type embeddingData struct {
@@ -89,7 +92,12 @@ func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 		}
 		dims = *req.Dimensions
 	}
-	inputs, apiErr := s.embeddingInputs(emb, req.Input)
+	limit, apiErr := truncation(emb, req.TruncatePromptTokens)
+	if apiErr != nil {
+		writeError(w, apiErr)
+		return
+	}
+	inputs, apiErr := s.embeddingInputs(emb, req.Input, limit)
 	if apiErr != nil {
 		writeError(w, apiErr)
 		return
@@ -119,7 +127,7 @@ func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 
 // embeddingInputs reads an embeddings request's input into token sequences: texts are
 // tokenized with the model's [CLS] and [SEP]; token ids are taken as they are.
-func (s *Server) embeddingInputs(emb *kvasir.Embedder, raw json.RawMessage) ([]kvasir.EmbedInput, *APIError) {
+func (s *Server) embeddingInputs(emb *kvasir.Embedder, raw json.RawMessage, limit int) ([]kvasir.EmbedInput, *APIError) {
 	const shapes = "input must be a string, an array of strings, an array of token ids or an array of arrays of token ids"
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || string(raw) == "null" {
@@ -163,7 +171,7 @@ func (s *Server) embeddingInputs(emb *kvasir.Embedder, raw json.RawMessage) ([]k
 	}
 	var out []kvasir.EmbedInput
 	for i, t := range texts {
-		in, apiErr := s.tokenizeInput(emb, t, fmt.Sprintf("input[%d]", i))
+		in, apiErr := s.tokenizeInput(emb, t, fmt.Sprintf("input[%d]", i), limit)
 		if apiErr != nil {
 			return nil, apiErr
 		}
@@ -173,6 +181,9 @@ func (s *Server) embeddingInputs(emb *kvasir.Embedder, raw json.RawMessage) ([]k
 		param := fmt.Sprintf("input[%d]", i)
 		if len(seq) == 0 {
 			return nil, badRequest(param, "%s is an empty list of token ids", param)
+		}
+		if limit > 0 && len(seq) > limit {
+			seq = seq[:limit]
 		}
 		if len(seq) > emb.MaxLen() {
 			return nil, tooLongInput(param, len(seq), emb.MaxLen())
@@ -189,9 +200,39 @@ func (s *Server) embeddingInputs(emb *kvasir.Embedder, raw json.RawMessage) ([]k
 	return out, nil
 }
 
-// tokenizeInput tokenizes one text input ([CLS] text [SEP]), refusing an empty text and
-// one longer than the model takes.
-func (s *Server) tokenizeInput(emb *kvasir.Embedder, text, param string) ([]int32, *APIError) {
+// truncation reads truncate_prompt_tokens: 0 (absent: refuse longer inputs), -1 (the
+// model's maximum) or 1 to the maximum.
+func truncation(emb *kvasir.Embedder, n *int) (int, *APIError) {
+	switch {
+	case n == nil:
+		return 0, nil
+	case *n == -1:
+		return emb.MaxLen(), nil
+	case *n < 1 || *n > emb.MaxLen():
+		return 0, badRequest("truncate_prompt_tokens", "truncate_prompt_tokens %d: want -1 (the model's maximum) or 1 to %d", *n, emb.MaxLen())
+	}
+	return *n, nil
+}
+
+// truncateFramed cuts a [CLS] ... [SEP] input (a pair's types alongside, when not nil) to
+// limit tokens from the right, keeping its final [SEP], as BERT tokenizers truncate.
+func truncateFramed(toks, types []int32, limit int) ([]int32, []int32) {
+	if limit <= 0 || len(toks) <= limit {
+		return toks, types
+	}
+	if limit < 2 {
+		return toks[:limit], types[:min(len(types), limit)]
+	}
+	toks = append(toks[:limit-1:limit-1], toks[len(toks)-1])
+	if types != nil {
+		types = append(types[:limit-1:limit-1], types[len(types)-1])
+	}
+	return toks, types
+}
+
+// tokenizeInput tokenizes one text input ([CLS] text [SEP]), refusing an empty text and,
+// unless limit (truncate_prompt_tokens) cuts it, one longer than the model takes.
+func (s *Server) tokenizeInput(emb *kvasir.Embedder, text, param string, limit int) ([]int32, *APIError) {
 	if text == "" {
 		return nil, badRequest(param, "%s is an empty string", param)
 	}
@@ -202,6 +243,7 @@ func (s *Server) tokenizeInput(emb *kvasir.Embedder, text, param string) ([]int3
 	if err != nil {
 		return nil, badRequest(param, "%v: give token ids", err)
 	}
+	toks, _ = truncateFramed(toks, nil, limit)
 	if len(toks) > emb.MaxLen() {
 		return nil, tooLongInput(param, len(toks), emb.MaxLen())
 	}

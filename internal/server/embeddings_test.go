@@ -339,3 +339,41 @@ func TestRerankCrossEncoder(t *testing.T) {
 		t.Errorf("long pair: %d %s", status, b)
 	}
 }
+
+// TestTruncatePromptTokens: vLLM's truncate_prompt_tokens cuts texts from the right, their
+// final [SEP] kept, and token-id inputs to their first N ids, instead of refusing them.
+func TestTruncatePromptTokens(t *testing.T) {
+	env, emb := newEmbedEnv(t, false)
+	long := strings.Repeat("hello world ", 50)
+	ids, err := emb.Tokenize(long)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := append(append([]int32(nil), ids[:7]...), ids[len(ids)-1])
+	var a, b embedResponse
+	env.post(t, "/v1/embeddings", map[string]any{"input": long, "truncate_prompt_tokens": 8}, &a)
+	env.post(t, "/v1/embeddings", map[string]any{"input": cut}, &b)
+	if a.Usage.PromptTokens != 8 {
+		t.Errorf("usage %+v, want 8 tokens", a.Usage)
+	}
+	closeTo(t, "truncated text", a.floats(t, 0), b.floats(t, 0), 1e-6)
+	var c, d embedResponse
+	env.post(t, "/v1/embeddings", map[string]any{"input": ids, "truncate_prompt_tokens": -1}, &c)
+	env.post(t, "/v1/embeddings", map[string]any{"input": ids[:emb.MaxLen()]}, &d)
+	if c.Usage.PromptTokens != emb.MaxLen() {
+		t.Errorf("-1: usage %+v, want %d", c.Usage, emb.MaxLen())
+	}
+	closeTo(t, "truncated ids", c.floats(t, 0), d.floats(t, 0), 1e-6)
+	for _, n := range []int{0, -2, emb.MaxLen() + 1} {
+		body, _ := json.Marshal(map[string]any{"input": "a", "truncate_prompt_tokens": n})
+		if status, b := env.do(t, http.MethodPost, "/v1/embeddings", body); status != http.StatusBadRequest || !strings.Contains(string(b), "truncate_prompt_tokens") {
+			t.Errorf("truncate_prompt_tokens %d: %d %s", n, status, b)
+		}
+	}
+	rr, _ := newEmbedEnv(t, true)
+	var sc scoreResponse
+	rr.post(t, "/v1/score", map[string]any{"text_1": "a", "text_2": long, "truncate_prompt_tokens": -1}, &sc)
+	if len(sc.Data) != 1 || sc.Data[0].Score <= 0 || sc.Data[0].Score >= 1 {
+		t.Errorf("truncated pair: %+v", sc)
+	}
+}

@@ -25,6 +25,9 @@ type rerankRequest struct {
 	Documents       []json.RawMessage `json:"documents"`
 	TopN            *int              `json:"top_n"`
 	ReturnDocuments *bool             `json:"return_documents"`
+	// TruncatePromptTokens (vLLM) cuts each input (a pair, for a cross-encoder) to this
+	// many tokens (-1: the model's maximum) instead of refusing a longer one.
+	TruncatePromptTokens *int `json:"truncate_prompt_tokens"`
 }
 
 type rerankResult struct {
@@ -76,7 +79,12 @@ func (s *Server) handleRerank(w http.ResponseWriter, r *http.Request) {
 		}
 		topN = min(topN, *req.TopN)
 	}
-	scores, tokens, apiErr := s.relevance(r, emb, []string{req.Query}, docs, "query", "documents")
+	limit, apiErr := truncation(emb, req.TruncatePromptTokens)
+	if apiErr != nil {
+		writeError(w, apiErr)
+		return
+	}
+	scores, tokens, apiErr := s.relevance(r, emb, []string{req.Query}, docs, "query", "documents", limit)
 	if apiErr != nil {
 		writeError(w, apiErr)
 		return
@@ -101,6 +109,8 @@ type scoreRequest struct {
 	Model string          `json:"model"`
 	Text1 json.RawMessage `json:"text_1"`
 	Text2 json.RawMessage `json:"text_2"`
+	// TruncatePromptTokens is rerankRequest's.
+	TruncatePromptTokens *int `json:"truncate_prompt_tokens"`
 }
 
 // handleScore answers POST /v1/score (and /score).
@@ -128,7 +138,12 @@ func (s *Server) handleScore(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("text_2", "text_1 has %d texts and text_2 %d: give one text_1, or lists of the same length", len(t1), len(t2)))
 		return
 	}
-	scores, tokens, apiErr := s.relevance(r, emb, t1, t2, "text_1", "text_2")
+	limit, apiErr := truncation(emb, req.TruncatePromptTokens)
+	if apiErr != nil {
+		writeError(w, apiErr)
+		return
+	}
+	scores, tokens, apiErr := s.relevance(r, emb, t1, t2, "text_1", "text_2", limit)
 	if apiErr != nil {
 		writeError(w, apiErr)
 		return
@@ -168,9 +183,9 @@ func stringOrList(raw json.RawMessage, param string) ([]string, *APIError) {
 	return list, nil
 }
 
-// relevance scores every b[i] against a[0] (len(a) == 1) or a[i], and counts the tokens
-// run.
-func (s *Server) relevance(r *http.Request, emb *kvasir.Embedder, a, b []string, paramA, paramB string) ([]float64, int, *APIError) {
+// relevance scores every b[i] against a[0] (len(a) == 1) or a[i], each input cut to limit
+// tokens when limit > 0, and counts the tokens run.
+func (s *Server) relevance(r *http.Request, emb *kvasir.Embedder, a, b []string, paramA, paramB string, limit int) ([]float64, int, *APIError) {
 	first := func(i int) (string, string) {
 		if len(a) == 1 {
 			return a[0], paramA
@@ -189,6 +204,7 @@ func (s *Server) relevance(r *http.Request, emb *kvasir.Embedder, a, b []string,
 			if err != nil {
 				return nil, 0, badRequest(pa, "%v", err)
 			}
+			p.Tokens, p.Types = truncateFramed(p.Tokens, p.Types, limit)
 			if len(p.Tokens) > emb.MaxLen() {
 				return nil, 0, tooLongInput(fmt.Sprintf("%s[%d]", paramB, i), len(p.Tokens), emb.MaxLen())
 			}
@@ -208,7 +224,7 @@ func (s *Server) relevance(r *http.Request, emb *kvasir.Embedder, a, b []string,
 	var inputs []kvasir.EmbedInput
 	tokens := 0
 	add := func(text, param string) *APIError {
-		toks, apiErr := s.tokenizeInput(emb, text, param)
+		toks, apiErr := s.tokenizeInput(emb, text, param, limit)
 		if apiErr == nil {
 			inputs, tokens = append(inputs, kvasir.EmbedInput{Tokens: toks}), tokens+len(toks)
 		}
