@@ -7,6 +7,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/backend/cpubackend"
@@ -56,6 +57,21 @@ type Embedder struct {
 	done chan struct{} // closed by the batcher as it returns
 	once sync.Once
 	max  int // MaxBatchTokens
+
+	// Counters of what the batcher ran (EmbedStats).
+	calls, inputs, tokens, forwards atomic.Int64
+}
+
+// EmbedStats counts what an Embedder ran since it opened (for metrics).
+type EmbedStats struct {
+	// Calls are the Embed (and Score) calls run, Inputs their sequences and Tokens the
+	// tokens of those; Forwards the batched forwards that ran them.
+	Calls, Inputs, Tokens, Forwards int64
+}
+
+// Stats returns the Embedder's counters.
+func (e *Embedder) Stats() EmbedStats {
+	return EmbedStats{Calls: e.calls.Load(), Inputs: e.inputs.Load(), Tokens: e.tokens.Load(), Forwards: e.forwards.Load()}
 }
 
 // embedJob is one call's inputs waiting for the batcher, and where its answer goes.
@@ -309,12 +325,16 @@ func (e *Embedder) run(group []*embedJob) {
 		var part [][]float32
 		part, err = e.enc.Forward(seqs[start:end])
 		vecs, start = append(vecs, part...), end
+		e.forwards.Add(1)
 	}
 	for _, j := range live {
 		if err != nil {
 			j.out <- embedResult{err: err}
 			continue
 		}
+		e.calls.Add(1)
+		e.inputs.Add(int64(len(j.inputs)))
+		e.tokens.Add(int64(j.tokens))
 		j.out <- embedResult{vecs: vecs[:len(j.inputs):len(j.inputs)]}
 		vecs = vecs[len(j.inputs):]
 	}

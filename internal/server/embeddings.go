@@ -340,6 +340,9 @@ func newEmbeddingServer(cfg Config) (*Server, error) {
 	if s.metrics == nil {
 		s.metrics = NewMetrics(cfg.ModelNames[0])
 	}
+	if err := s.metrics.attachEmbedder(emb); err != nil {
+		return nil, err
+	}
 	s.routes()
 	return s, nil
 }

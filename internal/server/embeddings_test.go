@@ -377,3 +377,24 @@ func TestTruncatePromptTokens(t *testing.T) {
 		t.Errorf("truncated pair: %+v", sc)
 	}
 }
+
+// TestEmbeddingMetrics: /metrics counts the encoder's requests, inputs, tokens and forwards.
+func TestEmbeddingMetrics(t *testing.T) {
+	env, _ := newEmbedEnv(t, false)
+	var r embedResponse
+	env.post(t, "/v1/embeddings", map[string]any{"input": [][]int{{2, 50, 3}, {2, 3}}}, &r)
+	status, body := env.do(t, http.MethodGet, "/metrics", nil)
+	if status != http.StatusOK {
+		t.Fatalf("/metrics: %d", status)
+	}
+	for _, want := range []string{
+		`kvasir:embedding_requests_total{model_name="tiny"} 1`,
+		`kvasir:embedding_inputs_total{model_name="tiny"} 2`,
+		`kvasir:embedding_prompt_tokens_total{model_name="tiny"} 5`,
+		`kvasir:embedding_forwards_total{model_name="tiny"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}

@@ -167,6 +167,11 @@ func New(eng *kvasir.Engine, cfg Config) (*Server, error) {
 	if err := s.metrics.attach(eng); err != nil {
 		return nil, err
 	}
+	if cfg.Embedder != nil {
+		if err := s.metrics.attachEmbedder(cfg.Embedder); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.loadChatTemplate(); err != nil {
 		return nil, err
 	}
