@@ -46,3 +46,18 @@ func TestSynthEncoderShapes(t *testing.T) {
 		t.Errorf("--pooling with a generative model: %v", err)
 	}
 }
+
+func TestBenchEmbed(t *testing.T) {
+	out := captureStdout(t, func() error {
+		return benchEmbed([]string{"--shape", "bert-tiny", "--num-inputs", "3", "--input-len", "5", "--threads", "1", "--json"})
+	})
+	var r embedBenchResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r.Inputs != 3 || r.InputLen != 5 || r.Batched <= 0 || r.Single <= 0 || r.Speedup <= 0 {
+		t.Errorf("bench embed --json: %+v (%v): %s", r, err, out)
+	}
+	for _, args := range [][]string{{}, {"--shape", "nope"}, {"--shape", "bert-tiny", "--input-len", "1"}, {"--shape", "bert-tiny", "--input-len", "9999"}} {
+		if err := benchEmbed(args); err == nil {
+			t.Errorf("bench embed %v succeeded", args)
+		}
+	}
+}
