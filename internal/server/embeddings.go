@@ -347,7 +347,20 @@ func newEmbeddingServer(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// handleNoGeneration answers the generation endpoints of a server of an encoder model.
-func (s *Server) handleNoGeneration(w http.ResponseWriter, r *http.Request) {
-	writeError(w, badRequest("model", "the model %s is an embedding model: it serves /v1/embeddings, /v1/rerank and /v1/score, not %s", s.modelName(), r.URL.Path))
+// generationPaths are the endpoints a server of an encoder model alone does not serve.
+var generationPaths = map[string]bool{"/v1/completions": true, "/v1/chat/completions": true, "/tokenize": true, "/detokenize": true}
+
+// generationGuard answers the generation endpoints of a server of an encoder model alone
+// (no engine) with a 400 saying what it serves; other requests go on to next.
+func (s *Server) generationGuard(next http.Handler) http.Handler {
+	if s.eng != nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !generationPaths[r.URL.Path] {
+			next.ServeHTTP(w, r)
+			return
+		}
+		writeError(w, badRequest("model", "the model %s is an embedding model: it serves /v1/embeddings, /v1/rerank and /v1/score, not %s", s.modelName(), r.URL.Path))
+	})
 }

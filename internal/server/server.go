@@ -292,14 +292,10 @@ func (s *Server) routes() {
 	mux := http.NewServeMux()
 	mux.Handle("/v1/models", method(http.MethodGet, s.handleModels))
 	mux.Handle("/v1/models/{model...}", method(http.MethodGet, s.handleModel))
-	generation := map[string]http.HandlerFunc{"/v1/completions": s.handleCompletions, "/v1/chat/completions": s.handleChat,
-		"/tokenize": s.handleTokenize, "/detokenize": s.handleDetokenize}
-	for path, h := range generation {
-		if s.eng == nil {
-			h = s.handleNoGeneration
-		}
-		mux.Handle(path, method(http.MethodPost, h))
-	}
+	mux.Handle("/v1/completions", method(http.MethodPost, s.handleCompletions))
+	mux.Handle("/v1/chat/completions", method(http.MethodPost, s.handleChat))
+	mux.Handle("/tokenize", method(http.MethodPost, s.handleTokenize))
+	mux.Handle("/detokenize", method(http.MethodPost, s.handleDetokenize))
 	s.embeddingRoutes(mux)
 	mux.Handle("/health", method(http.MethodGet, s.handleHealth))
 	mux.Handle("/version", method(http.MethodGet, s.handleVersion))
@@ -308,7 +304,7 @@ func (s *Server) routes() {
 		writeError(w, notFound("", "", "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	s.mux = mux
-	s.handler = s.deadlines(s.recoverPanics(s.browserChecks(s.authenticate(s.admit(mux)))))
+	s.handler = s.deadlines(s.recoverPanics(s.browserChecks(s.authenticate(s.admit(s.generationGuard(mux))))))
 }
 
 // ServeHTTP answers one HTTP request.
