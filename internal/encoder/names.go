@@ -38,15 +38,16 @@ var hfLayer = map[string]string{
 	"output.LayerNorm":           "layer_output_norm",
 }
 
+// paramNames maps a parameter's last name part to GGUF's: older BERT checkpoints name a
+// LayerNorm's parameters gamma and beta.
+var paramNames = map[string]string{"weight": "weight", "bias": "bias", "gamma": "weight", "beta": "bias"}
+
 // ggufName translates a Hugging Face BERT tensor name (with or without the "bert." prefix
 // of BertForSequenceClassification) to GGUF naming; ok is false for names the encoder
 // does not use (position_ids buffers, say).
 func ggufName(hf string) (string, bool) {
-	if g, ok := hfGlobal[hf]; ok {
-		return g, true
-	}
 	hf = strings.TrimPrefix(hf, "bert.")
-	if g, ok := hfGlobal[hf]; ok {
+	if g, ok := hfGlobal[strings.Replace(strings.Replace(hf, "LayerNorm.gamma", "LayerNorm.weight", 1), "LayerNorm.beta", "LayerNorm.bias", 1)]; ok {
 		return g, true
 	}
 	rest, ok := strings.CutPrefix(hf, "encoder.layer.")
@@ -62,10 +63,11 @@ func ggufName(hf string) (string, bool) {
 		return "", false
 	}
 	g, ok := hfLayer[rest[:i]]
-	if !ok || (rest[i+1:] != "weight" && rest[i+1:] != "bias") {
+	suffix, known := paramNames[rest[i+1:]]
+	if !ok || !known {
 		return "", false
 	}
-	return "blk." + layer + "." + g + "." + rest[i+1:], true
+	return "blk." + layer + "." + g + "." + suffix, true
 }
 
 // hfName is the inverse of ggufName, for writing a BertModel or

@@ -18,6 +18,12 @@ func TestNamesRoundTrip(t *testing.T) {
 			}
 		}
 	}
+	for hf, want := range map[string]string{"embeddings.LayerNorm.gamma": "token_embd_norm.weight",
+		"bert.encoder.layer.2.attention.output.LayerNorm.beta": "blk.2.attn_output_norm.bias"} {
+		if g, ok := ggufName(hf); !ok || g != want {
+			t.Errorf("%s -> %s %v, want %s", hf, g, ok, want)
+		}
+	}
 	for _, hf := range []string{"embeddings.position_ids", "encoder.layer.x.output.dense.weight", "encoder.layer.1.output.dense.scale", "cls.predictions.bias"} {
 		if g, ok := ggufName(hf); ok {
 			t.Errorf("%s mapped to %s", hf, g)
