@@ -23,6 +23,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import urllib.request
 
 import torch
@@ -40,6 +41,8 @@ def serve(kvasir, device, model, *flags):
     for line in p.stderr:
         m = re.search(r"serving \S+ on (http://\S+/v1)", line)
         if m:
+            # Keep reading the log so that the server never blocks on a full pipe.
+            threading.Thread(target=lambda: [None for _ in p.stderr], daemon=True).start()
             return p, m.group(1)
     sys.exit(f"kvasir serve {model} did not start")
 
