@@ -124,7 +124,7 @@ type Engine struct {
 func Open(path string, opt Options) (*Engine, error) {
 	fm, err := format.Open(path, format.Options{Tokenizer: opt.Tokenizer, Limits: opt.ModelLimits})
 	if err != nil {
-		return nil, err
+		return nil, encoderHint(path, err)
 	}
 	e, err := OpenModel(fm, opt)
 	if err != nil {

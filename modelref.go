@@ -38,7 +38,11 @@ func OpenRef(ref string, o RefOptions) (*format.Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return format.Open(path, format.Options{Tokenizer: o.Tokenizer})
+	fm, err := format.Open(path, format.Options{Tokenizer: o.Tokenizer})
+	if err != nil {
+		return nil, encoderHint(path, err)
+	}
+	return fm, nil
 }
 
 // ResolveRef turns a model reference into a local path, downloading an hf: reference into

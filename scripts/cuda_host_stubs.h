@@ -41,6 +41,7 @@ float exp2f(float);
 float logf(float);
 float sqrtf(float);
 float rsqrtf(float);
+float erff(float);
 float fabsf(float);
 float fmaxf(float, float);
 float fminf(float, float);

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/kvasir-llm/kvasir/internal/encoder"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/tokenizer"
 )
@@ -52,6 +53,9 @@ func runInspect(args []string) error {
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return fmt.Errorf("name one model")
+	}
+	if encoder.IsEncoder(fs.Arg(0)) {
+		return inspectEncoder(fs.Arg(0), *asJSON, *tensors)
 	}
 	m, problem := inspectModel(fs.Arg(0), *tok)
 	if m == nil {

@@ -43,6 +43,7 @@ func runServe(args []string) error {
 	statsInterval := fs.Duration("stats-interval", server.DefaultStatsInterval, "how often to log the stats line: throughput, running and waiting requests, KV cache usage, prefix cache hit rate (0: never)")
 	noStats := fs.Bool("disable-log-stats", false, "log no stats line (vLLM's flag; the same as --stats-interval 0)")
 	limits := addLimitFlags(fs)
+	pooling := fs.String("pooling", "", "pooling of an encoder (embedding) model: mean, cls or last (default: the model's, from GGUF pooling_type or 1_Pooling/config.json)")
 	if err := ef.parse(fs, args); err != nil {
 		return err
 	}
@@ -79,6 +80,18 @@ func runServe(args []string) error {
 		return err
 	}
 	defer ln.Close()
+	if path, ok := encoderPath(ef.model); ok {
+		cfg.Logger = log
+		dev, err := kvasir.ParseDevice(ef.device)
+		if err != nil {
+			return fmt.Errorf("--device: %w", err)
+		}
+		opt := kvasir.EmbedderOptions{Pooling: *pooling, Threads: ef.threads, Device: dev}
+		return serveEmbedder(path, *served, opt, ln, *drain, cfg, log)
+	}
+	if *pooling != "" {
+		return fmt.Errorf("--pooling %s: the model %s is not an encoder (embedding) model", *pooling, ef.model)
+	}
 
 	start := time.Now()
 	var names []string
@@ -197,4 +210,48 @@ func listen(host string, port int) (net.Listener, error) {
 		return nil, fmt.Errorf("listen on %s: permission denied (ports below 1024 need privileges): pick another with --port", addr)
 	}
 	return nil, fmt.Errorf("listen on %s: %w (check --host)", addr, err)
+}
+
+// serveEmbedder serves an encoder model on ln: /v1/embeddings, /v1/rerank and /v1/score.
+func serveEmbedder(path, served string, opt kvasir.EmbedderOptions, ln net.Listener, drain time.Duration, cfg server.Config, log *slog.Logger) error {
+	start := time.Now()
+	emb, err := kvasir.OpenEmbedder(path, opt)
+	if err != nil {
+		return err
+	}
+	defer emb.Close()
+	log.Info("encoder ready", "model", emb.ModelName(), "device", opt.Device, "dim", emb.Dim(), "max_len", emb.MaxLen(), "pooling", emb.Pooling(),
+		"cross_encoder", emb.HasClassifier(), "load", time.Since(start).Round(time.Millisecond))
+	cfg.ModelNames = servedNames(served, emb.ModelName())
+	cfg.Metrics, cfg.Embedder = server.NewMetrics(cfg.ModelNames[0]), emb
+	srv, err := server.New(nil, cfg)
+	if err != nil {
+		return err
+	}
+	// The address line is parsed by tests and scripts that start the server on port 0.
+	fmt.Fprintf(os.Stderr, "kvasir: serving %s on http://%s/v1 (Ctrl-C to stop)\n", cfg.ModelNames[0], ln.Addr())
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	done := make(chan struct{})
+	defer close(done)
+	go onSignals(sigs, done, cancel, os.Exit, log)
+	err = srv.Serve(ctx, ln, drain)
+	log.Info("server stopped")
+	return err
+}
+
+// encoderPath returns the local path of the model ref names when it is an encoder model
+// (an hf: reference is downloaded first, as the engine would).
+func encoderPath(ref string) (string, bool) {
+	if ref == "" || strings.HasPrefix(ref, "synth:") {
+		return "", false
+	}
+	path, err := kvasir.ResolveRef(ref, os.Stderr)
+	if err != nil {
+		return "", false // the engine reports it
+	}
+	return path, kvasir.IsEncoderModel(path)
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/kvasir-llm/kvasir/internal/encoder"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/format/hfconfig"
 	"github.com/kvasir-llm/kvasir/internal/quant"
@@ -19,7 +20,7 @@ func init() {
 
 func runSynth(args []string) error {
 	fs := newFlags("synth", "--shape NAME | --config config.json  -o OUT(.gguf | folder)")
-	shape := fs.String("shape", "", "model shape: "+strings.Join(synth.Names(), ", "))
+	shape := fs.String("shape", "", "model shape: "+strings.Join(synth.Names(), ", ")+"; encoders (f32 weights, a small WordPiece vocabulary): "+strings.Join(encoder.SynthShapes(), ", "))
 	configPath := fs.String("config", "", "a Hugging Face config.json giving the shape instead of --shape")
 	dtypeName := fs.String("dtype", "f16", "weight type: f32, f16, bf16, q8_0, q4_0, q4_k (and the other GGUF types)")
 	seed := fs.Uint64("seed", 0, "random seed; the same seed gives the same weights")
@@ -32,6 +33,10 @@ func runSynth(args []string) error {
 	if *out == "" || (*shape == "") == (*configPath == "") || fs.NArg() > 0 {
 		fs.Usage()
 		return fmt.Errorf("need -o and exactly one of --shape or --config")
+	}
+	if c, ok := encoder.SynthConfig(*shape); ok {
+		fmt.Fprintf(os.Stderr, "synth: encoder %s (f32, random weights, seed %d) -> %s\n", *shape, *seed, *out)
+		return encoder.WriteSynth(*out, "synthetic "+*shape, c, *seed)
 	}
 	dtype, err := quant.ParseType(*dtypeName)
 	if err != nil {

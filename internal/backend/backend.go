@@ -103,6 +103,9 @@ type StepMeta struct {
 	MaxQueryLen, MaxContextLen int
 	// LogitsIndices lists the token rows whose logits the step returns, in order.
 	LogitsIndices []int32
+	// TokenTypes, when set, has one entry per token: its segment (BERT's token type id),
+	// read by EncoderOps.EncoderEmbedding; nil means segment 0 throughout.
+	TokenTypes []int32
 }
 
 // NumTokens returns the number of tokens in the step.

@@ -13,8 +13,9 @@ import (
 // safetensorsIndex is the shard index of a sharded safetensors checkpoint.
 const safetensorsIndex = "model.safetensors.index.json"
 
-// companionFiles are the files taken beside *.safetensors when present at the top level of
-// the repository: the model configuration, tokenizer and chat template.
+// companionFiles are the files taken beside *.safetensors when present in the repository:
+// the model configuration, tokenizer and chat template, and a sentence-transformers
+// model's pooling (an encoder's).
 var companionFiles = []string{
 	"config.json",
 	"generation_config.json",
@@ -23,6 +24,7 @@ var companionFiles = []string{
 	"tokenizer.model",
 	"special_tokens_map.json",
 	"chat_template.jinja",
+	"1_Pooling/config.json",
 	safetensorsIndex,
 }
 

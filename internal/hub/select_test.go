@@ -79,6 +79,11 @@ func TestSelectFiles(t *testing.T) {
 				"tokenizer.json", "tokenizer_config.json"},
 		},
 		{
+			name:  "a sentence-transformers encoder brings its pooling",
+			names: []string{"model.safetensors", "config.json", "tokenizer.json", "1_Pooling/config.json", "modules.json", "onnx/model.onnx"},
+			files: []string{"1_Pooling/config.json", "config.json", "model.safetensors", "tokenizer.json"},
+		},
+		{
 			name:  "sharded safetensors with index",
 			names: []string{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", safetensorsIndex, "config.json"},
 			files: []string{"config.json", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", safetensorsIndex},

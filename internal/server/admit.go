@@ -34,14 +34,14 @@ func (s *Server) admit(next http.Handler) http.Handler {
 
 // admission is the error admit answers r with, or nil.
 func (s *Server) admission(r *http.Request) *APIError {
-	if ct := r.Header.Get("Content-Type"); jsonPaths[r.URL.Path] && !isJSONContentType(ct) {
+	if ct := r.Header.Get("Content-Type"); (jsonPaths[r.URL.Path] || embeddingPaths[r.URL.Path]) && !isJSONContentType(ct) {
 		return &APIError{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_media_type",
 			Message: fmt.Sprintf("the Content-Type %.100q is not accepted: send the request body as JSON, with Content-Type: application/json", ct)}
 	}
 	if r.ContentLength > s.cfg.MaxBodyBytes {
 		return tooLarge(s.cfg.MaxBodyBytes)
 	}
-	if generatePaths[r.URL.Path] && s.eng.QueueFull() {
+	if generatePaths[r.URL.Path] && s.eng != nil && s.eng.QueueFull() {
 		return engineError(kvasir.ErrQueueFull, "")
 	}
 	return nil

@@ -67,6 +67,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 
 // shutdownEngine shuts the engine down, logging a failure.
 func (s *Server) shutdownEngine(ctx context.Context) {
+	if s.eng == nil {
+		return
+	}
 	if err := s.eng.Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		s.log.Error("engine shutdown", "err", err)
 	}

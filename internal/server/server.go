@@ -106,6 +106,11 @@ type Config struct {
 	// running and waiting sequences, KV cache usage, prefix cache hit rate), as vLLM does
 	// every 10 s (0: never).
 	StatsInterval time.Duration
+	// Embedder, when set, serves /v1/embeddings, /v1/rerank and /v1/score with an
+	// encoder model; without it they answer 400 (a generative model). The server may run
+	// on an Embedder alone (New's eng nil): then the generation endpoints answer 400. The
+	// caller closes the Embedder after the server.
+	Embedder *kvasir.Embedder
 	// Limits are the budgets of one request (zero fields: the defaults).
 	Limits
 }
@@ -138,8 +143,12 @@ type Server struct {
 	openConns atomic.Int64
 }
 
-// New makes a server for eng, starting the chat template's sandbox (Close stops it).
+// New makes a server for eng, starting the chat template's sandbox (Close stops it). eng
+// may be nil when cfg.Embedder is set: a server of an encoder model alone.
 func New(eng *kvasir.Engine, cfg Config) (*Server, error) {
+	if eng == nil {
+		return newEmbeddingServer(cfg)
+	}
 	if len(cfg.ModelNames) == 0 {
 		cfg.ModelNames = []string{eng.ModelName()}
 	}
@@ -172,6 +181,11 @@ func New(eng *kvasir.Engine, cfg Config) (*Server, error) {
 	}
 	if err := s.metrics.attach(eng); err != nil {
 		return nil, err
+	}
+	if cfg.Embedder != nil {
+		if err := s.metrics.attachEmbedder(cfg.Embedder); err != nil {
+			return nil, err
+		}
 	}
 	if err := s.loadChatTemplate(); err != nil {
 		return nil, err
@@ -224,7 +238,12 @@ func (s *Server) loadChatTemplate() error {
 func (s *Server) ToolCallParser() string { return s.toolParser }
 
 // Close stops the chat template's sandbox workers; Serve calls it as it returns.
-func (s *Server) Close() error { return s.sandbox.Close() }
+func (s *Server) Close() error {
+	if s.sandbox == nil {
+		return nil
+	}
+	return s.sandbox.Close()
+}
 
 // buildVersion is the main module's version from the build info.
 func buildVersion() string {
@@ -294,6 +313,7 @@ func (s *Server) routes() {
 	mux.Handle("/v1/responses/{id}", method(http.MethodGet, s.handleResponse))
 	mux.Handle("/tokenize", method(http.MethodPost, s.handleTokenize))
 	mux.Handle("/detokenize", method(http.MethodPost, s.handleDetokenize))
+	s.embeddingRoutes(mux)
 	mux.Handle("/health", method(http.MethodGet, s.handleHealth))
 	mux.Handle("/version", method(http.MethodGet, s.handleVersion))
 	mux.Handle("/metrics", method(http.MethodGet, s.metrics.Handler().ServeHTTP))
@@ -305,7 +325,7 @@ func (s *Server) routes() {
 		writeError(w, notFound("", "", "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	s.mux = mux
-	s.handler = s.accessLog(s.deadlines(s.recoverPanics(s.browserChecks(s.authenticate(s.admit(mux))))))
+	s.handler = s.accessLog(s.deadlines(s.recoverPanics(s.browserChecks(s.authenticate(s.admit(s.generationGuard(mux)))))))
 }
 
 // ServeHTTP answers one HTTP request.
@@ -415,6 +435,9 @@ type modelCard struct {
 }
 
 func (s *Server) card(name string) modelCard {
+	if s.eng == nil {
+		return modelCard{ID: name, Object: "model", Created: s.created, OwnedBy: "kvasir", Root: s.cfg.Embedder.ModelName(), MaxModelLen: s.cfg.Embedder.MaxLen()}
+	}
 	return modelCard{ID: name, Object: "model", Created: s.created, OwnedBy: "kvasir", Root: s.eng.ModelName(), MaxModelLen: s.eng.MaxModelLen()}
 }
 

@@ -71,6 +71,10 @@ type Backend struct {
 	blockHost  *cuda.HostBuffer // pinned staging of ReadBlocks and WriteBlocks
 	tables     []int32          // block tables re-laid with a graph step's stride
 
+	// encScratch holds an encoder step's position and segment embedding rows, encPooled
+	// its pooled rows before they are read back (EncoderOps).
+	encScratch, encPooled cuda.Buffer
+
 	// Captured decode graphs by owner, bucket and block-table stride; dropped whenever a
 	// buffer is freed (a graph holds device addresses).
 	graphs    map[graphKey]*graphEntry
@@ -447,7 +451,7 @@ func (b *Backend) UploadStep(meta *backend.StepMeta) (backend.Step, error) {
 		tables = b.paddedTables(meta, stride)
 	}
 	parts := [][]int32{meta.Tokens, meta.Positions, meta.SlotMapping, meta.QueryStarts, meta.ContextLens,
-		tables, meta.LogitsIndices}
+		tables, meta.LogitsIndices, meta.TokenTypes}
 	total := 0
 	for _, p := range parts {
 		total += len(p)
@@ -491,7 +495,7 @@ func (b *Backend) UploadStep(meta *backend.StepMeta) (backend.Step, error) {
 		return nil, fmt.Errorf("cuda step: %w", err)
 	}
 	b.cur = &step{meta: meta, tokens: views[0], positions: views[1], slots: views[2], queryStarts: views[3],
-		contextLens: views[4], blockTables: views[5], logitsIndices: views[6], maxBlocks: stride, query: query, graphable: graphable}
+		contextLens: views[4], blockTables: views[5], logitsIndices: views[6], tokenTypes: views[7], maxBlocks: stride, query: query, graphable: graphable}
 	return b.cur, nil
 }
 

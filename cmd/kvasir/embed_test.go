@@ -1,0 +1,63 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kvasir-llm/kvasir"
+)
+
+// TestSynthEncoderShapes writes the encoder shapes as GGUF and HF folders; serve tells
+// them from generative models, and an Embedder opens them.
+func TestSynthEncoderShapes(t *testing.T) {
+	dir := t.TempDir()
+	for _, out := range []string{"bert-tiny.gguf", "bert-tiny", "bert-tiny-reranker"} {
+		shape := strings.TrimSuffix(out, ".gguf")
+		path := filepath.Join(dir, out)
+		if err := runSynth([]string{"--shape", shape, "--seed", "1", "-o", path}); err != nil {
+			t.Fatalf("synth %s: %v", out, err)
+		}
+		if p, ok := encoderPath(path); !ok || p != path {
+			t.Errorf("%s: encoderPath %q %v", out, p, ok)
+		}
+		e, err := kvasir.OpenEmbedder(path, kvasir.EmbedderOptions{Threads: 1})
+		if err != nil {
+			t.Fatalf("%s: %v", out, err)
+		}
+		if e.HasClassifier() != strings.HasSuffix(shape, "reranker") || e.Pooling() != "cls" || e.Dim() != 128 {
+			t.Errorf("%s: classifier %v, pooling %s, dim %d", out, e.HasClassifier(), e.Pooling(), e.Dim())
+		}
+		e.Close()
+		out := captureStdout(t, func() error { return runInspect([]string{"--json", path}) })
+		var in encoderInspection
+		if err := json.Unmarshal([]byte(out), &in); err != nil || in.Architecture != "bert" || in.Pooling != "cls" || in.Tokenizer != "wordpiece" || in.Parameters == 0 {
+			t.Errorf("%s: inspect --json %+v (%v): %s", out, in, err, out)
+		}
+	}
+	if err := runSynth([]string{"--shape", "bert-tiny", "-o", filepath.Join(dir, "bert-tiny")}); err == nil {
+		t.Error("synth over an existing folder succeeded")
+	}
+	if _, ok := encoderPath("synth:smollm2-135m"); ok {
+		t.Error("a synth: decoder is an encoder")
+	}
+	if err := runServe([]string{"-m", "synth:smollm2-135m:q8_0", "--pooling", "mean", "--port", "0"}); err == nil || !strings.Contains(err.Error(), "not an encoder") {
+		t.Errorf("--pooling with a generative model: %v", err)
+	}
+}
+
+func TestBenchEmbed(t *testing.T) {
+	out := captureStdout(t, func() error {
+		return benchEmbed([]string{"--shape", "bert-tiny", "--num-inputs", "3", "--input-len", "5", "--threads", "1", "--json"})
+	})
+	var r embedBenchResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r.Inputs != 3 || r.InputLen != 5 || r.Batched <= 0 || r.Single <= 0 || r.Speedup <= 0 {
+		t.Errorf("bench embed --json: %+v (%v): %s", r, err, out)
+	}
+	for _, args := range [][]string{{}, {"--shape", "nope"}, {"--shape", "bert-tiny", "--input-len", "1"}, {"--shape", "bert-tiny", "--input-len", "9999"}} {
+		if err := benchEmbed(args); err == nil {
+			t.Errorf("bench embed %v succeeded", args)
+		}
+	}
+}

@@ -1,0 +1,341 @@
+package kvasir
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/backend/cpubackend"
+	"github.com/kvasir-llm/kvasir/internal/backend/cudabackend"
+	"github.com/kvasir-llm/kvasir/internal/encoder"
+	"github.com/kvasir-llm/kvasir/internal/tokenizer"
+)
+
+// EmbedderOptions configures OpenEmbedder.
+type EmbedderOptions struct {
+	// Pooling overrides the model's pooling: "mean", "cls" or "last" ("": the model's,
+	// from GGUF's {arch}.pooling_type or sentence-transformers' 1_Pooling/config.json).
+	Pooling string
+	// Device is where the encoder runs: the CPU (the zero value) or a CUDA GPU.
+	Device Device
+	// Threads is the number of CPU worker threads (0: all cores).
+	Threads int
+	// CPUKernels names the CPU kernel set ("": the fastest the CPU has).
+	CPUKernels string
+	// MaxBatchTokens bounds the tokens of one forward, and so the activations' memory:
+	// calls waiting together are batched up to it, and a call with more tokens runs in
+	// several forwards (0: DefaultEmbedBatchTokens). An input longer than it runs alone.
+	MaxBatchTokens int
+}
+
+// DefaultEmbedBatchTokens is the default EmbedderOptions.MaxBatchTokens.
+const DefaultEmbedBatchTokens = 8192
+
+// EmbedInput is one sequence to embed or score: token ids (with the model's [CLS] and
+// [SEP] when they came from Tokenize or TokenizePair) and, for a pair, each token's
+// segment (nil: segment 0 throughout).
+type EmbedInput struct {
+	Tokens []int32
+	Types  []int32
+}
+
+// Embedder serves an encoder model (BERT family): embeddings and, with a classifier head
+// (a cross-encoder), relevance scores. Requests arriving together are batched through one
+// forward by a batcher goroutine. Its methods are safe for concurrent use.
+type Embedder struct {
+	f    *encoder.File
+	enc  *encoder.Encoder
+	be   backend.Backend
+	tok  *tokenizer.Tokenizer // nil when the model has no vocabulary
+	jobs chan *embedJob
+	quit chan struct{} // closed by Close: the batcher stops, Embed refuses
+	done chan struct{} // closed by the batcher as it returns
+	once sync.Once
+	max  int // MaxBatchTokens
+
+	// Counters of what the batcher ran (EmbedStats).
+	calls, inputs, tokens, forwards atomic.Int64
+}
+
+// EmbedStats counts what an Embedder ran since it opened (for metrics).
+type EmbedStats struct {
+	// Calls are the Embed (and Score) calls run, Inputs their sequences and Tokens the
+	// tokens of those; Forwards the batched forwards that ran them.
+	Calls, Inputs, Tokens, Forwards int64
+}
+
+// Stats returns the Embedder's counters.
+func (e *Embedder) Stats() EmbedStats {
+	return EmbedStats{Calls: e.calls.Load(), Inputs: e.inputs.Load(), Tokens: e.tokens.Load(), Forwards: e.forwards.Load()}
+}
+
+// embedJob is one call's inputs waiting for the batcher, and where its answer goes.
+type embedJob struct {
+	ctx    context.Context
+	inputs []encoder.Sequence
+	tokens int
+	out    chan embedResult
+}
+
+type embedResult struct {
+	vecs [][]float32
+	err  error
+}
+
+// IsEncoderModel reports whether path holds an encoder model that OpenEmbedder opens (a
+// "bert" GGUF or a Hugging Face BertModel / BertForSequenceClassification folder) rather
+// than a generative one.
+func IsEncoderModel(path string) bool { return encoder.IsEncoder(path) }
+
+// encoderHint replaces err, the failure to open path as a generative model, by what to
+// do with it when path holds an encoder model.
+func encoderHint(path string, err error) error {
+	if IsEncoderModel(path) {
+		return fmt.Errorf("open %s: an encoder (embedding) model generates no text: serve it with kvasir serve, for /v1/embeddings, /v1/rerank and /v1/score", path)
+	}
+	return err
+}
+
+// OpenEmbedder opens the encoder model at path on opt.Device and starts its batcher.
+func OpenEmbedder(path string, opt EmbedderOptions) (*Embedder, error) {
+	var pooling *backend.PoolMode
+	if opt.Pooling != "" {
+		p, err := encoder.ParsePooling(opt.Pooling)
+		if err != nil {
+			return nil, err
+		}
+		pooling = &p
+	}
+	f, err := encoder.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	e := &Embedder{f: f, jobs: make(chan *embedJob), quit: make(chan struct{}), done: make(chan struct{}), max: opt.MaxBatchTokens}
+	if e.max <= 0 {
+		e.max = DefaultEmbedBatchTokens
+	}
+	fail := func(err error) (*Embedder, error) {
+		if e.enc != nil {
+			e.enc.Close()
+		}
+		if e.be != nil {
+			e.be.Close()
+		}
+		f.Close()
+		return nil, err
+	}
+	if f.Vocab != nil {
+		if e.tok, err = tokenizer.New(f.Vocab); err != nil {
+			return fail(fmt.Errorf("open %s: %w", path, err))
+		}
+	}
+	threads := opt.Threads
+	if threads < 1 {
+		threads = runtime.NumCPU()
+	}
+	if opt.Device.CUDA {
+		e.be, err = cudabackend.NewBackend(cudabackend.BackendOptions{Ordinal: opt.Device.Ordinal})
+	} else {
+		e.be, err = cpubackend.NewKernels(threads, opt.CPUKernels)
+	}
+	if err != nil {
+		return fail(fmt.Errorf("device %s: %w", opt.Device, err))
+	}
+	if e.enc, err = encoder.New(f, e.be, pooling); err != nil {
+		return fail(err)
+	}
+	go e.batch()
+	return e, nil
+}
+
+// Close stops the batcher (the calls it has taken finish first; later ones fail with
+// ErrClosed) and releases the model. Calling it again does nothing.
+func (e *Embedder) Close() error {
+	var err error
+	e.once.Do(func() {
+		close(e.quit)
+		<-e.done
+		err = errors.Join(e.enc.Close(), e.be.Close(), e.f.Close())
+	})
+	return err
+}
+
+// ModelName returns the model's file or folder name.
+func (e *Embedder) ModelName() string { return e.f.Name() }
+
+// Dim returns the size of the model's embeddings.
+func (e *Embedder) Dim() int { return e.f.Config.Dim }
+
+// MaxLen returns the most tokens one input may have (the model's position embeddings).
+func (e *Embedder) MaxLen() int { return e.f.Config.MaxPositions }
+
+// VocabSize returns the number of token ids the model knows.
+func (e *Embedder) VocabSize() int { return e.f.Config.VocabSize }
+
+// Pooling returns the pooling in use: "mean", "cls" or "last".
+func (e *Embedder) Pooling() string { return e.enc.Config().Pooling.String() }
+
+// HasClassifier reports whether the model is a cross-encoder (a classifier head that
+// Score runs).
+func (e *Embedder) HasClassifier() bool { return e.f.Config.Labels > 0 }
+
+// HasTokenizer reports whether the model came with a tokenizer (text inputs).
+func (e *Embedder) HasTokenizer() bool { return e.tok != nil }
+
+// Tokenize turns text into the model's input: [CLS] text [SEP].
+func (e *Embedder) Tokenize(text string) ([]int32, error) {
+	if e.tok == nil {
+		return nil, fmt.Errorf("model %s has no tokenizer", e.ModelName())
+	}
+	return encoder.Tokenize(e.tok, text), nil
+}
+
+// TokenizePair turns two texts into one cross-encoder input: [CLS] a [SEP] b [SEP], the
+// tokens of b and its [SEP] in segment 1.
+func (e *Embedder) TokenizePair(a, b string) (EmbedInput, error) {
+	if e.tok == nil {
+		return EmbedInput{}, fmt.Errorf("model %s has no tokenizer", e.ModelName())
+	}
+	toks, types := encoder.TokenizePair(e.tok, e.f.Vocab, a, b)
+	return EmbedInput{Tokens: toks, Types: types}, nil
+}
+
+// Embed returns each input's pooled embedding (Dim values, not normalized), batched with
+// the other calls waiting. An input with no tokens, more than MaxLen or an id outside the
+// vocabulary is refused with an error naming it (wrapping ErrTooLong for the length).
+func (e *Embedder) Embed(ctx context.Context, inputs []EmbedInput) ([][]float32, error) {
+	job := &embedJob{ctx: ctx, out: make(chan embedResult, 1)}
+	for i, in := range inputs {
+		switch {
+		case len(in.Tokens) == 0:
+			return nil, fmt.Errorf("input %d has no tokens", i)
+		case len(in.Tokens) > e.MaxLen():
+			return nil, fmt.Errorf("input %d: %d tokens, more than the model's %d: %w", i, len(in.Tokens), e.MaxLen(), ErrTooLong)
+		}
+		for j, t := range in.Tokens {
+			if t < 0 || int(t) >= e.VocabSize() {
+				return nil, fmt.Errorf("input %d token %d: id %d outside the vocabulary of %d", i, j, t, e.VocabSize())
+			}
+		}
+		job.inputs = append(job.inputs, encoder.Sequence{Tokens: in.Tokens, Types: in.Types})
+		job.tokens += len(in.Tokens)
+	}
+	if len(inputs) == 0 {
+		return nil, fmt.Errorf("no inputs")
+	}
+	select {
+	case e.jobs <- job:
+	case <-e.quit:
+		return nil, ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case r := <-job.out:
+		return r.vecs, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Score returns each input pair's relevance from the cross-encoder's head: the sigmoid of
+// its first logit (as sentence-transformers' CrossEncoder and vLLM score a one-label
+// model). It fails for a model without a classifier head.
+func (e *Embedder) Score(ctx context.Context, pairs []EmbedInput) ([]float32, error) {
+	if !e.HasClassifier() {
+		return nil, fmt.Errorf("model %s has no classifier head", e.ModelName())
+	}
+	pooled, err := e.Embed(ctx, pairs)
+	if err != nil {
+		return nil, err
+	}
+	scores := make([]float32, len(pooled))
+	for i, p := range pooled {
+		logits, err := e.enc.Classify(p)
+		if err != nil {
+			return nil, err
+		}
+		scores[i] = float32(1 / (1 + math.Exp(-float64(logits[0]))))
+	}
+	return scores, nil
+}
+
+// batch is the batcher goroutine: it takes a job, gathers the jobs already waiting up to
+// MaxBatchTokens, and runs them as one forward.
+func (e *Embedder) batch() {
+	defer close(e.done)
+	var next *embedJob
+	for {
+		job := next
+		next = nil
+		if job == nil {
+			select {
+			case job = <-e.jobs:
+			case <-e.quit:
+				return
+			}
+		}
+		group, tokens := []*embedJob{job}, job.tokens
+	gather:
+		for tokens < e.max {
+			select {
+			case j := <-e.jobs:
+				if tokens+j.tokens > e.max {
+					next = j
+					break gather
+				}
+				group, tokens = append(group, j), tokens+j.tokens
+			default:
+				break gather
+			}
+		}
+		e.run(group)
+	}
+}
+
+// run embeds the inputs of the jobs still wanted, in forwards of at most MaxBatchTokens
+// tokens (an input longer than that alone), and hands each job its part.
+func (e *Embedder) run(group []*embedJob) {
+	var live []*embedJob
+	var seqs []encoder.Sequence
+	for _, j := range group {
+		if j.ctx.Err() != nil {
+			j.out <- embedResult{err: j.ctx.Err()}
+			continue
+		}
+		live = append(live, j)
+		seqs = append(seqs, j.inputs...)
+	}
+	if len(live) == 0 {
+		return
+	}
+	var vecs [][]float32
+	var err error
+	for start := 0; start < len(seqs) && err == nil; {
+		end, tokens := start+1, len(seqs[start].Tokens)
+		for end < len(seqs) && tokens+len(seqs[end].Tokens) <= e.max {
+			tokens += len(seqs[end].Tokens)
+			end++
+		}
+		var part [][]float32
+		part, err = e.enc.Forward(seqs[start:end])
+		vecs, start = append(vecs, part...), end
+		e.forwards.Add(1)
+	}
+	for _, j := range live {
+		if err != nil {
+			j.out <- embedResult{err: err}
+			continue
+		}
+		e.calls.Add(1)
+		e.inputs.Add(int64(len(j.inputs)))
+		e.tokens.Add(int64(j.tokens))
+		j.out <- embedResult{vecs: vecs[:len(j.inputs):len(j.inputs)]}
+		vecs = vecs[len(j.inputs):]
+	}
+}

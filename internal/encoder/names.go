@@ -1,0 +1,103 @@
+package encoder
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Tensor names in GGUF naming (llama.cpp's for "bert"):
+//
+//	token_embd.weight, position_embd.weight, token_types.weight   the three embeddings
+//	token_embd_norm.{weight,bias}                                  their LayerNorm
+//	blk.N.attn_{q,k,v,output}.{weight,bias}                        self-attention
+//	blk.N.attn_output_norm.{weight,bias}                           LayerNorm after attention
+//	blk.N.ffn_{up,down}.{weight,bias}                              the GELU MLP
+//	blk.N.layer_output_norm.{weight,bias}                          LayerNorm after the MLP
+//	cls.{weight,bias}                                              the pooler (dense + tanh)
+//	cls.output.{weight,bias}                                       the classifier
+var hfGlobal = map[string]string{
+	"embeddings.word_embeddings.weight":       "token_embd.weight",
+	"embeddings.position_embeddings.weight":   "position_embd.weight",
+	"embeddings.token_type_embeddings.weight": "token_types.weight",
+	"embeddings.LayerNorm.weight":             "token_embd_norm.weight",
+	"embeddings.LayerNorm.bias":               "token_embd_norm.bias",
+	"pooler.dense.weight":                     "cls.weight",
+	"pooler.dense.bias":                       "cls.bias",
+	"classifier.weight":                       "cls.output.weight",
+	"classifier.bias":                         "cls.output.bias",
+}
+
+var hfLayer = map[string]string{
+	"attention.self.query":       "attn_q",
+	"attention.self.key":         "attn_k",
+	"attention.self.value":       "attn_v",
+	"attention.output.dense":     "attn_output",
+	"attention.output.LayerNorm": "attn_output_norm",
+	"intermediate.dense":         "ffn_up",
+	"output.dense":               "ffn_down",
+	"output.LayerNorm":           "layer_output_norm",
+}
+
+// paramNames maps a parameter's last name part to GGUF's: older BERT checkpoints name a
+// LayerNorm's parameters gamma and beta.
+var paramNames = map[string]string{"weight": "weight", "bias": "bias", "gamma": "weight", "beta": "bias"}
+
+// ggufName translates a Hugging Face BERT tensor name (with or without the "bert." prefix
+// of BertForSequenceClassification) to GGUF naming; ok is false for names the encoder
+// does not use (position_ids buffers, say).
+func ggufName(hf string) (string, bool) {
+	hf = strings.TrimPrefix(hf, "bert.")
+	if g, ok := hfGlobal[strings.Replace(strings.Replace(hf, "LayerNorm.gamma", "LayerNorm.weight", 1), "LayerNorm.beta", "LayerNorm.bias", 1)]; ok {
+		return g, true
+	}
+	rest, ok := strings.CutPrefix(hf, "encoder.layer.")
+	if !ok {
+		return "", false
+	}
+	layer, rest, ok := strings.Cut(rest, ".")
+	if _, err := strconv.Atoi(layer); !ok || err != nil {
+		return "", false
+	}
+	i := strings.LastIndexByte(rest, '.')
+	if i < 0 {
+		return "", false
+	}
+	g, ok := hfLayer[rest[:i]]
+	suffix, known := paramNames[rest[i+1:]]
+	if !ok || !known {
+		return "", false
+	}
+	return "blk." + layer + "." + g + "." + suffix, true
+}
+
+// hfName is the inverse of ggufName, for writing a BertModel or
+// BertForSequenceClassification folder (classifier true: the "bert." prefix).
+func hfName(g string, classifier bool) (string, bool) {
+	prefix := ""
+	if classifier {
+		prefix = "bert."
+	}
+	for hf, name := range hfGlobal {
+		if name == g {
+			if strings.HasPrefix(hf, "classifier.") {
+				return hf, true
+			}
+			return prefix + hf, true
+		}
+	}
+	rest, ok := strings.CutPrefix(g, "blk.")
+	layer, rest, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 {
+		return "", false
+	}
+	i := strings.LastIndexByte(rest, '.')
+	if i < 0 {
+		return "", false
+	}
+	for hf, name := range hfLayer {
+		if name == rest[:i] {
+			return prefix + "encoder.layer." + layer + "." + hf + rest[i:], true
+		}
+	}
+	return "", false
+}

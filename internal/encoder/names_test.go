@@ -1,0 +1,53 @@
+package encoder
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestNamesRoundTrip(t *testing.T) {
+	c, _ := SynthConfig("bert-tiny-reranker")
+	for _, classifier := range []bool{false, true} {
+		for _, g := range Tensors(c) {
+			hf, ok := hfName(g, classifier)
+			if !ok {
+				t.Fatalf("%s has no Hugging Face name", g)
+			}
+			if back, ok := ggufName(hf); !ok || back != g {
+				t.Errorf("%s -> %s -> %s, %v", g, hf, back, ok)
+			}
+		}
+	}
+	for hf, want := range map[string]string{"embeddings.LayerNorm.gamma": "token_embd_norm.weight",
+		"bert.encoder.layer.2.attention.output.LayerNorm.beta": "blk.2.attn_output_norm.bias"} {
+		if g, ok := ggufName(hf); !ok || g != want {
+			t.Errorf("%s -> %s %v, want %s", hf, g, ok, want)
+		}
+	}
+	for _, hf := range []string{"embeddings.position_ids", "encoder.layer.x.output.dense.weight", "encoder.layer.1.output.dense.scale", "cls.predictions.bias"} {
+		if g, ok := ggufName(hf); ok {
+			t.Errorf("%s mapped to %s", hf, g)
+		}
+	}
+}
+
+// FuzzNames: any name maps to a GGUF name that maps back (up to the "bert." prefix), or
+// to nothing.
+func FuzzNames(f *testing.F) {
+	for _, s := range []string{"bert.encoder.layer.3.attention.self.query.bias", "classifier.weight", "encoder.layer.0.output.LayerNorm.weight", "encoder.layer..", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, hf string) {
+		g, ok := ggufName(hf)
+		if !ok {
+			return
+		}
+		back, ok := hfName(g, strings.HasPrefix(hf, "bert."))
+		if !ok || (back != hf && "bert."+back != hf && back != strings.TrimPrefix(hf, "bert.")) {
+			// Layer numbers are written back in canonical form; compare through GGUF.
+			if g2, _ := ggufName(back); g2 != g {
+				t.Fatalf("%q -> %q -> %q", hf, g, back)
+			}
+		}
+	})
+}
