@@ -48,6 +48,11 @@ type (
 	TokenLogprob = engine.TokenLogprob
 	// RequestStats are a finished request's latencies and counts (for metrics).
 	RequestStats = engine.RequestStats
+	// KVEvent is one block entering or leaving the prefix cache (Options.OnKVEvent).
+	KVEvent = kvcache.Event
+	// BlockHash is a KV block's chained hash: its tokens, its cache salt and everything
+	// before it.
+	BlockHash = kvcache.BlockHash
 	// Stats is a snapshot of the engine's gauges and counters (for metrics).
 	Stats = engine.Stats
 	// ParamError is an invalid request parameter, naming it.
@@ -221,6 +226,7 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 		DisableAsyncScheduling: opt.DisableAsyncScheduling,
 		MaxWaiting:             opt.MaxWaiting,
 		OnRequestDone:          opt.OnRequestDone,
+		OnKVEvent:              opt.OnKVEvent,
 		Speculation:            sp.engine(),
 	})
 	if err != nil {
@@ -338,4 +344,15 @@ func (e *Engine) TokenText(id int32) string {
 		return ""
 	}
 	return string(e.l.tok.TokenBytes(int(id)))
+}
+
+// BlockSize returns the number of tokens per KV block.
+func (e *Engine) BlockSize() int { return e.sizing.BlockSize }
+
+// BlockHashes returns the chained hashes the prefix cache gives the full blocks of a prompt
+// of these tokens with this cache salt: the names under which Options.OnKVEvent reports
+// them. A router compares them with an instance's events to learn how much of a prompt
+// that instance holds.
+func (e *Engine) BlockHashes(tokens []int32, salt string) []BlockHash {
+	return kvcache.ChainHashes(tokens, e.sizing.BlockSize, salt)
 }

@@ -89,6 +89,10 @@ type Options struct {
 	// OnRequestDone, when set, receives every finished request's stats, from the engine
 	// loop: it must return quickly.
 	OnRequestDone func(RequestStats)
+	// OnKVEvent, when set, receives every block that enters or leaves the prefix cache
+	// (its chained hash), from the engine loop: it must return quickly. A router keeps
+	// these to know what each instance caches (see Engine.BlockHashes).
+	OnKVEvent func(KVEvent)
 }
 
 // CUDAOptions are the settings of the CUDA backends (see cudabackend.BackendOptions).

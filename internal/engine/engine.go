@@ -55,6 +55,9 @@ type Config struct {
 	// OnRequestDone, when set, is called from the engine loop for every finished request;
 	// it must return quickly.
 	OnRequestDone func(RequestStats)
+	// OnKVEvent, when set, is called from the engine loop for every block that enters or
+	// leaves the prefix cache; it must return quickly.
+	OnKVEvent func(kvcache.Event)
 	// Speculation, when set, turns on speculative decoding (see Speculation).
 	Speculation *Speculation
 	// Now is the clock (time.Now when nil); tests may replace it.
@@ -201,7 +204,7 @@ func assemble(m Model, info ModelInfo, tok *tokenizer.Tokenizer, cfg Config, d d
 	if cfg.MaxModelLen <= 0 || cfg.MaxModelLen > poolTokens {
 		cfg.MaxModelLen = poolTokens
 	}
-	mgr, err := kvcache.NewManager(kvcache.Config{NumBlocks: cfg.NumBlocks, BlockSize: cfg.BlockSize, DisablePrefixCaching: cfg.DisablePrefixCaching})
+	mgr, err := kvcache.NewManager(kvcache.Config{NumBlocks: cfg.NumBlocks, BlockSize: cfg.BlockSize, DisablePrefixCaching: cfg.DisablePrefixCaching, OnEvent: cfg.OnKVEvent})
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
