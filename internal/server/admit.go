@@ -10,7 +10,8 @@ import (
 )
 
 // jsonPaths are the endpoints whose request body is JSON.
-var jsonPaths = map[string]bool{"/v1/completions": true, "/v1/chat/completions": true, "/tokenize": true, "/detokenize": true}
+var jsonPaths = map[string]bool{"/v1/completions": true, "/v1/chat/completions": true, "/tokenize": true, "/detokenize": true,
+	"/v1/kv_hashes/completions": true, "/v1/kv_hashes/chat/completions": true}
 
 // generatePaths are the endpoints that submit requests to the engine.
 var generatePaths = map[string]bool{"/v1/completions": true, "/v1/chat/completions": true}

@@ -96,6 +96,9 @@ type Config struct {
 	// Without it tool_choice "required" and a named function are refused, and "auto" runs
 	// unconstrained.
 	ToolGrammar func(ToolChoice) ([]kvasir.Processor, error)
+	// KVEvents, when set, is the log of the engine's prefix-cache events (its Record must
+	// be the engine's Options.OnKVEvent), served on GET /v1/kv_events for routers.
+	KVEvents *KVEvents
 	// Limits are the budgets of one request (zero fields: the defaults).
 	Limits
 }
@@ -275,6 +278,9 @@ func (s *Server) routes() {
 	mux.Handle("/v1/models/{model...}", method(http.MethodGet, s.handleModel))
 	mux.Handle("/v1/completions", method(http.MethodPost, s.handleCompletions))
 	mux.Handle("/v1/chat/completions", method(http.MethodPost, s.handleChat))
+	mux.Handle("/v1/kv_events", method(http.MethodGet, s.handleKVEvents))
+	mux.Handle("/v1/kv_hashes/completions", method(http.MethodPost, s.handleKVHashes(false)))
+	mux.Handle("/v1/kv_hashes/chat/completions", method(http.MethodPost, s.handleKVHashes(true)))
 	mux.Handle("/tokenize", method(http.MethodPost, s.handleTokenize))
 	mux.Handle("/detokenize", method(http.MethodPost, s.handleDetokenize))
 	mux.Handle("/health", method(http.MethodGet, s.handleHealth))

@@ -1,0 +1,75 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/kvasir-llm/kvasir"
+)
+
+// TestKVEventsAndHashes checks the two router endpoints against each other: the hashes
+// /v1/kv_hashes gives a prompt are the ones /v1/kv_events reports stored once the prompt
+// has run, a stale or foreign epoch gets a snapshot of the same set, and a chat request
+// is hashed as its rendered prompt.
+func TestKVEventsAndHashes(t *testing.T) {
+	ev := NewKVEvents(8)
+	env := newTestEnv(t, kvasir.Options{OnKVEvent: ev.Record}, Config{KVEvents: ev})
+	prompt := strings.Repeat("the quick brown fox jumps over the lazy dog ", 4)
+	body := map[string]any{"prompt": prompt, "max_tokens": 1, "temperature": 0}
+	var hs kvHashesResponse
+	env.post(t, "/v1/kv_hashes/completions", body, &hs)
+	if hs.BlockSize != 16 || len(hs.Prompts) != 1 || len(hs.Prompts[0].Hashes) != hs.Prompts[0].NumTokens/16 || len(hs.Prompts[0].Hashes) < 2 {
+		t.Fatalf("hashes response %+v", hs)
+	}
+	var first kvEventsResponse
+	if code, b := env.do(t, http.MethodGet, "/v1/kv_events", nil); code != 200 || json.Unmarshal(b, &first) != nil || !first.Snapshot || len(first.Hashes) != 0 {
+		t.Fatalf("before any request: %d %s", code, b)
+	}
+	var done map[string]any
+	env.post(t, "/v1/completions", body, &done)
+	var delta kvEventsResponse
+	code, b := env.do(t, http.MethodGet, "/v1/kv_events?epoch="+first.Epoch+"&after=0", nil)
+	if code != 200 || json.Unmarshal(b, &delta) != nil || delta.Snapshot {
+		t.Fatalf("events after 0: %d %s", code, b)
+	}
+	var stored []string
+	for _, e := range delta.Events {
+		if e.Type == "stored" {
+			stored = append(stored, e.Hash)
+		}
+	}
+	for _, h := range hs.Prompts[0].Hashes {
+		if !slices.Contains(stored, h) {
+			t.Fatalf("prompt block %s not reported stored (events %+v)", h, delta.Events)
+		}
+	}
+	var snap kvEventsResponse
+	code, b = env.do(t, http.MethodGet, "/v1/kv_events?epoch=other", nil)
+	if code != 200 || json.Unmarshal(b, &snap) != nil || !snap.Snapshot || snap.Seq != delta.Seq {
+		t.Fatalf("foreign epoch: %d %s", code, b)
+	}
+	slices.Sort(snap.Hashes)
+	slices.Sort(stored)
+	if !slices.Equal(snap.Hashes, stored) {
+		t.Fatalf("snapshot %v, events stored %v", snap.Hashes, stored)
+	}
+	if code, b := env.do(t, http.MethodGet, "/v1/kv_events?after=x", nil); code != 400 {
+		t.Fatalf("after=x: %d %s", code, b)
+	}
+
+	chat := map[string]any{"messages": []map[string]string{{"role": "user", "content": prompt}}}
+	var ch kvHashesResponse
+	env.post(t, "/v1/kv_hashes/chat/completions", chat, &ch)
+	var tok struct{ Tokens []int32 }
+	env.post(t, "/tokenize", chat, &tok)
+	want := env.eng.BlockHashes(tok.Tokens, "")
+	if len(ch.Prompts) != 1 || ch.Prompts[0].NumTokens != len(tok.Tokens) || len(ch.Prompts[0].Hashes) != len(want) {
+		t.Fatalf("chat hashes %+v for %d tokens", ch, len(tok.Tokens))
+	}
+	if code, b := env.do(t, http.MethodPost, "/v1/kv_hashes/completions", []byte(`{"prompt": 3}`)); code != 400 {
+		t.Fatalf("bad prompt: %d %s", code, b)
+	}
+}
