@@ -122,16 +122,17 @@ type kvHashesResponse struct {
 	Prompts   []promptHashes `json:"prompts"`
 }
 
-// promptHashes are one prompt's token count and its full blocks' chained hashes.
+// promptHashes are one prompt's tokens and its full blocks' chained hashes.
 type promptHashes struct {
 	NumTokens int      `json:"num_tokens"`
+	TokenIDs  []int32  `json:"token_ids"`
 	Hashes    []string `json:"hashes"`
 }
 
 // handleKVHashes answers POST /v1/kv_hashes/completions and
 // /v1/kv_hashes/chat/completions: the body of a request to the endpoint named, validated
-// and tokenized exactly as that endpoint would, answered with its prompts' block hashes
-// instead of being run.
+// and tokenized exactly as that endpoint would, answered with its prompts' token ids and
+// block hashes instead of being run.
 func (s *Server) handleKVHashes(chat bool) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		var reqs []kvasir.Request
@@ -160,7 +161,7 @@ func (s *Server) handleKVHashes(chat bool) http.HandlerFunc {
 		res := kvHashesResponse{BlockSize: s.eng.BlockSize(), Prompts: make([]promptHashes, len(reqs))}
 		for i, kr := range reqs {
 			hs := s.eng.BlockHashes(kr.PromptTokens, kr.CacheSalt)
-			p := promptHashes{NumTokens: len(kr.PromptTokens), Hashes: make([]string, len(hs))}
+			p := promptHashes{NumTokens: len(kr.PromptTokens), TokenIDs: kr.PromptTokens, Hashes: make([]string, len(hs))}
 			for j, h := range hs {
 				p.Hashes[j] = hex.EncodeToString(h[:])
 			}

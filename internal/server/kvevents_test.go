@@ -73,3 +73,49 @@ func TestKVEventsAndHashes(t *testing.T) {
 		t.Fatalf("bad prompt: %d %s", code, b)
 	}
 }
+
+// TestReturnTokenIDs checks return_token_ids: the token ids of a stream's chunks, in order,
+// are the non-streamed reply's (max_tokens of them), for completions and chat.
+func TestReturnTokenIDs(t *testing.T) {
+	env := newTestEnv(t, kvasir.Options{}, Config{})
+	for _, path := range []string{"/v1/completions", "/v1/chat/completions"} {
+		body := map[string]any{"max_tokens": 12, "temperature": 0, "return_token_ids": true}
+		if path == "/v1/completions" {
+			body["prompt"] = "once upon a time"
+		} else {
+			body["messages"] = []map[string]string{{"role": "user", "content": "once upon a time"}}
+		}
+		var whole struct {
+			Choices []struct {
+				Text     string
+				Message  struct{ Content string }
+				TokenIDs []int32 `json:"token_ids"`
+			}
+		}
+		env.post(t, path, body, &whole)
+		if len(whole.Choices) != 1 || len(whole.Choices[0].TokenIDs) != 12 {
+			t.Fatalf("%s: reply %+v", path, whole)
+		}
+		body["stream"] = true
+		var streamed []int32
+		for _, data := range env.stream(t, path, body) {
+			if data == "[DONE]" {
+				break
+			}
+			var c struct {
+				Choices []struct {
+					TokenIDs []int32 `json:"token_ids"`
+				}
+			}
+			if err := json.Unmarshal([]byte(data), &c); err != nil {
+				t.Fatal(err)
+			}
+			for _, ch := range c.Choices {
+				streamed = append(streamed, ch.TokenIDs...)
+			}
+		}
+		if !slices.Equal(streamed, whole.Choices[0].TokenIDs) {
+			t.Fatalf("%s: streamed ids %v, whole reply %v", path, streamed, whole.Choices[0].TokenIDs)
+		}
+	}
+}
