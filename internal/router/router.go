@@ -134,7 +134,7 @@ func New(cfg Config) (*Router, error) {
 		cfg.Transport = &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
 	}
 	r := &Router{cfg: cfg, log: cfg.Logger, client: &http.Client{Transport: cfg.Transport},
-		rng: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x726f75746572)),
+		rng:      rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x726f75746572)),
 		sessions: sessions{m: make(map[string]*backend)}}
 	if r.log == nil {
 		r.log = slog.Default()
