@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -114,7 +115,8 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	if trip := c.in.trip.Load(); trip != nil {
 		events := c.in.events.Add(int64(bytes.Count(p, []byte("data: "))))
 		if k := trip.Load(); k > 0 && events >= k && trip.CompareAndSwap(k, 0) {
-			go c.in.kill()
+			c.in.dead.Store(true) // nothing more gets out
+			go c.in.ts.CloseClientConnections()
 		}
 	}
 	return n, err
@@ -192,19 +194,27 @@ func textOnly() map[string]float64 {
 // than 200.
 func post(t testing.TB, url string, body any, out any) {
 	t.Helper()
+	if err := tryPost(url, body, out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryPost is post returning its error (for goroutines other than the test's).
+func tryPost(url string, body any, out any) error {
 	b, _ := json.Marshal(body)
 	res, err := http.Post(url, "application/json", bytes.NewReader(b))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
 	if res.StatusCode != http.StatusOK {
-		t.Fatalf("POST %s: status %d: %s", url, res.StatusCode, raw)
+		return fmt.Errorf("POST %s: status %d: %s", url, res.StatusCode, raw)
 	}
 	if err := json.Unmarshal(raw, out); err != nil {
-		t.Fatalf("POST %s: %v: %s", url, err, raw)
+		return fmt.Errorf("POST %s: %v: %s", url, err, raw)
 	}
+	return nil
 }
 
 // streamed is what a client reads of a stream: the text, the finish reason, the usage,

@@ -158,6 +158,7 @@ func TestStreamSurvivesBackendDeath(t *testing.T) {
 		var trip atomic.Int64
 		trip.Store(12) // whichever serves it first dies after 12 events
 		for _, in := range ins {
+			in.events.Store(0)
 			in.trip.Store(&trip)
 		}
 		got := readStream(t, ts.URL+path, body())
