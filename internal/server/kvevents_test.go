@@ -119,3 +119,25 @@ func TestReturnTokenIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestKVEventsLogOverflow checks that a router further behind than the log reaches gets a
+// snapshot, and one within it exactly the events it missed.
+func TestKVEventsLogOverflow(t *testing.T) {
+	k := NewKVEvents(2)
+	var h [10]kvasir.BlockHash
+	for i := range h {
+		h[i][0] = byte(i + 1)
+		k.Record(kvasir.KVEvent{Hash: h[i]})
+	}
+	k.Record(kvasir.KVEvent{Hash: h[0], Removed: true})
+	if res := k.since(k.epoch, 1, 16); !res.Snapshot || len(res.Hashes) != 9 || res.Seq != 11 {
+		t.Fatalf("behind the log: %+v", res)
+	}
+	res := k.since(k.epoch, 9, 16)
+	if res.Snapshot || len(res.Events) != 2 || res.Events[0].Type != "stored" || res.Events[1].Type != "removed" {
+		t.Fatalf("within the log: %+v", res)
+	}
+	if res := k.since(k.epoch, 12, 16); !res.Snapshot {
+		t.Fatalf("ahead of the log: %+v", res)
+	}
+}
