@@ -23,6 +23,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -114,7 +115,7 @@ func New(cfg Config) (*Router, error) {
 	if cfg.Policy == "" {
 		cfg.Policy = PolicyCacheAware
 	}
-	if !contains(Policies, cfg.Policy) {
+	if !slices.Contains(Policies, cfg.Policy) {
 		return nil, fmt.Errorf("router: policy %q: want one of %s", cfg.Policy, strings.Join(Policies, ", "))
 	}
 	if cfg.PollInterval <= 0 {
@@ -173,12 +174,3 @@ func (r *Router) Close() {
 
 // ServeHTTP answers one request.
 func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) { r.handler.ServeHTTP(w, req) }
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
