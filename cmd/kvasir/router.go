@@ -45,7 +45,7 @@ func runRouter(args []string) error {
 	poll := fs.Duration("poll-interval", router.DefaultPollInterval, "how often each instance's /health, /metrics and /v1/kv_events are read")
 	slack := fs.Int("balance-slack", router.DefaultBalanceSlack, "how many more requests than the least loaded instance a cache or session match may have and still win (-1: none)")
 	drain := fs.Duration("drain-timeout", 30*time.Second, "on SIGTERM/SIGINT, how long requests in flight may finish")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseFlags(fs, args, "balance-slack"); err != nil {
 		return err
 	}
 	envDefault(fs, "api-key", "KVASIR_API_KEY", apiKey)
