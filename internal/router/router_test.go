@@ -1,6 +1,7 @@
 package router
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"runtime"
@@ -182,5 +183,35 @@ func TestStreamSurvivesBackendDeath(t *testing.T) {
 		rt.Close()
 		http.DefaultClient.CloseIdleConnections()
 		waitGoroutines(t, baseline, 5*time.Second)
+	}
+}
+
+// TestClientDisconnectAborts checks that a client leaving a stream through the router
+// ends the request on the instance: it stops running, its KV blocks go back, and the
+// router's in-flight count returns to zero.
+func TestClientDisconnectAborts(t *testing.T) {
+	in := newInstance(t, 4096)
+	rt, ts := newTestRouter(t, Config{}, in)
+	body := `{"prompt": "a long story", "max_tokens": 500, "ignore_eos": true, "stream": true}`
+	req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/completions", strings.NewReader(body))
+	ctx, cancel := context.WithCancel(context.Background())
+	res, err := http.DefaultClient.Do(req.WithContext(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 64)
+	if _, err := res.Body.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "the request running on the instance", func() bool { return in.eng.Stats().Running == 1 })
+	cancel()
+	res.Body.Close()
+	waitFor(t, 5*time.Second, "the instance to abort the request", func() bool {
+		s := in.eng.Stats()
+		return s.Running == 0 && s.Waiting == 0 && s.KVUsage == 0
+	})
+	waitFor(t, 5*time.Second, "the router's in-flight count", func() bool { return rt.backends[0].inflight.Load() == 0 })
+	if s := in.eng.Stats(); s.Finished["abort"] != 1 || s.GenerationTokens >= 500 {
+		t.Fatalf("the request was not aborted: finished %v, %d tokens generated", s.Finished, s.GenerationTokens)
 	}
 }
