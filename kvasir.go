@@ -52,6 +52,11 @@ type (
 	ChoiceStats = engine.ChoiceStats
 	// StepStats are the token counts of one engine step that brought tokens (for metrics).
 	StepStats = engine.StepStats
+	// KVEvent is one block entering or leaving the prefix cache (Options.OnKVEvent).
+	KVEvent = kvcache.Event
+	// BlockHash is a KV block's chained hash: its tokens, its cache salt and everything
+	// before it.
+	BlockHash = kvcache.BlockHash
 	// Stats is a snapshot of the engine's gauges and counters (for metrics).
 	Stats = engine.Stats
 	// ParamError is an invalid request parameter, naming it.
@@ -228,6 +233,7 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 		MaxWaiting:             opt.MaxWaiting,
 		OnRequestDone:          opt.OnRequestDone,
 		OnStepDone:             opt.OnStepDone,
+		OnKVEvent:              opt.OnKVEvent,
 		Speculation:            sp.engine(),
 		KVPolicy:               opt.KVPolicy,
 	})
@@ -367,4 +373,12 @@ func (e *Engine) TokenText(id int32) string {
 		return ""
 	}
 	return string(e.l.tok.TokenBytes(int(id)))
+}
+
+// BlockHashes returns the chained hashes the prefix cache gives the full blocks of a prompt
+// of these tokens with this cache salt: the names under which Options.OnKVEvent reports
+// them. A router compares them with an instance's events to learn how much of a prompt
+// that instance holds.
+func (e *Engine) BlockHashes(tokens []int32, salt string) []BlockHash {
+	return kvcache.ChainHashes(tokens, e.sizing.BlockSize, salt)
 }

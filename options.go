@@ -96,6 +96,10 @@ type Options struct {
 	// OnStepDone, when set, receives the token counts of every engine step that brought
 	// tokens, from the engine loop: it must return quickly.
 	OnStepDone func(StepStats)
+	// OnKVEvent, when set, receives every block that enters or leaves the prefix cache
+	// (its chained hash), from the engine loop: it must return quickly. A router keeps
+	// these to know what each instance caches (see Engine.BlockHashes).
+	OnKVEvent func(KVEvent)
 }
 
 // CUDAOptions are the settings of the CUDA backends (see cudabackend.BackendOptions).

@@ -18,8 +18,8 @@ func numericFlags(help string) map[string]string {
 		switch {
 		case m[2] == "duration":
 			flags[m[1]] = "-1s"
-		case m[1] == "seed":
-			flags[m[1]] = "-2" // -1 is "from the clock"
+		case m[1] == "seed", m[1] == "balance-slack":
+			flags[m[1]] = "-2" // -1 is "from the clock", "no slack"
 		default:
 			flags[m[1]] = "-1"
 		}
@@ -43,6 +43,7 @@ func TestNegativeFlagsRefused(t *testing.T) {
 		{"bench generate", func(a []string) error { return runBench(append([]string{"generate"}, a...)) }, []string{"extra"}},
 		{"bench offline", func(a []string) error { return runBench(append([]string{"offline"}, a...)) }, []string{"extra"}},
 		{"bench serve", func(a []string) error { return runBench(append([]string{"serve"}, a...)) }, []string{"extra"}},
+		{"router", runRouter, []string{"extra"}},
 	}
 	for _, c := range commands {
 		help := captureStderr(t, func() { c.run([]string{"-h"}) })

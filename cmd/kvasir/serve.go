@@ -96,10 +96,12 @@ func runServe(args []string) error {
 	start := time.Now()
 	var names []string
 	var metrics *server.Metrics
+	kvEvents := server.NewKVEvents(0) // served on /v1/kv_events, for kvasir router
 	eng, err := ef.openEngine(func(opt *kvasir.Options, fm *format.Model) {
 		names = servedNames(*served, fm.Name())
 		metrics = server.NewMetrics(names[0])
 		metrics.Hook(opt)
+		opt.OnKVEvent = kvEvents.Record
 	})
 	if err != nil {
 		return err
@@ -120,6 +122,7 @@ func runServe(args []string) error {
 	}
 	cfg.ModelNames, cfg.ChatTemplate, cfg.Logger, cfg.Metrics = names, tmplSrc, log, metrics
 	cfg.ChatTemplateLimits, cfg.ChatTemplateWorkers = tmplLimits, tmplWorkers
+	cfg.KVEvents = kvEvents
 	srv, err := server.New(eng, cfg)
 	if err != nil {
 		eng.Close()

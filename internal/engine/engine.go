@@ -59,6 +59,9 @@ type Config struct {
 	// OnStepDone, when set, is called from the engine loop after every step that brought
 	// tokens; it must return quickly.
 	OnStepDone func(StepStats)
+	// OnKVEvent, when set, is called from the engine loop for every block that enters or
+	// leaves the prefix cache; it must return quickly.
+	OnKVEvent func(kvcache.Event)
 	// Speculation, when set, turns on speculative decoding (see Speculation).
 	Speculation *Speculation
 	// KVPolicy is the KV policy of requests that name none (Request.KVPolicy); the zero
@@ -215,7 +218,7 @@ func assemble(m Model, info ModelInfo, tok *tokenizer.Tokenizer, cfg Config, d d
 	if cfg.MaxModelLen <= 0 || cfg.MaxModelLen > poolTokens {
 		cfg.MaxModelLen = poolTokens
 	}
-	mgr, err := kvcache.NewManager(kvcache.Config{NumBlocks: cfg.NumBlocks, BlockSize: cfg.BlockSize, DisablePrefixCaching: cfg.DisablePrefixCaching})
+	mgr, err := kvcache.NewManager(kvcache.Config{NumBlocks: cfg.NumBlocks, BlockSize: cfg.BlockSize, DisablePrefixCaching: cfg.DisablePrefixCaching, OnEvent: cfg.OnKVEvent})
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}

@@ -38,6 +38,7 @@ type BlockPool struct {
 	cached     map[BlockHash]*block
 	tokenStore []int32
 	epoch      uint64
+	onEvent    func(Event) // nil: nobody listens
 }
 
 // NewBlockPool returns a pool of numBlocks blocks (block 0 being the null block) of
@@ -172,6 +173,9 @@ func (p *BlockPool) register(b *block, h, parent BlockHash, tokens []int32, extr
 	b.extra = extra
 	copy(b.tokens, tokens)
 	p.cached[h] = b
+	if p.onEvent != nil {
+		p.onEvent(Event{Hash: h})
+	}
 	return true
 }
 
@@ -182,6 +186,9 @@ func (p *BlockPool) uncache(b *block) {
 	}
 	if p.cached[b.hash] == b {
 		delete(p.cached, b.hash)
+		if p.onEvent != nil {
+			p.onEvent(Event{Hash: b.hash, Removed: true})
+		}
 	}
 	b.cached = false
 	b.hash = BlockHash{}

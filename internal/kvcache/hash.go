@@ -38,3 +38,19 @@ func DefaultHash(parent BlockHash, tokens []int32, extra string) BlockHash {
 	copy(h[:], sum[:16])
 	return h
 }
+
+// ChainHashes returns the DefaultHash chain of the full blocks of tokens, blockSize tokens
+// each, with extra as every block's extra key: the hashes a Manager with the default hash
+// gives those blocks when it caches them (a trailing partial block has none).
+func ChainHashes(tokens []int32, blockSize int, extra string) []BlockHash {
+	if blockSize <= 0 {
+		return nil
+	}
+	out := make([]BlockHash, 0, len(tokens)/blockSize)
+	var parent BlockHash
+	for i := 0; i+blockSize <= len(tokens); i += blockSize {
+		parent = DefaultHash(parent, tokens[i:i+blockSize], extra)
+		out = append(out, parent)
+	}
+	return out
+}

@@ -23,6 +23,9 @@ type Config struct {
 	DisablePrefixCaching bool
 	// Hash computes block hashes; nil means DefaultHash. Tests inject weak functions here.
 	Hash HashFunc
+	// OnEvent, when set, is called for every block that enters or leaves the prefix cache
+	// (see Event), from the goroutine that calls the Manager: it must return quickly.
+	OnEvent func(Event)
 }
 
 // Alloc describes one Allocate call: the KV slots a request needs for this step.
@@ -87,6 +90,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
+	pool.onEvent = cfg.OnEvent
 	h := cfg.Hash
 	if h == nil {
 		h = DefaultHash

@@ -51,6 +51,9 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	for i := range res.choices {
 		cs := &res.choices[i]
 		c := chatChoice{Index: i, Message: replyMessage(cs.text.String(), tools), StopReason: cs.stop}
+		if req.ReturnTokenIDs {
+			c.TokenIDs = cs.tokens
+		}
 		c.FinishReason = strPtr(toolFinish(cs.finish, len(c.Message.ToolCalls) > 0))
 		if kreq.Params.Logprobs {
 			c.Logprobs = s.chatLogprobs(cs.tokens, cs.logprobs)
@@ -323,10 +326,14 @@ func (s *Server) streamChat(w http.ResponseWriter, ch <-chan item, base chatResp
 			sse.done()
 			return
 		}
-		if o.Text == "" && o.FinishReason == "" && len(o.Logprobs) == 0 {
+		ids := req.ReturnTokenIDs && len(o.TokenIDs) > 0
+		if o.Text == "" && o.FinishReason == "" && len(o.Logprobs) == 0 && !ids {
 			continue
 		}
 		c := chatChoice{Index: o.Index, Delta: &chatDelta{}, FinishReason: strPtr(o.FinishReason), StopReason: stopReason(o)}
+		if ids {
+			c.TokenIDs = o.TokenIDs
+		}
 		if rs := parsers[o.Index]; rs != nil {
 			*c.Delta = rs.feed(o.Text, o.FinishReason != "")
 			c.FinishReason = strPtr(toolFinish(o.FinishReason, rs.calls))
@@ -337,7 +344,7 @@ func (s *Server) streamChat(w http.ResponseWriter, ch <-chan item, base chatResp
 		if logprobs {
 			c.Logprobs = s.chatLogprobs(o.TokenIDs, o.Logprobs)
 		}
-		if c.Delta.empty() && c.FinishReason == nil && c.Logprobs == nil {
+		if c.Delta.empty() && c.FinishReason == nil && c.Logprobs == nil && c.TokenIDs == nil {
 			continue // the parser holds the text back
 		}
 		if !chunk(c) {

@@ -49,6 +49,9 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		cs := &res.choices[i]
 		p := i / n
 		ch := completionChoice{Index: i, Text: e.text[p] + cs.text.String(), FinishReason: strPtr(cs.finish), StopReason: cs.stop}
+		if req.ReturnTokenIDs {
+			ch.TokenIDs = cs.tokens
+		}
 		if lp.top >= 0 {
 			ch.Logprobs = newLegacyLogprobs()
 			offset := 0
@@ -231,11 +234,14 @@ func (s *Server) streamCompletion(w http.ResponseWriter, ch <-chan item, base co
 		return true
 	}
 	send := func(o kvasir.Output, p int) bool {
-		if o.Text == "" && o.FinishReason == "" && len(o.Logprobs) == 0 {
+		if o.Text == "" && o.FinishReason == "" && len(o.Logprobs) == 0 && (!req.ReturnTokenIDs || len(o.TokenIDs) == 0) {
 			return true
 		}
 		idx := p*n + o.Index
 		c := completionChoice{Index: idx, Text: o.Text, FinishReason: strPtr(o.FinishReason), StopReason: stopReason(o)}
+		if req.ReturnTokenIDs {
+			c.TokenIDs = o.TokenIDs
+		}
 		if lp.top >= 0 {
 			c.Logprobs = newLegacyLogprobs()
 			offsets[idx] = lp.add(c.Logprobs, o.TokenIDs, o.Logprobs, offsets[idx])

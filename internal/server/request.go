@@ -56,6 +56,9 @@ type commonRequest struct {
 	KVPolicy               *kvPolicyField     `json:"kv_policy"`
 	Stream                 bool               `json:"stream"`
 	StreamOptions          *streamOptions     `json:"stream_options"`
+	// ReturnTokenIDs (vLLM's return_token_ids) puts each choice's generated token ids in
+	// token_ids: what kvasir router continues a stream from when its instance fails.
+	ReturnTokenIDs bool `json:"return_token_ids"`
 	// PromptLogprobs, UseBeamSearch and LengthPenalty are vLLM's extensions, checked by
 	// promptLogprobsParams and beamSearchParams.
 	PromptLogprobs *int     `json:"prompt_logprobs"`

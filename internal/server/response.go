@@ -34,6 +34,8 @@ type completionChoice struct {
 	Logprobs     *legacyLogprobs `json:"logprobs"`
 	FinishReason *string         `json:"finish_reason"`
 	StopReason   any             `json:"stop_reason"`
+	// TokenIDs are the choice's (or the chunk's) generated token ids, with return_token_ids.
+	TokenIDs []int32 `json:"token_ids,omitempty"`
 	// PromptLogprobs is vLLM's prompt_logprobs of the choice's prompt, when asked for.
 	PromptLogprobs promptLogprobs `json:"prompt_logprobs,omitempty"`
 }
@@ -95,6 +97,8 @@ type chatChoice struct {
 	Logprobs     *chatLogprobs   `json:"logprobs"`
 	FinishReason *string         `json:"finish_reason"`
 	StopReason   any             `json:"stop_reason"`
+	// TokenIDs are the choice's (or the chunk's) generated token ids, with return_token_ids.
+	TokenIDs []int32 `json:"token_ids,omitempty"`
 }
 
 // chatResponse is a chat.completion object or chat.completion.chunk.

@@ -111,6 +111,9 @@ type Config struct {
 	// on an Embedder alone (New's eng nil): then the generation endpoints answer 400. The
 	// caller closes the Embedder after the server.
 	Embedder *kvasir.Embedder
+	// KVEvents, when set, is the log of the engine's prefix-cache events (its Record must
+	// be the engine's Options.OnKVEvent), served on GET /v1/kv_events for routers.
+	KVEvents *KVEvents
 	// Limits are the budgets of one request (zero fields: the defaults).
 	Limits
 }
@@ -311,6 +314,9 @@ func (s *Server) routes() {
 	mux.Handle("/v1/chat/completions", method(http.MethodPost, s.handleChat))
 	mux.Handle("/v1/responses", method(http.MethodPost, s.handleResponses))
 	mux.Handle("/v1/responses/{id}", method(http.MethodGet, s.handleResponse))
+	mux.Handle("/v1/kv_events", method(http.MethodGet, s.handleKVEvents))
+	mux.Handle("/v1/kv_hashes/completions", method(http.MethodPost, s.handleKVHashes(false)))
+	mux.Handle("/v1/kv_hashes/chat/completions", method(http.MethodPost, s.handleKVHashes(true)))
 	mux.Handle("/tokenize", method(http.MethodPost, s.handleTokenize))
 	mux.Handle("/detokenize", method(http.MethodPost, s.handleDetokenize))
 	s.embeddingRoutes(mux)

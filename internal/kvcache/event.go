@@ -1,0 +1,12 @@
+package kvcache
+
+// Event reports one block entering or leaving the prefix cache: its chained hash, and
+// whether it left (evicted for reuse, uncached after a failed step, or dropped by
+// ResetPrefixCache). A block enters when CacheFullBlocks registers it; a block already
+// cached under the same hash produces no event. The events of one Manager, in order,
+// replay its cached set exactly: a router that keeps the set per instance knows which
+// prompt prefixes each instance can serve from its cache without tokenizing anything.
+type Event struct {
+	Hash    BlockHash
+	Removed bool
+}
