@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/kvasir-llm/kvasir"
@@ -348,7 +349,9 @@ func newEmbeddingServer(cfg Config) (*Server, error) {
 }
 
 // generationPaths are the endpoints a server of an encoder model alone does not serve.
-var generationPaths = map[string]bool{"/v1/completions": true, "/v1/chat/completions": true, "/tokenize": true, "/detokenize": true}
+var generationPaths = map[string]bool{"/v1/completions": true, "/v1/chat/completions": true, "/tokenize": true, "/detokenize": true,
+	"/v1/responses": true, "/api/generate": true, "/api/chat": true, "/api/show": true, "/api/tags": true, "/api/ps": true,
+	"/completion": true, "/props": true, "/v1/kv_hashes/completions": true, "/v1/kv_hashes/chat/completions": true}
 
 // generationGuard answers the generation endpoints of a server of an encoder model alone
 // (no engine) with a 400 saying what it serves; other requests go on to next.
@@ -357,7 +360,7 @@ func (s *Server) generationGuard(next http.Handler) http.Handler {
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !generationPaths[r.URL.Path] {
+		if !generationPaths[r.URL.Path] && !strings.HasPrefix(r.URL.Path, "/v1/responses/") {
 			next.ServeHTTP(w, r)
 			return
 		}

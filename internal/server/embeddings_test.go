@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -396,5 +397,65 @@ func TestEmbeddingMetrics(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
+	}
+}
+
+// TestOllamaEmbed: ollama's /api/embed gives the L2-normalized embeddings /v1/embeddings
+// gives, the older /api/embeddings the model's own vector; a server of an encoder answers
+// the generation endpoints of every API with a 400, not a crash.
+func TestOllamaEmbed(t *testing.T) {
+	env, _ := newEmbedEnv(t, false)
+	texts := []string{"hello world", "paris"}
+	var want embedResponse
+	env.post(t, "/v1/embeddings", map[string]any{"input": texts}, &want)
+	var got struct {
+		Model           string      `json:"model"`
+		Embeddings      [][]float32 `json:"embeddings"`
+		PromptEvalCount int         `json:"prompt_eval_count"`
+	}
+	env.post(t, "/api/embed", map[string]any{"model": testModelName + ":latest", "input": texts}, &got)
+	if got.Model != testModelName || len(got.Embeddings) != 2 || got.PromptEvalCount != want.Usage.PromptTokens {
+		t.Fatalf("/api/embed: model %q, %d embeddings, %d tokens; want 2 and %d tokens", got.Model, len(got.Embeddings), got.PromptEvalCount, want.Usage.PromptTokens)
+	}
+	for i := range texts {
+		closeTo(t, fmt.Sprintf("/api/embed embeddings[%d]", i), got.Embeddings[i], want.floats(t, i), 1e-6)
+	}
+	var raw embedResponse
+	env.post(t, "/v1/embeddings", map[string]any{"input": "paris", "normalize": false}, &raw)
+	var legacy struct {
+		Embedding []float32 `json:"embedding"`
+	}
+	env.post(t, "/api/embeddings", map[string]any{"prompt": "paris"}, &legacy)
+	closeTo(t, "/api/embeddings embedding", legacy.Embedding, raw.floats(t, 0), 1e-6)
+
+	for path, body := range map[string]string{
+		"/api/embed":           `{"model": "other", "input": "x"}`,
+		"/api/embeddings":      `{"input": "x"}`,
+		"/api/generate":        `{"prompt": "x"}`,
+		"/api/chat":            `{"messages": []}`,
+		"/api/show":            `{}`,
+		"/completion":          `{"prompt": "x"}`,
+		"/v1/responses":        `{"input": "x"}`,
+		"/v1/chat/completions": `{"messages": [{"role": "user", "content": "x"}]}`,
+	} {
+		status, b := env.do(t, http.MethodPost, path, []byte(body))
+		if status != http.StatusBadRequest && status != http.StatusNotFound {
+			t.Errorf("%s: %d %s, want a 400 or 404", path, status, b)
+		}
+	}
+	for _, path := range []string{"/api/tags", "/api/ps", "/props"} {
+		if status, b := env.do(t, http.MethodGet, path, nil); status != http.StatusBadRequest {
+			t.Errorf("GET %s: %d %s, want 400", path, status, b)
+		}
+	}
+}
+
+// TestOllamaEmbedOnGenerativeModel: a generative model's server answers /api/embed with
+// ollama's error shape and a 400.
+func TestOllamaEmbedOnGenerativeModel(t *testing.T) {
+	env := newTestEnv(t, kvasir.Options{}, Config{})
+	status, b := env.do(t, http.MethodPost, "/api/embed", []byte(`{"input": "hello"}`))
+	if status != http.StatusBadRequest || !strings.Contains(string(b), `"error"`) || !strings.Contains(string(b), "generative model") {
+		t.Errorf("/api/embed: %d %s", status, b)
 	}
 }

@@ -522,11 +522,79 @@ func (s *Server) handleOllamaVersion(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"version": s.cfg.Version})
 }
 
-// handleOllamaEmbed answers POST /api/embed (and the older /api/embeddings): 501 in
-// ollama's error shape, as the engine computes no embeddings yet.
+// ollamaEmbedRequest is the body of ollama's /api/embed (input: a text or a list of them)
+// and of its older /api/embeddings (prompt: one text).
+type ollamaEmbedRequest struct {
+	Model      string          `json:"model"`
+	Input      json.RawMessage `json:"input"`
+	Prompt     *string         `json:"prompt"`
+	Truncate   *bool           `json:"truncate"`
+	Dimensions *int            `json:"dimensions"`
+}
+
+// handleOllamaEmbed answers POST /api/embed, {"embeddings": [[...], ...]} L2-normalized as
+// ollama's are, and the older POST /api/embeddings, {"embedding": [...]} as the model gives
+// it, with an encoder model's Embedder; a generative model's server answers 400. truncate
+// (default true, as ollama) cuts a text too long for the model to its maximum length; with
+// false such a text is a 400.
 func (s *Server) handleOllamaEmbed(w http.ResponseWriter, r *http.Request) {
-	ollamaError(w, &APIError{Status: http.StatusNotImplemented,
-		Message: "embeddings are not supported yet: kvasir serves generation only (/api/generate, /api/chat)"})
+	var req ollamaEmbedRequest
+	if !s.ollamaRead(w, r, &req, func() string { return req.Model }) {
+		return
+	}
+	emb, apiErr := s.embedder("model")
+	if apiErr != nil {
+		ollamaError(w, apiErr)
+		return
+	}
+	legacy := r.URL.Path == "/api/embeddings"
+	raw := req.Input
+	if legacy {
+		if req.Prompt == nil {
+			ollamaError(w, badRequest("prompt", "prompt is required"))
+			return
+		}
+		raw, _ = json.Marshal(*req.Prompt)
+	}
+	if len(raw) == 0 {
+		ollamaError(w, badRequest("input", "input is required: a text or a list of texts"))
+		return
+	}
+	dims := emb.Dim()
+	if d := req.Dimensions; d != nil {
+		if *d < 1 || *d > emb.Dim() {
+			ollamaError(w, badRequest("dimensions", "dimensions %d: the model's embeddings have %d", *d, emb.Dim()))
+			return
+		}
+		dims = *d
+	}
+	limit := emb.MaxLen()
+	if req.Truncate != nil && !*req.Truncate {
+		limit = 0
+	}
+	start := time.Now()
+	inputs, apiErr := s.embeddingInputs(emb, raw, limit)
+	if apiErr != nil {
+		ollamaError(w, apiErr)
+		return
+	}
+	vecs, err := emb.Embed(r.Context(), inputs)
+	if err != nil {
+		ollamaError(w, embedError(r.Context(), err, "input"))
+		return
+	}
+	if legacy {
+		writeJSON(w, http.StatusOK, map[string]any{"embedding": vecs[0][:dims]})
+		return
+	}
+	tokens := 0
+	out := make([][]float32, len(vecs))
+	for i, v := range vecs {
+		out[i] = unitLength(v[:dims])
+		tokens += len(inputs[i].Tokens)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"model": s.modelName(), "embeddings": out,
+		"total_duration": time.Since(start).Nanoseconds(), "load_duration": 0, "prompt_eval_count": tokens})
 }
 
 // handleOllamaPS answers GET /api/ps: the served model, always loaded.

@@ -142,7 +142,7 @@ func TestOllamaErrors(t *testing.T) {
 		{"/api/generate", `{"prompt":"x","format":"yaml"}`, 400, "format"},
 		{"/api/generate", `{"prompt":"x","images":["aGk="]}`, 400, "images"},
 		{"/api/generate", `{"prompt":`, 400, ""},
-		{"/api/embed", `{"model":"tiny","input":"x"}`, 501, "embeddings are not supported"},
+		{"/api/embed", `{"input":"x"}`, 400, "generative model"},
 		{"/api/show", `{"model":"other"}`, 404, "not found"},
 	} {
 		status, body := env.do(t, http.MethodPost, tc.path, []byte(tc.body))

@@ -25,8 +25,8 @@ var endpoints = []endpoint{
 	{"/api/version", "get", "The server's version (ollama)", "ollama"},
 	{"/api/generate", "post", "Generate from a prompt (ollama; NDJSON streaming)", "ollama"},
 	{"/api/chat", "post", "Chat (ollama; NDJSON streaming)", "ollama"},
-	{"/api/embed", "post", "Embeddings (ollama): 501, not supported yet", "ollama"},
-	{"/api/embeddings", "post", "Embeddings, older name (ollama): 501, not supported yet", "ollama"},
+	{"/api/embed", "post", "Embeddings (ollama), of an encoder model", "ollama"},
+	{"/api/embeddings", "post", "Embeddings, older name and shape (ollama), of an encoder model", "ollama"},
 	{"/completion", "post", "Complete a prompt (llama-server; SSE streaming)", "llama.cpp"},
 	{"/props", "get", "Server properties and default generation settings (llama-server)", "llama.cpp"},
 }

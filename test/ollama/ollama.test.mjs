@@ -67,15 +67,15 @@ test('chat, streamed', async () => {
   assert.equal(whole.message.content, text);
 });
 
-test('an unknown model and embeddings fail in ollama\'s shape', async () => {
+test('an unknown model, and embeddings of a generative model, fail in ollama\'s shape', async () => {
   await assert.rejects(ollama.generate({ model: 'no-such-model', prompt: 'x' }), (err) => {
     assert.equal(err.status_code, 404);
     assert.match(err.error, /not found/);
     return true;
   });
   await assert.rejects(ollama.embed({ model, input: 'x' }), (err) => {
-    assert.equal(err.status_code, 501);
-    assert.match(err.error, /not supported/);
+    assert.equal(err.status_code, 400);
+    assert.match(err.error, /generative model/);
     return true;
   });
 });
