@@ -20,6 +20,9 @@ type ConvertOptions struct {
 	// biases stay F32; a matrix whose rows are not whole blocks of DType becomes F16).
 	DType  quant.Type
 	Recode bool
+	// FileType, when not F32 (the zero value), is the type general.file_type names (a
+	// mixed preset's main type); otherwise it follows the tensors.
+	FileType quant.Type
 	// Progress, if set, is told the bytes written.
 	Progress func(done, total int64)
 }
@@ -70,6 +73,9 @@ func Convert(m *Model, out string, opt ConvertOptions) error {
 	c := Contents{Name: m.Name(), Config: cfg, Vocab: m.Vocab, ChatTemplate: m.ChatTemplate}
 	if opt.Recode {
 		fileType = opt.DType
+	}
+	if opt.FileType != quant.F32 {
+		fileType = opt.FileType
 	}
 	if toGGUF {
 		return WriteGGUF(out, c, fileType, tensors, opt.Progress)
