@@ -62,8 +62,12 @@ type Stage struct {
 	// up for FFNOutput); nil otherwise. A visitor that rescales Input's columns (AWQ) folds
 	// the inverse into one of them and must rescale Input to match.
 	Norm, Producer *Dense
-	// KVGroup is the number of query heads sharing one key/value head (AttnOutput).
-	KVGroup int
+	// ProducerBias is the v bias of a model with QKV biases (AttnOutput), else nil.
+	ProducerBias *Dense
+	// KVGroup is the number of query heads sharing one key/value head and HeadDim their
+	// size (AttnOutput): Input's column h*HeadDim+e comes from the value row
+	// (h/KVGroup)*HeadDim+e.
+	KVGroup, HeadDim int
 }
 
 // Visitor is shown each stage in order. It may change the stage's Linear weights, its
@@ -241,7 +245,7 @@ func (r *runner) layer(l int, ly *Layer, visit Visitor) error {
 	att := &Dense{Name: "attn_output", Rows: n, Cols: qDim, Data: make([]float32, n*qDim)}
 	r.attention(att.Data, q, k, v)
 	group := c.Heads / c.KVHeads
-	if err := visit(&Stage{Layer: l, Kind: AttnOutput, Input: att, Tokens: n, Linear: []*Dense{ly.O}, Producer: ly.V, KVGroup: group}); err != nil {
+	if err := visit(&Stage{Layer: l, Kind: AttnOutput, Input: att, Tokens: n, Linear: []*Dense{ly.O}, Producer: ly.V, ProducerBias: ly.VBias, KVGroup: group, HeadDim: hd}); err != nil {
 		return err
 	}
 	o := make([]float32, n*c.Dim)
