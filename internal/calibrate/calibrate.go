@@ -136,11 +136,29 @@ func LoadLayer(m *format.Model, l int) (*Layer, error) {
 	return ly, err
 }
 
+// Chunks cuts tokens into windows of ctx tokens, each starting with bos (unless bos < 0),
+// as llama.cpp's imatrix and perplexity tools do; at most maxTokens tokens in all (0: no
+// limit). A tail shorter than ctx is left out.
+func Chunks(tokens []int32, ctx int, bos int32, maxTokens int) [][]int32 {
+	var out [][]int32
+	for start := 0; start+ctx <= len(tokens) && ctx > 0; start += ctx {
+		if maxTokens > 0 && (len(out)+1)*ctx > maxTokens {
+			break
+		}
+		w := append([]int32(nil), tokens[start:start+ctx]...)
+		if bos >= 0 {
+			w[0] = bos
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
 // Run embeds seqs (each starting at position 0, all of one length) and passes them
-// through every layer, calling load for block l's weights, visit at each of its four
+// through every layer on p's threads, calling load for block l's weights, visit at each of its four
 // stages, and done once the block is finished (to encode and release its weights). It
 // returns the residual stream after the last block, [tokens][dim].
-func Run(m *format.Model, seqs [][]int32, threads int, load func(l int) (*Layer, error), visit Visitor, done func(l int, ly *Layer) error) ([]float32, error) {
+func Run(m *format.Model, seqs [][]int32, p *cpu.Pool, load func(l int) (*Layer, error), visit Visitor, done func(l int, ly *Layer) error) ([]float32, error) {
 	c := m.Config
 	if err := Check(c); err != nil {
 		return nil, err
@@ -169,8 +187,7 @@ func Run(m *format.Model, seqs [][]int32, threads int, load func(l int) (*Layer,
 		}
 	}
 	embd = nil
-	r := &runner{c: c, p: cpu.NewPool(threads), n: n, seqLen: seqLen, x: x}
-	defer r.p.Close()
+	r := &runner{c: c, p: p, n: n, seqLen: seqLen, x: x}
 	r.cos, r.sin = cpu.RopeTables(seqLen, c.RopeDim, c.RopeTheta)
 	r.positions = make([]int32, n)
 	for t := range n {

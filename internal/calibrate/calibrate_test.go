@@ -4,6 +4,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/kvasir-llm/kvasir/internal/backend/cpu"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/model"
 	"github.com/kvasir-llm/kvasir/internal/testdata"
@@ -28,7 +29,9 @@ func TestRunMatchesReference(t *testing.T) {
 	c := m.Config
 	seqs := [][]int32{{1, 403, 407, 261, 378, 425, 375, 302}, {1, 415, 443, 332, 260, 384, 290, 267}}
 	var seen []StageKind
-	x, err := Run(m, seqs, 2, func(l int) (*Layer, error) { return LoadLayer(m, l) },
+	p := cpu.NewPool(2)
+	defer p.Close()
+	x, err := Run(m, seqs, p, func(l int) (*Layer, error) { return LoadLayer(m, l) },
 		func(s *Stage) error {
 			seen = append(seen, s.Kind)
 			if s.Input.Rows != 16 || s.Input.Cols != s.Linear[0].Cols {
@@ -85,21 +88,34 @@ func TestRunMatchesReference(t *testing.T) {
 
 func TestRunRefuses(t *testing.T) {
 	m := openStories(t)
+	p := cpu.NewPool(1)
+	defer p.Close()
 	load := func(l int) (*Layer, error) { return LoadLayer(m, l) }
 	nop := func(*Stage) error { return nil }
 	done := func(int, *Layer) error { return nil }
-	if _, err := Run(m, nil, 1, load, nop, done); err == nil {
+	if _, err := Run(m, nil, p, load, nop, done); err == nil {
 		t.Error("no sequences: no error")
 	}
-	if _, err := Run(m, [][]int32{{1, 2}, {1}}, 1, load, nop, done); err == nil {
+	if _, err := Run(m, [][]int32{{1, 2}, {1}}, p, load, nop, done); err == nil {
 		t.Error("sequences of two lengths: no error")
 	}
-	if _, err := Run(m, [][]int32{{1, 100000}}, 1, load, nop, done); err == nil {
+	if _, err := Run(m, [][]int32{{1, 100000}}, p, load, nop, done); err == nil {
 		t.Error("a token outside the vocabulary: no error")
 	}
 	c := m.Config
 	c.Experts = 4
 	if err := Check(c); err == nil {
 		t.Error("a mixture of experts passed Check")
+	}
+}
+
+func TestChunks(t *testing.T) {
+	tokens := []int32{5, 6, 7, 8, 9, 10, 11}
+	got := Chunks(tokens, 3, 1, 0)
+	if len(got) != 2 || got[0][0] != 1 || got[0][1] != 6 || got[1][0] != 1 || got[1][2] != 10 || tokens[3] != 8 {
+		t.Fatalf("Chunks: %v (tokens now %v)", got, tokens)
+	}
+	if got := Chunks(tokens, 3, -1, 5); len(got) != 1 || got[0][0] != 5 {
+		t.Fatalf("Chunks without BOS, at most 5 tokens: %v", got)
 	}
 }
