@@ -31,11 +31,12 @@ type perplexityJSON struct {
 }
 
 func runPerplexity(args []string) error {
-	fs := newFlags("perplexity", "-m MODEL -f TEXT [--ctx N] [--stride S] [--batch N] [--json] [--kl-base MODEL]")
+	fs := newFlags("perplexity", "-m MODEL -f TEXT [--ctx N] [--stride S] [--chunks N] [--batch N] [--json] [--kl-base MODEL]")
 	ef := addEngineFlags(fs, loadFlags)
 	file := fs.String("f", "", "text file to measure on (required)")
 	ctx := fs.Int("ctx", 512, "window length in tokens; the second half of each window is scored")
 	stride := fs.Int("stride", 0, "start windows this many tokens apart and score their last S tokens (0: non-overlapping windows)")
+	chunks := fs.Int("chunks", 0, "most windows to score (0: all), as llama-perplexity's --chunks")
 	batch := fs.Int("batch", 0, "tokens per forward step (0: 512)")
 	asJSON := fs.Bool("json", false, "print one JSON object (progress goes to standard error)")
 	klBase := fs.String("kl-base", "", "reference model: also report the KL divergence from its next-token distributions and top-1 agreement")
@@ -92,7 +93,7 @@ func runPerplexity(args []string) error {
 		tokens[i] = int32(id)
 	}
 	fmt.Fprintf(out, "perplexity: tokenization took %.2f ms, %d tokens\n", float64(time.Since(t0).Microseconds())/1000, len(tokens))
-	opt := perplexity.Options{Ctx: *ctx, Stride: *stride, BOS: -1}
+	opt := perplexity.Options{Ctx: *ctx, Stride: *stride, BOS: -1, MaxWindows: *chunks}
 	if v.AddBOS && v.BOS >= 0 {
 		opt.BOS = int32(v.BOS)
 	}
@@ -105,6 +106,9 @@ func runPerplexity(args []string) error {
 	windows := 0
 	if *stride == 0 && *ctx > 0 {
 		windows = len(tokens) / *ctx
+	}
+	if *chunks > 0 {
+		windows = min(windows, *chunks)
 	}
 	fmt.Fprintf(out, "perplexity: calculating perplexity over %d chunks, n_ctx=%d, stride=%d\n", windows, *ctx, *stride)
 	t1 := time.Now()

@@ -27,6 +27,8 @@ type Options struct {
 	Ctx    int   // window length in tokens (>= 4)
 	Stride int   // 0: non-overlapping windows scoring their second half; else windows Stride apart scoring their last Stride tokens
 	BOS    int32 // token each window starts with; -1 leaves the text's own first token
+	// MaxWindows, when > 0, stops after that many windows (llama-perplexity's --chunks).
+	MaxWindows int
 	// Progress, if set, is told after each window the running perplexity.
 	Progress func(window, windows int, ppl float64)
 }
@@ -77,6 +79,9 @@ func Evaluate(m, base Scorer, tokens []int32, opt Options) (Result, error) {
 	starts, from, to, err := plan(len(tokens), opt)
 	if err != nil {
 		return Result{}, err
+	}
+	if opt.MaxWindows > 0 && len(starts) > opt.MaxWindows {
+		starts = starts[:opt.MaxWindows]
 	}
 	vocab := m.Vocab()
 	if base != nil && base.Vocab() != vocab {

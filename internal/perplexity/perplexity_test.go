@@ -77,6 +77,18 @@ func TestStridedWindows(t *testing.T) {
 	}
 }
 
+func TestMaxWindows(t *testing.T) {
+	tokens := []int32{0, 1, 2, 0, 1, 1, 1, 0, 2}
+	m := &bigram{strength: 2, shift: 1}
+	res, err := Evaluate(m, nil, tokens, Options{Ctx: 4, BOS: 2, MaxWindows: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Windows != 1 || res.Tokens != 1 || math.Abs(res.Perplexity-1/pHit) > 1e-9 || len(m.windows) != 1 {
+		t.Fatalf("one window: %+v after %d calls, want PPL %v", res, len(m.windows), 1/pHit)
+	}
+}
+
 func TestKLAgainstReference(t *testing.T) {
 	tokens := []int32{0, 1, 2, 0, 1, 1, 1, 0, 2}
 	// The same shape of distribution, sharper: KL(base || m) by hand for one position, the
