@@ -1,12 +1,14 @@
 package main
 
 import (
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/format"
+	"github.com/kvasir-llm/kvasir/internal/imatrix"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 	"github.com/kvasir-llm/kvasir/internal/testdata"
 )
@@ -103,5 +105,46 @@ func TestQuantizeWritesLoadableGGUF(t *testing.T) {
 			}
 		}
 		m.Close()
+	}
+}
+
+// TestImatrixMatchesLlamaCpp checks kvasir imatrix against llama.cpp's llama-imatrix (build
+// c392e50, CPU) run on stories260K.gguf over tinystories_excerpt.txt with -c 128 --chunks 64:
+// the stored values of the first channels of blk.0.attn_q.weight and blk.4.ffn_down.weight,
+// and the call counts.
+func TestImatrixMatchesLlamaCpp(t *testing.T) {
+	model := testdata.Path(t, "models/stories260K/stories260K.gguf")
+	text := testdata.Path(t, "corpus/tinystories_excerpt.txt")
+	out := filepath.Join(t.TempDir(), "k.dat")
+	runWithIO(t, "", func() error {
+		if err := runImatrix([]string{"-m", model, "-f", text, "-o", out, "--ctx", "128", "--chunks", "64", "--threads", "2"}); err != nil {
+			t.Fatal(err)
+		}
+		return nil
+	})
+	f, err := imatrix.Read(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]float32{ // llama-imatrix's stored values
+		"blk.0.attn_q.weight":   {27.013981, 31.484207, 23.537556},
+		"blk.4.ffn_down.weight": {13.05253, 14.11684, 11.73001},
+	}
+	if len(f.Entries) != 35 || f.LastChunk != 64 {
+		t.Fatalf("%d entries after %d chunks, llama.cpp wrote 35 after 64", len(f.Entries), f.LastChunk)
+	}
+	for _, e := range f.Entries {
+		w, ok := want[e.Name]
+		if !ok {
+			continue
+		}
+		if e.NCall != 64 {
+			t.Errorf("%s: ncall %d, llama.cpp 64", e.Name, e.NCall)
+		}
+		for i, v := range w {
+			if math.Abs(float64(e.Values[i]/v-1)) > 2e-3 {
+				t.Errorf("%s value %d: %g, llama.cpp %g", e.Name, i, e.Values[i], v)
+			}
+		}
 	}
 }

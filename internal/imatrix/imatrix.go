@@ -89,6 +89,9 @@ func Write(path string, f *File) error {
 		return fmt.Errorf("imatrix: %w", err)
 	}
 	_, err = tmp.Write(f.Marshal())
+	if err == nil {
+		err = tmp.Chmod(0o644)
+	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
