@@ -35,7 +35,7 @@ func runPerplexity(args []string) error {
 	ef := addEngineFlags(fs, loadFlags)
 	file := fs.String("f", "", "text file to measure on (required)")
 	ctx := fs.Int("ctx", 512, "window length in tokens; the second half of each window is scored")
-	stride := fs.Int("stride", 0, "start windows this many tokens apart and score their last S tokens (0: non-overlapping windows)")
+	stride := fs.Int("stride", 0, "start windows this many tokens apart and score their last S tokens; the windows are then ctx + S/2 tokens, without BOS, as llama-perplexity's --ppl-stride makes them (0: non-overlapping windows)")
 	chunks := fs.Int("chunks", 0, "most windows to score (0: all), as llama-perplexity's --chunks")
 	batch := fs.Int("batch", 0, "tokens per forward step (0: 512)")
 	asJSON := fs.Bool("json", false, "print one JSON object (progress goes to standard error)")
@@ -63,7 +63,8 @@ func runPerplexity(args []string) error {
 	if tok == nil {
 		return fmt.Errorf("%s has no vocabulary to tokenize the text with", ef.model)
 	}
-	m, err := newSessionScorer(l, *ctx, *batch)
+	window := perplexity.WindowLen(perplexity.Options{Ctx: *ctx, Stride: max(*stride, 0)})
+	m, err := newSessionScorer(l, window, *batch)
 	if err != nil {
 		return err
 	}
@@ -76,7 +77,7 @@ func runPerplexity(args []string) error {
 			return fmt.Errorf("--kl-base: %w", err)
 		}
 		defer bl.Close()
-		if base, err = newSessionScorer(bl, *ctx, *batch); err != nil {
+		if base, err = newSessionScorer(bl, window, *batch); err != nil {
 			return err
 		}
 	}
@@ -110,7 +111,13 @@ func runPerplexity(args []string) error {
 	if *chunks > 0 {
 		windows = min(windows, *chunks)
 	}
-	fmt.Fprintf(out, "perplexity: calculating perplexity over %d chunks, n_ctx=%d, stride=%d\n", windows, *ctx, *stride)
+	if *stride > 0 {
+		windows = (len(tokens) - window + *stride - 1) / *stride
+		if *chunks > 0 {
+			windows = min(windows, *chunks)
+		}
+	}
+	fmt.Fprintf(out, "perplexity: calculating perplexity over %d chunks, n_ctx=%d, stride=%d\n", max(windows, 0), window, *stride)
 	t1 := time.Now()
 	res, err := perplexity.Evaluate(m, base, tokens, opt)
 	if err != nil {

@@ -14,6 +14,9 @@ import (
 // external oracle kvasir perplexity is held to.
 const llamaCppStoriesPPL = 4.4156
 
+// llamaCppStridedPPL is the same with --ppl-stride 64 (windows of 128+32 tokens).
+const llamaCppStridedPPL = 4.1689
+
 // TestPerplexityMatchesLlamaCpp runs kvasir perplexity as llama-perplexity was run and
 // checks the estimate within 0.1%, and the JSON output's fields.
 func TestPerplexityMatchesLlamaCpp(t *testing.T) {
@@ -37,6 +40,16 @@ func TestPerplexityMatchesLlamaCpp(t *testing.T) {
 	// Against itself: no divergence, full agreement.
 	if kl, _ := got["kl_divergence"].(float64); math.Abs(kl) > 1e-9 || got["top1_agreement"] != float64(1) {
 		t.Errorf("against itself: kl_divergence %v top1_agreement %v", got["kl_divergence"], got["top1_agreement"])
+	}
+	stdout, _ = runWithIO(t, "", func() error {
+		return runPerplexity([]string{"-m", model, "-f", text, "--ctx", "128", "--stride", "64", "--chunks", "40", "--threads", "2", "--json"})
+	})
+	got = nil
+	if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+		t.Fatalf("output is not one JSON object: %v\n%s", err, stdout)
+	}
+	if ppl, _ := got["perplexity"].(float64); math.Abs(ppl/llamaCppStridedPPL-1) > 0.001 || got["ctx"] != float64(160) || got["tokens"] != float64(40*64) {
+		t.Errorf("strided: perplexity %v ctx %v tokens %v, llama.cpp %v over windows of 160, %d tokens", ppl, got["ctx"], got["tokens"], llamaCppStridedPPL, 40*64)
 	}
 	stdout, _ = runWithIO(t, "", func() error {
 		return runPerplexity([]string{"-m", model, "-f", text, "--ctx", "128", "--chunks", "2", "--threads", "2"})

@@ -3,7 +3,9 @@
 // each window starts with BOS, and only the second half of each window is scored, so that
 // every scored token sees at least Ctx/2 tokens of context. With a Stride, windows start
 // Stride tokens apart and the last Stride tokens of each are scored (llama.cpp's
-// --ppl-stride).
+// --ppl-stride); as there, such a window is Ctx + Stride/2 tokens long, and it is run on
+// the text's own tokens, without BOS (llama.cpp's strided path puts BOS in only after
+// evaluating the window).
 //
 // Against a reference model's logits on the same windows it also measures the KL
 // divergence of the model's next-token distribution from the reference's and how often
@@ -24,9 +26,9 @@ type Scorer interface {
 
 // Options controls Evaluate.
 type Options struct {
-	Ctx    int   // window length in tokens (>= 4)
+	Ctx    int   // window length in tokens (>= 4); strided windows are Ctx + Stride/2
 	Stride int   // 0: non-overlapping windows scoring their second half; else windows Stride apart scoring their last Stride tokens
-	BOS    int32 // token each window starts with; -1 leaves the text's own first token
+	BOS    int32 // token each non-overlapping window starts with; -1 leaves the text's own first token
 	// MaxWindows, when > 0, stops after that many windows (llama-perplexity's --chunks).
 	MaxWindows int
 	// Progress, if set, is told after each window the running perplexity.
@@ -39,21 +41,29 @@ type Result struct {
 	StdErr     float64 // llama.cpp's uncertainty of Perplexity (its "+/-")
 	Tokens     int     // tokens scored
 	Windows    int     // windows run
-	Ctx        int
+	Ctx        int     // the window length used
 	// With a reference model only:
 	KLDivergence  float64 // mean KL(reference || model) per scored token, in nats
 	Top1Agreement float64 // fraction of scored tokens where both models' most likely token agree
 }
 
+// WindowLen returns the length of the windows opt asks for.
+func WindowLen(opt Options) int {
+	if opt.Stride > 0 {
+		return opt.Ctx + opt.Stride/2
+	}
+	return opt.Ctx
+}
+
 // plan returns the windows' starts and the range of positions [from, to) within a window
 // whose logits are scored (position j predicts the window's token j+1).
 func plan(n int, opt Options) (starts []int, from, to int, err error) {
-	ctx := opt.Ctx
+	ctx := WindowLen(opt)
 	if ctx < 4 {
 		return nil, 0, 0, fmt.Errorf("perplexity: context of %d tokens: want at least 4", ctx)
 	}
-	if opt.Stride < 0 || opt.Stride >= ctx {
-		return nil, 0, 0, fmt.Errorf("perplexity: stride %d: want 0 or 1..%d", opt.Stride, ctx-1)
+	if opt.Stride < 0 || opt.Stride >= opt.Ctx {
+		return nil, 0, 0, fmt.Errorf("perplexity: stride %d: want 0 or 1..%d", opt.Stride, opt.Ctx-1)
 	}
 	if opt.Stride == 0 {
 		if n < 2*ctx {
@@ -64,8 +74,8 @@ func plan(n int, opt Options) (starts []int, from, to int, err error) {
 		}
 		return starts, ctx / 2, ctx - 1, nil
 	}
-	if n <= ctx {
-		return nil, 0, 0, fmt.Errorf("perplexity: the text has %d tokens: need more than ctx (%d)", n, ctx)
+	if n < 2*ctx {
+		return nil, 0, 0, fmt.Errorf("perplexity: the text has %d tokens: need at least %d (2 x ctx)", n, 2*ctx)
 	}
 	windows := (n - ctx + opt.Stride - 1) / opt.Stride
 	for i := range windows {
@@ -87,15 +97,15 @@ func Evaluate(m, base Scorer, tokens []int32, opt Options) (Result, error) {
 	if base != nil && base.Vocab() != vocab {
 		return Result{}, fmt.Errorf("perplexity: the model's vocabulary has %d tokens, the reference's %d", vocab, base.Vocab())
 	}
-	res := Result{Ctx: opt.Ctx, Windows: len(starts)}
+	res := Result{Ctx: WindowLen(opt), Windows: len(starts)}
 	var nll, nll2, kl float64
 	agree := 0
-	window := make([]int32, opt.Ctx)
+	window := make([]int32, res.Ctx)
 	logp := make([]float64, vocab)
 	baseLogp := make([]float64, vocab)
 	for w, start := range starts {
-		copy(window, tokens[start:start+opt.Ctx])
-		if opt.BOS >= 0 {
+		copy(window, tokens[start:start+res.Ctx])
+		if opt.BOS >= 0 && opt.Stride == 0 {
 			window[0] = opt.BOS
 		}
 		logits, err := m.Score(window)

@@ -63,17 +63,24 @@ func TestNonOverlappingWindows(t *testing.T) {
 }
 
 func TestStridedWindows(t *testing.T) {
-	// ctx 4, stride 2: windows at 0, 2, 4, each scoring positions 1 and 2.
-	tokens := []int32{0, 1, 2, 0, 1, 1, 1, 0, 2}
-	res, err := Evaluate(&bigram{strength: 2, shift: 1}, nil, tokens, Options{Ctx: 4, Stride: 2, BOS: -1})
+	// ctx 4, stride 2: windows of 4+1 = 5 tokens at 0, 2, 4 ((11-5+1)/2 = 3 of them),
+	// each scoring positions 2 and 3.
+	tokens := []int32{0, 1, 2, 0, 1, 1, 1, 0, 2, 2, 0}
+	m := &bigram{strength: 2, shift: 1}
+	res, err := Evaluate(m, nil, tokens, Options{Ctx: 4, Stride: 2, BOS: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Predictions (token at start+j -> start+j+1): start 0: 1->2 hit, 2->0 hit; start 2:
-	// 0->1 hit, 1->1 miss; start 4: 1->1 miss, 1->0 miss.
-	want := math.Exp(-(3*math.Log(pHit) + 3*math.Log(pMiss)) / 6)
-	if res.Tokens != 6 || res.Windows != 3 || math.Abs(res.Perplexity-want) > 1e-9 {
-		t.Fatalf("tokens %d windows %d PPL %v, want 6, 3, %v", res.Tokens, res.Windows, res.Perplexity, want)
+	// The windows keep their own first tokens, as llama.cpp's strided path evaluates them.
+	wantWindows := [][]int32{{0, 1, 2, 0, 1}, {2, 0, 1, 1, 1}, {1, 1, 1, 0, 2}}
+	if !slices.EqualFunc(m.windows, wantWindows, slices.Equal) {
+		t.Fatalf("windows %v, want %v", m.windows, wantWindows)
+	}
+	// Predictions (token at start+j -> start+j+1, j = 2, 3): start 0: 2->0 hit, 0->1 hit;
+	// start 2: 1->1 miss, 1->1 miss; start 4: 1->0 miss, 0->2 miss.
+	want := math.Exp(-(2*math.Log(pHit) + 4*math.Log(pMiss)) / 6)
+	if res.Tokens != 6 || res.Windows != 3 || res.Ctx != 5 || math.Abs(res.Perplexity-want) > 1e-9 {
+		t.Fatalf("tokens %d windows %d ctx %d PPL %v, want 6, 3, 5, %v", res.Tokens, res.Windows, res.Ctx, res.Perplexity, want)
 	}
 }
 
@@ -115,7 +122,7 @@ func TestKLAgainstReference(t *testing.T) {
 
 func TestRefusals(t *testing.T) {
 	tokens := make([]int32, 10)
-	for _, opt := range []Options{{Ctx: 2}, {Ctx: 8}, {Ctx: 4, Stride: 4}, {Ctx: 4, Stride: -1}, {Ctx: 10, Stride: 5}} {
+	for _, opt := range []Options{{Ctx: 2}, {Ctx: 8}, {Ctx: 4, Stride: 4}, {Ctx: 4, Stride: -1}, {Ctx: 6, Stride: 3}} {
 		if _, err := Evaluate(&bigram{}, nil, tokens, opt); err == nil {
 			t.Errorf("options %+v on 10 tokens: no error", opt)
 		}
