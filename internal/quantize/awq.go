@@ -86,11 +86,33 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (f
 			return 0, err
 		}
 	}
-	scales := func(alpha float64) []float32 {
+	// Mean relative weight magnitude per scale index, over the stage's matrices.
+	wmag := make([]float64, nScales)
+	for _, w := range s.Linear {
+		for r := range w.Rows {
+			row := w.Row(r)
+			for b := 0; b < cols; b += quant.QK {
+				var bmax float64
+				for _, v := range row[b:min(b+quant.QK, cols)] {
+					bmax = max(bmax, math.Abs(float64(v)))
+				}
+				if bmax == 0 {
+					continue
+				}
+				for j := b; j < min(b+quant.QK, cols); j++ {
+					wmag[owner[j]] += math.Abs(float64(row[j])) / bmax
+				}
+			}
+		}
+	}
+	scales := func(alpha float64, duo bool) []float32 {
 		sc := make([]float64, nScales)
 		lo, hi := math.Inf(1), 0.0
 		for k, m := range smag {
 			sc[k] = math.Pow(max(m, 1e-4), alpha)
+			if duo {
+				sc[k] = max(sc[k]/(math.Pow(wmag[k], 1-alpha)+1e-4), 1e-4)
+			}
 			lo, hi = min(lo, sc[k]), max(hi, sc[k])
 		}
 		norm := math.Sqrt(lo * hi)
@@ -135,15 +157,17 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (f
 	}
 	bestAlpha, bestErr := 0.0, math.Inf(1)
 	var best []float32
-	for g := range opt.GridPoints {
-		alpha := float64(g) / float64(opt.GridPoints-1)
-		sc := scales(alpha)
-		e, err := errorOf(sc)
-		if err != nil {
-			return 0, err
-		}
-		if e < bestErr {
-			bestAlpha, bestErr, best = alpha, e, sc
+	for _, duo := range []bool{false, true} {
+		for g := range opt.GridPoints {
+			alpha := float64(g) / float64(opt.GridPoints-1)
+			sc := scales(alpha, duo)
+			e, err := errorOf(sc)
+			if err != nil {
+				return 0, err
+			}
+			if e < bestErr {
+				bestAlpha, bestErr, best = alpha, e, sc
+			}
 		}
 	}
 	// Fold: weights' columns up, the producer of the input down, the input down.
