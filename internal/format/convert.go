@@ -104,6 +104,11 @@ func convertTensor(t *Tensor, cfg Config, toGGUF bool, wantStyle RopeStyle, opt 
 		return nil, fmt.Errorf("tensor %q: converting a q/k bias between rotary layouts is not supported", t.Name)
 	}
 	ot := OutTensor{Name: t.Name, Type: t.Type, Shape: t.Shape, Data: t.Data, Write: write}
+	if toGGUF && len(t.Shape) == 1 && (t.Type == quant.F16 || t.Type == quant.BF16) {
+		// llama.cpp's CPU backend multiplies by norm weights only in F32 (and its own
+		// converter writes every vector in F32).
+		return []OutTensor{recode(ot, quant.F32)}, nil
+	}
 	if opt.Recode && len(t.Shape) >= 2 && t.Type != opt.DType {
 		return []OutTensor{recode(ot, opt.DType)}, nil
 	}
