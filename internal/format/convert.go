@@ -20,6 +20,9 @@ type ConvertOptions struct {
 	// biases stay F32; a matrix whose rows are not whole blocks of DType becomes F16).
 	DType  quant.Type
 	Recode bool
+	// FileType, when not F32 (the zero value), is the type general.file_type names (a
+	// mixed preset's main type); otherwise it follows the tensors.
+	FileType quant.Type
 	// Progress, if set, is told the bytes written.
 	Progress func(done, total int64)
 }
@@ -74,6 +77,9 @@ func Convert(m *Model, out string, opt ConvertOptions) error {
 	if opt.Recode {
 		fileType = opt.DType
 	}
+	if opt.FileType != quant.F32 {
+		fileType = opt.FileType
+	}
 	if toGGUF {
 		return WriteGGUF(out, c, fileType, tensors, opt.Progress)
 	}
@@ -101,6 +107,11 @@ func convertTensor(t *Tensor, cfg Config, toGGUF bool, wantStyle RopeStyle, opt 
 		return nil, fmt.Errorf("tensor %q: converting a q/k bias between rotary layouts is not supported", t.Name)
 	}
 	ot := OutTensor{Name: t.Name, Type: t.Type, Shape: t.Shape, Data: t.Data, Write: write}
+	if toGGUF && len(t.Shape) == 1 && (t.Type == quant.F16 || t.Type == quant.BF16) {
+		// llama.cpp's CPU backend multiplies by norm weights only in F32 (and its own
+		// converter writes every vector in F32).
+		return []OutTensor{recode(ot, quant.F32)}, nil
+	}
 	if opt.Recode && len(t.Shape) >= 2 && t.Type != opt.DType {
 		return []OutTensor{recode(ot, opt.DType)}, nil
 	}

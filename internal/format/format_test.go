@@ -289,3 +289,38 @@ func vocabOnlyGGUF(t *testing.T) []byte {
 	b, _ := io.ReadAll(f)
 	return b
 }
+
+// TestConvertWidensHalfVectors checks that a GGUF gets its norm weights in F32 when the
+// source holds them in F16 (as F16 Hugging Face checkpoints do): llama.cpp's CPU backend
+// multiplies by norms only in F32.
+func TestConvertWidensHalfVectors(t *testing.T) {
+	dir := "models/stories260K/"
+	src := openT(t, testdata.Path(t, dir+"stories260K.bin"), Options{Tokenizer: testdata.Path(t, dir+"tok512.bin")})
+	norm, _ := src.Tensor("blk.0.attn_norm.weight")
+	vals := dequant(t, norm)
+	half := make([]byte, 2*len(vals))
+	if err := quant.Quantize(quant.F16, vals, half); err != nil {
+		t.Fatal(err)
+	}
+	var tensors []*Tensor
+	for _, tt := range src.Tensors {
+		if tt.Name == norm.Name {
+			tt = &Tensor{Name: tt.Name, Type: quant.F16, Shape: tt.Shape, Data: half}
+		}
+		tensors = append(tensors, tt)
+	}
+	out := filepath.Join(t.TempDir(), "h.gguf")
+	if err := Convert(src.WithTensors(tensors), out, ConvertOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	back := openT(t, out, Options{})
+	got, _ := back.Tensor(norm.Name)
+	if got.Type != quant.F32 {
+		t.Fatalf("%s written as %s, want F32", norm.Name, got.Type)
+	}
+	for i, v := range dequant(t, got) {
+		if v != quant.F16ToF32(quant.F32ToF16(vals[i])) {
+			t.Fatalf("element %d: %g, want the F16 value of %g", i, v, vals[i])
+		}
+	}
+}

@@ -143,6 +143,18 @@ func (m *Model) Bytes() int64 {
 // Name returns a short display name for the model: the file or folder name.
 func (m *Model) Name() string { return filepath.Base(strings.TrimSuffix(m.Path, "/")) }
 
+// WithTensors returns a model like m (its config, vocabulary, template and name) holding
+// tensors instead of m's: what a tool that re-encodes weights (kvasir quantize) hands to
+// Convert. The copy owns no file mappings; m must stay open while it is used.
+func (m *Model) WithTensors(tensors []*Tensor) *Model {
+	c := &Model{Path: m.Path, Format: m.Format, Config: m.Config, Vocab: m.Vocab, ChatTemplate: m.ChatTemplate,
+		Generation: m.Generation, Metadata: m.Metadata, names: m.names}
+	for _, t := range tensors {
+		c.addTensor(t)
+	}
+	return c
+}
+
 func (m *Model) addTensor(t *Tensor) {
 	if m.byName == nil {
 		m.byName = map[string]*Tensor{}

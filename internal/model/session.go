@@ -136,3 +136,36 @@ func (s *Session) batch(tokens []int32, wantLogits bool) (*Batch, error) {
 	}
 	return b, nil
 }
+
+// Score appends tokens to the sequence, in chunks of s.Chunk tokens, and returns the
+// logits that follow each of them: len(tokens) rows of the vocabulary's size, row i
+// predicting the token after tokens[i]. It is what perplexity needs: every position's
+// full distribution, not only the last one's.
+func (s *Session) Score(tokens []int32) ([]float32, error) {
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("session: score of no tokens")
+	}
+	chunk := s.Chunk
+	if chunk <= 0 {
+		chunk = DefaultPrefillChunk
+	}
+	out := make([]float32, 0, len(tokens)*s.m.cfg.VocabSize)
+	for start := 0; start < len(tokens); start += chunk {
+		end := min(start+chunk, len(tokens))
+		b, err := s.batch(tokens[start:end], false)
+		if err != nil {
+			return nil, err
+		}
+		b.LogitsIndices = make([]int, end-start)
+		for i := range b.LogitsIndices {
+			b.LogitsIndices[i] = i
+		}
+		logits, err := s.m.Forward(b, s.kv)
+		if err != nil {
+			return nil, fmt.Errorf("session: %w", err)
+		}
+		s.pos += end - start
+		out = append(out, logits...)
+	}
+	return out, nil
+}

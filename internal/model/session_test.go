@@ -68,3 +68,46 @@ func TestSessionStepGreedy(t *testing.T) {
 		t.Fatalf("a refused step moved the session to %d of %d", dev.Len(), dev.Cap())
 	}
 }
+
+// TestSessionScore checks that Score returns, for every token of a prompt run in several
+// chunks, the logits the reference path computes token by token.
+func TestSessionScore(t *testing.T) {
+	fm, _ := openStories(t, "stories260K.bin")
+	m, err := New(fm, Options{Backends: cpuBackends(t, 2, Parallel{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	ref, err := NewReference(fm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := []int32{int32(fm.Vocab.BOS), 403, 407, 261, 378, 425, 375, 302, 415, 443, 332, 260, 384}
+	s, err := m.NewSession(len(prompt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Chunk = 5
+	got, err := s.Score(prompt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vocab := fm.Config.VocabSize
+	if len(got) != len(prompt)*vocab || s.Len() != len(prompt) {
+		t.Fatalf("Score gave %d logits and length %d, want %d and %d", len(got), s.Len(), len(prompt)*vocab, len(prompt))
+	}
+	for i, tok := range prompt {
+		want, err := ref.Forward(int(tok))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, w := range want {
+			if d := got[i*vocab+j] - w; d > 1e-3 || d < -1e-3 {
+				t.Fatalf("position %d logit %d: Score %g, reference %g", i, j, got[i*vocab+j], w)
+			}
+		}
+	}
+	if _, err := s.Score(make([]int32, s.Cap()-s.Len()+1)); err == nil {
+		t.Fatal("Score past the session's capacity succeeded")
+	}
+}

@@ -114,8 +114,18 @@ func quantizeBlockQ3_K(x *[256]float32, b *[110]byte) {
 
 // quantizeScalesMinsK4 searches the eight sub-blocks of 32 of a Q4_K/Q5_K block with nmax
 // levels, stores the 6-bit scales and mins and the f16 super-block scales into hdr (d, dmin,
-// scales[12]), and returns the per-element integers in L.
-func quantizeScalesMinsK4(x *[256]float32, nmax int, p qkx2Params, hdr *[16]byte, L *[256]uint8) {
+// scales[12]), and returns the per-element integers in L. With imp (an importance weight
+// per element, or nil) each element's error is weighed imp*sqrt(sigma2 + x^2), sigma2 the
+// block's mean square times 2, as llama.cpp weighs it with an importance matrix; without,
+// by the sub-block's RMS plus |x|.
+func quantizeScalesMinsK4(x *[256]float32, imp *[256]float32, nmax int, p qkx2Params, hdr *[16]byte, L *[256]uint8) {
+	var sigma2 float32
+	if imp != nil {
+		for _, v := range x {
+			sigma2 += v * v
+		}
+		sigma2 = 2 * sigma2 / 256
+	}
 	var weights [32]float32
 	var laux [32]uint8
 	var scales, mins [8]float32
@@ -128,7 +138,11 @@ func quantizeScalesMinsK4(x *[256]float32, nmax int, p qkx2Params, hdr *[16]byte
 		}
 		avX := float32(math.Sqrt(float64(sumX2 / 32)))
 		for l, v := range sub {
-			weights[l] = avX + float32(math.Abs(float64(v)))
+			if imp != nil {
+				weights[l] = imp[32*j+l] * float32(math.Sqrt(float64(sigma2+v*v)))
+			} else {
+				weights[l] = avX + float32(math.Abs(float64(v)))
+			}
 		}
 		scales[j], mins[j] = makeQKX2Quants(sub, weights[:], nmax, L[32*j:32*j+32], laux[:], p)
 		maxScale = max(maxScale, scales[j])
@@ -165,10 +179,13 @@ func quantizeScalesMinsK4(x *[256]float32, nmax int, p qkx2Params, hdr *[16]byte
 
 // quantizeBlockQ4_K encodes 256 values as Q4_K: 8 sub-blocks of 32, 4-bit quants, 6-bit
 // scales and mins.
-func quantizeBlockQ4_K(x *[256]float32, b *[144]byte) {
+func quantizeBlockQ4_K(x *[256]float32, b *[144]byte) { quantizeBlockQ4_KWeighted(x, nil, b) }
+
+// quantizeBlockQ4_KWeighted is quantizeBlockQ4_K with importance weights (nil for none).
+func quantizeBlockQ4_KWeighted(x, imp *[256]float32, b *[144]byte) {
 	clear(b[:])
 	var L [256]uint8
-	quantizeScalesMinsK4(x, 15, qkx2Params{rmin: -1, rdelta: 0.1, nstep: 20}, (*[16]byte)(b[0:16]), &L)
+	quantizeScalesMinsK4(x, imp, 15, qkx2Params{rmin: -1, rdelta: 0.1, nstep: 20}, (*[16]byte)(b[0:16]), &L)
 	for p := range 4 {
 		for l := range 32 {
 			b[16+32*p+l] = L[64*p+l] | L[64*p+32+l]<<4
@@ -178,10 +195,13 @@ func quantizeBlockQ4_K(x *[256]float32, b *[144]byte) {
 
 // quantizeBlockQ5_K encodes 256 values as Q5_K: 8 sub-blocks of 32, 5-bit quants, 6-bit
 // scales and mins.
-func quantizeBlockQ5_K(x *[256]float32, b *[176]byte) {
+func quantizeBlockQ5_K(x *[256]float32, b *[176]byte) { quantizeBlockQ5_KWeighted(x, nil, b) }
+
+// quantizeBlockQ5_KWeighted is quantizeBlockQ5_K with importance weights (nil for none).
+func quantizeBlockQ5_KWeighted(x, imp *[256]float32, b *[176]byte) {
 	clear(b[:])
 	var L [256]uint8
-	quantizeScalesMinsK4(x, 31, qkx2Params{rmin: -0.5, rdelta: 0.1, nstep: 15}, (*[16]byte)(b[0:16]), &L)
+	quantizeScalesMinsK4(x, imp, 31, qkx2Params{rmin: -0.5, rdelta: 0.1, nstep: 15}, (*[16]byte)(b[0:16]), &L)
 	qh := b[16:48]
 	for p := range 4 {
 		for l := range 32 {

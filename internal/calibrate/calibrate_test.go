@@ -1,0 +1,121 @@
+package calibrate
+
+import (
+	"math"
+	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/backend/cpu"
+	"github.com/kvasir-llm/kvasir/internal/format"
+	"github.com/kvasir-llm/kvasir/internal/model"
+	"github.com/kvasir-llm/kvasir/internal/testdata"
+)
+
+func openStories(t *testing.T) *format.Model {
+	t.Helper()
+	m, err := format.Open(testdata.Path(t, "models/stories260K/stories260K.gguf"), format.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// TestRunMatchesReference checks the layer-by-layer pass against the model package's
+// reference forward pass: the final residual stream, normed and projected, gives the
+// reference's logits at every position of two sequences; and the visitor sees the four
+// stages of every layer in order, with inputs of the right shape.
+func TestRunMatchesReference(t *testing.T) {
+	m := openStories(t)
+	c := m.Config
+	seqs := [][]int32{{1, 403, 407, 261, 378, 425, 375, 302}, {1, 415, 443, 332, 260, 384, 290, 267}}
+	var seen []StageKind
+	p := cpu.NewPool(2)
+	defer p.Close()
+	x, err := Run(m, seqs, p, func(l int) (*Layer, error) { return LoadLayer(m, l) },
+		func(s *Stage) error {
+			seen = append(seen, s.Kind)
+			if s.Input.Rows != 16 || s.Input.Cols != s.Linear[0].Cols {
+				t.Errorf("layer %d %s: input %dx%d for a weight of %d columns", s.Layer, s.Kind, s.Input.Rows, s.Input.Cols, s.Linear[0].Cols)
+			}
+			return nil
+		}, func(int, *Layer) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 4*c.Layers || seen[0] != AttnInput || seen[1] != AttnOutput || seen[2] != FFNInput || seen[3] != FFNOutput {
+		t.Fatalf("stages %v", seen)
+	}
+	norm, err := Load(m, "output_norm.weight")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := Load(m, "output.weight")
+	if err != nil {
+		out, err = Load(m, "token_embd.weight")
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	ref, err := model.NewReference(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s, seq := range seqs {
+		ref.Reset()
+		for i, tok := range seq {
+			want, err := ref.Forward(int(tok))
+			if err != nil {
+				t.Fatal(err)
+			}
+			row := x[(s*len(seq)+i)*c.Dim:][:c.Dim]
+			var ss float64
+			for _, v := range row {
+				ss += float64(v) * float64(v)
+			}
+			inv := 1 / math.Sqrt(ss/float64(c.Dim)+c.NormEps)
+			for j := range want {
+				var d float64
+				for e, v := range row {
+					d += float64(v) * inv * float64(norm.Data[e]) * float64(out.Row(j)[e])
+				}
+				if math.Abs(d-float64(want[j])) > 2e-3 {
+					t.Fatalf("sequence %d position %d logit %d: %g, reference %g", s, i, j, d, want[j])
+				}
+			}
+		}
+	}
+}
+
+func TestRunRefuses(t *testing.T) {
+	m := openStories(t)
+	p := cpu.NewPool(1)
+	defer p.Close()
+	load := func(l int) (*Layer, error) { return LoadLayer(m, l) }
+	nop := func(*Stage) error { return nil }
+	done := func(int, *Layer) error { return nil }
+	if _, err := Run(m, nil, p, load, nop, done); err == nil {
+		t.Error("no sequences: no error")
+	}
+	if _, err := Run(m, [][]int32{{1, 2}, {1}}, p, load, nop, done); err == nil {
+		t.Error("sequences of two lengths: no error")
+	}
+	if _, err := Run(m, [][]int32{{1, 100000}}, p, load, nop, done); err == nil {
+		t.Error("a token outside the vocabulary: no error")
+	}
+	c := m.Config
+	c.Experts = 4
+	if err := Check(c); err == nil {
+		t.Error("a mixture of experts passed Check")
+	}
+}
+
+func TestChunks(t *testing.T) {
+	tokens := []int32{5, 6, 7, 8, 9, 10, 11}
+	got := Chunks(tokens, 3, 1, 0)
+	if len(got) != 2 || got[0][0] != 1 || got[0][1] != 6 || got[1][0] != 1 || got[1][2] != 10 || tokens[3] != 8 {
+		t.Fatalf("Chunks: %v (tokens now %v)", got, tokens)
+	}
+	if got := Chunks(tokens, 3, -1, 5); len(got) != 1 || got[0][0] != 5 {
+		t.Fatalf("Chunks without BOS, at most 5 tokens: %v", got)
+	}
+}

@@ -1,0 +1,221 @@
+package quantize
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/kvasir-llm/kvasir/internal/backend/cpu"
+	"github.com/kvasir-llm/kvasir/internal/calibrate"
+	"github.com/kvasir-llm/kvasir/internal/quant"
+)
+
+// AWQ (Lin et al., 2023) protects the weights that meet large activations. Scaling input
+// channel j of a linear layer's weights up by s_j and its input down by s_j leaves the
+// layer's output unchanged, but shrinks the relative rounding error of those weights. AWQ
+// takes s = m^alpha, m the channels' mean activation magnitude on calibration text, and
+// searches alpha in [0, 1] for the least error in the quantized layer's outputs. The
+// division of the input is folded into whatever produced it:
+//
+//   - q/k/v and gate/up read an RMSNorm's output: the norm's weight is divided by s;
+//   - down reads silu(gate) * up, linear in up: up's output rows are divided by s;
+//   - o reads the attention's output, linear in v: v's output rows (and bias) are divided
+//     by s. With grouped-query attention a value row feeds KVGroup heads, so the heads of
+//     one group share their scales (taken from the group's mean magnitudes).
+//
+// AWQ's second step, clipping the weight range, is not done here.
+
+// AWQOptions tunes AWQ.
+type AWQOptions struct {
+	GridPoints int // alphas tried, evenly spaced over [0, 1] (0: 21)
+	MaxTokens  int // calibration rows the output error is measured on (0: 1024)
+}
+
+// AWQ searches the scales of one stage for its linear layers' target types, folds them
+// into the weights and into the stage's norm or producer, rescales its input to match, and
+// returns the alpha chosen (0: no scaling did better than none).
+func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (float64, error) {
+	if opt.GridPoints <= 1 {
+		opt.GridPoints = 21
+	}
+	if opt.MaxTokens <= 0 {
+		opt.MaxTokens = 1024
+	}
+	if len(types) != len(s.Linear) {
+		return 0, fmt.Errorf("awq: %d types for %d linear layers", len(types), len(s.Linear))
+	}
+	if s.Norm == nil && s.Producer == nil {
+		return 0, fmt.Errorf("awq: stage %s of layer %d has nothing to fold scales into", s.Kind, s.Layer)
+	}
+	in := s.Input
+	cols := in.Cols
+	// Mean magnitude per channel, and the channel whose scale each column takes.
+	mag := make([]float64, cols)
+	for t := range s.Tokens {
+		for j, v := range in.Row(t) {
+			mag[j] += math.Abs(float64(v))
+		}
+	}
+	owner := make([]int, cols) // the scale index of each column
+	nScales := cols
+	if s.Producer != nil && s.KVGroup > 1 {
+		hd := s.HeadDim
+		nScales = cols / s.KVGroup
+		for c := range cols {
+			owner[c] = (c/hd/s.KVGroup)*hd + c%hd
+		}
+	} else {
+		for c := range owner {
+			owner[c] = c
+		}
+	}
+	smag := make([]float64, nScales)
+	for c, m := range mag {
+		smag[owner[c]] += m / float64(s.Tokens)
+	}
+	// The rows the error is measured on: evenly spaced over the calibration tokens.
+	step := max(1, s.Tokens/opt.MaxTokens)
+	n := (s.Tokens + step - 1) / step
+	xs := &calibrate.Dense{Rows: n, Cols: cols, Data: make([]float32, n*cols)}
+	for i := range n {
+		copy(xs.Row(i), in.Row(i*step))
+	}
+	ref := make([][]float32, len(s.Linear))
+	for i, w := range s.Linear {
+		ref[i] = make([]float32, n*w.Rows)
+		if err := calibrate.MatMul(p, ref[i], w, xs.Data, n); err != nil {
+			return 0, err
+		}
+	}
+	// Mean relative weight magnitude per scale index, over the stage's matrices.
+	wmag := make([]float64, nScales)
+	for _, w := range s.Linear {
+		for r := range w.Rows {
+			row := w.Row(r)
+			for b := 0; b < cols; b += quant.QK {
+				var bmax float64
+				for _, v := range row[b:min(b+quant.QK, cols)] {
+					bmax = max(bmax, math.Abs(float64(v)))
+				}
+				if bmax == 0 {
+					continue
+				}
+				for j := b; j < min(b+quant.QK, cols); j++ {
+					wmag[owner[j]] += math.Abs(float64(row[j])) / bmax
+				}
+			}
+		}
+	}
+	scales := func(alpha float64, duo bool) []float32 {
+		sc := make([]float64, nScales)
+		lo, hi := math.Inf(1), 0.0
+		for k, m := range smag {
+			sc[k] = math.Pow(max(m, 1e-4), alpha)
+			if duo {
+				sc[k] = max(sc[k]/(math.Pow(wmag[k], 1-alpha)+1e-4), 1e-4)
+			}
+			lo, hi = min(lo, sc[k]), max(hi, sc[k])
+		}
+		norm := math.Sqrt(lo * hi)
+		out := make([]float32, cols)
+		for c := range out {
+			out[c] = float32(sc[owner[c]] / norm)
+		}
+		return out
+	}
+	q := &calibrate.Dense{}
+	xsc := &calibrate.Dense{Rows: n, Cols: cols, Data: make([]float32, n*cols)}
+	errorOf := func(sc []float32) (float64, error) {
+		for i := range n {
+			row, src := xsc.Row(i), xs.Row(i)
+			for c, v := range src {
+				row[c] = v / sc[c]
+			}
+		}
+		var total float64
+		for i, w := range s.Linear {
+			if !isBlockType(types[i]) {
+				continue // kept wide: the scales change nothing worth measuring
+			}
+			q.Rows, q.Cols = w.Rows, w.Cols
+			q.Data = make([]float32, len(w.Data))
+			for j, v := range w.Data {
+				q.Data[j] = v * sc[j%cols]
+			}
+			if err := quantDequant(types[i], q.Data); err != nil {
+				return 0, fmt.Errorf("awq: %s: %w", w.Name, err)
+			}
+			out := make([]float32, n*w.Rows)
+			if err := calibrate.MatMul(p, out, q, xsc.Data, n); err != nil {
+				return 0, err
+			}
+			for j, v := range out {
+				d := float64(v - ref[i][j])
+				total += d * d
+			}
+		}
+		return total, nil
+	}
+	bestAlpha, bestErr := 0.0, math.Inf(1)
+	var best []float32
+	for _, duo := range []bool{false, true} {
+		for g := range opt.GridPoints {
+			alpha := float64(g) / float64(opt.GridPoints-1)
+			sc := scales(alpha, duo)
+			e, err := errorOf(sc)
+			if err != nil {
+				return 0, err
+			}
+			if e < bestErr {
+				bestAlpha, bestErr, best = alpha, e, sc
+			}
+		}
+	}
+	// Fold: weights' columns up, the producer of the input down, the input down.
+	for _, w := range s.Linear {
+		for j := range w.Data {
+			w.Data[j] *= best[j%cols]
+		}
+	}
+	switch {
+	case s.Norm != nil:
+		for j := range s.Norm.Data {
+			s.Norm.Data[j] /= best[j]
+		}
+	default:
+		div := make([]float32, s.Producer.Rows)
+		for c := range cols {
+			div[owner[c]] = best[c]
+		}
+		for r := range s.Producer.Rows {
+			row := s.Producer.Row(r)
+			for j := range row {
+				row[j] /= div[r]
+			}
+		}
+		if b := s.ProducerBias; b != nil {
+			for r := range b.Data {
+				b.Data[r] /= div[r]
+			}
+		}
+	}
+	for t := range s.Tokens {
+		row := in.Row(t)
+		for c := range row {
+			row[c] /= best[c]
+		}
+	}
+	return bestAlpha, nil
+}
+
+// quantDequant rounds x (whole rows of t's blocks) onto t's grid in place.
+func quantDequant(t quant.Type, x []float32) error {
+	rb, err := t.RowBytes(len(x))
+	if err != nil {
+		return err
+	}
+	b := make([]byte, rb)
+	if err := quant.Quantize(t, x, b); err != nil {
+		return err
+	}
+	return quant.Dequantize(t, b, x)
+}

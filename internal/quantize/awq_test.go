@@ -1,0 +1,117 @@
+package quantize
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/backend/cpu"
+	"github.com/kvasir-llm/kvasir/internal/calibrate"
+	"github.com/kvasir-llm/kvasir/internal/quant"
+)
+
+func clone(d *calibrate.Dense) *calibrate.Dense {
+	return &calibrate.Dense{Name: d.Name, Rows: d.Rows, Cols: d.Cols, Data: slices.Clone(d.Data)}
+}
+
+func product(t *testing.T, p *cpu.Pool, x, w *calibrate.Dense) []float32 {
+	out := make([]float32, x.Rows*w.Rows)
+	if err := calibrate.MatMul(p, out, w, x.Data, x.Rows); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestAWQNormStage checks AWQ on a stage read after a norm: the folded layer computes the
+// same outputs from the rescaled input, the norm weight carries the inverse scales, and
+// the quantized outputs are closer to the float ones than round-to-nearest gets them.
+func TestAWQNormStage(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	p := cpu.NewPool(2)
+	defer p.Close()
+	x := correlatedInputs(rng, 512, 128)
+	norm := &calibrate.Dense{Name: "norm", Rows: 1, Cols: 128, Data: make([]float32, 128)}
+	for i := range norm.Data {
+		norm.Data[i] = float32(0.5 + rng.Float64())
+	}
+	ws := []*calibrate.Dense{randomWeights(rng, 64, 128), randomWeights(rng, 32, 128)}
+	x0, n0 := clone(x), clone(norm)
+	w0 := []*calibrate.Dense{clone(ws[0]), clone(ws[1])}
+	st := &calibrate.Stage{Kind: calibrate.AttnInput, Input: x, Tokens: x.Rows, Linear: ws, Norm: norm}
+	types := []quant.Type{quant.Q4_0, quant.Q4_0}
+	alpha, err := AWQ(p, st, types, AWQOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("alpha %.2f", alpha)
+	if alpha == 0 {
+		t.Fatal("AWQ chose no scaling on inputs with salient channels")
+	}
+	var awqErr, rtnErr float64
+	for i, w := range ws {
+		want, got := product(t, p, x0, w0[i]), product(t, p, x, w)
+		for j := range want {
+			if math.Abs(float64(want[j]-got[j])) > 1e-3*(1+math.Abs(float64(want[j]))) {
+				t.Fatalf("linear %d output %d: %g after folding, %g before", i, j, got[j], want[j])
+			}
+		}
+		// The scales: x0/x per column equals norm0/norm.
+		for c := range 128 {
+			s := x0.Data[c] / x.Data[c]
+			if r := n0.Data[c] / norm.Data[c]; math.Abs(float64(s/r-1)) > 1e-4 {
+				t.Fatalf("column %d: input scaled by %g, norm by %g", c, s, r)
+			}
+		}
+		q := clone(w)
+		if err := quantDequant(quant.Q4_0, q.Data); err != nil {
+			t.Fatal(err)
+		}
+		awqErr += outputError(x, w, q)
+		rtnErr += outputError(x0, w0[i], rtn(t, w0[i], quant.Q4_0))
+	}
+	t.Logf("output error AWQ %.4g, RTN %.4g", awqErr, rtnErr)
+	if !(awqErr < rtnErr) {
+		t.Fatalf("AWQ output error %g not below RTN's %g", awqErr, rtnErr)
+	}
+}
+
+// TestAWQGroupedOutputStage checks the o projection under grouped-query attention: the
+// heads of a group share their scales, which the value rows carry inverted, so that
+// o(att) is unchanged and v's rows divided by the scale o's columns were multiplied by.
+func TestAWQGroupedOutputStage(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	p := cpu.NewPool(2)
+	defer p.Close()
+	const hd, heads, group, dim = 16, 4, 2, 64
+	kvDim := heads / group * hd
+	att := correlatedInputs(rng, 256, heads*hd)
+	o := randomWeights(rng, dim, heads*hd)
+	v := randomWeights(rng, kvDim, dim)
+	bias := &calibrate.Dense{Rows: 1, Cols: kvDim, Data: make([]float32, kvDim)}
+	for i := range bias.Data {
+		bias.Data[i] = 1
+	}
+	att0, o0, v0 := clone(att), clone(o), clone(v)
+	st := &calibrate.Stage{Kind: calibrate.AttnOutput, Input: att, Tokens: att.Rows, Linear: []*calibrate.Dense{o},
+		Producer: v, ProducerBias: bias, KVGroup: group, HeadDim: hd}
+	if _, err := AWQ(p, st, []quant.Type{quant.Q4_0}, AWQOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want, got := product(t, p, att0, o0), product(t, p, att, o)
+	for j := range want {
+		if math.Abs(float64(want[j]-got[j])) > 1e-3*(1+math.Abs(float64(want[j]))) {
+			t.Fatalf("output %d: %g after folding, %g before", j, got[j], want[j])
+		}
+	}
+	for c := range heads * hd {
+		s := o.Data[c] / o0.Data[c]
+		k := (c/hd/group)*hd + c%hd
+		if r := v0.Data[k*dim] / v.Data[k*dim]; math.Abs(float64(s/r-1)) > 1e-4 {
+			t.Fatalf("column %d: o scaled by %g, value row %d divided by %g", c, s, k, r)
+		}
+		if r := 1 / bias.Data[k]; math.Abs(float64(s/r-1)) > 1e-4 {
+			t.Fatalf("column %d: o scaled by %g, value bias %d divided by %g", c, s, k, r)
+		}
+	}
+}

@@ -1,0 +1,285 @@
+package quantize
+
+import (
+	"fmt"
+	"math"
+	"sort"
+
+	"github.com/kvasir-llm/kvasir/internal/backend/cpu"
+	"github.com/kvasir-llm/kvasir/internal/calibrate"
+	"github.com/kvasir-llm/kvasir/internal/quant"
+)
+
+// GPTQ (Frantar et al., 2022) quantizes a linear layer's weight matrix W one input column
+// at a time and, after each column, spreads that column's rounding error over the columns
+// not yet quantized, in the proportions that least change the layer's outputs on the
+// calibration inputs X. The proportions come from the Hessian of the output error,
+// H = 2 X^T X: with U the upper Cholesky factor of H^-1, the error e of column i (divided
+// by U[i][i]) is subtracted from each later column j times U[i][j]. The updates are applied
+// lazily, a block of columns at a time, as the paper's fast variant does.
+//
+// The grid is the GGUF block type's: when quantization reaches the first column of a
+// block (QK consecutive columns of a row), the block's scale is chosen from the weights as
+// they are then, error updates included; each column is then rounded onto that grid.
+// With act-order, columns go in order of decreasing H[i][i] (the inputs with the most
+// energy first); as a block's columns are then scattered in time, its scale is chosen once
+// from the original weights ("static groups").
+
+// GPTQOptions tunes GPTQ.
+type GPTQOptions struct {
+	Damp      float64 // fraction of the mean diagonal added to H's diagonal (0: 0.01)
+	BlockSize int     // columns per lazy update (0: 128)
+	ActOrder  bool
+}
+
+// Hessian returns H = 2/n X^T X of the n rows of x, [cols][cols] in float64.
+func Hessian(p *cpu.Pool, x *calibrate.Dense) ([]float64, error) {
+	n, c := x.Rows, x.Cols
+	xt := &calibrate.Dense{Rows: c, Cols: n, Data: make([]float32, n*c)}
+	for t := range n {
+		row := x.Row(t)
+		for j, v := range row {
+			xt.Data[j*n+t] = v
+		}
+	}
+	out := make([]float32, c*c)
+	if err := calibrate.MatMul(p, out, xt, xt.Data, c); err != nil {
+		return nil, err
+	}
+	h := make([]float64, c*c)
+	for i, v := range out {
+		h[i] = 2 * float64(v) / float64(n)
+	}
+	return h, nil
+}
+
+// Prepared is a Hessian made ready for GPTQ: dampened, in processing order, and factored.
+// The linear layers that read one input (q, k and v) share it.
+type Prepared struct {
+	cols int
+	perm []int     // processing order of the columns
+	dead []bool    // columns whose input is always 0
+	u    []float64 // upper Cholesky factor of the inverse of the permuted, dampened H
+	opt  GPTQOptions
+}
+
+// Prepare dampens h (cols x cols), orders its columns (act-order) and factors its inverse.
+func Prepare(h []float64, cols int, opt GPTQOptions) (*Prepared, error) {
+	if len(h) != cols*cols {
+		return nil, fmt.Errorf("gptq: Hessian of %d values for %d columns", len(h), cols)
+	}
+	if opt.Damp <= 0 {
+		opt.Damp = 0.01
+	}
+	if opt.BlockSize <= 0 {
+		opt.BlockSize = 128
+	}
+	H := append([]float64(nil), h...)
+	p := &Prepared{cols: cols, perm: make([]int, cols), dead: make([]bool, cols), opt: opt}
+	// Inputs that never fire carry no information: their weights are free (set to 0).
+	for i := range cols {
+		if H[i*cols+i] == 0 {
+			H[i*cols+i] = 1
+			p.dead[i] = true
+		}
+	}
+	for i := range p.perm {
+		p.perm[i] = i
+	}
+	if opt.ActOrder {
+		sort.SliceStable(p.perm, func(a, b int) bool { return H[p.perm[a]*cols+p.perm[a]] > H[p.perm[b]*cols+p.perm[b]] })
+	}
+	Hp := make([]float64, cols*cols)
+	var meanDiag float64
+	for i, a := range p.perm {
+		for j, b := range p.perm {
+			Hp[i*cols+j] = H[a*cols+b]
+		}
+		meanDiag += H[a*cols+a]
+	}
+	meanDiag /= float64(cols)
+	for i := range cols {
+		Hp[i*cols+i] += opt.Damp * meanDiag
+	}
+	var err error
+	if p.u, err = inverseCholeskyUpper(Hp, cols); err != nil {
+		return nil, fmt.Errorf("gptq: %w", err)
+	}
+	return p, nil
+}
+
+// GPTQ quantizes w (rows of w.Cols values) onto grid type t with the prepared Hessian of
+// its inputs, replaces w's values by their quantized ones and returns the encoded rows.
+func GPTQ(w *calibrate.Dense, p *Prepared, t quant.Type) ([]byte, error) {
+	if !quant.HasGrid(t) {
+		return nil, fmt.Errorf("gptq: %s has no block grid here (GPTQ supports q4_0, q4_1, q5_0, q5_1, q8_0)", t)
+	}
+	rows, cols := w.Rows, w.Cols
+	if cols%quant.QK != 0 {
+		return nil, fmt.Errorf("gptq: %s: %d columns are not whole blocks of %d", w.Name, cols, quant.QK)
+	}
+	if cols != p.cols {
+		return nil, fmt.Errorf("gptq: %s: %d columns, Hessian of %d", w.Name, cols, p.cols)
+	}
+	perm, U, bs, actOrder := p.perm, p.u, p.opt.BlockSize, p.opt.ActOrder
+	W := make([]float64, rows*cols)
+	for i, v := range w.Data {
+		if !p.dead[i%cols] {
+			W[i] = float64(v)
+		}
+	}
+	// Grids: per row and block. Static (from the original weights) with act-order.
+	nb := cols / quant.QK
+	grids := make([]quant.Grid, rows*nb)
+	if actOrder {
+		for r := range rows {
+			for b := range nb {
+				x := make([]float32, quant.QK)
+				for j := range x {
+					x[j] = float32(W[r*cols+b*quant.QK+j])
+				}
+				g, err := quant.NewGrid(t, x, nil)
+				if err != nil {
+					return nil, err
+				}
+				grids[r*nb+b] = g
+			}
+		}
+	}
+	// W's columns in processing order.
+	Wp := make([]float64, rows*cols)
+	for r := range rows {
+		for i, c := range perm {
+			Wp[r*cols+i] = W[r*cols+c]
+		}
+	}
+	levels := make([]int, rows*cols) // original column order
+	errs := make([]float64, rows*bs)
+	for i1 := 0; i1 < cols; i1 += bs {
+		i2 := min(i1+bs, cols)
+		for i := i1; i < i2; i++ {
+			c := perm[i]
+			d := U[i*cols+i]
+			for r := range rows {
+				if !actOrder && c%quant.QK == 0 {
+					// The first column of a block: its grid from the weights as they are now
+					// (without act-order columns go in order, so the block's columns are
+					// those of Wp at i..i+QK).
+					x := make([]float32, quant.QK)
+					for j := range x {
+						x[j] = float32(Wp[r*cols+i+j])
+					}
+					g, err := quant.NewGrid(t, x, nil)
+					if err != nil {
+						return nil, err
+					}
+					grids[r*(cols/quant.QK)+c/quant.QK] = g
+				}
+				g := grids[r*(cols/quant.QK)+c/quant.QK]
+				v := Wp[r*cols+i]
+				L := g.Level(float32(v))
+				levels[r*cols+c] = L
+				q := float64(g.Value(L))
+				e := (v - q) / d
+				errs[r*bs+(i-i1)] = e
+				row := Wp[r*cols:]
+				for j := i + 1; j < i2; j++ {
+					row[j] -= e * U[i*cols+j]
+				}
+			}
+		}
+		// Lazy update of the columns after the block.
+		for r := range rows {
+			row := Wp[r*cols:]
+			for i := i1; i < i2; i++ {
+				e := errs[r*bs+(i-i1)]
+				if e == 0 {
+					continue
+				}
+				u := U[i*cols:]
+				for j := i2; j < cols; j++ {
+					row[j] -= e * u[j]
+				}
+			}
+		}
+	}
+	rb, _ := t.RowBytes(cols)
+	out := make([]byte, rows*rb)
+	bb := t.BlockBytes()
+	for r := range rows {
+		for b := range nb {
+			g := grids[r*nb+b]
+			ls := levels[r*cols+b*quant.QK:][:quant.QK]
+			g.Pack(ls, out[r*rb+b*bb:])
+			for j, L := range ls {
+				w.Data[r*cols+b*quant.QK+j] = g.Value(L)
+			}
+		}
+	}
+	return out, nil
+}
+
+// inverseCholeskyUpper returns the upper triangular U with U^T U = A^-1 for the symmetric
+// positive definite n x n matrix A (row-major), as GPTQ uses it: the Cholesky factor of
+// the inverse, from which column i's error propagates to the later columns.
+func inverseCholeskyUpper(a []float64, n int) ([]float64, error) {
+	L, err := cholesky(a, n)
+	if err != nil {
+		return nil, err
+	}
+	// A^-1 = L^-T L^-1. Invert L (lower triangular) by forward substitution.
+	Li := make([]float64, n*n)
+	for i := range n {
+		Li[i*n+i] = 1 / L[i*n+i]
+		for j := 0; j < i; j++ {
+			var s float64
+			for k := j; k < i; k++ {
+				s += L[i*n+k] * Li[k*n+j]
+			}
+			Li[i*n+j] = -s / L[i*n+i]
+		}
+	}
+	inv := make([]float64, n*n) // Li^T Li
+	for i := range n {
+		for j := i; j < n; j++ {
+			var s float64
+			for k := j; k < n; k++ {
+				s += Li[k*n+i] * Li[k*n+j]
+			}
+			inv[i*n+j], inv[j*n+i] = s, s
+		}
+	}
+	L2, err := cholesky(inv, n)
+	if err != nil {
+		return nil, err
+	}
+	U := make([]float64, n*n) // L2^T
+	for i := range n {
+		for j := 0; j <= i; j++ {
+			U[j*n+i] = L2[i*n+j]
+		}
+	}
+	return U, nil
+}
+
+// cholesky returns the lower triangular L with L L^T = a.
+func cholesky(a []float64, n int) ([]float64, error) {
+	L := make([]float64, n*n)
+	for i := range n {
+		for j := 0; j <= i; j++ {
+			s := a[i*n+j]
+			for k := range j {
+				s -= L[i*n+k] * L[j*n+k]
+			}
+			if i == j {
+				if s <= 0 || math.IsNaN(s) {
+					return nil, fmt.Errorf("the Hessian is not positive definite (pivot %d is %g): more calibration tokens or a larger damping", i, s)
+				}
+				L[i*n+i] = math.Sqrt(s)
+			} else {
+				L[i*n+j] = s / L[j*n+j]
+			}
+		}
+	}
+	return L, nil
+}
