@@ -259,34 +259,39 @@ func (b *Backend) RopeKVWrite(q, k, v backend.Tensor, rope backend.Rope, kv back
 		Rope: cuda.Rope{InvFreq: inv.buf, Dim: rope.Dim, NeoX: rope.NeoX, MScale: rope.MScale}, Cache: l})
 }
 
+// attentionOperands checks an attention's operands: out and q of one shape, a row of q per
+// token of the step, whole heads of the cache layer's head size.
+func (b *Backend) attentionOperands(out, q backend.Tensor, kv backend.KVCache, layer int, st backend.Step) (o, qs *tensor, l *cuda.KVCacheLayer, s *step, err error) {
+	if o, err = devTensor("attention", "out", out, cuda.F32); err != nil {
+		return
+	}
+	if qs, err = devTensor("attention", "q", q, cuda.F32); err != nil {
+		return
+	}
+	if _, l, err = kvOf("attention", kv, layer); err != nil {
+		return
+	}
+	if s, err = b.stepOf("attention", st); err != nil {
+		return
+	}
+	if err = sameShape("attention", o, qs); err != nil {
+		return
+	}
+	if qs.rows() != s.meta.NumTokens() || qs.cols()%l.HeadDim != 0 {
+		err = fmt.Errorf("cuda attention: q %v for %d tokens of heads of %d", qs.shape, s.meta.NumTokens(), l.HeadDim)
+	}
+	return
+}
+
 // Attention runs paged causal attention: split-K decode when every sequence has one query
 // token, its few-query twin (cuda.Ops.AttentionVerify) when each has at most
 // verifyMaxQuery (speculative verification), the varlen prefill kernel otherwise.
 func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int, scale float32, st backend.Step) error {
-	o, err := devTensor("attention", "out", out, cuda.F32)
+	o, qs, l, s, err := b.attentionOperands(out, q, kv, layer, st)
 	if err != nil {
 		return err
 	}
-	qs, err := devTensor("attention", "q", q, cuda.F32)
-	if err != nil {
-		return err
-	}
-	_, l, err := kvOf("attention", kv, layer)
-	if err != nil {
-		return err
-	}
-	s, err := b.stepOf("attention", st)
-	if err != nil {
-		return err
-	}
-	m := s.meta
-	if err := sameShape("attention", o, qs); err != nil {
-		return err
-	}
-	qDim := qs.cols()
-	if qs.rows() != m.NumTokens() || qDim%l.HeadDim != 0 {
-		return fmt.Errorf("cuda attention: q %v for %d tokens of heads of %d", qs.shape, m.NumTokens(), l.HeadDim)
-	}
+	m, qDim := s.meta, qs.cols()
 	heads, seqs, tokens := qDim/l.HeadDim, m.NumSeqs(), m.NumTokens()
 	if l.HeadDim%32 != 0 {
 		return b.attentionSmall(o, qs, l, s, heads, scale)

@@ -14,30 +14,11 @@ func (b *Backend) AttentionWith(out, q backend.Tensor, kv backend.KVCache, layer
 	if opt.Window <= 0 && opt.Softcap <= 0 {
 		return b.Attention(out, q, kv, layer, opt.Scale, st)
 	}
-	o, err := devTensor("attention", "out", out, cuda.F32)
+	o, qs, l, s, err := b.attentionOperands(out, q, kv, layer, st)
 	if err != nil {
 		return err
 	}
-	qs, err := devTensor("attention", "q", q, cuda.F32)
-	if err != nil {
-		return err
-	}
-	_, l, err := kvOf("attention", kv, layer)
-	if err != nil {
-		return err
-	}
-	s, err := b.stepOf("attention", st)
-	if err != nil {
-		return err
-	}
-	m := s.meta
-	if err := sameShape("attention", o, qs); err != nil {
-		return err
-	}
-	qDim := qs.cols()
-	if qs.rows() != m.NumTokens() || qDim%l.HeadDim != 0 {
-		return fmt.Errorf("cuda attention: q %v for %d tokens of heads of %d", qs.shape, m.NumTokens(), l.HeadDim)
-	}
+	m, qDim := s.meta, qs.cols()
 	if opt.Softcap <= 0 {
 		// A window no context reaches is plain attention, on the fast kernels. The bound
 		// of a graphed step is its block-table stride, fixed for the steps that replay it.
