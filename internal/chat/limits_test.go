@@ -104,7 +104,7 @@ func TestLimitsCheck(t *testing.T) {
 		t.Errorf("zero limits: %v", err)
 	}
 	if d := (Limits{}).withDefaults(); d.MaxDepth != 500 || d.MaxIterations != 200_000 || d.MaxOutputBytes != 4<<20 ||
-		d.MaxStackBytes != 8<<20 || d.MaxMemoryBytes != 40<<20 || d.Timeout.Seconds() != 1 {
+		d.MaxStackBytes != 8<<20 || d.MaxMemoryBytes != 32<<20 || d.Timeout.Seconds() != 1 {
 		t.Errorf("defaults %+v", d)
 	}
 }
