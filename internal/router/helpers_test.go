@@ -101,22 +101,44 @@ func hangUp(w http.ResponseWriter) {
 	}
 }
 
-// countingWriter counts an instance's stream events and kills it after killAfter.
+// countingWriter counts an instance's stream events and kills it after the trip's count.
 type countingWriter struct {
 	http.ResponseWriter
 	in *instance
 }
 
+// Write lets out only the events up to the trip's count: one write may carry several (the
+// server coalesces the events a slow reader has not taken yet), and the instance must die
+// mid-stream, not after its last token.
 func (c *countingWriter) Write(p []byte) (int, error) {
 	if c.in.dead.Load() {
 		return 0, io.ErrClosedPipe
 	}
-	n, err := c.ResponseWriter.Write(p)
-	if trip := c.in.trip.Load(); trip != nil {
-		events := c.in.events.Add(int64(bytes.Count(p, []byte("data: "))))
-		if k := trip.Load(); k > 0 && events >= k && trip.CompareAndSwap(k, 0) {
-			c.in.dead.Store(true) // nothing more gets out
-			go c.in.ts.CloseClientConnections()
+	trip := c.in.trip.Load()
+	if trip == nil || trip.Load() <= 0 {
+		return c.ResponseWriter.Write(p)
+	}
+	k, seen, cut := trip.Load(), c.in.events.Load(), len(p)
+	marker := []byte("data: ")
+	for i := 0; ; {
+		j := bytes.Index(p[i:], marker)
+		if j < 0 {
+			break
+		}
+		if seen >= k {
+			cut = i + j
+			break
+		}
+		seen++
+		i += j + len(marker)
+	}
+	c.in.events.Store(seen)
+	n, err := c.ResponseWriter.Write(p[:cut])
+	if seen >= k && trip.CompareAndSwap(k, 0) {
+		c.in.dead.Store(true) // nothing more gets out
+		go c.in.ts.CloseClientConnections()
+		if cut < len(p) {
+			return n, io.ErrClosedPipe
 		}
 	}
 	return n, err
