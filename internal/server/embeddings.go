@@ -85,13 +85,10 @@ func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 		writeError(w, badRequest("encoding_format", "encoding_format %q: want float or base64", req.EncodingFormat))
 		return
 	}
-	dims := emb.Dim()
-	if req.Dimensions != nil {
-		if d := *req.Dimensions; d < 1 || d > emb.Dim() {
-			writeError(w, badRequest("dimensions", "dimensions %d: the model's embeddings have %d (want 1 to %d)", d, emb.Dim(), emb.Dim()))
-			return
-		}
-		dims = *req.Dimensions
+	dims, apiErr := embeddingDims(emb, req.Dimensions)
+	if apiErr != nil {
+		writeError(w, apiErr)
+		return
 	}
 	limit, apiErr := truncation(emb, req.TruncatePromptTokens)
 	if apiErr != nil {
@@ -124,6 +121,18 @@ func (s *Server) handleEmbeddings(w http.ResponseWriter, r *http.Request) {
 	}
 	res.Usage.TotalTokens = res.Usage.PromptTokens
 	writeJSON(w, http.StatusOK, res)
+}
+
+// embeddingDims returns how many leading values of each embedding a request keeps: the
+// model's all, or its dimensions field (Matryoshka truncation), which must be 1 to that.
+func embeddingDims(emb *kvasir.Embedder, d *int) (int, *APIError) {
+	if d == nil {
+		return emb.Dim(), nil
+	}
+	if *d < 1 || *d > emb.Dim() {
+		return 0, badRequest("dimensions", "dimensions %d: the model's embeddings have %d (want 1 to %d)", *d, emb.Dim(), emb.Dim())
+	}
+	return *d, nil
 }
 
 // embeddingInputs reads an embeddings request's input into token sequences: texts are

@@ -560,13 +560,10 @@ func (s *Server) handleOllamaEmbed(w http.ResponseWriter, r *http.Request) {
 		ollamaError(w, badRequest("input", "input is required: a text or a list of texts"))
 		return
 	}
-	dims := emb.Dim()
-	if d := req.Dimensions; d != nil {
-		if *d < 1 || *d > emb.Dim() {
-			ollamaError(w, badRequest("dimensions", "dimensions %d: the model's embeddings have %d", *d, emb.Dim()))
-			return
-		}
-		dims = *d
+	dims, apiErr := embeddingDims(emb, req.Dimensions)
+	if apiErr != nil {
+		ollamaError(w, apiErr)
+		return
 	}
 	limit := emb.MaxLen()
 	if req.Truncate != nil && !*req.Truncate {
