@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
@@ -8,11 +9,13 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvasir-llm/kvasir"
 	"github.com/kvasir-llm/kvasir/internal/encoder"
@@ -457,5 +460,40 @@ func TestOllamaEmbedOnGenerativeModel(t *testing.T) {
 	status, b := env.do(t, http.MethodPost, "/api/embed", []byte(`{"input": "hello"}`))
 	if status != http.StatusBadRequest || !strings.Contains(string(b), `"error"`) || !strings.Contains(string(b), "generative model") {
 		t.Errorf("/api/embed: %d %s", status, b)
+	}
+}
+
+// TestServeEncoderWithStats: an encoder-only server runs under Serve with the stats line
+// on (it has no engine to report: the stats logger once dereferenced the missing engine
+// and took the process down at start).
+func TestServeEncoderWithStats(t *testing.T) {
+	env, emb := newEmbedEnv(t, false)
+	env.ts.Close()
+	srv, err := New(nil, Config{Embedder: emb, ModelNames: []string{testModelName},
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), StatsInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln, time.Second) }()
+	time.Sleep(10 * time.Millisecond) // several stats intervals
+	res, err := http.Post("http://"+ln.Addr().String()+"/v1/embeddings", "application/json",
+		strings.NewReader(`{"input":"hello"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Errorf("status %d", res.StatusCode)
+	}
+	stop()
+	if err := <-served; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -28,7 +28,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener, drain time.Duration
 		ReadHeaderTimeout: s.cfg.HeaderTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
 	}
-	if s.cfg.StatsInterval > 0 {
+	if s.cfg.StatsInterval > 0 && s.eng != nil { // an encoder alone has no engine steps to report
 		sctx, stop := context.WithCancel(ctx)
 		defer stop()
 		go s.logStats(sctx, s.cfg.StatsInterval)
