@@ -51,7 +51,7 @@ for s in "${shapes[@]}"; do
 	for be in cpu cuda; do
 		[ -e "$out/kvasir_${s}_$be.json" ] && recs+=(--record "$out/kvasir_${s}_$be.json")
 	done
-	if [ ${#recs[@]} -ne 2 ]; then
+	if [ ${#recs[@]} -ne 4 ]; then # --record PATH for each backend
 		echo "RESULT|torch|$s|missing|kvasir records not written" | tee -a "$log"
 		rc=1
 		continue

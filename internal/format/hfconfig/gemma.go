@@ -3,6 +3,8 @@ package hfconfig
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 )
 
 // GemmaConfig holds the config.json keys of Gemma 2 and Gemma 3 that the Llama family has
@@ -139,7 +141,7 @@ func (c *Config) marshalGemma(m map[string]any) {
 	m["layer_types"] = g.LayerTypes
 	capOrNull := func(v float64) any {
 		if v > 0 {
-			return v
+			return pyFloat(v)
 		}
 		return nil
 	}
@@ -164,4 +166,17 @@ func samePattern(a, b []string) bool {
 		}
 	}
 	return len(a) == len(b)
+}
+
+// pyFloat marshals as Python's json writes a float, with a decimal point even when whole
+// (30.0, not 30): transformers' strict config classes refuse an integer where they declare
+// a float (Gemma 2's final_logit_softcapping).
+type pyFloat float64
+
+func (f pyFloat) MarshalJSON() ([]byte, error) {
+	s := strconv.FormatFloat(float64(f), 'g', -1, 64)
+	if !strings.ContainsAny(s, ".eEIN") {
+		s += ".0"
+	}
+	return []byte(s), nil
 }

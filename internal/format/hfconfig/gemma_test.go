@@ -84,3 +84,29 @@ func TestGemmaConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestMarshalGemmaSoftcapsAsFloats: the soft-capping values are written as floats with a
+// decimal point, which transformers' strict Gemma 2 config demands (30 was refused).
+func TestMarshalGemmaSoftcapsAsFloats(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("testdata", "gemma2.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ParseConfig(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := c.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"final_logit_softcapping":30.0`, `"attn_logit_softcapping":50.0`} {
+		if !strings.Contains(strings.ReplaceAll(string(out), " ", ""), want) {
+			t.Errorf("config.json lacks %s:\n%s", want, out)
+		}
+	}
+	again, err := ParseConfig(out)
+	if err != nil || again.Gemma.FinalLogitSoftcapping != 30 {
+		t.Errorf("re-read: %v, final cap %v", err, again.Gemma.FinalLogitSoftcapping)
+	}
+}
