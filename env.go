@@ -10,12 +10,14 @@ import "os"
 //	KVASIR_CUDA_PDL=0       Options.CUDA.DisablePDL
 //	KVASIR_CUDA_SHADOW=0    Options.CUDA.DisableShadows
 //	KVASIR_CUDA_QUANT=0     Options.CUDA.WidenQuantized
+//	KVASIR_CUDA_GEMVQ=NAME  Options.CUDA.QuantGEMV
 const (
 	EnvCPUKernels = "KVASIR_CPU"
 	EnvCUDAOpTime = "KVASIR_CUDA_OPTIME"
 	EnvCUDAPDL    = "KVASIR_CUDA_PDL"
 	EnvCUDAShadow = "KVASIR_CUDA_SHADOW"
 	EnvCUDAQuant  = "KVASIR_CUDA_QUANT"
+	EnvCUDAGEMVQ  = "KVASIR_CUDA_GEMVQ"
 )
 
 // withEnv returns opt with the overrides getenv reports (os.Getenv in Load).
@@ -34,6 +36,9 @@ func withEnv(opt Options, getenv func(string) string) Options {
 	}
 	if getenv(EnvCUDAQuant) == "0" {
 		opt.CUDA.WidenQuantized = true
+	}
+	if l := getenv(EnvCUDAGEMVQ); l != "" {
+		opt.CUDA.QuantGEMV = l
 	}
 	return opt
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/backend/cpu"
 	"github.com/kvasir-llm/kvasir/internal/backend/cpubackend"
+	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
 	"github.com/kvasir-llm/kvasir/internal/backend/cudabackend"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/model"
@@ -76,6 +77,14 @@ func newBackends(opt Options, ranks int) ([]backend.Backend, error) {
 	if threads < 1 {
 		threads = runtime.NumCPU()
 	}
+	var quantGEMV *cuda.GEMVLayout
+	if opt.CUDA.QuantGEMV != "" {
+		l, err := cuda.ParseGEMVLayout(opt.CUDA.QuantGEMV)
+		if err != nil {
+			return nil, err
+		}
+		quantGEMV = &l
+	}
 	for r := range ranks {
 		if !opt.Device.CUDA {
 			b, err := cpubackend.NewKernels(max(threads/ranks, 1), opt.CPUKernels)
@@ -88,7 +97,7 @@ func newBackends(opt Options, ranks int) ([]backend.Backend, error) {
 		ordinal := opt.Device.Ordinal + r
 		b, err := cudabackend.NewBackend(cudabackend.BackendOptions{Ordinal: ordinal,
 			OpTime: opt.CUDA.OpTime, DisablePDL: opt.CUDA.DisablePDL, DisableShadows: opt.CUDA.DisableShadows,
-			WidenQuantized: opt.CUDA.WidenQuantized})
+			WidenQuantized: opt.CUDA.WidenQuantized, QuantGEMV: quantGEMV})
 		if err != nil {
 			if ranks > 1 {
 				return fail(fmt.Errorf("device %s with %d ranks: rank %d on cuda:%d: %w", opt.Device, ranks, r, ordinal, err))

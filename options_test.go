@@ -109,8 +109,12 @@ func TestEnvOverrides(t *testing.T) {
 	if got.CPUKernels != "generic" || got.CUDA != (CUDAOptions{OpTime: true, DisablePDL: true, DisableShadows: true}) {
 		t.Errorf("overrides not applied: %+v", got)
 	}
+	env = map[string]string{EnvCUDAQuant: "0", EnvCUDAGEMVQ: "split8"}
+	if got := withEnv(Options{}, get); got.CUDA != (CUDAOptions{WidenQuantized: true, QuantGEMV: "split8"}) {
+		t.Errorf("quantization overrides not applied: %+v", got.CUDA)
+	}
 	// Values other than the documented ones leave the settings as they are.
-	env = map[string]string{EnvCUDAOpTime: "yes", EnvCUDAPDL: "1", EnvCUDAShadow: "off"}
+	env = map[string]string{EnvCUDAOpTime: "yes", EnvCUDAPDL: "1", EnvCUDAShadow: "off", EnvCUDAQuant: "1"}
 	if got := withEnv(Options{}, get); got.CUDA != (CUDAOptions{}) {
 		t.Errorf("undocumented values changed the CUDA options: %+v", got.CUDA)
 	}

@@ -36,10 +36,47 @@ func quantShape(op string, dt DType, k int) error {
 	return nil
 }
 
+// GEMVLayout names one of the quantized GEMV's kernel layouts (kernels/gemvq.cu).
+type GEMVLayout int
+
+const (
+	// GEMVRows: each warp computes 4 weight rows on its own over float32 x (gemvq_rows).
+	GEMVRows GEMVLayout = iota
+	// GEMVSplit: a block's 4 warps share 4 weight rows, each taking a quarter of every
+	// row's units, over float32 x (gemvqs_rows).
+	GEMVSplit
+	// GEMVSplitX8: GEMVSplit with each lane quantizing its unit of x to 8 bits in registers
+	// for __dp4a.
+	GEMVSplitX8
+)
+
+// ParseGEMVLayout reads a layout's name: rows, split or split8.
+func ParseGEMVLayout(s string) (GEMVLayout, error) {
+	for l, name := range gemvLayoutNames {
+		if s == name {
+			return GEMVLayout(l), nil
+		}
+	}
+	return 0, fmt.Errorf("cuda: unknown quantized GEMV layout %q (rows, split, split8)", s)
+}
+
+var gemvLayoutNames = []string{"rows", "split", "split8"}
+
+func (l GEMVLayout) String() string { return gemvLayoutNames[l] }
+
+// Int8 reports whether the layout rounds x to 8 bits (its results differ from the float32
+// layouts' by that rounding, about 1e-3 relative).
+func (l GEMVLayout) Int8() bool { return l == GEMVSplitX8 }
+
 // GEMVQ computes y = x · wᵀ for n (1..GEMVMaxRows) rows of float32 x ([n][k]) and a
 // quantized weight w ([m][k] of a block type, k a whole number of blocks) into float32 y
-// ([n][m]), dequantizing w in registers.
+// ([n][m]), dequantizing w in registers (the GEMVRows layout).
 func (o *Ops) GEMVQ(y, x, w Buffer, n, k, m int) error {
+	return o.GEMVQWith(GEMVRows, y, x, w, n, k, m)
+}
+
+// GEMVQWith is GEMVQ in the given kernel layout.
+func (o *Ops) GEMVQWith(l GEMVLayout, y, x, w Buffer, n, k, m int) error {
 	if err := gemvShape("gemvq", n, k); err != nil {
 		return err
 	}
@@ -50,8 +87,28 @@ func (o *Ops) GEMVQ(y, x, w Buffer, n, k, m int) error {
 		return err
 	}
 	name, rows := gemvqKernel(n, w.DType)
+	switch l {
+	case GEMVSplit:
+		name, rows = name+"_s", rows/GEMVQWarps // the block's warps share its rows
+	case GEMVSplitX8:
+		name, rows = name+"_s8", rows/GEMVQWarps
+	}
 	return o.Dev.Launch(o.Kern.mod, name, Dim3{(m + rows - 1) / rows, 1, 1}, Dim3{32 * GEMVQWarps, 1, 1}, 0,
 		y, x, w, n, k, m)
+}
+
+// QuantizeX8 quantizes count float32 values of x (a multiple of 16) as the GEMVSplitX8
+// kernels do: signed bytes, four to a word of x8 (I32, count/4 words), and a scale a 16 values in d
+// (F32, count/16). The GEMV does this inside its blocks; this kernel lets tests check it.
+func (o *Ops) QuantizeX8(x8, d, x Buffer, count int) error {
+	if count <= 0 || count%16 != 0 {
+		return fmt.Errorf("cuda quantize x8: %d values is not a positive multiple of 16", count)
+	}
+	if err := firstErr(need("quantize x8", "x8", x8, count/4, I32), need("quantize x8", "d", d, count/16, F32), need("quantize x8", "x", x, count, F32)); err != nil {
+		return err
+	}
+	units := count / 16
+	return o.Dev.Launch(o.Kern.mod, "quantize_x8_rows", Dim3{gridFor(units), 1, 1}, Dim3{threads, 1, 1}, 0, x8, d, x, units)
 }
 
 // DequantizeBF16 writes the first rows rows of quantized weight w (rows of k values) into

@@ -2,7 +2,9 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/backend/backendtest"
@@ -56,10 +58,12 @@ func testGEMVQ(t *testing.T, e *env, r *rand.Rand) {
 			xv := randVals(r, GEMVMaxRows*s.k, 1)
 			x, xh := e.upload(t, F32, xv)
 			w, wh := e.uploadQuant(t, ty.dt, ty.qt, randVals(r, s.m*s.k, 1))
-			for n := 1; n <= GEMVMaxRows; n++ {
-				y := e.poisoned(t, F32, n*s.m)
-				e.do(t, func() error { return e.ops.GEMVQ(y, x, w, n, s.k, s.m) })
-				check(t, fmt.Sprintf("gemvq %s n=%d k=%d m=%d", ty.dt, n, s.k, s.m), F32, e.download(t, y), backendtest.MatMulRef(xh[:n*s.k], wh, n, s.k, s.m))
+			for _, l := range []GEMVLayout{GEMVRows, GEMVSplit} {
+				for n := 1; n <= GEMVMaxRows; n++ {
+					y := e.poisoned(t, F32, n*s.m)
+					e.do(t, func() error { return e.ops.GEMVQWith(l, y, x, w, n, s.k, s.m) })
+					check(t, fmt.Sprintf("gemvq %s %s n=%d k=%d m=%d", l, ty.dt, n, s.k, s.m), F32, e.download(t, y), backendtest.MatMulRef(xh[:n*s.k], wh, n, s.k, s.m))
+				}
 			}
 			rows := s.m - 2 // a chunk that starts at row 1 and stops short of the end
 			part, err := w.Slice(s.k, (rows+1)*s.k)
@@ -81,6 +85,86 @@ func testGEMVQ(t *testing.T, e *env, r *rand.Rand) {
 				}
 			}
 			check(t, fmt.Sprintf("embedding %s dim=%d", ty.dt, s.k), F32, e.download(t, emb), want)
+		}
+	}
+}
+
+// quantX8 quantizes x (a multiple of 16 values) as quantize_x8 in gemvq.cu does, in
+// float32 with round-half-to-even: the signed bytes and a scale a unit of 16.
+func quantX8(x []float32) ([]int8, []float32) {
+	q, d := make([]int8, len(x)), make([]float32, len(x)/16)
+	for u := range d {
+		var amax float32
+		for _, v := range x[16*u : 16*u+16] {
+			amax = max(amax, float32(math.Abs(float64(v))))
+		}
+		var id float32
+		if amax > 0 {
+			id = 127 / amax
+		}
+		for j, v := range x[16*u : 16*u+16] {
+			q[16*u+j] = int8(math.RoundToEven(float64(v * id)))
+		}
+		d[u] = amax / 127
+	}
+	return q, d
+}
+
+// testGEMVQ8 checks the int8 layouts: the activations' quantization against quantX8 (bytes
+// and scales exactly), the GEMV of every block type and row count against a float64
+// reference on the host-quantized activations and the host decoder's weights, and the same
+// results against the float activations' product within the 8-bit rounding of x.
+func testGEMVQ8(t *testing.T, e *env, r *rand.Rand) {
+	const k = 4096
+	xv := randVals(r, GEMVMaxRows*k, 1)
+	xv[5] = 0 // a unit with a zero, and a unit of zeros
+	for i := 32; i < 48; i++ {
+		xv[i] = 0
+	}
+	x, _ := e.upload(t, F32, xv)
+	qh, dh := quantX8(xv)
+	x8, d := e.poisoned(t, I32, len(xv)/4), e.poisoned(t, F32, len(xv)/16)
+	e.do(t, func() error { return e.ops.QuantizeX8(x8, d, x, len(xv)) })
+	words, scales := e.downloadI32(t, x8), e.download(t, d)
+	bad := 0
+	for i, q := range qh {
+		if int8(uint32(words[i/4])>>(8*(i%4))) != q {
+			bad++
+		}
+	}
+	for u, s := range dh {
+		if scales[u] != s {
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("quantize x8: %d of %d bytes and scales differ from the host's", bad, len(qh)+len(dh))
+	}
+	for _, ty := range gemvqTypes {
+		for _, s := range []struct{ k, m int }{{512, 37}, {4096, 20}, {2304, 9}} {
+			xs := append([]float32(nil), xv[:GEMVMaxRows*s.k]...)
+			xb, _ := e.upload(t, F32, xs)
+			qq, dq := quantX8(xs)
+			held := make([]float32, len(xs)) // the values the quantized x stands for
+			for i, q := range qq {
+				held[i] = float32(q) * dq[i/16]
+			}
+			w, wh := e.uploadQuant(t, ty.dt, ty.qt, randVals(r, s.m*s.k, 1))
+			for _, l := range []GEMVLayout{GEMVSplitX8} {
+				for n := 1; n <= GEMVMaxRows; n++ {
+					y := e.poisoned(t, F32, n*s.m)
+					e.do(t, func() error { return e.ops.GEMVQWith(l, y, xb, w, n, s.k, s.m) })
+					got := e.download(t, y)
+					name := fmt.Sprintf("gemvq %s %s n=%d k=%d m=%d", l, ty.dt, n, s.k, s.m)
+					check(t, name, F32, got, backendtest.MatMulRef(held[:n*s.k], wh, n, s.k, s.m))
+					exact := backendtest.MatMulRef(xs[:n*s.k], wh, n, s.k, s.m)
+					if err := relErr(got, exact); !(err <= 1e-2) {
+						t.Errorf("%s: relative error %.3g against float activations, over 1e-2", name, err)
+					} else if n == 1 {
+						result(t, "kernel", name+" vs float x", fmt.Sprintf("%.2e", err), "8-bit activations, tol 1e-2 ok")
+					}
+				}
+			}
 		}
 	}
 }
@@ -128,24 +212,39 @@ func benchGEMVQ(t *testing.T, e *env, r *rand.Rand) {
 					}
 				}
 				for _, n := range []int{1, 5, 8} {
-					ms, err := timeMedian(dv, 9, func() error {
-						for _, w := range ws {
-							if err := e.ops.GEMVQ(y, x, w, n, s.k, s.m); err != nil {
-								return err
+					for _, l := range []GEMVLayout{GEMVRows, GEMVSplit, GEMVSplitX8} {
+						ms, err := timeMedian(dv, 9, func() error {
+							for _, w := range ws {
+								if err := e.ops.GEMVQWith(l, y, x, w, n, s.k, s.m); err != nil {
+									return err
+								}
 							}
+							return nil
+						})
+						if err != nil {
+							return err
 						}
-						return nil
-					})
-					if err != nil {
-						return err
+						per := ms / float64(len(ws))
+						name, _ := gemvqKernel(n, ty.dt)
+						result(t, "gemvq", fmt.Sprintf("%s n=%d m=%d k=%d %s %s", ty.dt, n, s.m, s.k, name, l),
+							fmt.Sprintf("%.0f GB/s", float64(wbytes)/per/1e6), fmt.Sprintf("%.1f us", per*1e3))
 					}
-					per := ms / float64(len(ws))
-					name, rows := gemvqKernel(n, ty.dt)
-					result(t, "gemvq", fmt.Sprintf("%s n=%d m=%d k=%d %s", ty.dt, n, s.m, s.k, name),
-						fmt.Sprintf("%.0f GB/s", float64(wbytes)/per/1e6), fmt.Sprintf("%.1f us, weights of %d rows/block", per*1e3, rows))
 				}
 				return nil
 			})
 		}
+	}
+}
+
+// TestParseGEMVLayout: every layout's name reads back as it; an unknown one is an error
+// that lists the names.
+func TestParseGEMVLayout(t *testing.T) {
+	for l := GEMVRows; l <= GEMVSplitX8; l++ {
+		if got, err := ParseGEMVLayout(l.String()); err != nil || got != l {
+			t.Errorf("ParseGEMVLayout(%q) = %v, %v", l.String(), got, err)
+		}
+	}
+	if _, err := ParseGEMVLayout("fast"); err == nil || !strings.Contains(err.Error(), "split8") {
+		t.Errorf("an unknown layout: %v", err)
 	}
 }

@@ -28,7 +28,16 @@ type BackendOptions struct {
 	// WidenQuantized uploads quantized matrices dequantized to BF16 instead of in their
 	// GGML block layouts (the behaviour before the quantized kernels; for comparisons).
 	WidenQuantized bool
+	// QuantGEMV is the kernel layout of decode's quantized GEMV (cuda.GEMVLayout);
+	// unset, DefaultQuantGEMV. Its int8 layouts round the activations to 8 bits.
+	QuantGEMV *cuda.GEMVLayout
 }
+
+// DefaultQuantGEMV is the quantized GEMV layout decode uses unless told otherwise: split
+// (a block's warps share its rows), measured fastest of the float32 layouts on the H200
+// (8B Q4_K decode 261 tok/s against 212 for rows; split8's 8-bit activations gained 2-4%
+// more, not worth their rounding; docs/GPU_RESULTS.md).
+const DefaultQuantGEMV = cuda.GEMVSplit
 
 // Backend implements backend.Backend on one NVIDIA GPU. Every op is queued on the device's
 // stream from the device goroutine (Run is cuda.Device.Do); Logits is the step's only host
@@ -58,11 +67,12 @@ type Backend struct {
 	shadows    bool
 	shadow     activationShadow
 	castType   cuda.DType
-	gluScratch cuda.Buffer // F32 up products of MatMulSwiGLU's cuBLAS path
-	widen      bool        // quantized matrices are uploaded as BF16 (BackendOptions.WidenQuantized)
-	dequant    cuda.Buffer // BF16 rows of a quantized weight dequantized for cuBLAS (matMulDequantized)
-	logitsDev  cuda.Buffer // F32 logits of the step
-	argmaxWork cuda.Buffer // F32 partial maxima of cuda.Ops.Argmax
+	gluScratch cuda.Buffer     // F32 up products of MatMulSwiGLU's cuBLAS path
+	widen      bool            // quantized matrices are uploaded as BF16 (BackendOptions.WidenQuantized)
+	quantGEMV  cuda.GEMVLayout // decode's quantized GEMV (BackendOptions.QuantGEMV)
+	dequant    cuda.Buffer     // BF16 rows of a quantized weight dequantized for cuBLAS (matMulDequantized)
+	logitsDev  cuda.Buffer     // F32 logits of the step
+	argmaxWork cuda.Buffer     // F32 partial maxima of cuda.Ops.Argmax
 	work       *cuda.DecodeWorkspace
 	idsDev     cuda.Buffer      // I32 token ids picked on the device (LogitsArgmax)
 	sampleDev  cuda.Buffer      // per-row sampling settings (LogitsSample)
@@ -116,7 +126,10 @@ func NewBackend(opt BackendOptions) (*Backend, error) {
 		cache = *opt.Cache
 	}
 	b := &Backend{dev: dev, nv: nv, blas: blasLib, allocs: map[uint64]cuda.Buffer{}, graphs: map[graphKey]*graphEntry{},
-		shadows: !opt.DisableShadows, castType: cuda.BF16, widen: opt.WidenQuantized}
+		shadows: !opt.DisableShadows, castType: cuda.BF16, widen: opt.WidenQuantized, quantGEMV: DefaultQuantGEMV}
+	if opt.QuantGEMV != nil {
+		b.quantGEMV = *opt.QuantGEMV
+	}
 	err = dev.Do(func() error {
 		k, err := dev.LoadKernels(nv, cache)
 		if err != nil {

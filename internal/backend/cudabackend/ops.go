@@ -132,7 +132,7 @@ func (b *Backend) MatMul(out, x, w backend.Tensor) error {
 
 // matMul computes y = x · wᵀ for n rows of float32 x into float32 y (inside Run): cuBLAS
 // directly for F32 weights, the GEMV kernel for up to cuda.GEMVMaxRows rows of a 16-bit or
-// quantized weight, else x cast to BF16 or the weight's type and cuBLAS (a quantized
+// quantized weight (for a quantized one in the backend's quantGEMV layout), else x cast to BF16 or the weight's type and cuBLAS (a quantized
 // weight dequantized chunk by chunk for it).
 func (b *Backend) matMul(y, x cuda.Buffer, w *tensor, n int) error {
 	m, k := w.rows(), w.cols()
@@ -141,7 +141,7 @@ func (b *Backend) matMul(y, x cuda.Buffer, w *tensor, n int) error {
 	}
 	if cuda.Quantized(w.buf.DType) {
 		if n <= cuda.GEMVMaxRows {
-			return b.ops.GEMVQ(y, x, w.buf, n, k, m)
+			return b.ops.GEMVQWith(b.quantGEMV, y, x, w.buf, n, k, m)
 		}
 		return b.matMulDequantized(y, x, w, n)
 	}

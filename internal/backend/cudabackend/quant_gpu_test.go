@@ -7,9 +7,11 @@ import (
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
 	"github.com/kvasir-llm/kvasir/internal/backend/cudabackend"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/model"
+	"github.com/kvasir-llm/kvasir/internal/sample"
 )
 
 // gpuQuantTypes are the block types the GPU keeps quantized (the synthesized
@@ -25,7 +27,10 @@ var gpuQuantTypes = []string{"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5
 // its logits are held to the same model uploaded widened to BF16 within BF16's error, not
 // tighter, since the widened model also rounds its embedding table and output matrix to
 // BF16 (measured: 1.1e-2); TestBackendQuantizedMatMul holds the chunked product itself to
-// the widened one at float32 precision.
+// the widened one at float32 precision. The GEMV path runs twice: with float32
+// activations (the rows layout), held to the Reference at float32's precision, and in an
+// int8 layout (split8), whose activations rounded to 8 bits cost more (held within 5e-2;
+// the figure is recorded).
 func TestBackendQuantizedModels(t *testing.T) {
 	be := newBackend(t)
 	wide, err := cudabackend.NewBackend(cudabackend.BackendOptions{WidenQuantized: true})
@@ -33,6 +38,17 @@ func TestBackendQuantizedModels(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer wide.Close()
+	rows, split8 := cuda.GEMVRows, cuda.GEMVSplitX8
+	exact, err := cudabackend.NewBackend(cudabackend.BackendOptions{QuantGEMV: &rows})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exact.Close()
+	int8s, err := cudabackend.NewBackend(cudabackend.BackendOptions{QuantGEMV: &split8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer int8s.Close()
 	type refResult struct {
 		logits []float32
 		err    error
@@ -79,9 +95,9 @@ func TestBackendQuantizedModels(t *testing.T) {
 		_, logits := prefilled(t, m, prompt, 1)
 		return logits
 	}
-	gpuShort := make([][]float32, len(gpuQuantTypes))
+	gpuShort, x8Short := make([][]float32, len(gpuQuantTypes)), make([][]float32, len(gpuQuantTypes))
 	for i, q := range gpuQuantTypes {
-		gpuShort[i] = logitsOf(be, files[i], short)
+		gpuShort[i], x8Short[i] = logitsOf(exact, files[i], short), logitsOf(int8s, files[i], short)
 		e := relErr(logitsOf(be, files[i], long), logitsOf(wide, files[i], long))
 		fmt.Printf("RESULT|model|qwen3-0.6b %s prompt 40: logits rel. error, block layout vs widened to bf16|%.2e|prefill through dequantized chunks\n", q, e)
 		if !(e <= 3e-2) {
@@ -97,6 +113,12 @@ func TestBackendQuantizedModels(t *testing.T) {
 		fmt.Printf("RESULT|model|qwen3-0.6b %s prompt 6: logits rel. error cuda vs float64 reference|%.2e|gemvq in every layer\n", q, e)
 		if !(e <= 1e-3) {
 			t.Errorf("%s: prompt 6: logits rel. error %.3e against the reference, over 1e-3", q, e)
+		}
+		e8 := relErr(x8Short[i], refs[i].logits)
+		same := sample.Greedy(x8Short[i]) == sample.Greedy(refs[i].logits)
+		fmt.Printf("RESULT|model|qwen3-0.6b %s prompt 6: logits rel. error cuda int8 path vs float64 reference|%.2e|split8 in every layer; top-1 equal %v\n", q, e8, same)
+		if !(e8 <= 5e-2) {
+			t.Errorf("%s: prompt 6: int8 path: logits rel. error %.3e against the reference, over 5e-2", q, e8)
 		}
 	}
 }

@@ -47,7 +47,9 @@ func uploadQuantized(t *testing.T, b *Backend, qt quant.Type, rows, cols int, va
 // MatMulSwiGLU over quantized weights too.
 func TestBackendQuantizedMatMul(t *testing.T) {
 	// The default cubin cache: both backends (and the other GPU tests) share one compile.
-	b := openBackend(t, BackendOptions{})
+	rows, split8 := cuda.GEMVRows, cuda.GEMVSplitX8
+	b := openBackend(t, BackendOptions{QuantGEMV: &rows})
+	b8 := openBackend(t, BackendOptions{QuantGEMV: &split8}) // an int8 layout of decode
 	wide := openBackend(t, BackendOptions{WidenQuantized: true})
 	r := rand.New(rand.NewPCG(7, 9))
 	for _, c := range []struct {
@@ -71,7 +73,15 @@ func TestBackendQuantizedMatMul(t *testing.T) {
 			}
 			name := fmt.Sprintf("matmul %s n=%d %dx%d", c.qt, n, c.rows, c.cols)
 			if n <= cuda.GEMVMaxRows {
-				check(t, name, cuda.F32, tensorValues(t, b, out), backendtest.MatMulRef(xv, held, n, c.cols, c.rows))
+				want := backendtest.MatMulRef(xv, held, n, c.cols, c.rows)
+				check(t, name, cuda.F32, tensorValues(t, b, out), want)
+				w8, _ := uploadQuantized(t, b8, c.qt, c.rows, c.cols, vals)
+				x8, _ := uploadMatrix(t, b8, cuda.F32, n, c.cols, xv)
+				out8 := newOut(t, b8, n, c.rows)
+				if err := b8.Run(func() error { return b8.MatMul(out8, x8, w8) }); err != nil {
+					t.Fatal(err)
+				}
+				check(t, name+" int8 activations", cuda.BF16, tensorValues(t, b8, out8), want) // BF16's 1e-2 bound
 			} else {
 				check(t, name+" vs widened", cuda.F32, tensorValues(t, b, out), f64s(tensorValues(t, wide, outw)))
 			}

@@ -282,6 +282,156 @@ __device__ __forceinline__ void gemvq_rows(float* __restrict__ y, const float* _
     }
 }
 
+// The int8 path (the _s8 kernels): the activations quantized too, so that the inner product runs
+// on __dp4a, four byte products a instruction, instead of a float multiply-add a weight.
+// x is quantized per 16-value unit, as the weights are: scale dx = max|x| / 127 and
+// q = round(x * 127 / max|x|), so x ~ dx * q (the choice of llama.cpp's Q8_1 activations, at
+// twice its granularity). A unit of weights becomes signed bytes q - BIAS (__vsub4; every
+// type's quants fit), and its part of the dot product is
+//     dx * (d * sum (q_w - BIAS) q_x  -  m * sum q_x),
+// two integer sums of four dp4a each (the second only for the types with a min, and shared
+// by the R weight rows).
+
+// quantize_x8 writes unit u (16 values) of x as signed bytes to q and its scale to *d.
+__device__ __forceinline__ void quantize_x8(const float* x, unsigned* q, float* d) {
+    const float4* xp = (const float4*)x;
+    float4 a[4];
+#pragma unroll
+    for (int c = 0; c < 4; c++) a[c] = __ldg(xp + c);
+    float amax = 0.f;
+#pragma unroll
+    for (int c = 0; c < 4; c++) amax = fmaxf(amax, fmaxf(fmaxf(fabsf(a[c].x), fabsf(a[c].y)), fmaxf(fabsf(a[c].z), fabsf(a[c].w))));
+    float id = amax > 0.f ? 127.f / amax : 0.f;
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        unsigned b0 = (unsigned)__float2int_rn(a[c].x * id) & 0xffu, b1 = (unsigned)__float2int_rn(a[c].y * id) & 0xffu;
+        unsigned b2 = (unsigned)__float2int_rn(a[c].z * id) & 0xffu, b3 = (unsigned)__float2int_rn(a[c].w * id) & 0xffu;
+        q[c] = b0 | (b1 << 8) | (b2 << 16) | (b3 << 24);
+    }
+    *d = amax / 127.f;
+}
+
+// quantize_x8_rows is quantize_x8 over rows of x on its own: for the tests, which check the
+// bytes and scales against the host's rounding (x8 holds [n][k] bytes, d [n][k/16]).
+extern "C" __global__ void quantize_x8_rows(unsigned char* x8, float* d, const float* x, int units) {
+    pdl_entry();
+    for (int u = blockIdx.x * blockDim.x + threadIdx.x; u < units; u += gridDim.x * blockDim.x) {
+        unsigned q[4];
+        quantize_x8(x + 16LL * u, q, d + u);
+        *(uint4*)(x8 + 16LL * u) = make_uint4(q[0], q[1], q[2], q[3]);
+    }
+}
+
+// gemvqs_rows is the split-k layout of the GEMV: the W warps of a block share its R weight
+// rows, warp w taking units 32w + lane, 32w + lane + 32W, ... of each (so that a row of a
+// few thousand values is read by W warps at once rather than by one warp in sequence),
+// and the warps' sums meet in shared memory. With X8 each lane quantizes its unit of x to
+// 8 bits in registers (quantize_x8) and multiplies on __dp4a.
+template <typename Q, int R, int NT, int W, bool X8>
+__device__ __forceinline__ void gemvqs_rows(float* __restrict__ y, const float* __restrict__ x,
+                                            const unsigned char* __restrict__ w, int n, int k, int m) {
+    constexpr int V = R * NT;
+    __shared__ float part[W][V];
+    int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    long long r0 = (long long)blockIdx.x * R;
+    long long rowBytes = (long long)(k / Q::ELEMS) * Q::BYTES;
+    int units = k >> 4;
+    const unsigned char* wr[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        long long r = r0 + i < m ? r0 + i : m - 1;  // rows past m repeat the last; not written
+        wr[i] = w + r * rowBytes;
+    }
+    float acc[R][NT];
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[i][t] = 0.f;
+    constexpr unsigned bias = (unsigned)Q::BIAS * 0x01010101u;
+    pdl_entry();
+#pragma unroll 2
+    for (int u = wid * 32 + lane; u < units; u += 32 * W) {
+        if constexpr (X8) {
+            int wq[R][4];
+            float d[R], mn[R];
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                unsigned q[4];
+                Q::unit(wr[i], u, q, d[i], mn[i]);
+#pragma unroll
+                for (int j = 0; j < 4; j++) wq[i][j] = (int)__vsub4(q[j], bias);
+            }
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t < n) {
+                    unsigned xv[4];
+                    float dx;
+                    quantize_x8(x + (long long)t * k + u * 16, xv, &dx);
+                    int xs = 0;
+                    if constexpr (Q::MIN) {
+#pragma unroll
+                        for (int j = 0; j < 4; j++) xs = __dp4a((int)xv[j], 0x01010101, xs);
+                    }
+#pragma unroll
+                    for (int i = 0; i < R; i++) {
+                        int dot = 0;
+#pragma unroll
+                        for (int j = 0; j < 4; j++) dot = __dp4a(wq[i][j], (int)xv[j], dot);
+                        float v = Q::MIN ? d[i] * (float)dot - mn[i] * (float)xs : d[i] * (float)dot;
+                        acc[i][t] += dx * v;
+                    }
+                }
+            }
+        } else {
+            float f[R][16], d[R], mn[R];
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                unsigned q[4];
+                Q::unit(wr[i], u, q, d[i], mn[i]);
+#pragma unroll
+                for (int j = 0; j < 16; j++) f[i][j] = magic(q[j >> 2], j & 3) - (8388608.f + Q::BIAS);
+            }
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t < n) {
+                    const float4* xp = (const float4*)(x + (long long)t * k + u * 16);
+                    float4 a[4];
+#pragma unroll
+                    for (int c = 0; c < 4; c++) a[c] = __ldg(xp + c);
+                    float sx = 0.f;
+                    if constexpr (Q::MIN) {
+#pragma unroll
+                        for (int c = 0; c < 4; c++) sx += (a[c].x + a[c].y) + (a[c].z + a[c].w);
+                    }
+#pragma unroll
+                    for (int i = 0; i < R; i++) {
+                        float dot = 0.f;
+#pragma unroll
+                        for (int c = 0; c < 4; c++)
+                            dot += f[i][4 * c] * a[c].x + f[i][4 * c + 1] * a[c].y + f[i][4 * c + 2] * a[c].z + f[i][4 * c + 3] * a[c].w;
+                        acc[i][t] += Q::MIN ? d[i] * dot - mn[i] * sx : d[i] * dot;
+                    }
+                }
+            }
+        }
+    }
+    float vals[V];
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) vals[i * NT + t] = acc[i][t];
+    float s = warp_sums<V>(vals, lane);
+    if (lane % (32 / V) == 0) part[wid][lane / (32 / V)] = s;
+    __syncthreads();
+    if (threadIdx.x < V) {
+        float tot = 0.f;
+#pragma unroll
+        for (int j = 0; j < W; j++) tot += part[j][threadIdx.x];
+        int i = threadIdx.x / NT, t = threadIdx.x % NT;
+        if (t < n && r0 + i < m) y[(long long)t * m + r0 + i] = tot;
+    }
+}
+
 // dequant_rows writes rows rows of a quantized weight (w at the first of them, k values a
 // row, k a multiple of Q::ELEMS) as BF16 into out ([rows][k]): one 16-weight unit a
 // thread, over a grid-stride loop, in two 16-byte stores.
@@ -334,6 +484,14 @@ __device__ __forceinline__ void embed_rows(float* out, const unsigned char* tabl
     extern "C" __global__ void __launch_bounds__(32 * W)                                                   \
         NAME(float* y, const float* x, const unsigned char* w, int n, int k, int m) {                      \
         gemvq_rows<Q, R, NT, W>(y, x, w, n, k, m);                                                         \
+    }                                                                                                      \
+    extern "C" __global__ void __launch_bounds__(32 * W)                                                   \
+        NAME##_s(float* y, const float* x, const unsigned char* w, int n, int k, int m) {                  \
+        gemvqs_rows<Q, R, NT, W, false>(y, x, w, n, k, m);                                                 \
+    }                                                                                                      \
+    extern "C" __global__ void __launch_bounds__(32 * W)                                                   \
+        NAME##_s8(float* y, const float* x, const unsigned char* w, int n, int k, int m) {                 \
+        gemvqs_rows<Q, R, NT, W, true>(y, x, w, n, k, m);                                                  \
     }
 #define GEMVQ_TYPE(Q)                                                                                      \
     GEMVQ_ONE(Q, gemvq_n1_##Q, 4, 1, 4)                                                                    \
