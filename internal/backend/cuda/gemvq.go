@@ -97,6 +97,35 @@ func (o *Ops) GEMVQWith(l GEMVLayout, y, x, w Buffer, n, k, m int) error {
 		y, x, w, n, k, m)
 }
 
+// GEMVQMulti computes y[j] = x · w[j]ᵀ for up to GEMVMulti quantized weights of one block
+// type (w[j] [m[j]][k]) in one launch of the GEMVSplit layout, a grid over their
+// concatenated rows, for n (1..GEMVMaxRows) rows of float32 x: a layer's q, k and v, or
+// its gate and up, without a launch (and a grid's tail) each. An unused slot has m[j] = 0
+// and repeats a valid pair of buffers. The results equal GEMVQWith(GEMVSplit) weight by
+// weight, bit for bit.
+func (o *Ops) GEMVQMulti(y [GEMVMulti]Buffer, x Buffer, w [GEMVMulti]Buffer, n, k int, m [GEMVMulti]int) error {
+	if err := gemvShape("gemvq multi", n, k); err != nil {
+		return err
+	}
+	if err := quantShape("gemvq multi", w[0].DType, k); err != nil {
+		return err
+	}
+	if err := need("gemvq multi", "x", x, n*k, F32); err != nil {
+		return err
+	}
+	name, rows := gemvqKernel(n, w[0].DType)
+	rows /= GEMVQWarps
+	blocks := 0
+	for j := range GEMVMulti {
+		if err := firstErr(need("gemvq multi", "y", y[j], n*m[j], F32), need("gemvq multi", "w", w[j], m[j]*k, w[0].DType)); err != nil {
+			return err
+		}
+		blocks += (m[j] + rows - 1) / rows
+	}
+	return o.Dev.Launch(o.Kern.mod, name+"_sm", Dim3{blocks, 1, 1}, Dim3{32 * GEMVQWarps, 1, 1}, 0,
+		y[0], y[1], y[2], x, w[0], w[1], w[2], n, k, m[0], m[1], m[2])
+}
+
 // QuantizeX8 quantizes count float32 values of x (a multiple of 16) as the GEMVSplitX8
 // kernels do: signed bytes, four to a word of x8 (I32, count/4 words), and a scale a 16 values in d
 // (F32, count/16). The GEMV does this inside its blocks; this kernel lets tests check it.

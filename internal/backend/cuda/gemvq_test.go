@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -87,6 +88,40 @@ func testGEMVQ(t *testing.T, e *env, r *rand.Rand) {
 			check(t, fmt.Sprintf("embedding %s dim=%d", ty.dt, s.k), F32, e.download(t, emb), want)
 		}
 	}
+}
+
+// testGEMVQMulti checks the multi-weight launch of the split layout against the same
+// weights one launch each: bit for bit, for every block type and row count.
+func testGEMVQMulti(t *testing.T, e *env, r *rand.Rand) {
+	const k = 512
+	ms := [GEMVMulti]int{37, 20, 9}
+	x, _ := e.upload(t, F32, randVals(r, GEMVMaxRows*k, 1))
+	for _, ty := range gemvqTypes {
+		var w [GEMVMulti]Buffer
+		for j := range w {
+			w[j], _ = e.uploadQuant(t, ty.dt, ty.qt, randVals(r, ms[j]*k, 1))
+		}
+		for n := 1; n <= GEMVMaxRows; n++ {
+			var y, one [GEMVMulti]Buffer
+			for j := range y {
+				y[j], one[j] = e.poisoned(t, F32, n*ms[j]), e.poisoned(t, F32, n*ms[j])
+			}
+			e.do(t, func() error {
+				for j := range w {
+					if err := e.ops.GEMVQWith(GEMVSplit, one[j], x, w[j], n, k, ms[j]); err != nil {
+						return err
+					}
+				}
+				return e.ops.GEMVQMulti(y, x, w, n, k, ms)
+			})
+			for j := range y {
+				if got, want := e.download(t, y[j]), e.download(t, one[j]); !slices.Equal(got, want) {
+					t.Errorf("gemvq multi %s n=%d weight %d: differs from its own launch", ty.dt, n, j)
+				}
+			}
+		}
+	}
+	result(t, "kernel", "gemvq multi (split) vs one launch a weight", "bit for bit", fmt.Sprintf("%d types x n=1..8", len(gemvqTypes)))
 }
 
 // quantX8 quantizes x (a multiple of 16 values) as quantize_x8 in gemvq.cu does, in

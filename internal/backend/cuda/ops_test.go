@@ -113,7 +113,12 @@ func TestGPU(t *testing.T) {
 	t.Run("variants", func(t *testing.T) { testVariants(t, e, r) })
 	t.Run("matmul", func(t *testing.T) { testMatMul(t, e, r) })
 	t.Run("gemv", func(t *testing.T) { testGEMV(t, e, r); testGEMVRows(t, e, r); benchGEMV(t, e, r) })
-	t.Run("gemvq", func(t *testing.T) { testGEMVQ(t, e, r); testGEMVQ8(t, e, r); benchGEMVQ(t, e, r) })
+	t.Run("gemvq", func(t *testing.T) {
+		testGEMVQ(t, e, r)
+		testGEMVQ8(t, e, r)
+		testGEMVQMulti(t, e, r)
+		benchGEMVQ(t, e, r)
+	})
 	t.Run("argmax", func(t *testing.T) { testArgmax(t, e, r) })
 	t.Run("sample", func(t *testing.T) { testSample(t, e, r) })
 	t.Run("argmax masked", func(t *testing.T) { testArgmaxMasked(t, e) })

@@ -20,10 +20,10 @@ func matMulOperands(op string, out *tensor, xs *tensor, w backend.Tensor, i int)
 }
 
 // MatMuls computes outs[i] = x · ws[i]ᵀ for every i (backend.MultiMatMuler). For up to
-// cuda.GEMVMaxRows rows of 16-bit weights of one type, one GEMV launch covers up to three
-// weights (a grid over their concatenated rows); for more rows x is cast to the weights'
-// type once and each weight runs its own cuBLAS GEMM. Other mixes, and quantized weights,
-// run MatMul's path weight by weight.
+// cuda.GEMVMaxRows rows of 16-bit weights of one type, or of quantized weights of one block
+// type in the split layout, one GEMV launch covers up to three weights (a grid over their
+// concatenated rows); for more rows of 16-bit weights x is cast to the weights' type once
+// and each weight runs its own cuBLAS GEMM. Other mixes run MatMul's path weight by weight.
 func (b *Backend) MatMuls(outs []backend.Tensor, x backend.Tensor, ws []backend.Tensor) error {
 	const op = "matmuls"
 	if len(outs) != len(ws) || len(ws) == 0 {
@@ -46,6 +46,13 @@ func (b *Backend) MatMuls(outs []backend.Tensor, x backend.Tensor, ws []backend.
 		same = same && sixteenBit(wms[i].buf.DType) && wms[i].buf.DType == wms[0].buf.DType
 	}
 	n, k := xs.rows(), xs.cols()
+	if b.quantMulti(wms, n) {
+		bufs := make([]cuda.Buffer, len(ys))
+		for i, y := range ys {
+			bufs[i] = y.buf
+		}
+		return b.matMulsQuantized(bufs, xs.buf, wms, n)
+	}
 	if !same {
 		for i := range ws {
 			if err := b.matMul(ys[i].buf, xs.buf, wms[i], n); err != nil {
@@ -139,10 +146,48 @@ func (b *Backend) MatMulSwiGLU(out, x, gate, up backend.Tensor) error {
 			b.setShadow(o.buf.Ptr, n*m, dt)
 			return nil
 		}
+	} else if b.quantMulti([]*tensor{g, u}, n) {
+		if err := b.matMulsQuantized([]cuda.Buffer{o.buf, upOut}, xs.buf, []*tensor{g, u}, n); err != nil {
+			return err
+		}
 	} else if err := firstErr(b.matMul(o.buf, xs.buf, g, n), b.matMul(upOut, xs.buf, u, n)); err != nil {
 		return err
 	}
 	return b.ops.SwiGLU(o.buf, o.buf, upOut, n, m, m)
+}
+
+// quantMulti reports whether the weights go to the GPU in one multi-weight launch of the
+// quantized GEMV: n rows a GEMV takes, the split layout, and one block type for all.
+func (b *Backend) quantMulti(ws []*tensor, n int) bool {
+	if n > cuda.GEMVMaxRows || b.quantGEMV != cuda.GEMVSplit {
+		return false
+	}
+	for _, w := range ws {
+		if !cuda.Quantized(w.buf.DType) || w.buf.DType != ws[0].buf.DType {
+			return false
+		}
+	}
+	return true
+}
+
+// matMulsQuantized computes ys[i] = x · ws[i]ᵀ for quantized weights of one block type
+// (quantMulti), up to cuda.GEMVMulti weights a launch (inside Run).
+func (b *Backend) matMulsQuantized(ys []cuda.Buffer, x cuda.Buffer, ws []*tensor, n int) error {
+	k := ws[0].cols()
+	for g := 0; g < len(ws); g += cuda.GEMVMulti {
+		var y, w [cuda.GEMVMulti]cuda.Buffer
+		var m [cuda.GEMVMulti]int
+		for j := range cuda.GEMVMulti {
+			y[j], w[j] = ys[g], ws[g].buf // unused slots repeat a valid pair with m = 0
+			if g+j < len(ws) {
+				y[j], w[j], m[j] = ys[g+j], ws[g+j].buf, ws[g+j].rows()
+			}
+		}
+		if err := b.ops.GEMVQMulti(y, x, w, n, k, m); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Compile-time checks of the optional interfaces.

@@ -47,8 +47,8 @@ func uploadQuantized(t *testing.T, b *Backend, qt quant.Type, rows, cols int, va
 // MatMulSwiGLU over quantized weights too.
 func TestBackendQuantizedMatMul(t *testing.T) {
 	// The default cubin cache: both backends (and the other GPU tests) share one compile.
-	rows, split8 := cuda.GEMVRows, cuda.GEMVSplitX8
-	b := openBackend(t, BackendOptions{QuantGEMV: &rows})
+	split, split8 := cuda.GEMVSplit, cuda.GEMVSplitX8
+	b := openBackend(t, BackendOptions{QuantGEMV: &split})   // the default; MatMuls and MatMulSwiGLU in one launch
 	b8 := openBackend(t, BackendOptions{QuantGEMV: &split8}) // an int8 layout of decode
 	wide := openBackend(t, BackendOptions{WidenQuantized: true})
 	r := rand.New(rand.NewPCG(7, 9))

@@ -326,14 +326,15 @@ extern "C" __global__ void quantize_x8_rows(unsigned char* x8, float* d, const f
 // rows, warp w taking units 32w + lane, 32w + lane + 32W, ... of each (so that a row of a
 // few thousand values is read by W warps at once rather than by one warp in sequence),
 // and the warps' sums meet in shared memory. With X8 each lane quantizes its unit of x to
-// 8 bits in registers (quantize_x8) and multiplies on __dp4a.
+// 8 bits in registers (quantize_x8) and multiplies on __dp4a. blk is the block's index
+// among those of this weight (the multi-weight kernels run several weights in one grid).
 template <typename Q, int R, int NT, int W, bool X8>
-__device__ __forceinline__ void gemvqs_rows(float* __restrict__ y, const float* __restrict__ x,
+__device__ __forceinline__ void gemvqs_rows(long long blk, float* __restrict__ y, const float* __restrict__ x,
                                             const unsigned char* __restrict__ w, int n, int k, int m) {
     constexpr int V = R * NT;
     __shared__ float part[W][V];
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
-    long long r0 = (long long)blockIdx.x * R;
+    long long r0 = blk * R;
     long long rowBytes = (long long)(k / Q::ELEMS) * Q::BYTES;
     int units = k >> 4;
     const unsigned char* wr[R];
@@ -487,11 +488,23 @@ __device__ __forceinline__ void embed_rows(float* out, const unsigned char* tabl
     }                                                                                                      \
     extern "C" __global__ void __launch_bounds__(32 * W)                                                   \
         NAME##_s(float* y, const float* x, const unsigned char* w, int n, int k, int m) {                  \
-        gemvqs_rows<Q, R, NT, W, false>(y, x, w, n, k, m);                                                 \
+        gemvqs_rows<Q, R, NT, W, false>(blockIdx.x, y, x, w, n, k, m);                                     \
     }                                                                                                      \
     extern "C" __global__ void __launch_bounds__(32 * W)                                                   \
         NAME##_s8(float* y, const float* x, const unsigned char* w, int n, int k, int m) {                 \
-        gemvqs_rows<Q, R, NT, W, true>(y, x, w, n, k, m);                                                  \
+        gemvqs_rows<Q, R, NT, W, true>(blockIdx.x, y, x, w, n, k, m);                                      \
+    }                                                                                                      \
+    /* _sm: up to three weights of one type over one x in one grid (q, k and v; gate and up) */           \
+    extern "C" __global__ void __launch_bounds__(32 * W)                                                   \
+        NAME##_sm(float* y0, float* y1, float* y2, const float* x, const unsigned char* w0,                \
+                  const unsigned char* w1, const unsigned char* w2, int n, int k, int m0, int m1, int m2) { \
+        long long blk = blockIdx.x, b0 = (m0 + R - 1) / R, b1 = (m1 + R - 1) / R;                         \
+        if (blk < b0)                                                                                      \
+            gemvqs_rows<Q, R, NT, W, false>(blk, y0, x, w0, n, k, m0);                                     \
+        else if (blk < b0 + b1)                                                                            \
+            gemvqs_rows<Q, R, NT, W, false>(blk - b0, y1, x, w1, n, k, m1);                                \
+        else                                                                                               \
+            gemvqs_rows<Q, R, NT, W, false>(blk - b0 - b1, y2, x, w2, n, k, m2);                           \
     }
 #define GEMVQ_TYPE(Q)                                                                                      \
     GEMVQ_ONE(Q, gemvq_n1_##Q, 4, 1, 4)                                                                    \
