@@ -117,7 +117,9 @@ def main():
     try:
         got = post(base, "/score", {"text_1": [a for a, _ in PAIRS], "text_2": [b for _, b in PAIRS]})["data"]
         for i, (a, b) in enumerate(PAIRS):
-            enc = rtok(a, b, return_tensors="pt").to(dev)
+            # token_type_ids asked for: a tokenizer built from tokenizer.json alone may leave
+            # them out, and the model then reads segment B as segment 0.
+            enc = rtok(a, b, return_tensors="pt", return_token_type_ids=True).to(dev)
             with torch.no_grad():
                 want = torch.sigmoid(rr(**enc).logits[0, 0]).item()
             d = abs(got[i]["score"] - want)

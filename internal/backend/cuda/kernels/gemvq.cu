@@ -210,6 +210,43 @@ __device__ __forceinline__ void unit_values(const unsigned char* row, int u, flo
     for (int j = 0; j < 16; j++) v[j] = d * (magic(q[j >> 2], j & 3) - (8388608.f + Q::BIAS)) - m;
 }
 
+// accumulate_unit adds unit u of the R weight rows wr, decoded to floats in registers,
+// times the same unit of each of x's n (<= NT) token rows, to acc.
+template <typename Q, int R, int NT>
+__device__ __forceinline__ void accumulate_unit(const unsigned char* const* wr, int u, const float* __restrict__ x, int n, int k,
+                                                float (&acc)[R][NT]) {
+    float f[R][16], d[R], mn[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        unsigned q[4];
+        Q::unit(wr[i], u, q, d[i], mn[i]);
+#pragma unroll
+        for (int j = 0; j < 16; j++) f[i][j] = magic(q[j >> 2], j & 3) - (8388608.f + Q::BIAS);
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (t < n) {
+            const float4* xp = (const float4*)(x + (long long)t * k + u * 16);
+            float4 a[4];
+#pragma unroll
+            for (int c = 0; c < 4; c++) a[c] = __ldg(xp + c);
+            float sx = 0.f;
+            if constexpr (Q::MIN) {
+#pragma unroll
+                for (int c = 0; c < 4; c++) sx += (a[c].x + a[c].y) + (a[c].z + a[c].w);
+            }
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                float dot = 0.f;
+#pragma unroll
+                for (int c = 0; c < 4; c++)
+                    dot += f[i][4 * c] * a[c].x + f[i][4 * c + 1] * a[c].y + f[i][4 * c + 2] * a[c].z + f[i][4 * c + 3] * a[c].w;
+                acc[i][t] += Q::MIN ? d[i] * dot - mn[i] * sx : d[i] * dot;
+            }
+        }
+    }
+}
+
 // gemvq_rows: y[t][r] = sum_k x[t][k] * w[r][k] for n <= NT token rows of float32 x and a
 // quantized weight of m rows of k values (k a multiple of Q::ELEMS). Each of the W warps of
 // the block
@@ -237,38 +274,7 @@ __device__ __forceinline__ void gemvq_rows(float* __restrict__ y, const float* _
         for (int t = 0; t < NT; t++) acc[i][t] = 0.f;
     pdl_entry();
 #pragma unroll 2
-    for (int u = lane; u < units; u += 32) {
-        float f[R][16], d[R], mn[R];
-#pragma unroll
-        for (int i = 0; i < R; i++) {
-            unsigned q[4];
-            Q::unit(wr[i], u, q, d[i], mn[i]);
-#pragma unroll
-            for (int j = 0; j < 16; j++) f[i][j] = magic(q[j >> 2], j & 3) - (8388608.f + Q::BIAS);
-        }
-#pragma unroll
-        for (int t = 0; t < NT; t++) {
-            if (t < n) {
-                const float4* xp = (const float4*)(x + (long long)t * k + u * 16);
-                float4 a[4];
-#pragma unroll
-                for (int c = 0; c < 4; c++) a[c] = __ldg(xp + c);
-                float sx = 0.f;
-                if constexpr (Q::MIN) {
-#pragma unroll
-                    for (int c = 0; c < 4; c++) sx += (a[c].x + a[c].y) + (a[c].z + a[c].w);
-                }
-#pragma unroll
-                for (int i = 0; i < R; i++) {
-                    float dot = 0.f;
-#pragma unroll
-                    for (int c = 0; c < 4; c++)
-                        dot += f[i][4 * c] * a[c].x + f[i][4 * c + 1] * a[c].y + f[i][4 * c + 2] * a[c].z + f[i][4 * c + 3] * a[c].w;
-                    acc[i][t] += Q::MIN ? d[i] * dot - mn[i] * sx : d[i] * dot;
-                }
-            }
-        }
-    }
+    for (int u = lane; u < units; u += 32) accumulate_unit<Q, R, NT>(wr, u, x, n, k, acc);
     constexpr int V = R * NT;
     float vals[V];
 #pragma unroll
@@ -322,6 +328,44 @@ extern "C" __global__ void quantize_x8_rows(unsigned char* x8, float* d, const f
     }
 }
 
+// accumulate_unit_x8 is accumulate_unit on the int8 path: each token row's unit of x
+// quantized to 8 bits in registers, the weights' quants as signed bytes, __dp4a.
+template <typename Q, int R, int NT>
+__device__ __forceinline__ void accumulate_unit_x8(const unsigned char* const* wr, int u, const float* __restrict__ x, int n, int k,
+                                                   float (&acc)[R][NT]) {
+    constexpr unsigned bias = (unsigned)Q::BIAS * 0x01010101u;
+    int wq[R][4];
+    float d[R], mn[R];
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        unsigned q[4];
+        Q::unit(wr[i], u, q, d[i], mn[i]);
+#pragma unroll
+        for (int j = 0; j < 4; j++) wq[i][j] = (int)__vsub4(q[j], bias);
+    }
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (t < n) {
+            unsigned xv[4];
+            float dx;
+            quantize_x8(x + (long long)t * k + u * 16, xv, &dx);
+            int xs = 0;
+            if constexpr (Q::MIN) {
+#pragma unroll
+                for (int j = 0; j < 4; j++) xs = __dp4a((int)xv[j], 0x01010101, xs);
+            }
+#pragma unroll
+            for (int i = 0; i < R; i++) {
+                int dot = 0;
+#pragma unroll
+                for (int j = 0; j < 4; j++) dot = __dp4a(wq[i][j], (int)xv[j], dot);
+                float v = Q::MIN ? d[i] * (float)dot - mn[i] * (float)xs : d[i] * (float)dot;
+                acc[i][t] += dx * v;
+            }
+        }
+    }
+}
+
 // gemvqs_rows is the split-k layout of the GEMV: the W warps of a block share its R weight
 // rows, warp w taking units 32w + lane, 32w + lane + 32W, ... of each (so that a row of a
 // few thousand values is read by W warps at once rather than by one warp in sequence),
@@ -348,73 +392,13 @@ __device__ __forceinline__ void gemvqs_rows(long long blk, float* __restrict__ y
     for (int i = 0; i < R; i++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[i][t] = 0.f;
-    constexpr unsigned bias = (unsigned)Q::BIAS * 0x01010101u;
     pdl_entry();
 #pragma unroll 2
     for (int u = wid * 32 + lane; u < units; u += 32 * W) {
-        if constexpr (X8) {
-            int wq[R][4];
-            float d[R], mn[R];
-#pragma unroll
-            for (int i = 0; i < R; i++) {
-                unsigned q[4];
-                Q::unit(wr[i], u, q, d[i], mn[i]);
-#pragma unroll
-                for (int j = 0; j < 4; j++) wq[i][j] = (int)__vsub4(q[j], bias);
-            }
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                if (t < n) {
-                    unsigned xv[4];
-                    float dx;
-                    quantize_x8(x + (long long)t * k + u * 16, xv, &dx);
-                    int xs = 0;
-                    if constexpr (Q::MIN) {
-#pragma unroll
-                        for (int j = 0; j < 4; j++) xs = __dp4a((int)xv[j], 0x01010101, xs);
-                    }
-#pragma unroll
-                    for (int i = 0; i < R; i++) {
-                        int dot = 0;
-#pragma unroll
-                        for (int j = 0; j < 4; j++) dot = __dp4a(wq[i][j], (int)xv[j], dot);
-                        float v = Q::MIN ? d[i] * (float)dot - mn[i] * (float)xs : d[i] * (float)dot;
-                        acc[i][t] += dx * v;
-                    }
-                }
-            }
-        } else {
-            float f[R][16], d[R], mn[R];
-#pragma unroll
-            for (int i = 0; i < R; i++) {
-                unsigned q[4];
-                Q::unit(wr[i], u, q, d[i], mn[i]);
-#pragma unroll
-                for (int j = 0; j < 16; j++) f[i][j] = magic(q[j >> 2], j & 3) - (8388608.f + Q::BIAS);
-            }
-#pragma unroll
-            for (int t = 0; t < NT; t++) {
-                if (t < n) {
-                    const float4* xp = (const float4*)(x + (long long)t * k + u * 16);
-                    float4 a[4];
-#pragma unroll
-                    for (int c = 0; c < 4; c++) a[c] = __ldg(xp + c);
-                    float sx = 0.f;
-                    if constexpr (Q::MIN) {
-#pragma unroll
-                        for (int c = 0; c < 4; c++) sx += (a[c].x + a[c].y) + (a[c].z + a[c].w);
-                    }
-#pragma unroll
-                    for (int i = 0; i < R; i++) {
-                        float dot = 0.f;
-#pragma unroll
-                        for (int c = 0; c < 4; c++)
-                            dot += f[i][4 * c] * a[c].x + f[i][4 * c + 1] * a[c].y + f[i][4 * c + 2] * a[c].z + f[i][4 * c + 3] * a[c].w;
-                        acc[i][t] += Q::MIN ? d[i] * dot - mn[i] * sx : d[i] * dot;
-                    }
-                }
-            }
-        }
+        if constexpr (X8)
+            accumulate_unit_x8<Q, R, NT>(wr, u, x, n, k, acc);
+        else
+            accumulate_unit<Q, R, NT>(wr, u, x, n, k, acc);
     }
     float vals[V];
 #pragma unroll
