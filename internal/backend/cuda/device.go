@@ -228,6 +228,8 @@ const (
 	Q4_K
 	Q5_K
 	Q6_K
+	Q2_K
+	Q3_K
 )
 
 // blockTypes gives each block type its name, weights a block and bytes a block.
@@ -237,6 +239,7 @@ var blockTypes = map[DType]struct {
 }{
 	Q8_0: {"q8_0", 32, 34}, Q4_0: {"q4_0", 32, 18}, Q4_1: {"q4_1", 32, 20}, Q5_0: {"q5_0", 32, 22},
 	Q5_1: {"q5_1", 32, 24}, Q4_K: {"q4_k", 256, 144}, Q5_K: {"q5_k", 256, 176}, Q6_K: {"q6_k", 256, 210},
+	Q2_K: {"q2_k", 256, 84}, Q3_K: {"q3_k", 256, 110},
 }
 
 // Block returns the elements and bytes of one block of a block type; ok is false for the

@@ -20,6 +20,7 @@ var gemvqTypes = []struct {
 }{
 	{Q8_0, quant.Q8_0}, {Q4_0, quant.Q4_0}, {Q4_1, quant.Q4_1}, {Q5_0, quant.Q5_0},
 	{Q5_1, quant.Q5_1}, {Q4_K, quant.Q4_K}, {Q5_K, quant.Q5_K}, {Q6_K, quant.Q6_K},
+	{Q2_K, quant.Q2_K}, {Q3_K, quant.Q3_K},
 }
 
 // uploadQuant quantizes vals (rows of k) to qt on the host, uploads the blocks as dt, and

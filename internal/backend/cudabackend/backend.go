@@ -259,11 +259,12 @@ func deviceType(t quant.Type) (cuda.DType, bool) {
 var blockTypes = map[quant.Type]cuda.DType{
 	quant.Q8_0: cuda.Q8_0, quant.Q4_0: cuda.Q4_0, quant.Q4_1: cuda.Q4_1, quant.Q5_0: cuda.Q5_0,
 	quant.Q5_1: cuda.Q5_1, quant.Q4_K: cuda.Q4_K, quant.Q5_K: cuda.Q5_K, quant.Q6_K: cuda.Q6_K,
+	quant.Q2_K: cuda.Q2_K, quant.Q3_K: cuda.Q3_K,
 }
 
 // weightTypes are the device types a weight matrix may have.
 var weightTypes = []cuda.DType{cuda.F32, cuda.F16, cuda.BF16,
-	cuda.Q8_0, cuda.Q4_0, cuda.Q4_1, cuda.Q5_0, cuda.Q5_1, cuda.Q4_K, cuda.Q5_K, cuda.Q6_K}
+	cuda.Q8_0, cuda.Q4_0, cuda.Q4_1, cuda.Q5_0, cuda.Q5_1, cuda.Q4_K, cuda.Q5_K, cuda.Q6_K, cuda.Q2_K, cuda.Q3_K}
 
 // sixteenBit reports whether dt is one of the 16-bit float types.
 func sixteenBit(dt cuda.DType) bool { return dt == cuda.F16 || dt == cuda.BF16 }

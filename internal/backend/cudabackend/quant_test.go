@@ -55,7 +55,7 @@ func TestBackendQuantizedMatMul(t *testing.T) {
 	for _, c := range []struct {
 		qt         quant.Type
 		rows, cols int
-	}{{quant.Q8_0, 300, 512}, {quant.Q4_0, 70, 1024}, {quant.Q4_K, 300, 512}, {quant.Q5_K, 33, 768}, {quant.Q6_K, 130, 512},
+	}{{quant.Q8_0, 300, 512}, {quant.Q4_0, 70, 1024}, {quant.Q4_K, 300, 512}, {quant.Q5_K, 33, 768}, {quant.Q6_K, 130, 512}, {quant.Q3_K, 70, 512}, {quant.Q2_K, 33, 768},
 		{quant.Q8_0, dequantScratch/1024 + 500, 1024}} {
 		vals := randVals(r, c.rows*c.cols, 1)
 		w, held := uploadQuantized(t, b, c.qt, c.rows, c.cols, vals)

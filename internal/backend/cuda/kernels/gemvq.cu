@@ -200,6 +200,47 @@ struct q6_k {
     }
 };
 
+// Q2_K: {u8 scales[16]; u8 qs[64]; f16 d; f16 dmin} for 256 weights in 16 sub-blocks of
+// 16, one a unit: element 128n + 32k + 16h + l takes bits 2k, 2k+1 of qs[32n + 16h + l];
+// scales[j] holds sub-block j's 4-bit scale (low nibble) and min (high nibble);
+// w = d*scale*q - dmin*min. Blocks of 84 bytes leave the quants 4-byte aligned.
+struct q2_k {
+    static constexpr int ELEMS = 256, BYTES = 84;
+    static constexpr bool MIN = true;
+    static constexpr float BIAS = 0.f;
+    static __device__ __forceinline__ void unit(const unsigned char* row, int u, unsigned* q, float& d, float& m) {
+        const unsigned char* b = row + (long long)(u >> 4) * BYTES;
+        int j = u & 15, n = j >> 3, k = (j >> 1) & 3, h = j & 1;
+        unsigned sc = ldb(b + j);
+        d = half_at(b + 80) * ifloat(sc & 15u), m = half_at(b + 82) * ifloat(sc >> 4);
+        ld16(b + 16 + 32 * n + 16 * h, q);
+#pragma unroll
+        for (int i = 0; i < 4; i++) q[i] = (q[i] >> (2 * k)) & 0x03030303u;
+    }
+};
+
+// Q3_K: {u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d}: Q2_K's 2-bit layout for the low
+// bits, the third bit of element 128n + 32k + 16h + l in bit 4n + k of hmask[16h + l] (a
+// clear bit means -4), and 16 signed 6-bit scales packed in 12 bytes (the quant package's
+// UnpackScalesQ3_K); w = d*scale*(q - 4) for q = low | high << 2.
+struct q3_k {
+    static constexpr int ELEMS = 256, BYTES = 110;
+    static constexpr bool MIN = false;
+    static constexpr float BIAS = 4.f;
+    static __device__ __forceinline__ void unit(const unsigned char* row, int u, unsigned* q, float& d, float& m) {
+        const unsigned char* b = row + (long long)(u >> 4) * BYTES;
+        int j = u & 15, n = j >> 3, k = (j >> 1) & 3, h = j & 1;
+        const unsigned char* s = b + 96;
+        unsigned lo = j < 8 ? ldb(s + j) & 15u : ldb(s + j - 8) >> 4, hi = (ldb(s + 8 + (j & 3)) >> (2 * (j >> 2))) & 3u;
+        d = half_at(b + 108) * (float)((int)(lo | (hi << 4)) - 32), m = 0.f;
+        unsigned hm[4];
+        ld16(b + 16 * h, hm);
+        ld16(b + 32 + 32 * n + 16 * h, q);
+#pragma unroll
+        for (int i = 0; i < 4; i++) q[i] = ((q[i] >> (2 * k)) & 0x03030303u) | (((hm[i] >> (4 * n + k)) & 0x01010101u) << 2);
+    }
+};
+
 // unit_values decodes unit u of a row into its 16 float weights.
 template <typename Q>
 __device__ __forceinline__ void unit_values(const unsigned char* row, int u, float* v) {
@@ -509,3 +550,5 @@ GEMVQ_TYPE(q5_1)
 GEMVQ_TYPE(q4_k)
 GEMVQ_TYPE(q5_k)
 GEMVQ_TYPE(q6_k)
+GEMVQ_TYPE(q2_k)
+GEMVQ_TYPE(q3_k)
