@@ -80,7 +80,7 @@ if [ -x bin/kvasir ] && [ "${SKIP_MODELS:-0}" != 1 ]; then
 		[ -e "$KVASIR_GPU_MODELS/$s.gguf" ] || bin/kvasir synth --shape "$s" --dtype bf16 --quiet -o "$KVASIR_GPU_MODELS/$s.gguf"
 		[ -e "$KVASIR_GPU_MODELS/$s" ] || bin/kvasir synth --shape "$s" --dtype bf16 --quiet -o "$KVASIR_GPU_MODELS/$s"
 	done
-	for q in q8_0 q4_0 q4_1 q5_0 q5_1 q4_k q5_k q6_k; do
+	for q in q8_0 q4_0 q4_1 q5_0 q5_1 q2_k q3_k q4_k q5_k q6_k; do
 		f="$KVASIR_GPU_MODELS/qwen3-0.6b-$q.gguf"
 		[ -e "$f" ] || bin/kvasir synth --shape qwen3-0.6b --dtype "$q" --quiet -o "$f"
 	done

@@ -9,7 +9,7 @@ package cudabackend_test
 //   - KVASIR_GPU_MODELS: a folder with synthesized BF16 models llama-3.2-1b.gguf,
 //     qwen3-0.6b.gguf and their Hugging Face folders llama-3.2-1b/, qwen3-0.6b/, and
 //     qwen3-0.6b quantized to each block type the GPU kernels read (qwen3-0.6b-q8_0.gguf,
-//     -q4_0, -q4_1, -q5_0, -q5_1, -q4_k, -q5_k, -q6_k);
+//     -q4_0, -q4_1, -q5_0, -q5_1, -q2_k, -q3_k, -q4_k, -q5_k, -q6_k);
 //   - KVASIR_GPU_OUT: where the logits and greedy tokens of the HF folders are written as
 //     JSON for scripts/torch_ref.py to compare.
 

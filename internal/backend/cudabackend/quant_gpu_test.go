@@ -16,7 +16,7 @@ import (
 
 // gpuQuantTypes are the block types the GPU keeps quantized (the synthesized
 // qwen3-0.6b-TYPE.gguf files of KVASIR_GPU_MODELS).
-var gpuQuantTypes = []string{"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"}
+var gpuQuantTypes = []string{"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3_k", "q4_k", "q5_k", "q6_k"}
 
 // TestBackendQuantizedModels runs qwen3-0.6b quantized to each block type with its weights
 // kept in their GGML layouts. The CPU is no oracle here (its kernels quantize the
