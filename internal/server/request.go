@@ -54,6 +54,8 @@ type commonRequest struct {
 	Priority               int                `json:"priority"`
 	CacheSalt              string             `json:"cache_salt"`
 	KVPolicy               *kvPolicyField     `json:"kv_policy"`
+	// PromptCompression shortens the prompt before generation (promptcompression.go).
+	PromptCompression *promptCompressionField `json:"prompt_compression"`
 	Stream                 bool               `json:"stream"`
 	StreamOptions          *streamOptions     `json:"stream_options"`
 	// ReturnTokenIDs (vLLM's return_token_ids) puts each choice's generated token ids in
@@ -68,6 +70,8 @@ type commonRequest struct {
 	// limits, when set (by the handler, before decoding), bound the request's lists
 	// before they are decoded (precheck).
 	limits *Limits
+	// compression is what prompt compression made of the prompt (nil: not asked).
+	compression *compressionUsage
 }
 
 // stopList is the stop field: a string, a list of strings, or null.
