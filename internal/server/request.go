@@ -56,8 +56,8 @@ type commonRequest struct {
 	KVPolicy               *kvPolicyField     `json:"kv_policy"`
 	// PromptCompression shortens the prompt before generation (promptcompression.go).
 	PromptCompression *promptCompressionField `json:"prompt_compression"`
-	Stream                 bool               `json:"stream"`
-	StreamOptions          *streamOptions     `json:"stream_options"`
+	Stream            bool                    `json:"stream"`
+	StreamOptions     *streamOptions          `json:"stream_options"`
 	// ReturnTokenIDs (vLLM's return_token_ids) puts each choice's generated token ids in
 	// token_ids: what kvasir router continues a stream from when its instance fails.
 	ReturnTokenIDs bool `json:"return_token_ids"`
