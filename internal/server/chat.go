@@ -23,6 +23,10 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
+	if req.SkeletonOfThought {
+		s.handleSkeletonOfThought(ctx, w, &req)
+		return
+	}
 	kreq, tools, apiErr := s.chatRequest(ctx, &req)
 	if apiErr != nil {
 		writeError(w, apiErr)

@@ -268,6 +268,8 @@ type chatRequest struct {
 	AddGenerationPrompt *bool             `json:"add_generation_prompt"`
 	ContinueFinal       bool              `json:"continue_final_message"`
 	ChatTemplateKwargs  map[string]any    `json:"chat_template_kwargs"`
+	// SkeletonOfThought answers by Skeleton-of-Thought (sot.go).
+	SkeletonOfThought bool `json:"skeleton_of_thought"`
 }
 
 // chatMessage is one message of a chat request. Content is kept raw: a string, an array
