@@ -26,8 +26,6 @@ const (
 	MaxPoints = 10
 	// MinPoints is the fewest points worth expanding in parallel.
 	MinPoints = 2
-	// MaxPointChars bounds the text of one skeleton point.
-	MaxPointChars = 80
 	// SkeletonMaxTokens bounds the skeleton's generation.
 	SkeletonMaxTokens = 200
 	// DefaultPointTokens is each point's budget when the request gives no max_tokens.
@@ -82,9 +80,11 @@ func FormatSkeleton(points []string) string {
 
 // SkeletonRegex is the language of the skeleton's generation after SkeletonPrefill: " "
 // and point 1's text, then points 2 to MinPoints, then optionally more up to MaxPoints,
-// each a line "N. text" of 1 to MaxPointChars characters.
+// each a line "N. text" of 1 to 40 characters (a few words: the bound also ends the line
+// of a model that would never break it; a larger one multiplies the automaton's states,
+// and the masks' time).
 func SkeletonRegex() string {
-	text := fmt.Sprintf(`[^\n]{1,%d}`, MaxPointChars)
+	const text = `[^\n]{1,40}`
 	var b strings.Builder
 	b.WriteString(" " + text)
 	for i := 2; i <= MinPoints; i++ {

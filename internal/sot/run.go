@@ -96,7 +96,8 @@ func (r *Request) skeleton() (kvasir.Request, error) {
 		return kvasir.Request{}, err
 	}
 	p := r.Params
-	p.N, p.MaxTokens = 1, SkeletonMaxTokens
+	// The skeleton ends where its list does: not at the answer's stops or length rules.
+	p.N, p.MaxTokens, p.MinTokens, p.IgnoreEOS, p.Stop, p.StopTokenIDs = 1, SkeletonMaxTokens, 0, false, nil, nil
 	req := kvasir.Request{ID: r.ID + "-skeleton", PromptTokens: prompt, Params: p, Priority: r.Priority, CacheSalt: r.CacheSalt}
 	if r.Constrain != nil {
 		proc, err := r.Constrain(SkeletonRegex())

@@ -77,7 +77,7 @@ func TestSkeletonRegex(t *testing.T) {
 			}
 		}
 	}
-	if re.MatchString(" a\n2. " + strings.Repeat("x", MaxPointChars+1)) {
-		t.Errorf("a point over MaxPointChars matches")
+	if re.MatchString(" a\n2. ") || re.MatchString(" a\n\n2. b") {
+		t.Errorf("an empty point or a blank line matches")
 	}
 }
