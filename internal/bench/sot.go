@@ -72,15 +72,8 @@ func SoT(ctx context.Context, e *kvasir.Engine, render func([]sot.Message, strin
 		}
 		row.SoTSeconds = time.Since(t0).Seconds()
 		row.Points, row.Fallback = len(res.Points), res.Fallback
-		skeleton, err := e.Tokenize(res.Skeleton, false)
-		if err != nil {
-			return nil, err
-		}
-		row.SkeletonTokens = len(skeleton)
+		row.SkeletonTokens = res.SkeletonTokens
 		row.AnswerTokens = res.Usage.CompletionTokens - row.SkeletonTokens
-		if res.Fallback {
-			row.AnswerTokens = pu.CompletionTokens
-		}
 		row.Speedup = row.PlainSeconds / row.SoTSeconds
 		rows = append(rows, row)
 	}

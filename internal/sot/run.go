@@ -47,6 +47,8 @@ type Result struct {
 	// Skeleton is the skeleton's text; Points its points (nil after a fallback).
 	Skeleton string
 	Points   []string
+	// SkeletonTokens is how many tokens the skeleton took (of Usage.CompletionTokens).
+	SkeletonTokens int
 	// Fallback is set when the skeleton did not parse and the plain answer was made.
 	Fallback bool
 	// FinishReason is length when a point (or the plain answer) ran out of tokens, else
@@ -80,6 +82,7 @@ func Run(ctx context.Context, eng Engine, r Request, emit func(text string) bool
 		return res, err
 	}
 	res.Skeleton = SkeletonPrefill + text.String()
+	res.SkeletonTokens = res.Usage.CompletionTokens
 	points, err := ParseSkeleton(res.Skeleton)
 	if err != nil {
 		res.Fallback = true

@@ -127,6 +127,9 @@ func TestRunAssembles(t *testing.T) {
 		t.Fatal(err)
 	}
 	skText, want := alone(t, eng, sk)
+	if res.SkeletonTokens != want.CompletionTokens {
+		t.Errorf("skeleton tokens %d, alone %d", res.SkeletonTokens, want.CompletionTokens)
+	}
 	if SkeletonPrefill+skText != res.Skeleton {
 		t.Errorf("skeleton %q, alone %q", res.Skeleton, SkeletonPrefill+skText)
 	}
