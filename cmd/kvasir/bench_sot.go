@@ -19,19 +19,20 @@ func init() {
 }
 
 func benchSoT(args []string) error {
-	fs := newFlags("bench sot", "-m MODEL -f QUESTIONS.jsonl [--questions 5] [--max-tokens 128] [--no-constrain] [--json]")
+	fs := newFlags("bench sot", "-m MODEL -f QUESTIONS.jsonl [--questions 5] [--max-tokens 128] [--repeats 3] [--no-constrain] [--json]")
 	path := fs.String("f", "", `questions: JSON lines with "turns" (MT-Bench's question.jsonl; the first turn is asked)`)
 	count := fs.Int("questions", 5, "how many questions (the file's first)")
 	maxTokens := fs.Int("max-tokens", 128, "answer length in tokens, both ways (end-of-sequence ignored)")
 	noConstrain := fs.Bool("no-constrain", false, "leave the skeleton unconstrained (a skeleton that does not parse falls back to the plain answer)")
+	repeats := fs.Int("repeats", 3, "answers of each question each way, alternately (the fastest counts)")
 	asJSON := fs.Bool("json", false, "print the rows as JSON")
 	ef := addEngineFlags(fs, allEngineFlags)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if *path == "" || fs.NArg() > 0 || *count < 1 || *maxTokens < 1 {
+	if *path == "" || fs.NArg() > 0 || *count < 1 || *maxTokens < 1 || *repeats < 1 {
 		fs.Usage()
-		return fmt.Errorf("need -f (and --questions, --max-tokens of at least 1)")
+		return fmt.Errorf("need -f (and --questions, --max-tokens, --repeats of at least 1)")
 	}
 	questions, err := readQuestions(*path, *count)
 	if err != nil {
@@ -47,7 +48,7 @@ func benchSoT(args []string) error {
 		return err
 	}
 	defer closeTemplate()
-	rows, err := bench.SoT(context.Background(), e, render, questions, bench.SoTOptions{MaxTokens: *maxTokens, Constrain: !*noConstrain})
+	rows, err := bench.SoT(context.Background(), e, render, questions, bench.SoTOptions{MaxTokens: *maxTokens, Constrain: !*noConstrain, Repeats: *repeats})
 	if err != nil {
 		return err
 	}
