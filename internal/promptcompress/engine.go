@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"strconv"
-	"sync/atomic"
 
 	"github.com/kvasir-llm/kvasir"
 )
@@ -19,9 +17,6 @@ type EngineScorer struct {
 	// the BOS and the one token each sequence generates).
 	Window int
 }
-
-// scoreIDs numbers the scoring requests, whose ids must differ from the server's.
-var scoreIDs atomic.Uint64
 
 // Encode tokenizes text without special tokens.
 func (s EngineScorer) Encode(text string) ([]int32, error) { return s.Engine.Tokenize(text, false) }
@@ -44,10 +39,9 @@ func (s EngineScorer) Surprisal(ctx context.Context, tokens []int32) ([]float64,
 		return nil, fmt.Errorf("the scoring model's context of %d tokens holds no window", s.Engine.MaxModelLen())
 	}
 	var reqs []kvasir.Request
-	base := "compress-" + strconv.FormatUint(scoreIDs.Add(1), 10) + "-"
 	for start := 0; start < len(tokens); start += window {
 		prompt := append(append([]int32(nil), bos...), tokens[start:min(start+window, len(tokens))]...)
-		reqs = append(reqs, kvasir.Request{ID: base + strconv.Itoa(len(reqs)), PromptTokens: prompt,
+		reqs = append(reqs, kvasir.Request{PromptTokens: prompt, // the engine names it
 			Params: kvasir.SamplingParams{MaxTokens: 1, PromptLogprobs: true}})
 	}
 	ctx, cancel := context.WithCancel(ctx)
