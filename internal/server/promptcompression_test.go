@@ -127,3 +127,31 @@ func TestPromptCompressionBadInput(t *testing.T) {
 	}
 	waitIdle(t, env.eng, 5e9)
 }
+
+// TestCompressChatKeepsInstructionsAndQuestion: the system message and the last user
+// message's last sentence come through whole; the rest shrinks.
+func TestCompressChatKeepsInstructionsAndQuestion(t *testing.T) {
+	env := newTestEnv(t, kvasir.Options{}, Config{})
+	rate := 0.3
+	raw := func(s string) json.RawMessage { b, _ := json.Marshal(s); return b }
+	system := "You answer in one word. Never explain."
+	req := chatRequest{Messages: []chatMessage{{Role: "system", Content: raw(system)}, {Role: "user", Content: raw(compressionText)}}}
+	req.PromptCompression = &promptCompressionField{Rate: &rate}
+	orig, apiErr := env.srv.compressChat(t.Context(), &req)
+	if apiErr != nil {
+		t.Fatal(apiErr.Message)
+	}
+	var gotSystem, gotUser string
+	json.Unmarshal(req.Messages[0].Content, &gotSystem)
+	json.Unmarshal(req.Messages[1].Content, &gotUser)
+	if gotSystem != system {
+		t.Errorf("system message %q, want it whole", gotSystem)
+	}
+	if !strings.HasSuffix(gotUser, "Who opened a shop at dawn?") || len(gotUser) >= len(compressionText)*3/4 {
+		t.Errorf("user message compressed to %q", gotUser)
+	}
+	if string(orig[1].Content) != string(raw(compressionText)) {
+		t.Errorf("the original messages changed: %s", orig[1].Content)
+	}
+	waitIdle(t, env.eng, 5e9)
+}
