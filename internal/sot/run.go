@@ -69,16 +69,24 @@ func Run(ctx context.Context, eng Engine, r Request, emit func(text string) bool
 	if err != nil {
 		return res, err
 	}
-	outs, err := generate(ctx, eng, []kvasir.Request{sk})
+	// The skeleton is read to its end, or until MaxPoints points are complete (the
+	// regular expression leaves their count open): then its request is ended.
+	skCtx, skDone := context.WithCancel(ctx)
+	defer skDone()
+	outs, err := generate(skCtx, eng, []kvasir.Request{sk})
 	if err != nil {
 		return res, err
 	}
 	var text strings.Builder
-	if err := drain(ctx, outs[0], func(o kvasir.Output) bool {
+	enough := false
+	err = drain(skCtx, outs[0], func(o kvasir.Output) bool {
 		text.WriteString(o.Text)
 		res.Usage = o.Usage // the request's running total
-		return true
-	}); err != nil {
+		enough = strings.Count(text.String(), "\n") >= MaxPoints
+		return !enough
+	})
+	skDone()
+	if err != nil && !enough {
 		return res, err
 	}
 	res.Skeleton = SkeletonPrefill + text.String()

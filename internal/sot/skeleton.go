@@ -10,10 +10,12 @@ import (
 // ErrSkeleton is wrapped by the errors of a skeleton that cannot be expanded.
 var ErrSkeleton = errors.New("skeleton")
 
-// ParseSkeleton reads the points of a skeleton "1. a\n2. b\n...": lines numbered 1, 2, 3
-// in order ("1." or "1)", spaces around allowed), each with text; blank lines are skipped
-// and a line without a number continues the point before it. It wants MinPoints to
-// MaxPoints points; anything else is an error wrapping ErrSkeleton.
+// ParseSkeleton reads the points of a skeleton "1. a\n2. b\n...": lines that begin with a
+// number and "." or ")" (spaces around allowed) start points, whatever the numbers (they
+// are renumbered in order), each with text; blank lines are skipped and a line without a
+// number continues the point before it. The first MaxPoints points are kept; fewer than
+// MinPoints, a point without text or text before the first point is an error wrapping
+// ErrSkeleton.
 func ParseSkeleton(text string) ([]string, error) {
 	var points []string
 	for _, line := range strings.Split(text, "\n") {
@@ -23,16 +25,10 @@ func ParseSkeleton(text string) ([]string, error) {
 		}
 		n, rest, ok := numbered(line)
 		switch {
-		case ok && n == len(points)+1:
-			if rest == "" {
-				return nil, fmt.Errorf("%w: point %d has no text", ErrSkeleton, n)
-			}
-			if len(points) == MaxPoints {
-				return nil, fmt.Errorf("%w: more than %d points", ErrSkeleton, MaxPoints)
-			}
-			points = append(points, rest)
+		case ok && rest == "":
+			return nil, fmt.Errorf("%w: point %d has no text", ErrSkeleton, n)
 		case ok:
-			return nil, fmt.Errorf("%w: point %d where %d was due", ErrSkeleton, n, len(points)+1)
+			points = append(points, rest)
 		case len(points) == 0:
 			return nil, fmt.Errorf("%w: text before point 1: %q", ErrSkeleton, line)
 		default:
@@ -42,7 +38,7 @@ func ParseSkeleton(text string) ([]string, error) {
 	if len(points) < MinPoints {
 		return nil, fmt.Errorf("%w: %d points, want at least %d", ErrSkeleton, len(points), MinPoints)
 	}
-	return points, nil
+	return points[:min(len(points), MaxPoints)], nil
 }
 
 // numbered splits "12. text" or "12) text" into 12 and "text".

@@ -17,10 +17,10 @@ func TestParseSkeleton(t *testing.T) {
 		{"1. pi is\n3.14 or so\n2. e", []string{"pi is 3.14 or so", "e"}},
 		{"1. only one", nil},
 		{"Sure! 1. a\n2. b", nil},
-		{"1. a\n3. c", nil},
+		{"1. a\n3. c", []string{"a", "c"}},
 		{"1. a\n2.", nil},
 		{"", nil},
-		{"1. a\n2. b\n3. c\n4. d\n5. e\n6. f\n7. g\n8. h\n9. i\n10. j\n11. k", nil},
+		{"1. a\n2. b\n3. c\n4. d\n5. e\n6. f\n7. g\n8. h\n9. i\n10. j\n11. k", []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"}},
 	} {
 		got, err := ParseSkeleton(tc.text)
 		if tc.want == nil {
@@ -56,8 +56,9 @@ func FuzzParseSkeleton(f *testing.F) {
 	})
 }
 
-// TestSkeletonRegex: the skeleton's language (after the prefill) is the numbered lists of
-// MinPoints to MaxPoints points, checked with Go's regexp.
+// TestSkeletonRegex: the skeleton's language (after the prefill) is numbered lists of at
+// least MinPoints points of 1 to 40 characters, checked with Go's regexp; every such list
+// parses.
 func TestSkeletonRegex(t *testing.T) {
 	re := regexp.MustCompile(`^(?:` + SkeletonRegex() + `)$`)
 	list := func(n int) string {
@@ -67,17 +68,19 @@ func TestSkeletonRegex(t *testing.T) {
 		}
 		return strings.TrimPrefix(FormatSkeleton(pts), SkeletonPrefill)
 	}
-	for n := 1; n <= MaxPoints+1; n++ {
-		if got, want := re.MatchString(list(n)), n >= MinPoints && n <= MaxPoints; got != want {
+	for n := 1; n <= MaxPoints+2; n++ {
+		if got, want := re.MatchString(list(n)), n >= MinPoints; got != want {
 			t.Errorf("%d points: match %v, want %v", n, got, want)
 		}
-		if n >= MinPoints && n <= MaxPoints {
-			if _, err := ParseSkeleton(SkeletonPrefill + list(n) + "\n"); err != nil {
-				t.Errorf("%d points: the regex's language does not parse: %v", n, err)
+		if n >= MinPoints {
+			if pts, err := ParseSkeleton(SkeletonPrefill + list(n) + "\n"); err != nil || len(pts) != min(n, MaxPoints) {
+				t.Errorf("%d points: the regex's language parses to %q, %v", n, pts, err)
 			}
 		}
 	}
-	if re.MatchString(" a\n2. ") || re.MatchString(" a\n\n2. b") {
-		t.Errorf("an empty point or a blank line matches")
+	for _, bad := range []string{" a\n2. ", " a\n\n2. b", " a\n2. " + strings.Repeat("x", 41), "a\n2. b"} {
+		if re.MatchString(bad) {
+			t.Errorf("%q matches", bad)
+		}
 	}
 }
