@@ -28,7 +28,8 @@ type CompressOptions struct {
 // CompressRow is one prompt length, over the samples.
 type CompressRow struct {
 	PromptTokens int `json:"prompt_tokens"`
-	// KeptTokens is the mean of the compressed prompts' lengths (target tokens).
+	// KeptTokens is the mean of the compressed prompts' lengths (target tokens, BOS left
+	// out as in PromptTokens).
 	KeptTokens int `json:"kept_tokens"`
 	Samples    int `json:"samples"`
 	// TTFTFull and TTFTCompressed are median times to the first token, the latter from
@@ -98,7 +99,7 @@ func Compress(ctx context.Context, target *kvasir.Engine, sc promptcompress.Scor
 				return nil, err
 			}
 			comp = append(comp, time.Since(t0).Seconds())
-			kept += len(compIDs)
+			kept += len(compIDs) - len(bos)
 			truncIDs := append(slices.Clone(bos), all[at+n-(len(compIDs)-len(bos)):at+n]...)
 			for i, p := range [][]int32{promptIDs, compIDs, truncIDs} {
 				v, err := answerNLL(ctx, target, p, answer)
