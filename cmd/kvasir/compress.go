@@ -91,16 +91,20 @@ func compressParts(instruction, prompt, question string) []promptcompress.Part {
 }
 
 // openCompressionModels opens the --compression-model of kvasir serve (none: nil), under
-// its model name, with threads CPU threads.
-func openCompressionModels(path string, threads int) (map[string]*kvasir.Engine, error) {
+// its model name, on the served model's device (with threads CPU threads).
+func openCompressionModels(path, device string, threads int) (map[string]*kvasir.Engine, error) {
 	if path == "" {
 		return nil, nil
+	}
+	dev, err := kvasir.ParseDevice(device)
+	if err != nil {
+		return nil, fmt.Errorf("--device: %w", err)
 	}
 	fm, err := openModel(path, "")
 	if err != nil {
 		return nil, fmt.Errorf("--compression-model: %w", err)
 	}
-	eng, err := kvasir.OpenModel(fm, kvasir.Options{Threads: threads})
+	eng, err := kvasir.OpenModel(fm, kvasir.Options{Threads: threads, Device: dev})
 	if err != nil {
 		return nil, fmt.Errorf("--compression-model %s: %w", path, err)
 	}

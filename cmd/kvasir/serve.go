@@ -124,7 +124,7 @@ func runServe(args []string) error {
 	cfg.ModelNames, cfg.ChatTemplate, cfg.Logger, cfg.Metrics = names, tmplSrc, log, metrics
 	cfg.ChatTemplateLimits, cfg.ChatTemplateWorkers = tmplLimits, tmplWorkers
 	cfg.KVEvents = kvEvents
-	if cfg.CompressionModels, err = openCompressionModels(*compressionModel, ef.threads); err != nil {
+	if cfg.CompressionModels, err = openCompressionModels(*compressionModel, ef.device, ef.threads); err != nil {
 		eng.Close()
 		return err
 	}
