@@ -44,6 +44,9 @@ func TestNegativeFlagsRefused(t *testing.T) {
 		{"bench offline", func(a []string) error { return runBench(append([]string{"offline"}, a...)) }, []string{"extra"}},
 		{"bench serve", func(a []string) error { return runBench(append([]string{"serve"}, a...)) }, []string{"extra"}},
 		{"router", runRouter, []string{"extra"}},
+		{"compress", runCompress, []string{"extra"}},
+		{"bench compress", func(a []string) error { return runBench(append([]string{"compress"}, a...)) }, []string{"extra"}},
+		{"bench sot", func(a []string) error { return runBench(append([]string{"sot"}, a...)) }, []string{"extra"}},
 	}
 	for _, c := range commands {
 		help := captureStderr(t, func() { c.run([]string{"-h"}) })

@@ -43,6 +43,7 @@ func runServe(args []string) error {
 	statsInterval := fs.Duration("stats-interval", server.DefaultStatsInterval, "how often to log the stats line: throughput, running and waiting requests, KV cache usage, prefix cache hit rate (0: never)")
 	noStats := fs.Bool("disable-log-stats", false, "log no stats line (vLLM's flag; the same as --stats-interval 0)")
 	limits := addLimitFlags(fs)
+	compressionModel := fs.String("compression-model", "", "a small model that requests' prompt_compression may name (by its model name, which the log shows) to score prompt tokens; without it the served model scores")
 	pooling := fs.String("pooling", "", "pooling of an encoder (embedding) model: mean, cls or last (default: the model's, from GGUF pooling_type or 1_Pooling/config.json)")
 	if err := ef.parse(fs, args); err != nil {
 		return err
@@ -123,6 +124,14 @@ func runServe(args []string) error {
 	cfg.ModelNames, cfg.ChatTemplate, cfg.Logger, cfg.Metrics = names, tmplSrc, log, metrics
 	cfg.ChatTemplateLimits, cfg.ChatTemplateWorkers = tmplLimits, tmplWorkers
 	cfg.KVEvents = kvEvents
+	if cfg.CompressionModels, err = openCompressionModels(*compressionModel, ef.device, ef.threads); err != nil {
+		eng.Close()
+		return err
+	}
+	for name, e := range cfg.CompressionModels {
+		log.Info("prompt compression model", "name", name, "max_model_len", e.MaxModelLen())
+		defer e.Close()
+	}
 	srv, err := server.New(eng, cfg)
 	if err != nil {
 		eng.Close()

@@ -23,6 +23,10 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := requestContext(r)
 	defer cancel()
+	if req.SkeletonOfThought {
+		s.handleSkeletonOfThought(ctx, w, &req)
+		return
+	}
 	kreq, tools, apiErr := s.chatRequest(ctx, &req)
 	if apiErr != nil {
 		writeError(w, apiErr)
@@ -64,6 +68,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		base.PromptLogprobs = s.promptLogprobs(res.promptLogprobs[0], *req.PromptLogprobs)
 	}
 	base.Usage = &res.usage
+	base.Usage.PromptCompression = req.compression
 	writeJSON(w, http.StatusOK, base)
 }
 
@@ -124,9 +129,22 @@ func (s *Server) chatRequest(ctx context.Context, req *chatRequest) (kvasir.Requ
 		}
 	}
 	addGen := req.AddGenerationPrompt == nil || *req.AddGenerationPrompt
+	var original []chatMessage
+	if req.PromptCompression != nil {
+		if original, apiErr = s.compressChat(ctx, req); apiErr != nil {
+			return kvasir.Request{}, nil, apiErr
+		}
+	}
 	ids, apiErr := s.renderChat(ctx, req.Messages, req.Tools, addGen, req.ContinueFinal, req.ChatTemplateKwargs)
 	if apiErr != nil {
 		return kvasir.Request{}, nil, apiErr
+	}
+	if original != nil {
+		before, apiErr := s.renderChat(ctx, original, req.Tools, addGen, req.ContinueFinal, req.ChatTemplateKwargs)
+		if apiErr != nil {
+			return kvasir.Request{}, nil, apiErr
+		}
+		req.compression = &compressionUsage{OriginalTokens: len(before), KeptTokens: len(ids)}
 	}
 	var lps logprobCount
 	outTokens := params.MaxTokens
@@ -296,7 +314,7 @@ func replyMessage(text string, tools *toolRequest) *chatMessageOut {
 func (s *Server) streamChat(w http.ResponseWriter, ch <-chan item, base chatResponse, req *chatRequest, n int, logprobs bool, tools *toolRequest) {
 	sse := newSSE(w, int(s.cfg.MaxStreamBuffer))
 	defer sse.close()
-	u := usageTracker{last: make([]kvasir.Usage, 1)}
+	u := usageTracker{last: make([]kvasir.Usage, 1), compression: req.compression}
 	chunk := func(c chatChoice) bool {
 		out := base
 		out.Choices = []chatChoice{c}

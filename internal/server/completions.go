@@ -14,13 +14,17 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	if !s.readRequest(w, r, &req, func() string { return req.Model }) {
 		return
 	}
+	ctx, cancel := requestContext(r)
+	defer cancel()
+	if apiErr := s.compressCompletion(ctx, &req); apiErr != nil {
+		writeError(w, apiErr)
+		return
+	}
 	reqs, apiErr := s.completionRequests(&req)
 	if apiErr != nil {
 		writeError(w, apiErr)
 		return
 	}
-	ctx, cancel := requestContext(r)
-	defer cancel()
 	id := newID("cmpl-")
 	ch, apiErr := s.submit(ctx, id, reqs, "prompt")
 	if apiErr != nil {
@@ -66,6 +70,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		base.Choices[i] = ch
 	}
 	base.Usage = &res.usage
+	base.Usage.PromptCompression = req.compression
 	writeJSON(w, http.StatusOK, base)
 }
 
@@ -208,7 +213,7 @@ func (s *Server) streamCompletion(w http.ResponseWriter, ch <-chan item, base co
 	sse := newSSE(w, int(s.cfg.MaxStreamBuffer))
 	defer sse.close()
 	prompts := len(e.text)
-	u := usageTracker{last: make([]kvasir.Usage, prompts)}
+	u := usageTracker{last: make([]kvasir.Usage, prompts), compression: req.compression}
 	offsets := make([]int, prompts*n)
 	chunk := func(c completionChoice) bool {
 		out := base

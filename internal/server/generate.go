@@ -107,6 +107,8 @@ func collect(ch <-chan item, prompts, n int) (*collected, *APIError) {
 // usageTracker sums the running usage of a streamed generation's requests.
 type usageTracker struct {
 	last []kvasir.Usage
+	// compression is the request's prompt compression (nil: none).
+	compression *compressionUsage
 }
 
 func (u *usageTracker) update(it item) {
@@ -118,6 +120,7 @@ func (u *usageTracker) total() *usage {
 	for _, k := range u.last {
 		t.add(k)
 	}
+	t.PromptCompression = u.compression
 	return &t
 }
 

@@ -54,8 +54,10 @@ type commonRequest struct {
 	Priority               int                `json:"priority"`
 	CacheSalt              string             `json:"cache_salt"`
 	KVPolicy               *kvPolicyField     `json:"kv_policy"`
-	Stream                 bool               `json:"stream"`
-	StreamOptions          *streamOptions     `json:"stream_options"`
+	// PromptCompression shortens the prompt before generation (promptcompression.go).
+	PromptCompression *promptCompressionField `json:"prompt_compression"`
+	Stream            bool                    `json:"stream"`
+	StreamOptions     *streamOptions          `json:"stream_options"`
 	// ReturnTokenIDs (vLLM's return_token_ids) puts each choice's generated token ids in
 	// token_ids: what kvasir router continues a stream from when its instance fails.
 	ReturnTokenIDs bool `json:"return_token_ids"`
@@ -68,6 +70,8 @@ type commonRequest struct {
 	// limits, when set (by the handler, before decoding), bound the request's lists
 	// before they are decoded (precheck).
 	limits *Limits
+	// compression is what prompt compression made of the prompt (nil: not asked).
+	compression *compressionUsage
 }
 
 // stopList is the stop field: a string, a list of strings, or null.
@@ -264,6 +268,8 @@ type chatRequest struct {
 	AddGenerationPrompt *bool             `json:"add_generation_prompt"`
 	ContinueFinal       bool              `json:"continue_final_message"`
 	ChatTemplateKwargs  map[string]any    `json:"chat_template_kwargs"`
+	// SkeletonOfThought answers by Skeleton-of-Thought (sot.go).
+	SkeletonOfThought bool `json:"skeleton_of_thought"`
 }
 
 // chatMessage is one message of a chat request. Content is kept raw: a string, an array

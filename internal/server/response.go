@@ -12,6 +12,9 @@ type usage struct {
 	CompletionTokens    int           `json:"completion_tokens"`
 	TotalTokens         int           `json:"total_tokens"`
 	PromptTokensDetails promptDetails `json:"prompt_tokens_details"`
+	// PromptCompression, with a request's prompt_compression, counts the prompt's tokens
+	// before and after it.
+	PromptCompression *compressionUsage `json:"prompt_compression,omitempty"`
 }
 
 // promptDetails tells how many prompt tokens came from the prefix cache.

@@ -114,6 +114,10 @@ type Config struct {
 	// KVEvents, when set, is the log of the engine's prefix-cache events (its Record must
 	// be the engine's Options.OnKVEvent), served on GET /v1/kv_events for routers.
 	KVEvents *KVEvents
+	// CompressionModels are the small models a request's prompt_compression.model may
+	// name besides the served model (kvasir serve --compression-model), by name. The
+	// caller closes them after the server.
+	CompressionModels map[string]*kvasir.Engine
 	// Limits are the budgets of one request (zero fields: the defaults).
 	Limits
 }
