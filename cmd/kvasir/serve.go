@@ -43,11 +43,15 @@ func runServe(args []string) error {
 	statsInterval := fs.Duration("stats-interval", server.DefaultStatsInterval, "how often to log the stats line: throughput, running and waiting requests, KV cache usage, prefix cache hit rate (0: never)")
 	noStats := fs.Bool("disable-log-stats", false, "log no stats line (vLLM's flag; the same as --stats-interval 0)")
 	limits := addLimitFlags(fs)
+	rf := addRoleFlags(fs)
 	pooling := fs.String("pooling", "", "pooling of an encoder (embedding) model: mean, cls or last (default: the model's, from GGUF pooling_type or 1_Pooling/config.json)")
 	if err := ef.parse(fs, args); err != nil {
 		return err
 	}
 	envDefault(fs, "api-key", "KVASIR_API_KEY", apiKey)
+	if err := rf.check(); err != nil {
+		return err
+	}
 	cfg := server.Config{APIKey: *apiKey, MaxBodyBytes: *maxBody, Limits: *limits, ToolCallParser: *toolParser,
 		AccessLog: !*noAccessLog, StatsInterval: *statsInterval}
 	if *noStats {
@@ -123,6 +127,12 @@ func runServe(args []string) error {
 	cfg.ModelNames, cfg.ChatTemplate, cfg.Logger, cfg.Metrics = names, tmplSrc, log, metrics
 	cfg.ChatTemplateLimits, cfg.ChatTemplateWorkers = tmplLimits, tmplWorkers
 	cfg.KVEvents = kvEvents
+	stopRole, err := rf.apply(&cfg, eng, *host, log)
+	if err != nil {
+		eng.Close()
+		return err
+	}
+	defer stopRole()
 	srv, err := server.New(eng, cfg)
 	if err != nil {
 		eng.Close()

@@ -25,6 +25,7 @@ import (
 
 	"github.com/kvasir-llm/kvasir"
 	"github.com/kvasir-llm/kvasir/internal/chat"
+	"github.com/kvasir-llm/kvasir/internal/kvtransfer"
 	"github.com/kvasir-llm/kvasir/internal/structured/toolcall"
 )
 
@@ -114,6 +115,17 @@ type Config struct {
 	// KVEvents, when set, is the log of the engine's prefix-cache events (its Record must
 	// be the engine's Options.OnKVEvent), served on GET /v1/kv_events for routers.
 	KVEvents *KVEvents
+	// Role is the instance's role in prefill/decode disaggregation: RoleBoth (""),
+	// RolePrefill or RoleDecode (docs/KV_TRANSFER.md).
+	Role string
+	// KVReceiver, on a decode instance, holds the KV transfers received for the requests
+	// that name them; KVTransferAddress is its address as prefill instances reach it
+	// (host:port), published on GET /v1/kv_transfer.
+	KVReceiver        *kvtransfer.Receiver
+	KVTransferAddress string
+	// KVSender, on a prefill instance, sends the transfers (nil: a kvtransfer.Sender with
+	// its default timeout).
+	KVSender *kvtransfer.Sender
 	// Limits are the budgets of one request (zero fields: the defaults).
 	Limits
 }
@@ -184,6 +196,11 @@ func New(eng *kvasir.Engine, cfg Config) (*Server, error) {
 	}
 	if err := s.metrics.attach(eng); err != nil {
 		return nil, err
+	}
+	if s.role() != RoleBoth {
+		if err := s.metrics.attachTransfer(); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Embedder != nil {
 		if err := s.metrics.attachEmbedder(cfg.Embedder); err != nil {
@@ -324,6 +341,7 @@ func (s *Server) routes() {
 	mux.Handle("/version", method(http.MethodGet, s.handleVersion))
 	mux.Handle("/metrics", method(http.MethodGet, s.metrics.Handler().ServeHTTP))
 	mux.Handle("/{$}", method(http.MethodGet, s.handleWebUI))
+	s.kvTransferRoutes(mux)
 	s.ollamaRoutes(mux)
 	s.llamaRoutes(mux)
 	mux.Handle("/openapi.json", method(http.MethodGet, s.handleOpenAPI))
@@ -331,7 +349,7 @@ func (s *Server) routes() {
 		writeError(w, notFound("", "", "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	s.mux = mux
-	s.handler = s.accessLog(s.deadlines(s.recoverPanics(s.browserChecks(s.authenticate(s.admit(s.generationGuard(mux)))))))
+	s.handler = s.accessLog(s.deadlines(s.recoverPanics(s.browserChecks(s.authenticate(s.admit(s.generationGuard(s.withTransfer(mux))))))))
 }
 
 // ServeHTTP answers one HTTP request.
