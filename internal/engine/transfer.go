@@ -30,7 +30,9 @@ type blockIO interface {
 
 func (p *pagedModel) BlockBytes() int { return p.kv.BlockBytes() }
 
-func (p *pagedModel) ReadBlocks(blocks []int32, dst []byte) error { return p.kv.ReadBlocks(blocks, dst) }
+func (p *pagedModel) ReadBlocks(blocks []int32, dst []byte) error {
+	return p.kv.ReadBlocks(blocks, dst)
+}
 
 func (p *pagedModel) WriteBlocks(blocks []int32, src []byte) error {
 	return p.kv.WriteBlocks(blocks, src)
