@@ -127,7 +127,7 @@ func runServe(args []string) error {
 	cfg.ModelNames, cfg.ChatTemplate, cfg.Logger, cfg.Metrics = names, tmplSrc, log, metrics
 	cfg.ChatTemplateLimits, cfg.ChatTemplateWorkers = tmplLimits, tmplWorkers
 	cfg.KVEvents = kvEvents
-	stopRole, err := rf.apply(&cfg, eng, *host, log)
+	stopRole, err := rf.apply(&cfg, eng, *host, log, metrics)
 	if err != nil {
 		eng.Close()
 		return err

@@ -52,7 +52,7 @@ func (f *roleFlags) check() error {
 
 // apply sets up the role on an engine that has loaded: a decode instance starts its KV
 // transfer listener (closed by the returned func). hostFlag is serve's --host.
-func (f *roleFlags) apply(cfg *server.Config, eng *kvasir.Engine, hostFlag string, log *slog.Logger) (func(), error) {
+func (f *roleFlags) apply(cfg *server.Config, eng *kvasir.Engine, hostFlag string, log *slog.Logger, metrics *server.Metrics) (func(), error) {
 	cfg.Role = *f.role
 	if *f.role == server.RoleBoth {
 		return func() {}, nil
@@ -67,6 +67,9 @@ func (f *roleFlags) apply(cfg *server.Config, eng *kvasir.Engine, hostFlag strin
 		cfg.KVSender = &kvtransfer.Sender{Timeout: *f.timeout}
 		return func() {}, nil
 	}
+	if err := metrics.EnableTransfer(); err != nil {
+		return nil, err
+	}
 	host := *f.host
 	if host == "" {
 		host = hostFlag
@@ -76,7 +79,7 @@ func (f *roleFlags) apply(cfg *server.Config, eng *kvasir.Engine, hostFlag strin
 		return nil, fmt.Errorf("--kv-transfer-port: %w", err)
 	}
 	rc, err := kvtransfer.Listen(ln, kvtransfer.ReceiverConfig{Model: eng.ModelName(), BlockSize: eng.BlockSize(), BlockBytes: eng.BlockBytes(),
-		MaxHeldBytes: *f.memory, TTL: *f.ttl, Timeout: *f.timeout, Logger: log})
+		MaxHeldBytes: *f.memory, TTL: *f.ttl, Timeout: *f.timeout, Logger: log, OnDone: metrics.ObserveReceived})
 	if err != nil {
 		ln.Close()
 		return nil, err

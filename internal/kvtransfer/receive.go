@@ -34,6 +34,9 @@ type ReceiverConfig struct {
 	Timeout time.Duration
 	// Logger receives one line per refused or failed transfer (nil: slog.Default()).
 	Logger *slog.Logger
+	// OnDone, when set, is called after every transfer with its error (nil: received and
+	// held) and its block bytes; it must return quickly.
+	OnDone func(err error, bytes int64)
 }
 
 // Received is a transfer held for its request: the chained hashes of its blocks and their
@@ -178,7 +181,10 @@ func (r *Receiver) accept() {
 
 // serve receives one transfer on conn and acknowledges it.
 func (r *Receiver) serve(conn net.Conn) {
-	id, err := r.receive(conn)
+	id, size, err := r.receive(conn)
+	if r.cfg.OnDone != nil {
+		r.cfg.OnDone(err, size)
+	}
 	ack := Ack{OK: err == nil}
 	if err != nil {
 		ack.Error = err.Error()
@@ -195,24 +201,24 @@ func (r *Receiver) serve(conn net.Conn) {
 	}
 }
 
-// receive reads one transfer from conn into the held set, returning its id.
-func (r *Receiver) receive(conn net.Conn) (string, error) {
+// receive reads one transfer from conn into the held set, returning its id and size.
+func (r *Receiver) receive(conn net.Conn) (string, int64, error) {
 	br := bufio.NewReaderSize(conn, 64<<10)
 	deadline := func() { conn.SetReadDeadline(time.Now().Add(r.cfg.Timeout)) }
 	deadline()
 	h, err := ReadHeader(br)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	switch {
 	case r.cfg.Model != "" && h.Model != r.cfg.Model:
-		return h.ID, fmt.Errorf("model %q, this instance serves %q", h.Model, r.cfg.Model)
+		return h.ID, 0, fmt.Errorf("model %q, this instance serves %q", h.Model, r.cfg.Model)
 	case h.BlockSize != r.cfg.BlockSize || h.BlockBytes != r.cfg.BlockBytes:
-		return h.ID, fmt.Errorf("blocks of %d tokens and %d bytes, this instance's are %d and %d", h.BlockSize, h.BlockBytes, r.cfg.BlockSize, r.cfg.BlockBytes)
+		return h.ID, 0, fmt.Errorf("blocks of %d tokens and %d bytes, this instance's are %d and %d", h.BlockSize, h.BlockBytes, r.cfg.BlockSize, r.cfg.BlockBytes)
 	}
 	size := int64(h.NumBlocks) * int64(h.BlockBytes)
 	if err := r.reserve(h.ID, size); err != nil {
-		return h.ID, err
+		return h.ID, size, err
 	}
 	ok := false
 	defer func() {
@@ -225,19 +231,19 @@ func (r *Receiver) receive(conn net.Conn) (string, error) {
 		deadline()
 		b, err := ReadBlock(br, i, h.BlockBytes, got.Data[i*h.BlockBytes:])
 		if err != nil {
-			return h.ID, err
+			return h.ID, size, err
 		}
 		got.Hashes[i] = b.Hash
 	}
 	deadline()
 	if err := ReadEnd(br); err != nil {
-		return h.ID, err
+		return h.ID, size, err
 	}
 	if err := r.hold(h.ID, got); err != nil {
-		return h.ID, err
+		return h.ID, size, err
 	}
 	ok = true
-	return h.ID, nil
+	return h.ID, size, nil
 }
 
 // reserve counts size bytes against MaxHeldBytes for a transfer about to be read.

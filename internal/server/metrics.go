@@ -74,7 +74,7 @@ type Metrics struct {
 	// length: made by attach (nil before).
 	tokens atomic.Pointer[tokenHistograms]
 	// transfer counts KV transfers (nil on an instance of role both).
-	transfer *transferMetrics
+	transfer atomic.Pointer[transferMetrics]
 }
 
 // tokenHistograms are the histograms of token counts per request.

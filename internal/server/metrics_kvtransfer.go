@@ -10,9 +10,11 @@ type transferMetrics struct {
 	transfers, bytes, imports *prometheus.CounterVec
 }
 
-// attachTransfer registers the transfer metrics (once).
-func (m *Metrics) attachTransfer() error {
-	if m.transfer != nil {
+// EnableTransfer registers the KV transfer metrics of prefill/decode disaggregation (once;
+// server.New does it for an instance of role prefill or decode, but a receiver started
+// before the server counts from its start only when this was called first).
+func (m *Metrics) EnableTransfer() error {
+	if m.transfer.Load() != nil {
 		return nil
 	}
 	t := &transferMetrics{
@@ -28,27 +30,32 @@ func (m *Metrics) attachTransfer() error {
 			return err
 		}
 	}
-	m.transfer = t
+	m.transfer.Store(t)
 	return nil
 }
+
+// ObserveReceived counts a transfer received (err nil) or failed, of n block bytes: a
+// kvtransfer.ReceiverConfig.OnDone.
+func (m *Metrics) ObserveReceived(err error, n int64) { m.observeTransfer("received", err, n) }
 
 // observeTransfer counts one transfer in direction ("sent", "received") that failed with err
 // or moved n bytes.
 func (m *Metrics) observeTransfer(direction string, err error, n int64) {
-	if m.transfer == nil {
+	t := m.transfer.Load()
+	if t == nil {
 		return
 	}
 	if err != nil {
-		m.transfer.transfers.WithLabelValues(direction, "failed").Inc()
+		t.transfers.WithLabelValues(direction, "failed").Inc()
 		return
 	}
-	m.transfer.transfers.WithLabelValues(direction, "ok").Inc()
-	m.transfer.bytes.WithLabelValues(direction).Add(float64(n))
+	t.transfers.WithLabelValues(direction, "ok").Inc()
+	t.bytes.WithLabelValues(direction).Add(float64(n))
 }
 
 // observeImport counts a generation request naming a transfer, by result.
 func (m *Metrics) observeImport(result string) {
-	if m.transfer != nil {
-		m.transfer.imports.WithLabelValues(result).Inc()
+	if t := m.transfer.Load(); t != nil {
+		t.imports.WithLabelValues(result).Inc()
 	}
 }

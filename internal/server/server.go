@@ -198,7 +198,7 @@ func New(eng *kvasir.Engine, cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if s.role() != RoleBoth {
-		if err := s.metrics.attachTransfer(); err != nil {
+		if err := s.metrics.EnableTransfer(); err != nil {
 			return nil, err
 		}
 	}
