@@ -2,6 +2,7 @@ package kvasir
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/testdata"
@@ -94,5 +95,53 @@ func TestKVImport(t *testing.T) {
 	}
 	if s := zero.Stats(); s.UsedBlocks != 0 {
 		t.Fatalf("%d blocks used after the zeroed import", s.UsedBlocks)
+	}
+}
+
+// TestKVImportGPU is TestKVImport between two engines on the GPU (skipped without one):
+// blocks read out of one device cache (device -> pinned staging -> host) and written into
+// another's give the same greedy tokens without the imported blocks being computed.
+func TestKVImportGPU(t *testing.T) {
+	src := gpuEngine(t)
+	dst := gpuEngine(t)
+	prompt := make([]int32, 70)
+	for i := range prompt {
+		prompt[i] = int32(3 + (i*37)%500)
+	}
+	greedyIDs := func(e *Engine, imp *KVImport) ([]int32, Usage) {
+		ch, err := e.Generate(context.Background(), Request{PromptTokens: prompt, Params: SamplingParams{MaxTokens: 24, IgnoreEOS: true}, ImportKV: imp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int32
+		var last Output
+		for o := range ch {
+			if o.Err != nil {
+				t.Fatal(o.Err)
+			}
+			ids = append(ids, o.TokenIDs...)
+			last = o
+		}
+		return ids, last.Usage
+	}
+	want, _ := greedyIDs(src, nil)
+	pin, err := src.PinPrefix(prompt, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, len(pin.Blocks)*src.BlockBytes())
+	if err := src.ReadBlocks(pin.Blocks, data); err != nil {
+		t.Fatal(err)
+	}
+	src.Unpin(pin)
+	got, usage := greedyIDs(dst, &KVImport{Hashes: pin.Hashes, Data: data})
+	if !slices.Equal(got, want) {
+		t.Errorf("with KV imported on the GPU: %v, want %v", got, want)
+	}
+	if wantCached := (len(prompt) - 1) / src.BlockSize() * src.BlockSize(); usage.CachedPromptTokens != wantCached {
+		t.Errorf("cached prompt tokens %d, want %d", usage.CachedPromptTokens, wantCached)
+	}
+	if s := dst.Stats(); s.UsedBlocks != 0 {
+		t.Errorf("%d blocks used on the receiver after the request", s.UsedBlocks)
 	}
 }
