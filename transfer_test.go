@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/kvasir-llm/kvasir/internal/testdata"
 )
@@ -143,5 +144,48 @@ func TestKVImportGPU(t *testing.T) {
 	}
 	if s := dst.Stats(); s.UsedBlocks != 0 {
 		t.Errorf("%d blocks used on the receiver after the request", s.UsedBlocks)
+	}
+}
+
+// TestKVImportAbort aborts requests admitted with imported KV, at once and after their
+// first token, and checks that their blocks (the import's included) are freed; and that
+// imported KV of the wrong size is ignored.
+func TestKVImportAbort(t *testing.T) {
+	e := openStoriesGGUF(t)
+	prompt, err := e.TokenizePrompt("Tom had a red ball. He liked to throw the ball to his dog. The dog was happy and ran after the ball every day.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashes := e.BlockHashes(prompt, "")
+	data := make([]byte, len(hashes)*e.BlockBytes())
+	for _, after := range []int{0, 1} {
+		ctx, cancel := context.WithCancel(context.Background())
+		ch, err := e.Generate(ctx, Request{PromptTokens: prompt, Params: SamplingParams{MaxTokens: 60}, ImportKV: &KVImport{Hashes: hashes, Data: data}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after == 0 {
+			cancel() // before its admission, most likely
+		}
+		n := 0
+		for range ch {
+			if n++; n >= after {
+				cancel()
+			}
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for e.Stats().UsedBlocks != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("aborted after %d outputs: %d blocks still used", after, e.Stats().UsedBlocks)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	fresh := openStoriesGGUF(t)
+	want, _ := greedyRun(t, fresh, Request{PromptTokens: prompt}, 20)
+	short := openStoriesGGUF(t)
+	got, usage := greedyRun(t, short, Request{PromptTokens: prompt, ImportKV: &KVImport{Hashes: hashes, Data: data[:len(data)-1]}}, 20)
+	if got != want || usage.CachedPromptTokens != 0 {
+		t.Errorf("imported KV one byte short: %q (cached %d), want %q computed", got, usage.CachedPromptTokens, want)
 	}
 }
