@@ -3,6 +3,7 @@ package router
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -344,4 +345,69 @@ func TestDisaggStalledTransfer(t *testing.T) {
 	if el := time.Since(start); el > 30*time.Second {
 		t.Errorf("stalled transfers took %v: the timeouts did not cut them", el)
 	}
+}
+
+// TestKVPrefillEndpoint checks the instances' side of the handshake: GET /v1/kv_transfer
+// names each role (and the decode instance's address), and POST /v1/kv_prefill/... is only
+// a prefill instance's, refuses a request without its headers or with a bad target, and
+// answers 502 when the transfer cannot be made, leaving no block pinned.
+func TestKVPrefillEndpoint(t *testing.T) {
+	p, d, both := newRoleInstance(t, server.RolePrefill, nil), newRoleInstance(t, server.RoleDecode, nil), newRoleInstance(t, server.RoleBoth, nil)
+	for _, c := range []struct {
+		in         *roleInstance
+		role, addr string
+	}{{p, "prefill", ""}, {d, "decode", d.rc.Addr().String()}, {both, "both", ""}} {
+		var info struct{ Role, Address string }
+		res, err := http.Get(c.in.ts.URL + "/v1/kv_transfer")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = json.NewDecoder(res.Body).Decode(&info)
+		res.Body.Close()
+		if err != nil || info.Role != c.role || info.Address != c.addr {
+			t.Errorf("GET /v1/kv_transfer of a %s instance: %+v (%v), want role %s, address %q", c.role, info, err, c.role, c.addr)
+		}
+	}
+	body := `{"prompt": "` + disaggPrompts[0] + `", "max_tokens": 4}`
+	prefill := func(url string, hdr map[string]string, body string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, url+"/v1/kv_prefill/completions", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		raw, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(raw)
+	}
+	ok := map[string]string{server.TransferHeader: "t1", server.TransferTargetHeader: d.rc.Addr().String()}
+	for _, c := range []struct {
+		name   string
+		url    string
+		hdr    map[string]string
+		body   string
+		status int
+		want   string
+	}{
+		{"not a prefill instance", both.ts.URL, ok, body, http.StatusNotFound, "not a prefill instance"},
+		{"no headers", p.ts.URL, nil, body, http.StatusBadRequest, server.TransferHeader},
+		{"bad target", p.ts.URL, map[string]string{server.TransferHeader: "t2", server.TransferTargetHeader: "nowhere"}, body, http.StatusBadRequest, "host:port"},
+		{"bad body", p.ts.URL, ok, `{"prompt": 7}`, http.StatusBadRequest, "prompt"},
+		{"unreachable target", p.ts.URL, map[string]string{server.TransferHeader: "t3", server.TransferTargetHeader: "127.0.0.1:1"}, body, http.StatusBadGateway, "kv_transfer_failed"},
+		{"no full block", p.ts.URL, map[string]string{server.TransferHeader: "t4", server.TransferTargetHeader: d.rc.Addr().String()}, `{"prompt": "Once"}`, http.StatusBadGateway, "no full block"},
+		{"ok", p.ts.URL, ok, body, http.StatusOK, `"transfer_id":"t1"`},
+		{"an id held already", p.ts.URL, ok, body, http.StatusBadGateway, "held already"},
+	} {
+		status, raw := prefill(c.url, c.hdr, c.body)
+		if status != c.status || !strings.Contains(raw, c.want) {
+			t.Errorf("%s: %d %s, want %d with %q", c.name, status, raw, c.status, c.want)
+		}
+	}
+	if _, ok := d.rc.Take("t1"); !ok {
+		t.Error("the decode instance does not hold the transfer acknowledged")
+	}
+	checkKVIdle(t, p, d, both)
 }

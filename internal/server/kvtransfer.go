@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"time"
 
@@ -91,6 +92,10 @@ func (s *Server) handleKVPrefill(chat bool) http.HandlerFunc {
 		id, target := r.Header.Get(TransferHeader), r.Header.Get(TransferTargetHeader)
 		if id == "" || len(id) > 256 || target == "" {
 			writeError(w, badRequest("", "the %s (1 to 256 bytes) and %s headers are required", TransferHeader, TransferTargetHeader))
+			return
+		}
+		if _, _, err := net.SplitHostPort(target); err != nil {
+			writeError(w, badRequest("", "%s %.100q: want host:port (%v)", TransferTargetHeader, target, err))
 			return
 		}
 		reqs, ok := s.readHashedRequest(w, r, chat)
