@@ -58,7 +58,7 @@ func (f *roleFlags) apply(cfg *server.Config, eng *kvasir.Engine, hostFlag strin
 		return func() {}, nil
 	}
 	if !eng.CacheConfig().PrefixCaching {
-		return nil, fmt.Errorf("--role %s: KV transfer goes through the prefix cache: drop --no-enable-prefix-caching", *f.role)
+		return nil, fmt.Errorf("--role %s: KV transfer goes through the prefix cache: drop --no-prefix-caching", *f.role)
 	}
 	if eng.BlockBytes() <= 0 {
 		return nil, fmt.Errorf("--role %s: this model's KV cache cannot move blocks", *f.role)
