@@ -46,10 +46,9 @@ type request struct {
 	beam *beamSearch
 	// importKV is the KV computed elsewhere that the request was submitted with, until
 	// admission takes it; importHold the holder of the blocks it went into (until the
-	// request completes), imported the prompt tokens whose KV it brought.
+	// request completes).
 	importKV   *KVImport
 	importHold kvcache.RequestID
-	imported   int
 
 	arrival, firstScheduled, firstToken time.Time
 	// clocks are each choice's token timestamps, for its metrics.

@@ -169,16 +169,14 @@ func (e *Engine) importKV(r *request) {
 	if err != nil || !ok {
 		return
 	}
-	first := im.NumCachedTokens / bs
-	if first < n {
-		e.writes = append(e.writes, blockWrite{holder: id, blocks: im.Table[first:n], data: imp.Data[first*bb : n*bb]})
-	}
 	if err := e.kv.CacheFullBlocks(id, tokens, len(tokens)); err != nil {
 		e.kv.Free(id)
 		return
 	}
+	if first := im.NumCachedTokens / bs; first < n {
+		e.writes = append(e.writes, blockWrite{holder: id, blocks: im.Table[first:n], data: imp.Data[first*bb : n*bb]})
+	}
 	r.importHold = id
-	r.imported = (n - first) * bs
 }
 
 // releaseImport frees a completed request's import holder.
