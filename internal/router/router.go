@@ -13,6 +13,10 @@
 // Faults: instances are health-checked, a request that fails before its first byte is
 // retried on another instance, and a stream that loses its instance mid-way is continued
 // on another from the tokens already sent (see continue.go).
+//
+// Disaggregation: with Config.Prefill the backends are decode instances, and each request's
+// prompt is first computed on a prefill instance, which transfers its KV blocks to the
+// decode instance chosen for the request (see disagg.go and docs/KV_TRANSFER.md).
 package router
 
 import (
