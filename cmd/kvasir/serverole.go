@@ -23,6 +23,7 @@ type roleFlags struct {
 	port      *int
 	advertise *string
 	timeout   *time.Duration
+	chunk     *int
 	ttl       *time.Duration
 	memory    *int64
 }
@@ -35,6 +36,7 @@ func addRoleFlags(fs *flag.FlagSet) *roleFlags {
 		port:      fs.Int("kv-transfer-port", 8101, "--role decode: TCP port of the KV transfer listener (0: any free port)"),
 		advertise: fs.String("kv-transfer-advertise", "", "--role decode: host:port prefill instances reach the listener at, published on GET /v1/kv_transfer (default: the listener's address, or the pod's own IP given as --kv-transfer-host)"),
 		timeout:   fs.Duration("kv-transfer-timeout", kvtransfer.DefaultTimeout, "--role prefill|decode: how long one step of a KV transfer (dial, a block, the acknowledgement) may take; a slower transfer is dropped and the decode instance computes the prompt"),
+		chunk:     fs.Int("kv-transfer-chunk", server.DefaultPrefillChunk, "--role prefill: prompt tokens computed before their blocks are sent, while the next ones compute (rounded down to whole blocks)"),
 		ttl:       fs.Duration("kv-transfer-ttl", kvtransfer.DefaultTTL, "--role decode: how long received KV waits for the request that takes it"),
 		memory:    new(int64),
 	}
@@ -64,7 +66,7 @@ func (f *roleFlags) apply(cfg *server.Config, eng *kvasir.Engine, hostFlag strin
 		return nil, fmt.Errorf("--role %s: this model's KV cache cannot move blocks", *f.role)
 	}
 	if *f.role == server.RolePrefill {
-		cfg.KVSender = &kvtransfer.Sender{Timeout: *f.timeout}
+		cfg.KVSender, cfg.KVPrefillChunk = &kvtransfer.Sender{Timeout: *f.timeout}, *f.chunk
 		return func() {}, nil
 	}
 	if err := metrics.EnableTransfer(); err != nil {

@@ -28,6 +28,9 @@ const (
 	FrameHeader byte = 'H'
 	// FrameBlock carries one block: index, chained hash, CRC-32C, bytes.
 	FrameBlock byte = 'B'
+	// FrameKeepalive (no payload) may come before any block frame: the sender is still
+	// waiting for the block (its prefill computes it) and the connection is alive.
+	FrameKeepalive byte = 'K'
 	// FrameEnd closes the blocks (no payload).
 	FrameEnd byte = 'E'
 	// FrameAck is the receiver's answer, an Ack as JSON; the last frame.
@@ -197,9 +200,13 @@ func ReadHeader(r io.Reader) (Header, error) {
 }
 
 // ReadBlock reads the block frame of index want of a transfer with blocks of blockBytes
-// into dst (len blockBytes), checking its index and its checksum.
+// into dst (len blockBytes), checking its index and its checksum; keepalive frames before
+// it are skipped.
 func ReadBlock(r io.Reader, want, blockBytes int, dst []byte) (Block, error) {
 	typ, n, err := readFrameHead(r, blockPrefix+blockBytes)
+	for err == nil && typ == FrameKeepalive && n == 0 {
+		typ, n, err = readFrameHead(r, blockPrefix+blockBytes)
+	}
 	if err != nil {
 		return Block{}, err
 	}

@@ -17,7 +17,7 @@ import (
 // memSource serves blocks from memory.
 type memSource [][]byte
 
-func (m memSource) ReadBlock(i int, dst []byte) error {
+func (m memSource) ReadBlock(_ context.Context, i int, dst []byte) error {
 	copy(dst, m[i])
 	return nil
 }
@@ -276,4 +276,42 @@ func FuzzReadTransfer(f *testing.F) {
 			t.Fatalf("a transfer written back does not read: %v", err)
 		}
 	})
+}
+
+// slowSource waits before each block after the first, as a prefill computing the next chunk.
+type slowSource struct {
+	memSource
+	wait time.Duration
+}
+
+func (s slowSource) ReadBlock(ctx context.Context, i int, dst []byte) error {
+	if i > 0 {
+		select {
+		case <-time.After(s.wait):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return s.memSource.ReadBlock(ctx, i, dst)
+}
+
+// TestKeepalive checks that a sender whose source waits longer than the timeouts keeps the
+// transfer alive with keepalive frames, and that the receiver's bound on a whole transfer
+// still ends one kept alive too long.
+func TestKeepalive(t *testing.T) {
+	const size = 64
+	src, hashes := testBlocks(3, size)
+	s := &Sender{Timeout: 100 * time.Millisecond}
+	h := Header{ID: "k", Model: "m", BlockSize: 16, BlockBytes: size, NumBlocks: 3}
+	r := newTestReceiver(t, size, ReceiverConfig{Timeout: 100 * time.Millisecond})
+	if err := s.Send(context.Background(), r.Addr().String(), h, hashes, slowSource{src, 350 * time.Millisecond}); err != nil {
+		t.Fatalf("a slow source kept alive: %v", err)
+	}
+	if got, ok := r.Take("k"); !ok || !bytes.Equal(got.Data[2*size:], src[2]) {
+		t.Fatal("the transfer kept alive is not held whole")
+	}
+	short := newTestReceiver(t, size, ReceiverConfig{Timeout: 100 * time.Millisecond, MaxDuration: 300 * time.Millisecond})
+	if err := s.Send(context.Background(), short.Addr().String(), h, hashes, slowSource{src, 400 * time.Millisecond}); err == nil {
+		t.Fatal("a transfer past the receiver's MaxDuration succeeded")
+	}
 }

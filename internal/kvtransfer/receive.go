@@ -16,6 +16,7 @@ import (
 const (
 	DefaultMaxHeldBytes = 1 << 30
 	DefaultTTL          = 30 * time.Second
+	DefaultMaxDuration  = 10 * time.Minute
 )
 
 // ReceiverConfig configures a Receiver: the geometry transfers must have, and its bounds.
@@ -29,9 +30,13 @@ type ReceiverConfig struct {
 	MaxHeldBytes int64
 	// TTL is how long a transfer is held for the request that takes it (0: DefaultTTL).
 	TTL time.Duration
-	// Timeout bounds each frame's read and the acknowledgement's write (0:
-	// DefaultTimeout): a sender that stalls longer loses its transfer.
+	// Timeout bounds each frame's read (keepalive frames included) and the
+	// acknowledgement's write (0: DefaultTimeout): a sender that stalls longer loses its
+	// transfer.
 	Timeout time.Duration
+	// MaxDuration bounds a whole transfer, however its sender keeps it alive (0:
+	// DefaultMaxDuration).
+	MaxDuration time.Duration
 	// Logger receives one line per refused or failed transfer (nil: slog.Default()).
 	Logger *slog.Logger
 	// OnDone, when set, is called after every transfer with its error (nil: received and
@@ -89,6 +94,9 @@ func Listen(ln net.Listener, cfg ReceiverConfig) (*Receiver, error) {
 	}
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.MaxDuration <= 0 {
+		cfg.MaxDuration = DefaultMaxDuration
 	}
 	r := &Receiver{cfg: cfg, log: cfg.Logger, ln: ln, held: make(map[string]*heldTransfer), conns: make(map[net.Conn]struct{})}
 	if r.log == nil {
@@ -203,9 +211,10 @@ func (r *Receiver) serve(conn net.Conn) {
 
 // receive reads one transfer from conn into the held set, returning its id and size.
 func (r *Receiver) receive(conn net.Conn) (string, int64, error) {
-	br := bufio.NewReaderSize(conn, 64<<10)
-	deadline := func() { conn.SetReadDeadline(time.Now().Add(r.cfg.Timeout)) }
-	deadline()
+	// Every read from the connection renews its deadline (keepalive frames are progress),
+	// within the transfer's whole bound.
+	end := time.Now().Add(r.cfg.MaxDuration)
+	br := bufio.NewReaderSize(deadlineReader{conn: conn, timeout: r.cfg.Timeout, end: end}, 64<<10)
 	h, err := ReadHeader(br)
 	if err != nil {
 		return "", 0, err
@@ -228,14 +237,12 @@ func (r *Receiver) receive(conn net.Conn) (string, int64, error) {
 	}()
 	got := Received{Hashes: make([]kvcache.BlockHash, h.NumBlocks), Data: make([]byte, size)}
 	for i := range h.NumBlocks {
-		deadline()
 		b, err := ReadBlock(br, i, h.BlockBytes, got.Data[i*h.BlockBytes:])
 		if err != nil {
 			return h.ID, size, err
 		}
 		got.Hashes[i] = b.Hash
 	}
-	deadline()
 	if err := ReadEnd(br); err != nil {
 		return h.ID, size, err
 	}
@@ -290,4 +297,21 @@ func (r *Receiver) hold(id string, got Received) error {
 	r.stats.Received++
 	r.stats.Bytes += int64(len(got.Data))
 	return nil
+}
+
+// deadlineReader reads from a connection with a deadline renewed before every read: timeout
+// from now, but never past end.
+type deadlineReader struct {
+	conn    net.Conn
+	timeout time.Duration
+	end     time.Time
+}
+
+func (d deadlineReader) Read(p []byte) (int, error) {
+	t := time.Now().Add(d.timeout)
+	if t.After(d.end) {
+		t = d.end
+	}
+	d.conn.SetReadDeadline(t)
+	return d.conn.Read(p)
 }

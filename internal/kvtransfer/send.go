@@ -15,10 +15,12 @@ import (
 // write or read, the wait for the acknowledgement.
 const DefaultTimeout = 10 * time.Second
 
-// Source yields the blocks a sender streams.
+// Source yields the blocks a sender streams, in order.
 type Source interface {
-	// ReadBlock copies block i's bytes (BlockBytes of them) into dst.
-	ReadBlock(i int, dst []byte) error
+	// ReadBlock copies block i's bytes (BlockBytes of them) into dst. It may wait for the
+	// block to be computed (the sender keeps the connection alive meanwhile), and must
+	// return soon after ctx ends.
+	ReadBlock(ctx context.Context, i int, dst []byte) error
 }
 
 // Sender streams transfers to receivers.
@@ -59,7 +61,7 @@ func (s *Sender) Send(ctx context.Context, addr string, h Header, hashes []kvcac
 	// ctx's end cuts the connection, which fails the read or write in progress.
 	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
-	err = s.stream(conn, timeout, h, hashes, src)
+	err = s.stream(ctx, conn, timeout, h, hashes, src)
 	if ctx.Err() != nil {
 		return fmt.Errorf("kvtransfer: to %s: %w", addr, ctx.Err())
 	}
@@ -69,8 +71,43 @@ func (s *Sender) Send(ctx context.Context, addr string, h Header, hashes []kvcac
 	return nil
 }
 
-// stream writes the transfer on conn and reads the acknowledgement.
-func (s *Sender) stream(conn net.Conn, timeout time.Duration, h Header, hashes []kvcache.BlockHash, src Source) error {
+// stream writes the transfer on conn and reads the acknowledgement, which a receiver may
+// send before the end, refusing the transfer: it is read all along, so that the refusal's
+// reason is what Send reports rather than the broken pipe that follows it.
+func (s *Sender) stream(ctx context.Context, conn net.Conn, timeout time.Duration, h Header, hashes []kvcache.BlockHash, src Source) error {
+	type answer struct {
+		ack Ack
+		err error
+	}
+	acks := make(chan answer, 1) // the reader ends when Send closes conn, at the latest
+	go func() {
+		var a answer
+		a.err = readJSONFrame(bufio.NewReader(conn), FrameAck, &a.ack)
+		acks <- a
+	}()
+	if err := write(ctx, conn, timeout, h, hashes, src); err != nil {
+		select {
+		case a := <-acks:
+			if a.err == nil && !a.ack.OK {
+				return fmt.Errorf("%w: %s", ErrRefused, a.ack.Error)
+			}
+		case <-time.After(min(timeout, time.Second)):
+		}
+		return err
+	}
+	conn.SetReadDeadline(time.Now().Add(timeout))
+	a := <-acks
+	if a.err != nil {
+		return fmt.Errorf("acknowledgement: %w", a.err)
+	}
+	if !a.ack.OK {
+		return fmt.Errorf("%w: %s", ErrRefused, a.ack.Error)
+	}
+	return nil
+}
+
+// write writes the transfer's frames on conn, each block once src has it.
+func write(ctx context.Context, conn net.Conn, timeout time.Duration, h Header, hashes []kvcache.BlockHash, src Source) error {
 	w := bufio.NewWriterSize(conn, 64<<10)
 	// deadline renews the write deadline before each frame: a stalled receiver fails the
 	// frame it stalls, not the whole transfer's budget.
@@ -84,11 +121,14 @@ func (s *Sender) stream(conn net.Conn, timeout time.Duration, h Header, hashes [
 	}
 	buf := make([]byte, h.BlockBytes)
 	for i := range h.NumBlocks {
-		if err := src.ReadBlock(i, buf); err != nil {
-			return fmt.Errorf("read block %d: %w", i, err)
+		if err := readBlock(ctx, conn, w, timeout, src, i, buf); err != nil {
+			return err
 		}
 		deadline()
 		if err := writeBlock(w, i, hashes[i], buf); err != nil {
+			return err
+		}
+		if err := w.Flush(); err != nil {
 			return err
 		}
 	}
@@ -96,18 +136,39 @@ func (s *Sender) stream(conn net.Conn, timeout time.Duration, h Header, hashes [
 	if err := writeFrame(w, FrameEnd); err != nil {
 		return err
 	}
-	if err := w.Flush(); err != nil {
-		return err
+	return w.Flush()
+}
+
+// readBlock reads block i from src into buf, writing a keepalive frame every half timeout
+// while the source waits for it, so that the receiver's read deadline measures a stalled
+// connection, not a prefill still computing the block.
+func readBlock(ctx context.Context, conn net.Conn, w *bufio.Writer, timeout time.Duration, src Source, i int, buf []byte) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- src.ReadBlock(ctx, i, buf) }()
+	tick := time.NewTicker(timeout / 2)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("read block %d: %w", i, err)
+			}
+			return nil
+		case <-tick.C:
+			conn.SetWriteDeadline(time.Now().Add(timeout))
+			err := writeFrame(w, FrameKeepalive)
+			if err == nil {
+				err = w.Flush()
+			}
+			if err != nil {
+				cancel()
+				<-done
+				return err
+			}
+		}
 	}
-	conn.SetReadDeadline(time.Now().Add(timeout))
-	var ack Ack
-	if err := readJSONFrame(bufio.NewReader(conn), FrameAck, &ack); err != nil {
-		return fmt.Errorf("acknowledgement: %w", err)
-	}
-	if !ack.OK {
-		return fmt.Errorf("%w: %s", ErrRefused, ack.Error)
-	}
-	return nil
 }
 
 // ErrRefused is a transfer the receiver answered with a negative acknowledgement.

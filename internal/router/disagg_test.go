@@ -73,7 +73,8 @@ func newRoleInstance(t *testing.T, role string, dial func(ctx context.Context, n
 	cfg := server.Config{ModelNames: []string{"stories"}, KVEvents: ev, Metrics: metrics, Logger: log, Role: role}
 	switch role {
 	case server.RolePrefill:
-		cfg.KVSender = &kvtransfer.Sender{Timeout: transferTimeout, Dial: dial}
+		// Two blocks a chunk: the prompts' blocks go out while their later chunks compute.
+		cfg.KVSender, cfg.KVPrefillChunk = &kvtransfer.Sender{Timeout: transferTimeout, Dial: dial}, 32
 	case server.RoleDecode:
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

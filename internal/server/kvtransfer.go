@@ -120,57 +120,156 @@ func (s *Server) handleKVPrefill(chat bool) http.HandlerFunc {
 	}
 }
 
-// prefill computes kreq's prompt and transfers its cached blocks.
+// DefaultPrefillChunk is how many prompt tokens a prefill instance computes before it sends
+// their blocks (Config.KVPrefillChunk).
+const DefaultPrefillChunk = 512
+
+// prefill computes kreq's prompt chunk by chunk and streams each chunk's blocks to target
+// as soon as they are computed, while the next chunk computes; the first chunk is computed
+// before the connection opens.
 func (s *Server) prefill(ctx context.Context, id, target string, kreq kvasir.Request) (kvPrefillResponse, error) {
-	start := time.Now()
-	// Only the prompt's KV matters: one greedy token, no processors, the full KV policy.
-	run := kvasir.Request{ID: "prefill-" + id, PromptTokens: kreq.PromptTokens, CacheSalt: kreq.CacheSalt, Priority: kreq.Priority,
-		Params: kvasir.SamplingParams{MaxTokens: 1}}
-	ch, apiErr := s.submit(ctx, run.ID, []kvasir.Request{run}, "prompt")
-	if apiErr != nil {
-		return kvPrefillResponse{}, apiErr
+	bs := s.eng.BlockSize()
+	tokens := kreq.PromptTokens
+	res := kvPrefillResponse{TransferID: id, PromptTokens: len(tokens)}
+	full := len(tokens) / bs
+	if full == 0 {
+		return res, fmt.Errorf("no full block in a prompt of %d tokens (blocks of %d)", len(tokens), bs)
 	}
-	for it := range ch {
-		if it.Out.Err != nil {
-			return kvPrefillResponse{}, fmt.Errorf("prefill: %w", it.Out.Err)
+	chunk := s.cfg.KVPrefillChunk
+	if chunk <= 0 {
+		chunk = DefaultPrefillChunk
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	src := &chunkedPrefill{s: s, id: id, req: kreq, chunk: max(bs, chunk/bs*bs), start: time.Now(),
+		ready: make(chan []int32), done: make(chan struct{})}
+	go src.run(ctx)
+	defer func() {
+		cancel()
+		<-src.done
+		for _, pin := range src.pins {
+			s.eng.Unpin(pin)
 		}
+	}()
+	first, ok := <-src.ready
+	if !ok {
+		return res, src.err
 	}
-	if err := ctx.Err(); err != nil {
-		return kvPrefillResponse{}, err
-	}
-	res := kvPrefillResponse{TransferID: id, PromptTokens: len(kreq.PromptTokens), PrefillMS: ms(time.Since(start))}
-	pin, err := s.eng.PinPrefix(kreq.PromptTokens, kreq.CacheSalt)
-	if err != nil {
-		return res, err
-	}
-	defer s.eng.Unpin(pin)
-	if len(pin.Blocks) == 0 {
-		return res, errors.New("no full block of the prompt is cached (a prompt shorter than a block, or the pool reused its blocks)")
-	}
+	src.have = first
 	t := time.Now()
 	bb := s.eng.BlockBytes()
-	h := kvtransfer.Header{ID: id, Model: s.eng.ModelName(), BlockSize: s.eng.BlockSize(), BlockBytes: bb, NumBlocks: len(pin.Blocks)}
+	h := kvtransfer.Header{ID: id, Model: s.eng.ModelName(), BlockSize: bs, BlockBytes: bb, NumBlocks: full}
 	sender := s.cfg.KVSender
 	if sender == nil {
 		sender = &kvtransfer.Sender{}
 	}
-	err = sender.Send(ctx, target, h, pin.Hashes, pinSource{eng: s.eng, blocks: pin.Blocks})
-	s.metrics.observeTransfer("sent", err, int64(len(pin.Blocks))*int64(bb))
+	err := sender.Send(ctx, target, h, s.eng.BlockHashes(tokens, kreq.CacheSalt)[:full], src)
+	s.metrics.observeTransfer("sent", err, int64(full)*int64(bb))
 	if err != nil {
 		return res, err
 	}
-	res.NumBlocks, res.Bytes, res.TransferMS = len(pin.Blocks), int64(len(pin.Blocks))*int64(bb), ms(time.Since(t))
+	res.NumBlocks, res.Bytes = full, int64(full)*int64(bb)
+	res.PrefillMS, res.TransferMS = millis(src.computed.Sub(src.start)), millis(time.Since(t))
 	return res, nil
 }
 
-// pinSource reads a pin's blocks one at a time for the sender.
-type pinSource struct {
-	eng    *kvasir.Engine
-	blocks []int32
+// millis is d in milliseconds.
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// chunkedPrefill computes a prompt chunk after chunk, pinning each chunk's blocks, and is
+// the sender's Source of them: a block is read as soon as its chunk is computed.
+type chunkedPrefill struct {
+	s     *Server
+	id    string
+	req   kvasir.Request
+	chunk int // tokens per chunk, a multiple of the block size
+	start time.Time
+	// ready carries each chunk's new blocks once computed and pinned, in order; closed
+	// after the last, or early with err saying why. done closes when run returns, after
+	// which pins (every pin run made) and computed (when the last chunk was computed) may
+	// be read.
+	ready    chan []int32
+	err      error
+	done     chan struct{}
+	pins     []kvasir.KVPin
+	computed time.Time
+	// have are the blocks received from ready so far (the sender's goroutine).
+	have []int32
 }
 
-func (p pinSource) ReadBlock(i int, dst []byte) error {
-	return p.eng.ReadBlocks(p.blocks[i:i+1], dst)
+// run computes the chunks of the prompt's full blocks (the tail after them is the decode
+// instance's to compute): each a request for the prompt up to the chunk's end, whose
+// earlier chunks are prefix-cache hits (pinned), with one greedy token that is dropped.
+// Every chunk brings at least one block, so the sender takes every chunk it sends.
+func (c *chunkedPrefill) run(ctx context.Context) {
+	defer close(c.done)
+	defer close(c.ready)
+	eng, bs := c.s.eng, c.s.eng.BlockSize()
+	tokens := c.req.PromptTokens[:len(c.req.PromptTokens)/bs*bs]
+	sent := 0
+	for k, end := 0, min(c.chunk, len(tokens)); ; k, end = k+1, min(end+c.chunk, len(tokens)) {
+		if c.err = c.s.computePrompt(ctx, fmt.Sprintf("prefill-%s-%d", c.id, k), c.req, tokens[:end]); c.err != nil {
+			return
+		}
+		pin, err := eng.PinPrefix(tokens[:end], c.req.CacheSalt)
+		if err != nil {
+			c.err = err
+			return
+		}
+		c.pins = append(c.pins, pin)
+		want := end / bs
+		if len(pin.Blocks) < want {
+			c.err = fmt.Errorf("blocks %d to %d of the prompt left the cache before they were pinned (the KV pool is too small for the load)", len(pin.Blocks), want-1)
+			return
+		}
+		if end == len(tokens) {
+			c.computed = time.Now()
+		}
+		select {
+		case c.ready <- pin.Blocks[sent:want]:
+		case <-ctx.Done():
+			c.err = ctx.Err()
+			return
+		}
+		sent = want
+		if end == len(tokens) {
+			return
+		}
+	}
+}
+
+// ReadBlock copies block i into dst once its chunk is computed.
+func (c *chunkedPrefill) ReadBlock(ctx context.Context, i int, dst []byte) error {
+	for i >= len(c.have) {
+		select {
+		case blocks, ok := <-c.ready:
+			if !ok {
+				if c.err != nil {
+					return c.err
+				}
+				return fmt.Errorf("block %d: the prompt has only %d full blocks", i, len(c.have))
+			}
+			c.have = append(c.have, blocks...)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return c.s.eng.ReadBlocks(c.have[i:i+1], dst)
+}
+
+// computePrompt runs tokens as a request of one greedy token that is dropped: only the
+// prompt's KV matters (no processors, the full KV policy).
+func (s *Server) computePrompt(ctx context.Context, id string, kreq kvasir.Request, tokens []int32) error {
+	run := kvasir.Request{PromptTokens: tokens, CacheSalt: kreq.CacheSalt, Priority: kreq.Priority, Params: kvasir.SamplingParams{MaxTokens: 1}}
+	ch, apiErr := s.submit(ctx, id, []kvasir.Request{run}, "prompt")
+	if apiErr != nil {
+		return apiErr
+	}
+	for it := range ch {
+		if it.Out.Err != nil {
+			return fmt.Errorf("prefill: %w", it.Out.Err)
+		}
+	}
+	return ctx.Err()
 }
 
 // readHashedRequest reads the body of a request to the completions (or, with chat, the chat

@@ -124,8 +124,11 @@ type Config struct {
 	KVReceiver        *kvtransfer.Receiver
 	KVTransferAddress string
 	// KVSender, on a prefill instance, sends the transfers (nil: a kvtransfer.Sender with
-	// its default timeout).
-	KVSender *kvtransfer.Sender
+	// its default timeout); KVPrefillChunk is how many prompt tokens it computes before it
+	// sends their blocks, while the next ones compute (0: DefaultPrefillChunk; rounded down
+	// to whole blocks).
+	KVSender       *kvtransfer.Sender
+	KVPrefillChunk int
 	// Limits are the budgets of one request (zero fields: the defaults).
 	Limits
 }
