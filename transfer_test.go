@@ -160,6 +160,7 @@ func TestKVImportAbort(t *testing.T) {
 	data := make([]byte, len(hashes)*e.BlockBytes())
 	for _, after := range []int{0, 1} {
 		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
 		ch, err := e.Generate(ctx, Request{PromptTokens: prompt, Params: SamplingParams{MaxTokens: 60}, ImportKV: &KVImport{Hashes: hashes, Data: data}})
 		if err != nil {
 			t.Fatal(err)
