@@ -238,17 +238,17 @@ type faultConn struct {
 	net.Conn
 	f             *faultDialer
 	written       int64
-	tripped       bool // the fault was called
-	writeDeadline time.Time
+	tripped       bool         // the fault was called
+	writeDeadline atomic.Int64 // unix nanoseconds (SetDeadline may come from another goroutine)
 }
 
 func (c *faultConn) SetWriteDeadline(t time.Time) error {
-	c.writeDeadline = t
+	c.writeDeadline.Store(t.UnixNano())
 	return c.Conn.SetWriteDeadline(t)
 }
 
 func (c *faultConn) SetDeadline(t time.Time) error {
-	c.writeDeadline = t
+	c.writeDeadline.Store(t.UnixNano())
 	return c.Conn.SetDeadline(t)
 }
 
@@ -338,7 +338,7 @@ func TestDisaggCorruptBlock(t *testing.T) {
 func TestDisaggStalledTransfer(t *testing.T) {
 	f := &faultDialer{after: 1024}
 	f.fault = func(c *faultConn, b []byte) (int, error) {
-		time.Sleep(time.Until(c.writeDeadline))
+		time.Sleep(time.Until(time.Unix(0, c.writeDeadline.Load())))
 		return 0, os.ErrDeadlineExceeded
 	}
 	start := time.Now()
