@@ -2,6 +2,8 @@ package server
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvasir-llm/kvasir/internal/kvtransfer"
 )
 
 // transferMetrics count the KV transfers of prefill/decode disaggregation; registered only
@@ -32,6 +34,14 @@ func (m *Metrics) EnableTransfer() error {
 	}
 	m.transfer.Store(t)
 	return nil
+}
+
+// attachReceiver registers the gauge of the bytes a decode instance's receiver holds for
+// requests that have not taken them yet.
+func (m *Metrics) attachReceiver(rc *kvtransfer.Receiver) error {
+	return m.reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: MetricPrefix + "kv_transfer_held_bytes", ConstLabels: m.labels,
+		Help: "Block bytes of received KV transfers held for requests that have not taken them yet."},
+		func() float64 { return float64(rc.Stats().HeldBytes) }))
 }
 
 // ObserveReceived counts a transfer received (err nil) or failed, of n block bytes: a

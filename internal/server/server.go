@@ -205,6 +205,11 @@ func New(eng *kvasir.Engine, cfg Config) (*Server, error) {
 			return nil, err
 		}
 	}
+	if cfg.KVReceiver != nil {
+		if err := s.metrics.attachReceiver(cfg.KVReceiver); err != nil {
+			return nil, err
+		}
+	}
 	if cfg.Embedder != nil {
 		if err := s.metrics.attachEmbedder(cfg.Embedder); err != nil {
 			return nil, err
