@@ -59,6 +59,11 @@ type (
 	BlockHash = kvcache.BlockHash
 	// Stats is a snapshot of the engine's gauges and counters (for metrics).
 	Stats = engine.Stats
+	// KVImport is the KV of a prompt's leading full blocks computed by another instance
+	// (Request.ImportKV; prefill/decode disaggregation).
+	KVImport = engine.KVImport
+	// KVPin is a prompt's cached blocks held for reading out (Engine.PinPrefix).
+	KVPin = engine.KVPin
 	// ParamError is an invalid request parameter, naming it.
 	ParamError = engine.ParamError
 	// Processor is a stateful logits processor of a request (Request.Processors): the
@@ -382,3 +387,20 @@ func (e *Engine) TokenText(id int32) string {
 func (e *Engine) BlockHashes(tokens []int32, salt string) []BlockHash {
 	return kvcache.ChainHashes(tokens, e.sizing.BlockSize, salt)
 }
+
+// BlockBytes is the bytes of one KV block in the backend-independent host layout blocks
+// move between instances in (0 when the model cannot move blocks).
+func (e *Engine) BlockBytes() int { return e.e.BlockBytes() }
+
+// PinPrefix holds the cached blocks of the longest cached prefix of a prompt of these
+// tokens with this cache salt until Unpin, for ReadBlocks (the prefill side of a KV
+// transfer).
+func (e *Engine) PinPrefix(tokens []int32, salt string) (KVPin, error) {
+	return e.e.PinPrefix(tokens, salt)
+}
+
+// Unpin releases a pin's blocks.
+func (e *Engine) Unpin(pin KVPin) { e.e.Unpin(pin) }
+
+// ReadBlocks copies pinned blocks' keys and values into dst, BlockBytes each.
+func (e *Engine) ReadBlocks(blocks []int32, dst []byte) error { return e.e.ReadBlocks(blocks, dst) }

@@ -4,6 +4,7 @@ package deploy
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
@@ -176,26 +177,12 @@ func TestManifests(t *testing.T) {
 			t.Errorf("StatefulSet %s: serviceName %q is not a headless Service here", n, s.Spec.ServiceName)
 		}
 	}
-	router := m.deployments["kvasir-router"]
-	if router == nil {
-		return
-	}
-	args := router.Spec.Template.Spec.Containers[0].Args
-	if len(args) == 0 || args[0] != "router" {
-		t.Fatalf("the router's container runs %v, want kvasir router", args)
-	}
-	backends := 0
-	for i, a := range args {
-		if a != "--backend" || i+1 >= len(args) {
-			continue
+	for _, name := range []string{"kvasir-router", "kvasir-router-disagg"} {
+		if d := m.deployments[name]; d == nil {
+			t.Errorf("no Deployment %s", name)
+		} else {
+			m.checkRouter(t, name, d.Spec.Template.Spec.Containers[0].Args)
 		}
-		backends++
-		if err := m.checkBackend(args[i+1]); err != nil {
-			t.Errorf("router --backend %s: %v", args[i+1], err)
-		}
-	}
-	if backends == 0 {
-		t.Error("the router has no --backend")
 	}
 	redis := m.deployments["kvasir-redis"]
 	if redis != nil && !slices.Contains(redis.Spec.Template.Spec.Containers[0].Args, "allkeys-lru") {
@@ -203,36 +190,108 @@ func TestManifests(t *testing.T) {
 	}
 }
 
+// checkRouter checks a router's arguments: its instances (--backend, or --prefill with
+// --decode) name instances that exist, on their Service's port, of the role the flag says
+// (--backend: role both; --prefill and --decode: that role, a decode instance with the
+// KV transfer port it listens on among its container ports and its pod IP published).
+func (m *manifests) checkRouter(t *testing.T, name string, args []string) {
+	if len(args) == 0 || args[0] != "router" {
+		t.Errorf("%s: the container runs %v, want kvasir router", name, args)
+		return
+	}
+	count := map[string]int{}
+	for i, a := range args {
+		flag, ok := strings.CutPrefix(a, "--")
+		if !ok || (flag != "backend" && flag != "prefill" && flag != "decode") || i+1 >= len(args) {
+			continue
+		}
+		count[flag]++
+		pod, err := m.checkBackend(args[i+1])
+		if err != nil {
+			t.Errorf("%s --%s %s: %v", name, flag, args[i+1], err)
+			continue
+		}
+		role := "both"
+		if flag != "backend" {
+			role = flag
+		}
+		if err := checkRole(pod, role); err != nil {
+			t.Errorf("%s --%s %s: %v", name, flag, args[i+1], err)
+		}
+	}
+	switch {
+	case count["backend"] > 0 && count["prefill"]+count["decode"] > 0:
+		t.Errorf("%s: --backend with --prefill/--decode", name)
+	case count["backend"] == 0 && (count["prefill"] == 0 || count["decode"] == 0):
+		t.Errorf("%s: neither --backend nor --prefill with --decode", name)
+	}
+}
+
+// checkRole checks that an instance's pod runs kvasir serve in role (no --role: both) and,
+// for a decode instance, that its KV transfer listener binds every interface on a port
+// the container declares, and publishes the pod's IP (from the downward API).
+func checkRole(pod *corev1.PodTemplateSpec, role string) error {
+	c := pod.Spec.Containers[0]
+	flags := map[string]string{"role": "both", "kv-transfer-port": "8101"}
+	for i, a := range c.Args {
+		if f, ok := strings.CutPrefix(a, "--"); ok && i+1 < len(c.Args) {
+			flags[f] = c.Args[i+1]
+		}
+	}
+	if c.Args[0] != "serve" || flags["role"] != role {
+		return fmt.Errorf("the pod runs %v, want kvasir serve --role %s", c.Args, role)
+	}
+	if role != "decode" {
+		return nil
+	}
+	if containerPort(pod, flags["kv-transfer-port"]) == 0 {
+		return fmt.Errorf("--kv-transfer-port %s is no container port", flags["kv-transfer-port"])
+	}
+	if flags["kv-transfer-host"] != "0.0.0.0" {
+		return fmt.Errorf("--kv-transfer-host %q: prefill pods reach the listener on the pod IP, bind 0.0.0.0", flags["kv-transfer-host"])
+	}
+	if flags["kv-transfer-advertise"] != "$(POD_IP):"+flags["kv-transfer-port"] {
+		return fmt.Errorf("--kv-transfer-advertise %q: want $(POD_IP):%s", flags["kv-transfer-advertise"], flags["kv-transfer-port"])
+	}
+	for _, e := range c.Env {
+		if e.Name == "POD_IP" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP" {
+			return nil
+		}
+	}
+	return errors.New("no POD_IP from status.podIP in the container's env")
+}
+
 // checkBackend checks that a backend URL names pod i of a StatefulSet through its headless
-// Service (http://NAME-i.SERVICE:PORT), i below its replicas, on the Service's port.
-func (m *manifests) checkBackend(raw string) error {
+// Service (http://NAME-i.SERVICE:PORT), i below its replicas, on the Service's port, and
+// returns that StatefulSet's pod template.
+func (m *manifests) checkBackend(raw string) (*corev1.PodTemplateSpec, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	pod, svcName, ok := strings.Cut(u.Hostname(), ".")
 	if !ok {
-		return fmt.Errorf("host %q is not POD.SERVICE", u.Hostname())
+		return nil, fmt.Errorf("host %q is not POD.SERVICE", u.Hostname())
 	}
 	cut := strings.LastIndex(pod, "-")
 	ordinal, err := strconv.Atoi(pod[cut+1:])
 	if cut < 0 || err != nil {
-		return fmt.Errorf("pod %q has no ordinal", pod)
+		return nil, fmt.Errorf("pod %q has no ordinal", pod)
 	}
 	s := m.statefulSets[pod[:cut]]
 	if s == nil || s.Spec.ServiceName != svcName {
-		return fmt.Errorf("no StatefulSet %s with Service %s", pod[:cut], svcName)
+		return nil, fmt.Errorf("no StatefulSet %s with Service %s", pod[:cut], svcName)
 	}
 	if int32(ordinal) >= ptrOr(s.Spec.Replicas, 1) {
-		return fmt.Errorf("pod %d of a StatefulSet of %d replicas", ordinal, ptrOr(s.Spec.Replicas, 1))
+		return nil, fmt.Errorf("pod %d of a StatefulSet of %d replicas", ordinal, ptrOr(s.Spec.Replicas, 1))
 	}
 	svc := m.services[svcName]
 	for _, p := range svc.Spec.Ports {
 		if strconv.Itoa(int(p.Port)) == u.Port() {
-			return nil
+			return &s.Spec.Template, nil
 		}
 	}
-	return fmt.Errorf("port %s is not a port of Service %s", u.Port(), svcName)
+	return nil, fmt.Errorf("port %s is not a port of Service %s", u.Port(), svcName)
 }
 
 // containerPort returns the number of the named (or numbered) port of the pod's

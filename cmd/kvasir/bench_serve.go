@@ -47,6 +47,7 @@ func benchServe(args []string) error {
 	fs.IntVar(&d.PrefixOut, "prefix-repetition-output-len", 128, "prefix-repetition: output tokens")
 	fs.IntVar(&d.MooncakeBlockSize, "mooncake-block-size", bench.MooncakeTraceBlock, "mooncake: tokens per hash id (input lengths scale with it; smaller fits small models)")
 	fs.Float64Var(&d.MooncakeTimeScale, "mooncake-time-scale", 1, "mooncake: multiplies the trace's timestamps (0.1 replays ten times faster)")
+	fs.IntVar(&d.MooncakeMaxOutput, "mooncake-max-output-len", 0, "mooncake: caps each request's output tokens (0: the trace's; a small model's context may not hold the trace's longest)")
 	inputLen := fs.Int("input-len", 0, "general input length: sets --random-input-len")
 	outputLen := fs.Int("output-len", 0, "general output length: sets the random, sharegpt and prefix-repetition output lengths")
 

@@ -35,8 +35,9 @@ func runRouter(args []string) error {
 	fs := newFlags("router", "--backend URL [--backend URL ...] [--host H] [--port P] [--policy P] [flags]")
 	var backends, prefill, decode urlList
 	fs.Var(&backends, "backend", "a kvasir serve instance (http://host:port); repeat the flag or separate URLs with commas")
-	fs.Var(&prefill, "prefill", "a prefill instance (kvasir serve --role prefill): not supported yet, see docs/ROUTER.md")
-	fs.Var(&decode, "decode", "a decode instance (kvasir serve --role decode): not supported yet, see docs/ROUTER.md")
+	fs.Var(&prefill, "prefill", "a prefill instance (kvasir serve --role prefill): prefill/decode disaggregation, with --decode; repeat or separate with commas")
+	fs.Var(&decode, "decode", "a decode instance (kvasir serve --role decode): prefill/decode disaggregation, with --prefill; repeat or separate with commas")
+	prefillTimeout := fs.Duration("prefill-timeout", router.DefaultPrefillTimeout, "with --prefill: how long a prefill and its KV transfer may take before the decode instance computes the prompt itself")
 	host := fs.String("host", "127.0.0.1", "address to listen on (0.0.0.0: all interfaces)")
 	port := fs.Int("port", 8080, "port to listen on (0: any free port)")
 	policy := fs.String("policy", router.PolicyCacheAware, "routing policy: "+strings.Join(router.Policies, ", "))
@@ -53,11 +54,16 @@ func runRouter(args []string) error {
 		fs.Usage()
 		return fmt.Errorf("unexpected argument %q (instances go after --backend)", fs.Arg(0))
 	}
-	if len(prefill) > 0 || len(decode) > 0 {
-		return errors.New("--prefill/--decode: disaggregated serving needs instances started with kvasir serve --role prefill|decode, which this build does not have yet; give the instances with --backend")
+	switch {
+	case len(prefill) > 0 && len(decode) == 0, len(decode) > 0 && len(prefill) == 0:
+		return errors.New("--prefill and --decode go together: give both, or the instances of role both with --backend")
+	case len(decode) > 0 && len(backends) > 0:
+		return errors.New("--backend with --prefill/--decode: the decode instances take the requests; give them with --decode only")
+	case len(decode) > 0:
+		backends = decode
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	rt, err := router.New(router.Config{Backends: backends, Policy: *policy, APIKey: *apiKey, BackendAPIKey: *backendKey,
+	rt, err := router.New(router.Config{Backends: backends, Prefill: prefill, PrefillTimeout: *prefillTimeout, Policy: *policy, APIKey: *apiKey, BackendAPIKey: *backendKey,
 		PollInterval: *poll, BalanceSlack: *slack, Logger: log})
 	if err != nil {
 		return err
@@ -68,6 +74,9 @@ func runRouter(args []string) error {
 		return err
 	}
 	// The address line is parsed by tests and scripts that start the router on port 0.
+	if len(prefill) > 0 {
+		fmt.Fprintf(os.Stderr, "kvasir: disaggregated: %d prefill and %d decode instances\n", len(prefill), len(decode))
+	}
 	fmt.Fprintf(os.Stderr, "kvasir: routing %d backends (%s) on http://%s/v1 (Ctrl-C to stop)\n", len(backends), *policy, ln.Addr())
 	srv := &http.Server{Handler: rt, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	sigs := make(chan os.Signal, 1)

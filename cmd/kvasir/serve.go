@@ -44,11 +44,15 @@ func runServe(args []string) error {
 	noStats := fs.Bool("disable-log-stats", false, "log no stats line (vLLM's flag; the same as --stats-interval 0)")
 	limits := addLimitFlags(fs)
 	compressionModel := fs.String("compression-model", "", "a small model that requests' prompt_compression may name (by its model name, which the log shows) to score prompt tokens; without it the served model scores")
+	rf := addRoleFlags(fs)
 	pooling := fs.String("pooling", "", "pooling of an encoder (embedding) model: mean, cls or last (default: the model's, from GGUF pooling_type or 1_Pooling/config.json)")
 	if err := ef.parse(fs, args); err != nil {
 		return err
 	}
 	envDefault(fs, "api-key", "KVASIR_API_KEY", apiKey)
+	if err := rf.check(); err != nil {
+		return err
+	}
 	cfg := server.Config{APIKey: *apiKey, MaxBodyBytes: *maxBody, Limits: *limits, ToolCallParser: *toolParser,
 		AccessLog: !*noAccessLog, StatsInterval: *statsInterval}
 	if *noStats {
@@ -132,6 +136,12 @@ func runServe(args []string) error {
 		log.Info("prompt compression model", "name", name, "max_model_len", e.MaxModelLen())
 		defer e.Close()
 	}
+	stopRole, err := rf.apply(&cfg, eng, *host, log, metrics)
+	if err != nil {
+		eng.Close()
+		return err
+	}
+	defer stopRole()
 	srv, err := server.New(eng, cfg)
 	if err != nil {
 		eng.Close()

@@ -60,6 +60,7 @@ type DatasetConfig struct {
 
 	MooncakeBlockSize int     // tokens per hash id (the trace's own is MooncakeTraceBlock)
 	MooncakeTimeScale float64 // multiplies the trace's timestamps (0: 1)
+	MooncakeMaxOutput int     // caps each request's output length (0: the trace's)
 }
 
 // DefaultShareGPTOutputLen is the output length of a ShareGPT conversation without a reply.
@@ -297,6 +298,9 @@ func mooncakeDataset(ctx context.Context, c DatasetConfig, b *PromptBuilder) ([]
 		}
 		ids = ids[:in]
 		reqs[i].OutputLen = max(1, e.OutputLength)
+		if c.MooncakeMaxOutput > 0 {
+			reqs[i].OutputLen = min(reqs[i].OutputLen, c.MooncakeMaxOutput)
+		}
 		ms := max(0, e.Timestamp-t0) * scale
 		reqs[i].Arrival = time.Duration(ms * float64(time.Millisecond))
 		if err := b.Build(ctx, ids, &reqs[i]); err != nil {

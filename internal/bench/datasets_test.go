@@ -268,4 +268,14 @@ func TestMooncakeDataset(t *testing.T) {
 	if shared == 0 {
 		t.Error("no two requests share a prefix; the trace has many")
 	}
+	c.MooncakeMaxOutput, c.NumPrompts = 50, 40
+	capped, err := LoadDataset(context.Background(), c, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range capped {
+		if want := min(max(1, entries[i].OutputLength), 50); r.OutputLen != want {
+			t.Errorf("capped request %d: output %d, want %d", i, r.OutputLen, want)
+		}
+	}
 }

@@ -75,6 +75,8 @@ type Config struct {
 type command struct {
 	add   *request
 	abort string
+	// run, when set, is called on the loop (Engine.onLoop).
+	run func()
 }
 
 // Engine runs requests on a model. Its methods are safe for concurrent use; all the work
@@ -121,6 +123,10 @@ type Engine struct {
 	// keepAllDrafts, when set (tests), breaks the verification of sampled drafts on
 	// purpose: every draft is kept.
 	keepAllDrafts bool
+	// writes are imported KV blocks to write before the next step (transfer.go); pins
+	// counts the pins made.
+	writes []blockWrite
+	pins   uint64
 }
 
 // New makes an engine for m, whose tokenizer (nil: token ids only, no text, no stop
@@ -395,7 +401,7 @@ func (e *Engine) prepare(req Request) (*request, error) {
 	r := &request{
 		id: req.ID, params: p, n: n, maxTokens: maxTokens, maxLen: maxLen, policy: policy, priority: req.Priority,
 		salt: req.CacheSalt, prompt: prompt, procs: req.Processors, out: newOutbox(), reasons: make([]string, n),
-		clocks: make([]choiceClock, n), arrival: e.cfg.Now(),
+		clocks: make([]choiceClock, n), arrival: e.cfg.Now(), importKV: req.ImportKV,
 	}
 	if e.tok != nil {
 		// Compiled here, on the submitter's goroutine, not on the engine loop.
@@ -526,9 +532,12 @@ func (e *Engine) loop() {
 		closing := e.closing
 		e.mu.Unlock()
 		for _, c := range cmds {
-			if c.add != nil {
+			switch {
+			case c.add != nil:
 				e.admit(c.add)
-			} else {
+			case c.run != nil:
+				c.run()
+			default:
 				e.abort(c.abort)
 			}
 		}
@@ -551,6 +560,7 @@ func (e *Engine) loop() {
 // admit queues a new request's first sequence (its first beam, for beam search).
 func (e *Engine) admit(r *request) {
 	e.active[r.id] = r
+	e.importKV(r)
 	seq := e.newSequence(r, 0, r.prompt, r.procs)
 	if r.params.UseBeamSearch {
 		startBeams(r, seq)

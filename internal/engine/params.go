@@ -209,4 +209,8 @@ type Request struct {
 	// KVPolicy, when set, is the request's KV policy: its unset parts take the engine's
 	// (Config.KVPolicy; see kvcache.PolicySpec.Over).
 	KVPolicy *kvcache.PolicySpec
+	// ImportKV, when set, is the KV of the prompt's leading full blocks computed by another
+	// instance (prefill/decode disaggregation): the blocks whose hashes match the prompt's
+	// own are taken instead of computed.
+	ImportKV *KVImport
 }

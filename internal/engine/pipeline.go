@@ -16,6 +16,7 @@ type stepJob struct {
 	buf    *batchBuffer
 	holes  []placeholder    // batch tokens the step before this one is still sampling
 	copies []kvcache.CopyOp // copy-on-write orders, performed before the forward pass
+	writes []blockWrite     // imported KV, written before the copies
 	mode   forwardMode
 	rows   []backend.SampleRow // device sampling settings, for forwardSample
 	// masks, for a device pick of masked rows, carries the rows' vocabulary masks from the
@@ -194,8 +195,10 @@ func (e *Engine) plan(inFlight bool) (*stepJob, error) {
 		// goroutine right before this step's forward pass, so after every KV write of
 		// the step in flight (a copy's source may be a block that step fills).
 		copies: e.kv.TakeCopies(),
+		writes: e.writes,
 		done:   make(chan stepResult, 1),
 	}
+	e.writes = nil
 	e.offerPlanned(job)
 	return job, nil
 }
@@ -283,6 +286,10 @@ func (e *Engine) wait(job *stepJob) stepResult {
 func (e *Engine) failStep(job *stepJob, err error) {
 	for _, sc := range job.plan.seqs {
 		e.kv.Uncache(sc.seq.id)
+	}
+	for _, w := range job.writes {
+		// Their KV may not have landed: they must not serve as prefix hits.
+		e.kv.Uncache(w.holder)
 	}
 	for _, sc := range job.plan.seqs {
 		if sc.seq.status != statusFinished {

@@ -44,6 +44,11 @@ type request struct {
 	promptLPs []Logprob
 	// beam is the state of a beam-search request (nil otherwise).
 	beam *beamSearch
+	// importKV is the KV computed elsewhere that the request was submitted with, until
+	// admission takes it; importHold the holder of the blocks it went into (until the
+	// request completes).
+	importKV   *KVImport
+	importHold kvcache.RequestID
 
 	arrival, firstScheduled, firstToken time.Time
 	// clocks are each choice's token timestamps, for its metrics.

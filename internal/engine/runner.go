@@ -154,6 +154,9 @@ func (r *runner) execute(job *stepJob) (res stepResult) {
 			res = stepResult{err: fmt.Errorf("engine: step panicked: %v", p)}
 		}
 	}()
+	if err := r.writeImports(job.writes); err != nil {
+		return stepResult{err: err}
+	}
 	if err := r.copyBlocks(job.copies); err != nil {
 		return stepResult{err: err}
 	}

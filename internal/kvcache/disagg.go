@@ -67,3 +67,26 @@ func (m *Manager) ImportBlocks(id RequestID, tokens []int32, salt string) (Impor
 	}
 	return Import{Table: m.BlockTable(id), NumCachedTokens: n}, true, nil
 }
+
+// PinPrefix holds, under request id, the longest cached prefix of tokens hashed with salt
+// (every full block may hit), so that the sender of a transfer can read those blocks while
+// nothing else can evict or overwrite them; Free(id) lets them go. It returns the pinned
+// blocks as an Export (no blocks, and no request made, when nothing of tokens is cached).
+func (m *Manager) PinPrefix(id RequestID, tokens []int32, salt string) (Export, error) {
+	if m.seqs[id] != nil {
+		return Export{}, fmt.Errorf("kvcache: pin %q: request already exists", id)
+	}
+	hits, n := m.lookupPrefix(tokens, salt, len(tokens), false)
+	if n == 0 {
+		return Export{BlockSize: m.pool.blockSize, Salt: salt}, nil
+	}
+	ok, err := m.Allocate(id, Alloc{NumComputed: n, Computed: hits, Salt: salt})
+	if err != nil {
+		return Export{}, err
+	}
+	if !ok {
+		// Cannot happen: taking cached blocks needs no free block beyond themselves.
+		return Export{}, fmt.Errorf("kvcache: pin %q: %d cached blocks could not be taken", id, len(hits))
+	}
+	return m.ExportBlocks(id)
+}

@@ -378,3 +378,42 @@ func TestExportImport(t *testing.T) {
 	}
 	mustCheck(t, dst)
 }
+
+func TestPinPrefix(t *testing.T) {
+	m := newTestManager(t, Config{NumBlocks: 16, BlockSize: 4})
+	prompt := seqTokens(0, 10)
+	admit(t, m, "r", prompt, "s")
+	want, err := m.ExportBlocks("r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Free("r")
+	if m.Usage() != 0 {
+		t.Fatalf("usage %v after free", m.Usage())
+	}
+	pin, err := m.PinPrefix("pin", prompt, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pin.Table) != 2 || !slices.Equal(pin.Table, want.Table[:2]) || !slices.Equal(pin.Hashes, want.Hashes[:2]) {
+		t.Fatalf("pin %+v, want the first two blocks of %+v", pin, want)
+	}
+	// Pinned blocks survive a request that takes every free block.
+	admit(t, m, "big", seqTokens(100, 4*13), "")
+	if _, n := m.GetComputedBlocks(append(slices.Clone(prompt[:8]), 1), "s"); n != 8 {
+		t.Fatalf("pinned prefix: hit %d tokens, want 8", n)
+	}
+	m.Free("big")
+	m.Free("pin")
+	mustCheck(t, m)
+	if m.Usage() != 0 {
+		t.Fatalf("usage %v after unpin", m.Usage())
+	}
+	none, err := m.PinPrefix("p2", seqTokens(500, 8), "s")
+	if err != nil || len(none.Table) != 0 || m.HasRequest("p2") {
+		t.Fatalf("pin of an uncached prompt: %+v %v (request made: %v)", none, err, m.HasRequest("p2"))
+	}
+	if _, err := m.PinPrefix("pin2", prompt, "other salt"); err != nil {
+		t.Fatal(err)
+	}
+}

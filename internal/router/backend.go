@@ -29,6 +29,9 @@ type backend struct {
 	queued  float64 // num_requests_running + num_requests_waiting, from /metrics
 	kvUsage float64 // kv_cache_usage_perc, from /metrics
 	cache   prefixSet
+	kvAddr  string // a decode instance's KV transfer address (disaggregation)
+	// isPrefill marks a prefill instance (disaggregation), which takes no requests itself.
+	isPrefill bool
 }
 
 func newBackend(u *url.URL) *backend {
@@ -100,6 +103,11 @@ func (r *Router) pollOnce(b *backend) {
 	}
 	if err := r.readEvents(ctx, b); err != nil {
 		r.log.Debug("backend kv events", "backend", b.name, "err", err)
+	}
+	if len(r.prefills) > 0 && b.transferAddr() == "" && !b.isPrefill {
+		if err := r.readTransferInfo(ctx, b); err != nil {
+			r.log.Warn("decode instance", "backend", b.name, "err", err)
+		}
 	}
 }
 

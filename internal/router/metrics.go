@@ -19,6 +19,7 @@ type metrics struct {
 	failovers *prometheus.CounterVec // backend: streams lost mid-way, then continued elsewhere
 	decisions *prometheus.CounterVec // reason
 	noBackend prometheus.Counter
+	prefills  *prometheus.CounterVec // backend (the prefill instance), outcome
 }
 
 func newMetrics(backends []*backend) *metrics {
@@ -36,7 +37,9 @@ func newMetrics(backends []*backend) *metrics {
 		noBackend: prometheus.NewCounter(prometheus.CounterOpts{Name: metricPrefix + "no_backend_total",
 			Help: "Requests refused because no healthy backend was left to try."}),
 	}
-	reg.MustRegister(m.requests, m.retries, m.failovers, m.decisions, m.noBackend,
+	m.prefills = prometheus.NewCounterVec(prometheus.CounterOpts{Name: metricPrefix + "prefills_total",
+		Help: "Disaggregated prefills by prefill instance and outcome: ok (the KV reached the decode instance), failed or skipped (the decode instance computed the prompt)."}, []string{"backend", "outcome"})
+	reg.MustRegister(m.requests, m.retries, m.failovers, m.decisions, m.noBackend, m.prefills,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, b := range backends {
 		labels := prometheus.Labels{"backend": b.name}

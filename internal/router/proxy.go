@@ -190,7 +190,7 @@ func (r *Router) handleGenerate(chat bool) http.HandlerFunc {
 			t.session = head.User
 		}
 		var prompt *promptInfo
-		if r.cfg.Policy == PolicyCacheAware {
+		if r.cfg.Policy == PolicyCacheAware || len(r.prefills) > 0 {
 			prompt = r.promptInfo(ctx, chat, body, nil, req.Header)
 			if prompt != nil {
 				t.hashes = prompt.hashes
@@ -251,7 +251,15 @@ func (r *Router) attempt(ctx context.Context, t target, tried map[*backend]bool,
 		tried[b] = true
 		r.metrics.decisions.WithLabelValues(reason).Inc()
 		b.inflight.Add(1)
-		res, err := r.post(ctx, b, path, body, h)
+		var res *http.Response
+		var err error
+		if id := r.prefill(ctx, b, path, body, h, t.hashes); id != "" {
+			hdr := h.Clone()
+			hdr.Set(transferHeader, id)
+			res, err = r.postHeaders(ctx, b, path, body, hdr, transferHeader)
+		} else {
+			res, err = r.post(ctx, b, path, body, h)
+		}
 		if err == nil && !retryable(res.StatusCode) {
 			return b, res, ""
 		}
@@ -279,13 +287,20 @@ func (r *Router) attempt(ctx context.Context, t target, tried map[*backend]bool,
 // that a backend failing half-way through one still counts as failing before the first
 // byte (and the request is retried).
 func (r *Router) post(ctx context.Context, b *backend, path string, body []byte, h http.Header) (*http.Response, error) {
+	return r.postHeaders(ctx, b, path, body, h)
+}
+
+// postHeaders is post passing on the headers named in pass too.
+func (r *Router) postHeaders(ctx context.Context, b *backend, path string, body []byte, h http.Header, pass ...string) (*http.Response, error) {
 	out, err := http.NewRequestWithContext(ctx, http.MethodPost, b.endpoint(path), bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
 	out.Header.Set("Content-Type", "application/json")
-	if id := h.Get("X-Request-Id"); id != "" {
-		out.Header.Set("X-Request-Id", id)
+	for _, k := range append(pass, "X-Request-Id") {
+		if v := h.Get(k); v != "" {
+			out.Header.Set(k, v)
+		}
 	}
 	r.backendAuth(out, h)
 	res, err := r.client.Do(out)

@@ -13,6 +13,10 @@
 // Faults: instances are health-checked, a request that fails before its first byte is
 // retried on another instance, and a stream that loses its instance mid-way is continued
 // on another from the tokens already sent (see continue.go).
+//
+// Disaggregation: with Config.Prefill the backends are decode instances, and each request's
+// prompt is first computed on a prefill instance, which transfers its KV blocks to the
+// decode instance chosen for the request (see disagg.go and docs/KV_TRANSFER.md).
 package router
 
 import (
@@ -61,8 +65,17 @@ const SessionHeader = "X-Session-ID"
 
 // Config configures a Router. Zero values pick defaults.
 type Config struct {
-	// Backends are the base URLs of the kvasir serve instances (http://host:port).
+	// Backends are the base URLs of the kvasir serve instances (http://host:port): with
+	// Prefill, the decode instances.
 	Backends []string
+	// Prefill, when set, are the base URLs of prefill instances (kvasir serve --role
+	// prefill): each request's prompt is computed on one of them and its KV transferred
+	// to the decode instance (a Backends entry, started with --role decode) chosen for it
+	// (see disagg.go).
+	Prefill []string
+	// PrefillTimeout bounds a prefill and its KV transfer (0: DefaultPrefillTimeout);
+	// past it the decode instance computes the prompt.
+	PrefillTimeout time.Duration
 	// Policy is one of Policies ("": PolicyCacheAware).
 	Policy string
 	// APIKey, when set, is required of clients as "Authorization: Bearer KEY" on /v1/*.
@@ -94,6 +107,7 @@ type Router struct {
 	log      *slog.Logger
 	client   *http.Client
 	backends []*backend
+	prefills []*backend // prefill instances (disaggregation; none otherwise)
 	metrics  *metrics
 	sessions sessions
 	handler  http.Handler
@@ -128,6 +142,9 @@ func New(cfg Config) (*Router, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if cfg.PrefillTimeout <= 0 {
+		cfg.PrefillTimeout = DefaultPrefillTimeout
+	}
 	if cfg.PredictionTTL <= 0 {
 		cfg.PredictionTTL = DefaultPredictionTTL
 	}
@@ -141,7 +158,7 @@ func New(cfg Config) (*Router, error) {
 		r.log = slog.Default()
 	}
 	seen := map[string]bool{}
-	for _, raw := range cfg.Backends {
+	parse := func(raw string) (*backend, error) {
 		u, err := url.Parse(strings.TrimRight(raw, "/"))
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("router: backend %q: want http://host:port", raw)
@@ -150,12 +167,27 @@ func New(cfg Config) (*Router, error) {
 			return nil, fmt.Errorf("router: backend %s given twice", u)
 		}
 		seen[u.String()] = true
-		r.backends = append(r.backends, newBackend(u))
+		return newBackend(u), nil
+	}
+	for _, raw := range cfg.Backends {
+		b, err := parse(raw)
+		if err != nil {
+			return nil, err
+		}
+		r.backends = append(r.backends, b)
+	}
+	for _, raw := range cfg.Prefill {
+		b, err := parse(raw)
+		if err != nil {
+			return nil, err
+		}
+		b.isPrefill = true
+		r.prefills = append(r.prefills, b)
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.metrics = newMetrics(r.backends)
 	r.routes()
-	for _, b := range r.backends {
+	for _, b := range append(slices.Clone(r.backends), r.prefills...) {
 		r.wg.Add(1)
 		go r.poll(b)
 	}

@@ -12,11 +12,13 @@ import (
 // jsonPaths are the endpoints whose request body is JSON.
 var jsonPaths = map[string]bool{"/v1/completions": true, "/v1/chat/completions": true, "/v1/responses": true, "/tokenize": true, "/detokenize": true,
 	"/api/generate": true, "/api/chat": true, "/api/show": true, "/completion": true,
-	"/v1/kv_hashes/completions": true, "/v1/kv_hashes/chat/completions": true}
+	"/v1/kv_hashes/completions": true, "/v1/kv_hashes/chat/completions": true,
+	"/v1/kv_prefill/completions": true, "/v1/kv_prefill/chat/completions": true}
 
 // generatePaths are the endpoints that submit requests to the engine.
 var generatePaths = map[string]bool{"/v1/completions": true, "/v1/chat/completions": true, "/v1/responses": true,
-	"/api/generate": true, "/api/chat": true, "/completion": true}
+	"/api/generate": true, "/api/chat": true, "/completion": true,
+	"/v1/kv_prefill/completions": true, "/v1/kv_prefill/chat/completions": true}
 
 // admit refuses, from the headers alone and before the body is read, a POST that could
 // only fail: a body that is not JSON (415), a Content-Length over Config.MaxBodyBytes

@@ -360,7 +360,8 @@ func newEmbeddingServer(cfg Config) (*Server, error) {
 // generationPaths are the endpoints a server of an encoder model alone does not serve.
 var generationPaths = map[string]bool{"/v1/completions": true, "/v1/chat/completions": true, "/tokenize": true, "/detokenize": true,
 	"/v1/responses": true, "/api/generate": true, "/api/chat": true, "/api/show": true, "/api/tags": true, "/api/ps": true,
-	"/completion": true, "/props": true, "/v1/kv_hashes/completions": true, "/v1/kv_hashes/chat/completions": true}
+	"/completion": true, "/props": true, "/v1/kv_hashes/completions": true, "/v1/kv_hashes/chat/completions": true,
+	"/v1/kv_prefill/completions": true, "/v1/kv_prefill/chat/completions": true, "/v1/kv_transfer": true}
 
 // generationGuard answers the generation endpoints of a server of an encoder model alone
 // (no engine) with a 400 saying what it serves; other requests go on to next.

@@ -23,6 +23,7 @@ func (s *Server) submit(ctx context.Context, id string, reqs []kvasir.Request, p
 	for i := range reqs {
 		reqs[i].ID = id + "-" + strconv.Itoa(i)
 	}
+	s.attachTransfer(ctx, reqs)
 	chans, err := s.eng.GenerateAll(ctx, reqs)
 	if err != nil {
 		return nil, engineError(err, promptParam)

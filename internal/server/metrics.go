@@ -73,6 +73,8 @@ type Metrics struct {
 	// tokens are the histograms of token counts, whose buckets depend on the context
 	// length: made by attach (nil before).
 	tokens atomic.Pointer[tokenHistograms]
+	// transfer counts KV transfers (nil on an instance of role both).
+	transfer atomic.Pointer[transferMetrics]
 }
 
 // tokenHistograms are the histograms of token counts per request.

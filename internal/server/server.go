@@ -25,6 +25,7 @@ import (
 
 	"github.com/kvasir-llm/kvasir"
 	"github.com/kvasir-llm/kvasir/internal/chat"
+	"github.com/kvasir-llm/kvasir/internal/kvtransfer"
 	"github.com/kvasir-llm/kvasir/internal/structured/toolcall"
 )
 
@@ -118,6 +119,20 @@ type Config struct {
 	// name besides the served model (kvasir serve --compression-model), by name. The
 	// caller closes them after the server.
 	CompressionModels map[string]*kvasir.Engine
+	// Role is the instance's role in prefill/decode disaggregation: RoleBoth (""),
+	// RolePrefill or RoleDecode (docs/KV_TRANSFER.md).
+	Role string
+	// KVReceiver, on a decode instance, holds the KV transfers received for the requests
+	// that name them; KVTransferAddress is its address as prefill instances reach it
+	// (host:port), published on GET /v1/kv_transfer.
+	KVReceiver        *kvtransfer.Receiver
+	KVTransferAddress string
+	// KVSender, on a prefill instance, sends the transfers (nil: a kvtransfer.Sender with
+	// its default timeout); KVPrefillChunk is how many prompt tokens it computes before it
+	// sends their blocks, while the next ones compute (0: DefaultPrefillChunk; rounded down
+	// to whole blocks).
+	KVSender       *kvtransfer.Sender
+	KVPrefillChunk int
 	// Limits are the budgets of one request (zero fields: the defaults).
 	Limits
 }
@@ -188,6 +203,16 @@ func New(eng *kvasir.Engine, cfg Config) (*Server, error) {
 	}
 	if err := s.metrics.attach(eng); err != nil {
 		return nil, err
+	}
+	if s.role() != RoleBoth {
+		if err := s.metrics.EnableTransfer(); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.KVReceiver != nil {
+		if err := s.metrics.attachReceiver(cfg.KVReceiver); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Embedder != nil {
 		if err := s.metrics.attachEmbedder(cfg.Embedder); err != nil {
@@ -328,6 +353,7 @@ func (s *Server) routes() {
 	mux.Handle("/version", method(http.MethodGet, s.handleVersion))
 	mux.Handle("/metrics", method(http.MethodGet, s.metrics.Handler().ServeHTTP))
 	mux.Handle("/{$}", method(http.MethodGet, s.handleWebUI))
+	s.kvTransferRoutes(mux)
 	s.ollamaRoutes(mux)
 	s.llamaRoutes(mux)
 	mux.Handle("/openapi.json", method(http.MethodGet, s.handleOpenAPI))
@@ -335,7 +361,7 @@ func (s *Server) routes() {
 		writeError(w, notFound("", "", "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	s.mux = mux
-	s.handler = s.accessLog(s.deadlines(s.recoverPanics(s.browserChecks(s.authenticate(s.admit(s.generationGuard(mux)))))))
+	s.handler = s.accessLog(s.deadlines(s.recoverPanics(s.browserChecks(s.authenticate(s.admit(s.generationGuard(s.withTransfer(mux))))))))
 }
 
 // ServeHTTP answers one HTTP request.

@@ -1,0 +1,202 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/kvasir-llm/kvasir/internal/kvcache"
+)
+
+// This file holds the engine's side of prefill/decode disaggregation: a prefill instance
+// pins the cached blocks of a prompt it computed and reads them out (PinPrefix, ReadBlocks,
+// Unpin); a decode instance admits a request with the blocks of its prompt's leading full
+// blocks imported (Request.ImportKV). Both go through the KV block I/O seam: the bytes are
+// the backend-independent host layout of model.KVCache.ReadBlocks.
+
+// KVImport is the KV of a request's leading full prompt blocks, computed by another
+// instance of the same model: the blocks' chained hashes and their bytes, block after
+// block, Engine.BlockBytes each.
+type KVImport struct {
+	Hashes []kvcache.BlockHash
+	Data   []byte
+}
+
+// blockIO is the KV block I/O seam of a model bound to its cache (pagedModel has it; a test
+// fake may not, and then the engine neither exports nor imports).
+type blockIO interface {
+	BlockBytes() int
+	ReadBlocks(blocks []int32, dst []byte) error
+	WriteBlocks(blocks []int32, src []byte) error
+}
+
+func (p *pagedModel) BlockBytes() int { return p.kv.BlockBytes() }
+
+func (p *pagedModel) ReadBlocks(blocks []int32, dst []byte) error {
+	return p.kv.ReadBlocks(blocks, dst)
+}
+
+func (p *pagedModel) WriteBlocks(blocks []int32, src []byte) error {
+	return p.kv.WriteBlocks(blocks, src)
+}
+
+// blockWrite is imported KV on its way into blocks: written by the forward goroutine before
+// the next step's copies and forward pass, so after every step that ran on those blocks
+// before (an aborted request's step may still be writing a block just freed) and before
+// every step that reads them.
+type blockWrite struct {
+	holder kvcache.RequestID
+	blocks []int32
+	data   []byte
+}
+
+// BlockBytes is the bytes of one KV block in the host layout of the block I/O seam (0 when
+// the model cannot move blocks).
+func (e *Engine) BlockBytes() int {
+	if io, ok := e.model.(blockIO); ok {
+		return io.BlockBytes()
+	}
+	return 0
+}
+
+// KVPin is a prompt's cached blocks held for reading (Engine.PinPrefix).
+type KVPin struct {
+	// ID names the pin for Unpin.
+	ID string
+	// Blocks are the pinned blocks in logical order, Hashes their chained hashes.
+	Blocks []int32
+	Hashes []kvcache.BlockHash
+}
+
+// PinPrefix holds the longest cached prefix of tokens (full blocks, hashed with salt) until
+// Unpin, so that ReadBlocks can copy them out while nothing evicts or overwrites them. A
+// prompt just computed by a request that has finished is cached in full unless the pool
+// was so full that its blocks were reused since. The pin's Blocks are empty when nothing of
+// tokens is cached.
+func (e *Engine) PinPrefix(tokens []int32, salt string) (KVPin, error) {
+	var pin KVPin
+	err := e.onLoop(func() error {
+		e.pins++
+		id := fmt.Sprintf("pin-%d", e.pins)
+		ex, err := e.kv.PinPrefix(kvcache.RequestID(id), tokens, salt)
+		if err != nil {
+			return err
+		}
+		if len(ex.Table) > 0 {
+			pin = KVPin{ID: id, Blocks: ex.Table, Hashes: ex.Hashes}
+		}
+		e.publishStats()
+		return nil
+	})
+	return pin, err
+}
+
+// Unpin releases a pin's blocks (an unknown or empty pin does nothing).
+func (e *Engine) Unpin(pin KVPin) {
+	if pin.ID == "" {
+		return
+	}
+	e.onLoop(func() error {
+		e.kv.Free(kvcache.RequestID(pin.ID))
+		e.publishStats()
+		return nil
+	})
+}
+
+// ReadBlocks copies the keys and values of pinned blocks into dst, BlockBytes each, in the
+// host layout of the block I/O seam. It may run while steps run: the backend serializes its
+// operations, and no step writes a pinned block.
+func (e *Engine) ReadBlocks(blocks []int32, dst []byte) error {
+	io, ok := e.model.(blockIO)
+	if !ok {
+		return fmt.Errorf("engine: this model cannot read out KV blocks")
+	}
+	return io.ReadBlocks(blocks, dst)
+}
+
+// onLoop runs fn on the engine loop and returns its error (ErrClosed once the engine
+// stops).
+func (e *Engine) onLoop(fn func() error) error {
+	done := make(chan error, 1)
+	e.mu.Lock()
+	if e.closing {
+		e.mu.Unlock()
+		return ErrClosed
+	}
+	e.inbox = append(e.inbox, command{run: func() { done <- fn() }})
+	e.mu.Unlock()
+	e.signal()
+	select {
+	case err := <-done:
+		return err
+	case <-e.done:
+		// The loop ran the commands it had before it stopped.
+		select {
+		case err := <-done:
+			return err
+		default:
+			return ErrClosed
+		}
+	}
+}
+
+// importKV takes a new request's imported KV (Request.ImportKV): the leading blocks whose
+// hashes agree with the request's own prompt (same tokens, same salt, same block size)
+// are allocated under a holder of the request (blocks it caches already are shared, not
+// written), queued to be written before the next step, and offered to the prefix cache, so
+// that the request's admission finds them as prefix hits. The holder keeps them until the
+// request completes. Whatever does not fit or match is computed as usual.
+func (e *Engine) importKV(r *request) {
+	imp := r.importKV
+	r.importKV = nil
+	io, ok := e.model.(blockIO)
+	if imp == nil || !ok || !e.kv.PrefixCacheEnabled() || r.policy.Drops() {
+		return
+	}
+	bb, bs := io.BlockBytes(), e.cfg.BlockSize
+	if bb <= 0 || len(imp.Data) != len(imp.Hashes)*bb {
+		return
+	}
+	own := kvcache.ChainHashes(r.prompt, bs, r.salt)
+	n := 0
+	for n < len(own) && n < len(imp.Hashes) && own[n] == imp.Hashes[n] {
+		n++
+	}
+	if n == 0 {
+		return
+	}
+	id := kvcache.RequestID(r.id + "#import")
+	tokens := r.prompt[:n*bs]
+	im, ok, err := e.kv.ImportBlocks(id, tokens, r.salt)
+	if err != nil || !ok {
+		return
+	}
+	if err := e.kv.CacheFullBlocks(id, tokens, len(tokens)); err != nil {
+		e.kv.Free(id)
+		return
+	}
+	if first := im.NumCachedTokens / bs; first < n {
+		e.writes = append(e.writes, blockWrite{holder: id, blocks: im.Table[first:n], data: imp.Data[first*bb : n*bb]})
+	}
+	r.importHold = id
+}
+
+// releaseImport frees a completed request's import holder.
+func (e *Engine) releaseImport(r *request) {
+	if r.importHold != "" {
+		e.kv.Free(r.importHold)
+		r.importHold = ""
+	}
+}
+
+// writeImports performs a step's imported-KV writes (forward goroutine).
+func (r *runner) writeImports(writes []blockWrite) error {
+	io, ok := r.model.(blockIO)
+	if !ok && len(writes) > 0 {
+		return fmt.Errorf("engine: imported KV on a model that cannot write blocks")
+	}
+	for _, w := range writes {
+		if err := io.WriteBlocks(w.blocks, w.data); err != nil {
+			return fmt.Errorf("engine: imported KV: %w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,192 @@
+package kvasir
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/kvasir-llm/kvasir/internal/testdata"
+)
+
+// openStoriesGGUF opens stories260K with a small KV cache.
+func openStoriesGGUF(t *testing.T) *Engine {
+	t.Helper()
+	e, err := Open(testdata.Path(t, "models/stories260K/stories260K.gguf"), Options{Threads: 1, KVCacheMemory: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// greedyRun generates n greedy tokens for req on e and returns the text and usage.
+func greedyRun(t *testing.T, e *Engine, req Request, n int) (string, Usage) {
+	t.Helper()
+	req.Params = SamplingParams{MaxTokens: n}
+	ch, err := e.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var text string
+	var last Output
+	for o := range ch {
+		if o.Err != nil {
+			t.Fatal(o.Err)
+		}
+		text += o.Text
+		last = o
+	}
+	return text, last.Usage
+}
+
+// TestKVImport moves a prompt's KV from one engine to another through the block I/O seam:
+// pinned and read out on the first, imported by a request on the second, which then
+// generates what the first does without computing the imported blocks; the same blocks
+// zeroed change the output (the imported KV is what the second engine attends to), and
+// blocks whose hashes do not match the prompt are ignored.
+func TestKVImport(t *testing.T) {
+	src, dst := openStoriesGGUF(t), openStoriesGGUF(t)
+	prompt, err := src.TokenizePrompt("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. One day")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := greedyRun(t, src, Request{PromptTokens: prompt}, 30)
+	pin, err := src.PinPrefix(prompt, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := len(prompt) / src.BlockSize()
+	if len(pin.Blocks) != full || len(pin.Hashes) != full {
+		t.Fatalf("pinned %d blocks (%d hashes), want the prompt's %d full blocks", len(pin.Blocks), len(pin.Hashes), full)
+	}
+	bb := src.BlockBytes()
+	data := make([]byte, len(pin.Blocks)*bb)
+	if err := src.ReadBlocks(pin.Blocks, data); err != nil {
+		t.Fatal(err)
+	}
+	src.Unpin(pin)
+	if s := src.Stats(); s.UsedBlocks != 0 {
+		t.Fatalf("%d blocks used after unpin", s.UsedBlocks)
+	}
+
+	got, usage := greedyRun(t, dst, Request{PromptTokens: prompt, ImportKV: &KVImport{Hashes: pin.Hashes, Data: data}}, 30)
+	if got != want {
+		t.Errorf("with imported KV: %q, want %q", got, want)
+	}
+	// All full blocks but a last one that ends the prompt are taken, not computed.
+	if wantCached := min(full, (len(prompt)-1)/src.BlockSize()) * src.BlockSize(); usage.CachedPromptTokens != wantCached {
+		t.Errorf("cached prompt tokens %d, want %d (the imported blocks)", usage.CachedPromptTokens, wantCached)
+	}
+	if s := dst.Stats(); s.UsedBlocks != 0 {
+		t.Fatalf("%d blocks used on the receiver after the request", s.UsedBlocks)
+	}
+
+	// Zeroed KV under the right hashes: a fresh receiver attends to it.
+	zero := openStoriesGGUF(t)
+	bad, _ := greedyRun(t, zero, Request{PromptTokens: prompt, ImportKV: &KVImport{Hashes: pin.Hashes, Data: make([]byte, len(data))}}, 30)
+	if bad == want {
+		t.Errorf("zeroed imported KV gave the true output %q: the import was not used", bad)
+	}
+	// Hashes of another salt: nothing is imported, the prompt is computed.
+	other := openStoriesGGUF(t)
+	ok, usage := greedyRun(t, other, Request{PromptTokens: prompt, CacheSalt: "tenant", ImportKV: &KVImport{Hashes: pin.Hashes, Data: make([]byte, len(data))}}, 30)
+	if ok != want || usage.CachedPromptTokens != 0 {
+		t.Errorf("import under another salt: %q (cached %d), want %q computed", ok, usage.CachedPromptTokens, want)
+	}
+	if s := zero.Stats(); s.UsedBlocks != 0 {
+		t.Fatalf("%d blocks used after the zeroed import", s.UsedBlocks)
+	}
+}
+
+// TestKVImportGPU is TestKVImport between two engines on the GPU (skipped without one):
+// blocks read out of one device cache (device -> pinned staging -> host) and written into
+// another's give the same greedy tokens without the imported blocks being computed.
+func TestKVImportGPU(t *testing.T) {
+	src := gpuEngine(t)
+	dst := gpuEngine(t)
+	prompt := make([]int32, 70)
+	for i := range prompt {
+		prompt[i] = int32(3 + (i*37)%500)
+	}
+	greedyIDs := func(e *Engine, imp *KVImport) ([]int32, Usage) {
+		ch, err := e.Generate(context.Background(), Request{PromptTokens: prompt, Params: SamplingParams{MaxTokens: 24, IgnoreEOS: true}, ImportKV: imp})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int32
+		var last Output
+		for o := range ch {
+			if o.Err != nil {
+				t.Fatal(o.Err)
+			}
+			ids = append(ids, o.TokenIDs...)
+			last = o
+		}
+		return ids, last.Usage
+	}
+	want, _ := greedyIDs(src, nil)
+	pin, err := src.PinPrefix(prompt, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, len(pin.Blocks)*src.BlockBytes())
+	if err := src.ReadBlocks(pin.Blocks, data); err != nil {
+		t.Fatal(err)
+	}
+	src.Unpin(pin)
+	got, usage := greedyIDs(dst, &KVImport{Hashes: pin.Hashes, Data: data})
+	if !slices.Equal(got, want) {
+		t.Errorf("with KV imported on the GPU: %v, want %v", got, want)
+	}
+	if wantCached := (len(prompt) - 1) / src.BlockSize() * src.BlockSize(); usage.CachedPromptTokens != wantCached {
+		t.Errorf("cached prompt tokens %d, want %d", usage.CachedPromptTokens, wantCached)
+	}
+	if s := dst.Stats(); s.UsedBlocks != 0 {
+		t.Errorf("%d blocks used on the receiver after the request", s.UsedBlocks)
+	}
+}
+
+// TestKVImportAbort aborts requests admitted with imported KV, at once and after their
+// first token, and checks that their blocks (the import's included) are freed; and that
+// imported KV of the wrong size is ignored.
+func TestKVImportAbort(t *testing.T) {
+	e := openStoriesGGUF(t)
+	prompt, err := e.TokenizePrompt("Tom had a red ball. He liked to throw the ball to his dog. The dog was happy and ran after the ball every day.")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hashes := e.BlockHashes(prompt, "")
+	data := make([]byte, len(hashes)*e.BlockBytes())
+	for _, after := range []int{0, 1} {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		ch, err := e.Generate(ctx, Request{PromptTokens: prompt, Params: SamplingParams{MaxTokens: 60}, ImportKV: &KVImport{Hashes: hashes, Data: data}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after == 0 {
+			cancel() // before its admission, most likely
+		}
+		n := 0
+		for range ch {
+			if n++; n >= after {
+				cancel()
+			}
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for e.Stats().UsedBlocks != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("aborted after %d outputs: %d blocks still used", after, e.Stats().UsedBlocks)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	fresh := openStoriesGGUF(t)
+	want, _ := greedyRun(t, fresh, Request{PromptTokens: prompt}, 20)
+	short := openStoriesGGUF(t)
+	got, usage := greedyRun(t, short, Request{PromptTokens: prompt, ImportKV: &KVImport{Hashes: hashes, Data: data[:len(data)-1]}}, 20)
+	if got != want || usage.CachedPromptTokens != 0 {
+		t.Errorf("imported KV one byte short: %q (cached %d), want %q computed", got, usage.CachedPromptTokens, want)
+	}
+}
