@@ -230,7 +230,7 @@ func TestLoRASlotsPage(t *testing.T) {
 		t.Fatalf("%d page-ins of a resident adapter, want 1", got)
 	}
 	b := &Batch{Tokens: []int32{1, 2}, Positions: []int32{0, 0}, SlotMapping: []int32{0, 16},
-		Seqs: []Seq{{BlockTable: []int32{0}, QueryLen: 1, ContextLen: 1, Adapter: a1}, {BlockTable: []int32{1}, QueryStart: 1, QueryLen: 1, ContextLen: 1, Adapter: a2}},
+		Seqs:          []Seq{{BlockTable: []int32{0}, QueryLen: 1, ContextLen: 1, Adapter: a1}, {BlockTable: []int32{1}, QueryStart: 1, QueryLen: 1, ContextLen: 1, Adapter: a2}},
 		LogitsIndices: []int{0, 1}}
 	if _, err := paged.Forward(b, pkv); err == nil || !strings.Contains(err.Error(), "more adapters than the 1 slots (--max-loras)") {
 		t.Fatalf("two adapters in one slot: %v", err)
