@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"github.com/kvasir-llm/kvasir/internal/lora"
 	"math"
 
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
@@ -209,4 +210,8 @@ type Request struct {
 	// KVPolicy, when set, is the request's KV policy: its unset parts take the engine's
 	// (Config.KVPolicy; see kvcache.PolicySpec.Over).
 	KVPolicy *kvcache.PolicySpec
+	// Adapter, when set, is the LoRA adapter the request runs with (the model must have
+	// LoRA enabled); nil runs the base model. Its keys and values are never shared with
+	// the base's or another adapter's through the prefix cache.
+	Adapter *lora.Adapter
 }
