@@ -26,6 +26,7 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/engine"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
+	"github.com/kvasir-llm/kvasir/internal/lora"
 	"github.com/kvasir-llm/kvasir/internal/model"
 	"github.com/kvasir-llm/kvasir/internal/sample"
 	"github.com/kvasir-llm/kvasir/internal/spec"
@@ -122,6 +123,8 @@ type Engine struct {
 	prefixCaching bool
 	defaults      SamplingDefaults
 	grammars      grammars // structured output's compiled grammars (Constrain)
+	// loras are the LoRA adapters served (nil without LoRA).
+	loras *lora.Registry
 }
 
 // Open opens the model at path (a .gguf file, a llama2.c .bin checkpoint, or a Hugging
@@ -183,6 +186,11 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", fm.Path, err)
 	}
+	// The adapters' slots go before the KV cache, which takes what memory is left.
+	loras, err := enableLoRA(l, opt)
+	if err != nil {
+		return nil, err
+	}
 	blockSize := opt.BlockSize
 	if blockSize <= 0 {
 		blockSize = kvcache.DefaultBlockSize
@@ -226,7 +234,7 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 		NumBlocks: sizing.NumBlocks, BlockSize: blockSize, MaxModelLen: opt.MaxModelLen,
 		SchedulerConfig: engine.SchedulerConfig{
 			MaxNumSeqs: opt.MaxNumSeqs, MaxNumBatchedTokens: opt.MaxNumBatchedTokens,
-			DisableChunkedPrefill: opt.DisableChunkedPrefill,
+			DisableChunkedPrefill: opt.DisableChunkedPrefill, MaxLoRAs: m.LoRASlots(),
 		},
 		DisablePrefixCaching:   opt.DisablePrefixCaching,
 		DisableAsyncScheduling: opt.DisableAsyncScheduling,
@@ -241,7 +249,7 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 		return nil, err
 	}
 	return &Engine{l: l, e: e, spec: sp, sizing: sizing, prefixCaching: !opt.DisablePrefixCaching,
-		defaults: NeutralSampling().With(gen)}, nil
+		defaults: NeutralSampling().With(gen), loras: loras}, nil
 }
 
 // Generate submits a request and returns the channel its outputs arrive on; the channel is

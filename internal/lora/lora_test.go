@@ -69,9 +69,17 @@ func TestRoundTrip(t *testing.T) {
 		if got.Rank != 4 || got.TargetNames() != "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj" {
 			t.Fatalf("rank %d targets %s", got.Rank, got.TargetNames())
 		}
+		g := peft + ".gguf"
+		if err := WriteGGUF(g, a, cc); err != nil {
+			t.Fatal(err)
+		}
+		if got, err = Open(g, cc, 0); err != nil {
+			t.Fatal(err)
+		}
+		samePairs(t, got, a)
 	}
 	g := filepath.Join(dir, "a.gguf")
-	if err := WriteGGUF(g, a, "llama"); err != nil {
+	if err := WriteGGUF(g, a, c); err != nil {
 		t.Fatal(err)
 	}
 	got, err := Open(g, c, 0)
@@ -114,7 +122,7 @@ func TestErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := filepath.Join(dir, "a.gguf")
-	if err := WriteGGUF(g, a, "llama"); err != nil {
+	if err := WriteGGUF(g, a, c); err != nil {
 		t.Fatal(err)
 	}
 	other := c
@@ -178,7 +186,7 @@ func TestErrors(t *testing.T) {
 func TestRegistry(t *testing.T) {
 	c := tinyConfig()
 	dir := t.TempDir()
-	if err := WriteGGUF(filepath.Join(dir, "a.gguf"), Random(c, 2, 4, []Target{Q}, 0.1, 3), "llama"); err != nil {
+	if err := WriteGGUF(filepath.Join(dir, "a.gguf"), Random(c, 2, 4, []Target{Q}, 0.1, 3), c); err != nil {
 		t.Fatal(err)
 	}
 	r := NewRegistry(c, 16)
@@ -240,7 +248,7 @@ func FuzzPEFTConfig(f *testing.F) {
 func FuzzGGUFAdapter(f *testing.F) {
 	c := tinyConfig()
 	path := filepath.Join(f.TempDir(), "a.gguf")
-	if err := WriteGGUF(path, Random(c, 2, 4, []Target{Q, Down}, 0.1, 4), "llama"); err != nil {
+	if err := WriteGGUF(path, Random(c, 2, 4, []Target{Q, Down}, 0.1, 4), c); err != nil {
 		f.Fatal(err)
 	}
 	seed, err := os.ReadFile(path)

@@ -101,11 +101,17 @@ func WritePEFT(dir string, a *Adapter, c format.Config, interleaved bool) error 
 	return os.Rename(tmp, filepath.Join(dir, peftConfigFile))
 }
 
-// WriteGGUF writes the adapter as a llama.cpp LoRA file (F32 tensors) for a base of
-// architecture arch, its rows in the base's order (as held).
-func WriteGGUF(path string, a *Adapter, arch string) error {
+// WriteGGUF writes the adapter, as held for a base of config c, as a llama.cpp LoRA file
+// (F32 tensors) of c's architecture: a Llama's q and k rows in the interleaved order
+// llama.cpp keeps them in.
+func WriteGGUF(path string, a *Adapter, c format.Config) error {
+	if c.Arch == "llama" && c.RopeStyle == format.RopeNeox {
+		cp := a.clone()
+		cp.permuteQK(c, true)
+		a = cp
+	}
 	kvs := []gguf.KV{
-		{Key: gguf.KeyArchitecture, Value: gguf.String(arch)},
+		{Key: gguf.KeyArchitecture, Value: gguf.String(c.Arch)},
 		{Key: keyType, Value: gguf.String("adapter")},
 		{Key: keyAdapter, Value: gguf.String("lora")},
 		{Key: keyLoRAAlpha, Value: gguf.Float32(float32(a.Alpha))},

@@ -136,7 +136,7 @@ func TestLoRAEqualsMergedWeights(t *testing.T) {
 	if err := lora.WritePEFT(filepath.Join(dir, "peft"), lora.Random(c, 8, 16, all, 0.08, 1), c, true); err != nil {
 		t.Fatal(err)
 	}
-	if err := lora.WriteGGUF(filepath.Join(dir, "a.gguf"), lora.Random(c, 64, 32, []lora.Target{lora.Q, lora.V, lora.O, lora.Down}, 0.04, 2), "llama"); err != nil {
+	if err := lora.WriteGGUF(filepath.Join(dir, "a.gguf"), lora.Random(c, 64, 32, []lora.Target{lora.Q, lora.V, lora.O, lora.Down}, 0.04, 2), c); err != nil {
 		t.Fatal(err)
 	}
 	reg := lora.NewRegistry(c, 64)

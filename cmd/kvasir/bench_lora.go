@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/kvasir-llm/kvasir"
+	"github.com/kvasir-llm/kvasir/internal/bench"
+	"github.com/kvasir-llm/kvasir/internal/format"
+	"github.com/kvasir-llm/kvasir/internal/lora"
+)
+
+func init() {
+	registerBench(benchmark{name: "lora", summary: "throughput of N requests spread over K LoRA adapters in one batch, against the base model alone", run: benchLoRA})
+}
+
+// loraBenchResult is bench lora's JSON: both runs and the ratio of their output
+// throughputs.
+type loraBenchResult struct {
+	Adapters int                 `json:"adapters"`
+	Rank     int                 `json:"rank"`
+	Targets  string              `json:"targets"`
+	Base     bench.OfflineResult `json:"base"`
+	LoRA     bench.OfflineResult `json:"lora"`
+	Ratio    float64             `json:"output_throughput_ratio"`
+}
+
+func benchLoRA(args []string) error {
+	fs := newFlags("bench lora", "-m MODEL --num-prompts N --input-len L --output-len L --adapters K --lora-rank R [--targets all|attn] [--json]")
+	var o bench.OfflineOptions
+	fs.IntVar(&o.NumPrompts, "num-prompts", 32, "number of requests (each run)")
+	fs.IntVar(&o.InputLen, "input-len", 128, "random prompt tokens per request")
+	fs.IntVar(&o.OutputLen, "output-len", 64, "output tokens per request (end-of-sequence ignored)")
+	fs.Uint64Var(&o.Seed, "seed", 0, "random seed for prompts and adapters")
+	k := fs.Int("adapters", 4, "distinct random adapters the requests are spread over, round robin")
+	rank := fs.Int("lora-rank", 16, "rank of the adapters")
+	targets := fs.String("targets", "all", "projections the adapters change: all (q, k, v, o, gate, up, down) or attn (q, k, v, o)")
+	asJSON := fs.Bool("json", false, "print the results as JSON")
+	ef := addEngineFlags(fs, allEngineFlags)
+	if err := ef.parse(fs, args); err != nil {
+		return err
+	}
+	tg := map[string][]lora.Target{"all": {lora.Q, lora.K, lora.V, lora.O, lora.Gate, lora.Up, lora.Down}, "attn": {lora.Q, lora.K, lora.V, lora.O}}[*targets]
+	if ef.model == "" || fs.NArg() > 0 || o.NumPrompts <= 0 || o.OutputLen <= 0 || *k < 1 || *rank < 1 || tg == nil {
+		fs.Usage()
+		return fmt.Errorf("need -m, a positive --num-prompts, --output-len, --adapters and --lora-rank, and --targets all or attn")
+	}
+	setFlags := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { setFlags[f.Name] = true })
+	dir, err := os.MkdirTemp("", "kvasir-bench-lora-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	e, err := ef.openEngine(func(opt *kvasir.Options, fm *format.Model) {
+		// Every run computes its prompts: the base's cached blocks would flatter it.
+		opt.DisablePrefixCaching, opt.EnableLoRA = true, true
+		if !setFlags["max-loras"] {
+			opt.MaxLoRAs = *k
+		}
+		opt.MaxLoRARank = max(opt.MaxLoRARank, *rank)
+		for i := range *k {
+			path := filepath.Join(dir, fmt.Sprintf("adapter%d", i))
+			a := lora.Random(fm.Config, *rank, float64(2**rank), tg, 0.02, o.Seed+uint64(i)+1)
+			if err := lora.WritePEFT(path, a, fm.Config, fm.Config.RopeStyle == format.RopeInterleaved); err != nil {
+				fmt.Fprintln(os.Stderr, "kvasir:", err)
+				continue
+			}
+			opt.LoRAModules = append(opt.LoRAModules, kvasir.LoRAModule{Name: fmt.Sprintf("adapter%d", i), Path: path})
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	adapters := e.LoRAs()
+	if len(adapters) != *k {
+		return fmt.Errorf("bench lora: %d of %d adapters written", len(adapters), *k)
+	}
+	fmt.Fprintln(os.Stderr, e.KVCacheSizing())
+	ctx := context.Background()
+	reqs, err := bench.OfflineRequests(ctx, e, o, os.Stderr)
+	if err != nil {
+		return err
+	}
+	params := e.SamplingDefaults().Params()
+	params.IgnoreEOS, params.Temperature = true, 0
+	// A short warm-up, so that neither run pays for the first steps' allocations.
+	bench.Offline(ctx, e, reqs[:min(2, len(reqs))], 0, params)
+	base := bench.Offline(ctx, e, reqs, 0, params)
+	for i := range reqs {
+		reqs[i].Adapter = adapters[i%len(adapters)]
+	}
+	withLoRA := bench.Offline(ctx, e, reqs, 0, params)
+	res := loraBenchResult{Adapters: *k, Rank: *rank, Targets: *targets, Base: base, LoRA: withLoRA}
+	if base.OutputThroughput > 0 {
+		res.Ratio = withLoRA.OutputThroughput / base.OutputThroughput
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(res)
+	}
+	names := make([]string, len(adapters))
+	for i, a := range adapters {
+		names[i] = a.Name
+	}
+	fmt.Printf("base:  %d requests (%d failed), %.1f output tok/s, mean TPOT %.2f ms\n", base.Completed, base.Failed, base.OutputThroughput, base.MeanTPOTms)
+	fmt.Printf("lora:  %d requests (%d failed) over %d adapters of rank %d (%s: %s), %.1f output tok/s, mean TPOT %.2f ms\n",
+		withLoRA.Completed, withLoRA.Failed, *k, *rank, *targets, strings.Join(names, ","), withLoRA.OutputThroughput, withLoRA.MeanTPOTms)
+	fmt.Printf("ratio: %.3f of the base's output throughput\n", res.Ratio)
+	return nil
+}
