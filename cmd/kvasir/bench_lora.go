@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/kvasir-llm/kvasir"
@@ -19,15 +20,16 @@ func init() {
 	registerBench(benchmark{name: "lora", summary: "throughput of N requests spread over K LoRA adapters in one batch, against the base model alone", run: benchLoRA})
 }
 
-// loraBenchResult is bench lora's JSON: both runs and the ratio of their output
-// throughputs.
+// loraBenchResult is bench lora's JSON: every pair of runs and the median of the ratios
+// of their output throughputs.
 type loraBenchResult struct {
-	Adapters int                 `json:"adapters"`
-	Rank     int                 `json:"rank"`
-	Targets  string              `json:"targets"`
-	Base     bench.OfflineResult `json:"base"`
-	LoRA     bench.OfflineResult `json:"lora"`
-	Ratio    float64             `json:"output_throughput_ratio"`
+	Adapters int                   `json:"adapters"`
+	Rank     int                   `json:"rank"`
+	Targets  string                `json:"targets"`
+	Base     []bench.OfflineResult `json:"base"`
+	LoRA     []bench.OfflineResult `json:"lora"`
+	Ratios   []float64             `json:"output_throughput_ratios"`
+	Ratio    float64               `json:"median_output_throughput_ratio"`
 }
 
 func benchLoRA(args []string) error {
@@ -40,13 +42,14 @@ func benchLoRA(args []string) error {
 	k := fs.Int("adapters", 4, "distinct random adapters the requests are spread over, round robin")
 	rank := fs.Int("lora-rank", 16, "rank of the adapters")
 	targets := fs.String("targets", "all", "projections the adapters change: all (q, k, v, o, gate, up, down) or attn (q, k, v, o)")
+	repeats := fs.Int("repeats", 3, "pairs of runs (base and with adapters, in alternating order); the median ratio is reported")
 	asJSON := fs.Bool("json", false, "print the results as JSON")
 	ef := addEngineFlags(fs, allEngineFlags)
 	if err := ef.parse(fs, args); err != nil {
 		return err
 	}
 	tg := map[string][]lora.Target{"all": {lora.Q, lora.K, lora.V, lora.O, lora.Gate, lora.Up, lora.Down}, "attn": {lora.Q, lora.K, lora.V, lora.O}}[*targets]
-	if ef.model == "" || fs.NArg() > 0 || o.NumPrompts <= 0 || o.OutputLen <= 0 || *k < 1 || *rank < 1 || tg == nil {
+	if ef.model == "" || fs.NArg() > 0 || o.NumPrompts <= 0 || o.OutputLen <= 0 || *k < 1 || *rank < 1 || *repeats < 1 || tg == nil {
 		fs.Usage()
 		return fmt.Errorf("need -m, a positive --num-prompts, --output-len, --adapters and --lora-rank, and --targets all or attn")
 	}
@@ -92,14 +95,30 @@ func benchLoRA(args []string) error {
 	params.IgnoreEOS, params.Temperature = true, 0
 	// A short warm-up, so that neither run pays for the first steps' allocations.
 	bench.Offline(ctx, e, reqs[:min(2, len(reqs))], 0, params)
-	base := bench.Offline(ctx, e, reqs, 0, params)
-	for i := range reqs {
-		reqs[i].Adapter = adapters[i%len(adapters)]
+	loraReqs := slices.Clone(reqs)
+	for i := range loraReqs {
+		loraReqs[i].Adapter = adapters[i%len(adapters)]
 	}
-	withLoRA := bench.Offline(ctx, e, reqs, 0, params)
-	res := loraBenchResult{Adapters: *k, Rank: *rank, Targets: *targets, Base: base, LoRA: withLoRA}
-	if base.OutputThroughput > 0 {
-		res.Ratio = withLoRA.OutputThroughput / base.OutputThroughput
+	res := loraBenchResult{Adapters: *k, Rank: *rank, Targets: *targets}
+	for r := range *repeats {
+		// Pairs alternate their order, so that a drift of the machine's speed weighs on
+		// both sides alike.
+		var base, withLoRA bench.OfflineResult
+		if r%2 == 0 {
+			base = bench.Offline(ctx, e, reqs, 0, params)
+			withLoRA = bench.Offline(ctx, e, loraReqs, 0, params)
+		} else {
+			withLoRA = bench.Offline(ctx, e, loraReqs, 0, params)
+			base = bench.Offline(ctx, e, reqs, 0, params)
+		}
+		res.Base, res.LoRA = append(res.Base, base), append(res.LoRA, withLoRA)
+		if base.OutputThroughput > 0 {
+			res.Ratios = append(res.Ratios, withLoRA.OutputThroughput/base.OutputThroughput)
+		}
+	}
+	if len(res.Ratios) > 0 {
+		sorted := slices.Sorted(slices.Values(res.Ratios))
+		res.Ratio = sorted[len(sorted)/2]
 	}
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
@@ -110,9 +129,12 @@ func benchLoRA(args []string) error {
 	for i, a := range adapters {
 		names[i] = a.Name
 	}
-	fmt.Printf("base:  %d requests (%d failed), %.1f output tok/s, mean TPOT %.2f ms\n", base.Completed, base.Failed, base.OutputThroughput, base.MeanTPOTms)
-	fmt.Printf("lora:  %d requests (%d failed) over %d adapters of rank %d (%s: %s), %.1f output tok/s, mean TPOT %.2f ms\n",
-		withLoRA.Completed, withLoRA.Failed, *k, *rank, *targets, strings.Join(names, ","), withLoRA.OutputThroughput, withLoRA.MeanTPOTms)
-	fmt.Printf("ratio: %.3f of the base's output throughput\n", res.Ratio)
+	fmt.Printf("adapters: %d of rank %d (%s: %s), requests spread round robin\n", *k, *rank, *targets, strings.Join(names, ","))
+	for i := range res.Base {
+		b, l := res.Base[i], res.LoRA[i]
+		fmt.Printf("pair %d: base %d requests (%d failed) %.1f output tok/s, TPOT %.2f ms; lora %d requests (%d failed) %.1f output tok/s, TPOT %.2f ms; ratio %.3f\n",
+			i+1, b.Completed, b.Failed, b.OutputThroughput, b.MeanTPOTms, l.Completed, l.Failed, l.OutputThroughput, l.MeanTPOTms, l.OutputThroughput/max(b.OutputThroughput, 1e-9))
+	}
+	fmt.Printf("ratio: %.3f of the base's output throughput (median of %d pairs)\n", res.Ratio, len(res.Ratios))
 	return nil
 }

@@ -350,9 +350,9 @@ type SwiGLUMatMuler interface {
 //
 // A projection of in to out features keeps its resident adapters in two F32 tensors made by
 // NewTensor with one slot per adapter, each of up to R ranks: a, [slots*R][in], holds slot
-// s's A (rank x in) in rows s*R.., and b, [slots*out][R], its B (out x rank, the adapter's
-// scale folded in) in rows s*out.., in columns 0..rank. Ranks beyond a slot's
-// (StepMeta.LoRARanks) are neither read nor written.
+// s's A (rank x in) in rows s*R.., and b, [slots*R][out], its B transposed (rank x out,
+// the adapter's scale folded in) in rows s*R..: both are read a row per rank, along
+// their long side. Ranks beyond a slot's (StepMeta.LoRARanks) are not read.
 type LoRAOps interface {
 	// WriteRows overwrites rows row.. of t (F32, [rows][cols]) with data, a whole number
 	// of rows, after the ops queued so far (a slot paged in); data may be reused once it
@@ -360,7 +360,8 @@ type LoRAOps interface {
 	WriteRows(t Tensor, row int, data []float32) error
 	// LoRAMatMul adds, for every token t of the step whose slot s = LoRASlots[t] is >= 0,
 	// B_s·(A_s·x[t]) to out[t], over slot s's first LoRARanks[s] ranks. out is
-	// [tokens][out], x [tokens][in], and u, [tokens][R] F32, is scratch for A_s·x[t].
+	// [tokens][out], x [tokens][in], and u, [tokens][R] F32, is scratch for A_s·x[t] (R
+	// is u's row length).
 	// Without LoRASlots it does nothing.
 	LoRAMatMul(out, x, u, a, b Tensor, st Step) error
 }

@@ -9,7 +9,7 @@ import (
 )
 
 // loraBank holds one projection's resident adapters on the backend (see backend.LoRAOps):
-// a, [slots*maxRank][in], and b, [slots*out][maxRank].
+// a, [slots*maxRank][in], and b, [slots*maxRank][out] (B transposed).
 type loraBank struct {
 	a, b    backend.Tensor
 	in, out int
@@ -65,7 +65,7 @@ func (m *Model) EnableLoRA(slots, maxRank int) error {
 				if err != nil {
 					return err
 				}
-				b, err := s.be.NewTensor(quant.F32, slots*out, maxRank)
+				b, err := s.be.NewTensor(quant.F32, slots*maxRank, out)
 				if err != nil {
 					return err
 				}
@@ -191,12 +191,12 @@ func (ls *loraSlots) pageIn(be backend.Backend) error {
 		for l := range ls.banks {
 			for t := range lora.NumTargets {
 				bank, p := ls.banks[l][t], a.Layers[l][t]
-				av, bv := make([]float32, R*bank.in), make([]float32, bank.out*R)
+				av, bv := make([]float32, R*bank.in), make([]float32, R*bank.out)
 				if p != nil {
 					copy(av, p.A)
 					for o := range p.Out {
 						for r := range p.Rank {
-							bv[o*R+r] = p.Scale * p.B[o*p.Rank+r]
+							bv[r*bank.out+o] = p.Scale * p.B[o*p.Rank+r]
 						}
 					}
 				}
@@ -204,7 +204,7 @@ func (ls *loraSlots) pageIn(be backend.Backend) error {
 					ls.resident[slot], ls.ranks[slot] = nil, 0
 					return fmt.Errorf("lora: page in %q: %w", a.Name, err)
 				}
-				if err := ops.WriteRows(bank.b, slot*bank.out, bv); err != nil {
+				if err := ops.WriteRows(bank.b, slot*R, bv); err != nil {
 					ls.resident[slot], ls.ranks[slot] = nil, 0
 					return fmt.Errorf("lora: page in %q: %w", a.Name, err)
 				}

@@ -5,8 +5,8 @@ import "fmt"
 // LoRA describes one segmented low-rank update of a projection (multi-LoRA serving): for
 // every token t whose slot s = Slots[t] is >= 0, Out[t] += B_s · (A_s · X[t]) over slot s's
 // first Ranks[s] ranks. A stacks the slots' A matrices, [slots*MaxRank][In] (slot s's in
-// rows s*MaxRank..), B their B matrices, [slots*OutDim][MaxRank] (slot s's in rows
-// s*OutDim.., columns 0..rank), and U ([Tokens][MaxRank]) receives A_s · X[t].
+// rows s*MaxRank..), B their B matrices transposed, [slots*MaxRank][OutDim] (slot s's in
+// rows s*MaxRank..), and U ([Tokens][MaxRank]) receives A_s · X[t].
 type LoRA struct {
 	Out, X, U, A, B             []float32
 	Tokens, In, OutDim, MaxRank int
@@ -21,7 +21,7 @@ func (l *LoRA) check() error {
 		return fmt.Errorf("lora: %d slots for %d tokens", len(l.Slots), l.Tokens)
 	case len(l.X) < l.Tokens*l.In || len(l.Out) < l.Tokens*l.OutDim || len(l.U) < l.Tokens*l.MaxRank:
 		return fmt.Errorf("lora: buffers of %d, %d, %d values for %d tokens of %d in, %d out, rank %d", len(l.X), len(l.Out), len(l.U), l.Tokens, l.In, l.OutDim, l.MaxRank)
-	case len(l.A) != slots*l.MaxRank*l.In || len(l.B) != slots*l.OutDim*l.MaxRank:
+	case len(l.A) != slots*l.MaxRank*l.In || len(l.B) != slots*l.MaxRank*l.OutDim:
 		return fmt.Errorf("lora: A of %d and B of %d values for %d slots of rank %d, %d in, %d out", len(l.A), len(l.B), slots, l.MaxRank, l.In, l.OutDim)
 	}
 	for s, r := range l.Ranks {
@@ -58,10 +58,9 @@ func LoRAMatMulReference(l *LoRA) error {
 			u[j] = sum
 		}
 		for o := range l.OutDim {
-			b := l.B[(int(s)*l.OutDim+o)*l.MaxRank:][:r]
 			var sum float32
 			for j, v := range u {
-				sum += b[j] * v
+				sum += l.B[(int(s)*l.MaxRank+j)*l.OutDim+o] * v
 			}
 			l.Out[t*l.OutDim+o] += sum
 		}
@@ -92,8 +91,9 @@ func segments(slots []int32) []segment {
 // segment as Punica's SGMV does: the tokens of a run of one adapter (a sequence's prefill
 // chunk, or neighbouring decode tokens of one adapter) share each row of its A and B while
 // it is in cache. The shrink (U = A·x) splits the tokens among the threads, the expand
-// (Out += B·U) the output rows; each token's sums run in one order whatever the batch, so
-// that its result does not depend on its neighbours.
+// (Out += B·U) the output columns, adding rank after rank a row of Bᵀ scaled by U; each
+// output's sums run in one order whatever the batch, so that a token's result does not
+// depend on its neighbours.
 func LoRAMatMul(p *Pool, l *LoRA) error {
 	if err := l.check(); err != nil {
 		return err
@@ -102,7 +102,7 @@ func LoRAMatMul(p *Pool, l *LoRA) error {
 	if len(segs) == 0 {
 		return nil
 	}
-	dot := p.kern.dotF32
+	dot, axpy := p.kern.dotF32, p.kern.axpy
 	p.Run(l.Tokens, func(start, end int) {
 		for t := start; t < end; t++ {
 			s := l.Slots[t]
@@ -115,16 +115,16 @@ func LoRAMatMul(p *Pool, l *LoRA) error {
 			}
 		}
 	})
-	p.Run(l.OutDim, func(start, end int) {
+	// Columns in chunks of whole cache lines, so that the chunks (and each output's
+	// arithmetic) are the same whatever the batch.
+	const chunk = 64
+	p.Run((l.OutDim+chunk-1)/chunk, func(c0, c1 int) {
+		start, end := c0*chunk, min(c1*chunk, l.OutDim)
 		for _, sg := range segs {
-			r := int(l.Ranks[sg.slot])
-			if r == 0 {
-				continue
-			}
-			for o := start; o < end; o++ {
-				b := l.B[(sg.slot*l.OutDim+o)*l.MaxRank:][:r]
+			for j := range int(l.Ranks[sg.slot]) {
+				b := l.B[(sg.slot*l.MaxRank+j)*l.OutDim:][start:end]
 				for t := sg.start; t < sg.end; t++ {
-					l.Out[t*l.OutDim+o] += dot(b, l.U[t*l.MaxRank:][:r])
+					axpy(l.Out[t*l.OutDim:][start:end], l.U[t*l.MaxRank+j], b)
 				}
 			}
 		}

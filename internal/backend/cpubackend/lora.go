@@ -38,8 +38,8 @@ func (b *Backend) LoRAMatMul(out, x, u, a, bm backend.Tensor, st backend.Step) e
 		}
 	}
 	o, xs, us, as, bs := ts[0], ts[1], ts[2], ts[3], ts[4]
-	n, maxRank := len(slots), bs.cols()
-	if o.rows() != n || xs.rows() != n || us.rows() < n || us.cols() != maxRank || as.cols() != xs.cols() {
+	n, maxRank := len(slots), us.cols()
+	if o.rows() != n || xs.rows() != n || us.rows() < n || bs.cols() != o.cols() || as.cols() != xs.cols() {
 		return fmt.Errorf("cpu lora: out %v, x %v, u %v, a %v, b %v for %d tokens", o.shape, xs.shape, us.shape, as.shape, bs.shape, n)
 	}
 	return cpu.LoRAMatMul(b.pool, &cpu.LoRA{Out: o.f32, X: xs.f32, U: us.f32, A: as.f32, B: bs.f32,

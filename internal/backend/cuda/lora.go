@@ -5,7 +5,7 @@ import "fmt"
 // LoRA adds the low-rank updates of a step's adapters to a projection's output (Punica's
 // BGMV, in two kernels): u[t] = A_s·x[t], then out[t] += B_s·u[t], for every token t whose
 // slot s = slots[t] is >= 0, over slot s's first ranks[s] ranks. a stacks the slots' A,
-// [nSlots*maxRank][in]; b their B, [nSlots*outDim][maxRank]; u is [tokens][maxRank]
+// [nSlots*maxRank][in]; b their B transposed, [nSlots*maxRank][outDim]; u is [tokens][maxRank]
 // scratch. All are F32 but slots and ranks (I32, tokens and nSlots entries).
 func (o *Ops) LoRA(out, x, u, a, b, slots, ranks Buffer, tokens, in, outDim, maxRank, nSlots int) error {
 	if tokens <= 0 || in <= 0 || outDim <= 0 || maxRank <= 0 || nSlots <= 0 {

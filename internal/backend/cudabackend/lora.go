@@ -46,8 +46,8 @@ func (b *Backend) LoRAMatMul(out, x, u, a, bm backend.Tensor, st backend.Step) e
 		}
 	}
 	o, xs, us, as, bs := ts[0], ts[1], ts[2], ts[3], ts[4]
-	n, maxRank, nSlots := len(s.meta.LoRASlots), bs.cols(), len(s.meta.LoRARanks)
-	if o.rows() != n || xs.rows() != n || us.cols() != maxRank || as.cols() != xs.cols() || as.rows() != nSlots*maxRank || bs.rows() != nSlots*o.cols() {
+	n, maxRank, nSlots := len(s.meta.LoRASlots), us.cols(), len(s.meta.LoRARanks)
+	if o.rows() != n || xs.rows() != n || bs.cols() != o.cols() || as.cols() != xs.cols() || as.rows() != nSlots*maxRank || bs.rows() != nSlots*maxRank {
 		return fmt.Errorf("cuda lora: out %v, x %v, u %v, a %v, b %v for %d tokens and %d slots", o.shape, xs.shape, us.shape, as.shape, bs.shape, n, nSlots)
 	}
 	for t, slot := range s.meta.LoRASlots {

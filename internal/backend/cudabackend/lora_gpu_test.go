@@ -40,7 +40,7 @@ func TestLoRAKernelMatchesCPU(t *testing.T) {
 		got := make([]float32, tokens*out)
 		err := b.Run(func() error {
 			ts := map[string]backend.Tensor{}
-			for name, s := range map[string][2]int{"out": {tokens, out}, "x": {tokens, in}, "u": {tokens, maxRank}, "a": {slots * maxRank, in}, "b": {slots * out, maxRank}} {
+			for name, s := range map[string][2]int{"out": {tokens, out}, "x": {tokens, in}, "u": {tokens, maxRank}, "a": {slots * maxRank, in}, "b": {slots * maxRank, out}} {
 				if ts[name], err = b.NewTensor(quant.F32, s[0], s[1]); err != nil {
 					return err
 				}
