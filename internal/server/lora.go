@@ -46,6 +46,13 @@ func (s *Server) responseModel(a *kvasir.LoRAAdapter) string {
 	return s.modelName()
 }
 
+// adapterName returns the adapter a model field names (nil: the base, or a name the
+// request's validation refuses).
+func (s *Server) adapterName(name string) *kvasir.LoRAAdapter {
+	a, _ := s.adapterOf(name)
+	return a
+}
+
 // loraCards are the /v1/models entries of the loaded adapters, each with the base model
 // as its parent (vLLM's).
 func (s *Server) loraCards() []modelCard {
