@@ -120,23 +120,36 @@ func (ls *loraSlots) checkAdapter(a *lora.Adapter) error {
 // assign gives each sequence of the batch that names an adapter its slot, choosing slots
 // to fill (recorded in pending) for adapters not resident, and writes the step's
 // LoRASlots and LoRARanks into meta; a batch without adapters leaves them nil.
-func (ls *loraSlots) assign(b *Batch, meta *backend.StepMeta) error {
+func (ls *loraSlots) assign(b *Batch, meta *backend.StepMeta) (err error) {
 	meta.LoRASlots, meta.LoRARanks, ls.pending = meta.LoRASlots[:0], nil, ls.pending[:0]
+	defer func() {
+		if err != nil {
+			// The slots chosen so far hold nothing of their new adapters yet.
+			for _, s := range ls.pending {
+				ls.resident[s], ls.ranks[s] = nil, 0
+			}
+			ls.pending = ls.pending[:0]
+		}
+	}()
 	ls.clock++
 	used := false
+	// The resident adapters the step uses first, so that none of them is replaced by one
+	// the step pages in.
+	for _, q := range b.Seqs {
+		if q.Adapter == nil {
+			continue
+		}
+		used = true
+		if s := ls.slotOf(q.Adapter); s >= 0 {
+			ls.lastUse[s] = ls.clock
+		}
+	}
 	for i, q := range b.Seqs {
 		a := q.Adapter
 		if a == nil {
 			continue
 		}
-		used = true
-		slot := -1
-		for s, r := range ls.resident {
-			if r == a {
-				slot = s
-				break
-			}
-		}
+		slot := ls.slotOf(a)
 		if slot < 0 {
 			if err := ls.checkAdapter(a); err != nil {
 				return fmt.Errorf("sequence %d: %w", i, err)
@@ -166,11 +179,7 @@ func (ls *loraSlots) assign(b *Batch, meta *backend.StepMeta) error {
 	for _, q := range b.Seqs {
 		slot := int32(-1)
 		if q.Adapter != nil {
-			for s, r := range ls.resident {
-				if r == q.Adapter {
-					slot = int32(s)
-				}
-			}
+			slot = int32(ls.slotOf(q.Adapter))
 		}
 		for range q.QueryLen {
 			meta.LoRASlots = append(meta.LoRASlots, slot)
@@ -178,6 +187,16 @@ func (ls *loraSlots) assign(b *Batch, meta *backend.StepMeta) error {
 	}
 	meta.LoRARanks = ls.ranks
 	return nil
+}
+
+// slotOf returns the slot holding a, or -1.
+func (ls *loraSlots) slotOf(a *lora.Adapter) int {
+	for s, r := range ls.resident {
+		if r == a {
+			return s
+		}
+	}
+	return -1
 }
 
 // pageIn copies the adapters of the pending slots into the banks (inside Run): each

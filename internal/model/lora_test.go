@@ -235,6 +235,18 @@ func TestLoRASlotsPage(t *testing.T) {
 	if _, err := paged.Forward(b, pkv); err == nil || !strings.Contains(err.Error(), "more adapters than the 1 slots (--max-loras)") {
 		t.Fatalf("two adapters in one slot: %v", err)
 	}
+	// A step of two adapters neither resident (a1 would take the slot, a3 finds none) is
+	// refused too, and leaves no slot claiming an adapter it did not copy in: a1 alone
+	// still gives its logits.
+	a3 := lora.Random(c, 4, 8, []lora.Target{lora.V}, 0.1, 8)
+	a3.Name = "three"
+	b.Seqs[0].Adapter, b.Seqs[1].Adapter = a1, a3
+	if _, err := paged.Forward(b, pkv); err == nil {
+		t.Fatal("two new adapters in one slot accepted")
+	}
+	if got, want := runOne(paged, pkv, a1, 5), runOne(fixed1, kv1, a1, 5); !slices.Equal(got, want) {
+		t.Fatal("logits after a refused step differ")
+	}
 	big := lora.Random(c, 32, 8, []lora.Target{lora.Q}, 0.1, 7)
 	big.Name = "big"
 	b.Seqs[1].Adapter = big
