@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/backend/cpubackend"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/lora"
 	"github.com/kvasir-llm/kvasir/internal/quant"
@@ -257,5 +259,44 @@ func TestLoRASlotsPage(t *testing.T) {
 	plain, pkv2 := loraModel(t, fm, 0, 0)
 	if _, err := plain.Forward(b, pkv2); err == nil || !strings.Contains(err.Error(), "LoRA is not enabled") {
 		t.Fatalf("adapter without LoRA: %v", err)
+	}
+}
+
+// TestLoRAPaddedSteps: on a backend that pads steps to graph shapes (3 sequences run as 4,
+// the padding tokens of no adapter), a batch of the base and two adapters gives the
+// logits of the unpadded steps, and the steps with adapters go to RunStep as steps of
+// their own kind.
+func TestLoRAPaddedSteps(t *testing.T) {
+	fm, _ := openStories(t, "stories260K.gguf")
+	c := fm.Config
+	a1 := lora.Random(c, 8, 16, []lora.Target{lora.Q, lora.V, lora.Up}, 0.08, 11)
+	a2 := lora.Random(c, 16, 16, []lora.Target{lora.K, lora.O, lora.Down}, 0.08, 12)
+	runs := []loraRun{{prompt: []int32{1, 30, 40}, table: []int32{0, 1}}, {prompt: []int32{1, 50}, adapter: a1, table: []int32{2, 3}},
+		{prompt: []int32{1, 60, 70, 80}, adapter: a2, table: []int32{4, 5}}}
+	plain, pkv := loraModel(t, fm, 2, 16)
+	want, wantLogits := generateLoRA(t, plain, pkv, runs, 8)
+	pb := &padBackend{Backend: cpubackend.New(2)}
+	t.Cleanup(func() { pb.Close() })
+	padded, err := New(fm, Options{Backends: []backend.Backend{pb}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(padded.Close)
+	if err := padded.EnableLoRA(2, 16); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := padded.NewKVCache(32, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, gotLogits := generateLoRA(t, padded, kv, runs, 8)
+	for i := range runs {
+		if !slices.Equal(got[i], want[i]) {
+			t.Errorf("request %d: padded %v, unpadded %v", i, got[i], want[i])
+		}
+		closeLogits(t, fmt.Sprintf("request %d padded", i), gotLogits[i], wantLogits[i])
+	}
+	if pb.steps == 0 {
+		t.Fatal("no step went to RunStep")
 	}
 }

@@ -132,9 +132,9 @@ func (s *shard) weightBytesPerToken() int64 {
 	return n
 }
 
-// prepare fills s.meta from a checked batch, padded to the backend's graph shape when the
-// backend replays steps like it as graphs (a step with adapters runs as it is), and
-// assigns the adapters the batch names their slots.
+// prepare fills s.meta from a checked batch, with the slots of the adapters the batch
+// names, padded to the backend's graph shape when the backend replays steps like it as
+// graphs.
 func (s *shard) prepare(b *Batch, blockSize int) error {
 	b.fillMeta(&s.meta, blockSize)
 	s.meta.LoRASlots, s.meta.LoRARanks = nil, nil
@@ -150,19 +150,22 @@ func (s *shard) prepare(b *Batch, blockSize int) error {
 	if !slices.ContainsFunc(s.mass, func(m []float32) bool { return m != nil }) {
 		s.mass, s.massFrom = s.mass[:0], s.massFrom[:0]
 	}
-	if g, ok := s.be.(backend.StepGrapher); ok && !s.stepLoRA() {
+	if g, ok := s.be.(backend.StepGrapher); ok {
 		s.padStep(g, blockSize)
 	}
 	return nil
 }
 
 // graphOwner names the buffers a captured step uses, the shard's (weights, activations)
-// and the cache's, and whether the step ends with the output norm and the logits rows'
-// gather (out), which a step without output leaves out.
+// and the cache's, whether the step ends with the output norm and the logits rows'
+// gather (out), which a step without output leaves out, and whether it runs the adapters'
+// updates (lora: their ops read the slots' weights in place, which paging rewrites
+// between replays).
 type graphOwner struct {
-	s   *shard
-	kv  backend.KVCache
-	out bool
+	s    *shard
+	kv   backend.KVCache
+	out  bool
+	lora bool
 }
 
 // stepOut is where a step's output goes: of the step's first n logits rows, the logits
@@ -274,8 +277,8 @@ func (s *shard) forward(kv backend.KVCache, out stepOut) error {
 		}
 		return nil
 	}
-	if g, ok := be.(backend.StepGrapher); ok && !s.stepLoRA() {
-		return g.RunStep(st, graphOwner{s: s, kv: kv, out: wantOut}, ops)
+	if g, ok := be.(backend.StepGrapher); ok {
+		return g.RunStep(st, graphOwner{s: s, kv: kv, out: wantOut, lora: s.stepLoRA()}, ops)
 	}
 	return ops()
 }
