@@ -20,16 +20,31 @@ func init() {
 	registerBench(benchmark{name: "lora", summary: "throughput of N requests spread over K LoRA adapters in one batch, against the base model alone", run: benchLoRA})
 }
 
-// loraBenchResult is bench lora's JSON: every pair of runs and the median of the ratios
-// of their output throughputs.
+// loraBenchResult is bench lora's JSON: every pair of runs, the median of the ratios of
+// their output throughputs, and the same of the process CPU time per output token (base
+// over LoRA: what one output token of the base costs as a share of one with adapters,
+// steadier than wall time on a shared machine; absent where CPU time is not read).
 type loraBenchResult struct {
-	Adapters int                   `json:"adapters"`
-	Rank     int                   `json:"rank"`
-	Targets  string                `json:"targets"`
-	Base     []bench.OfflineResult `json:"base"`
-	LoRA     []bench.OfflineResult `json:"lora"`
-	Ratios   []float64             `json:"output_throughput_ratios"`
-	Ratio    float64               `json:"median_output_throughput_ratio"`
+	Adapters  int                   `json:"adapters"`
+	Rank      int                   `json:"rank"`
+	Targets   string                `json:"targets"`
+	Base      []bench.OfflineResult `json:"base"`
+	LoRA      []bench.OfflineResult `json:"lora"`
+	BaseCPUms []float64             `json:"base_cpu_ms_per_output_token,omitempty"`
+	LoRACPUms []float64             `json:"lora_cpu_ms_per_output_token,omitempty"`
+	Ratios    []float64             `json:"output_throughput_ratios"`
+	Ratio     float64               `json:"median_output_throughput_ratio"`
+	CPURatios []float64             `json:"cpu_per_token_ratios,omitempty"`
+	CPURatio  float64               `json:"median_cpu_per_token_ratio,omitempty"`
+}
+
+// median returns the median of v (the upper one of an even count; 0 for none).
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(v))
+	return s[len(s)/2]
 }
 
 func benchLoRA(args []string) error {
@@ -100,26 +115,39 @@ func benchLoRA(args []string) error {
 		loraReqs[i].Adapter = adapters[i%len(adapters)]
 	}
 	res := loraBenchResult{Adapters: *k, Rank: *rank, Targets: *targets}
+	// run runs the requests once, returning the result and the CPU ms per output token
+	// (0 when CPU time is not read).
+	run := func(rs []bench.OfflineRequest) (bench.OfflineResult, float64) {
+		c0, ok0 := bench.ProcessCPU()
+		r := bench.Offline(ctx, e, rs, 0, params)
+		c1, ok1 := bench.ProcessCPU()
+		if !ok0 || !ok1 || r.TotalOutputTokens == 0 {
+			return r, 0
+		}
+		return r, float64((c1 - c0).Microseconds()) / 1e3 / float64(r.TotalOutputTokens)
+	}
 	for r := range *repeats {
 		// Pairs alternate their order, so that a drift of the machine's speed weighs on
 		// both sides alike.
 		var base, withLoRA bench.OfflineResult
+		var baseCPU, loraCPU float64
 		if r%2 == 0 {
-			base = bench.Offline(ctx, e, reqs, 0, params)
-			withLoRA = bench.Offline(ctx, e, loraReqs, 0, params)
+			base, baseCPU = run(reqs)
+			withLoRA, loraCPU = run(loraReqs)
 		} else {
-			withLoRA = bench.Offline(ctx, e, loraReqs, 0, params)
-			base = bench.Offline(ctx, e, reqs, 0, params)
+			withLoRA, loraCPU = run(loraReqs)
+			base, baseCPU = run(reqs)
 		}
 		res.Base, res.LoRA = append(res.Base, base), append(res.LoRA, withLoRA)
 		if base.OutputThroughput > 0 {
 			res.Ratios = append(res.Ratios, withLoRA.OutputThroughput/base.OutputThroughput)
 		}
+		if baseCPU > 0 && loraCPU > 0 {
+			res.BaseCPUms, res.LoRACPUms = append(res.BaseCPUms, baseCPU), append(res.LoRACPUms, loraCPU)
+			res.CPURatios = append(res.CPURatios, baseCPU/loraCPU)
+		}
 	}
-	if len(res.Ratios) > 0 {
-		sorted := slices.Sorted(slices.Values(res.Ratios))
-		res.Ratio = sorted[len(sorted)/2]
-	}
+	res.Ratio, res.CPURatio = median(res.Ratios), median(res.CPURatios)
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
@@ -134,7 +162,13 @@ func benchLoRA(args []string) error {
 		b, l := res.Base[i], res.LoRA[i]
 		fmt.Printf("pair %d: base %d requests (%d failed) %.1f output tok/s, TPOT %.2f ms; lora %d requests (%d failed) %.1f output tok/s, TPOT %.2f ms; ratio %.3f\n",
 			i+1, b.Completed, b.Failed, b.OutputThroughput, b.MeanTPOTms, l.Completed, l.Failed, l.OutputThroughput, l.MeanTPOTms, l.OutputThroughput/max(b.OutputThroughput, 1e-9))
+		if i < len(res.CPURatios) {
+			fmt.Printf("        CPU per output token: base %.2f ms, lora %.2f ms; ratio %.3f\n", res.BaseCPUms[i], res.LoRACPUms[i], res.CPURatios[i])
+		}
 	}
 	fmt.Printf("ratio: %.3f of the base's output throughput (median of %d pairs)\n", res.Ratio, len(res.Ratios))
+	if len(res.CPURatios) > 0 {
+		fmt.Printf("cpu ratio: %.3f (the base's CPU time per output token over the adapters', median of %d pairs)\n", res.CPURatio, len(res.CPURatios))
+	}
 	return nil
 }
