@@ -259,6 +259,9 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 // here: a *ParamError, or an error wrapping ErrTooLong (with the numbers), ErrQueueFull or
 // ErrClosed.
 func (e *Engine) Generate(ctx context.Context, req Request) (<-chan Output, error) {
+	if err := e.checkAdapter(req.Adapter); err != nil {
+		return nil, err
+	}
 	return e.e.Generate(ctx, req)
 }
 
@@ -271,6 +274,11 @@ func (e *Engine) QueueFull() bool { return e.e.QueueFull() }
 // their number, so that an idle engine never refuses a batch it can ever take. chans[i]
 // carries the outputs of reqs[i], as Generate's channel does.
 func (e *Engine) GenerateAll(ctx context.Context, reqs []Request) ([]<-chan Output, error) {
+	for _, r := range reqs {
+		if err := e.checkAdapter(r.Adapter); err != nil {
+			return nil, err
+		}
+	}
 	return e.e.GenerateAll(ctx, reqs)
 }
 

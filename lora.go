@@ -67,6 +67,21 @@ func enableLoRA(l *Loaded, opt Options) (*lora.Registry, error) {
 	return reg, nil
 }
 
+// checkAdapter refuses, before it reaches a step, a request adapter the engine cannot run:
+// LoRA off, or an adapter made for another base or of a rank above the slots'.
+func (e *Engine) checkAdapter(a *LoRAAdapter) error {
+	if a == nil {
+		return nil
+	}
+	if e.loras == nil {
+		return &ParamError{Param: "model", Message: fmt.Sprintf("adapter %q: the engine was started without LoRA (Options.EnableLoRA, --enable-lora)", a.Name)}
+	}
+	if err := a.Fits(e.l.fm.Config, e.loras.MaxRank()); err != nil {
+		return &ParamError{Param: "model", Message: err.Error()}
+	}
+	return nil
+}
+
 // LoRAEnabled reports whether the engine serves LoRA adapters (Options.EnableLoRA or
 // LoRAModules).
 func (e *Engine) LoRAEnabled() bool { return e.loras != nil }

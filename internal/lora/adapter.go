@@ -176,6 +176,28 @@ func (a *Adapter) check(c format.Config, maxRank int) error {
 	return nil
 }
 
+// Fits reports, without changing the adapter, whether it applies to a base of config c
+// under the rank bound maxRank (0: none): its layer count, every pair's shape and rank.
+func (a *Adapter) Fits(c format.Config, maxRank int) error {
+	if len(a.Layers) != c.Layers {
+		return fmt.Errorf("lora %q: %d layers for a base of %d", a.Name, len(a.Layers), c.Layers)
+	}
+	for l, pairs := range a.Layers {
+		for t, p := range pairs {
+			if p == nil {
+				continue
+			}
+			if in, out := Dims(c, Target(t)); p.In != in || p.Out != out {
+				return fmt.Errorf("lora %q: layer %d %s maps %d to %d features, the base %d to %d", a.Name, l, Target(t), p.In, p.Out, in, out)
+			}
+			if maxRank > 0 && p.Rank > maxRank {
+				return fmt.Errorf("lora %q: rank %d exceeds --max-lora-rank %d", a.Name, p.Rank, maxRank)
+			}
+		}
+	}
+	return nil
+}
+
 // TargetNames returns the PEFT names of the adapter's targets.
 func (a *Adapter) TargetNames() string {
 	names := make([]string, len(a.Targets))

@@ -267,3 +267,24 @@ func FuzzGGUFAdapter(f *testing.F) {
 		}
 	})
 }
+
+func TestFits(t *testing.T) {
+	c := tinyConfig()
+	a := Random(c, 8, 16, []Target{Q, Down}, 0.1, 9)
+	if err := a.Fits(c, 8); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Fits(c, 4); err == nil || !strings.Contains(err.Error(), "rank 8 exceeds --max-lora-rank 4") {
+		t.Errorf("rank: %v", err)
+	}
+	other := c
+	other.FFNDim = 32
+	if err := a.Fits(other, 0); err == nil || !strings.Contains(err.Error(), "down_proj maps 24 to 16 features, the base 32 to 16") {
+		t.Errorf("shape: %v", err)
+	}
+	other = c
+	other.Layers = 3
+	if err := a.Fits(other, 0); err == nil {
+		t.Error("layer count accepted")
+	}
+}
