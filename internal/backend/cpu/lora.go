@@ -115,9 +115,9 @@ func LoRAMatMul(p *Pool, l *LoRA) error {
 			}
 		}
 	})
-	// Columns in chunks of whole cache lines, so that the chunks (and each output's
-	// arithmetic) are the same whatever the batch.
-	const chunk = 64
+	// Columns in chunks of 256 (whole cache lines, few axpy calls), the same whatever the
+	// batch, and so each output's arithmetic.
+	const chunk = 256
 	p.Run((l.OutDim+chunk-1)/chunk, func(c0, c1 int) {
 		start, end := c0*chunk, min(c1*chunk, l.OutDim)
 		for _, sg := range segs {
