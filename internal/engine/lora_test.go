@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
@@ -74,13 +75,15 @@ func TestLoRARequests(t *testing.T) {
 		t.Error("no prefix-cache hits: a request never reused its own adapter's blocks")
 	}
 	// One adapter at a time.
-	maxRunning := 0
+	var maxRunning atomic.Int64 // written on the engine loop
 	e = tm.engineWithHook(t, Config{BlockSize: 16, SchedulerConfig: SchedulerConfig{MaxNumSeqs: 8, MaxNumBatchedTokens: 256, MaxLoRAs: 1}}, func(e *Engine) {
-		maxRunning = max(maxRunning, len(adapterNames(e.sched.running)))
+		if n := int64(len(adapterNames(e.sched.running))); n > maxRunning.Load() {
+			maxRunning.Store(n)
+		}
 	})
 	check("max-loras 1", generate(t, e, reqs))
-	if maxRunning != 1 {
-		t.Errorf("at most %d adapters ran at once, want 1", maxRunning)
+	if n := maxRunning.Load(); n != 1 {
+		t.Errorf("at most %d adapters ran at once, want 1", n)
 	}
 	waitIdle(t, e)
 	if s := e.Stats(); len(s.RunningLoRAs) != 0 || len(s.WaitingLoRAs) != 0 {
