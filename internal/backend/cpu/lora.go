@@ -1,6 +1,9 @@
 package cpu
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // LoRA describes one segmented low-rank update of a projection (multi-LoRA serving): for
 // every token t whose slot s = Slots[t] is >= 0, Out[t] += B_s · (A_s · X[t]) over slot s's
@@ -68,38 +71,18 @@ func LoRAMatMulReference(l *LoRA) error {
 	return nil
 }
 
-// segment is a run of consecutive tokens [start, end) of one adapter slot.
-type segment struct{ start, end, slot int }
-
-// segments splits the tokens into runs of one slot, leaving out tokens without one.
-func segments(slots []int32) []segment {
-	var segs []segment
-	for t := 0; t < len(slots); {
-		end := t + 1
-		for end < len(slots) && slots[end] == slots[t] {
-			end++
-		}
-		if slots[t] >= 0 {
-			segs = append(segs, segment{t, end, int(slots[t])})
-		}
-		t = end
-	}
-	return segs
-}
-
-// LoRAMatMul adds the low-rank updates l describes (see LoRA) on the pool's threads, segment by
-// segment as Punica's SGMV does: the tokens of a run of one adapter (a sequence's prefill
-// chunk, or neighbouring decode tokens of one adapter) share each row of its A and B while
-// it is in cache. The shrink (U = A·x) splits the tokens among the threads, the expand
-// (Out += B·U) the output columns, adding rank after rank a row of Bᵀ scaled by U; each
-// output's sums run in one order whatever the batch, so that a token's result does not
-// depend on its neighbours.
+// LoRAMatMul adds the low-rank updates l describes (see LoRA) on the pool's threads,
+// segment by segment as Punica's SGMV does: the tokens of a run of one adapter (a
+// sequence's prefill chunk, or neighbouring decode tokens of one adapter) share each row of
+// its A and B while it is in cache. The threads split the tokens; each computes its
+// tokens' U = A·x, then adds, rank after rank, a row of Bᵀ scaled by U to each token's
+// output. A token's sums run in one order whatever the batch and whichever thread takes
+// it, so that its result does not depend on its neighbours.
 func LoRAMatMul(p *Pool, l *LoRA) error {
 	if err := l.check(); err != nil {
 		return err
 	}
-	segs := segments(l.Slots)
-	if len(segs) == 0 {
+	if !slices.ContainsFunc(l.Slots, func(s int32) bool { return s >= 0 }) {
 		return nil
 	}
 	dot, axpy := p.kern.dotF32, p.kern.axpy
@@ -114,19 +97,20 @@ func LoRAMatMul(p *Pool, l *LoRA) error {
 				l.U[t*l.MaxRank+j] = dot(l.A[(int(s)*l.MaxRank+j)*l.In:][:l.In], x)
 			}
 		}
-	})
-	// Columns in chunks of 256 (whole cache lines, few axpy calls), the same whatever the
-	// batch, and so each output's arithmetic.
-	const chunk = 256
-	p.Run((l.OutDim+chunk-1)/chunk, func(c0, c1 int) {
-		start, end := c0*chunk, min(c1*chunk, l.OutDim)
-		for _, sg := range segs {
-			for j := range int(l.Ranks[sg.slot]) {
-				b := l.B[(sg.slot*l.MaxRank+j)*l.OutDim:][start:end]
-				for t := sg.start; t < sg.end; t++ {
-					axpy(l.Out[t*l.OutDim:][start:end], l.U[t*l.MaxRank+j], b)
+		for t0 := start; t0 < end; {
+			s, t1 := l.Slots[t0], t0+1
+			for t1 < end && l.Slots[t1] == s {
+				t1++
+			}
+			if s >= 0 {
+				for j := range int(l.Ranks[s]) {
+					b := l.B[(int(s)*l.MaxRank+j)*l.OutDim:][:l.OutDim]
+					for t := t0; t < t1; t++ {
+						axpy(l.Out[t*l.OutDim:][:l.OutDim], l.U[t*l.MaxRank+j], b)
+					}
 				}
 			}
+			t0 = t1
 		}
 	})
 	return nil
