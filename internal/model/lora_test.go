@@ -15,6 +15,7 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/lora"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 	"github.com/kvasir-llm/kvasir/internal/sample"
+	"github.com/kvasir-llm/kvasir/internal/testdata"
 	"github.com/kvasir-llm/kvasir/internal/tokenizer"
 )
 
@@ -298,5 +299,60 @@ func TestLoRAPaddedSteps(t *testing.T) {
 	}
 	if pb.steps == 0 {
 		t.Fatal("no step went to RunStep")
+	}
+}
+
+// TestLoRAHuggingFaceBase: on the real TinyStories-656K Hugging Face folder (q and k rows
+// in the NeoX order, no permutation), a PEFT adapter and a llama.cpp GGUF adapter (whose
+// q and k rows llama.cpp keeps interleaved, permuted back on loading) each give the
+// greedy tokens of their merged-weights model, batched with the base.
+func TestLoRAHuggingFaceBase(t *testing.T) {
+	dirPath := testdata.Path(t, "models/tinystories-656k")
+	fm, err := format.Open(dirPath, format.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fm.Close() })
+	c := fm.Config
+	dir := t.TempDir()
+	peft, gg := filepath.Join(dir, "peft"), filepath.Join(dir, "a.gguf")
+	if err := lora.WritePEFT(peft, lora.Random(c, 8, 16, []lora.Target{lora.Q, lora.K, lora.O, lora.Up}, 0.1, 21), c, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := lora.WriteGGUF(gg, lora.Random(c, 16, 16, []lora.Target{lora.Q, lora.K, lora.V, lora.Down}, 0.3, 22), c); err != nil {
+		t.Fatal(err)
+	}
+	reg := lora.NewRegistry(c, 16)
+	ap, err := reg.Load("peft", peft)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag, err := reg.Load("gguf", gg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := []loraRun{{prompt: []int32{1, 100, 200, 300}, table: []int32{0, 1}}, {prompt: []int32{1, 400, 500}, adapter: ap, table: []int32{2, 3}},
+		{prompt: []int32{1, 600}, adapter: ag, table: []int32{4, 5}}}
+	m, kv := loraModel(t, fm, 2, 16)
+	got, _ := generateLoRA(t, m, kv, runs, 16)
+	for i, r := range runs {
+		mf, err := format.Open(dirPath, format.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { mf.Close() })
+		if r.adapter != nil {
+			mergeInto(t, mf, r.adapter)
+		}
+		mm, mkv := loraModel(t, mf, 0, 0)
+		alone := r
+		alone.adapter = nil
+		want, _ := generateLoRA(t, mm, mkv, []loraRun{alone}, 16)
+		if !slices.Equal(got[i], want[0]) {
+			t.Errorf("request %d: batched %v, merged model alone %v", i, got[i], want[0])
+		}
+	}
+	if plain, _ := generateLoRA(t, m, kv, []loraRun{{prompt: runs[2].prompt, table: []int32{6, 7}}}, 16); slices.Equal(plain[0], got[2]) {
+		t.Errorf("the GGUF adapter left the base's tokens unchanged: %v", plain[0])
 	}
 }
