@@ -26,6 +26,7 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/engine"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
+	"github.com/kvasir-llm/kvasir/internal/lora"
 	"github.com/kvasir-llm/kvasir/internal/model"
 	"github.com/kvasir-llm/kvasir/internal/sample"
 	"github.com/kvasir-llm/kvasir/internal/spec"
@@ -127,6 +128,8 @@ type Engine struct {
 	prefixCaching bool
 	defaults      SamplingDefaults
 	grammars      grammars // structured output's compiled grammars (Constrain)
+	// loras are the LoRA adapters served (nil without LoRA).
+	loras *lora.Registry
 }
 
 // Open opens the model at path (a .gguf file, a llama2.c .bin checkpoint, or a Hugging
@@ -188,6 +191,11 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", fm.Path, err)
 	}
+	// The adapters' slots go before the KV cache, which takes what memory is left.
+	loras, err := enableLoRA(l, opt)
+	if err != nil {
+		return nil, err
+	}
 	blockSize := opt.BlockSize
 	if blockSize <= 0 {
 		blockSize = kvcache.DefaultBlockSize
@@ -231,7 +239,7 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 		NumBlocks: sizing.NumBlocks, BlockSize: blockSize, MaxModelLen: opt.MaxModelLen,
 		SchedulerConfig: engine.SchedulerConfig{
 			MaxNumSeqs: opt.MaxNumSeqs, MaxNumBatchedTokens: opt.MaxNumBatchedTokens,
-			DisableChunkedPrefill: opt.DisableChunkedPrefill,
+			DisableChunkedPrefill: opt.DisableChunkedPrefill, MaxLoRAs: m.LoRASlots(),
 		},
 		DisablePrefixCaching:   opt.DisablePrefixCaching,
 		DisableAsyncScheduling: opt.DisableAsyncScheduling,
@@ -246,7 +254,7 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 		return nil, err
 	}
 	return &Engine{l: l, e: e, spec: sp, sizing: sizing, prefixCaching: !opt.DisablePrefixCaching,
-		defaults: NeutralSampling().With(gen)}, nil
+		defaults: NeutralSampling().With(gen), loras: loras}, nil
 }
 
 // Generate submits a request and returns the channel its outputs arrive on; the channel is
@@ -256,6 +264,9 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 // here: a *ParamError, or an error wrapping ErrTooLong (with the numbers), ErrQueueFull or
 // ErrClosed.
 func (e *Engine) Generate(ctx context.Context, req Request) (<-chan Output, error) {
+	if err := e.checkAdapter(req.Adapter); err != nil {
+		return nil, err
+	}
 	return e.e.Generate(ctx, req)
 }
 
@@ -268,6 +279,11 @@ func (e *Engine) QueueFull() bool { return e.e.QueueFull() }
 // their number, so that an idle engine never refuses a batch it can ever take. chans[i]
 // carries the outputs of reqs[i], as Generate's channel does.
 func (e *Engine) GenerateAll(ctx context.Context, reqs []Request) ([]<-chan Output, error) {
+	for _, r := range reqs {
+		if err := e.checkAdapter(r.Adapter); err != nil {
+			return nil, err
+		}
+	}
 	return e.e.GenerateAll(ctx, reqs)
 }
 

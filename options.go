@@ -74,6 +74,15 @@ type Options struct {
 	// KV cache's blocks (and budget). A drafting sequence's steps do not overlap each other
 	// under asynchronous scheduling.
 	Speculative *SpeculativeConfig
+	// EnableLoRA serves LoRA adapters (vLLM's --enable-lora): LoRAModules at start,
+	// more through Engine.LoadLoRA. MaxLoRAs adapters (DefaultMaxLoRAs when 0) may run in
+	// one step, their weights held in as many slots on the device, the least recently
+	// used replaced first; MaxLoRARank (DefaultMaxLoRARank when 0) bounds their rank.
+	// LoRAModules alone enable it too.
+	EnableLoRA  bool
+	LoRAModules []LoRAModule
+	MaxLoRAs    int
+	MaxLoRARank int
 	// KVPolicy is the KV policy of requests that name none (see KVPolicySpec; the zero
 	// value keeps every token). A request's Request.KVPolicy overrides it, its unset
 	// settings taking these.

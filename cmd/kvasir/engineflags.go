@@ -42,6 +42,7 @@ type engineFlags struct {
 	generationConfig          string
 	speculative               string
 	kvPolicy                  string
+	lora                      *loraFlags
 }
 
 // threadsPerCPU bounds --threads: more CPU workers than this many per core only contend
@@ -75,6 +76,7 @@ func addEngineFlags(fs *flag.FlagSet, scope flagScope) *engineFlags {
 	fs.BoolVar(&f.noAsync, "no-async-scheduling", false, "turn asynchronous scheduling off (plan each step only after the previous one's outputs are out)")
 	fs.StringVar(&f.speculative, "speculative-config", "", `speculative decoding, vLLM's JSON: {"method": "ngram"|"draft_model"|"layer_skip", "num_speculative_tokens": K (1..16), "prompt_lookup_min"/"prompt_lookup_max": N (ngram, default 5), "model": DRAFT (draft_model: a file, folder, hf: or synth: reference), "draft_layers": L (layer_skip), "dynamic": true|false (default true: each sequence's draft length chosen per step)}`)
 	fs.StringVar(&f.kvPolicy, "kv-policy", "full", "KV policy of requests that name none: NAME[:key=value,...]: full (every token kept), or streaming (StreamingLLM: sink_tokens attention sinks (default 4) and a window of the latest blocks within budget_tokens (default 1024), generation going on past the context length), e.g. streaming:budget_tokens=512,sink_tokens=4")
+	f.lora = addLoRAFlags(fs)
 	fs.StringVar(&f.generationConfig, "generation-config", "auto", "default sampling parameters: auto (the model's generation_config.json over vLLM's neutral defaults), vllm (the neutral defaults: temperature 1, top_p 1, top_k off, min_p 0, repetition_penalty 1), or a folder whose generation_config.json to read")
 	return f
 }
@@ -83,6 +85,9 @@ func addEngineFlags(fs *flag.FlagSet, scope flagScope) *engineFlags {
 // as vLLM's `vllm serve MODEL` and llama.cpp take it, parsing the flags after it too:
 // `kvasir serve model.gguf --port 8001` is `kvasir serve -m model.gguf --port 8001`.
 func (f *engineFlags) parse(fs *flag.FlagSet, args []string, minusOne ...string) error {
+	if f.lora != nil {
+		args = expandLoRAModules(args)
+	}
 	if err := parseFlags(fs, args, minusOne...); err != nil {
 		return err
 	}
@@ -141,6 +146,9 @@ func (f *engineFlags) options() (kvasir.Options, error) {
 	}
 	if err := kvasir.CheckKVPolicy(opt.KVPolicy, f.blockSize); err != nil {
 		return opt, fmt.Errorf("--kv-policy: %w", err)
+	}
+	if err := f.lora.apply(&opt); err != nil {
+		return opt, err
 	}
 	if f.speculative != "" {
 		if opt.Speculative, err = kvasir.ParseSpeculativeConfig(f.speculative); err != nil {

@@ -113,6 +113,13 @@ func runServe(args []string) error {
 	}
 	log.Info("engine ready", "model", eng.ModelName(), "max_model_len", eng.MaxModelLen(), "load", time.Since(start).Round(time.Millisecond))
 	log.Info(eng.KVCacheSizing())
+	if eng.LoRAEnabled() {
+		var names []string
+		for _, a := range eng.LoRAs() {
+			names = append(names, fmt.Sprintf("%s (rank %d, %s)", a.Name, a.Rank, a.TargetNames()))
+		}
+		log.Info("lora", "max_loras", eng.MaxLoRAs(), "max_lora_rank", eng.MaxLoRARank(), "adapters", strings.Join(names, "; "))
+	}
 	if line := speculationLine(eng); line != "" {
 		log.Info(line)
 	}

@@ -106,6 +106,11 @@ type StepMeta struct {
 	// TokenTypes, when set, has one entry per token: its segment (BERT's token type id),
 	// read by EncoderOps.EncoderEmbedding; nil means segment 0 throughout.
 	TokenTypes []int32
+	// LoRASlots, when set, has one entry per token: the adapter slot whose low-rank
+	// update LoRAOps.LoRAMatMul adds to its projections, or -1 for none; nil means no
+	// token of the step has an adapter. LoRARanks gives each slot's rank (0 for an empty
+	// slot), one entry per slot.
+	LoRASlots, LoRARanks []int32
 }
 
 // NumTokens returns the number of tokens in the step.
@@ -337,6 +342,28 @@ type SwiGLUMatMuler interface {
 	// MatMulSwiGLU computes out = silu(x · gateᵀ) * (x · upᵀ), as two MatMuls and SwiGLU
 	// would; out is [rows][gate rows].
 	MatMulSwiGLU(out, x, gate, up Tensor) error
+}
+
+// LoRAOps is implemented by backends that add low-rank adapters' updates to a projection's
+// output, for many adapters in one step (multi-LoRA serving, S-LoRA and Punica's
+// segmented gather matmul): each token picks its adapter by StepMeta.LoRASlots.
+//
+// A projection of in to out features keeps its resident adapters in two F32 tensors made by
+// NewTensor with one slot per adapter, each of up to R ranks: a, [slots*R][in], holds slot
+// s's A (rank x in) in rows s*R.., and b, [slots*R][out], its B transposed (rank x out,
+// the adapter's scale folded in) in rows s*R..: both are read a row per rank, along
+// their long side. Ranks beyond a slot's (StepMeta.LoRARanks) are not read.
+type LoRAOps interface {
+	// WriteRows overwrites rows row.. of t (F32, [rows][cols]) with data, a whole number
+	// of rows, after the ops queued so far (a slot paged in); data may be reused once it
+	// returns.
+	WriteRows(t Tensor, row int, data []float32) error
+	// LoRAMatMul adds, for every token t of the step whose slot s = LoRASlots[t] is >= 0,
+	// B_s·(A_s·x[t]) to out[t], over slot s's first LoRARanks[s] ranks. out is
+	// [tokens][out], x [tokens][in], and u, [tokens][R] F32, is scratch for A_s·x[t] (R
+	// is u's row length).
+	// Without LoRASlots it does nothing.
+	LoRAMatMul(out, x, u, a, b Tensor, st Step) error
 }
 
 // KVElementSizer is implemented by backends whose KV cache holds elements of a size of

@@ -36,6 +36,8 @@ type OfflineRequest struct {
 	Prompt     []int32
 	MaxTokens  int
 	Structured *kvasir.StructuredOutput
+	// Adapter, when set, is the LoRA adapter the request runs with.
+	Adapter *kvasir.LoRAAdapter
 }
 
 // OfflineRequests makes the workload of o for engine e with the datasets of bench serve:
@@ -181,7 +183,7 @@ func offlineOne(ctx context.Context, e *kvasir.Engine, r OfflineRequest, params 
 	sent := time.Now()
 	out.Start = sent.Sub(start)
 	params.MaxTokens = r.MaxTokens
-	req := kvasir.Request{PromptTokens: r.Prompt, Params: params}
+	req := kvasir.Request{PromptTokens: r.Prompt, Params: params, Adapter: r.Adapter}
 	if r.Structured != nil {
 		proc, err := e.Constrain(*r.Structured)
 		if err != nil {

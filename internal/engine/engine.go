@@ -401,7 +401,11 @@ func (e *Engine) prepare(req Request) (*request, error) {
 	r := &request{
 		id: req.ID, params: p, n: n, maxTokens: maxTokens, maxLen: maxLen, policy: policy, priority: req.Priority,
 		salt: req.CacheSalt, prompt: prompt, procs: req.Processors, out: newOutbox(), reasons: make([]string, n),
-		clocks: make([]choiceClock, n), arrival: e.cfg.Now(), importKV: req.ImportKV,
+		clocks: make([]choiceClock, n), arrival: e.cfg.Now(), importKV: req.ImportKV, adapter: req.Adapter,
+	}
+	if a := req.Adapter; a != nil {
+		// The adapter's keys and values differ from the base's for the same tokens.
+		r.salt += a.CacheSalt()
 	}
 	if e.tok != nil {
 		// Compiled here, on the submitter's goroutine, not on the engine loop.
@@ -622,6 +626,7 @@ func (e *Engine) publishStats() {
 	s := &e.stats
 	s.Running = len(e.sched.running)
 	s.Waiting = len(e.sched.waiting)
+	s.RunningLoRAs, s.WaitingLoRAs = adapterNames(e.sched.running), adapterNames(e.sched.waiting)
 	s.UsedBlocks = used
 	s.KVUsage = e.kv.Usage()
 	s.Preemptions = e.sched.preemptions

@@ -132,4 +132,7 @@ type Stats struct {
 	AcceptedPerPos                          [MaxSpeculativeTokens]int64
 	// Finished counts finished choices by finish reason.
 	Finished map[string]int64
+	// RunningLoRAs and WaitingLoRAs name the LoRA adapters of the running and the waiting
+	// sequences, each once, sorted (vLLM's lora_requests_info labels).
+	RunningLoRAs, WaitingLoRAs []string
 }

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"github.com/kvasir-llm/kvasir/internal/lora"
 	"math"
 
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
@@ -213,4 +214,8 @@ type Request struct {
 	// instance (prefill/decode disaggregation): the blocks whose hashes match the prompt's
 	// own are taken instead of computed.
 	ImportKV *KVImport
+	// Adapter, when set, is the LoRA adapter the request runs with (the model must have
+	// LoRA enabled); nil runs the base model. Its keys and values are never shared with
+	// the base's or another adapter's through the prefix cache.
+	Adapter *lora.Adapter
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/kvasir-llm/kvasir/internal/lora"
 	"time"
 
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
@@ -24,7 +25,8 @@ type request struct {
 	peakBlocks int
 	priority   int
 	salt       string
-	order      uint64 // arrival order (FCFS tie-break)
+	adapter    *lora.Adapter // nil: the base model
+	order      uint64        // arrival order (FCFS tie-break)
 	prompt     []int32
 	procs      []sample.Stateful // choice 0's stateful processors (Request.Processors)
 	// stops are the stop strings compiled once (nil: none); every choice's matcher walks

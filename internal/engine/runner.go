@@ -115,7 +115,7 @@ func (r *runner) build(plan *stepPlan, mgr *kvcache.Manager) (*batchBuffer, []pl
 			b.SlotMapping = append(b.SlotMapping, table[c/bs]*int32(bs)+int32(c%bs))
 		}
 		b.Seqs = append(b.Seqs, model.Seq{BlockTable: table, QueryStart: qs, QueryLen: sc.numNew, ContextLen: end - sc.dropped,
-			Mass: sc.mass, MassFrom: sc.massFrom})
+			Mass: sc.mass, MassFrom: sc.massFrom, Adapter: seq.req.adapter})
 		for _, o := range sc.rows {
 			b.LogitsIndices = append(b.LogitsIndices, qs+o)
 		}

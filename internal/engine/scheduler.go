@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
+	"github.com/kvasir-llm/kvasir/internal/lora"
 )
 
 // SchedulerConfig are the scheduler's limits.
@@ -16,6 +17,10 @@ type SchedulerConfig struct {
 	// DisableChunkedPrefill makes a prompt wait until its whole remainder fits the step's
 	// budget (a prompt longer than the budget still runs in chunks when alone).
 	DisableChunkedPrefill bool
+	// MaxLoRAs caps the distinct LoRA adapters of the running sequences, so that a step
+	// never needs more than the model's adapter slots (0: no cap). A waiting sequence
+	// of another adapter waits until one of them finishes (vLLM's max_loras).
+	MaxLoRAs int
 }
 
 // scheduled is one sequence's share of a step: numNew tokens from position start on, the
@@ -416,6 +421,9 @@ func (s *scheduler) schedule() (stepPlan, error) {
 		if slots+seq.slots() > s.cfg.MaxNumSeqs {
 			break
 		}
+		if !s.adapterFits(seq) {
+			break
+		}
 		if seq.pending > 0 {
 			// Preempted while a step in flight samples for it: its recomputation needs
 			// that token, which arrives before the next step is planned.
@@ -453,4 +461,32 @@ func (s *scheduler) schedule() (stepPlan, error) {
 		take(seq, numNew, nil)
 	}
 	return plan, nil
+}
+
+// adapterFits reports whether seq may join the running sequences under MaxLoRAs: it runs
+// the base model or an adapter already running, or fewer adapters than the cap run.
+func (s *scheduler) adapterFits(seq *sequence) bool {
+	a := seq.req.adapter
+	if a == nil || s.cfg.MaxLoRAs <= 0 {
+		return true
+	}
+	running := map[*lora.Adapter]bool{}
+	for _, r := range s.running {
+		if r.req.adapter != nil {
+			running[r.req.adapter] = true
+		}
+	}
+	return running[a] || len(running) < s.cfg.MaxLoRAs
+}
+
+// adapterNames returns the names of the adapters of seqs, each once, sorted.
+func adapterNames(seqs []*sequence) []string {
+	var names []string
+	for _, q := range seqs {
+		if a := q.req.adapter; a != nil && !slices.Contains(names, a.Name) {
+			names = append(names, a.Name)
+		}
+	}
+	slices.Sort(names)
+	return names
 }

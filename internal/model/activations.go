@@ -25,6 +25,9 @@ type activations struct {
 	// qSq and kSq hold each token's summed squares of q and k [tokens][1], all-reduced
 	// across the tensor-parallel ranks (a QK norm over the whole projection, split).
 	qSq, kSq backend.Tensor
+	// loraU holds each token's adapter down-projection A·x [tokens][max rank] (with
+	// LoRA enabled).
+	loraU backend.Tensor
 }
 
 // buffer describes one tensor of activations: where it is, its element type and row
@@ -46,6 +49,9 @@ func buffers(a *activations, s *shard) []buffer {
 		{t: &a.q, dtype: quant.F32, cols: q}, {t: &a.att, dtype: quant.F32, cols: q},
 		{t: &a.k, dtype: quant.F32, cols: kv}, {t: &a.v, dtype: quant.F32, cols: kv},
 		{t: &a.last, dtype: quant.F32, cols: c.Dim, perLogits: true},
+	}
+	if s.lora != nil {
+		bs = append(bs, buffer{t: &a.loraU, dtype: quant.F32, cols: s.lora.maxRank})
 	}
 	ffn := c.FFNDim
 	if c.Experts > 0 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/lora"
 )
 
 // Batch is the input of one forward step: the tokens of one or more sequences, concatenated
@@ -43,6 +44,9 @@ type Seq struct {
 	// reports it (backend.AttentionMasser), with the model not split.
 	Mass     []float32
 	MassFrom int
+	// Adapter, when set, is the LoRA adapter whose updates the sequence's projections
+	// take (see Model.EnableLoRA); nil runs the base model.
+	Adapter *lora.Adapter
 }
 
 // check validates a batch against the model's vocabulary and the cache.

@@ -40,6 +40,7 @@ func (m *Model) FirstLayers(n int) (*Model, error) {
 			cfg: cfg, be: s.be, w: &w, experts: s.experts[:n], rope: s.rope, hostRope: s.hostRope, hostRopeLocal: s.hostRopeLocal, scale: s.scale,
 			ropeLocal: s.ropeLocal, layer0: s.layer0,
 			first: s.first, last: s.last, logits: s.logits, tp: s.tp, pp: s.pp, stage: s.stage,
+			lora: s.lora, // a draft of the first layers takes the adapters' updates of those layers
 		})
 	}
 	return v, nil

@@ -330,7 +330,10 @@ func (m *Model) check(b *Batch, kv *KVCache) error {
 	if err := m.failed(); err != nil {
 		return fmt.Errorf("forward: an earlier step of the split model failed: %w", err)
 	}
-	for _, s := range b.Seqs {
+	for i, s := range b.Seqs {
+		if s.Adapter != nil && m.ranks[0].lora == nil {
+			return fmt.Errorf("forward: sequence %d names adapter %q, but LoRA is not enabled (Model.EnableLoRA)", i, s.Adapter.Name)
+		}
 		if s.Mass == nil {
 			continue
 		}
@@ -346,7 +349,9 @@ func (m *Model) check(b *Batch, kv *KVCache) error {
 func (m *Model) run(b *Batch, kv *KVCache, out stepOut, masks MaskFunc) error {
 	if len(m.ranks) == 1 {
 		s := m.ranks[0]
-		s.prepare(b, kv.BlockSize)
+		if err := s.prepare(b, kv.BlockSize); err != nil {
+			return err
+		}
 		return s.run(kv.parts[0], out, masks)
 	}
 	return m.runSplit(b, kv, out, masks)

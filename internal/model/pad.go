@@ -11,6 +11,7 @@ type stepPad struct {
 	index                    []int32 // each real token's place in the padded step
 	starts, ctxs, tables     []int32
 	logits                   []int32
+	lora                     []int32 // the tokens' adapter slots (StepMeta.LoRASlots)
 }
 
 // padStep lays s.meta out in the shape g replays as a graph, when g replays steps like it
@@ -22,8 +23,9 @@ type stepPad struct {
 // which only they read. Padding sequences of q padding tokens with a context of q, all in
 // block 0, fill the bucket. The step takes a logits row for every one of its tokens: the
 // rows asked for first, in their order and moved to their tokens' new places, then the
-// remaining tokens' rows, which are not read back. A step without logits rows is left as
-// it is (its ops differ from a step with them).
+// remaining tokens' rows, which are not read back. Padding tokens take no adapter (LoRA
+// slot -1). A step without logits rows is left as it is (its ops differ from a step with
+// them).
 func (s *shard) padStep(g backend.StepGrapher, blockSize int) {
 	meta := &s.meta
 	n, seqs, rows := meta.NumTokens(), meta.NumSeqs(), len(meta.LogitsIndices)
@@ -39,7 +41,8 @@ func (s *shard) padStep(g backend.StepGrapher, blockSize int) {
 	}
 	p := &s.pad
 	p.tokens, p.positions, p.slots, p.index = p.tokens[:0], p.positions[:0], p.slots[:0], p.index[:0]
-	p.starts, p.ctxs, p.logits = p.starts[:0], p.ctxs[:0], p.logits[:0]
+	p.starts, p.ctxs, p.logits, p.lora = p.starts[:0], p.ctxs[:0], p.logits[:0], p.lora[:0]
+	withLoRA := meta.LoRASlots != nil
 	stride, maxCtx := 0, 0
 	for i := range bucket {
 		ctx := q
@@ -50,11 +53,17 @@ func (s *shard) padStep(g backend.StepGrapher, blockSize int) {
 				p.tokens = append(p.tokens, meta.Tokens[t])
 				p.positions = append(p.positions, meta.Positions[t])
 				p.slots = append(p.slots, meta.SlotMapping[t])
+				if withLoRA {
+					p.lora = append(p.lora, meta.LoRASlots[t])
+				}
 			}
 			ctx = int(meta.ContextLens[i]) + q - int(to-from)
 		}
 		for len(p.tokens) < (i+1)*q {
 			p.tokens, p.positions, p.slots = append(p.tokens, 0), append(p.positions, 0), append(p.slots, -1)
+			if withLoRA {
+				p.lora = append(p.lora, -1)
+			}
 		}
 		p.starts = append(p.starts, int32(i*q))
 		p.ctxs = append(p.ctxs, int32(ctx))
@@ -81,5 +90,8 @@ func (s *shard) padStep(g backend.StepGrapher, blockSize int) {
 	meta.ContextLens, p.ctxs = p.ctxs, meta.ContextLens
 	meta.BlockTables, p.tables = p.tables, meta.BlockTables
 	meta.LogitsIndices, p.logits = p.logits, meta.LogitsIndices
+	if withLoRA {
+		meta.LoRASlots, p.lora = p.lora, meta.LoRASlots
+	}
 	meta.MaxBlocks, meta.MaxQueryLen, meta.MaxContextLen = stride, q, maxCtx
 }

@@ -82,14 +82,16 @@ func (m *Model) runSplit(b *Batch, kv *KVCache, out stepOut, masks MaskFunc) err
 	for r, s := range m.ranks {
 		wg.Go(func() {
 			for _, mb := range mbs {
-				s.prepare(&mb.batch, kv.BlockSize)
+				err := s.prepare(&mb.batch, kv.BlockSize) // no adapters: LoRA refuses a split model
 				var part stepOut
 				var mf MaskFunc
 				if s.logits && maskErrs[r] == nil {
 					part = out.slice(mb.out, len(mb.batch.LogitsIndices), vocab)
 					mf = relay.rows(mb.out, len(mb.batch.LogitsIndices))
 				}
-				err := s.run(kv.parts[r], part, mf)
+				if err == nil {
+					err = s.run(kv.parts[r], part, mf)
+				}
 				var me *maskError
 				if errors.As(err, &me) {
 					maskErrs[r] = err

@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/format"
+	"github.com/kvasir-llm/kvasir/internal/lora"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
@@ -47,6 +48,8 @@ type shard struct {
 	massFrom []int
 	pad      stepPad // a padded step's arrays
 	act      stepBuffers
+	// lora holds the adapters' slots (nil without LoRA; see Model.EnableLoRA).
+	lora *loraSlots
 }
 
 // upload binds and uploads the part's weights and the rotary frequencies (inside Run),
@@ -129,10 +132,17 @@ func (s *shard) weightBytesPerToken() int64 {
 	return n
 }
 
-// prepare fills s.meta from a checked batch, padded to the backend's graph shape when the
-// backend replays steps like it as graphs.
-func (s *shard) prepare(b *Batch, blockSize int) {
+// prepare fills s.meta from a checked batch, with the slots of the adapters the batch
+// names, padded to the backend's graph shape when the backend replays steps like it as
+// graphs.
+func (s *shard) prepare(b *Batch, blockSize int) error {
 	b.fillMeta(&s.meta, blockSize)
+	s.meta.LoRASlots, s.meta.LoRARanks = nil, nil
+	if s.lora != nil {
+		if err := s.lora.assign(b, &s.meta); err != nil {
+			return err
+		}
+	}
 	s.mass, s.massFrom = s.mass[:0], s.massFrom[:0]
 	for _, q := range b.Seqs {
 		s.mass, s.massFrom = append(s.mass, q.Mass), append(s.massFrom, q.MassFrom)
@@ -143,15 +153,19 @@ func (s *shard) prepare(b *Batch, blockSize int) {
 	if g, ok := s.be.(backend.StepGrapher); ok {
 		s.padStep(g, blockSize)
 	}
+	return nil
 }
 
 // graphOwner names the buffers a captured step uses, the shard's (weights, activations)
-// and the cache's, and whether the step ends with the output norm and the logits rows'
-// gather (out), which a step without output leaves out.
+// and the cache's, whether the step ends with the output norm and the logits rows'
+// gather (out), which a step without output leaves out, and whether it runs the adapters'
+// updates (lora: their ops read the slots' weights in place, which paging rewrites
+// between replays).
 type graphOwner struct {
-	s   *shard
-	kv  backend.KVCache
-	out bool
+	s    *shard
+	kv   backend.KVCache
+	out  bool
+	lora bool
 }
 
 // stepOut is where a step's output goes: of the step's first n logits rows, the logits
@@ -213,6 +227,11 @@ func (s *shard) forward(kv backend.KVCache, out stepOut) error {
 	if err != nil {
 		return err
 	}
+	if s.lora != nil {
+		if err := s.lora.pageIn(be); err != nil {
+			return err
+		}
+	}
 	st, err := be.UploadStep(&s.meta)
 	if err != nil {
 		return err
@@ -259,7 +278,7 @@ func (s *shard) forward(kv backend.KVCache, out stepOut) error {
 		return nil
 	}
 	if g, ok := be.(backend.StepGrapher); ok {
-		return g.RunStep(st, graphOwner{s: s, kv: kv, out: wantOut}, ops)
+		return g.RunStep(st, graphOwner{s: s, kv: kv, out: wantOut, lora: s.stepLoRA()}, ops)
 	}
 	return ops()
 }
@@ -367,9 +386,12 @@ func (s *shard) layer(l int, a *activations, kv backend.KVCache, st backend.Step
 	if err != nil {
 		return err
 	}
-	if s.cfg.Experts > 0 {
+	switch {
+	case s.cfg.Experts > 0:
 		err = s.moe(l, a)
-	} else {
+	case s.stepLoRA():
+		err = s.mlpLoRA(l, a.ffnOut, in, a, st)
+	default:
 		err = s.mlp(a.ffnOut, in, a, lw.gate, lw.up, lw.down)
 	}
 	if err != nil {
@@ -389,6 +411,11 @@ func (s *shard) attention(l int, a *activations, in backend.Tensor, kv backend.K
 	be, lw, c := s.be, &s.w.layers[l], s.cfg
 	if err := s.project([]backend.Tensor{a.q, a.k, a.v}, in, []backend.Tensor{lw.q, lw.k, lw.v}); err != nil {
 		return err
+	}
+	for i, out := range []backend.Tensor{a.q, a.k, a.v} {
+		if err := s.addLoRA(l, lora.Q+lora.Target(i), out, in, a, st); err != nil {
+			return err
+		}
 	}
 	if c.QKVBias {
 		if err := be.AddBias(a.q, lw.qBias); err != nil {
@@ -442,6 +469,9 @@ func (s *shard) attention(l int, a *activations, in backend.Tensor, kv backend.K
 		}
 	}
 	if err := be.MatMul(a.ffnOut, a.att, lw.o); err != nil {
+		return err
+	}
+	if err := s.addLoRA(l, lora.O, a.ffnOut, a.att, a, st); err != nil {
 		return err
 	}
 	return s.reduce(a.ffnOut)

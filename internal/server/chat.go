@@ -39,7 +39,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n := max(kreq.Params.N, 1)
-	base := chatResponse{ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: s.modelName()}
+	base := chatResponse{ID: id, Object: "chat.completion", Created: time.Now().Unix(), Model: s.responseModel(kreq.Adapter)}
 	if req.Stream {
 		base.Object = "chat.completion.chunk"
 		s.streamChat(w, ch, base, &req, n, kreq.Params.Logprobs, tools)
@@ -80,6 +80,10 @@ func (s *Server) chatRequest(ctx context.Context, req *chatRequest) (kvasir.Requ
 		maxTokens, maxParam = req.MaxCompletionTokens, "max_completion_tokens"
 	}
 	params, apiErr := req.params(maxTokens, maxParam, 0, s.sampling)
+	if apiErr != nil {
+		return kvasir.Request{}, nil, apiErr
+	}
+	adapter, apiErr := s.adapterOf(req.Model)
 	if apiErr != nil {
 		return kvasir.Request{}, nil, apiErr
 	}
@@ -158,7 +162,8 @@ func (s *Server) chatRequest(ctx context.Context, req *chatRequest) (kvasir.Requ
 	if apiErr := s.cfg.checkLogprobs(lps, logprobsParam(params)); apiErr != nil {
 		return kvasir.Request{}, nil, apiErr
 	}
-	return kvasir.Request{PromptTokens: ids, Params: params, Priority: req.Priority, CacheSalt: req.CacheSalt, Processors: procs, KVPolicy: req.KVPolicy.request()}, tools, nil
+	return kvasir.Request{PromptTokens: ids, Params: params, Priority: req.Priority, CacheSalt: req.CacheSalt, Processors: procs, KVPolicy: req.KVPolicy.request(),
+		Adapter: adapter}, tools, nil
 }
 
 // renderChat validates messages, renders them with the chat template and tokenizes the

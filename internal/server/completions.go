@@ -37,7 +37,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	if req.Logprobs != nil {
 		lp.top = *req.Logprobs
 	}
-	base := completionResponse{ID: id, Object: "text_completion", Created: time.Now().Unix(), Model: s.modelName()}
+	base := completionResponse{ID: id, Object: "text_completion", Created: time.Now().Unix(), Model: s.responseModel(reqs[0].Adapter)}
 	if req.Stream {
 		s.streamCompletion(w, ch, base, &req, n, e, lp)
 		return
@@ -116,6 +116,10 @@ func (s *Server) completionRequests(req *completionRequest) ([]kvasir.Request, *
 	if apiErr != nil {
 		return nil, apiErr
 	}
+	adapter, apiErr := s.adapterOf(req.Model)
+	if apiErr != nil {
+		return nil, apiErr
+	}
 	if req.BestOf != nil && *req.BestOf != max(params.N, 1) {
 		return nil, unsupportedValue("best_of", "best_of other than n is not supported yet: every choice generated is returned")
 	}
@@ -168,7 +172,8 @@ func (s *Server) completionRequests(req *completionRequest) ([]kvasir.Request, *
 	}
 	reqs := make([]kvasir.Request, len(req.Prompt))
 	for i, ids := range prompts {
-		reqs[i] = kvasir.Request{PromptTokens: ids, Params: params, Priority: req.Priority, CacheSalt: req.CacheSalt, Processors: procs, KVPolicy: req.KVPolicy.request()}
+		reqs[i] = kvasir.Request{PromptTokens: ids, Params: params, Priority: req.Priority, CacheSalt: req.CacheSalt, Processors: procs, KVPolicy: req.KVPolicy.request(),
+			Adapter: adapter}
 		// Each prompt's output has a processor of its own, in the same (fresh) state.
 		procs = cloneProcessors(procs)
 	}

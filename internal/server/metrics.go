@@ -198,6 +198,11 @@ func (m *Metrics) attach(eng *kvasir.Engine) error {
 	if err := m.reg.Register(newStatsCollector(m.labels, eng)); err != nil {
 		return fmt.Errorf("metrics: %w", err)
 	}
+	if eng.LoRAEnabled() {
+		if err := m.reg.Register(newLoRACollector(m.labels, eng)); err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+	}
 	return nil
 }
 

@@ -13,6 +13,8 @@ var endpoints = []endpoint{
 	{"/v1/models/{model}", "get", "Retrieve a served model", "OpenAI"},
 	{"/v1/completions", "post", "Create a completion (text or token-id prompts; SSE streaming)", "OpenAI"},
 	{"/v1/chat/completions", "post", "Create a chat completion (tools, structured outputs; SSE streaming)", "OpenAI"},
+	{"/v1/load_lora_adapter", "post", "Load a LoRA adapter: {lora_name, lora_path} (vLLM)", "vLLM"},
+	{"/v1/unload_lora_adapter", "post", "Unload a LoRA adapter: {lora_name} (vLLM)", "vLLM"},
 	{"/tokenize", "post", "Tokenize a prompt or chat messages (vLLM)", "vLLM"},
 	{"/detokenize", "post", "Turn token ids into text (vLLM)", "vLLM"},
 	{"/health", "get", "Health: 200 {\"status\":\"ok\"} while serving, 503 while shutting down", "Server"},

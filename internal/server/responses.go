@@ -255,7 +255,7 @@ func (s *Server) handleResponse(w http.ResponseWriter, r *http.Request) {
 // newResponse is the in-progress response of a request, echoing its settings.
 func (s *Server) newResponse(req *responsesRequest) *responseObject {
 	resp := &responseObject{ID: newID("resp_"), Object: "response", CreatedAt: time.Now().Unix(), Status: "in_progress",
-		Model: s.modelName(), Output: []any{}, Instructions: req.Instructions, MaxOutputTokens: req.MaxOutputTokens,
+		Model: s.responseModel(s.adapterName(req.Model)), Output: []any{}, Instructions: req.Instructions, MaxOutputTokens: req.MaxOutputTokens,
 		Temperature: req.Temperature, TopP: req.TopP, Tools: req.Tools, ToolChoice: req.ToolChoice,
 		ParallelToolCalls: req.ParallelToolCalls == nil || *req.ParallelToolCalls, Store: req.Store == nil || *req.Store,
 		Truncation: "disabled", Metadata: req.Metadata, Text: responseText{Format: &textFormat{Type: "text"}}}

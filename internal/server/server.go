@@ -344,6 +344,8 @@ func (s *Server) routes() {
 	mux.Handle("/v1/responses", method(http.MethodPost, s.handleResponses))
 	mux.Handle("/v1/responses/{id}", method(http.MethodGet, s.handleResponse))
 	mux.Handle("/v1/kv_events", method(http.MethodGet, s.handleKVEvents))
+	mux.Handle("/v1/load_lora_adapter", method(http.MethodPost, s.handleLoadLoRA))
+	mux.Handle("/v1/unload_lora_adapter", method(http.MethodPost, s.handleUnloadLoRA))
 	mux.Handle("/v1/kv_hashes/completions", method(http.MethodPost, s.handleKVHashes(false)))
 	mux.Handle("/v1/kv_hashes/chat/completions", method(http.MethodPost, s.handleKVHashes(true)))
 	mux.Handle("/tokenize", method(http.MethodPost, s.handleTokenize))
@@ -427,17 +429,10 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	})
 }
 
-// checkModel accepts an empty model or one of the served names.
+// checkModel accepts an empty model, one of the served names or a loaded LoRA adapter.
 func (s *Server) checkModel(name string) *APIError {
-	if name == "" {
-		return nil
-	}
-	for _, n := range s.cfg.ModelNames {
-		if n == name {
-			return nil
-		}
-	}
-	return notFound("model", "model_not_found", "the model `%s` does not exist: this server serves %s", name, strings.Join(s.cfg.ModelNames, ", "))
+	_, apiErr := s.adapterOf(name)
+	return apiErr
 }
 
 // modelName is the name responses report.
@@ -485,6 +480,7 @@ func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
 	for _, n := range s.cfg.ModelNames {
 		list.Data = append(list.Data, s.card(n))
 	}
+	list.Data = append(list.Data, s.loraCards()...)
 	writeJSON(w, http.StatusOK, list)
 }
 
@@ -498,7 +494,11 @@ func (s *Server) handleModel(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiErr)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.card(name))
+	card := s.card(name)
+	if a, _ := s.adapterOf(name); a != nil {
+		card.Root, card.Parent = a.Path, s.modelName()
+	}
+	writeJSON(w, http.StatusOK, card)
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {

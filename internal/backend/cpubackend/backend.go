@@ -151,6 +151,9 @@ func (b *Backend) UploadStep(meta *backend.StepMeta) (backend.Step, error) {
 			return nil, fmt.Errorf("cpu step: sequence %d: %d tokens in a context of %d", i, q, meta.ContextLens[i])
 		}
 	}
+	if meta.LoRASlots != nil && len(meta.LoRASlots) != n {
+		return nil, fmt.Errorf("cpu step: %d adapter slots for %d tokens", len(meta.LoRASlots), n)
+	}
 	s := &b.step
 	s.meta = meta
 	s.rope = backend.Rope{}

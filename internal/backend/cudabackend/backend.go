@@ -464,8 +464,11 @@ func (b *Backend) UploadStep(meta *backend.StepMeta) (backend.Step, error) {
 		stride = blockStrideBound(meta.MaxBlocks)
 		tables = b.paddedTables(meta, stride)
 	}
+	if meta.LoRASlots != nil && len(meta.LoRASlots) != n {
+		return nil, fmt.Errorf("cuda step: %d adapter slots for %d tokens", len(meta.LoRASlots), n)
+	}
 	parts := [][]int32{meta.Tokens, meta.Positions, meta.SlotMapping, meta.QueryStarts, meta.ContextLens,
-		tables, meta.LogitsIndices, meta.TokenTypes}
+		tables, meta.LogitsIndices, meta.TokenTypes, meta.LoRASlots, meta.LoRARanks}
 	total := 0
 	for _, p := range parts {
 		total += len(p)
@@ -509,7 +512,8 @@ func (b *Backend) UploadStep(meta *backend.StepMeta) (backend.Step, error) {
 		return nil, fmt.Errorf("cuda step: %w", err)
 	}
 	b.cur = &step{meta: meta, tokens: views[0], positions: views[1], slots: views[2], queryStarts: views[3],
-		contextLens: views[4], blockTables: views[5], logitsIndices: views[6], tokenTypes: views[7], maxBlocks: stride, query: query, graphable: graphable}
+		contextLens: views[4], blockTables: views[5], logitsIndices: views[6], tokenTypes: views[7], loraSlots: views[8], loraRanks: views[9],
+		maxBlocks: stride, query: query, graphable: graphable}
 	return b.cur, nil
 }
 

@@ -117,6 +117,7 @@ type step struct {
 	tokens, positions, slots, queryStarts   cuda.Buffer
 	contextLens, blockTables, logitsIndices cuda.Buffer
 	tokenTypes                              cuda.Buffer // StepMeta.TokenTypes; Len 0 when absent
+	loraSlots, loraRanks                    cuda.Buffer // StepMeta.LoRASlots and LoRARanks; Len 0 when absent
 	// maxBlocks is the block tables' row stride on the device: meta.MaxBlocks, or a bound
 	// of it for a graph step.
 	maxBlocks int
