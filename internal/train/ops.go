@@ -120,7 +120,7 @@ func rope(x []float32, n, seqLen, heads, headDim int, cos, sin []float32, invers
 
 // attnShape describes causal grouped-query attention over a batch of whole sequences.
 type attnShape struct {
-	seqs, seqLen      int
+	seqs, seqLen       int
 	heads, kvHeads, hd int
 }
 
