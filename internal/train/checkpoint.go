@@ -169,6 +169,9 @@ func writeAtomic(path string, fill func(w io.Writer) error) (err error) {
 			os.Remove(tmp.Name())
 		}
 	}()
+	if err = tmp.Chmod(0o644); err != nil {
+		return err
+	}
 	bw := bufio.NewWriterSize(tmp, 1<<20)
 	if err = fill(bw); err != nil {
 		return err

@@ -25,12 +25,20 @@ func matmulT(p *cpu.Pool, out, a []float32, rows, cols int, x []float32, n int) 
 	}
 }
 
-// transpose writes the [cols][rows] transpose of the [rows][cols] matrix a into dst.
+// transpose writes the [cols][rows] transpose of the [rows][cols] matrix a into dst, in
+// square tiles so that both matrices are read and written a cache line at a time.
 func transpose(dst, a []float32, rows, cols int) {
-	for r := 0; r < rows; r++ {
-		row := a[r*cols : (r+1)*cols]
-		for c, v := range row {
-			dst[c*rows+r] = v
+	const tile = 32
+	for r0 := 0; r0 < rows; r0 += tile {
+		r1 := min(r0+tile, rows)
+		for c0 := 0; c0 < cols; c0 += tile {
+			c1 := min(c0+tile, cols)
+			for r := r0; r < r1; r++ {
+				row := a[r*cols+c0 : r*cols+c1]
+				for i, v := range row {
+					dst[(c0+i)*rows+r] = v
+				}
+			}
 		}
 	}
 }

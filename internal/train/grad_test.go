@@ -283,3 +283,22 @@ func TestModelGrad(t *testing.T) {
 		}
 	}
 }
+
+func TestTranspose(t *testing.T) {
+	for _, sh := range [][2]int{{1, 1}, {3, 70}, {65, 33}} {
+		rows, cols := sh[0], sh[1]
+		a := make([]float32, rows*cols)
+		for i := range a {
+			a[i] = float32(i)
+		}
+		d := make([]float32, len(a))
+		transpose(d, a, rows, cols)
+		for r := 0; r < rows; r++ {
+			for c := 0; c < cols; c++ {
+				if d[c*rows+r] != a[r*cols+c] {
+					t.Fatalf("%dx%d: [%d][%d] = %v, want %v", rows, cols, c, r, d[c*rows+r], a[r*cols+c])
+				}
+			}
+		}
+	}
+}
