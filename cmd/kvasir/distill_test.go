@@ -143,4 +143,20 @@ func TestDistillResumeWritesTheSameModel(t *testing.T) {
 	if _, err := s.Score([]int32{1, 400, 20, 7}); err != nil {
 		t.Fatal(err)
 	}
+	// The written student continues as --student MODEL, into a Hugging Face folder.
+	hf := filepath.Join(dir, "c", "hf")
+	_, log = runWithIO(t, "", func() error {
+		return runDistill([]string{"--teacher", teacher, "--student", a, "--data", data, "-o", hf, "--steps", "2", "--batch", "2", "--ctx", "16", "--quiet"})
+	})
+	if !strings.Contains(log, "trained to step 2") {
+		t.Fatalf("continuing from %s:\n%s", a, log)
+	}
+	hm, err := format.Open(hf, format.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hm.Close()
+	if hm.Config.Dim != 16 || hm.Config.ContextLen != 16 || hm.Vocab == nil || len(hm.Vocab.Tokens) != len(tf.Vocab.Tokens) {
+		t.Fatalf("continued student: %+v", hm.Config)
+	}
 }

@@ -107,11 +107,21 @@ func (t *Trainer) LoadCheckpoint(path string) error {
 			return fmt.Errorf("checkpoint %s: tensor %d is %s of %d values, want %s of %d", path, i, h.Params[i].Name, h.Params[i].Size, p.Name, len(p.W))
 		}
 	}
-	for _, group := range [][][]float32{weightsOf(ps), t.state.m, t.state.v} {
+	// Read everything before touching the trainer, so that a truncated file changes nothing.
+	groups := [][][]float32{weightsOf(ps), t.state.m, t.state.v}
+	read := make([][][]float32, len(groups))
+	for g, group := range groups {
 		for _, x := range group {
-			if err := readFloats(r, x); err != nil {
+			y := make([]float32, len(x))
+			if err := readFloats(r, y); err != nil {
 				return fmt.Errorf("checkpoint %s: %w", path, err)
 			}
+			read[g] = append(read[g], y)
+		}
+	}
+	for g, group := range groups {
+		for i, x := range group {
+			copy(x, read[g][i])
 		}
 	}
 	t.Step = h.Step
@@ -251,7 +261,7 @@ func LoadTopK(path, key string) (t TopK, ok bool, err error) {
 	if err != nil {
 		return TopK{}, false, err
 	}
-	if k == 0 || pos*uint64(k)*8 > uint64(st.Size()) {
+	if k == 0 || pos > uint64(st.Size())/(uint64(k)*8) {
 		return TopK{}, false, fmt.Errorf("teacher cache %s: %d positions x k=%d do not fit its %d bytes", path, pos, k, st.Size())
 	}
 	count := int(pos) * int(k)

@@ -148,6 +148,22 @@ func TestResumeReproducesTheRun(t *testing.T) {
 			}
 		}
 	}
+	// A truncated checkpoint is refused and changes nothing.
+	whole, err := os.ReadFile(ckpt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := filepath.Join(t.TempDir(), "cut.bin")
+	os.WriteFile(cut, whole[:len(whole)-8], 0o644)
+	before := append([]float32(nil), resumed.Model.Embed...)
+	if err := resumed.LoadCheckpoint(cut); err == nil {
+		t.Fatal("a truncated checkpoint loaded")
+	}
+	for i, v := range before {
+		if resumed.Model.Embed[i] != v || resumed.Step != 6 {
+			t.Fatal("a refused checkpoint changed the trainer")
+		}
+	}
 	// A checkpoint of other options or data is refused.
 	other := opt
 	other.Opt.LR *= 2
