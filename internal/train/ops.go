@@ -181,13 +181,13 @@ func attentionBackward(p *cpu.Pool, dq, dk, dv, dout, probs, q, k, v []float32, 
 				for t := 0; t < T; t++ {
 					qt := q[(b*T+t)*qw+h*a.hd:][:a.hd]
 					dqt := dq[(b*T+t)*qw+h*a.hd:][:a.hd]
-					dot_ := dout[(b*T+t)*qw+h*a.hd:][:a.hd]
+					doT := dout[(b*T+t)*qw+h*a.hd:][:a.hd]
 					pr := probs[((b*a.heads+h)*T+t)*T:][:T]
 					var pdp float32
 					for j := 0; j <= t; j++ {
-						dp[j] = dot(dot_, v[(b*T+j)*kw+kh*a.hd:][:a.hd])
+						dp[j] = dot(doT, v[(b*T+j)*kw+kh*a.hd:][:a.hd])
 						pdp += pr[j] * dp[j]
-						axpy(dv[(b*T+j)*kw+kh*a.hd:][:a.hd], dot_, pr[j])
+						axpy(dv[(b*T+j)*kw+kh*a.hd:][:a.hd], doT, pr[j])
 					}
 					clear(dqt)
 					for j := 0; j <= t; j++ {
