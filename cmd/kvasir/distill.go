@@ -47,7 +47,7 @@ func runDistill(args []string) error {
 	resume := fs.Bool("resume", false, "continue from the checkpoint in --checkpoint-dir (same student, data and options)")
 	threads := fs.Int("threads", 0, "CPU threads (0: all cores)")
 	quiet := fs.Bool("quiet", false, "no progress bars (the log lines stay)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *teacherRef == "" || *studentRef == "" || *dataPath == "" || *out == "" {
@@ -73,8 +73,6 @@ func runDistill(args []string) error {
 		return fmt.Errorf("--temperature %g: want > 0", *temp)
 	case *lr <= 0 || *minLR < 0:
 		return fmt.Errorf("--lr %g, --min-lr %g: want a positive rate", *lr, *minLR)
-	case *every < 0 || *warmup < 0 || *stopAt < 0:
-		return fmt.Errorf("--checkpoint-every, --warmup and --stop-at must not be negative")
 	}
 	if *ckptDir == "" {
 		*ckptDir = strings.TrimSuffix(*out, "/") + ".ckpt"

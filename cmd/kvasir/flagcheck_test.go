@@ -44,6 +44,7 @@ func TestNegativeFlagsRefused(t *testing.T) {
 		{"bench offline", func(a []string) error { return runBench(append([]string{"offline"}, a...)) }, []string{"extra"}},
 		{"bench serve", func(a []string) error { return runBench(append([]string{"serve"}, a...)) }, []string{"extra"}},
 		{"router", runRouter, []string{"extra"}},
+		{"distill", runDistill, []string{"extra"}},
 	}
 	for _, c := range commands {
 		help := captureStderr(t, func() { c.run([]string{"-h"}) })
