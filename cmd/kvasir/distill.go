@@ -89,6 +89,9 @@ func runDistill(args []string) error {
 	if strings.TrimSpace(string(text)) == "" {
 		return fmt.Errorf("--data %s: the training text is empty", *dataPath)
 	}
+	if most := threadsPerCPU * runtime.NumCPU(); *threads > most {
+		return fmt.Errorf("--threads %d: at most %d (%d per CPU core of the %d here)", *threads, most, threadsPerCPU, runtime.NumCPU())
+	}
 	if *threads <= 0 {
 		*threads = runtime.NumCPU()
 	}

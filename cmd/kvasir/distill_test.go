@@ -63,6 +63,8 @@ func TestDistillRefuses(t *testing.T) {
 		{[]string{"--teacher", teacher, "--student", config, "--data", data, "--alpha", "1.5"}, "--alpha"},
 		{[]string{"--teacher", teacher, "--student", config, "--data", data, "--steps", "-1"}, "--steps"},
 		{[]string{"--teacher", teacher, "--data", data}, "required"},
+		{[]string{"--teacher", teacher, "--student", config, "--data", data, "--threads", "100000"}, "--threads 100000"},
+		{[]string{"--teacher", teacher, "--student", config, "--data", data, "--lr", "NaN"}, "--lr NaN"},
 	}
 	for _, c := range cases {
 		runWithIO(t, "", func() error {
