@@ -47,6 +47,7 @@ func TestNegativeFlagsRefused(t *testing.T) {
 		{"compress", runCompress, []string{"extra"}},
 		{"bench compress", func(a []string) error { return runBench(append([]string{"compress"}, a...)) }, []string{"extra"}},
 		{"bench sot", func(a []string) error { return runBench(append([]string{"sot"}, a...)) }, []string{"extra"}},
+		{"distill", runDistill, []string{"extra"}},
 	}
 	for _, c := range commands {
 		help := captureStderr(t, func() { c.run([]string{"-h"}) })
