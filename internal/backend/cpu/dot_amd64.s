@@ -1,6 +1,7 @@
 //go:build amd64
 
 #include "textflag.h"
+#include "dot_amd64.h"
 
 // func cpuidECX1() uint32
 TEXT ·cpuidECX1(SB), NOSPLIT, $0-4
@@ -9,13 +10,6 @@ TEXT ·cpuidECX1(SB), NOSPLIT, $0-4
 	CPUID
 	MOVL CX, ret+0(FP)
 	RET
-
-// HSUM reduces the 8 floats of Y0 to X0's low lane (clobbers X1).
-#define HSUM \
-	VEXTRACTF128 $1, Y0, X1 \
-	VADDPS       X1, X0, X0 \
-	VHADDPS      X0, X0, X0 \
-	VHADDPS      X0, X0, X0
 
 // func dotF32AVX2(w, x *float32, n int) float32   (n % 8 == 0)
 TEXT ·dotF32AVX2(SB), NOSPLIT, $0-28
@@ -235,40 +229,8 @@ q4kloop:
 	PREFETCHT0 2048(SI)
 	PREFETCHT0 2112(SI)
 	PREFETCHT0 2176(SI)
-	// d*dx and dmin*dx.
-	MOVL         (SI), AX
-	VMOVD        AX, X9
-	VCVTPH2PS    X9, X9
-	VBROADCASTSS (DI), X10
-	VMULPS       X10, X9, X9
-	VMOVSHDUP    X9, X11
-	VBROADCASTSS X9, Y9   // d
-	VBROADCASTSS X11, Y11 // dmin
-
-	// Unpack the 6-bit scales (u0', u1' -> R8) and mins (u2', u3' -> R9).
-	MOVL  4(SI), R8  // u0
-	MOVL  8(SI), R9  // u1
-	MOVL  12(SI), R10 // u2
-	MOVL  R10, R11
-	SHRL  $4, R11
-	ANDL  $0x0f0f0f0f, R11
-	MOVL  R9, R12
-	SHRL  $6, R12
-	ANDL  $0x03030303, R12
-	SHLL  $4, R12
-	ORL   R12, R11        // u3' (mins 4..7)
-	ANDL  $0x3f3f3f3f, R9 // u2' (mins 0..3)
-	ANDL  $0x0f0f0f0f, R10
-	MOVL  R8, R12
-	SHRL  $6, R12
-	ANDL  $0x03030303, R12
-	SHLL  $4, R12
-	ORL   R12, R10        // u1' (scales 4..7)
-	ANDL  $0x3f3f3f3f, R8 // u0' (scales 0..3)
-	SHLQ  $32, R10
-	ORQ   R10, R8
-	SHLQ  $32, R11
-	ORQ   R11, R9
+	// d*dx, dmin*dx, the 6-bit scales (R8) and mins (R9).
+	Q4K_HEAD
 
 	// Scales as int16 to 0(SP).
 	VMOVQ     R8, X1
@@ -276,12 +238,7 @@ q4kloop:
 	VMOVDQU   X1, 0(SP)
 
 	// Mins: m_j * (bsums[2j] + bsums[2j+1]) in int32 lanes; subtract dmin * that.
-	VMOVQ       R9, X2
-	VPUNPCKLBW  X2, X2, X2
-	VPMOVZXBW   X2, Y2
-	VPMADDWD    260(DI), Y2, Y2
-	VCVTDQ2PS   Y2, Y2
-	VFNMADD231PS Y2, Y11, Y0
+	Q4K_MINS
 
 	VPXOR Y8, Y8, Y8
 	Q4K_CHUNK(16, 4, 36, 0, 2)
@@ -421,16 +378,6 @@ cvtbf16loop:
 	JNZ       cvtbf16loop
 	VZEROUPPER
 	RET
-
-// ROWS4_STORE writes the sums of accumulators Y0..Y3 to the 4 floats at (DX).
-#define ROWS4_STORE \
-	VHADDPS      Y1, Y0, Y0 \
-	VHADDPS      Y3, Y2, Y2 \
-	VHADDPS      Y2, Y0, Y0 \
-	VEXTRACTF128 $1, Y0, X1 \
-	VADDPS       X1, X0, X0 \
-	VMOVUPS      X0, (DX) \
-	VZEROUPPER
 
 // Constants of expAVX2 (float32 bit patterns).
 #define EXP_HI   $0x42b00000 // 88.0

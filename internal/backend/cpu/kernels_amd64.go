@@ -204,20 +204,18 @@ func dotBF16AVX2Slice(w []byte, x []float32) float32 {
 	return s
 }
 
-func dotQ4KAVX2Slice(w, x []byte, nb int) float32 {
-	if nb <= 0 {
-		return 0
-	}
-	_, _ = w[nb*q4KBytes-1], x[nb*q8KBytes-1]
-	return dotQ4KAVX2(unsafe.SliceData(w), unsafe.SliceData(x), nb)
-}
+func dotQ4KAVX2Slice(w, x []byte, nb int) float32 { return dotKAVX2(dotQ4KAVX2, q4KBytes, w, x, nb) }
 
-func dotQ6KAVX2Slice(w, x []byte, nb int) float32 {
+func dotQ6KAVX2Slice(w, x []byte, nb int) float32 { return dotKAVX2(dotQ6KAVX2, q6KBytes, w, x, nb) }
+
+// dotKAVX2 checks the bounds of a K-quant dot kernel with weight blocks of wb bytes
+// (activations in Q8_K) and calls it.
+func dotKAVX2(kernel func(w, x *byte, nb int) float32, wb int, w, x []byte, nb int) float32 {
 	if nb <= 0 {
 		return 0
 	}
-	_, _ = w[nb*q6KBytes-1], x[nb*q8KBytes-1]
-	return dotQ6KAVX2(unsafe.SliceData(w), unsafe.SliceData(x), nb)
+	_, _ = w[nb*wb-1], x[nb*q8KBytes-1]
+	return kernel(unsafe.SliceData(w), unsafe.SliceData(x), nb)
 }
 
 func axpyAVX2Slice(y []float32, a float32, x []float32) {

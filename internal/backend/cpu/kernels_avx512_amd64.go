@@ -44,11 +44,19 @@ func avx512Kernels() *kernels {
 	k.tileQ4_0 = func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
 		q0TileAVX2(q4Tile16AVX512, q4Tile8AVX512, q0Steps4, 32, wd, pw, dw, xp, xs, nb, acc)
 	}
+	k.dotQ4K = func(w, x []byte, nb int) float32 { return dotKAVX2(dotQ4KAVX512, q4KBytes, w, x, nb) }
+	k.dotQ6K = func(w, x []byte, nb int) float32 { return dotKAVX2(dotQ6KAVX512, q6KBytes, w, x, nb) }
 	return k
 }
 
-// Assembly kernels of the avx512 set (rows8_amd64.s, gemm_q0_avx512_amd64.s), with the
-// arguments of the avx2 kernels they replace.
+// Assembly kernels of the avx512 set (rows8_amd64.s, gemm_q0_avx512_amd64.s,
+// dotk_avx512_amd64.s), with the arguments of the avx2 kernels they replace.
+
+//go:noescape
+func dotQ4KAVX512(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ6KAVX512(w, x *byte, nb int) float32
 
 //go:noescape
 func rows8Q8_0VNNI(w *byte, stride int, x *byte, nb int, out *float32)
