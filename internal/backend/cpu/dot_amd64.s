@@ -344,6 +344,92 @@ q6kloop:
 	MOVSS X0, ret+24(FP)
 	RET
 
+// Q50_BLOCK adds the products of the Q5_0 block at off(SI) with the Q8_0 block at xoff(DI)
+// to the float sums in acc: the 5-bit quants q (nibbles of qs, OR 0x10 where qh has the
+// element's bit: bytes of qh spread by VPSHUFB, each lane's bit tested by OR with a mask
+// of all other bits and a compare with all ones) meet the activations x in VPMADDUBSW,
+// 16*x is taken off the pairs (q-16)*x, VPMADDWD sums them into int32 lanes, which are
+// converted and multiplied by d_w*d_x (clobbers X1-X7; Y10 holds 0x10 bytes, Y11 the bit
+// masks, Y12 the spreading shuffle, Y13 int16 ones, Y14 0x0f bytes, Y15 all ones).
+#define Q50_BLOCK(off, xoff, acc) \
+	MOVWLZX      off(SI), AX \
+	VMOVD        AX, X1 \
+	VPINSRW      $1, xoff(DI), X1, X1 \
+	VCVTPH2PS    X1, X1 \
+	VMOVSHDUP    X1, X2 \
+	VMULSS       X2, X1, X1 \
+	VBROADCASTSS X1, Y1 \
+	VPBROADCASTD off+2(SI), Y2 \
+	VPSHUFB      Y12, Y2, Y2 \
+	VPOR         Y11, Y2, Y2 \
+	VPCMPEQB     Y15, Y2, Y2 \
+	VPAND        Y10, Y2, Y2 \
+	VMOVDQU      off+6(SI), X3 \
+	VPSRLW       $4, X3, X4 \
+	VINSERTI128  $1, X4, Y3, Y3 \
+	VPAND        Y14, Y3, Y3 \
+	VPOR         Y2, Y3, Y3 \
+	VMOVDQU      xoff+2(DI), Y5 \
+	VPMADDUBSW   Y5, Y3, Y6 \
+	VPMADDUBSW   Y5, Y10, Y7 \
+	VPSUBW       Y7, Y6, Y6 \
+	VPMADDWD     Y13, Y6, Y6 \
+	VCVTDQ2PS    Y6, Y6 \
+	VFMADD231PS  Y6, Y1, acc
+
+// func dotQ5_0AVX2(w, x *byte, nb int) float32   (nb > 0)
+// The dot of nb Q5_0 blocks with nb Q8_0 blocks, as dotQ5_0Generic up to the float steps:
+// lane sums in float32, two blocks at a time into Y0 and Y8.
+TEXT ·dotQ5_0AVX2(SB), NOSPLIT, $0-28
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         nb+16(FP), CX
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y8, Y8, Y8
+	MOVL         $0x10101010, AX
+	VMOVD        AX, X10
+	VPBROADCASTD X10, Y10
+	MOVQ         $0x7fbfdfeff7fbfdfe, AX
+	VMOVQ        AX, X11
+	VPBROADCASTQ X11, Y11
+	MOVQ         $0x0101010101010101, AX
+	VMOVQ        AX, X12
+	VPSLLDQ      $8, X12, X12             // bytes 0 x8, 1 x8
+	MOVQ         $0x0202020202020202, AX
+	VMOVQ        AX, X4
+	MOVQ         $0x0303030303030303, AX
+	VPINSRQ      $1, AX, X4, X4           // bytes 2 x8, 3 x8
+	VINSERTI128  $1, X4, Y12, Y12
+	VPCMPEQW     Y15, Y15, Y15
+	VPSRLW       $15, Y15, Y13            // int16 ones
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+	// Y15 stays all ones.
+
+q50loop2:
+	CMPQ CX, $2
+	JLT  q50tail
+	PREFETCHT0 1024(SI)
+	Q50_BLOCK(0, 0, Y0)
+	Q50_BLOCK(22, 34, Y8)
+	ADDQ $44, SI
+	ADDQ $68, DI
+	SUBQ $2, CX
+	JMP  q50loop2
+
+q50tail:
+	TESTQ CX, CX
+	JZ    q50done
+	Q50_BLOCK(0, 0, Y0)
+
+q50done:
+	VADDPS Y8, Y0, Y0
+	HSUM
+	VZEROUPPER
+	MOVSS X0, ret+24(FP)
+	RET
+
 // func cvtF16AVX2(dst *float32, src *byte, n int)   (n % 8 == 0, n > 0)
 TEXT ·cvtF16AVX2(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI

@@ -11,6 +11,7 @@ import (
 const (
 	q8_0Bytes = 34  // f16 d; int8 qs[32]
 	q4_0Bytes = 18  // f16 d; uint8 qs[16]
+	q5_0Bytes = 22  // f16 d; uint8 qh[4]; uint8 qs[16]
 	q4KBytes  = 144 // f16 d, dmin; uint8 scales[12]; uint8 qs[128]
 	q6KBytes  = 210 // uint8 ql[128], qh[64]; int8 scales[16]; f16 d
 	q8KBytes  = 292 // f32 d; int8 qs[256]; int16 bsums[16]
@@ -87,6 +88,28 @@ func dotQ4_0Generic(w, x []byte, nb int) float32 {
 			q := wb[2+j]
 			s += (int32(q&15) - 8) * int32(int8(xb[2+j]))
 			s += (int32(q>>4) - 8) * int32(int8(xb[2+16+j]))
+		}
+		sum += float32(float32(s) * (f16At(wb) * f16At(xb)))
+	}
+	return sum
+}
+
+// dotQ5_0Generic is dotQ8_0Generic for Q5_0 weights, with the same arithmetic: element j
+// of a block has the 5-bit quant q whose low four bits are a nibble of qs (the low nibble
+// of qs[j] for j < 16, the high nibble of qs[j-16] after) and whose fifth bit is bit j of
+// qh, and stands for q-16.
+func dotQ5_0Generic(w, x []byte, nb int) float32 {
+	var sum float32
+	for i := range nb {
+		wb := w[i*q5_0Bytes : (i+1)*q5_0Bytes]
+		xb := x[i*q8_0Bytes : (i+1)*q8_0Bytes]
+		qh := binary.LittleEndian.Uint32(wb[2:])
+		var s int32
+		for j := range 16 {
+			q := wb[6+j]
+			lo := int32(q&15|byte(qh>>j&1)<<4) - 16
+			hi := int32(q>>4|byte(qh>>(j+16)&1)<<4) - 16
+			s += lo*int32(int8(xb[2+j])) + hi*int32(int8(xb[18+j]))
 		}
 		sum += float32(float32(s) * (f16At(wb) * f16At(xb)))
 	}

@@ -62,7 +62,7 @@ func randWeights(r *rand.Rand, t quant.Type, nb, mode int) []byte {
 	for i := range nb {
 		b := w[i*t.BlockBytes() : (i+1)*t.BlockBytes()]
 		switch t {
-		case quant.Q8_0, quant.Q4_0:
+		case quant.Q8_0, quant.Q4_0, quant.Q5_0:
 			binary.LittleEndian.PutUint16(b, halfBits(randScale(r, mode)))
 		case quant.Q4_K:
 			binary.LittleEndian.PutUint16(b, halfBits(randScale(r, mode)))
@@ -143,6 +143,7 @@ var quantCases = []quantCase{
 	{"Q4_0", quant.Q4_0, quant.Q8_0, func(k *kernels) func(w, x []byte, nb int) float32 { return oneRow(k.rows8Q4_0) }},
 	{"Q4_K", quant.Q4_K, quant.Q8_K, func(k *kernels) func(w, x []byte, nb int) float32 { return k.dotQ4K }},
 	{"Q6_K", quant.Q6_K, quant.Q8_K, func(k *kernels) func(w, x []byte, nb int) float32 { return k.dotQ6K }},
+	{"Q5_0", quant.Q5_0, quant.Q8_0, func(k *kernels) func(w, x []byte, nb int) float32 { return k.dotQ5_0 }},
 }
 
 // bitTwin names, for a SIMD kernel set, the set whose results it reproduces bit for bit
@@ -224,6 +225,7 @@ func FuzzDotQ8_0(f *testing.F) { fuzzQuantDot(f, quantCases[0]) }
 func FuzzDotQ4_0(f *testing.F) { fuzzQuantDot(f, quantCases[1]) }
 func FuzzDotQ4K(f *testing.F)  { fuzzQuantDot(f, quantCases[2]) }
 func FuzzDotQ6K(f *testing.F)  { fuzzQuantDot(f, quantCases[3]) }
+func FuzzDotQ5_0(f *testing.F) { fuzzQuantDot(f, quantCases[4]) }
 
 // floatCase names one float dot kernel; enc encodes float32 weights in its format.
 type floatCase struct {

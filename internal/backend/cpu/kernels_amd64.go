@@ -46,7 +46,14 @@ func avx2Kernels() *kernels {
 		dotBF16: dotBF16AVX2Slice,
 		dotQ4K:  dotQ4KAVX2Slice,
 		dotQ6K:  dotQ6KAVX2Slice,
-		axpy:    axpyAVX2Slice,
+		dotQ5_0: func(w, x []byte, nb int) float32 {
+			if nb <= 0 {
+				return 0
+			}
+			_, _ = w[nb*q5_0Bytes-1], x[nb*q8_0Bytes-1]
+			return dotQ5_0AVX2(unsafe.SliceData(w), unsafe.SliceData(x), nb)
+		},
+		axpy: axpyAVX2Slice,
 		gemv4F32: func(w []byte, stride int, x, out []float32) {
 			gemv4AVX2(gemv4F32AVX2, 4, dotF32Bytes, w, stride, x, out)
 		},
@@ -82,6 +89,7 @@ func avx2Kernels() *kernels {
 		quantQ8_K:     quantQ8_KAVX2,
 		dequantQ4K:    dequantQ4KAVX2,
 		dequantQ6K:    dequantQ6KAVX2,
+		dequantQ5_0:   genericKernels().dequantQ5_0,
 		attnScores:    attnScoresAVX2Slice,
 		attnWsum:      attnWsumAVX2Slice,
 		attnScoresF16: attnScoresF16AVX2Slice,
@@ -107,6 +115,9 @@ func dotQ4KAVX2(w, x *byte, nb int) float32
 
 //go:noescape
 func dotQ6KAVX2(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ5_0AVX2(w, x *byte, nb int) float32
 
 //go:noescape
 func cvtF16AVX2(dst *float32, src *byte, n int)

@@ -18,8 +18,8 @@ type Weight struct {
 
 // MatMul computes out[t][r] = sum_c w[r][c] * x[t][c] for nTokens tokens: out is
 // [nTokens][w.Rows], x is [nTokens][w.Cols] (both may be longer). Weights of type F32, F16,
-// BF16, Q8_0, Q4_0, Q4_K and Q6_K are supported. For quantized weights the activations are
-// quantized once per call (to Q8_0 for Q8_0/Q4_0, to Q8_K for Q4_K/Q6_K).
+// BF16, Q8_0, Q4_0, Q5_0, Q4_K and Q6_K are supported. For quantized weights the activations
+// are quantized once per call (to Q8_0 for Q8_0/Q4_0/Q5_0, to Q8_K for Q4_K/Q6_K).
 //
 // Q8_0 and Q4_0 weights take one arithmetic whatever the token count (see matMulQ0):
 // integer block dot products with the Q8_0 activations, scaled and summed in block order,
@@ -27,11 +27,11 @@ type Weight struct {
 // tokens from there on, so that a token's outputs are bit for bit the same alone or in a
 // batch. For the other types, fewer than gemmMinTokens tokens (decode, small batches,
 // speculative verify steps) run as matrix-vector products split over rows, 4 rows per
-// kernel call where the type has such a kernel, Q4_K/Q6_K dotted in integers with the
+// kernel call where the type has such a kernel, Q5_0/Q4_K/Q6_K dotted in integers with the
 // quantized activations, as GGML does; from there on (prefill, large batches) the product
 // runs as a GEMM (see matMulGEMM): each panel of 6 weight rows is widened to float32 once and
-// meets all tokens in a register-blocked kernel; Q8_K activations are dequantized back to
-// float for it, so the products are those of the integer path, summed in float32.
+// meets all tokens in a register-blocked kernel; Q8_0 and Q8_K activations are dequantized
+// back to float for it, so the products are those of the integer path, summed in float32.
 func MatMul(p *Pool, out []float32, w Weight, x []float32, nTokens int) error {
 	rb, err := w.check(len(x), len(out), nTokens)
 	if err != nil {
@@ -52,13 +52,16 @@ func MatMul(p *Pool, out []float32, w Weight, x []float32, nTokens int) error {
 	case quant.F32, quant.F16, quant.BF16:
 		matVecFloat(p, out, w, rb, xs, nTokens)
 		return nil
+	case quant.Q5_0:
+		dot = k.dotQ5_0
 	case quant.Q4_K:
 		dot = k.dotQ4K
 	case quant.Q6_K:
 		dot = k.dotQ6K
 	}
 
-	xrb, err := quant.Q8_K.RowBytes(w.Cols)
+	at := activationFormat(w.Type)
+	xrb, err := at.RowBytes(w.Cols)
 	if err != nil {
 		return fmt.Errorf("cpu: matmul: activations: %w", err)
 	}
@@ -66,15 +69,15 @@ func MatMul(p *Pool, out []float32, w Weight, x []float32, nTokens int) error {
 	defer p.scratchMu.Unlock()
 	p.scratch = grow(p.scratch, nTokens*xrb)
 	xq := p.scratch
-	quantizeActivations(p, quant.Q8_K, xq, xs, nTokens, w.Cols)
-	matVecK(p, out, w, rb, xq, xrb, nTokens, dot)
+	quantizeActivations(p, at, xq, xs, nTokens, w.Cols)
+	matVecQuant(p, out, w, rb, xq, xrb, nTokens, dot)
 	return nil
 }
 
 // check validates the shapes of a MatMul and returns the bytes per weight row.
 func (w Weight) check(nx, nout, nTokens int) (int, error) {
 	switch w.Type {
-	case quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_K, quant.Q6_K:
+	case quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q5_0, quant.Q4_K, quant.Q6_K:
 	default:
 		return 0, fmt.Errorf("cpu: matmul: weight type %s not supported", w.Type)
 	}
@@ -115,10 +118,10 @@ func quantizeActivations(p *Pool, t quant.Type, dst []byte, x []float32, nTokens
 	p.Run(nTokens*nb, quantize)
 }
 
-// matVecK computes the products of a few tokens with Q4_K or Q6_K weights (activations xq
-// in Q8_K, xrb bytes per token) one row at a time with dot; work is split over groups of 4
-// rows.
-func matVecK(p *Pool, out []float32, w Weight, rb int, xq []byte, xrb, nTokens int, dot func(w, x []byte, nb int) float32) {
+// matVecQuant computes the products of a few tokens with Q5_0, Q4_K or Q6_K weights
+// (activations xq in Q8_0 or Q8_K, xrb bytes per token) one row at a time with dot; work is
+// split over groups of 4 rows.
+func matVecQuant(p *Pool, out []float32, w Weight, rb int, xq []byte, xrb, nTokens int, dot func(w, x []byte, nb int) float32) {
 	rows := w.Rows
 	nb := w.Cols / w.Type.BlockSize()
 	p.Run((rows+3)/4, func(start, end int) {
