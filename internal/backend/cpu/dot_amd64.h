@@ -63,3 +63,30 @@
 	VPMADDWD     260(DI), Y2, Y2 \
 	VCVTDQ2PS    Y2, Y2 \
 	VFNMADD231PS Y2, Y11, Y0
+
+// Q50_NIBBLES widens the 16 bytes of nibbles of the Q5_0 block at off(SI) to the low four
+// bits of its 32 quants in Y3 (elements 0-15 the low nibbles; clobbers X4; Y14 holds 0x0f
+// bytes).
+#define Q50_NIBBLES(off) \
+	VMOVDQU     off+6(SI), X3 \
+	VPSRLW      $4, X3, X4 \
+	VINSERTI128 $1, X4, Y3, Y3 \
+	VPAND       Y14, Y3, Y3
+
+// Q50_PRODUCT adds to the float sums in acc the products of the 5-bit quants q in Y3 of the
+// Q5_0 block at off(SI) with the Q8_0 block at xoff(DI): q*x in int16 pairs (VPMADDUBSW),
+// less the pairs of 16*x, summed into int32 lanes (VPMADDWD), converted and multiplied by
+// d_w*d_x (clobbers Y1, Y5-Y7; Y10 holds 0x10 bytes, Y13 int16 ones).
+#define Q50_PRODUCT(off, xoff, acc) \
+	VPBROADCASTW off(SI), X1 \
+	VPBROADCASTW xoff(DI), X6 \
+	VCVTPH2PS    X1, Y1 \
+	VCVTPH2PS    X6, Y6 \
+	VMULPS       Y6, Y1, Y1 \
+	VMOVDQU      xoff+2(DI), Y5 \
+	VPMADDUBSW   Y5, Y3, Y6 \
+	VPMADDUBSW   Y5, Y10, Y7 \
+	VPSUBW       Y7, Y6, Y6 \
+	VPMADDWD     Y13, Y6, Y6 \
+	VCVTDQ2PS    Y6, Y6 \
+	VFMADD231PS  Y6, Y1, acc

@@ -345,37 +345,20 @@ q6kloop:
 	RET
 
 // Q50_BLOCK adds the products of the Q5_0 block at off(SI) with the Q8_0 block at xoff(DI)
-// to the float sums in acc: the 5-bit quants q (nibbles of qs, OR 0x10 where qh has the
-// element's bit: bytes of qh spread by VPSHUFB, each lane's bit tested by OR with a mask
-// of all other bits and a compare with all ones) meet the activations x in VPMADDUBSW,
-// 16*x is taken off the pairs (q-16)*x, VPMADDWD sums them into int32 lanes, which are
-// converted and multiplied by d_w*d_x (clobbers X1-X7; Y10 holds 0x10 bytes, Y11 the bit
-// masks, Y12 the spreading shuffle, Y13 int16 ones, Y14 0x0f bytes, Y15 all ones).
+// to the float sums in acc: the fifth bits of the quants (bytes of qh spread by VPSHUFB,
+// each lane's bit tested by OR with a mask of all other bits and a compare with all ones,
+// then 0x10 where set) are added to the nibbles by Q50_PRODUCT (clobbers X1-X7; Y10 holds
+// 0x10 bytes, Y11 the bit masks, Y12 the spreading shuffle, Y13 int16 ones, Y14 0x0f
+// bytes, Y15 all ones).
 #define Q50_BLOCK(off, xoff, acc) \
-	MOVWLZX      off(SI), AX \
-	VMOVD        AX, X1 \
-	VPINSRW      $1, xoff(DI), X1, X1 \
-	VCVTPH2PS    X1, X1 \
-	VMOVSHDUP    X1, X2 \
-	VMULSS       X2, X1, X1 \
-	VBROADCASTSS X1, Y1 \
 	VPBROADCASTD off+2(SI), Y2 \
 	VPSHUFB      Y12, Y2, Y2 \
 	VPOR         Y11, Y2, Y2 \
 	VPCMPEQB     Y15, Y2, Y2 \
 	VPAND        Y10, Y2, Y2 \
-	VMOVDQU      off+6(SI), X3 \
-	VPSRLW       $4, X3, X4 \
-	VINSERTI128  $1, X4, Y3, Y3 \
-	VPAND        Y14, Y3, Y3 \
+	Q50_NIBBLES(off) \
 	VPOR         Y2, Y3, Y3 \
-	VMOVDQU      xoff+2(DI), Y5 \
-	VPMADDUBSW   Y5, Y3, Y6 \
-	VPMADDUBSW   Y5, Y10, Y7 \
-	VPSUBW       Y7, Y6, Y6 \
-	VPMADDWD     Y13, Y6, Y6 \
-	VCVTDQ2PS    Y6, Y6 \
-	VFMADD231PS  Y6, Y1, acc
+	Q50_PRODUCT(off, xoff, acc)
 
 // func dotQ5_0AVX2(w, x *byte, nb int) float32   (nb > 0)
 // The dot of nb Q5_0 blocks with nb Q8_0 blocks, as dotQ5_0Generic up to the float steps:

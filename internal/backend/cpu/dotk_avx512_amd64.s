@@ -190,3 +190,53 @@ q6k512loop:
 	VZEROUPPER
 	MOVSS X0, ret+24(FP)
 	RET
+
+// Q50_BLOCK512 is dot_amd64.s's Q50_BLOCK with the fifth bits of the quants loaded into a
+// mask register: 0x10 is added to the nibbles of the lanes whose bit of qh is set, in one
+// masked VPADDB where Q50_BLOCK spreads and tests the bits in five instructions (clobbers
+// K1, X1, X3-X7).
+#define Q50_BLOCK512(off, xoff, acc) \
+	KMOVD        off+2(SI), K1 \
+	Q50_NIBBLES(off) \
+	VPADDB       Y10, Y3, K1, Y3 \
+	Q50_PRODUCT(off, xoff, acc)
+
+// func dotQ5_0AVX512(w, x *byte, nb int) float32   (nb > 0)
+// dotQ5_0AVX2 with Q50_BLOCK512: the same int32 lanes and float steps, so the same bits.
+TEXT ·dotQ5_0AVX512(SB), NOSPLIT, $0-28
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         nb+16(FP), CX
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y8, Y8, Y8
+	MOVL         $0x10101010, AX
+	VMOVD        AX, X10
+	VPBROADCASTD X10, Y10 // 0x10 bytes
+	VPCMPEQW     Y15, Y15, Y15
+	VPSRLW       $15, Y15, Y13 // int16 ones
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14 // 0x0f bytes
+
+q50512loop2:
+	CMPQ       CX, $2
+	JLT        q50512tail
+	PREFETCHT0 1024(SI)
+	Q50_BLOCK512(0, 0, Y0)
+	Q50_BLOCK512(22, 34, Y8)
+	ADDQ       $44, SI
+	ADDQ       $68, DI
+	SUBQ       $2, CX
+	JMP        q50512loop2
+
+q50512tail:
+	TESTQ CX, CX
+	JZ    q50512done
+	Q50_BLOCK512(0, 0, Y0)
+
+q50512done:
+	VADDPS Y8, Y0, Y0
+	HSUM
+	VZEROUPPER
+	MOVSS  X0, ret+24(FP)
+	RET

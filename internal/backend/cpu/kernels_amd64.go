@@ -46,14 +46,8 @@ func avx2Kernels() *kernels {
 		dotBF16: dotBF16AVX2Slice,
 		dotQ4K:  dotQ4KAVX2Slice,
 		dotQ6K:  dotQ6KAVX2Slice,
-		dotQ5_0: func(w, x []byte, nb int) float32 {
-			if nb <= 0 {
-				return 0
-			}
-			_, _ = w[nb*q5_0Bytes-1], x[nb*q8_0Bytes-1]
-			return dotQ5_0AVX2(unsafe.SliceData(w), unsafe.SliceData(x), nb)
-		},
-		axpy: axpyAVX2Slice,
+		dotQ5_0: func(w, x []byte, nb int) float32 { return dotQ5_0Slice(dotQ5_0AVX2, w, x, nb) },
+		axpy:    axpyAVX2Slice,
 		gemv4F32: func(w []byte, stride int, x, out []float32) {
 			gemv4AVX2(gemv4F32AVX2, 4, dotF32Bytes, w, stride, x, out)
 		},
@@ -218,6 +212,15 @@ func dotBF16AVX2Slice(w []byte, x []float32) float32 {
 func dotQ4KAVX2Slice(w, x []byte, nb int) float32 { return dotKAVX2(dotQ4KAVX2, q4KBytes, w, x, nb) }
 
 func dotQ6KAVX2Slice(w, x []byte, nb int) float32 { return dotKAVX2(dotQ6KAVX2, q6KBytes, w, x, nb) }
+
+// dotQ5_0Slice checks the bounds of a Q5_0 dot kernel (activations in Q8_0) and calls it.
+func dotQ5_0Slice(kernel func(w, x *byte, nb int) float32, w, x []byte, nb int) float32 {
+	if nb <= 0 {
+		return 0
+	}
+	_, _ = w[nb*q5_0Bytes-1], x[nb*q8_0Bytes-1]
+	return kernel(unsafe.SliceData(w), unsafe.SliceData(x), nb)
+}
 
 // dotKAVX2 checks the bounds of a K-quant dot kernel with weight blocks of wb bytes
 // (activations in Q8_K) and calls it.

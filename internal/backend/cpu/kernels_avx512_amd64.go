@@ -46,6 +46,7 @@ func avx512Kernels() *kernels {
 	}
 	k.dotQ4K = func(w, x []byte, nb int) float32 { return dotKAVX2(dotQ4KAVX512, q4KBytes, w, x, nb) }
 	k.dotQ6K = func(w, x []byte, nb int) float32 { return dotKAVX2(dotQ6KAVX512, q6KBytes, w, x, nb) }
+	k.dotQ5_0 = func(w, x []byte, nb int) float32 { return dotQ5_0Slice(dotQ5_0AVX512, w, x, nb) }
 	return k
 }
 
@@ -57,6 +58,9 @@ func dotQ4KAVX512(w, x *byte, nb int) float32
 
 //go:noescape
 func dotQ6KAVX512(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ5_0AVX512(w, x *byte, nb int) float32
 
 //go:noescape
 func rows8Q8_0VNNI(w *byte, stride int, x *byte, nb int, out *float32)
