@@ -258,6 +258,74 @@ q4kloop:
 	MOVSS X0, ret+24(FP)
 	RET
 
+// Q5K_CHUNK is Q4K_CHUNK for a Q5_K super-block: the fifth bits of sub-blocks 2j and 2j+1
+// are bits 0 and 1 of the qh bytes in Y12, which it then shifts right by 2 for the next
+// chunk (word shifts: the bits a byte takes from its neighbour stay above bit 1; clobbers
+// Y1-Y6; Y13 holds 0x10 bytes).
+#define Q5K_CHUNK(qoff, xoff, xoff2, soff, soff2) \
+	VMOVDQU      qoff(SI), Y1 \
+	VPSRLW       $4, Y1, Y2 \
+	VPAND        Y14, Y1, Y1 \
+	VPAND        Y14, Y2, Y2 \
+	VPSLLW       $4, Y12, Y5 \
+	VPSLLW       $3, Y12, Y6 \
+	VPAND        Y13, Y5, Y5 \
+	VPAND        Y13, Y6, Y6 \
+	VPOR         Y5, Y1, Y1 \
+	VPOR         Y6, Y2, Y2 \
+	VPSRLW       $2, Y12, Y12 \
+	VPMADDUBSW   xoff(DI), Y1, Y1 \
+	VPMADDUBSW   xoff2(DI), Y2, Y2 \
+	VPBROADCASTW soff(SP), Y3 \
+	VPBROADCASTW soff2(SP), Y4 \
+	VPMADDWD     Y3, Y1, Y1 \
+	VPMADDWD     Y4, Y2, Y2 \
+	VPADDD       Y1, Y8, Y8 \
+	VPADDD       Y2, Y8, Y8
+
+// func dotQ5KAVX2(w, x *byte, nb int) float32
+// dotQ4KAVX2 for Q5_K blocks (qh at 16, qs at 48): Y12 holds the block's qh.
+TEXT ·dotQ5KAVX2(SB), NOSPLIT, $16-28
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         nb+16(FP), CX
+	VXORPS       Y0, Y0, Y0
+	MOVL         $0x0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTB X14, Y14 // 0x0f bytes
+	MOVL         $0x10, AX
+	VMOVD        AX, X13
+	VPBROADCASTB X13, Y13 // 0x10 bytes
+
+q5kloop:
+	PREFETCHT0 2048(SI)
+	PREFETCHT0 2112(SI)
+	PREFETCHT0 2176(SI)
+	Q4K_HEAD
+	VMOVQ     R8, X1
+	VPMOVZXBW X1, X1
+	VMOVDQU   X1, 0(SP)
+	Q4K_MINS
+
+	VMOVDQU 16(SI), Y12
+	VPXOR   Y8, Y8, Y8
+	Q5K_CHUNK(48, 4, 36, 0, 2)
+	Q5K_CHUNK(80, 68, 100, 4, 6)
+	Q5K_CHUNK(112, 132, 164, 8, 10)
+	Q5K_CHUNK(144, 196, 228, 12, 14)
+	VCVTDQ2PS   Y8, Y8
+	VFMADD231PS Y8, Y9, Y0
+
+	ADDQ $176, SI
+	ADDQ $292, DI
+	DECQ CX
+	JNZ  q5kloop
+
+	HSUM
+	VZEROUPPER
+	MOVSS X0, ret+24(FP)
+	RET
+
 // Q6K_CHUNK multiplies the 32 unsigned 6-bit quants in Y reg by the q8 at xoff(DI), scales
 // the low 16 by the int16 at soff(SP) and the high 16 by the one at soff+2(SP), adds to Y8.
 #define Q6K_CHUNK(reg, xoff, soff, soff2) \

@@ -13,6 +13,7 @@ const (
 	q4_0Bytes = 18  // f16 d; uint8 qs[16]
 	q5_0Bytes = 22  // f16 d; uint8 qh[4]; uint8 qs[16]
 	q4KBytes  = 144 // f16 d, dmin; uint8 scales[12]; uint8 qs[128]
+	q5KBytes  = 176 // f16 d, dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]
 	q6KBytes  = 210 // uint8 ql[128], qh[64]; int8 scales[16]; f16 d
 	q8KBytes  = 292 // f32 d; int8 qs[256]; int16 bsums[16]
 )
@@ -143,6 +144,43 @@ func dotQ4KGeneric(w, x []byte, nb int) float32 {
 				if j%2 == 1 {
 					q = qs[l] >> 4
 				}
+				s += int32(q) * int32(int8(q8[l]))
+			}
+			sumi += int32(sc) * s
+			bs := int32(int16(binary.LittleEndian.Uint16(xb[260+4*j:]))) +
+				int32(int16(binary.LittleEndian.Uint16(xb[262+4*j:])))
+			summ += int32(m) * bs
+		}
+		d := dx * f16At(wb[0:])
+		dmin := dx * f16At(wb[2:])
+		sum += d*float32(sumi) - dmin*float32(summ)
+	}
+	return sum
+}
+
+// dotQ5KGeneric is dotQ4KGeneric for Q5_K weights: the quant of element l of sub-block j
+// has the nibble of Q4_K's layout (qs at byte 48 on) as its low four bits and bit j of
+// qh[l] as its fifth.
+func dotQ5KGeneric(w, x []byte, nb int) float32 {
+	var sum float32
+	for i := range nb {
+		wb := w[i*q5KBytes : (i+1)*q5KBytes]
+		xb := x[i*q8KBytes : (i+1)*q8KBytes]
+		dx := math.Float32frombits(binary.LittleEndian.Uint32(xb))
+		scales := (*[12]byte)(wb[4:16])
+		qh := wb[16:48]
+		var sumi, summ int32
+		for j := range 8 {
+			sc, m := quant.ScaleMinK4(j, scales)
+			qs := wb[48+32*(j/2) : 48+32*(j/2)+32]
+			q8 := xb[4+32*j : 4+32*j+32]
+			var s int32
+			for l := range 32 {
+				q := qs[l] & 15
+				if j%2 == 1 {
+					q = qs[l] >> 4
+				}
+				q |= (qh[l] >> j & 1) << 4
 				s += int32(q) * int32(int8(q8[l]))
 			}
 			sumi += int32(sc) * s

@@ -13,7 +13,7 @@ import (
 //
 // Quantized dot kernels take nb blocks of weights w in the weight type's GGML block format
 // and nb blocks of activations x in the paired activation format (Q8_0 for Q8_0/Q4_0/Q5_0
-// weights, Q8_K for Q4_K/Q6_K weights). Activation quants must lie in [-127, 127] (the quantizers in
+// weights, Q8_K for the K-quants). Activation quants must lie in [-127, 127] (the quantizers in
 // package quant guarantee it): the SIMD kernels rely on it for exact 16-bit pair sums.
 type kernels struct {
 	name string
@@ -22,6 +22,7 @@ type kernels struct {
 	dotF16  func(w []byte, x []float32) float32
 	dotBF16 func(w []byte, x []float32) float32
 	dotQ4K  func(w, x []byte, nb int) float32
+	dotQ5K  func(w, x []byte, nb int) float32
 	dotQ6K  func(w, x []byte, nb int) float32
 	dotQ5_0 func(w, x []byte, nb int) float32 // Q8_0 activations
 
@@ -81,6 +82,7 @@ type kernels struct {
 	// The dequant kernels widen whole blocks of a quantized type to float32 for the GEMM
 	// panels, bit-exactly as quant.Dequantize does.
 	dequantQ4K  func(dst []float32, src []byte)
+	dequantQ5K  func(dst []float32, src []byte)
 	dequantQ6K  func(dst []float32, src []byte)
 	dequantQ5_0 func(dst []float32, src []byte)
 
@@ -103,6 +105,7 @@ func genericKernels() *kernels {
 		dotF16:  dotF16Generic,
 		dotBF16: dotBF16Generic,
 		dotQ4K:  dotQ4KGeneric,
+		dotQ5K:  dotQ5KGeneric,
 		dotQ6K:  dotQ6KGeneric,
 		dotQ5_0: dotQ5_0Generic,
 		axpy:    axpyGeneric,
@@ -143,6 +146,7 @@ func genericKernels() *kernels {
 		quantQ8_0:     quantQ8_0Generic,
 		quantQ8_K:     quantQ8_KFast,
 		dequantQ4K:    func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q4_K, src, dst) },
+		dequantQ5K:    func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q5_K, src, dst) },
 		dequantQ6K:    func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q6_K, src, dst) },
 		dequantQ5_0:   func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q5_0, src, dst) },
 		attnScores:    attnScoresGeneric,

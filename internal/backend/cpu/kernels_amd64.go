@@ -45,6 +45,7 @@ func avx2Kernels() *kernels {
 		dotF16:  dotF16AVX2Slice,
 		dotBF16: dotBF16AVX2Slice,
 		dotQ4K:  dotQ4KAVX2Slice,
+		dotQ5K:  func(w, x []byte, nb int) float32 { return dotKAVX2(dotQ5KAVX2, q5KBytes, w, x, nb) },
 		dotQ6K:  dotQ6KAVX2Slice,
 		dotQ5_0: func(w, x []byte, nb int) float32 { return dotQ5_0Slice(dotQ5_0AVX2, w, x, nb) },
 		axpy:    axpyAVX2Slice,
@@ -82,6 +83,7 @@ func avx2Kernels() *kernels {
 		quantQ8_0:     quantQ8_0AVX2Slice,
 		quantQ8_K:     quantQ8_KAVX2,
 		dequantQ4K:    dequantQ4KAVX2,
+		dequantQ5K:    genericKernels().dequantQ5K,
 		dequantQ6K:    dequantQ6KAVX2,
 		dequantQ5_0:   genericKernels().dequantQ5_0,
 		attnScores:    attnScoresAVX2Slice,
@@ -106,6 +108,9 @@ func dotBF16AVX2(w *byte, x *float32, n int) float32
 
 //go:noescape
 func dotQ4KAVX2(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ5KAVX2(w, x *byte, nb int) float32
 
 //go:noescape
 func dotQ6KAVX2(w, x *byte, nb int) float32
