@@ -28,7 +28,9 @@ func hasAVX512() bool {
 // a masked negation per row where the shift costs one XOR. Q4_0's nibbles are unsigned
 // already (the matrix-vector kernel subtracts 8 times the activations' sums the same way),
 // and the tile kernels need no trick: their Q8_0 panel is int16 (VPDPWSSD) and their Q4_0
-// panel unsigned nibbles.
+// panel unsigned nibbles. The Q4_K and Q6_K dots keep avx2's int16 pairs and scale them
+// with VPDPWSSD on Z registers (dotk_avx512_amd64.s); the Q5_0 dot loads its fifth bits
+// into a mask register.
 func avx512Kernels() *kernels {
 	k := avx2Kernels()
 	k.name = avx512Name
