@@ -481,6 +481,94 @@ q50done:
 	MOVSS X0, ret+24(FP)
 	RET
 
+// Q51_BLOCK adds the products of the Q5_1 block at off(SI) (d, m, qh at 4, qs at 8) with the
+// Q8_0 block at xoff(DI) to the float sums in acc: its 5-bit quants q are made as Q50_BLOCK
+// makes them; the int32 lanes of q*x take d_w*d_x and those of x (VPMADDUBSW with 0x01
+// bytes) m_w*d_x, in two multiply-adds (clobbers X1-X7; Y9 holds 0x01 bytes, the other
+// constants are Q50_BLOCK's).
+#define Q51_BLOCK(off, xoff, acc) \
+	VPBROADCASTD off+4(SI), Y2 \
+	VPSHUFB      Y12, Y2, Y2 \
+	VPOR         Y11, Y2, Y2 \
+	VPCMPEQB     Y15, Y2, Y2 \
+	VPAND        Y10, Y2, Y2 \
+	VMOVDQU      off+8(SI), X3 \
+	VPSRLW       $4, X3, X4 \
+	VINSERTI128  $1, X4, Y3, Y3 \
+	VPAND        Y14, Y3, Y3 \
+	VPOR         Y2, Y3, Y3 \
+	VPBROADCASTD off(SI), X1 \
+	VCVTPH2PS    X1, Y1 \
+	VPBROADCASTW xoff(DI), X6 \
+	VCVTPH2PS    X6, Y6 \
+	VMULPS       Y6, Y1, Y1 \
+	VMOVSLDUP    Y1, Y4 \
+	VMOVSHDUP    Y1, Y1 \
+	VMOVDQU      xoff+2(DI), Y5 \
+	VPMADDUBSW   Y5, Y3, Y6 \
+	VPMADDWD     Y13, Y6, Y6 \
+	VCVTDQ2PS    Y6, Y6 \
+	VFMADD231PS  Y6, Y4, acc \
+	VPMADDUBSW   Y5, Y9, Y7 \
+	VPMADDWD     Y13, Y7, Y7 \
+	VCVTDQ2PS    Y7, Y7 \
+	VFMADD231PS  Y7, Y1, acc
+
+// func dotQ5_1AVX2(w, x *byte, nb int) float32   (nb > 0)
+// The dot of nb Q5_1 blocks with nb Q8_0 blocks, as dotQ5_1Generic up to the float steps:
+// lane sums in float32, two blocks at a time into Y0 and Y8.
+TEXT ·dotQ5_1AVX2(SB), NOSPLIT, $0-28
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         nb+16(FP), CX
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y8, Y8, Y8
+	MOVL         $0x01010101, AX
+	VMOVD        AX, X9
+	VPBROADCASTD X9, Y9
+	MOVL         $0x10101010, AX
+	VMOVD        AX, X10
+	VPBROADCASTD X10, Y10
+	MOVQ         $0x7fbfdfeff7fbfdfe, AX
+	VMOVQ        AX, X11
+	VPBROADCASTQ X11, Y11
+	MOVQ         $0x0101010101010101, AX
+	VMOVQ        AX, X12
+	VPSLLDQ      $8, X12, X12
+	MOVQ         $0x0202020202020202, AX
+	VMOVQ        AX, X4
+	MOVQ         $0x0303030303030303, AX
+	VPINSRQ      $1, AX, X4, X4
+	VINSERTI128  $1, X4, Y12, Y12
+	VPCMPEQW     Y15, Y15, Y15
+	VPSRLW       $15, Y15, Y13
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+
+q51loop2:
+	CMPQ CX, $2
+	JLT  q51tail
+	PREFETCHT0 1024(SI)
+	Q51_BLOCK(0, 0, Y0)
+	Q51_BLOCK(24, 34, Y8)
+	ADDQ $48, SI
+	ADDQ $68, DI
+	SUBQ $2, CX
+	JMP  q51loop2
+
+q51tail:
+	TESTQ CX, CX
+	JZ    q51done
+	Q51_BLOCK(0, 0, Y0)
+
+q51done:
+	VADDPS Y8, Y0, Y0
+	HSUM
+	VZEROUPPER
+	MOVSS X0, ret+24(FP)
+	RET
+
 // func cvtF16AVX2(dst *float32, src *byte, n int)   (n % 8 == 0, n > 0)
 TEXT ·cvtF16AVX2(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI

@@ -12,6 +12,7 @@ const (
 	q8_0Bytes = 34  // f16 d; int8 qs[32]
 	q4_0Bytes = 18  // f16 d; uint8 qs[16]
 	q5_0Bytes = 22  // f16 d; uint8 qh[4]; uint8 qs[16]
+	q5_1Bytes = 24  // f16 d, m; uint8 qh[4]; uint8 qs[16]
 	q4KBytes  = 144 // f16 d, dmin; uint8 scales[12]; uint8 qs[128]
 	q5KBytes  = 176 // f16 d, dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]
 	q6KBytes  = 210 // uint8 ql[128], qh[64]; int8 scales[16]; f16 d
@@ -113,6 +114,30 @@ func dotQ5_0Generic(w, x []byte, nb int) float32 {
 			s += lo*int32(int8(xb[2+j])) + hi*int32(int8(xb[18+j]))
 		}
 		sum += float32(float32(s) * (f16At(wb) * f16At(xb)))
+	}
+	return sum
+}
+
+// dotQ5_1Generic is the dot of Q5_1 weights (element j stands for d*q+m, q the 5-bit quant
+// laid out as Q5_0's after the extra f16 m) with Q8_0 activations: per block the exact
+// int32 sums of q*x and of x, times d_w*d_x and m_w*d_x, added to a float32 sum in block
+// order.
+func dotQ5_1Generic(w, x []byte, nb int) float32 {
+	var sum float32
+	for i := range nb {
+		wb := w[i*q5_1Bytes : (i+1)*q5_1Bytes]
+		xb := x[i*q8_0Bytes : (i+1)*q8_0Bytes]
+		qh := binary.LittleEndian.Uint32(wb[4:])
+		var s, sx int32
+		for j := range 16 {
+			q := wb[8+j]
+			lo, hi := int32(q&15|byte(qh>>j&1)<<4), int32(q>>4|byte(qh>>(j+16)&1)<<4)
+			x0, x1 := int32(int8(xb[2+j])), int32(int8(xb[18+j]))
+			s += lo*x0 + hi*x1
+			sx += x0 + x1
+		}
+		dx := f16At(xb)
+		sum += float32(float32(s)*(f16At(wb)*dx)) + float32(float32(sx)*(f16At(wb[2:])*dx))
 	}
 	return sum
 }

@@ -48,7 +48,14 @@ func avx2Kernels() *kernels {
 		dotQ5K:  func(w, x []byte, nb int) float32 { return dotKAVX2(dotQ5KAVX2, q5KBytes, w, x, nb) },
 		dotQ6K:  dotQ6KAVX2Slice,
 		dotQ5_0: func(w, x []byte, nb int) float32 { return dotQ5_0Slice(dotQ5_0AVX2, w, x, nb) },
-		axpy:    axpyAVX2Slice,
+		dotQ5_1: func(w, x []byte, nb int) float32 {
+			if nb <= 0 {
+				return 0
+			}
+			_, _ = w[nb*q5_1Bytes-1], x[nb*q8_0Bytes-1]
+			return dotQ5_1AVX2(unsafe.SliceData(w), unsafe.SliceData(x), nb)
+		},
+		axpy: axpyAVX2Slice,
 		gemv4F32: func(w []byte, stride int, x, out []float32) {
 			gemv4AVX2(gemv4F32AVX2, 4, dotF32Bytes, w, stride, x, out)
 		},
@@ -86,6 +93,7 @@ func avx2Kernels() *kernels {
 		dequantQ5K:    genericKernels().dequantQ5K,
 		dequantQ6K:    dequantQ6KAVX2,
 		dequantQ5_0:   genericKernels().dequantQ5_0,
+		dequantQ5_1:   genericKernels().dequantQ5_1,
 		attnScores:    attnScoresAVX2Slice,
 		attnWsum:      attnWsumAVX2Slice,
 		attnScoresF16: attnScoresF16AVX2Slice,
@@ -117,6 +125,9 @@ func dotQ6KAVX2(w, x *byte, nb int) float32
 
 //go:noescape
 func dotQ5_0AVX2(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ5_1AVX2(w, x *byte, nb int) float32
 
 //go:noescape
 func cvtF16AVX2(dst *float32, src *byte, n int)

@@ -91,6 +91,8 @@ func checkDequant(t *testing.T, seed int64, nb, mode int) {
 				continue // multiplied in their block format, never widened
 			case quant.Q5_0:
 				k.dequantQ5_0(got, src)
+			case quant.Q5_1:
+				k.dequantQ5_1(got, src)
 			case quant.Q5_K:
 				k.dequantQ5K(got, src)
 			case quant.Q4_K:
