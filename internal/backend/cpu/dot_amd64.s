@@ -569,6 +569,69 @@ q51done:
 	MOVSS X0, ret+24(FP)
 	RET
 
+// Q41_BLOCK is Q51_BLOCK for the Q4_1 block at off(SI) (d, m, qs at 4): no fifth bits.
+#define Q41_BLOCK(off, xoff, acc) \
+	VMOVDQU      off+4(SI), X3 \
+	VPSRLW       $4, X3, X4 \
+	VINSERTI128  $1, X4, Y3, Y3 \
+	VPAND        Y14, Y3, Y3 \
+	VPBROADCASTD off(SI), X1 \
+	VCVTPH2PS    X1, Y1 \
+	VPBROADCASTW xoff(DI), X6 \
+	VCVTPH2PS    X6, Y6 \
+	VMULPS       Y6, Y1, Y1 \
+	VMOVSLDUP    Y1, Y4 \
+	VMOVSHDUP    Y1, Y1 \
+	VMOVDQU      xoff+2(DI), Y5 \
+	VPMADDUBSW   Y5, Y3, Y6 \
+	VPMADDWD     Y13, Y6, Y6 \
+	VCVTDQ2PS    Y6, Y6 \
+	VFMADD231PS  Y6, Y4, acc \
+	VPMADDUBSW   Y5, Y9, Y7 \
+	VPMADDWD     Y13, Y7, Y7 \
+	VCVTDQ2PS    Y7, Y7 \
+	VFMADD231PS  Y7, Y1, acc
+
+// func dotQ4_1AVX2(w, x *byte, nb int) float32   (nb > 0)
+// dotQ5_1AVX2 for Q4_1 blocks.
+TEXT ·dotQ4_1AVX2(SB), NOSPLIT, $0-28
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         nb+16(FP), CX
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y8, Y8, Y8
+	MOVL         $0x01010101, AX
+	VMOVD        AX, X9
+	VPBROADCASTD X9, Y9
+	VPCMPEQW     Y15, Y15, Y15
+	VPSRLW       $15, Y15, Y13
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+
+q41loop2:
+	CMPQ CX, $2
+	JLT  q41tail
+	PREFETCHT0 1024(SI)
+	Q41_BLOCK(0, 0, Y0)
+	Q41_BLOCK(20, 34, Y8)
+	ADDQ $40, SI
+	ADDQ $68, DI
+	SUBQ $2, CX
+	JMP  q41loop2
+
+q41tail:
+	TESTQ CX, CX
+	JZ    q41done
+	Q41_BLOCK(0, 0, Y0)
+
+q41done:
+	VADDPS Y8, Y0, Y0
+	HSUM
+	VZEROUPPER
+	MOVSS X0, ret+24(FP)
+	RET
+
 // func cvtF16AVX2(dst *float32, src *byte, n int)   (n % 8 == 0, n > 0)
 TEXT ·cvtF16AVX2(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI

@@ -11,6 +11,7 @@ import (
 const (
 	q8_0Bytes = 34  // f16 d; int8 qs[32]
 	q4_0Bytes = 18  // f16 d; uint8 qs[16]
+	q4_1Bytes = 20  // f16 d, m; uint8 qs[16]
 	q5_0Bytes = 22  // f16 d; uint8 qh[4]; uint8 qs[16]
 	q5_1Bytes = 24  // f16 d, m; uint8 qh[4]; uint8 qs[16]
 	q4KBytes  = 144 // f16 d, dmin; uint8 scales[12]; uint8 qs[128]
@@ -114,6 +115,25 @@ func dotQ5_0Generic(w, x []byte, nb int) float32 {
 			s += lo*int32(int8(xb[2+j])) + hi*int32(int8(xb[18+j]))
 		}
 		sum += float32(float32(s) * (f16At(wb) * f16At(xb)))
+	}
+	return sum
+}
+
+// dotQ4_1Generic is dotQ5_1Generic for Q4_1 weights (the quant a nibble of qs, no qh).
+func dotQ4_1Generic(w, x []byte, nb int) float32 {
+	var sum float32
+	for i := range nb {
+		wb := w[i*q4_1Bytes : (i+1)*q4_1Bytes]
+		xb := x[i*q8_0Bytes : (i+1)*q8_0Bytes]
+		var s, sx int32
+		for j := range 16 {
+			q := wb[4+j]
+			x0, x1 := int32(int8(xb[2+j])), int32(int8(xb[18+j]))
+			s += int32(q&15)*x0 + int32(q>>4)*x1
+			sx += x0 + x1
+		}
+		dx := f16At(xb)
+		sum += float32(float32(s)*(f16At(wb)*dx)) + float32(float32(sx)*(f16At(wb[2:])*dx))
 	}
 	return sum
 }

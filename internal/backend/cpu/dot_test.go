@@ -64,7 +64,7 @@ func randWeights(r *rand.Rand, t quant.Type, nb, mode int) []byte {
 		switch t {
 		case quant.Q8_0, quant.Q4_0, quant.Q5_0:
 			binary.LittleEndian.PutUint16(b, halfBits(randScale(r, mode)))
-		case quant.Q4_K, quant.Q5_K, quant.Q5_1:
+		case quant.Q4_K, quant.Q5_K, quant.Q5_1, quant.Q4_1:
 			binary.LittleEndian.PutUint16(b, halfBits(randScale(r, mode)))
 			binary.LittleEndian.PutUint16(b[2:], halfBits(randScale(r, mode)))
 		case quant.Q6_K:
@@ -146,6 +146,7 @@ var quantCases = []quantCase{
 	{"Q5_0", quant.Q5_0, quant.Q8_0, func(k *kernels) func(w, x []byte, nb int) float32 { return k.dotQ5_0 }},
 	{"Q5_K", quant.Q5_K, quant.Q8_K, func(k *kernels) func(w, x []byte, nb int) float32 { return k.dotQ5K }},
 	{"Q5_1", quant.Q5_1, quant.Q8_0, func(k *kernels) func(w, x []byte, nb int) float32 { return k.dotQ5_1 }},
+	{"Q4_1", quant.Q4_1, quant.Q8_0, func(k *kernels) func(w, x []byte, nb int) float32 { return k.dotQ4_1 }},
 }
 
 // bitTwin names, for a SIMD kernel set, the set whose results it reproduces bit for bit
@@ -230,6 +231,7 @@ func FuzzDotQ6K(f *testing.F)  { fuzzQuantDot(f, quantCases[3]) }
 func FuzzDotQ5_0(f *testing.F) { fuzzQuantDot(f, quantCases[4]) }
 func FuzzDotQ5K(f *testing.F)  { fuzzQuantDot(f, quantCases[5]) }
 func FuzzDotQ5_1(f *testing.F) { fuzzQuantDot(f, quantCases[6]) }
+func FuzzDotQ4_1(f *testing.F) { fuzzQuantDot(f, quantCases[7]) }
 
 // floatCase names one float dot kernel; enc encodes float32 weights in its format.
 type floatCase struct {

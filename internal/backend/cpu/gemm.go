@@ -125,7 +125,7 @@ type gemmScratch struct {
 
 // matMulGEMM computes out[t][r] = sum_c w[r][c] * x[t][c] for nTokens >= gemmMinTokens(w.Type) tokens
 // of activations x ([nTokens][w.Cols]); rb is the bytes per weight row. Weights are F32,
-// F16, BF16, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K (Q8_0 and Q4_0 take matMulQ0). For the quantized weights the
+// F16, BF16, Q4_1, Q5_0, Q5_1 or a K-quant (Q8_0 and Q4_0 take matMulQ0). For the quantized weights the
 // activations are first quantized (to Q8_0 or Q8_K) as the matrix-vector path quantizes
 // them and widened back, so that the products are those of the integer path, summed in
 // float32.
@@ -215,7 +215,7 @@ func activationFormat(t quant.Type) quant.Type {
 	switch t {
 	case quant.Q4_K, quant.Q5_K, quant.Q6_K:
 		return quant.Q8_K
-	case quant.Q5_0, quant.Q5_1:
+	case quant.Q4_1, quant.Q5_0, quant.Q5_1:
 		return quant.Q8_0
 	}
 	return quant.F32
@@ -383,6 +383,8 @@ func (s *gemmScratch) panel(sl *gemmSlot, r0, nr int) ([]float32, int) {
 			k.dequantQ5_0(dst, src)
 		case quant.Q5_1:
 			k.dequantQ5_1(dst, src)
+		case quant.Q4_1:
+			k.dequantQ4_1(dst, src)
 		case quant.Q5_K:
 			k.dequantQ5K(dst, src)
 		}

@@ -47,15 +47,10 @@ func avx2Kernels() *kernels {
 		dotQ4K:  dotQ4KAVX2Slice,
 		dotQ5K:  func(w, x []byte, nb int) float32 { return dotKAVX2(dotQ5KAVX2, q5KBytes, w, x, nb) },
 		dotQ6K:  dotQ6KAVX2Slice,
-		dotQ5_0: func(w, x []byte, nb int) float32 { return dotQ5_0Slice(dotQ5_0AVX2, w, x, nb) },
-		dotQ5_1: func(w, x []byte, nb int) float32 {
-			if nb <= 0 {
-				return 0
-			}
-			_, _ = w[nb*q5_1Bytes-1], x[nb*q8_0Bytes-1]
-			return dotQ5_1AVX2(unsafe.SliceData(w), unsafe.SliceData(x), nb)
-		},
-		axpy: axpyAVX2Slice,
+		dotQ5_0: func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ5_0AVX2, q5_0Bytes, w, x, nb) },
+		dotQ5_1: func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ5_1AVX2, q5_1Bytes, w, x, nb) },
+		dotQ4_1: func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ4_1AVX2, q4_1Bytes, w, x, nb) },
+		axpy:    axpyAVX2Slice,
 		gemv4F32: func(w []byte, stride int, x, out []float32) {
 			gemv4AVX2(gemv4F32AVX2, 4, dotF32Bytes, w, stride, x, out)
 		},
@@ -94,6 +89,7 @@ func avx2Kernels() *kernels {
 		dequantQ6K:    dequantQ6KAVX2,
 		dequantQ5_0:   genericKernels().dequantQ5_0,
 		dequantQ5_1:   genericKernels().dequantQ5_1,
+		dequantQ4_1:   genericKernels().dequantQ4_1,
 		attnScores:    attnScoresAVX2Slice,
 		attnWsum:      attnWsumAVX2Slice,
 		attnScoresF16: attnScoresF16AVX2Slice,
@@ -128,6 +124,9 @@ func dotQ5_0AVX2(w, x *byte, nb int) float32
 
 //go:noescape
 func dotQ5_1AVX2(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ4_1AVX2(w, x *byte, nb int) float32
 
 //go:noescape
 func cvtF16AVX2(dst *float32, src *byte, n int)
@@ -229,12 +228,13 @@ func dotQ4KAVX2Slice(w, x []byte, nb int) float32 { return dotKAVX2(dotQ4KAVX2, 
 
 func dotQ6KAVX2Slice(w, x []byte, nb int) float32 { return dotKAVX2(dotQ6KAVX2, q6KBytes, w, x, nb) }
 
-// dotQ5_0Slice checks the bounds of a Q5_0 dot kernel (activations in Q8_0) and calls it.
-func dotQ5_0Slice(kernel func(w, x *byte, nb int) float32, w, x []byte, nb int) float32 {
+// dotQ0Slice checks the bounds of a dot kernel of a 32-element block type with weight
+// blocks of wb bytes (activations in Q8_0) and calls it.
+func dotQ0Slice(kernel func(w, x *byte, nb int) float32, wb int, w, x []byte, nb int) float32 {
 	if nb <= 0 {
 		return 0
 	}
-	_, _ = w[nb*q5_0Bytes-1], x[nb*q8_0Bytes-1]
+	_, _ = w[nb*wb-1], x[nb*q8_0Bytes-1]
 	return kernel(unsafe.SliceData(w), unsafe.SliceData(x), nb)
 }
 

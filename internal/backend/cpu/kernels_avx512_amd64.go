@@ -48,7 +48,7 @@ func avx512Kernels() *kernels {
 	}
 	k.dotQ4K = func(w, x []byte, nb int) float32 { return dotKAVX2(dotQ4KAVX512, q4KBytes, w, x, nb) }
 	k.dotQ6K = func(w, x []byte, nb int) float32 { return dotKAVX2(dotQ6KAVX512, q6KBytes, w, x, nb) }
-	k.dotQ5_0 = func(w, x []byte, nb int) float32 { return dotQ5_0Slice(dotQ5_0AVX512, w, x, nb) }
+	k.dotQ5_0 = func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ5_0AVX512, q5_0Bytes, w, x, nb) }
 	return k
 }
 

@@ -18,7 +18,7 @@ type Weight struct {
 
 // MatMul computes out[t][r] = sum_c w[r][c] * x[t][c] for nTokens tokens: out is
 // [nTokens][w.Rows], x is [nTokens][w.Cols] (both may be longer). Weights of type F32, F16,
-// BF16, Q8_0, Q4_0, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K are supported. For quantized weights the
+// BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K are supported. For quantized weights the
 // activations are quantized once per call (to Q8_0 for the 32-element block types, to Q8_K
 // for the K-quants).
 //
@@ -28,7 +28,7 @@ type Weight struct {
 // tokens from there on, so that a token's outputs are bit for bit the same alone or in a
 // batch. For the other types, fewer than gemmMinTokens tokens (decode, small batches,
 // speculative verify steps) run as matrix-vector products split over rows, 4 rows per
-// kernel call where the type has such a kernel, Q5_0, Q5_1 and the K-quants dotted in integers with the
+// kernel call where the type has such a kernel, Q4_1, Q5_0, Q5_1 and the K-quants dotted in integers with the
 // quantized activations, as GGML does; from there on (prefill, large batches) the product
 // runs as a GEMM (see matMulGEMM): each panel of 6 weight rows is widened to float32 once and
 // meets all tokens in a register-blocked kernel; Q8_0 and Q8_K activations are dequantized
@@ -57,6 +57,8 @@ func MatMul(p *Pool, out []float32, w Weight, x []float32, nTokens int) error {
 		dot = k.dotQ5_0
 	case quant.Q5_1:
 		dot = k.dotQ5_1
+	case quant.Q4_1:
+		dot = k.dotQ4_1
 	case quant.Q4_K:
 		dot = k.dotQ4K
 	case quant.Q5_K:
@@ -82,7 +84,7 @@ func MatMul(p *Pool, out []float32, w Weight, x []float32, nTokens int) error {
 // check validates the shapes of a MatMul and returns the bytes per weight row.
 func (w Weight) check(nx, nout, nTokens int) (int, error) {
 	switch w.Type {
-	case quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K:
+	case quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K:
 	default:
 		return 0, fmt.Errorf("cpu: matmul: weight type %s not supported", w.Type)
 	}
@@ -123,7 +125,7 @@ func quantizeActivations(p *Pool, t quant.Type, dst []byte, x []float32, nTokens
 	p.Run(nTokens*nb, quantize)
 }
 
-// matVecQuant computes the products of a few tokens with Q5_0, Q5_1 or K-quant weights
+// matVecQuant computes the products of a few tokens with Q4_1, Q5_0, Q5_1 or K-quant weights
 // (activations xq in Q8_0 or Q8_K, xrb bytes per token) one row at a time with dot; work is
 // split over groups of 4 rows.
 func matVecQuant(p *Pool, out []float32, w Weight, rb int, xq []byte, xrb, nTokens int, dot func(w, x []byte, nb int) float32) {

@@ -93,6 +93,8 @@ func checkDequant(t *testing.T, seed int64, nb, mode int) {
 				k.dequantQ5_0(got, src)
 			case quant.Q5_1:
 				k.dequantQ5_1(got, src)
+			case quant.Q4_1:
+				k.dequantQ4_1(got, src)
 			case quant.Q5_K:
 				k.dequantQ5K(got, src)
 			case quant.Q4_K:
