@@ -14,7 +14,7 @@ import (
 // second rather than the memory system: decode can only reach the bandwidth bound if this
 // rate is well above a core's share of DRAM bandwidth.
 func BenchmarkMatVecCompute(b *testing.B) {
-	types := []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_K, quant.Q6_K}
+	types := []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K}
 	r := rand.New(rand.NewSource(11))
 	for _, ks := range KernelSets() {
 		p, err := NewPoolKernels(1, ks)
@@ -83,7 +83,7 @@ func BenchmarkDecodeBest(b *testing.B) {
 }
 
 func benchDecodeBest(b *testing.B, threads int) {
-	types := []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_K, quant.Q6_K}
+	types := []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K}
 	const rows, cols = 5632, 2048
 	r := rand.New(rand.NewSource(7))
 	p := testPool(threads)

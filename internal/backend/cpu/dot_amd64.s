@@ -1,6 +1,7 @@
 //go:build amd64
 
 #include "textflag.h"
+#include "dot_amd64.h"
 
 // func cpuidECX1() uint32
 TEXT ·cpuidECX1(SB), NOSPLIT, $0-4
@@ -9,13 +10,6 @@ TEXT ·cpuidECX1(SB), NOSPLIT, $0-4
 	CPUID
 	MOVL CX, ret+0(FP)
 	RET
-
-// HSUM reduces the 8 floats of Y0 to X0's low lane (clobbers X1).
-#define HSUM \
-	VEXTRACTF128 $1, Y0, X1 \
-	VADDPS       X1, X0, X0 \
-	VHADDPS      X0, X0, X0 \
-	VHADDPS      X0, X0, X0
 
 // func dotF32AVX2(w, x *float32, n int) float32   (n % 8 == 0)
 TEXT ·dotF32AVX2(SB), NOSPLIT, $0-28
@@ -235,40 +229,8 @@ q4kloop:
 	PREFETCHT0 2048(SI)
 	PREFETCHT0 2112(SI)
 	PREFETCHT0 2176(SI)
-	// d*dx and dmin*dx.
-	MOVL         (SI), AX
-	VMOVD        AX, X9
-	VCVTPH2PS    X9, X9
-	VBROADCASTSS (DI), X10
-	VMULPS       X10, X9, X9
-	VMOVSHDUP    X9, X11
-	VBROADCASTSS X9, Y9   // d
-	VBROADCASTSS X11, Y11 // dmin
-
-	// Unpack the 6-bit scales (u0', u1' -> R8) and mins (u2', u3' -> R9).
-	MOVL  4(SI), R8  // u0
-	MOVL  8(SI), R9  // u1
-	MOVL  12(SI), R10 // u2
-	MOVL  R10, R11
-	SHRL  $4, R11
-	ANDL  $0x0f0f0f0f, R11
-	MOVL  R9, R12
-	SHRL  $6, R12
-	ANDL  $0x03030303, R12
-	SHLL  $4, R12
-	ORL   R12, R11        // u3' (mins 4..7)
-	ANDL  $0x3f3f3f3f, R9 // u2' (mins 0..3)
-	ANDL  $0x0f0f0f0f, R10
-	MOVL  R8, R12
-	SHRL  $6, R12
-	ANDL  $0x03030303, R12
-	SHLL  $4, R12
-	ORL   R12, R10        // u1' (scales 4..7)
-	ANDL  $0x3f3f3f3f, R8 // u0' (scales 0..3)
-	SHLQ  $32, R10
-	ORQ   R10, R8
-	SHLQ  $32, R11
-	ORQ   R11, R9
+	// d*dx, dmin*dx, the 6-bit scales (R8) and mins (R9).
+	Q4K_HEAD
 
 	// Scales as int16 to 0(SP).
 	VMOVQ     R8, X1
@@ -276,12 +238,7 @@ q4kloop:
 	VMOVDQU   X1, 0(SP)
 
 	// Mins: m_j * (bsums[2j] + bsums[2j+1]) in int32 lanes; subtract dmin * that.
-	VMOVQ       R9, X2
-	VPUNPCKLBW  X2, X2, X2
-	VPMOVZXBW   X2, Y2
-	VPMADDWD    260(DI), Y2, Y2
-	VCVTDQ2PS   Y2, Y2
-	VFNMADD231PS Y2, Y11, Y0
+	Q4K_MINS
 
 	VPXOR Y8, Y8, Y8
 	Q4K_CHUNK(16, 4, 36, 0, 2)
@@ -295,6 +252,74 @@ q4kloop:
 	ADDQ $292, DI
 	DECQ CX
 	JNZ  q4kloop
+
+	HSUM
+	VZEROUPPER
+	MOVSS X0, ret+24(FP)
+	RET
+
+// Q5K_CHUNK is Q4K_CHUNK for a Q5_K super-block: the fifth bits of sub-blocks 2j and 2j+1
+// are bits 0 and 1 of the qh bytes in Y12, which it then shifts right by 2 for the next
+// chunk (word shifts: the bits a byte takes from its neighbour stay above bit 1; clobbers
+// Y1-Y6; Y13 holds 0x10 bytes).
+#define Q5K_CHUNK(qoff, xoff, xoff2, soff, soff2) \
+	VMOVDQU      qoff(SI), Y1 \
+	VPSRLW       $4, Y1, Y2 \
+	VPAND        Y14, Y1, Y1 \
+	VPAND        Y14, Y2, Y2 \
+	VPSLLW       $4, Y12, Y5 \
+	VPSLLW       $3, Y12, Y6 \
+	VPAND        Y13, Y5, Y5 \
+	VPAND        Y13, Y6, Y6 \
+	VPOR         Y5, Y1, Y1 \
+	VPOR         Y6, Y2, Y2 \
+	VPSRLW       $2, Y12, Y12 \
+	VPMADDUBSW   xoff(DI), Y1, Y1 \
+	VPMADDUBSW   xoff2(DI), Y2, Y2 \
+	VPBROADCASTW soff(SP), Y3 \
+	VPBROADCASTW soff2(SP), Y4 \
+	VPMADDWD     Y3, Y1, Y1 \
+	VPMADDWD     Y4, Y2, Y2 \
+	VPADDD       Y1, Y8, Y8 \
+	VPADDD       Y2, Y8, Y8
+
+// func dotQ5KAVX2(w, x *byte, nb int) float32
+// dotQ4KAVX2 for Q5_K blocks (qh at 16, qs at 48): Y12 holds the block's qh.
+TEXT ·dotQ5KAVX2(SB), NOSPLIT, $16-28
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         nb+16(FP), CX
+	VXORPS       Y0, Y0, Y0
+	MOVL         $0x0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTB X14, Y14 // 0x0f bytes
+	MOVL         $0x10, AX
+	VMOVD        AX, X13
+	VPBROADCASTB X13, Y13 // 0x10 bytes
+
+q5kloop:
+	PREFETCHT0 2048(SI)
+	PREFETCHT0 2112(SI)
+	PREFETCHT0 2176(SI)
+	Q4K_HEAD
+	VMOVQ     R8, X1
+	VPMOVZXBW X1, X1
+	VMOVDQU   X1, 0(SP)
+	Q4K_MINS
+
+	VMOVDQU 16(SI), Y12
+	VPXOR   Y8, Y8, Y8
+	Q5K_CHUNK(48, 4, 36, 0, 2)
+	Q5K_CHUNK(80, 68, 100, 4, 6)
+	Q5K_CHUNK(112, 132, 164, 8, 10)
+	Q5K_CHUNK(144, 196, 228, 12, 14)
+	VCVTDQ2PS   Y8, Y8
+	VFMADD231PS Y8, Y9, Y0
+
+	ADDQ $176, SI
+	ADDQ $292, DI
+	DECQ CX
+	JNZ  q5kloop
 
 	HSUM
 	VZEROUPPER
@@ -387,6 +412,226 @@ q6kloop:
 	MOVSS X0, ret+24(FP)
 	RET
 
+// Q50_BLOCK adds the products of the Q5_0 block at off(SI) with the Q8_0 block at xoff(DI)
+// to the float sums in acc: the fifth bits of the quants (bytes of qh spread by VPSHUFB,
+// each lane's bit tested by OR with a mask of all other bits and a compare with all ones,
+// then 0x10 where set) are added to the nibbles by Q50_PRODUCT (clobbers X1-X7; Y10 holds
+// 0x10 bytes, Y11 the bit masks, Y12 the spreading shuffle, Y13 int16 ones, Y14 0x0f
+// bytes, Y15 all ones).
+#define Q50_BLOCK(off, xoff, acc) \
+	VPBROADCASTD off+2(SI), Y2 \
+	VPSHUFB      Y12, Y2, Y2 \
+	VPOR         Y11, Y2, Y2 \
+	VPCMPEQB     Y15, Y2, Y2 \
+	VPAND        Y10, Y2, Y2 \
+	Q50_NIBBLES(off) \
+	VPOR         Y2, Y3, Y3 \
+	Q50_PRODUCT(off, xoff, acc)
+
+// func dotQ5_0AVX2(w, x *byte, nb int) float32   (nb > 0)
+// The dot of nb Q5_0 blocks with nb Q8_0 blocks, as dotQ5_0Generic up to the float steps:
+// lane sums in float32, two blocks at a time into Y0 and Y8.
+TEXT ·dotQ5_0AVX2(SB), NOSPLIT, $0-28
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         nb+16(FP), CX
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y8, Y8, Y8
+	MOVL         $0x10101010, AX
+	VMOVD        AX, X10
+	VPBROADCASTD X10, Y10
+	MOVQ         $0x7fbfdfeff7fbfdfe, AX
+	VMOVQ        AX, X11
+	VPBROADCASTQ X11, Y11
+	MOVQ         $0x0101010101010101, AX
+	VMOVQ        AX, X12
+	VPSLLDQ      $8, X12, X12             // bytes 0 x8, 1 x8
+	MOVQ         $0x0202020202020202, AX
+	VMOVQ        AX, X4
+	MOVQ         $0x0303030303030303, AX
+	VPINSRQ      $1, AX, X4, X4           // bytes 2 x8, 3 x8
+	VINSERTI128  $1, X4, Y12, Y12
+	VPCMPEQW     Y15, Y15, Y15
+	VPSRLW       $15, Y15, Y13            // int16 ones
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+	// Y15 stays all ones.
+
+q50loop2:
+	CMPQ CX, $2
+	JLT  q50tail
+	PREFETCHT0 1024(SI)
+	Q50_BLOCK(0, 0, Y0)
+	Q50_BLOCK(22, 34, Y8)
+	ADDQ $44, SI
+	ADDQ $68, DI
+	SUBQ $2, CX
+	JMP  q50loop2
+
+q50tail:
+	TESTQ CX, CX
+	JZ    q50done
+	Q50_BLOCK(0, 0, Y0)
+
+q50done:
+	VADDPS Y8, Y0, Y0
+	HSUM
+	VZEROUPPER
+	MOVSS X0, ret+24(FP)
+	RET
+
+// Q51_BLOCK adds the products of the Q5_1 block at off(SI) (d, m, qh at 4, qs at 8) with the
+// Q8_0 block at xoff(DI) to the float sums in acc: its 5-bit quants q are made as Q50_BLOCK
+// makes them; the int32 lanes of q*x take d_w*d_x and those of x (VPMADDUBSW with 0x01
+// bytes) m_w*d_x, in two multiply-adds (clobbers X1-X7; Y9 holds 0x01 bytes, the other
+// constants are Q50_BLOCK's).
+#define Q51_BLOCK(off, xoff, acc) \
+	VPBROADCASTD off+4(SI), Y2 \
+	VPSHUFB      Y12, Y2, Y2 \
+	VPOR         Y11, Y2, Y2 \
+	VPCMPEQB     Y15, Y2, Y2 \
+	VPAND        Y10, Y2, Y2 \
+	VMOVDQU      off+8(SI), X3 \
+	VPSRLW       $4, X3, X4 \
+	VINSERTI128  $1, X4, Y3, Y3 \
+	VPAND        Y14, Y3, Y3 \
+	VPOR         Y2, Y3, Y3 \
+	VPBROADCASTD off(SI), X1 \
+	VCVTPH2PS    X1, Y1 \
+	VPBROADCASTW xoff(DI), X6 \
+	VCVTPH2PS    X6, Y6 \
+	VMULPS       Y6, Y1, Y1 \
+	VMOVSLDUP    Y1, Y4 \
+	VMOVSHDUP    Y1, Y1 \
+	VMOVDQU      xoff+2(DI), Y5 \
+	VPMADDUBSW   Y5, Y3, Y6 \
+	VPMADDWD     Y13, Y6, Y6 \
+	VCVTDQ2PS    Y6, Y6 \
+	VFMADD231PS  Y6, Y4, acc \
+	VPMADDUBSW   Y5, Y9, Y7 \
+	VPMADDWD     Y13, Y7, Y7 \
+	VCVTDQ2PS    Y7, Y7 \
+	VFMADD231PS  Y7, Y1, acc
+
+// func dotQ5_1AVX2(w, x *byte, nb int) float32   (nb > 0)
+// The dot of nb Q5_1 blocks with nb Q8_0 blocks, as dotQ5_1Generic up to the float steps:
+// lane sums in float32, two blocks at a time into Y0 and Y8.
+TEXT ·dotQ5_1AVX2(SB), NOSPLIT, $0-28
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         nb+16(FP), CX
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y8, Y8, Y8
+	MOVL         $0x01010101, AX
+	VMOVD        AX, X9
+	VPBROADCASTD X9, Y9
+	MOVL         $0x10101010, AX
+	VMOVD        AX, X10
+	VPBROADCASTD X10, Y10
+	MOVQ         $0x7fbfdfeff7fbfdfe, AX
+	VMOVQ        AX, X11
+	VPBROADCASTQ X11, Y11
+	MOVQ         $0x0101010101010101, AX
+	VMOVQ        AX, X12
+	VPSLLDQ      $8, X12, X12
+	MOVQ         $0x0202020202020202, AX
+	VMOVQ        AX, X4
+	MOVQ         $0x0303030303030303, AX
+	VPINSRQ      $1, AX, X4, X4
+	VINSERTI128  $1, X4, Y12, Y12
+	VPCMPEQW     Y15, Y15, Y15
+	VPSRLW       $15, Y15, Y13
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+
+q51loop2:
+	CMPQ CX, $2
+	JLT  q51tail
+	PREFETCHT0 1024(SI)
+	Q51_BLOCK(0, 0, Y0)
+	Q51_BLOCK(24, 34, Y8)
+	ADDQ $48, SI
+	ADDQ $68, DI
+	SUBQ $2, CX
+	JMP  q51loop2
+
+q51tail:
+	TESTQ CX, CX
+	JZ    q51done
+	Q51_BLOCK(0, 0, Y0)
+
+q51done:
+	VADDPS Y8, Y0, Y0
+	HSUM
+	VZEROUPPER
+	MOVSS X0, ret+24(FP)
+	RET
+
+// Q41_BLOCK is Q51_BLOCK for the Q4_1 block at off(SI) (d, m, qs at 4): no fifth bits.
+#define Q41_BLOCK(off, xoff, acc) \
+	VMOVDQU      off+4(SI), X3 \
+	VPSRLW       $4, X3, X4 \
+	VINSERTI128  $1, X4, Y3, Y3 \
+	VPAND        Y14, Y3, Y3 \
+	VPBROADCASTD off(SI), X1 \
+	VCVTPH2PS    X1, Y1 \
+	VPBROADCASTW xoff(DI), X6 \
+	VCVTPH2PS    X6, Y6 \
+	VMULPS       Y6, Y1, Y1 \
+	VMOVSLDUP    Y1, Y4 \
+	VMOVSHDUP    Y1, Y1 \
+	VMOVDQU      xoff+2(DI), Y5 \
+	VPMADDUBSW   Y5, Y3, Y6 \
+	VPMADDWD     Y13, Y6, Y6 \
+	VCVTDQ2PS    Y6, Y6 \
+	VFMADD231PS  Y6, Y4, acc \
+	VPMADDUBSW   Y5, Y9, Y7 \
+	VPMADDWD     Y13, Y7, Y7 \
+	VCVTDQ2PS    Y7, Y7 \
+	VFMADD231PS  Y7, Y1, acc
+
+// func dotQ4_1AVX2(w, x *byte, nb int) float32   (nb > 0)
+// dotQ5_1AVX2 for Q4_1 blocks.
+TEXT ·dotQ4_1AVX2(SB), NOSPLIT, $0-28
+	MOVQ         w+0(FP), SI
+	MOVQ         x+8(FP), DI
+	MOVQ         nb+16(FP), CX
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y8, Y8, Y8
+	MOVL         $0x01010101, AX
+	VMOVD        AX, X9
+	VPBROADCASTD X9, Y9
+	VPCMPEQW     Y15, Y15, Y15
+	VPSRLW       $15, Y15, Y13
+	MOVL         $0x0f0f0f0f, AX
+	VMOVD        AX, X14
+	VPBROADCASTD X14, Y14
+
+q41loop2:
+	CMPQ CX, $2
+	JLT  q41tail
+	PREFETCHT0 1024(SI)
+	Q41_BLOCK(0, 0, Y0)
+	Q41_BLOCK(20, 34, Y8)
+	ADDQ $40, SI
+	ADDQ $68, DI
+	SUBQ $2, CX
+	JMP  q41loop2
+
+q41tail:
+	TESTQ CX, CX
+	JZ    q41done
+	Q41_BLOCK(0, 0, Y0)
+
+q41done:
+	VADDPS Y8, Y0, Y0
+	HSUM
+	VZEROUPPER
+	MOVSS X0, ret+24(FP)
+	RET
+
 // func cvtF16AVX2(dst *float32, src *byte, n int)   (n % 8 == 0, n > 0)
 TEXT ·cvtF16AVX2(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI
@@ -421,16 +666,6 @@ cvtbf16loop:
 	JNZ       cvtbf16loop
 	VZEROUPPER
 	RET
-
-// ROWS4_STORE writes the sums of accumulators Y0..Y3 to the 4 floats at (DX).
-#define ROWS4_STORE \
-	VHADDPS      Y1, Y0, Y0 \
-	VHADDPS      Y3, Y2, Y2 \
-	VHADDPS      Y2, Y0, Y0 \
-	VEXTRACTF128 $1, Y0, X1 \
-	VADDPS       X1, X0, X0 \
-	VMOVUPS      X0, (DX) \
-	VZEROUPPER
 
 // Constants of expAVX2 (float32 bit patterns).
 #define EXP_HI   $0x42b00000 // 88.0

@@ -11,7 +11,11 @@ import (
 const (
 	q8_0Bytes = 34  // f16 d; int8 qs[32]
 	q4_0Bytes = 18  // f16 d; uint8 qs[16]
+	q4_1Bytes = 20  // f16 d, m; uint8 qs[16]
+	q5_0Bytes = 22  // f16 d; uint8 qh[4]; uint8 qs[16]
+	q5_1Bytes = 24  // f16 d, m; uint8 qh[4]; uint8 qs[16]
 	q4KBytes  = 144 // f16 d, dmin; uint8 scales[12]; uint8 qs[128]
+	q5KBytes  = 176 // f16 d, dmin; uint8 scales[12]; uint8 qh[32]; uint8 qs[128]
 	q6KBytes  = 210 // uint8 ql[128], qh[64]; int8 scales[16]; f16 d
 	q8KBytes  = 292 // f32 d; int8 qs[256]; int16 bsums[16]
 )
@@ -93,6 +97,71 @@ func dotQ4_0Generic(w, x []byte, nb int) float32 {
 	return sum
 }
 
+// dotQ5_0Generic is dotQ8_0Generic for Q5_0 weights, with the same arithmetic: element j
+// of a block has the 5-bit quant q whose low four bits are a nibble of qs (the low nibble
+// of qs[j] for j < 16, the high nibble of qs[j-16] after) and whose fifth bit is bit j of
+// qh, and stands for q-16.
+func dotQ5_0Generic(w, x []byte, nb int) float32 {
+	var sum float32
+	for i := range nb {
+		wb := w[i*q5_0Bytes : (i+1)*q5_0Bytes]
+		xb := x[i*q8_0Bytes : (i+1)*q8_0Bytes]
+		qh := binary.LittleEndian.Uint32(wb[2:])
+		var s int32
+		for j := range 16 {
+			q := wb[6+j]
+			lo := int32(q&15|byte(qh>>j&1)<<4) - 16
+			hi := int32(q>>4|byte(qh>>(j+16)&1)<<4) - 16
+			s += lo*int32(int8(xb[2+j])) + hi*int32(int8(xb[18+j]))
+		}
+		sum += float32(float32(s) * (f16At(wb) * f16At(xb)))
+	}
+	return sum
+}
+
+// dotQ4_1Generic is dotQ5_1Generic for Q4_1 weights (the quant a nibble of qs, no qh).
+func dotQ4_1Generic(w, x []byte, nb int) float32 {
+	var sum float32
+	for i := range nb {
+		wb := w[i*q4_1Bytes : (i+1)*q4_1Bytes]
+		xb := x[i*q8_0Bytes : (i+1)*q8_0Bytes]
+		var s, sx int32
+		for j := range 16 {
+			q := wb[4+j]
+			x0, x1 := int32(int8(xb[2+j])), int32(int8(xb[18+j]))
+			s += int32(q&15)*x0 + int32(q>>4)*x1
+			sx += x0 + x1
+		}
+		dx := f16At(xb)
+		sum += float32(float32(s)*(f16At(wb)*dx)) + float32(float32(sx)*(f16At(wb[2:])*dx))
+	}
+	return sum
+}
+
+// dotQ5_1Generic is the dot of Q5_1 weights (element j stands for d*q+m, q the 5-bit quant
+// laid out as Q5_0's after the extra f16 m) with Q8_0 activations: per block the exact
+// int32 sums of q*x and of x, times d_w*d_x and m_w*d_x, added to a float32 sum in block
+// order.
+func dotQ5_1Generic(w, x []byte, nb int) float32 {
+	var sum float32
+	for i := range nb {
+		wb := w[i*q5_1Bytes : (i+1)*q5_1Bytes]
+		xb := x[i*q8_0Bytes : (i+1)*q8_0Bytes]
+		qh := binary.LittleEndian.Uint32(wb[4:])
+		var s, sx int32
+		for j := range 16 {
+			q := wb[8+j]
+			lo, hi := int32(q&15|byte(qh>>j&1)<<4), int32(q>>4|byte(qh>>(j+16)&1)<<4)
+			x0, x1 := int32(int8(xb[2+j])), int32(int8(xb[18+j]))
+			s += lo*x0 + hi*x1
+			sx += x0 + x1
+		}
+		dx := f16At(xb)
+		sum += float32(float32(s)*(f16At(wb)*dx)) + float32(float32(sx)*(f16At(wb[2:])*dx))
+	}
+	return sum
+}
+
 // rows8Generic is the scalar twin of the 8-row kernels: out[i] = dot(w[i*stride:], x, nb)
 // for i < 8.
 func rows8Generic(dot func(w, x []byte, nb int) float32, w []byte, stride int, x []byte, nb int, out []float32) {
@@ -120,6 +189,43 @@ func dotQ4KGeneric(w, x []byte, nb int) float32 {
 				if j%2 == 1 {
 					q = qs[l] >> 4
 				}
+				s += int32(q) * int32(int8(q8[l]))
+			}
+			sumi += int32(sc) * s
+			bs := int32(int16(binary.LittleEndian.Uint16(xb[260+4*j:]))) +
+				int32(int16(binary.LittleEndian.Uint16(xb[262+4*j:])))
+			summ += int32(m) * bs
+		}
+		d := dx * f16At(wb[0:])
+		dmin := dx * f16At(wb[2:])
+		sum += d*float32(sumi) - dmin*float32(summ)
+	}
+	return sum
+}
+
+// dotQ5KGeneric is dotQ4KGeneric for Q5_K weights: the quant of element l of sub-block j
+// has the nibble of Q4_K's layout (qs at byte 48 on) as its low four bits and bit j of
+// qh[l] as its fifth.
+func dotQ5KGeneric(w, x []byte, nb int) float32 {
+	var sum float32
+	for i := range nb {
+		wb := w[i*q5KBytes : (i+1)*q5KBytes]
+		xb := x[i*q8KBytes : (i+1)*q8KBytes]
+		dx := math.Float32frombits(binary.LittleEndian.Uint32(xb))
+		scales := (*[12]byte)(wb[4:16])
+		qh := wb[16:48]
+		var sumi, summ int32
+		for j := range 8 {
+			sc, m := quant.ScaleMinK4(j, scales)
+			qs := wb[48+32*(j/2) : 48+32*(j/2)+32]
+			q8 := xb[4+32*j : 4+32*j+32]
+			var s int32
+			for l := range 32 {
+				q := qs[l] & 15
+				if j%2 == 1 {
+					q = qs[l] >> 4
+				}
+				q |= (qh[l] >> j & 1) << 4
 				s += int32(q) * int32(int8(q8[l]))
 			}
 			sumi += int32(sc) * s

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand"
 	"os"
@@ -61,9 +62,9 @@ func randWeights(r *rand.Rand, t quant.Type, nb, mode int) []byte {
 	for i := range nb {
 		b := w[i*t.BlockBytes() : (i+1)*t.BlockBytes()]
 		switch t {
-		case quant.Q8_0, quant.Q4_0:
+		case quant.Q8_0, quant.Q4_0, quant.Q5_0:
 			binary.LittleEndian.PutUint16(b, halfBits(randScale(r, mode)))
-		case quant.Q4_K:
+		case quant.Q4_K, quant.Q5_K, quant.Q5_1, quant.Q4_1:
 			binary.LittleEndian.PutUint16(b, halfBits(randScale(r, mode)))
 			binary.LittleEndian.PutUint16(b[2:], halfBits(randScale(r, mode)))
 		case quant.Q6_K:
@@ -142,10 +143,32 @@ var quantCases = []quantCase{
 	{"Q4_0", quant.Q4_0, quant.Q8_0, func(k *kernels) func(w, x []byte, nb int) float32 { return oneRow(k.rows8Q4_0) }},
 	{"Q4_K", quant.Q4_K, quant.Q8_K, func(k *kernels) func(w, x []byte, nb int) float32 { return k.dotQ4K }},
 	{"Q6_K", quant.Q6_K, quant.Q8_K, func(k *kernels) func(w, x []byte, nb int) float32 { return k.dotQ6K }},
+	{"Q5_0", quant.Q5_0, quant.Q8_0, func(k *kernels) func(w, x []byte, nb int) float32 { return k.dotQ5_0 }},
+	{"Q5_K", quant.Q5_K, quant.Q8_K, func(k *kernels) func(w, x []byte, nb int) float32 { return k.dotQ5K }},
+	{"Q5_1", quant.Q5_1, quant.Q8_0, func(k *kernels) func(w, x []byte, nb int) float32 { return k.dotQ5_1 }},
+	{"Q4_1", quant.Q4_1, quant.Q8_0, func(k *kernels) func(w, x []byte, nb int) float32 { return k.dotQ4_1 }},
+}
+
+// bitTwin names, for a SIMD kernel set, the set whose results it reproduces bit for bit
+// (the avx512 set replaces avx2 kernels by ones with the same lanes and float steps).
+var bitTwin = map[string]string{avx512Name: "avx2"}
+
+// checkBitTwins fails when a kernel set's result differs in any bit from its bitTwin's
+// (both among got, by set name).
+func checkBitTwins(t *testing.T, what string, got map[string]float32) {
+	t.Helper()
+	for name, twin := range bitTwin {
+		a, ok := got[name]
+		b, ok2 := got[twin]
+		if ok && ok2 && !sameBits(a, b) {
+			t.Fatalf("%s: %s gives %v (%#x), %s %v (%#x): must be equal bit for bit", what, name, a, math.Float32bits(a), twin, b, math.Float32bits(b))
+		}
+	}
 }
 
 // checkQuantDot runs one random case of c through every kernel set and compares each with
-// the generic twin (exactly under modeUnit) and the generic twin with the quant oracle.
+// the generic twin (exactly under modeUnit), the generic twin with the quant oracle, and
+// each set with its bitTwin (exactly).
 func checkQuantDot(t *testing.T, c quantCase, seed int64, nb, mode int) {
 	t.Helper()
 	r := rand.New(rand.NewSource(seed))
@@ -161,8 +184,11 @@ func checkQuantDot(t *testing.T, c quantCase, seed int64, nb, mode int) {
 	if d := math.Abs(float64(ref) - want); d > tol {
 		t.Fatalf("%s generic nb=%d mode=%d: got %g, oracle %g (diff %g > %g)", c.name, nb, mode, ref, want, d, tol)
 	}
+	results := map[string]float32{}
+	defer func() { checkBitTwins(t, fmt.Sprintf("%s nb=%d mode=%d", c.name, nb, mode), results) }()
 	for _, k := range allKernels() {
 		got := c.kernel(k)(w, x, nb)
+		results[k.name] = got
 		if mode == modeUnit && mag < 1<<24 {
 			if got != ref {
 				t.Fatalf("%s %s nb=%d unit scales: got %v, generic %v (must be exact)", c.name, k.name, nb, got, ref)
@@ -202,6 +228,10 @@ func FuzzDotQ8_0(f *testing.F) { fuzzQuantDot(f, quantCases[0]) }
 func FuzzDotQ4_0(f *testing.F) { fuzzQuantDot(f, quantCases[1]) }
 func FuzzDotQ4K(f *testing.F)  { fuzzQuantDot(f, quantCases[2]) }
 func FuzzDotQ6K(f *testing.F)  { fuzzQuantDot(f, quantCases[3]) }
+func FuzzDotQ5_0(f *testing.F) { fuzzQuantDot(f, quantCases[4]) }
+func FuzzDotQ5K(f *testing.F)  { fuzzQuantDot(f, quantCases[5]) }
+func FuzzDotQ5_1(f *testing.F) { fuzzQuantDot(f, quantCases[6]) }
+func FuzzDotQ4_1(f *testing.F) { fuzzQuantDot(f, quantCases[7]) }
 
 // floatCase names one float dot kernel; enc encodes float32 weights in its format.
 type floatCase struct {
@@ -248,12 +278,15 @@ func checkFloatDot(t *testing.T, c floatCase, seed int64, n, mode int) {
 	if d := math.Abs(float64(ref) - want); d > tol {
 		t.Fatalf("%s generic n=%d: got %g, oracle %g (diff %g > %g)", c.name, n, ref, want, d, tol)
 	}
+	results := map[string]float32{}
 	for _, k := range allKernels() {
 		got := c.dot(k, w, x)
+		results[k.name] = got
 		if d := math.Abs(float64(got) - float64(ref)); d > tol {
 			t.Fatalf("%s %s n=%d mode=%d: got %g, generic %g (diff %g > %g)", c.name, k.name, n, mode, got, ref, d, tol)
 		}
 	}
+	checkBitTwins(t, fmt.Sprintf("%s n=%d mode=%d", c.name, n, mode), results)
 }
 
 func TestFloatDots(t *testing.T) {

@@ -125,9 +125,10 @@ type gemmScratch struct {
 
 // matMulGEMM computes out[t][r] = sum_c w[r][c] * x[t][c] for nTokens >= gemmMinTokens(w.Type) tokens
 // of activations x ([nTokens][w.Cols]); rb is the bytes per weight row. Weights are F32,
-// F16, BF16, Q4_K or Q6_K (Q8_0 and Q4_0 take matMulQ0). For Q4_K and Q6_K weights the
-// activations are first quantized to Q8_K as the matrix-vector path quantizes them and
-// widened back, so that the products are those of the integer path, summed in float32.
+// F16, BF16, Q4_1, Q5_0, Q5_1 or a K-quant (Q8_0 and Q4_0 take matMulQ0). For the quantized weights the
+// activations are first quantized (to Q8_0 or Q8_K) as the matrix-vector path quantizes
+// them and widened back, so that the products are those of the integer path, summed in
+// float32.
 //
 // The activations are packed once per call into groups of 16 tokens (the last group 8 or
 // 16, padded with zeros), column by column. The weights are then taken in panels of
@@ -144,7 +145,7 @@ func matMulGEMM(p *Pool, out []float32, w Weight, rb int, x []float32, nTokens i
 
 	s.kern, s.tiles, s.out, s.w, s.rb, s.nTokens = k, gemmTileKernels(k), out, w, rb, nTokens
 	x = x[:nTokens*cols]
-	actType := gemmActType(w.Type)
+	actType := activationFormat(w.Type)
 	if !s.samePacked(x, cols, actType) {
 		if err := s.pack(p, x, cols, actType); err != nil {
 			return err
@@ -208,11 +209,14 @@ func (s *gemmScratch) pack(p *Pool, x []float32, cols int, actType quant.Type) e
 	return nil
 }
 
-// gemmActType returns the format the activations are quantized to for weights of type t,
+// activationFormat returns the format the activations are quantized to for weights of type t,
 // or F32 when they stay float.
-func gemmActType(t quant.Type) quant.Type {
-	if t == quant.Q4_K || t == quant.Q6_K {
+func activationFormat(t quant.Type) quant.Type {
+	switch t {
+	case quant.Q4_K, quant.Q5_K, quant.Q6_K:
 		return quant.Q8_K
+	case quant.Q4_1, quant.Q5_0, quant.Q5_1:
+		return quant.Q8_0
 	}
 	return quant.F32
 }
@@ -375,6 +379,14 @@ func (s *gemmScratch) panel(sl *gemmSlot, r0, nr int) ([]float32, int) {
 			k.dequantQ4K(dst, src)
 		case quant.Q6_K:
 			k.dequantQ6K(dst, src)
+		case quant.Q5_0:
+			k.dequantQ5_0(dst, src)
+		case quant.Q5_1:
+			k.dequantQ5_1(dst, src)
+		case quant.Q4_1:
+			k.dequantQ4_1(dst, src)
+		case quant.Q5_K:
+			k.dequantQ5K(dst, src)
 		}
 	}
 	clear(pw[nr*cols:])

@@ -209,3 +209,29 @@ func TestMatMulManyTokensAllocs(t *testing.T) {
 		t.Fatalf("MatMul of 32 tokens allocates %v times per call", a)
 	}
 }
+
+// TestFewTokensAllocs checks that the one-token (decode) products allocate nothing once
+// their pool's scratch is warm: MatMul for each family of weight types (Q8_0's 8-row
+// kernels, the dot kernels of Q5_0 and the K-quants, the float kernels) and MatMulSwiGLU's
+// fused Q8_0 path.
+func TestFewTokensAllocs(t *testing.T) {
+	r := rand.New(rand.NewSource(10))
+	p := testPool(2)
+	defer p.Close()
+	for _, wt := range []quant.Type{quant.Q8_0, quant.Q5_0, quant.Q4_K, quant.BF16} {
+		gate, _ := randWeight(t, r, wt, 64, 256)
+		up, _ := randWeight(t, r, wt, 64, 256)
+		x := randFloats(r, 256, modeRandom)
+		out := make([]float32, 64)
+		ops := map[string]func(){"MatMul": func() { _ = MatMul(p, out, gate, x, 1) }}
+		if wt == quant.Q8_0 {
+			ops["MatMulSwiGLU"] = func() { _ = MatMulSwiGLU(p, out, gate, up, x, 1) }
+		}
+		for name, op := range ops {
+			op()
+			if a := testing.AllocsPerRun(20, op); a != 0 {
+				t.Errorf("%s of one token with %s weights allocates %v times per call", name, wt, a)
+			}
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand"
 	"testing"
@@ -27,6 +28,7 @@ func checkGemv4(t *testing.T, seed int64, n, mode int) {
 			t.Fatal(err)
 		}
 		x := randFloats(r, n, mode)
+		results := make([]map[string]float32, 4)
 		for _, k := range allKernels() {
 			out := make([]float32, 4)
 			gemv4Kernel(k, ci)(w, stride, x, out)
@@ -37,7 +39,14 @@ func checkGemv4(t *testing.T, seed int64, n, mode int) {
 				if d := math.Abs(float64(out[i]) - float64(ref)); d > 1e-5*mag+1e-30 {
 					t.Fatalf("%s %s n=%d mode=%d row %d: got %g, generic %g", c.name, k.name, n, mode, i, out[i], ref)
 				}
+				if results[i] == nil {
+					results[i] = map[string]float32{}
+				}
+				results[i][k.name] = out[i]
 			}
+		}
+		for i, res := range results {
+			checkBitTwins(t, fmt.Sprintf("%s n=%d mode=%d row %d", c.name, n, mode, i), res)
 		}
 	}
 }

@@ -12,8 +12,8 @@ import (
 // needs, so that tests can say which they could not run).
 //
 // Quantized dot kernels take nb blocks of weights w in the weight type's GGML block format
-// and nb blocks of activations x in the paired activation format (Q8_0 for Q8_0/Q4_0 weights,
-// Q8_K for Q4_K/Q6_K weights). Activation quants must lie in [-127, 127] (the quantizers in
+// and nb blocks of activations x in the paired activation format (Q8_0 for the 32-element
+// block types, Q8_K for the K-quants). Activation quants must lie in [-127, 127] (the quantizers in
 // package quant guarantee it): the SIMD kernels rely on it for exact 16-bit pair sums.
 type kernels struct {
 	name string
@@ -22,7 +22,11 @@ type kernels struct {
 	dotF16  func(w []byte, x []float32) float32
 	dotBF16 func(w []byte, x []float32) float32
 	dotQ4K  func(w, x []byte, nb int) float32
+	dotQ5K  func(w, x []byte, nb int) float32
 	dotQ6K  func(w, x []byte, nb int) float32
+	dotQ5_0 func(w, x []byte, nb int) float32 // Q8_0 activations
+	dotQ5_1 func(w, x []byte, nb int) float32 // Q8_0 activations
+	dotQ4_1 func(w, x []byte, nb int) float32 // Q8_0 activations
 
 	// rows8Q8_0 and rows8Q4_0 are the kernels of Q8_0 and Q4_0 products of fewer than
 	// q0MinTokens tokens (see matMulQ0): out[i] = the dot of the weight row at w[i*stride:] with the Q8_0
@@ -79,8 +83,12 @@ type kernels struct {
 
 	// The dequant kernels widen whole blocks of a quantized type to float32 for the GEMM
 	// panels, bit-exactly as quant.Dequantize does.
-	dequantQ4K func(dst []float32, src []byte)
-	dequantQ6K func(dst []float32, src []byte)
+	dequantQ4K  func(dst []float32, src []byte)
+	dequantQ5K  func(dst []float32, src []byte)
+	dequantQ6K  func(dst []float32, src []byte)
+	dequantQ5_0 func(dst []float32, src []byte)
+	dequantQ5_1 func(dst []float32, src []byte)
+	dequantQ4_1 func(dst []float32, src []byte)
 
 	// exp sets dst[i] = e^src[i] over len(dst) in float32 (see expGeneric); dst may be src.
 	exp func(dst, src []float32)
@@ -101,7 +109,11 @@ func genericKernels() *kernels {
 		dotF16:  dotF16Generic,
 		dotBF16: dotBF16Generic,
 		dotQ4K:  dotQ4KGeneric,
+		dotQ5K:  dotQ5KGeneric,
 		dotQ6K:  dotQ6KGeneric,
+		dotQ5_0: dotQ5_0Generic,
+		dotQ5_1: dotQ5_1Generic,
+		dotQ4_1: dotQ4_1Generic,
 		axpy:    axpyGeneric,
 		gemv4F32: func(w []byte, stride int, x, out []float32) {
 			for i := range out[:4] {
@@ -140,7 +152,11 @@ func genericKernels() *kernels {
 		quantQ8_0:     quantQ8_0Generic,
 		quantQ8_K:     quantQ8_KFast,
 		dequantQ4K:    func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q4_K, src, dst) },
+		dequantQ5K:    func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q5_K, src, dst) },
 		dequantQ6K:    func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q6_K, src, dst) },
+		dequantQ5_0:   func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q5_0, src, dst) },
+		dequantQ5_1:   func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q5_1, src, dst) },
+		dequantQ4_1:   func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q4_1, src, dst) },
 		attnScores:    attnScoresGeneric,
 		attnWsum:      attnWsumGeneric,
 		attnScoresF16: attnScoresF16Generic,

@@ -45,7 +45,11 @@ func avx2Kernels() *kernels {
 		dotF16:  dotF16AVX2Slice,
 		dotBF16: dotBF16AVX2Slice,
 		dotQ4K:  dotQ4KAVX2Slice,
+		dotQ5K:  func(w, x []byte, nb int) float32 { return dotKAVX2(dotQ5KAVX2, q5KBytes, w, x, nb) },
 		dotQ6K:  dotQ6KAVX2Slice,
+		dotQ5_0: func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ5_0AVX2, q5_0Bytes, w, x, nb) },
+		dotQ5_1: func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ5_1AVX2, q5_1Bytes, w, x, nb) },
+		dotQ4_1: func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ4_1AVX2, q4_1Bytes, w, x, nb) },
 		axpy:    axpyAVX2Slice,
 		gemv4F32: func(w []byte, stride int, x, out []float32) {
 			gemv4AVX2(gemv4F32AVX2, 4, dotF32Bytes, w, stride, x, out)
@@ -81,7 +85,11 @@ func avx2Kernels() *kernels {
 		quantQ8_0:     quantQ8_0AVX2Slice,
 		quantQ8_K:     quantQ8_KAVX2,
 		dequantQ4K:    dequantQ4KAVX2,
+		dequantQ5K:    genericKernels().dequantQ5K,
 		dequantQ6K:    dequantQ6KAVX2,
+		dequantQ5_0:   genericKernels().dequantQ5_0,
+		dequantQ5_1:   genericKernels().dequantQ5_1,
+		dequantQ4_1:   genericKernels().dequantQ4_1,
 		attnScores:    attnScoresAVX2Slice,
 		attnWsum:      attnWsumAVX2Slice,
 		attnScoresF16: attnScoresF16AVX2Slice,
@@ -106,7 +114,19 @@ func dotBF16AVX2(w *byte, x *float32, n int) float32
 func dotQ4KAVX2(w, x *byte, nb int) float32
 
 //go:noescape
+func dotQ5KAVX2(w, x *byte, nb int) float32
+
+//go:noescape
 func dotQ6KAVX2(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ5_0AVX2(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ5_1AVX2(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ4_1AVX2(w, x *byte, nb int) float32
 
 //go:noescape
 func cvtF16AVX2(dst *float32, src *byte, n int)
@@ -204,20 +224,28 @@ func dotBF16AVX2Slice(w []byte, x []float32) float32 {
 	return s
 }
 
-func dotQ4KAVX2Slice(w, x []byte, nb int) float32 {
+func dotQ4KAVX2Slice(w, x []byte, nb int) float32 { return dotKAVX2(dotQ4KAVX2, q4KBytes, w, x, nb) }
+
+func dotQ6KAVX2Slice(w, x []byte, nb int) float32 { return dotKAVX2(dotQ6KAVX2, q6KBytes, w, x, nb) }
+
+// dotQ0Slice checks the bounds of a dot kernel of a 32-element block type with weight
+// blocks of wb bytes (activations in Q8_0) and calls it.
+func dotQ0Slice(kernel func(w, x *byte, nb int) float32, wb int, w, x []byte, nb int) float32 {
 	if nb <= 0 {
 		return 0
 	}
-	_, _ = w[nb*q4KBytes-1], x[nb*q8KBytes-1]
-	return dotQ4KAVX2(unsafe.SliceData(w), unsafe.SliceData(x), nb)
+	_, _ = w[nb*wb-1], x[nb*q8_0Bytes-1]
+	return kernel(unsafe.SliceData(w), unsafe.SliceData(x), nb)
 }
 
-func dotQ6KAVX2Slice(w, x []byte, nb int) float32 {
+// dotKAVX2 checks the bounds of a K-quant dot kernel with weight blocks of wb bytes
+// (activations in Q8_K) and calls it.
+func dotKAVX2(kernel func(w, x *byte, nb int) float32, wb int, w, x []byte, nb int) float32 {
 	if nb <= 0 {
 		return 0
 	}
-	_, _ = w[nb*q6KBytes-1], x[nb*q8KBytes-1]
-	return dotQ6KAVX2(unsafe.SliceData(w), unsafe.SliceData(x), nb)
+	_, _ = w[nb*wb-1], x[nb*q8KBytes-1]
+	return kernel(unsafe.SliceData(w), unsafe.SliceData(x), nb)
 }
 
 func axpyAVX2Slice(y []float32, a float32, x []float32) {

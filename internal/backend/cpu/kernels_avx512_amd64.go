@@ -28,7 +28,9 @@ func hasAVX512() bool {
 // a masked negation per row where the shift costs one XOR. Q4_0's nibbles are unsigned
 // already (the matrix-vector kernel subtracts 8 times the activations' sums the same way),
 // and the tile kernels need no trick: their Q8_0 panel is int16 (VPDPWSSD) and their Q4_0
-// panel unsigned nibbles.
+// panel unsigned nibbles. The Q4_K and Q6_K dots keep avx2's int16 pairs and scale them
+// with VPDPWSSD on Z registers (dotk_avx512_amd64.s); the Q5_0 dot loads its fifth bits
+// into a mask register.
 func avx512Kernels() *kernels {
 	k := avx2Kernels()
 	k.name = avx512Name
@@ -44,11 +46,23 @@ func avx512Kernels() *kernels {
 	k.tileQ4_0 = func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
 		q0TileAVX2(q4Tile16AVX512, q4Tile8AVX512, q0Steps4, 32, wd, pw, dw, xp, xs, nb, acc)
 	}
+	k.dotQ4K = func(w, x []byte, nb int) float32 { return dotKAVX2(dotQ4KAVX512, q4KBytes, w, x, nb) }
+	k.dotQ6K = func(w, x []byte, nb int) float32 { return dotKAVX2(dotQ6KAVX512, q6KBytes, w, x, nb) }
+	k.dotQ5_0 = func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ5_0AVX512, q5_0Bytes, w, x, nb) }
 	return k
 }
 
-// Assembly kernels of the avx512 set (rows8_amd64.s, gemm_q0_avx512_amd64.s), with the
-// arguments of the avx2 kernels they replace.
+// Assembly kernels of the avx512 set (rows8_amd64.s, gemm_q0_avx512_amd64.s,
+// dotk_avx512_amd64.s), with the arguments of the avx2 kernels they replace.
+
+//go:noescape
+func dotQ4KAVX512(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ6KAVX512(w, x *byte, nb int) float32
+
+//go:noescape
+func dotQ5_0AVX512(w, x *byte, nb int) float32
 
 //go:noescape
 func rows8Q8_0VNNI(w *byte, stride int, x *byte, nb int, out *float32)

@@ -32,6 +32,7 @@ type q0Part struct {
 type q0Product struct {
 	mu    sync.Mutex           // serializes products on the Pool
 	xq    []byte               // the activations in Q8_0, [nTokens][xrb]
+	swi   []float32            // SwiGLU mode's gate, up and exp rows, 3*rows8 per panel
 	quant func(start, end int) // s.quantize, bound once
 	run   func(start, end int) // s.multiply, bound once
 	q0GEMMState
@@ -100,7 +101,11 @@ func (s *q0Product) start(p *Pool, n int, swiglu bool, x []float32, nTokens int)
 	}
 	s.xq = grow(s.xq, nTokens*xrb)
 	s.quantize(0, nTokens*w.Cols/32) // a few tokens: too little work to wake the pool for
-	p.Run(s.number(rows8), s.run)
+	panels := s.number(rows8)
+	if swiglu {
+		s.swi = grow(s.swi, panels*3*rows8)
+	}
+	p.Run(panels, s.run)
 	return nil
 }
 
@@ -158,9 +163,9 @@ func (s *q0Product) multiply(start, end int) {
 func (s *q0Product) multiplySwiGLU(start, end int) {
 	gate, up := &s.parts[0], &s.parts[1]
 	rows := gate.w.Rows
-	var buf [3 * rows8]float32
-	gv, uv, e := buf[:rows8], buf[rows8:2*rows8], buf[2*rows8:]
 	for g := start; g < end; g++ {
+		buf := s.swi[3*rows8*g : 3*rows8*(g+1)] // the panel's own: panels run in parallel
+		gv, uv, e := buf[:rows8], buf[rows8:2*rows8], buf[2*rows8:]
 		r := rows8 * g
 		nr := min(rows8, rows-r)
 		for t := range s.nTokens {

@@ -42,9 +42,9 @@ func randWeight(t testing.TB, r *rand.Rand, wt quant.Type, rows, cols int) (Weig
 // activationType is the format MatMul quantizes activations to for weights of type wt.
 func activationType(wt quant.Type) quant.Type {
 	switch wt {
-	case quant.Q8_0, quant.Q4_0:
+	case quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1:
 		return quant.Q8_0
-	case quant.Q4_K, quant.Q6_K:
+	case quant.Q4_K, quant.Q5_K, quant.Q6_K:
 		return quant.Q8_K
 	}
 	return quant.F32
@@ -86,7 +86,7 @@ func referenceMatMul(t *testing.T, w Weight, x []float32, nTokens int) (want, ma
 }
 
 func TestMatMul(t *testing.T) {
-	types := []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_K, quant.Q6_K}
+	types := []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K}
 	shapes := []struct{ rows, cols, tokens int }{
 		{1, 256, 1}, {67, 256, 1}, {33, 512, 3}, {130, 256, 37}, {5, 768, 2},
 	}
@@ -127,7 +127,7 @@ func TestMatMulErrors(t *testing.T) {
 		tokens  int
 		wantErr string
 	}{
-		{"unsupported type", Weight{Type: quant.Q5_K, Rows: 1, Cols: 256, Data: make([]byte, 176)}, 256, 1, 1, "not supported"},
+		{"unsupported type", Weight{Type: quant.Q3_K, Rows: 1, Cols: 256, Data: make([]byte, 110)}, 256, 1, 1, "not supported"},
 		{"partial block", Weight{Type: quant.Q8_0, Rows: 1, Cols: 33, Data: make([]byte, 100)}, 33, 1, 1, "multiple"},
 		{"short data", Weight{Type: quant.Q8_0, Rows: 3, Cols: 32, Data: make([]byte, 68)}, 32, 3, 1, "needs"},
 		{"short x", ok, 31, 2, 1, "x has"},

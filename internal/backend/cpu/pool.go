@@ -39,8 +39,9 @@ type Pool struct {
 	chunk int
 	next  atomic.Int64
 
-	scratchMu sync.Mutex // guards scratch, the Q8_K activations of MatMul's few-token path
-	scratch   []byte
+	scratchMu sync.Mutex // guards scratch and mv: MatMul's few-token path
+	scratch   []byte     // its quantized activations (Q8_0 or Q8_K)
+	mv        matVec     // its product in progress
 
 	attnMu      sync.Mutex // guards attnScratch, the split-K partial results of Attention
 	attnScratch []float32

@@ -89,6 +89,14 @@ func checkDequant(t *testing.T, seed int64, nb, mode int) {
 			switch c.wt {
 			case quant.Q8_0, quant.Q4_0:
 				continue // multiplied in their block format, never widened
+			case quant.Q5_0:
+				k.dequantQ5_0(got, src)
+			case quant.Q5_1:
+				k.dequantQ5_1(got, src)
+			case quant.Q4_1:
+				k.dequantQ4_1(got, src)
+			case quant.Q5_K:
+				k.dequantQ5K(got, src)
 			case quant.Q4_K:
 				k.dequantQ4K(got, src)
 			default:

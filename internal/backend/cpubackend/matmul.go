@@ -11,11 +11,11 @@ import (
 // kernelTypes are the weight types cpu.MatMul multiplies in their block format.
 var kernelTypes = map[quant.Type]bool{
 	quant.F32: true, quant.F16: true, quant.BF16: true, quant.Q8_0: true,
-	quant.Q4_0: true, quant.Q4_K: true, quant.Q6_K: true,
+	quant.Q4_0: true, quant.Q4_1: true, quant.Q5_0: true, quant.Q5_1: true, quant.Q4_K: true, quant.Q5_K: true, quant.Q6_K: true,
 }
 
 // matMul computes out = x·wᵀ for n rows of x. Weight types with kernels go to cpu.MatMul;
-// the others (Q4_1, Q5_0, Q5_K, ...) take a plain-Go path that dequantizes one weight row
+// the others (Q2_K, Q3_K, the IQ types, ...) take a plain-Go path that dequantizes one weight row
 // at a time per worker, slower but correct.
 func matMul(p *cpu.Pool, out []float32, w cpu.Weight, x []float32, n int) error {
 	if kernelTypes[w.Type] {

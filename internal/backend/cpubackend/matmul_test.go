@@ -55,7 +55,7 @@ func TestFusedProjections(t *testing.T) {
 	b := newBackend(t)
 	r := rand.New(rand.NewSource(5))
 	const cols = 256
-	for _, wt := range []quant.Type{quant.Q8_0, quant.Q4_0, quant.Q6_K, quant.BF16, quant.Q5_0} {
+	for _, wt := range []quant.Type{quant.Q8_0, quant.Q4_0, quant.Q6_K, quant.BF16, quant.Q5_0, quant.Q3_K} {
 		ws := []backend.Tensor{quantWeight(t, b, r, wt, 40, cols), quantWeight(t, b, r, wt, 12, cols), quantWeight(t, b, r, wt, 12, cols)}
 		up := quantWeight(t, b, r, wt, 40, cols)
 		for _, n := range []int{1, 2, 7, 33} {
