@@ -32,7 +32,9 @@
 // an error naming the incomplete output.
 //
 // Forced (on a Matcher or Masker) returns the bytes the grammar forces next — while
-// exactly one byte may follow and the output is not complete — for jump-forward.
+// exactly one byte may follow and the output is not complete. Masker.JumpForward turns them
+// into the tokens the engine appends without sampling (a sample.Forcer), tokenized
+// canonically at both boundaries (see jumpforward.go).
 //
 // # Bounded whitespace
 //
