@@ -408,3 +408,83 @@ func minimize(d *dfa) *dfa {
 	}
 	return m
 }
+
+// withinEquivalence returns, for each state of d, a representative state that behaves the
+// same on every input of at most k bytes: the same inputs keep it alive and the same ones
+// end in an accepting state. A lexeme's mask entry (the tokens that stay inside it, the trie
+// nodes where it may end) looks only at inputs as long as a token, so with k the longest
+// token's length, states of one class share one entry. That is what makes counted
+// repetitions cheap: in [^"]{0,1000} the states with more than k counts left are all alike,
+// so one trie walk serves them all instead of one walk per count.
+//
+// It is Moore's partition refinement (see minimize) stopped after k rounds: after round i,
+// two states share a block exactly when no input of at most i bytes tells them apart.
+func withinEquivalence(d *dfa, k int) []uint32 {
+	n := d.numStates()
+	block := make([]uint32, n)
+	for q := range n {
+		switch {
+		case q == 0:
+			block[q] = 0
+		case d.accept[q]:
+			block[q] = 1
+		default:
+			block[q] = 2
+		}
+	}
+	sig := make([]uint32, 1+d.nclass)
+	fresh := make([]uint32, n)
+	reps := make([]uint32, 0, n)
+	for round := 0; round < k; round++ {
+		index := map[string]uint32{}
+		reps = reps[:0]
+		for q := range n {
+			sig[0] = block[q]
+			for c := range d.nclass {
+				sig[1+c] = block[d.next[q*d.nclass+c]]
+			}
+			key := string(uint32Bytes(sig))
+			b, ok := index[key]
+			if !ok {
+				b = uint32(len(reps))
+				index[key] = b
+				reps = append(reps, uint32(q))
+			}
+			fresh[q] = b
+		}
+		stable := len(reps) == countBlocks(block)
+		block, fresh = fresh, block
+		if stable {
+			break
+		}
+	}
+	out := make([]uint32, n)
+	first := map[uint32]uint32{}
+	for q := range n {
+		if r, ok := first[block[q]]; ok {
+			out[q] = r
+		} else {
+			first[block[q]] = uint32(q)
+			out[q] = uint32(q)
+		}
+	}
+	return out
+}
+
+// countBlocks returns the number of distinct blocks.
+func countBlocks(block []uint32) int {
+	seen := map[uint32]bool{}
+	for _, b := range block {
+		seen[b] = true
+	}
+	return len(seen)
+}
+
+// uint32Bytes returns the little-endian bytes of s.
+func uint32Bytes(s []uint32) []byte {
+	buf := make([]byte, 0, 4*len(s))
+	for _, v := range s {
+		buf = binary.LittleEndian.AppendUint32(buf, v)
+	}
+	return buf
+}
