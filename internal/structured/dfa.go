@@ -3,6 +3,7 @@ package structured
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -432,59 +433,58 @@ func withinEquivalence(d *dfa, k int) []uint32 {
 			block[q] = 2
 		}
 	}
-	sig := make([]uint32, 1+d.nclass)
+	// same reports whether q and r have one signature under block: their blocks and the
+	// blocks of their moves.
+	same := func(q, r int) bool {
+		if block[q] != block[r] {
+			return false
+		}
+		for c := range d.nclass {
+			if block[d.next[q*d.nclass+c]] != block[d.next[r*d.nclass+c]] {
+				return false
+			}
+		}
+		return true
+	}
 	fresh := make([]uint32, n)
-	reps := make([]uint32, 0, n)
+	rep := make([]int, 0, n) // a state of each new block
+	nblocks := 0             // blocks of the partition before the round
+	for _, b := range []uint32{0, 1, 2} {
+		if slices.Contains(block, b) {
+			nblocks++
+		}
+	}
 	for round := 0; round < k; round++ {
-		index := map[string]uint32{}
-		reps = reps[:0]
+		index := map[uint64][]uint32{} // signature hash -> new blocks
+		rep = rep[:0]
 		for q := range n {
-			sig[0] = block[q]
+			h := uint64(block[q])*0x9e3779b97f4a7c15 + 1
 			for c := range d.nclass {
-				sig[1+c] = block[d.next[q*d.nclass+c]]
+				h = (h ^ uint64(block[d.next[q*d.nclass+c]])) * 0x100000001b3
 			}
-			key := string(uint32Bytes(sig))
-			b, ok := index[key]
-			if !ok {
-				b = uint32(len(reps))
-				index[key] = b
-				reps = append(reps, uint32(q))
+			found := false
+			for _, b := range index[h] {
+				if same(q, rep[b]) {
+					fresh[q], found = b, true
+					break
+				}
 			}
-			fresh[q] = b
+			if !found {
+				b := uint32(len(rep))
+				index[h] = append(index[h], b)
+				rep = append(rep, q)
+				fresh[q] = b
+			}
 		}
-		stable := len(reps) == countBlocks(block)
 		block, fresh = fresh, block
-		if stable {
-			break
+		if len(rep) == nblocks {
+			break // stable: no longer input tells more states apart
 		}
+		nblocks = len(rep)
 	}
 	out := make([]uint32, n)
-	first := map[uint32]uint32{}
 	for q := range n {
-		if r, ok := first[block[q]]; ok {
-			out[q] = r
-		} else {
-			first[block[q]] = uint32(q)
-			out[q] = uint32(q)
-		}
+		out[q] = uint32(rep[block[q]])
 	}
 	return out
-}
-
-// countBlocks returns the number of distinct blocks.
-func countBlocks(block []uint32) int {
-	seen := map[uint32]bool{}
-	for _, b := range block {
-		seen[b] = true
-	}
-	return len(seen)
-}
-
-// uint32Bytes returns the little-endian bytes of s.
-func uint32Bytes(s []uint32) []byte {
-	buf := make([]byte, 0, 4*len(s))
-	for _, v := range s {
-		buf = binary.LittleEndian.AppendUint32(buf, v)
-	}
-	return buf
 }

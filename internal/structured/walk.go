@@ -41,13 +41,17 @@ type lexEntry struct {
 	ends  []int32     // trie nodes with children where the lexeme may end
 }
 
+// maxRefineWork bounds the work of withinEquivalence for one terminal (states x byte classes
+// x rounds, about 100 ms); a larger automaton keeps one cache entry per state.
+const maxRefineWork = 1 << 25
+
 // NewTokenGrammar binds c to a tokenizer (trie must be built from vocab).
 func NewTokenGrammar(c *Compiled, trie *TokenTrie, vocab Vocabulary) *TokenGrammar {
 	g := &TokenGrammar{c: c, trie: trie, vocab: vocab, lexemes: map[lexKey]*lexEntry{}, reps: make([][]uint32, len(c.terms))}
 	for i, d := range c.terms {
 		// A DFA of fewer states than the longest token has no two states alike within
 		// it unless minimization would have merged them.
-		if d.numStates() > trie.maxDepth {
+		if n := d.numStates(); n > trie.maxDepth && n*d.nclass*trie.maxDepth <= maxRefineWork {
 			g.reps[i] = withinEquivalence(d, trie.maxDepth)
 		}
 	}
