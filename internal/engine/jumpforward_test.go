@@ -194,3 +194,28 @@ func TestJumpForwardLimits(t *testing.T) {
 		t.Errorf("%d forced tokens, want 1 (the cut run's)", f)
 	}
 }
+
+// TestJumpForwardSeeded: seeded sampling under jump-forward gives the same tokens under
+// async and serial scheduling, drawn on the device or on the host: a stale row (async only)
+// takes no draw from the sequence's sampler.
+func TestJumpForwardSeeded(t *testing.T) {
+	prompt := randomPrompt(8, 11, forcerVocab)
+	seed := uint64(11)
+	var outs [][]int32
+	for _, canSample := range []bool{true, false} {
+		for _, serial := range []bool{false, true} {
+			e, _ := fakeEngine(t, forcerVocab, Config{DisableAsyncScheduling: serial}, canSample)
+			got := generate(t, e, []Request{{PromptTokens: prompt, Params: SamplingParams{MaxTokens: 40, IgnoreEOS: true, Temperature: 1, Seed: &seed},
+				Processors: []sample.Stateful{&runForcer{merge: true}}}})
+			outs = append(outs, got[0][0].tokens)
+			if e.Stats().ForcedTokens == 0 {
+				t.Errorf("device %v serial %v: nothing forced", canSample, serial)
+			}
+		}
+	}
+	for i, o := range outs[1:] {
+		if !slices.Equal(o, outs[0]) {
+			t.Errorf("run %d: %v, run 0 %v", i+1, o, outs[0])
+		}
+	}
+}
