@@ -243,6 +243,7 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 		},
 		DisablePrefixCaching:   opt.DisablePrefixCaching,
 		DisableAsyncScheduling: opt.DisableAsyncScheduling,
+		DisableJumpForward:     opt.DisableJumpForward,
 		MaxWaiting:             opt.MaxWaiting,
 		OnRequestDone:          opt.OnRequestDone,
 		OnStepDone:             opt.OnStepDone,

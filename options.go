@@ -64,6 +64,10 @@ type Options struct {
 	// DisableAsyncScheduling runs each engine step's forward pass and host work one after
 	// the other instead of overlapping them (see engine.Config).
 	DisableAsyncScheduling bool
+	// DisableJumpForward turns jump-forward of structured output off: the tokens a
+	// request's grammar forces (a fixed key, `": "`) are then sampled one step each instead
+	// of appended and computed together in one step.
+	DisableJumpForward bool
 	// MaxWaiting refuses requests with ErrQueueFull when that many wait (0: no limit).
 	MaxWaiting int
 	// Speculative, when set, turns on speculative decoding (vLLM's --speculative-config;

@@ -39,6 +39,7 @@ type engineFlags struct {
 	maxNumSeqs, maxBatched    int
 	maxWaiting                int
 	noPrefixCaching, noAsync  bool
+	noJumpForward             bool
 	generationConfig          string
 	speculative               string
 	kvPolicy                  string
@@ -74,6 +75,7 @@ func addEngineFlags(fs *flag.FlagSet, scope flagScope) *engineFlags {
 	fs.IntVar(&f.maxWaiting, "max-waiting", 0, "refuse requests when this many wait (serve answers 429) (0: no limit)")
 	fs.BoolVar(&f.noPrefixCaching, "no-prefix-caching", false, "turn prefix caching off")
 	fs.BoolVar(&f.noAsync, "no-async-scheduling", false, "turn asynchronous scheduling off (plan each step only after the previous one's outputs are out)")
+	fs.BoolVar(&f.noJumpForward, "no-jump-forward", false, "turn jump-forward of structured output off (sample the tokens a grammar forces one step each instead of appending them in one step)")
 	fs.StringVar(&f.speculative, "speculative-config", "", `speculative decoding, vLLM's JSON: {"method": "ngram"|"draft_model"|"layer_skip", "num_speculative_tokens": K (1..16), "prompt_lookup_min"/"prompt_lookup_max": N (ngram, default 5), "model": DRAFT (draft_model: a file, folder, hf: or synth: reference), "draft_layers": L (layer_skip), "dynamic": true|false (default true: each sequence's draft length chosen per step)}`)
 	fs.StringVar(&f.kvPolicy, "kv-policy", "full", "KV policy of requests that name none: NAME[:key=value,...]: full (every token kept), or streaming (StreamingLLM: sink_tokens attention sinks (default 4) and a window of the latest blocks within budget_tokens (default 1024), generation going on past the context length), e.g. streaming:budget_tokens=512,sink_tokens=4")
 	f.lora = addLoRAFlags(fs)
@@ -141,6 +143,7 @@ func (f *engineFlags) options() (kvasir.Options, error) {
 	opt.GPUMemoryUtilization, opt.BlockSize, opt.MaxModelLen = f.gpuMem, f.blockSize, f.maxModelLen
 	opt.MaxNumSeqs, opt.MaxNumBatchedTokens, opt.MaxWaiting = f.maxNumSeqs, f.maxBatched, f.maxWaiting
 	opt.DisablePrefixCaching, opt.DisableAsyncScheduling = f.noPrefixCaching, f.noAsync
+	opt.DisableJumpForward = f.noJumpForward
 	if opt.KVPolicy, err = kvasir.ParseKVPolicy(f.kvPolicy); err != nil {
 		return opt, fmt.Errorf("--kv-policy: %w", err)
 	}

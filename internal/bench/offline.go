@@ -116,6 +116,10 @@ type OfflineResult struct {
 	P99E2ELms            float64 `json:"p99_e2el_ms"`
 	PrefixCacheHitRate   float64 `json:"prefix_cache_hit_rate"`
 	NumPreemptions       int64   `json:"num_preemptions"`
+	// EngineSteps counts the engine steps (forward passes of the target) the run took;
+	// ForcedTokens the output tokens jump-forward appended without sampling.
+	EngineSteps  int64 `json:"engine_steps"`
+	ForcedTokens int64 `json:"structured_forced_tokens"`
 	// Per request, in submission order (vLLM's keys; TTFTs in seconds, 0 for a failure).
 	InputLens  []int     `json:"input_lens"`
 	OutputLens []int     `json:"output_lens"`
@@ -161,6 +165,7 @@ func Offline(ctx context.Context, e *kvasir.Engine, reqs []OfflineRequest, concu
 		MeanITLms: m.ITL.Mean, MedianITLms: m.ITL.Median, StdITLms: m.ITL.Std, P99ITLms: p99(m.ITL),
 		MeanE2ELms: m.E2EL.Mean, MedianE2ELms: m.E2EL.Median, StdE2ELms: m.E2EL.Std, P99E2ELms: p99(m.E2EL),
 		NumPreemptions: after.Preemptions - before.Preemptions,
+		EngineSteps:    after.Steps - before.Steps, ForcedTokens: after.ForcedTokens - before.ForcedTokens,
 	}
 	if q := after.PrefixQueries - before.PrefixQueries; q > 0 {
 		res.PrefixCacheHitRate = float64(after.PrefixHits-before.PrefixHits) / float64(q)
@@ -232,6 +237,10 @@ func WriteOfflineSummary(w io.Writer, r OfflineResult) {
 	fmt.Fprintf(w, "%-40s %10.2f\n", "Total token throughput (tok/s):", r.TotalTokenThroughput)
 	fmt.Fprintf(w, "%-40s %10.2f\n", "Prefix cache hit rate (%):", 100*r.PrefixCacheHitRate)
 	fmt.Fprintf(w, "%-40s %10d\n", "Preemptions:", r.NumPreemptions)
+	fmt.Fprintf(w, "%-40s %10d\n", "Engine steps:", r.EngineSteps)
+	if r.ForcedTokens > 0 {
+		fmt.Fprintf(w, "%-40s %10d\n", "Forced tokens (jump-forward):", r.ForcedTokens)
+	}
 	for _, m := range []struct {
 		name                   string
 		mean, median, std, p99 float64

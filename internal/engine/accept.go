@@ -114,34 +114,49 @@ func (e *Engine) verify(sc *scheduled, host bool, next func(j int) (int32, []Log
 	seq.draft, seq.draftDists, seq.draftByModel = nil, nil, false
 	var picks []pick
 	kept := 0 // drafts kept
+	used := 0 // rows whose token was taken
+	var jf jump
+	afterDraft := false // jf follows a kept draft
 	for j := 0; j <= len(draft) && seq.status != statusFinished; j++ {
 		tok, lp, ok := next(j)
 		if !ok {
 			break
 		}
+		used++
 		p, ok := e.accept(seq, tok, lp)
 		if !ok {
 			break
 		}
 		picks = append(picks, p)
 		if j == len(draft) || tok != draft[j] {
+			jf = e.jumpAfter(seq)
 			break
 		}
 		kept++
+		// The grammar forces tokens after a kept draft: the drafts after it are dropped.
+		if jf = e.jumpAfter(seq); len(jf.tokens) > 0 {
+			afterDraft = true
+			break
+		}
 	}
 	if len(draft) > 0 {
 		e.countVerified(seq, len(draft), kept)
 	}
-	if rejected := len(draft) - kept; rejected > 0 {
-		if host && !judged {
-			e.skipDraws(seq, rejected)
-		}
-		if err := e.rollback(sc, rejected); err != nil {
+	// Computed tokens taken back: the drafts not kept, and a kept draft the jump replaces.
+	drop := len(draft) - kept
+	if afterDraft {
+		drop += jf.replace
+	}
+	if unused := len(draft) + 1 - used; host && !judged && unused > 0 {
+		e.skipDraws(seq, unused)
+	}
+	if drop > 0 {
+		if err := e.rollback(sc, drop); err != nil {
 			e.failRequest(seq.req, err)
 			return nil
 		}
 	}
-	return picks
+	return e.applyJump(seq, jf, picks)
 }
 
 // countVerified counts a verification of n drafts of which kept were kept, and tells the
@@ -296,7 +311,7 @@ func (e *Engine) stepMasks(job *stepJob) [][]uint32 {
 		if n == 0 {
 			continue
 		}
-		if len(seq.maskers) == 0 || seq.status == statusFinished {
+		if len(seq.maskers) == 0 || seq.status == statusFinished || sc.stale {
 			for range n {
 				masks = append(masks, nil)
 			}

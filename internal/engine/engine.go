@@ -62,6 +62,9 @@ type Config struct {
 	// OnKVEvent, when set, is called from the engine loop for every block that enters or
 	// leaves the prefix cache; it must return quickly.
 	OnKVEvent func(kvcache.Event)
+	// DisableJumpForward turns jump-forward off: tokens a request's grammar forces (a
+	// processor that is a sample.Forcer) are then sampled one step at a time like any other.
+	DisableJumpForward bool
 	// Speculation, when set, turns on speculative decoding (see Speculation).
 	Speculation *Speculation
 	// KVPolicy is the KV policy of requests that name none (Request.KVPolicy); the zero

@@ -130,6 +130,9 @@ type Stats struct {
 	// spec_decode counters.
 	SpecDrafts, DraftTokens, AcceptedDrafts int64
 	AcceptedPerPos                          [MaxSpeculativeTokens]int64
+	// ForcedTokens counts the tokens jump-forward appended without sampling (structured
+	// output whose grammar forced them), replacements of a sampled token included.
+	ForcedTokens int64
 	// Finished counts finished choices by finish reason.
 	Finished map[string]int64
 	// RunningLoRAs and WaitingLoRAs name the LoRA adapters of the running and the waiting

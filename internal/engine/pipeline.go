@@ -238,6 +238,7 @@ func (e *Engine) launch(job *stepJob) {
 		// A finished sequence keeps token 0: its KV slot is past its last token and its
 		// result is ignored.
 	}
+	e.markStale(job)
 	job.drafts = e.draftRuns(job)
 	job.mode, job.rows = e.runner.mode(&job.plan, job.buf)
 	masked := job.mode != forwardLogits && e.anyMasker(job)
@@ -319,14 +320,14 @@ func (e *Engine) fast(job *stepJob, res stepResult) {
 		first := row
 		row += len(sc.rows)
 		seq := sc.seq
-		if sc.sampling {
+		if sc.sampling && !sc.stale {
 			seq.pending--
 		}
 		if sc.mass != nil && sc.massEpoch == seq.massEpoch {
 			seq.mass.add(sc.mass, sc.numNew-sc.massFrom)
 			seq.massPending = false
 		}
-		if seq.status == statusFinished {
+		if seq.status == statusFinished || sc.stale {
 			if sc.sampling {
 				e.discarded++
 			}

@@ -66,6 +66,9 @@ type choiceClock struct {
 	itl              []time.Duration
 }
 
+// wantsLogprobs reports whether r reports logprobs of its output tokens.
+func (r *request) wantsLogprobs() bool { return r.params.Logprobs || r.params.TopLogprobs > 0 }
+
 // wantsPromptLogprobs reports whether r still has prompt tokens to score.
 func (r *request) wantsPromptLogprobs() bool {
 	return r.params.PromptLogprobs && len(r.promptLPs) < len(r.prompt)-1
@@ -136,9 +139,11 @@ type sequence struct {
 	// token, whose masks are intersected into mask.
 	procs   []sample.Stateful
 	maskers []sample.Masker
-	mask    sample.Mask
-	detok   *tokenizer.Detokenizer
-	stop    *sample.StopMatcher
+	// forcer is the first processor that can force tokens (jump-forward), nil when none.
+	forcer sample.Forcer
+	mask   sample.Mask
+	detok  *tokenizer.Detokenizer
+	stop   *sample.StopMatcher
 
 	// beam is the sequence's state as a beam of a beam search (nil otherwise).
 	beam *beamState

@@ -249,6 +249,11 @@ func sampleRows(plan *stepPlan) []backend.SampleRow {
 	var rows []backend.SampleRow
 	for _, sc := range plan.seqs {
 		for range sc.numSampling() {
+			if sc.stale {
+				// Its pick is ignored: no draw is taken from the sequence's sampler.
+				rows = append(rows, backend.SampleRow{Temperature: 1, TopK: 1, TopP: 1})
+				continue
+			}
 			rows = append(rows, sampleRow(sc.seq.sampler))
 		}
 	}

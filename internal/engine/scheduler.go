@@ -42,6 +42,10 @@ type scheduled struct {
 	// sampling is whether the step ends at the sequence's last token, so that it samples
 	// the sequence's next token (after verifying its drafts).
 	sampling bool
+	// stale marks a sampling entry that no longer ends at the sequence's last token when
+	// the step is launched: jump-forward appended tokens after the token it computes (see
+	// Engine.jumpForward). The step still computes that token; its sample is ignored.
+	stale bool
 	// dropped is seq.dropped for the step: its tokens sit at cache index p-dropped.
 	dropped int
 	// shifts rotate the keys the sequence's KV policy moved, in order, before the step

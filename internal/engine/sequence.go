@@ -43,6 +43,9 @@ func (e *Engine) newSequence(r *request, index int, tokens []int32, procs []samp
 		if m, ok := proc.(sample.Masker); ok {
 			seq.maskers = append(seq.maskers, m)
 		}
+		if f, ok := proc.(sample.Forcer); ok && seq.forcer == nil {
+			seq.forcer = f
+		}
 	}
 	seq.sampler = samplerFor(p, seed, seq.penalties, seq.suppress)
 	if e.tok != nil {
@@ -110,7 +113,7 @@ func (e *Engine) fork(parent *sequence, logits []float32) []pick {
 			return nil
 		}
 		if p, ok := e.sampleOne(child, logits); ok {
-			picks = append(picks, p)
+			picks = e.applyJump(child, e.jumpAfter(child), append(picks, p))
 		}
 	}
 	return picks

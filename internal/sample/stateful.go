@@ -107,3 +107,17 @@ func (m Mask) CheckLen(n int) error {
 	}
 	return nil
 }
+
+// Forcer is a Masker that can say which tokens must follow (jump-forward of structured
+// output): where its grammar admits exactly one continuation, the engine appends those
+// tokens without sampling them, computing them all in one step.
+type Forcer interface {
+	Masker
+	// JumpForward returns the tokens forced after the tokens accepted so far, at most
+	// grow more than are accepted now, tokenized as the tokenizer would tokenize that
+	// text. When the forced bytes merge with the last accepted token, replace is 1: that
+	// token is to be taken back (Rollback(1)) and tokens, which begin with its bytes,
+	// accepted in its place; else replace is 0. It changes nothing itself; nil tokens:
+	// nothing to jump.
+	JumpForward(grow int) (replace int, tokens []int32)
+}

@@ -213,6 +213,7 @@ type statsCollector struct {
 	running, waiting, kvUsage               *prometheus.Desc
 	preemptions, prefixQueries, prefixHits  *prometheus.Desc
 	promptTokens, generationTokens, success *prometheus.Desc
+	forcedTokens                            *prometheus.Desc
 
 	// The speculative-decoding counters, only when the engine speculates (as vLLM
 	// registers them only then): specK positions are reported.
@@ -236,6 +237,7 @@ func newStatsCollector(labels prometheus.Labels, eng *kvasir.Engine) *statsColle
 		promptTokens:     d("prompt_tokens_total", "Number of prefill tokens processed."),
 		generationTokens: d("generation_tokens_total", "Number of generation tokens processed."),
 		success:          d("request_success_total", "Count of successfully processed requests.", "finished_reason"),
+		forcedTokens:     d("structured_forced_tokens_total", "Tokens of structured output appended by jump-forward without sampling."),
 	}
 	if sc := eng.Speculative(); sc != nil {
 		c.specK = sc.NumSpeculativeTokens
@@ -250,7 +252,7 @@ func newStatsCollector(labels prometheus.Labels, eng *kvasir.Engine) *statsColle
 // Describe sends the descriptors of the collected metrics.
 func (c *statsCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.running, c.waiting, c.kvUsage, c.preemptions, c.prefixQueries,
-		c.prefixHits, c.promptTokens, c.generationTokens, c.success} {
+		c.prefixHits, c.promptTokens, c.generationTokens, c.success, c.forcedTokens} {
 		ch <- d
 	}
 	if c.specK > 0 {
@@ -277,6 +279,7 @@ func (c *statsCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(c.prefixHits, float64(s.PrefixHits))
 	counter(c.promptTokens, float64(s.PromptTokens))
 	counter(c.generationTokens, float64(s.GenerationTokens))
+	counter(c.forcedTokens, float64(s.ForcedTokens))
 	reasons := []string{kvasir.FinishStop, kvasir.FinishLength, kvasir.FinishAbort}
 	for r := range s.Finished {
 		if r != kvasir.FinishStop && r != kvasir.FinishLength && r != kvasir.FinishAbort {

@@ -3,6 +3,7 @@ package structured
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -407,4 +408,83 @@ func minimize(d *dfa) *dfa {
 		}
 	}
 	return m
+}
+
+// withinEquivalence returns, for each state of d, a representative state that behaves the
+// same on every input of at most k bytes: the same inputs keep it alive and the same ones
+// end in an accepting state. A lexeme's mask entry (the tokens that stay inside it, the trie
+// nodes where it may end) looks only at inputs as long as a token, so with k the longest
+// token's length, states of one class share one entry. That is what makes counted
+// repetitions cheap: in [^"]{0,1000} the states with more than k counts left are all alike,
+// so one trie walk serves them all instead of one walk per count.
+//
+// It is Moore's partition refinement (see minimize) stopped after k rounds: after round i,
+// two states share a block exactly when no input of at most i bytes tells them apart.
+func withinEquivalence(d *dfa, k int) []uint32 {
+	n := d.numStates()
+	block := make([]uint32, n)
+	for q := range n {
+		switch {
+		case q == 0:
+			block[q] = 0
+		case d.accept[q]:
+			block[q] = 1
+		default:
+			block[q] = 2
+		}
+	}
+	// same reports whether q and r have one signature under block: their blocks and the
+	// blocks of their moves.
+	same := func(q, r int) bool {
+		if block[q] != block[r] {
+			return false
+		}
+		for c := range d.nclass {
+			if block[d.next[q*d.nclass+c]] != block[d.next[r*d.nclass+c]] {
+				return false
+			}
+		}
+		return true
+	}
+	fresh := make([]uint32, n)
+	rep := make([]int, 0, n) // a state of each new block
+	nblocks := 0             // blocks of the partition before the round
+	for _, b := range []uint32{0, 1, 2} {
+		if slices.Contains(block, b) {
+			nblocks++
+		}
+	}
+	for round := 0; round < k; round++ {
+		index := map[uint64][]uint32{} // signature hash -> new blocks
+		rep = rep[:0]
+		for q := range n {
+			h := uint64(block[q])*0x9e3779b97f4a7c15 + 1
+			for c := range d.nclass {
+				h = (h ^ uint64(block[d.next[q*d.nclass+c]])) * 0x100000001b3
+			}
+			found := false
+			for _, b := range index[h] {
+				if same(q, rep[b]) {
+					fresh[q], found = b, true
+					break
+				}
+			}
+			if !found {
+				b := uint32(len(rep))
+				index[h] = append(index[h], b)
+				rep = append(rep, q)
+				fresh[q] = b
+			}
+		}
+		block, fresh = fresh, block
+		if len(rep) == nblocks {
+			break // stable: no longer input tells more states apart
+		}
+		nblocks = len(rep)
+	}
+	out := make([]uint32, n)
+	for q := range n {
+		out[q] = uint32(rep[block[q]])
+	}
+	return out
 }

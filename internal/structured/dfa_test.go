@@ -1,6 +1,9 @@
 package structured
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // TestMinimalDFA checks state counts against the textbook minimal automata (the dead
 // state included).
@@ -29,6 +32,42 @@ func TestMinimalDFA(t *testing.T) {
 		}
 		if got := c.terms[0].numStates(); got != tc.states {
 			t.Errorf("%s: %d states, want %d", tc.re, got, tc.states)
+		}
+	}
+}
+
+// TestWithinEquivalence: states withinEquivalence puts in one class have the same lexeme
+// entry (the same tokens and the same end nodes, from a walk of the whole trie), and the
+// states of long counted repetitions do fall into few classes.
+func TestWithinEquivalence(t *testing.T) {
+	v := smallVocab()
+	trie, err := NewTokenTrie(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, re := range []string{`[a-c]{0,40}x`, `"[^"]{0,30}"`, `(ab){2,20}c?`, `[0-9]{3,12}(\.[0-9]{1,9})?`, `(a|b)*abb`} {
+		g, err := ParseRegex(re)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := Compile(g, DefaultLimits())
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := c.terms[0]
+		reps := withinEquivalence(d, trie.maxDepth)
+		tg := NewTokenGrammar(c, trie, v)
+		classes := map[uint32]bool{}
+		for q := range uint32(d.numStates()) {
+			classes[reps[q]] = true
+			a, b := tg.walkLexeme(d, q, nil), tg.walkLexeme(d, reps[q], nil)
+			if !slices.Equal(a.ids, b.ids) || !slices.Equal(a.dense, b.dense) || !slices.Equal(a.ends, b.ends) {
+				t.Errorf("%s: state %d and its representative %d differ: %v %v / %v %v", re, q, reps[q], a.ids, a.ends, b.ids, b.ends)
+			}
+		}
+		t.Logf("%s: %d states, %d classes within %d bytes", re, d.numStates(), len(classes), trie.maxDepth)
+		if d.numStates() > 40 && 3*len(classes) > d.numStates() {
+			t.Errorf("%s: %d states in %d classes", re, d.numStates(), len(classes))
 		}
 	}
 }

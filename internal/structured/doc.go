@@ -32,7 +32,9 @@
 // an error naming the incomplete output.
 //
 // Forced (on a Matcher or Masker) returns the bytes the grammar forces next — while
-// exactly one byte may follow and the output is not complete — for jump-forward.
+// exactly one byte may follow and the output is not complete. Masker.JumpForward turns them
+// into the tokens the engine appends without sampling (a sample.Forcer), tokenized
+// canonically at both boundaries (see jumpforward.go).
 //
 // # Bounded whitespace
 //
@@ -70,5 +72,8 @@
 //
 // Known slow spot: a wide class under a counted repetition ([a-z]{1,32}) makes one DFA
 // state per count, and each state's first mask walks the whole trie (about 1 ms on the
-// Llama 3 vocabulary) before it is cached.
+// Llama 3 vocabulary) before it is cached. States alike on every input as long as the
+// longest token share one cached entry (withinEquivalence), so a repetition longer than
+// that ([^"]{0,1000}) costs about one walk per count within a token's length of its end, not
+// one per count.
 package structured

@@ -22,12 +22,14 @@ type Masker struct {
 	// end-of-generation token (0: none accepted).
 	lens  []int
 	ended int
-	w     *walker
+	// last is the last token accepted (-1: none), the one jump-forward may retokenize.
+	last int32
+	w    *walker
 }
 
 // NewMasker returns a masker at the start of the output.
 func (g *TokenGrammar) NewMasker() *Masker {
-	return &Masker{g: g, c: g.c, trie: g.trie, vocab: g.vocab, m: g.c.NewMatcher()}
+	return &Masker{g: g, c: g.c, trie: g.trie, vocab: g.vocab, m: g.c.NewMatcher(), last: -1}
 }
 
 // Accept feeds tokens in order; a token the grammar does not allow is an error (the state
@@ -60,6 +62,7 @@ func (k *Masker) Accept(tokens []int32) error {
 			}
 		}
 		k.lens = append(k.lens, len(b))
+		k.last = tok
 	}
 	return nil
 }
@@ -73,13 +76,14 @@ func (k *Masker) Rollback(n int) {
 		}
 		k.m.Rollback(k.lens[last])
 		k.lens = k.lens[:last]
+		k.last = -1 // not kept: jump-forward then leaves the tokens before alone
 	}
 }
 
 // Clone returns an independent masker in the same state.
 func (k *Masker) Clone() sample.Stateful {
 	return &Masker{g: k.g, c: k.c, trie: k.trie, vocab: k.vocab, m: k.m.Clone(),
-		lens: append([]int(nil), k.lens...), ended: k.ended}
+		lens: append([]int(nil), k.lens...), ended: k.ended, last: k.last}
 }
 
 // Mask returns the tokens allowed next. The mask is reused by the next call.
@@ -97,7 +101,7 @@ func (k *Masker) Accepting() bool { return k.m.Accepting() }
 // Done reports whether the grammar admits no further byte.
 func (k *Masker) Done() bool { return !k.m.CanContinue() }
 
-var _ sample.Masker = (*Masker)(nil)
+var _ sample.Forcer = (*Masker)(nil)
 
 // Forced returns the bytes the grammar forces next (at most max), for jump-forward: where
 // the grammar admits exactly one continuation, as a fixed key or `": "`, those bytes can be

@@ -29,6 +29,8 @@ type TokenTrie struct {
 	toks  []int32
 	// id identifies the vocabulary for caches: the count and a hash of every token.
 	id string
+	// maxDepth is the length of the longest token.
+	maxDepth int
 }
 
 // NewTokenTrie builds the trie of v's tokens.
@@ -88,6 +90,7 @@ func NewTokenTrie(v Vocabulary) (*TokenTrie, error) {
 		for d := common; d < len(e.b); d++ {
 			t.label = append(t.label, e.b[d])
 			t.depth = append(t.depth, uint16(d+1))
+			t.maxDepth = max(t.maxDepth, d+1)
 			t.end = append(t.end, 0)
 			t.first = append(t.first, int32(len(t.toks)))
 			path = append(path, int32(len(t.label)-1))

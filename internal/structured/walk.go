@@ -24,6 +24,9 @@ type TokenGrammar struct {
 
 	mu      sync.Mutex
 	lexemes map[lexKey]*lexEntry
+	// reps maps each terminal's DFA states to a representative whose lexeme entry is the
+	// same (see withinEquivalence); nil for a terminal where no two states share one.
+	reps [][]uint32
 }
 
 type lexKey struct {
@@ -38,9 +41,21 @@ type lexEntry struct {
 	ends  []int32     // trie nodes with children where the lexeme may end
 }
 
+// maxRefineWork bounds the work of withinEquivalence for one terminal (states x byte classes
+// x rounds, about 100 ms); a larger automaton keeps one cache entry per state.
+const maxRefineWork = 1 << 25
+
 // NewTokenGrammar binds c to a tokenizer (trie must be built from vocab).
 func NewTokenGrammar(c *Compiled, trie *TokenTrie, vocab Vocabulary) *TokenGrammar {
-	return &TokenGrammar{c: c, trie: trie, vocab: vocab, lexemes: map[lexKey]*lexEntry{}}
+	g := &TokenGrammar{c: c, trie: trie, vocab: vocab, lexemes: map[lexKey]*lexEntry{}, reps: make([][]uint32, len(c.terms))}
+	for i, d := range c.terms {
+		// A DFA of fewer states than the longest token has no two states alike within
+		// it unless minimization would have merged them.
+		if n := d.numStates(); n > trie.maxDepth && n*d.nclass*trie.maxDepth <= maxRefineWork {
+			g.reps[i] = withinEquivalence(d, trie.maxDepth)
+		}
+	}
+	return g
 }
 
 // Compiled returns the grammar.
@@ -48,6 +63,9 @@ func (g *TokenGrammar) Compiled() *Compiled { return g.c }
 
 // lexeme returns the cached entry of terminal term in DFA state q, computing it on first use.
 func (g *TokenGrammar) lexeme(term int32, q uint32, stack []uint32) *lexEntry {
+	if r := g.reps[term]; r != nil {
+		q = r[q]
+	}
 	key := lexKey{term, q}
 	g.mu.Lock()
 	e, ok := g.lexemes[key]

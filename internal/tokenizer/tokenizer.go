@@ -244,6 +244,26 @@ func (t *Tokenizer) Encode(text string, opt EncodeOptions) []int {
 	return out
 }
 
+// EncodePiece tokenizes a piece of text that continues a generation, as the tokenizer
+// would inside a longer text: no BOS or EOS, no SentencePiece dummy prefix, special-token
+// texts not parsed (user-defined ones are, as in Encode). Jump-forward of structured output
+// uses it to tokenize the bytes a grammar forces canonically.
+func (t *Tokenizer) EncodePiece(piece []byte) []int {
+	text := string(piece)
+	if t.vocab.NFC {
+		text = norm.NFC.String(text)
+	}
+	var out []int
+	for _, f := range t.partition(text, false) {
+		if f.id >= 0 {
+			out = append(out, f.id)
+			continue
+		}
+		out = t.enc.encode(normalize(t.vocab.Normalizers, f.text), out, 0)
+	}
+	return out
+}
+
 // EncodeContext is Encode that stops when ctx ends and returns its error. It looks at ctx
 // between the fragments that special tokens cut the text into and, in byte-level BPE,
 // every stopEvery pre-tokens.

@@ -82,7 +82,8 @@ func TestBenchSchemasThroughModel(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d schemas generated from (%d refused): %d replies complete and valid, %d cut by max_tokens", tried, refused, finished, cut)
+	t.Logf("%d schemas generated from (%d refused): %d replies complete and valid, %d cut by max_tokens; %d tokens jumped forward",
+		tried, refused, finished, cut, e.Stats().ForcedTokens)
 	if finished < len(paths)/10 {
 		t.Errorf("only %d of %d replies completed their grammar", finished, finished+cut)
 	}
