@@ -11,7 +11,10 @@ import (
 // stepJob is one step on its way through the pipeline: planned and built on the engine
 // loop, run (copies and forward pass) by runner.execute, finished on the loop.
 type stepJob struct {
-	id     int64 // step number, counted from 1 in planning order
+	id int64 // step number, counted from 1 in planning order
+	// reads are blocks to read out for a KVStore before the step writes anything
+	// (kvstore.go).
+	reads  []blockRead
 	plan   stepPlan
 	buf    *batchBuffer
 	holes  []placeholder    // batch tokens the step before this one is still sampling
@@ -169,6 +172,7 @@ func (e *Engine) plan(inFlight bool) (*stepJob, error) {
 	if len(e.active) == 0 {
 		return nil, nil
 	}
+	e.victims = e.victims[:0] // only evictions by this schedule are read by its step
 	plan, err := e.sched.schedule()
 	if err != nil {
 		return nil, err
@@ -195,6 +199,10 @@ func (e *Engine) plan(inFlight bool) (*stepJob, error) {
 		// the step in flight (a copy's source may be a block that step fills).
 		copies: e.kv.TakeCopies(),
 		done:   make(chan stepResult, 1),
+	}
+	if e.store != nil {
+		job.reads = append(append(job.reads, e.reads...), e.victims...)
+		e.reads, e.victims = nil, e.victims[:0]
 	}
 	e.offerPlanned(job)
 	return job, nil
@@ -355,6 +363,10 @@ func (e *Engine) slow(job *stepJob) {
 		}
 		if err := e.kv.CacheFullBlocks(seq.id, seq.tokens, sc.start+sc.numNew); err != nil {
 			e.failRequest(seq.req, err)
+			continue
+		}
+		if e.store != nil && e.store.Shared() {
+			e.orderSaves(seq, &sc)
 		}
 	}
 	e.emitStep++

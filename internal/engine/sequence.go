@@ -171,6 +171,7 @@ func (e *Engine) finishSeqWith(seq *sequence, out Output, reason string, stopRea
 // complete ends a request whose choices have all finished: closes its stream, forgets it,
 // and reports its stats.
 func (e *Engine) complete(r *request) {
+	e.endFetch(r)
 	r.out.close()
 	delete(e.active, r.id)
 	e.mu.Lock()

@@ -206,7 +206,7 @@ func TestRedisSaveLookup(t *testing.T) {
 	}
 
 	// Corrupt the second block's value in place: the run stops before it.
-	key := a.key(refs[1].Hash)
+	key := a.Key(refs[1].Hash)
 	if reply, err := srv.Do("SETRANGE", key, "60", "Z"); err != nil || reply != ":"+strconv.Itoa(len(encodeValue(refs[1], kv[:testBlockBytes]))) {
 		t.Fatalf("SETRANGE: %q %v", reply, err)
 	}

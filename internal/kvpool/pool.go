@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/logging"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
@@ -103,6 +104,10 @@ type writeOrder struct {
 	del  string
 }
 
+// quietClient silences go-redis's own logging (process-wide): a pool's failures are its
+// warnings and counters, not a line per failed dial.
+var quietClient sync.Once
+
 // New makes a pool. It does not connect: the first call to Redis does, and a server that
 // is down only makes the pool miss.
 func New(cfg Config) (*Pool, error) {
@@ -139,6 +144,7 @@ func New(cfg Config) (*Pool, error) {
 		opt.DialerRetries = 1
 		opt.DisableIdentity = true
 		opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+		quietClient.Do(func() { redis.SetLogger(&logging.VoidLogger{}) })
 		p.client = redis.NewClient(opt)
 		p.writes = make(chan writeOrder, 4096)
 		p.stop, p.stopped = make(chan struct{}), make(chan struct{})
@@ -153,8 +159,8 @@ func (p *Pool) Shared() bool { return p.client != nil }
 // Offloads reports whether the pool has a host tier (Offload does something).
 func (p *Pool) Offloads() bool { return p.mem != nil }
 
-// key is the Redis key of the block with hash h.
-func (p *Pool) key(h kvcache.BlockHash) string {
+// Key is the Redis key of the block with hash h.
+func (p *Pool) Key(h kvcache.BlockHash) string {
 	return "kvasir:kv:" + p.cfg.Namespace + ":" + hex.EncodeToString(h[:])
 }
 
@@ -199,8 +205,8 @@ func (p *Pool) Lookup(ctx context.Context, refs []kvcache.BlockRef) [][]byte {
 			kv, err := decodeValue(v, batch[i], p.cfg.BlockBytes)
 			if err != nil {
 				p.corrupt.Add(1)
-				p.log.Warn("kv pool: ignoring a stored block, recomputing it", "key", p.key(batch[i].Hash), "err", err)
-				p.enqueue(writeOrder{del: p.key(batch[i].Hash)})
+				p.log.Warn("kv pool: ignoring a stored block, recomputing it", "key", p.Key(batch[i].Hash), "err", err)
+				p.enqueue(writeOrder{del: p.Key(batch[i].Hash)})
 				return out
 			}
 			p.readBytes.Add(int64(len(v)))
@@ -219,7 +225,7 @@ func (p *Pool) mget(ctx context.Context, refs []kvcache.BlockRef) ([][]byte, err
 	}
 	keys := make([]string, len(refs))
 	for i, r := range refs {
-		keys[i] = p.key(r.Hash)
+		keys[i] = p.Key(r.Hash)
 	}
 	ctx, cancel := context.WithTimeout(ctx, p.cfg.Timeout)
 	defer cancel()
@@ -328,7 +334,7 @@ func (p *Pool) write(o writeOrder) {
 			n += len(v)
 			// NX: the first copy of a block stays (a later one holds the same tokens'
 			// keys and values, perhaps off by rounding on another backend).
-			pipe.SetNX(ctx, p.key(o.refs[i].Hash), v, 0)
+			pipe.SetNX(ctx, p.Key(o.refs[i].Hash), v, 0)
 		}
 		_, err := pipe.Exec(ctx)
 		cancel()
