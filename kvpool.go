@@ -58,6 +58,9 @@ func kvStore(l *Loaded, opt Options, blockSize int, made **kvpool.Pool) func(int
 	}
 }
 
+// CheckKVPoolURL checks a KV pool's address (Options.KVPool) without connecting.
+func CheckKVPoolURL(url string) error { return kvpool.CheckURL(url) }
+
 // KVPoolStats returns the counters of the engine's shared KV pool and host tier, and false
 // when it has neither.
 func (e *Engine) KVPoolStats() (KVPoolStats, bool) {

@@ -3,7 +3,9 @@ package kvasir
 import (
 	"context"
 	"encoding/hex"
+	"io"
 	"log/slog"
+	"net"
 	"runtime"
 	"slices"
 	"strconv"
@@ -282,3 +284,88 @@ func TestKVNamespaceDiffers(t *testing.T) {
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// blackHole is a "Redis" that accepts connections and never answers: a server that hangs.
+func blackHole(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			go io.Copy(io.Discard, c)
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	return "redis://" + ln.Addr().String()
+}
+
+// TestKVPoolHungServer: a Redis that never answers costs a request at most the pool's
+// timeouts, then the breaker opens and requests no longer wait for it; a request aborted
+// while its lookup hangs ends at once and frees everything.
+func TestKVPoolHungServer(t *testing.T) {
+	url := blackHole(t)
+	before := runtime.NumGoroutine()
+	e := poolEngine(t, Options{KVPool: url, KVPoolLog: quietLog()})
+	prompt := poolPrompt(100, 30)
+
+	// Aborted while the lookup hangs.
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, err := e.Generate(ctx, Request{PromptTokens: prompt, Params: SamplingParams{MaxTokens: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if s := e.Stats(); s.Waiting != 1 {
+		t.Errorf("a request parked on its lookup: %d waiting, want 1", s.Waiting)
+	}
+	start := time.Now()
+	cancel()
+	for range ch {
+	}
+	for e.Stats().Waiting > 0 {
+		if time.Since(start) > 200*time.Millisecond {
+			t.Fatalf("the aborted request still waits after %v", time.Since(start))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	waitIdle(t, e)
+
+	// Served without the pool: the first requests wait for the timeouts, then none do.
+	for i := range 4 {
+		greedy(t, e, poolPrompt(100, 31+i), 4)
+	}
+	start = time.Now()
+	greedy(t, e, poolPrompt(100, 40), 4)
+	if d := time.Since(start); d > 300*time.Millisecond {
+		t.Errorf("with the breaker open a request took %v", d)
+	}
+	if s, _ := e.KVPoolStats(); s.Up || s.Errors < 3 {
+		t.Errorf("stats %+v, want the breaker open after errors", s)
+	}
+	waitIdle(t, e)
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkGoroutines(t, before)
+}

@@ -104,6 +104,15 @@ type writeOrder struct {
 	del  string
 }
 
+// CheckURL checks a Redis URL, redis://[user:password@]host:port[/db] (or rediss:// for
+// TLS), without connecting.
+func CheckURL(url string) error {
+	if _, err := redis.ParseURL(url); err != nil {
+		return fmt.Errorf("%q: %w", url, err)
+	}
+	return nil
+}
+
 // quietClient silences go-redis's own logging (process-wide): a pool's failures are its
 // warnings and counters, not a line per failed dial.
 var quietClient sync.Once
