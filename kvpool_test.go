@@ -3,13 +3,13 @@ package kvasir
 import (
 	"context"
 	"encoding/hex"
-	"io"
 	"log/slog"
 	"net"
 	"runtime"
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -286,7 +286,8 @@ func TestKVNamespaceDiffers(t *testing.T) {
 func quietLog() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // blackHole is a "Redis" that accepts connections and never answers: a server that hangs.
-func blackHole(t *testing.T) string {
+// received returns the bytes it was sent so far.
+func blackHole(t *testing.T) (url string, received func() int64) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -294,6 +295,7 @@ func blackHole(t *testing.T) string {
 	}
 	var conns []net.Conn
 	var mu sync.Mutex
+	var got atomic.Int64
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -305,7 +307,16 @@ func blackHole(t *testing.T) string {
 			mu.Lock()
 			conns = append(conns, c)
 			mu.Unlock()
-			go io.Copy(io.Discard, c)
+			go func() {
+				buf := make([]byte, 4096)
+				for {
+					n, err := c.Read(buf)
+					got.Add(int64(n))
+					if err != nil {
+						return
+					}
+				}
+			}()
 		}
 	}()
 	t.Cleanup(func() {
@@ -317,14 +328,17 @@ func blackHole(t *testing.T) string {
 		}
 		mu.Unlock()
 	})
-	return "redis://" + ln.Addr().String()
+	return "redis://" + ln.Addr().String(), func() int64 {
+		time.Sleep(20 * time.Millisecond) // what was sent has arrived
+		return got.Load()
+	}
 }
 
 // TestKVPoolHungServer: a Redis that never answers costs a request at most the pool's
 // timeouts, then the breaker opens and requests no longer wait for it; a request aborted
 // while its lookup hangs ends at once and frees everything.
 func TestKVPoolHungServer(t *testing.T) {
-	url := blackHole(t)
+	url, received := blackHole(t)
 	before := runtime.NumGoroutine()
 	e := poolEngine(t, Options{KVPool: url, KVPoolLog: quietLog()})
 	prompt := poolPrompt(100, 30)
@@ -355,10 +369,11 @@ func TestKVPoolHungServer(t *testing.T) {
 	for i := range 4 {
 		greedy(t, e, poolPrompt(100, 31+i), 4)
 	}
+	sent := received()
 	start = time.Now()
 	greedy(t, e, poolPrompt(100, 40), 4)
-	if d := time.Since(start); d > 300*time.Millisecond {
-		t.Errorf("with the breaker open a request took %v", d)
+	if d, now := time.Since(start), received(); now != sent || d > time.Second {
+		t.Errorf("with the breaker open a request took %v and sent Redis %d bytes", d, now-sent)
 	}
 	if s, _ := e.KVPoolStats(); s.Up || s.Errors < 3 {
 		t.Errorf("stats %+v, want the breaker open after errors", s)
