@@ -1,6 +1,7 @@
 package kvasir
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -60,6 +61,19 @@ func kvStore(l *Loaded, opt Options, blockSize int, made **kvpool.Pool) func(int
 
 // CheckKVPoolURL checks a KV pool's address (Options.KVPool) without connecting.
 func CheckKVPoolURL(url string) error { return kvpool.CheckURL(url) }
+
+// FlushKVPool waits until the engine is idle and the shared pool has written every block
+// the engine computed so far, or ctx ends: after it another instance finds them (tests and
+// benchmarks; serving never needs to wait).
+func (e *Engine) FlushKVPool(ctx context.Context) error {
+	if e.pool == nil {
+		return nil
+	}
+	if err := e.e.SyncStore(ctx); err != nil {
+		return err
+	}
+	return e.pool.Flush(ctx)
+}
 
 // KVPoolStats returns the counters of the engine's shared KV pool and host tier, and false
 // when it has neither.

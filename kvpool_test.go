@@ -69,12 +69,7 @@ func flushPool(t *testing.T, e *Engine) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	// The engine reads a request's last blocks to save when it goes idle.
-	for e.Stats().Running+e.Stats().Waiting > 0 {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(10 * time.Millisecond)
-	if err := e.pool.Flush(ctx); err != nil {
+	if err := e.FlushKVPool(ctx); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -80,6 +80,7 @@ type command struct {
 	add     *request
 	abort   string
 	fetched *fetchResult
+	synced  chan struct{} // closed once idle, the blocks to save handed to the store
 }
 
 // Engine runs requests on a model. Its methods are safe for concurrent use; all the work
@@ -120,6 +121,7 @@ type Engine struct {
 	fetching map[*sequence]context.CancelFunc
 	reads    []blockRead
 	victims  []blockRead
+	syncs    []chan struct{}
 	// jobs feeds the forward goroutine (async scheduling only); inflight is the step it
 	// runs, whose result is not taken yet.
 	jobs     chan<- *stepJob
@@ -566,6 +568,8 @@ func (e *Engine) loop() {
 				e.admit(c.add)
 			case c.fetched != nil:
 				e.fetched(c.fetched)
+			case c.synced != nil:
+				e.syncs = append(e.syncs, c.synced)
 			default:
 				e.abort(c.abort)
 			}
@@ -579,6 +583,12 @@ func (e *Engine) loop() {
 			if e.store != nil {
 				readBlocks(e.bio, e.store, e.reads)
 				e.reads = nil
+			}
+			if len(e.active) == 0 {
+				for _, c := range e.syncs {
+					close(c)
+				}
+				e.syncs = nil
 			}
 			if closing && len(cmds) == 0 && len(e.active) == 0 {
 				return

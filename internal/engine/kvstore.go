@@ -223,3 +223,23 @@ func writeBlocks(bio BlockIO, writes []blockWrite) error {
 	}
 	return nil
 }
+
+// SyncStore waits until the engine is idle and has handed the store every block it computed
+// so far (the store may still be writing them), or ctx ends.
+func (e *Engine) SyncStore(ctx context.Context) error {
+	c := make(chan struct{})
+	e.mu.Lock()
+	if e.closing {
+		e.mu.Unlock()
+		return ErrClosed
+	}
+	e.inbox = append(e.inbox, command{synced: c})
+	e.mu.Unlock()
+	e.signal()
+	select {
+	case <-c:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
