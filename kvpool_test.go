@@ -379,3 +379,55 @@ func TestKVPoolHungServer(t *testing.T) {
 	}
 	checkGoroutines(t, before)
 }
+
+// TestKVPoolParallelAndBeams: a second instance's n = 2 request and its beam search both
+// take the prefix from the pool and answer what recomputing answers; a request asking for
+// prompt logprobs computes its whole prompt.
+func TestKVPoolParallelAndBeams(t *testing.T) {
+	srv := redistest.Start(t)
+	prompt := poolPrompt(180, 5)
+	a := poolEngine(t, Options{KVPool: srv.URL()})
+	defer a.Close()
+	greedy(t, a, prompt, 4)
+	flushPool(t, a)
+	local := poolEngine(t, Options{})
+	defer local.Close()
+	full := (len(prompt) - 1) / 16 * 16
+	for name, p := range map[string]SamplingParams{
+		"n=2":      {MaxTokens: 10, N: 2},
+		"beams":    {MaxTokens: 10, N: 2, UseBeamSearch: true},
+		"logprobs": {MaxTokens: 3, PromptLogprobs: true},
+	} {
+		run := func(e *Engine) ([2][]int32, Usage) {
+			ch, err := e.Generate(context.Background(), Request{PromptTokens: prompt, Params: p})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var toks [2][]int32
+			var last Output
+			for o := range ch {
+				if o.Err != nil {
+					t.Fatalf("%s: %v", name, o.Err)
+				}
+				toks[o.Index] = append(toks[o.Index], o.TokenIDs...)
+				last = o
+			}
+			return toks, last.Usage
+		}
+		b := poolEngine(t, Options{KVPool: srv.URL()})
+		got, u := run(b)
+		want, _ := run(local)
+		wantCached := full
+		if p.PromptLogprobs {
+			wantCached = 0
+		}
+		if u.CachedPromptTokens != wantCached {
+			t.Errorf("%s: %d cached tokens, want %d", name, u.CachedPromptTokens, wantCached)
+		}
+		if len(got[0]) == 0 || !slices.Equal(got[0], want[0]) || !slices.Equal(got[1], want[1]) {
+			t.Errorf("%s: %v, recomputed %v", name, got, want)
+		}
+		waitIdle(t, b)
+		b.Close()
+	}
+}

@@ -126,6 +126,7 @@ func (e *Engine) attach(parent, child *sequence) bool {
 		return true
 	}
 	child.numComputed, child.draftComputed, child.dropped = parent.numComputed, parent.draftComputed, parent.dropped
+	child.saved = parent.saved // the blocks it shares are the parent's to save
 	child.mass = parent.mass.clone()
 	if err := e.kv.Fork(parent.id, child.id); err != nil {
 		e.sched.addRunning(child)
