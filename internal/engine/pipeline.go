@@ -11,16 +11,16 @@ import (
 // stepJob is one step on its way through the pipeline: planned and built on the engine
 // loop, run (copies and forward pass) by runner.execute, finished on the loop.
 type stepJob struct {
-	id int64 // step number, counted from 1 in planning order
-	// reads are blocks to read out for a KVStore before the step writes anything
-	// (kvstore.go).
-	reads  []blockRead
+	id     int64 // step number, counted from 1 in planning order
 	plan   stepPlan
 	buf    *batchBuffer
 	holes  []placeholder    // batch tokens the step before this one is still sampling
 	copies []kvcache.CopyOp // copy-on-write orders, performed before the forward pass
 	mode   forwardMode
 	rows   []backend.SampleRow // device sampling settings, for forwardSample
+	// reads are blocks to read out for a KVStore before the step writes anything, its
+	// imports (plan.writes) and copies included (kvstore.go).
+	reads []blockRead
 	// masks, for a device pick of masked rows, carries the rows' vocabulary masks from the
 	// loop, which computes them while the step runs, to the forward pass (capacity 1).
 	masks chan [][]uint32

@@ -23,11 +23,11 @@ type runner struct {
 	draftShared bool
 	draftBatch  model.Batch // the draft phase's batch, reused (forward goroutine)
 	blockSize   int
+	bufs        [2]batchBuffer
+	next        int // index of the buffer the next build fills
 	// store and bio, with a KVStore: the step's block reads and imports (kvstore.go).
 	store KVStore
 	bio   BlockIO
-	bufs  [2]batchBuffer
-	next  int // index of the buffer the next build fills
 }
 
 // batchBuffer is one step's batch and the backing store of its block tables, reused from
