@@ -33,8 +33,10 @@ type kvPoolResult struct {
 	CachedTokens int `json:"cached_tokens"`
 	// SameTokens says whether both instances answered every round with the same greedy
 	// tokens.
-	SameTokens bool  `json:"same_tokens"`
-	PoolBytes  int64 `json:"pool_read_bytes"`
+	SameTokens bool `json:"same_tokens"`
+	// Writer and Reader are the pool counters of the first instance and of the second.
+	Writer kvasir.KVPoolStats `json:"writer_pool"`
+	Reader kvasir.KVPoolStats `json:"reader_pool"`
 }
 
 func benchKVPool(args []string) error {
@@ -92,6 +94,7 @@ func benchKVPool(args []string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	err = first.FlushKVPool(ctx)
 	cancel()
+	res.Writer, _ = first.KVPoolStats()
 	first.Close()
 	if err != nil {
 		return fmt.Errorf("writing the pool: %w", err)
@@ -132,9 +135,7 @@ func benchKVPool(args []string) error {
 		}
 		res.SameTokens = res.SameTokens && slices.Equal(toks[0], toks[1])
 	}
-	if s, ok := pooled.KVPoolStats(); ok {
-		res.PoolBytes = s.ReadBytes
-	}
+	res.Reader, _ = pooled.KVPoolStats()
 	res.PoolMedian, res.ComputeMedian = median(res.PoolTTFT), median(res.ComputeTTFT)
 	if res.PoolMedian > 0 {
 		res.Speedup = res.ComputeMedian / res.PoolMedian
@@ -145,9 +146,12 @@ func benchKVPool(args []string) error {
 		return enc.Encode(res)
 	}
 	fmt.Printf("model %s, prefix %d tokens + suffix %d, %d rounds\n", res.Model, res.PrefixLen, res.SuffixLen, res.Rounds)
-	fmt.Printf("TTFT through the pool: median %.1f ms %v (cached %d tokens, %.1f MB read)\n", 1e3*res.PoolMedian, msList(res.PoolTTFT), res.CachedTokens, float64(res.PoolBytes)/1e6)
+	fmt.Printf("TTFT through the pool: median %.1f ms %v (cached %d tokens of the last round)\n", 1e3*res.PoolMedian, msList(res.PoolTTFT), res.CachedTokens)
 	fmt.Printf("TTFT recomputing:      median %.1f ms %v\n", 1e3*res.ComputeMedian, msList(res.ComputeTTFT))
 	fmt.Printf("speedup %.1fx; same greedy tokens: %v\n", res.Speedup, res.SameTokens)
+	w, r := res.Writer, res.Reader
+	fmt.Printf("pool: first instance wrote %.1f MB (%d blocks dropped, %d errors); second read %.1f MB, %d hits, %d misses, %d errors, %d corrupt\n",
+		float64(w.WrittenBytes)/1e6, w.DroppedWrites, w.Errors, float64(r.ReadBytes)/1e6, r.Hits, r.Misses, r.Errors, r.Corrupt)
 	return nil
 }
 

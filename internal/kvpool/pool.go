@@ -19,12 +19,13 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultTimeout       = 500 * time.Millisecond
-	DefaultLookupTimeout = 2 * time.Second
-	DefaultWriteQueue    = 64 << 20
+	DefaultTimeout       = time.Second
+	DefaultLookupTimeout = 10 * time.Second
+	DefaultWriteQueue    = 256 << 20
 	// batchBytes bounds the keys and values one MGET or one write pipeline carries, so
-	// that each call's deadline covers a bounded transfer.
-	batchBytes = 8 << 20
+	// that each call's deadline covers a bounded transfer (2 MiB in a second: a slow
+	// link still makes it), and a lookup cut short keeps the blocks that came before.
+	batchBytes = 2 << 20
 	// breakerThreshold failures in a row open the breaker for breakerCooldown.
 	breakerThreshold = 3
 	breakerCooldown  = 5 * time.Second
