@@ -29,6 +29,8 @@ const (
 	// breakerThreshold failures in a row open the breaker for breakerCooldown.
 	breakerThreshold = 3
 	breakerCooldown  = 5 * time.Second
+	// writeSlack stretches a write's deadline over a read's.
+	writeSlack = 4
 )
 
 // Config configures a Pool.
@@ -336,7 +338,8 @@ func (p *Pool) write(o writeOrder) {
 			p.dropped.Add(int64(len(o.refs) - start))
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), p.cfg.Timeout)
+		// Nobody waits for a write: it gets writeSlack times a read's deadline.
+		ctx, cancel := context.WithTimeout(context.Background(), writeSlack*p.cfg.Timeout)
 		pipe := p.client.Pipeline()
 		n := 0
 		for i := start; i < end; i++ {
@@ -350,8 +353,8 @@ func (p *Pool) write(o writeOrder) {
 		cancel()
 		p.record(err)
 		if err != nil {
-			p.dropped.Add(int64(len(o.refs) - start))
-			return
+			p.dropped.Add(int64(end - start)) // the next batch asks the breaker again
+			continue
 		}
 		p.writtenBytes.Add(int64(n))
 	}
