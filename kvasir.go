@@ -26,6 +26,7 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/engine"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
+	"github.com/kvasir-llm/kvasir/internal/kvpool"
 	"github.com/kvasir-llm/kvasir/internal/lora"
 	"github.com/kvasir-llm/kvasir/internal/model"
 	"github.com/kvasir-llm/kvasir/internal/sample"
@@ -123,6 +124,7 @@ type Engine struct {
 	l      *Loaded
 	e      *engine.Engine
 	spec   *speculation // nil: no speculative decoding
+	pool   *kvpool.Pool // nil: no shared KV pool nor host tier
 	sizing kvcache.Sizing
 	// prefixCaching reports whether the prefix cache is on.
 	prefixCaching bool
@@ -235,6 +237,7 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 	if err := sp.checkContext(fm.Name(), min(maxLen, (sizing.NumBlocks-1)*blockSize)); err != nil {
 		return nil, err
 	}
+	var pool *kvpool.Pool
 	e, err := engine.New(m, l.tok, engine.Config{
 		NumBlocks: sizing.NumBlocks, BlockSize: blockSize, MaxModelLen: opt.MaxModelLen,
 		SchedulerConfig: engine.SchedulerConfig{
@@ -250,11 +253,15 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 		OnKVEvent:              opt.OnKVEvent,
 		Speculation:            sp.engine(),
 		KVPolicy:               opt.KVPolicy,
+		NewKVStore:             kvStore(l, opt, blockSize, &pool),
 	})
 	if err != nil {
+		if pool != nil {
+			pool.Close()
+		}
 		return nil, err
 	}
-	return &Engine{l: l, e: e, spec: sp, sizing: sizing, prefixCaching: !opt.DisablePrefixCaching,
+	return &Engine{l: l, e: e, spec: sp, pool: pool, sizing: sizing, prefixCaching: !opt.DisablePrefixCaching,
 		defaults: NeutralSampling().With(gen), loras: loras}, nil
 }
 
@@ -302,6 +309,11 @@ func (e *Engine) Close() error { return e.Shutdown(context.Background()) }
 // aborted.
 func (e *Engine) Shutdown(ctx context.Context) error {
 	err := e.e.Shutdown(ctx)
+	if e.pool != nil {
+		if cerr := e.pool.Close(); err == nil {
+			err = cerr
+		}
+	}
 	if cerr := e.spec.close(); err == nil {
 		err = cerr
 	}

@@ -2,6 +2,7 @@ package kvasir
 
 import (
 	"io"
+	"log/slog"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/format"
@@ -113,6 +114,18 @@ type Options struct {
 	// (its chained hash), from the engine loop: it must return quickly. A router keeps
 	// these to know what each instance caches (see Engine.BlockHashes).
 	OnKVEvent func(KVEvent)
+	// KVPool is the Redis server of a KV pool shared by the instances of a model,
+	// redis://[user:password@]host:port[/db] ("": none). Full prefix blocks are written to
+	// it asynchronously; a prompt whose prefix misses the local cache takes the blocks
+	// that follow from it instead of computing them. Run the server with maxmemory and
+	// maxmemory-policy allkeys-lru: eviction is Redis's. A server that is down or slow only
+	// makes the pool miss (a warning on KVPoolLog, and Engine.KVPoolStats count it).
+	KVPool string
+	// KVOffloadMemory is the bytes of host memory kept for blocks the KV cache evicts, an
+	// LRU tier consulted before KVPool (0: none).
+	KVOffloadMemory int64
+	// KVPoolLog receives the pool's warnings (nil: slog.Default()).
+	KVPoolLog *slog.Logger
 }
 
 // CUDAOptions are the settings of the CUDA backends (see cudabackend.BackendOptions).

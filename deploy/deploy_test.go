@@ -16,6 +16,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
@@ -320,4 +321,83 @@ func TestStrictDecoding(t *testing.T) {
 			t.Errorf("accepted:\n%s", doc)
 		}
 	}
+}
+
+// TestKVPoolWiring: every kvasir serve with --kv-pool names a Redis Service of these
+// manifests on its port, whose Deployment evicts allkeys-lru within a maxmemory below its
+// memory limit.
+func TestKVPoolWiring(t *testing.T) {
+	m := load(t)
+	var specs []corev1.PodSpec
+	for _, d := range m.deployments {
+		specs = append(specs, d.Spec.Template.Spec)
+	}
+	for _, s := range m.statefulSets {
+		specs = append(specs, s.Spec.Template.Spec)
+	}
+	pools := 0
+	for _, spec := range specs {
+		for _, c := range spec.Containers {
+			i := slices.Index(c.Args, "--kv-pool")
+			if len(c.Args) == 0 || c.Args[0] != "serve" || i < 0 {
+				continue
+			}
+			pools++
+			if i+1 >= len(c.Args) {
+				t.Fatalf("%s: --kv-pool without a value", c.Name)
+			}
+			u, err := url.Parse(c.Args[i+1])
+			if err != nil || u.Scheme != "redis" {
+				t.Fatalf("%s: --kv-pool %q is not a redis:// URL (%v)", c.Name, c.Args[i+1], err)
+			}
+			svc := m.services[u.Hostname()]
+			if svc == nil {
+				t.Fatalf("--kv-pool %s: no Service %q here", u, u.Hostname())
+			}
+			port, _ := strconv.Atoi(u.Port())
+			if !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return int(p.Port) == port }) {
+				t.Errorf("--kv-pool %s: Service %s has no port %d", u, svc.Name, port)
+			}
+			sel := labels.SelectorFromSet(svc.Spec.Selector)
+			found := false
+			for _, d := range m.deployments {
+				if !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+					continue
+				}
+				found = true
+				rc := d.Spec.Template.Spec.Containers[0]
+				args := strings.Join(rc.Args, " ")
+				if !strings.Contains(args, "--maxmemory-policy allkeys-lru") {
+					t.Errorf("Redis %s: args %q lack --maxmemory-policy allkeys-lru", d.Name, args)
+				}
+				j := slices.Index(rc.Args, "--maxmemory")
+				if j < 0 || j+1 >= len(rc.Args) {
+					t.Fatalf("Redis %s: no --maxmemory", d.Name)
+				}
+				max, err := redisBytes(rc.Args[j+1])
+				limit := rc.Resources.Limits[corev1.ResourceMemory]
+				if err != nil || limit.IsZero() || max.Cmp(limit) >= 0 {
+					t.Errorf("Redis %s: --maxmemory %s (%v) not below its memory limit %s", d.Name, rc.Args[j+1], err, limit.String())
+				}
+			}
+			if !found {
+				t.Errorf("--kv-pool %s: Service %s selects no Deployment", u, svc.Name)
+			}
+		}
+	}
+	if pools == 0 {
+		t.Error("no kvasir serve uses the KV pool")
+	}
+}
+
+// redisBytes reads a Redis memory size (4gb = 4 GiB, 100mb, 512kb, or bytes) as a
+// Kubernetes quantity.
+func redisBytes(v string) (resource.Quantity, error) {
+	v = strings.ToLower(v)
+	for unit, suffix := range map[string]string{"gb": "Gi", "mb": "Mi", "kb": "Ki"} {
+		if n, ok := strings.CutSuffix(v, unit); ok {
+			return resource.ParseQuantity(n + suffix)
+		}
+	}
+	return resource.ParseQuantity(v)
 }

@@ -38,15 +38,6 @@ type loraBenchResult struct {
 	CPURatio  float64               `json:"median_cpu_per_token_ratio,omitempty"`
 }
 
-// median returns the median of v (the upper one of an even count; 0 for none).
-func median(v []float64) float64 {
-	if len(v) == 0 {
-		return 0
-	}
-	s := slices.Sorted(slices.Values(v))
-	return s[len(s)/2]
-}
-
 func benchLoRA(args []string) error {
 	fs := newFlags("bench lora", "-m MODEL --num-prompts N --input-len L --output-len L --adapters K --lora-rank R [--targets all|attn] [--json]")
 	var o bench.OfflineOptions

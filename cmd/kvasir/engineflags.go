@@ -44,6 +44,7 @@ type engineFlags struct {
 	speculative               string
 	kvPolicy                  string
 	lora                      *loraFlags
+	kvPool, kvOffload         string
 }
 
 // threadsPerCPU bounds --threads: more CPU workers than this many per core only contend
@@ -74,6 +75,8 @@ func addEngineFlags(fs *flag.FlagSet, scope flagScope) *engineFlags {
 	fs.IntVar(&f.maxBatched, "max-num-batched-tokens", 0, "token budget of one engine step (0: 2048)")
 	fs.IntVar(&f.maxWaiting, "max-waiting", 0, "refuse requests when this many wait (serve answers 429) (0: no limit)")
 	fs.BoolVar(&f.noPrefixCaching, "no-prefix-caching", false, "turn prefix caching off")
+	fs.StringVar(&f.kvPool, "kv-pool", "", "KV pool shared by the instances of a model: redis://[user:password@]HOST:PORT[/DB]; full prefix blocks are written to it in the background and a prompt missing the local cache takes the blocks that follow from it (run Redis with --maxmemory and --maxmemory-policy allkeys-lru; a Redis down or slow only makes it miss)")
+	fs.StringVar(&f.kvOffload, "kv-offload-memory", "", "host memory for KV blocks the cache evicts, an LRU tier looked up before --kv-pool: bytes, or with a unit (4GiB) (default: none)")
 	fs.BoolVar(&f.noAsync, "no-async-scheduling", false, "turn asynchronous scheduling off (plan each step only after the previous one's outputs are out)")
 	fs.BoolVar(&f.noJumpForward, "no-jump-forward", false, "turn jump-forward of structured output off (sample the tokens a grammar forces one step each instead of appending them in one step)")
 	fs.StringVar(&f.speculative, "speculative-config", "", `speculative decoding, vLLM's JSON: {"method": "ngram"|"draft_model"|"layer_skip", "num_speculative_tokens": K (1..16), "prompt_lookup_min"/"prompt_lookup_max": N (ngram, default 5), "model": DRAFT (draft_model: a file, folder, hf: or synth: reference), "draft_layers": L (layer_skip), "dynamic": true|false (default true: each sequence's draft length chosen per step)}`)
@@ -144,6 +147,18 @@ func (f *engineFlags) options() (kvasir.Options, error) {
 	opt.MaxNumSeqs, opt.MaxNumBatchedTokens, opt.MaxWaiting = f.maxNumSeqs, f.maxBatched, f.maxWaiting
 	opt.DisablePrefixCaching, opt.DisableAsyncScheduling = f.noPrefixCaching, f.noAsync
 	opt.DisableJumpForward = f.noJumpForward
+	if f.kvPool != "" {
+		if err := kvasir.CheckKVPoolURL(f.kvPool); err != nil {
+			return opt, fmt.Errorf("--kv-pool: %w", err)
+		}
+		opt.KVPool = f.kvPool
+	}
+	if opt.KVOffloadMemory, err = kvasir.ParseBytes(f.kvOffload); err != nil {
+		return opt, fmt.Errorf("--kv-offload-memory: %w", err)
+	}
+	if (opt.KVPool != "" || opt.KVOffloadMemory > 0) && f.noPrefixCaching {
+		return opt, fmt.Errorf("--kv-pool and --kv-offload-memory need prefix caching (drop --no-prefix-caching)")
+	}
 	if opt.KVPolicy, err = kvasir.ParseKVPolicy(f.kvPolicy); err != nil {
 		return opt, fmt.Errorf("--kv-policy: %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"strconv"
@@ -107,6 +108,7 @@ func runServe(args []string) error {
 		metrics = server.NewMetrics(names[0])
 		metrics.Hook(opt)
 		opt.OnKVEvent = kvEvents.Record
+		opt.KVPoolLog = log
 	})
 	if err != nil {
 		return err
@@ -128,6 +130,12 @@ func runServe(args []string) error {
 	defer meter.Close()
 	if err := metrics.AddEnergy(meter); err != nil {
 		return err
+	}
+	if err := metrics.AddKVPool(eng); err != nil {
+		return err
+	}
+	if ef.kvPool != "" || ef.kvOffload != "" {
+		log.Info("kv pool: blocks beyond the KV cache", "redis", redactedURL(ef.kvPool), "offload_memory", ef.kvOffload)
 	}
 	if !meter.Available() {
 		log.Info("energy: not measurable here, no kvasir:energy_joules_total", "reason", meter.Unavailable())
@@ -283,4 +291,13 @@ func encoderPath(ref string) (string, bool) {
 		return "", false // the engine reports it
 	}
 	return path, kvasir.IsEncoderModel(path)
+}
+
+// redactedURL is url with its password, if any, replaced by "xxxxx", for logs.
+func redactedURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Redacted()
 }

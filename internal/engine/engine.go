@@ -67,6 +67,10 @@ type Config struct {
 	DisableJumpForward bool
 	// Speculation, when set, turns on speculative decoding (see Speculation).
 	Speculation *Speculation
+	// NewKVStore, when set, makes the store of KV blocks beyond the cache (see KVStore)
+	// for blocks of blockBytes bytes; New calls it once the cache is made. It needs prefix
+	// caching, and no draft model with a cache of its own.
+	NewKVStore func(blockBytes int) (KVStore, error)
 	// KVPolicy is the KV policy of requests that name none (Request.KVPolicy); the zero
 	// value is full (every token kept).
 	KVPolicy kvcache.PolicySpec
@@ -76,8 +80,10 @@ type Config struct {
 
 // command is a message to the engine loop.
 type command struct {
-	add   *request
-	abort string
+	add     *request
+	abort   string
+	fetched *fetchResult
+	synced  chan struct{} // closed once idle, the blocks to save handed to the store
 	// run, when set, is called on the loop (Engine.onLoop).
 	run func()
 }
@@ -95,6 +101,11 @@ type Engine struct {
 	sched       *scheduler
 	runner      *runner
 	rng         *rand.Rand // seeds for requests without one; loop goroutine only
+	// store, when set, keeps blocks beyond the cache, reached through bio (kvstore.go).
+	store KVStore
+	bio   BlockIO
+	// fetches counts the store lookups running.
+	fetches sync.WaitGroup
 
 	mu       sync.Mutex
 	inbox    []command
@@ -108,6 +119,14 @@ type Engine struct {
 
 	// Loop-only state.
 	active map[string]*request
+	// fetching are the sequences parked while the store looks their blocks up, with
+	// the lookups' cancels; reads are the blocks to save, read by the next step (or
+	// when the loop goes idle); victims the blocks evicted while the step being planned
+	// was scheduled, read by that step before it overwrites them (kvstore.go).
+	fetching map[*sequence]context.CancelFunc
+	reads    []blockRead
+	victims  []blockRead
+	syncs    []chan struct{}
 	// jobs feeds the forward goroutine (async scheduling only); inflight is the step it
 	// runs, whose result is not taken yet.
 	jobs     chan<- *stepJob
@@ -128,7 +147,7 @@ type Engine struct {
 	keepAllDrafts bool
 	// writes are imported KV blocks to write before the next step (transfer.go); pins
 	// counts the pins made.
-	writes []blockWrite
+	writes []importWrite
 	pins   uint64
 }
 
@@ -181,7 +200,22 @@ func build(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error
 			d = drafter{model: &pagedModel{m: view, kv: cache}, shared: true}
 		}
 	}
-	return assemble(&pagedModel{m: m, kv: cache}, ModelInfo{VocabSize: mc.VocabSize, ContextLen: mc.ContextLen, ReportsMass: m.ReportsAttentionMass()}, tok, cfg, d)
+	pm := &pagedModel{m: m, kv: cache}
+	e, err := assemble(pm, ModelInfo{VocabSize: mc.VocabSize, ContextLen: mc.ContextLen, ReportsMass: m.ReportsAttentionMass()}, tok, cfg, d)
+	if err != nil || cfg.NewKVStore == nil {
+		return e, err
+	}
+	if cfg.DisablePrefixCaching {
+		return nil, fmt.Errorf("engine: a KV store needs prefix caching")
+	}
+	if e.bio, err = useStore(pm, d); err != nil {
+		return nil, err
+	}
+	if e.store, err = cfg.NewKVStore(cache.BlockBytes()); err != nil {
+		return nil, fmt.Errorf("engine: %w", err)
+	}
+	e.runner.store, e.runner.bio = e.store, e.bio
+	return e, nil
 }
 
 // drafter is the draft model of speculative decoding as the engine runs it: bound to its
@@ -227,11 +261,12 @@ func assemble(m Model, info ModelInfo, tok *tokenizer.Tokenizer, cfg Config, d d
 	if cfg.MaxModelLen <= 0 || cfg.MaxModelLen > poolTokens {
 		cfg.MaxModelLen = poolTokens
 	}
-	mgr, err := kvcache.NewManager(kvcache.Config{NumBlocks: cfg.NumBlocks, BlockSize: cfg.BlockSize, DisablePrefixCaching: cfg.DisablePrefixCaching, OnEvent: cfg.OnKVEvent})
+	e := &Engine{}
+	mgr, err := kvcache.NewManager(kvcache.Config{NumBlocks: cfg.NumBlocks, BlockSize: cfg.BlockSize, DisablePrefixCaching: cfg.DisablePrefixCaching, OnEvent: e.onKVEvent})
 	if err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
 	}
-	e := &Engine{
+	*e = Engine{
 		cfg: cfg, model: m, tok: tok, vocab: info.VocabSize, reportsMass: info.ReportsMass, kv: mgr,
 		sched: &scheduler{cfg: cfg.SchedulerConfig, kv: mgr, maxModelLen: cfg.MaxModelLen, vocab: info.VocabSize,
 			spec: cfg.Speculation, scoreChunk: scoreBytes / (4 * info.VocabSize)},
@@ -239,6 +274,7 @@ func assemble(m Model, info ModelInfo, tok *tokenizer.Tokenizer, cfg Config, d d
 		rng:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		inFlight: make(map[string]*request),
 		active:   make(map[string]*request),
+		fetching: make(map[*sequence]context.CancelFunc),
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}
@@ -521,6 +557,7 @@ func (e *Engine) Shutdown(ctx context.Context) error {
 // goroutine; the forward goroutine sees only built batches (see step).
 func (e *Engine) loop() {
 	defer close(e.done)
+	defer e.fetches.Wait() // every lookup ended: its request did
 	if !e.cfg.DisableAsyncScheduling {
 		jobs := make(chan *stepJob, 1)
 		stopped := make(chan struct{})
@@ -544,6 +581,10 @@ func (e *Engine) loop() {
 				e.admit(c.add)
 			case c.run != nil:
 				c.run()
+			case c.fetched != nil:
+				e.fetched(c.fetched)
+			case c.synced != nil:
+				e.syncs = append(e.syncs, c.synced)
 			default:
 				e.abort(c.abort)
 			}
@@ -551,8 +592,20 @@ func (e *Engine) loop() {
 		if len(cmds) > 0 {
 			e.publishStats()
 		}
-		if len(e.active) == 0 && e.inflight == nil {
-			if closing && len(cmds) == 0 {
+		if len(e.active) == len(e.fetching) && e.inflight == nil {
+			// Idle, or waiting only for lookups: nothing is in flight, so the blocks to
+			// save can be read now.
+			if e.store != nil {
+				readBlocks(e.bio, e.store, e.reads)
+				e.reads = nil
+			}
+			if len(e.active) == 0 {
+				for _, c := range e.syncs {
+					close(c)
+				}
+				e.syncs = nil
+			}
+			if closing && len(cmds) == 0 && len(e.active) == 0 {
 				return
 			}
 			if len(cmds) == 0 {
@@ -575,7 +628,9 @@ func (e *Engine) admit(r *request) {
 		seq.forkPending = r.n > 1
 	}
 	r.seqs = []*sequence{seq}
-	e.sched.add(seq)
+	if !e.startFetch(seq) {
+		e.sched.add(seq)
+	}
 }
 
 // abort finishes every unfinished choice of a request with FinishAbort, freeing its blocks
@@ -628,7 +683,7 @@ func (e *Engine) publishStats() {
 	e.mu.Lock()
 	s := &e.stats
 	s.Running = len(e.sched.running)
-	s.Waiting = len(e.sched.waiting)
+	s.Waiting = len(e.sched.waiting) + len(e.fetching)
 	s.RunningLoRAs, s.WaitingLoRAs = adapterNames(e.sched.running), adapterNames(e.sched.waiting)
 	s.UsedBlocks = used
 	s.KVUsage = e.kv.Usage()

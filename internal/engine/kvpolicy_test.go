@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
@@ -158,8 +159,11 @@ func TestStreamingPolicyStories(t *testing.T) {
 		ids[i] = int32(id)
 	}
 	forEachMode(t, func(t *testing.T, serial bool) {
+		var mu sync.Mutex // the hook runs on the loop after the stats that waitIdle reads
 		var broken error
 		e := tm.engineWithHook(t, Config{DisableAsyncScheduling: serial}, func(e *Engine) {
+			mu.Lock()
+			defer mu.Unlock()
 			if broken == nil {
 				broken = checkEngine(e)
 			}
@@ -196,9 +200,11 @@ func TestStreamingPolicyStories(t *testing.T) {
 			}
 		}
 		waitIdle(t, e)
+		mu.Lock()
 		if broken != nil {
 			t.Error(broken)
 		}
+		mu.Unlock()
 		if err := e.kv.Check(); err != nil || e.kv.NumFreeBlocks() != e.cfg.NumBlocks-1 {
 			t.Errorf("after the requests: %v, %d of %d blocks free", err, e.kv.NumFreeBlocks(), e.cfg.NumBlocks-1)
 		}

@@ -16,9 +16,12 @@ type stepJob struct {
 	buf    *batchBuffer
 	holes  []placeholder    // batch tokens the step before this one is still sampling
 	copies []kvcache.CopyOp // copy-on-write orders, performed before the forward pass
-	writes []blockWrite     // imported KV, written before the copies
+	writes []importWrite    // imported KV, written before the copies
 	mode   forwardMode
 	rows   []backend.SampleRow // device sampling settings, for forwardSample
+	// reads are blocks to read out for a KVStore before the step writes anything, its
+	// imports (plan.writes) and copies included (kvstore.go).
+	reads []blockRead
 	// masks, for a device pick of masked rows, carries the rows' vocabulary masks from the
 	// loop, which computes them while the step runs, to the forward pass (capacity 1).
 	masks chan [][]uint32
@@ -170,6 +173,7 @@ func (e *Engine) plan(inFlight bool) (*stepJob, error) {
 	if len(e.active) == 0 {
 		return nil, nil
 	}
+	e.victims = e.victims[:0] // only evictions by this schedule are read by its step
 	plan, err := e.sched.schedule()
 	if err != nil {
 		return nil, err
@@ -199,6 +203,10 @@ func (e *Engine) plan(inFlight bool) (*stepJob, error) {
 		done:   make(chan stepResult, 1),
 	}
 	e.writes = nil
+	if e.store != nil {
+		job.reads = append(append(job.reads, e.reads...), e.victims...)
+		e.reads, e.victims = nil, e.victims[:0]
+	}
 	e.offerPlanned(job)
 	return job, nil
 }
@@ -363,6 +371,10 @@ func (e *Engine) slow(job *stepJob) {
 		}
 		if err := e.kv.CacheFullBlocks(seq.id, seq.tokens, sc.start+sc.numNew); err != nil {
 			e.failRequest(seq.req, err)
+			continue
+		}
+		if e.store != nil && e.store.Shared() {
+			e.orderSaves(seq, &sc)
 		}
 	}
 	e.emitStep++

@@ -87,6 +87,11 @@ const (
 // have KV in the cache, and the per-choice sampling and output state. A sequence is a
 // kvcache request of its own.
 type sequence struct {
+	// fetched are blocks of its prompt a KVStore found, imported on admission; saved
+	// is the number of its leading blocks already in the cache or offered to the store.
+	fetched *fetchedBlocks
+	saved   int
+
 	id        kvcache.RequestID
 	req       *request
 	index     int

@@ -25,6 +25,9 @@ type runner struct {
 	blockSize   int
 	bufs        [2]batchBuffer
 	next        int // index of the buffer the next build fills
+	// store and bio, with a KVStore: the step's block reads and imports (kvstore.go).
+	store KVStore
+	bio   BlockIO
 }
 
 // batchBuffer is one step's batch and the backing store of its block tables, reused from
@@ -154,6 +157,12 @@ func (r *runner) execute(job *stepJob) (res stepResult) {
 			res = stepResult{err: fmt.Errorf("engine: step panicked: %v", p)}
 		}
 	}()
+	if r.store != nil {
+		readBlocks(r.bio, r.store, job.reads)
+		if err := writeBlocks(r.bio, job.plan.writes); err != nil {
+			return stepResult{err: err}
+		}
+	}
 	if err := r.writeImports(job.writes); err != nil {
 		return stepResult{err: err}
 	}

@@ -70,6 +70,8 @@ type stepPlan struct {
 	seqs      []scheduled
 	numTokens int
 	preempted int
+	// writes import blocks a KVStore found into the cache before the step runs.
+	writes []blockWrite
 }
 
 // scheduler is the vLLM v1 style token-budget scheduler. It has no prefill or decode phase:
@@ -438,19 +440,29 @@ func (s *scheduler) schedule() (stepPlan, error) {
 		if s.kv.PrefixCacheEnabled() && !seq.req.wantsPromptLogprobs() && !seq.req.policy.Drops() {
 			hits, numComputed = s.kv.GetComputedBlocks(seq.tokens, seq.req.salt)
 		}
-		numNew := len(seq.tokens) - numComputed
+		imported := importable(seq, numComputed/s.kv.BlockSize())
+		numNew := len(seq.tokens) - numComputed - len(imported)*s.kv.BlockSize()
 		if numNew > budget && s.cfg.DisableChunkedPrefill && len(plan.seqs) > 0 {
 			break
 		}
 		// A sequence not admitted yet holds nothing to drop: its policy only caps the chunk.
 		_, _, numNew = seq.req.policy.Plan(0, chunk(seq, min(numNew, budget)), nil)
-		ok, err := s.kv.Allocate(seq.id, kvcache.Alloc{NumComputed: numComputed, NumNew: numNew, Computed: hits, Salt: seq.req.salt})
+		// Imported blocks take slots but no budget: their KV arrives, it is not computed.
+		ok, err := s.kv.Allocate(seq.id, kvcache.Alloc{NumComputed: numComputed, NumNew: len(imported)*s.kv.BlockSize() + numNew, Computed: hits, Salt: seq.req.salt})
 		if err != nil {
 			return plan, fmt.Errorf("engine: admit %q: %w", seq.id, err)
 		}
 		if !ok {
 			break
 		}
+		if len(imported) > 0 {
+			first := numComputed / s.kv.BlockSize()
+			table := s.kv.BlockTable(seq.id)
+			plan.writes = append(plan.writes, blockWrite{blocks: table[first : first+len(imported)], kv: imported})
+			numComputed += len(imported) * s.kv.BlockSize()
+		}
+		seq.fetched = nil
+		seq.saved = max(seq.saved, numComputed/s.kv.BlockSize())
 		s.waiting = s.waiting[1:]
 		seq.numComputed = numComputed
 		seq.status = statusRunning
@@ -493,4 +505,15 @@ func adapterNames(seqs []*sequence) []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// importable returns the blocks a KVStore found for seq that follow its first hits cached
+// blocks: none when the lookup found nothing, or when a block before the found ones left
+// the cache since (the run would have a hole).
+func importable(seq *sequence, hits int) [][]byte {
+	f := seq.fetched
+	if f == nil || hits < f.from || hits >= f.from+len(f.kv) {
+		return nil
+	}
+	return f.kv[hits-f.from:]
 }

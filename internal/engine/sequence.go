@@ -129,6 +129,7 @@ func (e *Engine) attach(parent, child *sequence) bool {
 		return true
 	}
 	child.numComputed, child.draftComputed, child.dropped = parent.numComputed, parent.draftComputed, parent.dropped
+	child.saved = parent.saved // the blocks it shares are the parent's to save
 	child.mass = parent.mass.clone()
 	if err := e.kv.Fork(parent.id, child.id); err != nil {
 		e.sched.addRunning(child)
@@ -175,6 +176,7 @@ func (e *Engine) finishSeqWith(seq *sequence, out Output, reason string, stopRea
 // and reports its stats.
 func (e *Engine) complete(r *request) {
 	e.releaseImport(r)
+	e.endFetch(r)
 	r.out.close()
 	delete(e.active, r.id)
 	e.mu.Lock()

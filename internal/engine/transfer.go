@@ -20,29 +20,11 @@ type KVImport struct {
 	Data   []byte
 }
 
-// blockIO is the KV block I/O seam of a model bound to its cache (pagedModel has it; a test
-// fake may not, and then the engine neither exports nor imports).
-type blockIO interface {
-	BlockBytes() int
-	ReadBlocks(blocks []int32, dst []byte) error
-	WriteBlocks(blocks []int32, src []byte) error
-}
-
-func (p *pagedModel) BlockBytes() int { return p.kv.BlockBytes() }
-
-func (p *pagedModel) ReadBlocks(blocks []int32, dst []byte) error {
-	return p.kv.ReadBlocks(blocks, dst)
-}
-
-func (p *pagedModel) WriteBlocks(blocks []int32, src []byte) error {
-	return p.kv.WriteBlocks(blocks, src)
-}
-
-// blockWrite is imported KV on its way into blocks: written by the forward goroutine before
+// importWrite is imported KV on its way into blocks: written by the forward goroutine before
 // the next step's copies and forward pass, so after every step that ran on those blocks
 // before (an aborted request's step may still be writing a block just freed) and before
 // every step that reads them.
-type blockWrite struct {
+type importWrite struct {
 	holder kvcache.RequestID
 	blocks []int32
 	data   []byte
@@ -51,7 +33,7 @@ type blockWrite struct {
 // BlockBytes is the bytes of one KV block in the host layout of the block I/O seam (0 when
 // the model cannot move blocks).
 func (e *Engine) BlockBytes() int {
-	if io, ok := e.model.(blockIO); ok {
+	if io, ok := e.model.(BlockIO); ok {
 		return io.BlockBytes()
 	}
 	return 0
@@ -105,7 +87,7 @@ func (e *Engine) Unpin(pin KVPin) {
 // host layout of the block I/O seam. It may run while steps run: the backend serializes its
 // operations, and no step writes a pinned block.
 func (e *Engine) ReadBlocks(blocks []int32, dst []byte) error {
-	io, ok := e.model.(blockIO)
+	io, ok := e.model.(BlockIO)
 	if !ok {
 		return fmt.Errorf("engine: this model cannot read out KV blocks")
 	}
@@ -147,7 +129,7 @@ func (e *Engine) onLoop(fn func() error) error {
 func (e *Engine) importKV(r *request) {
 	imp := r.importKV
 	r.importKV = nil
-	io, ok := e.model.(blockIO)
+	io, ok := e.model.(BlockIO)
 	if imp == nil || !ok || !e.kv.PrefixCacheEnabled() || r.policy.Drops() {
 		return
 	}
@@ -174,7 +156,7 @@ func (e *Engine) importKV(r *request) {
 		return
 	}
 	if first := im.NumCachedTokens / bs; first < n {
-		e.writes = append(e.writes, blockWrite{holder: id, blocks: im.Table[first:n], data: imp.Data[first*bb : n*bb]})
+		e.writes = append(e.writes, importWrite{holder: id, blocks: im.Table[first:n], data: imp.Data[first*bb : n*bb]})
 	}
 	r.importHold = id
 }
@@ -188,8 +170,8 @@ func (e *Engine) releaseImport(r *request) {
 }
 
 // writeImports performs a step's imported-KV writes (forward goroutine).
-func (r *runner) writeImports(writes []blockWrite) error {
-	io, ok := r.model.(blockIO)
+func (r *runner) writeImports(writes []importWrite) error {
+	io, ok := r.model.(BlockIO)
 	if !ok && len(writes) > 0 {
 		return fmt.Errorf("engine: imported KV on a model that cannot write blocks")
 	}

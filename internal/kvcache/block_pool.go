@@ -115,7 +115,7 @@ func (p *BlockPool) pop() *block {
 	if b == nil {
 		return nil
 	}
-	p.uncache(b)
+	p.drop(b, true)
 	b.ref = 1
 	return b
 }
@@ -174,20 +174,24 @@ func (p *BlockPool) register(b *block, h, parent BlockHash, tokens []int32, extr
 	copy(b.tokens, tokens)
 	p.cached[h] = b
 	if p.onEvent != nil {
-		p.onEvent(Event{Hash: h})
+		p.onEvent(Event{Hash: h, Block: b.id})
 	}
 	return true
 }
 
 // uncache removes b from the prefix cache, if it is there.
-func (p *BlockPool) uncache(b *block) {
+func (p *BlockPool) uncache(b *block) { p.drop(b, false) }
+
+// drop removes b from the prefix cache, if it is there; evicted says the pool is reusing
+// it (see Event.Evicted).
+func (p *BlockPool) drop(b *block, evicted bool) {
 	if !b.cached {
 		return
 	}
 	if p.cached[b.hash] == b {
 		delete(p.cached, b.hash)
 		if p.onEvent != nil {
-			p.onEvent(Event{Hash: b.hash, Removed: true})
+			p.onEvent(Event{Hash: b.hash, Removed: true, Block: b.id, Evicted: evicted})
 		}
 	}
 	b.cached = false

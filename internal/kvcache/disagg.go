@@ -90,3 +90,26 @@ func (m *Manager) PinPrefix(id RequestID, tokens []int32, salt string) (Export, 
 	}
 	return m.ExportBlocks(id)
 }
+
+// BlockRef names a full block's content outside the cache (a shared pool, a host tier): its
+// chained hash, its parent's, and its token ids, which a store may keep beside the keys and
+// values to verify a hit as the prefix cache does.
+type BlockRef struct {
+	Hash, Parent BlockHash
+	Tokens       []int32
+}
+
+// BlockRefs returns the BlockRefs of the full blocks of tokens from block from to block to
+// (exclusive), chained with DefaultHash and salt: hashes[i] must be the hash of block i
+// (from ChainHashes). tokens[i*blockSize:(i+1)*blockSize] back each ref's Tokens.
+func BlockRefs(tokens []int32, hashes []BlockHash, blockSize, from, to int) []BlockRef {
+	refs := make([]BlockRef, 0, max(0, to-from))
+	for i := from; i < to; i++ {
+		r := BlockRef{Hash: hashes[i], Tokens: tokens[i*blockSize : (i+1)*blockSize]}
+		if i > 0 {
+			r.Parent = hashes[i-1]
+		}
+		refs = append(refs, r)
+	}
+	return refs
+}

@@ -74,3 +74,43 @@ func TestChainHashesMatchManager(t *testing.T) {
 		t.Fatal("the salt does not change the hashes")
 	}
 }
+
+// TestEvictedEvents: a cached block reused by the pool leaves with Evicted set and its
+// block id (its contents still intact then); one taken out by Uncache leaves without.
+// PeekPrefix counts the hits without adding to the stats.
+func TestEvictedEvents(t *testing.T) {
+	var evs []Event
+	m := newTestManager(t, Config{NumBlocks: 5, BlockSize: 4, OnEvent: func(e Event) { evs = append(evs, e) }})
+	a := seqTokens(1, 9) // two full blocks and one token
+	admit(t, m, "a", a, "")
+	table := m.BlockTable("a")
+	stats := m.PrefixStats()
+	if n := m.PeekPrefix(a, ""); n != 2 || m.PrefixStats() != stats {
+		t.Fatalf("PeekPrefix %d (want 2), stats %+v -> %+v", n, stats, m.PrefixStats())
+	}
+	if n := m.PeekPrefix(a[:8], ""); n != 1 {
+		t.Fatalf("PeekPrefix of 8 tokens %d, want 1 (the last token is computed)", n)
+	}
+	m.Free("a")
+	evs = nil
+	admit(t, m, "b", seqTokens(50, 16), "") // four blocks: the pool reuses all of a's
+	var evicted []BlockID
+	for _, e := range evs {
+		if e.Removed {
+			if !e.Evicted {
+				t.Errorf("removal by reuse without Evicted: %+v", e)
+			}
+			evicted = append(evicted, e.Block)
+		}
+	}
+	slices.Sort(evicted)
+	want := slices.Sorted(slices.Values(table[:2]))
+	if !slices.Equal(evicted, want) {
+		t.Errorf("evicted blocks %v, want a's cached %v", evicted, want)
+	}
+	evs = nil
+	m.Uncache("b")
+	if len(evs) != 4 || slices.ContainsFunc(evs, func(e Event) bool { return e.Evicted || !e.Removed }) {
+		t.Errorf("Uncache events %+v: want 4 removals, none evicted", evs)
+	}
+}

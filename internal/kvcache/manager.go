@@ -169,6 +169,14 @@ func (m *Manager) GetComputedBlocks(tokens []int32, salt string) ([]BlockID, int
 	return m.lookupPrefix(tokens, salt, len(tokens)-1, true)
 }
 
+// PeekPrefix returns the number of leading full blocks of tokens that GetComputedBlocks
+// would find in the cache now, without counting the lookup in PrefixStats: a request waiting
+// for its blocks from another tier asks which ones it lacks.
+func (m *Manager) PeekPrefix(tokens []int32, salt string) int {
+	_, n := m.lookupPrefix(tokens, salt, len(tokens)-1, false)
+	return n / m.pool.blockSize
+}
+
 // lookupPrefix walks the hash chain over tokens and returns the hit blocks holding at most
 // maxTokens tokens.
 func (m *Manager) lookupPrefix(tokens []int32, salt string, maxTokens int, count bool) ([]BlockID, int) {
