@@ -153,10 +153,10 @@ func linear(ly *calibrate.Layer) []*calibrate.Dense {
 }
 
 type pruner struct {
-	m           *format.Model
-	opt         Options
-	p           *cpu.Pool
-	encoded     map[string]*format.Tensor
+	m            *format.Model
+	opt          Options
+	p            *cpu.Pool
+	encoded      map[string]*format.Tensor
 	zeros, total int64
 }
 
