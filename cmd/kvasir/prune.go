@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/kvasir-llm/kvasir/internal/prune"
 	"github.com/schollz/progressbar/v3"
@@ -154,7 +155,8 @@ func newCountBar(label string, total int, quiet bool) *countBar {
 		return &countBar{}
 	}
 	return &countBar{bar: progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr),
-		progressbar.OptionSetDescription(label), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())}
+		progressbar.OptionSetDescription(label), progressbar.OptionShowCount(), progressbar.OptionThrottle(200*time.Millisecond),
+		progressbar.OptionClearOnFinish())}
 }
 
 // Set is told the steps done of total.

@@ -25,6 +25,9 @@ type activations struct {
 	// qSq and kSq hold each token's summed squares of q and k [tokens][1], all-reduced
 	// across the tensor-parallel ranks (a QK norm over the whole projection, split).
 	qSq, kSq backend.Tensor
+	// lowRank holds a factorized matrix's intermediate x·Aᵀ [tokens][rank], one buffer per
+	// distinct rank of the model's (weights.ranks, in that order).
+	lowRank []backend.Tensor
 }
 
 // buffer describes one tensor of activations: where it is, its element type and row
@@ -62,6 +65,14 @@ func buffers(a *activations, s *shard) []buffer {
 	}
 	if c.QKNormFull && s.tp != nil {
 		bs = append(bs, buffer{t: &a.qSq, dtype: quant.F32, cols: 1}, buffer{t: &a.kSq, dtype: quant.F32, cols: 1})
+	}
+	if ranks := s.w.ranks; len(ranks) > 0 {
+		if len(a.lowRank) != len(ranks) {
+			a.lowRank = make([]backend.Tensor, len(ranks))
+		}
+		for i, r := range ranks {
+			bs = append(bs, buffer{t: &a.lowRank[i], dtype: quant.F32, cols: r})
+		}
 	}
 	return bs
 }
