@@ -66,7 +66,8 @@ func buffers(a *activations, s *shard) []buffer {
 	if c.QKNormFull && s.tp != nil {
 		bs = append(bs, buffer{t: &a.qSq, dtype: quant.F32, cols: 1}, buffer{t: &a.kSq, dtype: quant.F32, cols: 1})
 	}
-	if ranks := s.w.ranks; len(ranks) > 0 {
+	if s.w != nil && len(s.w.ranks) > 0 {
+		ranks := s.w.ranks
 		if len(a.lowRank) != len(ranks) {
 			a.lowRank = make([]backend.Tensor, len(ranks))
 		}
