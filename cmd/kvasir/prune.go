@@ -130,7 +130,7 @@ func runPrune(args []string) error {
 	}
 	what := fmt.Sprintf("%g sparsity", *sparsity)
 	if !pat.IsZero() {
-		what = pat.String()
+		what = fmt.Sprintf("%s, %g sparsity", pat, pat.Sparsity())
 	}
 	fmt.Fprintf(os.Stderr, "prune: wrote %s (%s, %s)\n", *out, *method, what)
 	return nil
