@@ -31,7 +31,11 @@ func (m *Model) inferFromTensors(l Limits) error {
 		c.QKNorm = true
 	}
 	if c.FFNDim == 0 {
-		if t, ok := m.Tensor("blk.0.ffn_up.weight"); ok && len(t.Shape) == 2 {
+		t, ok := m.Tensor("blk.0.ffn_up.weight")
+		if !ok {
+			t, ok = m.Tensor("blk.0.ffn_up" + LowRankB)
+		}
+		if ok && len(t.Shape) == 2 {
 			c.FFNDim = t.Shape[0]
 		}
 	}
@@ -121,6 +125,13 @@ type expectation struct {
 func (e expectation) check(m *Model, prefix string) error {
 	name := prefix + e.name
 	t, ok := m.Tensor(name)
+	if !ok && len(e.shape) == 2 {
+		if base, isWeight := strings.CutSuffix(name, ".weight"); isWeight {
+			if _, factored := m.Tensor(base + LowRankA); factored {
+				return checkLowRank(m, base, e)
+			}
+		}
+	}
 	if !ok {
 		return fmt.Errorf("tensor %s is missing", name)
 	}

@@ -120,10 +120,11 @@ func convertTensor(t *Tensor, cfg Config, toGGUF bool, wantStyle RopeStyle, opt 
 
 // qkHeads returns the head count to permute a q or k projection by, or 0 for other tensors.
 func qkHeads(name string, cfg Config) int {
+	// A factorized projection's rows are its B factor's (lowrank.go).
 	switch {
-	case strings.HasSuffix(name, ".attn_q.weight"), strings.HasSuffix(name, ".attn_q.bias"):
+	case strings.HasSuffix(name, ".attn_q.weight"), strings.HasSuffix(name, ".attn_q.bias"), strings.HasSuffix(name, ".attn_q"+LowRankB):
 		return cfg.Heads
-	case strings.HasSuffix(name, ".attn_k.weight"), strings.HasSuffix(name, ".attn_k.bias"):
+	case strings.HasSuffix(name, ".attn_k.weight"), strings.HasSuffix(name, ".attn_k.bias"), strings.HasSuffix(name, ".attn_k"+LowRankB):
 		return cfg.KVHeads
 	}
 	return 0

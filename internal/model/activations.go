@@ -28,6 +28,9 @@ type activations struct {
 	// loraU holds each token's adapter down-projection A·x [tokens][max rank] (with
 	// LoRA enabled).
 	loraU backend.Tensor
+	// lowRank holds a factorized matrix's intermediate x·Aᵀ [tokens][rank], one buffer per
+	// distinct rank of the model's (weights.ranks, in that order).
+	lowRank []backend.Tensor
 }
 
 // buffer describes one tensor of activations: where it is, its element type and row
@@ -68,6 +71,15 @@ func buffers(a *activations, s *shard) []buffer {
 	}
 	if c.QKNormFull && s.tp != nil {
 		bs = append(bs, buffer{t: &a.qSq, dtype: quant.F32, cols: 1}, buffer{t: &a.kSq, dtype: quant.F32, cols: 1})
+	}
+	if s.w != nil && len(s.w.ranks) > 0 {
+		ranks := s.w.ranks
+		if len(a.lowRank) != len(ranks) {
+			a.lowRank = make([]backend.Tensor, len(ranks))
+		}
+		for i, r := range ranks {
+			bs = append(bs, buffer{t: &a.lowRank[i], dtype: quant.F32, cols: r})
+		}
 	}
 	return bs
 }

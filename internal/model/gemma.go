@@ -17,14 +17,14 @@ const geluTanh = "gelu_tanh"
 
 // geglu computes the GeGLU feed-forward out = down(gelu_tanh(gate·x) * up·x), with a.gate
 // and a.up as scratch.
-func (s *shard) geglu(out, x backend.Tensor, a *activations, gate, up, down backend.Tensor) error {
-	if err := s.project([]backend.Tensor{a.gate, a.up}, x, []backend.Tensor{gate, up}); err != nil {
+func (s *shard) geglu(out, x backend.Tensor, a *activations, lw *layerWeights[backend.Tensor]) error {
+	if err := s.projectLinear([]backend.Tensor{a.gate, a.up}, x, a, lw, gateUpNames, []backend.Tensor{lw.gate, lw.up}); err != nil {
 		return err
 	}
 	if err := s.be.GeGLU(a.gate, a.gate, a.up); err != nil {
 		return err
 	}
-	return s.be.MatMul(out, a.gate, down)
+	return s.linear(out, a.gate, a, lw, "ffn_down", lw.down)
 }
 
 // halfOut finishes a half-block's output x in place before it joins the residual stream,

@@ -255,7 +255,7 @@ func (s *shard) stepLoRA() bool { return s.lora != nil && s.meta.LoRASlots != ni
 // the gate, up and down projections (unfused, since each product takes its own update).
 func (s *shard) mlpLoRA(l int, out, x backend.Tensor, a *activations, st backend.Step) error {
 	be, lw := s.be, &s.w.layers[l]
-	if err := s.project([]backend.Tensor{a.gate, a.up}, x, []backend.Tensor{lw.gate, lw.up}); err != nil {
+	if err := s.projectLinear([]backend.Tensor{a.gate, a.up}, x, a, lw, gateUpNames, []backend.Tensor{lw.gate, lw.up}); err != nil {
 		return err
 	}
 	if err := s.addLoRA(l, lora.Gate, a.gate, x, a, st); err != nil {
@@ -273,7 +273,7 @@ func (s *shard) mlpLoRA(l int, out, x backend.Tensor, a *activations, st backend
 	if err != nil {
 		return err
 	}
-	if err := be.MatMul(out, a.gate, lw.down); err != nil {
+	if err := s.linear(out, a.gate, a, lw, "ffn_down", lw.down); err != nil {
 		return err
 	}
 	return s.addLoRA(l, lora.Down, out, a.gate, a, st)

@@ -1,5 +1,7 @@
 package model
 
+import "github.com/kvasir-llm/kvasir/internal/backend"
+
 // moe is the mixture-of-experts feed-forward of block l: each token goes to its top
 // ExpertsUsed experts by router probability (renormalized over the chosen ones when
 // NormTopKProbs), plus the sigmoid-gated shared expert when the model has one.
@@ -17,7 +19,8 @@ func (s *shard) moe(l int, a *activations) error {
 	if c.SharedExpertFFN == 0 {
 		return nil
 	}
-	if err := s.mlp(a.shared, a.xb, a, lw.shGate, lw.shUp, lw.shDown); err != nil {
+	shared := &layerWeights[backend.Tensor]{gate: lw.shGate, up: lw.shUp, down: lw.shDown} // dense
+	if err := s.mlp(a.shared, a.xb, a, shared); err != nil {
 		return err
 	}
 	return be.GatedAdd(a.ffnOut, a.shared, a.xb, lw.shGateInp)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/kvasir-llm/kvasir/internal/format"
 )
@@ -130,6 +131,20 @@ func splitOf(rest string, c format.Config) (how split, unit int, kv bool) {
 		case "attn_k_norm.weight":
 			return byRows, c.HeadDim, true
 		}
+	}
+	// A factorized matrix (lowrank.go) splits as its product would: B by rows when the
+	// matrix splits by rows, A by columns when it splits by columns; the other is whole.
+	if base, ok := strings.CutSuffix(rest, format.LowRankB); ok {
+		if how, unit, kv := splitOf(base+".weight", c); how == byRows {
+			return how, unit, kv
+		}
+		return replicate, 0, false
+	}
+	if base, ok := strings.CutSuffix(rest, format.LowRankA); ok {
+		if how, unit, kv := splitOf(base+".weight", c); how == byCols {
+			return how, unit, kv
+		}
+		return replicate, 0, false
 	}
 	switch rest {
 	case "attn_q.weight", "attn_q.bias":

@@ -107,9 +107,9 @@ func (r *Reference) ForwardAt(token, pos int) ([]float32, error) {
 		}
 		// Attention.
 		xb := r.preNorm(x, lw.attnNorm)
-		q := r.matVec(lw.q, xb)
-		k := r.matVec(lw.k, xb)
-		v := r.matVec(lw.v, xb)
+		q := r.linear(lw, "attn_q", lw.q, xb)
+		k := r.linear(lw, "attn_k", lw.k, xb)
+		v := r.linear(lw, "attn_v", lw.v, xb)
 		if c.QKVBias {
 			addInto(q, r.vector(lw.qBias))
 			addInto(k, r.vector(lw.kBias))
@@ -160,12 +160,12 @@ func (r *Reference) ForwardAt(token, pos int) ([]float32, error) {
 				out[i] = float32(s)
 			}
 		}
-		addInto(x, r.halfOut(r.matVec(lw.o, att), lw.attnPostNorm))
+		addInto(x, r.halfOut(r.linear(lw, "attn_output", lw.o, att), lw.attnPostNorm))
 
 		// Feed-forward.
 		xb = r.preNorm(x, lw.ffnNorm)
 		if c.Experts == 0 {
-			addInto(x, r.halfOut(r.mlp(lw.gate, lw.up, lw.down, xb), lw.ffnPostNorm))
+			addInto(x, r.halfOut(r.mlp(lw, lw.gate, lw.up, lw.down, xb), lw.ffnPostNorm))
 		} else {
 			addInto(x, r.halfOut(r.moe(lw, xb), nil))
 		}
@@ -211,10 +211,14 @@ func (r *Reference) halfOut(x []float32, postNorm *format.Tensor) []float32 {
 }
 
 // mlp is the SwiGLU feed-forward, down(silu(gate x) * up x), or GeGLU with
-// gelu_tanh in place of silu.
-func (r *Reference) mlp(gate, up, down *format.Tensor, x []float32) []float32 {
-	g := r.matVec(gate, x)
-	u := r.matVec(up, x)
+// gelu_tanh in place of silu. lw, when set, is the layer whose dense MLP it is (for its
+// factorized matrices).
+func (r *Reference) mlp(lw *layerWeights[*format.Tensor], gate, up, down *format.Tensor, x []float32) []float32 {
+	if lw == nil {
+		lw = &layerWeights[*format.Tensor]{}
+	}
+	g := r.linear(lw, "ffn_gate", gate, x)
+	u := r.linear(lw, "ffn_up", up, x)
 	for i := range g {
 		if r.cfg.Activation == geluTanh {
 			v := float64(g[i])
@@ -223,7 +227,7 @@ func (r *Reference) mlp(gate, up, down *format.Tensor, x []float32) []float32 {
 		}
 		g[i] = silu(g[i]) * u[i]
 	}
-	return r.matVec(down, g)
+	return r.linear(lw, "ffn_down", down, g)
 }
 
 // moe routes x to the top ExpertsUsed experts by softmax router probability (renormalized
@@ -248,13 +252,13 @@ func (r *Reference) moe(lw *layerWeights[*format.Tensor], x []float32) []float32
 			wgt /= sum
 		}
 		ew := lw.experts[e]
-		for i, v := range r.mlp(ew.gate, ew.up, ew.down, x) {
+		for i, v := range r.mlp(nil, ew.gate, ew.up, ew.down, x) {
 			out[i] += float32(wgt) * v
 		}
 	}
 	if c.SharedExpertFFN > 0 {
 		g := sigmoid(float32(dot64(r.vector(lw.shGateInp), x)))
-		for i, v := range r.mlp(lw.shGate, lw.shUp, lw.shDown, x) {
+		for i, v := range r.mlp(nil, lw.shGate, lw.shUp, lw.shDown, x) {
 			out[i] += g * v
 		}
 	}

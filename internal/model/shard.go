@@ -119,7 +119,7 @@ func (s *shard) weightBytesPerToken() int64 {
 	var n int64
 	for l, lw := range s.w.layers {
 		n += tensorBytes(lw.q) + tensorBytes(lw.k) + tensorBytes(lw.v) + tensorBytes(lw.o)
-		n += tensorBytes(lw.gate) + tensorBytes(lw.up) + tensorBytes(lw.down)
+		n += tensorBytes(lw.gate) + tensorBytes(lw.up) + tensorBytes(lw.down) + factorBytes(&lw)
 		if e := s.experts[l]; len(e) > 0 {
 			perExpert := tensorBytes(e[0].Gate) + tensorBytes(e[0].Up) + tensorBytes(e[0].Down)
 			n += tensorBytes(lw.router) + int64(s.cfg.ExpertsUsed)*perExpert
@@ -392,7 +392,7 @@ func (s *shard) layer(l int, a *activations, kv backend.KVCache, st backend.Step
 	case s.stepLoRA():
 		err = s.mlpLoRA(l, a.ffnOut, in, a, st)
 	default:
-		err = s.mlp(a.ffnOut, in, a, lw.gate, lw.up, lw.down)
+		err = s.mlp(a.ffnOut, in, a, lw)
 	}
 	if err != nil {
 		return err
@@ -409,7 +409,7 @@ func (s *shard) layer(l int, a *activations, kv backend.KVCache, st backend.Step
 // output projection into a.ffnOut, summed over the tensor-parallel ranks.
 func (s *shard) attention(l int, a *activations, in backend.Tensor, kv backend.KVCache, st backend.Step) error {
 	be, lw, c := s.be, &s.w.layers[l], s.cfg
-	if err := s.project([]backend.Tensor{a.q, a.k, a.v}, in, []backend.Tensor{lw.q, lw.k, lw.v}); err != nil {
+	if err := s.projectLinear([]backend.Tensor{a.q, a.k, a.v}, in, a, lw, qkvNames, []backend.Tensor{lw.q, lw.k, lw.v}); err != nil {
 		return err
 	}
 	for i, out := range []backend.Tensor{a.q, a.k, a.v} {
@@ -468,7 +468,7 @@ func (s *shard) attention(l int, a *activations, in backend.Tensor, kv backend.K
 			return err
 		}
 	}
-	if err := be.MatMul(a.ffnOut, a.att, lw.o); err != nil {
+	if err := s.linear(a.ffnOut, a.att, a, lw, "attn_output", lw.o); err != nil {
 		return err
 	}
 	if err := s.addLoRA(l, lora.O, a.ffnOut, a.att, a, st); err != nil {
@@ -479,25 +479,32 @@ func (s *shard) attention(l int, a *activations, in backend.Tensor, kv backend.K
 
 // mlp computes the SwiGLU feed-forward out = down(silu(gate·x) * up·x), with a.gate and
 // a.up as scratch.
-func (s *shard) mlp(out, x backend.Tensor, a *activations, gate, up, down backend.Tensor) error {
+func (s *shard) mlp(out, x backend.Tensor, a *activations, lw *layerWeights[backend.Tensor]) error {
 	be := s.be
 	if s.cfg.Activation == geluTanh {
-		return s.geglu(out, x, a, gate, up, down)
+		return s.geglu(out, x, a, lw)
 	}
-	if f, ok := be.(backend.SwiGLUMatMuler); ok {
-		if err := f.MatMulSwiGLU(a.gate, x, gate, up); err != nil {
+	gateUp := []backend.Tensor{lw.gate, lw.up}
+	if f, ok := be.(backend.SwiGLUMatMuler); ok && lw.lowRank["ffn_gate"] == nil && lw.lowRank["ffn_up"] == nil {
+		if err := f.MatMulSwiGLU(a.gate, x, lw.gate, lw.up); err != nil {
 			return err
 		}
-		return be.MatMul(out, a.gate, down)
+	} else {
+		if err := s.projectLinear([]backend.Tensor{a.gate, a.up}, x, a, lw, gateUpNames, gateUp); err != nil {
+			return err
+		}
+		if err := be.SwiGLU(a.gate, a.gate, a.up); err != nil {
+			return err
+		}
 	}
-	if err := s.project([]backend.Tensor{a.gate, a.up}, x, []backend.Tensor{gate, up}); err != nil {
-		return err
-	}
-	if err := be.SwiGLU(a.gate, a.gate, a.up); err != nil {
-		return err
-	}
-	return be.MatMul(out, a.gate, down)
+	return s.linear(out, a.gate, a, lw, "ffn_down", lw.down)
 }
+
+// The names of the matrices projected together, as layerWeights.lowRank keys them.
+var (
+	qkvNames    = []string{"attn_q", "attn_k", "attn_v"}
+	gateUpNames = []string{"ffn_gate", "ffn_up"}
+)
 
 // project computes outs[i] = x · ws[i]ᵀ: in one pass when the backend can
 // (backend.MultiMatMuler), else one MatMul each.

@@ -17,6 +17,8 @@ type weights[T any] struct {
 	// ropeDivisors divides each rotary frequency (Llama 3 scaling); nil when absent.
 	ropeDivisors []float32
 	layers       []layerWeights[T]
+	// ranks lists the distinct ranks of the factorized matrices, ascending (lowrank.go).
+	ranks []int
 }
 
 // layerWeights are one transformer block's tensors. Which of them are set follows the
@@ -32,6 +34,10 @@ type layerWeights[T any] struct {
 
 	// Dense MLP.
 	gate, up, down T
+
+	// lowRank holds the matrices of the layer stored factorized ("attn_q", ... "ffn_down";
+	// nil when none is), whose dense field above is then unset (lowrank.go).
+	lowRank map[string]*factors[T]
 
 	// Mixture of experts: a router and one MLP per expert, and the optional shared expert
 	// with its sigmoid gate (set when the config's SharedExpertFFN > 0).
@@ -108,10 +114,10 @@ func bindWeights[T any](m source, c format.Config, path string, parts stageParts
 			lw.attnPostNorm = b.vector(p+"post_attention_norm.weight", c.Dim)
 			lw.ffnPostNorm = b.vector(p+"post_ffw_norm.weight", c.Dim)
 		}
-		lw.q = b.matrix(p+"attn_q.weight", q, c.Dim)
-		lw.k = b.matrix(p+"attn_k.weight", kv, c.Dim)
-		lw.v = b.matrix(p+"attn_v.weight", kv, c.Dim)
-		lw.o = b.matrix(p+"attn_output.weight", c.Dim, q)
+		lw.q = b.linear(lw, p, "attn_q", q, c.Dim)
+		lw.k = b.linear(lw, p, "attn_k", kv, c.Dim)
+		lw.v = b.linear(lw, p, "attn_v", kv, c.Dim)
+		lw.o = b.linear(lw, p, "attn_output", c.Dim, q)
 		if c.QKVBias {
 			lw.qBias = b.vector(p+"attn_q.bias", q)
 			lw.kBias = b.vector(p+"attn_k.bias", kv)
@@ -126,9 +132,9 @@ func bindWeights[T any](m source, c format.Config, path string, parts stageParts
 			lw.kNorm = b.vector(p+"attn_k_norm.weight", kn)
 		}
 		if c.Experts == 0 {
-			lw.gate = b.matrix(p+"ffn_gate.weight", c.FFNDim, c.Dim)
-			lw.up = b.matrix(p+"ffn_up.weight", c.FFNDim, c.Dim)
-			lw.down = b.matrix(p+"ffn_down.weight", c.Dim, c.FFNDim)
+			lw.gate = b.linear(lw, p, "ffn_gate", c.FFNDim, c.Dim)
+			lw.up = b.linear(lw, p, "ffn_up", c.FFNDim, c.Dim)
+			lw.down = b.linear(lw, p, "ffn_down", c.Dim, c.FFNDim)
 			continue
 		}
 		lw.router = b.matrix(p+"ffn_gate_inp.weight", c.Experts, c.Dim)
@@ -162,6 +168,7 @@ func bindWeights[T any](m source, c format.Config, path string, parts stageParts
 	if b.err != nil {
 		return nil, fmt.Errorf("model %s: %w", path, b.err)
 	}
+	w.ranks = factorRanks(w.layers)
 	return w, nil
 }
 

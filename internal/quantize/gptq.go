@@ -102,7 +102,7 @@ func Prepare(h []float64, cols int, opt GPTQOptions) (*Prepared, error) {
 		Hp[i*cols+i] += opt.Damp * meanDiag
 	}
 	var err error
-	if p.u, err = inverseCholeskyUpper(Hp, cols); err != nil {
+	if p.u, err = InverseCholeskyUpper(Hp, cols); err != nil {
 		return nil, fmt.Errorf("gptq: %w", err)
 	}
 	return p, nil
@@ -219,10 +219,10 @@ func GPTQ(w *calibrate.Dense, p *Prepared, t quant.Type) ([]byte, error) {
 	return out, nil
 }
 
-// inverseCholeskyUpper returns the upper triangular U with U^T U = A^-1 for the symmetric
+// InverseCholeskyUpper returns the upper triangular U with U^T U = A^-1 for the symmetric
 // positive definite n x n matrix A (row-major), as GPTQ uses it: the Cholesky factor of
 // the inverse, from which column i's error propagates to the later columns.
-func inverseCholeskyUpper(a []float64, n int) ([]float64, error) {
+func InverseCholeskyUpper(a []float64, n int) ([]float64, error) {
 	L, err := cholesky(a, n)
 	if err != nil {
 		return nil, err

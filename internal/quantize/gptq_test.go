@@ -131,7 +131,7 @@ func TestGPTQBeatsRoundToNearest(t *testing.T) {
 
 func TestInverseCholeskyUpper(t *testing.T) {
 	a := []float64{4, 2, 0.4, 2, 5, 1, 0.4, 1, 3}
-	u, err := inverseCholeskyUpper(a, 3)
+	u, err := InverseCholeskyUpper(a, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,7 +160,7 @@ func TestInverseCholeskyUpper(t *testing.T) {
 			}
 		}
 	}
-	if _, err := inverseCholeskyUpper([]float64{1, 2, 2, 1}, 2); err == nil {
+	if _, err := InverseCholeskyUpper([]float64{1, 2, 2, 1}, 2); err == nil {
 		t.Fatal("an indefinite matrix factored")
 	}
 }
