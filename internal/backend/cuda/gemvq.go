@@ -14,14 +14,17 @@ func Quantized(t DType) bool {
 // quantizedTypes lists the block types, for the operand checks.
 var quantizedTypes = []DType{Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K}
 
-// GEMVQWarps is the warps of a gemvq block (GEMVQ_WARPS in gemvq.cu).
-const GEMVQWarps = 4
+// GEMVQWarps is the warps of a gemvq block (the W of the GEMVQ_ONE lines in gemvq.cu),
+// which share its GEMVQRows weight rows (the R there).
+const (
+	GEMVQWarps = 4
+	GEMVQRows  = 4
+)
 
 // gemvqKernel returns the gemvq_* kernel for n (1..GEMVMaxRows) token rows of a weight of
-// block type dt and the weight rows one block of it computes (GEMVQWarps times the 4 rows
-// a warp of its GEMVQ_ONE line in gemvq.cu).
-func gemvqKernel(n int, dt DType) (name string, rows int) {
-	return "gemvq_" + gemvBucket(n) + "_" + suffix(dt), GEMVQWarps * 4
+// block type dt (float32 x; the _x8 and _m suffixes name its int8 and multi-weight twins).
+func gemvqKernel(n int, dt DType) string {
+	return "gemvq_" + gemvBucket(n) + "_" + suffix(dt)
 }
 
 // quantShape checks that rows of k values are whole blocks of dt.
@@ -36,43 +39,42 @@ func quantShape(op string, dt DType, k int) error {
 	return nil
 }
 
-// GEMVLayout names one of the quantized GEMV's kernel layouts (kernels/gemvq.cu).
+// GEMVLayout names one of the quantized GEMV's kernels (kernels/gemvq.cu), both in the
+// split layout (a block's 4 warps share its 4 weight rows, each taking a quarter of every
+// row's units).
 type GEMVLayout int
 
 const (
-	// GEMVRows: each warp computes 4 weight rows on its own over float32 x (gemvq_rows).
-	GEMVRows GEMVLayout = iota
-	// GEMVSplit: a block's 4 warps share 4 weight rows, each taking a quarter of every
-	// row's units, over float32 x (gemvqs_rows).
-	GEMVSplit
-	// GEMVSplitX8: GEMVSplit with each lane quantizing its unit of x to 8 bits in registers
-	// for __dp4a.
+	// GEMVSplit multiplies the dequantized weights with float32 x.
+	GEMVSplit GEMVLayout = iota
+	// GEMVSplitX8 rounds each lane's 16 values of x to 8 bits in registers (quantize_x8)
+	// and multiplies with the weights' quants on __dp4a.
 	GEMVSplitX8
 )
 
-// ParseGEMVLayout reads a layout's name: rows, split or split8.
+// ParseGEMVLayout reads a layout's name: split or split8.
 func ParseGEMVLayout(s string) (GEMVLayout, error) {
 	for l, name := range gemvLayoutNames {
 		if s == name {
 			return GEMVLayout(l), nil
 		}
 	}
-	return 0, fmt.Errorf("cuda: unknown quantized GEMV layout %q (rows, split, split8)", s)
+	return 0, fmt.Errorf("cuda: unknown quantized GEMV layout %q (split, split8)", s)
 }
 
-var gemvLayoutNames = []string{"rows", "split", "split8"}
+var gemvLayoutNames = []string{"split", "split8"}
 
 func (l GEMVLayout) String() string { return gemvLayoutNames[l] }
 
 // Int8 reports whether the layout rounds x to 8 bits (its results differ from the float32
-// layouts' by that rounding, about 1e-3 relative).
+// layout's by that rounding, about 1e-3 relative).
 func (l GEMVLayout) Int8() bool { return l == GEMVSplitX8 }
 
 // GEMVQ computes y = x · wᵀ for n (1..GEMVMaxRows) rows of float32 x ([n][k]) and a
 // quantized weight w ([m][k] of a block type, k a whole number of blocks) into float32 y
-// ([n][m]), dequantizing w in registers (the GEMVRows layout).
+// ([n][m]), dequantizing w in registers (the GEMVSplit layout).
 func (o *Ops) GEMVQ(y, x, w Buffer, n, k, m int) error {
-	return o.GEMVQWith(GEMVRows, y, x, w, n, k, m)
+	return o.GEMVQWith(GEMVSplit, y, x, w, n, k, m)
 }
 
 // GEMVQWith is GEMVQ in the given kernel layout.
@@ -86,14 +88,11 @@ func (o *Ops) GEMVQWith(l GEMVLayout, y, x, w Buffer, n, k, m int) error {
 	if err := firstErr(need("gemvq", "y", y, n*m, F32), need("gemvq", "x", x, n*k, F32), need("gemvq", "w", w, m*k, quantizedTypes...)); err != nil {
 		return err
 	}
-	name, rows := gemvqKernel(n, w.DType)
-	switch l {
-	case GEMVSplit:
-		name, rows = name+"_s", rows/GEMVQWarps // the block's warps share its rows
-	case GEMVSplitX8:
-		name, rows = name+"_s8", rows/GEMVQWarps
+	name := gemvqKernel(n, w.DType)
+	if l == GEMVSplitX8 {
+		name += "_x8"
 	}
-	return o.Dev.Launch(o.Kern.mod, name, Dim3{(m + rows - 1) / rows, 1, 1}, Dim3{32 * GEMVQWarps, 1, 1}, 0,
+	return o.Dev.Launch(o.Kern.mod, name, Dim3{(m + GEMVQRows - 1) / GEMVQRows, 1, 1}, Dim3{32 * GEMVQWarps, 1, 1}, 0,
 		y, x, w, n, k, m)
 }
 
@@ -101,8 +100,8 @@ func (o *Ops) GEMVQWith(l GEMVLayout, y, x, w Buffer, n, k, m int) error {
 // type (w[j] [m[j]][k]) in one launch of the GEMVSplit layout, a grid over their
 // concatenated rows, for n (1..GEMVMaxRows) rows of float32 x: a layer's q, k and v, or
 // its gate and up, without a launch (and a grid's tail) each. An unused slot has m[j] = 0
-// and repeats a valid pair of buffers. The results equal GEMVQWith(GEMVSplit) weight by
-// weight, bit for bit.
+// and repeats a valid pair of buffers. The results equal GEMVQ's weight by weight, bit
+// for bit.
 func (o *Ops) GEMVQMulti(y [GEMVMulti]Buffer, x Buffer, w [GEMVMulti]Buffer, n, k int, m [GEMVMulti]int) error {
 	if err := gemvShape("gemvq multi", n, k); err != nil {
 		return err
@@ -113,16 +112,14 @@ func (o *Ops) GEMVQMulti(y [GEMVMulti]Buffer, x Buffer, w [GEMVMulti]Buffer, n, 
 	if err := need("gemvq multi", "x", x, n*k, F32); err != nil {
 		return err
 	}
-	name, rows := gemvqKernel(n, w[0].DType)
-	rows /= GEMVQWarps
 	blocks := 0
 	for j := range GEMVMulti {
 		if err := firstErr(need("gemvq multi", "y", y[j], n*m[j], F32), need("gemvq multi", "w", w[j], m[j]*k, w[0].DType)); err != nil {
 			return err
 		}
-		blocks += (m[j] + rows - 1) / rows
+		blocks += (m[j] + GEMVQRows - 1) / GEMVQRows
 	}
-	return o.Dev.Launch(o.Kern.mod, name+"_sm", Dim3{blocks, 1, 1}, Dim3{32 * GEMVQWarps, 1, 1}, 0,
+	return o.Dev.Launch(o.Kern.mod, gemvqKernel(n, w[0].DType)+"_m", Dim3{blocks, 1, 1}, Dim3{32 * GEMVQWarps, 1, 1}, 0,
 		y[0], y[1], y[2], x, w[0], w[1], w[2], n, k, m[0], m[1], m[2])
 }
 

@@ -60,7 +60,7 @@ func testGEMVQ(t *testing.T, e *env, r *rand.Rand) {
 			xv := randVals(r, GEMVMaxRows*s.k, 1)
 			x, xh := e.upload(t, F32, xv)
 			w, wh := e.uploadQuant(t, ty.dt, ty.qt, randVals(r, s.m*s.k, 1))
-			for _, l := range []GEMVLayout{GEMVRows, GEMVSplit} {
+			for _, l := range []GEMVLayout{GEMVSplit} {
 				for n := 1; n <= GEMVMaxRows; n++ {
 					y := e.poisoned(t, F32, n*s.m)
 					e.do(t, func() error { return e.ops.GEMVQWith(l, y, x, w, n, s.k, s.m) })
@@ -109,7 +109,7 @@ func testGEMVQMulti(t *testing.T, e *env, r *rand.Rand) {
 			}
 			e.do(t, func() error {
 				for j := range w {
-					if err := e.ops.GEMVQWith(GEMVSplit, one[j], x, w[j], n, k, ms[j]); err != nil {
+					if err := e.ops.GEMVQ(one[j], x, w[j], n, k, ms[j]); err != nil {
 						return err
 					}
 				}
@@ -248,7 +248,7 @@ func benchGEMVQ(t *testing.T, e *env, r *rand.Rand) {
 					}
 				}
 				for _, n := range []int{1, 5, 8} {
-					for _, l := range []GEMVLayout{GEMVRows, GEMVSplit, GEMVSplitX8} {
+					for _, l := range []GEMVLayout{GEMVSplit, GEMVSplitX8} {
 						ms, err := timeMedian(dv, 9, func() error {
 							for _, w := range ws {
 								if err := e.ops.GEMVQWith(l, y, x, w, n, s.k, s.m); err != nil {
@@ -261,8 +261,7 @@ func benchGEMVQ(t *testing.T, e *env, r *rand.Rand) {
 							return err
 						}
 						per := ms / float64(len(ws))
-						name, _ := gemvqKernel(n, ty.dt)
-						result(t, "gemvq", fmt.Sprintf("%s n=%d m=%d k=%d %s %s", ty.dt, n, s.m, s.k, name, l),
+						result(t, "gemvq", fmt.Sprintf("%s n=%d m=%d k=%d %s %s", ty.dt, n, s.m, s.k, gemvqKernel(n, ty.dt), l),
 							fmt.Sprintf("%.0f GB/s", float64(wbytes)/per/1e6), fmt.Sprintf("%.1f us", per*1e3))
 					}
 				}
@@ -275,7 +274,7 @@ func benchGEMVQ(t *testing.T, e *env, r *rand.Rand) {
 // TestParseGEMVLayout: every layout's name reads back as it; an unknown one is an error
 // that lists the names.
 func TestParseGEMVLayout(t *testing.T) {
-	for l := GEMVRows; l <= GEMVSplitX8; l++ {
+	for l := GEMVSplit; l <= GEMVSplitX8; l++ {
 		if got, err := ParseGEMVLayout(l.String()); err != nil || got != l {
 			t.Errorf("ParseGEMVLayout(%q) = %v, %v", l.String(), got, err)
 		}

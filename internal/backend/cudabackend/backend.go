@@ -33,10 +33,9 @@ type BackendOptions struct {
 	QuantGEMV *cuda.GEMVLayout
 }
 
-// DefaultQuantGEMV is the quantized GEMV layout decode uses unless told otherwise: split
-// (a block's warps share its rows), measured fastest of the float32 layouts on the H200
-// (8B Q4_K decode 261 tok/s against 212 for rows; split8's 8-bit activations gained 2-4%
-// more, not worth their rounding; docs/GPU_RESULTS.md).
+// DefaultQuantGEMV is the quantized GEMV layout decode uses unless told otherwise: split,
+// on float32 activations (split8's 8-bit activations gained 2-4% on the H200, not worth
+// their rounding; docs/GPU_RESULTS.md).
 const DefaultQuantGEMV = cuda.GEMVSplit
 
 // Backend implements backend.Backend on one NVIDIA GPU. Every op is queued on the device's

@@ -28,7 +28,7 @@ var gpuQuantTypes = []string{"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q2_k", "q3
 // tighter, since the widened model also rounds its embedding table and output matrix to
 // BF16 (measured: 1.1e-2); TestBackendQuantizedMatMul holds the chunked product itself to
 // the widened one at float32 precision. The GEMV path runs twice: with float32
-// activations (the rows layout), held to the Reference at float32's precision, and in an
+// activations (the split layout), held to the Reference at float32's precision, and in an
 // int8 layout (split8), whose activations rounded to 8 bits cost more (held within 5e-2;
 // the figure is recorded).
 func TestBackendQuantizedModels(t *testing.T) {
@@ -38,8 +38,8 @@ func TestBackendQuantizedModels(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer wide.Close()
-	rows, split8 := cuda.GEMVRows, cuda.GEMVSplitX8
-	exact, err := cudabackend.NewBackend(cudabackend.BackendOptions{QuantGEMV: &rows})
+	split, split8 := cuda.GEMVSplit, cuda.GEMVSplitX8
+	exact, err := cudabackend.NewBackend(cudabackend.BackendOptions{QuantGEMV: &split})
 	if err != nil {
 		t.Fatal(err)
 	}
