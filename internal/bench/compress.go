@@ -86,7 +86,7 @@ func Compress(ctx context.Context, target *kvasir.Engine, sc promptcompress.Scor
 			full = append(full, time.Since(t0).Seconds())
 			// Compressed: scoring, then the target.
 			t0 = time.Now()
-			res, err := promptcompress.Compress(ctx, sc, questionParts(prompt), o.Rate)
+			res, err := promptcompress.Compress(ctx, sc, promptcompress.QuestionParts(prompt), o.Rate)
 			if err != nil {
 				return nil, err
 			}
@@ -117,16 +117,6 @@ func Compress(ctx context.Context, target *kvasir.Engine, sc promptcompress.Scor
 		rows = append(rows, row)
 	}
 	return rows, nil
-}
-
-// questionParts is the prompt with its last sentence kept whole.
-func questionParts(text string) []promptcompress.Part {
-	ss := promptcompress.Sentences(text)
-	if len(ss) < 2 {
-		return []promptcompress.Part{{Text: text, Keep: true}}
-	}
-	last := ss[len(ss)-1]
-	return []promptcompress.Part{{Text: text[:len(text)-len(last)]}, {Text: last, Keep: true}}
 }
 
 // firstToken runs prompt for one token.

@@ -225,6 +225,17 @@ func finite(v float64) float64 {
 	return v
 }
 
+// QuestionParts splits a prompt into its context, compressible, and its last sentence (the
+// question), kept whole; a prompt of one sentence is kept whole.
+func QuestionParts(text string) []Part {
+	ss := Sentences(text)
+	if len(ss) < 2 {
+		return []Part{{Text: text, Keep: true}}
+	}
+	last := ss[len(ss)-1]
+	return []Part{{Text: text[:len(text)-len(last)]}, {Text: last, Keep: true}}
+}
+
 // Sentences splits text into sentences, each with the white space after it, so that they
 // join back into text: a sentence ends after '.', '!' or '?' (and any closing quotes or
 // brackets) followed by white space or the end, and at every line break.

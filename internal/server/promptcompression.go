@@ -76,17 +76,6 @@ func compressParts(ctx context.Context, sc promptcompress.Scorer, parts []prompt
 	return res, nil
 }
 
-// questionParts splits a prompt into its context, compressible, and its last sentence, the
-// question, kept whole.
-func questionParts(text string) []promptcompress.Part {
-	ss := promptcompress.Sentences(text)
-	if len(ss) < 2 {
-		return []promptcompress.Part{{Text: text, Keep: true}}
-	}
-	last := ss[len(ss)-1]
-	return []promptcompress.Part{{Text: text[:len(text)-len(last)]}, {Text: last, Keep: true}}
-}
-
 // compressCompletion compresses every prompt of a completions request that asks for it,
 // in place, and records the token counts for its usage.
 func (s *Server) compressCompletion(ctx context.Context, req *completionRequest) *APIError {
@@ -108,7 +97,7 @@ func (s *Server) compressCompletion(ctx context.Context, req *completionRequest)
 		if apiErr := s.cfg.checkPromptBytes("prompt", "the prompt", len(p.Text)); apiErr != nil {
 			return apiErr
 		}
-		res, apiErr := compressParts(ctx, sc, questionParts(p.Text), rate)
+		res, apiErr := compressParts(ctx, sc, promptcompress.QuestionParts(p.Text), rate)
 		if apiErr != nil {
 			return apiErr
 		}
@@ -147,7 +136,7 @@ func (s *Server) compressChat(ctx context.Context, req *chatRequest) ([]chatMess
 		text, _ := cm.Content.(string)
 		switch {
 		case m.Role == "user" && i == lastUser:
-			for _, p := range questionParts(text) {
+			for _, p := range promptcompress.QuestionParts(text) {
 				parts, owner = append(parts, p), append(owner, i)
 			}
 		case m.Role == "user" || m.Role == "assistant":
