@@ -123,9 +123,11 @@ func TestLoRAServing(t *testing.T) {
 	}
 
 	// Unload while a request streams with the adapter: it finishes as it would have.
-	want, _ := complete(t, env, "r16", 48)
+	// 240 tokens (nearly the tiny model's context), so that the request still runs when the
+	// metrics are read after its first event: with 48 it sometimes had finished.
+	want, _ := complete(t, env, "r16", 240)
 	req, _ := http.NewRequest(http.MethodPost, env.ts.URL+"/v1/completions",
-		strings.NewReader(`{"model":"r16","prompt":"hello there","max_tokens":48,"temperature":0,"ignore_eos":true,"stream":true}`))
+		strings.NewReader(`{"model":"r16","prompt":"hello there","max_tokens":240,"temperature":0,"ignore_eos":true,"stream":true}`))
 	req.Header.Set("Authorization", "Bearer sesame")
 	req.Header.Set("Content-Type", "application/json")
 	sres, err := env.ts.Client().Do(req)
