@@ -135,8 +135,16 @@ func TestSkeletonOfThoughtDisconnect(t *testing.T) {
 			n++
 		}
 	}
-	if s := env.eng.Stats(); s.Running+s.Waiting < 2 {
-		t.Errorf("%d sequences running, %d waiting at the disconnect: want the points in flight", s.Running, s.Waiting)
+	// The later points start once the first one's prompt is computed: wait for them (under
+	// the race detector six events can come before that).
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		s := env.eng.Stats()
+		if s.Running+s.Waiting >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sequences running, %d waiting at the disconnect: want the points in flight", s.Running, s.Waiting)
+		}
 	}
 	res.Body.Close()
 	env.ts.Client().CloseIdleConnections()
