@@ -80,6 +80,9 @@ func parsePEFTConfig(data []byte) (*peftConfig, [NumTargets]bool, error) {
 		}
 		targets[t] = true
 	}
+	if targets == ([NumTargets]bool{}) {
+		return nil, targets, fmt.Errorf("%s: target_modules is an empty list", peftConfigFile)
+	}
 	return &c, targets, nil
 }
 
