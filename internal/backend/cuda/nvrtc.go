@@ -29,9 +29,9 @@ type NVRTC struct {
 	Major, Minor int
 }
 
-// OpenNVRTC loads libnvrtc.so.13, .12 or the unversioned library.
+// OpenNVRTC loads libnvrtc.so.13, .12, .11.2 or the unversioned library.
 func OpenNVRTC() (*NVRTC, error) {
-	lib, err := openLibrary("NVRTC", []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"})
+	lib, err := openLibrary("NVRTC", []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so.11.2", "libnvrtc.so"})
 	if err != nil {
 		return nil, err
 	}

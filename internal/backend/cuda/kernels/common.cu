@@ -16,6 +16,14 @@ __device__ __forceinline__ float to_f32(f16 v) {
     return f;
 }
 
+// dp4a returns c plus the dot product of the four signed bytes of a and of b (PTX dp4a,
+// sm_61 and later). Written in PTX so that NVRTC versions without the __dp4a builtin compile it.
+__device__ __forceinline__ int dp4a(int a, int b, int c) {
+    int d;
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
 template <typename T> __device__ __forceinline__ T from_f32(float v);
 template <> __device__ __forceinline__ float from_f32<float>(float v) { return v; }
 template <> __device__ __forceinline__ bf16 from_f32<bf16>(float v) {

@@ -289,7 +289,7 @@ __device__ __forceinline__ void accumulate_unit(const unsigned char* const* wr, 
 }
 
 // The int8 path (the _x8 kernels): the activations quantized too, so that the inner product runs
-// on __dp4a, four byte products a instruction, instead of a float multiply-add a weight.
+// on dp4a, four byte products a instruction, instead of a float multiply-add a weight.
 // x is quantized per 16-value unit, as the weights are: scale dx = max|x| / 127 and
 // q = round(x * 127 / max|x|), so x ~ dx * q (the choice of llama.cpp's Q8_1 activations, at
 // twice its granularity). A unit of weights becomes signed bytes q - BIAS (__vsub4; every
@@ -329,7 +329,7 @@ extern "C" __global__ void quantize_x8_rows(unsigned char* x8, float* d, const f
 }
 
 // accumulate_unit_x8 is accumulate_unit on the int8 path: each token row's unit of x
-// quantized to 8 bits in registers, the weights' quants as signed bytes, __dp4a.
+// quantized to 8 bits in registers, the weights' quants as signed bytes, dp4a.
 template <typename Q, int R, int NT>
 __device__ __forceinline__ void accumulate_unit_x8(const unsigned char* const* wr, int u, const float* __restrict__ x, int n, int k,
                                                    float (&acc)[R][NT]) {
@@ -352,13 +352,13 @@ __device__ __forceinline__ void accumulate_unit_x8(const unsigned char* const* w
             int xs = 0;
             if constexpr (Q::MIN) {
 #pragma unroll
-                for (int j = 0; j < 4; j++) xs = __dp4a((int)xv[j], 0x01010101, xs);
+                for (int j = 0; j < 4; j++) xs = dp4a((int)xv[j], 0x01010101, xs);
             }
 #pragma unroll
             for (int i = 0; i < R; i++) {
                 int dot = 0;
 #pragma unroll
-                for (int j = 0; j < 4; j++) dot = __dp4a(wq[i][j], (int)xv[j], dot);
+                for (int j = 0; j < 4; j++) dot = dp4a(wq[i][j], (int)xv[j], dot);
                 float v = Q::MIN ? d[i] * (float)dot - mn[i] * (float)xs : d[i] * (float)dot;
                 acc[i][t] += dx * v;
             }
@@ -370,7 +370,7 @@ __device__ __forceinline__ void accumulate_unit_x8(const unsigned char* const* w
 // rows, warp w taking units 32w + lane, 32w + lane + 32W, ... of each (so that a row of a
 // few thousand values is read by W warps at once rather than by one warp in sequence),
 // and the warps' sums meet in shared memory. With X8 each lane quantizes its unit of x to
-// 8 bits in registers (quantize_x8) and multiplies on __dp4a. blk is the block's index
+// 8 bits in registers (quantize_x8) and multiplies on dp4a. blk is the block's index
 // among those of this weight (the multi-weight kernels run several weights in one grid).
 template <typename Q, int R, int NT, int W, bool X8>
 __device__ __forceinline__ void gemvqs_rows(long long blk, float* __restrict__ y, const float* __restrict__ x,

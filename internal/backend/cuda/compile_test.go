@@ -1,0 +1,35 @@
+package cuda
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+// TestKernelsCompileWithoutDevice compiles the embedded kernels with whatever NVRTC is
+// installed, no GPU needed, so a machine without one (Debian's libnvrtc11.2 package) can
+// check CUDA sources before they reach a device. It is slow (minutes on two cores) and runs
+// only with KVASIR_NVRTC_COMPILE=1; KVASIR_NVRTC_ARCH picks the architecture (sm_90).
+func TestKernelsCompileWithoutDevice(t *testing.T) {
+	if os.Getenv("KVASIR_NVRTC_COMPILE") != "1" {
+		t.Skip("set KVASIR_NVRTC_COMPILE=1 to compile the kernels with the installed NVRTC")
+	}
+	nv, err := OpenNVRTC()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := KernelSource()
+	if err != nil {
+		t.Fatal(err)
+	}
+	arch := os.Getenv("KVASIR_NVRTC_ARCH")
+	if arch == "" {
+		arch = "sm_90"
+	}
+	t0 := time.Now()
+	cubin, err := nv.Compile("kvasir_kernels.cu", src, arch, kernelOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("compiled for %s in %.1f s: %d KiB cubin", arch, time.Since(t0).Seconds(), len(cubin)>>10)
+}
