@@ -2,15 +2,19 @@ package cuda
 
 import (
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
+	"runtime"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
-// kernelFiles holds the CUDA C sources of the project's kernels. common.cu comes first
-// in the compiled program; the others follow in name order.
+// kernelFiles holds the CUDA C sources of the project's kernels. Each file but common.cu
+// is compiled as its own program, with common.cu (the shared helpers) in front.
 //
 //go:embed kernels/*.cu
 var kernelFiles embed.FS
@@ -18,11 +22,24 @@ var kernelFiles embed.FS
 // kernelOptions returns the NVRTC options every kernel build uses (besides --gpu-arch).
 func kernelOptions() []string { return []string{"--std=c++17"} }
 
-// KernelSource returns the one CUDA C program made of the embedded kernel files.
-func KernelSource() (string, error) {
+// Program is one NVRTC program: common.cu followed by one kernel file.
+type Program struct {
+	Name string // the kernel file's name, e.g. "gemvq.cu"
+	Src  string
+}
+
+// KernelPrograms returns one program per embedded kernel file (common.cu excepted), each
+// preceded by common.cu, in name order. The files do not call into one another, so the
+// programs compile independently: in parallel at start, and after an edit only the file
+// that changed compiles again (the cache is keyed by each program's source).
+func KernelPrograms() ([]Program, error) {
 	entries, err := fs.ReadDir(kernelFiles, "kernels")
 	if err != nil {
-		return "", fmt.Errorf("cuda kernels: %w", err)
+		return nil, fmt.Errorf("cuda kernels: %w", err)
+	}
+	common, err := kernelFiles.ReadFile("kernels/common.cu")
+	if err != nil {
+		return nil, fmt.Errorf("cuda kernels: %w", err)
 	}
 	var names []string
 	for _, e := range entries {
@@ -31,13 +48,30 @@ func KernelSource() (string, error) {
 		}
 	}
 	sort.Strings(names)
-	var b strings.Builder
-	for _, n := range append([]string{"common.cu"}, names...) {
+	progs := make([]Program, 0, len(names))
+	for _, n := range names {
 		src, err := kernelFiles.ReadFile("kernels/" + n)
 		if err != nil {
-			return "", fmt.Errorf("cuda kernels: %w", err)
+			return nil, fmt.Errorf("cuda kernels: %w", err)
 		}
-		fmt.Fprintf(&b, "// ---- %s ----\n#line 1 \"%s\"\n%s\n", n, n, src)
+		progs = append(progs, Program{Name: n, Src: fmt.Sprintf("// ---- common.cu ----\n#line 1 \"common.cu\"\n%s\n// ---- %s ----\n#line 1 \"%s\"\n%s\n", common, n, n, src)})
+	}
+	return progs, nil
+}
+
+// KernelSource returns every embedded kernel file as one text (common.cu first), for tests
+// that look for a kernel's definition.
+func KernelSource() (string, error) {
+	progs, err := KernelPrograms()
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for i, p := range progs {
+		if i > 0 { // common.cu once, at the head
+			p.Src = p.Src[strings.Index(p.Src, "// ---- "+p.Name+" ----"):]
+		}
+		b.WriteString(p.Src)
 	}
 	return b.String(), nil
 }
@@ -45,29 +79,54 @@ func KernelSource() (string, error) {
 // Kernels is the project's kernel module loaded on one device.
 type Kernels struct {
 	mod *Module
-	// Arch is the architecture the cubin was built for, e.g. "sm_90".
+	// Arch is the architecture the cubins were built for, e.g. "sm_90".
 	Arch string
-	// CompileTime is how long getting the cubin took (compile or cache read).
+	// CompileTime is how long getting the cubins took (compiles or cache reads).
 	CompileTime time.Duration
-	// CacheHit reports whether the cubin came from the on-disk cache.
+	// CacheHit reports whether every cubin came from the on-disk cache.
 	CacheHit bool
 }
 
-// LoadKernels compiles the embedded kernels for the device's compute capability (or reads
-// the cubin from cache) and loads them (inside Do).
-func (dv *Device) LoadKernels(nv *NVRTC, cache CubinCache) (*Kernels, error) {
-	src, err := KernelSource()
+// CompileKernels returns the cubin of every kernel program for arch, from the cache or
+// compiled, up to GOMAXPROCS programs at a time; hit reports whether all came from the
+// cache. An error names the program whose compile failed, with the compiler's log.
+func CompileKernels(nv *NVRTC, cache CubinCache, arch string) (cubins [][]byte, hit bool, err error) {
+	progs, err := KernelPrograms()
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
+	cubins = make([][]byte, len(progs))
+	hits := make([]bool, len(progs))
+	errs := make([]error, len(progs))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for i, p := range progs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			cubins[i], hits[i], errs[i] = nv.CompileCached(cache, p.Name, p.Src, arch, kernelOptions())
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, false, fmt.Errorf("cuda kernels: %w", err)
+	}
+	return cubins, !slices.Contains(hits, false), nil
+}
+
+// LoadKernels compiles the embedded kernels for the device's compute capability (or reads
+// the cubins from cache) and loads them (inside Do).
+func (dv *Device) LoadKernels(nv *NVRTC, cache CubinCache) (*Kernels, error) {
 	arch := dv.info.Arch()
 	t0 := time.Now()
-	cubin, hit, err := nv.CompileCached(cache, "kvasir_kernels.cu", src, arch, kernelOptions())
+	cubins, hit, err := CompileKernels(nv, cache, arch)
 	if err != nil {
 		return nil, err
 	}
 	k := &Kernels{Arch: arch, CompileTime: time.Since(t0), CacheHit: hit}
-	if k.mod, err = dv.LoadModule(cubin); err != nil {
+	if k.mod, err = dv.LoadModule(cubins...); err != nil {
 		return nil, fmt.Errorf("cuda kernels (%s): %w", arch, err)
 	}
 	return k, nil

@@ -8,34 +8,47 @@ import (
 	"unsafe"
 )
 
-// Module is a loaded CUDA module (a cubin) with its kernels looked up by name.
+// Module is a set of loaded CUDA modules (cubins) whose kernels are looked up by name, in
+// whichever of them defines it.
 type Module struct {
-	h     uintptr
+	hs    []uintptr
 	funcs map[string]uintptr
 }
 
-// LoadModule loads a cubin image (inside Do).
-func (dv *Device) LoadModule(cubin []byte) (*Module, error) {
-	if len(cubin) == 0 {
-		return nil, fmt.Errorf("cuda: load module: empty image")
+// LoadModule loads cubin images as one Module (inside Do). On an error the images already
+// loaded are unloaded again.
+func (dv *Device) LoadModule(cubins ...[]byte) (*Module, error) {
+	m := &Module{funcs: map[string]uintptr{}}
+	for i, cubin := range cubins {
+		if len(cubin) == 0 {
+			dv.UnloadModule(m)
+			return nil, fmt.Errorf("cuda: load module: image %d is empty", i)
+		}
+		var h uintptr
+		err := dv.drv.check("cuModuleLoadData", dv.drv.cuModuleLoadData(&h, unsafe.Pointer(&cubin[0])))
+		runtime.KeepAlive(cubin)
+		if err != nil {
+			dv.UnloadModule(m)
+			return nil, err
+		}
+		m.hs = append(m.hs, h)
 	}
-	var h uintptr
-	err := dv.drv.check("cuModuleLoadData", dv.drv.cuModuleLoadData(&h, unsafe.Pointer(&cubin[0])))
-	runtime.KeepAlive(cubin)
-	if err != nil {
-		return nil, err
-	}
-	return &Module{h: h, funcs: map[string]uintptr{}}, nil
+	return m, nil
 }
 
-// UnloadModule unloads m (inside Do).
+// UnloadModule unloads every image of m (inside Do); the first error is returned.
 func (dv *Device) UnloadModule(m *Module) error {
-	if m == nil || m.h == 0 {
+	if m == nil {
 		return nil
 	}
-	err := dv.drv.check("cuModuleUnload", dv.drv.cuModuleUnload(m.h))
-	m.h = 0
-	return err
+	var first error
+	for _, h := range m.hs {
+		if err := dv.drv.check("cuModuleUnload", dv.drv.cuModuleUnload(h)); err != nil && first == nil {
+			first = err
+		}
+	}
+	m.hs = nil
+	return first
 }
 
 // function returns the kernel named name of m, looking it up once (inside Do).
@@ -43,14 +56,19 @@ func (dv *Device) function(m *Module, name string) (uintptr, error) {
 	if f, ok := m.funcs[name]; ok {
 		return f, nil
 	}
-	var f uintptr
 	cname := cString(name)
-	err := dv.drv.check("cuModuleGetFunction", dv.drv.cuModuleGetFunction(&f, m.h, &cname[0]))
-	if err != nil {
-		return 0, fmt.Errorf("kernel %q: %w", name, err)
+	var err error
+	for _, h := range m.hs {
+		var f uintptr
+		if err = dv.drv.check("cuModuleGetFunction", dv.drv.cuModuleGetFunction(&f, h, &cname[0])); err == nil {
+			m.funcs[name] = f
+			return f, nil
+		}
 	}
-	m.funcs[name] = f
-	return f, nil
+	if err == nil {
+		err = fmt.Errorf("no module loaded")
+	}
+	return 0, fmt.Errorf("kernel %q: %w", name, err)
 }
 
 // Dim3 is a CUDA grid or block shape; every extent must be at least 1.

@@ -1,6 +1,6 @@
-// Shared helpers of kvasir's CUDA kernels. The kernel files are compiled as one NVRTC
-// program with this file first; no CUDA headers are included, so 16-bit floats are
-// converted by hand (bf16) and through PTX (f16).
+// Shared helpers of kvasir's CUDA kernels. Each kernel file is compiled as its own NVRTC
+// program with this file in front, so a helper that two files use belongs here. No CUDA
+// headers are included, so 16-bit floats are converted by hand (bf16) and through PTX (f16).
 
 #define KV_INF __int_as_float(0x7f800000)
 
@@ -97,4 +97,39 @@ __device__ __forceinline__ float block_max(float v, float* sh) {
     __syncthreads();
     v = lane < nw ? sh[lane] : -KV_INF;
     return warp_max(v);
+}
+
+// ReduceScatter<C>::run sums C values per lane (v[0..C)) over the lanes that differ in bit
+// o, o/2, ... of their lane number (log2 C bits), halving the values each time: a lane keeps
+// the half its bit selects and adds the other lane's copy of it. Each value is summed in
+// the order warp_sum sums it, stage by stage, so the sums are warp_sum's bit for bit, for
+// C - 1 shuffles instead of 5 C.
+template <int C>
+struct ReduceScatter {
+    __device__ static __forceinline__ void run(float* v, int lane, int o) {
+        bool up = (lane & o) != 0;
+#pragma unroll
+        for (int i = 0; i < C / 2; i++) {
+            float send = up ? v[i] : v[i + C / 2];
+            float keep = up ? v[i + C / 2] : v[i];
+            v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
+        }
+        ReduceScatter<C / 2>::run(v, lane, o >> 1);
+    }
+};
+template <>
+struct ReduceScatter<1> {
+    __device__ static __forceinline__ void run(float*, int, int) {}
+};
+
+// warp_sums sums each of V values (a power of two up to 32) over the warp, as warp_sum
+// would one by one: lane l returns the sum of value l / (32 / V).
+template <int V>
+__device__ __forceinline__ float warp_sums(float* v, int lane) {
+    static_assert(V >= 1 && V <= 32 && (V & (V - 1)) == 0, "V must be a power of two up to 32");
+    ReduceScatter<V>::run(v, lane, 16);
+    float s = v[0];
+#pragma unroll
+    for (int o = 16 / V; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
 }

@@ -28,41 +28,6 @@ __device__ __forceinline__ uint4 ld_weights(const uint4* p) {
     return __ldg(p);
 }
 
-// ReduceScatter<C>::run sums C values per lane (v[0..C)) over the lanes that differ in bit
-// o, o/2, ... of their lane number (log2 C bits), halving the values each time: a lane keeps
-// the half its bit selects and adds the other lane's copy of it. Each value is summed in
-// the order warp_sum sums it, stage by stage, so the sums are warp_sum's bit for bit, for
-// C - 1 shuffles instead of 5 C.
-template <int C>
-struct ReduceScatter {
-    __device__ static __forceinline__ void run(float* v, int lane, int o) {
-        bool up = (lane & o) != 0;
-#pragma unroll
-        for (int i = 0; i < C / 2; i++) {
-            float send = up ? v[i] : v[i + C / 2];
-            float keep = up ? v[i + C / 2] : v[i];
-            v[i] = keep + __shfl_xor_sync(0xffffffffu, send, o);
-        }
-        ReduceScatter<C / 2>::run(v, lane, o >> 1);
-    }
-};
-template <>
-struct ReduceScatter<1> {
-    __device__ static __forceinline__ void run(float*, int, int) {}
-};
-
-// warp_sums sums each of V values (a power of two up to 32) over the warp, as warp_sum
-// would one by one: lane l returns the sum of value l / (32 / V).
-template <int V>
-__device__ __forceinline__ float warp_sums(float* v, int lane) {
-    static_assert(V >= 1 && V <= 32 && (V & (V - 1)) == 0, "V must be a power of two up to 32");
-    ReduceScatter<V>::run(v, lane, 16);
-    float s = v[0];
-#pragma unroll
-    for (int o = 16 / V; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-    return s;
-}
-
 template <typename T, int R, int NT, bool NOL1, bool GLU>
 __device__ __forceinline__ void gemv_rows(long long blk, float* __restrict__ y, const float* __restrict__ x,
                                           const T* __restrict__ w, const T* __restrict__ u, int n, int k, int m) {
