@@ -16,13 +16,18 @@ func MoEChunks(pairs, experts, nt int) int {
 	return (pairs+nt-1)/nt + min(experts, pairs)
 }
 
-// MoERoute picks each of n tokens' k experts from its router logits (F32 [n][experts]):
-// the softmax in float64, then the k most probable, best first, the lower index on ties,
+// MoERouteMaxK is the most experts MoERoute picks a token (a lane of a warp each).
+const MoERouteMaxK = 32
+
+// MoERoute picks each of n tokens' k (at most MoERouteMaxK) experts from its router logits
+// (F32 [n][experts], at most MoEMaxExperts): the softmax in float64 (one warp a token),
+// then the k most probable, best first, the lower index on ties,
 // into ids (I32 [n][k]) with their probabilities into gains (F32 [n][k]), renormalized to
 // sum to 1 over the chosen ones when normalize is set.
 func (o *Ops) MoERoute(ids, gains, logits Buffer, n, experts, k int, normalize bool) error {
-	if n <= 0 || experts <= 0 || k <= 0 || k > experts {
-		return fmt.Errorf("cuda route experts: bad shape n=%d experts=%d k=%d", n, experts, k)
+	if n <= 0 || experts <= 0 || experts > MoEMaxExperts || k <= 0 || k > min(experts, MoERouteMaxK) {
+		return fmt.Errorf("cuda route experts: bad shape n=%d experts=%d k=%d (at most %d experts, %d a token)",
+			n, experts, k, MoEMaxExperts, MoERouteMaxK)
 	}
 	if err := firstErr(need("route experts", "ids", ids, n*k, I32), need("route experts", "gains", gains, n*k, F32),
 		need("route experts", "logits", logits, n*experts, F32)); err != nil {
@@ -32,7 +37,7 @@ func (o *Ops) MoERoute(ids, gains, logits Buffer, n, experts, k int, normalize b
 	if normalize {
 		norm = 1
 	}
-	return o.Dev.Launch(o.Kern.mod, "moe_route_f32", Dim3{(n + 127) / 128, 1, 1}, Dim3{128, 1, 1}, 0,
+	return o.Dev.Launch(o.Kern.mod, "moe_route_f32", Dim3{(n + 3) / 4, 1, 1}, Dim3{128, 1, 1}, 0,
 		ids, gains, logits, n, experts, k, norm)
 }
 

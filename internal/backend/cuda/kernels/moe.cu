@@ -12,39 +12,61 @@
 // MOE_MAX_EXPERTS bounds the experts moe_sort counts in shared memory (cuda.MoEMaxExperts).
 #define MOE_MAX_EXPERTS 1024
 
-// moe_route_f32: for each of n tokens (one thread a token), the softmax of its router
-// logits in double precision (as the CPU backend computes it), then the k experts of
-// highest probability, best first, the lower index winning a tie, into ids ([n][k]), with
-// their probabilities (renormalized over the chosen ones when normalize is set) into gains.
+// MOE_ROUTE_LANE is the most experts a lane of moe_route_f32 holds (1024 experts a warp).
+#define MOE_ROUTE_LANE 32
+
+// moe_route_f32: for each of n tokens (one warp a token, lane l holding experts l, l+32,
+// ...), the softmax of its router logits in double precision (as the CPU backend computes
+// it), then the k (<= 32) experts of highest probability, best first, the lower index
+// winning a tie, into ids ([n][k]), with their probabilities (renormalized over the chosen
+// ones when normalize is set) into gains.
 extern "C" __global__ void moe_route_f32(int* ids, float* gains, const float* logits, int n, int experts, int k, int normalize) {
-    int t = blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= n) return;
-    const float* l = logits + (long long)t * experts;
+    long long t = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (t >= n) return;  // a whole warp
+    const float* l = logits + t * experts;
+    double p[MOE_ROUTE_LANE];
     double mx = __longlong_as_double(0xfff0000000000000ULL);  // -inf
-    for (int e = 0; e < experts; e++) mx = fmax(mx, (double)l[e]);
+#pragma unroll
+    for (int i = 0; i < MOE_ROUTE_LANE; i++) {
+        int e = lane + 32 * i;
+        p[i] = e < experts ? (double)l[e] : 0.0;
+        if (e < experts) mx = fmax(mx, p[i]);
+    }
+    for (int o = 16; o > 0; o >>= 1) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     double sum = 0.0;
-    for (int e = 0; e < experts; e++) sum += exp((double)l[e] - mx);
-    int* chosen = ids + (long long)t * k;
-    float* g = gains + (long long)t * k;
-    double tot = 0.0;
-    for (int j = 0; j < k; j++) {
-        int best = -1;
-        double bp = 0.0;
-        for (int e = 0; e < experts; e++) {
-            double p = exp((double)l[e] - mx) / sum;
-            if (best >= 0 && !(p > bp)) continue;
-            bool taken = false;
-            for (int i = 0; i < j; i++) taken |= chosen[i] == e;
-            if (!taken) best = e, bp = p;
+#pragma unroll
+    for (int i = 0; i < MOE_ROUTE_LANE; i++) {
+        if (lane + 32 * i < experts) {
+            p[i] = exp(p[i] - mx);
+            sum += p[i];
         }
-        chosen[j] = best;
+    }
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+#pragma unroll
+    for (int i = 0; i < MOE_ROUTE_LANE; i++) p[i] = lane + 32 * i < experts ? p[i] / sum : -1.0;  // -1: no expert
+    double tot = 0.0, mine = 0.0;
+    for (int j = 0; j < k; j++) {
+        double bp = -1.0;
+        int be = 0x7fffffff;
+#pragma unroll
+        for (int i = 0; i < MOE_ROUTE_LANE; i++) {
+            if (p[i] > bp) bp = p[i], be = lane + 32 * i;
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            double op = __shfl_xor_sync(0xffffffffu, bp, o);
+            int oe = __shfl_xor_sync(0xffffffffu, be, o);
+            if (op > bp || (op == bp && oe < be)) bp = op, be = oe;
+        }
+#pragma unroll
+        for (int i = 0; i < MOE_ROUTE_LANE; i++) {
+            if (lane + 32 * i == be) p[i] = -1.0;  // taken
+        }
+        if (lane == 0) ids[t * k + j] = be;
+        if (lane == j) mine = bp;
         tot += bp;
     }
-    for (int j = 0; j < k; j++) {
-        double p = exp((double)l[chosen[j]] - mx) / sum;
-        if (normalize) p /= tot;
-        g[j] = (float)p;
-    }
+    if (lane < k) gains[t * k + lane] = (float)(normalize ? mine / tot : mine);
 }
 
 // moe_sort: one block. order[r] is the pair at sorted row r (-1 past the valid pairs),
