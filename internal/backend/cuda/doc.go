@@ -20,7 +20,8 @@
 //     checking shapes and dtypes: embedding gather, RMSNorm fused with the residual add,
 //     RoPE fused with the paged KV write, paged attention (split-K decode, varlen
 //     prefill), SwiGLU, the GEMV kernels of small batches, logits gather, argmax and
-//     top-k/top-p sampling under vocabulary masks.
+//     top-k/top-p sampling under vocabulary masks, and a mixture of experts' routing,
+//     grouping by expert and grouped GEMVs (moe.go).
 //
 // The tests compare every kernel with a float64 reference computed in Go and skip when no
 // GPU is present; scripts/gpu_test.sh runs them, and cudabackend's, on a GPU machine and

@@ -93,6 +93,8 @@ type Backend struct {
 	// NCCL groups the backend is a rank of (NewGroup); a graph is not replayed once one
 	// of them is aborted.
 	groups []*commGroup
+
+	moe moeState // the mixture-of-experts scratch and expert tables (moe.go)
 }
 
 // decodeSplits is the most split-K partitions decode attention uses per sequence and head.
@@ -397,7 +399,7 @@ func (b *Backend) Free(t backend.Tensor) error {
 	if err := b.dev.Sync(); err != nil {
 		return err
 	}
-	err := b.free(c.buf)
+	err := firstErr(b.forgetExperts(c), b.free(c.buf))
 	c.buf = cuda.Buffer{}
 	return err
 }

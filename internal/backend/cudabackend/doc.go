@@ -12,6 +12,9 @@
 //   - Graphs (graph.go): the ops of a step of a few tokens per sequence (decode, speculative
 //     verification) are captured once per shape (sequence bucket, tokens per sequence,
 //     block-table stride) and replayed.
+//   - Mixtures of experts (moe.go): routing on the device, the token-expert pairs sorted
+//     by expert there, grouped GEMVs over all experts in one launch (graph-safe) or, for
+//     prefill, each used expert through the dense MatMul; the shared expert's gate.
 //   - Device argmax and sampling of the logits under vocabulary masks (sample.go), KV
 //     block read/write and copy (kvblocks.go), and the NCCL communicator group of tensor
 //     and pipeline parallelism (comm.go).

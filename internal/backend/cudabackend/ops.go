@@ -1,16 +1,11 @@
 package cudabackend
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
 )
-
-// ErrUnsupported is returned by the ops the CUDA backend does not implement yet (the
-// mixture-of-experts ops).
-var ErrUnsupported = errors.New("unsupported on cuda")
 
 // Embedding gathers the step's token rows of table into out.
 func (b *Backend) Embedding(out, table backend.Tensor, st backend.Step) error {
@@ -481,21 +476,6 @@ func (b *Backend) Logits(dst []float32, x, w backend.Tensor) error {
 		return err
 	}
 	return cuda.Download(b.dev, dst, y)
-}
-
-// RouteExperts is not implemented on the GPU yet.
-func (b *Backend) RouteExperts(ids, gains, logits backend.Tensor, normalize bool) error {
-	return fmt.Errorf("cuda route experts: %w", ErrUnsupported)
-}
-
-// ExpertMLP is not implemented on the GPU yet.
-func (b *Backend) ExpertMLP(out, x, ids, gains backend.Tensor, experts []backend.Expert) error {
-	return fmt.Errorf("cuda expert mlp: %w", ErrUnsupported)
-}
-
-// GatedAdd is not implemented on the GPU yet.
-func (b *Backend) GatedAdd(out, y, x, gate backend.Tensor) error {
-	return fmt.Errorf("cuda gated add: %w", ErrUnsupported)
 }
 
 // Compile-time check that Backend implements the op set.
