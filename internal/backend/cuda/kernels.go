@@ -13,54 +13,70 @@ import (
 	"time"
 )
 
-// kernelFiles holds the CUDA C sources of the project's kernels. Each file but common.cu
-// is compiled as its own program, with common.cu (the shared helpers) in front.
+// kernelFiles holds the CUDA C sources of the project's kernels. Each .cu file but
+// common.cu is compiled as its own program, with common.cu (the shared helpers) and every
+// .cuh file (templates more than one program instantiates) in front.
 //
-//go:embed kernels/*.cu
+//go:embed kernels/*.cu kernels/*.cuh
 var kernelFiles embed.FS
 
 // kernelOptions returns the NVRTC options every kernel build uses (besides --gpu-arch).
 func kernelOptions() []string { return []string{"--std=c++17"} }
 
-// Program is one NVRTC program: common.cu followed by one kernel file.
+// Program is one NVRTC program: common.cu, the .cuh files, then one kernel file.
 type Program struct {
 	Name string // the kernel file's name, e.g. "gemvq.cu"
 	Src  string
 }
 
-// KernelPrograms returns one program per embedded kernel file (common.cu excepted), each
-// preceded by common.cu, in name order. The files do not call into one another, so the
-// programs compile independently: in parallel at start, and after an edit only the file
-// that changed compiles again (the cache is keyed by each program's source).
+// KernelPrograms returns one program per embedded kernel file (common.cu excepted), in name
+// order, each preceded by common.cu and the .cuh files. The programs compile independently:
+// in parallel at start, and after an edit only the programs whose text changed compile
+// again (the cache is keyed by each program's source).
 func KernelPrograms() ([]Program, error) {
 	entries, err := fs.ReadDir(kernelFiles, "kernels")
 	if err != nil {
 		return nil, fmt.Errorf("cuda kernels: %w", err)
 	}
-	common, err := kernelFiles.ReadFile("kernels/common.cu")
-	if err != nil {
-		return nil, fmt.Errorf("cuda kernels: %w", err)
-	}
+	var head strings.Builder
 	var names []string
-	for _, e := range entries {
-		if e.Name() != "common.cu" {
-			names = append(names, e.Name())
+	for _, n := range append([]string{"common.cu"}, entryNames(entries, ".cuh")...) {
+		src, err := kernelFiles.ReadFile("kernels/" + n)
+		if err != nil {
+			return nil, fmt.Errorf("cuda kernels: %w", err)
+		}
+		fmt.Fprintf(&head, "// ---- %s ----\n#line 1 \"%s\"\n%s\n", n, n, src)
+	}
+	for _, n := range entryNames(entries, ".cu") {
+		if n != "common.cu" {
+			names = append(names, n)
 		}
 	}
-	sort.Strings(names)
 	progs := make([]Program, 0, len(names))
 	for _, n := range names {
 		src, err := kernelFiles.ReadFile("kernels/" + n)
 		if err != nil {
 			return nil, fmt.Errorf("cuda kernels: %w", err)
 		}
-		progs = append(progs, Program{Name: n, Src: fmt.Sprintf("// ---- common.cu ----\n#line 1 \"common.cu\"\n%s\n// ---- %s ----\n#line 1 \"%s\"\n%s\n", common, n, n, src)})
+		progs = append(progs, Program{Name: n, Src: fmt.Sprintf("%s// ---- %s ----\n#line 1 \"%s\"\n%s\n", head.String(), n, n, src)})
 	}
 	return progs, nil
 }
 
-// KernelSource returns every embedded kernel file as one text (common.cu first), for tests
-// that look for a kernel's definition.
+// entryNames returns the names of the entries ending in ext, sorted.
+func entryNames(entries []fs.DirEntry, ext string) []string {
+	var names []string
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ext) {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// KernelSource returns every embedded kernel file as one text (common.cu and the .cuh files
+// first, once), for tests that look for a kernel's definition.
 func KernelSource() (string, error) {
 	progs, err := KernelPrograms()
 	if err != nil {
@@ -68,7 +84,7 @@ func KernelSource() (string, error) {
 	}
 	var b strings.Builder
 	for i, p := range progs {
-		if i > 0 { // common.cu once, at the head
+		if i > 0 { // the head once
 			p.Src = p.Src[strings.Index(p.Src, "// ---- "+p.Name+" ----"):]
 		}
 		b.WriteString(p.Src)
