@@ -3,6 +3,7 @@ package cudabackend_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -147,7 +148,10 @@ func TestBackendMoEQuantizedModels(t *testing.T) {
 // TestBackendMoEEngineBatching: F32 mixtral-tiny through the engine on the GPU, six
 // requests sharing a prefix at once (batched prefill chunks, prefix caching, decode
 // steps replayed as graphs over a padded bucket), gives each request the greedy tokens
-// it gets alone in a session.
+// it gets alone in a session, up to a near tie: batched steps run the experts through
+// cuBLAS and a request alone through the grouped GEMV, whose sums round differently, so
+// where the two first differ the token taken batched must score within 1e-5 (relative to
+// the largest logit) of the best one alone; a wrong kernel misses that by far.
 func TestBackendMoEEngineBatching(t *testing.T) {
 	const genTokens = 24
 	be := newBackend(t)
@@ -177,8 +181,9 @@ func TestBackendMoEEngineBatching(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := make([][]int32, len(prompts))
+	wantLogits := make([][][]float32, len(prompts))
 	for i, p := range prompts {
-		_, want[i] = greedyRun(t, solo, p, genTokens)
+		wantLogits[i], want[i] = greedyRun(t, solo, p, genTokens)
 	}
 	solo.Close()
 	fm.Close()
@@ -200,7 +205,7 @@ func TestBackendMoEEngineBatching(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	equal := 0
+	equal, ties := 0, 0
 	for i, ch := range chans {
 		var got []int32
 		for o := range ch {
@@ -208,11 +213,31 @@ func TestBackendMoEEngineBatching(t *testing.T) {
 		}
 		if slices.Equal(got, want[i]) {
 			equal++
-		} else {
-			t.Errorf("request %d: batched %v, alone %v", i, got, want[i])
+			continue
 		}
+		d := 0
+		for d < len(got) && d < len(want[i]) && got[d] == want[i][d] {
+			d++
+		}
+		if d < len(got) && d < len(want[i]) && nearTie(wantLogits[i][d], got[d], 1e-5) {
+			ties++
+			t.Logf("request %d: batched and alone part at token %d on a near tie", i, d)
+			continue
+		}
+		t.Errorf("request %d: batched %v, alone %v", i, got, want[i])
 	}
 	captured, failed, _ := be.GraphStats()
-	fmt.Printf("RESULT|moe|mixtral-tiny f32: 6 batched requests vs alone|%d/%d equal|graphs %d captured, %d failed\n",
-		equal, len(prompts), captured, failed)
+	fmt.Printf("RESULT|moe|mixtral-tiny f32: 6 batched requests vs alone|%d/%d equal, %d parted on a near tie|graphs %d captured, %d failed\n",
+		equal, len(prompts), ties, captured, failed)
+}
+
+// nearTie reports whether token scores within tol (relative to the largest |logit|) of
+// the best token of logits.
+func nearTie(logits []float32, token int32, tol float64) bool {
+	best, scale := math.Inf(-1), 0.0
+	for _, v := range logits {
+		best = math.Max(best, float64(v))
+		scale = math.Max(scale, math.Abs(float64(v)))
+	}
+	return int(token) < len(logits) && best-float64(logits[token]) <= tol*scale
 }
