@@ -4,6 +4,8 @@
 # compiles the kernels only at run time on a GPU machine, so without this check a syntax or
 # template error would first show there. Inline PTX (asm statements) is not checked.
 #   bash scripts/check_kernels.sh      # needs g++ (or CXX)
+# Each kernel file is checked as the program KernelPrograms assembles for NVRTC: common.cu,
+# the .cuh files, then the file (so a file that calls into another fails here as there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cxx=${CXX:-g++}
