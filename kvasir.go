@@ -237,11 +237,15 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 	if err := sp.checkContext(fm.Name(), min(maxLen, (sizing.NumBlocks-1)*blockSize)); err != nil {
 		return nil, err
 	}
+	budget := opt.MaxNumBatchedTokens
+	if budget == 0 && opt.Device.CUDA {
+		budget = GPUMaxNumBatchedTokens
+	}
 	var pool *kvpool.Pool
 	e, err := engine.New(m, l.tok, engine.Config{
 		NumBlocks: sizing.NumBlocks, BlockSize: blockSize, MaxModelLen: opt.MaxModelLen,
 		SchedulerConfig: engine.SchedulerConfig{
-			MaxNumSeqs: opt.MaxNumSeqs, MaxNumBatchedTokens: opt.MaxNumBatchedTokens,
+			MaxNumSeqs: opt.MaxNumSeqs, MaxNumBatchedTokens: budget,
 			DisableChunkedPrefill: opt.DisableChunkedPrefill, MaxLoRAs: m.LoRASlots(),
 		},
 		DisablePrefixCaching:   opt.DisablePrefixCaching,

@@ -72,7 +72,7 @@ func addEngineFlags(fs *flag.FlagSet, scope flagScope) *engineFlags {
 	fs.IntVar(&f.blockSize, "block-size", 0, "tokens per KV block (0: 16)")
 	fs.IntVar(&f.maxModelLen, "max-model-len", 0, "most prompt plus output tokens per sequence (0: the model's context length, capped by the KV cache)")
 	fs.IntVar(&f.maxNumSeqs, "max-num-seqs", 0, "most sequences running at once (0: 256; run and chat: 1)")
-	fs.IntVar(&f.maxBatched, "max-num-batched-tokens", 0, "token budget of one engine step (0: 2048)")
+	fs.IntVar(&f.maxBatched, "max-num-batched-tokens", 0, "token budget of one engine step (0: 2048 on the CPU, 8192 on a GPU)")
 	fs.IntVar(&f.maxWaiting, "max-waiting", 0, "refuse requests when this many wait (serve answers 429) (0: no limit)")
 	fs.BoolVar(&f.noPrefixCaching, "no-prefix-caching", false, "turn prefix caching off")
 	fs.StringVar(&f.kvPool, "kv-pool", "", "KV pool shared by the instances of a model: redis://[user:password@]HOST:PORT[/DB]; full prefix blocks are written to it in the background and a prompt missing the local cache takes the blocks that follow from it (run Redis with --maxmemory and --maxmemory-policy allkeys-lru; a Redis down or slow only makes it miss)")
