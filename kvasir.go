@@ -209,6 +209,9 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 	maxSeqs := opt.MaxNumSeqs
 	if maxSeqs <= 0 {
 		maxSeqs = engine.DefaultMaxNumSeqs
+		if opt.Device.CUDA {
+			maxSeqs = GPUMaxNumSeqs
+		}
 	}
 	// Every rank holds the same blocks of its own layers and KV heads: the cache is sized
 	// by the largest rank's part, in the element its backend holds, from the memory each
@@ -238,14 +241,14 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 		return nil, err
 	}
 	budget := opt.MaxNumBatchedTokens
-	if budget == 0 && opt.Device.CUDA {
+	if budget <= 0 && opt.Device.CUDA {
 		budget = GPUMaxNumBatchedTokens
 	}
 	var pool *kvpool.Pool
 	e, err := engine.New(m, l.tok, engine.Config{
 		NumBlocks: sizing.NumBlocks, BlockSize: blockSize, MaxModelLen: opt.MaxModelLen,
 		SchedulerConfig: engine.SchedulerConfig{
-			MaxNumSeqs: opt.MaxNumSeqs, MaxNumBatchedTokens: budget,
+			MaxNumSeqs: maxSeqs, MaxNumBatchedTokens: budget,
 			DisableChunkedPrefill: opt.DisableChunkedPrefill, MaxLoRAs: m.LoRASlots(),
 		},
 		DisablePrefixCaching:   opt.DisablePrefixCaching,

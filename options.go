@@ -52,7 +52,8 @@ type Options struct {
 	UploadProgress func(done, total int64)
 	// BlockSize is the tokens per KV block (0: 16).
 	BlockSize int
-	// MaxNumSeqs caps concurrently running sequences (0: 256).
+	// MaxNumSeqs caps concurrently running sequences (0: 256 on the CPU, GPUMaxNumSeqs on
+	// a GPU).
 	MaxNumSeqs int
 	// MaxNumBatchedTokens is the token budget of one step (0: 2048 on the CPU,
 	// GPUMaxNumBatchedTokens on a GPU).
@@ -149,8 +150,13 @@ type CUDAOptions struct {
 	QuantGEMV string
 }
 
-// GPUMaxNumBatchedTokens is the step token budget on a GPU when none is set, vLLM's on
-// large GPUs: a GPU runs a step of 8,192 prompt tokens at tensor-core speed in about the
-// time a 2,048-token step takes, so the CPU's budget left a busy GPU server's prefills queued
-// (ShareGPT at rate inf: mean TTFT 8.2 s).
-const GPUMaxNumBatchedTokens = 8192
+// GPUMaxNumBatchedTokens and GPUMaxNumSeqs are a GPU's step token budget and running
+// sequences when none are set, vLLM's on large GPUs. A GPU runs a step of 8,192 prompt
+// tokens at tensor-core speed, and a decode batch of hundreds of sequences at little more
+// than the cost of one, so the CPU's 2,048 and 256 left a busy server's requests queued:
+// ShareGPT's 500 prompts at rate inf on an H200 (8B BF16) went from 22.4 req/s and a mean
+// TTFT of 9.1 s to 31.8 req/s and 5.1 s (docs/GPU_RESULTS.md).
+const (
+	GPUMaxNumBatchedTokens = 8192
+	GPUMaxNumSeqs          = 1024
+)

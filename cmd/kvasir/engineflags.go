@@ -71,7 +71,7 @@ func addEngineFlags(fs *flag.FlagSet, scope flagScope) *engineFlags {
 	fs.Float64Var(&f.gpuMem, "gpu-memory-utilization", kvasir.DefaultGPUMemoryUtilization, "with --device cuda: fraction of the GPU's memory to use for weights, KV cache and activations; the KV cache gets what the weights leave (ignored when --kv-cache-memory is set)")
 	fs.IntVar(&f.blockSize, "block-size", 0, "tokens per KV block (0: 16)")
 	fs.IntVar(&f.maxModelLen, "max-model-len", 0, "most prompt plus output tokens per sequence (0: the model's context length, capped by the KV cache)")
-	fs.IntVar(&f.maxNumSeqs, "max-num-seqs", 0, "most sequences running at once (0: 256; run and chat: 1)")
+	fs.IntVar(&f.maxNumSeqs, "max-num-seqs", 0, "most sequences running at once (0: 256 on the CPU, 1024 on a GPU; run and chat: 1)")
 	fs.IntVar(&f.maxBatched, "max-num-batched-tokens", 0, "token budget of one engine step (0: 2048 on the CPU, 8192 on a GPU)")
 	fs.IntVar(&f.maxWaiting, "max-waiting", 0, "refuse requests when this many wait (serve answers 429) (0: no limit)")
 	fs.BoolVar(&f.noPrefixCaching, "no-prefix-caching", false, "turn prefix caching off")
