@@ -18,12 +18,16 @@ import (
 // matter most to the logits.
 var fp8Linear = regexp.MustCompile(`^blk\.\d+\.(attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.weight$`)
 
+// FP8Linear reports whether the weight named name (GGUF naming) is one Options.FP8
+// quantizes: a dense linear layer's.
+func FP8Linear(name string) bool { return fp8Linear.MatchString(name) }
+
 // fp8Upload wraps upload so that the weights fp8Linear matches are quantized to FP8
 // (per-output-channel scales) before they are uploaded. A weight already in FP8 (an FP8
 // checkpoint) goes as it is; one in a block type (an already quantized GGUF) is an error.
 func fp8Upload(upload func(*format.Tensor) (backend.Tensor, error)) func(*format.Tensor) (backend.Tensor, error) {
 	return func(t *format.Tensor) (backend.Tensor, error) {
-		if !fp8Linear.MatchString(t.Name) || len(t.Shape) != 2 || t.Type == quant.FP8 {
+		if !FP8Linear(t.Name) || len(t.Shape) != 2 || t.Type == quant.FP8 {
 			return upload(t)
 		}
 		q, err := QuantizeFP8(t)
