@@ -3,6 +3,7 @@ package cpu
 import (
 	"unsafe"
 
+	"github.com/kvasir-llm/kvasir/internal/quant"
 	"golang.org/x/sys/cpu"
 )
 
@@ -49,8 +50,27 @@ func avx512Kernels() *kernels {
 	k.dotQ4K = func(w, x []byte, nb int) float32 { return dotKAVX2(dotQ4KAVX512, q4KBytes, w, x, nb) }
 	k.dotQ6K = func(w, x []byte, nb int) float32 { return dotKAVX2(dotQ6KAVX512, q6KBytes, w, x, nb) }
 	k.dotQ5_0 = func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ5_0AVX512, q5_0Bytes, w, x, nb) }
+	k.dequantFP8 = dequantFP8AVX512Slice
 	return k
 }
+
+// dequantFP8AVX512Slice is dequantFP8 on AVX-512: whole groups of 16 bytes in assembly
+// (fp8_avx512_amd64.s), the rest through the table; bit for bit dequantFP8Generic for every
+// byte but the NaN ones (which the assembly decodes as ±480).
+func dequantFP8AVX512Slice(dst []float32, src []byte) {
+	q := src[4 : 4+len(dst)]
+	m := len(dst) &^ 15
+	if m > 0 {
+		dequantFP8AVX512(unsafe.SliceData(dst), unsafe.SliceData(q), m, quant.FP8RowScale(src))
+	}
+	s, t := quant.FP8RowScale(src), quant.E4M3Table()
+	for i := m; i < len(dst); i++ {
+		dst[i] = s * t[q[i]]
+	}
+}
+
+//go:noescape
+func dequantFP8AVX512(dst *float32, src *byte, n int, scale float32)
 
 // Assembly kernels of the avx512 set (rows8_amd64.s, gemm_q0_avx512_amd64.s,
 // dotk_avx512_amd64.s), with the arguments of the avx2 kernels they replace.
