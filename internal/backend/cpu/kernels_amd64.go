@@ -91,6 +91,7 @@ func avx2Kernels() *kernels {
 		dequantQ5_1:   genericKernels().dequantQ5_1,
 		dequantQ4_1:   genericKernels().dequantQ4_1,
 		dequantFP8:    dequantFP8Generic,
+		gemv4FP8:      gemv4FP8Generic,
 		attnScores:    attnScoresAVX2Slice,
 		attnWsum:      attnWsumAVX2Slice,
 		attnScoresF16: attnScoresF16AVX2Slice,

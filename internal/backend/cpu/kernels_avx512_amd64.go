@@ -51,8 +51,34 @@ func avx512Kernels() *kernels {
 	k.dotQ6K = func(w, x []byte, nb int) float32 { return dotKAVX2(dotQ6KAVX512, q6KBytes, w, x, nb) }
 	k.dotQ5_0 = func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ5_0AVX512, q5_0Bytes, w, x, nb) }
 	k.dequantFP8 = dequantFP8AVX512Slice
+	k.gemv4FP8 = gemv4FP8AVX512
 	return k
 }
+
+// gemv4FP8AVX512 is gemv4FP8 on AVX-512: the whole groups of 16 values of the 4 rows in
+// one pass over x (fp8_avx512_amd64.s), the rest through the table, each sum times its
+// row's scale.
+func gemv4FP8AVX512(w []byte, stride int, x, out []float32) {
+	n := len(x)
+	m := n &^ 15
+	var acc [4]float32
+	if m > 0 {
+		_ = w[3*stride+4+n-1]
+		dot4FP8AVX512(&w[4], stride, unsafe.SliceData(x), m, &acc[0])
+	}
+	t := quant.E4M3Table()
+	for i := range out[:4] {
+		row := w[i*stride : i*stride+4+n]
+		s := acc[i]
+		for j := m; j < n; j++ {
+			s += t[row[4+j]] * x[j]
+		}
+		out[i] = quant.FP8RowScale(row) * s
+	}
+}
+
+//go:noescape
+func dot4FP8AVX512(w *byte, stride int, x *float32, n int, out *float32)
 
 // dequantFP8AVX512Slice is dequantFP8 on AVX-512: whole groups of 16 bytes in assembly
 // (fp8_avx512_amd64.s), the rest through the table; bit for bit dequantFP8Generic for every
