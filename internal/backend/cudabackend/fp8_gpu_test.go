@@ -3,6 +3,7 @@ package cudabackend_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
@@ -18,7 +19,8 @@ import (
 // backend, both from the same FP8 bytes: a 6-token prompt (the FP8 GEMV in every layer)
 // must give the CPU's logits within 1e-3 (float32 sums in other orders, attention and the
 // F32 output matrix on the GPU) and the same top token; a 40-token prompt (BF16
-// dequantized chunks through cuBLAS) within BF16's error. The RESULT lines record both.
+// dequantized chunks through cuBLAS) within BF16's error (the RESULT lines record both);
+// 24 greedy decode steps give the CPU's tokens.
 func TestBackendFP8Model(t *testing.T) {
 	gpu := newBackend(t)
 	if info := gpu.Device().Info(); !info.SupportsFP8() {
@@ -59,5 +61,18 @@ func TestBackendFP8Model(t *testing.T) {
 		if c.n == 6 && !same {
 			t.Errorf("prompt %d: top token %d on the GPU, %d on the CPU", c.n, sample.Greedy(g), sample.Greedy(want))
 		}
+	}
+	// 24 greedy decode steps (the GEMV in CUDA graphs on the GPU) give the CPU's tokens.
+	greedy := func(b backend.Backend) []int32 {
+		m, err := model.New(fm, model.Options{Backends: []backend.Backend{b}, FP8: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		_, out := greedyRun(t, m, long[:6], 24)
+		return out
+	}
+	if g, c := greedy(gpu), greedy(cb); !slices.Equal(g, c) {
+		t.Errorf("greedy decode: GPU %v, CPU %v", g, c)
 	}
 }
