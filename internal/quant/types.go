@@ -64,45 +64,47 @@ type typeInfo struct {
 	name       string
 	blockSize  int // elements per block
 	blockBytes int // bytes per block
-	rowHeader  int // bytes in front of every row (FP8's scale)
 }
 
 var types = map[Type]typeInfo{
-	// GGML's types, with no row header.
-	F32:     {"F32", 1, 4, 0},
-	F16:     {"F16", 1, 2, 0},
-	Q4_0:    {"Q4_0", QK, 2 + QK/2, 0},
-	Q4_1:    {"Q4_1", QK, 4 + QK/2, 0},
-	Q5_0:    {"Q5_0", QK, 2 + 4 + QK/2, 0},
-	Q5_1:    {"Q5_1", QK, 4 + 4 + QK/2, 0},
-	Q8_0:    {"Q8_0", QK, 2 + QK, 0},
-	Q8_1:    {"Q8_1", QK, 4 + QK, 0},
-	Q2_K:    {"Q2_K", QKK, QKK/16 + QKK/4 + 2 + 2, 0},
-	Q3_K:    {"Q3_K", QKK, QKK/8 + QKK/4 + 12 + 2, 0},
-	Q4_K:    {"Q4_K", QKK, 2 + 2 + 12 + QKK/2, 0},
-	Q5_K:    {"Q5_K", QKK, 2 + 2 + 12 + QKK/8 + QKK/2, 0},
-	Q6_K:    {"Q6_K", QKK, QKK/2 + QKK/4 + QKK/16 + 2, 0},
-	Q8_K:    {"Q8_K", QKK, 4 + QKK + QKK/16*2, 0},
-	IQ2_XXS: {"IQ2_XXS", QKK, 2 + QKK/8*2, 0},
-	IQ2_XS:  {"IQ2_XS", QKK, 2 + QKK/8*2 + QKK/32, 0},
-	IQ3_XXS: {"IQ3_XXS", QKK, 2 + QKK/4 + QKK/8, 0},
-	IQ1_S:   {"IQ1_S", QKK, 2 + QKK/8 + QKK/16, 0},
-	IQ4_NL:  {"IQ4_NL", QK, 2 + QK/2, 0},
-	IQ3_S:   {"IQ3_S", QKK, 2 + QKK/4 + QKK/8 + QKK/32 + 4, 0},
-	IQ2_S:   {"IQ2_S", QKK, 2 + QKK/4 + QKK/16, 0},
-	IQ4_XS:  {"IQ4_XS", QKK, 2 + 2 + QKK/64 + QKK/2, 0},
-	I8:      {"I8", 1, 1, 0},
-	I16:     {"I16", 1, 2, 0},
-	I32:     {"I32", 1, 4, 0},
-	I64:     {"I64", 1, 8, 0},
-	F64:     {"F64", 1, 8, 0},
-	IQ1_M:   {"IQ1_M", QKK, QKK/8 + QKK/16 + QKK/32, 0},
-	BF16:    {"BF16", 1, 2, 0},
-	TQ1_0:   {"TQ1_0", QKK, 2 + 4*13, 0},
-	TQ2_0:   {"TQ2_0", QKK, 2 + 64, 0},
-	MXFP4:   {"MXFP4", QK, 1 + QK/2, 0},
-	FP8:     {"FP8", 1, 1, fp8RowHeader},
+	F32:     {"F32", 1, 4},
+	F16:     {"F16", 1, 2},
+	Q4_0:    {"Q4_0", QK, 2 + QK/2},
+	Q4_1:    {"Q4_1", QK, 4 + QK/2},
+	Q5_0:    {"Q5_0", QK, 2 + 4 + QK/2},
+	Q5_1:    {"Q5_1", QK, 4 + 4 + QK/2},
+	Q8_0:    {"Q8_0", QK, 2 + QK},
+	Q8_1:    {"Q8_1", QK, 4 + QK},
+	Q2_K:    {"Q2_K", QKK, QKK/16 + QKK/4 + 2 + 2},
+	Q3_K:    {"Q3_K", QKK, QKK/8 + QKK/4 + 12 + 2},
+	Q4_K:    {"Q4_K", QKK, 2 + 2 + 12 + QKK/2},
+	Q5_K:    {"Q5_K", QKK, 2 + 2 + 12 + QKK/8 + QKK/2},
+	Q6_K:    {"Q6_K", QKK, QKK/2 + QKK/4 + QKK/16 + 2},
+	Q8_K:    {"Q8_K", QKK, 4 + QKK + QKK/16*2},
+	IQ2_XXS: {"IQ2_XXS", QKK, 2 + QKK/8*2},
+	IQ2_XS:  {"IQ2_XS", QKK, 2 + QKK/8*2 + QKK/32},
+	IQ3_XXS: {"IQ3_XXS", QKK, 2 + QKK/4 + QKK/8},
+	IQ1_S:   {"IQ1_S", QKK, 2 + QKK/8 + QKK/16},
+	IQ4_NL:  {"IQ4_NL", QK, 2 + QK/2},
+	IQ3_S:   {"IQ3_S", QKK, 2 + QKK/4 + QKK/8 + QKK/32 + 4},
+	IQ2_S:   {"IQ2_S", QKK, 2 + QKK/4 + QKK/16},
+	IQ4_XS:  {"IQ4_XS", QKK, 2 + 2 + QKK/64 + QKK/2},
+	I8:      {"I8", 1, 1},
+	I16:     {"I16", 1, 2},
+	I32:     {"I32", 1, 4},
+	I64:     {"I64", 1, 8},
+	F64:     {"F64", 1, 8},
+	IQ1_M:   {"IQ1_M", QKK, QKK/8 + QKK/16 + QKK/32},
+	BF16:    {"BF16", 1, 2},
+	TQ1_0:   {"TQ1_0", QKK, 2 + 4*13},
+	TQ2_0:   {"TQ2_0", QKK, 2 + 64},
+	MXFP4:   {"MXFP4", QK, 1 + QK/2},
+	FP8:     {"FP8", 1, 1},
 }
+
+// rowHeaders holds the bytes in front of every row of the types that have them (FP8's
+// scale); GGML's rows are blocks alone.
+var rowHeaders = map[Type]int{FP8: fp8RowHeader}
 
 // Known reports whether t is a type id this package knows the layout of.
 func (t Type) Known() bool {
@@ -135,7 +137,7 @@ func (t Type) RowBytes(n int) (int, error) {
 	if n < 0 || n%info.blockSize != 0 {
 		return 0, fmt.Errorf("%s: %d elements is not a multiple of the block size %d", info.name, n, info.blockSize)
 	}
-	return n/info.blockSize*info.blockBytes + info.rowHeader, nil
+	return n/info.blockSize*info.blockBytes + rowHeaders[t], nil
 }
 
 // GGML reports whether t is one of GGML's types (one a GGUF file may hold), not one of
@@ -144,7 +146,7 @@ func (t Type) GGML() bool { return t.Known() && t != FP8 }
 
 // RowHeader returns the bytes in front of every row of type t (FP8's scale; 0 for GGML's
 // types, whose rows are blocks alone).
-func (t Type) RowHeader() int { return types[t].rowHeader }
+func (t Type) RowHeader() int { return rowHeaders[t] }
 
 // ParseType returns the type with the given GGML name (case-insensitive), such as "q8_0".
 // kvasir's own FP8 is not one of them: it is asked for with --quantization fp8.
