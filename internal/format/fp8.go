@@ -1,6 +1,7 @@
 package format
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 
@@ -75,8 +76,7 @@ func fp8FromSafetensors(set *safetensors.Set, hfName, name string, ti *safetenso
 
 // putFP8Row writes one quant.FP8 row: the scale (little-endian float32) and the bytes.
 func putFP8Row(row []byte, scale float32, q []byte) {
-	bits := math.Float32bits(scale)
-	row[0], row[1], row[2], row[3] = byte(bits), byte(bits>>8), byte(bits>>16), byte(bits>>24)
+	binary.LittleEndian.PutUint32(row, math.Float32bits(scale))
 	copy(row[4:], q)
 }
 
