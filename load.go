@@ -40,6 +40,9 @@ func Load(fm *format.Model, opt Options) (*Loaded, error) {
 		}
 	}
 	var err error
+	if opt.Quantization > QuantizationFP8 {
+		return nil, fmt.Errorf("open %s: quantization %s: unknown", fm.Path, opt.Quantization)
+	}
 	if l.kvDType, err = opt.KVCacheDType.On(opt.Device); err != nil {
 		return nil, fmt.Errorf("open %s: %w", fm.Path, err)
 	}
@@ -55,7 +58,8 @@ func Load(fm *format.Model, opt Options) (*Loaded, error) {
 		l.owned = true
 	}
 	_, l.onDevice = l.bes[0].(backend.MemoryReporter)
-	l.m, err = model.New(fm, model.Options{Backends: l.bes, Parallel: par, KVCacheDType: l.kvDType, Progress: opt.UploadProgress})
+	l.m, err = model.New(fm, model.Options{Backends: l.bes, Parallel: par, KVCacheDType: l.kvDType, Progress: opt.UploadProgress,
+		FP8: opt.Quantization == QuantizationFP8})
 	if err != nil {
 		l.closeBackends()
 		return nil, err

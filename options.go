@@ -38,6 +38,8 @@ type Options struct {
 	// stage-major, all of one kind. The caller closes them after the Engine. (Device then
 	// only says what KVCacheAuto means.)
 	Backends []backend.Backend
+	// Quantization quantizes the weights at load (QuantizationNone: the file's types).
+	Quantization Quantization
 	// KVCacheDType is the KV cache's element type (KVCacheAuto: f32 on the CPU, bf16 on a
 	// GPU).
 	KVCacheDType KVCacheDType

@@ -31,6 +31,7 @@ type engineFlags struct {
 	scope                     flagScope
 	model, tokenizer          string
 	device                    string
+	quantization              string
 	tensor, pipeline, threads int
 	kvDType                   string
 	kvMemory                  string
@@ -60,6 +61,7 @@ func addEngineFlags(fs *flag.FlagSet, scope flagScope) *engineFlags {
 	fs.StringVar(&f.model, "m", "", defaultModelHelp)
 	fs.StringVar(&f.tokenizer, "z", "", "tokenizer file (for a llama2.c checkpoint: tokenizer.bin)")
 	fs.StringVar(&f.device, "device", "cpu", "where the model runs: cpu, or cuda (an NVIDIA GPU; cuda:N for device N, the first of a split model's GPUs)")
+	fs.StringVar(&f.quantization, "quantization", "none", "quantize the weights at load: none, or fp8 (the linear layers' weights as E4M3 with a scale per output channel, from a BF16, F16 or F32 model; an FP8 checkpoint loads as FP8 without it; GPUs of compute capability 8.9 or newer)")
 	fs.IntVar(&f.tensor, "tensor-parallel-size", 1, "split every layer's heads and MLP across this many ranks (GPUs, or CPU thread groups), summed by all-reduce")
 	fs.IntVar(&f.pipeline, "pipeline-parallel-size", 1, "split the layers into this many pipeline stages, one rank (or tensor-parallel group) each")
 	fs.IntVar(&f.threads, "threads", 0, "CPU worker threads (0: all cores)")
@@ -114,6 +116,9 @@ func (f *engineFlags) options() (kvasir.Options, error) {
 	var err error
 	if opt.Device, err = kvasir.ParseDevice(f.device); err != nil {
 		return opt, fmt.Errorf("--device: %w", err)
+	}
+	if opt.Quantization, err = kvasir.ParseQuantization(f.quantization); err != nil {
+		return opt, fmt.Errorf("--quantization: %w", err)
 	}
 	if f.tensor < 1 || f.pipeline < 1 {
 		return opt, fmt.Errorf("--tensor-parallel-size %d --pipeline-parallel-size %d: want sizes of at least 1", f.tensor, f.pipeline)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/encoder"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/format/hfconfig"
+	"github.com/kvasir-llm/kvasir/internal/model"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 	"github.com/kvasir-llm/kvasir/internal/synth"
 	"github.com/kvasir-llm/kvasir/internal/tokenizer"
@@ -22,7 +24,7 @@ func runSynth(args []string) error {
 	fs := newFlags("synth", "--shape NAME | --config config.json  -o OUT(.gguf | folder)")
 	shape := fs.String("shape", "", "model shape: "+strings.Join(synth.Names(), ", ")+"; encoders (f32 weights, a small WordPiece vocabulary): "+strings.Join(encoder.SynthShapes(), ", "))
 	configPath := fs.String("config", "", "a Hugging Face config.json giving the shape instead of --shape")
-	dtypeName := fs.String("dtype", "f16", "weight type: f32, f16, bf16, q8_0, q4_0, q4_k (and the other GGUF types)")
+	dtypeName := fs.String("dtype", "f16", "weight type: f32, f16, bf16, q8_0, q4_0, q4_k (and the other GGUF types), or fp8 for a Hugging Face folder (an FP8 checkpoint: the linear layers as F8_E4M3 with per-channel weight_scale, the rest BF16)")
 	seed := fs.Uint64("seed", 0, "random seed; the same seed gives the same weights")
 	out := fs.String("o", "", "output: a .gguf file, or a folder for a Hugging Face model")
 	tokPath := fs.String("tokenizer", "", "attach a real tokenizer: a tokenizer.json, or a GGUF whose vocabulary is used")
@@ -38,9 +40,15 @@ func runSynth(args []string) error {
 		fmt.Fprintf(os.Stderr, "synth: encoder %s (f32, random weights, seed %d) -> %s\n", *shape, *seed, *out)
 		return encoder.WriteSynth(*out, "synthetic "+*shape, c, *seed)
 	}
-	dtype, err := quant.ParseType(*dtypeName)
-	if err != nil {
-		return err
+	// fp8: BF16 weights whose linear layers are then quantized as --quantization fp8 does,
+	// written as an FP8 checkpoint (F8_E4M3 weights with per-channel weight_scale).
+	fp8 := strings.EqualFold(*dtypeName, "fp8")
+	dtype := quant.BF16
+	var err error
+	if !fp8 {
+		if dtype, err = quant.ParseType(*dtypeName); err != nil {
+			return err
+		}
 	}
 	var cfg format.Config
 	name := *shape
@@ -87,9 +95,17 @@ func runSynth(args []string) error {
 			return fmt.Errorf("a Hugging Face folder holds f32, f16 or bf16 weights, not %s; write a .gguf for quantized weights", dtype)
 		}
 	}
+	if fp8 && !toHF {
+		return fmt.Errorf("fp8 weights are written to a Hugging Face folder (F8_E4M3 weights with a weight_scale); GGUF has no FP8 type")
+	}
 	tensors, err := synth.Tensors(cfg, dtype, *seed, target)
 	if err != nil {
 		return err
+	}
+	if fp8 {
+		if err := quantizeFP8(tensors); err != nil {
+			return err
+		}
 	}
 	contents := format.Contents{Name: "synthetic " + name, Config: cfg, Vocab: vocab}
 	var total int64
@@ -99,6 +115,9 @@ func runSynth(args []string) error {
 			return err
 		}
 		total += n
+	}
+	if fp8 {
+		fmt.Fprintf(os.Stderr, "synth: the linear layers are FP8 (F8_E4M3 with weight_scale), the rest BF16\n")
 	}
 	fmt.Fprintf(os.Stderr, "synth: %s (%s, random weights, seed %d) -> %s, %.2f GB\n", name, dtype, *seed, *out, float64(total)/1e9)
 	bar := newProgress("writing", total, *quiet)
@@ -138,4 +157,27 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	return os.WriteFile(dst, b, 0o644)
+}
+
+// quantizeFP8 turns the linear layers' BF16 tensors into quant.FP8 ones held in memory
+// (model.QuantizeFP8, as --quantization fp8 quantizes them at load), one tensor at a time.
+func quantizeFP8(tensors []format.OutTensor) error {
+	for i := range tensors {
+		t := &tensors[i]
+		if !model.FP8Linear(t.Name) || len(t.Shape) != 2 {
+			continue
+		}
+		var buf bytes.Buffer
+		if t.Data != nil {
+			buf.Write(t.Data)
+		} else if err := t.Write(&buf); err != nil {
+			return err
+		}
+		q, err := model.QuantizeFP8(&format.Tensor{Name: t.Name, Type: t.Type, Shape: t.Shape, Data: buf.Bytes()})
+		if err != nil {
+			return err
+		}
+		t.Type, t.Data, t.Write = quant.FP8, q.Data, nil
+	}
+	return nil
 }

@@ -182,9 +182,17 @@ func openHF(dir string, l Limits) (*Model, error) {
 		if embdFromHead && name == "output.weight" {
 			name = "token_embd.weight" // the one matrix is embedding and output (Config.TiedEmbeddings)
 		}
+		if ti.DType == safetensors.F8E4M3 {
+			t, err := fp8FromSafetensors(set, hfName, name, ti)
+			if err != nil {
+				return m, fmt.Errorf("hf %s: %w", dir, err)
+			}
+			m.addTensor(t)
+			continue
+		}
 		t, ok := dtypeOfSafetensors[ti.DType]
 		if !ok {
-			return m, fmt.Errorf("hf %s: tensor %q: dtype %s is not supported (want F32, F16 or BF16)", dir, hfName, ti.DType)
+			return m, fmt.Errorf("hf %s: tensor %q: dtype %s is not supported (want F32, F16, BF16, or F8_E4M3 with a weight_scale)", dir, hfName, ti.DType)
 		}
 		tensor := &Tensor{Name: name, Type: t, Shape: ti.Shape, Data: ti.Data}
 		if gemmaNormShifted(cfg.Arch, name) {
@@ -267,7 +275,9 @@ func (m *Model) readHFTokenizer(dir string) error {
 
 // WriteHF writes a Hugging Face model folder: config.json, model.safetensors (sharded above
 // maxShard bytes when maxShard > 0) and generation_config.json. The tensors must be in GGUF
-// naming and the NeoX rotary layout, in F32, F16 or BF16. Tokenizer files are the caller's.
+// naming and the NeoX rotary layout, in F32, F16 or BF16, or quant.FP8 matrices, written
+// as an F8_E4M3 weight and its F32 weight_scale ([out, 1], one scale per output channel,
+// the compressed-tensors layout). Tokenizer files are the caller's.
 func WriteHF(dir string, c Contents, dtype quant.Type, tensors []OutTensor, maxShard int64, progress func(done, total int64)) error {
 	h, err := ConfigToHF(c.Config, dtype)
 	if err != nil {
@@ -314,12 +324,21 @@ func WriteHF(dir string, c Contents, dtype quant.Type, tensors []OutTensor, maxS
 			st = safetensors.F16
 		case quant.BF16:
 			st = safetensors.BF16
+		case quant.FP8:
 		default:
-			return fmt.Errorf("hf %s: tensor %q: safetensors cannot hold %s weights (use f32, f16 or bf16)", dir, t.Name, t.Type)
+			return fmt.Errorf("hf %s: tensor %q: safetensors cannot hold %s weights (use f32, f16, bf16 or fp8)", dir, t.Name, t.Type)
 		}
 		name, err := HFName(t.Name, c.Config.Arch)
 		if err != nil {
 			return err
+		}
+		if t.Type == quant.FP8 {
+			w, scale, err := fp8ToSafetensors(t, name)
+			if err != nil {
+				return fmt.Errorf("hf %s: %w", dir, err)
+			}
+			sts = append(sts, w, scale)
+			continue
 		}
 		data, stream := t.Data, t.Write
 		if gemmaNormShifted(c.Config.Arch, t.Name) {

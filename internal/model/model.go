@@ -37,6 +37,10 @@ type Options struct {
 	// attention reads, or quant.BF16; the backend refuses a type it does not hold (the
 	// CPU's holds F32 and F16).
 	KVCacheDType quant.Type
+	// FP8 quantizes the dense linear layers' weights (attention's q, k, v and output, the
+	// MLP's gate, up and down) to quant.FP8 at load, with a scale per output channel; the
+	// weights must be F32, F16 or BF16 (or FP8 already). The rest keeps its type.
+	FP8 bool
 }
 
 // Model is a transformer bound to its weights, ready to run batches: one shard holding
@@ -77,7 +81,7 @@ func New(m *format.Model, opt Options) (*Model, error) {
 		layer0, _ := par.stageLayers(m.Config.Layers, stage)
 		md.ranks = append(md.ranks, &shard{
 			cfg: par.rankConfig(m.Config, stage), be: be, stage: stage, layer0: layer0,
-			first: stage == 0, last: last, logits: last && r%par.Tensor == 0,
+			first: stage == 0, last: last, logits: last && r%par.Tensor == 0, fp8: opt.FP8,
 		})
 	}
 	if err := md.connect(); err != nil {

@@ -288,9 +288,12 @@ func sliceCols(t *format.Tensor, lo, hi int) (*format.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	from, to := lo/bs*bb, hi/bs*bb
-	data := make([]byte, 0, matrices*rows*(to-from))
+	// A row header (FP8's per-row scale) goes with every slice of the row.
+	h := t.Type.RowHeader()
+	from, to := h+lo/bs*bb, h+hi/bs*bb
+	data := make([]byte, 0, matrices*rows*(h+to-from))
 	for r := range matrices * rows {
+		data = append(data, t.Data[r*rb:r*rb+h]...)
 		data = append(data, t.Data[r*rb+from:r*rb+to]...)
 	}
 	shape := append([]int(nil), t.Shape...)

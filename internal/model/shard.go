@@ -50,15 +50,21 @@ type shard struct {
 	act      stepBuffers
 	// lora holds the adapters' slots (nil without LoRA; see Model.EnableLoRA).
 	lora *loraSlots
+	// fp8 quantizes the linear layers' weights to FP8 at upload (Options.FP8).
+	fp8 bool
 }
 
 // upload binds and uploads the part's weights and the rotary frequencies (inside Run),
 // telling sent (when set) the bytes of each tensor uploaded.
 func (s *shard) upload(m source, path string, sent func(n int64)) error {
 	send := s.be.UploadWeight
+	if s.fp8 {
+		send = fp8Upload(send)
+	}
 	if sent != nil {
+		up := send
 		send = func(t *format.Tensor) (backend.Tensor, error) {
-			w, err := s.be.UploadWeight(t)
+			w, err := up(t)
 			sent(int64(len(t.Data)))
 			return w, err
 		}

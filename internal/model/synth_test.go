@@ -126,7 +126,13 @@ func testTokens(n int) []int32 {
 // one by one, returning the logits of every position.
 func fastLogits(t *testing.T, fm *format.Model, prompt, decode []int32) [][]float32 {
 	t.Helper()
-	m, err := New(fm, Options{Backends: cpuBackends(t, 2, Parallel{})})
+	return fastLogitsWith(t, fm, Options{Backends: cpuBackends(t, 2, Parallel{})}, prompt, decode)
+}
+
+// fastLogitsWith is fastLogits on the model New makes with opt.
+func fastLogitsWith(t *testing.T, fm *format.Model, opt Options, prompt, decode []int32) [][]float32 {
+	t.Helper()
+	m, err := New(fm, opt)
 	if err != nil {
 		t.Fatal(err)
 	}

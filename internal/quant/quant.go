@@ -7,10 +7,11 @@ import (
 )
 
 // Supported reports whether Dequantize and Quantize handle type t: F32, F16, BF16, the legacy
-// block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1 and the k-quants Q2_K ... Q8_K.
+// block types Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, the k-quants Q2_K ... Q8_K and FP8 (whose
+// src and dst are one row: its scale is per row).
 func Supported(t Type) bool {
 	switch t {
-	case F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K:
+	case F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_K, FP8:
 		return true
 	}
 	return false
@@ -103,6 +104,8 @@ func Dequantize(t Type, src []byte, dst []float32) error {
 		for i := range len(dst) / 256 {
 			DequantizeBlockQ8_K((*[292]byte)(src[292*i:]), (*[256]float32)(dst[256*i:]))
 		}
+	case FP8:
+		dequantizeFP8(src, dst)
 	}
 	return nil
 }
@@ -175,6 +178,8 @@ func Quantize(t Type, src []float32, dst []byte) error {
 		for i := range len(src) / 256 {
 			QuantizeBlockQ8_K((*[256]float32)(src[256*i:]), (*[292]byte)(dst[292*i:]))
 		}
+	case FP8:
+		quantizeFP8(src, dst)
 	}
 	return nil
 }

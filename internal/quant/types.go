@@ -49,6 +49,11 @@ const (
 	MXFP4   Type = 39
 )
 
+// FP8 is kvasir's own type for FP8 weights, outside GGML's numbering and never in a GGUF
+// file: each row is a float32 scale and then one E4M3 byte per element (e4m3.go), made at
+// load by --quantization fp8 or read from an FP8 safetensors checkpoint.
+const FP8 Type = 1 << 16
+
 // QK is the block size of the legacy quantized types (Q4_0 ... Q8_1).
 const QK = 32
 
@@ -94,7 +99,12 @@ var types = map[Type]typeInfo{
 	TQ1_0:   {"TQ1_0", QKK, 2 + 4*13},
 	TQ2_0:   {"TQ2_0", QKK, 2 + 64},
 	MXFP4:   {"MXFP4", QK, 1 + QK/2},
+	FP8:     {"FP8", 1, 1},
 }
+
+// rowHeaders holds the bytes in front of every row of the types that have them (FP8's
+// scale); GGML's rows are blocks alone.
+var rowHeaders = map[Type]int{FP8: fp8RowHeader}
 
 // Known reports whether t is a type id this package knows the layout of.
 func (t Type) Known() bool {
@@ -127,13 +137,22 @@ func (t Type) RowBytes(n int) (int, error) {
 	if n < 0 || n%info.blockSize != 0 {
 		return 0, fmt.Errorf("%s: %d elements is not a multiple of the block size %d", info.name, n, info.blockSize)
 	}
-	return n / info.blockSize * info.blockBytes, nil
+	return n/info.blockSize*info.blockBytes + rowHeaders[t], nil
 }
 
+// GGML reports whether t is one of GGML's types (one a GGUF file may hold), not one of
+// kvasir's own (FP8).
+func (t Type) GGML() bool { return t.Known() && t != FP8 }
+
+// RowHeader returns the bytes in front of every row of type t (FP8's scale; 0 for GGML's
+// types, whose rows are blocks alone).
+func (t Type) RowHeader() int { return rowHeaders[t] }
+
 // ParseType returns the type with the given GGML name (case-insensitive), such as "q8_0".
+// kvasir's own FP8 is not one of them: it is asked for with --quantization fp8.
 func ParseType(name string) (Type, error) {
 	for t, info := range types {
-		if strings.EqualFold(info.name, name) {
+		if t.GGML() && strings.EqualFold(info.name, name) {
 			return t, nil
 		}
 	}

@@ -14,7 +14,7 @@ import (
 // second rather than the memory system: decode can only reach the bandwidth bound if this
 // rate is well above a core's share of DRAM bandwidth.
 func BenchmarkMatVecCompute(b *testing.B) {
-	types := []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K}
+	types := []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.FP8}
 	r := rand.New(rand.NewSource(11))
 	for _, ks := range KernelSets() {
 		p, err := NewPoolKernels(1, ks)

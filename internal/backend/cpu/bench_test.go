@@ -27,6 +27,16 @@ func benchWeight(r *rand.Rand, wt quant.Type, rows, cols int) Weight {
 				binary.LittleEndian.PutUint16(w.Data[2*i:], quant.F32ToBF16(v))
 			}
 		}
+	case quant.FP8:
+		rb, _ := wt.RowBytes(cols)
+		w.Data = make([]byte, rows*rb)
+		row := make([]float32, cols)
+		for i := range rows {
+			for j := range row {
+				row[j] = float32(r.NormFloat64()) * 0.02
+			}
+			_ = quant.Quantize(wt, row, w.Data[i*rb:(i+1)*rb])
+		}
 	default:
 		w.Data = randWeights(r, wt, rows*cols/wt.BlockSize(), modeRandom)
 	}

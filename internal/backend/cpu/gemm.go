@@ -387,6 +387,8 @@ func (s *gemmScratch) panel(sl *gemmSlot, r0, nr int) ([]float32, int) {
 			k.dequantQ4_1(dst, src)
 		case quant.Q5_K:
 			k.dequantQ5K(dst, src)
+		case quant.FP8:
+			k.dequantFP8(dst, src)
 		}
 	}
 	clear(pw[nr*cols:])

@@ -89,6 +89,12 @@ type kernels struct {
 	dequantQ5_0 func(dst []float32, src []byte)
 	dequantQ5_1 func(dst []float32, src []byte)
 	dequantQ4_1 func(dst []float32, src []byte)
+	// dequantFP8 widens one quant.FP8 row (its scale, then len(dst) E4M3 bytes) to
+	// float32, bit-exactly as quant.Dequantize does for every byte but the NaN ones.
+	dequantFP8 func(dst []float32, src []byte)
+	// gemv4FP8 sets out[i] to the dot product of FP8 row i (4 rows of len(x) values, rows
+	// stride bytes apart, each its scale then its bytes) with x, for i < 4.
+	gemv4FP8 func(w []byte, stride int, x, out []float32)
 
 	// exp sets dst[i] = e^src[i] over len(dst) in float32 (see expGeneric); dst may be src.
 	exp func(dst, src []float32)
@@ -157,6 +163,8 @@ func genericKernels() *kernels {
 		dequantQ5_0:   func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q5_0, src, dst) },
 		dequantQ5_1:   func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q5_1, src, dst) },
 		dequantQ4_1:   func(dst []float32, src []byte) { _ = quant.Dequantize(quant.Q4_1, src, dst) },
+		dequantFP8:    dequantFP8Generic,
+		gemv4FP8:      gemv4FP8Generic,
 		attnScores:    attnScoresGeneric,
 		attnWsum:      attnWsumGeneric,
 		attnScoresF16: attnScoresF16Generic,

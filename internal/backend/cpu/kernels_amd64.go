@@ -90,6 +90,8 @@ func avx2Kernels() *kernels {
 		dequantQ5_0:   genericKernels().dequantQ5_0,
 		dequantQ5_1:   genericKernels().dequantQ5_1,
 		dequantQ4_1:   genericKernels().dequantQ4_1,
+		dequantFP8:    dequantFP8Generic,
+		gemv4FP8:      gemv4FP8Generic,
 		attnScores:    attnScoresAVX2Slice,
 		attnWsum:      attnWsumAVX2Slice,
 		attnScoresF16: attnScoresF16AVX2Slice,

@@ -3,6 +3,7 @@ package cpu
 import (
 	"unsafe"
 
+	"github.com/kvasir-llm/kvasir/internal/quant"
 	"golang.org/x/sys/cpu"
 )
 
@@ -49,8 +50,53 @@ func avx512Kernels() *kernels {
 	k.dotQ4K = func(w, x []byte, nb int) float32 { return dotKAVX2(dotQ4KAVX512, q4KBytes, w, x, nb) }
 	k.dotQ6K = func(w, x []byte, nb int) float32 { return dotKAVX2(dotQ6KAVX512, q6KBytes, w, x, nb) }
 	k.dotQ5_0 = func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ5_0AVX512, q5_0Bytes, w, x, nb) }
+	k.dequantFP8 = dequantFP8AVX512Slice
+	k.gemv4FP8 = gemv4FP8AVX512
 	return k
 }
+
+// gemv4FP8AVX512 is gemv4FP8 on AVX-512: the whole groups of 16 values of the 4 rows in
+// one pass over x (fp8_avx512_amd64.s), the rest through the table, each sum times its
+// row's scale.
+func gemv4FP8AVX512(w []byte, stride int, x, out []float32) {
+	n := len(x)
+	m := n &^ 15
+	var acc [4]float32
+	if m > 0 {
+		_ = w[3*stride+4+n-1]
+		dot4FP8AVX512(&w[4], stride, unsafe.SliceData(x), m, &acc[0])
+	}
+	t := quant.E4M3Table()
+	for i := range out[:4] {
+		row := w[i*stride : i*stride+4+n]
+		s := acc[i]
+		for j := m; j < n; j++ {
+			s += t[row[4+j]] * x[j]
+		}
+		out[i] = quant.FP8RowScale(row) * s
+	}
+}
+
+//go:noescape
+func dot4FP8AVX512(w *byte, stride int, x *float32, n int, out *float32)
+
+// dequantFP8AVX512Slice is dequantFP8 on AVX-512: whole groups of 16 bytes in assembly
+// (fp8_avx512_amd64.s), the rest through the table; bit for bit dequantFP8Generic for every
+// byte but the NaN ones (which the assembly decodes as ±480).
+func dequantFP8AVX512Slice(dst []float32, src []byte) {
+	q := src[4 : 4+len(dst)]
+	m := len(dst) &^ 15
+	if m > 0 {
+		dequantFP8AVX512(unsafe.SliceData(dst), unsafe.SliceData(q), m, quant.FP8RowScale(src))
+	}
+	s, t := quant.FP8RowScale(src), quant.E4M3Table()
+	for i := m; i < len(dst); i++ {
+		dst[i] = s * t[q[i]]
+	}
+}
+
+//go:noescape
+func dequantFP8AVX512(dst *float32, src *byte, n int, scale float32)
 
 // Assembly kernels of the avx512 set (rows8_amd64.s, gemm_q0_avx512_amd64.s,
 // dotk_avx512_amd64.s), with the arguments of the avx2 kernels they replace.

@@ -18,7 +18,8 @@ type Weight struct {
 
 // MatMul computes out[t][r] = sum_c w[r][c] * x[t][c] for nTokens tokens: out is
 // [nTokens][w.Rows], x is [nTokens][w.Cols] (both may be longer). Weights of type F32, F16,
-// BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K are supported. For quantized weights the
+// BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K and FP8 are supported (FP8 rows are
+// widened to float32 and meet float32 activations, in matVecFP8 or the GEMM). For quantized weights the
 // activations are quantized once per call (to Q8_0 for the 32-element block types, to Q8_K
 // for the K-quants).
 //
@@ -46,6 +47,10 @@ func MatMul(p *Pool, out []float32, w Weight, x []float32, nTokens int) error {
 	}
 	if nTokens >= gemmMinTokens(w.Type) {
 		return matMulGEMM(p, out, w, rb, xs, nTokens)
+	}
+	if w.Type == quant.FP8 {
+		matVecFP8(p, out, w, rb, xs, nTokens)
+		return nil
 	}
 
 	var dot func(w, x []byte, nb int) float32
@@ -86,7 +91,7 @@ func MatMul(p *Pool, out []float32, w Weight, x []float32, nTokens int) error {
 // check validates the shapes of a MatMul and returns the bytes per weight row.
 func (w Weight) check(nx, nout, nTokens int) (int, error) {
 	switch w.Type {
-	case quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K:
+	case quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.FP8:
 	default:
 		return 0, fmt.Errorf("cpu: matmul: weight type %s not supported", w.Type)
 	}

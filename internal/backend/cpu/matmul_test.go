@@ -33,8 +33,10 @@ func randWeight(t testing.TB, r *rand.Rand, wt quant.Type, rows, cols int) (Weig
 		t.Fatal(err)
 	}
 	data := make([]byte, rows*rb)
-	if err := quant.Quantize(wt, wf, data); err != nil {
-		t.Fatal(err)
+	for i := range rows { // row by row: FP8's scale is per row
+		if err := quant.Quantize(wt, wf[i*cols:(i+1)*cols], data[i*rb:(i+1)*rb]); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return Weight{Type: wt, Rows: rows, Cols: cols, Data: data}, wf
 }
@@ -55,8 +57,11 @@ func activationType(wt quant.Type) quant.Type {
 // the sum of absolute products per output, for tolerances.
 func referenceMatMul(t *testing.T, w Weight, x []float32, nTokens int) (want, mag []float64) {
 	wd := make([]float32, w.Rows*w.Cols)
-	if err := quant.Dequantize(w.Type, w.Data, wd); err != nil {
-		t.Fatal(err)
+	wrb, _ := w.Type.RowBytes(w.Cols)
+	for i := range w.Rows {
+		if err := quant.Dequantize(w.Type, w.Data[i*wrb:(i+1)*wrb], wd[i*w.Cols:(i+1)*w.Cols]); err != nil {
+			t.Fatal(err)
+		}
 	}
 	xd := append([]float32(nil), x...)
 	if at := activationType(w.Type); at != quant.F32 {
@@ -86,10 +91,24 @@ func referenceMatMul(t *testing.T, w Weight, x []float32, nTokens int) (want, ma
 }
 
 func TestMatMul(t *testing.T) {
-	types := []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K}
+	types := []quant.Type{quant.F32, quant.F16, quant.BF16, quant.Q8_0, quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q4_K, quant.Q5_K, quant.Q6_K, quant.FP8}
 	shapes := []struct{ rows, cols, tokens int }{
 		{1, 256, 1}, {67, 256, 1}, {33, 512, 3}, {130, 256, 37}, {5, 768, 2},
 	}
+	testMatMulShapes(t, types, shapes)
+}
+
+// TestMatMulFP8OddShapes runs FP8 weights (rows of any length) on shapes no block type
+// has, on both sides of the GEMM threshold.
+func TestMatMulFP8OddShapes(t *testing.T) {
+	testMatMulShapes(t, []quant.Type{quant.FP8}, []struct{ rows, cols, tokens int }{
+		{1, 1, 1}, {7, 37, 1}, {13, 101, 5}, {9, 77, gemmMinTokens(quant.FP8)}, {31, 203, 29},
+	})
+}
+
+// testMatMulShapes compares MatMul with referenceMatMul for every type and shape, on every
+// kernel set, with 1 and 3 threads.
+func testMatMulShapes(t *testing.T, types []quant.Type, shapes []struct{ rows, cols, tokens int }) {
 	r := rand.New(rand.NewSource(1))
 	pools := testPools(t, 1, 3)
 	for _, wt := range types {
@@ -106,7 +125,7 @@ func TestMatMul(t *testing.T) {
 					t.Fatal(err)
 				}
 				for i := range out {
-					if d := math.Abs(float64(out[i]) - want[i]); d > 1e-5*mag[i]+1e-6 {
+					if d := math.Abs(float64(out[i]) - want[i]); !(d <= 1e-5*mag[i]+1e-6) { // NaN fails too
 						t.Fatalf("%s %dx%d tokens=%d %s/%d threads: out[%d]=%g want %g (diff %g)",
 							wt, sh.rows, sh.cols, sh.tokens, p.KernelSet(), p.Threads(), i, out[i], want[i], d)
 					}

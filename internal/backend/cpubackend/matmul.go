@@ -12,6 +12,7 @@ import (
 var kernelTypes = map[quant.Type]bool{
 	quant.F32: true, quant.F16: true, quant.BF16: true, quant.Q8_0: true,
 	quant.Q4_0: true, quant.Q4_1: true, quant.Q5_0: true, quant.Q5_1: true, quant.Q4_K: true, quant.Q5_K: true, quant.Q6_K: true,
+	quant.FP8: true,
 }
 
 // matMul computes out = x·wᵀ for n rows of x. Weight types with kernels go to cpu.MatMul;

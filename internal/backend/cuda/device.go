@@ -213,8 +213,8 @@ func (dv *Device) Synchronize() error { return dv.Do(dv.Sync) }
 // DType is the element type of a device buffer.
 type DType int
 
-// Element types: four of fixed size and the GGML block layouts quantized weights keep on
-// the device (kernels/gemvq.cu), whose elements come in blocks (Block).
+// Element types: four of fixed size, the GGML block layouts quantized weights keep on the
+// device (kernels/gemvq.cu), whose elements come in blocks (Block), and FP8 (one byte).
 const (
 	F32 DType = iota
 	F16
@@ -230,6 +230,9 @@ const (
 	Q6_K
 	Q2_K
 	Q3_K
+	// FP8 is one E4M3 byte an element (the bytes of a quant.FP8 weight; its per-row scales
+	// are an F32 buffer of their own, kernels/gemvq_fp8.cu).
+	FP8
 )
 
 // blockTypes gives each block type its name, weights a block and bytes a block.
@@ -257,6 +260,8 @@ func (t DType) Size() int {
 		return 2
 	case F32, I32:
 		return 4
+	case FP8:
+		return 1
 	}
 	return 0
 }
@@ -279,6 +284,8 @@ func (t DType) String() string {
 		return "bf16"
 	case I32:
 		return "i32"
+	case FP8:
+		return "fp8"
 	}
 	if b, ok := blockTypes[t]; ok {
 		return b.name

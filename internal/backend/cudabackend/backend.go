@@ -264,7 +264,7 @@ var blockTypes = map[quant.Type]cuda.DType{
 }
 
 // weightTypes are the device types a weight matrix may have.
-var weightTypes = []cuda.DType{cuda.F32, cuda.F16, cuda.BF16,
+var weightTypes = []cuda.DType{cuda.F32, cuda.F16, cuda.BF16, cuda.FP8,
 	cuda.Q8_0, cuda.Q4_0, cuda.Q4_1, cuda.Q5_0, cuda.Q5_1, cuda.Q4_K, cuda.Q5_K, cuda.Q6_K, cuda.Q2_K, cuda.Q3_K}
 
 // sixteenBit reports whether dt is one of the 16-bit float types.
@@ -301,6 +301,9 @@ func (b *Backend) UploadWeight(t *format.Tensor) (backend.Tensor, error) {
 		return &tensor{buf: buf, shape: []int{len(v)}}, nil
 	}
 	rows, cols := t.Rows()
+	if t.Type == quant.FP8 {
+		return b.uploadFP8(t, rows, cols)
+	}
 	dt, direct := deviceType(t.Type)
 	if q, ok := blockTypes[t.Type]; ok && !b.widen {
 		dt, direct = q, true
@@ -400,7 +403,10 @@ func (b *Backend) Free(t backend.Tensor) error {
 		return err
 	}
 	err := firstErr(b.forgetExperts(c), b.free(c.buf))
-	c.buf = cuda.Buffer{}
+	if c.scale.Len > 0 {
+		err = firstErr(err, b.free(c.scale))
+	}
+	c.buf, c.scale = cuda.Buffer{}, cuda.Buffer{}
 	return err
 }
 

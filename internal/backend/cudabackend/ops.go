@@ -134,6 +134,9 @@ func (b *Backend) matMul(y, x cuda.Buffer, w *tensor, n int) error {
 	if w.buf.DType == cuda.F32 {
 		return b.ops.MatMulT(y, x, w.buf, n, k, m)
 	}
+	if w.buf.DType == cuda.FP8 {
+		return b.matMulFP8(y, x, w, n)
+	}
 	if cuda.Quantized(w.buf.DType) {
 		if n <= cuda.GEMVMaxRows {
 			return b.ops.GEMVQWith(b.quantGEMV, y, x, w.buf, n, k, m)

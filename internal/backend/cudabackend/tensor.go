@@ -14,6 +14,8 @@ type tensor struct {
 	buf   cuda.Buffer
 	shape []int
 	view  bool
+	// scale holds an FP8 weight's per-row scales (F32 [rows]; Len 0 for other types).
+	scale cuda.Buffer
 }
 
 // DType returns the element type as a quant.Type.
@@ -25,6 +27,8 @@ func (t *tensor) DType() quant.Type {
 		return quant.BF16
 	case cuda.I32:
 		return quant.I32
+	case cuda.FP8:
+		return quant.FP8
 	}
 	for qt, dt := range blockTypes {
 		if dt == t.buf.DType {
@@ -49,7 +53,13 @@ func (t *tensor) Rows(n int) backend.Tensor {
 		// check reports it rather than panicking here.
 		return t
 	}
-	return &tensor{buf: b, shape: append([]int{n}, t.shape[1:]...), view: true}
+	v := &tensor{buf: b, shape: append([]int{n}, t.shape[1:]...), view: true}
+	if t.scale.Len > 0 {
+		if v.scale, err = t.scale.Slice(0, n); err != nil {
+			return t
+		}
+	}
+	return v
 }
 
 // rows returns the outermost dimension (1 for a vector).

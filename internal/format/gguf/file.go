@@ -288,7 +288,7 @@ func (f *File) checkTensorData() error {
 		if ti.Offset > avail {
 			return fmt.Errorf("tensor %d %q: data offset %d past end of file (size %d, data section %d bytes)", i, ti.Name, ti.Offset, len(f.data), avail)
 		}
-		if !ti.Type.Known() {
+		if !ti.Type.GGML() {
 			continue
 		}
 		size, err := ti.Size()

@@ -24,7 +24,7 @@ type TensorInfo struct {
 	// the reverse of the PyTorch shape. In a parsed file each fits an int64.
 	Dims []uint64
 	// Type is the element type. A file may hold types this build does not know
-	// (Type.Known() is false): such tensors are listed, but their data cannot be taken.
+	// (Type.GGML() is false): such tensors are listed, but their data cannot be taken.
 	Type quant.Type
 	// Offset is where the tensor's data starts, relative to the data section.
 	Offset uint64
@@ -62,7 +62,7 @@ func tensorBytes(t quant.Type, dims []uint64) (uint64, error) {
 	if !ok {
 		return 0, fmt.Errorf("dimensions %v: element count overflows int64", dims)
 	}
-	if !t.Known() {
+	if !t.GGML() { // kvasir's own FP8 never lies in a GGUF file
 		return 0, fmt.Errorf("unknown tensor type %d", uint32(t))
 	}
 	bs := uint64(t.BlockSize())
