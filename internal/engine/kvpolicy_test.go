@@ -230,18 +230,24 @@ func TestHeavyHittersFake(t *testing.T) {
 	}
 }
 
-// The mass state accumulates (h2o) or keeps the latest window of queries (snapkv), and
-// forgets dropped entries.
+// The mass state accumulates (h2o, scored by the mean over the queries that saw each
+// entry) or keeps the latest window of queries (snapkv), and forgets dropped and evicted
+// entries.
 func TestMassState(t *testing.T) {
 	h := &massState{}
-	h.add([]float32{1, 2}, 2)
+	h.add([]float32{1, 2}, 2) // entry 0 seen by both queries, entry 1 by the last
 	h.add([]float32{1, 1, 5}, 1)
-	if got := h.score(3); !slices.Equal(got, []float32{2, 3, 5}) {
+	if got := h.score(3); !slices.Equal(got, []float32{2.0 / 3, 3.0 / 2, 5}) {
 		t.Errorf("h2o score %v", got)
 	}
 	h.drop(1, 2)
-	if got := h.score(2); !slices.Equal(got, []float32{2, 5}) {
+	if got := h.score(2); !slices.Equal(got, []float32{2.0 / 3, 5}) {
 		t.Errorf("h2o score after a drop %v", got)
+	}
+	h.add([]float32{1, 1, 4}, 1)
+	h.evict([]int{0})
+	if got := h.score(2); !slices.Equal(got, []float32{3, 4}) {
+		t.Errorf("h2o score after an eviction %v", got)
 	}
 	s := &massState{window: 2}
 	s.add([]float32{9}, 1)
