@@ -277,7 +277,8 @@ func (s *shard) forward(kv backend.KVCache, out stepOut) error {
 		}
 		return nil
 	}
-	if g, ok := be.(backend.StepGrapher); ok {
+	// A step that reads attention mass back to the host runs eagerly: a graph cannot.
+	if g, ok := be.(backend.StepGrapher); ok && len(s.mass) == 0 {
 		return g.RunStep(st, graphOwner{s: s, kv: kv, out: wantOut, lora: s.stepLoRA()}, ops)
 	}
 	return ops()
