@@ -150,7 +150,9 @@ func (s *shard) prepare(b *Batch, blockSize int) error {
 	if !slices.ContainsFunc(s.mass, func(m []float32) bool { return m != nil }) {
 		s.mass, s.massFrom = s.mass[:0], s.massFrom[:0]
 	}
-	if g, ok := s.be.(backend.StepGrapher); ok {
+	// A step asking for attention mass runs eagerly (see run), so it is not padded to a
+	// graph's shape: the mass is reported for the batch's own sequences and contexts.
+	if g, ok := s.be.(backend.StepGrapher); ok && len(s.mass) == 0 {
 		s.padStep(g, blockSize)
 	}
 	return nil
