@@ -18,7 +18,7 @@ func init() {
 }
 
 func benchLongCtx(args []string) error {
-	fs := newFlags("bench longctx", "-m MODEL -f TEXT [--policies full,streaming] [--budgets 64,128] [--sink-tokens S] [--ctx N] [--json]")
+	fs := newFlags("bench longctx", "-m MODEL -f TEXT [--policies full,streaming] [--budgets 64,128] [--sink-tokens S] [--window-tokens W] [--ctx N] [--json]")
 	textPath := fs.String("f", "", "text file to score")
 	policies := fs.String("policies", "full,streaming", "KV policies to measure, comma-separated (full once, the others at every budget)")
 	budgets := fs.String("budgets", "64,128", "token budgets of the policies that drop tokens, comma-separated")
