@@ -18,11 +18,12 @@ func init() {
 }
 
 func benchLongCtx(args []string) error {
-	fs := newFlags("bench longctx", "-m MODEL -f TEXT [--policies full,streaming] [--budgets 64,128] [--sink-tokens S] [--ctx N] [--json]")
+	fs := newFlags("bench longctx", "-m MODEL -f TEXT [--policies full,streaming] [--budgets 64,128] [--sink-tokens S] [--window-tokens W] [--ctx N] [--json]")
 	textPath := fs.String("f", "", "text file to score")
 	policies := fs.String("policies", "full,streaming", "KV policies to measure, comma-separated (full once, the others at every budget)")
 	budgets := fs.String("budgets", "64,128", "token budgets of the policies that drop tokens, comma-separated")
 	sinks := fs.Int("sink-tokens", kvasir.KVPolicyUnset, "attention sinks of each policy (-1: the policy's default, 4)")
+	window := fs.Int("window-tokens", kvasir.KVPolicyUnset, "recent window of h2o and snapkv (snapkv's observation window too; -1: the policy's default)")
 	ctxTokens := fs.Int("ctx", 0, "tokens of the text to score (0: up to 4x the model's context length)")
 	asJSON := fs.Bool("json", false, "print the rows as JSON")
 	ef := addEngineFlags(fs, allEngineFlags)
@@ -33,7 +34,7 @@ func benchLongCtx(args []string) error {
 		fs.Usage()
 		return fmt.Errorf("need -m and -f (and a --ctx of at least 0)")
 	}
-	o := bench.LongCtxOptions{SinkTokens: *sinks}
+	o := bench.LongCtxOptions{SinkTokens: *sinks, WindowTokens: *window}
 	for _, p := range strings.Split(*policies, ",") {
 		o.Policies = append(o.Policies, strings.TrimSpace(p))
 	}
@@ -46,7 +47,7 @@ func benchLongCtx(args []string) error {
 	}
 	for _, p := range o.Policies {
 		for _, b := range o.Budgets {
-			spec := kvasir.KVPolicySpec{Name: p, BudgetTokens: b, SinkTokens: *sinks, WindowTokens: kvasir.KVPolicyUnset}
+			spec := kvasir.KVPolicySpec{Name: p, BudgetTokens: b, SinkTokens: *sinks, WindowTokens: o.Window(p)}
 			if p == "full" {
 				spec = kvasir.KVPolicySpec{Name: p, BudgetTokens: kvasir.KVPolicyUnset, SinkTokens: kvasir.KVPolicyUnset, WindowTokens: kvasir.KVPolicyUnset}
 			}

@@ -20,9 +20,21 @@ type LongCtxOptions struct {
 	// SinkTokens are the attention sinks of each policy (kvasir.KVPolicyUnset: its
 	// default).
 	SinkTokens int
+	// WindowTokens is the recent window of h2o and snapkv (kvasir.KVPolicyUnset: its
+	// default); streaming's window is what its budget leaves.
+	WindowTokens int
 	// TrainedCtx is the model's context length: perplexity is reported apart for the
 	// tokens within it and beyond it.
 	TrainedCtx int
+}
+
+// Window returns the window_tokens of policy name: WindowTokens for h2o and snapkv, unset
+// for the others.
+func (o LongCtxOptions) Window(name string) int {
+	if name == "h2o" || name == "snapkv" {
+		return o.WindowTokens
+	}
+	return kvasir.KVPolicyUnset
 }
 
 // LongCtxRow is one policy at one budget over the text.
@@ -66,7 +78,7 @@ func LongCtx(ctx context.Context, e *kvasir.Engine, tokens []int32, o LongCtxOpt
 		for _, b := range budgets {
 			spec := kvasir.KVPolicySpec{Name: name, BudgetTokens: kvasir.KVPolicyUnset, SinkTokens: kvasir.KVPolicyUnset, WindowTokens: kvasir.KVPolicyUnset}
 			if name != "full" {
-				spec.BudgetTokens, spec.SinkTokens = b, o.SinkTokens
+				spec.BudgetTokens, spec.SinkTokens, spec.WindowTokens = b, o.SinkTokens, o.Window(name)
 			}
 			row, err := longCtxRun(ctx, e, tokens, spec, o.TrainedCtx, done)
 			if err != nil {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
@@ -198,6 +199,46 @@ func (f *fakeModel) ShiftKeys(blocks []int32, delta int) error {
 				f.slots[i].pos += int32(delta)
 			}
 		}
+	}
+	return nil
+}
+
+// ReadKV encodes blocks' slots, 12 bytes each (token, position, set).
+func (f *fakeModel) ReadKV(blocks []int32) ([]byte, error) {
+	bs := f.blockSize
+	var buf []byte
+	for _, b := range blocks {
+		for _, sl := range f.slots[int(b)*bs : int(b+1)*bs] {
+			set := uint32(0)
+			if sl.set {
+				set = 1
+			}
+			buf = binary.LittleEndian.AppendUint32(buf, uint32(sl.tok))
+			buf = binary.LittleEndian.AppendUint32(buf, uint32(sl.pos))
+			buf = binary.LittleEndian.AppendUint32(buf, set)
+		}
+	}
+	return buf, nil
+}
+
+// CompactKeys moves slot keep[i] of buf to slot i of dst, its position moved by i-keep[i].
+func (f *fakeModel) CompactKeys(buf []byte, keep []int, dst []int32) error {
+	bs := f.blockSize
+	if len(dst) != (len(keep)+bs-1)/bs {
+		return fmt.Errorf("fake: %d slots kept into %d blocks", len(keep), len(dst))
+	}
+	for _, b := range dst {
+		clear(f.slots[int(b)*bs : int(b+1)*bs])
+	}
+	for i, s := range keep {
+		if 12*s+12 > len(buf) {
+			return fmt.Errorf("fake: kept slot %d past %d bytes", s, len(buf))
+		}
+		sl := fakeSlot{tok: int32(binary.LittleEndian.Uint32(buf[12*s:])), pos: int32(binary.LittleEndian.Uint32(buf[12*s+4:])), set: binary.LittleEndian.Uint32(buf[12*s+8:]) == 1}
+		if sl.set {
+			sl.pos += int32(i - s)
+		}
+		f.slots[int(dst[i/bs])*bs+i%bs] = sl
 	}
 	return nil
 }

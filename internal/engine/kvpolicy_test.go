@@ -35,6 +35,23 @@ func streamingReference(vocab, bs, maxBlocks, sinkBlocks int, prompt []int32, n 
 	return out
 }
 
+// tokenRecencyReference is what a fake model (which reports no attention mass, so every
+// token scores alike) sees under h2o or snapkv: before a token that would open a block past
+// the budget, the block's worth of oldest tokens after the sinks goes.
+func tokenRecencyReference(vocab, bs, budget, sinks int, prompt []int32, n int) []int32 {
+	kept := slices.Clone(prompt)
+	var out []int32
+	for len(out) < n {
+		t := int32(sample.Greedy(fakeLogits(vocab, kept)))
+		out = append(out, t)
+		if (len(kept)+1+bs-1)/bs > budget/bs {
+			kept = slices.Delete(kept, sinks, sinks+bs)
+		}
+		kept = append(kept, t)
+	}
+	return out
+}
+
 func streamingSpec(budget, sinks int) *kvcache.PolicySpec {
 	return &kvcache.PolicySpec{Name: kvcache.PolicyStreaming, BudgetTokens: budget, SinkTokens: sinks, WindowTokens: kvcache.Unset}
 }
@@ -226,22 +243,36 @@ func TestHeavyHittersFake(t *testing.T) {
 			if got, want := res[0][0].tokens, streamingReference(vocab, bs, 6, 1, prompt, 120); !slices.Equal(got, want) {
 				t.Errorf("%s (serial %v): %v, want %v", name, serial, got, want)
 			}
+			// Sinks off the block boundary: each eviction takes the 4 oldest tokens after
+			// the 2 sinks, across two blocks, and the compaction moves every later token
+			// (the fake fails a step whose context holds a position that is not its index).
+			spec = &kvcache.PolicySpec{Name: name, BudgetTokens: 24, SinkTokens: 2, WindowTokens: 0}
+			res = generate(t, e, []Request{{PromptTokens: prompt, Params: SamplingParams{MaxTokens: 120, IgnoreEOS: true}, KVPolicy: spec}})
+			if got, want := res[0][0].tokens, tokenRecencyReference(vocab, bs, 24, 2, prompt, 120); !slices.Equal(got, want) {
+				t.Errorf("%s (serial %v), 2 sinks: %v, want %v", name, serial, got, want)
+			}
 		}
 	}
 }
 
-// The mass state accumulates (h2o) or keeps the latest window of queries (snapkv), and
-// forgets dropped entries.
+// The mass state accumulates (h2o, scored by the mean over the queries that saw each
+// entry) or keeps the latest window of queries (snapkv), and forgets dropped and evicted
+// entries.
 func TestMassState(t *testing.T) {
 	h := &massState{}
-	h.add([]float32{1, 2}, 2)
+	h.add([]float32{1, 2}, 2) // entry 0 seen by both queries, entry 1 by the last
 	h.add([]float32{1, 1, 5}, 1)
-	if got := h.score(3); !slices.Equal(got, []float32{2, 3, 5}) {
+	if got := h.score(3); !slices.Equal(got, []float32{2.0 / 3, 3.0 / 2, 5}) {
 		t.Errorf("h2o score %v", got)
 	}
 	h.drop(1, 2)
-	if got := h.score(2); !slices.Equal(got, []float32{2, 5}) {
+	if got := h.score(2); !slices.Equal(got, []float32{2.0 / 3, 5}) {
 		t.Errorf("h2o score after a drop %v", got)
+	}
+	h.add([]float32{1, 1, 4}, 1)
+	h.evict([]int{0})
+	if got := h.score(2); !slices.Equal(got, []float32{3, 4}) {
+		t.Errorf("h2o score after an eviction %v", got)
 	}
 	s := &massState{window: 2}
 	s.add([]float32{9}, 1)

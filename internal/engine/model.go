@@ -33,6 +33,12 @@ type Model interface {
 	// ShiftKeys rotates the keys held in blocks, every layer, by delta positions (a KV
 	// policy moving keys to their new place in the cache after a drop).
 	ShiftKeys(blocks []int32, delta int) error
+	// ReadKV returns the keys and values of blocks, whole, for CompactKeys.
+	ReadKV(blocks []int32) ([]byte, error)
+	// CompactKeys writes to dst the slots keep (ascending, over the blocks buf holds, as
+	// ReadKV returned them) closed up: slot keep[i] to slot i, its key rotated by
+	// i-keep[i] positions (a KV policy evicting single tokens).
+	CompactKeys(buf []byte, keep []int, dst []int32) error
 }
 
 // ModelInfo is what the engine needs to know of a model besides running it.
@@ -68,3 +74,15 @@ func (p *pagedModel) CanSample() bool { return p.m.CanSample() }
 func (p *pagedModel) CopyBlocks(copies []backend.BlockCopy) error { return p.kv.CopyBlocks(copies) }
 
 func (p *pagedModel) ShiftKeys(blocks []int32, delta int) error { return p.kv.ShiftKeys(blocks, delta) }
+
+func (p *pagedModel) ReadKV(blocks []int32) ([]byte, error) {
+	buf := make([]byte, len(blocks)*p.kv.BlockBytes())
+	if err := p.kv.ReadBlocks(blocks, buf); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+func (p *pagedModel) CompactKeys(buf []byte, keep []int, dst []int32) error {
+	return p.kv.CompactKeys(buf, keep, dst)
+}

@@ -157,6 +157,17 @@ func (r *runner) execute(job *stepJob) (res stepResult) {
 			res = stepResult{err: fmt.Errorf("engine: step panicked: %v", p)}
 		}
 	}()
+	// Compactions read first: their blocks may have been released and handed out again.
+	for _, sc := range job.plan.seqs {
+		for _, sh := range sc.shifts {
+			if c := sh.compact; c != nil {
+				var err error
+				if c.buf, err = r.model.ReadKV(c.src); err != nil {
+					return stepResult{err: fmt.Errorf("engine: kv policy of %q: %w", sc.seq.id, err)}
+				}
+			}
+		}
+	}
 	if r.store != nil {
 		readBlocks(r.bio, r.store, job.reads)
 		if err := writeBlocks(r.bio, job.plan.writes); err != nil {
@@ -171,6 +182,13 @@ func (r *runner) execute(job *stepJob) (res stepResult) {
 	}
 	for _, sc := range job.plan.seqs {
 		for _, sh := range sc.shifts {
+			if c := sh.compact; c != nil {
+				if err := r.model.CompactKeys(c.buf, c.keep, c.dst); err != nil {
+					return stepResult{err: fmt.Errorf("engine: kv policy of %q: %w", sc.seq.id, err)}
+				}
+				c.buf = nil
+				continue
+			}
 			if err := r.model.ShiftKeys(sh.blocks, sh.delta); err != nil {
 				return stepResult{err: fmt.Errorf("engine: kv policy of %q: %w", sc.seq.id, err)}
 			}

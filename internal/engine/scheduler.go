@@ -379,7 +379,7 @@ func (s *scheduler) schedule() (stepPlan, error) {
 		self := false
 		var shifts []keyShift
 		for {
-			room, sh, ok, err := s.fitPolicy(seq, numNew)
+			room, sh, ok, err := s.fitPolicy(seq, numNew, slices.ContainsFunc(shifts, func(k keyShift) bool { return k.compact != nil }))
 			if err != nil {
 				return plan, fmt.Errorf("engine: schedule %q: %w", seq.id, err)
 			}
@@ -446,7 +446,7 @@ func (s *scheduler) schedule() (stepPlan, error) {
 			break
 		}
 		// A sequence not admitted yet holds nothing to drop: its policy only caps the chunk.
-		_, _, numNew = seq.req.policy.Plan(0, chunk(seq, min(numNew, budget)), nil)
+		_, numNew = seq.req.policy.Plan(0, chunk(seq, min(numNew, budget)), nil)
 		// Imported blocks take slots but no budget: their KV arrives, it is not computed.
 		ok, err := s.kv.Allocate(seq.id, kvcache.Alloc{NumComputed: numComputed, NumNew: len(imported)*s.kv.BlockSize() + numNew, Computed: hits, Salt: seq.req.salt})
 		if err != nil {

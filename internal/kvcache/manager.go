@@ -483,11 +483,20 @@ func (m *Manager) Privatize(id RequestID, from int) (bool, error) {
 	if s == nil {
 		return false, fmt.Errorf("kvcache: privatize blocks of %q: unknown request", id)
 	}
-	if from < 0 || from > len(s.table) {
-		return false, fmt.Errorf("kvcache: privatize blocks from %d of %q: out of its %d blocks", from, id, len(s.table))
+	return m.PrivatizeRange(id, from, len(s.table))
+}
+
+// PrivatizeRange is Privatize for the logical blocks [from, to) only.
+func (m *Manager) PrivatizeRange(id RequestID, from, to int) (bool, error) {
+	s := m.seqs[id]
+	if s == nil {
+		return false, fmt.Errorf("kvcache: privatize blocks of %q: unknown request", id)
+	}
+	if from < 0 || from > to || to > len(s.table) {
+		return false, fmt.Errorf("kvcache: privatize blocks [%d, %d) of %q: out of its %d blocks", from, to, id, len(s.table))
 	}
 	shared := 0
-	for _, b := range s.table[from:] {
+	for _, b := range s.table[from:to] {
 		if m.pool.blocks[b].ref > 1 {
 			shared++
 		}
@@ -495,7 +504,7 @@ func (m *Manager) Privatize(id RequestID, from int) (bool, error) {
 	if shared > m.pool.NumFreeBlocks() {
 		return false, nil
 	}
-	for i := from; i < len(s.table); i++ {
+	for i := from; i < to; i++ {
 		b := &m.pool.blocks[s.table[i]]
 		if b.ref > 1 {
 			nb := m.pool.pop()

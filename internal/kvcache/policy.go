@@ -1,7 +1,9 @@
 package kvcache
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -162,10 +164,20 @@ type Policy interface {
 	MassWindow() (asks bool, window int)
 	// Plan is asked before a step that would add want >= 1 tokens to a sequence whose
 	// cache holds cached tokens, with mass the attention mass of each cache entry when the
-	// policy asks for it (MassWindow; nil otherwise): it returns the logical blocks to
-	// drop first, [from, from+n) (n 0: none), and how many of the want tokens the step may
-	// add, at least 1.
-	Plan(cached, want int, mass []float32) (from, n, room int)
+	// policy asks for it (MassWindow; nil otherwise): it returns what to drop first (a
+	// zero Drop: nothing) and how many of the want tokens the step may add, at least 1.
+	Plan(cached, want int, mass []float32) (d Drop, room int)
+}
+
+// Drop is what a policy drops before a step: N blocks' worth of tokens.
+type Drop struct {
+	// From and N: without Evict, the logical blocks [From, From+N) go whole.
+	From, N int
+	// Evict, when set, makes the drop token-granular: it holds the N x BlockSize cache
+	// indices that go, ascending, none below From x BlockSize. The tokens after each move
+	// down to close the gaps (their keys rotated by the places they move, as a block drop
+	// rotates the blocks behind it), and the sequence's last N blocks, emptied so, go.
+	Evict []int
 }
 
 // NewPolicy checks spec and returns its policy for blocks of blockSize tokens.
@@ -193,7 +205,7 @@ func (fullPolicy) Drops() bool { return false }
 
 func (fullPolicy) MassWindow() (bool, int) { return false, 0 }
 
-func (fullPolicy) Plan(cached, want int, mass []float32) (int, int, int) { return 0, 0, want }
+func (fullPolicy) Plan(cached, want int, mass []float32) (Drop, int) { return Drop{}, want }
 
 // streaming is StreamingLLM (Xiao et al., 2023) on blocks: the sink blocks, then a window
 // of the most recent blocks, the blocks between dropped whole, oldest first; tokens
@@ -239,32 +251,47 @@ func (p *streaming) Drops() bool { return true }
 // whole blocks of the most recent tokens stay before the step's first token.
 func (p *streaming) MassWindow() (bool, int) { return false, 0 }
 
-func (p *streaming) Plan(cached, want int, mass []float32) (from, n, room int) {
+func (p *streaming) Plan(cached, want int, mass []float32) (Drop, int) {
 	bs := p.bs
 	first := min(want, bs)
+	n := 0
 	if over := (cached+first+bs-1)/bs - p.maxBlocks; over > 0 {
 		n = min(over, max(0, cached/bs-p.sinkBlocks))
 	}
-	room = min(want, p.maxBlocks*bs-(cached-n*bs))
-	return p.sinkBlocks, n, room
+	room := min(want, p.maxBlocks*bs-(cached-n*bs))
+	if n == 0 {
+		return Drop{}, room
+	}
+	return Drop{From: p.sinkBlocks, N: n}, room
 }
 
-// heavyHitters keeps the blocks the sequence's attention goes to: the sink blocks, the
-// recent window, and of the blocks between those with the most attention mass; when the
-// budget is full, the block with the least goes (the oldest among equals). h2o (Zhang et
-// al., 2023) ranks by the mass of every query so far; snapkv (Li et al., 2024) by that of
-// the latest queries only, its observation window, as SnapKV selects at the end of a
-// prompt, here at every drop so that a sequence of any length stays within its budget.
+// heavyHitters keeps the tokens the sequence's attention goes to: the sink tokens, the
+// recent window, and of the tokens between those the ones with the most attention mass.
+// When the budget is full, the block's worth of tokens with the least mass goes (the
+// oldest among equals) and the cache is compacted over the gaps, so that one block is
+// freed while every recent token stays. h2o (Zhang et al., 2023) ranks by the mass of
+// every query since a token entered the cache, divided by the number of those queries: a
+// token's mean attention, so that the oldest tokens do not win only by having been
+// attended the longest (the bias of the plain sum that A2SF, Jo and Shin 2024, names
+// and corrects with a decay). snapkv (Li et al., 2024) ranks by the mass of the latest
+// queries only, its observation window, max-pooled over neighbouring tokens (SnapKV's
+// pooling, which keeps the context around a selected token), at every drop rather than
+// once at the end of the prompt, so that a sequence of any length stays within its
+// budget.
 //
-// Both select whole blocks by the mass summed over the block's tokens, its heads and its
-// layers: the paged layout shares one block table across heads and layers, so selection
-// per KV head (as SnapKV does) or per layer (as H2O does) does not fit it. Tokens are
-// rotated by their place in the cache, as streaming's are.
+// The mass is summed over the heads and layers: one block table, hence one selection,
+// serves them all, so selection per KV head (as SnapKV does) or per layer (as H2O does)
+// does not fit the paged layout. Tokens are rotated by their place in the cache, as
+// streaming's are.
 type heavyHitters struct {
-	spec                               PolicySpec
-	bs, maxBlocks, sinkBlocks, recentB int
-	window                             int // mass window: 0 for h2o
+	spec          PolicySpec
+	bs, maxBlocks int
+	window        int // mass window: 0 for h2o
 }
+
+// snapKVPool is the width of snapkv's max-pooling of the mass over tokens (SnapKV's
+// kernel size).
+const snapKVPool = 7
 
 func newHeavyHitters(spec PolicySpec, bs int) (Policy, error) {
 	if spec.SinkTokens == Unset {
@@ -274,10 +301,10 @@ func newHeavyHitters(spec PolicySpec, bs int) (Policy, error) {
 		spec.BudgetTokens = DefaultBudgetTokens
 	}
 	if spec.WindowTokens == Unset {
-		// What the budget leaves beside the sink blocks and the two blocks a drop needs
-		// (a candidate and the block being filled): h2o keeps half of it recent, snapkv
-		// up to its observation window.
-		room := max(0, spec.BudgetTokens/bs-(spec.SinkTokens+bs-1)/bs-2) * bs
+		// What the budget's full blocks leave beside the sinks and a block's worth of
+		// candidates: h2o keeps half of it recent (H2O's even split of heavy hitters and
+		// recent tokens), snapkv up to its observation window.
+		room := max(0, (spec.BudgetTokens/bs-1)*bs-spec.SinkTokens-bs)
 		spec.WindowTokens = min(DefaultObservationTokens, room)
 		if spec.Name == PolicyH2O {
 			spec.WindowTokens = room / 2
@@ -286,13 +313,15 @@ func newHeavyHitters(spec PolicySpec, bs int) (Policy, error) {
 	if spec.SinkTokens+spec.WindowTokens > spec.BudgetTokens {
 		return nil, fmt.Errorf("kv policy %s: budget_tokens %d is below sink_tokens %d + window_tokens %d", spec.Name, spec.BudgetTokens, spec.SinkTokens, spec.WindowTokens)
 	}
-	p := &heavyHitters{spec: spec, bs: bs, maxBlocks: spec.BudgetTokens / bs, sinkBlocks: (spec.SinkTokens + bs - 1) / bs, recentB: (spec.WindowTokens + bs - 1) / bs}
+	p := &heavyHitters{spec: spec, bs: bs, maxBlocks: spec.BudgetTokens / bs}
 	if spec.Name == PolicySnapKV {
 		p.window = max(1, spec.WindowTokens)
 	}
-	if p.maxBlocks < p.sinkBlocks+p.recentB+2 {
-		return nil, fmt.Errorf("kv policy %s: budget_tokens %d holds %d blocks of %d tokens: too few for the %d sink block(s) of sink_tokens %d, the %d of window_tokens %d and 2 more",
-			spec.Name, spec.BudgetTokens, p.maxBlocks, bs, p.sinkBlocks, spec.SinkTokens, p.recentB, spec.WindowTokens)
+	// A drop must find a block's worth of tokens outside the sinks and the recent window
+	// among the maxBlocks-1 full blocks held when the budget is full.
+	if (p.maxBlocks-1)*bs < spec.SinkTokens+spec.WindowTokens+bs {
+		return nil, fmt.Errorf("kv policy %s: budget_tokens %d holds %d blocks of %d tokens: too few for sink_tokens %d, window_tokens %d and 2 more blocks",
+			spec.Name, spec.BudgetTokens, p.maxBlocks, bs, spec.SinkTokens, spec.WindowTokens)
 	}
 	return p, nil
 }
@@ -303,26 +332,50 @@ func (p *heavyHitters) Drops() bool { return true }
 
 func (p *heavyHitters) MassWindow() (bool, int) { return true, p.window }
 
-// Plan drops, when the step's first block of tokens would pass the budget, the full block
-// outside the sinks and the recent window with the least mass.
-func (p *heavyHitters) Plan(cached, want int, mass []float32) (from, n, room int) {
+// Plan evicts, when the step's first block of tokens would pass the budget, the block's
+// worth of tokens outside the sinks and the recent window with the least mass (mass
+// already normalized as the policy ranks it, see the type's comment).
+func (p *heavyHitters) Plan(cached, want int, mass []float32) (Drop, int) {
 	bs := p.bs
 	first := min(want, bs)
+	var d Drop
 	if (cached+first+bs-1)/bs > p.maxBlocks {
-		// Validation leaves at least one candidate: cached > (maxBlocks-1) x bs.
-		lo, hi := p.sinkBlocks, cached/bs-p.recentB
-		best, bestMass := lo, float32(0)
-		for b := lo; b < hi; b++ {
-			var m float32
-			for _, x := range mass[min(len(mass), b*bs):min(len(mass), (b+1)*bs)] {
-				m += x
-			}
-			if b == lo || m < bestMass {
-				best, bestMass = b, m
+		// Validation leaves enough candidates: cached > (maxBlocks-1) x bs.
+		lo, hi := p.spec.SinkTokens, cached-p.spec.WindowTokens
+		score := make([]float32, hi-lo)
+		for j := range score {
+			if lo+j < len(mass) {
+				score[j] = mass[lo+j]
 			}
 		}
-		from, n = best, 1
+		if p.window > 0 {
+			score = maxPool(score, snapKVPool)
+		}
+		idx := make([]int, len(score))
+		for j := range idx {
+			idx[j] = j
+		}
+		// The least mass first, the oldest among equals.
+		slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(score[a], score[b]) })
+		d.Evict = idx[:bs]
+		slices.Sort(d.Evict)
+		for i := range d.Evict {
+			d.Evict[i] += lo
+		}
+		d.From, d.N = d.Evict[0]/bs, 1
 	}
-	room = min(want, p.maxBlocks*bs-(cached-n*bs))
-	return from, n, room
+	return d, min(want, p.maxBlocks*bs-(cached-d.N*bs))
+}
+
+// maxPool returns, for each x[j], the largest of x[j-w/2 .. j+w/2] that x holds.
+func maxPool(x []float32, w int) []float32 {
+	out := make([]float32, len(x))
+	for j := range x {
+		m := x[j]
+		for _, v := range x[max(0, j-w/2):min(len(x), j+w/2+1)] {
+			m = max(m, v)
+		}
+		out[j] = m
+	}
+	return out
 }

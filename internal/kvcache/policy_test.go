@@ -84,7 +84,8 @@ func TestStreamingPlan(t *testing.T) {
 	for _, want := range []int{1, 3, 4, 7, 100} {
 		cached := 0
 		for range 200 {
-			from, n, room := p.Plan(cached, want, nil)
+			d, room := p.Plan(cached, want, nil)
+			from, n := d.From, d.N
 			if room < 1 || room > want {
 				t.Fatalf("want %d, cached %d: room %d", want, cached, room)
 			}
@@ -164,7 +165,8 @@ func FuzzParsePolicySpec(f *testing.F) {
 		if p, err := NewPolicy(spec, 16); err == nil && p.Drops() {
 			cached := 0
 			for range 50 {
-				_, n, room := p.Plan(cached, 17, nil)
+				d, room := p.Plan(cached, 17, nil)
+				n := d.N
 				if room < 1 {
 					t.Fatalf("%s: no room at %d cached", spec, cached)
 				}
@@ -177,11 +179,12 @@ func FuzzParsePolicySpec(f *testing.F) {
 	})
 }
 
-// h2o and snapkv drop the block with the least mass outside the sinks and the recent
-// window (the oldest among equals), and only when the budget is full.
+// h2o and snapkv evict the block's worth of tokens with the least mass outside the sink
+// tokens and the recent window (the oldest among equals), and only when the budget is
+// full; snapkv ranks by the mass max-pooled over neighbours.
 func TestHeavyHittersPlan(t *testing.T) {
 	const bs = 4
-	p, err := NewPolicy(PolicySpec{Name: PolicyH2O, BudgetTokens: 24, SinkTokens: 4, WindowTokens: 4}, bs)
+	p, err := NewPolicy(PolicySpec{Name: PolicyH2O, BudgetTokens: 24, SinkTokens: 2, WindowTokens: 5}, bs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,22 +192,43 @@ func TestHeavyHittersPlan(t *testing.T) {
 	for j := range mass {
 		mass[j] = 1
 	}
-	mass[0], mass[9] = 0, 0.1 // the sink block stays; block 2 has the least mass
-	mass[20] = 0              // the recent window (block 5) stays
-	if from, n, room := p.Plan(24, 1, mass); from != 2 || n != 1 || room != 1 {
-		t.Errorf("full budget: drop [%d, %d), room %d; want block 2, room 1", from, from+n, room)
+	mass[0], mass[1] = 0, 0                              // sinks stay
+	mass[19], mass[23] = 0, 0                            // the recent window (19..23) stays
+	mass[3], mass[8], mass[9], mass[15] = .5, .1, .2, .3 // the four least outside them
+	d, room := p.Plan(24, 1, mass)
+	if !slices.Equal(d.Evict, []int{3, 8, 9, 15}) || d.From != 0 || d.N != 1 || room != 1 {
+		t.Errorf("full budget: %+v, room %d; want tokens 3 8 9 15 from block 0, room 1", d, room)
 	}
-	if _, n, room := p.Plan(20, 3, mass[:20]); n != 0 || room != 3 {
-		t.Errorf("room left: %d dropped, room %d", n, room)
+	if d, room := p.Plan(20, 3, mass[:20]); d.N != 0 || room != 3 {
+		t.Errorf("room left: %+v, room %d", d, room)
 	}
-	if from, _, _ := p.Plan(24, 1, make([]float32, 24)); from != 1 {
-		t.Errorf("equal mass: dropped block %d, want the oldest outside the sinks (1)", from)
+	if d, _ := p.Plan(24, 1, make([]float32, 24)); !slices.Equal(d.Evict, []int{2, 3, 4, 5}) {
+		t.Errorf("equal mass: evicts %v, want the oldest outside the sinks (2..5)", d.Evict)
+	}
+	sk, err := NewPolicy(PolicySpec{Name: PolicySnapKV, BudgetTokens: 24, SinkTokens: 2, WindowTokens: 5}, bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Pooled over 7 neighbours, the peak at 10 lifts 7..13: the least are the oldest
+	// outside that span.
+	pool := make([]float32, 24)
+	pool[10] = 9
+	if d, _ := sk.Plan(24, 1, pool); !slices.Equal(d.Evict, []int{2, 3, 4, 5}) {
+		t.Errorf("snapkv pooled: evicts %v", d.Evict)
+	}
+	pool[2], pool[3], pool[4], pool[5] = 1, 1, 1, 1
+	if d, _ := sk.Plan(24, 1, pool); !slices.Equal(d.Evict, []int{14, 15, 16, 17}) {
+		t.Errorf("snapkv pooled: evicts %v, want 14..17 (2..5 have mass, 7..13 sit near the peak)", d.Evict)
 	}
 	if asks, w := p.MassWindow(); !asks || w != 0 {
 		t.Errorf("h2o mass window %v %d", asks, w)
 	}
-	s, _ := NewPolicy(PolicySpec{Name: PolicySnapKV, BudgetTokens: 64, SinkTokens: 4, WindowTokens: Unset}, 16)
-	if asks, w := s.MassWindow(); !asks || w != 16 || s.Spec().WindowTokens != 16 {
+	s, err := NewPolicy(PolicySpec{Name: PolicySnapKV, BudgetTokens: 64, SinkTokens: 4, WindowTokens: Unset}, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 3 full blocks less the sinks and a block of candidates leave 28.
+	if asks, w := s.MassWindow(); !asks || w != 28 || s.Spec().WindowTokens != 28 {
 		t.Errorf("snapkv at 64: mass window %v %d, spec %+v", asks, w, s.Spec())
 	}
 }

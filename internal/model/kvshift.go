@@ -111,3 +111,69 @@ func (k *keyRotation) apply(b []byte, vec []float32) {
 		}
 	}
 }
+
+// CompactKeys closes the gaps a token-granular KV policy leaves: buf holds blocks' keys and
+// values in the host layout (as ReadBlocks gives them, whole blocks), keep the slots over
+// those blocks that stay (ascending). Slot keep[i] moves to slot i of dst (blocks in order,
+// as many as keep fills), its key rotated by i-keep[i] positions as ShiftKeys rotates; the
+// slots of dst's last block past len(keep) are zeroed. It writes dst (WriteBlocks).
+func (kv *KVCache) CompactKeys(buf []byte, keep []int, dst []int32) error {
+	total := kv.BlockBytes()
+	if total == 0 || len(buf)%total != 0 {
+		return fmt.Errorf("compact keys: %d bytes of blocks of %d", len(buf), total)
+	}
+	bs := kv.BlockSize
+	if len(dst) != (len(keep)+bs-1)/bs {
+		return fmt.Errorf("compact keys: %d slots kept into %d blocks of %d", len(keep), len(dst), bs)
+	}
+	for i, s := range keep {
+		if s < i || s >= len(buf)/total*bs || i > 0 && s <= keep[i-1] {
+			return fmt.Errorf("compact keys: kept slot %d (the %d-th) out of order or out of %d blocks", s, i, len(buf)/total)
+		}
+	}
+	out := make([]byte, len(dst)*total)
+	off := 0
+	for r, s := range kv.m.ranks {
+		spec := kv.parts[r].Spec()
+		per, eb := spec.BlockBytes(), spec.DType.BlockBytes()
+		slotBytes := spec.KVHeads * spec.HeadDim * eb
+		keyBytes := bs * slotBytes
+		rots := map[int]*keyRotation{}
+		rotsLocal := map[int]*keyRotation{}
+		vec := make([]float32, spec.HeadDim)
+		for i, src := range keep {
+			from := buf[src/bs*total+off:][:per]
+			to := out[i/bs*total+off:][:per]
+			delta := i - src
+			for l := range spec.Layers {
+				k0, v0 := l*2*keyBytes, l*2*keyBytes+keyBytes
+				key := to[k0+i%bs*slotBytes:][:slotBytes]
+				copy(key, from[k0+src%bs*slotBytes:][:slotBytes])
+				copy(to[v0+i%bs*slotBytes:][:slotBytes], from[v0+src%bs*slotBytes:][:slotBytes])
+				if delta == 0 {
+					continue
+				}
+				hr, cache := s.hostRope, rots
+				if s.localRope(l) {
+					hr, cache = s.hostRopeLocal, rotsLocal // Gemma 3's windowed layers
+				}
+				rot := cache[delta]
+				if rot == nil {
+					var err error
+					if rot, err = newKeyRotation(hr, delta, spec.DType); err != nil {
+						return fmt.Errorf("compact keys: %w", err)
+					}
+					cache[delta] = rot
+				}
+				for h := 0; h < slotBytes; h += spec.HeadDim * eb {
+					rot.apply(key[h:h+spec.HeadDim*eb], vec)
+				}
+			}
+		}
+		off += per
+	}
+	if err := kv.WriteBlocks(dst, out); err != nil {
+		return fmt.Errorf("compact keys: %w", err)
+	}
+	return nil
+}

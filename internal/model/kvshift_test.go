@@ -124,3 +124,138 @@ func TestAttentionMassForward(t *testing.T) {
 		t.Error("a split model took a mass request")
 	}
 }
+
+// TestCompactKeys: closing gaps over evicted slots moves each kept slot's key and value to
+// its new place with its key rotated there. A layer-0 key and value depend on the token and
+// its position alone, so they must equal those a prefill of the kept tokens alone writes at
+// their new positions; evicting a whole block must give what Drop and ShiftKeys give, bit
+// for bit. Interleaved and NeoX RoPE, GQA, F32 and F16 caches, a model split by tensor.
+func TestCompactKeys(t *testing.T) {
+	const bs, n = 4, 11
+	tokens := testTokens(n)
+	evict := map[int]bool{2: true, 3: true, 6: true, 9: true}
+	var keep []int
+	var kept []int32
+	for i := range n {
+		if !evict[i] {
+			keep, kept = append(keep, i), append(kept, tokens[i])
+		}
+	}
+	for name, fm := range positionShapes(t) {
+		for _, tc := range []struct {
+			p  Parallel
+			dt quant.Type
+		}{{Parallel{1, 1}, quant.F32}, {Parallel{1, 1}, quant.F16}, {Parallel{2, 1}, quant.F32}} {
+			t.Run(fmt.Sprintf("%s/tp%d/%s", name, tc.p.Tensor, tc.dt), func(t *testing.T) {
+				m := cpuModel(t, fm, tc.p, tc.dt)
+				kv, err := m.NewKVCache(16, bs)
+				if err != nil {
+					t.Fatal(err)
+				}
+				read := func(blocks []int32) []byte {
+					buf := make([]byte, len(blocks)*kv.BlockBytes())
+					if err := kv.ReadBlocks(blocks, buf); err != nil {
+						t.Fatal(err)
+					}
+					return buf
+				}
+				src, dst, ref := []int32{3, 8, 1}, []int32{5, 10}, []int32{12, 13}
+				prefillAt(t, m, kv, src, tokens, 0)
+				prefillAt(t, m, kv, ref, kept, 0)
+				if err := kv.CompactKeys(read(src), keep, dst); err != nil {
+					t.Fatal(err)
+				}
+				got, want := read(dst), read(ref)
+				// Layer 0 of every rank: the first 2 x BlockSize slots of each rank's part.
+				off, moved := 0, 0
+				for r := range kv.parts {
+					spec := kv.parts[r].Spec()
+					eb := spec.DType.BlockBytes()
+					slot := spec.KVHeads * spec.HeadDim * eb
+					for b := range dst {
+						for kvPart := range 2 { // keys, then values
+							for s := range bs {
+								if i := b*bs + s; i >= len(keep) || i == keep[i] && kvPart == 0 {
+									continue
+								}
+								at := b*kv.BlockBytes() + off + (kvPart*bs+s)*slot
+								g, w := decode(got[at:at+slot], spec.DType), decode(want[at:at+slot], spec.DType)
+								tol := map[quant.Type]float64{quant.F32: 1e-5, quant.F16: 2e-3}[tc.dt]
+								if e := maxRel(g, w); e > tol {
+									t.Errorf("rank %d block %d slot %d (k/v %d): %.3g from the kept tokens' own prefill", r, b, s, kvPart, e)
+								}
+								moved++
+							}
+						}
+					}
+					off += spec.BlockBytes()
+				}
+				if moved == 0 {
+					t.Fatal("nothing compared")
+				}
+				// A whole block: the same as Drop + ShiftKeys.
+				prefillAt(t, m, kv, src, tokens, 0)
+				whole := []int{0, 1, 2, 3, 8, 9, 10}
+				if err := kv.CompactKeys(read(src), whole, dst); err != nil {
+					t.Fatal(err)
+				}
+				compacted := read(dst)
+				if err := kv.ShiftKeys(src[2:], -bs); err != nil {
+					t.Fatal(err)
+				}
+				shifted := append(read(src[:1]), read(src[2:])...)
+				for i := range compacted {
+					// The last block's slots past the kept ones are zeroed by CompactKeys.
+					if compacted[i] != shifted[i] && !zeroTail(kv, i, len(whole)) {
+						t.Fatalf("byte %d: compacting a whole block differs from a shift", i)
+					}
+				}
+				if err := kv.CompactKeys(read(src), []int{1, 0}, dst[:1]); err == nil {
+					t.Error("slots out of order were taken")
+				}
+			})
+		}
+	}
+}
+
+// zeroTail reports whether byte i of blocks in the host layout lies in a slot at or past
+// the kept-th.
+func zeroTail(kv *KVCache, i, kept int) bool {
+	bb := kv.BlockBytes()
+	b, in := i/bb, i%bb
+	for _, p := range kv.parts {
+		spec := p.Spec()
+		per := spec.BlockBytes()
+		if in < per {
+			slot := spec.KVHeads * spec.HeadDim * spec.DType.BlockBytes()
+			s := in % (kv.BlockSize * slot) / slot
+			return b*kv.BlockSize+s >= kept
+		}
+		in -= per
+	}
+	return false
+}
+
+// decode reads elements of dt.
+func decode(b []byte, dt quant.Type) []float32 {
+	out := make([]float32, len(b)/dt.BlockBytes())
+	for i := range out {
+		switch dt {
+		case quant.F32:
+			out[i] = math.Float32frombits(uint32(b[4*i]) | uint32(b[4*i+1])<<8 | uint32(b[4*i+2])<<16 | uint32(b[4*i+3])<<24)
+		default:
+			out[i] = quant.F16ToF32(uint16(b[2*i]) | uint16(b[2*i+1])<<8)
+		}
+	}
+	return out
+}
+
+// maxRel returns the largest |a-b| over the largest |b|.
+func maxRel(a, b []float32) float64 {
+	var d, s float64
+	for i := range a {
+		d = max(d, math.Abs(float64(a[i]-b[i])))
+		s = max(s, math.Abs(float64(b[i])))
+	}
+	return d / max(s, 1e-30)
+}

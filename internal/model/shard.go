@@ -156,7 +156,9 @@ func (s *shard) prepare(b *Batch, blockSize int) error {
 	if !slices.ContainsFunc(s.mass, func(m []float32) bool { return m != nil }) {
 		s.mass, s.massFrom = s.mass[:0], s.massFrom[:0]
 	}
-	if g, ok := s.be.(backend.StepGrapher); ok {
+	// A step asking for attention mass runs eagerly (see run), so it is not padded to a
+	// graph's shape: the mass is reported for the batch's own sequences and contexts.
+	if g, ok := s.be.(backend.StepGrapher); ok && len(s.mass) == 0 {
 		s.padStep(g, blockSize)
 	}
 	return nil
@@ -283,7 +285,8 @@ func (s *shard) forward(kv backend.KVCache, out stepOut) error {
 		}
 		return nil
 	}
-	if g, ok := be.(backend.StepGrapher); ok {
+	// A step that reads attention mass back to the host runs eagerly: a graph cannot.
+	if g, ok := be.(backend.StepGrapher); ok && len(s.mass) == 0 {
 		return g.RunStep(st, graphOwner{s: s, kv: kv, out: wantOut, lora: s.stepLoRA()}, ops)
 	}
 	return ops()

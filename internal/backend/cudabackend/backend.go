@@ -83,6 +83,8 @@ type Backend struct {
 	// encScratch holds an encoder step's position and segment embedding rows, encPooled
 	// its pooled rows before they are read back (EncoderOps).
 	encScratch, encPooled cuda.Buffer
+	// massBuf accumulates one sequence's attention mass (AttentionMass).
+	massBuf cuda.Buffer
 
 	// Captured decode graphs by owner, bucket and block-table stride; dropped whenever a
 	// buffer is freed (a graph holds device addresses).

@@ -1,0 +1,82 @@
+package cudabackend
+
+import (
+	"fmt"
+
+	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
+)
+
+// AttentionMass adds the attention probabilities of the sequences that ask to their mass
+// (see backend.AttentionMasser): the kernel accumulates each sequence's on the device, one
+// layer at a time, and the sum comes back to the host (a synchronization per layer and
+// sequence asking, which only the KV policies h2o and snapkv pay).
+func (b *Backend) AttentionMass(mass [][]float32, from []int, q backend.Tensor, kv backend.KVCache, layer int, scale float32, st backend.Step) error {
+	qs, err := devTensor("attention mass", "q", q, cuda.F32)
+	if err != nil {
+		return err
+	}
+	_, l, err := kvOf("attention mass", kv, layer)
+	if err != nil {
+		return err
+	}
+	s, err := b.stepOf("attention mass", st)
+	if err != nil {
+		return err
+	}
+	if b.capturing {
+		return fmt.Errorf("cuda attention mass: not inside a graph capture")
+	}
+	m := s.meta
+	if len(mass) != m.NumSeqs() || len(from) != m.NumSeqs() {
+		return fmt.Errorf("cuda attention mass: %d masses and %d offsets for %d sequences", len(mass), len(from), m.NumSeqs())
+	}
+	if qs.rows() != m.NumTokens() || qs.cols()%l.HeadDim != 0 {
+		return fmt.Errorf("cuda attention mass: q %v for %d tokens of heads of %d", qs.shape, m.NumTokens(), l.HeadDim)
+	}
+	qDim := qs.cols()
+	for i, ms := range mass {
+		if ms == nil {
+			continue
+		}
+		q0, t1 := int(m.QueryStarts[i]), int(m.QueryStarts[i+1])
+		t0, ctx := q0+from[i], int(m.ContextLens[i])
+		if from[i] < 0 || t0 > t1 {
+			return fmt.Errorf("cuda attention mass: sequence %d: rows from %d of %d", i, from[i], t1-q0)
+		}
+		if t0 == t1 {
+			continue
+		}
+		if len(ms) < ctx {
+			return fmt.Errorf("cuda attention mass: sequence %d: %d entries for a context of %d", i, len(ms), ctx)
+		}
+		if err := b.grow(&b.massBuf, cuda.F32, ctx, ctx, "attention mass"); err != nil {
+			return err
+		}
+		dst := cuda.Buffer{Ptr: b.massBuf.Ptr, DType: cuda.F32, Len: ctx}
+		qRows, err := qs.buf.Slice(t0*qDim, t1*qDim)
+		if err != nil {
+			return fmt.Errorf("cuda attention mass: %w", err)
+		}
+		table, err := s.blockTables.Slice(i*s.maxBlocks, (i+1)*s.maxBlocks)
+		if err != nil {
+			return fmt.Errorf("cuda attention mass: %w", err)
+		}
+		if err := b.dev.Fill32(dst, 0); err != nil {
+			return err
+		}
+		ctx0 := ctx - (t1 - q0) + from[i]
+		if err := b.ops.AttentionMass(cuda.MassArgs{Mass: dst, Q: qRows, BlockTable: table, QStride: qDim, Tokens: t1 - t0,
+			Heads: qDim / l.HeadDim, Ctx0: ctx0, Cache: l, Scale: scale}); err != nil {
+			return err
+		}
+		host := make([]float32, ctx)
+		if err := cuda.Download(b.dev, host, dst); err != nil {
+			return fmt.Errorf("cuda attention mass: %w", err)
+		}
+		for j, x := range host {
+			ms[j] += x
+		}
+	}
+	return nil
+}
