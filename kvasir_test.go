@@ -77,10 +77,10 @@ func TestOpenF16Cache(t *testing.T) {
 	if stories[0] == "" || stories[0] != stories[1] {
 		t.Errorf("f16 cache tells %q, f32 %q", stories[1], stories[0])
 	}
-	if _, err := ParseKVCacheDType("fp8"); err == nil {
-		t.Error("an fp8 cache accepted")
+	if _, err := ParseKVCacheDType("fp4"); err == nil {
+		t.Error("an fp4 cache accepted")
 	}
-	if _, err := Open(p, Options{Tokenizer: tok, Threads: 1, KVCacheDType: KVCacheBF16 + 1}); err == nil {
+	if _, err := Open(p, Options{Tokenizer: tok, Threads: 1, KVCacheDType: KVCacheInt8 + 1}); err == nil {
 		t.Error("an unknown cache type accepted")
 	}
 }
