@@ -359,6 +359,11 @@ func (e *Engine) KVCacheSizing() string {
 // BlockSize returns the tokens per KV block.
 func (e *Engine) BlockSize() int { return e.sizing.BlockSize }
 
+// KVCacheDType returns the name of the element type the engine's KV cache holds, as the
+// device resolved Options.KVCacheDType ("F32", "F16", "BF16", "int8", "fp8_e4m3" or
+// "fp8_e5m2"): blocks move only between caches of one type.
+func (e *Engine) KVCacheDType() string { return e.l.m.KVCacheDType().String() }
+
 // CacheConfig describes an engine's KV cache, as vLLM's cache_config_info metric does.
 type CacheConfig struct {
 	// BlockSize is the tokens per block and NumBlocks the blocks of the pool (the null
