@@ -43,7 +43,7 @@ func sequential(t *testing.T, e *Engine, reqs []Request) [][]result {
 // on the token's own keys and values, so a shared prefix block holds what a fresh one would).
 func TestGreedyInvariance(t *testing.T) {
 	models := map[string]func(testing.TB) *tinyModel{"synth": newTinyModel, "stories260K": storiesModel,
-		"stories260K-f16-cache": storiesF16Model,
+		"stories260K-f16-cache":  storiesF16Model,
 		"stories260K-int8-cache": func(t testing.TB) *tinyModel { return openStoriesModel(t, quant.KVInt8) },
 		"stories260K-fp8-cache":  func(t testing.TB) *tinyModel { return openStoriesModel(t, quant.KVFP8E4M3) }}
 	for name, mk := range models {
