@@ -87,3 +87,10 @@ func (f *FP8) Encode(x float32) byte {
 	code := byte((e+f.Bias)<<f.ManBits | (m - 1<<f.ManBits))
 	return sign | min(code, f.MaxCode)
 }
+
+// Widen returns how a code's value is formed through a float32, as SIMD code does it: the
+// float32 of bits (code&0x7f)<<shift | (code&0x80)<<24, times mul (2^(127-Bias)), is the
+// code's value exactly, subnormal codes included (they land on float32 subnormals).
+func (f *FP8) Widen() (shift int, mul float32) {
+	return 23 - f.ManBits, float32(math.Ldexp(1, 127-f.Bias))
+}

@@ -77,6 +77,9 @@ func NewCodec(t quant.Type) (*Codec, error) {
 	return nil, fmt.Errorf("kvquant: %s is not a quantized kv cache type", t)
 }
 
+// FP8 returns the code format of an FP8 type (nil for int8).
+func (c *Codec) FP8() *FP8 { return c.fp8 }
+
 // Table returns the value of every code byte (before its scale).
 func (c *Codec) Table() *[256]float32 { return c.table }
 

@@ -144,3 +144,20 @@ func TestQuantizeError(t *testing.T) {
 		t.Error("NewCodec(F16) accepted")
 	}
 }
+
+// TestFP8Widen: the float32 bit arithmetic of Widen gives every finite code's value.
+func TestFP8Widen(t *testing.T) {
+	for _, f := range []*FP8{E4M3, E5M2} {
+		shift, mul := f.Widen()
+		for c := range 256 {
+			want := f.Decode(byte(c))
+			if math.IsNaN(float64(want)) || math.IsInf(float64(want), 0) {
+				continue
+			}
+			got := math.Float32frombits(uint32(c&0x7f)<<shift|uint32(c&0x80)<<24) * mul
+			if got != want || math.Signbit(float64(got)) != math.Signbit(float64(want)) {
+				t.Fatalf("%s %#02x: widened %g, want %g", f.Name, c, got, want)
+			}
+		}
+	}
+}

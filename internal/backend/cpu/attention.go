@@ -31,7 +31,9 @@ type KVCacheLayer struct {
 	K8, V8                      []byte    // quantized cache: codes
 	KS, VS                      []float32 // quantized cache: scales
 
-	codec *kvquant.Codec // quantized cache
+	codec   *kvquant.Codec // quantized cache
+	f8Shift int            // an FP8 cache's kvquant.FP8.Widen
+	f8Mul   float32
 }
 
 // NewKVCacheLayer allocates a zeroed cache layer of numBlocks blocks of dtype elements
@@ -49,6 +51,9 @@ func NewKVCacheLayer(numBlocks, blockSize, kvHeads, headDim int, dtype quant.Typ
 		c.K16, c.V16 = make([]byte, 2*n), make([]byte, 2*n)
 	case quant.KVInt8, quant.KVFP8E4M3, quant.KVFP8E5M2:
 		c.codec, _ = kvquant.NewCodec(dtype)
+		if f := c.codec.FP8(); f != nil {
+			c.f8Shift, c.f8Mul = f.Widen()
+		}
 		g := n / kvquant.Group(headDim)
 		c.K8, c.V8 = make([]byte, n), make([]byte, n)
 		c.KS, c.VS = make([]float32, g), make([]float32, g)
@@ -550,8 +555,22 @@ func (a *attnJob) dequantBlock(st *attnState, base, kvh, n int) {
 	off, stride := a.vectors(base, kvh)
 	for j := range n {
 		o := off + j*stride
-		kv.codec.Dequantize(st.kq[j*hd:(j+1)*hd], kv.K8[o:o+hd], kv.KS[o/g:], g)
-		kv.codec.Dequantize(st.vq[j*hd:(j+1)*hd], kv.V8[o:o+hd], kv.VS[o/g:], g)
+		a.dequantRow(st.kq[j*hd:(j+1)*hd], kv.K8[o:o+hd], kv.KS[o/g:(o+hd)/g])
+		a.dequantRow(st.vq[j*hd:(j+1)*hd], kv.V8[o:o+hd], kv.VS[o/g:(o+hd)/g])
+	}
+}
+
+// dequantRow writes the values of one head vector's codes, with its groups' scales, to
+// dst.
+func (a *attnJob) dequantRow(dst []float32, codes []byte, scales []float32) {
+	g := len(codes) / len(scales)
+	for i, s := range scales {
+		d, c := dst[i*g:(i+1)*g], codes[i*g:(i+1)*g]
+		if a.kv.f8Mul != 0 {
+			a.k.dequantF8(d, c, a.kv.f8Shift, a.kv.f8Mul, s)
+		} else {
+			a.k.dequantI8(d, c, s)
+		}
 	}
 }
 
@@ -564,7 +583,7 @@ func (a *attnJob) scores(sc, q []float32, base, kvh int) {
 		key := make([]float32, hd)
 		for j := range sc {
 			o := off + j*stride
-			a.kv.codec.Dequantize(key, a.kv.K8[o:o+hd], a.kv.KS[o/g:], g)
+			a.dequantRow(key, a.kv.K8[o:o+hd], a.kv.KS[o/g:(o+hd)/g])
 			a.k.attnScores(sc[j:j+1], q, key, hd)
 		}
 		return

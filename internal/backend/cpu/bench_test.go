@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"testing"
 
+	"github.com/kvasir-llm/kvasir/internal/kvquant"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
@@ -72,7 +73,7 @@ func BenchmarkMatMul(b *testing.B) {
 // the cache bytes read per second.
 func BenchmarkAttentionDecode(b *testing.B) {
 	const blockSize, kvHeads, heads, hd, ctx, layers = 16, 4, 32, 64, 1024, 32
-	for _, dt := range []quant.Type{quant.F32, quant.F16} {
+	for _, dt := range []quant.Type{quant.F32, quant.F16, quant.KVInt8, quant.KVFP8E4M3} {
 		b.Run(dt.String(), func(b *testing.B) {
 			r := rand.New(rand.NewSource(2))
 			var kvs []*KVCacheLayer
@@ -106,7 +107,7 @@ func BenchmarkAttentionDecode(b *testing.B) {
 				}
 				l = (l + 1) % layers
 			}
-			bytes := float64(2*ctx*row*(dt.BlockBytes()/dt.BlockSize())) * float64(b.N)
+			bytes := float64(2*ctx*kvHeads*kvquant.RowBytes(dt, hd)) * float64(b.N)
 			b.ReportMetric(bytes/b.Elapsed().Seconds()/1e9, "GB/s")
 		})
 	}

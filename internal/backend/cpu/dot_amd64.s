@@ -1424,3 +1424,59 @@ q8kloop:
 	JNZ       q8kloop
 	VZEROUPPER
 	RET
+
+// func dequantI8AVX2(dst *float32, src *byte, n int, scale float32)   (n % 8 == 0, n > 0)
+TEXT ·dequantI8AVX2(SB), NOSPLIT, $0-28
+	MOVQ         dst+0(FP), DI
+	MOVQ         src+8(FP), SI
+	MOVQ         n+16(FP), CX
+	VBROADCASTSS scale+24(FP), Y1
+	SHRQ         $3, CX
+
+dqi8loop:
+	VPMOVSXBD (SI), Y0
+	VCVTDQ2PS Y0, Y0
+	VMULPS    Y1, Y0, Y0
+	VMOVUPS   Y0, (DI)
+	ADDQ      $8, SI
+	ADDQ      $32, DI
+	DECQ      CX
+	JNZ       dqi8loop
+	VZEROUPPER
+	RET
+
+// func dequantF8AVX2(dst *float32, src *byte, n int, shift int, mul, scale float32)   (n % 8 == 0, n > 0)
+// Each code b becomes the float32 of bits (b&0x7f)<<shift | (b&0x80)<<24, times mul, times
+// scale, as dequantF8Generic computes it.
+TEXT ·dequantF8AVX2(SB), NOSPLIT, $0-40
+	MOVQ         dst+0(FP), DI
+	MOVQ         src+8(FP), SI
+	MOVQ         n+16(FP), CX
+	MOVQ         shift+24(FP), AX
+	MOVQ         AX, X5
+	VBROADCASTSS mul+32(FP), Y2
+	VBROADCASTSS scale+36(FP), Y1
+	MOVL         $0x7f, AX
+	MOVD         AX, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x80, AX
+	MOVD         AX, X4
+	VPBROADCASTD X4, Y4
+	SHRQ         $3, CX
+
+dqf8loop:
+	VPMOVZXBD (SI), Y0
+	VPAND     Y3, Y0, Y6
+	VPSLLD    X5, Y6, Y6
+	VPAND     Y4, Y0, Y0
+	VPSLLD    $24, Y0, Y0
+	VPOR      Y6, Y0, Y0
+	VMULPS    Y2, Y0, Y0
+	VMULPS    Y1, Y0, Y0
+	VMOVUPS   Y0, (DI)
+	ADDQ      $8, SI
+	ADDQ      $32, DI
+	DECQ      CX
+	JNZ       dqf8loop
+	VZEROUPPER
+	RET

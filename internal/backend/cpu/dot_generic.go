@@ -352,3 +352,18 @@ func q4KScales(b *[q4KBytes]byte, sc, mn *[8]float32) {
 		sc[j], mn[j] = d*float32(s), dmin*float32(m)
 	}
 }
+
+func dequantI8Generic(dst []float32, src []byte, scale float32) {
+	src = src[:len(dst)]
+	for i, b := range src {
+		dst[i] = float32(int8(b)) * scale
+	}
+}
+
+func dequantF8Generic(dst []float32, src []byte, shift int, mul, scale float32) {
+	src = src[:len(dst)]
+	for i, b := range src {
+		bits := uint32(b&0x7f)<<shift | uint32(b&0x80)<<24
+		dst[i] = math.Float32frombits(bits) * mul * scale
+	}
+}

@@ -68,6 +68,14 @@ type kernels struct {
 	attnScoresF16 func(sc, q []float32, k []byte, stride int)
 	attnWsumF16   func(acc, e []float32, v []byte, stride int)
 
+	// dequantI8 writes the int8 codes of src times scale to dst (len(dst) values); dequantF8
+	// writes the FP8 codes of src times scale, a code's value formed by moving its
+	// exponent and mantissa bits shift places up into a float32 and multiplying by mul
+	// (2^(127-bias): exact, subnormal codes included). Both equal, bit for bit, the code's
+	// value in kvquant's table times scale (a quantized KV cache's dequantization).
+	dequantI8 func(dst []float32, src []byte, scale float32)
+	dequantF8 func(dst []float32, src []byte, shift int, mul, scale float32)
+
 	// prefetchRows hints that rows rows of n bytes, stride bytes apart, from x[0] on (as
 	// far as x reaches) will be read soon: the SIMD sets start loading them into cache; it
 	// changes no result.
@@ -161,6 +169,8 @@ func genericKernels() *kernels {
 		attnWsum:      attnWsumGeneric,
 		attnScoresF16: attnScoresF16Generic,
 		attnWsumF16:   attnWsumF16Generic,
+		dequantI8:     dequantI8Generic,
+		dequantF8:     dequantF8Generic,
 	}
 }
 

@@ -94,6 +94,8 @@ func avx2Kernels() *kernels {
 		attnWsum:      attnWsumAVX2Slice,
 		attnScoresF16: attnScoresF16AVX2Slice,
 		attnWsumF16:   attnWsumF16AVX2Slice,
+		dequantI8:     dequantI8AVX2Slice,
+		dequantF8:     dequantF8AVX2Slice,
 		prefetchRows:  prefetchRowsAVX2,
 	}
 }
@@ -130,6 +132,12 @@ func dotQ4_1AVX2(w, x *byte, nb int) float32
 
 //go:noescape
 func cvtF16AVX2(dst *float32, src *byte, n int)
+
+//go:noescape
+func dequantI8AVX2(dst *float32, src *byte, n int, scale float32)
+
+//go:noescape
+func dequantF8AVX2(dst *float32, src *byte, n int, shift int, mul, scale float32)
 
 //go:noescape
 func cvtBF16AVX2(dst *float32, src *byte, n int)
@@ -258,6 +266,26 @@ func axpyAVX2Slice(y []float32, a float32, x []float32) {
 	for i := m; i < n; i++ {
 		y[i] += a * x[i]
 	}
+}
+
+func dequantI8AVX2Slice(dst []float32, src []byte, scale float32) {
+	n := len(dst)
+	src = src[:n]
+	m := n &^ 7
+	if m > 0 {
+		dequantI8AVX2(unsafe.SliceData(dst), unsafe.SliceData(src), m, scale)
+	}
+	dequantI8Generic(dst[m:], src[m:], scale)
+}
+
+func dequantF8AVX2Slice(dst []float32, src []byte, shift int, mul, scale float32) {
+	n := len(dst)
+	src = src[:n]
+	m := n &^ 7
+	if m > 0 {
+		dequantF8AVX2(unsafe.SliceData(dst), unsafe.SliceData(src), m, shift, mul, scale)
+	}
+	dequantF8Generic(dst[m:], src[m:], shift, mul, scale)
 }
 
 func cvtF16AVX2Slice(dst []float32, src []byte) {
