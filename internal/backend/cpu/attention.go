@@ -553,25 +553,19 @@ func (a *attnJob) dequantBlock(st *attnState, base, kvh, n int) {
 	kv, hd := a.kv, a.kv.HeadDim
 	g := kv.group()
 	off, stride := a.vectors(base, kvh)
-	for j := range n {
-		o := off + j*stride
-		a.dequantRow(st.kq[j*hd:(j+1)*hd], kv.K8[o:o+hd], kv.KS[o/g:(o+hd)/g])
-		a.dequantRow(st.vq[j*hd:(j+1)*hd], kv.V8[o:o+hd], kv.VS[o/g:(o+hd)/g])
-	}
+	a.dequantRows(st.kq[:n*hd], kv.K8[off:], stride, kv.KS[off/g:], stride/g, n)
+	a.dequantRows(st.vq[:n*hd], kv.V8[off:], stride, kv.VS[off/g:], stride/g, n)
 }
 
-// dequantRow writes the values of one head vector's codes, with its groups' scales, to
-// dst.
-func (a *attnJob) dequantRow(dst []float32, codes []byte, scales []float32) {
-	g := len(codes) / len(scales)
-	for i, s := range scales {
-		d, c := dst[i*g:(i+1)*g], codes[i*g:(i+1)*g]
-		if a.kv.f8Mul != 0 {
-			a.k.dequantF8(d, c, a.kv.f8Shift, a.kv.f8Mul, s)
-		} else {
-			a.k.dequantI8(d, c, s)
-		}
+// dequantRows writes the values of rows head vectors, stride codes (and stride/group
+// scales) apart from codes (and scales) on, to dst.
+func (a *attnJob) dequantRows(dst []float32, codes []byte, stride int, scales []float32, sstride, rows int) {
+	hd, g := a.kv.HeadDim, a.kv.group()
+	if a.kv.f8Mul != 0 {
+		a.k.dequantF8(dst, codes, stride, scales, sstride, rows, hd/g, g, a.kv.f8Shift, a.kv.f8Mul)
+		return
 	}
+	a.k.dequantI8(dst, codes, stride, scales, sstride, rows, hd/g, g)
 }
 
 // scores sets sc[j] to q · the key of kv head kvh at position j of the block whose first
@@ -580,12 +574,9 @@ func (a *attnJob) scores(sc, q []float32, base, kvh int) {
 	off, stride := a.vectors(base, kvh)
 	if a.kv.quantized() {
 		hd, g := a.kv.HeadDim, a.kv.group()
-		key := make([]float32, hd)
-		for j := range sc {
-			o := off + j*stride
-			a.dequantRow(key, a.kv.K8[o:o+hd], a.kv.KS[o/g:(o+hd)/g])
-			a.k.attnScores(sc[j:j+1], q, key, hd)
-		}
+		keys := make([]float32, len(sc)*hd)
+		a.dequantRows(keys, a.kv.K8[off:], stride, a.kv.KS[off/g:], stride/g, len(sc))
+		a.k.attnScores(sc, q, keys, hd)
 		return
 	}
 	if a.kv.DType == quant.F16 {

@@ -147,38 +147,48 @@ func TestQuantizedKVBlocks(t *testing.T) {
 }
 
 // TestDequantKernels checks every kernel set's dequantI8 and dequantF8 against kvquant's
-// code tables times the scale, bit for bit, over every code byte and lengths with and
-// without a SIMD tail.
+// code tables times the scale, bit for bit, over every code byte, strided rows of one and
+// of several groups, and groups the SIMD kernels take (multiples of 8) and do not.
 func TestDequantKernels(t *testing.T) {
 	r := rand.New(rand.NewSource(23))
-	for _, n := range []int{1, 7, 8, 16, 31, 32, 64, 256} {
-		src := make([]byte, n)
+	for _, c := range []struct{ rows, groups, g, pad int }{
+		{1, 1, 8, 0}, {16, 2, 32, 64}, {3, 1, 16, 5}, {5, 1, 7, 3}, {4, 4, 32, 0}, {8, 1, 256, 0},
+	} {
+		stride := c.groups*c.g + c.pad
+		sstride := c.groups + c.pad%3
+		src := make([]byte, (c.rows-1)*stride+c.groups*c.g)
 		for i := range src {
 			src[i] = byte(r.Intn(256))
 		}
-		if n == 256 {
-			for i := range src {
+		if c.g == 256 {
+			for i := range 256 {
 				src[i] = byte(i)
 			}
 		}
-		scale := float32(r.ExpFloat64() * 1e-3)
+		scales := make([]float32, (c.rows-1)*sstride+c.groups)
+		for i := range scales {
+			scales[i] = float32(r.ExpFloat64() * 1e-2)
+		}
+		n := c.groups * c.g
 		for _, dt := range quantKVTypes {
-			c, _ := kvquant.NewCodec(dt)
-			want := make([]float32, n)
-			for i, b := range src {
-				want[i] = c.Table()[b] * scale
+			codec, _ := kvquant.NewCodec(dt)
+			want := make([]float32, c.rows*n)
+			for row := range c.rows {
+				for i := range n {
+					want[row*n+i] = codec.Table()[src[row*stride+i]] * scales[row*sstride+i/c.g]
+				}
 			}
 			for _, k := range allKernels() {
-				got := make([]float32, n)
-				if f := c.FP8(); f != nil {
+				got := make([]float32, c.rows*n)
+				if f := codec.FP8(); f != nil {
 					shift, mul := f.Widen()
-					k.dequantF8(got, src, shift, mul, scale)
+					k.dequantF8(got, src, stride, scales, sstride, c.rows, c.groups, c.g, shift, mul)
 				} else {
-					k.dequantI8(got, src, scale)
+					k.dequantI8(got, src, stride, scales, sstride, c.rows, c.groups, c.g)
 				}
 				for i := range got {
 					if got[i] != want[i] && !(math.IsNaN(float64(want[i])) || math.IsInf(float64(want[i]), 0)) {
-						t.Fatalf("%s %s n=%d: code %#02x reads %g, want %g", k.name, dt, n, src[i], got[i], want[i])
+						t.Fatalf("%s %s %+v: value %d reads %g, want %g", k.name, dt, c, i, got[i], want[i])
 					}
 				}
 			}

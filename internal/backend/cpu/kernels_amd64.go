@@ -134,10 +134,10 @@ func dotQ4_1AVX2(w, x *byte, nb int) float32
 func cvtF16AVX2(dst *float32, src *byte, n int)
 
 //go:noescape
-func dequantI8AVX2(dst *float32, src *byte, n int, scale float32)
+func dequantI8AVX2(dst *float32, src *byte, stride int, scales *float32, sstride, rows, groups, gsz int)
 
 //go:noescape
-func dequantF8AVX2(dst *float32, src *byte, n int, shift int, mul, scale float32)
+func dequantF8AVX2(dst *float32, src *byte, stride int, scales *float32, sstride, rows, groups, gsz, shift int, mul float32)
 
 //go:noescape
 func cvtBF16AVX2(dst *float32, src *byte, n int)
@@ -268,24 +268,27 @@ func axpyAVX2Slice(y []float32, a float32, x []float32) {
 	}
 }
 
-func dequantI8AVX2Slice(dst []float32, src []byte, scale float32) {
-	n := len(dst)
-	src = src[:n]
-	m := n &^ 7
-	if m > 0 {
-		dequantI8AVX2(unsafe.SliceData(dst), unsafe.SliceData(src), m, scale)
-	}
-	dequantI8Generic(dst[m:], src[m:], scale)
+// dequantFits reports whether the assembly dequantization kernels can take the
+// arguments: groups of a multiple of 8 codes, and slices that hold every row.
+func dequantFits(dst []float32, src []byte, stride int, scales []float32, sstride, rows, groups, g int) bool {
+	return rows > 0 && groups > 0 && g > 0 && g%8 == 0 && len(dst) >= rows*groups*g &&
+		len(src) >= (rows-1)*stride+groups*g && len(scales) >= (rows-1)*sstride+groups
 }
 
-func dequantF8AVX2Slice(dst []float32, src []byte, shift int, mul, scale float32) {
-	n := len(dst)
-	src = src[:n]
-	m := n &^ 7
-	if m > 0 {
-		dequantF8AVX2(unsafe.SliceData(dst), unsafe.SliceData(src), m, shift, mul, scale)
+func dequantI8AVX2Slice(dst []float32, src []byte, stride int, scales []float32, sstride, rows, groups, g int) {
+	if !dequantFits(dst, src, stride, scales, sstride, rows, groups, g) {
+		dequantI8Generic(dst, src, stride, scales, sstride, rows, groups, g)
+		return
 	}
-	dequantF8Generic(dst[m:], src[m:], shift, mul, scale)
+	dequantI8AVX2(unsafe.SliceData(dst), unsafe.SliceData(src), stride, unsafe.SliceData(scales), sstride, rows, groups, g)
+}
+
+func dequantF8AVX2Slice(dst []float32, src []byte, stride int, scales []float32, sstride, rows, groups, g, shift int, mul float32) {
+	if !dequantFits(dst, src, stride, scales, sstride, rows, groups, g) {
+		dequantF8Generic(dst, src, stride, scales, sstride, rows, groups, g, shift, mul)
+		return
+	}
+	dequantF8AVX2(unsafe.SliceData(dst), unsafe.SliceData(src), stride, unsafe.SliceData(scales), sstride, rows, groups, g, shift, mul)
 }
 
 func cvtF16AVX2Slice(dst []float32, src []byte) {
