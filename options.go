@@ -39,7 +39,8 @@ type Options struct {
 	// only says what KVCacheAuto means.)
 	Backends []backend.Backend
 	// KVCacheDType is the KV cache's element type (KVCacheAuto: f32 on the CPU, bf16 on a
-	// GPU).
+	// GPU; the quantized KVCacheInt8, KVCacheFP8E4M3 and KVCacheFP8E5M2 on the CPU only,
+	// see docs/KV_CACHE.md).
 	KVCacheDType KVCacheDType
 	// KVCacheMemory is the KV cache budget in bytes of each rank (0: DefaultKVCacheMemory
 	// on the CPU; on a device with memory of its own, what GPUMemoryUtilization leaves).
