@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/testdata"
 )
 
@@ -49,5 +50,37 @@ func TestOpenQuantizedCache(t *testing.T) {
 			t.Errorf("%s cache: story %q", name, text)
 		}
 		e.Close()
+	}
+}
+
+// TestKVNamespaceNamesQuantizedType: instances sharing a KV pool agree on its namespace
+// only with the same cache type: int8 and fp8 blocks are of one size, so the namespace must
+// tell them apart (and f16 stays told apart by its block size and element bytes).
+func TestKVNamespaceNamesQuantizedType(t *testing.T) {
+	p := testdata.Path(t, "models/stories260K/stories260K.bin")
+	tok := testdata.Path(t, "models/stories260K/tok512.bin")
+	namespace := func(dt KVCacheDType) string {
+		fm, err := format.Open(p, format.Options{Tokenizer: tok})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := Load(fm, Options{Threads: 1, KVCacheDType: dt})
+		if err != nil {
+			fm.Close()
+			t.Fatal(err)
+		}
+		defer l.Close()
+		return kvNamespace(l, 16, int(16*l.m.KVBytesPerToken()))
+	}
+	seen := map[string]KVCacheDType{}
+	for _, dt := range []KVCacheDType{KVCacheF32, KVCacheF16, KVCacheInt8, KVCacheFP8E4M3, KVCacheFP8E5M2} {
+		ns := namespace(dt)
+		if other, ok := seen[ns]; ok {
+			t.Errorf("%s and %s caches share the namespace %s", dt, other, ns)
+		}
+		seen[ns] = dt
+		if again := namespace(dt); again != ns {
+			t.Errorf("%s: two loads give the namespaces %s and %s", dt, ns, again)
+		}
 	}
 }
