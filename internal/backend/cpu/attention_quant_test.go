@@ -31,7 +31,8 @@ func dequantRows(t *testing.T, dt quant.Type, x []float32, hd int) []float32 {
 // over an int8 or FP8 cache must equal, bit for bit, attention over an F32 cache holding
 // the keys and values the codec reads back — for prefill chunks of several tiles, decodes
 // that split their context or give each query head its own unit, and batches, on every
-// kernel set, for head dimensions of one scale group (8, 16) and of several (64). A check
+// kernel set, with and without a sliding window and soft-capping, for head dimensions of
+// one scale group (8, 16) and of several (64). A check
 // against the naive attention over the unquantized values bounds the quantization's effect.
 func TestAttentionQuantized(t *testing.T) {
 	r := rand.New(rand.NewSource(21))
@@ -68,6 +69,16 @@ func TestAttentionQuantized(t *testing.T) {
 				}
 				if !slices.Equal(got, want) {
 					t.Fatalf("%s %+v %s/%d: the quantized cache differs from the F32 cache of its values", dt, c, p.KernelSet(), p.Threads())
+				}
+				// A sliding window with soft-capping takes the same path.
+				opt := AttnOptions{Scale: scale, Window: 21, Softcap: 5}
+				gw, ww := make([]float32, len(q)), make([]float32, len(q))
+				if err := errors.Join(AttentionWith(p, gw, q, c.n, c.heads, q8, table, positions, opt),
+					AttentionWith(p, ww, q, c.n, c.heads, f32, table, positions, opt)); err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(gw, ww) {
+					t.Fatalf("%s %+v %s/%d: windowed, the quantized cache differs from the F32 cache of its values", dt, c, p.KernelSet(), p.Threads())
 				}
 				for i := range got {
 					if math.Abs(float64(got[i])-naive[i]) > frac*(1+math.Abs(naive[i])) {
