@@ -32,8 +32,8 @@ func dequantRows(t *testing.T, dt quant.Type, x []float32, hd int) []float32 {
 // the keys and values the codec reads back — for prefill chunks of several tiles, decodes
 // that split their context or give each query head its own unit, and batches, on every
 // kernel set, with and without a sliding window and soft-capping, for head dimensions of
-// one scale group (8, 16) and of several (64). A check
-// against the naive attention over the unquantized values bounds the quantization's effect.
+// one scale group (8, 16) and of several (64). A check against the naive attention over
+// the unquantized values bounds the quantization's effect.
 func TestAttentionQuantized(t *testing.T) {
 	r := rand.New(rand.NewSource(21))
 	const blockSize, numBlocks = 16, 64
