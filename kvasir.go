@@ -217,9 +217,9 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 	// by the largest rank's part, in the element its backend holds, from the memory each
 	// rank has. A draft model's cache has the same blocks, so a block costs both.
 	rc := m.RankConfig()
-	elem := m.KVBytesPerElement()
+	rowBytes := m.KVRowBytes()
 	draftPerToken := sp.draftBytesPerToken()
-	perToken := model.KVBytesPerToken(rc, elem) + draftPerToken
+	perToken := model.KVBytesPerToken(rc, rowBytes) + draftPerToken
 	mem := opt.KVCacheMemory
 	if mem <= 0 {
 		if mem, err = deviceKVBudget(l.bes, opt.GPUMemoryUtilization); err != nil {
@@ -229,7 +229,12 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 	if mem <= 0 {
 		mem = min(DefaultKVCacheMemory, kvcache.FullContextBytes(perToken, maxLen, maxSeqs, blockSize))
 	}
-	sizing, err := kvcache.Plan(rc.Layers, rc.KVHeads, rc.HeadDim, elem, blockSize, mem, maxLen)
+	var sizing kvcache.Sizing
+	if m.KVCacheDType().KVQuantized() { // codes and scales
+		sizing, err = kvcache.PlanRows(rc.Layers, rc.KVHeads, rc.HeadDim, rowBytes, blockSize, mem, maxLen)
+	} else {
+		sizing, err = kvcache.Plan(rc.Layers, rc.KVHeads, rc.HeadDim, rowBytes/rc.HeadDim, blockSize, mem, maxLen)
+	}
 	if err == nil && draftPerToken > 0 {
 		sizing, err = sizing.WithDraft(draftPerToken)
 	}
@@ -360,6 +365,11 @@ func (e *Engine) KVCacheSizing() string {
 
 // BlockSize returns the tokens per KV block.
 func (e *Engine) BlockSize() int { return e.sizing.BlockSize }
+
+// KVCacheDType returns the name of the element type the engine's KV cache holds, as the
+// device resolved Options.KVCacheDType ("F32", "F16", "BF16", "int8", "fp8_e4m3" or
+// "fp8_e5m2"): blocks move only between caches of one type.
+func (e *Engine) KVCacheDType() string { return e.l.m.KVCacheDType().String() }
 
 // CacheConfig describes an engine's KV cache, as vLLM's cache_config_info metric does.
 type CacheConfig struct {

@@ -77,10 +77,10 @@ func TestOpenF16Cache(t *testing.T) {
 	if stories[0] == "" || stories[0] != stories[1] {
 		t.Errorf("f16 cache tells %q, f32 %q", stories[1], stories[0])
 	}
-	if _, err := ParseKVCacheDType("fp8"); err == nil {
-		t.Error("an fp8 cache accepted")
+	if _, err := ParseKVCacheDType("fp4"); err == nil {
+		t.Error("an fp4 cache accepted")
 	}
-	if _, err := Open(p, Options{Tokenizer: tok, Threads: 1, KVCacheDType: KVCacheBF16 + 1}); err == nil {
+	if _, err := Open(p, Options{Tokenizer: tok, Threads: 1, KVCacheDType: KVCacheInt8 + 1}); err == nil {
 		t.Error("an unknown cache type accepted")
 	}
 }
@@ -143,5 +143,33 @@ func TestOpenSplit(t *testing.T) {
 	}
 	if _, err := Open(p, Options{Tokenizer: tok, TensorParallel: 3}); err == nil || !strings.Contains(err.Error(), "heads") {
 		t.Errorf("tensor-parallel 3 over 8 heads: %v", err)
+	}
+}
+
+// TestQuantizedCacheRefusesMassPolicies: h2o and snapkv compact the cache token by token,
+// which a quantized cache's layout does not support: a request naming one gets an error
+// that says so, and the server-wide policy is refused at Open.
+func TestQuantizedCacheRefusesMassPolicies(t *testing.T) {
+	p := testdata.Path(t, "models/stories260K/stories260K.bin")
+	tok := testdata.Path(t, "models/stories260K/tok512.bin")
+	e, err := Open(p, Options{Tokenizer: tok, Threads: 1, KVCacheMemory: 4 << 20, KVCacheDType: KVCacheInt8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	for _, name := range []string{"h2o", "snapkv"} {
+		spec, err := ParseKVPolicy(name + ":budget_tokens=64")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = e.Generate(t.Context(), Request{Prompt: "Once", KVPolicy: &spec, Params: SamplingParams{MaxTokens: 4}})
+		if err == nil || !strings.Contains(err.Error(), "quantized cache") {
+			t.Errorf("%s over an int8 cache: error %v, want one naming the quantized cache", name, err)
+		}
+	}
+	spec, _ := ParseKVPolicy("h2o:budget_tokens=64")
+	if e2, err := Open(p, Options{Tokenizer: tok, Threads: 1, KVCacheMemory: 4 << 20, KVCacheDType: KVCacheFP8E4M3, KVPolicy: spec}); err == nil {
+		e2.Close()
+		t.Error("Open with h2o over an fp8 cache succeeded")
 	}
 }

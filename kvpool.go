@@ -35,10 +35,14 @@ func kvNamespace(l *Loaded, blockSize, blockBytes int) string {
 	}
 	par := l.m.Parallel()
 	var layout [5 * 8]byte
-	for i, v := range []int{blockSize, blockBytes, l.m.KVBytesPerElement(), par.Tensor, par.Pipeline} {
+	elem := l.m.KVRowBytes() / l.fm.Config.HeadDim // bytes per element, as it was hashed before quantized caches
+	for i, v := range []int{blockSize, blockBytes, elem, par.Tensor, par.Pipeline} {
 		binary.LittleEndian.PutUint64(layout[8*i:], uint64(v))
 	}
 	h.Write(layout[:])
+	if dt := l.m.KVCacheDType(); dt.KVQuantized() {
+		fmt.Fprintf(h, "kv %s\n", dt) // int8 and fp8 blocks are of one size
+	}
 	return hex.EncodeToString(h.Sum(nil)[:12])
 }
 

@@ -56,15 +56,19 @@ func TestKVCacheDType(t *testing.T) {
 		name     string
 		cpu, gpu quant.Type
 		cpuOK    bool
+		gpuOK    bool
 	}{
-		{"", quant.F32, quant.BF16, true}, {"auto", quant.F32, quant.BF16, true},
-		{"f32", quant.F32, quant.F32, true}, {"f16", quant.F16, quant.F16, true}, {"bf16", 0, quant.BF16, false},
+		{"", quant.F32, quant.BF16, true, true}, {"auto", quant.F32, quant.BF16, true, true},
+		{"f32", quant.F32, quant.F32, true, true}, {"f16", quant.F16, quant.F16, true, true}, {"bf16", 0, quant.BF16, false, true},
+		// The GPU's attention does not read quantized caches yet: refused there.
+		{"fp8", quant.KVFP8E4M3, 0, true, false}, {"fp8_e4m3", quant.KVFP8E4M3, 0, true, false}, {"fp8_e5m2", quant.KVFP8E5M2, 0, true, false},
+		{"int8", quant.KVInt8, 0, true, false}, {"q8_0", quant.KVInt8, 0, true, false},
 	} {
 		dt, err := ParseKVCacheDType(tc.name)
 		if err != nil {
 			t.Fatalf("ParseKVCacheDType(%q): %v", tc.name, err)
 		}
-		if got, err := dt.On(gpu); err != nil || got != tc.gpu {
+		if got, err := dt.On(gpu); (err == nil) != tc.gpuOK || (tc.gpuOK && got != tc.gpu) {
 			t.Errorf("%q on a GPU: %v, %v; want %v", tc.name, got, err, tc.gpu)
 		}
 		got, err := dt.On(cpu)
@@ -72,19 +76,19 @@ func TestKVCacheDType(t *testing.T) {
 			t.Errorf("%q on the CPU: %v, %v; want %v (ok %v)", tc.name, got, err, tc.cpu, tc.cpuOK)
 		}
 	}
-	for _, bad := range []string{"q8_0", "half", "F16", "fp8"} {
+	for _, bad := range []string{"half", "F16", "FP8", "fp8_e4m3fnuz", "int4", "q4_0"} {
 		if _, err := ParseKVCacheDType(bad); err == nil {
 			t.Errorf("ParseKVCacheDType(%q) accepted", bad)
 		}
 	}
-	if _, err := (KVCacheBF16 + 1).On(gpu); err == nil {
+	if _, err := (KVCacheInt8 + 1).On(cpu); err == nil {
 		t.Error("an unknown KV cache type is held on a GPU")
 	}
 }
 
 // FuzzParseKVCacheDType: a type read back from its name is itself; nothing panics.
 func FuzzParseKVCacheDType(f *testing.F) {
-	for _, s := range []string{"auto", "f32", "f16", "bf16", "fp8"} {
+	for _, s := range []string{"auto", "f32", "f16", "bf16", "fp8", "fp8_e5m2", "q8_0"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

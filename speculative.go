@@ -95,7 +95,7 @@ func (s *speculation) draftBytesPerToken() int64 {
 		return 0
 	}
 	m := s.draft.m
-	return model.KVBytesPerToken(m.RankConfig(), m.KVBytesPerElement())
+	return model.KVBytesPerToken(m.RankConfig(), m.KVRowBytes())
 }
 
 // checkContext checks that the draft model's context covers the engine's context of

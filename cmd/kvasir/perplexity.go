@@ -40,6 +40,7 @@ func runPerplexity(args []string) error {
 	batch := fs.Int("batch", 0, "tokens per forward step (0: 512)")
 	asJSON := fs.Bool("json", false, "print one JSON object (progress goes to standard error)")
 	klBase := fs.String("kl-base", "", "reference model: also report the KL divergence from its next-token distributions and top-1 agreement")
+	klBaseKV := fs.String("kl-base-kv-cache-dtype", "", "the reference model's --kv-cache-dtype (default: the measured model's); with --kl-base naming the same model, measures what a quantized KV cache costs, e.g. --kv-cache-dtype int8 --kl-base-kv-cache-dtype f32")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,6 +73,9 @@ func runPerplexity(args []string) error {
 	if *klBase != "" {
 		bf := *ef
 		bf.model = *klBase
+		if *klBaseKV != "" {
+			bf.kvDType = *klBaseKV
+		}
 		bl, err := bf.load()
 		if err != nil {
 			return fmt.Errorf("--kl-base: %w", err)

@@ -58,3 +58,38 @@ func TestPerplexityMatchesLlamaCpp(t *testing.T) {
 		t.Errorf("text output lacks the per-window progress or the final estimate:\n%s", stdout)
 	}
 }
+
+// TestPerplexityKVCacheDType: --kl-base-kv-cache-dtype gives the reference model its own
+// cache type, so the same model with an int8 cache against an f32 one shows what the
+// quantization moved (a divergence above zero, agreement below one, a perplexity within
+// 1% on stories260K), and a bad name is refused naming the flag.
+func TestPerplexityKVCacheDType(t *testing.T) {
+	model := testdata.Path(t, "models/stories260K/stories260K.gguf")
+	text := testdata.Path(t, "corpus/tinystories_excerpt.txt")
+	run := func(dt string) map[string]any {
+		stdout, _ := runWithIO(t, "", func() error {
+			return runPerplexity([]string{"-m", model, "-f", text, "--ctx", "128", "--chunks", "20", "--threads", "2", "--json",
+				"--kv-cache-dtype", dt, "--kl-base", model, "--kl-base-kv-cache-dtype", "f32"})
+		})
+		var got map[string]any
+		if err := json.Unmarshal([]byte(stdout), &got); err != nil {
+			t.Fatalf("output is not one JSON object: %v\n%s", err, stdout)
+		}
+		return got
+	}
+	f32, q := run("f32"), run("int8")
+	if kl, _ := f32["kl_divergence"].(float64); math.Abs(kl) > 1e-9 || f32["top1_agreement"] != float64(1) {
+		t.Errorf("f32 against f32: kl_divergence %v top1_agreement %v", f32["kl_divergence"], f32["top1_agreement"])
+	}
+	kl, _ := q["kl_divergence"].(float64)
+	agree, _ := q["top1_agreement"].(float64)
+	p0, _ := f32["perplexity"].(float64)
+	p1, _ := q["perplexity"].(float64)
+	if kl <= 0 || agree >= 1 || agree < 0.9 || math.Abs(p1/p0-1) > 0.01 {
+		t.Errorf("int8 against f32: kl_divergence %v, top1_agreement %v, perplexity %v against %v", kl, agree, p1, p0)
+	}
+	err := runPerplexity([]string{"-m", model, "-f", text, "--kl-base", model, "--kl-base-kv-cache-dtype", "fp4"})
+	if err == nil || !strings.Contains(err.Error(), "kv-cache-dtype") {
+		t.Errorf("a bad --kl-base-kv-cache-dtype: %v", err)
+	}
+}

@@ -75,8 +75,9 @@ func TestRunGreedyStories(t *testing.T) {
 }
 
 // TestRunKVCacheDType: `kvasir run --kv-cache-dtype f16` still prints llama2.c's greedy
-// text for stories260K (the F16 cache's rounding moves no greedy token there), and a type
-// the CPU cache does not hold is refused before anything runs.
+// text for stories260K (the F16 cache's rounding moves no greedy token there), `int8` and
+// `fp8` run, and a type the CPU cache does not hold, or no type at all, is refused before
+// anything runs.
 func TestRunKVCacheDType(t *testing.T) {
 	bin, tok, want := storiesRun(t)
 	got := captureStdout(t, func() error {
@@ -85,7 +86,15 @@ func TestRunKVCacheDType(t *testing.T) {
 	if strings.TrimSuffix(got, "\n") != want {
 		t.Errorf("kvasir run --kv-cache-dtype f16 printed\n%q\nwant\n%q", got, want)
 	}
-	for _, bad := range []string{"bf16", "q8_0", "half"} {
+	for _, q := range []string{"int8", "q8_0", "fp8", "fp8_e5m2"} {
+		got := captureStdout(t, func() error {
+			return runRun([]string{"-m", bin, "-z", tok, "--temperature", "0", "-n", "20", "--kv-cache-dtype", q})
+		})
+		if len(got) < 40 {
+			t.Errorf("kvasir run --kv-cache-dtype %s printed %q", q, got)
+		}
+	}
+	for _, bad := range []string{"bf16", "q4_0", "half", "fp4"} {
 		err := runRun([]string{"-m", bin, "-z", tok, "-n", "1", "--kv-cache-dtype", bad})
 		if err == nil || !strings.Contains(err.Error(), "--kv-cache-dtype") {
 			t.Errorf("--kv-cache-dtype %s: error %v, want one naming the flag", bad, err)

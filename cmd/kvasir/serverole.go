@@ -80,7 +80,7 @@ func (f *roleFlags) apply(cfg *server.Config, eng *kvasir.Engine, hostFlag strin
 	if err != nil {
 		return nil, fmt.Errorf("--kv-transfer-port: %w", err)
 	}
-	rc, err := kvtransfer.Listen(ln, kvtransfer.ReceiverConfig{Model: eng.ModelName(), BlockSize: eng.BlockSize(), BlockBytes: eng.BlockBytes(),
+	rc, err := kvtransfer.Listen(ln, kvtransfer.ReceiverConfig{Model: eng.ModelName(), BlockSize: eng.BlockSize(), BlockBytes: eng.BlockBytes(), KVCacheDType: eng.KVCacheDType(),
 		MaxHeldBytes: *f.memory, TTL: *f.ttl, Timeout: *f.timeout, Logger: log, OnDone: metrics.ObserveReceived})
 	if err != nil {
 		ln.Close()

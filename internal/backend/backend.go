@@ -20,6 +20,7 @@ package backend
 
 import (
 	"github.com/kvasir-llm/kvasir/internal/format"
+	"github.com/kvasir-llm/kvasir/internal/kvquant"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
@@ -52,20 +53,20 @@ type KVCache interface {
 // BlockBytes each; within a block, layer after layer; within a layer, the keys, then the
 // values; within those, slot after slot of the block; each slot KVHeads vectors of
 // HeadDim elements, head after head, each element of the cache's DType (KVCache.Spec:
-// F32 IEEE binary32, F16 binary16, BF16 the top half of a binary32), little-endian.
+// F32 IEEE binary32, F16 binary16, BF16 the top half of a binary32), little-endian. A
+// quantized DType (quant.KVInt8, KVFP8E4M3, KVFP8E5M2) holds, in place of the elements of
+// those slots, their one-byte codes in that order, then the float32 scales of their groups
+// (kvquant.Group elements each), in the same order: kvquant.RowBytes per head vector.
 type KVSpec struct {
 	Layers, NumBlocks, BlockSize, KVHeads, HeadDim int
 	DType                                          quant.Type
 }
 
 // BlockBytes returns the bytes one block of the cache takes in the host layout of
-// ReadBlocks and WriteBlocks: 2 x Layers x BlockSize x KVHeads x HeadDim elements of
-// DType (0 for a DType that is not a plain element type).
+// ReadBlocks and WriteBlocks: 2 x Layers x BlockSize x KVHeads head vectors of
+// kvquant.RowBytes(DType, HeadDim) bytes (0 for a DType no cache holds).
 func (s KVSpec) BlockBytes() int {
-	if s.DType.BlockSize() != 1 {
-		return 0
-	}
-	return 2 * s.Layers * s.BlockSize * s.KVHeads * s.HeadDim * s.DType.BlockBytes()
+	return 2 * s.Layers * s.BlockSize * s.KVHeads * kvquant.RowBytes(s.DType, s.HeadDim)
 }
 
 // BlockCopy orders the keys and values of block Src copied into block Dst, in every layer
@@ -381,19 +382,21 @@ type MemoryReporter interface {
 	MemoryInfo() (free, total int64, err error)
 }
 
-// KVBytesPerElement returns the bytes per KV cache element be holds when its cache is
-// asked for dtype elements (KVSpec.DType): its own answer when it implements
-// KVElementSizer, else dtype's size (4 for F32, 2 for F16).
-func KVBytesPerElement(be Backend, dtype quant.Type) int {
+// KVRowBytes returns the bytes one cached key or value head vector of headDim elements
+// takes on be when its cache is asked for dtype elements (KVSpec.DType): headDim of its
+// own element size when it implements KVElementSizer, else kvquant.RowBytes (4 bytes an
+// element for F32, 2 for F16, 1 and a scale per group for the quantized types; 4 for a
+// type no cache holds).
+func KVRowBytes(be Backend, dtype quant.Type, headDim int) int {
 	if s, ok := be.(KVElementSizer); ok {
 		if n := s.KVBytesPerElement(); n > 0 {
-			return n
+			return n * headDim
 		}
 	}
-	if dtype.BlockSize() == 1 && dtype.BlockBytes() > 0 {
-		return dtype.BlockBytes()
+	if n := kvquant.RowBytes(dtype, headDim); n > 0 {
+		return n
 	}
-	return 4
+	return 4 * headDim
 }
 
 // Communicator joins one rank's backend to a group of ranks that run each step together:

@@ -468,7 +468,7 @@ func (e *Engine) policyFor(spec *kvcache.PolicySpec) (kvcache.Policy, error) {
 		return nil, paramErr("kv_policy", "%v", err)
 	}
 	if asks, _ := pol.MassWindow(); asks && !e.reportsMass {
-		return nil, paramErr("kv_policy", "%s ranks the cache by attention mass, which this model's backend does not report (the CPU and CUDA backends do, with the model not split)", s.Name)
+		return nil, paramErr("kv_policy", "%s ranks the cache by attention mass, which this model's backend does not report (the CPU and CUDA backends do, with the model not split and an f32, f16 or bf16 KV cache: the token compaction of h2o and snapkv does not handle a quantized cache)", s.Name)
 	}
 	return pol, nil
 }

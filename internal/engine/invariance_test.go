@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
 // workload makes count greedy requests, every other one sharing a 40-token prefix, with
@@ -35,11 +37,15 @@ func sequential(t *testing.T, e *Engine, reqs []Request) [][]result {
 }
 
 // TestGreedyInvariance: batching, chunked prefill, prefix caching and preemption do not
-// change greedy tokens, with asynchronous scheduling on and off and with an F32 or F16 KV
-// cache: every request gets the tokens of the model run one request at a time, serially.
+// change greedy tokens, with asynchronous scheduling on and off and with an F32, F16, int8
+// or FP8 KV cache: every request gets the tokens of the model run one request at a time,
+// serially, with a cache of the same type (a quantized cache's codes and scales depend only
+// on the token's own keys and values, so a shared prefix block holds what a fresh one would).
 func TestGreedyInvariance(t *testing.T) {
 	models := map[string]func(testing.TB) *tinyModel{"synth": newTinyModel, "stories260K": storiesModel,
-		"stories260K-f16-cache": storiesF16Model}
+		"stories260K-f16-cache":  storiesF16Model,
+		"stories260K-int8-cache": func(t testing.TB) *tinyModel { return openStoriesModel(t, quant.KVInt8) },
+		"stories260K-fp8-cache":  func(t testing.TB) *tinyModel { return openStoriesModel(t, quant.KVFP8E4M3) }}
 	for name, mk := range models {
 		t.Run(name, func(t *testing.T) {
 			tm := mk(t)

@@ -9,11 +9,14 @@ import (
 // String is the start-up log line.
 type Sizing struct {
 	Layers, KVHeads, HeadDim, BytesPerElem int
+	// RowBytes is the bytes of one head vector of keys (or values): HeadDim x
+	// BytesPerElem, or for a quantized cache (BytesPerElem 0) its codes and scales.
+	RowBytes int
 	// BlockSize is the number of tokens per block.
 	BlockSize int
 	// MemoryBytes is the budget the pool was sized from.
 	MemoryBytes int64
-	// BytesPerToken is 2 (K and V) x layers x KV heads x head dim x bytes per element.
+	// BytesPerToken is 2 (K and V) x layers x KV heads x RowBytes.
 	BytesPerToken int64
 	// DraftBytesPerToken is what a draft model's keys and values add per token when its
 	// cache shares the blocks' numbering (see WithDraft); 0 without one.
@@ -35,19 +38,32 @@ type Sizing struct {
 // model with the given layers, KV heads, head dimension and bytes per element, and reports
 // how many full-context (maxModelLen) sequences fit at once.
 func Plan(layers, kvHeads, headDim, bytesPerElem, blockSize int, memoryBytes int64, maxModelLen int) (Sizing, error) {
+	if bytesPerElem <= 0 || headDim <= 0 || headDim > math.MaxInt/bytesPerElem {
+		return Sizing{Layers: layers, KVHeads: kvHeads, HeadDim: headDim, BytesPerElem: bytesPerElem, BlockSize: blockSize, MemoryBytes: memoryBytes, MaxModelLen: maxModelLen},
+			fmt.Errorf("kvcache: plan: layers %d, kv heads %d, head dim %d, bytes per element %d, block size %d, max model len %d: all must be positive",
+				layers, kvHeads, headDim, bytesPerElem, blockSize, maxModelLen)
+	}
+	s, err := PlanRows(layers, kvHeads, headDim, headDim*bytesPerElem, blockSize, memoryBytes, maxModelLen)
+	s.BytesPerElem = bytesPerElem
+	return s, err
+}
+
+// PlanRows is Plan for a cache whose head vectors of headDim elements take rowBytes bytes
+// each, whatever their element size (a quantized cache's codes and scales).
+func PlanRows(layers, kvHeads, headDim, rowBytes, blockSize int, memoryBytes int64, maxModelLen int) (Sizing, error) {
 	s := Sizing{
-		Layers: layers, KVHeads: kvHeads, HeadDim: headDim, BytesPerElem: bytesPerElem,
+		Layers: layers, KVHeads: kvHeads, HeadDim: headDim, RowBytes: rowBytes,
 		BlockSize: blockSize, MemoryBytes: memoryBytes, MaxModelLen: maxModelLen,
 	}
-	if layers <= 0 || kvHeads <= 0 || headDim <= 0 || bytesPerElem <= 0 || blockSize <= 0 || maxModelLen <= 0 {
-		return s, fmt.Errorf("kvcache: plan: layers %d, kv heads %d, head dim %d, bytes per element %d, block size %d, max model len %d: all must be positive",
-			layers, kvHeads, headDim, bytesPerElem, blockSize, maxModelLen)
+	if layers <= 0 || kvHeads <= 0 || headDim <= 0 || rowBytes <= 0 || blockSize <= 0 || maxModelLen <= 0 {
+		return s, fmt.Errorf("kvcache: plan: layers %d, kv heads %d, head dim %d, bytes per head vector %d, block size %d, max model len %d: all must be positive",
+			layers, kvHeads, headDim, rowBytes, blockSize, maxModelLen)
 	}
 	perToken := int64(2)
-	for _, f := range []int{layers, kvHeads, headDim, bytesPerElem} {
+	for _, f := range []int{layers, kvHeads, rowBytes} {
 		if perToken > math.MaxInt64/int64(f) {
-			return s, fmt.Errorf("kvcache: plan: bytes per token (2 x %d layers x %d kv heads x %d head dim x %d bytes) overflow int64",
-				layers, kvHeads, headDim, bytesPerElem)
+			return s, fmt.Errorf("kvcache: plan: bytes per token (2 x %d layers x %d kv heads x %d bytes per head vector) overflow int64",
+				layers, kvHeads, rowBytes)
 		}
 		perToken *= int64(f)
 	}
@@ -134,8 +150,12 @@ func (s Sizing) String() string {
 	if s.DraftBytesPerToken > 0 {
 		draft = fmt.Sprintf(" + %d B/token of the draft model", s.DraftBytesPerToken)
 	}
-	return fmt.Sprintf("kv cache: %d B/token (2 x %d layers x %d kv heads x %d dim x %d B)%s; %d-token blocks of %s; %d blocks = %d tokens in %s; %.2fx concurrency at %d tokens (%d full-context sequences)",
-		s.BytesPerToken, s.Layers, s.KVHeads, s.HeadDim, s.BytesPerElem, draft,
+	row := fmt.Sprintf("%d dim x %d B", s.HeadDim, s.BytesPerElem)
+	if s.BytesPerElem <= 0 {
+		row = fmt.Sprintf("%d B per %d-dim head vector", s.RowBytes, s.HeadDim)
+	}
+	return fmt.Sprintf("kv cache: %d B/token (2 x %d layers x %d kv heads x %s)%s; %d-token blocks of %s; %d blocks = %d tokens in %s; %.2fx concurrency at %d tokens (%d full-context sequences)",
+		s.BytesPerToken, s.Layers, s.KVHeads, row, draft,
 		s.BlockSize, formatBytes(s.BytesPerBlock),
 		usable, usable*s.BlockSize, formatBytes(s.BytesPerBlock*int64(usable)),
 		conc, s.MaxModelLen, s.MaxConcurrentFullContext)

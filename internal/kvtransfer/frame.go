@@ -61,7 +61,8 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 func Checksum(data []byte) uint32 { return crc32.Checksum(data, castagnoli) }
 
 // Header describes a transfer: what the blocks are and how big. The receiver refuses a
-// transfer whose model, block size or block bytes differ from its own.
+// transfer whose model, block size, block bytes or KV cache element type differ from its
+// own.
 type Header struct {
 	// ID names the transfer; the decode request names it again to take the blocks.
 	ID string `json:"transfer_id"`
@@ -71,6 +72,10 @@ type Header struct {
 	// layout of the KV block I/O seam (backend.KVSpec).
 	BlockSize  int `json:"block_size"`
 	BlockBytes int `json:"block_bytes"`
+	// KVCacheDType is the element type of the sender's cache ("F32", "F16", "BF16",
+	// "int8", "fp8_e4m3", "fp8_e5m2"): caches of int8 and fp8 blocks have blocks of one
+	// size, and a block's bytes mean something else in each.
+	KVCacheDType string `json:"kv_cache_dtype,omitempty"`
 	// NumBlocks is the number of block frames that follow.
 	NumBlocks int `json:"num_blocks"`
 }

@@ -42,6 +42,9 @@ func newTestReceiver(t *testing.T, size int, cfg ReceiverConfig) *Receiver {
 		t.Fatal(err)
 	}
 	cfg.Model, cfg.BlockSize, cfg.BlockBytes = "m", 16, size
+	if cfg.KVCacheDType == "" {
+		cfg.KVCacheDType = "int8"
+	}
 	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	if cfg.Timeout == 0 {
 		cfg.Timeout = time.Second
@@ -59,7 +62,7 @@ func TestSendReceive(t *testing.T) {
 	r := newTestReceiver(t, size, ReceiverConfig{})
 	src, hashes := testBlocks(3, size)
 	s := &Sender{Timeout: time.Second}
-	h := Header{ID: "t1", Model: "m", BlockSize: 16, BlockBytes: size, NumBlocks: 3}
+	h := Header{ID: "t1", Model: "m", BlockSize: 16, BlockBytes: size, KVCacheDType: "int8", NumBlocks: 3}
 	if err := s.Send(context.Background(), r.Addr().String(), h, hashes, src); err != nil {
 		t.Fatal(err)
 	}
@@ -80,9 +83,11 @@ func TestSendReceive(t *testing.T) {
 		h    Header
 		want string
 	}{
-		{Header{ID: "t2", Model: "other", BlockSize: 16, BlockBytes: size, NumBlocks: 3}, "model"},
-		{Header{ID: "t3", Model: "m", BlockSize: 32, BlockBytes: size, NumBlocks: 3}, "blocks of 32 tokens"},
-		{Header{ID: "t4", Model: "m", BlockSize: 16, BlockBytes: size + 1, NumBlocks: 3}, "bytes"},
+		{Header{ID: "t2", Model: "other", BlockSize: 16, BlockBytes: size, KVCacheDType: "int8", NumBlocks: 3}, "model"},
+		{Header{ID: "t3", Model: "m", BlockSize: 32, BlockBytes: size, KVCacheDType: "int8", NumBlocks: 3}, "blocks of 32 tokens"},
+		{Header{ID: "t4", Model: "m", BlockSize: 16, BlockBytes: size + 1, KVCacheDType: "int8", NumBlocks: 3}, "bytes"},
+		// An fp8 cache's blocks are the size of an int8 cache's, but not its bytes.
+		{Header{ID: "t5", Model: "m", BlockSize: 16, BlockBytes: size, KVCacheDType: "fp8_e4m3", NumBlocks: 3}, "a kv cache of fp8_e4m3 elements, this instance's holds int8"},
 	} {
 		src := src
 		if c.h.BlockBytes != size {
@@ -94,7 +99,7 @@ func TestSendReceive(t *testing.T) {
 		}
 	}
 	st := r.Stats()
-	if st.Received != 1 || st.Taken != 1 || st.HeldBytes != 0 || st.Bytes != 3*size || st.Failed != 3 {
+	if st.Received != 1 || st.Taken != 1 || st.HeldBytes != 0 || st.Bytes != 3*size || st.Failed != 4 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -105,7 +110,7 @@ func TestReceiverBounds(t *testing.T) {
 	r := newTestReceiver(t, size, ReceiverConfig{MaxHeldBytes: 5 * size, TTL: 100 * time.Millisecond})
 	src, hashes := testBlocks(3, size)
 	s := &Sender{Timeout: time.Second}
-	h := Header{ID: "a", Model: "m", BlockSize: 16, BlockBytes: size, NumBlocks: 3}
+	h := Header{ID: "a", Model: "m", BlockSize: 16, BlockBytes: size, KVCacheDType: "int8", NumBlocks: 3}
 	if err := s.Send(context.Background(), r.Addr().String(), h, hashes, src); err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +140,7 @@ func TestCorruptBlockRefused(t *testing.T) {
 	r := newTestReceiver(t, size, ReceiverConfig{})
 	src, hashes := testBlocks(2, size)
 	var wire bytes.Buffer
-	h := Header{ID: "c", Model: "m", BlockSize: 16, BlockBytes: size, NumBlocks: 2}
+	h := Header{ID: "c", Model: "m", BlockSize: 16, BlockBytes: size, KVCacheDType: "int8", NumBlocks: 2}
 	if err := writeTransfer(&wire, h, hashes, src); err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +174,7 @@ func TestStalledSender(t *testing.T) {
 	r := newTestReceiver(t, size, ReceiverConfig{Timeout: 100 * time.Millisecond})
 	src, hashes := testBlocks(2, size)
 	var wire bytes.Buffer
-	h := Header{ID: "s", Model: "m", BlockSize: 16, BlockBytes: size, NumBlocks: 2}
+	h := Header{ID: "s", Model: "m", BlockSize: 16, BlockBytes: size, KVCacheDType: "int8", NumBlocks: 2}
 	if err := writeTransfer(&wire, h, hashes, src); err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +253,7 @@ func readTransfer(r io.Reader, maxBlock int) (Header, []Block, error) {
 func FuzzReadTransfer(f *testing.F) {
 	src, hashes := testBlocks(2, 8)
 	var wire bytes.Buffer
-	writeTransfer(&wire, Header{ID: "x", Model: "m", BlockSize: 16, BlockBytes: 8, NumBlocks: 2}, hashes, src)
+	writeTransfer(&wire, Header{ID: "x", Model: "m", BlockSize: 16, BlockBytes: 8, KVCacheDType: "int8", NumBlocks: 2}, hashes, src)
 	f.Add(wire.Bytes())
 	f.Add([]byte(Magic + "H\x00\x00\x00\x02{}"))
 	f.Add([]byte("KVX1B\xff\xff\xff\xff"))
@@ -302,7 +307,7 @@ func TestKeepalive(t *testing.T) {
 	const size = 64
 	src, hashes := testBlocks(3, size)
 	s := &Sender{Timeout: 100 * time.Millisecond}
-	h := Header{ID: "k", Model: "m", BlockSize: 16, BlockBytes: size, NumBlocks: 3}
+	h := Header{ID: "k", Model: "m", BlockSize: 16, BlockBytes: size, KVCacheDType: "int8", NumBlocks: 3}
 	r := newTestReceiver(t, size, ReceiverConfig{Timeout: 100 * time.Millisecond})
 	if err := s.Send(context.Background(), r.Addr().String(), h, hashes, slowSource{src, 350 * time.Millisecond}); err != nil {
 		t.Fatalf("a slow source kept alive: %v", err)

@@ -25,6 +25,9 @@ type ReceiverConfig struct {
 	// is refused.
 	Model                 string
 	BlockSize, BlockBytes int
+	// KVCacheDType is the receiving cache's element type (Header.KVCacheDType): a
+	// transfer of another is refused.
+	KVCacheDType string
 	// MaxHeldBytes bounds the bytes of the transfers held at once, waiting for their
 	// requests; one that would pass it is refused (0: DefaultMaxHeldBytes).
 	MaxHeldBytes int64
@@ -224,6 +227,8 @@ func (r *Receiver) receive(conn net.Conn) (string, int64, error) {
 		return h.ID, 0, fmt.Errorf("model %q, this instance serves %q", h.Model, r.cfg.Model)
 	case h.BlockSize != r.cfg.BlockSize || h.BlockBytes != r.cfg.BlockBytes:
 		return h.ID, 0, fmt.Errorf("blocks of %d tokens and %d bytes, this instance's are %d and %d", h.BlockSize, h.BlockBytes, r.cfg.BlockSize, r.cfg.BlockBytes)
+	case h.KVCacheDType != r.cfg.KVCacheDType:
+		return h.ID, 0, fmt.Errorf("a kv cache of %s elements, this instance's holds %s (give both the same --kv-cache-dtype)", orUnnamed(h.KVCacheDType), orUnnamed(r.cfg.KVCacheDType))
 	}
 	size := int64(h.NumBlocks) * int64(h.BlockBytes)
 	if err := r.reserve(h.ID, size); err != nil {
@@ -314,4 +319,13 @@ func (d deadlineReader) Read(p []byte) (int, error) {
 	}
 	d.conn.SetReadDeadline(t)
 	return d.conn.Read(p)
+}
+
+// orUnnamed returns a KV cache element type's name for a message ("unnamed" for none: a
+// sender of an older version).
+func orUnnamed(dt string) string {
+	if dt == "" {
+		return "unnamed"
+	}
+	return dt
 }

@@ -51,25 +51,29 @@ func (s *shard) kvSpec(numBlocks, blockSize int, dtype quant.Type) backend.KVSpe
 
 // KVBytesPerToken returns the cache bytes one token takes, over all layers and all ranks:
 // keys and values of Options.KVCacheDType (or of the size a backend reports for it, see
-// backend.KVBytesPerElement).
+// backend.KVRowBytes).
 func (m *Model) KVBytesPerToken() int64 {
 	var n int64
 	for _, s := range m.ranks {
-		n += KVBytesPerToken(s.cfg, backend.KVBytesPerElement(s.be, m.kvDT))
+		n += KVBytesPerToken(s.cfg, backend.KVRowBytes(s.be, m.kvDT, s.cfg.HeadDim))
 	}
 	return n
 }
 
-// KVBytesPerElement returns the bytes one cached key or value element takes on the first
-// rank (every rank's backend is of one kind).
-func (m *Model) KVBytesPerElement() int {
-	return backend.KVBytesPerElement(m.ranks[0].be, m.kvDT)
+// KVRowBytes returns the bytes one cached key or value head vector takes on the first
+// rank (every rank's backend is of one kind, and every rank has the model's head
+// dimension).
+func (m *Model) KVRowBytes() int {
+	return backend.KVRowBytes(m.ranks[0].be, m.kvDT, m.ranks[0].cfg.HeadDim)
 }
 
+// KVCacheDType returns the element type of the caches the model makes.
+func (m *Model) KVCacheDType() quant.Type { return m.kvDT }
+
 // KVBytesPerToken returns the cache bytes one token takes across all layers, keys and
-// values of elemBytes bytes each.
-func KVBytesPerToken(cfg format.Config, elemBytes int) int64 {
-	return int64(2 * cfg.Layers * cfg.KVHeads * cfg.HeadDim * elemBytes)
+// values of rowBytes bytes per head vector each.
+func KVBytesPerToken(cfg format.Config, rowBytes int) int64 {
+	return int64(2 * cfg.Layers * cfg.KVHeads * rowBytes)
 }
 
 // Slots returns the number of token slots the cache holds.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/kvasir-llm/kvasir/internal/kvquant"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
@@ -29,7 +30,6 @@ func (kv *KVCache) ShiftKeys(blocks []int32, delta int) error {
 	for r, s := range kv.m.ranks {
 		spec := kv.parts[r].Spec()
 		per := spec.BlockBytes()
-		eb := spec.DType.BlockBytes()
 		rot, err := newKeyRotation(s.hostRope, delta, spec.DType)
 		if err != nil {
 			return fmt.Errorf("shift keys: %w", err)
@@ -42,7 +42,7 @@ func (kv *KVCache) ShiftKeys(blocks []int32, delta int) error {
 		}
 		// Host layout: within a block, layer after layer, each the keys (BlockSize slots
 		// of KVHeads x HeadDim elements) then the values.
-		keyBytes := spec.BlockSize * spec.KVHeads * spec.HeadDim * eb
+		keyBytes := spec.BlockSize * spec.KVHeads * kvquant.RowBytes(spec.DType, spec.HeadDim)
 		vec := make([]float32, spec.HeadDim)
 		for i := range blocks {
 			part := buf[i*total+off:][:per]
@@ -52,6 +52,11 @@ func (kv *KVCache) ShiftKeys(blocks []int32, delta int) error {
 				if s.localRope(l) {
 					lr = rotLocal // Gemma 3's windowed layers rotate with their own frequencies
 				}
+				if spec.DType.KVQuantized() {
+					lr.applyQuantized(keys, spec.HeadDim)
+					continue
+				}
+				eb := spec.DType.BlockBytes()
 				for h := 0; h < len(keys); h += spec.HeadDim * eb {
 					lr.apply(keys[h:h+spec.HeadDim*eb], vec)
 				}
@@ -70,16 +75,23 @@ type keyRotation struct {
 	r        *rope
 	cos, sin []float32
 	dtype    quant.Type
+	codec    *kvquant.Codec // a quantized cache's
 }
 
 func newKeyRotation(r *rope, delta int, dt quant.Type) (*keyRotation, error) {
 	if r == nil {
 		return nil, fmt.Errorf("the model has no rotary frequencies")
 	}
-	if dt != quant.F32 && dt != quant.F16 && dt != quant.BF16 {
+	k := &keyRotation{r: r, cos: make([]float32, len(r.invFreq)), sin: make([]float32, len(r.invFreq)), dtype: dt}
+	switch {
+	case dt.KVQuantized():
+		var err error
+		if k.codec, err = kvquant.NewCodec(dt); err != nil {
+			return nil, err
+		}
+	case dt != quant.F32 && dt != quant.F16 && dt != quant.BF16:
 		return nil, fmt.Errorf("cache element type %s", dt)
 	}
-	k := &keyRotation{r: r, cos: make([]float32, len(r.invFreq)), sin: make([]float32, len(r.invFreq)), dtype: dt}
 	for i, f := range r.invFreq {
 		s, c := math.Sincos(float64(delta) * float64(f))
 		k.cos[i], k.sin[i] = float32(c), float32(s)
@@ -112,6 +124,28 @@ func (k *keyRotation) apply(b []byte, vec []float32) {
 	}
 }
 
+// applyQuantized rotates every head vector of one block's keys of a quantized cache, held
+// in keys as the host layout has them (the block's codes, then its float32 scales): each
+// is dequantized, rotated and quantized again with a scale of its own (so a shifted key
+// carries a second rounding).
+func (k *keyRotation) applyQuantized(keys []byte, hd int) {
+	g := kvquant.Group(hd)
+	n := len(keys) / kvquant.RowBytes(k.dtype, hd) // head vectors
+	codes, sb := keys[:n*hd], keys[n*hd:]
+	vec, scales := make([]float32, hd), make([]float32, hd/g)
+	for v := range n {
+		for i := range scales {
+			scales[i] = math.Float32frombits(binary.LittleEndian.Uint32(sb[4*(v*len(scales)+i):]))
+		}
+		k.codec.Dequantize(vec, codes[v*hd:(v+1)*hd], scales, g)
+		k.r.apply(vec, k.cos, k.sin)
+		k.codec.Quantize(codes[v*hd:(v+1)*hd], scales, vec, g)
+		for i, s := range scales {
+			binary.LittleEndian.PutUint32(sb[4*(v*len(scales)+i):], math.Float32bits(s))
+		}
+	}
+}
+
 // CompactKeys closes the gaps a token-granular KV policy leaves: buf holds blocks' keys and
 // values in the host layout (as ReadBlocks gives them, whole blocks), keep the slots over
 // those blocks that stay (ascending). Slot keep[i] moves to slot i of dst (blocks in order,
@@ -130,6 +164,9 @@ func (kv *KVCache) CompactKeys(buf []byte, keep []int, dst []int32) error {
 		if s < i || s >= len(buf)/total*bs || i > 0 && s <= keep[i-1] {
 			return fmt.Errorf("compact keys: kept slot %d (the %d-th) out of order or out of %d blocks", s, i, len(buf)/total)
 		}
+	}
+	if dt := kv.m.kvDT; dt.KVQuantized() {
+		return fmt.Errorf("compact keys: a cache of %s elements (compaction needs f32, f16 or bf16)", dt)
 	}
 	out := make([]byte, len(dst)*total)
 	off := 0

@@ -28,7 +28,7 @@ func prefillAt(t *testing.T, m *Model, kv *KVCache, table []int32, tokens []int3
 // by -d decodes the next token as the same context computed at 0, 1, ... does, up to
 // rounding (attention depends on positions only through q-k rotations, and the values
 // do not depend on positions at all); left unshifted it decodes otherwise. Interleaved
-// and NeoX RoPE, GQA, F32 and F16 caches, a model split by tensor.
+// and NeoX RoPE, GQA, F32, F16, int8 and FP8 caches, a model split by tensor.
 func TestShiftKeys(t *testing.T) {
 	const bs, n = 4, 10
 	tokens := testTokens(n)
@@ -36,7 +36,8 @@ func TestShiftKeys(t *testing.T) {
 		for _, tc := range []struct {
 			p  Parallel
 			dt quant.Type
-		}{{Parallel{1, 1}, quant.F32}, {Parallel{1, 1}, quant.F16}, {Parallel{2, 1}, quant.F32}} {
+		}{{Parallel{1, 1}, quant.F32}, {Parallel{1, 1}, quant.F16}, {Parallel{2, 1}, quant.F32},
+			{Parallel{1, 1}, quant.KVInt8}, {Parallel{1, 1}, quant.KVFP8E4M3}} {
 			t.Run(fmt.Sprintf("%s/tp%d/%s", name, tc.p.Tensor, tc.dt), func(t *testing.T) {
 				m := cpuModel(t, fm, tc.p, tc.dt)
 				kv, err := m.NewKVCache(12, bs)
@@ -56,7 +57,9 @@ func TestShiftKeys(t *testing.T) {
 					got := decodeAt(t, m, kv, moved, 77, n)
 					// F16 keys are rounded at their first position and again after the
 					// rotation: a few half-precision ulps.
-					tol := map[quant.Type]float64{quant.F32: 5e-5, quant.F16: 2e-3}[tc.dt]
+					// Quantized keys are quantized again after the rotation, each vector
+					// with a new scale: a second rounding of their codes.
+					tol := map[quant.Type]float64{quant.F32: 5e-5, quant.F16: 2e-3, quant.KVInt8: 2e-2, quant.KVFP8E4M3: 8e-2}[tc.dt]
 					e := relErr([][]float32{got}, [][]float32{want})
 					if e > tol {
 						t.Errorf("shift %d: logits %.3g from the unshifted context's (relative), allowed %g", d, e, tol)

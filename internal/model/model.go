@@ -34,8 +34,9 @@ type Options struct {
 	Progress func(done, total int64)
 	// KVCacheDType is the element type of the KV caches the model makes (KVSpec.DType):
 	// quant.F32 (the zero value), quant.F16, which halves the cache's memory and the bytes
-	// attention reads, or quant.BF16; the backend refuses a type it does not hold (the
-	// CPU's holds F32 and F16).
+	// attention reads, quant.BF16, or a quantized type (quant.KVInt8, KVFP8E4M3,
+	// KVFP8E5M2: a byte per element and a scale per group, see package kvquant); the
+	// backend refuses a type it does not hold (the CPU's holds all but BF16).
 	KVCacheDType quant.Type
 	// FP8 quantizes the dense linear layers' weights (attention's q, k, v and output, the
 	// MLP's gate, up and down) to quant.FP8 at load, with a scale per output channel; the
@@ -69,8 +70,8 @@ func New(m *format.Model, opt Options) (*Model, error) {
 	if err := par.Check(m.Config); err != nil {
 		return nil, fmt.Errorf("model %s: %w", m.Path, err)
 	}
-	if dt := opt.KVCacheDType; dt != quant.F32 && dt != quant.F16 && dt != quant.BF16 {
-		return nil, fmt.Errorf("model %s: kv cache dtype %s: want f32, f16 or bf16", m.Path, dt)
+	if dt := opt.KVCacheDType; dt != quant.F32 && dt != quant.F16 && dt != quant.BF16 && !dt.KVQuantized() {
+		return nil, fmt.Errorf("model %s: kv cache dtype %s: want f32, f16, bf16, int8, fp8_e4m3 or fp8_e5m2", m.Path, dt)
 	}
 	if n := par.Ranks(); len(opt.Backends) != n {
 		return nil, fmt.Errorf("model %s: %d backends for %d ranks (tensor-parallel %d x pipeline-parallel %d)", m.Path, len(opt.Backends), n, par.Tensor, par.Pipeline)
@@ -314,10 +315,11 @@ func (m *Model) ForwardSample(b *Batch, kv *KVCache, rows []backend.SampleRow, m
 }
 
 // ReportsAttentionMass reports whether a step may ask for attention mass (Seq.Mass): the
-// model is not split and its backend reports it.
+// model is not split, its backend reports it and its KV cache is not quantized (token
+// compaction, CompactKeys, handles f32, f16 and bf16 caches).
 func (m *Model) ReportsAttentionMass() bool {
 	_, ok := m.ranks[0].be.(backend.AttentionMasser)
-	return ok && len(m.ranks) == 1
+	return ok && len(m.ranks) == 1 && !m.kvDT.KVQuantized()
 }
 
 // logitsRank returns the rank that computes the logits: the last stage's first.

@@ -126,7 +126,7 @@ type halfKV struct{ backend.Backend }
 
 func (halfKV) KVBytesPerElement() int { return 2 }
 
-// TestKVBytesPerToken: the cache is sized by the element the backend holds.
+// TestKVBytesPerToken: the cache is sized by the head vectors the backend holds.
 func TestKVBytesPerToken(t *testing.T) {
 	cpu := cpubackend.New(1)
 	defer cpu.Close()
@@ -134,19 +134,20 @@ func TestKVBytesPerToken(t *testing.T) {
 		be   backend.Backend
 		dt   quant.Type
 		want int
-	}{{cpu, quant.F32, 4}, {cpu, quant.F16, 2}, {halfKV{cpu}, quant.F32, 2}} {
-		if got := backend.KVBytesPerElement(tc.be, tc.dt); got != tc.want {
-			t.Errorf("%T asked for %s: %d bytes per element, want %d", tc.be, tc.dt, got, tc.want)
+	}{{cpu, quant.F32, 4 * 64}, {cpu, quant.F16, 2 * 64}, {halfKV{cpu}, quant.F32, 2 * 64},
+		{cpu, quant.KVInt8, 64 + 2*4}, {cpu, quant.KVFP8E4M3, 64 + 2*4}} {
+		if got := backend.KVRowBytes(tc.be, tc.dt, 64); got != tc.want {
+			t.Errorf("%T asked for %s: %d bytes per 64-element head vector, want %d", tc.be, tc.dt, got, tc.want)
 		}
 	}
 	s, err := synth.Lookup("llama-3.1-8b")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := KVBytesPerToken(s.Config, 2), int64(2*32*8*128*2); got != want {
+	if got, want := KVBytesPerToken(s.Config, 2*128), int64(2*32*8*128*2); got != want {
 		t.Errorf("llama-3.1-8b bf16: %d bytes per token, want %d", got, want)
 	}
-	if got, want := KVBytesPerToken(s.Config, 4), int64(2*32*8*128*4); got != want {
+	if got, want := KVBytesPerToken(s.Config, 4*128), int64(2*32*8*128*4); got != want {
 		t.Errorf("llama-3.1-8b f32: %d bytes per token, want %d", got, want)
 	}
 }

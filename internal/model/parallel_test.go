@@ -200,11 +200,11 @@ func TestSplitCachePerRank(t *testing.T) {
 				t.Errorf("tp%d-pp%d rank %d: %+v, want 6 blocks of 4, %d KV heads, %d layers", p.Tensor, p.Pipeline, r, sp, wantHeads, c.Layers/p.Pipeline)
 			}
 		}
-		whole := KVBytesPerToken(c, 4)
+		whole := KVBytesPerToken(c, 4*c.HeadDim)
 		if got := m.KVBytesPerToken(); p.Tensor <= c.KVHeads && got != whole {
 			t.Errorf("tp%d-pp%d: %d cache bytes per token over all ranks, the whole model takes %d", p.Tensor, p.Pipeline, got, whole)
 		}
-		if rc := m.RankConfig(); KVBytesPerToken(rc, 4)*int64(p.Ranks()) < whole {
+		if rc := m.RankConfig(); KVBytesPerToken(rc, 4*rc.HeadDim)*int64(p.Ranks()) < whole {
 			t.Errorf("tp%d-pp%d: rank config %+v holds less than its share", p.Tensor, p.Pipeline, rc)
 		}
 		m.Close()

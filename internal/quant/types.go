@@ -117,6 +117,9 @@ func (t Type) String() string {
 	if info, ok := types[t]; ok {
 		return info.name
 	}
+	if name, ok := kvTypeNames[t]; ok {
+		return name
+	}
 	return fmt.Sprintf("type(%d)", uint32(t))
 }
 

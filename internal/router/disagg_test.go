@@ -81,7 +81,7 @@ func newRoleInstance(t *testing.T, role string, dial func(ctx context.Context, n
 			t.Fatal(err)
 		}
 		in.rc, err = kvtransfer.Listen(ln, kvtransfer.ReceiverConfig{Model: eng.ModelName(), BlockSize: eng.BlockSize(),
-			BlockBytes: eng.BlockBytes(), Timeout: transferTimeout, Logger: log, OnDone: metrics.ObserveReceived})
+			BlockBytes: eng.BlockBytes(), KVCacheDType: eng.KVCacheDType(), Timeout: transferTimeout, Logger: log, OnDone: metrics.ObserveReceived})
 		if err != nil {
 			t.Fatal(err)
 		}

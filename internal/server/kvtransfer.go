@@ -157,7 +157,7 @@ func (s *Server) prefill(ctx context.Context, id, target string, kreq kvasir.Req
 	src.have = first
 	t := time.Now()
 	bb := s.eng.BlockBytes()
-	h := kvtransfer.Header{ID: id, Model: s.eng.ModelName(), BlockSize: bs, BlockBytes: bb, NumBlocks: full}
+	h := kvtransfer.Header{ID: id, Model: s.eng.ModelName(), BlockSize: bs, BlockBytes: bb, KVCacheDType: s.eng.KVCacheDType(), NumBlocks: full}
 	sender := s.cfg.KVSender
 	if sender == nil {
 		sender = &kvtransfer.Sender{}

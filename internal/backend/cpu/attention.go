@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/kvasir-llm/kvasir/internal/kvquant"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
@@ -16,15 +17,27 @@ import (
 // them in K16 and V16 as little-endian IEEE halves, two bytes each: half the memory, and
 // half the bytes a decode step reads; attention's kernels widen the halves to float32 as
 // they load them, so its arithmetic is the F32 cache's over the rounded values.
+//
+// A quantized cache (quant.KVInt8, KVFP8E4M3, KVFP8E5M2; see package kvquant) keeps one
+// code byte per element in K8 and V8, laid out as K, and a float32 scale per group of
+// kvquant.Group(HeadDim) elements of a head vector in KS and VS ([slot][KVHeads][groups]).
+// Attention dequantizes a block's vectors of one kv head as it reaches them and runs the
+// F32 kernels over them.
 type KVCacheLayer struct {
 	BlockSize, KVHeads, HeadDim int
 	DType                       quant.Type
 	K, V                        []float32 // F32 cache
 	K16, V16                    []byte    // F16 cache
+	K8, V8                      []byte    // quantized cache: codes
+	KS, VS                      []float32 // quantized cache: scales
+
+	codec   *kvquant.Codec // quantized cache
+	f8Shift int            // an FP8 cache's kvquant.FP8.Widen
+	f8Mul   float32
 }
 
 // NewKVCacheLayer allocates a zeroed cache layer of numBlocks blocks of dtype elements
-// (quant.F32 or quant.F16).
+// (quant.F32, quant.F16 or a quantized type: quant.KVInt8, KVFP8E4M3, KVFP8E5M2).
 func NewKVCacheLayer(numBlocks, blockSize, kvHeads, headDim int, dtype quant.Type) (*KVCacheLayer, error) {
 	if numBlocks <= 0 || blockSize <= 0 || kvHeads <= 0 || headDim <= 0 {
 		return nil, fmt.Errorf("cpu: kv cache: bad shape blocks=%d blockSize=%d kvHeads=%d headDim=%d", numBlocks, blockSize, kvHeads, headDim)
@@ -36,16 +49,33 @@ func NewKVCacheLayer(numBlocks, blockSize, kvHeads, headDim int, dtype quant.Typ
 		c.K, c.V = make([]float32, n), make([]float32, n)
 	case quant.F16:
 		c.K16, c.V16 = make([]byte, 2*n), make([]byte, 2*n)
+	case quant.KVInt8, quant.KVFP8E4M3, quant.KVFP8E5M2:
+		c.codec, _ = kvquant.NewCodec(dtype)
+		if f := c.codec.FP8(); f != nil {
+			c.f8Shift, c.f8Mul = f.Widen()
+		}
+		g := n / kvquant.Group(headDim)
+		c.K8, c.V8 = make([]byte, n), make([]byte, n)
+		c.KS, c.VS = make([]float32, g), make([]float32, g)
 	default:
-		return nil, fmt.Errorf("cpu: kv cache: %s elements (the CPU cache holds f32 or f16)", dtype)
+		return nil, fmt.Errorf("cpu: kv cache: %s elements (the CPU cache holds f32, f16, int8, fp8_e4m3 or fp8_e5m2)", dtype)
 	}
 	return c, nil
 }
 
+// quantized reports whether the layer holds codes and scales.
+func (c *KVCacheLayer) quantized() bool { return c.DType.KVQuantized() }
+
+// group returns the elements per scale of a quantized layer.
+func (c *KVCacheLayer) group() int { return kvquant.Group(c.HeadDim) }
+
 // elements returns how many values K (and V) hold.
 func (c *KVCacheLayer) elements() int {
-	if c.DType == quant.F16 {
+	switch {
+	case c.DType == quant.F16:
 		return min(len(c.K16), len(c.V16)) / 2
+	case c.quantized():
+		return min(len(c.K8), len(c.V8), len(c.KS)*c.group(), len(c.VS)*c.group())
 	}
 	return min(len(c.K), len(c.V))
 }
@@ -60,8 +90,9 @@ func (c *KVCacheLayer) NumBlocks() int {
 }
 
 func (c *KVCacheLayer) check() error {
-	if c == nil || c.BlockSize <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 || (c.DType != quant.F32 && c.DType != quant.F16) {
-		return fmt.Errorf("cpu: kv cache: bad layer %+v", c)
+	if c == nil || c.BlockSize <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 ||
+		(c.DType != quant.F32 && c.DType != quant.F16 && !(c.quantized() && c.codec != nil && c.codec.Type == c.DType)) {
+		return fmt.Errorf("cpu: kv cache: bad layer of %d kv heads of %d, blocks of %d, %s elements", c.KVHeads, c.HeadDim, c.BlockSize, c.DType)
 	}
 	return nil
 }
@@ -73,6 +104,14 @@ func (c *KVCacheLayer) CopyBlock(dst, src int) error {
 		return fmt.Errorf("cpu: kv cache: copy block %d to %d: outside the cache's %d blocks", src, dst, n)
 	}
 	per := c.BlockSize * c.KVHeads * c.HeadDim
+	if c.quantized() {
+		copy(c.K8[dst*per:][:per], c.K8[src*per:][:per])
+		copy(c.V8[dst*per:][:per], c.V8[src*per:][:per])
+		g := per / c.group()
+		copy(c.KS[dst*g:][:g], c.KS[src*g:][:g])
+		copy(c.VS[dst*g:][:g], c.VS[src*g:][:g])
+		return nil
+	}
 	if c.DType == quant.F16 {
 		per *= 2
 		copy(c.K16[dst*per:][:per], c.K16[src*per:][:per])
@@ -85,7 +124,8 @@ func (c *KVCacheLayer) CopyBlock(dst, src int) error {
 }
 
 // WriteKV stores the keys and values of len(slotMapping) new tokens (k and v laid out
-// [tokens][KVHeads][HeadDim]) into the cache, rounded to F16 in an F16 cache: token t goes
+// [tokens][KVHeads][HeadDim]) into the cache, rounded to F16 in an F16 cache and
+// quantized, each group with its own scale, in a quantized one: token t goes
 // to slot slotMapping[t] (= physical block * BlockSize + offset). A negative slot skips the
 // token (padding).
 func WriteKV(kv *KVCacheLayer, k, v []float32, slotMapping []int32) error {
@@ -104,6 +144,12 @@ func WriteKV(kv *KVCacheLayer, k, v []float32, slotMapping []int32) error {
 		}
 		if int(s) >= slots {
 			return fmt.Errorf("cpu: write kv: token %d: slot %d outside the cache's %d slots", t, s, slots)
+		}
+		if kv.quantized() {
+			g := kv.group()
+			kv.codec.Quantize(kv.K8[int(s)*row:][:row], kv.KS[int(s)*row/g:], k[t*row:][:row], g)
+			kv.codec.Quantize(kv.V8[int(s)*row:][:row], kv.VS[int(s)*row/g:], v[t*row:][:row], g)
+			continue
 		}
 		if kv.DType == quant.F16 {
 			putF16s(kv.K16[2*int(s)*row:][:2*row], k[t*row:][:row])
@@ -352,6 +398,7 @@ type attnState struct {
 	m, l   []float32 // running max and sum of exponentials of the chunk
 	acc    []float32 // running weighted sum of values of the chunk, [rows][HeadDim]
 	scores []float32 // one block's scores
+	kq, vq []float32 // a quantized cache's block of one kv head, dequantized: [BlockSize][HeadDim]
 
 	fm, fl, facc []float32 // the folded max, sum and weighted values of the chunks so far
 }
@@ -417,6 +464,9 @@ func (a *attnJob) partial(st *attnState, tile, kvh, g0, g1, lb0, lb1, reach int,
 			a.prefetchBlock(ahead, kvh, maxPos)
 		}
 		blockBase := int(a.blockTable[lb]) * kv.BlockSize
+		if kv.quantized() {
+			a.dequantBlock(st, blockBase, kvh, min(kv.BlockSize, maxPos-lb*kv.BlockSize+1))
+		}
 		for t := t0; t < t1; t++ {
 			// Positions j0..n-1 of this block are those token t sees.
 			n := min(kv.BlockSize, int(a.ctxIndex[t])-lb*kv.BlockSize+1)
@@ -430,7 +480,11 @@ func (a *attnJob) partial(st *attnState, tile, kvh, g0, g1, lb0, lb1, reach int,
 				r := (t-t0)*group + g
 				qv := a.q[(t*a.heads+h)*hd:][:hd]
 				sc := st.scores[:n-j0]
-				a.scores(sc, qv, base, kvh)
+				if kv.quantized() {
+					a.k.attnScores(sc, qv, st.kq[j0*hd:], hd)
+				} else {
+					a.scores(sc, qv, base, kvh)
+				}
 				bmax := scaleMax(sc, a.scale)
 				if a.softcap > 0 {
 					for j, v := range sc {
@@ -461,7 +515,11 @@ func (a *attnJob) partial(st *attnState, tile, kvh, g0, g1, lb0, lb1, reach int,
 					l += e
 				}
 				st.l[r] = l
-				a.wsum(acc, sc, base, kvh)
+				if kv.quantized() {
+					a.k.attnWsum(acc, sc, st.vq[j0*hd:], hd)
+				} else {
+					a.wsum(acc, sc, base, kvh)
+				}
 			}
 		}
 	}
@@ -489,10 +547,38 @@ func scaleMax(sc []float32, scale float32) float32 {
 	return max(m0, m1, m2, m3)
 }
 
+// dequantBlock writes the keys and values of kv head kvh at the first n positions of the
+// block whose first slot is base, dequantized, to st.kq and st.vq ([n][HeadDim]).
+func (a *attnJob) dequantBlock(st *attnState, base, kvh, n int) {
+	kv, hd := a.kv, a.kv.HeadDim
+	g := kv.group()
+	off, stride := a.vectors(base, kvh)
+	a.dequantRows(st.kq[:n*hd], kv.K8[off:], stride, kv.KS[off/g:], stride/g, n)
+	a.dequantRows(st.vq[:n*hd], kv.V8[off:], stride, kv.VS[off/g:], stride/g, n)
+}
+
+// dequantRows writes the values of rows head vectors, stride codes (and stride/group
+// scales) apart from codes (and scales) on, to dst.
+func (a *attnJob) dequantRows(dst []float32, codes []byte, stride int, scales []float32, sstride, rows int) {
+	hd, g := a.kv.HeadDim, a.kv.group()
+	if a.kv.f8Mul != 0 {
+		a.k.dequantF8(dst, codes, stride, scales, sstride, rows, hd/g, g, a.kv.f8Shift, a.kv.f8Mul)
+		return
+	}
+	a.k.dequantI8(dst, codes, stride, scales, sstride, rows, hd/g, g)
+}
+
 // scores sets sc[j] to q · the key of kv head kvh at position j of the block whose first
 // slot is base.
 func (a *attnJob) scores(sc, q []float32, base, kvh int) {
 	off, stride := a.vectors(base, kvh)
+	if a.kv.quantized() {
+		hd, g := a.kv.HeadDim, a.kv.group()
+		keys := make([]float32, len(sc)*hd)
+		a.dequantRows(keys, a.kv.K8[off:], stride, a.kv.KS[off/g:], stride/g, len(sc))
+		a.k.attnScores(sc, q, keys, hd)
+		return
+	}
 	if a.kv.DType == quant.F16 {
 		a.k.attnScoresF16(sc, q, a.kv.K16[2*off:], stride)
 		return
@@ -524,6 +610,11 @@ func (a *attnJob) prefetchBlock(lb, kvh, maxPos int) {
 	kv := a.kv
 	n := min(kv.BlockSize, maxPos-lb*kv.BlockSize+1)
 	off, stride := a.vectors(int(a.blockTable[lb])*kv.BlockSize, kvh)
+	if kv.quantized() {
+		a.k.prefetchRows(kv.K8[off:], stride, n, kv.HeadDim)
+		a.k.prefetchRows(kv.V8[off:], stride, n, kv.HeadDim)
+		return
+	}
 	if kv.DType == quant.F16 {
 		a.k.prefetchRows(kv.K16[2*off:], 2*stride, n, 2*kv.HeadDim)
 		a.k.prefetchRows(kv.V16[2*off:], 2*stride, n, 2*kv.HeadDim)

@@ -10,7 +10,8 @@ type attnStates struct {
 	free []*attnState
 }
 
-// get returns a state with room for rows rows of hd values and one block of scores.
+// get returns a state with room for rows rows of hd values, one block of scores and one
+// block of one kv head's dequantized keys and values.
 // partial resets what it uses, so a reused state needs no clearing.
 func (s *attnStates) get(rows, hd, blockSize int) *attnState {
 	var st *attnState
@@ -27,6 +28,7 @@ func (s *attnStates) get(rows, hd, blockSize int) *attnState {
 	st.m, st.l = grow(st.m, rows), grow(st.l, rows)
 	st.acc, st.scores = grow(st.acc, rows*hd), grow(st.scores, blockSize)
 	st.fm, st.fl, st.facc = grow(st.fm, rows), grow(st.fl, rows), grow(st.facc, rows*hd)
+	st.kq, st.vq = grow(st.kq, blockSize*hd), grow(st.vq, blockSize*hd)
 	return st
 }
 

@@ -6,6 +6,7 @@ import (
 	"math/rand"
 	"testing"
 
+	"github.com/kvasir-llm/kvasir/internal/kvquant"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
@@ -77,12 +78,12 @@ func BenchmarkMatMul(b *testing.B) {
 }
 
 // BenchmarkAttentionDecode times one decode token's attention over a 1,024-token context
-// in an F32 and an F16 cache, cycling through 32 layers' caches (64 MB in F32) so that, as
+// in an F32, F16, int8 and FP8 E4M3 cache, cycling through 32 layers' caches (64 MB in F32) so that, as
 // in a real decode step, the keys and values come from memory, not from cache. It reports
-// the cache bytes read per second.
+// the cache bytes read per second and the process's CPU time per call.
 func BenchmarkAttentionDecode(b *testing.B) {
 	const blockSize, kvHeads, heads, hd, ctx, layers = 16, 4, 32, 64, 1024, 32
-	for _, dt := range []quant.Type{quant.F32, quant.F16} {
+	for _, dt := range []quant.Type{quant.F32, quant.F16, quant.KVInt8, quant.KVFP8E4M3} {
 		b.Run(dt.String(), func(b *testing.B) {
 			r := rand.New(rand.NewSource(2))
 			var kvs []*KVCacheLayer
@@ -110,14 +111,18 @@ func BenchmarkAttentionDecode(b *testing.B) {
 			p := testPool(2)
 			defer p.Close()
 			l := 0
+			c0 := processCPU()
 			for b.Loop() {
 				if err := Attention(p, out, q, 1, heads, kvs[l], table, []int32{ctx - 1}, 0.125); err != nil {
 					b.Fatal(err)
 				}
 				l = (l + 1) % layers
 			}
-			bytes := float64(2*ctx*row*(dt.BlockBytes()/dt.BlockSize())) * float64(b.N)
+			bytes := float64(2*ctx*kvHeads*kvquant.RowBytes(dt, hd)) * float64(b.N)
 			b.ReportMetric(bytes/b.Elapsed().Seconds()/1e9, "GB/s")
+			// CPU time (of the process, the pool's spinning threads included) is steadier
+			// than wall time on a shared machine.
+			b.ReportMetric(float64(processCPU()-c0)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }

@@ -14,7 +14,9 @@
 //     activations quantized to Q8_0 or Q8_K, as GGML does); many run as a GEMM over packed
 //     panels (gemm.go, gemm_q0.go). Q8_0 and Q4_0 weights sum each row in one order for
 //     any token count, so their products are batch-invariant.
-//   - Paged attention over a KVCacheLayer of F32 or F16 elements (attention*.go):
+//   - Paged attention over a KVCacheLayer of F32 or F16 elements, or of int8 or FP8 codes
+//     with a scale per group (dequantized a block of one kv head at a time, then the F32
+//     kernels; package kvquant) (attention*.go):
 //     FlashAttention-style online softmax block by block through a block table, the
 //     context cut into fixed chunks whose states fold in order, so a token's output does
 //     not depend on the thread count, its batch or how its prefill was chunked; keys and

@@ -1424,3 +1424,104 @@ q8kloop:
 	JNZ       q8kloop
 	VZEROUPPER
 	RET
+
+// func dequantI8AVX2(dst *float32, src *byte, stride int, scales *float32, sstride, rows, groups, gsz int)
+// (rows, groups > 0; gsz % 8 == 0, gsz > 0): row r's codes at src + r*stride, its groups'
+// scales at scales + 4*r*sstride; dst takes rows x groups x gsz values.
+TEXT ·dequantI8AVX2(SB), NOSPLIT, $0-64
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), R9
+	MOVQ stride+16(FP), R13
+	MOVQ scales+24(FP), R10
+	MOVQ sstride+32(FP), DX
+	SHLQ $2, DX
+	MOVQ rows+40(FP), R11
+	MOVQ groups+48(FP), R8
+	MOVQ gsz+56(FP), AX
+	SHRQ $3, AX
+
+dqi8row:
+	MOVQ R9, SI
+	MOVQ R10, BX
+	MOVQ R8, R12
+
+dqi8group:
+	VBROADCASTSS (BX), Y1
+	MOVQ         AX, CX
+
+dqi8loop:
+	VPMOVSXBD (SI), Y0
+	VCVTDQ2PS Y0, Y0
+	VMULPS    Y1, Y0, Y0
+	VMOVUPS   Y0, (DI)
+	ADDQ      $8, SI
+	ADDQ      $32, DI
+	DECQ      CX
+	JNZ       dqi8loop
+	ADDQ      $4, BX
+	DECQ      R12
+	JNZ       dqi8group
+	ADDQ      R13, R9
+	ADDQ      DX, R10
+	DECQ      R11
+	JNZ       dqi8row
+	VZEROUPPER
+	RET
+
+// func dequantF8AVX2(dst *float32, src *byte, stride int, scales *float32, sstride, rows, groups, gsz, shift int, mul float32)
+// As dequantI8AVX2 for FP8 codes: code b becomes the float32 of bits
+// (b&0x7f)<<shift | (b&0x80)<<24, times mul, times its group's scale, as
+// dequantF8Generic computes it.
+TEXT ·dequantF8AVX2(SB), NOSPLIT, $0-76
+	MOVQ         dst+0(FP), DI
+	MOVQ         src+8(FP), R9
+	MOVQ         stride+16(FP), R13
+	MOVQ         scales+24(FP), R10
+	MOVQ         sstride+32(FP), DX
+	SHLQ         $2, DX
+	MOVQ         rows+40(FP), R11
+	MOVQ         groups+48(FP), R8
+	MOVQ         gsz+56(FP), AX
+	SHRQ         $3, AX
+	MOVQ         shift+64(FP), CX
+	MOVQ         CX, X5
+	VBROADCASTSS mul+72(FP), Y2
+	MOVL         $0x7f, CX
+	MOVD         CX, X3
+	VPBROADCASTD X3, Y3
+	MOVL         $0x80, CX
+	MOVD         CX, X4
+	VPBROADCASTD X4, Y4
+
+dqf8row:
+	MOVQ R9, SI
+	MOVQ R10, BX
+	MOVQ R8, R12
+
+dqf8group:
+	VBROADCASTSS (BX), Y1
+	MOVQ         AX, CX
+
+dqf8loop:
+	VPMOVZXBD (SI), Y0
+	VPAND     Y3, Y0, Y6
+	VPSLLD    X5, Y6, Y6
+	VPAND     Y4, Y0, Y0
+	VPSLLD    $24, Y0, Y0
+	VPOR      Y6, Y0, Y0
+	VMULPS    Y2, Y0, Y0
+	VMULPS    Y1, Y0, Y0
+	VMOVUPS   Y0, (DI)
+	ADDQ      $8, SI
+	ADDQ      $32, DI
+	DECQ      CX
+	JNZ       dqf8loop
+	ADDQ      $4, BX
+	DECQ      R12
+	JNZ       dqf8group
+	ADDQ      R13, R9
+	ADDQ      DX, R10
+	DECQ      R11
+	JNZ       dqf8row
+	VZEROUPPER
+	RET

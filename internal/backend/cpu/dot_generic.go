@@ -352,3 +352,24 @@ func q4KScales(b *[q4KBytes]byte, sc, mn *[8]float32) {
 		sc[j], mn[j] = d*float32(s), dmin*float32(m)
 	}
 }
+
+func dequantI8Generic(dst []float32, src []byte, stride int, scales []float32, sstride, rows, groups, g int) {
+	n := groups * g
+	for r := range rows {
+		c, sc, d := src[r*stride:][:n], scales[r*sstride:][:groups], dst[r*n:][:n]
+		for i, b := range c {
+			d[i] = float32(int8(b)) * sc[i/g]
+		}
+	}
+}
+
+func dequantF8Generic(dst []float32, src []byte, stride int, scales []float32, sstride, rows, groups, g, shift int, mul float32) {
+	n := groups * g
+	for r := range rows {
+		c, sc, d := src[r*stride:][:n], scales[r*sstride:][:groups], dst[r*n:][:n]
+		for i, b := range c {
+			bits := uint32(b&0x7f)<<shift | uint32(b&0x80)<<24
+			d[i] = math.Float32frombits(bits) * mul * sc[i/g]
+		}
+	}
+}

@@ -68,6 +68,16 @@ type kernels struct {
 	attnScoresF16 func(sc, q []float32, k []byte, stride int)
 	attnWsumF16   func(acc, e []float32, v []byte, stride int)
 
+	// dequantI8 writes rows head vectors of int8 codes, row r's at src[r*stride:], each of
+	// groups groups of g codes whose scales are at scales[r*sstride:], to dst (rows x
+	// groups x g values, row after row), code times scale. dequantF8 does the same for FP8
+	// codes, a code's value formed by moving its exponent and mantissa bits shift places up
+	// into a float32 and multiplying by mul (2^(127-bias): exact, subnormal codes included).
+	// Both equal, bit for bit, the code's value in kvquant's table times the scale (a
+	// quantized KV cache's dequantization).
+	dequantI8 func(dst []float32, src []byte, stride int, scales []float32, sstride, rows, groups, g int)
+	dequantF8 func(dst []float32, src []byte, stride int, scales []float32, sstride, rows, groups, g, shift int, mul float32)
+
 	// prefetchRows hints that rows rows of n bytes, stride bytes apart, from x[0] on (as
 	// far as x reaches) will be read soon: the SIMD sets start loading them into cache; it
 	// changes no result.
@@ -169,6 +179,8 @@ func genericKernels() *kernels {
 		attnWsum:      attnWsumGeneric,
 		attnScoresF16: attnScoresF16Generic,
 		attnWsumF16:   attnWsumF16Generic,
+		dequantI8:     dequantI8Generic,
+		dequantF8:     dequantF8Generic,
 	}
 }
 

@@ -96,6 +96,8 @@ func avx2Kernels() *kernels {
 		attnWsum:      attnWsumAVX2Slice,
 		attnScoresF16: attnScoresF16AVX2Slice,
 		attnWsumF16:   attnWsumF16AVX2Slice,
+		dequantI8:     dequantI8AVX2Slice,
+		dequantF8:     dequantF8AVX2Slice,
 		prefetchRows:  prefetchRowsAVX2,
 	}
 }
@@ -132,6 +134,12 @@ func dotQ4_1AVX2(w, x *byte, nb int) float32
 
 //go:noescape
 func cvtF16AVX2(dst *float32, src *byte, n int)
+
+//go:noescape
+func dequantI8AVX2(dst *float32, src *byte, stride int, scales *float32, sstride, rows, groups, gsz int)
+
+//go:noescape
+func dequantF8AVX2(dst *float32, src *byte, stride int, scales *float32, sstride, rows, groups, gsz, shift int, mul float32)
 
 //go:noescape
 func cvtBF16AVX2(dst *float32, src *byte, n int)
@@ -260,6 +268,29 @@ func axpyAVX2Slice(y []float32, a float32, x []float32) {
 	for i := m; i < n; i++ {
 		y[i] += a * x[i]
 	}
+}
+
+// dequantFits reports whether the assembly dequantization kernels can take the
+// arguments: groups of a multiple of 8 codes, and slices that hold every row.
+func dequantFits(dst []float32, src []byte, stride int, scales []float32, sstride, rows, groups, g int) bool {
+	return rows > 0 && groups > 0 && g > 0 && g%8 == 0 && len(dst) >= rows*groups*g &&
+		len(src) >= (rows-1)*stride+groups*g && len(scales) >= (rows-1)*sstride+groups
+}
+
+func dequantI8AVX2Slice(dst []float32, src []byte, stride int, scales []float32, sstride, rows, groups, g int) {
+	if !dequantFits(dst, src, stride, scales, sstride, rows, groups, g) {
+		dequantI8Generic(dst, src, stride, scales, sstride, rows, groups, g)
+		return
+	}
+	dequantI8AVX2(unsafe.SliceData(dst), unsafe.SliceData(src), stride, unsafe.SliceData(scales), sstride, rows, groups, g)
+}
+
+func dequantF8AVX2Slice(dst []float32, src []byte, stride int, scales []float32, sstride, rows, groups, g, shift int, mul float32) {
+	if !dequantFits(dst, src, stride, scales, sstride, rows, groups, g) {
+		dequantF8Generic(dst, src, stride, scales, sstride, rows, groups, g, shift, mul)
+		return
+	}
+	dequantF8AVX2(unsafe.SliceData(dst), unsafe.SliceData(src), stride, unsafe.SliceData(scales), sstride, rows, groups, g, shift, mul)
 }
 
 func cvtF16AVX2Slice(dst []float32, src []byte) {

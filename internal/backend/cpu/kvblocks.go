@@ -3,17 +3,15 @@ package cpu
 import (
 	"fmt"
 
+	"github.com/kvasir-llm/kvasir/internal/kvquant"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
 // BlockBytes returns the bytes of one block's keys (or values) in the layer:
-// BlockSize x KVHeads x HeadDim elements of DType, little-endian.
+// BlockSize x KVHeads x HeadDim elements of DType, little-endian; in a quantized layer the
+// block's codes and then its float32 scales (kvquant.RowBytes per head vector).
 func (c *KVCacheLayer) BlockBytes() int {
-	n := c.BlockSize * c.KVHeads * c.HeadDim
-	if c.DType == quant.F16 {
-		return 2 * n
-	}
-	return 4 * n
+	return c.BlockSize * c.KVHeads * kvquant.RowBytes(c.DType, c.HeadDim)
 }
 
 // ReadBlock copies block b's keys into k and its values into v, BlockBytes each, as the
@@ -23,8 +21,12 @@ func (c *KVCacheLayer) ReadBlock(b int, k, v []byte) error {
 	if err != nil {
 		return err
 	}
-	copy(k, kc)
-	copy(v, vc)
+	for _, p := range kc {
+		k = k[copy(k, p):]
+	}
+	for _, p := range vc {
+		v = v[copy(v, p):]
+	}
 	return nil
 }
 
@@ -35,15 +37,20 @@ func (c *KVCacheLayer) WriteBlock(b int, k, v []byte) error {
 	if err != nil {
 		return err
 	}
-	copy(kc, k)
-	copy(vc, v)
+	for _, p := range kc {
+		k = k[copy(p, k):]
+	}
+	for _, p := range vc {
+		v = v[copy(p, v):]
+	}
 	return nil
 }
 
-// blockBytes returns the bytes of block b's keys and values in the cache (the F32 cache's
-// values viewed as their little-endian bytes), checking b and the sizes kn and vn of the
-// caller's buffers.
-func (c *KVCacheLayer) blockBytes(op string, b, kn, vn int) (k, v []byte, err error) {
+// blockBytes returns the bytes of block b's keys and values in the cache, in the order of
+// the host layout (the F32 cache's values viewed as their little-endian bytes; a quantized
+// cache's codes, then its scales), checking b and the sizes kn and vn of the caller's
+// buffers.
+func (c *KVCacheLayer) blockBytes(op string, b, kn, vn int) (k, v [][]byte, err error) {
 	if err := c.check(); err != nil {
 		return nil, nil, err
 	}
@@ -54,8 +61,13 @@ func (c *KVCacheLayer) blockBytes(op string, b, kn, vn int) (k, v []byte, err er
 	if kn != per || vn != per {
 		return nil, nil, fmt.Errorf("cpu: kv cache: %s: buffers of %d and %d bytes for blocks of %d", op, kn, vn, per)
 	}
-	if c.DType == quant.F16 {
-		return c.K16[b*per:][:per], c.V16[b*per:][:per], nil
+	switch {
+	case c.quantized():
+		n := c.BlockSize * c.KVHeads * c.HeadDim
+		g := n / c.group()
+		return [][]byte{c.K8[b*n:][:n], f32Bytes(c.KS[b*g:][:g])}, [][]byte{c.V8[b*n:][:n], f32Bytes(c.VS[b*g:][:g])}, nil
+	case c.DType == quant.F16:
+		return [][]byte{c.K16[b*per:][:per]}, [][]byte{c.V16[b*per:][:per]}, nil
 	}
-	return f32Bytes(c.K)[b*per:][:per], f32Bytes(c.V)[b*per:][:per], nil
+	return [][]byte{f32Bytes(c.K)[b*per:][:per]}, [][]byte{f32Bytes(c.V)[b*per:][:per]}, nil
 }

@@ -100,7 +100,7 @@ func TestReadBlocksLayout(t *testing.T) {
 // buffer sizes and caches are errors.
 func TestBlocksRoundTrip(t *testing.T) {
 	b := newBackend(t)
-	for _, dt := range []quant.Type{quant.F32, quant.F16} {
+	for _, dt := range []quant.Type{quant.F32, quant.F16, quant.KVInt8, quant.KVFP8E4M3, quant.KVFP8E5M2} {
 		spec := blockSpec(dt)
 		kv := filledCache(t, b, spec)
 		per := spec.BlockBytes()
@@ -140,6 +140,45 @@ func TestBlocksRoundTrip(t *testing.T) {
 		} {
 			if err == nil {
 				t.Errorf("%s %s: accepted", dt, name)
+			}
+		}
+	}
+}
+
+// TestReadBlocksQuantizedLayout: a quantized cache's blocks are laid out as backend.KVSpec
+// documents: per layer the keys' codes (slot after slot, head after head), then their
+// float32 scales (one per head vector here: a head dimension of 3 is one group), then the
+// values' codes and scales; decoded through the codec they read back kvValue to within
+// half an int8 step.
+func TestReadBlocksQuantizedLayout(t *testing.T) {
+	b := newBackend(t)
+	spec := blockSpec(quant.KVInt8)
+	kv := filledCache(t, b, spec)
+	per := spec.BlockBytes()
+	vecs := spec.BlockSize * spec.KVHeads
+	if want := 2 * spec.Layers * vecs * (spec.HeadDim + 4); per != want {
+		t.Fatalf("block bytes %d, want %d", per, want)
+	}
+	dst := make([]byte, 2*per)
+	if err := b.ReadBlocks(kv, []int32{3, 1}, dst); err != nil {
+		t.Fatal(err)
+	}
+	part := vecs * (spec.HeadDim + 4) // one layer's keys (or values)
+	for i, blk := range []int{3, 1} {
+		for l := range spec.Layers {
+			for kvPart := range 2 {
+				base := i*per + (2*l+kvPart)*part
+				for v := range vecs {
+					scale := math.Float32frombits(binary.LittleEndian.Uint32(dst[base+vecs*spec.HeadDim+4*v:]))
+					s, h := blk*spec.BlockSize+v/spec.KVHeads, v%spec.KVHeads
+					for d := range spec.HeadDim {
+						got := float32(int8(dst[base+v*spec.HeadDim+d])) * scale
+						want := kvValue(l, kvPart, s, h, d)
+						if math.Abs(float64(got-want)) > float64(scale)/2*1.0001 {
+							t.Fatalf("block %d layer %d part %d slot %d head %d elem %d: %g (scale %g), want %g", blk, l, kvPart, s, h, d, got, scale, want)
+						}
+					}
+				}
 			}
 		}
 	}
