@@ -49,6 +49,10 @@ type kernels struct {
 	gemv4F32  func(w []byte, stride int, x, out []float32)
 	gemv4F16  func(w []byte, stride int, x, out []float32)
 	gemv4BF16 func(w []byte, stride int, x, out []float32)
+	// gemv4F16Multi, nil where the set has none, is gemv4F16 for nt = 2 or 3 tokens at
+	// once (each weight widened once for all of them): token t's activations are
+	// x[t*xstride:][:n], its 4 outputs out[t*ostride:], each bit for bit gemv4F16's.
+	gemv4F16Multi func(w []byte, stride int, x []float32, xstride, n, nt int, out []float32, ostride int)
 
 	// axpy adds a*x to y over len(x).
 	axpy func(y []float32, a float32, x []float32)
