@@ -261,7 +261,8 @@ func (s *scheduler) draftLens() map[*sequence]int {
 			continue
 		}
 		if room := s.draftRoom(seq, s.cfg.MaxNumBatchedTokens); room > 0 {
-			cands = append(cands, SpecCandidate{Seq: string(seq.id), MaxLen: room, Lag: s.draftLag(seq)})
+			left := min(seq.req.maxTokens-seq.numOutput(), s.maxModelLen-len(seq.tokens))
+			cands = append(cands, SpecCandidate{Seq: string(seq.id), MaxLen: room, Lag: s.draftLag(seq), Left: left})
 			seqs = append(seqs, seq)
 		} else {
 			others++ // its one token
