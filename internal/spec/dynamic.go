@@ -137,13 +137,17 @@ type stepPlan struct {
 	tokens, drafts, passes, draftTokens int
 }
 
-// seconds predicts the step's cost.
+// seconds predicts the step's cost. A verifying step is priced by the verify curve but
+// never below the same step without its drafts: the two curves are learnt from different
+// steps, at different times, and where the verify curve happens to lie below the other
+// (its steps timed while a shared machine was less loaded), drafts would look cheaper
+// than none, and a draft that is never right would be verified every step.
 func (d *Dynamic) seconds(p stepPlan) float64 {
-	curve := &d.target
+	t := d.target.seconds(p.tokens)
 	if p.drafts > 0 && d.verify.known() {
-		curve = &d.verify
+		t = max(d.verify.seconds(p.tokens), d.target.seconds(p.tokens-p.drafts))
 	}
-	return curve.seconds(p.tokens) + d.draft.seconds(p.passes, p.draftTokens)
+	return t + d.draft.seconds(p.passes, p.draftTokens)
 }
 
 // choose gives each candidate the drafts whose expected gain is at least a threshold:

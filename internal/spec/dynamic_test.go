@@ -572,3 +572,17 @@ func TestDynamicShortRequests(t *testing.T) {
 		t.Errorf("drafts kept 80%%: %d of 8 seeds within 0.9x fixed k=2 and 1.15x plain, want 7", good)
 	}
 }
+
+// TestDynamicVerifyCheaperThanPlain: where verifying steps were timed cheaper than plain
+// steps (on a shared machine, the two curves' steps ran under different loads: here 0.5x),
+// a draft that is never right still is not verified every step: drafts never make a step
+// cheaper than the same step without them.
+func TestDynamicVerifyCheaperThanPlain(t *testing.T) {
+	w := world{batch: 8, k: 4, accept: constant(0), target: cpuStep, noise: 0.05, verifyTax: 0.5,
+		draft: func(p, tok int) float64 { return 0.0003*float64(p) + 0.00001*float64(tok) }}
+	r := w.run(NewDynamic(DynamicConfig{MaxLen: 4}), 1000, 21)
+	t.Logf("drafting %.3f, %.0f tok/s; plain %.0f tok/s", r.drafting, r.throughput, float64(w.batch)/cpuStep(w.batch))
+	if r.drafting > 0.05 {
+		t.Errorf("drafts never right: %.1f%% of candidate steps draft, want at most 5%%", 100*r.drafting)
+	}
+}
