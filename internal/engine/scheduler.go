@@ -284,22 +284,10 @@ func (s *scheduler) draftLens() map[*sequence]int {
 	out := make(map[*sequence]int, len(seqs))
 	for i, seq := range seqs {
 		k := max(0, min(lens[i], cands[i].MaxLen))
-		if k > 0 && seq.pending > 0 && s.spec.Proposer != nil && len(s.spec.Proposer.Propose(seq.tokens, 1)) == 0 {
-			// Nothing to propose on the tokens known so far: no step sat out on a guess.
-			s.missedProposal(seq)
-			k = 0
-		}
 		out[seq] = k
 		seq.wantsDraft = k > 0 && seq.pending > 0
 	}
 	return out
-}
-
-// missedProposal counts an empty proposal for seq and leaves it out of drafting for the
-// next 1, 2, 4 ... 16 steps as they come in a row (sequence.proposeWait).
-func (s *scheduler) missedProposal(seq *sequence) {
-	seq.proposeMisses++
-	seq.proposeWait = 1 << min(seq.proposeMisses-1, 4)
 }
 
 // draftLag is the number of tokens the draft model catches up on before seq drafts (see
@@ -333,7 +321,8 @@ func (s *scheduler) propose(seq *sequence, want, budget int) []int32 {
 	draft := s.spec.Proposer.Propose(seq.tokens, k)
 	draft = draft[:min(len(draft), k)]
 	if len(draft) == 0 {
-		s.missedProposal(seq)
+		seq.proposeMisses++
+		seq.proposeWait = 1 << min(seq.proposeMisses-1, 4)
 	} else {
 		seq.proposeMisses = 0
 	}
