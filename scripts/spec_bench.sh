@@ -9,7 +9,7 @@
 # Each run has max(8, 2 x C) requests of INPUT_LEN random prompt tokens and OUTPUT_LEN
 # output tokens (ignore_eos, greedy); the speculative runs use dynamic draft lengths up to K.
 # "CPU x plain" is the plain run's CPU time (user + system, model loading included, from
-# /usr/bin/time) over the method's: the same work ratio as "x plain" where the machine is
+# /usr/bin/time; "-" where it is missing) over the method's: the same work ratio as "x plain" where the machine is
 # not shared, and far steadier where it is (wall-clock throughput there follows the
 # share of the cores a run happens to get).
 set -uo pipefail
@@ -45,8 +45,13 @@ for c in $conc; do
 				--input-len "${INPUT_LEN:-128}" --output-len "${OUTPUT_LEN:-128}" --ignore-eos --temperature 0 --seed "$r" --json)
 			[ -n "${specs[$m]}" ] && args+=(--speculative-config "${specs[$m]}")
 			# shellcheck disable=SC2086
-			res=$(/usr/bin/time -f "%U %S" -o "$times" $k "${args[@]}" ${EXTRA:-} 2>>"$log")
-			cpu=$(awk '{ printf "%.2f", $1 + $2 }' "$times")
+			if [ -x /usr/bin/time ]; then
+				res=$(/usr/bin/time -f "%U %S" -o "$times" $k "${args[@]}" ${EXTRA:-} 2>>"$log")
+				cpu=$(awk '{ printf "%.2f", $1 + $2 }' "$times")
+			else # no GNU time (a bare GPU machine): no CPU columns
+				res=$($k "${args[@]}" ${EXTRA:-} 2>>"$log")
+				cpu=""
+			fi
 			echo "C=$c round=$r $m: $res" >>"$log"
 			tps=$(echo "$res" | field output_throughput)
 			acc=$(echo "$res" | field spec_decode_acceptance_rate)
@@ -56,7 +61,7 @@ for c in $conc; do
 			[ -n "$plain" ] && [ -n "$tps" ] && ratio=$(awk -v a="$tps" -v b="$plain" 'BEGIN { printf "%.3f", a / b }')
 			[ -n "$plaincpu" ] && [ -n "$cpu" ] && cratio=$(awk -v a="$cpu" -v b="$plaincpu" 'BEGIN { printf "%.3f", b / a }')
 			[ -n "$acc" ] && acc=$(awk -v a="$acc" 'BEGIN { printf "%.1f", a }')
-			printf '| %s | %s | %s | %.1f | %s | %s | %s | %s | %s |\n' "$c" "$r" "$m" "${tps:-0}" "$ratio" "$cpu" "$cratio" "${acc:--}" "${nd:--}"
+			printf '| %s | %s | %s | %.1f | %s | %s | %s | %s | %s |\n' "$c" "$r" "$m" "${tps:-0}" "$ratio" "${cpu:--}" "$cratio" "${acc:--}" "${nd:--}"
 		done
 	done
 done
