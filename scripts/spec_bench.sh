@@ -8,6 +8,10 @@
 #   [KVASIR=bin/kvasir] [LOG=file] bash scripts/spec_bench.sh
 # Each run has max(8, 2 x C) requests of INPUT_LEN random prompt tokens and OUTPUT_LEN
 # output tokens (ignore_eos, greedy); the speculative runs use dynamic draft lengths up to K.
+# "CPU x plain" is the plain run's CPU time (user + system, model loading included, from
+# /usr/bin/time; "-" where it is missing) over the method's: the same work ratio as "x plain" where the machine is
+# not shared, and far steadier where it is (wall-clock throughput there follows the
+# share of the cores a run happens to get).
 set -uo pipefail
 k=${KVASIR:-bin/kvasir}
 device=${DEVICE:-cpu}
@@ -27,27 +31,37 @@ declare -A specs=(
 field() { grep -o "\"$1\": *[0-9.e+-]*" | head -1 | sed 's/.*: *//'; }
 echo "\`kvasir bench offline --device $device -m $(basename "$TARGET") --input-len ${INPUT_LEN:-128} --output-len ${OUTPUT_LEN:-128} --ignore-eos --temperature 0 --max-concurrency C --num-prompts max(8, 2C) ${EXTRA:-}\`, speculative: K = $K, draft $(basename "${DRAFT:-none}")"
 echo
-echo "| C | round | method | output tok/s | x plain | acceptance % | verifications |"
-echo "| --- | --- | --- | --- | --- | --- | --- |"
+echo "| C | round | method | output tok/s | x plain | CPU s | CPU x plain | acceptance % | verifications |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+times=$(mktemp)
+trap 'rm -f "$times"' EXIT
 for c in $conc; do
 	n=$((2 * c))
 	[ "$n" -ge 8 ] || n=8
 	for r in $(seq "$rounds"); do
-		plain=""
+		plain="" plaincpu=""
 		for m in $methods; do
 			args=(bench offline --device "$device" -m "$TARGET" --num-prompts "$n" --max-concurrency "$c"
 				--input-len "${INPUT_LEN:-128}" --output-len "${OUTPUT_LEN:-128}" --ignore-eos --temperature 0 --seed "$r" --json)
 			[ -n "${specs[$m]}" ] && args+=(--speculative-config "${specs[$m]}")
 			# shellcheck disable=SC2086
-			res=$($k "${args[@]}" ${EXTRA:-} 2>>"$log")
+			if [ -x /usr/bin/time ]; then
+				res=$(/usr/bin/time -f "%U %S" -o "$times" $k "${args[@]}" ${EXTRA:-} 2>>"$log")
+				cpu=$(awk '{ printf "%.2f", $1 + $2 }' "$times")
+			else # no GNU time (a bare GPU machine): no CPU columns
+				res=$($k "${args[@]}" ${EXTRA:-} 2>>"$log")
+				cpu=""
+			fi
 			echo "C=$c round=$r $m: $res" >>"$log"
 			tps=$(echo "$res" | field output_throughput)
 			acc=$(echo "$res" | field spec_decode_acceptance_rate)
 			nd=$(echo "$res" | field spec_decode_num_drafts)
-			[ "$m" = plain ] && plain=$tps
-			ratio=-
+			[ "$m" = plain ] && plain=$tps plaincpu=$cpu
+			ratio=- cratio=-
 			[ -n "$plain" ] && [ -n "$tps" ] && ratio=$(awk -v a="$tps" -v b="$plain" 'BEGIN { printf "%.3f", a / b }')
-			printf '| %s | %s | %s | %.1f | %s | %s | %s |\n' "$c" "$r" "$m" "${tps:-0}" "$ratio" "${acc:--}" "${nd:--}"
+			[ -n "$plaincpu" ] && [ -n "$cpu" ] && cratio=$(awk -v a="$cpu" -v b="$plaincpu" 'BEGIN { printf "%.3f", b / a }')
+			[ -n "$acc" ] && acc=$(awk -v a="$acc" 'BEGIN { printf "%.1f", a }')
+			printf '| %s | %s | %s | %.1f | %s | %s | %s | %s | %s |\n' "$c" "$r" "$m" "${tps:-0}" "$ratio" "${cpu:--}" "$cratio" "${acc:--}" "${nd:--}"
 		done
 	done
 done

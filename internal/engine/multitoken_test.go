@@ -238,3 +238,37 @@ func TestVerifyKeepsBatchWhole(t *testing.T) {
 		t.Errorf("%d steps, want about 21 (80 tokens in verifications of 4 beside 20 decoded)", steps)
 	}
 }
+
+// emptyProposer never proposes anything (n-gram lookup on text without repeats).
+type emptyProposer struct{ calls atomic.Int64 }
+
+func (p *emptyProposer) Propose(tokens []int32, n int) []int32 {
+	p.calls.Add(1)
+	return nil
+}
+
+// TestEmptyProposalsKeepBatchWhole: under asynchronous scheduling a sequence that is to
+// draft sits a step out (its drafts follow its last token); when the proposer keeps
+// finding nothing, the engine stops asking it for a while (backing off to 16 steps), so
+// that four sequences decoding 40 tokens take about the steps of plain decoding rather
+// than, when the steps overlap, every other step each (before: 152 proposals and 40 or
+// 80 steps, by timing).
+func TestEmptyProposalsKeepBatchWhole(t *testing.T) {
+	const vocab = 50
+	var reqs []Request
+	for i := range 4 {
+		reqs = append(reqs, Request{PromptTokens: randomPrompt(30+i, 6, vocab), Params: SamplingParams{MaxTokens: 40, IgnoreEOS: true}})
+	}
+	p := &emptyProposer{}
+	e, fm := fakeEngine(t, vocab, Config{Speculation: &Speculation{K: 3, Proposer: p}}, false)
+	got := generate(t, e, reqs)
+	for i, r := range reqs {
+		if !slices.Equal(got[i][0].tokens, fakeGreedy(vocab, r.PromptTokens, 40)) {
+			t.Fatalf("request %d: wrong tokens", i)
+		}
+	}
+	steps, calls := fm.steps.Load(), p.calls.Load()
+	if steps > 48 || calls > 32 {
+		t.Errorf("%d steps and %d proposals, want about 41 steps (one prefill, 40 decode steps) and 24 proposals (6 a sequence)", steps, calls)
+	}
+}

@@ -131,7 +131,12 @@ type sequence struct {
 	// draft: it sits out the step being planned, so that its tokens are all known for the
 	// next one.
 	wantsDraft bool
-	status     status
+	// proposeMisses counts the proposer's empty proposals for the sequence in a row, and
+	// proposeWait the steps it is left out of drafting for them (1, 2, 4, ... up to 16
+	// steps): with asynchronous scheduling a sequence sits a step out to draft, which an
+	// empty proposal (no n-gram match) wastes.
+	proposeMisses, proposeWait int
+	status                     status
 	// forkPending is true for choice 0 of an n > 1 request until it samples its first
 	// token, when choices 1..n-1 fork from it; until then it holds n running slots.
 	forkPending bool

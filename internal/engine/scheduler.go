@@ -260,8 +260,14 @@ func (s *scheduler) draftLens() map[*sequence]int {
 			others += min(seq.length()-seq.numComputed, s.cfg.MaxNumBatchedTokens)
 			continue
 		}
+		if seq.proposeWait > 0 {
+			seq.proposeWait--
+			others++ // its one token
+			continue
+		}
 		if room := s.draftRoom(seq, s.cfg.MaxNumBatchedTokens); room > 0 {
-			cands = append(cands, SpecCandidate{Seq: string(seq.id), MaxLen: room, Lag: s.draftLag(seq)})
+			left := min(seq.req.maxTokens-seq.numOutput(), s.maxModelLen-len(seq.tokens))
+			cands = append(cands, SpecCandidate{Seq: string(seq.id), MaxLen: room, Lag: s.draftLag(seq), Left: left})
 			seqs = append(seqs, seq)
 		} else {
 			others++ // its one token
@@ -314,6 +320,12 @@ func (s *scheduler) propose(seq *sequence, want, budget int) []int32 {
 	}
 	draft := s.spec.Proposer.Propose(seq.tokens, k)
 	draft = draft[:min(len(draft), k)]
+	if len(draft) == 0 {
+		seq.proposeMisses++
+		seq.proposeWait = 1 << min(seq.proposeMisses-1, 4)
+	} else {
+		seq.proposeMisses = 0
+	}
 	for i, t := range draft {
 		if t < 0 || int(t) >= s.vocab {
 			return slices.Clone(draft[:i])

@@ -62,6 +62,9 @@ type SpecCandidate struct {
 	// first pass): the sequence's tokens its cache does not hold yet, the whole prompt
 	// after a prefill; 1 when the draft reads the target's cache; 0 with a proposer.
 	Lag int
+	// Left is the most tokens it may still produce (max_tokens and the context length);
+	// 0 when unknown.
+	Left int
 }
 
 // StepCost is what a step cost: its target forward pass over Tokens tokens (VerifyTokens

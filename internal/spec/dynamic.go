@@ -23,6 +23,8 @@ import (
 // tokens (padded to a graph shape with every sequence as long as its longest, eagerly where
 // no graph shape fits, with other attention kernels), none of which a token count shows;
 // until one is measured, a verifying step is priced as a plain one, so that it is tried.
+// A draft model's catch-up on the tokens it has not seen (a whole prompt before a
+// sequence's first draft) is spread over the steps the sequence may still draft.
 // So speculation backs off by itself when the batch grows (the step leaves the
 // memory-bound regime and every draft token costs time) and when a sequence's drafts are
 // seldom accepted. A sequence that stops drafting is probed now and then with one draft,
@@ -37,7 +39,9 @@ type Dynamic struct {
 	verify  targetCost // steps that verify drafts
 	draft   draftCost
 	global  tally
-	seqs    map[string]*seqState
+	// verdicts counts the verifications' verdicts (exploring), without forgetting.
+	verdicts int
+	seqs     map[string]*seqState
 	// credit is the probe budget in seconds, and refused the cost of the dearest probe
 	// it could not pay since the last one it paid (see probe).
 	credit, refused float64
@@ -84,6 +88,8 @@ const (
 	// exploreVerdicts and exploreSeqs bound the drafting of a cold start (see exploring).
 	exploreVerdicts = 8
 	exploreSeqs     = 2
+	// lagHorizon is the most steps over which a draft's catch-up is spread (amortized).
+	lagHorizon = 16
 )
 
 // seqState is what Dynamic keeps of one sequence.
@@ -131,13 +137,17 @@ type stepPlan struct {
 	tokens, drafts, passes, draftTokens int
 }
 
-// seconds predicts the step's cost.
+// seconds predicts the step's cost. A verifying step is priced by the verify curve but
+// never below the same step without its drafts: the two curves are learnt from different
+// steps, at different times, and where the verify curve happens to lie below the other
+// (its steps timed while a shared machine was less loaded), drafts would look cheaper
+// than none, and a draft that is never right would be verified every step.
 func (d *Dynamic) seconds(p stepPlan) float64 {
-	curve := &d.target
+	t := d.target.seconds(p.tokens)
 	if p.drafts > 0 && d.verify.known() {
-		curve = &d.verify
+		t = max(d.verify.seconds(p.tokens), d.target.seconds(p.tokens-p.drafts))
 	}
-	return curve.seconds(p.tokens) + d.draft.seconds(p.passes, p.draftTokens)
+	return t + d.draft.seconds(p.passes, p.draftTokens)
 }
 
 // choose gives each candidate the drafts whose expected gain is at least a threshold:
@@ -162,13 +172,14 @@ func (d *Dynamic) choose(others int, cands []engine.SpecCandidate, lens []int) s
 		if limit <= 0 || a < minGain {
 			continue
 		}
-		cs := cand{index: i, invLogA: 1 / math.Log(a), limit: limit, lag: d.lag(st, c.Lag)}
+		cs := cand{index: i, invLogA: 1 / math.Log(a), limit: limit}
 		// cs.gain[k] is the expected tokens that k drafts add: a + ... + a^k.
 		term := 1.0
 		for k := 1; k <= limit; k++ {
 			term *= a
 			cs.gain[k] = cs.gain[k-1] + term
 		}
+		cs.lag = amortized(d.lag(st, c.Lag), c.Left, 1+cs.gain[limit])
 		d.cands = append(d.cands, cs)
 		top = max(top, a)
 	}
@@ -204,14 +215,17 @@ func (d *Dynamic) choose(others int, cands []engine.SpecCandidate, lens []int) s
 		step := (hi - lo) / (coarse - 1)
 		search(min(bestLog+step, hi), max(bestLog-step, lo), fine)
 	}
-	if math.IsInf(bestLog, 1) {
-		return base
-	}
-	plan, explored := base, 0
+	plan, explored, exploring := base, 0, d.exploring()
 	for i := range d.cands {
 		c := &d.cands[i]
-		k := c.draftsAt(bestLog)
-		if k > 0 && d.exploring() {
+		k := 0
+		if !math.IsInf(bestLog, 1) {
+			k = c.draftsAt(bestLog)
+		}
+		if exploring && explored < exploreSeqs {
+			k = max(k, 1) // a cold start measures before it judges
+		}
+		if k > 0 && exploring {
 			if explored++; explored > exploreSeqs {
 				k = 0 // not this one while the first find out what drafts are worth
 			}
@@ -236,9 +250,13 @@ func (p *stepPlan) add(c *cand, k int) {
 // exploring reports whether the acceptance over all sequences is still mostly the prior
 // (fewer than exploreVerdicts verdicts): a cold start, when every sequence would draft on
 // the prior's word and a draft model would catch up on every prompt at once. Then only
-// exploreSeqs candidates draft per step, and what they measure decides for the rest.
+// exploreSeqs candidates draft per step, and what they measure decides for the rest; and
+// they draft (one token at least) even where the first verdicts made drafting look like a
+// loss, so that one or two early rejections (a draft kept 60% of the time misses its
+// first two tokens one time in six) do not stop speculation for good on a few verdicts:
+// probes, which pay a draft model's catch-up in full, may come too seldom to undo it.
 func (d *Dynamic) exploring() bool {
-	return d.global.accepted+d.global.rejected < exploreVerdicts
+	return d.verdicts < exploreVerdicts
 }
 
 // lag returns the tokens the draft must catch up on before a sequence drafts: what the
@@ -252,6 +270,24 @@ func (d *Dynamic) lag(st *seqState, told int) int {
 		return told
 	}
 	return 1 + st.idle
+}
+
+// amortized returns the share of lag catch-up tokens that one step of a sequence bears
+// in the choice of its drafts: the catch-up is paid once (the whole prompt, at a
+// sequence's first draft) and serves every later drafting step, so it is spread over the
+// steps the sequence may still draft, its left tokens over perStep expected tokens a
+// step, at most lagHorizon of them (left 0: unknown, lagHorizon). Charged whole to the
+// first step, a catch-up of a long prompt makes that step look like a loss, and a
+// sequence whose drafts would pay never starts drafting.
+func amortized(lag, left int, perStep float64) int {
+	if lag <= 1 {
+		return lag
+	}
+	steps := float64(lagHorizon)
+	if left > 0 {
+		steps = min(steps, max(1, float64(left)/perStep))
+	}
+	return int(math.Ceil(float64(lag) / steps))
 }
 
 // probe gives one draft token to candidates left without drafts whose wait is over, as
@@ -306,6 +342,10 @@ func (d *Dynamic) Verified(seq string, n, kept int) {
 	st := d.state(seq)
 	st.acc.add(n, kept, seqDecay)
 	d.global.add(n, kept, globalDecay)
+	d.verdicts += kept
+	if kept < n {
+		d.verdicts++
+	}
 	switch {
 	case kept > 0:
 		st.probeEvery = probeBase
@@ -362,8 +402,9 @@ func (d *Dynamic) DraftCost(passes, tokens int) time.Duration {
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
 // cand is a candidate of the step being planned: its index among the candidates, one over
-// the log of its acceptance estimate, the most drafts it may take, the tokens its draft must catch
-// up on first, and gain[k], the expected tokens k drafts add.
+// the log of its acceptance estimate, the most drafts it may take, this step's share of the
+// tokens its draft must catch up on first (amortized), and gain[k], the expected tokens k
+// drafts add.
 type cand struct {
 	index      int
 	invLogA    float64

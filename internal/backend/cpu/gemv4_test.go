@@ -66,3 +66,76 @@ func FuzzGemv4(f *testing.F) {
 		checkGemv4(t, seed, int(n%4096)+1, int(mode%numModes))
 	})
 }
+
+// TestGemv4F16Multi: a set's multi-token F16 kernel gives each token's outputs bit for bit
+// as its one-token kernel does, for 2 and 3 tokens, lengths with and without a tail, and
+// padded strides of weights, activations and outputs.
+func TestGemv4F16Multi(t *testing.T) {
+	for _, k := range allKernels() {
+		for _, n := range []int{1, 8, 31, 32, 33, 64, 100, 2048} {
+			for mode := range numModes {
+				r := rand.New(rand.NewSource(int64(n*10 + mode)))
+				stride := 2*n + 2*r.Intn(3)
+				w := make([]byte, 3*stride+2*n)
+				if err := quant.Quantize(quant.F16, randFloats(r, len(w)/2, mode), w); err != nil {
+					t.Fatal(err)
+				}
+				xstride, ostride := n+r.Intn(3), 4+r.Intn(3)
+				x := randFloats(r, 2*xstride+n, mode)
+				for nt := 2; nt <= 3; nt++ {
+					out := make([]float32, (nt-1)*ostride+4)
+					k.gemv4F16Multi(w, stride, x, xstride, n, nt, out, ostride)
+					for tok := range nt {
+						want := make([]float32, 4)
+						k.gemv4F16(w, stride, x[tok*xstride:][:n], want)
+						for i, v := range want {
+							if got := out[tok*ostride+i]; !sameBits(got, v) {
+								t.Fatalf("%s n=%d mode=%d, %d tokens: token %d row %d: %v (%#x), one token alone %v (%#x)",
+									k.name, n, mode, nt, tok, i, got, math.Float32bits(got), v, math.Float32bits(v))
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestMatMulFewTokensMatchOne: below the GEMM crossover, each token of a float MatMul gets
+// the outputs of a MatMul of that token alone, bit for bit, so that a speculative verify
+// step gives its tokens the logits of decode steps (greedy speculation keeps the tokens).
+func TestMatMulFewTokensMatchOne(t *testing.T) {
+	p := testPool(2)
+	defer p.Close()
+	r := rand.New(rand.NewSource(3))
+	for _, wt := range []quant.Type{quant.F32, quant.F16, quant.BF16} {
+		rows, cols := 37, 96
+		rb, err := wt.RowBytes(cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data := make([]byte, rows*rb)
+		if err := quant.Quantize(wt, randFloats(r, rows*cols, 0), data); err != nil {
+			t.Fatal(err)
+		}
+		w := Weight{Type: wt, Rows: rows, Cols: cols, Data: data}
+		for n := 2; n < gemmMinTokens(wt); n++ {
+			x := randFloats(r, n*cols, 0)
+			out := make([]float32, n*rows)
+			if err := MatMul(p, out, w, x, n); err != nil {
+				t.Fatal(err)
+			}
+			one := make([]float32, rows)
+			for tok := range n {
+				if err := MatMul(p, one, w, x[tok*cols:(tok+1)*cols], 1); err != nil {
+					t.Fatal(err)
+				}
+				for i, v := range one {
+					if got := out[tok*rows+i]; !sameBits(got, v) {
+						t.Fatalf("%s, %d tokens: token %d row %d: %v, alone %v", wt, n, tok, i, got, v)
+					}
+				}
+			}
+		}
+	}
+}

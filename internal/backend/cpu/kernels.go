@@ -49,6 +49,11 @@ type kernels struct {
 	gemv4F32  func(w []byte, stride int, x, out []float32)
 	gemv4F16  func(w []byte, stride int, x, out []float32)
 	gemv4BF16 func(w []byte, stride int, x, out []float32)
+	// gemv4F16Multi is gemv4F16 for nt = 2 or 3 tokens at once: token t's activations are
+	// x[t*xstride:][:n], its 4 outputs out[t*ostride:], each bit for bit gemv4F16's. The
+	// avx512 set widens each weight once for all the tokens; the others call gemv4F16 per
+	// token (gemv4Each).
+	gemv4F16Multi func(w []byte, stride int, x []float32, xstride, n, nt int, out []float32, ostride int)
 
 	// axpy adds a*x to y over len(x).
 	axpy func(y []float32, a float32, x []float32)
@@ -141,6 +146,11 @@ func genericKernels() *kernels {
 				out[i] = dotF16Generic(w[i*stride:], x)
 			}
 		},
+		gemv4F16Multi: gemv4Each(func(w []byte, stride int, x, out []float32) {
+			for i := range out[:4] {
+				out[i] = dotF16Generic(w[i*stride:], x)
+			}
+		}),
 		gemv4BF16: func(w []byte, stride int, x, out []float32) {
 			for i := range out[:4] {
 				out[i] = dotBF16Generic(w[i*stride:], x)
@@ -185,6 +195,16 @@ func genericKernels() *kernels {
 }
 
 // allKernels returns every kernel set this CPU can run, fastest first, generic last.
+// gemv4Each returns a multi-token kernel (kernels.gemv4F16Multi) that calls the
+// one-token kernel one for each token.
+func gemv4Each(one func(w []byte, stride int, x, out []float32)) func(w []byte, stride int, x []float32, xstride, n, nt int, out []float32, ostride int) {
+	return func(w []byte, stride int, x []float32, xstride, n, nt int, out []float32, ostride int) {
+		for t := range nt {
+			one(w, stride, x[t*xstride:][:n], out[t*ostride:][:4])
+		}
+	}
+}
+
 func allKernels() []*kernels {
 	return append(platformKernels(), genericKernels())
 }

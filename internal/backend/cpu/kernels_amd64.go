@@ -57,6 +57,9 @@ func avx2Kernels() *kernels {
 		gemv4F16: func(w []byte, stride int, x, out []float32) {
 			gemv4AVX2(gemv4F16AVX2, 2, dotF16Generic, w, stride, x, out)
 		},
+		gemv4F16Multi: gemv4Each(func(w []byte, stride int, x, out []float32) {
+			gemv4AVX2(gemv4F16AVX2, 2, dotF16Generic, w, stride, x, out)
+		}),
 		gemv4BF16: func(w []byte, stride int, x, out []float32) {
 			gemv4AVX2(gemv4BF16AVX2, 2, dotBF16Generic, w, stride, x, out)
 		},

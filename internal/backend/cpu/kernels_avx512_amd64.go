@@ -52,6 +52,7 @@ func avx512Kernels() *kernels {
 	k.dotQ5_0 = func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ5_0AVX512, q5_0Bytes, w, x, nb) }
 	k.dequantFP8 = dequantFP8AVX512Slice
 	k.gemv4FP8 = gemv4FP8AVX512
+	k.gemv4F16Multi = gemv4F16MultiAVX512
 	return k
 }
 
@@ -98,8 +99,44 @@ func dequantFP8AVX512Slice(dst []float32, src []byte) {
 //go:noescape
 func dequantFP8AVX512(dst *float32, src *byte, n int, scale float32)
 
+// gemv4F16MultiAVX512 checks the bounds of a multi-token F16 kernel, runs it over the
+// multiple of 32 elements and finishes each token's tail as gemv4AVX2 does.
+func gemv4F16MultiAVX512(w []byte, stride int, x []float32, xstride, n, nt int, out []float32, ostride int) {
+	kernel := gemv4F16x2AVX512
+	if nt == 3 {
+		kernel = gemv4F16x3AVX512
+	} else if nt != 2 {
+		panic("cpu: gemv4F16Multi: want 2 or 3 tokens")
+	}
+	_ = w[3*stride+2*n-1]
+	_ = x[(nt-1)*xstride+n-1]
+	_ = out[(nt-1)*ostride+3]
+	m := n &^ 31
+	if m > 0 {
+		kernel(unsafe.SliceData(w), stride, unsafe.SliceData(x), 4*xstride, m, unsafe.SliceData(out), 4*ostride)
+	} else {
+		for t := range nt {
+			clear(out[t*ostride : t*ostride+4])
+		}
+	}
+	if m < n {
+		for t := range nt {
+			xt := x[t*xstride:][:n]
+			for i := range 4 {
+				out[t*ostride+i] += dotF16Generic(w[i*stride+2*m:], xt[m:])
+			}
+		}
+	}
+}
+
 // Assembly kernels of the avx512 set (rows8_amd64.s, gemm_q0_avx512_amd64.s,
 // dotk_avx512_amd64.s), with the arguments of the avx2 kernels they replace.
+
+//go:noescape
+func gemv4F16x2AVX512(w *byte, stride int, x *float32, xstride int, n int, out *float32, ostride int)
+
+//go:noescape
+func gemv4F16x3AVX512(w *byte, stride int, x *float32, xstride int, n int, out *float32, ostride int)
 
 //go:noescape
 func dotQ4KAVX512(w, x *byte, nb int) float32

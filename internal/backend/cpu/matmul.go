@@ -175,6 +175,10 @@ func matVecFloat(p *Pool, out []float32, w Weight, rb int, xs []float32, nTokens
 }
 
 // floatGroups computes the outputs of row groups [start, end) of a matVecFloat product.
+// F16 weights meet up to 3 tokens per kernel call (gemv4F16Multi: in the avx512 set each
+// weight widened once for all of them, each token's outputs bit for bit those of a call of
+// its own), which makes a speculative verify step of 1+k tokens cheaper against a decode
+// step.
 func (s *matVec) floatGroups(start, end int) {
 	k, rows, cols, rb := s.kern, s.w.Rows, s.w.Cols, s.rb
 	gemv4 := k.gemv4F32
@@ -184,10 +188,16 @@ func (s *matVec) floatGroups(start, end int) {
 	case quant.BF16:
 		gemv4 = k.gemv4BF16
 	}
+	multi := s.w.Type == quant.F16
 	for g := start; g < end; g++ {
 		r := 4 * g
-		for t := range s.nTokens {
+		for t := 0; t < s.nTokens; t++ {
 			xt := s.xs[t*cols : (t+1)*cols]
+			if nt := min(s.nTokens-t, 3); multi && nt > 1 && r+4 <= rows {
+				k.gemv4F16Multi(s.w.Data[r*rb:], rb, s.xs[t*cols:], cols, cols, nt, s.out[t*rows+r:], rows)
+				t += nt - 1
+				continue
+			}
 			if r+4 <= rows {
 				gemv4(s.w.Data[r*rb:], rb, xt, s.out[t*rows+r:])
 				continue
