@@ -169,7 +169,7 @@ func (lw *lowering) exprSize(n *node) (int, bool) {
 			// of its leaves: counted so, char{1,64} stays one terminal instead of a chain of
 			// 64 parser rules, each of whose ends costs a parser walk below every trie node
 			// inside the string (seconds a mask on Llama 3's vocabulary).
-			return s + countedCopySize*k, ok
+			return min(s*k, s+countedCopySize*k), ok
 		}
 		return min(s*max(k, 1), 1<<30), ok
 	}
