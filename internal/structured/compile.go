@@ -163,6 +163,14 @@ func (lw *lowering) exprSize(n *node) (int, bool) {
 		if k < 0 {
 			k = n.min + 1
 		}
+		if n.max >= 0 && s <= countedBodySize {
+			// A counted repetition of a small body (a JSON string's character under
+			// maxLength) makes an automaton of about k copies of the body's few states, not
+			// of its leaves: counted so, char{1,64} stays one terminal instead of a chain of
+			// 64 parser rules, each of whose ends costs a parser walk below every trie node
+			// inside the string (seconds a mask on Llama 3's vocabulary).
+			return min(s*k, s+countedCopySize*k), ok
+		}
 		return min(s*max(k, 1), 1<<30), ok
 	}
 	total, all := 0, true
@@ -176,6 +184,16 @@ func (lw *lowering) exprSize(n *node) (int, bool) {
 	}
 	return total, all
 }
+
+// countedBodySize is the largest body (in byte leaves) whose counted repetition is sized by
+// its count rather than expanded (see exprSize), and countedCopySize what each copy counts
+// then: under the default LexemeSize, counts up to about 240, whose automata (count times
+// the body's states, minimized in as many rounds as the count) compile in tens of
+// milliseconds.
+const (
+	countedBodySize = 256
+	countedCopySize = 8
+)
 
 // exprLexical reports whether n refers only to lexical rules (and fits as a terminal).
 func (lw *lowering) exprLexical(n *node) bool {

@@ -2,6 +2,7 @@ package structured
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -69,5 +70,30 @@ func TestWithinEquivalence(t *testing.T) {
 		if d.numStates() > 40 && 3*len(classes) > d.numStates() {
 			t.Errorf("%s: %d states in %d classes", re, d.numStates(), len(classes))
 		}
+	}
+}
+
+// TestCountedRepetitionOneTerminal: a counted repetition of a mid-sized body beside a
+// recursive rule (a JSON string of maxLength 64 inside an object) is one terminal, not a
+// chain of one parser rule per count (whose lexeme ends made masks take seconds), and
+// still matches exactly the counts allowed.
+func TestCountedRepetitionOneTerminal(t *testing.T) {
+	// ten 4-byte alternatives: 40 leaves, 64 copies expanded are over LexemeSize
+	c := mustGBNF(t, `root ::= "[" body "]" | "(" root ")"
+body ::= ("abcd" | "efgh" | "ijkl" | "mnop" | "qrst" | "uvwx" | "yzAB" | "CDEF" | "GHIJ" | "KLMN"){1,64}`)
+	if c.NumRules() > 8 {
+		t.Errorf("%d parser rules, want the repetition inside one terminal", c.NumRules())
+	}
+	for _, tc := range []struct {
+		n    int
+		want bool
+	}{{0, false}, {1, true}, {63, true}, {64, true}, {65, false}} {
+		s := "((" + "[" + strings.Repeat("efgh", tc.n) + "]" + "))"
+		if got := c.Matches(s); got != tc.want {
+			t.Errorf("%d copies: Matches = %v, want %v", tc.n, got, tc.want)
+		}
+	}
+	if c.Matches("[" + strings.Repeat("efgh", 10) + "efg]") {
+		t.Error("a partial copy matched")
 	}
 }

@@ -1,16 +1,22 @@
 package jsonschema
 
 import (
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/kvasir-llm/kvasir/internal/structured"
 	"github.com/kvasir-llm/kvasir/internal/testdata"
+	"github.com/kvasir-llm/kvasir/internal/tokenizer"
 )
 
 // benchSchemas returns the paths of the JSONSchemaBench sample, sorted.
-func benchSchemas(t *testing.T) []string {
+func benchSchemas(t testing.TB) []string {
 	t.Helper()
 	dir := testdata.Path(t, "structured/jsonschemabench")
 	paths, err := filepath.Glob(filepath.Join(dir, "*", "*.json"))
@@ -46,4 +52,72 @@ func TestBenchCompileRate(t *testing.T) {
 	if rate < 0.97 {
 		t.Errorf("compile rate %.1f%% is below 97%%", 100*rate)
 	}
+}
+
+// BenchmarkMaskBenchSchemas reports mask and compile times on the Llama 3 vocabulary over
+// every 3rd JSONSchemaBench schema (o6251 left out: its masks take seconds), as `kvasir bench
+// grammar` measures them: each schema compiled and bound to the trie, then two simulated
+// generations of 32 tokens sharing one random source (so the paths, and the first walks of
+// each lexeme state, depend on the whole sample).
+func BenchmarkMaskBenchSchemas(b *testing.B) {
+	dir := testdata.Path(b, "tokenizers/llama3")
+	v, err := tokenizer.VocabFromLlama3Files(filepath.Join(dir, "encoder.json"), filepath.Join(dir, "vocab.bpe"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	tok, err := tokenizer.New(v)
+	if err != nil {
+		b.Fatal(err)
+	}
+	trie, err := structured.NewTokenTrie(tok)
+	if err != nil {
+		b.Fatal(err)
+	}
+	paths := benchSchemas(b)
+	fe := FrontEnd(Options{})
+	var masks, compiles []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		rng := rand.New(rand.NewPCG(1, 2))
+		for i := 0; i < len(paths); i += 3 {
+			if strings.HasSuffix(paths[i], "o6251.json") {
+				continue
+			}
+			src, err := os.ReadFile(paths[i])
+			if err != nil {
+				b.Fatal(err)
+			}
+			start := time.Now()
+			g, err := fe(src)
+			if err != nil {
+				continue // refused by the schema compiler
+			}
+			c, err := structured.Compile(g, structured.DefaultLimits())
+			if err != nil {
+				continue
+			}
+			tg := structured.NewTokenGrammar(c, trie, tok)
+			compiles = append(compiles, time.Since(start))
+			for range 2 {
+				gen, err := structured.Simulate(tg, rng, 32)
+				if err != nil {
+					b.Fatalf("%s: %v", paths[i], err)
+				}
+				masks = append(masks, gen.Masks...)
+			}
+		}
+	}
+	b.StopTimer()
+	slices.Sort(masks)
+	slices.Sort(compiles)
+	var sum time.Duration
+	for _, d := range masks {
+		sum += d
+	}
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	b.ReportMetric(us(sum)/float64(len(masks)), "mean-us/mask")
+	b.ReportMetric(us(masks[len(masks)/2]), "p50-us/mask")
+	b.ReportMetric(us(masks[len(masks)*99/100]), "p99-us/mask")
+	b.ReportMetric(us(compiles[len(compiles)/2])/1e3, "p50-ms/compile")
+	b.ReportMetric(us(compiles[len(compiles)*99/100])/1e3, "p99-ms/compile")
 }
