@@ -23,7 +23,7 @@ func runQuantize(args []string) error {
 	tok := fs.String("z", "", "separate tokenizer file (llama2.c tokenizer.bin for a .bin checkpoint)")
 	out := fs.String("o", "", "output .gguf file")
 	dtype := fs.String("dtype", "", "weight type: q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, f16, bf16, f32, or a mixed preset: q4_k_m, q5_k_m")
-	method := fs.String("method", "rtn", "rtn (round to nearest), gptq (Hessian error compensation; q4_0, q4_1, q5_0, q5_1, q8_0) or awq (activation-aware scales)")
+	method := fs.String("method", "rtn", "rtn (round to nearest), gptq (Hessian error compensation; q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k and the k presets) or awq (activation-aware scales)")
 	calib := fs.String("calibration", "", "calibration text file (gptq, awq)")
 	calibTokens := fs.Int("calib-tokens", 8192, "calibration tokens to use, in windows of --calib-ctx")
 	calibCtx := fs.Int("calib-ctx", 512, "calibration window length in tokens (capped by the model's context)")

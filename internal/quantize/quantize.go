@@ -79,8 +79,8 @@ func Quantize(m *format.Model, out string, opt Options) error {
 			for l := range c.Layers {
 				for _, n := range linearNames {
 					name := fmt.Sprintf("blk.%d.%s", l, n)
-					if t := types[name]; isBlockType(t) && !quant.HasGrid(t) {
-						return fmt.Errorf("quantize: gptq: %s would be %s; GPTQ here quantizes onto q4_0, q4_1, q5_0, q5_1 and q8_0 grids (use --method rtn or awq for k-quants)", name, t)
+					if t := types[name]; isBlockType(t) && !HasGPTQ(t) {
+						return fmt.Errorf("quantize: gptq: %s would be %s; GPTQ here quantizes onto q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k and q6_k grids (use --method rtn or awq for %s)", name, t, t)
 					}
 				}
 			}
@@ -153,7 +153,7 @@ func (q *quantizer) visit(p *cpu.Pool, s *calibrate.Stage) error {
 		return fmt.Errorf("layer %d %s: %w", s.Layer, s.Kind, err)
 	}
 	for i, w := range s.Linear {
-		if !quant.HasGrid(types[i]) {
+		if !HasGPTQ(types[i]) {
 			continue // kept wide (F16): encoded when the layer is done
 		}
 		data, err := GPTQ(w, prep, types[i])
