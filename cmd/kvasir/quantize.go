@@ -30,6 +30,7 @@ func runQuantize(args []string) error {
 	imat := fs.String("imatrix", "", "importance matrix (llama.cpp's legacy .dat format, as kvasir imatrix writes) weighing the round-to-nearest scale search")
 	actOrder := fs.Bool("act-order", false, "gptq: quantize the columns with the largest inputs first (block scales then come from the unmodified weights)")
 	damp := fs.Float64("damp", 0.01, "gptq: fraction of the Hessian's mean diagonal added to its diagonal")
+	noClip := fs.Bool("no-clip", false, "awq: fold the searched scales only, without the weight-clipping search")
 	threads := fs.Int("threads", 0, "CPU threads (0: all cores)")
 	quiet := fs.Bool("quiet", false, "no progress output")
 	if err := fs.Parse(args); err != nil {
@@ -49,7 +50,7 @@ func runQuantize(args []string) error {
 	if !strings.HasSuffix(*out, ".gguf") {
 		return fmt.Errorf("-o %s: the output must be a .gguf file", *out)
 	}
-	opt := quantize.Options{Plan: plan, Method: *method, GPTQ: quantize.GPTQOptions{Damp: *damp, ActOrder: *actOrder}, Threads: *threads}
+	opt := quantize.Options{Plan: plan, Method: *method, GPTQ: quantize.GPTQOptions{Damp: *damp, ActOrder: *actOrder}, AWQ: quantize.AWQOptions{NoClip: *noClip}, Threads: *threads}
 	if opt.Threads <= 0 {
 		opt.Threads = runtime.NumCPU()
 	}

@@ -22,12 +22,14 @@ import (
 //     by s. With grouped-query attention a value row feeds KVGroup heads, so the heads of
 //     one group share their scales (taken from the group's mean magnitudes).
 //
-// AWQ's second step, clipping the weight range, is not done here.
+// AWQ's second step (AWQClip), after the scales are folded, clips each block of weights
+// to the range that least changes its share of the layer's outputs.
 
 // AWQOptions tunes AWQ.
 type AWQOptions struct {
 	GridPoints int // alphas tried, evenly spaced over [0, 1] (0: 21)
 	MaxTokens  int // calibration rows the output error is measured on (0: 1024)
+	NoClip     bool
 }
 
 // AWQ searches the scales of one stage for its linear layers' target types, folds them
@@ -205,6 +207,117 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (f
 		}
 	}
 	return bestAlpha, nil
+}
+
+// clipShrinks are the ranges AWQClip tries, as fractions of a block's largest magnitude:
+// 1, 0.95, ... 0.5 (AutoAWQ's grid).
+var clipShrinks = func() []float32 {
+	var f []float32
+	for i := range 11 {
+		f = append(f, 1-float32(i)/20)
+	}
+	return f
+}()
+
+// AWQClip is AWQ's clipping step, run on a stage after AWQ has folded its scales: for each
+// row and block of QK columns of the stage's linear layers (all but q and k, whose errors
+// meet in the attention scores, as AutoAWQ leaves them), the weights are clamped to
+// [-f a, f a], a the block's largest magnitude, with the f of clipShrinks whose quantized
+// weights change the block's share of the outputs least on the calibration inputs:
+// d^T H d, d the block's rounding error and H its inputs' second moments. It returns the
+// fraction of blocks clipped.
+func AWQClip(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (float64, error) {
+	if opt.MaxTokens <= 0 {
+		opt.MaxTokens = 1024
+	}
+	if len(types) != len(s.Linear) {
+		return 0, fmt.Errorf("awq: %d types for %d linear layers", len(types), len(s.Linear))
+	}
+	in, cols := s.Input, s.Input.Cols
+	if cols%quant.QK != 0 {
+		return 0, nil // no whole blocks to clip
+	}
+	step := max(1, s.Tokens/opt.MaxTokens)
+	n := (s.Tokens + step - 1) / step
+	xs := &calibrate.Dense{Rows: n, Cols: cols, Data: make([]float32, n*cols)}
+	for i := range n {
+		copy(xs.Row(i), in.Row(i*step))
+	}
+	h, err := Hessian(p, xs)
+	if err != nil {
+		return 0, err
+	}
+	// The diagonal blocks of H, one QK x QK matrix per block of columns.
+	nb := cols / quant.QK
+	hb := make([]float64, nb*quant.QK*quant.QK)
+	for b := range nb {
+		for i := range quant.QK {
+			copy(hb[(b*quant.QK+i)*quant.QK:][:quant.QK], h[(b*quant.QK+i)*cols+b*quant.QK:][:quant.QK])
+		}
+	}
+	var clipped, blocks int
+	for li, w := range s.Linear {
+		if !isBlockType(types[li]) || (s.Kind == calibrate.AttnInput && li < 2) {
+			continue
+		}
+		amax := make([]float32, w.Rows*nb)
+		for r := range w.Rows {
+			for b := range nb {
+				for _, v := range w.Row(r)[b*quant.QK:][:quant.QK] {
+					amax[r*nb+b] = max(amax[r*nb+b], float32(math.Abs(float64(v))))
+				}
+			}
+		}
+		best := make([]float64, w.Rows*nb)
+		choice := make([]int, w.Rows*nb)
+		c := make([]float32, len(w.Data))
+		for k, f := range clipShrinks {
+			for i, v := range w.Data {
+				a := f * amax[i/quant.QK]
+				c[i] = min(max(v, -a), a)
+			}
+			if err := quantDequant(types[li], c); err != nil {
+				return 0, fmt.Errorf("awq: %s: %w", w.Name, err)
+			}
+			p.Run(w.Rows, func(start, end int) {
+				var d [quant.QK]float64
+				for r := start; r < end; r++ {
+					for b := range nb {
+						o := r*cols + b*quant.QK
+						for j := range d {
+							d[j] = float64(w.Data[o+j] - c[o+j])
+						}
+						H := hb[b*quant.QK*quant.QK:]
+						var e float64
+						for i, di := range d {
+							var hi float64
+							for j, dj := range d {
+								hi += H[i*quant.QK+j] * dj
+							}
+							e += di * hi
+						}
+						if k == 0 || e < best[r*nb+b] {
+							best[r*nb+b], choice[r*nb+b] = e, k
+						}
+					}
+				}
+			})
+		}
+		for i := range w.Data {
+			a := clipShrinks[choice[i/quant.QK]] * amax[i/quant.QK]
+			w.Data[i] = min(max(w.Data[i], -a), a)
+		}
+		for _, k := range choice {
+			if k > 0 {
+				clipped++
+			}
+		}
+		blocks += len(choice)
+	}
+	if blocks == 0 {
+		return 0, nil
+	}
+	return float64(clipped) / float64(blocks), nil
 }
 
 // quantDequant rounds x (whole rows of t's blocks) onto t's grid in place.

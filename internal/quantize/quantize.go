@@ -7,7 +7,8 @@
 //   - gptq: each linear layer quantized column by column with Hessian error compensation
 //     from its inputs on calibration text (gptq.go);
 //   - awq: activation-aware per-channel scales searched on calibration text and folded into
-//     the preceding norm or layer, then round-to-nearest (awq.go).
+//     the preceding norm or layer, each block's weight range clipped where that lowers its
+//     output error, then round-to-nearest (awq.go).
 //
 // Calibration runs the model layer by layer (package calibrate), the quantized layers'
 // outputs feeding the next, so that only one layer's float32 weights are held at a time.
@@ -141,7 +142,14 @@ func (q *quantizer) visit(p *cpu.Pool, s *calibrate.Stage) error {
 		types[i] = q.types[w.Name]
 	}
 	if q.opt.Method == "awq" {
-		_, err := AWQ(p, s, types, q.opt.AWQ)
+		alpha, err := AWQ(p, s, types, q.opt.AWQ)
+		if err != nil || q.opt.AWQ.NoClip {
+			return err
+		}
+		clipped, err := AWQClip(p, s, types, q.opt.AWQ)
+		if err == nil && q.opt.Log != nil {
+			q.opt.Log("layer %d %s: alpha %.2f, %.0f%% of blocks clipped", s.Layer, s.Kind, alpha, 100*clipped)
+		}
 		return err
 	}
 	h, err := Hessian(p, s.Input)
