@@ -74,13 +74,8 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (f
 	for c, m := range mag {
 		smag[owner[c]] += m / float64(s.Tokens)
 	}
-	// The rows the error is measured on: evenly spaced over the calibration tokens.
-	step := max(1, s.Tokens/opt.MaxTokens)
-	n := (s.Tokens + step - 1) / step
-	xs := &calibrate.Dense{Rows: n, Cols: cols, Data: make([]float32, n*cols)}
-	for i := range n {
-		copy(xs.Row(i), in.Row(i*step))
-	}
+	xs := sampleRows(in, s.Tokens, opt.MaxTokens)
+	n := xs.Rows
 	ref := make([][]float32, len(s.Linear))
 	for i, w := range s.Linear {
 		ref[i] = make([]float32, n*w.Rows)
@@ -237,13 +232,7 @@ func AWQClip(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions
 	if cols%quant.QK != 0 {
 		return 0, nil // no whole blocks to clip
 	}
-	step := max(1, s.Tokens/opt.MaxTokens)
-	n := (s.Tokens + step - 1) / step
-	xs := &calibrate.Dense{Rows: n, Cols: cols, Data: make([]float32, n*cols)}
-	for i := range n {
-		copy(xs.Row(i), in.Row(i*step))
-	}
-	h, err := Hessian(p, xs)
+	h, err := Hessian(p, sampleRows(in, s.Tokens, opt.MaxTokens))
 	if err != nil {
 		return 0, err
 	}
@@ -318,6 +307,32 @@ func AWQClip(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions
 		return 0, nil
 	}
 	return float64(clipped) / float64(blocks), nil
+}
+
+// sampleRows returns at most maxRows of the first tokens rows of in, spread over them
+// with a stride that shares no factor with tokens. An even stride would alias with the
+// calibration windows' length (8192 tokens in windows of 512, every 8th row: every BOS row
+// taken, at 8 times its share), and the first token of a window, whose feed-forward
+// output carries tens of times the energy of the others, would weigh on the error out of
+// proportion.
+func sampleRows(in *calibrate.Dense, tokens, maxRows int) *calibrate.Dense {
+	n := min(tokens, maxRows)
+	stride := max(1, tokens/n)
+	for gcd(stride, tokens) != 1 {
+		stride++
+	}
+	xs := &calibrate.Dense{Rows: n, Cols: in.Cols, Data: make([]float32, n*in.Cols)}
+	for i := range n {
+		copy(xs.Row(i), in.Row(i*stride%tokens))
+	}
+	return xs
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // quantDequant rounds x (whole rows of t's blocks) onto t's grid in place.

@@ -169,3 +169,34 @@ func TestAWQClipLowersHeldOutError(t *testing.T) {
 		t.Fatalf("clipping raised the held-out output error: %g, unclipped %g", got, base)
 	}
 }
+
+// TestSampleRowsDoesNotAlias checks that the rows AWQ measures on are distinct and take
+// the first token of each calibration window at about its share, not at the stride's.
+func TestSampleRowsDoesNotAlias(t *testing.T) {
+	const tokens, window = 8192, 512
+	in := &calibrate.Dense{Rows: tokens, Cols: 1, Data: make([]float32, tokens)}
+	for i := range in.Data {
+		in.Data[i] = float32(i)
+	}
+	xs := sampleRows(in, tokens, 1024)
+	seen := map[float32]bool{}
+	first := 0
+	for _, v := range xs.Data {
+		if seen[v] {
+			t.Fatalf("row %g taken twice", v)
+		}
+		seen[v] = true
+		if int(v)%window == 0 {
+			first++
+		}
+	}
+	if len(seen) != 1024 {
+		t.Fatalf("%d rows, want 1024", len(seen))
+	}
+	if want := 1024 / window; first > 2*want {
+		t.Fatalf("%d first-of-window rows of 1024, want about %d", first, want)
+	}
+	if all := sampleRows(in, 100, 1024); all.Rows != 100 {
+		t.Fatalf("%d rows of 100 tokens, want all 100", all.Rows)
+	}
+}
