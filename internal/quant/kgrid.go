@@ -1,6 +1,9 @@
 package quant
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // SuperGrid is the set of values one super-block (QKK values) of a k-quant type (Q4_K,
 // Q5_K, Q6_K) can hold once its scales are chosen: element i's level L in [0, Levels)
@@ -103,4 +106,84 @@ func (g SuperGrid) Pack(levels []int, dst []byte) {
 	case Q6_K:
 		packQ6_K(&L, (*[210]byte)(dst))
 	}
+}
+
+// Refit chooses sub-block j's scale (and min) anew from x, its Sub values as they are now,
+// keeping the super-block's scales of them, when that fits x better than the sub-block's
+// present ones. A quantizer that changes later elements after a super-block's grid was
+// chosen (GPTQ's error updates) can thus round each sub-block onto a range fitted to its
+// values as they are when it reaches it.
+func (g *SuperGrid) Refit(j int, x []float32) {
+	if len(x) != g.Sub || j < 0 || j >= QKK/g.Sub {
+		return
+	}
+	old := g.sqErr(j, x)
+	d0, m0 := g.D[j], g.M[j]
+	var hdr [18]byte
+	switch g.Type {
+	case Q4_K, Q5_K:
+		copy(hdr[:], g.block[:16])
+		d, dmin := getF16(g.block[0:]), getF16(g.block[2:])
+		nmax, p := 15, qkx2Params{rmin: -1, rdelta: 0.1, nstep: 20}
+		if g.Type == Q5_K {
+			nmax, p = 31, qkx2Params{rmin: -0.5, rdelta: 0.1, nstep: 15}
+		}
+		var weights [32]float32
+		var L, laux [32]uint8
+		var sumX2 float32
+		for _, v := range x {
+			sumX2 += v * v
+		}
+		avX := float32(math.Sqrt(float64(sumX2 / 32)))
+		for l, v := range x {
+			weights[l] = avX + float32(math.Abs(float64(v)))
+		}
+		scale, mn := makeQKX2Quants(x, weights[:], nmax, L[:], laux[:], p)
+		s := (*[12]byte)(g.block[4:16])
+		var sc, m [8]uint8
+		for k := range 8 {
+			sc[k], m[k] = ScaleMinK4(k, s)
+		}
+		if d > 0 {
+			sc[j] = uint8(clampInt(nearestInt(scale/d), 0, 63))
+		}
+		if dmin > 0 {
+			m[j] = uint8(clampInt(nearestInt(mn/dmin), 0, 63))
+		}
+		clear(s[:])
+		for k := range 8 {
+			putScaleMinK4(k, sc[k], m[k], s)
+		}
+		g.D[j], g.M[j] = float32(d*float32(sc[j])), float32(dmin*float32(m[j]))
+	case Q6_K:
+		hdr[0] = g.block[192+j]
+		d := getF16(g.block[208:])
+		if d == 0 {
+			return
+		}
+		var L [16]uint8
+		sc := int8(clampInt(nearestInt(makeQXQuants(x, 32, L[:])/d), -128, 127))
+		g.block[192+j] = byte(sc)
+		g.D[j] = float32(d * float32(sc))
+	}
+	if g.sqErr(j, x) < old {
+		return
+	}
+	g.D[j], g.M[j] = d0, m0 // the present fit was no worse: keep it
+	if g.Type == Q6_K {
+		g.block[192+j] = hdr[0]
+	} else {
+		copy(g.block[:16], hdr[:16])
+	}
+}
+
+// sqErr is the squared error of sub-block j's values x rounded onto g.
+func (g *SuperGrid) sqErr(j int, x []float32) float64 {
+	var e float64
+	for l, v := range x {
+		i := j*g.Sub + l
+		d := float64(v - g.Value(i, g.Level(i, v)))
+		e += d * d
+	}
+	return e
 }

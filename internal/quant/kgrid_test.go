@@ -71,3 +71,60 @@ func TestSuperGridMatchesQuantize(t *testing.T) {
 		t.Fatal("a super-block grid of 32 values: no error")
 	}
 }
+
+// TestSuperGridRefit checks that refitting a sub-block to values that have moved since
+// the grid was chosen lowers (or keeps) their rounding error, and that the block packed
+// afterwards still decodes to exactly the grid's values.
+func TestSuperGridRefit(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, typ := range SuperGridTypes {
+		var moved, lowered int
+		for trial := range 20 {
+			x := make([]float32, QKK)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64())
+			}
+			g, err := NewSuperGrid(typ, x, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The values move, as GPTQ's updates move them: sub-block j by a shift and a
+			// stretch.
+			for j := 1; j < QKK/g.Sub; j++ {
+				sub := x[j*g.Sub : (j+1)*g.Sub]
+				for l := range sub {
+					sub[l] = sub[l]*float32(0.5+rng.Float64()) + float32(0.3*rng.NormFloat64())
+				}
+				before := g.sqErr(j, sub)
+				g.Refit(j, sub)
+				after := g.sqErr(j, sub)
+				if after > before {
+					t.Fatalf("%s trial %d sub-block %d: error %g after refitting, %g before", typ, trial, j, after, before)
+				}
+				moved++
+				if after < before {
+					lowered++
+				}
+			}
+			levels := make([]int, QKK)
+			for i, v := range x {
+				levels[i] = g.Level(i, v)
+			}
+			b := make([]byte, typ.BlockBytes())
+			g.Pack(levels, b)
+			got := make([]float32, QKK)
+			if err := Dequantize(typ, b, got); err != nil {
+				t.Fatal(err)
+			}
+			for i := range got {
+				if got[i] != g.Value(i, levels[i]) {
+					t.Fatalf("%s trial %d element %d: decoded %g, grid value %g", typ, trial, i, got[i], g.Value(i, levels[i]))
+				}
+			}
+		}
+		t.Logf("%s: %d of %d moved sub-blocks fitted better", typ, lowered, moved)
+		if lowered < moved/2 {
+			t.Errorf("%s: only %d of %d moved sub-blocks fitted better", typ, lowered, moved)
+		}
+	}
+}

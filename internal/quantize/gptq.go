@@ -132,7 +132,8 @@ func (g legacyGrid) Value(_, L int) float32     { return g.Grid.Value(L) }
 // newBlockGrid chooses the grid of one block x of type t from its values as they are.
 func newBlockGrid(t quant.Type, x []float32) (blockGrid, error) {
 	if quant.HasSuperGrid(t) {
-		return quant.NewSuperGrid(t, x, nil)
+		g, err := quant.NewSuperGrid(t, x, nil)
+		return &g, err
 	}
 	g, err := quant.NewGrid(t, x, nil)
 	return legacyGrid{g}, err
@@ -142,7 +143,8 @@ func newBlockGrid(t quant.Type, x []float32) (blockGrid, error) {
 // its inputs, replaces w's values by their quantized ones and returns the encoded rows.
 // On a k-quant grid the block whose scales are chosen at its first column is the
 // super-block: its sub-blocks' scales and mins (and the super-block's scales of them)
-// come from the 256 weights as the error updates have left them.
+// come from the 256 weights as the error updates have left them, and (without
+// act-order) each later sub-block's scale and min are refitted when GPTQ reaches it.
 func GPTQ(w *calibrate.Dense, p *Prepared, t quant.Type) ([]byte, error) {
 	if !HasGPTQ(t) {
 		return nil, fmt.Errorf("gptq: %s has no grid here (GPTQ supports q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k)", t)
@@ -214,6 +216,14 @@ func GPTQ(w *calibrate.Dense, p *Prepared, t quant.Type) ([]byte, error) {
 					grids[r*nb+c/blk] = g
 				}
 				g := grids[r*nb+c/blk]
+				if sg, ok := g.(*quant.SuperGrid); ok && !actOrder && c%blk != 0 && c%sg.Sub == 0 {
+					// A later sub-block: its scale and min refitted to its weights as the
+					// updates have left them (the super-block's scales of them kept).
+					for j := range sg.Sub {
+						x[j] = float32(Wp[r*cols+i+j])
+					}
+					sg.Refit(c%blk/sg.Sub, x[:sg.Sub])
+				}
 				v := Wp[r*cols+i]
 				L := g.Level(c%blk, float32(v))
 				levels[r*cols+c] = L
