@@ -13,8 +13,11 @@ import (
 // channel j of a linear layer's weights up by s_j and its input down by s_j leaves the
 // layer's output unchanged, but shrinks the relative rounding error of those weights. AWQ
 // takes s = m^alpha, m the channels' mean activation magnitude on calibration text, and
-// searches alpha in [0, 1] for the least error in the quantized layer's outputs. The
-// division of the input is folded into whatever produced it:
+// searches alpha in [0, 1] for the least squared error in what the quantized layers feed,
+// as AutoAWQ measures it: the attention block's output for q, k and v (over whole
+// calibration sequences, o in float), the feed-forward block's for gate and up (down in
+// float), the layer's own outputs for o and down. The division of the input is folded
+// into whatever produced it:
 //
 //   - q/k/v and gate/up read an RMSNorm's output: the norm's weight is divided by s;
 //   - down reads silu(gate) * up, linear in up: up's output rows are divided by s;
@@ -83,6 +86,41 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (f
 			return 0, err
 		}
 	}
+	// On gate and up the error is that of the feed-forward block's output, as AutoAWQ
+	// measures it: down(silu(gate x) * up x), down in float.
+	mlp := s.Kind == calibrate.FFNInput && s.Down != nil && len(s.Linear) == 2 && isBlockType(types[0]) && isBlockType(types[1])
+	ffn := func(gate, up []float32) ([]float32, error) {
+		h := make([]float32, len(gate))
+		for i, g := range gate {
+			h[i] = g / (1 + float32(math.Exp(float64(-g)))) * up[i]
+		}
+		out := make([]float32, n*s.Down.Rows)
+		return out, calibrate.MatMul(p, out, s.Down, h, n)
+	}
+	var mlpRef []float32
+	if mlp {
+		var err error
+		if mlpRef, err = ffn(ref[0], ref[1]); err != nil {
+			return 0, err
+		}
+	}
+	// On q, k and v, that of the attention block's output (o in float), over the first
+	// whole sequences.
+	attn := s.Kind == calibrate.AttnInput && s.Attention != nil && s.SeqLen > 0 && len(s.Linear) == 3
+	for _, t := range types {
+		attn = attn && isBlockType(t)
+	}
+	var xa, xasc []float32
+	var attnRef []float32
+	if attn {
+		rows := max(1, min(s.Tokens, opt.MaxTokens)/s.SeqLen) * s.SeqLen
+		xa = in.Data[:rows*cols]
+		xasc = make([]float32, len(xa))
+		var err error
+		if attnRef, err = s.Attention(xa, s.Linear[0], s.Linear[1], s.Linear[2]); err != nil {
+			return 0, err
+		}
+	}
 	// Mean relative weight magnitude per scale index, over the stage's matrices.
 	wmag := make([]float64, nScales)
 	for _, w := range s.Linear {
@@ -129,6 +167,31 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (f
 			}
 		}
 		var total float64
+		if attn {
+			for i, v := range xa {
+				xasc[i] = v / sc[i%cols]
+			}
+			qs := make([]*calibrate.Dense, 3)
+			for i, w := range s.Linear {
+				qs[i] = &calibrate.Dense{Name: w.Name, Rows: w.Rows, Cols: w.Cols, Data: make([]float32, len(w.Data))}
+				for j, v := range w.Data {
+					qs[i].Data[j] = v * sc[j%cols]
+				}
+				if err := quantDequant(types[i], qs[i].Data); err != nil {
+					return 0, fmt.Errorf("awq: %s: %w", w.Name, err)
+				}
+			}
+			out, err := s.Attention(xasc, qs[0], qs[1], qs[2])
+			if err != nil {
+				return 0, err
+			}
+			for j, v := range out {
+				d := float64(v - attnRef[j])
+				total += d * d
+			}
+			return total, nil
+		}
+		outs := make([][]float32, len(s.Linear))
 		for i, w := range s.Linear {
 			if !isBlockType(types[i]) {
 				continue // kept wide: the scales change nothing worth measuring
@@ -141,12 +204,24 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (f
 			if err := quantDequant(types[i], q.Data); err != nil {
 				return 0, fmt.Errorf("awq: %s: %w", w.Name, err)
 			}
-			out := make([]float32, n*w.Rows)
-			if err := calibrate.MatMul(p, out, q, xsc.Data, n); err != nil {
+			outs[i] = make([]float32, n*w.Rows)
+			if err := calibrate.MatMul(p, outs[i], q, xsc.Data, n); err != nil {
+				return 0, err
+			}
+			if !mlp {
+				for j, v := range outs[i] {
+					d := float64(v - ref[i][j])
+					total += d * d
+				}
+			}
+		}
+		if mlp {
+			out, err := ffn(outs[0], outs[1])
+			if err != nil {
 				return 0, err
 			}
 			for j, v := range out {
-				d := float64(v - ref[i][j])
+				d := float64(v - mlpRef[j])
 				total += d * d
 			}
 		}
