@@ -23,13 +23,14 @@ func runQuantize(args []string) error {
 	tok := fs.String("z", "", "separate tokenizer file (llama2.c tokenizer.bin for a .bin checkpoint)")
 	out := fs.String("o", "", "output .gguf file")
 	dtype := fs.String("dtype", "", "weight type: q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, f16, bf16, f32, or a mixed preset: q4_k_m, q5_k_m")
-	method := fs.String("method", "rtn", "rtn (round to nearest), gptq (Hessian error compensation; q4_0, q4_1, q5_0, q5_1, q8_0) or awq (activation-aware scales)")
+	method := fs.String("method", "rtn", "rtn (round to nearest), gptq (Hessian error compensation; q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k and the k presets) or awq (activation-aware scales)")
 	calib := fs.String("calibration", "", "calibration text file (gptq, awq)")
 	calibTokens := fs.Int("calib-tokens", 8192, "calibration tokens to use, in windows of --calib-ctx")
 	calibCtx := fs.Int("calib-ctx", 512, "calibration window length in tokens (capped by the model's context)")
 	imat := fs.String("imatrix", "", "importance matrix (llama.cpp's legacy .dat format, as kvasir imatrix writes) weighing the round-to-nearest scale search")
 	actOrder := fs.Bool("act-order", false, "gptq: quantize the columns with the largest inputs first (block scales then come from the unmodified weights)")
 	damp := fs.Float64("damp", 0.01, "gptq: fraction of the Hessian's mean diagonal added to its diagonal")
+	noClip := fs.Bool("no-clip", false, "awq: fold the searched scales only, without the weight-clipping search")
 	threads := fs.Int("threads", 0, "CPU threads (0: all cores)")
 	quiet := fs.Bool("quiet", false, "no progress output")
 	if err := fs.Parse(args); err != nil {
@@ -49,7 +50,7 @@ func runQuantize(args []string) error {
 	if !strings.HasSuffix(*out, ".gguf") {
 		return fmt.Errorf("-o %s: the output must be a .gguf file", *out)
 	}
-	opt := quantize.Options{Plan: plan, Method: *method, GPTQ: quantize.GPTQOptions{Damp: *damp, ActOrder: *actOrder}, Threads: *threads}
+	opt := quantize.Options{Plan: plan, Method: *method, GPTQ: quantize.GPTQOptions{Damp: *damp, ActOrder: *actOrder}, AWQ: quantize.AWQOptions{NoClip: *noClip}, Threads: *threads}
 	if opt.Threads <= 0 {
 		opt.Threads = runtime.NumCPU()
 	}

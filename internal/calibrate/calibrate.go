@@ -68,6 +68,19 @@ type Stage struct {
 	// size (AttnOutput): Input's column h*HeadDim+e comes from the value row
 	// (h/KVGroup)*HeadDim+e.
 	KVGroup, HeadDim int
+	// Down is the down projection that reads silu(gate) * up (FFNInput), so that a
+	// visitor can measure the feed-forward block's output rather than gate's and up's;
+	// nil otherwise. A visitor must not change it.
+	Down *Dense
+	// Attention returns the attention block's output, o(attention(rope(q x), rope(k x),
+	// v x)) with the layer's o in float, for inputs x of whole sequences (the first rows
+	// of Input, or those rows rescaled) and the weights q, k, v (AttnInput; nil
+	// otherwise): a visitor's measure of the block's output rather than of q's, k's and
+	// v's.
+	Attention func(x []float32, q, k, v *Dense) ([]float32, error)
+	// SeqLen is the calibration sequences' length: Input's rows are Tokens/SeqLen
+	// sequences of SeqLen tokens, one after another.
+	SeqLen int
 }
 
 // Visitor is shown each stage in order. It may change the stage's Linear weights, its
@@ -221,7 +234,7 @@ type runner struct {
 func (r *runner) layer(l int, ly *Layer, visit Visitor) error {
 	c := r.c
 	n, hd := r.n, c.HeadDim
-	qDim, kvDim := c.Heads*hd, c.KVHeads*hd
+	qDim := c.Heads * hd
 	eps := float32(c.NormEps)
 
 	// Attention.
@@ -229,38 +242,17 @@ func (r *runner) layer(l int, ly *Layer, visit Visitor) error {
 	if err := cpu.RMSNorm(r.p, xn.Data, r.x, ly.AttnNorm.Data, n, eps); err != nil {
 		return err
 	}
-	if err := visit(&Stage{Layer: l, Kind: AttnInput, Input: xn, Tokens: n, Linear: []*Dense{ly.Q, ly.K, ly.V}, Norm: ly.AttnNorm}); err != nil {
+	attend := func(x []float32, wq, wk, wv *Dense) ([]float32, error) {
+		return r.attentionBlock(x, wq, wk, wv, ly)
+	}
+	if err := visit(&Stage{Layer: l, Kind: AttnInput, Input: xn, Tokens: n, Linear: []*Dense{ly.Q, ly.K, ly.V}, Norm: ly.AttnNorm, Attention: attend, SeqLen: r.seqLen}); err != nil {
 		return err
 	}
-	q, k, v := make([]float32, n*qDim), make([]float32, n*kvDim), make([]float32, n*kvDim)
-	for _, mm := range []struct {
-		out  []float32
-		w, b *Dense
-	}{{q, ly.Q, ly.QBias}, {k, ly.K, ly.KBias}, {v, ly.V, ly.VBias}} {
-		if err := r.matMul(mm.out, mm.w, xn.Data); err != nil {
-			return err
-		}
-		if mm.b != nil {
-			for t := range n {
-				row := mm.out[t*mm.w.Rows : (t+1)*mm.w.Rows]
-				for i := range row {
-					row[i] += mm.b.Data[i]
-				}
-			}
-		}
-	}
-	style := cpu.RopeInterleaved
-	if c.RopeStyle == format.RopeNeox {
-		style = cpu.RopeNeoX
-	}
-	if err := cpu.Rope(r.p, q, n, c.Heads, hd, c.RopeDim, r.positions, r.cos, r.sin, style); err != nil {
+	att := &Dense{Name: "attn_output", Rows: n, Cols: qDim}
+	var err error
+	if att.Data, err = r.attend(xn.Data, ly.Q, ly.K, ly.V, ly); err != nil {
 		return err
 	}
-	if err := cpu.Rope(r.p, k, n, c.KVHeads, hd, c.RopeDim, r.positions, r.cos, r.sin, style); err != nil {
-		return err
-	}
-	att := &Dense{Name: "attn_output", Rows: n, Cols: qDim, Data: make([]float32, n*qDim)}
-	r.attention(att.Data, q, k, v)
 	group := c.Heads / c.KVHeads
 	if err := visit(&Stage{Layer: l, Kind: AttnOutput, Input: att, Tokens: n, Linear: []*Dense{ly.O}, Producer: ly.V, ProducerBias: ly.VBias, KVGroup: group, HeadDim: hd}); err != nil {
 		return err
@@ -276,7 +268,7 @@ func (r *runner) layer(l int, ly *Layer, visit Visitor) error {
 		return err
 	}
 	xn.Name = "ffn_input"
-	if err := visit(&Stage{Layer: l, Kind: FFNInput, Input: xn, Tokens: n, Linear: []*Dense{ly.Gate, ly.Up}, Norm: ly.FFNNorm}); err != nil {
+	if err := visit(&Stage{Layer: l, Kind: FFNInput, Input: xn, Tokens: n, Linear: []*Dense{ly.Gate, ly.Up}, Norm: ly.FFNNorm, Down: ly.Down}); err != nil {
 		return err
 	}
 	f := ly.Gate.Rows
@@ -301,6 +293,58 @@ func (r *runner) layer(l int, ly *Layer, visit Visitor) error {
 	return nil
 }
 
+// attentionBlock is the attention block's output for x, rows of whole sequences, with
+// the projections wq, wk, wv and the layer's biases and o.
+func (r *runner) attentionBlock(x []float32, wq, wk, wv *Dense, ly *Layer) ([]float32, error) {
+	att, err := r.attend(x, wq, wk, wv, ly)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, len(x))
+	return out, MatMul(r.p, out, ly.O, att, len(x)/r.c.Dim)
+}
+
+// attend is the attention's output (before o) for x, rows of whole sequences, with the
+// projections wq, wk, wv and the layer's biases.
+func (r *runner) attend(x []float32, wq, wk, wv *Dense, ly *Layer) ([]float32, error) {
+	c := r.c
+	n := len(x) / c.Dim
+	if n == 0 || n%r.seqLen != 0 || n > r.n {
+		return nil, fmt.Errorf("calibrate: attention over %d rows: want whole sequences of %d", n, r.seqLen)
+	}
+	hd := c.HeadDim
+	q, k, v := make([]float32, n*c.Heads*hd), make([]float32, n*c.KVHeads*hd), make([]float32, n*c.KVHeads*hd)
+	for _, mm := range []struct {
+		out  []float32
+		w, b *Dense
+	}{{q, wq, ly.QBias}, {k, wk, ly.KBias}, {v, wv, ly.VBias}} {
+		if err := MatMul(r.p, mm.out, mm.w, x, n); err != nil {
+			return nil, err
+		}
+		if mm.b != nil {
+			for t := range n {
+				row := mm.out[t*mm.w.Rows : (t+1)*mm.w.Rows]
+				for i := range row {
+					row[i] += mm.b.Data[i]
+				}
+			}
+		}
+	}
+	style := cpu.RopeInterleaved
+	if c.RopeStyle == format.RopeNeox {
+		style = cpu.RopeNeoX
+	}
+	if err := cpu.Rope(r.p, q, n, c.Heads, hd, c.RopeDim, r.positions[:n], r.cos, r.sin, style); err != nil {
+		return nil, err
+	}
+	if err := cpu.Rope(r.p, k, n, c.KVHeads, hd, c.RopeDim, r.positions[:n], r.cos, r.sin, style); err != nil {
+		return nil, err
+	}
+	att := make([]float32, n*c.Heads*hd)
+	r.attention(att, q, k, v, n)
+	return att, nil
+}
+
 // matMul computes out = x w^T for the run's tokens.
 func (r *runner) matMul(out []float32, w *Dense, x []float32) error {
 	return MatMul(r.p, out, w, x, r.n)
@@ -312,14 +356,14 @@ func MatMul(p *cpu.Pool, out []float32, w *Dense, x []float32, nTokens int) erro
 	return cpu.MatMul(p, out, cpu.Weight{Type: quant.F32, Rows: w.Rows, Cols: w.Cols, Data: data}, x, nTokens)
 }
 
-// attention is causal softmax attention within each sequence, the query heads of a group
-// sharing one key/value head.
-func (r *runner) attention(out, q, k, v []float32) {
+// attention is causal softmax attention within each of the sequences of n tokens' q, k
+// and v, the query heads of a group sharing one key/value head.
+func (r *runner) attention(out, q, k, v []float32, n int) {
 	c := r.c
 	hd, qDim, kvDim := c.HeadDim, c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
 	group := c.Heads / c.KVHeads
 	scale := 1 / math.Sqrt(float64(hd))
-	seqs := r.n / r.seqLen
+	seqs := n / r.seqLen
 	r.p.Run(seqs*c.Heads, func(start, end int) {
 		scores := make([]float64, r.seqLen)
 		for j := start; j < end; j++ {

@@ -119,3 +119,55 @@ func TestChunks(t *testing.T) {
 		t.Fatalf("Chunks without BOS, at most 5 tokens: %v", got)
 	}
 }
+
+// TestStageBlocks checks the block outputs a stage offers its visitor: Attention on the
+// first sequence's attention input gives o of the attention output the run computes for
+// it, and Down is the layer's down projection; and Attention refuses rows that are not
+// whole sequences.
+func TestStageBlocks(t *testing.T) {
+	m := openStories(t)
+	c := m.Config
+	seqs := [][]int32{{1, 403, 407, 261, 378, 425, 375, 302}, {1, 415, 443, 332, 260, 384, 290, 267}}
+	p := cpu.NewPool(2)
+	defer p.Close()
+	var want []float32
+	checked := 0
+	_, err := Run(m, seqs, p, func(l int) (*Layer, error) { return LoadLayer(m, l) },
+		func(s *Stage) error {
+			switch s.Kind {
+			case AttnInput:
+				if s.SeqLen != 8 {
+					t.Fatalf("SeqLen %d, want 8", s.SeqLen)
+				}
+				var err error
+				if want, err = s.Attention(s.Input.Data[:8*c.Dim], s.Linear[0], s.Linear[1], s.Linear[2]); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := s.Attention(s.Input.Data[:5*c.Dim], s.Linear[0], s.Linear[1], s.Linear[2]); err == nil {
+					t.Fatal("attention over 5 rows of sequences of 8: no error")
+				}
+			case AttnOutput:
+				got := make([]float32, 8*c.Dim)
+				if err := MatMul(p, got, s.Linear[0], s.Input.Data[:8*s.Input.Cols], 8); err != nil {
+					t.Fatal(err)
+				}
+				for i := range got {
+					if math.Abs(float64(got[i]-want[i])) > 1e-5*(1+math.Abs(float64(got[i]))) {
+						t.Fatalf("layer %d output %d: %g from Attention, %g from the run", s.Layer, i, want[i], got[i])
+					}
+				}
+				checked++
+			case FFNInput:
+				if s.Down == nil || s.Down.Name != "blk."+string(rune('0'+s.Layer))+".ffn_down.weight" {
+					t.Fatalf("layer %d: Down is %v", s.Layer, s.Down)
+				}
+			}
+			return nil
+		}, func(int, *Layer) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if checked != c.Layers {
+		t.Fatalf("checked %d layers of %d", checked, c.Layers)
+	}
+}

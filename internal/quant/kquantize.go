@@ -186,6 +186,11 @@ func quantizeBlockQ4_KWeighted(x, imp *[256]float32, b *[144]byte) {
 	clear(b[:])
 	var L [256]uint8
 	quantizeScalesMinsK4(x, imp, 15, qkx2Params{rmin: -1, rdelta: 0.1, nstep: 20}, (*[16]byte)(b[0:16]), &L)
+	packQ4_K(&L, b)
+}
+
+// packQ4_K writes the 4-bit quants L (0..15) of a Q4_K block after its header.
+func packQ4_K(L *[256]uint8, b *[144]byte) {
 	for p := range 4 {
 		for l := range 32 {
 			b[16+32*p+l] = L[64*p+l] | L[64*p+32+l]<<4
@@ -202,7 +207,13 @@ func quantizeBlockQ5_KWeighted(x, imp *[256]float32, b *[176]byte) {
 	clear(b[:])
 	var L [256]uint8
 	quantizeScalesMinsK4(x, imp, 31, qkx2Params{rmin: -0.5, rdelta: 0.1, nstep: 15}, (*[16]byte)(b[0:16]), &L)
+	packQ5_K(&L, b)
+}
+
+// packQ5_K writes the 5-bit quants L (0..31) of a Q5_K block after its header.
+func packQ5_K(L *[256]uint8, b *[176]byte) {
 	qh := b[16:48]
+	clear(qh)
 	for p := range 4 {
 		for l := range 32 {
 			l1, l2 := L[64*p+l], L[64*p+32+l]
@@ -250,6 +261,11 @@ func quantizeBlockQ6_K(x *[256]float32, b *[210]byte) {
 			L[i] = uint8(clampInt(nearestInt(x[i]/d), -32, 31) + 32)
 		}
 	}
+	packQ6_K(&L, b)
+}
+
+// packQ6_K writes the 6-bit quants L (0..63) of a Q6_K block before its scales.
+func packQ6_K(L *[256]uint8, b *[210]byte) {
 	for n := range 2 {
 		for l := range 32 {
 			i := 128*n + l

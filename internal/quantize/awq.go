@@ -13,8 +13,11 @@ import (
 // channel j of a linear layer's weights up by s_j and its input down by s_j leaves the
 // layer's output unchanged, but shrinks the relative rounding error of those weights. AWQ
 // takes s = m^alpha, m the channels' mean activation magnitude on calibration text, and
-// searches alpha in [0, 1] for the least error in the quantized layer's outputs. The
-// division of the input is folded into whatever produced it:
+// searches alpha in [0, 1] for the least squared error in what the quantized layers feed,
+// as AutoAWQ measures it: the attention block's output for q, k and v (over whole
+// calibration sequences, o in float), the feed-forward block's for gate and up (down in
+// float), the layer's own outputs for o and down. The division of the input is folded
+// into whatever produced it:
 //
 //   - q/k/v and gate/up read an RMSNorm's output: the norm's weight is divided by s;
 //   - down reads silu(gate) * up, linear in up: up's output rows are divided by s;
@@ -22,12 +25,14 @@ import (
 //     by s. With grouped-query attention a value row feeds KVGroup heads, so the heads of
 //     one group share their scales (taken from the group's mean magnitudes).
 //
-// AWQ's second step, clipping the weight range, is not done here.
+// AWQ's second step (AWQClip), after the scales are folded, clips each block of weights
+// to the range that least changes its share of the layer's outputs.
 
 // AWQOptions tunes AWQ.
 type AWQOptions struct {
 	GridPoints int // alphas tried, evenly spaced over [0, 1] (0: 21)
 	MaxTokens  int // calibration rows the output error is measured on (0: 1024)
+	NoClip     bool
 }
 
 // AWQ searches the scales of one stage for its linear layers' target types, folds them
@@ -72,17 +77,47 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (f
 	for c, m := range mag {
 		smag[owner[c]] += m / float64(s.Tokens)
 	}
-	// The rows the error is measured on: evenly spaced over the calibration tokens.
-	step := max(1, s.Tokens/opt.MaxTokens)
-	n := (s.Tokens + step - 1) / step
-	xs := &calibrate.Dense{Rows: n, Cols: cols, Data: make([]float32, n*cols)}
-	for i := range n {
-		copy(xs.Row(i), in.Row(i*step))
-	}
+	xs := sampleRows(in, s.Tokens, opt.MaxTokens)
+	n := xs.Rows
 	ref := make([][]float32, len(s.Linear))
 	for i, w := range s.Linear {
 		ref[i] = make([]float32, n*w.Rows)
 		if err := calibrate.MatMul(p, ref[i], w, xs.Data, n); err != nil {
+			return 0, err
+		}
+	}
+	// On gate and up the error is that of the feed-forward block's output, as AutoAWQ
+	// measures it: down(silu(gate x) * up x), down in float.
+	mlp := s.Kind == calibrate.FFNInput && s.Down != nil && len(s.Linear) == 2 && isBlockType(types[0]) && isBlockType(types[1])
+	ffn := func(gate, up []float32) ([]float32, error) {
+		h := make([]float32, len(gate))
+		for i, g := range gate {
+			h[i] = g / (1 + float32(math.Exp(float64(-g)))) * up[i]
+		}
+		out := make([]float32, n*s.Down.Rows)
+		return out, calibrate.MatMul(p, out, s.Down, h, n)
+	}
+	var mlpRef []float32
+	if mlp {
+		var err error
+		if mlpRef, err = ffn(ref[0], ref[1]); err != nil {
+			return 0, err
+		}
+	}
+	// On q, k and v, that of the attention block's output (o in float), over the first
+	// whole sequences.
+	attn := s.Kind == calibrate.AttnInput && s.Attention != nil && s.SeqLen > 0 && len(s.Linear) == 3
+	for _, t := range types {
+		attn = attn && isBlockType(t)
+	}
+	var xa, xasc []float32
+	var attnRef []float32
+	if attn {
+		rows := max(1, min(s.Tokens, opt.MaxTokens)/s.SeqLen) * s.SeqLen
+		xa = in.Data[:rows*cols]
+		xasc = make([]float32, len(xa))
+		var err error
+		if attnRef, err = s.Attention(xa, s.Linear[0], s.Linear[1], s.Linear[2]); err != nil {
 			return 0, err
 		}
 	}
@@ -132,6 +167,31 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (f
 			}
 		}
 		var total float64
+		if attn {
+			for i, v := range xa {
+				xasc[i] = v / sc[i%cols]
+			}
+			qs := make([]*calibrate.Dense, 3)
+			for i, w := range s.Linear {
+				qs[i] = &calibrate.Dense{Name: w.Name, Rows: w.Rows, Cols: w.Cols, Data: make([]float32, len(w.Data))}
+				for j, v := range w.Data {
+					qs[i].Data[j] = v * sc[j%cols]
+				}
+				if err := quantDequant(types[i], qs[i].Data); err != nil {
+					return 0, fmt.Errorf("awq: %s: %w", w.Name, err)
+				}
+			}
+			out, err := s.Attention(xasc, qs[0], qs[1], qs[2])
+			if err != nil {
+				return 0, err
+			}
+			for j, v := range out {
+				d := float64(v - attnRef[j])
+				total += d * d
+			}
+			return total, nil
+		}
+		outs := make([][]float32, len(s.Linear))
 		for i, w := range s.Linear {
 			if !isBlockType(types[i]) {
 				continue // kept wide: the scales change nothing worth measuring
@@ -144,12 +204,24 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (f
 			if err := quantDequant(types[i], q.Data); err != nil {
 				return 0, fmt.Errorf("awq: %s: %w", w.Name, err)
 			}
-			out := make([]float32, n*w.Rows)
-			if err := calibrate.MatMul(p, out, q, xsc.Data, n); err != nil {
+			outs[i] = make([]float32, n*w.Rows)
+			if err := calibrate.MatMul(p, outs[i], q, xsc.Data, n); err != nil {
+				return 0, err
+			}
+			if !mlp {
+				for j, v := range outs[i] {
+					d := float64(v - ref[i][j])
+					total += d * d
+				}
+			}
+		}
+		if mlp {
+			out, err := ffn(outs[0], outs[1])
+			if err != nil {
 				return 0, err
 			}
 			for j, v := range out {
-				d := float64(v - ref[i][j])
+				d := float64(v - mlpRef[j])
 				total += d * d
 			}
 		}
@@ -205,6 +277,137 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (f
 		}
 	}
 	return bestAlpha, nil
+}
+
+// clipShrinks are the ranges AWQClip tries, as fractions of a block's largest magnitude:
+// 1, 0.95, ... 0.5 (AutoAWQ's grid).
+var clipShrinks = func() []float32 {
+	var f []float32
+	for i := range 11 {
+		f = append(f, 1-float32(i)/20)
+	}
+	return f
+}()
+
+// AWQClip is AWQ's clipping step, run on a stage after AWQ has folded its scales: for each
+// row and block of QK columns of the stage's linear layers (all but q and k, whose errors
+// meet in the attention scores, as AutoAWQ leaves them), the weights are clamped to
+// [-f a, f a], a the block's largest magnitude, with the f of clipShrinks whose quantized
+// weights change the block's share of the outputs least on the calibration inputs:
+// d^T H d, d the block's rounding error and H its inputs' second moments. It returns the
+// fraction of blocks clipped.
+func AWQClip(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (float64, error) {
+	if opt.MaxTokens <= 0 {
+		opt.MaxTokens = 1024
+	}
+	if len(types) != len(s.Linear) {
+		return 0, fmt.Errorf("awq: %d types for %d linear layers", len(types), len(s.Linear))
+	}
+	in, cols := s.Input, s.Input.Cols
+	if cols%quant.QK != 0 {
+		return 0, nil // no whole blocks to clip
+	}
+	h, err := Hessian(p, sampleRows(in, s.Tokens, opt.MaxTokens))
+	if err != nil {
+		return 0, err
+	}
+	// The diagonal blocks of H, one QK x QK matrix per block of columns.
+	nb := cols / quant.QK
+	hb := make([]float64, nb*quant.QK*quant.QK)
+	for b := range nb {
+		for i := range quant.QK {
+			copy(hb[(b*quant.QK+i)*quant.QK:][:quant.QK], h[(b*quant.QK+i)*cols+b*quant.QK:][:quant.QK])
+		}
+	}
+	var clipped, blocks int
+	for li, w := range s.Linear {
+		if !isBlockType(types[li]) || (s.Kind == calibrate.AttnInput && li < 2) {
+			continue
+		}
+		amax := make([]float32, w.Rows*nb)
+		for r := range w.Rows {
+			for b := range nb {
+				for _, v := range w.Row(r)[b*quant.QK:][:quant.QK] {
+					amax[r*nb+b] = max(amax[r*nb+b], float32(math.Abs(float64(v))))
+				}
+			}
+		}
+		best := make([]float64, w.Rows*nb)
+		choice := make([]int, w.Rows*nb)
+		c := make([]float32, len(w.Data))
+		for k, f := range clipShrinks {
+			for i, v := range w.Data {
+				a := f * amax[i/quant.QK]
+				c[i] = min(max(v, -a), a)
+			}
+			if err := quantDequant(types[li], c); err != nil {
+				return 0, fmt.Errorf("awq: %s: %w", w.Name, err)
+			}
+			p.Run(w.Rows, func(start, end int) {
+				var d [quant.QK]float64
+				for r := start; r < end; r++ {
+					for b := range nb {
+						o := r*cols + b*quant.QK
+						for j := range d {
+							d[j] = float64(w.Data[o+j] - c[o+j])
+						}
+						H := hb[b*quant.QK*quant.QK:]
+						var e float64
+						for i, di := range d {
+							var hi float64
+							for j, dj := range d {
+								hi += H[i*quant.QK+j] * dj
+							}
+							e += di * hi
+						}
+						if k == 0 || e < best[r*nb+b] {
+							best[r*nb+b], choice[r*nb+b] = e, k
+						}
+					}
+				}
+			})
+		}
+		for i := range w.Data {
+			a := clipShrinks[choice[i/quant.QK]] * amax[i/quant.QK]
+			w.Data[i] = min(max(w.Data[i], -a), a)
+		}
+		for _, k := range choice {
+			if k > 0 {
+				clipped++
+			}
+		}
+		blocks += len(choice)
+	}
+	if blocks == 0 {
+		return 0, nil
+	}
+	return float64(clipped) / float64(blocks), nil
+}
+
+// sampleRows returns at most maxRows of the first tokens rows of in, spread over them
+// with a stride that shares no factor with tokens. An even stride would alias with the
+// calibration windows' length (8192 tokens in windows of 512, every 8th row: every BOS row
+// taken, at 8 times its share), and the first token of a window, whose feed-forward
+// output carries tens of times the energy of the others, would weigh on the error out of
+// proportion.
+func sampleRows(in *calibrate.Dense, tokens, maxRows int) *calibrate.Dense {
+	n := min(tokens, maxRows)
+	stride := max(1, tokens/n)
+	for gcd(stride, tokens) != 1 {
+		stride++
+	}
+	xs := &calibrate.Dense{Rows: n, Cols: in.Cols, Data: make([]float32, n*in.Cols)}
+	for i := range n {
+		copy(xs.Row(i), in.Row(i*stride%tokens))
+	}
+	return xs
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // quantDequant rounds x (whole rows of t's blocks) onto t's grid in place.

@@ -115,3 +115,88 @@ func TestAWQGroupedOutputStage(t *testing.T) {
 		}
 	}
 }
+
+// TestAWQClipLowersHeldOutError checks the clipping step on a stage read after a norm: q
+// and k are left as they are, v's and the other layers' blocks are clipped, and the
+// clipped layers' quantized outputs on inputs held apart from the search are closer to
+// the unclipped float ones than those of the unclipped weights quantized.
+func TestAWQClipLowersHeldOutError(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	p := cpu.NewPool(2)
+	defer p.Close()
+	all := correlatedInputs(rng, 1024, 128)
+	x := &calibrate.Dense{Rows: 512, Cols: 128, Data: all.Data[:512*128]}
+	held := &calibrate.Dense{Rows: 512, Cols: 128, Data: all.Data[512*128:]}
+	ws := []*calibrate.Dense{randomWeights(rng, 32, 128), randomWeights(rng, 32, 128), randomWeights(rng, 64, 128)}
+	// Heavy tails: a few large weights per row, which a clipped range rounds better.
+	for _, w := range ws {
+		for i := range w.Data {
+			if rng.IntN(40) == 0 {
+				w.Data[i] *= 6
+			}
+		}
+	}
+	w0 := []*calibrate.Dense{clone(ws[0]), clone(ws[1]), clone(ws[2])}
+	st := &calibrate.Stage{Kind: calibrate.AttnInput, Input: x, Tokens: x.Rows, Linear: ws}
+	types := []quant.Type{quant.Q4_0, quant.Q4_0, quant.Q4_0}
+	frac, err := AWQClip(p, st, types, AWQOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%.0f%% of blocks clipped", 100*frac)
+	for i := range 2 {
+		if !slices.Equal(ws[i].Data, w0[i].Data) {
+			t.Fatalf("linear %d (q or k) was clipped", i)
+		}
+	}
+	if slices.Equal(ws[2].Data, w0[2].Data) {
+		t.Fatal("v was not clipped")
+	}
+	for i, v := range ws[2].Data {
+		if math.Abs(float64(v)) > math.Abs(float64(w0[2].Data[i])) {
+			t.Fatalf("element %d grew from %g to %g", i, w0[2].Data[i], v)
+		}
+	}
+	clipped, plain := clone(ws[2]), clone(w0[2])
+	for _, d := range []*calibrate.Dense{clipped, plain} {
+		if err := quantDequant(quant.Q4_0, d.Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, base := outputError(held, w0[2], clipped), outputError(held, w0[2], plain)
+	t.Logf("held-out output error: clipped %.4g, unclipped %.4g", got, base)
+	if !(got < base) {
+		t.Fatalf("clipping raised the held-out output error: %g, unclipped %g", got, base)
+	}
+}
+
+// TestSampleRowsDoesNotAlias checks that the rows AWQ measures on are distinct and take
+// the first token of each calibration window at about its share, not at the stride's.
+func TestSampleRowsDoesNotAlias(t *testing.T) {
+	const tokens, window = 8192, 512
+	in := &calibrate.Dense{Rows: tokens, Cols: 1, Data: make([]float32, tokens)}
+	for i := range in.Data {
+		in.Data[i] = float32(i)
+	}
+	xs := sampleRows(in, tokens, 1024)
+	seen := map[float32]bool{}
+	first := 0
+	for _, v := range xs.Data {
+		if seen[v] {
+			t.Fatalf("row %g taken twice", v)
+		}
+		seen[v] = true
+		if int(v)%window == 0 {
+			first++
+		}
+	}
+	if len(seen) != 1024 {
+		t.Fatalf("%d rows, want 1024", len(seen))
+	}
+	if want := 1024 / window; first > 2*want {
+		t.Fatalf("%d first-of-window rows of 1024, want about %d", first, want)
+	}
+	if all := sampleRows(in, 100, 1024); all.Rows != 100 {
+		t.Fatalf("%d rows of 100 tokens, want all 100", all.Rows)
+	}
+}

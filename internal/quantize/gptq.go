@@ -19,8 +19,9 @@ import (
 // lazily, a block of columns at a time, as the paper's fast variant does.
 //
 // The grid is the GGUF block type's: when quantization reaches the first column of a
-// block (QK consecutive columns of a row), the block's scale is chosen from the weights as
-// they are then, error updates included; each column is then rounded onto that grid.
+// block (QK consecutive columns of a row; for the k-quants the super-block of QKK), the
+// block's scales are chosen from the weights as they are then, error updates included;
+// each column is then rounded onto that grid.
 // With act-order, columns go in order of decreasing H[i][i] (the inputs with the most
 // energy first); as a block's columns are then scattered in time, its scale is chosen once
 // from the original weights ("static groups").
@@ -108,20 +109,60 @@ func Prepare(h []float64, cols int, opt GPTQOptions) (*Prepared, error) {
 	return p, nil
 }
 
+// GPTQTypes lists the grids GPTQ quantizes onto.
+var GPTQTypes = []quant.Type{quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q5_1, quant.Q8_0, quant.Q4_K, quant.Q5_K, quant.Q6_K}
+
+// HasGPTQ reports whether GPTQ can quantize onto t's grid.
+func HasGPTQ(t quant.Type) bool { return quant.HasGrid(t) || quant.HasSuperGrid(t) }
+
+// blockGrid is the grid of one block of a row: a legacy type's block of QK values or a
+// k-quant's super-block of QKK; i is an element's index within the block.
+type blockGrid interface {
+	Level(i int, v float32) int
+	Value(i, L int) float32
+	Pack(levels []int, dst []byte)
+}
+
+// legacyGrid is a quant.Grid, whose levels do not depend on the element.
+type legacyGrid struct{ quant.Grid }
+
+func (g legacyGrid) Level(_ int, v float32) int { return g.Grid.Level(v) }
+func (g legacyGrid) Value(_, L int) float32     { return g.Grid.Value(L) }
+
+// newBlockGrid chooses the grid of one block x of type t from its values as they are.
+func newBlockGrid(t quant.Type, x []float32) (blockGrid, error) {
+	if quant.HasSuperGrid(t) {
+		g, err := quant.NewSuperGrid(t, x, nil)
+		return &g, err
+	}
+	g, err := quant.NewGrid(t, x, nil)
+	return legacyGrid{g}, err
+}
+
 // GPTQ quantizes w (rows of w.Cols values) onto grid type t with the prepared Hessian of
 // its inputs, replaces w's values by their quantized ones and returns the encoded rows.
+// On a k-quant grid the block whose scales are chosen at its first column is the
+// super-block: its sub-blocks' scales and mins (and the super-block's scales of them)
+// come from the 256 weights as the error updates have left them, and (without
+// act-order) each later sub-block's scale and min are refitted when GPTQ reaches it.
 func GPTQ(w *calibrate.Dense, p *Prepared, t quant.Type) ([]byte, error) {
-	if !quant.HasGrid(t) {
-		return nil, fmt.Errorf("gptq: %s has no block grid here (GPTQ supports q4_0, q4_1, q5_0, q5_1, q8_0)", t)
+	if !HasGPTQ(t) {
+		return nil, fmt.Errorf("gptq: %s has no grid here (GPTQ supports q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k)", t)
 	}
 	rows, cols := w.Rows, w.Cols
-	if cols%quant.QK != 0 {
-		return nil, fmt.Errorf("gptq: %s: %d columns are not whole blocks of %d", w.Name, cols, quant.QK)
+	blk := t.BlockSize()
+	if cols%blk != 0 {
+		return nil, fmt.Errorf("gptq: %s: %d columns are not whole blocks of %d", w.Name, cols, blk)
 	}
 	if cols != p.cols {
 		return nil, fmt.Errorf("gptq: %s: %d columns, Hessian of %d", w.Name, cols, p.cols)
 	}
 	perm, U, bs, actOrder := p.perm, p.u, p.opt.BlockSize, p.opt.ActOrder
+	// A block's grid is chosen from weights that every earlier column has updated: the
+	// blocks must not straddle the lazy updates' boundaries.
+	if bs%blk != 0 && blk%bs != 0 {
+		bs = (bs + blk - 1) / blk * blk
+	}
 	W := make([]float64, rows*cols)
 	for i, v := range w.Data {
 		if !p.dead[i%cols] {
@@ -129,16 +170,16 @@ func GPTQ(w *calibrate.Dense, p *Prepared, t quant.Type) ([]byte, error) {
 		}
 	}
 	// Grids: per row and block. Static (from the original weights) with act-order.
-	nb := cols / quant.QK
-	grids := make([]quant.Grid, rows*nb)
+	nb := cols / blk
+	grids := make([]blockGrid, rows*nb)
+	x := make([]float32, blk)
 	if actOrder {
 		for r := range rows {
 			for b := range nb {
-				x := make([]float32, quant.QK)
 				for j := range x {
-					x[j] = float32(W[r*cols+b*quant.QK+j])
+					x[j] = float32(W[r*cols+b*blk+j])
 				}
-				g, err := quant.NewGrid(t, x, nil)
+				g, err := newBlockGrid(t, x)
 				if err != nil {
 					return nil, err
 				}
@@ -161,25 +202,32 @@ func GPTQ(w *calibrate.Dense, p *Prepared, t quant.Type) ([]byte, error) {
 			c := perm[i]
 			d := U[i*cols+i]
 			for r := range rows {
-				if !actOrder && c%quant.QK == 0 {
+				if !actOrder && c%blk == 0 {
 					// The first column of a block: its grid from the weights as they are now
 					// (without act-order columns go in order, so the block's columns are
-					// those of Wp at i..i+QK).
-					x := make([]float32, quant.QK)
+					// those of Wp at i..i+blk).
 					for j := range x {
 						x[j] = float32(Wp[r*cols+i+j])
 					}
-					g, err := quant.NewGrid(t, x, nil)
+					g, err := newBlockGrid(t, x)
 					if err != nil {
 						return nil, err
 					}
-					grids[r*(cols/quant.QK)+c/quant.QK] = g
+					grids[r*nb+c/blk] = g
 				}
-				g := grids[r*(cols/quant.QK)+c/quant.QK]
+				g := grids[r*nb+c/blk]
+				if sg, ok := g.(*quant.SuperGrid); ok && !actOrder && c%blk != 0 && c%sg.Sub == 0 {
+					// A later sub-block: its scale and min refitted to its weights as the
+					// updates have left them (the super-block's scales of them kept).
+					for j := range sg.Sub {
+						x[j] = float32(Wp[r*cols+i+j])
+					}
+					sg.Refit(c%blk/sg.Sub, x[:sg.Sub])
+				}
 				v := Wp[r*cols+i]
-				L := g.Level(float32(v))
+				L := g.Level(c%blk, float32(v))
 				levels[r*cols+c] = L
-				q := float64(g.Value(L))
+				q := float64(g.Value(c%blk, L))
 				e := (v - q) / d
 				errs[r*bs+(i-i1)] = e
 				row := Wp[r*cols:]
@@ -209,10 +257,10 @@ func GPTQ(w *calibrate.Dense, p *Prepared, t quant.Type) ([]byte, error) {
 	for r := range rows {
 		for b := range nb {
 			g := grids[r*nb+b]
-			ls := levels[r*cols+b*quant.QK:][:quant.QK]
+			ls := levels[r*cols+b*blk:][:blk]
 			g.Pack(ls, out[r*rb+b*bb:])
 			for j, L := range ls {
-				w.Data[r*cols+b*quant.QK+j] = g.Value(L)
+				w.Data[r*cols+b*blk+j] = g.Value(j, L)
 			}
 		}
 	}

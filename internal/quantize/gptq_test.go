@@ -78,7 +78,8 @@ func rtn(t *testing.T, w *calibrate.Dense, typ quant.Type) *calibrate.Dense {
 
 // TestGPTQBeatsRoundToNearest checks, on correlated inputs, that GPTQ's quantized layer
 // changes the outputs less than round-to-nearest onto the same grid does (with and without
-// act-order), and that the encoded rows decode to exactly the values GPTQ left in w.
+// act-order; legacy and k-quant grids), and that the encoded rows decode to exactly the
+// values GPTQ left in w.
 func TestGPTQBeatsRoundToNearest(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	x := correlatedInputs(rng, 1024, 256)
@@ -98,7 +99,7 @@ func TestGPTQBeatsRoundToNearest(t *testing.T) {
 			t.Fatalf("H[%d][%d] = %g, want %g", ij[0], ij[1], h[ij[0]*256+ij[1]], want)
 		}
 	}
-	for _, typ := range []quant.Type{quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q8_0} {
+	for _, typ := range []quant.Type{quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q8_0, quant.Q4_K, quant.Q5_K, quant.Q6_K} {
 		for _, actOrder := range []bool{false, true} {
 			w := randomWeights(rng, 48, 256)
 			orig := &calibrate.Dense{Rows: w.Rows, Cols: w.Cols, Data: append([]float32(nil), w.Data...)}

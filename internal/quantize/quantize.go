@@ -7,7 +7,8 @@
 //   - gptq: each linear layer quantized column by column with Hessian error compensation
 //     from its inputs on calibration text (gptq.go);
 //   - awq: activation-aware per-channel scales searched on calibration text and folded into
-//     the preceding norm or layer, then round-to-nearest (awq.go).
+//     the preceding norm or layer, each block's weight range clipped where that lowers its
+//     output error, then round-to-nearest (awq.go).
 //
 // Calibration runs the model layer by layer (package calibrate), the quantized layers'
 // outputs feeding the next, so that only one layer's float32 weights are held at a time.
@@ -79,8 +80,8 @@ func Quantize(m *format.Model, out string, opt Options) error {
 			for l := range c.Layers {
 				for _, n := range linearNames {
 					name := fmt.Sprintf("blk.%d.%s", l, n)
-					if t := types[name]; isBlockType(t) && !quant.HasGrid(t) {
-						return fmt.Errorf("quantize: gptq: %s would be %s; GPTQ here quantizes onto q4_0, q4_1, q5_0, q5_1 and q8_0 grids (use --method rtn or awq for k-quants)", name, t)
+					if t := types[name]; isBlockType(t) && !HasGPTQ(t) {
+						return fmt.Errorf("quantize: gptq: %s would be %s; GPTQ here quantizes onto q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k and q6_k grids (use --method rtn or awq for %s)", name, t, t)
 					}
 				}
 			}
@@ -141,7 +142,14 @@ func (q *quantizer) visit(p *cpu.Pool, s *calibrate.Stage) error {
 		types[i] = q.types[w.Name]
 	}
 	if q.opt.Method == "awq" {
-		_, err := AWQ(p, s, types, q.opt.AWQ)
+		alpha, err := AWQ(p, s, types, q.opt.AWQ)
+		if err != nil || q.opt.AWQ.NoClip {
+			return err
+		}
+		clipped, err := AWQClip(p, s, types, q.opt.AWQ)
+		if err == nil && q.opt.Log != nil {
+			q.opt.Log("layer %d %s: alpha %.2f, %.0f%% of blocks clipped", s.Layer, s.Kind, alpha, 100*clipped)
+		}
 		return err
 	}
 	h, err := Hessian(p, s.Input)
@@ -153,7 +161,7 @@ func (q *quantizer) visit(p *cpu.Pool, s *calibrate.Stage) error {
 		return fmt.Errorf("layer %d %s: %w", s.Layer, s.Kind, err)
 	}
 	for i, w := range s.Linear {
-		if !quant.HasGrid(types[i]) {
+		if !HasGPTQ(types[i]) {
 			continue // kept wide (F16): encoded when the layer is done
 		}
 		data, err := GPTQ(w, prep, types[i])

@@ -31,13 +31,13 @@ func calibration() [][]int32 {
 	return [][]int32{seq, seq}
 }
 
-// TestQuantizeRefusesAndLeavesNothing: gptq onto a k-quant, an unknown method, missing
+// TestQuantizeRefusesAndLeavesNothing: gptq onto q2_k, an unknown method, missing
 // calibration and a mixture of experts fail with clear errors and no file.
 func TestQuantizeRefusesAndLeavesNothing(t *testing.T) {
 	m := tinyModel(t)
 	dir := t.TempDir()
 	out := filepath.Join(dir, "o.gguf")
-	q4k, _ := ParsePlan("q4_k")
+	q2k, _ := ParsePlan("q2_k")
 	q40, _ := ParsePlan("q4_0")
 	moe := m.WithTensors(m.Tensors)
 	moe.Config.Experts = 2
@@ -46,7 +46,7 @@ func TestQuantizeRefusesAndLeavesNothing(t *testing.T) {
 		opt  Options
 		want string
 	}{
-		{m, Options{Plan: q4k, Method: "gptq", Calibration: calibration()}, "GPTQ here quantizes onto q4_0"},
+		{m, Options{Plan: q2k, Method: "gptq", Calibration: calibration()}, "GPTQ here quantizes onto q4_0"},
 		{m, Options{Plan: q40, Method: "sparse"}, "unknown method"},
 		{m, Options{Plan: q40, Method: "awq"}, "needs calibration text"},
 		{moe, Options{Plan: q40, Method: "awq", Calibration: calibration()}, "mixture-of-experts"},
@@ -62,11 +62,11 @@ func TestQuantizeRefusesAndLeavesNothing(t *testing.T) {
 	}
 }
 
-// TestQuantizeKQuantsByAWQ runs AWQ with a k-quant target and GPTQ on q4_0 end to end on
-// the tiny model and checks the files' types.
-func TestQuantizeKQuantsByAWQ(t *testing.T) {
+// TestQuantizeMethodsEndToEnd runs AWQ and GPTQ with a mixed k-quant preset and GPTQ on
+// q4_0 end to end on the tiny model and checks the files' types.
+func TestQuantizeMethodsEndToEnd(t *testing.T) {
 	m := tinyModel(t)
-	for _, c := range []struct{ plan, method string }{{"q4_k_m", "awq"}, {"q4_0", "gptq"}} {
+	for _, c := range []struct{ plan, method string }{{"q4_k_m", "awq"}, {"q4_k_m", "gptq"}, {"q4_0", "gptq"}} {
 		plan, err := ParsePlan(c.plan)
 		if err != nil {
 			t.Fatal(err)
