@@ -50,8 +50,8 @@ func RowBytes(t quant.Type, headDim int) int {
 // Codec quantizes and dequantizes the head vectors of one quantized type.
 type Codec struct {
 	Type  quant.Type
-	fp8   *FP8    // nil for int8
-	qmax  float32 // the largest code value
+	fp8   *quant.FP8Format // nil for int8
+	qmax  float32          // the largest code value
 	table *[256]float32
 }
 
@@ -70,15 +70,15 @@ func NewCodec(t quant.Type) (*Codec, error) {
 	case quant.KVInt8:
 		return &Codec{Type: t, qmax: 127, table: int8Table}, nil
 	case quant.KVFP8E4M3:
-		return &Codec{Type: t, fp8: E4M3, qmax: E4M3.Max, table: &E4M3.table}, nil
+		return &Codec{Type: t, fp8: quant.E4M3, qmax: quant.E4M3.Max, table: quant.E4M3.Table()}, nil
 	case quant.KVFP8E5M2:
-		return &Codec{Type: t, fp8: E5M2, qmax: E5M2.Max, table: &E5M2.table}, nil
+		return &Codec{Type: t, fp8: quant.E5M2, qmax: quant.E5M2.Max, table: quant.E5M2.Table()}, nil
 	}
 	return nil, fmt.Errorf("kvquant: %s is not a quantized kv cache type", t)
 }
 
 // FP8 returns the code format of an FP8 type (nil for int8).
-func (c *Codec) FP8() *FP8 { return c.fp8 }
+func (c *Codec) FP8() *quant.FP8Format { return c.fp8 }
 
 // Table returns the value of every code byte (before its scale).
 func (c *Codec) Table() *[256]float32 { return c.table }

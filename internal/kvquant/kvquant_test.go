@@ -10,30 +10,30 @@ import (
 
 func TestFP8KnownCodes(t *testing.T) {
 	for _, tc := range []struct {
-		f    *FP8
+		f    *quant.FP8Format
 		code byte
 		want float64
 	}{
-		{E4M3, 0x38, 1}, {E4M3, 0x7e, 448}, {E4M3, 0xfe, -448}, {E4M3, 0x01, math.Ldexp(1, -9)},
-		{E4M3, 0x08, math.Ldexp(1, -6)}, {E4M3, 0x07, 7 * math.Ldexp(1, -9)}, {E4M3, 0x3c, 1.5},
-		{E5M2, 0x3c, 1}, {E5M2, 0x7b, 57344}, {E5M2, 0x01, math.Ldexp(1, -16)}, {E5M2, 0x04, math.Ldexp(1, -14)},
-		{E5M2, 0x7c, math.Inf(1)}, {E5M2, 0xfc, math.Inf(-1)}, {E5M2, 0x3e, 1.5},
+		{quant.E4M3, 0x38, 1}, {quant.E4M3, 0x7e, 448}, {quant.E4M3, 0xfe, -448}, {quant.E4M3, 0x01, math.Ldexp(1, -9)},
+		{quant.E4M3, 0x08, math.Ldexp(1, -6)}, {quant.E4M3, 0x07, 7 * math.Ldexp(1, -9)}, {quant.E4M3, 0x3c, 1.5},
+		{quant.E5M2, 0x3c, 1}, {quant.E5M2, 0x7b, 57344}, {quant.E5M2, 0x01, math.Ldexp(1, -16)}, {quant.E5M2, 0x04, math.Ldexp(1, -14)},
+		{quant.E5M2, 0x7c, math.Inf(1)}, {quant.E5M2, 0xfc, math.Inf(-1)}, {quant.E5M2, 0x3e, 1.5},
 	} {
 		if got := tc.f.Decode(tc.code); float64(got) != tc.want {
 			t.Errorf("%s %#02x = %v, want %v", tc.f.Name, tc.code, got, tc.want)
 		}
 	}
-	if !math.IsNaN(float64(E4M3.Decode(0x7f))) || !math.IsNaN(float64(E4M3.Decode(0xff))) || !math.IsNaN(float64(E5M2.Decode(0x7d))) {
+	if !math.IsNaN(float64(quant.E4M3.Decode(0x7f))) || !math.IsNaN(float64(quant.E4M3.Decode(0xff))) || !math.IsNaN(float64(quant.E5M2.Decode(0x7d))) {
 		t.Error("NaN codes do not decode to NaN")
 	}
-	if E4M3.Max != 448 || E5M2.Max != 57344 {
-		t.Errorf("max %v, %v", E4M3.Max, E5M2.Max)
+	if quant.E4M3.Max != 448 || quant.E5M2.Max != 57344 {
+		t.Errorf("max %v, %v", quant.E4M3.Max, quant.E5M2.Max)
 	}
 }
 
 // nearest is the reference encoder: the finite code nearest x by exhaustive search, ties
 // to the even code (even mantissa), beyond Max saturating.
-func nearest(f *FP8, x float32) byte {
+func nearest(f *quant.FP8Format, x float32) byte {
 	if math.Abs(float64(x)) >= float64(f.Max) {
 		if math.Signbit(float64(x)) {
 			return 0x80 | f.MaxCode
@@ -56,7 +56,7 @@ func nearest(f *FP8, x float32) byte {
 
 func TestFP8EncodeIsNearest(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	for _, f := range []*FP8{E4M3, E5M2} {
+	for _, f := range []*quant.FP8Format{quant.E4M3, quant.E5M2} {
 		var xs []float32
 		for c := range 256 { // every code, and every midpoint between neighbours
 			v := f.Decode(byte(c))
@@ -147,7 +147,7 @@ func TestQuantizeError(t *testing.T) {
 
 // TestFP8Widen: the float32 bit arithmetic of Widen gives every finite code's value.
 func TestFP8Widen(t *testing.T) {
-	for _, f := range []*FP8{E4M3, E5M2} {
+	for _, f := range []*quant.FP8Format{quant.E4M3, quant.E5M2} {
 		shift, mul := f.Widen()
 		for c := range 256 {
 			want := f.Decode(byte(c))

@@ -10,12 +10,15 @@ import (
 // (ties to the even byte), after clamping to ±E4M3Max.
 func nearestE4M3(x float32) uint8 {
 	if x != x {
-		return e4m3NaN
+		if math.Signbit(float64(x)) {
+			return 0xFF
+		}
+		return 0x7F
 	}
 	c := math.Max(-E4M3Max, math.Min(E4M3Max, float64(x)))
 	best, bestD := uint8(0), math.Inf(1)
 	for b := range 256 {
-		v := float64(e4m3Decode(uint8(b)))
+		v := float64(E4M3ToF32(uint8(b)))
 		if v != v {
 			continue
 		}

@@ -32,7 +32,7 @@ type KVCacheLayer struct {
 	KS, VS                      []float32 // quantized cache: scales
 
 	codec   *kvquant.Codec // quantized cache
-	f8Shift int            // an FP8 cache's kvquant.FP8.Widen
+	f8Shift int            // an FP8 cache's quant.FP8Format.Widen
 	f8Mul   float32
 }
 

@@ -1,10 +1,11 @@
-package kvquant
+package quant
 
 import "math"
 
-// FP8 is an 8-bit floating-point format: a sign bit, ExpBits exponent bits of bias Bias
-// and ManBits mantissa bits, with subnormals.
-type FP8 struct {
+// FP8Format is an 8-bit floating-point format: a sign bit, ExpBits exponent bits of bias
+// Bias and ManBits mantissa bits, with subnormals. It is the one definition of the FP8
+// formats kvasir converts: FP8 weights (E4M3, e4m3.go) and the FP8 KV cache (E4M3, E5M2).
+type FP8Format struct {
 	Name             string
 	ExpBits, ManBits int
 	Bias             int
@@ -22,8 +23,8 @@ var E4M3 = newFP8("e4m3", 4, 3, 7, 0x7e, true)
 // 57344; the top exponent holds infinities and NaN).
 var E5M2 = newFP8("e5m2", 5, 2, 15, 0x7b, false)
 
-func newFP8(name string, eb, mb, bias int, maxCode byte, fn bool) *FP8 {
-	f := &FP8{Name: name, ExpBits: eb, ManBits: mb, Bias: bias, MaxCode: maxCode}
+func newFP8(name string, eb, mb, bias int, maxCode byte, fn bool) *FP8Format {
+	f := &FP8Format{Name: name, ExpBits: eb, ManBits: mb, Bias: bias, MaxCode: maxCode}
 	for c := range f.table {
 		f.table[c] = f.decode(byte(c), fn)
 	}
@@ -33,7 +34,7 @@ func newFP8(name string, eb, mb, bias int, maxCode byte, fn bool) *FP8 {
 
 // decode returns the value of code c (fn: the top exponent holds finite values, and only
 // an all-ones mantissa there is NaN).
-func (f *FP8) decode(c byte, fn bool) float32 {
+func (f *FP8Format) decode(c byte, fn bool) float32 {
 	e := int(c>>f.ManBits) & (1<<f.ExpBits - 1)
 	m := int(c) & (1<<f.ManBits - 1)
 	var v float64
@@ -55,19 +56,23 @@ func (f *FP8) decode(c byte, fn bool) float32 {
 	return float32(v)
 }
 
+// Table returns the value of every code, indexed by the code (a lookup table for
+// dequantizing kernels).
+func (f *FP8Format) Table() *[256]float32 { return &f.table }
+
 // Decode returns the value of code c.
-func (f *FP8) Decode(c byte) float32 { return f.table[c] }
+func (f *FP8Format) Decode(c byte) float32 { return f.table[c] }
 
 // Encode returns the code nearest x, ties to the even mantissa; magnitudes beyond Max
 // (infinities included) saturate to ±Max, and NaN gives the format's NaN.
-func (f *FP8) Encode(x float32) byte {
+func (f *FP8Format) Encode(x float32) byte {
 	var sign byte
 	if math.Signbit(float64(x)) {
 		sign, x = 0x80, -x
 	}
 	switch {
 	case x != x:
-		return 0x7f
+		return sign | 0x7f
 	case x >= f.Max:
 		return sign | f.MaxCode
 	}
@@ -91,6 +96,6 @@ func (f *FP8) Encode(x float32) byte {
 // Widen returns how a code's value is formed through a float32, as SIMD code does it: the
 // float32 of bits (code&0x7f)<<shift | (code&0x80)<<24, times mul (2^(127-Bias)), is the
 // code's value exactly, subnormal codes included (they land on float32 subnormals).
-func (f *FP8) Widen() (shift int, mul float32) {
+func (f *FP8Format) Widen() (shift int, mul float32) {
 	return 23 - f.ManBits, float32(math.Ldexp(1, 127-f.Bias))
 }
