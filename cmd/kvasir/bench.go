@@ -92,9 +92,7 @@ func benchKernels(args []string) error {
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return printJSON(res)
 	}
 	bench.WriteKernels(os.Stdout, res)
 	return nil

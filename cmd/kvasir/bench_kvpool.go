@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -141,9 +140,7 @@ func benchKVPool(args []string) error {
 		res.Speedup = res.ComputeMedian / res.PoolMedian
 	}
 	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return printJSON(res)
 	}
 	fmt.Printf("model %s, prefix %d tokens + suffix %d, %d rounds\n", res.Model, res.PrefixLen, res.SuffixLen, res.Rounds)
 	fmt.Printf("TTFT through the pool: median %.1f ms %v (cached %d tokens of the last round)\n", 1e3*res.PoolMedian, msList(res.PoolTTFT), res.CachedTokens)

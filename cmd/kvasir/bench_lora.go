@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -140,9 +139,7 @@ func benchLoRA(args []string) error {
 	}
 	res.Ratio, res.CPURatio = median(res.Ratios), median(res.CPURatios)
 	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return printJSON(res)
 	}
 	names := make([]string, len(adapters))
 	for i, a := range adapters {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 
@@ -73,9 +72,7 @@ func benchOffline(args []string) error {
 	report := span.End(res.TotalOutputTokens)
 	res.Energy = &report
 	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
+		return printJSON(res)
 	}
 	bench.WriteOfflineSummary(os.Stdout, res)
 	return nil

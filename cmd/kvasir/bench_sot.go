@@ -53,9 +53,7 @@ func benchSoT(args []string) error {
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
+		return printJSON(rows)
 	}
 	bench.WriteSoT(os.Stdout, rows)
 	return nil

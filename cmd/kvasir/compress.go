@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -64,9 +63,7 @@ func runCompress(args []string) error {
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(compressOutput{Prompt: res.Text(), Rate: *rate, OriginalTokens: res.OriginalTokens, KeptTokens: res.KeptTokens})
+		return printJSON(compressOutput{Prompt: res.Text(), Rate: *rate, OriginalTokens: res.OriginalTokens, KeptTokens: res.KeptTokens})
 	}
 	_, err = io.WriteString(os.Stdout, res.Text())
 	return err

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 
@@ -95,9 +93,7 @@ func runInspect(args []string) error {
 		in.Special["add_eos"] = m.Vocab.AddEOS
 	}
 	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(in); err != nil {
+		if err := printJSON(in); err != nil {
 			return err
 		}
 		return problem

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
 	"sort"
 
 	"github.com/kvasir-llm/kvasir/internal/encoder"
@@ -58,9 +56,7 @@ func inspectEncoder(path string, asJSON, tensors bool) error {
 		}
 	}
 	if asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(in)
+		return printJSON(in)
 	}
 	fmt.Printf("path:          %s\narchitecture:  %s, %s\nparameters:    %d\n", in.Path, in.Architecture, in.Kind, in.Parameters)
 	fmt.Printf("shape:         %d layers, hidden %d, %d heads, intermediate %d, %d positions, %d token types\n",

@@ -8,6 +8,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -107,4 +108,11 @@ func newFlags(name, usageLine string) *flag.FlagSet {
 		fs.PrintDefaults()
 	}
 	return fs
+}
+
+// printJSON writes v to stdout as indented JSON: the output of every command's --json.
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

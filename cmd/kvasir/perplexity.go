@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -141,9 +140,7 @@ func runPerplexity(args []string) error {
 	if base != nil {
 		j.KLDivergence, j.Top1Agreement = &res.KLDivergence, &res.Top1Agreement
 	}
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(j)
+	return printJSON(j)
 }
 
 // sessionScorer scores windows on a loaded model through one reused session.
