@@ -151,7 +151,7 @@ var quantCases = []quantCase{
 
 // bitTwin names, for a SIMD kernel set, the set whose results it reproduces bit for bit
 // (the avx512 set replaces avx2 kernels by ones with the same lanes and float steps).
-var bitTwin = map[string]string{avx512Name: "avx2"}
+var bitTwin = map[string]string{"avx512": "avx2"}
 
 // checkBitTwins fails when a kernel set's result differs in any bit from its bitTwin's
 // (both among got, by set name).
