@@ -91,6 +91,7 @@ type Pool struct {
 
 	writes  chan writeOrder
 	queued  atomic.Int64 // bytes in writes
+	pending atomic.Int64 // orders enqueued and not yet carried out (deletions included)
 	stop    chan struct{}
 	stopped chan struct{}
 	closed  sync.Once
@@ -295,11 +296,13 @@ func (p *Pool) enqueue(o writeOrder) bool {
 	default:
 	}
 	p.queued.Add(int64(len(o.kv)))
+	p.pending.Add(1)
 	select {
 	case p.writes <- o:
 		return true
 	default:
 		p.queued.Add(-int64(len(o.kv)))
+		p.pending.Add(-1)
 		return false
 	}
 }
@@ -320,6 +323,7 @@ func (p *Pool) writer() {
 
 // write carries out one order.
 func (p *Pool) write(o writeOrder) {
+	defer p.pending.Add(-1)
 	defer p.queued.Add(-int64(len(o.kv)))
 	if o.del != "" {
 		if p.br.allow() {
@@ -385,7 +389,7 @@ func (p *Pool) Stats() Stats {
 // Flush waits until the writes queued so far are done or dropped, or ctx ends (tests and
 // benchmarks: a second instance then finds what the first saved).
 func (p *Pool) Flush(ctx context.Context) error {
-	for p.client != nil && (len(p.writes) > 0 || p.queued.Load() > 0) {
+	for p.client != nil && p.pending.Load() > 0 {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
