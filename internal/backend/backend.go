@@ -367,6 +367,17 @@ type LoRAOps interface {
 	LoRAMatMul(out, x, u, a, b Tensor, st Step) error
 }
 
+// LoRAGroupOps is implemented by LoRA backends that add the updates of several projections
+// taking the same input (q, k and v; gate and up) in one pass over the step's tokens, so
+// that a layer costs a few launches rather than two per projection.
+type LoRAGroupOps interface {
+	// LoRAGroupMax is the most projections one LoRAMatMulGroup call takes.
+	LoRAGroupMax() int
+	// LoRAMatMulGroup does LoRAMatMul(outs[g], x, ·, as[g], bs[g], st) for every g, with u,
+	// [tokens][len(outs)*R] F32, as their scratch (R from as[g]'s rows per slot).
+	LoRAMatMulGroup(outs []Tensor, x, u Tensor, as, bs []Tensor, st Step) error
+}
+
 // KVElementSizer is implemented by backends whose KV cache holds elements of a size of
 // their own choosing, whatever KVSpec.DType asks. (The CPU and CUDA backends hold what the
 // spec asks and do not implement it.)

@@ -421,10 +421,8 @@ func (s *shard) attention(l int, a *activations, in backend.Tensor, kv backend.K
 	if err := s.projectLinear([]backend.Tensor{a.q, a.k, a.v}, in, a, lw, qkvNames, []backend.Tensor{lw.q, lw.k, lw.v}); err != nil {
 		return err
 	}
-	for i, out := range []backend.Tensor{a.q, a.k, a.v} {
-		if err := s.addLoRA(l, lora.Q+lora.Target(i), out, in, a, st); err != nil {
-			return err
-		}
+	if err := s.addLoRAs(l, []lora.Target{lora.Q, lora.K, lora.V}, []backend.Tensor{a.q, a.k, a.v}, in, a, st); err != nil {
+		return err
 	}
 	if c.QKVBias {
 		if err := be.AddBias(a.q, lw.qBias); err != nil {
