@@ -391,6 +391,9 @@ type KVElementSizer interface {
 type MemoryReporter interface {
 	// MemoryInfo returns the device's free and total memory in bytes.
 	MemoryInfo() (free, total int64, err error)
+	// AllocatedBytes returns the device memory the backend's tensors hold (weights, caches,
+	// activations), which is this process's share of the used memory MemoryInfo implies.
+	AllocatedBytes() int64
 }
 
 // KVRowBytes returns the bytes one cached key or value head vector of headDim elements

@@ -172,6 +172,18 @@ func (b *Backend) MemoryInfo() (free, total int64, err error) {
 	return int64(f), int64(t), err
 }
 
+// AllocatedBytes returns the bytes of the buffers the backend holds.
+func (b *Backend) AllocatedBytes() int64 {
+	var n int64
+	_ = b.dev.Do(func() error {
+		for _, buf := range b.allocs {
+			n += int64(buf.Bytes())
+		}
+		return nil
+	})
+	return n
+}
+
 // Close frees every buffer, the kernels and the cuBLAS handle, and stops the device.
 func (b *Backend) Close() error {
 	err := b.dev.Do(func() error {
