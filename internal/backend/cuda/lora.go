@@ -43,9 +43,9 @@ func (o *Ops) LoRAGroup(ms []LoRAMember, x, u, slots, ranks Buffer, tokens, in, 
 	if err := firstErr(errs...); err != nil {
 		return err
 	}
-	const shrinkTokens, expandTokens = 4, 8 // LORA_SHRINK_TOKENS, LORA_EXPAND_TOKENS
-	if err := o.Dev.Launch(o.Kern.mod, "lora_shrink_group_f32", Dim3{(tokens + shrinkTokens - 1) / shrinkTokens, len(ms), 1}, Dim3{32 * shrinkTokens, 1, 1}, 0,
-		u, x, as[0], as[1], as[2], slots, ranks, tokens, in, maxRank, uCols); err != nil {
+	const expandTokens = 8 // LORA_EXPAND_TOKENS
+	if err := o.Dev.Launch(o.Kern.mod, "lora_shrink_group_f32", Dim3{tokens, len(ms), 1}, Dim3{threads, 1, 1}, 0,
+		u, x, as[0], as[1], as[2], slots, ranks, in, maxRank, uCols); err != nil {
 		return err
 	}
 	return o.Dev.Launch(o.Kern.mod, "lora_expand_group_f32", Dim3{(tokens + expandTokens - 1) / expandTokens, columnBlocks, 1}, Dim3{threads, 1, 1}, 0,

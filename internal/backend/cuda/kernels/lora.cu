@@ -9,8 +9,6 @@
 
 // LORA_CHUNK ranks are summed at a time in registers.
 #define LORA_CHUNK 16
-// LORA_SHRINK_TOKENS tokens share a shrink block, a warp each.
-#define LORA_SHRINK_TOKENS 4
 // LORA_EXPAND_TOKENS tokens share an expand thread, so a thread reloads its column of B
 // only when the next token's slot differs.
 #define LORA_EXPAND_TOKENS 8
@@ -20,16 +18,16 @@ __device__ __forceinline__ const float* lora_pick(int g, const float* p0, const 
 }
 
 // lora_shrink_group_f32: u[t][g*maxRank + j] = a_g[s*maxRank + j] . x[t] for each token t
-// of slot s >= 0 and j < ranks[s]; grid = (ceil(tokens / LORA_SHRINK_TOKENS), members),
-// block = 32 * LORA_SHRINK_TOKENS threads, a warp per token reading x[t] once per
-// LORA_CHUNK ranks (the warps of a block, tokens in a row, mostly share their slot's rows
-// of a, which then come from L1).
+// of slot s >= 0 and j < ranks[s]; grid = (tokens, members), block = a multiple of 32
+// threads (at most 1024), each thread summing its stride of x[t] against LORA_CHUNK rows of
+// a_g at a time, then the warps' sums and the block's.
 extern "C" __global__ void lora_shrink_group_f32(float* u, const float* x, const float* a0, const float* a1, const float* a2,
-                                                 const int* slots, const int* ranks, int tokens, int in, int maxRank, int uCols) {
-    int g = blockIdx.y, lane = threadIdx.x & 31;
-    long long t = (long long)blockIdx.x * LORA_SHRINK_TOKENS + (threadIdx.x >> 5);
-    if (t >= tokens) return;
+                                                 const int* slots, const int* ranks, int in, int maxRank, int uCols) {
+    __shared__ float sh[LORA_CHUNK][32];
+    int g = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    long long t = blockIdx.x;
     int s = slots[t];
+    // Uniform over the block: the whole block returns or none of it.
     if (s < 0) return;
     int r = ranks[s];
     const float* a = lora_pick(g, a0, a1, a2) + (long long)s * maxRank * in;
@@ -40,7 +38,7 @@ extern "C" __global__ void lora_shrink_group_f32(float* u, const float* x, const
 #pragma unroll
         for (int j = 0; j < LORA_CHUNK; j++) acc[j] = 0.f;
         int n = min(LORA_CHUNK, r - j0);
-        for (int i = lane; i < in; i += 32) {
+        for (int i = threadIdx.x; i < in; i += blockDim.x) {
             float xv = xr[i];
 #pragma unroll
             for (int j = 0; j < LORA_CHUNK; j++)
@@ -49,8 +47,16 @@ extern "C" __global__ void lora_shrink_group_f32(float* u, const float* x, const
 #pragma unroll
         for (int j = 0; j < LORA_CHUNK; j++) {
             float v = warp_sum(acc[j]);
-            if (lane == 0 && j < n) ut[j0 + j] = v;
+            if (lane == 0) sh[j][warp] = v;
         }
+        __syncthreads();
+        if (warp == 0) {
+            for (int j = 0; j < n; j++) {
+                float v = warp_sum(lane < warps ? sh[j][lane] : 0.f);
+                if (lane == 0) ut[j0 + j] = v;
+            }
+        }
+        __syncthreads();
     }
 }
 
