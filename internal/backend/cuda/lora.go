@@ -43,11 +43,13 @@ func (o *Ops) LoRAGroup(ms []LoRAMember, x, u, slots, ranks Buffer, tokens, in, 
 	if err := firstErr(errs...); err != nil {
 		return err
 	}
-	const expandTokens = 8 // LORA_EXPAND_TOKENS
-	if err := o.Dev.Launch(o.Kern.mod, "lora_shrink_group_f32", Dim3{tokens, len(ms), 1}, Dim3{threads, 1, 1}, 0,
+	// These kernels do little work per thread: their time is latency, so the shrink's block
+	// of 512 threads takes a token's input in few strides and the expand has a thread per
+	// output.
+	if err := o.Dev.Launch(o.Kern.mod, "lora_shrink_group_f32", Dim3{tokens, len(ms), 1}, Dim3{512, 1, 1}, 0,
 		u, x, as[0], as[1], as[2], slots, ranks, in, maxRank, uCols); err != nil {
 		return err
 	}
-	return o.Dev.Launch(o.Kern.mod, "lora_expand_group_f32", Dim3{(tokens + expandTokens - 1) / expandTokens, columnBlocks, 1}, Dim3{threads, 1, 1}, 0,
-		outs[0], outs[1], outs[2], u, bs[0], bs[1], bs[2], slots, ranks, tokens, dims[0], dims[1], dims[2], maxRank, uCols)
+	return o.Dev.Launch(o.Kern.mod, "lora_expand_group_f32", Dim3{tokens, columnBlocks, 1}, Dim3{threads, 1, 1}, 0,
+		outs[0], outs[1], outs[2], u, bs[0], bs[1], bs[2], slots, ranks, dims[0], dims[1], dims[2], maxRank, uCols)
 }

@@ -9,9 +9,6 @@
 
 // LORA_CHUNK ranks are summed at a time in registers.
 #define LORA_CHUNK 16
-// LORA_EXPAND_TOKENS tokens share an expand thread, so a thread reloads its column of B
-// only when the next token's slot differs.
-#define LORA_EXPAND_TOKENS 8
 
 __device__ __forceinline__ const float* lora_pick(int g, const float* p0, const float* p1, const float* p2) {
     return g == 0 ? p0 : (g == 1 ? p1 : p2);
@@ -24,6 +21,7 @@ __device__ __forceinline__ const float* lora_pick(int g, const float* p0, const 
 extern "C" __global__ void lora_shrink_group_f32(float* u, const float* x, const float* a0, const float* a1, const float* a2,
                                                  const int* slots, const int* ranks, int in, int maxRank, int uCols) {
     __shared__ float sh[LORA_CHUNK][32];
+    pdl_entry();
     int g = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     long long t = blockIdx.x;
     int s = slots[t];
@@ -61,14 +59,17 @@ extern "C" __global__ void lora_shrink_group_f32(float* u, const float* x, const
 }
 
 // lora_expand_group_f32: out_g[t][o] += sum over j < r of b_g[s*maxRank + j][o] *
-// u[t][g*maxRank + j] for each token t of slot s >= 0, r = ranks[s]. grid =
-// (ceil(tokens / LORA_EXPAND_TOKENS), c0 + c1 + c2) with c_g = ceil(n_g / blockDim.x)
-// column blocks of member g; a thread per output column and LORA_EXPAND_TOKENS tokens,
-// holding its column's LORA_CHUNK values of b in registers while the slot stays the same.
+// u[t][g*maxRank + j] for each token t of slot s >= 0, r = ranks[s]. grid = (tokens,
+// c0 + c1 + c2) with c_g = ceil(n_g / blockDim.x) column blocks of member g; a thread per
+// output (the threads of a warp read neighbouring columns of b).
 extern "C" __global__ void lora_expand_group_f32(float* o0, float* o1, float* o2, const float* u,
                                                  const float* b0, const float* b1, const float* b2,
-                                                 const int* slots, const int* ranks, int tokens,
+                                                 const int* slots, const int* ranks,
                                                  int n0, int n1, int n2, int maxRank, int uCols) {
+    pdl_entry();
+    long long t = blockIdx.x;
+    int s = slots[t];
+    if (s < 0) return;
     int c0 = (n0 + blockDim.x - 1) / blockDim.x, c1 = (n1 + blockDim.x - 1) / blockDim.x;
     int cb = blockIdx.y, g = 0;
     if (cb >= c0) {
@@ -83,39 +84,10 @@ extern "C" __global__ void lora_expand_group_f32(float* o0, float* o1, float* o2
     int o = cb * blockDim.x + threadIdx.x;
     if (o >= n) return;
     float* out = g == 0 ? o0 : (g == 1 ? o1 : o2);
-    const float* b = lora_pick(g, b0, b1, b2);
-    long long t0 = (long long)blockIdx.x * LORA_EXPAND_TOKENS;
-    float acc[LORA_EXPAND_TOKENS];
-    int slot[LORA_EXPAND_TOKENS];
-    int rmax = 0;
-#pragma unroll
-    for (int k = 0; k < LORA_EXPAND_TOKENS; k++) {
-        acc[k] = 0.f;
-        slot[k] = t0 + k < tokens ? slots[t0 + k] : -1;
-        if (slot[k] >= 0) rmax = max(rmax, ranks[slot[k]]);
-    }
-    for (int j0 = 0; j0 < rmax; j0 += LORA_CHUNK) {
-        float bv[LORA_CHUNK];
-        int held = -1;
-#pragma unroll
-        for (int k = 0; k < LORA_EXPAND_TOKENS; k++) {
-            int s = slot[k];
-            if (s < 0) continue;
-            int r = min(LORA_CHUNK, ranks[s] - j0);
-            if (r <= 0) continue;
-            if (s != held) {
-                const float* bs = b + ((long long)s * maxRank + j0) * n + o;
-#pragma unroll
-                for (int j = 0; j < LORA_CHUNK; j++) bv[j] = j0 + j < maxRank ? bs[(long long)j * n] : 0.f;
-                held = s;
-            }
-            const float* ut = u + (t0 + k) * uCols + g * maxRank + j0;
-#pragma unroll
-            for (int j = 0; j < LORA_CHUNK; j++)
-                if (j < r) acc[k] += bv[j] * ut[j];
-        }
-    }
-#pragma unroll
-    for (int k = 0; k < LORA_EXPAND_TOKENS; k++)
-        if (slot[k] >= 0) out[(t0 + k) * n + o] += acc[k];
+    const float* bs = lora_pick(g, b0, b1, b2) + (long long)s * maxRank * n + o;
+    const float* ut = u + t * uCols + g * maxRank;
+    int r = ranks[s];
+    float acc = 0.f;
+    for (int j = 0; j < r; j++) acc += bs[(long long)j * n] * ut[j];
+    out[t * n + o] += acc;
 }
