@@ -42,7 +42,8 @@ func (b *Backend) LoRAMatMul(out, x, u, a, bm backend.Tensor, st backend.Step) e
 func (b *Backend) LoRAGroupMax() int { return cuda.LoRAMaxGroup }
 
 // LoRAMatMulGroup adds each token's adapter updates to the outputs of projections that take
-// the same input x, in two launches for the whole group (cuda.Ops.LoRAGroup).
+// the same input x, in one launch for the whole group (cuda.Ops.LoRAGroup); the products
+// stay in the kernel's shared memory, so u is not used.
 func (b *Backend) LoRAMatMulGroup(outs []backend.Tensor, x, u backend.Tensor, as, bs []backend.Tensor, st backend.Step) error {
 	s, err := b.stepOf("lora", st)
 	if err != nil {
@@ -55,10 +56,6 @@ func (b *Backend) LoRAMatMulGroup(outs []backend.Tensor, x, u backend.Tensor, as
 		return fmt.Errorf("cuda lora: %d outputs, %d A and %d B matrices", len(outs), len(as), len(bs))
 	}
 	xs, err := devTensor("lora", "x", x, cuda.F32)
-	if err != nil {
-		return err
-	}
-	us, err := devTensor("lora", "u", u, cuda.F32)
 	if err != nil {
 		return err
 	}
@@ -89,8 +86,8 @@ func (b *Backend) LoRAMatMulGroup(outs []backend.Tensor, x, u backend.Tensor, as
 		}
 		ms[g] = cuda.LoRAMember{Out: o.buf, A: a.buf, B: bm.buf, OutDim: o.cols()}
 	}
-	if xs.rows() != n || us.rows() < n || us.cols() < len(outs)*maxRank {
-		return fmt.Errorf("cuda lora: x %v, u %v for %d tokens and %d projections of rank %d", xs.shape, us.shape, n, len(outs), maxRank)
+	if xs.rows() != n {
+		return fmt.Errorf("cuda lora: x %v for %d tokens", xs.shape, n)
 	}
 	for t, slot := range s.meta.LoRASlots {
 		if int(slot) >= nSlots {
@@ -102,5 +99,5 @@ func (b *Backend) LoRAMatMulGroup(outs []backend.Tensor, x, u backend.Tensor, as
 			return fmt.Errorf("cuda lora: slot %d of rank %d, the bound is %d", i, r, maxRank)
 		}
 	}
-	return b.ops.LoRAGroup(ms, xs.buf, us.buf, s.loraSlots, s.loraRanks, n, xs.cols(), us.cols(), maxRank, nSlots)
+	return b.ops.LoRAGroup(ms, xs.buf, s.loraSlots, s.loraRanks, n, xs.cols(), maxRank, nSlots)
 }
