@@ -52,11 +52,16 @@ extern "C" __global__ void lora_group_f32(float* o0, float* o1, float* o2, const
 #pragma unroll
         for (int j = 0; j < LORA_CHUNK; j++) acc[j] = 0.f;
         int m = min(LORA_CHUNK, r - j0);
+        // Rows past the slot's rank read its last row again (their sums are dropped): the
+        // loads carry no condition, so the compiler issues all of them before the first
+        // multiply-add waits on one.
+        const float* rows[LORA_CHUNK];
+#pragma unroll
+        for (int j = 0; j < LORA_CHUNK; j++) rows[j] = a + (long long)(j0 + min(j, m - 1)) * in;
         for (int i = threadIdx.x; i < in; i += blockDim.x) {
             float xv = xr[i];
 #pragma unroll
-            for (int j = 0; j < LORA_CHUNK; j++)
-                if (j < m) acc[j] += a[(long long)(j0 + j) * in + i] * xv;
+            for (int j = 0; j < LORA_CHUNK; j++) acc[j] += rows[j][i] * xv;
         }
 #pragma unroll
         for (int j = 0; j < LORA_CHUNK; j++) {
@@ -77,7 +82,14 @@ extern "C" __global__ void lora_group_f32(float* o0, float* o1, float* o2, const
     int end = min(n, (cb + 1) * cols);
     for (int o = cb * cols + threadIdx.x; o < end; o += blockDim.x) {
         float acc = 0.f;
-        for (int j = 0; j < r; j++) acc += b[(long long)j * n + o] * us[j];
+        for (int j0 = 0; j0 < r; j0 += LORA_CHUNK) {
+            // As above: ranks past r read row r-1 with a weight of zero.
+#pragma unroll
+            for (int j = 0; j < LORA_CHUNK; j++) {
+                int jj = min(j0 + j, r - 1);
+                acc += b[(long long)jj * n + o] * (j0 + j < r ? us[jj] : 0.f);
+            }
+        }
         out[o] += acc;
     }
 }
