@@ -44,13 +44,13 @@ func (f *File) Name() string { return filepath.Base(filepath.Clean(f.Path)) }
 
 // encoderArchs are the GGUF architectures and Hugging Face classes this package runs.
 var (
-	ggufArchs = []string{"bert"}
-	hfArchs   = []string{"BertModel", "BertForSequenceClassification"}
+	ggufArchs = []string{ArchBERT, ArchNomic, ArchJina}
+	hfArchs   = []string{"BertModel", "BertForSequenceClassification", "NomicBertModel"}
 )
 
 // IsEncoder reports whether path holds an encoder this package opens: a GGUF file whose
-// general.architecture is "bert", or a Hugging Face folder whose config.json names a BERT
-// class.
+// general.architecture is "bert", "nomic-bert" or "jina-bert-v2", or a Hugging Face folder
+// whose config.json names a BERT class or NomicBertModel.
 func IsEncoder(path string) bool {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -93,7 +93,7 @@ func Open(path string) (*File, error) {
 	return f, nil
 }
 
-// openGGUF reads a llama.cpp "bert" GGUF.
+// openGGUF reads a llama.cpp "bert", "nomic-bert" or "jina-bert-v2" GGUF.
 func openGGUF(path string) (*File, error) {
 	g, err := gguf.Open(path)
 	if err != nil {
@@ -140,8 +140,20 @@ func openGGUF(path string) (*File, error) {
 	if v, ok := g.GetFloat64(arch + ".attention.layer_norm_epsilon"); ok {
 		c.NormEps = v
 	}
+	switch arch {
+	case ArchNomic:
+		c.RopeTheta = 10000
+		if v, ok := g.GetFloat64(arch + ".rope.freq_base"); ok {
+			c.RopeTheta = v
+		}
+	case ArchJina:
+		c.MaxALiBi = 8 // llama.cpp's and the model's own, not in the file
+	}
 	pooling := count("pooling_type")
 	if err := errors.Join(errs...); err != nil {
+		return f, fmt.Errorf("gguf %s: %w", path, err)
+	}
+	if err := f.splitQKV(); err != nil {
 		return f, fmt.Errorf("gguf %s: %w", path, err)
 	}
 	f.inferFromTensors()
@@ -167,9 +179,38 @@ func openGGUF(path string) (*File, error) {
 	return f, nil
 }
 
-// inferFromTensors fills what the tensors say: vocabulary, token types, the head.
+// splitQKV replaces each layer's fused blk.N.attn_qkv.weight ([3 dim][dim], nomic's) by
+// attn_q, attn_k and attn_v views of its rows: a row-major matrix's rows lie one after
+// another in any block format.
+func (f *File) splitQKV() error {
+	for l := 0; ; l++ {
+		name := fmt.Sprintf("blk.%d.attn_qkv.weight", l)
+		t, ok := f.Tensors[name]
+		if !ok {
+			return nil
+		}
+		if len(t.Shape) != 2 || t.Shape[0]%3 != 0 {
+			return fmt.Errorf("tensor %s: shape %v, want [3 x hidden size][hidden size]", name, t.Shape)
+		}
+		if err := t.Check(); err != nil {
+			return err
+		}
+		rows := t.Shape[0] / 3
+		part := len(t.Data) / 3
+		for i, s := range []string{"attn_q", "attn_k", "attn_v"} {
+			n := fmt.Sprintf("blk.%d.%s.weight", l, s)
+			f.Tensors[n] = &format.Tensor{Name: n, Type: t.Type, Shape: []int{rows, t.Shape[1]}, Data: t.Data[i*part : (i+1)*part : (i+1)*part]}
+		}
+		delete(f.Tensors, name)
+	}
+}
+
+// inferFromTensors fills what the tensors say: vocabulary, token types, the head, jina's
+// optional norms.
 func (f *File) inferFromTensors() {
 	c := &f.Config
+	_, c.QKNorm = f.Tensors["blk.0.attn_q_norm.weight"]
+	_, c.AttnNorm2 = f.Tensors["blk.0.attn_norm_2.weight"]
 	if t, ok := f.Tensors["token_embd.weight"]; ok && len(t.Shape) == 2 {
 		c.VocabSize = t.Shape[0]
 	}
@@ -343,40 +384,7 @@ func (f *File) check() error {
 	if f.Vocab != nil && len(f.Vocab.Tokens) > c.VocabSize {
 		return fmt.Errorf("tokenizer: %d tokens, more than the %d rows of token_embd.weight", len(f.Vocab.Tokens), c.VocabSize)
 	}
-	type want struct {
-		name  string
-		shape []int
-	}
-	d, ff := c.Dim, c.FFNDim
-	wants := []want{
-		{"token_embd.weight", []int{c.VocabSize, d}},
-		{"position_embd.weight", []int{c.MaxPositions, d}},
-		{"token_embd_norm.weight", []int{d}}, {"token_embd_norm.bias", []int{d}},
-	}
-	if c.TypeVocab > 0 {
-		wants = append(wants, want{"token_types.weight", []int{c.TypeVocab, d}})
-	}
-	if c.Labels > 0 {
-		wants = append(wants, want{"cls.output.weight", []int{c.Labels, d}}, want{"cls.output.bias", []int{c.Labels}})
-		if c.Pooler {
-			wants = append(wants, want{"cls.weight", []int{d, d}}, want{"cls.bias", []int{d}})
-		}
-	}
-	for l := range c.Layers {
-		p := fmt.Sprintf("blk.%d.", l)
-		for _, w := range []want{
-			{"attn_q.weight", []int{d, d}}, {"attn_q.bias", []int{d}},
-			{"attn_k.weight", []int{d, d}}, {"attn_k.bias", []int{d}},
-			{"attn_v.weight", []int{d, d}}, {"attn_v.bias", []int{d}},
-			{"attn_output.weight", []int{d, d}}, {"attn_output.bias", []int{d}},
-			{"attn_output_norm.weight", []int{d}}, {"attn_output_norm.bias", []int{d}},
-			{"ffn_up.weight", []int{ff, d}}, {"ffn_up.bias", []int{ff}},
-			{"ffn_down.weight", []int{d, ff}}, {"ffn_down.bias", []int{d}},
-			{"layer_output_norm.weight", []int{d}}, {"layer_output_norm.bias", []int{d}},
-		} {
-			wants = append(wants, want{p + w.name, w.shape})
-		}
-	}
+	wants := tensorShapes(*c, false)
 	for _, w := range wants {
 		t, ok := f.Tensors[w.name]
 		if !ok {
