@@ -170,3 +170,18 @@ func (b *Backend) PoolRows(dst []float32, x backend.Tensor, mode backend.PoolMod
 	}
 	return cpu.PoolRows(dst, xs.f32, xs.cols(), s.meta.QueryStarts, mode == backend.PoolCLS, mode == backend.PoolLast)
 }
+
+var _ backend.RowReader = (*Backend)(nil)
+
+// ReadRows copies x's rows into dst.
+func (b *Backend) ReadRows(dst []float32, x backend.Tensor) error {
+	xs, err := activation("read rows", "x", x)
+	if err != nil {
+		return err
+	}
+	if n := xs.rows() * xs.cols(); len(dst) != n {
+		return fmt.Errorf("cpu read rows: %d values for %v", len(dst), xs.shape)
+	}
+	copy(dst, xs.f32)
+	return nil
+}

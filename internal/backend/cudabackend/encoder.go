@@ -158,3 +158,18 @@ func (b *Backend) PoolRows(dst []float32, x backend.Tensor, mode backend.PoolMod
 	}
 	return cuda.Download(b.dev, dst, y)
 }
+
+var _ backend.RowReader = (*Backend)(nil)
+
+// ReadRows copies x's rows back into dst after the queued ops.
+func (b *Backend) ReadRows(dst []float32, x backend.Tensor) error {
+	xs, err := devTensor("read rows", "x", x, cuda.F32)
+	if err != nil {
+		return err
+	}
+	n := xs.rows() * xs.cols()
+	if len(dst) != n {
+		return fmt.Errorf("cuda read rows: %d values for %v", len(dst), xs.shape)
+	}
+	return cuda.Download(b.dev, dst, cuda.Buffer{Ptr: xs.buf.Ptr, DType: cuda.F32, Len: n})
+}
