@@ -2,7 +2,8 @@
 """llama.cpp oracle of kvasir's embeddings: llama-embedding against /v1/embeddings.
 
 Synthesizes GGUF models with `kvasir synth` (nomic-bert, jina-bert-v2 with and without its
-optional norms, BERT, and a qwen3 decoder served with last-token pooling), embeds the same
+optional norms, BERT, and a small qwen2 decoder served with last-token pooling, as
+gte-Qwen2 is: llama.cpp c392e50 predates qwen3), embeds the same
 texts with llama.cpp's llama-embedding (its own tokenizer and graph, no normalization) and
 with `kvasir serve` (normalize false), and compares them: cosine >= --min-cos for every
 text, and the same token count. Exits 1 on any miss. Needs only the standard library.
@@ -24,14 +25,21 @@ import urllib.request
 TEXTS = ["hello world", "The quick brown fox jumps over the lazy dog.", "paris", "What is the capital of France?",
          "search query: embedding model", "a", "the city river sun cat dog quick brown fox jumps lazy hello " * 8]
 
-# (shape, kvasir serve flags, llama-embedding flags): each model is served with the pooling
-# its metadata names, except the decoder, whose pooling is asked for on both sides.
+# A small qwen2 decoder (f32) for last-token embeddings.
+QWEN2_TINY = {"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 128,
+              "intermediate_size": 384, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "vocab_size": 512, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6, "rope_theta": 1000000,
+              "tie_word_embeddings": True, "hidden_act": "silu", "torch_dtype": "float32"}
+
+# (name, decoder config or None for an encoder shape, kvasir serve flags, llama-embedding
+# flags): each encoder is served with the pooling its metadata names; the decoder's
+# pooling is asked for on both sides.
 MODELS = [
-    ("nomic-bert-tiny", (), ()),
-    ("jina-bert-v2-tiny", (), ()),
-    ("jina-bert-v2-tiny-norms", (), ()),
-    ("bert-tiny", (), ()),
-    ("qwen3-tiny", ("--pooling", "last"), ("--pooling", "last")),
+    ("nomic-bert-tiny", None, (), ()),
+    ("jina-bert-v2-tiny", None, (), ()),
+    ("jina-bert-v2-tiny-norms", None, (), ()),
+    ("bert-tiny", None, (), ()),
+    ("qwen2-tiny-last", QWEN2_TINY, ("--pooling", "last"), ("--pooling", "last")),
 ]
 
 
@@ -79,12 +87,17 @@ def main():
     only = set(filter(None, args.models.split(",")))
     tmp = tempfile.mkdtemp(prefix="kvasir-llamacpp-embed-")
     fails = 0
-    for shape, kflags, lflags in MODELS:
+    for shape, config, kflags, lflags in MODELS:
         if only and shape not in only:
             continue
         path = os.path.join(tmp, shape + ".gguf")
-        subprocess.run([args.kvasir, "synth", "--shape", shape, "--seed", "3", "-o", path], check=True,
-                       stderr=subprocess.DEVNULL)
+        what = ["--shape", shape]
+        if config:
+            cp = os.path.join(tmp, shape + ".json")
+            with open(cp, "w") as f:
+                json.dump(config, f)
+            what = ["--config", cp, "--dtype", "f32"]
+        subprocess.run([args.kvasir, "synth", *what, "--seed", "3", "-o", path], check=True, stderr=subprocess.DEVNULL)
         proc, base = serve(args.kvasir, path, *kflags)
         worst = 1.0
         try:

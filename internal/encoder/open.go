@@ -309,7 +309,7 @@ func openHF(dir string) (*File, error) {
 	f.inferFromTensors()
 	c.Pooling = backend.PoolCLS // BERT's own pooling: the [CLS] token
 	if p := filepath.Join(dir, "1_Pooling", "config.json"); fileExists(p) {
-		if c.Pooling, err = readPooling(p); err != nil {
+		if c.Pooling, err = ReadPooling(p); err != nil {
 			return f, fmt.Errorf("hf %s: %w", dir, err)
 		}
 	}
@@ -347,8 +347,9 @@ func ggufWordPiece(v *tokenizer.Vocab) {
 	}
 }
 
-// readPooling reads 1_Pooling/config.json: one of cls, mean and last token.
-func readPooling(path string) (backend.PoolMode, error) {
+// ReadPooling reads sentence-transformers' 1_Pooling/config.json: one of cls, mean and
+// last token.
+func ReadPooling(path string) (backend.PoolMode, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err
