@@ -64,6 +64,17 @@ func qwen2MoEConfig() format.Config {
 	}
 }
 
+// qwen3MoEConfig is a small Qwen3-MoE: QK norms, routed experts renormalized over the
+// chosen ones (norm_topk_prob), no shared expert.
+func qwen3MoEConfig() format.Config {
+	return format.Config{
+		Arch: "qwen3moe", VocabSize: 256, Dim: 256, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 64,
+		RopeDim: 64, FFNDim: 128, ContextLen: 4096, NormEps: 1e-6, RopeTheta: 1000000,
+		RopeStyle: format.RopeNeox, QKNorm: true, Experts: 8, ExpertsUsed: 2, ExpertFFNDim: 128,
+		NormTopKProbs: true,
+	}
+}
+
 // twinnedShapes are the real shapes whose small twin among the built-in shapes (the same
 // architecture, "-tiny") stands in for them in the tests, to keep the tests short.
 var twinnedShapes = map[string]bool{"gemma2-2b": true, "gemma3-1b": true, "phi3-mini": true, "granite-3-2b": true, "olmo2-1b": true}
@@ -71,7 +82,7 @@ var twinnedShapes = map[string]bool{"gemma2-2b": true, "gemma3-1b": true, "phi3-
 // testShapes returns the configs the synthesized tests run: every built-in shape (but the
 // twinned ones), small.
 func testShapes(t *testing.T) map[string]format.Config {
-	out := map[string]format.Config{"qwen2moe-tiny": qwen2MoEConfig()}
+	out := map[string]format.Config{"qwen2moe-tiny": qwen2MoEConfig(), "qwen3moe-tiny": qwen3MoEConfig()}
 	for _, name := range synth.Names() {
 		if twinnedShapes[name] {
 			continue
