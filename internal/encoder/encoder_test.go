@@ -1,7 +1,9 @@
 package encoder
 
 import (
+	"encoding/json"
 	"math"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -308,12 +310,17 @@ func TestForwardMatchesReference(t *testing.T) {
 	}
 }
 
-// TestVariantsMatchReference checks nomic-bert (RoPE, fused qkv, SwiGLU) and
-// jina-bert-v2 (ALiBi, GEGLU, with and without its optional norms) against the float64
-// reference, every pooling mode, sequences of different lengths in one batch.
+// TestVariantsMatchReference checks nomic-bert (RoPE, fused qkv, SwiGLU; GGUF and a
+// NomicBertModel folder) and jina-bert-v2 (ALiBi, GEGLU, with and without its optional
+// norms) against the float64 reference, every pooling mode, sequences of different lengths
+// in one batch.
 func TestVariantsMatchReference(t *testing.T) {
-	for _, shape := range []string{"nomic-bert-tiny", "jina-bert-v2-tiny", "jina-bert-v2-tiny-norms"} {
-		f := synthFile(t, shape, "gguf")
+	for _, v := range [][2]string{{"nomic-bert-tiny", "gguf"}, {"nomic-bert-tiny", "hf"}, {"jina-bert-v2-tiny", "gguf"}, {"jina-bert-v2-tiny-norms", "gguf"}} {
+		shape, ext := v[0], v[1]
+		f := synthFile(t, shape, ext)
+		if want, _ := SynthConfig(shape); f.Config.Arch != want.Arch || f.Config.RopeTheta != want.RopeTheta || f.Config.Pooling != want.Pooling {
+			t.Fatalf("%s %s: config %+v", shape, ext, f.Config)
+		}
 		c := f.Config
 		if c.Arch == ArchJina && (c.QKNorm != strings.HasSuffix(shape, "norms") || c.AttnNorm2 != c.QKNorm) {
 			t.Fatalf("%s: QKNorm %v, AttnNorm2 %v read from the tensors", shape, c.QKNorm, c.AttnNorm2)
@@ -331,7 +338,7 @@ func TestVariantsMatchReference(t *testing.T) {
 			for i, s := range testSeqs() {
 				want := ref.pool(ref.hidden(s.Tokens, s.Types), mode)
 				if c, d := cosine(out[i], want), maxDiff(out[i], want); c < 0.99999 || d > 1e-4 {
-					t.Errorf("%s %s sequence %d: cosine %.7f, max diff %.2g from the reference", shape, mode, i, c, d)
+					t.Errorf("%s %s %s sequence %d: cosine %.7f, max diff %.2g from the reference", shape, ext, mode, i, c, d)
 				}
 			}
 			enc.Close()
@@ -420,6 +427,47 @@ func TestForwardRejects(t *testing.T) {
 	} {
 		if _, err := enc.Forward(seqs); err == nil {
 			t.Errorf("Forward(%v...) succeeded", len(seqs))
+		}
+	}
+}
+
+// TestNomicHFRefuses: a NomicBertModel folder of a variant the encoder does not run is
+// refused at open with the config field that says so.
+func TestNomicHFRefuses(t *testing.T) {
+	c, _ := SynthConfig("nomic-bert-tiny")
+	c.Layers = 1
+	for key, val := range map[string]any{
+		"activation_function": "gelu", "qkv_proj_bias": true, "prenorm": true,
+		"rotary_emb_fraction": 0.5, "rotary_emb_interleaved": true, "rotary_scaling_factor": 2.0,
+	} {
+		dir := filepath.Join(t.TempDir(), "nomic")
+		if err := WriteSynth(dir, "nomic", c, 1); err != nil {
+			t.Fatal(err)
+		}
+		if !IsEncoder(dir) {
+			t.Fatal("IsEncoder: false for a NomicBertModel folder")
+		}
+		p := filepath.Join(dir, "config.json")
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg map[string]any
+		if err := json.Unmarshal(b, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		cfg[key] = val
+		if b, err = json.Marshal(cfg); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if f, err := Open(dir); err == nil || !strings.Contains(err.Error(), key) {
+			if err == nil {
+				f.Close()
+			}
+			t.Errorf("%s = %v: %v, want an error naming it", key, val, err)
 		}
 	}
 }

@@ -101,3 +101,72 @@ func hfName(g string, classifier bool) (string, bool) {
 	}
 	return "", false
 }
+
+// nomic-bert's Hugging Face names (NomicBertModel): the embeddings' norm is emb_ln, layers
+// are encoder.layers.N with a fused attn.Wqkv, SwiGLU's up and gate are mlp.fc11 and
+// mlp.fc12.
+var nomicGlobal = map[string]string{
+	"embeddings.word_embeddings.weight":       "token_embd.weight",
+	"embeddings.token_type_embeddings.weight": "token_types.weight",
+	"emb_ln.weight":                           "token_embd_norm.weight",
+	"emb_ln.bias":                             "token_embd_norm.bias",
+}
+
+var nomicLayer = map[string]string{
+	"attn.Wqkv":     "attn_qkv",
+	"attn.out_proj": "attn_output",
+	"norm1":         "attn_output_norm",
+	"mlp.fc11":      "ffn_up",
+	"mlp.fc12":      "ffn_gate",
+	"mlp.fc2":       "ffn_down",
+	"norm2":         "layer_output_norm",
+}
+
+// nomicGGUFName translates a NomicBertModel tensor name to GGUF naming; ok is false for
+// names the encoder does not use.
+func nomicGGUFName(hf string) (string, bool) {
+	if g, ok := nomicGlobal[hf]; ok {
+		return g, true
+	}
+	rest, ok := strings.CutPrefix(hf, "encoder.layers.")
+	if !ok {
+		return "", false
+	}
+	layer, rest, ok := strings.Cut(rest, ".")
+	if _, err := strconv.Atoi(layer); !ok || err != nil {
+		return "", false
+	}
+	i := strings.LastIndexByte(rest, '.')
+	if i < 0 {
+		return "", false
+	}
+	g, ok := nomicLayer[rest[:i]]
+	if suffix := rest[i+1:]; !ok || (suffix != "weight" && suffix != "bias") {
+		return "", false
+	}
+	return "blk." + layer + "." + g + rest[i:], true
+}
+
+// nomicHFName is the inverse of nomicGGUFName, for writing a NomicBertModel folder.
+func nomicHFName(g string) (string, bool) {
+	for hf, name := range nomicGlobal {
+		if name == g {
+			return hf, true
+		}
+	}
+	rest, ok := strings.CutPrefix(g, "blk.")
+	layer, rest, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 {
+		return "", false
+	}
+	i := strings.LastIndexByte(rest, '.')
+	if i < 0 {
+		return "", false
+	}
+	for hf, name := range nomicLayer {
+		if name == rest[:i] {
+			return "encoder.layers." + layer + "." + hf + rest[i:], true
+		}
+	}
+	return "", false
+}

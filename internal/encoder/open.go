@@ -1,6 +1,7 @@
 package encoder
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -237,6 +238,48 @@ type hfConfig struct {
 	HiddenAct             string            `json:"hidden_act"`
 	PositionEmbeddingType string            `json:"position_embedding_type"`
 	ID2Label              map[string]string `json:"id2label"`
+	nomicConfig
+}
+
+// nomicConfig is the part of a NomicBertModel config.json (GPT-2's names) the encoder
+// reads.
+type nomicConfig struct {
+	NEmbd                int             `json:"n_embd"`
+	NLayer               int             `json:"n_layer"`
+	NHead                int             `json:"n_head"`
+	NInner               int             `json:"n_inner"`
+	NPositions           int             `json:"n_positions"`
+	MaxTrainedPositions  int             `json:"max_trained_positions"`
+	LayerNormEpsilon     float64         `json:"layer_norm_epsilon"`
+	ActivationFunction   string          `json:"activation_function"`
+	RotaryEmbBase        float64         `json:"rotary_emb_base"`
+	RotaryEmbFraction    *float64        `json:"rotary_emb_fraction"`
+	RotaryEmbInterleaved bool            `json:"rotary_emb_interleaved"`
+	RotaryScalingFactor  json.RawMessage `json:"rotary_scaling_factor"`
+	QKVProjBias          *bool           `json:"qkv_proj_bias"`
+	MLPFc1Bias           *bool           `json:"mlp_fc1_bias"`
+	MLPFc2Bias           *bool           `json:"mlp_fc2_bias"`
+	Prenorm              bool            `json:"prenorm"`
+}
+
+// check refuses the NomicBertModel variants the encoder does not run.
+func (n *nomicConfig) check() error {
+	isTrue := func(b *bool) bool { return b == nil || *b } // the model's defaults are true
+	switch {
+	case n.ActivationFunction != "swiglu":
+		return fmt.Errorf("activation_function %q is not supported (want swiglu)", n.ActivationFunction)
+	case isTrue(n.QKVProjBias) || isTrue(n.MLPFc1Bias) || isTrue(n.MLPFc2Bias):
+		return fmt.Errorf("qkv_proj_bias, mlp_fc1_bias and mlp_fc2_bias must be false (biases are not supported)")
+	case n.Prenorm:
+		return fmt.Errorf("prenorm true is not supported (want the post-norm blocks)")
+	case n.RotaryEmbFraction != nil && *n.RotaryEmbFraction != 1:
+		return fmt.Errorf("rotary_emb_fraction %g is not supported (want 1)", *n.RotaryEmbFraction)
+	case n.RotaryEmbInterleaved:
+		return fmt.Errorf("rotary_emb_interleaved true is not supported")
+	case len(n.RotaryScalingFactor) > 0 && string(n.RotaryScalingFactor) != "null":
+		return fmt.Errorf("rotary_scaling_factor %s is not supported (want null)", n.RotaryScalingFactor)
+	}
+	return nil
 }
 
 func (h *hfConfig) architecture() string {
@@ -267,7 +310,7 @@ type hfPooling struct {
 	LastToken bool `json:"pooling_mode_lasttoken"`
 }
 
-// openHF reads a Hugging Face BERT folder.
+// openHF reads a Hugging Face BERT or NomicBertModel folder.
 func openHF(dir string) (*File, error) {
 	h, err := readHFConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
@@ -276,7 +319,12 @@ func openHF(dir string) (*File, error) {
 	if !slices.Contains(hfArchs, h.architecture()) {
 		return nil, fmt.Errorf("hf %s: architecture %q is not an encoder this build runs (want %v)", dir, h.architecture(), hfArchs)
 	}
-	if h.HiddenAct != "" && h.HiddenAct != "gelu" {
+	nomic := h.architecture() == "NomicBertModel"
+	if nomic {
+		if err := h.nomicConfig.check(); err != nil {
+			return nil, fmt.Errorf("hf %s: %w", dir, err)
+		}
+	} else if h.HiddenAct != "" && h.HiddenAct != "gelu" {
 		return nil, fmt.Errorf("hf %s: hidden_act %q is not supported (want gelu)", dir, h.HiddenAct)
 	}
 	if p := h.PositionEmbeddingType; p != "" && p != "absolute" {
@@ -290,6 +338,9 @@ func openHF(dir string) (*File, error) {
 	for _, hf := range set.Names() {
 		ti, _ := set.Tensor(hf)
 		name, ok := ggufName(hf)
+		if nomic {
+			name, ok = nomicGGUFName(hf)
+		}
 		if !ok {
 			continue
 		}
@@ -300,14 +351,24 @@ func openHF(dir string) (*File, error) {
 		f.Tensors[name] = &format.Tensor{Name: name, Type: t, Shape: ti.Shape, Data: ti.Data}
 	}
 	c := &f.Config
-	*c = Config{Arch: "bert", VocabSize: h.VocabSize, Dim: h.HiddenSize, Layers: h.NumHiddenLayers,
+	*c = Config{Arch: ArchBERT, VocabSize: h.VocabSize, Dim: h.HiddenSize, Layers: h.NumHiddenLayers,
 		Heads: h.NumAttentionHeads, FFNDim: h.IntermediateSize, MaxPositions: h.MaxPositionEmbeddings,
-		NormEps: h.LayerNormEps}
+		NormEps: h.LayerNormEps, Pooling: backend.PoolCLS} // BERT's own pooling: the [CLS] token
+	if nomic {
+		n := &h.nomicConfig
+		// The positions it was trained on (n_positions, 8192, assumes a RoPE scaling the
+		// model's code applies only past them), as llama.cpp's converter takes 2048.
+		*c = Config{Arch: ArchNomic, VocabSize: h.VocabSize, Dim: n.NEmbd, Layers: n.NLayer, Heads: n.NHead,
+			FFNDim: n.NInner, MaxPositions: cmp.Or(n.MaxTrainedPositions, n.NPositions), NormEps: n.LayerNormEpsilon,
+			RopeTheta: cmp.Or(n.RotaryEmbBase, 10000), Pooling: backend.PoolMean} // nomic-embed's pooling: mean
+		if err := f.splitQKV(); err != nil {
+			return f, fmt.Errorf("hf %s: %w", dir, err)
+		}
+	}
 	if c.NormEps == 0 {
 		c.NormEps = 1e-12
 	}
 	f.inferFromTensors()
-	c.Pooling = backend.PoolCLS // BERT's own pooling: the [CLS] token
 	if p := filepath.Join(dir, "1_Pooling", "config.json"); fileExists(p) {
 		if c.Pooling, err = ReadPooling(p); err != nil {
 			return f, fmt.Errorf("hf %s: %w", dir, err)

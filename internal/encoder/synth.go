@@ -138,7 +138,8 @@ func f32Bytes(vals []float32) []byte {
 // WriteSynth writes a synthesized encoder of shape c (VocabSize from SynthVocab) with
 // weights from seed: a GGUF file when path ends in .gguf, else a Hugging Face folder
 // (config.json, model.safetensors, tokenizer.json, and for embedding models
-// sentence-transformers' 1_Pooling/config.json). Nothing partial is left at path.
+// sentence-transformers' 1_Pooling/config.json; BertModel's or NomicBertModel's, while
+// jina-bert-v2 is written as GGUF only). Nothing partial is left at path.
 func WriteSynth(path, name string, c Config, seed uint64) error {
 	v := SynthVocab()
 	c.VocabSize = len(v.Tokens)
@@ -166,7 +167,7 @@ func WriteSynth(path, name string, c Config, seed uint64) error {
 		}
 		return gguf.WriteFile(path, kvs, wts, nil)
 	}
-	if c.Arch != ArchBERT {
+	if c.Arch == ArchJina {
 		return fmt.Errorf("synth %s: %s is written as GGUF only (give a path ending in .gguf)", path, c.Arch)
 	}
 	tmp, err := os.MkdirTemp(filepath.Dir(filepath.Clean(path)), "."+filepath.Base(path)+".*.tmp")
@@ -177,6 +178,9 @@ func WriteSynth(path, name string, c Config, seed uint64) error {
 	var sts []safetensors.WriteTensor
 	for _, t := range ts {
 		hf, ok := hfName(t.name, c.Labels > 0)
+		if c.Arch == ArchNomic {
+			hf, ok = nomicHFName(t.name)
+		}
 		if !ok {
 			return fmt.Errorf("tensor %s has no Hugging Face name", t.name)
 		}
@@ -237,6 +241,18 @@ func writeHFFiles(dir string, c Config, v *tokenizer.Vocab) error {
 		"type_vocab_size": c.TypeVocab, "layer_norm_eps": c.NormEps, "hidden_act": "gelu",
 		"position_embedding_type": "absolute", "hidden_dropout_prob": 0.0,
 		"attention_probs_dropout_prob": 0.0, "pad_token_id": v.PAD, "torch_dtype": "float32",
+	}
+	if c.Arch == ArchNomic {
+		// NomicBertModel's own config (GPT-2's names), as nomic-embed-text-v1.5's.
+		cfg = map[string]any{
+			"architectures": []string{"NomicBertModel"}, "model_type": "nomic_bert", "vocab_size": c.VocabSize,
+			"n_embd": c.Dim, "n_layer": c.Layers, "n_head": c.Heads, "n_inner": c.FFNDim,
+			"n_positions": c.MaxPositions, "max_trained_positions": c.MaxPositions, "type_vocab_size": c.TypeVocab,
+			"layer_norm_epsilon": c.NormEps, "activation_function": "swiglu", "rotary_emb_base": c.RopeTheta,
+			"rotary_emb_fraction": 1.0, "rotary_emb_interleaved": false, "rotary_scaling_factor": nil,
+			"rotary_emb_scale_base": nil, "qkv_proj_bias": false, "mlp_fc1_bias": false, "mlp_fc2_bias": false,
+			"prenorm": false, "causal": false, "pad_token_id": v.PAD, "torch_dtype": "float32",
+		}
 	}
 	if c.Labels > 0 {
 		cfg["architectures"] = []string{"BertForSequenceClassification"}
