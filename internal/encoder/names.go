@@ -108,8 +108,8 @@ func hfName(g string, classifier bool) (string, bool) {
 var nomicGlobal = map[string]string{
 	"embeddings.word_embeddings.weight":       "token_embd.weight",
 	"embeddings.token_type_embeddings.weight": "token_types.weight",
-	"emb_ln.weight":                           "token_embd_norm.weight",
-	"emb_ln.bias":                             "token_embd_norm.bias",
+	"emb_ln.weight": "token_embd_norm.weight",
+	"emb_ln.bias":   "token_embd_norm.bias",
 }
 
 var nomicLayer = map[string]string{
