@@ -409,16 +409,6 @@ func dot(a, b []float32) float32 {
 	return float32(s)
 }
 
-// Tensors lists the GGUF names of the weights an encoder of c binds (for writers), as a
-// file holds them: nomic's q, k and v fused in blk.N.attn_qkv.weight.
-func Tensors(c Config) []string {
-	var names []string
-	for _, t := range tensorShapes(c, true) {
-		names = append(names, t.name)
-	}
-	return names
-}
-
 // tensorShape is a named tensor's shape, outermost first.
 type tensorShape struct {
 	name  string

@@ -8,7 +8,8 @@ import (
 func TestNamesRoundTrip(t *testing.T) {
 	c, _ := SynthConfig("bert-tiny-reranker")
 	for _, classifier := range []bool{false, true} {
-		for _, g := range Tensors(c) {
+		for _, ts := range tensorShapes(c, true) {
+			g := ts.name
 			hf, ok := hfName(g, classifier)
 			if !ok {
 				t.Fatalf("%s has no Hugging Face name", g)
@@ -29,6 +30,45 @@ func TestNamesRoundTrip(t *testing.T) {
 			t.Errorf("%s mapped to %s", hf, g)
 		}
 	}
+}
+
+func TestNomicNamesRoundTrip(t *testing.T) {
+	c, _ := SynthConfig("nomic-bert-tiny")
+	for _, ts := range tensorShapes(c, true) {
+		hf, ok := nomicHFName(ts.name)
+		if !ok {
+			t.Fatalf("%s has no NomicBertModel name", ts.name)
+		}
+		if back, ok := nomicGGUFName(hf); !ok || back != ts.name {
+			t.Errorf("%s -> %s -> %s, %v", ts.name, hf, back, ok)
+		}
+	}
+	for _, hf := range []string{"encoder.layers.0.attn.Wqkv.scale", "encoder.layers.x.norm1.weight", "encoder.layer.0.norm1.weight", "lm_head.weight"} {
+		if g, ok := nomicGGUFName(hf); ok {
+			t.Errorf("%s mapped to %s", hf, g)
+		}
+	}
+}
+
+// FuzzNomicNames: any name maps to a GGUF name that maps back to it (layer numbers in
+// canonical form), or to nothing.
+func FuzzNomicNames(f *testing.F) {
+	for _, s := range []string{"encoder.layers.3.attn.Wqkv.weight", "emb_ln.bias", "encoder.layers.01.mlp.fc11.weight", "encoder.layers..", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, hf string) {
+		g, ok := nomicGGUFName(hf)
+		if !ok {
+			return
+		}
+		back, ok := nomicHFName(g)
+		if !ok {
+			t.Fatalf("%q -> %q has no way back", hf, g)
+		}
+		if g2, ok := nomicGGUFName(back); !ok || g2 != g {
+			t.Fatalf("%q -> %q -> %q -> %q", hf, g, back, g2)
+		}
+	})
 }
 
 // FuzzNames: any name maps to a GGUF name that maps back (up to the "bert." prefix), or
