@@ -111,7 +111,8 @@ type embedResult struct {
 
 // IsEncoderModel reports whether path holds an encoder model that OpenEmbedder opens (a
 // "bert", "nomic-bert" or "jina-bert-v2" GGUF, a Hugging Face BertModel,
-// BertForSequenceClassification or NomicBertModel folder) rather than a generative one.
+// BertForSequenceClassification, NomicBertModel or JinaBert folder) rather than a generative
+// one.
 func IsEncoderModel(path string) bool { return encoder.IsEncoder(path) }
 
 // encoderHint replaces err, the failure to open path as a generative model, by what to

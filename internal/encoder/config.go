@@ -15,9 +15,11 @@
 // classification head on the pooled vector that turns a (query, document) pair into a
 // relevance logit.
 //
-// Files: GGUF (general.architecture "bert", llama.cpp's tensor names) and Hugging Face
-// folders (BertModel, BertForSequenceClassification, with sentence-transformers'
-// 1_Pooling/config.json). Weights keep kvasir's GGUF naming inside (names.go).
+// Files: GGUF (general.architecture "bert", "nomic-bert" or "jina-bert-v2", llama.cpp's
+// tensor names) and Hugging Face folders (BertModel, BertForSequenceClassification,
+// NomicBertModel, JinaBertModel, with sentence-transformers' 1_Pooling/config.json).
+// Weights keep kvasir's GGUF naming inside (names.go); fused matrices (nomic's qkv, jina's
+// gate and up) are split into views of their rows at open.
 package encoder
 
 import (

@@ -312,10 +312,11 @@ func TestForwardMatchesReference(t *testing.T) {
 
 // TestVariantsMatchReference checks nomic-bert (RoPE, fused qkv, SwiGLU; GGUF and a
 // NomicBertModel folder) and jina-bert-v2 (ALiBi, GEGLU, with and without its optional
-// norms) against the float64 reference, every pooling mode, sequences of different lengths
+// norms; GGUF and a JinaBertModel folder, its gate and up rows fused) against the float64
+// reference, every pooling mode, sequences of different lengths
 // in one batch.
 func TestVariantsMatchReference(t *testing.T) {
-	for _, v := range [][2]string{{"nomic-bert-tiny", "gguf"}, {"nomic-bert-tiny", "hf"}, {"jina-bert-v2-tiny", "gguf"}, {"jina-bert-v2-tiny-norms", "gguf"}} {
+	for _, v := range [][2]string{{"nomic-bert-tiny", "gguf"}, {"nomic-bert-tiny", "hf"}, {"jina-bert-v2-tiny", "gguf"}, {"jina-bert-v2-tiny", "hf"}, {"jina-bert-v2-tiny-norms", "gguf"}, {"jina-bert-v2-tiny-norms", "hf"}} {
 		shape, ext := v[0], v[1]
 		f := synthFile(t, shape, ext)
 		if want, _ := SynthConfig(shape); f.Config.Arch != want.Arch || f.Config.RopeTheta != want.RopeTheta || f.Config.Pooling != want.Pooling {
@@ -431,21 +432,28 @@ func TestForwardRejects(t *testing.T) {
 	}
 }
 
-// TestNomicHFRefuses: a NomicBertModel folder of a variant the encoder does not run is
-// refused at open with the config field that says so.
-func TestNomicHFRefuses(t *testing.T) {
-	c, _ := SynthConfig("nomic-bert-tiny")
-	c.Layers = 1
-	for key, val := range map[string]any{
-		"activation_function": "gelu", "qkv_proj_bias": true, "prenorm": true,
-		"rotary_emb_fraction": 0.5, "rotary_emb_interleaved": true, "rotary_scaling_factor": 2.0,
+// TestHFVariantsRefused: a NomicBertModel or JinaBertModel folder of a variant the encoder
+// does not run is refused at open with the config field that says so.
+func TestHFVariantsRefused(t *testing.T) {
+	for _, v := range []struct {
+		shape, key string
+		val        any
+	}{
+		{"nomic-bert-tiny", "activation_function", "gelu"}, {"nomic-bert-tiny", "qkv_proj_bias", true},
+		{"nomic-bert-tiny", "prenorm", true}, {"nomic-bert-tiny", "rotary_emb_fraction", 0.5},
+		{"nomic-bert-tiny", "rotary_emb_interleaved", true}, {"nomic-bert-tiny", "rotary_scaling_factor", 2.0},
+		{"jina-bert-v2-tiny", "feed_forward_type", "reglu"}, {"jina-bert-v2-tiny", "position_embedding_type", "absolute"},
+		{"jina-bert-v2-tiny", "hidden_act", "relu"},
 	} {
-		dir := filepath.Join(t.TempDir(), "nomic")
-		if err := WriteSynth(dir, "nomic", c, 1); err != nil {
+		key, val := v.key, v.val
+		c, _ := SynthConfig(v.shape)
+		c.Layers = 1
+		dir := filepath.Join(t.TempDir(), v.shape)
+		if err := WriteSynth(dir, v.shape, c, 1); err != nil {
 			t.Fatal(err)
 		}
 		if !IsEncoder(dir) {
-			t.Fatal("IsEncoder: false for a NomicBertModel folder")
+			t.Fatalf("IsEncoder: false for a %s folder", v.shape)
 		}
 		p := filepath.Join(dir, "config.json")
 		b, err := os.ReadFile(p)
@@ -467,7 +475,7 @@ func TestNomicHFRefuses(t *testing.T) {
 			if err == nil {
 				f.Close()
 			}
-			t.Errorf("%s = %v: %v, want an error naming it", key, val, err)
+			t.Errorf("%s %s = %v: %v, want an error naming it", v.shape, key, val, err)
 		}
 	}
 }

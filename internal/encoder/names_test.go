@@ -50,6 +50,54 @@ func TestNomicNamesRoundTrip(t *testing.T) {
 	}
 }
 
+func TestJinaNamesRoundTrip(t *testing.T) {
+	c, _ := SynthConfig("jina-bert-v2-tiny-norms")
+	for _, ts := range tensorShapes(c, true) {
+		g := ts.name
+		if strings.HasSuffix(g, "ffn_up.weight") {
+			continue // written fused with the gate
+		}
+		g = strings.Replace(g, "ffn_gate.weight", "ffn_gate_up.weight", 1)
+		hf, ok := jinaHFName(g)
+		if !ok {
+			t.Fatalf("%s has no JinaBertModel name", g)
+		}
+		if back, ok := jinaGGUFName(hf); !ok || back != g {
+			t.Errorf("%s -> %s -> %s, %v", g, hf, back, ok)
+		}
+	}
+	for hf, want := range map[string]string{"bert.encoder.layer.1.mlp.up_gated_layer.weight": "blk.1.ffn_up_gate.weight",
+		"encoder.layer.0.layer_norm_2.bias": "blk.0.layer_output_norm.bias", "encoder.layer.3.mlp.down_layer.weight": "blk.3.ffn_down.weight"} {
+		if g, ok := jinaGGUFName(hf); !ok || g != want {
+			t.Errorf("%s -> %s %v, want %s", hf, g, ok, want)
+		}
+	}
+	for _, hf := range []string{"cls.predictions.bias", "encoder.layer.0.intermediate.dense.weight", "encoder.layer.x.mlp.wo.weight"} {
+		if g, ok := jinaGGUFName(hf); ok {
+			t.Errorf("%s mapped to %s", hf, g)
+		}
+	}
+}
+
+// FuzzJinaNames: any name maps to a GGUF name, or to nothing, without panicking; the names
+// a folder is written with map back.
+func FuzzJinaNames(f *testing.F) {
+	for _, s := range []string{"bert.encoder.layer.3.mlp.gated_layers.weight", "embeddings.LayerNorm.bias", "encoder.layer.2.layer_norm_1.weight", "encoder.layer..", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, hf string) {
+		g, ok := jinaGGUFName(hf)
+		if !ok {
+			return
+		}
+		if back, ok := jinaHFName(g); ok {
+			if g2, ok := jinaGGUFName(back); !ok || g2 != g {
+				t.Fatalf("%q -> %q -> %q -> %q", hf, g, back, g2)
+			}
+		}
+	})
+}
+
 // FuzzNomicNames: any name maps to a GGUF name that maps back to it (layer numbers in
 // canonical form), or to nothing.
 func FuzzNomicNames(f *testing.F) {

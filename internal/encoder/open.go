@@ -46,12 +46,12 @@ func (f *File) Name() string { return filepath.Base(filepath.Clean(f.Path)) }
 // encoderArchs are the GGUF architectures and Hugging Face classes this package runs.
 var (
 	ggufArchs = []string{ArchBERT, ArchNomic, ArchJina}
-	hfArchs   = []string{"BertModel", "BertForSequenceClassification", "NomicBertModel"}
+	hfArchs   = []string{"BertModel", "BertForSequenceClassification", "NomicBertModel", "JinaBertModel", "JinaBertForMaskedLM"}
 )
 
 // IsEncoder reports whether path holds an encoder this package opens: a GGUF file whose
 // general.architecture is "bert", "nomic-bert" or "jina-bert-v2", or a Hugging Face folder
-// whose config.json names a BERT class or NomicBertModel.
+// whose config.json names a BERT class, NomicBertModel or a JinaBert class.
 func IsEncoder(path string) bool {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -206,6 +206,35 @@ func (f *File) splitQKV() error {
 	}
 }
 
+// splitGateUp replaces each layer's fused MLP matrix of jina-bert-v2 ([2 x intermediate
+// size][hidden size]: blk.N.ffn_gate_up, the gate's rows first, or blk.N.ffn_up_gate, the up
+// projection's first) by ffn_gate and ffn_up views of its rows.
+func (f *File) splitGateUp() error {
+	for name, t := range f.Tensors {
+		layer, fused, ok := strings.Cut(strings.TrimPrefix(name, "blk."), ".")
+		if !ok || (fused != "ffn_gate_up.weight" && fused != "ffn_up_gate.weight") {
+			continue
+		}
+		if len(t.Shape) != 2 || t.Shape[0]%2 != 0 {
+			return fmt.Errorf("tensor %s: shape %v, want [2 x intermediate size][hidden size]", name, t.Shape)
+		}
+		if err := t.Check(); err != nil {
+			return err
+		}
+		parts := []string{"ffn_gate", "ffn_up"}
+		if fused == "ffn_up_gate.weight" {
+			parts[0], parts[1] = parts[1], parts[0]
+		}
+		half := len(t.Data) / 2
+		for i, s := range parts {
+			n := "blk." + layer + "." + s + ".weight"
+			f.Tensors[n] = &format.Tensor{Name: n, Type: t.Type, Shape: []int{t.Shape[0] / 2, t.Shape[1]}, Data: t.Data[i*half : (i+1)*half : (i+1)*half]}
+		}
+		delete(f.Tensors, name)
+	}
+	return nil
+}
+
 // inferFromTensors fills what the tensors say: vocabulary, token types, the head, jina's
 // optional norms.
 func (f *File) inferFromTensors() {
@@ -237,6 +266,7 @@ type hfConfig struct {
 	LayerNormEps          float64           `json:"layer_norm_eps"`
 	HiddenAct             string            `json:"hidden_act"`
 	PositionEmbeddingType string            `json:"position_embedding_type"`
+	FeedForwardType       string            `json:"feed_forward_type"` // jina-bert-v2's
 	ID2Label              map[string]string `json:"id2label"`
 	nomicConfig
 }
@@ -310,7 +340,7 @@ type hfPooling struct {
 	LastToken bool `json:"pooling_mode_lasttoken"`
 }
 
-// openHF reads a Hugging Face BERT or NomicBertModel folder.
+// openHF reads a Hugging Face BERT, NomicBertModel or JinaBert folder.
 func openHF(dir string) (*File, error) {
 	h, err := readHFConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
@@ -320,6 +350,14 @@ func openHF(dir string) (*File, error) {
 		return nil, fmt.Errorf("hf %s: architecture %q is not an encoder this build runs (want %v)", dir, h.architecture(), hfArchs)
 	}
 	nomic := h.architecture() == "NomicBertModel"
+	jina := strings.HasPrefix(h.architecture(), "JinaBert")
+	position := "absolute"
+	if jina {
+		position = "alibi"
+		if h.FeedForwardType != "geglu" {
+			return nil, fmt.Errorf("hf %s: feed_forward_type %q is not supported (want geglu)", dir, h.FeedForwardType)
+		}
+	}
 	if nomic {
 		if err := h.nomicConfig.check(); err != nil {
 			return nil, fmt.Errorf("hf %s: %w", dir, err)
@@ -327,8 +365,8 @@ func openHF(dir string) (*File, error) {
 	} else if h.HiddenAct != "" && h.HiddenAct != "gelu" {
 		return nil, fmt.Errorf("hf %s: hidden_act %q is not supported (want gelu)", dir, h.HiddenAct)
 	}
-	if p := h.PositionEmbeddingType; p != "" && p != "absolute" {
-		return nil, fmt.Errorf("hf %s: position_embedding_type %q is not supported (want absolute)", dir, p)
+	if p := h.PositionEmbeddingType; !nomic && p != position && (p != "" || jina) {
+		return nil, fmt.Errorf("hf %s: position_embedding_type %q is not supported (want %s)", dir, p, position)
 	}
 	set, err := safetensors.OpenDir(dir)
 	if err != nil {
@@ -338,8 +376,11 @@ func openHF(dir string) (*File, error) {
 	for _, hf := range set.Names() {
 		ti, _ := set.Tensor(hf)
 		name, ok := ggufName(hf)
-		if nomic {
+		switch {
+		case nomic:
 			name, ok = nomicGGUFName(hf)
+		case jina:
+			name, ok = jinaGGUFName(hf)
 		}
 		if !ok {
 			continue
@@ -362,6 +403,12 @@ func openHF(dir string) (*File, error) {
 			FFNDim: n.NInner, MaxPositions: cmp.Or(n.MaxTrainedPositions, n.NPositions), NormEps: n.LayerNormEpsilon,
 			RopeTheta: cmp.Or(n.RotaryEmbBase, 10000), Pooling: backend.PoolMean} // nomic-embed's pooling: mean
 		if err := f.splitQKV(); err != nil {
+			return f, fmt.Errorf("hf %s: %w", dir, err)
+		}
+	}
+	if jina {
+		c.Arch, c.MaxALiBi, c.Pooling = ArchJina, 8, backend.PoolMean // jina-embeddings-v2's pooling: mean
+		if err := f.splitGateUp(); err != nil {
 			return f, fmt.Errorf("hf %s: %w", dir, err)
 		}
 	}

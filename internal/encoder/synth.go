@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -138,8 +139,8 @@ func f32Bytes(vals []float32) []byte {
 // WriteSynth writes a synthesized encoder of shape c (VocabSize from SynthVocab) with
 // weights from seed: a GGUF file when path ends in .gguf, else a Hugging Face folder
 // (config.json, model.safetensors, tokenizer.json, and for embedding models
-// sentence-transformers' 1_Pooling/config.json; BertModel's or NomicBertModel's, while
-// jina-bert-v2 is written as GGUF only). Nothing partial is left at path.
+// sentence-transformers' 1_Pooling/config.json; BertModel's, NomicBertModel's or
+// JinaBertModel's). Nothing partial is left at path.
 func WriteSynth(path, name string, c Config, seed uint64) error {
 	v := SynthVocab()
 	c.VocabSize = len(v.Tokens)
@@ -167,19 +168,32 @@ func WriteSynth(path, name string, c Config, seed uint64) error {
 		}
 		return gguf.WriteFile(path, kvs, wts, nil)
 	}
-	if c.Arch == ArchJina {
-		return fmt.Errorf("synth %s: %s is written as GGUF only (give a path ending in .gguf)", path, c.Arch)
-	}
 	tmp, err := os.MkdirTemp(filepath.Dir(filepath.Clean(path)), "."+filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(tmp)
 	var sts []safetensors.WriteTensor
+	data := map[string][]byte{}
+	for _, t := range ts {
+		data[t.name] = t.data
+	}
 	for _, t := range ts {
 		hf, ok := hfName(t.name, c.Labels > 0)
-		if c.Arch == ArchNomic {
+		switch c.Arch {
+		case ArchNomic:
 			hf, ok = nomicHFName(t.name)
+		case ArchJina:
+			// The gate's and up projection's rows are one matrix, the gate's first.
+			up, isGate := strings.CutSuffix(t.name, "ffn_gate.weight")
+			if strings.HasSuffix(t.name, "ffn_up.weight") {
+				continue
+			}
+			if isGate {
+				t.name, t.shape = up+"ffn_gate_up.weight", []int{2 * t.shape[0], t.shape[1]}
+				t.data = append(slices.Clone(t.data), data[up+"ffn_up.weight"]...)
+			}
+			hf, ok = jinaHFName(t.name)
 		}
 		if !ok {
 			return fmt.Errorf("tensor %s has no Hugging Face name", t.name)
@@ -253,6 +267,9 @@ func writeHFFiles(dir string, c Config, v *tokenizer.Vocab) error {
 			"rotary_emb_scale_base": nil, "qkv_proj_bias": false, "mlp_fc1_bias": false, "mlp_fc2_bias": false,
 			"prenorm": false, "causal": false, "pad_token_id": v.PAD, "torch_dtype": "float32",
 		}
+	}
+	if c.Arch == ArchJina {
+		cfg["architectures"], cfg["position_embedding_type"], cfg["feed_forward_type"] = []string{"JinaBertModel"}, "alibi", "geglu"
 	}
 	if c.Labels > 0 {
 		cfg["architectures"] = []string{"BertForSequenceClassification"}
