@@ -88,8 +88,14 @@ func New(f *File, be backend.Backend, pooling *backend.PoolMode) (*Encoder, erro
 			errs = append(errs, err)
 			return t
 		}
+		// The tensors the architecture has (and File.check held to their shapes); the
+		// others of a layer's fields stay nil.
+		known := map[string]bool{}
+		for _, t := range tensorShapes(e.cfg, false) {
+			known[t.name] = true
+		}
 		opt := func(name string) backend.Tensor {
-			if _, ok := f.Tensors[name]; !ok {
+			if !known[name] {
 				return nil
 			}
 			return must(name)
