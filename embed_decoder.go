@@ -8,6 +8,7 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/encoder"
 	"github.com/kvasir-llm/kvasir/internal/format"
+	"github.com/kvasir-llm/kvasir/internal/format/gguf"
 	"github.com/kvasir-llm/kvasir/internal/model"
 )
 
@@ -45,12 +46,20 @@ func DecoderPooling(path string) string {
 		}
 		return m.String()
 	}
-	fm, err := format.Open(path, format.Options{})
+	g, err := gguf.Open(path) // the header alone
 	if err != nil {
 		return ""
 	}
-	defer fm.Close()
-	return ggufPooling(fm)
+	defer g.Close()
+	v, ok := g.Get(g.Architecture() + ".pooling_type")
+	if !ok {
+		return ""
+	}
+	n, ok := v.Int64()
+	if !ok {
+		n = -1
+	}
+	return poolingName(n, v.Any())
 }
 
 // ggufPooling reads {arch}.pooling_type from fm's metadata (llama.cpp's numbering: 0
@@ -71,6 +80,12 @@ func ggufPooling(fm *format.Model) string {
 	case int64:
 		n = x
 	}
+	return poolingName(n, v)
+}
+
+// poolingName names llama.cpp's pooling type n (raw: the metadata value, for an unknown
+// one).
+func poolingName(n int64, raw any) string {
 	switch n {
 	case 0:
 		return ""
@@ -81,7 +96,7 @@ func ggufPooling(fm *format.Model) string {
 	case 3:
 		return "last"
 	}
-	return fmt.Sprintf("pooling_type %v", v)
+	return fmt.Sprintf("pooling_type %v", raw)
 }
 
 // openDecoder binds a decoder for last-token embeddings.
