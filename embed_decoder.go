@@ -122,7 +122,9 @@ func (e *Embedder) openDecoder(path string, opt EmbedderOptions, pooling *backen
 		fm.Close()
 		return fmt.Errorf("open %s: pooling %s on a %s decoder: a decoder embeds with its last token only (pooling last)", path, want, fm.Config.Arch)
 	}
-	l, err := Load(fm, Options{Device: opt.Device, Threads: opt.Threads, CPUKernels: opt.CPUKernels})
+	// An F32 cache on every device (a GPU's default is BF16): the embedding is the output,
+	// and one forward's cache is small beside the weights.
+	l, err := Load(fm, Options{Device: opt.Device, Threads: opt.Threads, CPUKernels: opt.CPUKernels, KVCacheDType: KVCacheF32})
 	if err != nil {
 		fm.Close()
 		return err
