@@ -378,6 +378,14 @@ type LoRAGroupOps interface {
 	LoRAMatMulGroup(outs []Tensor, x, u Tensor, as, bs []Tensor, st Step) error
 }
 
+// RowReader is implemented by backends that copy an activation's rows back to the host
+// (a decoder's final hidden states, for embeddings).
+type RowReader interface {
+	// ReadRows copies x (F32, [rows][cols]) into dst (rows x cols values, row after row)
+	// after the ops queued so far; it returns once dst holds them.
+	ReadRows(dst []float32, x Tensor) error
+}
+
 // KVElementSizer is implemented by backends whose KV cache holds elements of a size of
 // their own choosing, whatever KVSpec.DType asks. (The CPU and CUDA backends hold what the
 // spec asks and do not implement it.)
