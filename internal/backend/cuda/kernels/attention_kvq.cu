@@ -15,59 +15,36 @@
 #define KVQ_E4M3 1
 #define KVQ_E5M2 2
 
-// kvq_value returns the value of code byte b of type C before its scale, exactly: int8 as
-// a signed integer; E4M3's normal codes by moving exponent and mantissa into a float32 and
-// adding the bias difference (127 - 7), subnormal ones (exponent 0) as mantissa x 2^-9;
-// E5M2 as the top byte of an f16. The quantizer writes no NaN or infinity codes.
+// kvq_byte returns the value of byte k (0..3, a constant) of the word w of codes of type C,
+// before its scale, exactly, in integer operations and one float operation (the decode
+// kernel's hot loop; the conversion instructions are slower): __byte_perm moves the byte
+// into a float32. int8: the byte with its top bit flipped (b + 128) becomes the mantissa
+// of 2^23, and 2^23 + 128 is subtracted. FP8: the byte moves to the top of the word and an
+// arithmetic shift puts exponent and mantissa at their float32 places, the sign at the
+// top, so that the float32 times 2^(127 - bias) is the code's value (subnormal codes
+// included: they land on float32 subnormals, which the multiplication keeps exact). The
+// quantizer writes no NaN or infinity codes (E4M3's NaN bytes read as ±480).
+template <int C>
+__device__ __forceinline__ float kvq_byte(unsigned w, int k) {
+    if (C == KVQ_I8) return __uint_as_float(__byte_perm(w ^ 0x80808080u, 0x4B000000u, 0x7440u | k)) - 8388736.f;
+    int x = (int)__byte_perm(w, 0u, 0x0444u | (k << 12));  // byte k at the top, zeros below
+    if (C == KVQ_E4M3) return __uint_as_float((unsigned)(x >> 4) & 0x87f00000u) * __int_as_float(247 << 23);  // 2^120
+    return __uint_as_float((unsigned)(x >> 3) & 0x8fe00000u) * __int_as_float(239 << 23);  // 2^112
+}
+
+// kvq_value returns the value of code byte b of type C before its scale, exactly.
 template <int C>
 __device__ __forceinline__ float kvq_value(unsigned b) {
-    if (C == KVQ_I8) return (float)(int)(signed char)(b & 0xffu);
-    if (C == KVQ_E4M3) {
-        unsigned mag = b & 0x7fu;
-        float v = mag < 8u ? ifloat(mag) * 0.001953125f : __int_as_float((mag << 20) + (120u << 23));
-        return __int_as_float(__float_as_int(v) | ((b & 0x80u) << 24));
-    }
-    f16 h;
-    h.x = (unsigned short)((b & 0xffu) << 8);
-    return to_f32(h);
+    return kvq_byte<C>(b, 0);
 }
 
 // kvq_unit writes the values of the 16 codes of u (four little-endian words), times
-// scale, to f. On sm_89 and later E4M3 pairs convert in hardware to two exact halves
-// (cvt.rn.f16x2.e4m3x2); E5M2 pairs are two halves by a byte permutation.
+// scale, to f.
 template <int C>
 __device__ __forceinline__ void kvq_unit(const uint4& u, float scale, float* f) {
     unsigned w[4] = {u.x, u.y, u.z, u.w};
-#if __CUDA_ARCH__ >= 890
-    if (C == KVQ_E4M3) {
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            unsigned short pair = (unsigned short)(w[j >> 1] >> (16 * (j & 1)));
-            unsigned h2;
-            float lo, hi;
-            asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(h2) : "h"(pair));
-            asm("cvt.f32.f16 %0, %1;" : "=f"(lo) : "h"((unsigned short)(h2 & 0xffffu)));
-            asm("cvt.f32.f16 %0, %1;" : "=f"(hi) : "h"((unsigned short)(h2 >> 16)));
-            f[2 * j] = lo * scale;
-            f[2 * j + 1] = hi * scale;
-        }
-        return;
-    }
-#endif
-    if (C == KVQ_E5M2) {
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            unsigned pair = w[j >> 1] >> (16 * (j & 1));
-            f16 lo, hi;
-            lo.x = (unsigned short)((pair & 0xffu) << 8);
-            hi.x = (unsigned short)(pair & 0xff00u);
-            f[2 * j] = to_f32(lo) * scale;
-            f[2 * j + 1] = to_f32(hi) * scale;
-        }
-        return;
-    }
-#pragma unroll
-    for (int j = 0; j < 16; j++) f[j] = kvq_value<C>(w[j >> 2] >> (8 * (j & 3))) * scale;
+    for (int j = 0; j < 16; j++) f[j] = kvq_byte<C>(w[j >> 2], j & 3) * scale;
 }
 
 // kvq_code returns the code of y = x / scale (|y| at most the type's largest value, up to
