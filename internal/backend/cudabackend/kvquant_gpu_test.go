@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
@@ -409,4 +410,69 @@ func f32Bytes(v []float32) []byte {
 		out[4*i], out[4*i+1], out[4*i+2], out[4*i+3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
 	}
 	return out
+}
+
+// TestKVQuantDecodeSpeed times decode attention at a 32k-token context on the shapes of an
+// 8B Llama (32 query heads over 8 kv heads of 128, one sequence) over a BF16 cache and the
+// quantized ones, the types alternated in two rounds: each figure is the median device time
+// of 32 calls cycling through 4 layers' caches (more than the L2 holds), reported with the
+// cache bytes it reads per second. It checks only that the calls run; the RESULT lines are
+// the figures (docs/BENCHMARKS.md).
+func TestKVQuantDecodeSpeed(t *testing.T) {
+	b := openBackend(t, BackendOptions{})
+	const ctx, bs, heads, kvHeads, hd, layers, calls = 32768, 16, 32, 8, 128, 4, 32
+	nb := ctx / bs
+	meta := &backend.StepMeta{Tokens: []int32{1}, Positions: []int32{ctx - 1}, SlotMapping: []int32{ctx - 1},
+		QueryStarts: []int32{0, 1}, ContextLens: []int32{ctx}, MaxBlocks: nb, MaxQueryLen: 1, MaxContextLen: ctx}
+	for i := range nb {
+		meta.BlockTables = append(meta.BlockTables, int32(i))
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	q, out := putF32(t, b, 1, heads*hd, randVals(r, heads*hd, 1)), newOut(t, b, 1, heads*hd)
+	st := uploadStep(t, b, meta)
+	types := []quant.Type{quant.BF16, quant.KVFP8E4M3, quant.KVInt8, quant.KVFP8E5M2}
+	caches := map[quant.Type]backend.KVCache{}
+	for _, dt := range types {
+		caches[dt] = newKV(t, b, backend.KVSpec{Layers: layers, NumBlocks: nb, BlockSize: bs, KVHeads: kvHeads, HeadDim: hd, DType: dt})
+	}
+	for round := range 2 {
+		perCall := map[quant.Type]float64{} // this round's
+		for _, dt := range types {
+			kv := caches[dt]
+			var ms []float64
+			err := b.Run(func() error {
+				tm, err := b.dev.NewTimer()
+				if err != nil {
+					return err
+				}
+				for rep := range 10 { // the first is a warm-up
+					if err := b.dev.Start(tm); err != nil {
+						return err
+					}
+					for c := range calls {
+						if err := b.Attention(out, q, kv, c%layers, 0.088, st); err != nil {
+							return err
+						}
+					}
+					m, err := b.dev.Stop(tm)
+					if err != nil {
+						return err
+					}
+					if rep > 0 {
+						ms = append(ms, m)
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("%s: %v", dt, err)
+			}
+			slices.Sort(ms)
+			us := ms[len(ms)/2] * 1000 / calls
+			perCall[dt] = us
+			read := float64(kv.Spec().BlockBytes()) / layers * float64(nb) // one layer's cache
+			result(t, "bench", fmt.Sprintf("decode attention 32k ctx, 32/8 heads of 128, %s cache, round %d", dt, round+1),
+				fmt.Sprintf("%.1f us", us), fmt.Sprintf("%.2f TB/s of cache; %.2fx the bf16 cache's time", read/us/1e6, us/perCall[quant.BF16]))
+		}
+	}
 }
