@@ -295,8 +295,10 @@ func prefillTensorCores(dt DType, hd int) bool { return dt == BF16 && (hd == 64 
 // AttentionPrefill runs causal attention of variable-length query chunks over the paged
 // cache, FlashAttention-style. A BF16 cache with head size 64 or 128 runs on tensor cores
 // (mma.sync, 64 queries of one head per block, Q rounded to BF16); other caches use
-// K/V tiles in shared memory that serve 16 queries of one head with scalar FMAs (a
-// quantized cache's tiles dequantized as they are loaded, for any head size).
+// K/V tiles in shared memory that serve 16 queries of one head with scalar FMAs. A
+// quantized cache takes the tensor-core kernel too (head sizes 64 and 128, F32 out), its
+// tiles dequantized and rounded to BF16 as they are loaded, else the scalar one over tiles
+// dequantized to float32 (any head size).
 func (o *Ops) AttentionPrefill(a PrefillArgs) error {
 	c := a.Cache
 	if err := c.checkTiled("attention prefill"); err != nil {
@@ -319,6 +321,9 @@ func (o *Ops) AttentionPrefill(a PrefillArgs) error {
 		return err
 	}
 	if c.Quantized() {
+		if quantizedTensorCores(hd, a.Out.DType) && !a.scalar {
+			return o.prefillQuantizedTC(a)
+		}
 		return o.prefillQuantized(a, 0, 0)
 	}
 	if prefillTensorCores(c.K.DType, hd) && !a.scalar {

@@ -100,6 +100,21 @@ func (o *Ops) decodeQuantized(a DecodeArgs, group int) error {
 		a.Out, a.OutStride, w.M, w.L, w.O, splits, a.Heads, hd)
 }
 
+// prefillQuantizedTC runs the tensor-core prefill over a quantized cache (a checked; head
+// sizes 64 and 128, F32 out): attn_prefill_tc with each K/V tile dequantized and rounded to
+// BF16 as it is loaded, Q and the probabilities rounded to BF16 as for a BF16 cache.
+func (o *Ops) prefillQuantizedTC(a PrefillArgs) error {
+	c := a.Cache
+	tiles := (a.MaxQueryLen + prefillTileTC - 1) / prefillTileTC
+	return o.Dev.Launch(o.Kern.mod, fmt.Sprintf("attn_prefill_tc%d_%s_f32", c.HeadDim, c.Codes), Dim3{tiles, a.Heads, a.Seqs},
+		Dim3{128, 1, 1}, 0, a.Out, a.OutStride, a.Q, a.QStride, c.K, c.V, c.KS, c.VS, a.BlockTables, a.MaxBlocks,
+		a.SeqStarts, a.ContextLens, a.Heads, c.KVHeads, c.BlockSize, a.Scale)
+}
+
+// quantizedTensorCores reports whether AttentionPrefill over a quantized cache of head size
+// hd runs on tensor cores for an output of type out.
+func quantizedTensorCores(hd int, out DType) bool { return (hd == 64 || hd == 128) && out == F32 }
+
 // prefillQuantized runs attn_prefillq over a quantized cache (a checked), with a window
 // and soft-capping when they are > 0 (AttentionWindow's meaning).
 func (o *Ops) prefillQuantized(a PrefillArgs, window int, softcap float32) error {

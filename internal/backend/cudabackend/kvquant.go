@@ -59,8 +59,11 @@ func (b *Backend) newQuantizedKVCache(spec backend.KVSpec, codes cuda.KVCodes) (
 
 // attentionQuantized runs attention over a quantized cache layer: the grouped decode
 // kernel when every sequence has one query token, no window or soft-cap applies and the
-// shape has an instance (cuda.QuantizedDecode), the varlen kernel otherwise (prefill
-// chunks, verification, windows, soft-capping, any head size).
+// shape has an instance (cuda.QuantizedDecode); the prefill kernel (on tensor cores for
+// head sizes 64 and 128) when a sequence has more than verifyMaxQuery tokens and no window
+// or soft-cap applies, as for a BF16 cache; the scalar varlen kernel otherwise (short
+// chunks and verification, windows, soft-capping, any head size), whose arithmetic is
+// float32 throughout.
 func (b *Backend) attentionQuantized(o, qs *tensor, l *cuda.KVCacheLayer, s *step, opt backend.AttentionOptions) error {
 	m, qDim := s.meta, qs.cols()
 	heads, seqs, tokens := qDim/l.HeadDim, m.NumSeqs(), m.NumTokens()
@@ -90,7 +93,11 @@ func (b *Backend) attentionQuantized(o, qs *tensor, l *cuda.KVCacheLayer, s *ste
 	for i := range seqs {
 		maxQ = max(maxQ, int(m.QueryStarts[i+1]-m.QueryStarts[i]))
 	}
-	return b.ops.AttentionWindow(cuda.PrefillArgs{Out: o.buf, OutStride: qDim, Q: qs.buf, QStride: qDim, Tokens: tokens,
+	a := cuda.PrefillArgs{Out: o.buf, OutStride: qDim, Q: qs.buf, QStride: qDim, Tokens: tokens,
 		Seqs: seqs, Heads: heads, Cache: l, SeqStarts: s.queryStarts, ContextLens: s.contextLens, MaxQueryLen: maxQ,
-		BlockTables: s.blockTables, MaxBlocks: s.maxBlocks, Scale: opt.Scale}, window, opt.Softcap)
+		BlockTables: s.blockTables, MaxBlocks: s.maxBlocks, Scale: opt.Scale}
+	if maxQ > verifyMaxQuery && window <= 0 && opt.Softcap <= 0 {
+		return b.ops.AttentionPrefill(a)
+	}
+	return b.ops.AttentionWindow(a, window, opt.Softcap)
 }

@@ -248,10 +248,11 @@ type kvqSeq struct{ query, context int }
 
 // TestKVQuantAttention: attention over a quantized cache on the GPU gives the CPU
 // kernels' output (cpu.AttentionWith) over the same cache bytes within 1e-4 (float32
-// arithmetic in other orders), for every code type and shape of kvqHeads: decode steps
-// (long contexts split-K and merged, a context of one), prefill chunks over cached
-// prefixes mixed with decode tokens, verification-sized chunks, and windowed, soft-capped
-// and both. The cache's bytes read back from the GPU as the CPU wrote them.
+// arithmetic in other orders; 1e-2 where chunks of more than 17 queries run on tensor
+// cores in BF16), for every code type and shape of kvqHeads: decode steps (long contexts
+// split-K and merged, a context of one), prefill chunks over cached prefixes mixed with
+// decode tokens, long chunks, verification-sized chunks, and windowed, soft-capped and
+// both. The cache's bytes read back from the GPU as the CPU wrote them.
 func TestKVQuantAttention(t *testing.T) {
 	b := openBackend(t, BackendOptions{})
 	pool := cpu.NewPool(4)
@@ -265,6 +266,7 @@ func TestKVQuantAttention(t *testing.T) {
 		{"decode", []kvqSeq{{1, 1200}, {1, 33}, {1, 1}}, backend.AttentionOptions{}},
 		{"decode one long", []kvqSeq{{1, 3000}}, backend.AttentionOptions{}},
 		{"prefill mixed", []kvqSeq{{37, 37}, {20, 300}, {1, 50}}, backend.AttentionOptions{}},
+		{"prefill long", []kvqSeq{{100, 1000}, {70, 70}}, backend.AttentionOptions{}},
 		{"verify", []kvqSeq{{5, 200}, {17, 90}}, backend.AttentionOptions{}},
 		{"window 64", []kvqSeq{{37, 37}, {20, 300}, {1, 500}}, backend.AttentionOptions{Window: 64}},
 		{"softcap 30", []kvqSeq{{20, 300}, {1, 200}}, backend.AttentionOptions{Softcap: 30}},
@@ -349,9 +351,15 @@ func TestKVQuantAttention(t *testing.T) {
 				}
 				got := tensorValues(t, b, out)
 				e := relErr32(got, want)
-				result(t, "kernel", "attention "+name, fmt.Sprintf("%.2e", e), "vs cpu.AttentionWith, tol 1e-4")
-				if !(e <= 1e-4) {
-					t.Errorf("%s: relative error %.3g against the CPU kernels, over 1e-4", name, e)
+				// Chunks of more than 17 queries without window or soft-cap run on tensor cores
+				// for head sizes 64 and 128, with Q, K, V and the probabilities in BF16.
+				tol := 1e-4
+				if meta.MaxQueryLen > 17 && opt.Window == 0 && opt.Softcap == 0 && (sh.headDim == 64 || sh.headDim == 128) {
+					tol = 1e-2
+				}
+				result(t, "kernel", "attention "+name, fmt.Sprintf("%.2e", e), fmt.Sprintf("vs cpu.AttentionWith, tol %.0e", tol))
+				if !(e <= tol) {
+					t.Errorf("%s: relative error %.3g against the CPU kernels, over %.0e", name, e, tol)
 				}
 				if err := b.Run(func() error { return firstErr(b.Free(q), b.Free(out)) }); err != nil {
 					t.Fatal(err)
