@@ -31,7 +31,7 @@ func (o *Ops) LoRAGroup(ms []LoRAMember, x, slots, ranks Buffer, tokens, in, max
 	// A block repeats its member's dots (in multiply-adds a rank) for the columns it adds (cols
 	// a rank): cols of about in balances the two. The kernels do little work per thread, so
 	// their time is latency: more, shorter blocks beat fewer long ones.
-	block := min(1024, max(128, (in/4+31)/32*32)) // a token's input in about four strides
+	block := min(512, max(128, (in/4+31)/32*32)) // a token's input in about four strides; 1024 threads ask more registers than an SM has
 	cols := max(block, (in+block-1)/block*block)
 	columnBlocks := 0
 	for g, m := range ms {

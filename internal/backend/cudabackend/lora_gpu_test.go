@@ -30,7 +30,8 @@ func TestLoRAKernelMatchesCPU(t *testing.T) {
 		outs                       []int
 	}
 	for _, sh := range []shape{{1, 64, 8, 1, []int{64}}, {37, 512, 64, 4, []int{1536, 128, 128}}, {300, 96, 16, 3, []int{40, 300}},
-		{5, 3, 1, 2, []int{5}}, {64, 2048, 16, 1, []int{8192, 8192}}, {19, 130, 40, 5, []int{257, 3, 1000}}} {
+		{5, 3, 1, 2, []int{5}}, {64, 2048, 16, 1, []int{8192, 8192}}, {19, 130, 40, 5, []int{257, 3, 1000}},
+		{9, 8192, 16, 2, []int{2048}}} { // a down projection's input: the launch's largest block
 		name := fmt.Sprintf("%d tokens, %d in, rank %d, %d slots, outs %v", sh.tokens, sh.in, sh.maxRank, sh.slots, sh.outs)
 		slots, ranks := make([]int32, sh.tokens), make([]int32, sh.slots)
 		for s := range ranks {
