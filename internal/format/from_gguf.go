@@ -126,9 +126,9 @@ func configFromGGUF(f *gguf.File) (Config, error) {
 	}
 	c := Config{Arch: arch}
 	switch arch {
-	case "llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma2", "gemma3", "phi3", "granite", "olmo2":
+	case "llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma2", "gemma3", "phi3", "granite", "olmo2", "deepseek2":
 	default:
-		return Config{}, fmt.Errorf("general.architecture %q is not supported (want llama, mistral, qwen2, qwen3, qwen2moe, gemma2, gemma3, phi3, granite, olmo2)", arch)
+		return Config{}, fmt.Errorf("general.architecture %q is not supported (want llama, mistral, qwen2, qwen3, qwen2moe, gemma2, gemma3, phi3, granite, olmo2, deepseek2)", arch)
 	}
 	if arch == "mistral" {
 		c.Arch = "llama"
@@ -210,6 +210,9 @@ func configFromGGUF(f *gguf.File) (Config, error) {
 	}
 	if arch == "olmo2" {
 		olmo2Config(&c)
+	}
+	if arch == "deepseek2" && err == nil {
+		err = deepseek2FromGGUF(f, &c)
 	}
 	return c, err
 }

@@ -12,17 +12,18 @@ import (
 
 // archOfHF maps Hugging Face architecture classes to GGUF architecture names.
 var archOfHF = map[string]string{
-	hfconfig.Llama:    "llama",
-	hfconfig.Mistral:  "llama",
-	hfconfig.Mixtral:  "llama",
-	hfconfig.Qwen2:    "qwen2",
-	hfconfig.Qwen3:    "qwen3",
-	hfconfig.Qwen2MoE: "qwen2moe",
-	hfconfig.Gemma2:   "gemma2",
-	hfconfig.Gemma3:   "gemma3",
-	hfconfig.Phi3:     "phi3",
-	hfconfig.Granite:  "granite",
-	hfconfig.Olmo2:    "olmo2",
+	hfconfig.Llama:      "llama",
+	hfconfig.Mistral:    "llama",
+	hfconfig.Mixtral:    "llama",
+	hfconfig.Qwen2:      "qwen2",
+	hfconfig.Qwen3:      "qwen3",
+	hfconfig.Qwen2MoE:   "qwen2moe",
+	hfconfig.Gemma2:     "gemma2",
+	hfconfig.Gemma3:     "gemma3",
+	hfconfig.Phi3:       "phi3",
+	hfconfig.Granite:    "granite",
+	hfconfig.Olmo2:      "olmo2",
+	hfconfig.DeepSeekV2: "deepseek2",
 }
 
 // ConfigFromHF turns a parsed config.json into a Config. Hugging Face checkpoints keep q/k
@@ -74,6 +75,11 @@ func ConfigFromHF(h *hfconfig.Config) (Config, error) {
 			c.NormTopKProbs = true
 		}
 	}
+	if arch == "deepseek2" {
+		if err := deepseek2FromHF(h, &c); err != nil {
+			return Config{}, err
+		}
+	}
 	return c, nil
 }
 
@@ -96,6 +102,8 @@ func HFArchitecture(c Config) string {
 		return hfconfig.Granite
 	case c.Arch == "olmo2":
 		return hfconfig.Olmo2
+	case c.Arch == "deepseek2":
+		return hfconfig.DeepSeekV2
 	case c.Experts > 0:
 		return hfconfig.Mixtral
 	case c.SlidingWindow > 0:
@@ -137,6 +145,9 @@ func ConfigToHF(c Config, dtype quant.Type) (*hfconfig.Config, error) {
 	}
 	if c.Arch == "granite" {
 		graniteToHF(c, h)
+	}
+	if c.MLA() {
+		deepseek2ToHF(c, h)
 	}
 	return h, nil
 }

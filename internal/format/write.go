@@ -107,6 +107,9 @@ func (c Contents) GGUFMetadata(fileType quant.Type) []gguf.KV {
 	if arch == "granite" {
 		kvs = append(kvs, graniteGGUFMetadata(cfg)...)
 	}
+	if cfg.MLA() {
+		kvs = deepseek2GGUFMetadata(cfg, kvs)
+	}
 	if c.Vocab != nil {
 		kvs = append(kvs, vocabMetadata(c.Vocab)...)
 	}

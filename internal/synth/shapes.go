@@ -105,7 +105,19 @@ var shapes = func() map[string]Shape {
 	mistralSWA := llama(256, 512, 4, 4, 2, 512, 4096, 10000)
 	mistralSWA.SlidingWindow = 7
 
+	// A small DeepSeek-V2: multi-head latent attention with a q rank (llama.cpp reads
+	// attn_q_a/attn_q_b for every layer count but the Lite model's 27), one leading dense
+	// layer, then routed experts with a shared one and a routed scale; cached vectors of
+	// 16 + 48 = 64 values a token.
+	dsTiny := llama(256, 512, 4, 4, 4, 512, 4096, 10000)
+	dsTiny.Arch, dsTiny.NormEps = "deepseek2", 1e-6
+	dsTiny.QLoRARank, dsTiny.KVLoRARank, dsTiny.QKNopeDim, dsTiny.VHeadDim, dsTiny.RopeDim = 64, 48, 32, 32, 16
+	dsTiny.HeadDim, dsTiny.KVHeads, dsTiny.AttnScale = 16+48, 1, 1/math.Sqrt(32+16)
+	dsTiny.Experts, dsTiny.ExpertsUsed, dsTiny.ExpertFFNDim, dsTiny.SharedExpertFFN = 8, 2, 128, 128
+	dsTiny.LeadingDenseLayers, dsTiny.ExpertScale = 1, 1.5
+
 	return map[string]Shape{
+		"deepseek-v2-tiny": {"deepseek-v2-tiny", "DeepseekV2ForCausalLM", dsTiny},
 		"smollm2-135m":     {"smollm2-135m", "LlamaForCausalLM", smol},
 		"qwen2.5-0.5b":     {"qwen2.5-0.5b", "Qwen2ForCausalLM", qwen25},
 		"qwen3-0.6b":       {"qwen3-0.6b", "Qwen3ForCausalLM", qwen3},

@@ -26,6 +26,8 @@ const (
 	Phi3     = "Phi3ForCausalLM"
 	Granite  = "GraniteForCausalLM"
 	Olmo2    = "Olmo2ForCausalLM"
+	// DeepSeekV2 is DeepSeek-V2 (multi-head latent attention; see DeepSeekConfig).
+	DeepSeekV2 = "DeepseekV2ForCausalLM"
 )
 
 // archInfo holds an architecture's model_type and the defaults transformers applies when a
@@ -51,17 +53,18 @@ type archInfo struct {
 }
 
 var archs = map[string]archInfo{
-	Llama:    {modelType: "llama", maxPos: 2048, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: 1, eosID: 2},
-	Mistral:  {modelType: "mistral", kvHeads: 8, maxPos: 4096 * 32, rmsNormEps: 1e-6, ropeTheta: 10000, slidingWindow: 4096, bosID: 1, eosID: 2},
-	Qwen2:    {modelType: "qwen2", maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: -1, eosID: -1, qkvBias: true, qwenWindowKeys: true},
-	Qwen3:    {modelType: "qwen3", headDim: 128, maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: -1, eosID: -1, qkNorm: true, qwenWindowKeys: true},
-	Mixtral:  {modelType: "mixtral", kvHeads: 8, maxPos: 4096 * 32, rmsNormEps: 1e-5, ropeTheta: 1e6, experts: 8, expertsPerTok: 2, bosID: 1, eosID: 2},
-	Qwen2MoE: {modelType: "qwen2_moe", maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, experts: 60, expertsPerTok: 4, moeFFN: 1408, sharedFFN: 5632, bosID: -1, eosID: -1, qkvBias: true, qwenWindowKeys: true},
-	Gemma2:   {modelType: "gemma2", kvHeads: 4, headDim: 256, maxPos: 8192, rmsNormEps: 1e-6, ropeTheta: 10000, slidingWindow: 4096, bosID: 2, eosID: 1, tied: true, gemma: true},
-	Olmo2:    {modelType: "olmo2", maxPos: 2048, rmsNormEps: 1e-5, ropeTheta: 10000, bosID: -1, eosID: 50279, qkNorm: true},
-	Granite:  {modelType: "granite", maxPos: 2048, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: 1, eosID: 2},
-	Phi3:     {modelType: "phi3", maxPos: 4096, rmsNormEps: 1e-5, ropeTheta: 10000, bosID: 1, eosID: 32000},
-	Gemma3:   {modelType: "gemma3_text", kvHeads: 4, headDim: 256, maxPos: 131072, rmsNormEps: 1e-6, ropeTheta: 1e6, slidingWindow: 4096, bosID: 2, eosID: 1, tied: true, qkNorm: true, gemma: true},
+	Llama:      {modelType: "llama", maxPos: 2048, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: 1, eosID: 2},
+	Mistral:    {modelType: "mistral", kvHeads: 8, maxPos: 4096 * 32, rmsNormEps: 1e-6, ropeTheta: 10000, slidingWindow: 4096, bosID: 1, eosID: 2},
+	Qwen2:      {modelType: "qwen2", maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: -1, eosID: -1, qkvBias: true, qwenWindowKeys: true},
+	Qwen3:      {modelType: "qwen3", headDim: 128, maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: -1, eosID: -1, qkNorm: true, qwenWindowKeys: true},
+	Mixtral:    {modelType: "mixtral", kvHeads: 8, maxPos: 4096 * 32, rmsNormEps: 1e-5, ropeTheta: 1e6, experts: 8, expertsPerTok: 2, bosID: 1, eosID: 2},
+	Qwen2MoE:   {modelType: "qwen2_moe", maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, experts: 60, expertsPerTok: 4, moeFFN: 1408, sharedFFN: 5632, bosID: -1, eosID: -1, qkvBias: true, qwenWindowKeys: true},
+	Gemma2:     {modelType: "gemma2", kvHeads: 4, headDim: 256, maxPos: 8192, rmsNormEps: 1e-6, ropeTheta: 10000, slidingWindow: 4096, bosID: 2, eosID: 1, tied: true, gemma: true},
+	Olmo2:      {modelType: "olmo2", maxPos: 2048, rmsNormEps: 1e-5, ropeTheta: 10000, bosID: -1, eosID: 50279, qkNorm: true},
+	Granite:    {modelType: "granite", maxPos: 2048, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: 1, eosID: 2},
+	Phi3:       {modelType: "phi3", maxPos: 4096, rmsNormEps: 1e-5, ropeTheta: 10000, bosID: 1, eosID: 32000},
+	DeepSeekV2: {modelType: "deepseek_v2", maxPos: 2048, rmsNormEps: 1e-6, ropeTheta: 10000, experts: 64, moeFFN: 1407, bosID: -1, eosID: -1},
+	Gemma3:     {modelType: "gemma3_text", kvHeads: 4, headDim: 256, maxPos: 131072, rmsNormEps: 1e-6, ropeTheta: 1e6, slidingWindow: 4096, bosID: 2, eosID: 1, tied: true, qkNorm: true, gemma: true},
 }
 
 // Config is a parsed config.json of a supported architecture, with transformers' defaults
@@ -115,6 +118,19 @@ type Config struct {
 	Gemma GemmaConfig
 	// Granite's multipliers; zero for the other architectures.
 	Granite GraniteConfig
+	// DeepSeek holds DeepSeek-V2's fields (with HeadDim qk_nope_head_dim +
+	// qk_rope_head_dim and NumExperts n_routed_experts); zero for the other architectures.
+	DeepSeek DeepSeekConfig
+}
+
+// DeepSeekConfig holds the config.json fields of multi-head latent attention and of
+// DeepSeek's mixture of experts.
+type DeepSeekConfig struct {
+	QLoRARank, KVLoRARank                  int // q_lora_rank (0 for null), kv_lora_rank
+	QKNopeHeadDim, QKRopeHeadDim, VHeadDim int
+	FirstKDenseReplace, NSharedExperts     int
+	RoutedScalingFactor                    float64
+	TopKMethod, ScoringFunc                string
 }
 
 // GraniteConfig holds Granite's multipliers (transformers' default for each is 1).
@@ -173,6 +189,18 @@ type configJSON struct {
 	ResidualMultiplier    *float64        `json:"residual_multiplier"`
 	AttentionMultiplier   *float64        `json:"attention_multiplier"`
 	LogitsScaling         *float64        `json:"logits_scaling"`
+	KVLoRARank            *int            `json:"kv_lora_rank"`
+	QLoRARank             *int            `json:"q_lora_rank"`
+	QKNopeHeadDim         *int            `json:"qk_nope_head_dim"`
+	QKRopeHeadDim         *int            `json:"qk_rope_head_dim"`
+	VHeadDim              *int            `json:"v_head_dim"`
+	FirstKDenseReplace    *int            `json:"first_k_dense_replace"`
+	NSharedExperts        *int            `json:"n_shared_experts"`
+	NRoutedExperts        *int            `json:"n_routed_experts"`
+	RoutedScalingFactor   *float64        `json:"routed_scaling_factor"`
+	TopKMethod            *string         `json:"topk_method"`
+	ScoringFunc           *string         `json:"scoring_func"`
+	MoELayerFreq          *int            `json:"moe_layer_freq"`
 	gemmaJSON
 }
 
@@ -293,8 +321,11 @@ func ParseConfig(data []byte) (*Config, error) {
 
 	if info.experts > 0 {
 		experts := j.NumLocalExperts
-		if arch == Qwen2MoE {
+		switch arch {
+		case Qwen2MoE:
 			experts = j.NumExperts
+		case DeepSeekV2:
+			experts = j.NRoutedExperts
 		}
 		c.NumExperts = orInt(experts, info.experts)
 		c.NumExpertsPerTok = orInt(j.NumExpertsPerTok, info.expertsPerTok)
@@ -309,6 +340,25 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	if f := j.PartialRotaryFactor; f != nil && *f != 1 {
 		return nil, fmt.Errorf("config.json: partial_rotary_factor %v is not supported (only 1)", *f)
+	}
+	if arch == DeepSeekV2 {
+		if f := orInt(j.MoELayerFreq, 1); f != 1 {
+			return nil, fmt.Errorf("config.json: moe_layer_freq %d is not supported (only 1)", f)
+		}
+		str := func(p *string) string {
+			if p == nil {
+				return ""
+			}
+			return *p
+		}
+		c.DeepSeek = DeepSeekConfig{
+			QLoRARank: orInt(j.QLoRARank, 0), KVLoRARank: orInt(j.KVLoRARank, 512),
+			QKNopeHeadDim: orInt(j.QKNopeHeadDim, 128), QKRopeHeadDim: orInt(j.QKRopeHeadDim, 64),
+			VHeadDim: orInt(j.VHeadDim, 128), FirstKDenseReplace: orInt(j.FirstKDenseReplace, 0),
+			NSharedExperts: orInt(j.NSharedExperts, 0), RoutedScalingFactor: orFloat(j.RoutedScalingFactor, 1),
+			TopKMethod: str(j.TopKMethod), ScoringFunc: str(j.ScoringFunc),
+		}
+		c.HeadDim = c.DeepSeek.QKNopeHeadDim + c.DeepSeek.QKRopeHeadDim
 	}
 	if arch == Granite {
 		c.Granite = GraniteConfig{EmbeddingMultiplier: orFloat(j.EmbeddingMultiplier, 1), ResidualMultiplier: orFloat(j.ResidualMultiplier, 1),

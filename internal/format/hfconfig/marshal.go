@@ -79,6 +79,9 @@ func (c *Config) Marshal() ([]byte, error) {
 	if c.Architecture == Olmo2 {
 		m["attention_bias"] = false
 	}
+	if c.Architecture == DeepSeekV2 {
+		c.marshalDeepSeek(m)
+	}
 	if c.Architecture == Phi3 {
 		m["original_max_position_embeddings"] = c.MaxPositionEmbeddings
 		m["attention_bias"] = false
@@ -170,4 +173,25 @@ func NewConfig(arch string, vocab, hidden, intermediate, layers, heads, kvHeads 
 		c.Gemma = defaultGemma(arch, layers)
 	}
 	return c, nil
+}
+
+// marshalDeepSeek sets DeepseekV2ForCausalLM's keys: the MLA head sizes and ranks in
+// place of head_dim (which transformers would take for the rotary size), and the mixture
+// of experts (greedy top-k over softmax scores; one expert group, so group-limited
+// routing, where a version applies it, chooses the same).
+func (c *Config) marshalDeepSeek(m map[string]any) {
+	d := c.DeepSeek
+	delete(m, "head_dim")
+	var qRank any
+	if d.QLoRARank > 0 {
+		qRank = d.QLoRARank
+	}
+	m["q_lora_rank"], m["kv_lora_rank"] = qRank, d.KVLoRARank
+	m["qk_nope_head_dim"], m["qk_rope_head_dim"], m["v_head_dim"] = d.QKNopeHeadDim, d.QKRopeHeadDim, d.VHeadDim
+	m["attention_bias"], m["mlp_bias"] = false, false
+	m["n_routed_experts"], m["num_experts_per_tok"] = c.NumExperts, c.NumExpertsPerTok
+	m["moe_intermediate_size"], m["n_shared_experts"] = c.MoEIntermediateSize, d.NSharedExperts
+	m["first_k_dense_replace"], m["routed_scaling_factor"] = d.FirstKDenseReplace, d.RoutedScalingFactor
+	m["norm_topk_prob"], m["topk_method"], m["n_group"], m["topk_group"] = c.NormTopKProb, "greedy", 1, 1
+	m["moe_layer_freq"], m["aux_loss_alpha"], m["seq_aux"] = 1, 0.001, true
 }

@@ -1,0 +1,226 @@
+package format
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/kvasir-llm/kvasir/internal/format/gguf"
+	"github.com/kvasir-llm/kvasir/internal/format/hfconfig"
+)
+
+// DeepSeek-V2 (llama.cpp's "deepseek2") replaces the Llama block's attention by
+// multi-head latent attention (MLA) and its MLP, after a few leading dense layers, by a
+// mixture of routed experts with always-on shared experts added ungated:
+//
+//	q      = q_b · RMSNorm(q_a · x)            (or attn_q · x without a q rank)
+//	         head h: [QKNopeDim q_nope | RopeDim q_rope]
+//	ckv|kr = kv_a_mqa · x                      [KVLoRARank latent | RopeDim rope key]
+//	c      = RMSNorm(ckv) by kv_a_norm
+//	kv     = kv_b · c                          head h: [QKNopeDim k_nope | VHeadDim v]
+//	k_h    = [k_nope_h | rope(kr)], q_h = [q_nope_h | rope(q_rope_h)]
+//
+// The rotary pairs are interleaved ((2i, 2i+1)) in both llama.cpp's files and Hugging
+// Face's checkpoints, so neither is permuted. The Config describes the cache kvasir keeps
+// (see Config.MLA): one vector a token of RopeDim + KVLoRARank, so HeadDim and KVHeads
+// are not the file's key_length and head_count_kv, which this file translates.
+// YaRN scaling (which the released DeepSeek-V2 models use) and V3's sigmoid routing
+// with expert bias and group-limited routing are refused with an error naming them.
+
+// deepseek2HFLayerNames are the MLA and shared-expert tensors' Hugging Face names.
+var deepseek2HFLayerNames = map[string]string{
+	"self_attn.q_a_proj.weight":           "attn_q_a.weight",
+	"self_attn.q_a_layernorm.weight":      "attn_q_a_norm.weight",
+	"self_attn.q_b_proj.weight":           "attn_q_b.weight",
+	"self_attn.q_proj.weight":             "attn_q.weight",
+	"self_attn.kv_a_proj_with_mqa.weight": "attn_kv_a_mqa.weight",
+	"self_attn.kv_a_layernorm.weight":     "attn_kv_a_norm.weight",
+	"self_attn.kv_b_proj.weight":          "attn_kv_b.weight",
+	"self_attn.o_proj.weight":             "attn_output.weight",
+	"mlp.shared_experts.gate_proj.weight": "ffn_gate_shexp.weight",
+	"mlp.shared_experts.up_proj.weight":   "ffn_up_shexp.weight",
+	"mlp.shared_experts.down_proj.weight": "ffn_down_shexp.weight",
+}
+
+// mlaFromFile completes c from the sizes as the files give them: the head's key size
+// (nope + rope) and value size, and the ranks. It sets the cache geometry (HeadDim,
+// KVHeads) and the attention scale.
+func mlaFromFile(c *Config, keyLen, valueLen int) error {
+	switch {
+	case c.KVLoRARank <= 0:
+		return fmt.Errorf("deepseek2: kv_lora_rank is %d; it must be positive", c.KVLoRARank)
+	case c.RopeDim <= 0 || c.RopeDim%2 != 0:
+		return fmt.Errorf("deepseek2: the rotary head size (qk_rope_head_dim) %d must be positive and even", c.RopeDim)
+	case keyLen <= c.RopeDim:
+		return fmt.Errorf("deepseek2: the key head size %d must exceed the rotary head size %d", keyLen, c.RopeDim)
+	case valueLen <= 0:
+		return fmt.Errorf("deepseek2: the value head size %d must be positive", valueLen)
+	case c.QLoRARank < 0:
+		return fmt.Errorf("deepseek2: q_lora_rank %d is negative", c.QLoRARank)
+	case c.Scaling.Type != "":
+		return fmt.Errorf("deepseek2: %s rope scaling is not supported (only unscaled rotary embedding)", c.Scaling.Type)
+	case c.LeadingDenseLayers < 0 || c.LeadingDenseLayers > c.Layers:
+		return fmt.Errorf("deepseek2: %d leading dense layers of %d", c.LeadingDenseLayers, c.Layers)
+	case math.IsNaN(c.ExpertScale) || math.IsInf(c.ExpertScale, 0) || c.ExpertScale < 0:
+		return fmt.Errorf("deepseek2: routed_scaling_factor %v must be finite and positive", c.ExpertScale)
+	}
+	c.QKNopeDim, c.VHeadDim = keyLen-c.RopeDim, valueLen
+	c.HeadDim, c.KVHeads = c.RopeDim+c.KVLoRARank, 1
+	c.AttnScale = 1 / math.Sqrt(float64(keyLen))
+	c.RopeStyle = RopeInterleaved
+	if c.Experts == 0 {
+		c.LeadingDenseLayers = 0
+	}
+	return nil
+}
+
+// deepseek2FromGGUF reads the MLA and expert keys llama.cpp writes for "deepseek2".
+// c holds the generic keys read already (HeadDim is key_length as the file has it).
+func deepseek2FromGGUF(f *gguf.File, c *Config) error {
+	arch := c.Arch
+	var err error
+	geti := func(key string) int {
+		n, e := ggufCount(f, arch+"."+key)
+		if err == nil {
+			err = e
+		}
+		return n
+	}
+	if _, ok := f.Get(arch + ".attention.key_length"); !ok {
+		return fmt.Errorf("deepseek2: %s.attention.key_length is missing", arch)
+	}
+	if _, ok := f.Get(arch + ".rope.dimension_count"); !ok {
+		return fmt.Errorf("deepseek2: %s.rope.dimension_count is missing", arch)
+	}
+	keyLen, valueLen := c.HeadDim, geti("attention.value_length")
+	// Files written for llama.cpp's MLA cache give the head sizes of the decompressed
+	// attention under keys of their own.
+	if k := geti("attention.key_length_mla"); k > 0 {
+		keyLen = k
+	}
+	if v := geti("attention.value_length_mla"); v > 0 {
+		valueLen = v
+	}
+	c.QLoRARank = geti("attention.q_lora_rank")
+	c.KVLoRARank = geti("attention.kv_lora_rank")
+	c.LeadingDenseLayers = geti("leading_dense_block_count")
+	shared := geti("expert_shared_count")
+	gating := geti("expert_gating_func")
+	groups, groupsUsed := geti("expert_group_count"), geti("expert_group_used_count")
+	if err != nil {
+		return err
+	}
+	if gating > 1 {
+		return fmt.Errorf("deepseek2: expert_gating_func %d (sigmoid, DeepSeek-V3) is not supported (only 1, softmax)", gating)
+	}
+	if groups > 1 && groupsUsed < groups {
+		return fmt.Errorf("deepseek2: group-limited expert routing (%d of %d groups) is not supported", groupsUsed, groups)
+	}
+	if _, ok := f.Get(arch + ".expert_weights_norm"); !ok {
+		c.NormTopKProbs = false
+	}
+	c.ExpertScale = 1
+	if v, ok := f.GetFloat64(arch + ".expert_weights_scale"); ok {
+		c.ExpertScale = v
+	}
+	if c.Experts > 0 {
+		c.SharedExpertFFN = shared * c.ExpertFFNDim
+	}
+	return mlaFromFile(c, keyLen, valueLen)
+}
+
+// deepseek2GGUFMetadata rewrites the generic keys of kvs that llama.cpp reads differently
+// for "deepseek2" (the heads' key and value sizes, the KV head count) and adds its own.
+func deepseek2GGUFMetadata(c Config, kvs []gguf.KV) []gguf.KV {
+	u := func(key string, v int) gguf.KV {
+		return gguf.KV{Key: c.Arch + "." + key, Value: gguf.Uint32(uint32(v))}
+	}
+	replace := map[string]gguf.KV{}
+	for _, kv := range []gguf.KV{
+		u("attention.head_count_kv", c.Heads),
+		u("attention.key_length", c.QKNopeDim+c.RopeDim),
+		u("attention.value_length", c.VHeadDim),
+	} {
+		replace[kv.Key] = kv
+	}
+	out := kvs[:0]
+	for _, kv := range kvs {
+		if r, ok := replace[kv.Key]; ok {
+			kv = r
+		}
+		if kv.Key == c.Arch+".expert_shared_feed_forward_length" {
+			continue // deepseek2 counts shared experts instead
+		}
+		out = append(out, kv)
+	}
+	out = append(out, u("attention.kv_lora_rank", c.KVLoRARank))
+	if c.QLoRARank > 0 {
+		out = append(out, u("attention.q_lora_rank", c.QLoRARank))
+	}
+	if c.Experts > 0 {
+		shared := 0
+		if c.ExpertFFNDim > 0 {
+			shared = c.SharedExpertFFN / c.ExpertFFNDim
+		}
+		out = append(out, u("leading_dense_block_count", c.LeadingDenseLayers), u("expert_shared_count", shared),
+			gguf.KV{Key: c.Arch + ".expert_weights_scale", Value: gguf.Float32(float32(orOne(c.ExpertScale)))},
+			gguf.KV{Key: c.Arch + ".expert_weights_norm", Value: gguf.Bool(c.NormTopKProbs)},
+			u("expert_gating_func", 1))
+	}
+	return out
+}
+
+// deepseek2FromHF reads DeepseekV2ForCausalLM's MLA and expert fields.
+func deepseek2FromHF(h *hfconfig.Config, c *Config) error {
+	d := h.DeepSeek
+	if d.ScoringFunc != "" && d.ScoringFunc != "softmax" {
+		return fmt.Errorf("deepseek: scoring_func %q is not supported (only softmax)", d.ScoringFunc)
+	}
+	if d.TopKMethod != "" && d.TopKMethod != "greedy" {
+		return fmt.Errorf("deepseek: topk_method %q is not supported (only greedy)", d.TopKMethod)
+	}
+	c.QLoRARank, c.KVLoRARank, c.RopeDim = d.QLoRARank, d.KVLoRARank, d.QKRopeHeadDim
+	c.LeadingDenseLayers, c.ExpertScale = d.FirstKDenseReplace, d.RoutedScalingFactor
+	if h.NumExperts > 0 {
+		c.SharedExpertFFN = d.NSharedExperts * c.ExpertFFNDim
+	}
+	return mlaFromFile(c, d.QKNopeHeadDim+d.QKRopeHeadDim, d.VHeadDim)
+}
+
+// deepseek2ToHF sets config.json's MLA and expert fields from c.
+func deepseek2ToHF(c Config, h *hfconfig.Config) {
+	shared := 0
+	if c.ExpertFFNDim > 0 {
+		shared = c.SharedExpertFFN / c.ExpertFFNDim
+	}
+	h.NumKeyValueHeads, h.HeadDim = c.Heads, c.QKNopeDim+c.RopeDim
+	h.DeepSeek = hfconfig.DeepSeekConfig{
+		QLoRARank: c.QLoRARank, KVLoRARank: c.KVLoRARank, QKNopeHeadDim: c.QKNopeDim, QKRopeHeadDim: c.RopeDim,
+		VHeadDim: c.VHeadDim, FirstKDenseReplace: c.LeadingDenseLayers, NSharedExperts: shared,
+		RoutedScalingFactor: orOne(c.ExpertScale), TopKMethod: "greedy", ScoringFunc: "softmax",
+	}
+	if c.Experts > 0 {
+		h.MoEIntermediateSize = c.ExpertFFNDim
+		h.IntermediateSize = c.FFNDim
+	}
+}
+
+// mlaExpectations lists one layer's attention tensors of a model with MLA.
+func mlaExpectations(c *Config, n *fieldNames) []expectation {
+	hd := c.QKNopeDim + c.RopeDim
+	q := c.Heads * hd
+	kvb := c.Heads * (c.QKNopeDim + c.VHeadDim)
+	from := n.heads + " and the MLA head sizes"
+	es := []expectation{
+		{name: "attn_kv_a_mqa.weight", shape: []int{c.KVLoRARank + c.RopeDim, c.Dim}, from: "kv_lora_rank, qk_rope_head_dim, " + n.dim},
+		{name: "attn_kv_a_norm.weight", shape: []int{c.KVLoRARank}, from: "kv_lora_rank"},
+		{name: "attn_kv_b.weight", shape: []int{kvb, c.KVLoRARank}, from: from + ", kv_lora_rank"},
+		{name: "attn_output.weight", shape: []int{c.Dim, c.Heads * c.VHeadDim}, from: n.dim + ", " + from},
+	}
+	if c.QLoRARank > 0 {
+		return append(es,
+			expectation{name: "attn_q_a.weight", shape: []int{c.QLoRARank, c.Dim}, from: "q_lora_rank, " + n.dim},
+			expectation{name: "attn_q_a_norm.weight", shape: []int{c.QLoRARank}, from: "q_lora_rank"},
+			expectation{name: "attn_q_b.weight", shape: []int{q, c.QLoRARank}, from: from + ", q_lora_rank"})
+	}
+	return append(es, expectation{name: "attn_q.weight", shape: []int{q, c.Dim}, from: from + ", " + n.dim})
+}
