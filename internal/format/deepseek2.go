@@ -152,7 +152,10 @@ func deepseek2GGUFMetadata(c Config, kvs []gguf.KV) []gguf.KV {
 		}
 		out = append(out, kv)
 	}
-	out = append(out, u("attention.kv_lora_rank", c.KVLoRARank))
+	// llama.cpp requires the YaRN multiplier of the attention scale even unscaled, where
+	// it has no effect.
+	out = append(out, u("attention.kv_lora_rank", c.KVLoRARank),
+		gguf.KV{Key: c.Arch + ".rope.scaling.yarn_log_multiplier", Value: gguf.Float32(0)})
 	if c.QLoRARank > 0 {
 		out = append(out, u("attention.q_lora_rank", c.QLoRARank))
 	}
