@@ -175,8 +175,12 @@ func (m *Model) checkShapes(n *fieldNames) error {
 	perLayer := layerExpectations(c, n, false)
 	stacked := false
 	if c.Experts > 0 {
-		_, stacked = m.Tensor("blk." + strconv.Itoa(c.LeadingDenseLayers) + ".ffn_gate_exps.weight")
+		first := "blk." + strconv.Itoa(c.LeadingDenseLayers) + "."
+		_, stacked = m.Tensor(first + "ffn_gate_exps.weight")
 		perLayer = append(perLayer, expertExpectations(c, n, stacked)...)
+		if _, ok := m.Tensor(first + "ffn_up_shexp.weight"); ok && c.SharedExpertFFN == 0 {
+			return fmt.Errorf("tensor %sffn_up_shexp.weight is a shared expert, but %s is 0", first, n.sharedFFN)
+		}
 	}
 	for l := range c.Layers {
 		prefix := "blk." + strconv.Itoa(l) + "."

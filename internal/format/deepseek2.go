@@ -199,8 +199,9 @@ func deepseek2ToHF(c Config, h *hfconfig.Config) {
 	h.DeepSeek = hfconfig.DeepSeekConfig{
 		QLoRARank: c.QLoRARank, KVLoRARank: c.KVLoRARank, QKNopeHeadDim: c.QKNopeDim, QKRopeHeadDim: c.RopeDim,
 		VHeadDim: c.VHeadDim, FirstKDenseReplace: c.LeadingDenseLayers, NSharedExperts: shared,
-		RoutedScalingFactor: orOne(c.ExpertScale), TopKMethod: "greedy", ScoringFunc: "softmax",
+		RoutedScalingFactor: orOne(c.ExpertScale), TopKMethod: "greedy",
 	}
+	h.NumExperts = c.Experts
 	if c.Experts > 0 {
 		h.MoEIntermediateSize = c.ExpertFFNDim
 		h.IntermediateSize = c.FFNDim

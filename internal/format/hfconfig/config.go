@@ -63,7 +63,7 @@ var archs = map[string]archInfo{
 	Olmo2:      {modelType: "olmo2", maxPos: 2048, rmsNormEps: 1e-5, ropeTheta: 10000, bosID: -1, eosID: 50279, qkNorm: true},
 	Granite:    {modelType: "granite", maxPos: 2048, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: 1, eosID: 2},
 	Phi3:       {modelType: "phi3", maxPos: 4096, rmsNormEps: 1e-5, ropeTheta: 10000, bosID: 1, eosID: 32000},
-	DeepSeekV2: {modelType: "deepseek_v2", maxPos: 2048, rmsNormEps: 1e-6, ropeTheta: 10000, experts: 64, moeFFN: 1407, bosID: -1, eosID: -1},
+	DeepSeekV2: {modelType: "deepseek_v2", maxPos: 2048, rmsNormEps: 1e-6, ropeTheta: 10000, experts: 64, expertsPerTok: 6, moeFFN: 1407, bosID: -1, eosID: -1},
 	Gemma3:     {modelType: "gemma3_text", kvHeads: 4, headDim: 256, maxPos: 131072, rmsNormEps: 1e-6, ropeTheta: 1e6, slidingWindow: 4096, bosID: 2, eosID: 1, tied: true, qkNorm: true, gemma: true},
 }
 

@@ -167,6 +167,11 @@ func NewConfig(arch string, vocab, hidden, intermediate, layers, heads, kvHeads 
 	if arch == Granite {
 		c.Granite = GraniteConfig{EmbeddingMultiplier: 1, ResidualMultiplier: 1, AttentionMultiplier: 1, LogitsScaling: 1}
 	}
+	if arch == DeepSeekV2 {
+		c.DeepSeek = DeepSeekConfig{KVLoRARank: 512, QKNopeHeadDim: 128, QKRopeHeadDim: 64, VHeadDim: 128,
+			RoutedScalingFactor: 1, TopKMethod: "greedy"}
+		c.HeadDim = 128 + 64
+	}
 	if info.gemma {
 		c.TieWordEmbeddings = true
 		c.SlidingWindow, c.UseSlidingWindow = info.slidingWindow, true

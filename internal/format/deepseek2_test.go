@@ -1,0 +1,222 @@
+package format
+
+import (
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/format/gguf"
+	"github.com/kvasir-llm/kvasir/internal/format/hfconfig"
+	"github.com/kvasir-llm/kvasir/internal/quant"
+)
+
+// liteConfig reads DeepSeek-V2-Lite's config.json, edited by edit (nil: as it is).
+func liteConfig(t *testing.T, edit func(m map[string]any)) (Config, error) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("hfconfig", "testdata", "deepseek_v2_lite.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit != nil {
+		var m map[string]any
+		if err := json.Unmarshal(data, &m); err != nil {
+			t.Fatal(err)
+		}
+		edit(m)
+		if data, err = json.Marshal(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h, err := hfconfig.ParseConfig(data)
+	if err != nil {
+		return Config{}, err
+	}
+	return ConfigFromHF(h)
+}
+
+// TestDeepSeekV2LiteConfig: DeepSeek-V2-Lite's config.json gives the MLA geometry (one
+// cached vector of 64 + 512 a token, scores scaled by 1/sqrt(128 + 64)), its expert
+// layout (one leading dense layer, two shared experts of 1408), and YaRN scaling, which is
+// refused with its name; a V3-style sigmoid scoring is refused too.
+func TestDeepSeekV2LiteConfig(t *testing.T) {
+	if _, err := liteConfig(t, nil); err == nil || !strings.Contains(err.Error(), "yarn") {
+		t.Errorf("YaRN scaling: %v", err)
+	}
+	c, err := liteConfig(t, func(m map[string]any) { delete(m, "rope_scaling") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{Arch: "deepseek2", Heads: 16, KVHeads: 1, HeadDim: 576, RopeDim: 64, QLoRARank: 0, KVLoRARank: 512,
+		QKNopeDim: 128, VHeadDim: 128, Experts: 64, ExpertsUsed: 6, ExpertFFNDim: 1408, SharedExpertFFN: 2816,
+		LeadingDenseLayers: 1, FFNDim: 10944, ExpertScale: 1, RopeStyle: RopeInterleaved}
+	got := Config{Arch: c.Arch, Heads: c.Heads, KVHeads: c.KVHeads, HeadDim: c.HeadDim, RopeDim: c.RopeDim, QLoRARank: c.QLoRARank,
+		KVLoRARank: c.KVLoRARank, QKNopeDim: c.QKNopeDim, VHeadDim: c.VHeadDim, Experts: c.Experts, ExpertsUsed: c.ExpertsUsed,
+		ExpertFFNDim: c.ExpertFFNDim, SharedExpertFFN: c.SharedExpertFFN, LeadingDenseLayers: c.LeadingDenseLayers,
+		FFNDim: c.FFNDim, ExpertScale: c.ExpertScale, RopeStyle: c.RopeStyle}
+	if got != want {
+		t.Errorf("config\n got %+v\nwant %+v", got, want)
+	}
+	if d := c.AttnScale - 1/math.Sqrt(192); math.Abs(d) > 1e-12 {
+		t.Errorf("attention scale %v, want 1/sqrt(192)", c.AttnScale)
+	}
+	if c.SharedExpertGated() || c.MoELayer(0) || !c.MoELayer(1) {
+		t.Errorf("shared expert gated %v, layer 0 MoE %v, layer 1 MoE %v", c.SharedExpertGated(), c.MoELayer(0), c.MoELayer(1))
+	}
+	_, err = liteConfig(t, func(m map[string]any) { delete(m, "rope_scaling"); m["scoring_func"] = "sigmoid" })
+	if err == nil || !strings.Contains(err.Error(), "sigmoid") {
+		t.Errorf("sigmoid scoring: %v", err)
+	}
+}
+
+// mlaTestConfig is a small MLA model with a q rank, a leading dense layer and experts.
+func mlaTestConfig() Config {
+	c := Config{Arch: "deepseek2", VocabSize: 32, Dim: 16, Layers: 2, Heads: 2, FFNDim: 24, ContextLen: 64,
+		NormEps: 1.0 / 1024, RopeTheta: 10000, RopeDim: 4, QLoRARank: 8, KVLoRARank: 12, Experts: 4, ExpertsUsed: 2,
+		ExpertFFNDim: 8, SharedExpertFFN: 8, LeadingDenseLayers: 1, ExpertScale: 1.5}
+	if err := mlaFromFile(&c, 6+4, 5); err != nil {
+		panic(err)
+	}
+	return c
+}
+
+// zeroTensors returns F32 zero tensors of every shape c calls for, experts stacked.
+func zeroTensors(c Config) []OutTensor {
+	n := &configNames
+	var es []expectation
+	es = append(es, expectation{name: "token_embd.weight", shape: []int{c.VocabSize, c.Dim}},
+		expectation{name: "output_norm.weight", shape: []int{c.Dim}}, expectation{name: "output.weight", shape: []int{c.VocabSize, c.Dim}})
+	var out []OutTensor
+	add := func(prefix string, es []expectation) {
+		for _, e := range es {
+			out = append(out, OutTensor{Name: prefix + e.name, Type: quant.F32, Shape: e.shape, Data: make([]byte, 4*product(e.shape))})
+		}
+	}
+	add("", es)
+	for l := range c.Layers {
+		p := "blk." + strconv.Itoa(l) + "."
+		add(p, layerExpectations(&c, n, !c.MoELayer(l)))
+		if c.MoELayer(l) {
+			add(p, expertExpectations(&c, n, true))
+		}
+	}
+	return out
+}
+
+// TestDeepSeek2GGUF: an MLA config written as a "deepseek2" GGUF (llama.cpp's keys: the
+// head's key and value sizes, head_count_kv the query heads) opens as the same config;
+// sigmoid gating, group-limited routing and a missing key_length are refused by name.
+func TestDeepSeek2GGUF(t *testing.T) {
+	c := mlaTestConfig()
+	contents := Contents{Name: "ds", Config: c}
+	kvs := contents.GGUFMetadata(quant.F32)
+	keys := map[string]uint32{}
+	for _, kv := range kvs {
+		if v, ok := kv.Value.Uint64(); ok {
+			keys[kv.Key] = uint32(v)
+		}
+	}
+	if keys["deepseek2.attention.key_length"] != 10 || keys["deepseek2.attention.value_length"] != 5 ||
+		keys["deepseek2.attention.head_count_kv"] != 2 || keys["deepseek2.attention.kv_lora_rank"] != 12 ||
+		keys["deepseek2.expert_shared_count"] != 1 || keys["deepseek2.leading_dense_block_count"] != 1 {
+		t.Errorf("metadata %v", keys)
+	}
+	write := func(extra ...gguf.KV) string {
+		path := filepath.Join(t.TempDir(), "ds.gguf")
+		var wts []gguf.WriterTensor
+		for _, ot := range zeroTensors(c) {
+			dims := make([]uint64, len(ot.Shape))
+			for j, d := range ot.Shape {
+				dims[len(ot.Shape)-1-j] = uint64(d)
+			}
+			wts = append(wts, gguf.WriterTensor{Name: ot.Name, Type: ot.Type, Dims: dims, Data: ot.Data})
+		}
+		var all []gguf.KV
+		for _, kv := range kvs {
+			drop := false
+			for _, e := range extra {
+				drop = drop || e.Key == kv.Key
+			}
+			if !drop {
+				all = append(all, kv)
+			}
+		}
+		for _, e := range extra {
+			if e.Value.Type != gguf.StringType || e.Value.Any() != "" {
+				all = append(all, e)
+			}
+		}
+		if err := gguf.WriteFile(path, all, wts, nil); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	m, err := Open(write(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := m.Config
+	m.Close()
+	got.VocabSize, got.TiedEmbeddings = c.VocabSize, c.TiedEmbeddings
+	if got != c {
+		t.Errorf("opened config\n got %+v\nwant %+v", got, c)
+	}
+	for _, tc := range []struct {
+		kv   gguf.KV
+		want string
+	}{
+		{gguf.KV{Key: "deepseek2.expert_gating_func", Value: gguf.Uint32(2)}, "sigmoid"},
+		{gguf.KV{Key: "deepseek2.expert_group_count", Value: gguf.Uint32(4)}, "group-limited"},
+		{gguf.KV{Key: "deepseek2.attention.key_length", Value: gguf.String("")}, "key_length is missing"},
+		{gguf.KV{Key: "deepseek2.attention.key_length", Value: gguf.Uint32(4)}, "must exceed the rotary head size"},
+	} {
+		if _, err := Open(write(tc.kv), Options{}); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error naming %q", tc.kv.Key, err, tc.want)
+		}
+	}
+}
+
+// mlaCountKeys are the "deepseek2." keys FuzzDeepSeek2Counts sets.
+var mlaCountKeys = []string{
+	"attention.q_lora_rank", "attention.kv_lora_rank", "attention.key_length", "attention.value_length",
+	"attention.key_length_mla", "attention.value_length_mla", "rope.dimension_count", "leading_dense_block_count",
+	"expert_shared_count", "expert_gating_func", "expert_group_count", "attention.head_count",
+	"attention.head_count_kv", "expert_count", "expert_used_count", "expert_feed_forward_length", "block_count",
+	"embedding_length", "feed_forward_length",
+}
+
+// FuzzDeepSeek2Counts sets one count of a small deepseek2 GGUF to any value: opening never
+// panics, an error names the file, and what is accepted has the geometry the tensors have.
+func FuzzDeepSeek2Counts(f *testing.F) {
+	for i := range mlaCountKeys {
+		f.Add(uint8(i), uint64(1)<<62)
+		f.Add(uint8(i), uint64(0))
+		f.Add(uint8(i), uint64(3))
+	}
+	c := mlaTestConfig()
+	tensors := zeroTensors(c)
+	f.Fuzz(func(t *testing.T, key uint8, value uint64) {
+		k := "deepseek2." + mlaCountKeys[int(key)%len(mlaCountKeys)]
+		data := ggufBytes(t, c, tinyVocab(32), func(kvs []gguf.KV) []gguf.KV { return setKV(kvs, k, gguf.Uint64(value)) }, tensors)
+		file, err := gguf.Parse("fuzz.gguf", data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := modelFromGGUF(file, Limits{})
+		if err != nil {
+			if !strings.HasPrefix(err.Error(), "gguf fuzz.gguf: ") {
+				t.Fatalf("error does not name the file: %v", err)
+			}
+			return
+		}
+		g := m.Config
+		if g.Layers != c.Layers || g.Dim != c.Dim || g.Heads != c.Heads || g.HeadDim != c.HeadDim || g.KVHeads != 1 ||
+			g.QLoRARank != c.QLoRARank || g.KVLoRARank != c.KVLoRARank || g.QKNopeDim != c.QKNopeDim ||
+			g.VHeadDim != c.VHeadDim || g.LeadingDenseLayers != c.LeadingDenseLayers || g.SharedExpertFFN != c.SharedExpertFFN {
+			t.Fatalf("accepted a header the tensors contradict: %+v", g)
+		}
+	})
+}
