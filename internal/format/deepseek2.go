@@ -166,7 +166,6 @@ func deepseek2GGUFMetadata(c Config, kvs []gguf.KV) []gguf.KV {
 		}
 		out = append(out, u("leading_dense_block_count", c.LeadingDenseLayers), u("expert_shared_count", shared),
 			gguf.KV{Key: c.Arch + ".expert_weights_scale", Value: gguf.Float32(float32(orOne(c.ExpertScale)))},
-			gguf.KV{Key: c.Arch + ".expert_weights_norm", Value: gguf.Bool(c.NormTopKProbs)},
 			u("expert_gating_func", 1))
 	}
 	return out

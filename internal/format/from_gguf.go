@@ -188,8 +188,9 @@ func configFromGGUF(f *gguf.File) (Config, error) {
 	}
 	c.SharedExpertFFN = geti("expert_shared_feed_forward_length")
 	if c.Experts > 0 {
-		// Mixtral renormalizes the chosen experts' weights; Qwen2-MoE does not unless told.
-		c.NormTopKProbs = arch == "llama" || arch == "mistral"
+		// Mixtral and Qwen3-MoE renormalize the chosen experts' weights (llama.cpp's
+		// qwen3moe always does); Qwen2-MoE does not unless told.
+		c.NormTopKProbs = arch == "llama" || arch == "mistral" || arch == "qwen3moe"
 		if v, ok := f.GetBool(arch + ".expert_weights_norm"); ok {
 			c.NormTopKProbs = v
 		}

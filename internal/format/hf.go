@@ -18,6 +18,7 @@ var archOfHF = map[string]string{
 	hfconfig.Qwen2:      "qwen2",
 	hfconfig.Qwen3:      "qwen3",
 	hfconfig.Qwen2MoE:   "qwen2moe",
+	hfconfig.Qwen3MoE:   "qwen3moe",
 	hfconfig.Gemma2:     "gemma2",
 	hfconfig.Gemma3:     "gemma3",
 	hfconfig.Phi3:       "phi3",
@@ -37,7 +38,7 @@ func ConfigFromHF(h *hfconfig.Config) (Config, error) {
 		return Config{}, fmt.Errorf("attention_bias on the output projection is not supported")
 	}
 	if len(h.MLPOnlyLayers) > 0 || h.DecoderSparseStep > 1 {
-		return Config{}, fmt.Errorf("Qwen2-MoE models with dense layers (mlp_only_layers, decoder_sparse_step) are not supported")
+		return Config{}, fmt.Errorf("Qwen-MoE models with dense layers (mlp_only_layers, decoder_sparse_step) are not supported")
 	}
 	c := Config{
 		Arch: arch, VocabSize: h.VocabSize, Dim: h.HiddenSize, Layers: h.NumHiddenLayers,
@@ -92,6 +93,8 @@ func HFArchitecture(c Config) string {
 		return hfconfig.Qwen3
 	case c.Arch == "qwen2moe":
 		return hfconfig.Qwen2MoE
+	case c.Arch == "qwen3moe":
+		return hfconfig.Qwen3MoE
 	case c.Arch == "gemma2":
 		return hfconfig.Gemma2
 	case c.Arch == "gemma3":
@@ -131,7 +134,7 @@ func ConfigToHF(c Config, dtype quant.Type) (*hfconfig.Config, error) {
 	}
 	if c.Experts > 0 {
 		h.NumExperts, h.NumExpertsPerTok, h.NormTopKProb = c.Experts, c.ExpertsUsed, c.NormTopKProbs
-		if h.Architecture == hfconfig.Qwen2MoE {
+		if h.Architecture == hfconfig.Qwen2MoE || h.Architecture == hfconfig.Qwen3MoE {
 			h.MoEIntermediateSize, h.SharedExpertIntermediateSize = c.ExpertFFNDim, c.SharedExpertFFN
 		} else {
 			h.IntermediateSize = c.ExpertFFNDim

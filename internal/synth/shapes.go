@@ -116,7 +116,19 @@ var shapes = func() map[string]Shape {
 	dsTiny.Experts, dsTiny.ExpertsUsed, dsTiny.ExpertFFNDim, dsTiny.SharedExpertFFN = 8, 2, 128, 128
 	dsTiny.LeadingDenseLayers, dsTiny.ExpertScale = 1, 1.5
 
+	// Small Qwen MoEs for the transformers oracle: Qwen2-MoE's routing without
+	// renormalization and its sigmoid-gated shared expert; Qwen3-MoE's renormalized
+	// routing, QK norms and no shared expert.
+	q2moe := llama(256, 256, 2, 4, 2, 512, 4096, 1000000)
+	q2moe.Arch, q2moe.NormEps, q2moe.RopeStyle, q2moe.QKVBias = "qwen2moe", 1e-6, format.RopeNeox, true
+	q2moe.Experts, q2moe.ExpertsUsed, q2moe.ExpertFFNDim, q2moe.SharedExpertFFN = 8, 2, 128, 256
+	q3moe := llama(256, 256, 2, 4, 2, 512, 4096, 1000000)
+	q3moe.Arch, q3moe.NormEps, q3moe.RopeStyle, q3moe.QKNorm = "qwen3moe", 1e-6, format.RopeNeox, true
+	q3moe.Experts, q3moe.ExpertsUsed, q3moe.ExpertFFNDim, q3moe.NormTopKProbs = 8, 2, 128, true
+
 	return map[string]Shape{
+		"qwen2moe-tiny":    {"qwen2moe-tiny", "Qwen2MoeForCausalLM", q2moe},
+		"qwen3moe-tiny":    {"qwen3moe-tiny", "Qwen3MoeForCausalLM", q3moe},
 		"deepseek-v2-tiny": {"deepseek-v2-tiny", "DeepseekV2ForCausalLM", dsTiny},
 		"smollm2-135m":     {"smollm2-135m", "LlamaForCausalLM", smol},
 		"qwen2.5-0.5b":     {"qwen2.5-0.5b", "Qwen2ForCausalLM", qwen25},

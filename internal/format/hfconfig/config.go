@@ -21,6 +21,7 @@ const (
 	Qwen3    = "Qwen3ForCausalLM"
 	Mixtral  = "MixtralForCausalLM"
 	Qwen2MoE = "Qwen2MoeForCausalLM"
+	Qwen3MoE = "Qwen3MoeForCausalLM"
 	Gemma2   = "Gemma2ForCausalLM"
 	Gemma3   = "Gemma3ForCausalLM" // the text-only model (model_type gemma3_text)
 	Phi3     = "Phi3ForCausalLM"
@@ -58,6 +59,7 @@ var archs = map[string]archInfo{
 	Qwen2:      {modelType: "qwen2", maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: -1, eosID: -1, qkvBias: true, qwenWindowKeys: true},
 	Qwen3:      {modelType: "qwen3", headDim: 128, maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: -1, eosID: -1, qkNorm: true, qwenWindowKeys: true},
 	Mixtral:    {modelType: "mixtral", kvHeads: 8, maxPos: 4096 * 32, rmsNormEps: 1e-5, ropeTheta: 1e6, experts: 8, expertsPerTok: 2, bosID: 1, eosID: 2},
+	Qwen3MoE:   {modelType: "qwen3_moe", headDim: 128, maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, experts: 128, expertsPerTok: 8, moeFFN: 768, bosID: -1, eosID: -1, qkNorm: true, qwenWindowKeys: true},
 	Qwen2MoE:   {modelType: "qwen2_moe", maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, experts: 60, expertsPerTok: 4, moeFFN: 1408, sharedFFN: 5632, bosID: -1, eosID: -1, qkvBias: true, qwenWindowKeys: true},
 	Gemma2:     {modelType: "gemma2", kvHeads: 4, headDim: 256, maxPos: 8192, rmsNormEps: 1e-6, ropeTheta: 10000, slidingWindow: 4096, bosID: 2, eosID: 1, tied: true, gemma: true},
 	Olmo2:      {modelType: "olmo2", maxPos: 2048, rmsNormEps: 1e-5, ropeTheta: 10000, bosID: -1, eosID: 50279, qkNorm: true},
@@ -254,7 +256,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	for _, r := range required {
 		if r.src == nil {
-			if r.key == "intermediate_size" && arch == Qwen2MoE && j.MoEIntermediateSize != nil {
+			if r.key == "intermediate_size" && (arch == Qwen2MoE || arch == Qwen3MoE) && j.MoEIntermediateSize != nil {
 				continue // a Qwen2-MoE with every layer sparse needs no dense width
 			}
 			return nil, fmt.Errorf("config.json: %s missing", r.key)
@@ -322,7 +324,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	if info.experts > 0 {
 		experts := j.NumLocalExperts
 		switch arch {
-		case Qwen2MoE:
+		case Qwen2MoE, Qwen3MoE:
 			experts = j.NumExperts
 		case DeepSeekV2:
 			experts = j.NRoutedExperts
@@ -405,8 +407,8 @@ func pickArch(list []string, modelType string) (string, error) {
 		}
 		return a, nil
 	}
-	return "", fmt.Errorf("unsupported architecture %q (supported: %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-		list[0], Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2MoE, Gemma2, Gemma3, Phi3, Granite, Olmo2)
+	return "", fmt.Errorf("unsupported architecture %q (supported: %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+		list[0], Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2MoE, Qwen3MoE, Gemma2, Gemma3, Phi3, Granite, Olmo2, DeepSeekV2)
 }
 
 func orInt(p *int, def int) int {

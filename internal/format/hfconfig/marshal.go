@@ -94,11 +94,15 @@ func (c *Config) Marshal() ([]byte, error) {
 		m["num_experts_per_tok"] = c.NumExpertsPerTok
 		m["router_aux_loss_coef"] = 0.02
 		m["output_router_logits"] = false
-	case Qwen2MoE:
+	case Qwen2MoE, Qwen3MoE:
 		m["num_experts"] = c.NumExperts
 		m["num_experts_per_tok"] = c.NumExpertsPerTok
 		m["moe_intermediate_size"] = c.MoEIntermediateSize
-		m["shared_expert_intermediate_size"] = c.SharedExpertIntermediateSize
+		if c.Architecture == Qwen2MoE {
+			m["shared_expert_intermediate_size"] = c.SharedExpertIntermediateSize
+		} else {
+			m["attention_bias"] = c.AttentionBias
+		}
 		m["norm_topk_prob"] = c.NormTopKProb
 		step := c.DecoderSparseStep
 		if step == 0 {
