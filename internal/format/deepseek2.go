@@ -56,8 +56,8 @@ func mlaFromFile(c *Config, keyLen, valueLen int) error {
 		return fmt.Errorf("deepseek2: the value head size %d must be positive", valueLen)
 	case c.QLoRARank < 0:
 		return fmt.Errorf("deepseek2: q_lora_rank %d is negative", c.QLoRARank)
-	case c.Scaling.Type != "":
-		return fmt.Errorf("deepseek2: %s rope scaling is not supported (only unscaled rotary embedding)", c.Scaling.Type)
+	case c.Scaling.Type != "" && c.Scaling.Type != "yarn":
+		return fmt.Errorf("deepseek2: %s rope scaling is not supported (only YaRN or none)", c.Scaling.Type)
 	case c.LeadingDenseLayers < 0 || c.LeadingDenseLayers > c.Layers:
 		return fmt.Errorf("deepseek2: %d leading dense layers of %d", c.LeadingDenseLayers, c.Layers)
 	case math.IsNaN(c.ExpertScale) || math.IsInf(c.ExpertScale, 0) || c.ExpertScale < 0:
@@ -66,6 +66,11 @@ func mlaFromFile(c *Config, keyLen, valueLen int) error {
 	c.QKNopeDim, c.VHeadDim = keyLen-c.RopeDim, valueLen
 	c.HeadDim, c.KVHeads = c.RopeDim+c.KVLoRARank, 1
 	c.AttnScale = 1 / math.Sqrt(float64(keyLen))
+	if s := &c.Scaling; s.Type == "yarn" && s.Factor > 1 {
+		m := func(x float64) float64 { return 0.1*x*math.Log(s.Factor) + 1 }
+		s.AttnFactor = m(s.MScale) / m(s.MScaleAllDim)
+		c.AttnScale *= m(s.MScaleAllDim) * m(s.MScaleAllDim)
+	}
 	c.RopeStyle = RopeInterleaved
 	if c.Experts == 0 {
 		c.LeadingDenseLayers = 0
@@ -125,6 +130,15 @@ func deepseek2FromGGUF(f *gguf.File, c *Config) error {
 	if c.Experts > 0 {
 		c.SharedExpertFFN = shared * c.ExpertFFNDim
 	}
+	if c.Scaling.Type == "yarn" {
+		// llama.cpp keeps 0.1·mscale_all_dim and scales cos and sin by nothing
+		// (mscale = mscale_all_dim, as in every released model).
+		if af := c.Scaling.AttnFactor; af != 0 && af != 1 {
+			return fmt.Errorf("deepseek2: rope.scaling.attn_factor %v is not supported (only 1)", af)
+		}
+		mul, _ := f.GetFloat64(arch + ".rope.scaling.yarn_log_multiplier")
+		c.Scaling.MScale, c.Scaling.MScaleAllDim = mul/0.1, mul/0.1
+	}
 	return mlaFromFile(c, keyLen, valueLen)
 }
 
@@ -153,9 +167,13 @@ func deepseek2GGUFMetadata(c Config, kvs []gguf.KV) []gguf.KV {
 		out = append(out, kv)
 	}
 	// llama.cpp requires the YaRN multiplier of the attention scale even unscaled, where
-	// it has no effect.
+	// it has no effect; it scales cos and sin by nothing (as MScale = MScaleAllDim does).
+	logMul := 0.0
+	if c.Scaling.Type == "yarn" {
+		logMul = 0.1 * c.Scaling.MScaleAllDim
+	}
 	out = append(out, u("attention.kv_lora_rank", c.KVLoRARank),
-		gguf.KV{Key: c.Arch + ".rope.scaling.yarn_log_multiplier", Value: gguf.Float32(0)})
+		gguf.KV{Key: c.Arch + ".rope.scaling.yarn_log_multiplier", Value: gguf.Float32(float32(logMul))})
 	if c.QLoRARank > 0 {
 		out = append(out, u("attention.q_lora_rank", c.QLoRARank))
 	}
@@ -174,6 +192,16 @@ func deepseek2GGUFMetadata(c Config, kvs []gguf.KV) []gguf.KV {
 // deepseek2FromHF reads DeepseekV2ForCausalLM's MLA and expert fields.
 func deepseek2FromHF(h *hfconfig.Config, c *Config) error {
 	d := h.DeepSeek
+	if s := h.RopeScaling; s != nil && s.Type == "yarn" {
+		// DeepSeek's code takes an absent mscale for 1 and an absent mscale_all_dim for 0.
+		c.Scaling.MScale, c.Scaling.MScaleAllDim = s.MScale, s.MScaleAllDim
+		if s.MScale == 0 {
+			c.Scaling.MScale = 1
+		}
+		if s.AttentionFactor != 0 {
+			return fmt.Errorf("deepseek: rope_scaling.attention_factor is not supported (mscale and mscale_all_dim set it)")
+		}
+	}
 	if d.ScoringFunc != "" && d.ScoringFunc != "softmax" {
 		return fmt.Errorf("deepseek: scoring_func %q is not supported (only softmax)", d.ScoringFunc)
 	}

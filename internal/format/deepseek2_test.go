@@ -39,14 +39,21 @@ func liteConfig(t *testing.T, edit func(m map[string]any)) (Config, error) {
 }
 
 // TestDeepSeekV2LiteConfig: DeepSeek-V2-Lite's config.json gives the MLA geometry (one
-// cached vector of 64 + 512 a token, scores scaled by 1/sqrt(128 + 64)), its expert
-// layout (one leading dense layer, two shared experts of 1408), and YaRN scaling, which is
-// refused with its name; a V3-style sigmoid scoring is refused too.
+// cached vector of 64 + 512 a token, scores scaled by 1/sqrt(128 + 64) and by YaRN's
+// m(mscale_all_dim)², cos and sin by m(mscale)/m(mscale_all_dim) = 1) and its expert
+// layout (one leading dense layer, two shared experts of 1408); a V3-style sigmoid
+// scoring, linear scaling and a YaRN attention_factor are refused by name.
 func TestDeepSeekV2LiteConfig(t *testing.T) {
-	if _, err := liteConfig(t, nil); err == nil || !strings.Contains(err.Error(), "yarn") {
-		t.Errorf("YaRN scaling: %v", err)
+	c, err := liteConfig(t, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	c, err := liteConfig(t, func(m map[string]any) { delete(m, "rope_scaling") })
+	m := 0.1*0.707*math.Log(40) + 1
+	if s := c.Scaling; s.Type != "yarn" || s.Factor != 40 || s.OriginalContextLen != 4096 || s.AttnFactor != 1 ||
+		math.Abs(c.AttnScale-m*m/math.Sqrt(192)) > 1e-12 {
+		t.Errorf("yarn: scaling %+v, attention scale %v (want %v)", s, c.AttnScale, m*m/math.Sqrt(192))
+	}
+	c, err = liteConfig(t, func(m map[string]any) { delete(m, "rope_scaling") })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,9 +73,15 @@ func TestDeepSeekV2LiteConfig(t *testing.T) {
 	if c.SharedExpertGated() || c.MoELayer(0) || !c.MoELayer(1) {
 		t.Errorf("shared expert gated %v, layer 0 MoE %v, layer 1 MoE %v", c.SharedExpertGated(), c.MoELayer(0), c.MoELayer(1))
 	}
-	_, err = liteConfig(t, func(m map[string]any) { delete(m, "rope_scaling"); m["scoring_func"] = "sigmoid" })
-	if err == nil || !strings.Contains(err.Error(), "sigmoid") {
-		t.Errorf("sigmoid scoring: %v", err)
+	for want, edit := range map[string]func(m map[string]any){
+		"sigmoid":          func(m map[string]any) { m["scoring_func"] = "sigmoid" },
+		"linear":           func(m map[string]any) { m["rope_scaling"] = map[string]any{"type": "linear", "factor": 2} },
+		"attention_factor": func(m map[string]any) { m["rope_scaling"].(map[string]any)["attention_factor"] = 1.2 },
+		"topk_method":      func(m map[string]any) { m["topk_method"] = "noaux_tc" },
+	} {
+		if _, err := liteConfig(t, edit); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v", want, err)
+		}
 	}
 }
 

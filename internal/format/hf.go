@@ -131,6 +131,10 @@ func ConfigToHF(c Config, dtype quant.Type) (*hfconfig.Config, error) {
 			LowFreqFactor: s.LowFreqFactor, HighFreqFactor: s.HighFreqFactor,
 			BetaFast: s.BetaFast, BetaSlow: s.BetaSlow, AttentionFactor: s.AttnFactor,
 		}
+		if c.MLA() {
+			// DeepSeek's YaRN: mscale and mscale_all_dim give the attention factor.
+			h.RopeScaling.AttentionFactor, h.RopeScaling.MScale, h.RopeScaling.MScaleAllDim = 0, s.MScale, s.MScaleAllDim
+		}
 	}
 	if c.Experts > 0 {
 		h.NumExperts, h.NumExpertsPerTok, h.NormTopKProb = c.Experts, c.ExpertsUsed, c.NormTopKProbs

@@ -92,6 +92,10 @@ type RopeScaling struct {
 	// YaRN parameters.
 	BetaFast, BetaSlow float64
 	AttnFactor         float64
+	// DeepSeek's YaRN (multi-head latent attention): cos and sin are scaled by
+	// m(MScale) / m(MScaleAllDim) (AttnFactor holds it) and the attention scores by
+	// m(MScaleAllDim)², where m(x) = 0.1·x·ln(Factor) + 1 (1 for x = 0).
+	MScale, MScaleAllDim float64
 }
 
 // Config holds the hyperparameters of a decoder-only transformer of the Llama family.
