@@ -6,6 +6,7 @@ import (
 
 	"github.com/kvasir-llm/kvasir/internal/format/gguf"
 	"github.com/kvasir-llm/kvasir/internal/format/hfconfig"
+	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
 // DeepSeek-V2 (llama.cpp's "deepseek2") replaces the Llama block's attention by
@@ -23,8 +24,10 @@ import (
 // Face's checkpoints, so neither is permuted. The Config describes the cache kvasir keeps
 // (see Config.MLA): one vector a token of RopeDim + KVLoRARank, so HeadDim and KVHeads
 // are not the file's key_length and head_count_kv, which this file translates.
-// YaRN scaling (which the released DeepSeek-V2 models use) and V3's sigmoid routing
-// with expert bias and group-limited routing are refused with an error naming them.
+// DeepSeek's YaRN (its mscale and mscale_all_dim) is read from either file; files made
+// for llama.cpp's MLA cache, with attn_kv_b split into attn_k_b and attn_v_b, have it
+// joined again on load (joinKVB). V3's sigmoid routing with expert bias and
+// group-limited routing are refused with an error naming them.
 
 // deepseek2HFLayerNames are the MLA and shared-expert tensors' Hugging Face names.
 var deepseek2HFLayerNames = map[string]string{
@@ -254,4 +257,76 @@ func mlaExpectations(c *Config, n *fieldNames) []expectation {
 			expectation{name: "attn_q_b.weight", shape: []int{q, c.QLoRARank}, from: from + ", q_lora_rank"})
 	}
 	return append(es, expectation{name: "attn_q.weight", shape: []int{q, c.Dim}, from: from + ", " + n.dim})
+}
+
+// joinKVB gives each layer whose file splits attn_kv_b into llama.cpp's attn_k_b
+// ([heads][kv_lora_rank][qk_nope], each head's key up-projection transposed) and attn_v_b
+// ([heads][v_head_dim][kv_lora_rank]) — the files written for llama.cpp's MLA cache —
+// the attn_kv_b they were cut from, decoded to F32 ([heads x (qk_nope + v)][kv_lora_rank],
+// each head's key rows then its value rows), in place of the two. A layer that has
+// attn_kv_b keeps it.
+func (m *Model) joinKVB() error {
+	c := &m.Config
+	nope, vd, r, heads := c.QKNopeDim, c.VHeadDim, c.KVLoRARank, c.Heads
+	joined := map[string]*Tensor{} // attn_k_b's name -> the joined tensor; attn_v_b's -> nil
+	for l := range min(c.Layers, len(m.Tensors)) {
+		p := fmt.Sprintf("blk.%d.", l)
+		kb, hasK := m.Tensor(p + "attn_k_b.weight")
+		if _, ok := m.Tensor(p + "attn_kv_b.weight"); ok || !hasK {
+			continue
+		}
+		vb, ok := m.Tensor(p + "attn_v_b.weight")
+		if !ok {
+			return fmt.Errorf("tensor %sattn_v_b.weight is missing (%sattn_k_b.weight needs it)", p, p)
+		}
+		for _, e := range []struct {
+			t     *Tensor
+			shape []int
+		}{{kb, []int{heads, r, nope}}, {vb, []int{heads, vd, r}}} {
+			if e.t.Elements() != product(e.shape) || e.t.Shape[len(e.t.Shape)-1] != e.shape[2] {
+				return fmt.Errorf("tensor %s: shape %v, want %v (heads, kv_lora_rank and the MLA head sizes)", e.t.Name, e.t.Shape, e.shape)
+			}
+			if err := e.t.Check(); err != nil {
+				return err
+			}
+		}
+		kv, vv := make([]float32, kb.Elements()), make([]float32, vb.Elements())
+		if err := quant.Dequantize(kb.Type, kb.Data, kv); err != nil {
+			return fmt.Errorf("tensor %s: %w", kb.Name, err)
+		}
+		if err := quant.Dequantize(vb.Type, vb.Data, vv); err != nil {
+			return fmt.Errorf("tensor %s: %w", vb.Name, err)
+		}
+		out := make([]float32, heads*(nope+vd)*r)
+		for h := range heads {
+			for i := range nope {
+				row := out[(h*(nope+vd)+i)*r:][:r]
+				for j := range row {
+					row[j] = kv[(h*r+j)*nope+i]
+				}
+			}
+			copy(out[(h*(nope+vd)+nope)*r:][:vd*r], vv[h*vd*r:][:vd*r])
+		}
+		data := make([]byte, 4*len(out))
+		if err := quant.Quantize(quant.F32, out, data); err != nil {
+			return err
+		}
+		joined[kb.Name] = &Tensor{Name: p + "attn_kv_b.weight", Type: quant.F32, Shape: []int{heads * (nope + vd), r}, Data: data}
+		joined[vb.Name] = nil
+	}
+	if len(joined) == 0 {
+		return nil
+	}
+	all := m.Tensors
+	m.Tensors, m.byName = nil, nil
+	for _, t := range all {
+		if j, ok := joined[t.Name]; ok {
+			if j != nil {
+				m.addTensor(j)
+			}
+			continue
+		}
+		m.addTensor(t)
+	}
+	return nil
 }

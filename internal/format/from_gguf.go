@@ -70,6 +70,11 @@ func modelFromGGUF(f *gguf.File, l Limits) (*Model, error) {
 			return m, fmt.Errorf("gguf %s: %w", f.Path, err)
 		}
 	}
+	if m.Config.MLA() {
+		if err := m.joinKVB(); err != nil {
+			return m, fmt.Errorf("gguf %s: %w", f.Path, err)
+		}
+	}
 	if err := m.inferFromTensors(l); err != nil {
 		return m, fmt.Errorf("gguf %s: %w", f.Path, err)
 	}

@@ -1,7 +1,10 @@
 package model
 
 import (
+	"bytes"
 	"math"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/format"
@@ -76,5 +79,71 @@ func TestMLACacheHoldsLatent(t *testing.T) {
 	t.Logf("cache bytes a token and layer: %d (decompressed keys and values: %d)", perToken, decompressed)
 	if perToken >= decompressed {
 		t.Errorf("cache bytes a token and layer %d, not below the %d of decompressed keys and values", perToken, decompressed)
+	}
+}
+
+// TestMLASplitKVB: a GGUF that holds each layer's attn_kv_b as llama.cpp's MLA files do,
+// split into attn_k_b (each head's key rows transposed) and attn_v_b, gives the logits of
+// the file with attn_kv_b.
+func TestMLASplitKVB(t *testing.T) {
+	s, err := synth.Lookup("deepseek-v2-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := smallConfig(s.Config)
+	tensors, err := synth.Tensors(c, quant.F32, 7, synth.GGUF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nope, vd, r := c.QKNopeDim, c.VHeadDim, c.KVLoRARank
+	var split []format.OutTensor
+	for _, ot := range tensors {
+		base, ok := strings.CutSuffix(ot.Name, "attn_kv_b.weight")
+		if !ok {
+			split = append(split, ot)
+			continue
+		}
+		var buf bytes.Buffer
+		if err := ot.Write(&buf); err != nil {
+			t.Fatal(err)
+		}
+		kvb := make([]float32, c.Heads*(nope+vd)*r)
+		if err := quant.Dequantize(ot.Type, buf.Bytes(), kvb); err != nil {
+			t.Fatal(err)
+		}
+		kb, vb := make([]float32, c.Heads*r*nope), make([]float32, c.Heads*vd*r)
+		for h := range c.Heads {
+			for i := range nope {
+				for j := range r {
+					kb[(h*r+j)*nope+i] = kvb[(h*(nope+vd)+i)*r+j]
+				}
+			}
+			copy(vb[h*vd*r:], kvb[(h*(nope+vd)+nope)*r:][:vd*r])
+		}
+		for _, part := range []struct {
+			name  string
+			vals  []float32
+			shape []int
+		}{{"attn_k_b.weight", kb, []int{c.Heads, r, nope}}, {"attn_v_b.weight", vb, []int{c.Heads, vd, r}}} {
+			data := make([]byte, 4*len(part.vals))
+			if err := quant.Quantize(quant.F32, part.vals, data); err != nil {
+				t.Fatal(err)
+			}
+			split = append(split, format.OutTensor{Name: base + part.name, Type: quant.F32, Shape: part.shape, Data: data})
+		}
+	}
+	path := filepath.Join(t.TempDir(), "split.gguf")
+	if err := format.WriteGGUF(path, format.Contents{Name: "split", Config: c}, quant.F32, split, nil); err != nil {
+		t.Fatal(err)
+	}
+	fm, err := format.Open(path, format.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fm.Close()
+	prompt, decode := testTokens(11), []int32{9, 250}
+	want := fastLogits(t, writeTwin(t, c, quant.F32, synth.GGUF), prompt, decode)
+	if e := relErr(fastLogits(t, fm, prompt, decode), want); e > 1e-6 {
+		t.Errorf("split attn_k_b/attn_v_b: logits differ from attn_kv_b's by %.3g (relative)", e)
 	}
 }
