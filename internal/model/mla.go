@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/format"
@@ -125,9 +128,11 @@ func absorbMLA(c format.Config, p string, f *mlaTensors) (*mlaAbsorbed, error) {
 	}
 	kvRow := func(h, i int) []float32 { return kvB[(h*(nope+vd)+i)*r:][:r] } // W_UK[h] rows i < nope, then W_UV[h]
 
+	// Each head's query rows, and each row of the output, are computed apart: they run
+	// in parallel (a released model's take seconds a layer).
 	q := make([]float32, heads*cache*qin)
-	acc := make([]float64, qin)
-	for h := range heads {
+	parallelFor(heads, func(h int) {
+		acc := make([]float64, qin)
 		dst := q[h*cache*qin:]
 		copy(dst[:rd*qin], qw[(h*hd+nope)*qin:][:rd*qin])
 		for j := range r {
@@ -143,7 +148,7 @@ func absorbMLA(c format.Config, p string, f *mlaTensors) (*mlaAbsorbed, error) {
 				row[x] = float32(acc[x])
 			}
 		}
-	}
+	})
 	kvLatent := make([]float32, cache*c.Dim)
 	copy(kvLatent[rd*c.Dim:], kvA[:r*c.Dim])
 	kvRope := make([]float32, cache*c.Dim)
@@ -154,8 +159,8 @@ func absorbMLA(c format.Config, p string, f *mlaTensors) (*mlaAbsorbed, error) {
 	}
 	copy(padNorm[rd:], norm)
 	o := make([]float32, c.Dim*heads*cache)
-	sum := make([]float64, r)
-	for d := range c.Dim {
+	parallelFor(c.Dim, func(d int) {
+		sum := make([]float64, r)
 		for h := range heads {
 			clear(sum)
 			for i := range vd {
@@ -169,7 +174,7 @@ func absorbMLA(c format.Config, p string, f *mlaTensors) (*mlaAbsorbed, error) {
 				row[j] = float32(sum[j])
 			}
 		}
-	}
+	})
 	t := func(name string, vals []float32, shape ...int) *format.Tensor {
 		data := make([]byte, 4*len(vals))
 		for i, v := range vals {
@@ -184,6 +189,20 @@ func absorbMLA(c format.Config, p string, f *mlaTensors) (*mlaAbsorbed, error) {
 		norm:     t("mla_kv_norm", padNorm, cache),
 		o:        t("mla_output_absorbed", o, c.Dim, heads*cache),
 	}, nil
+}
+
+// parallelFor calls fn(i) for every i < n, on as many goroutines as there are CPUs.
+func parallelFor(n int, fn func(i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(n, runtime.GOMAXPROCS(0)) {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				fn(i)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // mlaAttention is the attention half of block l of an MLA model on the rows in, into

@@ -126,7 +126,7 @@ func (s *shard) uploadRope(c format.Config, divisors []float32) (backend.Rope, *
 func (s *shard) weightBytesPerToken() int64 {
 	var n int64
 	for l, lw := range s.w.layers {
-		n += tensorBytes(lw.q) + tensorBytes(lw.k) + tensorBytes(lw.v) + tensorBytes(lw.o)
+		n += tensorBytes(lw.q) + tensorBytes(lw.k) + tensorBytes(lw.v) + tensorBytes(lw.o) + tensorBytes(lw.qA)
 		n += tensorBytes(lw.gate) + tensorBytes(lw.up) + tensorBytes(lw.down) + factorBytes(&lw)
 		if e := s.experts[l]; len(e) > 0 {
 			perExpert := tensorBytes(e[0].Gate) + tensorBytes(e[0].Up) + tensorBytes(e[0].Down)
