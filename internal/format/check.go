@@ -178,6 +178,9 @@ func (m *Model) checkShapes(n *fieldNames) error {
 		first := "blk." + strconv.Itoa(c.LeadingDenseLayers) + "."
 		_, stacked = m.Tensor(first + "ffn_gate_exps.weight")
 		perLayer = append(perLayer, expertExpectations(c, n, stacked)...)
+		if c.ExpertSigmoid {
+			perLayer = append(perLayer, expectation{name: "exp_probs_b.bias", shape: []int{c.Experts}, from: n.experts, loose: true})
+		}
 		if _, ok := m.Tensor(first + "ffn_up_shexp.weight"); ok && c.SharedExpertFFN == 0 {
 			return fmt.Errorf("tensor %sffn_up_shexp.weight is a shared expert, but %s is 0", first, n.sharedFFN)
 		}

@@ -42,6 +42,7 @@ var deepseek2HFLayerNames = map[string]string{
 	"mlp.shared_experts.gate_proj.weight": "ffn_gate_shexp.weight",
 	"mlp.shared_experts.up_proj.weight":   "ffn_up_shexp.weight",
 	"mlp.shared_experts.down_proj.weight": "ffn_down_shexp.weight",
+	"mlp.gate.e_score_correction_bias":    "exp_probs_b.bias",
 }
 
 // mlaFromFile completes c from the sizes as the files give them: the head's key size
@@ -65,6 +66,16 @@ func mlaFromFile(c *Config, keyLen, valueLen int) error {
 		return fmt.Errorf("deepseek2: %d leading dense layers of %d", c.LeadingDenseLayers, c.Layers)
 	case math.IsNaN(c.ExpertScale) || math.IsInf(c.ExpertScale, 0) || c.ExpertScale < 0:
 		return fmt.Errorf("deepseek2: routed_scaling_factor %v must be finite and positive", c.ExpertScale)
+	}
+	if g := c.ExpertGroups; g > 1 {
+		// Each group is scored by its two best experts; the groups used must hold the
+		// experts a token takes.
+		if c.Experts%g != 0 || c.Experts/g < 2 || c.ExpertGroupsUsed < 1 || c.ExpertGroupsUsed > g ||
+			c.ExpertGroupsUsed*(c.Experts/g) < c.ExpertsUsed {
+			return fmt.Errorf("deepseek2: %d experts (%d a token) in %d groups of which %d are used: want groups of at least 2 experts holding the token's", c.Experts, c.ExpertsUsed, g, c.ExpertGroupsUsed)
+		}
+	} else {
+		c.ExpertGroups, c.ExpertGroupsUsed = 0, 0
 	}
 	c.QKNopeDim, c.VHeadDim = keyLen-c.RopeDim, valueLen
 	c.HeadDim, c.KVHeads = c.RopeDim+c.KVLoRARank, 1
@@ -117,11 +128,21 @@ func deepseek2FromGGUF(f *gguf.File, c *Config) error {
 	if err != nil {
 		return err
 	}
-	if gating > 1 {
-		return fmt.Errorf("deepseek2: expert_gating_func %d (sigmoid, DeepSeek-V3) is not supported (only 1, softmax)", gating)
+	switch gating {
+	case 0, 1: // softmax (files before the key have none)
+	case 2:
+		c.ExpertSigmoid = true
+	default:
+		return fmt.Errorf("deepseek2: expert_gating_func %d is not supported (1 softmax, 2 sigmoid)", gating)
 	}
-	if groups > 1 && groupsUsed < groups {
-		return fmt.Errorf("deepseek2: group-limited expert routing (%d of %d groups) is not supported", groupsUsed, groups)
+	if groups > 1 {
+		if !c.ExpertSigmoid {
+			return fmt.Errorf("deepseek2: group-limited routing (%d groups) over softmax scores (DeepSeek-V2's) is not supported", groups)
+		}
+		c.ExpertGroups, c.ExpertGroupsUsed = groups, groupsUsed
+		if groupsUsed == 0 {
+			c.ExpertGroupsUsed = groups
+		}
 	}
 	if _, ok := f.Get(arch + ".expert_weights_norm"); !ok {
 		c.NormTopKProbs = false
@@ -185,9 +206,16 @@ func deepseek2GGUFMetadata(c Config, kvs []gguf.KV) []gguf.KV {
 		if c.ExpertFFNDim > 0 {
 			shared = c.SharedExpertFFN / c.ExpertFFNDim
 		}
+		gating := 1
+		if c.ExpertSigmoid {
+			gating = 2
+		}
 		out = append(out, u("leading_dense_block_count", c.LeadingDenseLayers), u("expert_shared_count", shared),
 			gguf.KV{Key: c.Arch + ".expert_weights_scale", Value: gguf.Float32(float32(orOne(c.ExpertScale)))},
-			u("expert_gating_func", 1))
+			u("expert_gating_func", gating))
+		if c.ExpertGroups > 1 {
+			out = append(out, u("expert_group_count", c.ExpertGroups), u("expert_group_used_count", c.ExpertGroupsUsed))
+		}
 	}
 	return out
 }
@@ -205,11 +233,22 @@ func deepseek2FromHF(h *hfconfig.Config, c *Config) error {
 			return fmt.Errorf("deepseek: rope_scaling.attention_factor is not supported (mscale and mscale_all_dim set it)")
 		}
 	}
-	if d.ScoringFunc != "" && d.ScoringFunc != "softmax" {
-		return fmt.Errorf("deepseek: scoring_func %q is not supported (only softmax)", d.ScoringFunc)
+	switch d.ScoringFunc {
+	case "", "softmax":
+	case "sigmoid":
+		c.ExpertSigmoid = true
+	default:
+		return fmt.Errorf("deepseek: scoring_func %q is not supported (softmax or sigmoid)", d.ScoringFunc)
 	}
-	if d.TopKMethod != "" && d.TopKMethod != "greedy" {
-		return fmt.Errorf("deepseek: topk_method %q is not supported (only greedy)", d.TopKMethod)
+	switch d.TopKMethod {
+	case "", "greedy":
+	case "noaux_tc":
+		if !c.ExpertSigmoid {
+			return fmt.Errorf("deepseek: topk_method noaux_tc needs scoring_func sigmoid")
+		}
+		c.ExpertGroups, c.ExpertGroupsUsed = d.NGroup, d.TopKGroup
+	default:
+		return fmt.Errorf("deepseek: topk_method %q is not supported (greedy or noaux_tc)", d.TopKMethod)
 	}
 	c.QLoRARank, c.KVLoRARank, c.RopeDim = d.QLoRARank, d.KVLoRARank, d.QKRopeHeadDim
 	c.LeadingDenseLayers, c.ExpertScale = d.FirstKDenseReplace, d.RoutedScalingFactor
@@ -230,6 +269,10 @@ func deepseek2ToHF(c Config, h *hfconfig.Config) {
 		QLoRARank: c.QLoRARank, KVLoRARank: c.KVLoRARank, QKNopeHeadDim: c.QKNopeDim, QKRopeHeadDim: c.RopeDim,
 		VHeadDim: c.VHeadDim, FirstKDenseReplace: c.LeadingDenseLayers, NSharedExperts: shared,
 		RoutedScalingFactor: orOne(c.ExpertScale), TopKMethod: "greedy",
+	}
+	if c.ExpertSigmoid {
+		h.DeepSeek.TopKMethod, h.DeepSeek.ScoringFunc = "noaux_tc", "sigmoid"
+		h.DeepSeek.NGroup, h.DeepSeek.TopKGroup = max(c.ExpertGroups, 1), max(c.ExpertGroupsUsed, 1)
 	}
 	h.NumExperts = c.Experts
 	if c.Experts > 0 {

@@ -73,11 +73,18 @@ func TestDeepSeekV2LiteConfig(t *testing.T) {
 	if c.SharedExpertGated() || c.MoELayer(0) || !c.MoELayer(1) {
 		t.Errorf("shared expert gated %v, layer 0 MoE %v, layer 1 MoE %v", c.SharedExpertGated(), c.MoELayer(0), c.MoELayer(1))
 	}
+	v3, err := liteConfig(t, func(m map[string]any) {
+		m["scoring_func"], m["topk_method"], m["n_group"], m["topk_group"] = "sigmoid", "noaux_tc", 8, 3
+	})
+	if err != nil || !v3.ExpertSigmoid || v3.ExpertGroups != 8 || v3.ExpertGroupsUsed != 3 {
+		t.Errorf("V3 routing: sigmoid %v, groups %d of %d, %v", v3.ExpertSigmoid, v3.ExpertGroupsUsed, v3.ExpertGroups, err)
+	}
 	for want, edit := range map[string]func(m map[string]any){
-		"sigmoid":          func(m map[string]any) { m["scoring_func"] = "sigmoid" },
+		"noaux_tc needs":   func(m map[string]any) { m["topk_method"] = "noaux_tc" },
+		"group_limited":    func(m map[string]any) { m["topk_method"] = "group_limited_greedy" },
 		"linear":           func(m map[string]any) { m["rope_scaling"] = map[string]any{"type": "linear", "factor": 2} },
 		"attention_factor": func(m map[string]any) { m["rope_scaling"].(map[string]any)["attention_factor"] = 1.2 },
-		"topk_method":      func(m map[string]any) { m["topk_method"] = "noaux_tc" },
+		"tanh":             func(m map[string]any) { m["scoring_func"] = "tanh" },
 	} {
 		if _, err := liteConfig(t, edit); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v", want, err)
@@ -181,8 +188,8 @@ func TestDeepSeek2GGUF(t *testing.T) {
 		kv   gguf.KV
 		want string
 	}{
-		{gguf.KV{Key: "deepseek2.expert_gating_func", Value: gguf.Uint32(2)}, "sigmoid"},
-		{gguf.KV{Key: "deepseek2.expert_group_count", Value: gguf.Uint32(4)}, "group-limited"},
+		{gguf.KV{Key: "deepseek2.expert_gating_func", Value: gguf.Uint32(3)}, "expert_gating_func 3"},
+		{gguf.KV{Key: "deepseek2.expert_group_count", Value: gguf.Uint32(2)}, "group-limited"},
 		{gguf.KV{Key: "deepseek2.attention.key_length", Value: gguf.String("")}, "key_length is missing"},
 		{gguf.KV{Key: "deepseek2.attention.key_length", Value: gguf.Uint32(4)}, "must exceed the rotary head size"},
 	} {

@@ -25,6 +25,7 @@ var archOfHF = map[string]string{
 	hfconfig.Granite:    "granite",
 	hfconfig.Olmo2:      "olmo2",
 	hfconfig.DeepSeekV2: "deepseek2",
+	hfconfig.DeepSeekV3: "deepseek2",
 }
 
 // ConfigFromHF turns a parsed config.json into a Config. Hugging Face checkpoints keep q/k
@@ -105,6 +106,8 @@ func HFArchitecture(c Config) string {
 		return hfconfig.Granite
 	case c.Arch == "olmo2":
 		return hfconfig.Olmo2
+	case c.Arch == "deepseek2" && c.ExpertSigmoid:
+		return hfconfig.DeepSeekV3
 	case c.Arch == "deepseek2":
 		return hfconfig.DeepSeekV2
 	case c.Experts > 0:

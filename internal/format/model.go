@@ -177,6 +177,12 @@ type Config struct {
 	// ExpertScale, when > 0, multiplies the routed experts' weighted sum
 	// (routed_scaling_factor).
 	ExpertScale float64
+	// DeepSeek-V3's routing (backend.BiasedRouter): ExpertSigmoid scores the experts by a
+	// sigmoid of the router logits instead of a softmax, chosen with each MoE layer's
+	// exp_probs_b.bias (when the file has it) added, among the ExpertGroupsUsed best of
+	// ExpertGroups groups when ExpertGroups > 1.
+	ExpertSigmoid                  bool
+	ExpertGroups, ExpertGroupsUsed int
 }
 
 // MLA reports whether the model's attention is multi-head latent attention.

@@ -75,7 +75,11 @@ func textbookOps(c format.Config) []string {
 		if !c.MoELayer(l) {
 			ops = append(ops, mlp...)
 		} else {
-			ops = append(ops, "MatMul", "RouteExperts", "ExpertMLP")
+			route := "RouteExperts"
+			if c.ExpertSigmoid {
+				route = "RouteExpertsBiased"
+			}
+			ops = append(ops, "MatMul", route, "ExpertMLP")
 			if c.ExpertScale > 0 && c.ExpertScale != 1 {
 				ops = append(ops, "Scale")
 			}

@@ -12,10 +12,10 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/synth"
 )
 
-// mlaVariants are small MLA models beyond deepseek-v2-tiny (which testShapes runs): the
-// Lite layout (q straight from the stream, no q rank) with renormalized routing and a
-// routed scale, YaRN scaling (DeepSeek's: scores scaled by m(mscale_all_dim)²), and a
-// dense model with no experts.
+// mlaVariants are small MLA models beyond deepseek-v2-tiny and deepseek-v3-tiny (which
+// testShapes runs): the Lite layout (q straight from the stream, no q rank) with
+// renormalized routing and a routed scale, YaRN scaling (DeepSeek's: scores scaled by
+// m(mscale_all_dim)²), a dense model with no experts, and V3's routing without groups.
 func mlaVariants(t *testing.T) map[string]format.Config {
 	t.Helper()
 	s, err := synth.Lookup("deepseek-v2-tiny")
@@ -32,7 +32,11 @@ func mlaVariants(t *testing.T) map[string]format.Config {
 	yarn.AttnScale = m * m / math.Sqrt(float64(base.QKNopeDim+base.RopeDim))
 	dense := base
 	dense.Experts, dense.ExpertsUsed, dense.ExpertFFNDim, dense.SharedExpertFFN, dense.LeadingDenseLayers, dense.ExpertScale = 0, 0, 0, 0, 0, 0
-	return map[string]format.Config{"lite": lite, "yarn": yarn, "dense": dense}
+	// DeepSeek-V3's sigmoid routing with its selection bias, without groups (the grouped
+	// form is deepseek-v3-tiny's, in testShapes).
+	v3 := base
+	v3.ExpertSigmoid, v3.NormTopKProbs, v3.ExpertScale = true, true, 2.5
+	return map[string]format.Config{"lite": lite, "yarn": yarn, "dense": dense, "v3-nogroups": v3}
 }
 
 // TestMLAVariantsMatchReference: each variant's fast path (absorbed projections over the

@@ -11,7 +11,15 @@ func (s *shard) moe(l int, a *activations) error {
 	if err := be.MatMul(a.router, a.xb, lw.router); err != nil {
 		return err
 	}
-	if err := be.RouteExperts(a.expertIDs, a.expertGains, a.router, c.NormTopKProbs); err != nil {
+	var err error
+	if c.ExpertSigmoid {
+		// Checked by New: the backend routes DeepSeek-V3's way.
+		err = be.(backend.BiasedRouter).RouteExpertsBiased(a.expertIDs, a.expertGains, a.router, lw.expBias,
+			c.ExpertGroups, c.ExpertGroupsUsed, c.NormTopKProbs)
+	} else {
+		err = be.RouteExperts(a.expertIDs, a.expertGains, a.router, c.NormTopKProbs)
+	}
+	if err != nil {
 		return err
 	}
 	if err := be.ExpertMLP(a.ffnOut, a.xb, a.expertIDs, a.expertGains, s.experts[l]); err != nil {

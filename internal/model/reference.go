@@ -250,8 +250,13 @@ func (r *Reference) moe(lw *layerWeights[*format.Tensor], x []float32) []float32
 	for e, v := range r.matVec(lw.router, x) {
 		probs64[e] = float64(v)
 	}
-	softmax64(probs64)
-	chosen := topExperts(probs64, c.ExpertsUsed)
+	var chosen []int
+	if c.ExpertSigmoid {
+		chosen = r.sigmoidRoute(lw, probs64)
+	} else {
+		softmax64(probs64)
+		chosen = topExperts(probs64, c.ExpertsUsed)
+	}
 	var sum float64
 	for _, e := range chosen {
 		sum += probs64[e]
@@ -280,6 +285,42 @@ func (r *Reference) moe(lw *layerWeights[*format.Tensor], x []float32) []float32
 		}
 	}
 	return out
+}
+
+// sigmoidRoute is DeepSeek-V3's routing: it replaces the router logits by their sigmoid
+// scores and returns the chosen experts, best first: the ExpertsUsed best by score plus
+// the layer's selection bias, among the experts of the ExpertGroupsUsed groups whose two
+// best biased scores sum highest (all experts without groups).
+func (r *Reference) sigmoidRoute(lw *layerWeights[*format.Tensor], logits []float64) []int {
+	c := r.cfg
+	biased := make([]float64, len(logits))
+	for e, v := range logits {
+		logits[e] = 1 / (1 + math.Exp(-v))
+		biased[e] = logits[e]
+	}
+	if lw.expBias != nil {
+		for e, b := range r.vector(lw.expBias) {
+			biased[e] += float64(b)
+		}
+	}
+	if g := c.ExpertGroups; g > 1 {
+		per := c.Experts / g
+		groupScore := make([]float64, g)
+		for gr := range g {
+			best := topExperts(biased[gr*per:(gr+1)*per], 2)
+			groupScore[gr] = biased[gr*per+best[0]] + biased[gr*per+best[1]]
+		}
+		keep := make([]bool, g)
+		for _, gr := range topExperts(groupScore, c.ExpertGroupsUsed) {
+			keep[gr] = true
+		}
+		for e := range biased {
+			if !keep[e/per] {
+				biased[e] = math.Inf(-1)
+			}
+		}
+	}
+	return topExperts(biased, c.ExpertsUsed)
 }
 
 // topExperts returns the indices of the k largest probabilities, largest first (the lower

@@ -48,6 +48,7 @@ type layerWeights[T any] struct {
 	// Mixture of experts: a router and one MLP per expert, and the optional shared expert
 	// with its sigmoid gate (set when the config's SharedExpertFFN > 0).
 	router               T
+	expBias              T // the selection bias of DeepSeek-V3's routing (exp_probs_b.bias)
 	experts              []expertWeights[T]
 	shGate, shUp, shDown T
 	shGateInp            T
@@ -151,6 +152,9 @@ func bindWeights[T any](m source, c format.Config, path string, parts stageParts
 			continue
 		}
 		lw.router = b.matrix(p+"ffn_gate_inp.weight", c.Experts, c.Dim)
+		if c.ExpertSigmoid {
+			lw.expBias = b.vector(p+"exp_probs_b.bias", c.Experts)
+		}
 		f := c.ExpertFFNDim
 		lw.experts = make([]expertWeights[T], c.Experts)
 		if _, stacked := m.Tensor(p + "ffn_gate_exps.weight"); stacked {

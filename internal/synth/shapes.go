@@ -126,7 +126,14 @@ var shapes = func() map[string]Shape {
 	q3moe.Arch, q3moe.NormEps, q3moe.RopeStyle, q3moe.QKNorm = "qwen3moe", 1e-6, format.RopeNeox, true
 	q3moe.Experts, q3moe.ExpertsUsed, q3moe.ExpertFFNDim, q3moe.NormTopKProbs = 8, 2, 128, true
 
+	// DeepSeek-V3's routing on the same model: sigmoid scores with a selection bias, the
+	// best 2 of 4 groups of 2 experts, renormalized and scaled by 2.5.
+	ds3Tiny := dsTiny
+	ds3Tiny.ExpertSigmoid, ds3Tiny.ExpertGroups, ds3Tiny.ExpertGroupsUsed = true, 4, 2
+	ds3Tiny.NormTopKProbs, ds3Tiny.ExpertScale = true, 2.5
+
 	return map[string]Shape{
+		"deepseek-v3-tiny": {"deepseek-v3-tiny", "DeepseekV3ForCausalLM", ds3Tiny},
 		"qwen2moe-tiny":    {"qwen2moe-tiny", "Qwen2MoeForCausalLM", q2moe},
 		"qwen3moe-tiny":    {"qwen3moe-tiny", "Qwen3MoeForCausalLM", q3moe},
 		"deepseek-v2-tiny": {"deepseek-v2-tiny", "DeepseekV2ForCausalLM", dsTiny},

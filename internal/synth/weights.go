@@ -112,6 +112,10 @@ func specs(c format.Config, target Target) []spec {
 			continue
 		}
 		out = append(out, spec{name: p + "ffn_gate_inp.weight", shape: []int{c.Experts, c.Dim}, float: true})
+		if c.ExpertSigmoid {
+			// DeepSeek-V3's selection bias, in llama.cpp's place of it (after the router).
+			out = append(out, spec{name: p + "exp_probs_b.bias", shape: []int{c.Experts}, kind: bias, float: true})
+		}
 		e, f := c.Experts, c.ExpertFFNDim
 		if target == GGUF {
 			out = append(out,

@@ -14,19 +14,28 @@ import (
 
 // TestBackendMLAModel runs the synthesized DeepSeek-V2 (deepseek-v2-tiny: multi-head
 // latent attention over a cache of one 64-value vector a token, absorbed projections, a
-// dense layer then routed and shared experts with a routed scale) on the GPU and the CPU:
+// dense layer then routed and shared experts with a routed scale) and its twin with
+// DeepSeek-V3's routing (deepseek-v3-tiny: sigmoid scores, a selection bias, 2 of 4
+// groups; RouteExpertsBiased) on the GPU and the CPU:
 // a 24-token prompt and 32 greedy tokens (decode replayed as CUDA graphs). In F32 the
 // GPU's logits must match the CPU's within 1e-4 and all 32 tokens agree; in BF16 the
 // prompt's logits within 3e-2 (the backends round differently). With Q8_0 weights the
 // last logits of a 6-token prompt must match the float64 Reference, which decompresses
 // the keys and values head by head, within 1e-3.
 func TestBackendMLAModel(t *testing.T) {
-	const genTokens, promptLen = 32, 24
-	shape, err := synth.Lookup("deepseek-v2-tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
 	be := newBackend(t)
+	for _, name := range []string{"deepseek-v2-tiny", "deepseek-v3-tiny"} {
+		shape, err := synth.Lookup(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run(name, func(t *testing.T) { testMLAModel(t, be, shape) })
+	}
+}
+
+// testMLAModel is TestBackendMLAModel's check of one shape.
+func testMLAModel(t *testing.T, be backend.Backend, shape synth.Shape) {
+	const genTokens, promptLen = 32, 24
 	r := rand.New(rand.NewPCG(5, 6))
 	prompt := make([]int32, promptLen)
 	for i := range prompt {

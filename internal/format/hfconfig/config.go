@@ -29,6 +29,8 @@ const (
 	Olmo2    = "Olmo2ForCausalLM"
 	// DeepSeekV2 is DeepSeek-V2 (multi-head latent attention; see DeepSeekConfig).
 	DeepSeekV2 = "DeepseekV2ForCausalLM"
+	// DeepSeekV3 is DeepSeek-V3 (DeepSeek-V2's attention; sigmoid, group-limited routing).
+	DeepSeekV3 = "DeepseekV3ForCausalLM"
 )
 
 // archInfo holds an architecture's model_type and the defaults transformers applies when a
@@ -65,6 +67,7 @@ var archs = map[string]archInfo{
 	Olmo2:      {modelType: "olmo2", maxPos: 2048, rmsNormEps: 1e-5, ropeTheta: 10000, bosID: -1, eosID: 50279, qkNorm: true},
 	Granite:    {modelType: "granite", maxPos: 2048, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: 1, eosID: 2},
 	Phi3:       {modelType: "phi3", maxPos: 4096, rmsNormEps: 1e-5, ropeTheta: 10000, bosID: 1, eosID: 32000},
+	DeepSeekV3: {modelType: "deepseek_v3", maxPos: 4096, rmsNormEps: 1e-6, ropeTheta: 10000, experts: 256, expertsPerTok: 8, moeFFN: 2048, bosID: -1, eosID: -1},
 	DeepSeekV2: {modelType: "deepseek_v2", maxPos: 2048, rmsNormEps: 1e-6, ropeTheta: 10000, experts: 64, expertsPerTok: 6, moeFFN: 1407, bosID: -1, eosID: -1},
 	Gemma3:     {modelType: "gemma3_text", kvHeads: 4, headDim: 256, maxPos: 131072, rmsNormEps: 1e-6, ropeTheta: 1e6, slidingWindow: 4096, bosID: 2, eosID: 1, tied: true, qkNorm: true, gemma: true},
 }
@@ -133,6 +136,7 @@ type DeepSeekConfig struct {
 	FirstKDenseReplace, NSharedExperts     int
 	RoutedScalingFactor                    float64
 	TopKMethod, ScoringFunc                string
+	NGroup, TopKGroup                      int // expert groups, and those a token's experts come from
 }
 
 // GraniteConfig holds Granite's multipliers (transformers' default for each is 1).
@@ -203,6 +207,8 @@ type configJSON struct {
 	TopKMethod            *string         `json:"topk_method"`
 	ScoringFunc           *string         `json:"scoring_func"`
 	MoELayerFreq          *int            `json:"moe_layer_freq"`
+	NGroup                *int            `json:"n_group"`
+	TopKGroup             *int            `json:"topk_group"`
 	gemmaJSON
 }
 
@@ -326,7 +332,7 @@ func ParseConfig(data []byte) (*Config, error) {
 		switch arch {
 		case Qwen2MoE, Qwen3MoE:
 			experts = j.NumExperts
-		case DeepSeekV2:
+		case DeepSeekV2, DeepSeekV3:
 			experts = j.NRoutedExperts
 		}
 		c.NumExperts = orInt(experts, info.experts)
@@ -343,7 +349,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	if f := j.PartialRotaryFactor; f != nil && *f != 1 {
 		return nil, fmt.Errorf("config.json: partial_rotary_factor %v is not supported (only 1)", *f)
 	}
-	if arch == DeepSeekV2 {
+	if arch == DeepSeekV2 || arch == DeepSeekV3 {
 		if f := orInt(j.MoELayerFreq, 1); f != 1 {
 			return nil, fmt.Errorf("config.json: moe_layer_freq %d is not supported (only 1)", f)
 		}
@@ -359,6 +365,11 @@ func ParseConfig(data []byte) (*Config, error) {
 			VHeadDim: orInt(j.VHeadDim, 128), FirstKDenseReplace: orInt(j.FirstKDenseReplace, 0),
 			NSharedExperts: orInt(j.NSharedExperts, 0), RoutedScalingFactor: orFloat(j.RoutedScalingFactor, 1),
 			TopKMethod: str(j.TopKMethod), ScoringFunc: str(j.ScoringFunc),
+			NGroup: orInt(j.NGroup, 1), TopKGroup: orInt(j.TopKGroup, 1),
+		}
+		if arch == DeepSeekV3 {
+			// transformers' DeepseekV3 always routes by sigmoid, group-limited.
+			c.DeepSeek.ScoringFunc, c.DeepSeek.TopKMethod = "sigmoid", "noaux_tc"
 		}
 		c.HeadDim = c.DeepSeek.QKNopeHeadDim + c.DeepSeek.QKRopeHeadDim
 	}
@@ -407,8 +418,8 @@ func pickArch(list []string, modelType string) (string, error) {
 		}
 		return a, nil
 	}
-	return "", fmt.Errorf("unsupported architecture %q (supported: %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-		list[0], Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2MoE, Qwen3MoE, Gemma2, Gemma3, Phi3, Granite, Olmo2, DeepSeekV2)
+	return "", fmt.Errorf("unsupported architecture %q (supported: %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+		list[0], Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2MoE, Qwen3MoE, Gemma2, Gemma3, Phi3, Granite, Olmo2, DeepSeekV2, DeepSeekV3)
 }
 
 func orInt(p *int, def int) int {

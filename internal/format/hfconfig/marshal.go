@@ -79,7 +79,7 @@ func (c *Config) Marshal() ([]byte, error) {
 	if c.Architecture == Olmo2 {
 		m["attention_bias"] = false
 	}
-	if c.Architecture == DeepSeekV2 {
+	if c.Architecture == DeepSeekV2 || c.Architecture == DeepSeekV3 {
 		c.marshalDeepSeek(m)
 	}
 	if c.Architecture == Phi3 {
@@ -171,9 +171,12 @@ func NewConfig(arch string, vocab, hidden, intermediate, layers, heads, kvHeads 
 	if arch == Granite {
 		c.Granite = GraniteConfig{EmbeddingMultiplier: 1, ResidualMultiplier: 1, AttentionMultiplier: 1, LogitsScaling: 1}
 	}
-	if arch == DeepSeekV2 {
+	if arch == DeepSeekV2 || arch == DeepSeekV3 {
 		c.DeepSeek = DeepSeekConfig{KVLoRARank: 512, QKNopeHeadDim: 128, QKRopeHeadDim: 64, VHeadDim: 128,
-			RoutedScalingFactor: 1, TopKMethod: "greedy"}
+			RoutedScalingFactor: 1, TopKMethod: "greedy", NGroup: 1, TopKGroup: 1}
+		if arch == DeepSeekV3 {
+			c.DeepSeek.TopKMethod, c.DeepSeek.ScoringFunc = "noaux_tc", "sigmoid"
+		}
 		c.HeadDim = 128 + 64
 	}
 	if info.gemma {
@@ -203,4 +206,11 @@ func (c *Config) marshalDeepSeek(m map[string]any) {
 	m["first_k_dense_replace"], m["routed_scaling_factor"] = d.FirstKDenseReplace, d.RoutedScalingFactor
 	m["norm_topk_prob"], m["topk_method"], m["n_group"], m["topk_group"] = c.NormTopKProb, "greedy", 1, 1
 	m["moe_layer_freq"], m["aux_loss_alpha"], m["seq_aux"] = 1, 0.001, true
+	if c.Architecture == DeepSeekV3 {
+		m["topk_method"], m["scoring_func"], m["n_group"], m["topk_group"] = "noaux_tc", "sigmoid", max(d.NGroup, 1), max(d.TopKGroup, 1)
+		m["rope_interleave"] = true
+		delete(m, "moe_layer_freq")
+		delete(m, "aux_loss_alpha")
+		delete(m, "seq_aux")
+	}
 }
