@@ -103,8 +103,12 @@ func mlaTestConfig() Config {
 	return c
 }
 
-// zeroTensors returns F32 zero tensors of every shape c calls for, experts stacked.
-func zeroTensors(c Config) []OutTensor {
+// zeroTensors returns F32 zero tensors of every shape c calls for, experts stacked (as
+// GGUF holds them).
+func zeroTensors(c Config) []OutTensor { return zeroTensorsOf(c, true) }
+
+// zeroTensorsOf is zeroTensors with the experts stacked or one tensor each.
+func zeroTensorsOf(c Config, stacked bool) []OutTensor {
 	n := &configNames
 	var es []expectation
 	es = append(es, expectation{name: "token_embd.weight", shape: []int{c.VocabSize, c.Dim}},
@@ -120,7 +124,16 @@ func zeroTensors(c Config) []OutTensor {
 		p := "blk." + strconv.Itoa(l) + "."
 		add(p, layerExpectations(&c, n, !c.MoELayer(l)))
 		if c.MoELayer(l) {
-			add(p, expertExpectations(&c, n, true))
+			add(p, expertExpectations(&c, n, stacked))
+		}
+		for e := range c.Experts {
+			if stacked || !c.MoELayer(l) {
+				break
+			}
+			x := strconv.Itoa(e)
+			add(p, []expectation{{name: "ffn_gate." + x + ".weight", shape: []int{c.ExpertFFNDim, c.Dim}},
+				{name: "ffn_up." + x + ".weight", shape: []int{c.ExpertFFNDim, c.Dim}},
+				{name: "ffn_down." + x + ".weight", shape: []int{c.Dim, c.ExpertFFNDim}}})
 		}
 	}
 	return out
@@ -239,4 +252,24 @@ func FuzzDeepSeek2Counts(f *testing.F) {
 			t.Fatalf("accepted a header the tensors contradict: %+v", g)
 		}
 	})
+}
+
+// TestDeepSeekHFSkipsMTPLayers: a DeepSeek folder's layers past num_hidden_layers
+// (DeepSeek-V3's multi-token-prediction layer) are not read, and the model opens.
+func TestDeepSeekHFSkipsMTPLayers(t *testing.T) {
+	c := mlaTestConfig()
+	ts := append(zeroTensorsOf(c, false), OutTensor{Name: "blk.2.attn_q_a.weight", Type: quant.F32, Shape: []int{c.QLoRARank, c.Dim},
+		Data: make([]byte, 4*c.QLoRARank*c.Dim)})
+	dir := t.TempDir()
+	if err := WriteHF(dir, Contents{Name: "ds", Config: c}, quant.F32, ts, 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	m, err := Open(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, ok := m.Tensor("blk.2.attn_q_a.weight"); ok || m.Config.Layers != 2 {
+		t.Errorf("layer 2 read (%v), %d layers", ok, m.Config.Layers)
+	}
 }

@@ -200,6 +200,9 @@ func openHF(dir string, l Limits) (*Model, error) {
 		if !ok {
 			continue // e.g. rotary_emb.inv_freq caches, which kvasir recomputes
 		}
+		if l, ok := layerOf(name); ok && cfg.MLA() && l >= cfg.Layers {
+			continue // DeepSeek-V3's multi-token-prediction layers follow the model's; not used
+		}
 		if embdFromHead && name == "output.weight" {
 			name = "token_embd.weight" // the one matrix is embedding and output (Config.TiedEmbeddings)
 		}
