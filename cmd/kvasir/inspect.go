@@ -116,6 +116,9 @@ func runInspect(args []string) error {
 		if c.LeadingDenseLayers > 0 || c.ExpertScale > 0 {
 			fmt.Printf("                %d leading dense layers, shared ffn %d, routed scale %g\n", c.LeadingDenseLayers, c.SharedExpertFFN, c.ExpertScale)
 		}
+		if c.ExpertSigmoid {
+			fmt.Printf("                sigmoid scores with a selection bias, %d of %d groups\n", max(c.ExpertGroupsUsed, 1), max(c.ExpertGroups, 1))
+		}
 	}
 	fmt.Printf("tokenizer:      %s, %d tokens\n", in.Tokenizer, in.VocabSize)
 	keys := make([]string, 0, len(in.Special))
