@@ -16,14 +16,19 @@
 # then, on the GPU machine (bin/ carried along):
 #   OUT=/some/dir bash scripts/torch_arch.sh [SHAPE...]
 # The shapes default to every small architecture shape: gemma2-tiny gemma3-tiny
-# mistral-swa-tiny phi3-tiny granite-tiny olmo2-tiny. It writes $OUT/torch_arch.log and $OUT/torch_arch.md (the results
+# mistral-swa-tiny phi3-tiny granite-tiny olmo2-tiny, DeepSeek-V2's multi-head latent
+# attention (deepseek-v2-tiny: a q rank, a dense layer, routed and shared experts, a routed
+# scale) and DeepSeek-V3's routing on it (deepseek-v3-tiny: sigmoid scores, a selection
+# bias, 2 of 4 expert groups), and the mixtures of experts mixtral-tiny qwen2moe-tiny
+# qwen3moe-tiny. It writes $OUT/torch_arch.log and $OUT/torch_arch.md (the results
 # table) and exits 1 when any comparison fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 out=${OUT:-out/arch}
 shapes=("$@")
-[ ${#shapes[@]} -gt 0 ] || shapes=(gemma2-tiny gemma3-tiny mistral-swa-tiny phi3-tiny granite-tiny olmo2-tiny)
+[ ${#shapes[@]} -gt 0 ] || shapes=(gemma2-tiny gemma3-tiny mistral-swa-tiny phi3-tiny granite-tiny olmo2-tiny
+	deepseek-v2-tiny deepseek-v3-tiny mixtral-tiny qwen2moe-tiny qwen3moe-tiny)
 models=${KVASIR_ARCH_MODELS:-/tmp/kvasir-arch}
 for b in bin/kvasir bin/cudabackend.test; do
 	[ -x "$b" ] || { echo "no $b: build it first (see the top of $0)" >&2; exit 1; }

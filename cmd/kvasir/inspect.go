@@ -107,8 +107,18 @@ func runInspect(args []string) error {
 	fmt.Printf("shape:          %d layers, dim %d, %d heads (%d kv, head dim %d), ffn %d, vocab %d\n",
 		c.Layers, c.Dim, c.Heads, c.KVHeads, c.HeadDim, c.FFNDim, c.VocabSize)
 	fmt.Printf("rope:           theta %g, %s, dim %d%s\n", c.RopeTheta, c.RopeStyle, c.RopeDim, describeScaling(c.Scaling))
+	if c.MLA() {
+		fmt.Printf("latent attn:    q rank %d, kv rank %d, head dims nope %d + rope %d, value %d (cached: %d a token)\n",
+			c.QLoRARank, c.KVLoRARank, c.QKNopeDim, c.RopeDim, c.VHeadDim, c.HeadDim)
+	}
 	if c.Experts > 0 {
 		fmt.Printf("experts:        %d, %d per token, ffn %d\n", c.Experts, c.ExpertsUsed, c.ExpertFFNDim)
+		if c.LeadingDenseLayers > 0 || c.ExpertScale > 0 {
+			fmt.Printf("                %d leading dense layers, shared ffn %d, routed scale %g\n", c.LeadingDenseLayers, c.SharedExpertFFN, c.ExpertScale)
+		}
+		if c.ExpertSigmoid {
+			fmt.Printf("                sigmoid scores with a selection bias, %d of %d groups\n", max(c.ExpertGroupsUsed, 1), max(c.ExpertGroups, 1))
+		}
 	}
 	fmt.Printf("tokenizer:      %s, %d tokens\n", in.Tokenizer, in.VocabSize)
 	keys := make([]string, 0, len(in.Special))
@@ -154,6 +164,9 @@ func describeArch(c format.Config) string {
 	var extras []string
 	if c.Experts > 0 {
 		extras = append(extras, fmt.Sprintf("%dx MoE", c.Experts))
+	}
+	if c.MLA() {
+		extras = append(extras, "latent attention")
 	}
 	if c.QKVBias {
 		extras = append(extras, "qkv bias")

@@ -458,3 +458,17 @@ type Grouper interface {
 	// (the receiver is usually members[0]). It is called outside Run.
 	NewGroup(members []Backend) ([]Communicator, error)
 }
+
+// BiasedRouter is implemented by backends that route experts as DeepSeek-V3 does.
+type BiasedRouter interface {
+	// RouteExpertsBiased picks each token's k = ids' column count experts from router
+	// logits ([tokens][experts]) by sigmoid scores s = 1/(1+exp(-logit)): the choice is
+	// made on s + bias (bias F32 [experts], nil for none); with groups > 1 the experts are
+	// split into groups equal runs, each scored by the sum of its two best s + bias, and
+	// only the groupsUsed best groups' experts compete (the lower index on ties; they
+	// must hold at least k experts). The k
+	// best, best first (lower index on ties), go into ids (I32 [tokens][k]) with their s
+	// (without the bias) into gains (F32 [tokens][k]), divided by their sum when
+	// normalize is set.
+	RouteExpertsBiased(ids, gains, logits, bias Tensor, groups, groupsUsed int, normalize bool) error
+}

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/quant"
+	"github.com/kvasir-llm/kvasir/internal/synth"
 )
 
 // workload makes count greedy requests, every other one sharing a 40-token prefix, with
@@ -36,6 +37,22 @@ func sequential(t *testing.T, e *Engine, reqs []Request) [][]result {
 	return out
 }
 
+// deepseekModel is the synthesized DeepSeek-V2 (multi-head latent attention over a cache
+// of one latent vector a token, a dense layer, routed and shared experts), F32.
+func deepseekModel(t testing.TB) *tinyModel {
+	t.Helper()
+	shape, err := synth.Lookup("deepseek-v2-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fm, err := synth.Model(shape, quant.F32, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fm.Close() })
+	return bindModel(t, fm, quant.F32)
+}
+
 // TestGreedyInvariance: batching, chunked prefill, prefix caching and preemption do not
 // change greedy tokens, with asynchronous scheduling on and off and with an F32, F16, int8
 // or FP8 KV cache: every request gets the tokens of the model run one request at a time,
@@ -45,7 +62,8 @@ func TestGreedyInvariance(t *testing.T) {
 	models := map[string]func(testing.TB) *tinyModel{"synth": newTinyModel, "stories260K": storiesModel,
 		"stories260K-f16-cache":  storiesF16Model,
 		"stories260K-int8-cache": func(t testing.TB) *tinyModel { return openStoriesModel(t, quant.KVInt8) },
-		"stories260K-fp8-cache":  func(t testing.TB) *tinyModel { return openStoriesModel(t, quant.KVFP8E4M3) }}
+		"stories260K-fp8-cache":  func(t testing.TB) *tinyModel { return openStoriesModel(t, quant.KVFP8E4M3) },
+		"deepseek-v2-tiny":       deepseekModel}
 	for name, mk := range models {
 		t.Run(name, func(t *testing.T) {
 			tm := mk(t)

@@ -171,20 +171,32 @@ func (m *Model) checkShapes(n *fieldNames) error {
 			return err
 		}
 	}
-	perLayer := layerExpectations(c, n)
+	dense := layerExpectations(c, n, true)
+	perLayer := layerExpectations(c, n, false)
 	stacked := false
 	if c.Experts > 0 {
-		_, stacked = m.Tensor("blk.0.ffn_gate_exps.weight")
+		first := "blk." + strconv.Itoa(c.LeadingDenseLayers) + "."
+		_, stacked = m.Tensor(first + "ffn_gate_exps.weight")
 		perLayer = append(perLayer, expertExpectations(c, n, stacked)...)
+		if c.ExpertSigmoid {
+			perLayer = append(perLayer, expectation{name: "exp_probs_b.bias", shape: []int{c.Experts}, from: n.experts, loose: true})
+		}
+		if _, ok := m.Tensor(first + "ffn_up_shexp.weight"); ok && c.SharedExpertFFN == 0 {
+			return fmt.Errorf("tensor %sffn_up_shexp.weight is a shared expert, but %s is 0", first, n.sharedFFN)
+		}
 	}
 	for l := range c.Layers {
 		prefix := "blk." + strconv.Itoa(l) + "."
-		for _, e := range perLayer {
+		es := perLayer
+		if !c.MoELayer(l) {
+			es = dense
+		}
+		for _, e := range es {
 			if err := e.check(m, prefix); err != nil {
 				return err
 			}
 		}
-		if c.Experts > 0 && !stacked {
+		if c.MoELayer(l) && !stacked {
 			if err := checkExperts(m, c, n, prefix); err != nil {
 				return err
 			}
@@ -193,8 +205,9 @@ func (m *Model) checkShapes(n *fieldNames) error {
 	return nil
 }
 
-// layerExpectations lists the attention and dense MLP tensors of one layer.
-func layerExpectations(c *Config, n *fieldNames) []expectation {
+// layerExpectations lists the attention tensors of one layer and, when dense is set,
+// its dense MLP's.
+func layerExpectations(c *Config, n *fieldNames, dense bool) []expectation {
 	q, kv := c.Heads*c.HeadDim, c.KVHeads*c.HeadDim
 	qFrom := n.heads + " x " + n.headDim
 	kvFrom := n.kvHeads + " x " + n.headDim
@@ -203,6 +216,9 @@ func layerExpectations(c *Config, n *fieldNames) []expectation {
 		{name: "attn_k.weight", shape: []int{kv, c.Dim}, from: kvFrom + ", " + n.dim},
 		{name: "attn_v.weight", shape: []int{kv, c.Dim}, from: kvFrom + ", " + n.dim},
 		{name: "attn_output.weight", shape: []int{c.Dim, q}, from: n.dim + ", " + qFrom},
+	}
+	if c.MLA() {
+		es = mlaExpectations(c, n)
 	}
 	if !c.NoPreNorms {
 		es = append(es,
@@ -230,7 +246,7 @@ func layerExpectations(c *Config, n *fieldNames) []expectation {
 			expectation{name: "attn_q_norm.weight", shape: []int{c.HeadDim}, from: n.headDim},
 			expectation{name: "attn_k_norm.weight", shape: []int{c.HeadDim}, from: n.headDim})
 	}
-	if c.Experts == 0 {
+	if dense {
 		ffn := n.ffn + ", " + n.dim
 		es = append(es,
 			expectation{name: "ffn_gate.weight", shape: []int{c.FFNDim, c.Dim}, from: ffn},
@@ -257,8 +273,10 @@ func expertExpectations(c *Config, n *fieldNames, stacked bool) []expectation {
 		es = append(es,
 			expectation{name: "ffn_gate_shexp.weight", shape: []int{s, c.Dim}, from: from, loose: true},
 			expectation{name: "ffn_up_shexp.weight", shape: []int{s, c.Dim}, from: from, loose: true},
-			expectation{name: "ffn_down_shexp.weight", shape: []int{c.Dim, s}, from: from, loose: true},
-			expectation{name: "ffn_gate_inp_shexp.weight", shape: []int{c.Dim}, from: n.dim, loose: true})
+			expectation{name: "ffn_down_shexp.weight", shape: []int{c.Dim, s}, from: from, loose: true})
+		if c.SharedExpertGated() {
+			es = append(es, expectation{name: "ffn_gate_inp_shexp.weight", shape: []int{c.Dim}, from: n.dim, loose: true})
+		}
 	}
 	return es
 }

@@ -97,7 +97,8 @@ func FuzzHFConfigCounts(f *testing.F) {
 	}
 	// The other architectures' keys, on the same sizes (their tensors differ: refused).
 	for arch, modelType := range map[string]string{hfconfig.Gemma2: "gemma2", hfconfig.Gemma3: "gemma3_text",
-		hfconfig.Phi3: "phi3", hfconfig.Granite: "granite", hfconfig.Olmo2: "olmo2"} {
+		hfconfig.Phi3: "phi3", hfconfig.Granite: "granite", hfconfig.Olmo2: "olmo2", hfconfig.DeepSeekV2: "deepseek_v2",
+		hfconfig.Qwen3MoE: "qwen3_moe"} {
 		s := strings.Replace(string(good), hfconfig.Llama, arch, 1)
 		f.Add([]byte(strings.Replace(s, `"model_type": "llama"`, `"model_type": "`+modelType+`"`, 1)))
 	}

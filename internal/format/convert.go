@@ -38,8 +38,8 @@ func Convert(m *Model, out string, opt ConvertOptions) error {
 		return fmt.Errorf("convert: phi3 models are not converted (their fused qkv and gate_up projections are split when opened)")
 	}
 	wantStyle := RopeNeox
-	if toGGUF && (cfg.Arch == "llama" || cfg.Arch == "granite") {
-		wantStyle = RopeInterleaved
+	if (toGGUF && (cfg.Arch == "llama" || cfg.Arch == "granite")) || cfg.Arch == "deepseek2" {
+		wantStyle = RopeInterleaved // deepseek2's rotary pairs are interleaved in both
 	}
 	var tensors []OutTensor
 	fileType := quant.F32

@@ -70,6 +70,11 @@ func modelFromGGUF(f *gguf.File, l Limits) (*Model, error) {
 			return m, fmt.Errorf("gguf %s: %w", f.Path, err)
 		}
 	}
+	if m.Config.MLA() {
+		if err := m.joinKVB(); err != nil {
+			return m, fmt.Errorf("gguf %s: %w", f.Path, err)
+		}
+	}
 	if err := m.inferFromTensors(l); err != nil {
 		return m, fmt.Errorf("gguf %s: %w", f.Path, err)
 	}
@@ -126,9 +131,9 @@ func configFromGGUF(f *gguf.File) (Config, error) {
 	}
 	c := Config{Arch: arch}
 	switch arch {
-	case "llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma2", "gemma3", "phi3", "granite", "olmo2":
+	case "llama", "mistral", "qwen2", "qwen3", "qwen2moe", "qwen3moe", "gemma2", "gemma3", "phi3", "granite", "olmo2", "deepseek2":
 	default:
-		return Config{}, fmt.Errorf("general.architecture %q is not supported (want llama, mistral, qwen2, qwen3, qwen2moe, gemma2, gemma3, phi3, granite, olmo2)", arch)
+		return Config{}, fmt.Errorf("general.architecture %q is not supported (want llama, mistral, qwen2, qwen3, qwen2moe, gemma2, gemma3, phi3, granite, olmo2, deepseek2)", arch)
 	}
 	if arch == "mistral" {
 		c.Arch = "llama"
@@ -188,8 +193,9 @@ func configFromGGUF(f *gguf.File) (Config, error) {
 	}
 	c.SharedExpertFFN = geti("expert_shared_feed_forward_length")
 	if c.Experts > 0 {
-		// Mixtral renormalizes the chosen experts' weights; Qwen2-MoE does not unless told.
-		c.NormTopKProbs = arch == "llama" || arch == "mistral"
+		// Mixtral and Qwen3-MoE renormalize the chosen experts' weights (llama.cpp's
+		// qwen3moe always does); Qwen2-MoE does not unless told.
+		c.NormTopKProbs = arch == "llama" || arch == "mistral" || arch == "qwen3moe"
 		if v, ok := f.GetBool(arch + ".expert_weights_norm"); ok {
 			c.NormTopKProbs = v
 		}
@@ -210,6 +216,9 @@ func configFromGGUF(f *gguf.File) (Config, error) {
 	}
 	if arch == "olmo2" {
 		olmo2Config(&c)
+	}
+	if arch == "deepseek2" && err == nil {
+		err = deepseek2FromGGUF(f, &c)
 	}
 	return c, err
 }

@@ -12,17 +12,20 @@ import (
 
 // archOfHF maps Hugging Face architecture classes to GGUF architecture names.
 var archOfHF = map[string]string{
-	hfconfig.Llama:    "llama",
-	hfconfig.Mistral:  "llama",
-	hfconfig.Mixtral:  "llama",
-	hfconfig.Qwen2:    "qwen2",
-	hfconfig.Qwen3:    "qwen3",
-	hfconfig.Qwen2MoE: "qwen2moe",
-	hfconfig.Gemma2:   "gemma2",
-	hfconfig.Gemma3:   "gemma3",
-	hfconfig.Phi3:     "phi3",
-	hfconfig.Granite:  "granite",
-	hfconfig.Olmo2:    "olmo2",
+	hfconfig.Llama:      "llama",
+	hfconfig.Mistral:    "llama",
+	hfconfig.Mixtral:    "llama",
+	hfconfig.Qwen2:      "qwen2",
+	hfconfig.Qwen3:      "qwen3",
+	hfconfig.Qwen2MoE:   "qwen2moe",
+	hfconfig.Qwen3MoE:   "qwen3moe",
+	hfconfig.Gemma2:     "gemma2",
+	hfconfig.Gemma3:     "gemma3",
+	hfconfig.Phi3:       "phi3",
+	hfconfig.Granite:    "granite",
+	hfconfig.Olmo2:      "olmo2",
+	hfconfig.DeepSeekV2: "deepseek2",
+	hfconfig.DeepSeekV3: "deepseek2",
 }
 
 // ConfigFromHF turns a parsed config.json into a Config. Hugging Face checkpoints keep q/k
@@ -36,7 +39,7 @@ func ConfigFromHF(h *hfconfig.Config) (Config, error) {
 		return Config{}, fmt.Errorf("attention_bias on the output projection is not supported")
 	}
 	if len(h.MLPOnlyLayers) > 0 || h.DecoderSparseStep > 1 {
-		return Config{}, fmt.Errorf("Qwen2-MoE models with dense layers (mlp_only_layers, decoder_sparse_step) are not supported")
+		return Config{}, fmt.Errorf("Qwen-MoE models with dense layers (mlp_only_layers, decoder_sparse_step) are not supported")
 	}
 	c := Config{
 		Arch: arch, VocabSize: h.VocabSize, Dim: h.HiddenSize, Layers: h.NumHiddenLayers,
@@ -74,6 +77,11 @@ func ConfigFromHF(h *hfconfig.Config) (Config, error) {
 			c.NormTopKProbs = true
 		}
 	}
+	if arch == "deepseek2" {
+		if err := deepseek2FromHF(h, &c); err != nil {
+			return Config{}, err
+		}
+	}
 	return c, nil
 }
 
@@ -86,6 +94,8 @@ func HFArchitecture(c Config) string {
 		return hfconfig.Qwen3
 	case c.Arch == "qwen2moe":
 		return hfconfig.Qwen2MoE
+	case c.Arch == "qwen3moe":
+		return hfconfig.Qwen3MoE
 	case c.Arch == "gemma2":
 		return hfconfig.Gemma2
 	case c.Arch == "gemma3":
@@ -96,6 +106,10 @@ func HFArchitecture(c Config) string {
 		return hfconfig.Granite
 	case c.Arch == "olmo2":
 		return hfconfig.Olmo2
+	case c.Arch == "deepseek2" && c.ExpertSigmoid:
+		return hfconfig.DeepSeekV3
+	case c.Arch == "deepseek2":
+		return hfconfig.DeepSeekV2
 	case c.Experts > 0:
 		return hfconfig.Mixtral
 	case c.SlidingWindow > 0:
@@ -120,10 +134,14 @@ func ConfigToHF(c Config, dtype quant.Type) (*hfconfig.Config, error) {
 			LowFreqFactor: s.LowFreqFactor, HighFreqFactor: s.HighFreqFactor,
 			BetaFast: s.BetaFast, BetaSlow: s.BetaSlow, AttentionFactor: s.AttnFactor,
 		}
+		if c.MLA() {
+			// DeepSeek's YaRN: mscale and mscale_all_dim give the attention factor.
+			h.RopeScaling.AttentionFactor, h.RopeScaling.MScale, h.RopeScaling.MScaleAllDim = 0, s.MScale, s.MScaleAllDim
+		}
 	}
 	if c.Experts > 0 {
 		h.NumExperts, h.NumExpertsPerTok, h.NormTopKProb = c.Experts, c.ExpertsUsed, c.NormTopKProbs
-		if h.Architecture == hfconfig.Qwen2MoE {
+		if h.Architecture == hfconfig.Qwen2MoE || h.Architecture == hfconfig.Qwen3MoE {
 			h.MoEIntermediateSize, h.SharedExpertIntermediateSize = c.ExpertFFNDim, c.SharedExpertFFN
 		} else {
 			h.IntermediateSize = c.ExpertFFNDim
@@ -137,6 +155,9 @@ func ConfigToHF(c Config, dtype quant.Type) (*hfconfig.Config, error) {
 	}
 	if c.Arch == "granite" {
 		graniteToHF(c, h)
+	}
+	if c.MLA() {
+		deepseek2ToHF(c, h)
 	}
 	return h, nil
 }
@@ -178,6 +199,9 @@ func openHF(dir string, l Limits) (*Model, error) {
 		name, ok := GGUFNameFor(hfName, cfg.Arch)
 		if !ok {
 			continue // e.g. rotary_emb.inv_freq caches, which kvasir recomputes
+		}
+		if l, ok := layerOf(name); ok && cfg.MLA() && l >= cfg.Layers {
+			continue // DeepSeek-V3's multi-token-prediction layers follow the model's; not used
 		}
 		if embdFromHead && name == "output.weight" {
 			name = "token_embd.weight" // the one matrix is embedding and output (Config.TiedEmbeddings)

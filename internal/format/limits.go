@@ -151,6 +151,16 @@ func (c *Config) check(l Limits, n *fieldNames) error {
 			bound{n.expertsUsed, c.ExpertsUsed, 1, c.Experts, ""},
 			bound{n.expertFFN, c.ExpertFFNDim, 1, l.MaxFFNDim, "MaxFFNDim"},
 			bound{n.sharedFFN, c.SharedExpertFFN, 0, l.MaxFFNDim, "MaxFFNDim"})
+		if c.LeadingDenseLayers > 0 {
+			bounds = append(bounds, bound{n.ffn, c.FFNDim, 1, l.MaxFFNDim, "MaxFFNDim"})
+		}
+	}
+	if c.MLA() {
+		bounds = append(bounds,
+			bound{"q_lora_rank", c.QLoRARank, 0, l.MaxDim, "MaxDim"},
+			bound{"qk_nope_head_dim", c.QKNopeDim, 1, l.MaxHeadDim, "MaxHeadDim"},
+			bound{"v_head_dim", c.VHeadDim, 1, l.MaxHeadDim, "MaxHeadDim"},
+			bound{"leading dense layers", c.LeadingDenseLayers, 0, c.Layers, ""})
 	}
 	for _, b := range bounds {
 		switch {

@@ -92,6 +92,10 @@ type RopeScaling struct {
 	// YaRN parameters.
 	BetaFast, BetaSlow float64
 	AttnFactor         float64
+	// DeepSeek's YaRN (multi-head latent attention): cos and sin are scaled by
+	// m(MScale) / m(MScaleAllDim) (AttnFactor holds it) and the attention scores by
+	// m(MScaleAllDim)², where m(x) = 0.1·x·ln(Factor) + 1 (1 for x = 0).
+	MScale, MScaleAllDim float64
 }
 
 // Config holds the hyperparameters of a decoder-only transformer of the Llama family.
@@ -158,7 +162,39 @@ type Config struct {
 	// PostNorms set, the block's only norms follow them); QKNormFull normalizes q and k
 	// over the whole projection, all heads at once, rather than head by head.
 	NoPreNorms, QKNormFull bool
+
+	// DeepSeek-V2/V3's multi-head latent attention (MLA, see deepseek2.go), set when
+	// KVLoRARank > 0: q is projected through a rank of QLoRARank (0: straight from the
+	// stream), keys and values through one latent of KVLoRARank shared by all heads, and
+	// each head's key is QKNopeDim latent-derived dimensions followed by RopeDim rotated
+	// ones (one rotated key shared by all heads), its value VHeadDim. The cache holds one
+	// vector per token, the rotated key then the latent: HeadDim is RopeDim + KVLoRARank
+	// and KVHeads 1, and AttnScale is the model's 1/sqrt(QKNopeDim + RopeDim).
+	QLoRARank, KVLoRARank, QKNopeDim, VHeadDim int
+	// LeadingDenseLayers is the number of first layers of a mixture of experts that have a
+	// dense MLP of FFNDim instead (DeepSeek's first_k_dense_replace).
+	LeadingDenseLayers int
+	// ExpertScale, when > 0, multiplies the routed experts' weighted sum
+	// (routed_scaling_factor).
+	ExpertScale float64
+	// DeepSeek-V3's routing (backend.BiasedRouter): ExpertSigmoid scores the experts by a
+	// sigmoid of the router logits instead of a softmax, chosen with each MoE layer's
+	// exp_probs_b.bias (when the file has it) added, among the ExpertGroupsUsed best of
+	// ExpertGroups groups when ExpertGroups > 1.
+	ExpertSigmoid                  bool
+	ExpertGroups, ExpertGroupsUsed int
 }
+
+// MLA reports whether the model's attention is multi-head latent attention.
+func (c *Config) MLA() bool { return c.KVLoRARank > 0 }
+
+// MoELayer reports whether layer l's feed-forward is a mixture of experts (rather than
+// the dense MLP of a model without experts or of one of its leading dense layers).
+func (c *Config) MoELayer(l int) bool { return c.Experts > 0 && l >= c.LeadingDenseLayers }
+
+// SharedExpertGated reports whether the shared expert's output is gated by a sigmoid
+// (Qwen2-MoE's ffn_gate_inp_shexp) rather than added as it is (DeepSeek's).
+func (c *Config) SharedExpertGated() bool { return c.SharedExpertFFN > 0 && c.Arch != "deepseek2" }
 
 // LayerWindow returns the attention window of layer l: SlidingWindow when the layer is
 // windowed, 0 when it attends to its whole context.

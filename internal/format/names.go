@@ -80,6 +80,8 @@ var archHFLayerNames = map[string]map[string]string{
 	"gemma3": gemmaHFLayerNames,
 	"phi3":   phi3HFLayerNames,
 	"olmo2":  olmo2HFLayerNames,
+	// DeepSeek's MLA and shared experts.
+	"deepseek2": deepseek2HFLayerNames,
 }
 
 // GGUFNameFor translates a Hugging Face tensor name of a model of GGUF architecture arch,

@@ -90,7 +90,8 @@ func (c Contents) GGUFMetadata(fileType quant.Type) []gguf.KV {
 			u("rope.scaling.original_context_length", cfg.Scaling.OriginalContextLen))
 	}
 	if cfg.Experts > 0 {
-		kvs = append(kvs, u("expert_count", cfg.Experts), u("expert_used_count", cfg.ExpertsUsed))
+		kvs = append(kvs, u("expert_count", cfg.Experts), u("expert_used_count", cfg.ExpertsUsed),
+			gguf.KV{Key: arch + ".expert_weights_norm", Value: gguf.Bool(cfg.NormTopKProbs)})
 		if cfg.ExpertFFNDim != cfg.FFNDim {
 			kvs = append(kvs, u("expert_feed_forward_length", cfg.ExpertFFNDim))
 		}
@@ -106,6 +107,9 @@ func (c Contents) GGUFMetadata(fileType quant.Type) []gguf.KV {
 	}
 	if arch == "granite" {
 		kvs = append(kvs, graniteGGUFMetadata(cfg)...)
+	}
+	if cfg.MLA() {
+		kvs = deepseek2GGUFMetadata(cfg, kvs)
 	}
 	if c.Vocab != nil {
 		kvs = append(kvs, vocabMetadata(c.Vocab)...)

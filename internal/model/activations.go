@@ -20,11 +20,18 @@ type activations struct {
 	// Mixture of experts: router logits [tokens][Experts], each token's experts and their
 	// gains [tokens][ExpertsUsed], the shared expert's output [tokens][Dim].
 	router, expertIDs, expertGains, shared backend.Tensor
+	// The shared expert's hidden rows [tokens][SharedExpertFFN] when the model also has
+	// dense layers (whose rows gate and up hold); nil otherwise (gate and up serve).
+	sharedGate, sharedUp backend.Tensor
 	// last holds the rows whose logits the step returns [logits rows][Dim].
 	last backend.Tensor
 	// qSq and kSq hold each token's summed squares of q and k [tokens][1], all-reduced
-	// across the tensor-parallel ranks (a QK norm over the whole projection, split).
+	// across the tensor-parallel ranks (a QK norm over the whole projection, split); kSq
+	// also the latent's of multi-head latent attention.
 	qSq, kSq backend.Tensor
+	// qLat holds the query's low-rank projection of multi-head latent attention
+	// [tokens][QLoRARank].
+	qLat backend.Tensor
 	// loraU holds each token's adapter down-projections A·x [tokens][max rank], one block
 	// of max rank columns per projection of a LoRA group (with LoRA enabled).
 	loraU backend.Tensor
@@ -59,6 +66,12 @@ func buffers(a *activations, s *shard) []buffer {
 	ffn := c.FFNDim
 	if c.Experts > 0 {
 		ffn = c.SharedExpertFFN
+		if c.LeadingDenseLayers > 0 {
+			ffn = c.FFNDim
+			if s := c.SharedExpertFFN; s > 0 {
+				bs = append(bs, buffer{t: &a.sharedGate, dtype: quant.F32, cols: s}, buffer{t: &a.sharedUp, dtype: quant.F32, cols: s})
+			}
+		}
 		bs = append(bs, buffer{t: &a.router, dtype: quant.F32, cols: c.Experts},
 			buffer{t: &a.expertIDs, dtype: quant.I32, cols: c.ExpertsUsed},
 			buffer{t: &a.expertGains, dtype: quant.F32, cols: c.ExpertsUsed})
@@ -71,6 +84,12 @@ func buffers(a *activations, s *shard) []buffer {
 	}
 	if c.QKNormFull && s.tp != nil {
 		bs = append(bs, buffer{t: &a.qSq, dtype: quant.F32, cols: 1}, buffer{t: &a.kSq, dtype: quant.F32, cols: 1})
+	}
+	if c.MLA() {
+		bs = append(bs, buffer{t: &a.kSq, dtype: quant.F32, cols: 1})
+		if c.QLoRARank > 0 {
+			bs = append(bs, buffer{t: &a.qLat, dtype: quant.F32, cols: c.QLoRARank})
+		}
 	}
 	if s.w != nil && len(s.w.ranks) > 0 {
 		ranks := s.w.ranks

@@ -17,7 +17,7 @@ import (
 func newArchShapes(t *testing.T) map[string]format.Config {
 	t.Helper()
 	out := map[string]format.Config{}
-	for _, name := range []string{"gemma2-tiny", "gemma3-tiny", "phi3-tiny", "granite-tiny", "olmo2-tiny"} {
+	for _, name := range []string{"gemma2-tiny", "gemma3-tiny", "phi3-tiny", "granite-tiny", "olmo2-tiny", "deepseek-v2-tiny"} {
 		s, err := synth.Lookup(name)
 		if err != nil {
 			t.Fatal(err)

@@ -38,7 +38,16 @@ func textbookOps(c format.Config) []string {
 		default:
 			ops = append(ops, "RMSNormResidual")
 		}
-		ops = append(ops, "MatMul", "MatMul", "MatMul")
+		switch {
+		case c.MLA() && c.QLoRARank > 0:
+			// q's down-projection and norm, the absorbed query, the cache vector's two
+			// halves, the latent's norm, their sum.
+			ops = append(ops, "MatMul", "RMSNorm", "MatMul", "MatMul", "MatMul", "SumSquares", "RMSNormSplit", "Add")
+		case c.MLA():
+			ops = append(ops, "MatMul", "MatMul", "MatMul", "SumSquares", "RMSNormSplit", "Add")
+		default:
+			ops = append(ops, "MatMul", "MatMul", "MatMul")
+		}
 		if c.QKVBias {
 			ops = append(ops, "AddBias", "AddBias", "AddBias")
 		}
@@ -63,14 +72,23 @@ func textbookOps(c format.Config) []string {
 		if c.Activation == "gelu_tanh" {
 			mlp[2] = "GeGLU"
 		}
-		switch {
-		case c.Experts == 0:
+		if !c.MoELayer(l) {
 			ops = append(ops, mlp...)
-		case c.SharedExpertFFN > 0:
-			ops = append(ops, "MatMul", "RouteExperts", "ExpertMLP")
-			ops = append(append(ops, mlp...), "GatedAdd")
-		default:
-			ops = append(ops, "MatMul", "RouteExperts", "ExpertMLP")
+		} else {
+			route := "RouteExperts"
+			if c.ExpertSigmoid {
+				route = "RouteExpertsBiased"
+			}
+			ops = append(ops, "MatMul", route, "ExpertMLP")
+			if c.ExpertScale > 0 && c.ExpertScale != 1 {
+				ops = append(ops, "Scale")
+			}
+			switch {
+			case c.SharedExpertGated():
+				ops = append(append(ops, mlp...), "GatedAdd")
+			case c.SharedExpertFFN > 0:
+				ops = append(append(ops, mlp...), "Add") // DeepSeek's, ungated
+			}
 		}
 		halfOut()
 	}

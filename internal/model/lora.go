@@ -45,6 +45,9 @@ func (m *Model) EnableLoRA(slots, maxRank int) error {
 	if len(m.ranks) != 1 {
 		return fmt.Errorf("model: lora: not supported on a model split across %d ranks", len(m.ranks))
 	}
+	if m.cfg.MLA() {
+		return fmt.Errorf("model: lora: not supported with multi-head latent attention (%s): its projections are absorbed", m.cfg.Arch)
+	}
 	if slots < 1 || maxRank < 1 {
 		return fmt.Errorf("model: lora: %d slots of rank %d: want at least 1 of each", slots, maxRank)
 	}

@@ -76,6 +76,13 @@ func New(m *format.Model, opt Options) (*Model, error) {
 	if n := par.Ranks(); len(opt.Backends) != n {
 		return nil, fmt.Errorf("model %s: %d backends for %d ranks (tensor-parallel %d x pipeline-parallel %d)", m.Path, len(opt.Backends), n, par.Tensor, par.Pipeline)
 	}
+	if m.Config.ExpertSigmoid {
+		for _, be := range opt.Backends {
+			if _, ok := be.(backend.BiasedRouter); !ok {
+				return nil, fmt.Errorf("model %s: the backend %s cannot route experts by sigmoid scores (DeepSeek-V3)", m.Path, be.Name())
+			}
+		}
+	}
 	md := &Model{cfg: m.Config, par: par, kvDT: opt.KVCacheDType}
 	for r, be := range opt.Backends {
 		stage, last := r/par.Tensor, r/par.Tensor == par.Pipeline-1

@@ -82,6 +82,7 @@ func (p Parallel) rankConfig(c format.Config, stage int) format.Config {
 	tp := p.Tensor
 	lo, hi := p.stageLayers(c.Layers, stage)
 	c.Layers = hi - lo
+	c.LeadingDenseLayers = min(max(c.LeadingDenseLayers-lo, 0), c.Layers)
 	c.Heads /= tp
 	c.KVHeads = max(c.KVHeads/tp, 1)
 	c.FFNDim /= tp
@@ -145,6 +146,19 @@ func splitOf(rest string, c format.Config) (how split, unit int, kv bool) {
 			return how, unit, kv
 		}
 		return replicate, 0, false
+	}
+	if c.MLA() {
+		// Each rank takes its heads' query rows and rows of attn_kv_b (their keys' and
+		// values' up-projections) and their columns of the output; the latent
+		// projections and norms, shared by all heads, are whole on every rank.
+		switch rest {
+		case "attn_q.weight", "attn_q_b.weight":
+			return byRows, c.QKNopeDim + c.RopeDim, false
+		case "attn_kv_b.weight":
+			return byRows, c.QKNopeDim + c.VHeadDim, false
+		case "attn_output.weight":
+			return byCols, c.VHeadDim, false
+		}
 	}
 	switch rest {
 	case "attn_q.weight", "attn_q.bias":

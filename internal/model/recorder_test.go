@@ -201,6 +201,15 @@ func (r *recorder) RouteExperts(ids, gains, logits backend.Tensor, normalize boo
 	return r.cpu.RouteExperts(in(ids), in(gains), in(logits), normalize)
 }
 
+func (r *recorder) RouteExpertsBiased(ids, gains, logits, bias backend.Tensor, groups, groupsUsed int, normalize bool) error {
+	r.note("RouteExpertsBiased", ids, gains, logits, bias)
+	var b backend.Tensor
+	if bias != nil {
+		b = in(bias)
+	}
+	return r.cpu.RouteExpertsBiased(in(ids), in(gains), in(logits), b, groups, groupsUsed, normalize)
+}
+
 func (r *recorder) ExpertMLP(out, x, ids, gains backend.Tensor, experts []backend.Expert) error {
 	r.note("ExpertMLP", out, x, ids, gains)
 	unwrapped := make([]backend.Expert, len(experts))

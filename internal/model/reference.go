@@ -44,7 +44,7 @@ func NewReference(m *format.Model) (*Reference, error) {
 	}
 	return &Reference{cfg: c, w: w, rope: r, ropeLocal: local,
 		keys: make([][]float32, c.Layers), values: make([][]float32, c.Layers),
-		row: make([]float32, max(c.Dim, c.Heads*c.HeadDim, c.FFNDim, c.ExpertFFNDim, c.SharedExpertFFN))}, nil
+		row: make([]float32, max(c.Dim, c.Heads*c.HeadDim, c.FFNDim, c.ExpertFFNDim, c.SharedExpertFFN, c.Heads*c.VHeadDim))}, nil
 }
 
 // Pos returns the number of tokens processed so far: the context index of the next token
@@ -107,6 +107,11 @@ func (r *Reference) ForwardAt(token, pos int) ([]float32, error) {
 		}
 		// Attention.
 		xb := r.preNorm(x, lw.attnNorm)
+		if c.MLA() {
+			addInto(x, r.mlaAttention(l, lw, xb, cos, sin))
+			r.feedForward(l, lw, x)
+			continue
+		}
 		q := r.linear(lw, "attn_q", lw.q, xb)
 		k := r.linear(lw, "attn_k", lw.k, xb)
 		v := r.linear(lw, "attn_v", lw.v, xb)
@@ -162,13 +167,7 @@ func (r *Reference) ForwardAt(token, pos int) ([]float32, error) {
 		}
 		addInto(x, r.halfOut(r.linear(lw, "attn_output", lw.o, att), lw.attnPostNorm))
 
-		// Feed-forward.
-		xb = r.preNorm(x, lw.ffnNorm)
-		if c.Experts == 0 {
-			addInto(x, r.halfOut(r.mlp(lw, lw.gate, lw.up, lw.down, xb), lw.ffnPostNorm))
-		} else {
-			addInto(x, r.halfOut(r.moe(lw, xb), nil))
-		}
+		r.feedForward(l, lw, x)
 	}
 	x = rmsNorm(x, r.vector(r.w.outNorm), eps)
 	r.pos++
@@ -184,6 +183,17 @@ func (r *Reference) ForwardAt(token, pos int) ([]float32, error) {
 		}
 	}
 	return logits, nil
+}
+
+// feedForward adds the feed-forward half of block l to the residual stream x: the dense
+// MLP, or the mixture of experts of an MoE layer.
+func (r *Reference) feedForward(l int, lw *layerWeights[*format.Tensor], x []float32) {
+	xb := r.preNorm(x, lw.ffnNorm)
+	if r.cfg.MoELayer(l) {
+		addInto(x, r.halfOut(r.moe(lw, xb), nil))
+		return
+	}
+	addInto(x, r.halfOut(r.mlp(lw, lw.gate, lw.up, lw.down, xb), lw.ffnPostNorm))
 }
 
 // preNorm returns x RMS-normalized by a block's pre-norm weight, or a copy of x for a
@@ -231,16 +241,22 @@ func (r *Reference) mlp(lw *layerWeights[*format.Tensor], gate, up, down *format
 }
 
 // moe routes x to the top ExpertsUsed experts by softmax router probability (renormalized
-// over the chosen ones when NormTopKProbs) and sums their weighted outputs, plus the shared
-// expert (gated by a sigmoid) when the model has one.
+// over the chosen ones when NormTopKProbs) and sums their weighted outputs (times
+// ExpertScale when set), plus the shared expert (gated by a sigmoid unless DeepSeek's)
+// when the model has one.
 func (r *Reference) moe(lw *layerWeights[*format.Tensor], x []float32) []float32 {
 	c := r.cfg
 	probs64 := make([]float64, c.Experts)
 	for e, v := range r.matVec(lw.router, x) {
 		probs64[e] = float64(v)
 	}
-	softmax64(probs64)
-	chosen := topExperts(probs64, c.ExpertsUsed)
+	var chosen []int
+	if c.ExpertSigmoid {
+		chosen = r.sigmoidRoute(lw, probs64)
+	} else {
+		softmax64(probs64)
+		chosen = topExperts(probs64, c.ExpertsUsed)
+	}
 	var sum float64
 	for _, e := range chosen {
 		sum += probs64[e]
@@ -251,18 +267,60 @@ func (r *Reference) moe(lw *layerWeights[*format.Tensor], x []float32) []float32
 		if c.NormTopKProbs {
 			wgt /= sum
 		}
+		if c.ExpertScale > 0 {
+			wgt *= c.ExpertScale
+		}
 		ew := lw.experts[e]
 		for i, v := range r.mlp(nil, ew.gate, ew.up, ew.down, x) {
 			out[i] += float32(wgt) * v
 		}
 	}
 	if c.SharedExpertFFN > 0 {
-		g := sigmoid(float32(dot64(r.vector(lw.shGateInp), x)))
+		g := float32(1)
+		if c.SharedExpertGated() {
+			g = sigmoid(float32(dot64(r.vector(lw.shGateInp), x)))
+		}
 		for i, v := range r.mlp(nil, lw.shGate, lw.shUp, lw.shDown, x) {
 			out[i] += g * v
 		}
 	}
 	return out
+}
+
+// sigmoidRoute is DeepSeek-V3's routing: it replaces the router logits by their sigmoid
+// scores and returns the chosen experts, best first: the ExpertsUsed best by score plus
+// the layer's selection bias, among the experts of the ExpertGroupsUsed groups whose two
+// best biased scores sum highest (all experts without groups).
+func (r *Reference) sigmoidRoute(lw *layerWeights[*format.Tensor], logits []float64) []int {
+	c := r.cfg
+	biased := make([]float64, len(logits))
+	for e, v := range logits {
+		logits[e] = 1 / (1 + math.Exp(-v))
+		biased[e] = logits[e]
+	}
+	if lw.expBias != nil {
+		for e, b := range r.vector(lw.expBias) {
+			biased[e] += float64(b)
+		}
+	}
+	if g := c.ExpertGroups; g > 1 {
+		per := c.Experts / g
+		groupScore := make([]float64, g)
+		for gr := range g {
+			best := topExperts(biased[gr*per:(gr+1)*per], 2)
+			groupScore[gr] = biased[gr*per+best[0]] + biased[gr*per+best[1]]
+		}
+		keep := make([]bool, g)
+		for _, gr := range topExperts(groupScore, c.ExpertGroupsUsed) {
+			keep[gr] = true
+		}
+		for e := range biased {
+			if !keep[e/per] {
+				biased[e] = math.Inf(-1)
+			}
+		}
+	}
+	return topExperts(biased, c.ExpertsUsed)
 }
 
 // topExperts returns the indices of the k largest probabilities, largest first (the lower

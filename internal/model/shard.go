@@ -69,7 +69,9 @@ func (s *shard) upload(m source, path string, sent func(n int64)) error {
 			return w, err
 		}
 	}
-	w, err := bindWeights(m, s.cfg, path, stageEnds(s.first, s.last, s.cfg.TiedEmbeddings), send)
+	parts := stageEnds(s.first, s.last, s.cfg.TiedEmbeddings)
+	parts.absorbMLA = true
+	w, err := bindWeights(m, s.cfg, path, parts, send)
 	if err != nil {
 		return err
 	}
@@ -124,7 +126,7 @@ func (s *shard) uploadRope(c format.Config, divisors []float32) (backend.Rope, *
 func (s *shard) weightBytesPerToken() int64 {
 	var n int64
 	for l, lw := range s.w.layers {
-		n += tensorBytes(lw.q) + tensorBytes(lw.k) + tensorBytes(lw.v) + tensorBytes(lw.o)
+		n += tensorBytes(lw.q) + tensorBytes(lw.k) + tensorBytes(lw.v) + tensorBytes(lw.o) + tensorBytes(lw.qA)
 		n += tensorBytes(lw.gate) + tensorBytes(lw.up) + tensorBytes(lw.down) + factorBytes(&lw)
 		if e := s.experts[l]; len(e) > 0 {
 			perExpert := tensorBytes(e[0].Gate) + tensorBytes(e[0].Up) + tensorBytes(e[0].Down)
@@ -401,7 +403,7 @@ func (s *shard) layer(l int, a *activations, kv backend.KVCache, st backend.Step
 		return err
 	}
 	switch {
-	case s.cfg.Experts > 0:
+	case s.cfg.MoELayer(l):
 		err = s.moe(l, a)
 	case s.stepLoRA():
 		err = s.mlpLoRA(l, a.ffnOut, in, a, st)
@@ -423,6 +425,9 @@ func (s *shard) layer(l int, a *activations, kv backend.KVCache, st backend.Step
 // output projection into a.ffnOut, summed over the tensor-parallel ranks.
 func (s *shard) attention(l int, a *activations, in backend.Tensor, kv backend.KVCache, st backend.Step) error {
 	be, lw, c := s.be, &s.w.layers[l], s.cfg
+	if c.MLA() {
+		return s.mlaAttention(l, a, in, kv, st)
+	}
 	if err := s.projectLinear([]backend.Tensor{a.q, a.k, a.v}, in, a, lw, qkvNames, []backend.Tensor{lw.q, lw.k, lw.v}); err != nil {
 		return err
 	}

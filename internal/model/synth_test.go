@@ -15,6 +15,11 @@ import (
 // architecture: GQA ratio, head size class, biases, QK norm, tied output, rope style and
 // scaling, experts. Sizes stay multiples of 256 so every quantized type applies.
 func smallConfig(c format.Config) format.Config {
+	if c.MLA() {
+		// The DeepSeek shape is small already; two layers keep one dense and one of experts.
+		c.Layers, c.VocabSize = 2, 256
+		return c
+	}
 	ratio := c.Heads / c.KVHeads
 	c.Layers = 2
 	c.VocabSize = 256

@@ -32,6 +32,12 @@ type layerWeights[T any] struct {
 	// Norms of the attention and MLP outputs (Config.PostNorms: Gemma).
 	attnPostNorm, ffnPostNorm T
 
+	// Multi-head latent attention (Config.MLA, mla.go): q's down-projection and its norm
+	// (with a q rank), and the reference path's latent projections as the file has them
+	// (q above is attn_q_b or attn_q). The fast path binds, in q, k, v and o, the absorbed
+	// matrices of mla.go instead, with kvANorm padded to the cache vector.
+	qA, qANorm, kvA, kvANorm, kvB T
+
 	// Dense MLP.
 	gate, up, down T
 
@@ -42,6 +48,7 @@ type layerWeights[T any] struct {
 	// Mixture of experts: a router and one MLP per expert, and the optional shared expert
 	// with its sigmoid gate (set when the config's SharedExpertFFN > 0).
 	router               T
+	expBias              T // the selection bias of DeepSeek-V3's routing (exp_probs_b.bias)
 	experts              []expertWeights[T]
 	shGate, shUp, shDown T
 	shGateInp            T
@@ -66,6 +73,9 @@ type source interface {
 // norm and output projection (the last stage). The whole model binds both.
 type stageParts struct {
 	embedding, output bool
+	// absorbMLA binds the absorbed matrices of multi-head latent attention (the fast
+	// path) in place of the file's (mla.go).
+	absorbMLA bool
 }
 
 // wholeModel binds every tensor.
@@ -114,10 +124,14 @@ func bindWeights[T any](m source, c format.Config, path string, parts stageParts
 			lw.attnPostNorm = b.vector(p+"post_attention_norm.weight", c.Dim)
 			lw.ffnPostNorm = b.vector(p+"post_ffw_norm.weight", c.Dim)
 		}
-		lw.q = b.linear(lw, p, "attn_q", q, c.Dim)
-		lw.k = b.linear(lw, p, "attn_k", kv, c.Dim)
-		lw.v = b.linear(lw, p, "attn_v", kv, c.Dim)
-		lw.o = b.linear(lw, p, "attn_output", c.Dim, q)
+		if c.MLA() {
+			b.mla(lw, p, c, parts.absorbMLA)
+		} else {
+			lw.q = b.linear(lw, p, "attn_q", q, c.Dim)
+			lw.k = b.linear(lw, p, "attn_k", kv, c.Dim)
+			lw.v = b.linear(lw, p, "attn_v", kv, c.Dim)
+			lw.o = b.linear(lw, p, "attn_output", c.Dim, q)
+		}
 		if c.QKVBias {
 			lw.qBias = b.vector(p+"attn_q.bias", q)
 			lw.kBias = b.vector(p+"attn_k.bias", kv)
@@ -131,13 +145,16 @@ func bindWeights[T any](m source, c format.Config, path string, parts stageParts
 			lw.qNorm = b.vector(p+"attn_q_norm.weight", qn)
 			lw.kNorm = b.vector(p+"attn_k_norm.weight", kn)
 		}
-		if c.Experts == 0 {
+		if !c.MoELayer(l) {
 			lw.gate = b.linear(lw, p, "ffn_gate", c.FFNDim, c.Dim)
 			lw.up = b.linear(lw, p, "ffn_up", c.FFNDim, c.Dim)
 			lw.down = b.linear(lw, p, "ffn_down", c.Dim, c.FFNDim)
 			continue
 		}
 		lw.router = b.matrix(p+"ffn_gate_inp.weight", c.Experts, c.Dim)
+		if c.ExpertSigmoid {
+			lw.expBias = b.vector(p+"exp_probs_b.bias", c.Experts)
+		}
 		f := c.ExpertFFNDim
 		lw.experts = make([]expertWeights[T], c.Experts)
 		if _, stacked := m.Tensor(p + "ffn_gate_exps.weight"); stacked {
@@ -162,7 +179,9 @@ func bindWeights[T any](m source, c format.Config, path string, parts stageParts
 			lw.shGate = b.matrix(p+"ffn_gate_shexp.weight", s, c.Dim)
 			lw.shUp = b.matrix(p+"ffn_up_shexp.weight", s, c.Dim)
 			lw.shDown = b.matrix(p+"ffn_down_shexp.weight", c.Dim, s)
-			lw.shGateInp = b.vector(p+"ffn_gate_inp_shexp.weight", c.Dim)
+			if c.SharedExpertGated() {
+				lw.shGateInp = b.vector(p+"ffn_gate_inp_shexp.weight", c.Dim)
+			}
 		}
 	}
 	if b.err != nil {

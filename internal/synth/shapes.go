@@ -105,7 +105,38 @@ var shapes = func() map[string]Shape {
 	mistralSWA := llama(256, 512, 4, 4, 2, 512, 4096, 10000)
 	mistralSWA.SlidingWindow = 7
 
+	// A small DeepSeek-V2: multi-head latent attention with a q rank (llama.cpp reads
+	// attn_q_a/attn_q_b for every layer count but the Lite model's 27), one leading dense
+	// layer, then routed experts with a shared one and a routed scale; cached vectors of
+	// 16 + 48 = 64 values a token.
+	dsTiny := llama(256, 512, 4, 4, 4, 512, 4096, 10000)
+	dsTiny.Arch, dsTiny.NormEps = "deepseek2", 1e-6
+	dsTiny.QLoRARank, dsTiny.KVLoRARank, dsTiny.QKNopeDim, dsTiny.VHeadDim, dsTiny.RopeDim = 64, 48, 32, 32, 16
+	dsTiny.HeadDim, dsTiny.KVHeads, dsTiny.AttnScale = 16+48, 1, 1/math.Sqrt(32+16)
+	dsTiny.Experts, dsTiny.ExpertsUsed, dsTiny.ExpertFFNDim, dsTiny.SharedExpertFFN = 8, 2, 128, 128
+	dsTiny.LeadingDenseLayers, dsTiny.ExpertScale = 1, 1.5
+
+	// Small Qwen MoEs for the transformers oracle: Qwen2-MoE's routing without
+	// renormalization and its sigmoid-gated shared expert; Qwen3-MoE's renormalized
+	// routing, QK norms and no shared expert.
+	q2moe := llama(256, 256, 2, 4, 2, 512, 4096, 1000000)
+	q2moe.Arch, q2moe.NormEps, q2moe.RopeStyle, q2moe.QKVBias = "qwen2moe", 1e-6, format.RopeNeox, true
+	q2moe.Experts, q2moe.ExpertsUsed, q2moe.ExpertFFNDim, q2moe.SharedExpertFFN = 8, 2, 128, 256
+	q3moe := llama(256, 256, 2, 4, 2, 512, 4096, 1000000)
+	q3moe.Arch, q3moe.NormEps, q3moe.RopeStyle, q3moe.QKNorm = "qwen3moe", 1e-6, format.RopeNeox, true
+	q3moe.Experts, q3moe.ExpertsUsed, q3moe.ExpertFFNDim, q3moe.NormTopKProbs = 8, 2, 128, true
+
+	// DeepSeek-V3's routing on the same model: sigmoid scores with a selection bias, the
+	// best 2 of 4 groups of 2 experts, renormalized and scaled by 2.5.
+	ds3Tiny := dsTiny
+	ds3Tiny.ExpertSigmoid, ds3Tiny.ExpertGroups, ds3Tiny.ExpertGroupsUsed = true, 4, 2
+	ds3Tiny.NormTopKProbs, ds3Tiny.ExpertScale = true, 2.5
+
 	return map[string]Shape{
+		"deepseek-v3-tiny": {"deepseek-v3-tiny", "DeepseekV3ForCausalLM", ds3Tiny},
+		"qwen2moe-tiny":    {"qwen2moe-tiny", "Qwen2MoeForCausalLM", q2moe},
+		"qwen3moe-tiny":    {"qwen3moe-tiny", "Qwen3MoeForCausalLM", q3moe},
+		"deepseek-v2-tiny": {"deepseek-v2-tiny", "DeepseekV2ForCausalLM", dsTiny},
 		"smollm2-135m":     {"smollm2-135m", "LlamaForCausalLM", smol},
 		"qwen2.5-0.5b":     {"qwen2.5-0.5b", "Qwen2ForCausalLM", qwen25},
 		"qwen3-0.6b":       {"qwen3-0.6b", "Qwen3ForCausalLM", qwen3},

@@ -15,6 +15,10 @@ import (
 // small returns the shape's config shrunk to one layer and a small width, keeping what
 // makes it that architecture: head counts, biases, norms, scaling, experts.
 func small(c format.Config) format.Config {
+	if c.MLA() {
+		c.Layers, c.VocabSize = 2, 300 // small already; a dense layer, then experts
+		return c
+	}
 	c.Layers, c.VocabSize, c.HeadDim, c.RopeDim = 1, 300, 8, 8
 	c.Dim, c.FFNDim = c.Heads*8, 64
 	if c.Experts > 0 {
@@ -86,8 +90,12 @@ func TestTwinsHoldOneModel(t *testing.T) {
 			s, _ := Lookup(name)
 			c := small(s.Config)
 			g, h := writeTwins(t, c, quant.F16, 7)
-			if g.Config.RopeStyle != c.RopeStyle || h.Config.RopeStyle != format.RopeNeox {
-				t.Errorf("rope styles: gguf %s (want %s), hf %s (want neox)", g.Config.RopeStyle, c.RopeStyle, h.Config.RopeStyle)
+			hfStyle := format.RopeNeox
+			if c.MLA() {
+				hfStyle = format.RopeInterleaved // DeepSeek's checkpoints interleave the rotary pairs too
+			}
+			if g.Config.RopeStyle != c.RopeStyle || h.Config.RopeStyle != hfStyle {
+				t.Errorf("rope styles: gguf %s (want %s), hf %s (want %s)", g.Config.RopeStyle, c.RopeStyle, h.Config.RopeStyle, hfStyle)
 			}
 			for _, cfg := range []format.Config{g.Config, h.Config} {
 				if cfg.Dim != c.Dim || cfg.Heads != c.Heads || cfg.KVHeads != c.KVHeads || cfg.QKVBias != c.QKVBias ||
@@ -162,6 +170,8 @@ func expertOf(name string) (stacked string, expert int, ok bool) {
 
 func qkHeads(name string, c format.Config) int {
 	switch {
+	case c.MLA():
+		return 0 // neither file permutes (see format/deepseek2.go)
 	case strings.Contains(name, ".attn_q."):
 		return c.Heads
 	case strings.Contains(name, ".attn_k."):

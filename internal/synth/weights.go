@@ -69,11 +69,15 @@ func specs(c format.Config, target Target) []spec {
 				spec{name: p + "ffn_down.weight", shape: []int{c.Dim, c.FFNDim}})
 			continue
 		}
-		out = append(out,
-			spec{name: p + "attn_q.weight", shape: []int{q, c.Dim}, permuteHeads: permQ},
-			spec{name: p + "attn_k.weight", shape: []int{kv, c.Dim}, permuteHeads: permK},
-			spec{name: p + "attn_v.weight", shape: []int{kv, c.Dim}},
-		)
+		if c.MLA() {
+			out = append(out, mlaSpecs(c, p)...)
+		} else {
+			out = append(out,
+				spec{name: p + "attn_q.weight", shape: []int{q, c.Dim}, permuteHeads: permQ},
+				spec{name: p + "attn_k.weight", shape: []int{kv, c.Dim}, permuteHeads: permK},
+				spec{name: p + "attn_v.weight", shape: []int{kv, c.Dim}},
+			)
+		}
 		if c.QKVBias {
 			out = append(out,
 				spec{name: p + "attn_q.bias", shape: []int{q}, kind: bias, float: true, permuteHeads: permQ},
@@ -89,7 +93,9 @@ func specs(c format.Config, target Target) []spec {
 				spec{name: p + "attn_q_norm.weight", shape: []int{qn}, kind: norm, float: true},
 				spec{name: p + "attn_k_norm.weight", shape: []int{kn}, kind: norm, float: true})
 		}
-		out = append(out, spec{name: p + "attn_output.weight", shape: []int{c.Dim, q}})
+		if !c.MLA() {
+			out = append(out, spec{name: p + "attn_output.weight", shape: []int{c.Dim, q}})
+		}
 		if !c.NoPreNorms {
 			out = append(out, spec{name: p + "ffn_norm.weight", shape: []int{c.Dim}, kind: norm, float: true})
 		}
@@ -98,7 +104,7 @@ func specs(c format.Config, target Target) []spec {
 				spec{name: p + "post_attention_norm.weight", shape: []int{c.Dim}, kind: norm, float: true},
 				spec{name: p + "post_ffw_norm.weight", shape: []int{c.Dim}, kind: norm, float: true})
 		}
-		if c.Experts == 0 {
+		if !c.MoELayer(i) {
 			out = append(out,
 				spec{name: p + "ffn_gate.weight", shape: []int{c.FFNDim, c.Dim}},
 				spec{name: p + "ffn_up.weight", shape: []int{c.FFNDim, c.Dim}},
@@ -106,6 +112,10 @@ func specs(c format.Config, target Target) []spec {
 			continue
 		}
 		out = append(out, spec{name: p + "ffn_gate_inp.weight", shape: []int{c.Experts, c.Dim}, float: true})
+		if c.ExpertSigmoid {
+			// DeepSeek-V3's selection bias, in llama.cpp's place of it (after the router).
+			out = append(out, spec{name: p + "exp_probs_b.bias", shape: []int{c.Experts}, kind: bias, float: true})
+		}
 		e, f := c.Experts, c.ExpertFFNDim
 		if target == GGUF {
 			out = append(out,
@@ -122,8 +132,10 @@ func specs(c format.Config, target Target) []spec {
 		}
 		if c.SharedExpertFFN > 0 {
 			s := c.SharedExpertFFN
+			if c.SharedExpertGated() {
+				out = append(out, spec{name: p + "ffn_gate_inp_shexp.weight", shape: []int{c.Dim}, float: true})
+			}
 			out = append(out,
-				spec{name: p + "ffn_gate_inp_shexp.weight", shape: []int{c.Dim}, float: true},
 				spec{name: p + "ffn_gate_shexp.weight", shape: []int{s, c.Dim}},
 				spec{name: p + "ffn_up_shexp.weight", shape: []int{s, c.Dim}},
 				spec{name: p + "ffn_down_shexp.weight", shape: []int{c.Dim, s}})
@@ -134,6 +146,27 @@ func specs(c format.Config, target Target) []spec {
 		out = append(out, spec{name: "output.weight", shape: []int{c.VocabSize, c.Dim}})
 	}
 	return out
+}
+
+// mlaSpecs lists the attention tensors of one layer (prefix p) of a model with multi-head
+// latent attention, as llama.cpp's "deepseek2" names them; both files keep the rotary
+// pairs interleaved, so nothing is permuted.
+func mlaSpecs(c format.Config, p string) []spec {
+	q := c.Heads * (c.QKNopeDim + c.RopeDim)
+	var out []spec
+	if c.QLoRARank > 0 {
+		out = append(out,
+			spec{name: p + "attn_q_a.weight", shape: []int{c.QLoRARank, c.Dim}},
+			spec{name: p + "attn_q_a_norm.weight", shape: []int{c.QLoRARank}, kind: norm, float: true},
+			spec{name: p + "attn_q_b.weight", shape: []int{q, c.QLoRARank}})
+	} else {
+		out = append(out, spec{name: p + "attn_q.weight", shape: []int{q, c.Dim}})
+	}
+	return append(out,
+		spec{name: p + "attn_kv_a_mqa.weight", shape: []int{c.KVLoRARank + c.RopeDim, c.Dim}},
+		spec{name: p + "attn_kv_a_norm.weight", shape: []int{c.KVLoRARank}, kind: norm, float: true},
+		spec{name: p + "attn_kv_b.weight", shape: []int{c.Heads * (c.QKNopeDim + c.VHeadDim), c.KVLoRARank}},
+		spec{name: p + "attn_output.weight", shape: []int{c.Dim, c.Heads * c.VHeadDim}})
 }
 
 // Tensors returns the tensors of a random model with config c, weights in dtype (a weight

@@ -346,3 +346,34 @@ func (b *Backend) GatedAdd(out, y, x, gate backend.Tensor) error {
 	}
 	return b.ops.GatedAdd(o.buf, ys.buf, xs.buf, gs.buf, o.rows(), o.cols(), xs.cols())
 }
+
+// RouteExpertsBiased picks each token's experts as DeepSeek-V3 does (see
+// backend.BiasedRouter).
+func (b *Backend) RouteExpertsBiased(ids, gains, logits, bias backend.Tensor, groups, groupsUsed int, normalize bool) error {
+	const op = "route experts biased"
+	id, err := devTensor(op, "ids", ids, cuda.I32)
+	if err != nil {
+		return err
+	}
+	g, err := devTensor(op, "gains", gains, cuda.F32)
+	if err != nil {
+		return err
+	}
+	lg, err := devTensor(op, "logits", logits, cuda.F32)
+	if err != nil {
+		return err
+	}
+	n, k, experts := lg.rows(), id.cols(), lg.cols()
+	if id.rows() != n || g.rows() != n || g.cols() != k || k > experts {
+		return fmt.Errorf("cuda %s: ids %v and gains %v for logits %v", op, id.shape, g.shape, lg.shape)
+	}
+	var bb cuda.Buffer
+	if bias != nil {
+		bt, err := devTensor(op, "bias", bias, cuda.F32)
+		if err != nil {
+			return err
+		}
+		bb = bt.buf
+	}
+	return b.ops.MoERouteBiased(id.buf, g.buf, lg.buf, bb, bias != nil, n, experts, k, groups, groupsUsed, normalize)
+}

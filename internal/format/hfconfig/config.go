@@ -21,11 +21,16 @@ const (
 	Qwen3    = "Qwen3ForCausalLM"
 	Mixtral  = "MixtralForCausalLM"
 	Qwen2MoE = "Qwen2MoeForCausalLM"
+	Qwen3MoE = "Qwen3MoeForCausalLM"
 	Gemma2   = "Gemma2ForCausalLM"
 	Gemma3   = "Gemma3ForCausalLM" // the text-only model (model_type gemma3_text)
 	Phi3     = "Phi3ForCausalLM"
 	Granite  = "GraniteForCausalLM"
 	Olmo2    = "Olmo2ForCausalLM"
+	// DeepSeekV2 is DeepSeek-V2 (multi-head latent attention; see DeepSeekConfig).
+	DeepSeekV2 = "DeepseekV2ForCausalLM"
+	// DeepSeekV3 is DeepSeek-V3 (DeepSeek-V2's attention; sigmoid, group-limited routing).
+	DeepSeekV3 = "DeepseekV3ForCausalLM"
 )
 
 // archInfo holds an architecture's model_type and the defaults transformers applies when a
@@ -51,17 +56,20 @@ type archInfo struct {
 }
 
 var archs = map[string]archInfo{
-	Llama:    {modelType: "llama", maxPos: 2048, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: 1, eosID: 2},
-	Mistral:  {modelType: "mistral", kvHeads: 8, maxPos: 4096 * 32, rmsNormEps: 1e-6, ropeTheta: 10000, slidingWindow: 4096, bosID: 1, eosID: 2},
-	Qwen2:    {modelType: "qwen2", maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: -1, eosID: -1, qkvBias: true, qwenWindowKeys: true},
-	Qwen3:    {modelType: "qwen3", headDim: 128, maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: -1, eosID: -1, qkNorm: true, qwenWindowKeys: true},
-	Mixtral:  {modelType: "mixtral", kvHeads: 8, maxPos: 4096 * 32, rmsNormEps: 1e-5, ropeTheta: 1e6, experts: 8, expertsPerTok: 2, bosID: 1, eosID: 2},
-	Qwen2MoE: {modelType: "qwen2_moe", maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, experts: 60, expertsPerTok: 4, moeFFN: 1408, sharedFFN: 5632, bosID: -1, eosID: -1, qkvBias: true, qwenWindowKeys: true},
-	Gemma2:   {modelType: "gemma2", kvHeads: 4, headDim: 256, maxPos: 8192, rmsNormEps: 1e-6, ropeTheta: 10000, slidingWindow: 4096, bosID: 2, eosID: 1, tied: true, gemma: true},
-	Olmo2:    {modelType: "olmo2", maxPos: 2048, rmsNormEps: 1e-5, ropeTheta: 10000, bosID: -1, eosID: 50279, qkNorm: true},
-	Granite:  {modelType: "granite", maxPos: 2048, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: 1, eosID: 2},
-	Phi3:     {modelType: "phi3", maxPos: 4096, rmsNormEps: 1e-5, ropeTheta: 10000, bosID: 1, eosID: 32000},
-	Gemma3:   {modelType: "gemma3_text", kvHeads: 4, headDim: 256, maxPos: 131072, rmsNormEps: 1e-6, ropeTheta: 1e6, slidingWindow: 4096, bosID: 2, eosID: 1, tied: true, qkNorm: true, gemma: true},
+	Llama:      {modelType: "llama", maxPos: 2048, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: 1, eosID: 2},
+	Mistral:    {modelType: "mistral", kvHeads: 8, maxPos: 4096 * 32, rmsNormEps: 1e-6, ropeTheta: 10000, slidingWindow: 4096, bosID: 1, eosID: 2},
+	Qwen2:      {modelType: "qwen2", maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: -1, eosID: -1, qkvBias: true, qwenWindowKeys: true},
+	Qwen3:      {modelType: "qwen3", headDim: 128, maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: -1, eosID: -1, qkNorm: true, qwenWindowKeys: true},
+	Mixtral:    {modelType: "mixtral", kvHeads: 8, maxPos: 4096 * 32, rmsNormEps: 1e-5, ropeTheta: 1e6, experts: 8, expertsPerTok: 2, bosID: 1, eosID: 2},
+	Qwen3MoE:   {modelType: "qwen3_moe", headDim: 128, maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, experts: 128, expertsPerTok: 8, moeFFN: 768, bosID: -1, eosID: -1, qkNorm: true, qwenWindowKeys: true},
+	Qwen2MoE:   {modelType: "qwen2_moe", maxPos: 32768, rmsNormEps: 1e-6, ropeTheta: 10000, experts: 60, expertsPerTok: 4, moeFFN: 1408, sharedFFN: 5632, bosID: -1, eosID: -1, qkvBias: true, qwenWindowKeys: true},
+	Gemma2:     {modelType: "gemma2", kvHeads: 4, headDim: 256, maxPos: 8192, rmsNormEps: 1e-6, ropeTheta: 10000, slidingWindow: 4096, bosID: 2, eosID: 1, tied: true, gemma: true},
+	Olmo2:      {modelType: "olmo2", maxPos: 2048, rmsNormEps: 1e-5, ropeTheta: 10000, bosID: -1, eosID: 50279, qkNorm: true},
+	Granite:    {modelType: "granite", maxPos: 2048, rmsNormEps: 1e-6, ropeTheta: 10000, bosID: 1, eosID: 2},
+	Phi3:       {modelType: "phi3", maxPos: 4096, rmsNormEps: 1e-5, ropeTheta: 10000, bosID: 1, eosID: 32000},
+	DeepSeekV3: {modelType: "deepseek_v3", maxPos: 4096, rmsNormEps: 1e-6, ropeTheta: 10000, experts: 256, expertsPerTok: 8, moeFFN: 2048, bosID: -1, eosID: -1},
+	DeepSeekV2: {modelType: "deepseek_v2", maxPos: 2048, rmsNormEps: 1e-6, ropeTheta: 10000, experts: 64, expertsPerTok: 6, moeFFN: 1407, bosID: -1, eosID: -1},
+	Gemma3:     {modelType: "gemma3_text", kvHeads: 4, headDim: 256, maxPos: 131072, rmsNormEps: 1e-6, ropeTheta: 1e6, slidingWindow: 4096, bosID: 2, eosID: 1, tied: true, qkNorm: true, gemma: true},
 }
 
 // Config is a parsed config.json of a supported architecture, with transformers' defaults
@@ -115,6 +123,20 @@ type Config struct {
 	Gemma GemmaConfig
 	// Granite's multipliers; zero for the other architectures.
 	Granite GraniteConfig
+	// DeepSeek holds DeepSeek-V2's fields (with HeadDim qk_nope_head_dim +
+	// qk_rope_head_dim and NumExperts n_routed_experts); zero for the other architectures.
+	DeepSeek DeepSeekConfig
+}
+
+// DeepSeekConfig holds the config.json fields of multi-head latent attention and of
+// DeepSeek's mixture of experts.
+type DeepSeekConfig struct {
+	QLoRARank, KVLoRARank                  int // q_lora_rank (0 for null), kv_lora_rank
+	QKNopeHeadDim, QKRopeHeadDim, VHeadDim int
+	FirstKDenseReplace, NSharedExperts     int
+	RoutedScalingFactor                    float64
+	TopKMethod, ScoringFunc                string
+	NGroup, TopKGroup                      int // expert groups, and those a token's experts come from
 }
 
 // GraniteConfig holds Granite's multipliers (transformers' default for each is 1).
@@ -173,6 +195,20 @@ type configJSON struct {
 	ResidualMultiplier    *float64        `json:"residual_multiplier"`
 	AttentionMultiplier   *float64        `json:"attention_multiplier"`
 	LogitsScaling         *float64        `json:"logits_scaling"`
+	KVLoRARank            *int            `json:"kv_lora_rank"`
+	QLoRARank             *int            `json:"q_lora_rank"`
+	QKNopeHeadDim         *int            `json:"qk_nope_head_dim"`
+	QKRopeHeadDim         *int            `json:"qk_rope_head_dim"`
+	VHeadDim              *int            `json:"v_head_dim"`
+	FirstKDenseReplace    *int            `json:"first_k_dense_replace"`
+	NSharedExperts        *int            `json:"n_shared_experts"`
+	NRoutedExperts        *int            `json:"n_routed_experts"`
+	RoutedScalingFactor   *float64        `json:"routed_scaling_factor"`
+	TopKMethod            *string         `json:"topk_method"`
+	ScoringFunc           *string         `json:"scoring_func"`
+	MoELayerFreq          *int            `json:"moe_layer_freq"`
+	NGroup                *int            `json:"n_group"`
+	TopKGroup             *int            `json:"topk_group"`
 	gemmaJSON
 }
 
@@ -226,7 +262,7 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	for _, r := range required {
 		if r.src == nil {
-			if r.key == "intermediate_size" && arch == Qwen2MoE && j.MoEIntermediateSize != nil {
+			if r.key == "intermediate_size" && (arch == Qwen2MoE || arch == Qwen3MoE) && j.MoEIntermediateSize != nil {
 				continue // a Qwen2-MoE with every layer sparse needs no dense width
 			}
 			return nil, fmt.Errorf("config.json: %s missing", r.key)
@@ -293,8 +329,11 @@ func ParseConfig(data []byte) (*Config, error) {
 
 	if info.experts > 0 {
 		experts := j.NumLocalExperts
-		if arch == Qwen2MoE {
+		switch arch {
+		case Qwen2MoE, Qwen3MoE:
 			experts = j.NumExperts
+		case DeepSeekV2, DeepSeekV3:
+			experts = j.NRoutedExperts
 		}
 		c.NumExperts = orInt(experts, info.experts)
 		c.NumExpertsPerTok = orInt(j.NumExpertsPerTok, info.expertsPerTok)
@@ -309,6 +348,30 @@ func ParseConfig(data []byte) (*Config, error) {
 	}
 	if f := j.PartialRotaryFactor; f != nil && *f != 1 {
 		return nil, fmt.Errorf("config.json: partial_rotary_factor %v is not supported (only 1)", *f)
+	}
+	if arch == DeepSeekV2 || arch == DeepSeekV3 {
+		if f := orInt(j.MoELayerFreq, 1); f != 1 {
+			return nil, fmt.Errorf("config.json: moe_layer_freq %d is not supported (only 1)", f)
+		}
+		str := func(p *string) string {
+			if p == nil {
+				return ""
+			}
+			return *p
+		}
+		c.DeepSeek = DeepSeekConfig{
+			QLoRARank: orInt(j.QLoRARank, 0), KVLoRARank: orInt(j.KVLoRARank, 512),
+			QKNopeHeadDim: orInt(j.QKNopeHeadDim, 128), QKRopeHeadDim: orInt(j.QKRopeHeadDim, 64),
+			VHeadDim: orInt(j.VHeadDim, 128), FirstKDenseReplace: orInt(j.FirstKDenseReplace, 0),
+			NSharedExperts: orInt(j.NSharedExperts, 0), RoutedScalingFactor: orFloat(j.RoutedScalingFactor, 1),
+			TopKMethod: str(j.TopKMethod), ScoringFunc: str(j.ScoringFunc),
+			NGroup: orInt(j.NGroup, 1), TopKGroup: orInt(j.TopKGroup, 1),
+		}
+		if arch == DeepSeekV3 {
+			// transformers' DeepseekV3 always routes by sigmoid, group-limited.
+			c.DeepSeek.ScoringFunc, c.DeepSeek.TopKMethod = "sigmoid", "noaux_tc"
+		}
+		c.HeadDim = c.DeepSeek.QKNopeHeadDim + c.DeepSeek.QKRopeHeadDim
 	}
 	if arch == Granite {
 		c.Granite = GraniteConfig{EmbeddingMultiplier: orFloat(j.EmbeddingMultiplier, 1), ResidualMultiplier: orFloat(j.ResidualMultiplier, 1),
@@ -355,8 +418,8 @@ func pickArch(list []string, modelType string) (string, error) {
 		}
 		return a, nil
 	}
-	return "", fmt.Errorf("unsupported architecture %q (supported: %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-		list[0], Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2MoE, Gemma2, Gemma3, Phi3, Granite, Olmo2)
+	return "", fmt.Errorf("unsupported architecture %q (supported: %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+		list[0], Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen2MoE, Qwen3MoE, Gemma2, Gemma3, Phi3, Granite, Olmo2, DeepSeekV2, DeepSeekV3)
 }
 
 func orInt(p *int, def int) int {

@@ -301,7 +301,7 @@ func TestNewConfigMarshal(t *testing.T) {
 }
 
 func FuzzParseConfig(f *testing.F) {
-	for _, name := range []string{"llama31.json", "mistral.json", "qwen25.json", "qwen3.json", "mixtral.json", "qwen2moe.json", "gemma2.json", "gemma3.json", "phi3.json", "granite.json", "olmo2.json"} {
+	for _, name := range []string{"llama31.json", "mistral.json", "qwen25.json", "qwen3.json", "mixtral.json", "qwen2moe.json", "gemma2.json", "gemma3.json", "phi3.json", "granite.json", "olmo2.json", "deepseek_v2_lite.json"} {
 		data, err := os.ReadFile(filepath.Join("testdata", name))
 		if err != nil {
 			f.Fatal(err)

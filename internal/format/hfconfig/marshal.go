@@ -79,6 +79,9 @@ func (c *Config) Marshal() ([]byte, error) {
 	if c.Architecture == Olmo2 {
 		m["attention_bias"] = false
 	}
+	if c.Architecture == DeepSeekV2 || c.Architecture == DeepSeekV3 {
+		c.marshalDeepSeek(m)
+	}
 	if c.Architecture == Phi3 {
 		m["original_max_position_embeddings"] = c.MaxPositionEmbeddings
 		m["attention_bias"] = false
@@ -91,11 +94,15 @@ func (c *Config) Marshal() ([]byte, error) {
 		m["num_experts_per_tok"] = c.NumExpertsPerTok
 		m["router_aux_loss_coef"] = 0.02
 		m["output_router_logits"] = false
-	case Qwen2MoE:
+	case Qwen2MoE, Qwen3MoE:
 		m["num_experts"] = c.NumExperts
 		m["num_experts_per_tok"] = c.NumExpertsPerTok
 		m["moe_intermediate_size"] = c.MoEIntermediateSize
-		m["shared_expert_intermediate_size"] = c.SharedExpertIntermediateSize
+		if c.Architecture == Qwen2MoE {
+			m["shared_expert_intermediate_size"] = c.SharedExpertIntermediateSize
+		} else {
+			m["attention_bias"] = c.AttentionBias
+		}
 		m["norm_topk_prob"] = c.NormTopKProb
 		step := c.DecoderSparseStep
 		if step == 0 {
@@ -164,10 +171,46 @@ func NewConfig(arch string, vocab, hidden, intermediate, layers, heads, kvHeads 
 	if arch == Granite {
 		c.Granite = GraniteConfig{EmbeddingMultiplier: 1, ResidualMultiplier: 1, AttentionMultiplier: 1, LogitsScaling: 1}
 	}
+	if arch == DeepSeekV2 || arch == DeepSeekV3 {
+		c.DeepSeek = DeepSeekConfig{KVLoRARank: 512, QKNopeHeadDim: 128, QKRopeHeadDim: 64, VHeadDim: 128,
+			RoutedScalingFactor: 1, TopKMethod: "greedy", NGroup: 1, TopKGroup: 1}
+		if arch == DeepSeekV3 {
+			c.DeepSeek.TopKMethod, c.DeepSeek.ScoringFunc = "noaux_tc", "sigmoid"
+		}
+		c.HeadDim = 128 + 64
+	}
 	if info.gemma {
 		c.TieWordEmbeddings = true
 		c.SlidingWindow, c.UseSlidingWindow = info.slidingWindow, true
 		c.Gemma = defaultGemma(arch, layers)
 	}
 	return c, nil
+}
+
+// marshalDeepSeek sets DeepseekV2ForCausalLM's keys: the MLA head sizes and ranks in
+// place of head_dim (which transformers would take for the rotary size), and the mixture
+// of experts (greedy top-k over softmax scores; one expert group, so group-limited
+// routing, where a version applies it, chooses the same).
+func (c *Config) marshalDeepSeek(m map[string]any) {
+	d := c.DeepSeek
+	delete(m, "head_dim")
+	var qRank any
+	if d.QLoRARank > 0 {
+		qRank = d.QLoRARank
+	}
+	m["q_lora_rank"], m["kv_lora_rank"] = qRank, d.KVLoRARank
+	m["qk_nope_head_dim"], m["qk_rope_head_dim"], m["v_head_dim"] = d.QKNopeHeadDim, d.QKRopeHeadDim, d.VHeadDim
+	m["attention_bias"], m["mlp_bias"] = false, false
+	m["n_routed_experts"], m["num_experts_per_tok"] = c.NumExperts, c.NumExpertsPerTok
+	m["moe_intermediate_size"], m["n_shared_experts"] = c.MoEIntermediateSize, d.NSharedExperts
+	m["first_k_dense_replace"], m["routed_scaling_factor"] = d.FirstKDenseReplace, d.RoutedScalingFactor
+	m["norm_topk_prob"], m["topk_method"], m["n_group"], m["topk_group"] = c.NormTopKProb, "greedy", 1, 1
+	m["moe_layer_freq"], m["aux_loss_alpha"], m["seq_aux"] = 1, 0.001, true
+	if c.Architecture == DeepSeekV3 {
+		m["topk_method"], m["scoring_func"], m["n_group"], m["topk_group"] = "noaux_tc", "sigmoid", max(d.NGroup, 1), max(d.TopKGroup, 1)
+		m["rope_interleave"] = true
+		delete(m, "moe_layer_freq")
+		delete(m, "aux_loss_alpha")
+		delete(m, "seq_aux")
+	}
 }
