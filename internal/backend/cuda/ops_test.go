@@ -359,13 +359,20 @@ func testRopeKV(t *testing.T, e *env, r *rand.Rand) {
 
 			gotQKV := e.download(t, buf)
 			gotK, gotV := e.download(t, cache.K), e.download(t, cache.V)
-			var wantQ, gq, wantK, gk, wantV, gv []float64
+			var wantQ, gq, wantK, gk, wantV, gv, wantKIn, gkIn []float64
 			for ti := range tokens {
 				for h := range heads {
 					row := f64(qkv[ti*stride+h*hd:][:hd])
 					ropeRef(row[:ropeDim], int(pos[ti]), inv, mscale, neox)
 					wantQ = append(wantQ, row...)
 					gq = append(gq, f64(gotQKV[ti*stride+h*hd:][:hd])...)
+				}
+				for h := range kvHeads {
+					// k is rotated in place whether or not the token has a slot.
+					kr := f64(qkv[ti*stride+(heads+h)*hd:][:hd])
+					ropeRef(kr[:ropeDim], int(pos[ti]), inv, mscale, neox)
+					wantKIn = append(wantKIn, kr...)
+					gkIn = append(gkIn, f64(gotQKV[ti*stride+(heads+h)*hd:][:hd])...)
 				}
 				if slots[ti] < 0 {
 					continue
@@ -382,6 +389,7 @@ func testRopeKV(t *testing.T, e *env, r *rand.Rand) {
 			}
 			name := fmt.Sprintf("rope kv %s neox=%v", dt, neox)
 			check(t, name+" (q)", F32, toF32(gq), wantQ)
+			check(t, name+" (k in place)", F32, toF32(gkIn), wantKIn)
 			check(t, name+" (k cache)", dt, toF32(gk), wantK)
 			check(t, name+" (v cache)", dt, toF32(gv), wantV)
 			// Slots nobody wrote stay poisoned.
