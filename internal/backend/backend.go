@@ -436,3 +436,14 @@ type Grouper interface {
 	// (the receiver is usually members[0]). It is called outside Run.
 	NewGroup(members []Backend) ([]Communicator, error)
 }
+
+// LayerKVReader is implemented by backends that copy one layer's keys and values of blocks
+// out of a cache in the middle of a step (the model's per-layer hook, Batch.AfterLayer),
+// so that a prefill instance sends a layer's KV while the next layer computes.
+type LayerKVReader interface {
+	// ReadLayerBlocks copies layer's keys and values of blocks out of kv into dst, after
+	// the ops queued so far, in the host layout of one layer of ReadBlocks (block after
+	// block; within a block the keys, then the values): len(dst) must be len(blocks) x
+	// kv.Spec().BlockBytes() / Layers. It is called inside Run, between the ops of a step.
+	ReadLayerBlocks(kv KVCache, layer int, blocks []int32, dst []byte) error
+}

@@ -236,3 +236,43 @@ func FuzzBlocks(f *testing.F) {
 		}
 	})
 }
+
+// TestReadLayerBlocks: a layer's part of blocks read by ReadLayerBlocks is that layer's
+// slice of each block ReadBlocks lays out, for every element type; bad layers, ids and
+// buffers are errors.
+func TestReadLayerBlocks(t *testing.T) {
+	b := newBackend(t)
+	for _, dt := range []quant.Type{quant.F32, quant.F16, quant.KVInt8, quant.KVFP8E4M3} {
+		spec := blockSpec(dt)
+		kv := filledCache(t, b, spec)
+		blocks := []int32{4, 1, 4}
+		per := spec.BlockBytes()
+		lb := per / spec.Layers
+		whole := make([]byte, len(blocks)*per)
+		if err := b.ReadBlocks(kv, blocks, whole); err != nil {
+			t.Fatal(err)
+		}
+		for l := range spec.Layers {
+			got := make([]byte, len(blocks)*lb)
+			if err := b.ReadLayerBlocks(kv, l, blocks, got); err != nil {
+				t.Fatal(err)
+			}
+			for i := range blocks {
+				if want := whole[i*per+l*lb:][:lb]; !bytes.Equal(got[i*lb:][:lb], want) {
+					t.Fatalf("%s: layer %d of block %d differs from its part of ReadBlocks", dt, l, blocks[i])
+				}
+			}
+		}
+		buf := make([]byte, lb)
+		for name, err := range map[string]error{
+			"layer past the last": b.ReadLayerBlocks(kv, spec.Layers, []int32{1}, buf),
+			"negative layer":      b.ReadLayerBlocks(kv, -1, []int32{1}, buf),
+			"block outside":       b.ReadLayerBlocks(kv, 0, []int32{int32(spec.NumBlocks)}, buf),
+			"short buffer":        b.ReadLayerBlocks(kv, 0, []int32{1, 2}, buf),
+		} {
+			if err == nil {
+				t.Errorf("%s: %s: no error", dt, name)
+			}
+		}
+	}
+}
