@@ -66,6 +66,9 @@ type (
 	KVImport = engine.KVImport
 	// KVPin is a prompt's cached blocks held for reading out (Engine.PinPrefix).
 	KVPin = engine.KVPin
+	// LayerKVFunc receives a prompt's KV layer by layer as it is computed
+	// (Request.OnLayerKV; the prefill side of a KV transfer).
+	LayerKVFunc = engine.LayerKVFunc
 	// ParamError is an invalid request parameter, naming it.
 	ParamError = engine.ParamError
 	// Processor is a stateful logits processor of a request (Request.Processors): the
@@ -450,3 +453,11 @@ func (e *Engine) Unpin(pin KVPin) { e.e.Unpin(pin) }
 
 // ReadBlocks copies pinned blocks' keys and values into dst, BlockBytes each.
 func (e *Engine) ReadBlocks(blocks []int32, dst []byte) error { return e.e.ReadBlocks(blocks, dst) }
+
+// StreamsLayers reports whether requests get their prompt's KV layer by layer as it is
+// computed (Request.OnLayerKV): the model is not split and runs on the CPU backend.
+func (e *Engine) StreamsLayers() bool { return e.e.StreamsLayers() }
+
+// LayerBlockBytes is the bytes of one layer's part of a block (BlockBytes over the model's
+// layers) that Request.OnLayerKV hands over, 0 when the engine does not stream layers.
+func (e *Engine) LayerBlockBytes() int { return e.e.LayerBlockBytes() }

@@ -1,7 +1,9 @@
 package kvasir
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -188,5 +190,69 @@ func TestKVImportAbort(t *testing.T) {
 	got, usage := greedyRun(t, short, Request{PromptTokens: prompt, ImportKV: &KVImport{Hashes: hashes, Data: data[:len(data)-1]}}, 20)
 	if got != want || usage.CachedPromptTokens != 0 {
 		t.Errorf("imported KV one byte short: %q (cached %d), want %q computed", got, usage.CachedPromptTokens, want)
+	}
+}
+
+// TestOnLayerKV: a request's OnLayerKV receives every full block of its prompt, each
+// layer once, and the bytes equal that layer's part of the block the prefix cache holds
+// after the request, also when a step budget smaller than a block splits blocks over
+// steps; a second request finds the blocks cached and is told of none of them.
+func TestOnLayerKV(t *testing.T) {
+	for _, budget := range []int{0, 5} {
+		e, err := Open(testdata.Path(t, "models/stories260K/stories260K.gguf"), Options{Threads: 1, KVCacheMemory: 4 << 20, MaxNumBatchedTokens: budget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		if !e.StreamsLayers() {
+			t.Fatal("a CPU engine does not stream layers")
+		}
+		prompt, err := e.TokenizePrompt("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. One day")
+		if err != nil {
+			t.Fatal(err)
+		}
+		bs, lb := e.BlockSize(), e.LayerBlockBytes()
+		layers := e.BlockBytes() / lb
+		full := len(prompt) / bs
+		got := map[[2]int][]byte{}
+		var dup error
+		collect := func(first, layer int, data []byte) {
+			for i := range len(data) / lb {
+				k := [2]int{first + i, layer}
+				if got[k] != nil {
+					dup = fmt.Errorf("block %d layer %d reported twice", k[0], k[1])
+				}
+				got[k] = slices.Clone(data[i*lb:][:lb])
+			}
+		}
+		greedyRun(t, e, Request{PromptTokens: prompt, OnLayerKV: collect}, 2)
+		if dup != nil {
+			t.Fatal(dup)
+		}
+		if len(got) != full*layers {
+			t.Fatalf("budget %d: %d (block, layer) reports, want %d blocks x %d layers", budget, len(got), full, layers)
+		}
+		pin, err := e.PinPrefix(prompt, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(pin.Blocks) != full {
+			t.Fatalf("%d blocks cached of %d", len(pin.Blocks), full)
+		}
+		whole := make([]byte, full*e.BlockBytes())
+		if err := e.ReadBlocks(pin.Blocks, whole); err != nil {
+			t.Fatal(err)
+		}
+		e.Unpin(pin)
+		for k, data := range got {
+			if !bytes.Equal(data, whole[k[0]*e.BlockBytes()+k[1]*lb:][:lb]) {
+				t.Fatalf("budget %d: block %d layer %d: the reported bytes differ from the cached block's", budget, k[0], k[1])
+			}
+		}
+		again := 0
+		greedyRun(t, e, Request{PromptTokens: prompt, OnLayerKV: func(int, int, []byte) { again++ }}, 2)
+		if again != 0 {
+			t.Fatalf("a request whose prompt is cached was told of %d computed layers", again)
+		}
 	}
 }

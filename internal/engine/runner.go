@@ -35,6 +35,9 @@ type runner struct {
 type batchBuffer struct {
 	batch model.Batch
 	table []int32
+	// layers are the step's per-layer KV reports (Request.OnLayerKV), data their buffer.
+	layers []layerReport
+	data   []byte
 }
 
 // placeholder is a batch token whose value the step in flight is still sampling: the
@@ -85,7 +88,7 @@ func (r *runner) build(plan *stepPlan, mgr *kvcache.Manager) (*batchBuffer, []pl
 	b := &buf.batch
 	b.Tokens, b.Positions, b.SlotMapping = b.Tokens[:0], b.Positions[:0], b.SlotMapping[:0]
 	b.Seqs, b.LogitsIndices = b.Seqs[:0], b.LogitsIndices[:0]
-	buf.table = buf.table[:0]
+	buf.table, buf.layers, b.AfterLayer = buf.table[:0], buf.layers[:0], nil
 	bs := r.blockSize
 	// Block tables first, into one buffer, so that growing it does not move slices taken
 	// earlier in the loop below.
@@ -122,6 +125,10 @@ func (r *runner) build(plan *stepPlan, mgr *kvcache.Manager) (*batchBuffer, []pl
 		for _, o := range sc.rows {
 			b.LogitsIndices = append(b.LogitsIndices, qs+o)
 		}
+		r.reportLayers(buf, sc, table)
+	}
+	if len(buf.layers) > 0 {
+		b.AfterLayer = buf.afterLayer
 	}
 	return buf, holes
 }

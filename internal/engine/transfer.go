@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
+	"github.com/kvasir-llm/kvasir/internal/model"
 )
 
 // This file holds the engine's side of prefill/decode disaggregation: a prefill instance
@@ -179,6 +180,88 @@ func (r *runner) writeImports(writes []importWrite) error {
 		if err := io.WriteBlocks(w.blocks, w.data); err != nil {
 			return fmt.Errorf("engine: imported KV: %w", err)
 		}
+	}
+	return nil
+}
+
+// LayerKVFunc receives one layer's keys and values of a request's full prompt blocks that a
+// step has just completed (Request.OnLayerKV): first is the index in the prompt of the
+// first of them, data that layer's part of them, block after block, Engine.LayerBlockBytes
+// each, in the host layout of the block I/O seam (a model not split by tensor: the layer's
+// keys, then its values). It is called on the forward goroutine between two layers of the
+// step, so it must return quickly; data is valid only during the call.
+type LayerKVFunc func(first, layer int, data []byte)
+
+// layerStreamer is a Model whose steps call per-layer hooks (model.Batch.AfterLayer).
+type layerStreamer interface {
+	StreamsLayers() bool
+	LayerBlockBytes() int
+}
+
+func (p *pagedModel) StreamsLayers() bool { return p.m.StreamsLayers() }
+
+func (p *pagedModel) LayerBlockBytes() int { return p.kv.LayerBlockBytes() }
+
+// StreamsLayers reports whether the model's steps report prompt KV layer by layer
+// (Request.OnLayerKV): the model is not split and its backend reads a layer's blocks
+// between a step's ops (the CPU backend).
+func (e *Engine) StreamsLayers() bool {
+	ls, ok := e.model.(layerStreamer)
+	return ok && ls.StreamsLayers()
+}
+
+// LayerBlockBytes is the bytes of one layer's part of a block (LayerKVFunc), 0 when the
+// model does not stream layers.
+func (e *Engine) LayerBlockBytes() int {
+	if !e.StreamsLayers() {
+		return 0
+	}
+	return e.model.(layerStreamer).LayerBlockBytes()
+}
+
+// layerReport is a step's per-layer report of a request's prompt blocks it completes: the
+// prompt's blocks [first, first+len(blocks)), at these physical blocks.
+type layerReport struct {
+	fn     LayerKVFunc
+	first  int
+	blocks []int32
+	bytes  int // a block's layer part
+}
+
+// reportLayers adds to buf the prompt blocks of sc's request that its step completes, when
+// the request asks for its layers (Request.OnLayerKV) and the model streams them: the
+// blocks whose last slot the step writes, up to the prompt's last full block. table is the
+// sequence's block table (in buf, stable for the step).
+func (r *runner) reportLayers(buf *batchBuffer, sc scheduled, table []int32) {
+	fn := sc.seq.req.onLayerKV
+	if fn == nil || sc.dropped != 0 {
+		return
+	}
+	ls, ok := r.model.(layerStreamer)
+	if !ok || !ls.StreamsLayers() {
+		return
+	}
+	bs := r.blockSize
+	first, end := sc.start/bs, min(sc.start+sc.numNew, len(sc.seq.req.prompt))/bs
+	if first >= end {
+		return
+	}
+	buf.layers = append(buf.layers, layerReport{fn: fn, first: first, blocks: table[first:end], bytes: ls.LayerBlockBytes()})
+}
+
+// afterLayer is the step's model.Batch.AfterLayer when it reports layers: each report's
+// blocks of the layer read into one buffer and handed to its request.
+func (buf *batchBuffer) afterLayer(layer int, read model.LayerReader) error {
+	for _, rep := range buf.layers {
+		n := len(rep.blocks) * rep.bytes
+		if cap(buf.data) < n {
+			buf.data = make([]byte, n)
+		}
+		data := buf.data[:n]
+		if err := read(rep.blocks, data); err != nil {
+			return fmt.Errorf("engine: layer %d of the blocks of a prompt: %w", layer, err)
+		}
+		rep.fn(rep.first, layer, data)
 	}
 	return nil
 }
