@@ -454,10 +454,19 @@ func (e *Engine) Unpin(pin KVPin) { e.e.Unpin(pin) }
 // ReadBlocks copies pinned blocks' keys and values into dst, BlockBytes each.
 func (e *Engine) ReadBlocks(blocks []int32, dst []byte) error { return e.e.ReadBlocks(blocks, dst) }
 
+// BlockLayers is the number of layer parts of a block (BlockBytes over LayerBlockBytes):
+// the frames of one block in a KV transfer (0 when the model cannot move blocks).
+func (e *Engine) BlockLayers() int {
+	if lb := e.LayerBlockBytes(); lb > 0 {
+		return e.BlockBytes() / lb
+	}
+	return 0
+}
+
 // StreamsLayers reports whether requests get their prompt's KV layer by layer as it is
 // computed (Request.OnLayerKV): the model is not split and runs on the CPU backend.
 func (e *Engine) StreamsLayers() bool { return e.e.StreamsLayers() }
 
 // LayerBlockBytes is the bytes of one layer's part of a block (BlockBytes over the model's
-// layers) that Request.OnLayerKV hands over, 0 when the engine does not stream layers.
+// layers), as Request.OnLayerKV hands them over (0 when the model cannot move blocks).
 func (e *Engine) LayerBlockBytes() int { return e.e.LayerBlockBytes() }

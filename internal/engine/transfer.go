@@ -210,13 +210,14 @@ func (e *Engine) StreamsLayers() bool {
 	return ok && ls.StreamsLayers()
 }
 
-// LayerBlockBytes is the bytes of one layer's part of a block (LayerKVFunc), 0 when the
-// model does not stream layers.
+// LayerBlockBytes is the bytes of one layer's part of a block in the host layout of the
+// block I/O seam (LayerKVFunc; BlockBytes over the model's layers), 0 when the model cannot
+// move blocks.
 func (e *Engine) LayerBlockBytes() int {
-	if !e.StreamsLayers() {
-		return 0
+	if ls, ok := e.model.(layerStreamer); ok {
+		return ls.LayerBlockBytes()
 	}
-	return e.model.(layerStreamer).LayerBlockBytes()
+	return 0
 }
 
 // layerReport is a step's per-layer report of a request's prompt blocks it completes: the
