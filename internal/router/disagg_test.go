@@ -264,9 +264,10 @@ func TestKVPrefillLayersStreamed(t *testing.T) {
 	}
 }
 
-// postPrefill posts prompt to a prefill instance's /v1/kv_prefill/completions for a
-// transfer id to target, decodes its answer into res and returns its status.
-func postPrefill(t *testing.T, url, id, target, prompt string, res any) int {
+// postPrefill posts prompt (a text or token ids) to a prefill instance's
+// /v1/kv_prefill/completions for a transfer id to target, decodes its answer into res and
+// returns its status.
+func postPrefill(t *testing.T, url, id, target string, prompt, res any) int {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": 4})
 	req, _ := http.NewRequest(http.MethodPost, url+"/v1/kv_prefill/completions", bytes.NewReader(body))

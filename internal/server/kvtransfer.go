@@ -183,6 +183,8 @@ func (s *Server) prefill(ctx context.Context, id, target string, kreq kvasir.Req
 	if err != nil {
 		return res, err
 	}
+	// Every part was sent: the last chunk is computed, and run returns once it pinned it.
+	<-src.done
 	res.NumBlocks, res.Bytes = full, int64(full)*int64(src.bb)
 	res.LayersStreamed = src.streamed
 	res.PrefillMS, res.TransferMS = millis(src.computed.Sub(src.start)), millis(time.Since(t))
