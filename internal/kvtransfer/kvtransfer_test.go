@@ -23,14 +23,18 @@ const testLayers = 4
 // order of a prefill of one chunk), or in the order of its parts when set.
 type memSource struct {
 	blocks [][]byte
-	parts  [][2]int // (block, layer) in the order given; nil: layer-major
+	layers int      // a block's layers
+	parts  [][2]int // (block, layer) in the order given
 	next   int
 }
 
-// newMemSource serves blocks layer after layer.
-func newMemSource(blocks [][]byte) *memSource {
-	m := &memSource{blocks: blocks}
-	for l := range testLayers {
+// newMemSource serves blocks of testLayers layers layer after layer.
+func newMemSource(blocks [][]byte) *memSource { return layerMajor(blocks, testLayers) }
+
+// layerMajor serves blocks of layers layers, layer after layer.
+func layerMajor(blocks [][]byte, layers int) *memSource {
+	m := &memSource{blocks: blocks, layers: layers}
+	for l := range layers {
 		for b := range blocks {
 			m.parts = append(m.parts, [2]int{b, l})
 		}
@@ -44,7 +48,7 @@ func (m *memSource) Next(_ context.Context, dst []byte) (int, int, error) {
 	}
 	p := m.parts[m.next]
 	m.next++
-	lb := len(m.blocks[p[0]]) / testLayers
+	lb := len(m.blocks[p[0]]) / m.layers
 	copy(dst, m.blocks[p[0]][p[1]*lb:][:lb])
 	return p[0], p[1], nil
 }
@@ -125,7 +129,7 @@ func TestSendReceive(t *testing.T) {
 		{other("t2", func(h *Header) { h.Model = "other" }), "model"},
 		{other("t3", func(h *Header) { h.BlockSize = 32 }), "blocks of 32 tokens"},
 		{other("t4", func(h *Header) { h.BlockBytes = size + 4 }), "bytes"},
-		{other("t6", func(h *Header) { h.NumLayers = 2 }), "2 layers"},
+		{other("t6", func(h *Header) { h.NumLayers = 2 }), "2 layers, this instance's are 16, 1000 and 4"},
 		// An fp8 cache's blocks are the size of an int8 cache's, but not its bytes.
 		{other("t5", func(h *Header) { h.KVCacheDType = "fp8_e4m3" }), "a kv cache of fp8_e4m3 elements, this instance's holds int8"},
 	} {
@@ -133,12 +137,8 @@ func TestSendReceive(t *testing.T) {
 		if c.h.BlockBytes != size {
 			bl, _ = testBlocks(3, c.h.BlockBytes)
 		}
-		src := newMemSource(bl)
-		if c.h.NumLayers != testLayers {
-			src.parts = [][2]int{{0, 0}, {0, 1}}
-		}
-		err := s.Send(context.Background(), r.Addr().String(), c.h, hashes, src)
-		if err == nil || !strings.Contains(err.Error(), c.want) {
+		err := s.Send(context.Background(), r.Addr().String(), c.h, hashes, layerMajor(bl, c.h.NumLayers))
+		if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%+v: error %v, want one naming %q", c.h, err, c.want)
 		}
 	}
@@ -154,7 +154,7 @@ func TestLayersInAnyOrder(t *testing.T) {
 	const size = 64
 	r := newTestReceiver(t, size, ReceiverConfig{})
 	blocks, hashes := testBlocks(2, size)
-	src := &memSource{blocks: blocks, parts: [][2]int{{1, 3}, {0, 0}, {1, 0}, {0, 2}, {0, 1}, {1, 1}, {0, 3}, {1, 2}}}
+	src := &memSource{blocks: blocks, layers: testLayers, parts: [][2]int{{1, 3}, {0, 0}, {1, 0}, {0, 2}, {0, 1}, {1, 1}, {0, 3}, {1, 2}}}
 	if err := (&Sender{Timeout: time.Second}).Send(context.Background(), r.Addr().String(), testHeader("o", 2, size), hashes, src); err != nil {
 		t.Fatal(err)
 	}
@@ -453,7 +453,7 @@ func (s slowSource) Next(ctx context.Context, dst []byte) (int, int, error) {
 
 // blockMajor serves blocks block after block, each layer after layer.
 func blockMajor(blocks [][]byte) *memSource {
-	m := &memSource{blocks: blocks}
+	m := &memSource{blocks: blocks, layers: testLayers}
 	for b := range blocks {
 		for l := range testLayers {
 			m.parts = append(m.parts, [2]int{b, l})
