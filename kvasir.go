@@ -464,7 +464,8 @@ func (e *Engine) BlockLayers() int {
 }
 
 // StreamsLayers reports whether requests get their prompt's KV layer by layer as it is
-// computed (Request.OnLayerKV): the model is not split and runs on the CPU backend.
+// computed (Request.OnLayerKV): the model is not split (its backend, the CPU's or CUDA's,
+// copies a layer's blocks out while the next layers compute).
 func (e *Engine) StreamsLayers() bool { return e.e.StreamsLayers() }
 
 // LayerBlockBytes is the bytes of one layer's part of a block (BlockBytes over the model's

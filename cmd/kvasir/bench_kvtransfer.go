@@ -96,7 +96,7 @@ func benchKVTransfer(args []string) error {
 	defer dec.Close()
 	fmt.Fprintln(os.Stderr, dec.KVCacheSizing())
 	if !pre.StreamsLayers() {
-		fmt.Fprintln(os.Stderr, "warning: this engine does not report KV layer by layer (a GPU or a split model): both ways send chunks")
+		fmt.Fprintln(os.Stderr, "warning: a split model does not report KV layer by layer: both ways send chunks")
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -38,7 +38,7 @@ func addRoleFlags(fs *flag.FlagSet) *roleFlags {
 		advertise: fs.String("kv-transfer-advertise", "", "--role decode: host:port prefill instances reach the listener at, published on GET /v1/kv_transfer (default: the listener's address, or the pod's own IP given as --kv-transfer-host)"),
 		timeout:   fs.Duration("kv-transfer-timeout", kvtransfer.DefaultTimeout, "--role prefill|decode: how long one step of a KV transfer (dial, a block, the acknowledgement) may take; a slower transfer is dropped and the decode instance computes the prompt"),
 		chunk:     fs.Int("kv-transfer-chunk", server.DefaultPrefillChunk, "--role prefill: prompt tokens computed before their blocks are sent, while the next ones compute (rounded down to whole blocks)"),
-		stream:    fs.String("kv-transfer-stream", "layers", "--role prefill: layers (send each layer's keys and values of a chunk's blocks as soon as the layer is computed; on the CPU backend, elsewhere as chunks) or chunks (send a chunk's blocks once the chunk is computed)"),
+		stream:    fs.String("kv-transfer-stream", "layers", "--role prefill: layers (send each layer's keys and values of a chunk's blocks as soon as the layer is computed; a model split by tensor or pipeline sends chunks) or chunks (send a chunk's blocks once the chunk is computed)"),
 		ttl:       fs.Duration("kv-transfer-ttl", kvtransfer.DefaultTTL, "--role decode: how long received KV waits for the request that takes it"),
 		memory:    new(int64),
 	}
@@ -73,7 +73,7 @@ func (f *roleFlags) apply(cfg *server.Config, eng *kvasir.Engine, hostFlag strin
 	if *f.role == server.RolePrefill {
 		cfg.KVSender, cfg.KVPrefillChunk, cfg.KVStreamChunks = &kvtransfer.Sender{Timeout: *f.timeout}, *f.chunk, *f.stream == "chunks"
 		if !cfg.KVStreamChunks && !eng.StreamsLayers() {
-			log.Info("kv transfer: this engine does not report KV layer by layer (a GPU or a split model): blocks go out chunk by chunk")
+			log.Info("kv transfer: a split model does not report KV layer by layer: blocks go out chunk by chunk")
 		}
 		return func() {}, nil
 	}

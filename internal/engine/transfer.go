@@ -188,14 +188,18 @@ func (r *runner) writeImports(writes []importWrite) error {
 // step has just completed (Request.OnLayerKV): first is the index in the prompt of the
 // first of them, data that layer's part of them, block after block, Engine.LayerBlockBytes
 // each, in the host layout of the block I/O seam (a model not split by tensor: the layer's
-// keys, then its values). It is called on the forward goroutine between two layers of the
-// step, so it must return quickly; data is valid only during the call.
+// keys, then its values). It is called while the step runs, as soon as the layer's copy is
+// out of the cache (the next layers computing meanwhile), layer after layer, from a
+// goroutine of the step's, every call before the step's result is taken; it must return
+// quickly, and data is valid only during the call. A layer whose copy failed is not
+// reported.
 type LayerKVFunc func(first, layer int, data []byte)
 
 // layerStreamer is a Model whose steps call per-layer hooks (model.Batch.AfterLayer).
 type layerStreamer interface {
 	StreamsLayers() bool
 	LayerBlockBytes() int
+	BlockBytes() int
 }
 
 func (p *pagedModel) StreamsLayers() bool { return p.m.StreamsLayers() }
@@ -204,7 +208,7 @@ func (p *pagedModel) LayerBlockBytes() int { return p.kv.LayerBlockBytes() }
 
 // StreamsLayers reports whether the model's steps report prompt KV layer by layer
 // (Request.OnLayerKV): the model is not split and its backend reads a layer's blocks
-// between a step's ops (the CPU backend).
+// between a step's ops (the CPU and CUDA backends).
 func (e *Engine) StreamsLayers() bool {
 	ls, ok := e.model.(layerStreamer)
 	return ok && ls.StreamsLayers()
@@ -221,18 +225,37 @@ func (e *Engine) LayerBlockBytes() int {
 }
 
 // layerReport is a step's per-layer report of a request's prompt blocks it completes: the
-// prompt's blocks [first, first+len(blocks)), at these physical blocks.
+// prompt's blocks [first, first+n), at entries [at, at+n) of the step's blocks to read.
 type layerReport struct {
-	fn     LayerKVFunc
-	first  int
-	blocks []int32
-	bytes  int // a block's layer part
+	fn           LayerKVFunc
+	first, at, n int
+}
+
+// layerReads are a step's per-layer reads of the prompt blocks its requests want reported
+// (Request.OnLayerKV): one read of every report's blocks a layer, each layer's bytes in a
+// region of data, handed to the reports by a waiter goroutine as each layer's copy is done.
+type layerReads struct {
+	reports []layerReport
+	blocks  []int32 // the physical blocks of every report, in report order
+	bytes   int     // a block's layer part
+	layers  int
+	data    []byte // [layer][blocks][bytes]
+	// waits carries each layer's wait to the waiter (capacity: every layer, so the
+	// forward pass never waits for it); done closes when the waiter has handed them all.
+	waits chan layerWait
+	done  chan struct{}
+}
+
+// layerWait is one layer's copy on its way.
+type layerWait struct {
+	layer int
+	wait  func() error
 }
 
 // reportLayers adds to buf the prompt blocks of sc's request that its step completes, when
 // the request asks for its layers (Request.OnLayerKV) and the model streams them: the
 // blocks whose last slot the step writes, up to the prompt's last full block. table is the
-// sequence's block table (in buf, stable for the step).
+// sequence's block table.
 func (r *runner) reportLayers(buf *batchBuffer, sc scheduled, table []int32) {
 	fn := sc.seq.req.onLayerKV
 	if fn == nil || sc.dropped != 0 {
@@ -247,22 +270,64 @@ func (r *runner) reportLayers(buf *batchBuffer, sc scheduled, table []int32) {
 	if first >= end {
 		return
 	}
-	buf.layers = append(buf.layers, layerReport{fn: fn, first: first, blocks: table[first:end], bytes: ls.LayerBlockBytes()})
+	lr := &buf.layers
+	if lb := ls.LayerBlockBytes(); lb > 0 && lr.bytes != lb {
+		lr.bytes, lr.layers = lb, ls.BlockBytes()/lb
+	}
+	lr.reports = append(lr.reports, layerReport{fn: fn, first: first, at: len(lr.blocks), n: end - first})
+	lr.blocks = append(lr.blocks, table[first:end]...)
 }
 
-// afterLayer is the step's model.Batch.AfterLayer when it reports layers: each report's
-// blocks of the layer read into one buffer and handed to its request.
-func (buf *batchBuffer) afterLayer(layer int, read model.LayerReader) error {
-	for _, rep := range buf.layers {
-		n := len(rep.blocks) * rep.bytes
-		if cap(buf.data) < n {
-			buf.data = make([]byte, n)
+// reset empties the reads for the next step's build.
+func (lr *layerReads) reset() {
+	lr.reports, lr.blocks, lr.waits, lr.done = lr.reports[:0], lr.blocks[:0], nil, nil
+}
+
+// afterLayer is the step's model.Batch.AfterLayer when it reports layers: it queues the
+// layer's read of every report's blocks and hands its wait to the waiter goroutine
+// (started at the step's first layer).
+func (lr *layerReads) afterLayer(layer int, read model.LayerReader) error {
+	n := len(lr.blocks) * lr.bytes
+	if lr.waits == nil {
+		if need := lr.layers * n; cap(lr.data) < need {
+			lr.data = make([]byte, need)
 		}
-		data := buf.data[:n]
-		if err := read(rep.blocks, data); err != nil {
-			return fmt.Errorf("engine: layer %d of the blocks of a prompt: %w", layer, err)
-		}
-		rep.fn(rep.first, layer, data)
+		lr.waits, lr.done = make(chan layerWait, lr.layers), make(chan struct{})
+		go lr.hand()
 	}
+	if layer < 0 || layer >= lr.layers {
+		return fmt.Errorf("engine: layer %d of a model of %d", layer, lr.layers)
+	}
+	wait, err := read(lr.blocks, lr.data[layer*n:][:n])
+	if err != nil {
+		return fmt.Errorf("engine: layer %d of the blocks of a prompt: %w", layer, err)
+	}
+	lr.waits <- layerWait{layer: layer, wait: wait}
 	return nil
+}
+
+// hand waits for each layer's copy in turn and hands it to the reports (the waiter
+// goroutine).
+func (lr *layerReads) hand() {
+	defer close(lr.done)
+	n := len(lr.blocks) * lr.bytes
+	for w := range lr.waits {
+		if w.wait() != nil {
+			continue // not reported: the prefill reads what it lacks out of the cache
+		}
+		data := lr.data[w.layer*n:][:n]
+		for _, rep := range lr.reports {
+			rep.fn(rep.first, w.layer, data[rep.at*lr.bytes:][:rep.n*lr.bytes])
+		}
+	}
+}
+
+// finish waits until the waiter has handed every layer queued (after the step's forward
+// pass, whatever its outcome).
+func (lr *layerReads) finish() {
+	if lr.waits == nil {
+		return
+	}
+	close(lr.waits)
+	<-lr.done
 }

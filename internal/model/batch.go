@@ -38,10 +38,13 @@ type Batch struct {
 // read, which copies that layer's part of blocks out of the cache (valid during the call).
 type LayerHook func(layer int, read LayerReader) error
 
-// LayerReader copies one layer's keys and values of blocks into dst in the host layout of
-// that layer of KVCache.ReadBlocks: block after block, keys then values,
-// KVCache.LayerBlockBytes each.
-type LayerReader func(blocks []int32, dst []byte) error
+// LayerReader queues a copy of one layer's keys and values of blocks into dst in the host
+// layout of that layer of KVCache.ReadBlocks (block after block, keys then values,
+// KVCache.LayerBlockBytes each) without holding up the step's next layers, and returns a
+// wait that returns once dst holds it (at once on the CPU; on a GPU once the copy, on a
+// stream of its own, is done). Every wait of a step must have returned before the next
+// step runs.
+type LayerReader func(blocks []int32, dst []byte) (wait func() error, err error)
 
 // Seq is one sequence's part of a Batch.
 type Seq struct {

@@ -153,13 +153,18 @@ func TestAfterLayerHook(t *testing.T) {
 					return fmt.Errorf("layer %d after %d layers", layer, len(got))
 				}
 				rows := make([]byte, len(blocks)*lb)
-				if err := read(blocks, rows); err != nil {
+				wait, err := read(blocks, rows)
+				if err == nil {
+					err = wait()
+				}
+				if err != nil {
 					return err
 				}
 				got = append(got, rows)
 				if layer+1 < fm.Config.Layers {
+					// The CPU copies at once: what the next layer holds now.
 					next := make([]byte, len(rows))
-					if err := lr.ReadLayerBlocks(kv.parts[0], layer+1, blocks, next); err != nil {
+					if _, err := lr.ReadLayerBlocks(kv.parts[0], layer+1, blocks, next); err != nil {
 						return err
 					}
 					if !bytes.Equal(next, zero) {

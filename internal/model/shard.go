@@ -304,7 +304,7 @@ func (s *shard) forward(kv backend.KVCache, out stepOut) error {
 // Run, so the backend's reader is called directly).
 func (s *shard) layerReader(kv backend.KVCache, l int) LayerReader {
 	lr := s.be.(backend.LayerKVReader)
-	return func(blocks []int32, dst []byte) error { return lr.ReadLayerBlocks(kv, l, blocks, dst) }
+	return func(blocks []int32, dst []byte) (func() error, error) { return lr.ReadLayerBlocks(kv, l, blocks, dst) }
 }
 
 // output projects the rows forward left in the activations onto the vocabulary and

@@ -52,9 +52,10 @@ func gpuDisaggEngine(t *testing.T) *kvasir.Engine {
 
 // TestDisaggGPU: a GPU prefill instance (kvasir serve --role prefill, its prompt computed in
 // chunks of two blocks) streams a prompt's KV to a receiver of a GPU decode engine, in the
-// frames of every (block, layer); the decode engine admitted with those blocks generates the
-// greedy tokens of a colocated GPU engine token for token without computing them, with each
-// way of streaming, and every cache is empty afterwards.
+// frames of every (block, layer), each layer as it is computed (or each chunk once
+// computed); the decode engine admitted with those blocks generates the greedy tokens of a
+// colocated GPU engine token for token without computing them, with each way of
+// streaming, and every cache is empty afterwards.
 func TestDisaggGPU(t *testing.T) {
 	colo, pre, dec := gpuDisaggEngine(t), gpuDisaggEngine(t), gpuDisaggEngine(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -104,7 +105,11 @@ func TestDisaggGPU(t *testing.T) {
 		if status := postPrefill(t, ts.URL, id, rc.Addr().String(), prompt, &res); status != http.StatusOK || res.NumBlocks != len(prompt)/pre.BlockSize() {
 			t.Fatalf("stream chunks %v: prefill status %d, %d blocks", chunks, status, res.NumBlocks)
 		}
-		t.Logf("stream chunks %v: %d of %d (block, layer) parts streamed as computed", chunks, res.LayersStreamed, res.NumBlocks*pre.BlockLayers())
+		// Every chunk's blocks are new to the prefill engine: streaming layers, the hook
+		// brings every part (copied on the side stream while the next layers compute).
+		if want := map[bool]int{false: res.NumBlocks * pre.BlockLayers(), true: 0}[chunks]; res.LayersStreamed != want {
+			t.Errorf("stream chunks %v: %d (block, layer) parts streamed as computed, want %d", chunks, res.LayersStreamed, want)
+		}
 		got, ok := rc.Take(id)
 		if !ok {
 			t.Fatalf("stream chunks %v: the transfer is not held", chunks)

@@ -48,10 +48,18 @@ func transferBlocks(op string, kv backend.KVCache, blocks []int32, host []byte, 
 }
 
 // ReadLayerBlocks copies layer's keys and values of blocks into dst in the host layout of
-// one layer (backend.LayerKVReader): the CPU runs every op as it is called, so the layer's
-// keys and values are in the cache once its ops returned. It takes no lock: it is called
-// inside Run.
-func (b *Backend) ReadLayerBlocks(kv backend.KVCache, layer int, blocks []int32, dst []byte) error {
+// one layer (backend.LayerKVReader) at once: the CPU runs every op as it is called, so the
+// layer's keys and values are in the cache once its ops returned, and the wait returned
+// has nothing to wait for. It takes no lock: it is called inside Run.
+func (b *Backend) ReadLayerBlocks(kv backend.KVCache, layer int, blocks []int32, dst []byte) (func() error, error) {
+	if err := readLayerBlocks(kv, layer, blocks, dst); err != nil {
+		return nil, err
+	}
+	return func() error { return nil }, nil
+}
+
+// readLayerBlocks copies layer's keys and values of blocks into dst.
+func readLayerBlocks(kv backend.KVCache, layer int, blocks []int32, dst []byte) error {
 	if layer < 0 {
 		return fmt.Errorf("cpu read layer blocks: layer %d", layer)
 	}

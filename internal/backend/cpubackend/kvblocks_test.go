@@ -254,7 +254,11 @@ func TestReadLayerBlocks(t *testing.T) {
 		}
 		for l := range spec.Layers {
 			got := make([]byte, len(blocks)*lb)
-			if err := b.ReadLayerBlocks(kv, l, blocks, got); err != nil {
+			wait, err := b.ReadLayerBlocks(kv, l, blocks, got)
+			if err == nil {
+				err = wait()
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 			for i := range blocks {
@@ -264,13 +268,16 @@ func TestReadLayerBlocks(t *testing.T) {
 			}
 		}
 		buf := make([]byte, lb)
-		for name, err := range map[string]error{
-			"layer past the last": b.ReadLayerBlocks(kv, spec.Layers, []int32{1}, buf),
-			"negative layer":      b.ReadLayerBlocks(kv, -1, []int32{1}, buf),
-			"block outside":       b.ReadLayerBlocks(kv, 0, []int32{int32(spec.NumBlocks)}, buf),
-			"short buffer":        b.ReadLayerBlocks(kv, 0, []int32{1, 2}, buf),
+		for name, c := range map[string]struct {
+			layer  int
+			blocks []int32
+		}{
+			"layer past the last": {spec.Layers, []int32{1}},
+			"negative layer":      {-1, []int32{1}},
+			"block outside":       {0, []int32{int32(spec.NumBlocks)}},
+			"short buffer":        {0, []int32{1, 2}},
 		} {
-			if err == nil {
+			if _, err := b.ReadLayerBlocks(kv, c.layer, c.blocks, buf); err == nil {
 				t.Errorf("%s: %s: no error", dt, name)
 			}
 		}

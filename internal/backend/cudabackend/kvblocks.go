@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
 )
 
 // blockStagingBytes bounds the pinned staging buffer ReadBlocks and WriteBlocks copy
@@ -163,4 +164,74 @@ func reorderBlocks(host, staging []byte, runs []blockRun, layers, half int, toSt
 		}
 		base += r.n * blockBytes
 	}
+}
+
+// ReadLayerBlocks queues a copy of layer's keys and values of blocks into pinned staging on
+// the device's side stream, after the layer's ops queued so far on the compute stream,
+// which goes on with the next layers without waiting for it (backend.LayerKVReader); the
+// wait returned, called from any goroutine, waits for the copy's event and copies the
+// staging into dst. Each block's keys and values of one layer are contiguous on the
+// device, so a block takes two copies, straight into the host layout. A step's reads go one
+// after another into the staging, which layer 0's read (a step's first) grows to room for
+// every layer's read of as many blocks, after the previous step's waits have all returned.
+func (b *Backend) ReadLayerBlocks(kv backend.KVCache, layer int, blocks []int32, dst []byte) (func() error, error) {
+	if layer < 0 {
+		return nil, fmt.Errorf("cuda read layer blocks: layer %d", layer)
+	}
+	c, lc, err := kvOf("read layer blocks", kv, layer)
+	if err != nil {
+		return nil, err
+	}
+	s := c.spec
+	if err := backend.CheckBlocks(s, blocks, len(blocks)*s.BlockBytes()); err != nil {
+		return nil, fmt.Errorf("cuda read layer blocks: %w", err)
+	}
+	half := s.BlockBytes() / (2 * s.Layers) // one block's keys (or values) in one layer
+	n := 2 * half * len(blocks)
+	if len(dst) != n {
+		return nil, fmt.Errorf("cuda read layer blocks: a buffer of %d bytes for %d blocks of %d in one layer", len(dst), len(blocks), 2*half)
+	}
+	if layer == 0 {
+		b.layerAt = 0
+		if need := s.Layers * n; b.layerHost == nil || len(b.layerHost.Bytes()) < need {
+			// The previous step's copies are done (their waits returned); the graphs do
+			// not use this buffer.
+			if err := b.dev.FreeHost(b.layerHost); err != nil {
+				return nil, fmt.Errorf("cuda read layer blocks: %w", err)
+			}
+			b.layerHost = nil
+			if b.layerHost, err = b.dev.AllocHost(need); err != nil {
+				return nil, fmt.Errorf("cuda read layer blocks: %w", err)
+			}
+		}
+	}
+	at := b.layerAt
+	if b.layerHost == nil || at+n > len(b.layerHost.Bytes()) {
+		return nil, fmt.Errorf("cuda read layer blocks: layer %d's read past the step's staging (layer 0 read fewer blocks)", layer)
+	}
+	per := s.BlockSize * s.KVHeads * s.HeadDim // elements of one block's keys in one layer
+	offs := make([]int, 0, 2*len(blocks))
+	bufs := make([]cuda.Buffer, 0, 2*len(blocks))
+	for i, blk := range blocks {
+		for part, buf := range []cuda.Buffer{lc.K, lc.V} {
+			dev, err := buf.Slice(int(blk)*per, (int(blk)+1)*per)
+			if err != nil {
+				return nil, fmt.Errorf("cuda read layer blocks: %w", err)
+			}
+			offs, bufs = append(offs, at+(2*i+part)*half), append(bufs, dev)
+		}
+	}
+	ev, err := b.dev.SideDownload(b.layerHost, offs, bufs)
+	if err != nil {
+		return nil, fmt.Errorf("cuda read layer blocks: %w", err)
+	}
+	b.layerAt += n
+	host := b.layerHost
+	return func() error {
+		if err := b.dev.WaitEvent(ev); err != nil {
+			return fmt.Errorf("cuda read layer blocks: layer %d: %w", layer, err)
+		}
+		copy(dst, host.Bytes()[at:][:n])
+		return nil
+	}, nil
 }
