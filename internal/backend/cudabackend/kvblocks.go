@@ -170,10 +170,11 @@ func reorderBlocks(host, staging []byte, runs []blockRun, layers, half int, toSt
 // the device's side stream, after the layer's ops queued so far on the compute stream,
 // which goes on with the next layers without waiting for it (backend.LayerKVReader); the
 // wait returned, called from any goroutine, waits for the copy's event and copies the
-// staging into dst. Each block's keys and values of one layer are contiguous on the
-// device, so a block takes two copies, straight into the host layout. A step's reads go one
-// after another into the staging, which layer 0's read (a step's first) grows to room for
-// every layer's read of as many blocks, after the previous step's waits have all returned.
+// staging into dst in the host layout. As in ReadBlocks, a run of consecutive block ids is
+// one contiguous range of the layer's keys and one of its values, so a run takes two
+// copies. A step's reads go one after another into the staging, which layer 0's read (a
+// step's first) grows to room for every layer's read of as many blocks, after the previous
+// step's waits have all returned.
 func (b *Backend) ReadLayerBlocks(kv backend.KVCache, layer int, blocks []int32, dst []byte) (func() error, error) {
 	if layer < 0 {
 		return nil, fmt.Errorf("cuda read layer blocks: layer %d", layer)
@@ -210,16 +211,22 @@ func (b *Backend) ReadLayerBlocks(kv backend.KVCache, layer int, blocks []int32,
 		return nil, fmt.Errorf("cuda read layer blocks: layer %d's read past the step's staging (layer 0 read fewer blocks)", layer)
 	}
 	per := s.BlockSize * s.KVHeads * s.HeadDim // elements of one block's keys in one layer
-	offs := make([]int, 0, 2*len(blocks))
-	bufs := make([]cuda.Buffer, 0, 2*len(blocks))
-	for i, blk := range blocks {
-		for part, buf := range []cuda.Buffer{lc.K, lc.V} {
-			dev, err := buf.Slice(int(blk)*per, (int(blk)+1)*per)
-			if err != nil {
-				return nil, fmt.Errorf("cuda read layer blocks: %w", err)
-			}
-			offs, bufs = append(offs, at+(2*i+part)*half), append(bufs, dev)
+	if half%per != 0 {
+		return nil, fmt.Errorf("cuda read layer blocks: %d bytes of a block's keys are not %d whole elements", half, per)
+	}
+	runs := blockRuns(blocks)
+	cps := blockCopies(runs, 1, per, half/per)
+	offs, bufs := make([]int, len(cps)), make([]cuda.Buffer, len(cps))
+	for i, cp := range cps {
+		buf := lc.K
+		if cp.v {
+			buf = lc.V
 		}
+		dev, err := buf.Slice(cp.from, cp.to)
+		if err != nil {
+			return nil, fmt.Errorf("cuda read layer blocks: %w", err)
+		}
+		offs[i], bufs[i] = at+cp.off, dev
 	}
 	ev, err := b.dev.SideDownload(b.layerHost, offs, bufs)
 	if err != nil {
@@ -231,7 +238,7 @@ func (b *Backend) ReadLayerBlocks(kv backend.KVCache, layer int, blocks []int32,
 		if err := b.dev.WaitEvent(ev); err != nil {
 			return fmt.Errorf("cuda read layer blocks: layer %d: %w", layer, err)
 		}
-		copy(dst, host.Bytes()[at:][:n])
+		reorderBlocks(dst, host.Bytes()[at:][:n], runs, 1, half, false)
 		return nil
 	}, nil
 }

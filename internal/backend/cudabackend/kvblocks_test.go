@@ -103,3 +103,43 @@ func TestBlockStaging(t *testing.T) {
 		}
 	}
 }
+
+// TestLayerStaging: ReadLayerBlocks's copies of one layer (blockCopies and reorderBlocks of
+// a single layer, played on a host stand-in for the layer's K and V buffers) give the host
+// layout of one layer: block after block as asked, its keys then its values.
+func TestLayerStaging(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	const numBlocks, per, elem = 9, 6, 2
+	half := per * elem
+	var dev [2][]byte // K, V of the layer
+	for kv := range dev {
+		dev[kv] = make([]byte, numBlocks*half)
+		for i := range dev[kv] {
+			dev[kv][i] = byte(r.Uint32())
+		}
+	}
+	blocks := []int32{4, 5, 6, 0, 8, 1, 2}
+	var want []byte
+	for _, b := range blocks {
+		want = append(want, dev[0][int(b)*half:][:half]...)
+		want = append(want, dev[1][int(b)*half:][:half]...)
+	}
+	runs := blockRuns(blocks)
+	staging := make([]byte, len(want))
+	cps := blockCopies(runs, 1, per, elem)
+	if len(cps) != 2*len(runs) {
+		t.Fatalf("%d copies for %d runs of one layer", len(cps), len(runs))
+	}
+	for _, cp := range cps {
+		kv := 0
+		if cp.v {
+			kv = 1
+		}
+		copy(staging[cp.off:], dev[kv][cp.from*elem:cp.to*elem])
+	}
+	got := make([]byte, len(want))
+	reorderBlocks(got, staging, runs, 1, half, false)
+	if !bytes.Equal(got, want) {
+		t.Fatal("a layer's staged bytes are not in the host layout of one layer")
+	}
+}
