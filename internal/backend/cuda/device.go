@@ -501,7 +501,8 @@ func (dv *Device) SideDownload(h *HostBuffer, offs []int, bufs []Buffer) (Event,
 			return Event{}, err
 		}
 	}
-	if err := d.check("cuEventCreate", d.cuEventCreate(&done, eventDisableTiming)); err != nil {
+	// WaitEvent's thread sleeps until the copies are done rather than spinning a core.
+	if err := d.check("cuEventCreate", d.cuEventCreate(&done, eventDisableTiming|eventBlockingSync)); err != nil {
 		return Event{}, err
 	}
 	if err := d.check("cuEventRecord", d.cuEventRecord(done, dv.side)); err != nil {

@@ -70,6 +70,7 @@ const (
 	attrMaxSharedOptin      = 97
 	funcAttrMaxDynamicSmem  = 8
 	streamNonBlocking       = 1
+	eventBlockingSync       = 1
 	eventDisableTiming      = 2
 	captureModeThreadLocal  = 1
 	memHostAllocPortable    = 1
