@@ -285,7 +285,8 @@ func (lr *layerReads) reset() {
 
 // afterLayer is the step's model.Batch.AfterLayer when it reports layers: it queues the
 // layer's read of every report's blocks and hands its wait to the waiter goroutine
-// (started at the step's first layer).
+// (started at the step's first layer). A read that fails leaves the layer unreported
+// rather than failing the step.
 func (lr *layerReads) afterLayer(layer int, read model.LayerReader) error {
 	n := len(lr.blocks) * lr.bytes
 	if lr.waits == nil {
@@ -300,7 +301,9 @@ func (lr *layerReads) afterLayer(layer int, read model.LayerReader) error {
 	}
 	wait, err := read(lr.blocks, lr.data[layer*n:][:n])
 	if err != nil {
-		return fmt.Errorf("engine: layer %d of the blocks of a prompt: %w", layer, err)
+		// Not reported, the step unharmed: the prefill reads what it lacks out of the
+		// cache once the chunk is computed.
+		return nil
 	}
 	lr.waits <- layerWait{layer: layer, wait: wait}
 	return nil
