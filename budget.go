@@ -24,7 +24,7 @@ func deviceKVBudget(bes []backend.Backend, util float64) (int64, error) {
 		if err != nil {
 			return 0, err
 		}
-		budget, err := kvBudget(free, total, util)
+		budget, err := kvBudget(free, total, r.AllocatedBytes(), util)
 		if err != nil {
 			return 0, fmt.Errorf("rank %d: %w", i, err)
 		}
@@ -35,20 +35,24 @@ func deviceKVBudget(bes []backend.Backend, util float64) (int64, error) {
 	return least, nil
 }
 
-// kvBudget returns util (0: DefaultGPUMemoryUtilization) of a device's total memory, less
-// what is already in use and a reserve for activations: what the KV cache may take.
-func kvBudget(free, total int64, util float64) (int64, error) {
+// kvBudget returns what the KV cache of a process may take on a device of total bytes, free
+// of them free now, own of them this process's (the weights): util (0:
+// DefaultGPUMemoryUtilization) of the total is this process's share, as vLLM's
+// gpu_memory_utilization is, so that two processes at 0.45 share one GPU; the cache gets the
+// share less what the process holds and a reserve for activations, and never more than is
+// free.
+func kvBudget(free, total, own int64, util float64) (int64, error) {
 	if util == 0 {
 		util = DefaultGPUMemoryUtilization
 	}
 	if util <= 0 || util > 1 {
 		return 0, fmt.Errorf("gpu memory utilization %g: want a fraction in (0, 1]", util)
 	}
-	used := total - free
-	budget := int64(util*float64(total)) - used - activationReserve
+	budget := min(int64(util*float64(total))-own, free) - activationReserve
 	if budget <= 0 {
-		return 0, fmt.Errorf("no device memory left for the KV cache: %.1f GiB of %.1f GiB in use after the weights, utilization %g (raise --gpu-memory-utilization or use a smaller model)",
-			float64(used)/(1<<30), float64(total)/(1<<30), util)
+		others := max(0, total-free-own)
+		return 0, fmt.Errorf("no device memory left for the KV cache: the weights take %.1f GiB of the %.1f GiB share (utilization %g of %.1f GiB); %.1f GiB is free and %.1f GiB is used by other processes (raise --gpu-memory-utilization, set --kv-cache-memory or use a smaller model)",
+			float64(own)/(1<<30), util*float64(total)/(1<<30), util, float64(total)/(1<<30), float64(free)/(1<<30), float64(others)/(1<<30))
 	}
 	return budget, nil
 }

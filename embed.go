@@ -44,19 +44,24 @@ type EmbedInput struct {
 	Types  []int32
 }
 
-// Embedder serves an encoder model (BERT family): embeddings and, with a classifier head
-// (a cross-encoder), relevance scores. Requests arriving together are batched through one
-// forward by a batcher goroutine. Its methods are safe for concurrent use.
+// Embedder serves an embedding model: an encoder (BERT family) with its embeddings and,
+// with a classifier head (a cross-encoder), relevance scores; or a decoder (Qwen3-Embedding
+// style) whose embedding is its final hidden state at the last token. Requests arriving
+// together are batched through one forward by a batcher goroutine. Its methods are safe
+// for concurrent use.
 type Embedder struct {
-	f    *encoder.File
-	enc  *encoder.Encoder
-	be   backend.Backend
-	tok  *tokenizer.Tokenizer // nil when the model has no vocabulary
-	jobs chan *embedJob
-	quit chan struct{} // closed by Close: the batcher stops, Embed refuses
-	done chan struct{} // closed by the batcher as it returns
-	once sync.Once
-	max  int // MaxBatchTokens
+	name               string
+	dim, maxLen, vocab int
+	pooling            string
+	pooled             pooler
+	classify           func(pooled []float32) ([]float32, error) // nil without a head
+	pairVocab          *tokenizer.Vocab                          // an encoder's, for TokenizePair
+	tok                *tokenizer.Tokenizer                      // nil when the model has no vocabulary
+	jobs               chan *embedJob
+	quit               chan struct{} // closed by Close: the batcher stops, Embed refuses
+	done               chan struct{} // closed by the batcher as it returns
+	once               sync.Once
+	max                int // MaxBatchTokens
 
 	// Counters of what the batcher ran (EmbedStats).
 	calls, inputs, tokens, forwards atomic.Int64
@@ -74,6 +79,23 @@ func (e *Embedder) Stats() EmbedStats {
 	return EmbedStats{Calls: e.calls.Load(), Inputs: e.inputs.Load(), Tokens: e.tokens.Load(), Forwards: e.forwards.Load()}
 }
 
+// pooler runs sequences to one vector each (the batcher's forward) and releases the model.
+type pooler interface {
+	Forward(seqs []encoder.Sequence) ([][]float32, error)
+	Close() error
+}
+
+// encoderPooler is an encoder with its backend and file, closed together.
+type encoderPooler struct {
+	*encoder.Encoder
+	be backend.Backend
+	f  *encoder.File
+}
+
+func (p encoderPooler) Close() error {
+	return errors.Join(p.Encoder.Close(), p.be.Close(), p.f.Close())
+}
+
 // embedJob is one call's inputs waiting for the batcher, and where its answer goes.
 type embedJob struct {
 	ctx    context.Context
@@ -88,8 +110,9 @@ type embedResult struct {
 }
 
 // IsEncoderModel reports whether path holds an encoder model that OpenEmbedder opens (a
-// "bert" GGUF or a Hugging Face BertModel / BertForSequenceClassification folder) rather
-// than a generative one.
+// "bert", "nomic-bert" or "jina-bert-v2" GGUF, a Hugging Face BertModel,
+// BertForSequenceClassification, NomicBertModel or JinaBert folder) rather than a generative
+// one.
 func IsEncoderModel(path string) bool { return encoder.IsEncoder(path) }
 
 // encoderHint replaces err, the failure to open path as a generative model, by what to
@@ -101,7 +124,10 @@ func encoderHint(path string, err error) error {
 	return err
 }
 
-// OpenEmbedder opens the encoder model at path on opt.Device and starts its batcher.
+// OpenEmbedder opens the embedding model at path on opt.Device and starts its batcher: an
+// encoder (IsEncoderModel), or a decoder run for its last token's hidden state, which
+// needs opt.Pooling "last" or last-token pooling in the model's metadata (GGUF
+// {arch}.pooling_type 3, sentence-transformers' 1_Pooling/config.json).
 func OpenEmbedder(path string, opt EmbedderOptions) (*Embedder, error) {
 	var pooling *backend.PoolMode
 	if opt.Pooling != "" {
@@ -111,23 +137,39 @@ func OpenEmbedder(path string, opt EmbedderOptions) (*Embedder, error) {
 		}
 		pooling = &p
 	}
-	f, err := encoder.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	e := &Embedder{f: f, jobs: make(chan *embedJob), quit: make(chan struct{}), done: make(chan struct{}), max: opt.MaxBatchTokens}
+	e := &Embedder{jobs: make(chan *embedJob), quit: make(chan struct{}), done: make(chan struct{}), max: opt.MaxBatchTokens}
 	if e.max <= 0 {
 		e.max = DefaultEmbedBatchTokens
 	}
-	fail := func(err error) (*Embedder, error) {
-		if e.enc != nil {
-			e.enc.Close()
+	var err error
+	if encoder.IsEncoder(path) {
+		err = e.openEncoder(path, opt, pooling)
+	} else {
+		err = e.openDecoder(path, opt, pooling)
+	}
+	if err != nil {
+		return nil, err
+	}
+	go e.batch()
+	return e, nil
+}
+
+// openEncoder binds an encoder model.
+func (e *Embedder) openEncoder(path string, opt EmbedderOptions, pooling *backend.PoolMode) error {
+	f, err := encoder.Open(path)
+	if err != nil {
+		return err
+	}
+	p := encoderPooler{f: f}
+	fail := func(err error) error {
+		if p.Encoder != nil {
+			p.Encoder.Close()
 		}
-		if e.be != nil {
-			e.be.Close()
+		if p.be != nil {
+			p.be.Close()
 		}
 		f.Close()
-		return nil, err
+		return err
 	}
 	if f.Vocab != nil {
 		if e.tok, err = tokenizer.New(f.Vocab); err != nil {
@@ -139,18 +181,23 @@ func OpenEmbedder(path string, opt EmbedderOptions) (*Embedder, error) {
 		threads = runtime.NumCPU()
 	}
 	if opt.Device.CUDA {
-		e.be, err = cudabackend.NewBackend(cudabackend.BackendOptions{Ordinal: opt.Device.Ordinal})
+		p.be, err = cudabackend.NewBackend(cudabackend.BackendOptions{Ordinal: opt.Device.Ordinal})
 	} else {
-		e.be, err = cpubackend.NewKernels(threads, opt.CPUKernels)
+		p.be, err = cpubackend.NewKernels(threads, opt.CPUKernels)
 	}
 	if err != nil {
 		return fail(fmt.Errorf("device %s: %w", opt.Device, err))
 	}
-	if e.enc, err = encoder.New(f, e.be, pooling); err != nil {
+	if p.Encoder, err = encoder.New(f, p.be, pooling); err != nil {
 		return fail(err)
 	}
-	go e.batch()
-	return e, nil
+	c := p.Config()
+	e.name, e.dim, e.maxLen, e.vocab, e.pooling = f.Name(), c.Dim, c.MaxPositions, c.VocabSize, c.Pooling.String()
+	e.pooled, e.pairVocab = p, f.Vocab
+	if c.Labels > 0 {
+		e.classify = p.Classify
+	}
+	return nil
 }
 
 // Close stops the batcher (the calls it has taken finish first; later ones fail with
@@ -160,34 +207,36 @@ func (e *Embedder) Close() error {
 	e.once.Do(func() {
 		close(e.quit)
 		<-e.done
-		err = errors.Join(e.enc.Close(), e.be.Close(), e.f.Close())
+		err = e.pooled.Close()
 	})
 	return err
 }
 
 // ModelName returns the model's file or folder name.
-func (e *Embedder) ModelName() string { return e.f.Name() }
+func (e *Embedder) ModelName() string { return e.name }
 
 // Dim returns the size of the model's embeddings.
-func (e *Embedder) Dim() int { return e.f.Config.Dim }
+func (e *Embedder) Dim() int { return e.dim }
 
-// MaxLen returns the most tokens one input may have (the model's position embeddings).
-func (e *Embedder) MaxLen() int { return e.f.Config.MaxPositions }
+// MaxLen returns the most tokens one input may have: an encoder's positions, a decoder's
+// context length bounded by MaxBatchTokens (the tokens its scratch KV cache holds).
+func (e *Embedder) MaxLen() int { return e.maxLen }
 
 // VocabSize returns the number of token ids the model knows.
-func (e *Embedder) VocabSize() int { return e.f.Config.VocabSize }
+func (e *Embedder) VocabSize() int { return e.vocab }
 
 // Pooling returns the pooling in use: "mean", "cls" or "last".
-func (e *Embedder) Pooling() string { return e.enc.Config().Pooling.String() }
+func (e *Embedder) Pooling() string { return e.pooling }
 
 // HasClassifier reports whether the model is a cross-encoder (a classifier head that
 // Score runs).
-func (e *Embedder) HasClassifier() bool { return e.f.Config.Labels > 0 }
+func (e *Embedder) HasClassifier() bool { return e.classify != nil }
 
 // HasTokenizer reports whether the model came with a tokenizer (text inputs).
 func (e *Embedder) HasTokenizer() bool { return e.tok != nil }
 
-// Tokenize turns text into the model's input: [CLS] text [SEP].
+// Tokenize turns text into the model's input with the vocabulary's specials: [CLS] text
+// [SEP] for an encoder, its BOS and EOS as the vocabulary asks for a decoder.
 func (e *Embedder) Tokenize(text string) ([]int32, error) {
 	if e.tok == nil {
 		return nil, fmt.Errorf("model %s has no tokenizer", e.ModelName())
@@ -198,10 +247,10 @@ func (e *Embedder) Tokenize(text string) ([]int32, error) {
 // TokenizePair turns two texts into one cross-encoder input: [CLS] a [SEP] b [SEP], the
 // tokens of b and its [SEP] in segment 1.
 func (e *Embedder) TokenizePair(a, b string) (EmbedInput, error) {
-	if e.tok == nil {
-		return EmbedInput{}, fmt.Errorf("model %s has no tokenizer", e.ModelName())
+	if e.tok == nil || e.pairVocab == nil {
+		return EmbedInput{}, fmt.Errorf("model %s has no tokenizer for pairs of texts", e.ModelName())
 	}
-	toks, types := encoder.TokenizePair(e.tok, e.f.Vocab, a, b)
+	toks, types := encoder.TokenizePair(e.tok, e.pairVocab, a, b)
 	return EmbedInput{Tokens: toks, Types: types}, nil
 }
 
@@ -256,7 +305,7 @@ func (e *Embedder) Score(ctx context.Context, pairs []EmbedInput) ([]float32, er
 	}
 	scores := make([]float32, len(pooled))
 	for i, p := range pooled {
-		logits, err := e.enc.Classify(p)
+		logits, err := e.classify(p)
 		if err != nil {
 			return nil, err
 		}
@@ -323,7 +372,7 @@ func (e *Embedder) run(group []*embedJob) {
 			end++
 		}
 		var part [][]float32
-		part, err = e.enc.Forward(seqs[start:end])
+		part, err = e.pooled.Forward(seqs[start:end])
 		vecs, start = append(vecs, part...), end
 		e.forwards.Add(1)
 	}

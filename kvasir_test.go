@@ -88,21 +88,27 @@ func TestOpenF16Cache(t *testing.T) {
 func TestKVBudget(t *testing.T) {
 	const gib = int64(1) << 30
 	cases := []struct {
-		free, total int64
-		util        float64
-		want        int64
-		wantErr     bool
+		free, total, own int64
+		util             float64
+		want             int64
+		wantErr          bool
 	}{
-		{free: 124 * gib, total: 140 * gib, util: 0.9, want: int64(0.9*float64(140*gib)) - 16*gib - activationReserve},
-		{free: 124 * gib, total: 140 * gib, util: 0, want: int64(DefaultGPUMemoryUtilization*float64(140*gib)) - 16*gib - activationReserve},
-		{free: 10 * gib, total: 140 * gib, util: 0.9, wantErr: true}, // weights took more than the share
+		// One process: its weights (15 GiB) and the context's overhead (1 GiB) in use.
+		{free: 124 * gib, total: 140 * gib, own: 15 * gib, util: 0.9, want: int64(0.9*float64(140*gib)) - 15*gib - activationReserve},
+		{free: 124 * gib, total: 140 * gib, own: 15 * gib, util: 0, want: int64(DefaultGPUMemoryUtilization*float64(140*gib)) - 15*gib - activationReserve},
+		// The second of two processes at 0.45: the first's 63 GiB do not count against its share.
+		{free: 62 * gib, total: 140 * gib, own: 15 * gib, util: 0.45, want: int64(0.45*float64(140*gib)) - 15*gib - activationReserve},
+		// A share larger than what is free gets what is free.
+		{free: 30 * gib, total: 140 * gib, own: 15 * gib, util: 0.9, want: 30*gib - activationReserve},
+		{free: 10 * gib, total: 140 * gib, own: 62 * gib, util: 0.45, wantErr: true}, // weights took more than the share
+		{free: 1 * gib, total: 140 * gib, own: 15 * gib, util: 0.45, wantErr: true},  // others took the device
 		{free: 124 * gib, total: 140 * gib, util: 1.5, wantErr: true},
 		{free: 124 * gib, total: 140 * gib, util: -0.1, wantErr: true},
 	}
 	for _, c := range cases {
-		got, err := kvBudget(c.free, c.total, c.util)
+		got, err := kvBudget(c.free, c.total, c.own, c.util)
 		if (err != nil) != c.wantErr || (!c.wantErr && got != c.want) {
-			t.Errorf("kvBudget(%d, %d, %g) = %d, %v; want %d (error %v)", c.free, c.total, c.util, got, err, c.want, c.wantErr)
+			t.Errorf("kvBudget(%d, %d, %d, %g) = %d, %v; want %d (error %v)", c.free, c.total, c.own, c.util, got, err, c.want, c.wantErr)
 		}
 	}
 }

@@ -67,7 +67,7 @@ func (t KVCacheDType) String() string {
 }
 
 // On returns the element type the cache holds on device d: auto is f32 on the CPU and
-// bf16 on a GPU; the CPU cache holds every type but bf16.
+// bf16 on a GPU; the CPU cache holds every type but bf16, a GPU's every type.
 func (t KVCacheDType) On(d Device) (quant.Type, error) {
 	switch t {
 	case KVCacheAuto:
@@ -85,9 +85,6 @@ func (t KVCacheDType) On(d Device) (quant.Type, error) {
 		}
 		return quant.BF16, nil
 	case KVCacheFP8E4M3, KVCacheFP8E5M2, KVCacheInt8:
-		if d.CUDA {
-			return 0, fmt.Errorf("kv cache dtype %s: the CUDA backend's attention kernels do not read quantized caches yet (use bf16 or f16 on a GPU)", t)
-		}
 		return map[KVCacheDType]quant.Type{KVCacheFP8E4M3: quant.KVFP8E4M3, KVCacheFP8E5M2: quant.KVFP8E5M2, KVCacheInt8: quant.KVInt8}[t], nil
 	}
 	return 0, fmt.Errorf("kv cache dtype %s: unknown", t)

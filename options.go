@@ -41,8 +41,8 @@ type Options struct {
 	// Quantization quantizes the weights at load (QuantizationNone: the file's types).
 	Quantization Quantization
 	// KVCacheDType is the KV cache's element type (KVCacheAuto: f32 on the CPU, bf16 on a
-	// GPU; the quantized KVCacheInt8, KVCacheFP8E4M3 and KVCacheFP8E5M2 on the CPU only,
-	// see docs/KV_CACHE.md).
+	// GPU; bf16 on a GPU only; the quantized KVCacheInt8, KVCacheFP8E4M3 and
+	// KVCacheFP8E5M2 on both, see docs/KV_CACHE.md).
 	KVCacheDType KVCacheDType
 	// KVCacheMemory is the KV cache budget in bytes of each rank (0: DefaultKVCacheMemory
 	// on the CPU; on a device with memory of its own, what GPUMemoryUtilization leaves).

@@ -60,9 +60,9 @@ func TestKVCacheDType(t *testing.T) {
 	}{
 		{"", quant.F32, quant.BF16, true, true}, {"auto", quant.F32, quant.BF16, true, true},
 		{"f32", quant.F32, quant.F32, true, true}, {"f16", quant.F16, quant.F16, true, true}, {"bf16", 0, quant.BF16, false, true},
-		// The GPU's attention does not read quantized caches yet: refused there.
-		{"fp8", quant.KVFP8E4M3, 0, true, false}, {"fp8_e4m3", quant.KVFP8E4M3, 0, true, false}, {"fp8_e5m2", quant.KVFP8E5M2, 0, true, false},
-		{"int8", quant.KVInt8, 0, true, false}, {"q8_0", quant.KVInt8, 0, true, false},
+		{"fp8", quant.KVFP8E4M3, quant.KVFP8E4M3, true, true}, {"fp8_e4m3", quant.KVFP8E4M3, quant.KVFP8E4M3, true, true},
+		{"fp8_e5m2", quant.KVFP8E5M2, quant.KVFP8E5M2, true, true},
+		{"int8", quant.KVInt8, quant.KVInt8, true, true}, {"q8_0", quant.KVInt8, quant.KVInt8, true, true},
 	} {
 		dt, err := ParseKVCacheDType(tc.name)
 		if err != nil {

@@ -20,9 +20,9 @@
 # With bin/kvasir present, the script synthesizes BF16 llama-3.2-1b and qwen3-0.6b (GGUF
 # and Hugging Face folders) under $KVASIR_GPU_MODELS (default /tmp/kvasir-models) for the
 # CPU-vs-GPU tests, then compares the HF folders with PyTorch (scripts/torch_ref.py).
-# SKIP_MODELS=1 skips synthesizing those models (their tests then skip); the BERT encoder's
-# oracle (scripts/torch_embed.py, kvasir on the CPU and on the GPU) runs whenever
-# bin/kvasir and python3 are there.
+# SKIP_MODELS=1 skips synthesizing those models (their tests then skip); the embeddings'
+# oracle (scripts/torch_embed.py: the BERT encoder and Qwen3/Llama last-token embeddings,
+# kvasir on the CPU and on the GPU) runs whenever bin/kvasir and python3 are there.
 # TEST_RUN restricts the tests (a -test.run pattern, given to every binary). With
 # bin/kvasir.test present (the root package's tests: CGO_ENABLED=0 go test -c -o
 # bin/kvasir.test .), its GPU tests (the engine on a GPU: device sampling, processor masks,
@@ -108,7 +108,8 @@ if [ -x bin/kvasir ] && command -v python3 >/dev/null; then
 		PYTHONUNBUFFERED=1 python3 scripts/torch_ref.py --hf "$KVASIR_GPU_MODELS/$s" --record "$rec" 2>&1 | tee -a "$out/gpu_test.log"
 		[ "${PIPESTATUS[0]}" = 0 ] || rc=1
 	done
-	# The BERT encoder against transformers, kvasir on the CPU and on the GPU.
+	# Embeddings (the BERT encoder, decoders' last tokens) against transformers, kvasir on
+	# the CPU and on the GPU.
 	for dev in cpu cuda; do
 		PYTHONUNBUFFERED=1 python3 scripts/torch_embed.py --kvasir bin/kvasir --kvasir-device "$dev" 2>&1 | tee -a "$out/gpu_test.log"
 		[ "${PIPESTATUS[0]}" = 0 ] || rc=1

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""PyTorch/transformers oracle of kvasir's BERT encoder (embeddings and cross-encoder scores).
+"""PyTorch/transformers oracle of kvasir's embeddings: the BERT encoder (embeddings and
+cross-encoder scores) and decoders' last-token embeddings.
 
 Synthesizes the bert-tiny and bert-tiny-reranker Hugging Face folders with kvasir, serves
 each with `kvasir serve`, and compares over HTTP with transformers in float32:
@@ -9,7 +10,11 @@ each with `kvasir serve`, and compares over HTTP with transformers in float32:
   - /v1/embeddings of texts against BertModel on the ids of the folder's tokenizer.json
     (transformers' fast tokenizer): the same, so tokenization agrees too;
   - /v1/score of text pairs against BertForSequenceClassification's sigmoid(logit) on the
-    tokenizer's pair encoding (token_type_ids 0/1): |difference| <= --score-tol.
+    tokenizer's pair encoding (token_type_ids 0/1): |difference| <= --score-tol;
+  - /v1/embeddings of token-id inputs from small synthesized Qwen3 and Llama decoders
+    (Hugging Face folders, f32) served with --pooling last, against Qwen3Model's and
+    LlamaModel's last hidden state (after the final norm) at the last token: cosine >=
+    --min-cos for every input.
 Exits 1 on any miss. Runs on the CPU or a GPU (torch picks cuda when present).
 
     CGO_ENABLED=0 go build -o bin/kvasir ./cmd/kvasir
@@ -27,12 +32,28 @@ import threading
 import urllib.request
 
 import torch
-from transformers import BertForSequenceClassification, BertModel, PreTrainedTokenizerFast
+from transformers import BertForSequenceClassification, BertModel, LlamaModel, PreTrainedTokenizerFast, Qwen3Model
 
 TEXTS = ["hello world", "The quick brown fox jumps over the lazy dog.", "paris", "What is the capital of France?",
          "search query: embedding model", "a", "Über café naïve"]
 PAIRS = [("what is the capital of france", "paris is the capital of france"), ("cat", "the lazy dog"),
          ("hello", "hello world"), ("sun", "The river runs through the city.")]
+
+
+# Small decoders for last-token embeddings: (config.json, the transformers class whose last
+# hidden state is the embedding).
+DECODERS = {
+    "qwen3-tiny": ({"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 128,
+                    "intermediate_size": 384, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                    "head_dim": 32, "vocab_size": 512, "max_position_embeddings": 4096, "rms_norm_eps": 1e-6,
+                    "rope_theta": 1000000, "tie_word_embeddings": True, "hidden_act": "silu", "torch_dtype": "float32"},
+                   Qwen3Model),
+    "llama-tiny": ({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
+                    "intermediate_size": 384, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                    "vocab_size": 512, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5, "rope_theta": 500000,
+                    "tie_word_embeddings": False, "hidden_act": "silu", "torch_dtype": "float32"},
+                   LlamaModel),
+}
 
 
 def serve(kvasir, device, model, *flags):
@@ -129,6 +150,25 @@ def main():
     finally:
         proc.terminate()
         proc.wait()
+
+    for name, (config, cls) in DECODERS.items():
+        d = os.path.join(tmp, name)
+        cfg = d + ".json"
+        with open(cfg, "w") as f:
+            json.dump(config, f)
+        subprocess.run([args.kvasir, "synth", "--config", cfg, "--dtype", "f32", "--seed", "3", "--quiet", "-o", d], check=True)
+        dec = cls.from_pretrained(d, dtype=torch.float32).to(dev).eval()
+        ids = [[rng.randrange(0, config["vocab_size"]) for _ in range(n)] for n in (1, 2, 9, 40, 300)]
+        proc, base = serve(args.kvasir, args.kvasir_device, d, "--pooling", "last")
+        try:
+            got = post(base, "/embeddings", {"input": ids, "normalize": False})["data"]
+            for i, seq in enumerate(ids):
+                with torch.no_grad():
+                    want = dec(input_ids=torch.tensor([seq], device=dev)).last_hidden_state[0, -1].float().cpu()
+                check(f"{name} last-token embedding ids len {len(seq)}", cos(torch.tensor(got[i]["embedding"]), want))
+        finally:
+            proc.terminate()
+            proc.wait()
     print(f"{fails} failures (kvasir on {args.kvasir_device}, torch on {dev}, torch {torch.__version__})")
     sys.exit(1 if fails else 0)
 

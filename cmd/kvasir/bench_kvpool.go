@@ -82,6 +82,8 @@ func benchKVPool(args []string) error {
 		}
 		return t
 	}
+	// Each prefix's writes are waited for before the next prefill: a GPU computes a prefix
+	// faster than Redis takes it, and the writer's bounded queue would drop the excess.
 	prefixes := make([][]int32, *rounds)
 	for r := range prefixes {
 		prefixes[r] = randTokens(*prefixLen)
@@ -89,15 +91,16 @@ func benchKVPool(args []string) error {
 			first.Close()
 			return err
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		err = first.FlushKVPool(ctx)
+		cancel()
+		if err != nil {
+			first.Close()
+			return fmt.Errorf("writing the pool: %w", err)
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	err = first.FlushKVPool(ctx)
-	cancel()
 	res.Writer, _ = first.KVPoolStats()
 	first.Close()
-	if err != nil {
-		return fmt.Errorf("writing the pool: %w", err)
-	}
 
 	// Then a second instance with the pool and a third without serve the same prompts,
 	// round by round, alternating which goes first.

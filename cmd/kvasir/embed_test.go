@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,8 +20,8 @@ func TestSynthEncoderShapes(t *testing.T) {
 		if err := runSynth([]string{"--shape", shape, "--seed", "1", "-o", path}); err != nil {
 			t.Fatalf("synth %s: %v", out, err)
 		}
-		if p, ok := encoderPath(path); !ok || p != path {
-			t.Errorf("%s: encoderPath %q %v", out, p, ok)
+		if p, ok := embedderPath(path, ""); !ok || p != path {
+			t.Errorf("%s: embedderPath %q %v", out, p, ok)
 		}
 		e, err := kvasir.OpenEmbedder(path, kvasir.EmbedderOptions{Threads: 1})
 		if err != nil {
@@ -39,11 +40,33 @@ func TestSynthEncoderShapes(t *testing.T) {
 	if err := runSynth([]string{"--shape", "bert-tiny", "-o", filepath.Join(dir, "bert-tiny")}); err == nil {
 		t.Error("synth over an existing folder succeeded")
 	}
-	if _, ok := encoderPath("synth:smollm2-135m"); ok {
+	if _, ok := embedderPath("synth:smollm2-135m", "last"); ok {
 		t.Error("a synth: decoder is an encoder")
 	}
-	if err := runServe([]string{"-m", "synth:smollm2-135m:q8_0", "--pooling", "mean", "--port", "0"}); err == nil || !strings.Contains(err.Error(), "not an encoder") {
+	if err := runServe([]string{"-m", "synth:smollm2-135m:q8_0", "--pooling", "mean", "--port", "0"}); err == nil || !strings.Contains(err.Error(), "not an embedding model") {
 		t.Errorf("--pooling with a generative model: %v", err)
+	}
+}
+
+// TestDecoderEmbedderPath: a decoder GGUF is served as an embedding model when --pooling
+// is given, and generates text otherwise.
+func TestDecoderEmbedderPath(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(cfg, []byte(`{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 64,
+		"intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+		"vocab_size": 300, "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "tie_word_embeddings": true}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "qwen2.gguf")
+	if err := runSynth([]string{"--config", cfg, "--dtype", "f32", "--quiet", "-o", path}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := embedderPath(path, ""); ok {
+		t.Error("a decoder without pooling metadata is served as an embedding model")
+	}
+	if p, ok := embedderPath(path, "last"); !ok || p != path {
+		t.Errorf("a decoder with --pooling last: embedderPath %q %v", p, ok)
 	}
 }
 

@@ -46,7 +46,7 @@ func runServe(args []string) error {
 	limits := addLimitFlags(fs)
 	compressionModel := fs.String("compression-model", "", "a small model that requests' prompt_compression may name (by its model name, which the log shows) to score prompt tokens; without it the served model scores")
 	rf := addRoleFlags(fs)
-	pooling := fs.String("pooling", "", "pooling of an encoder (embedding) model: mean, cls or last (default: the model's, from GGUF pooling_type or 1_Pooling/config.json)")
+	pooling := fs.String("pooling", "", "pooling of an embedding model: mean, cls or last (default: the model's, from GGUF pooling_type or 1_Pooling/config.json); on a decoder, last serves its last token's final hidden state on /v1/embeddings")
 	if err := ef.parse(fs, args); err != nil {
 		return err
 	}
@@ -86,7 +86,7 @@ func runServe(args []string) error {
 		return err
 	}
 	defer ln.Close()
-	if path, ok := encoderPath(ef.model); ok {
+	if path, ok := embedderPath(ef.model, *pooling); ok {
 		cfg.Logger = log
 		dev, err := kvasir.ParseDevice(ef.device)
 		if err != nil {
@@ -96,9 +96,8 @@ func runServe(args []string) error {
 		return serveEmbedder(path, *served, opt, ln, *drain, cfg, log)
 	}
 	if *pooling != "" {
-		return fmt.Errorf("--pooling %s: the model %s is not an encoder (embedding) model", *pooling, ef.model)
+		return fmt.Errorf("--pooling %s: %s is not an embedding model on disk (an encoder, or a decoder's GGUF file or Hugging Face folder)", *pooling, ef.model)
 	}
-
 	start := time.Now()
 	var names []string
 	var metrics *server.Metrics
@@ -249,7 +248,8 @@ func listen(host string, port int) (net.Listener, error) {
 	return nil, fmt.Errorf("listen on %s: %w (check --host)", addr, err)
 }
 
-// serveEmbedder serves an encoder model on ln: /v1/embeddings, /v1/rerank and /v1/score.
+// serveEmbedder serves an embedding model (an encoder, or a decoder's last-token
+// embeddings) on ln: /v1/embeddings, /v1/rerank and /v1/score.
 func serveEmbedder(path, served string, opt kvasir.EmbedderOptions, ln net.Listener, drain time.Duration, cfg server.Config, log *slog.Logger) error {
 	start := time.Now()
 	emb, err := kvasir.OpenEmbedder(path, opt)
@@ -257,7 +257,7 @@ func serveEmbedder(path, served string, opt kvasir.EmbedderOptions, ln net.Liste
 		return err
 	}
 	defer emb.Close()
-	log.Info("encoder ready", "model", emb.ModelName(), "device", opt.Device, "dim", emb.Dim(), "max_len", emb.MaxLen(), "pooling", emb.Pooling(),
+	log.Info("embedding model ready", "model", emb.ModelName(), "device", opt.Device, "dim", emb.Dim(), "max_len", emb.MaxLen(), "pooling", emb.Pooling(),
 		"cross_encoder", emb.HasClassifier(), "load", time.Since(start).Round(time.Millisecond))
 	cfg.ModelNames = servedNames(served, emb.ModelName())
 	cfg.Metrics, cfg.Embedder = server.NewMetrics(cfg.ModelNames[0]), emb
@@ -280,9 +280,11 @@ func serveEmbedder(path, served string, opt kvasir.EmbedderOptions, ln net.Liste
 	return err
 }
 
-// encoderPath returns the local path of the model ref names when it is an encoder model
-// (an hf: reference is downloaded first, as the engine would).
-func encoderPath(ref string) (string, bool) {
+// embedderPath returns the local path of the model ref names and whether it is served as
+// an embedding model (an hf: reference is downloaded first, as the engine would): an
+// encoder, or a decoder given --pooling or whose metadata names a pooling (Qwen3-Embedding
+// style, last token).
+func embedderPath(ref, pooling string) (string, bool) {
 	if ref == "" || strings.HasPrefix(ref, "synth:") {
 		return "", false
 	}
@@ -290,7 +292,10 @@ func encoderPath(ref string) (string, bool) {
 	if err != nil {
 		return "", false // the engine reports it
 	}
-	return path, kvasir.IsEncoderModel(path)
+	if kvasir.IsEncoderModel(path) {
+		return path, true
+	}
+	return path, pooling != "" || kvasir.DecoderPooling(path) != ""
 }
 
 // redactedURL is url with its password, if any, replaced by "xxxxx", for logs.

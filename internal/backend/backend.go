@@ -367,6 +367,25 @@ type LoRAOps interface {
 	LoRAMatMul(out, x, u, a, b Tensor, st Step) error
 }
 
+// LoRAGroupOps is implemented by LoRA backends that add the updates of several projections
+// taking the same input (q, k and v; gate and up) in one pass over the step's tokens, so
+// that a layer costs a few launches rather than two per projection.
+type LoRAGroupOps interface {
+	// LoRAGroupMax is the most projections one LoRAMatMulGroup call takes.
+	LoRAGroupMax() int
+	// LoRAMatMulGroup does LoRAMatMul(outs[g], x, ·, as[g], bs[g], st) for every g, with u,
+	// [tokens][len(outs)*R] F32, as their scratch (R from as[g]'s rows per slot).
+	LoRAMatMulGroup(outs []Tensor, x, u Tensor, as, bs []Tensor, st Step) error
+}
+
+// RowReader is implemented by backends that copy an activation's rows back to the host
+// (a decoder's final hidden states, for embeddings).
+type RowReader interface {
+	// ReadRows copies x (F32, [rows][cols]) into dst (rows x cols values, row after row)
+	// after the ops queued so far; it returns once dst holds them.
+	ReadRows(dst []float32, x Tensor) error
+}
+
 // KVElementSizer is implemented by backends whose KV cache holds elements of a size of
 // their own choosing, whatever KVSpec.DType asks. (The CPU and CUDA backends hold what the
 // spec asks and do not implement it.)
@@ -380,6 +399,9 @@ type KVElementSizer interface {
 type MemoryReporter interface {
 	// MemoryInfo returns the device's free and total memory in bytes.
 	MemoryInfo() (free, total int64, err error)
+	// AllocatedBytes returns the device memory the backend's tensors hold (weights, caches,
+	// activations), which is this process's share of the used memory MemoryInfo implies.
+	AllocatedBytes() int64
 }
 
 // KVRowBytes returns the bytes one cached key or value head vector of headDim elements

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
@@ -17,11 +18,15 @@ type Sequence struct {
 	Types  []int32
 }
 
-// layer holds one block's weights on the backend.
+// layer holds one block's weights on the backend; a bias or norm the architecture lacks
+// is nil.
 type layer struct {
 	q, qb, k, kb, v, vb, o, ob backend.Tensor
+	qNormW, qNormB             backend.Tensor // jina with QKNorm
+	kNormW, kNormB             backend.Tensor
 	attnNormW, attnNormB       backend.Tensor
-	up, upb, down, downb       backend.Tensor
+	norm2W, norm2B             backend.Tensor // jina with AttnNorm2
+	up, upb, gate, down, downb backend.Tensor
 	outNormW, outNormB         backend.Tensor
 }
 
@@ -39,8 +44,12 @@ type Encoder struct {
 	be   backend.Backend
 	ops  backend.EncoderOps
 	tok  backend.Tensor // token_embd
-	pos  backend.Tensor // position_embd
+	pos  backend.Tensor // position_embd (nil for nomic and jina)
 	typ  backend.Tensor // token_types (nil when absent)
+	rope backend.Rope   // nomic's rotary embedding (InvFreq nil for the others)
+	// kv is a one-block cache that RopeKVWrite is handed (nomic): the encoder's slots are
+	// all -1, so nothing is written to it.
+	kv   backend.KVCache
 	embW backend.Tensor
 	embB backend.Tensor
 	lays []layer
@@ -79,21 +88,59 @@ func New(f *File, be backend.Backend, pooling *backend.PoolMode) (*Encoder, erro
 			errs = append(errs, err)
 			return t
 		}
-		e.tok, e.pos = must("token_embd.weight"), must("position_embd.weight")
-		if e.cfg.TypeVocab > 0 {
+		// The tensors the architecture has (and File.check held to their shapes); the
+		// others of a layer's fields stay nil.
+		known := map[string]bool{}
+		for _, t := range tensorShapes(e.cfg, false) {
+			known[t.name] = true
+		}
+		opt := func(name string) backend.Tensor {
+			if !known[name] {
+				return nil
+			}
+			return must(name)
+		}
+		c := &e.cfg
+		e.tok = must("token_embd.weight")
+		if c.Arch == ArchBERT {
+			e.pos = must("position_embd.weight")
+		}
+		if c.TypeVocab > 0 {
 			e.typ = must("token_types.weight")
 		}
 		e.embW, e.embB = must("token_embd_norm.weight"), must("token_embd_norm.bias")
-		for l := range e.cfg.Layers {
+		for l := range c.Layers {
 			p := fmt.Sprintf("blk.%d.", l)
 			w := func(s string) backend.Tensor { return must(p + s) }
+			o := func(s string) backend.Tensor { return opt(p + s) }
 			e.lays = append(e.lays, layer{
-				q: w("attn_q.weight"), qb: w("attn_q.bias"), k: w("attn_k.weight"), kb: w("attn_k.bias"),
-				v: w("attn_v.weight"), vb: w("attn_v.bias"), o: w("attn_output.weight"), ob: w("attn_output.bias"),
+				q: w("attn_q.weight"), qb: o("attn_q.bias"), k: w("attn_k.weight"), kb: o("attn_k.bias"),
+				v: w("attn_v.weight"), vb: o("attn_v.bias"), o: w("attn_output.weight"), ob: o("attn_output.bias"),
+				qNormW: o("attn_q_norm.weight"), qNormB: o("attn_q_norm.bias"),
+				kNormW: o("attn_k_norm.weight"), kNormB: o("attn_k_norm.bias"),
 				attnNormW: w("attn_output_norm.weight"), attnNormB: w("attn_output_norm.bias"),
-				up: w("ffn_up.weight"), upb: w("ffn_up.bias"), down: w("ffn_down.weight"), downb: w("ffn_down.bias"),
+				norm2W: o("attn_norm_2.weight"), norm2B: o("attn_norm_2.bias"),
+				up: w("ffn_up.weight"), upb: o("ffn_up.bias"), gate: o("ffn_gate.weight"),
+				down: w("ffn_down.weight"), downb: o("ffn_down.bias"),
 				outNormW: w("layer_output_norm.weight"), outNormB: w("layer_output_norm.bias"),
 			})
+		}
+		if c.Arch == ArchNomic {
+			hd := c.HeadDim()
+			inv := make([]float32, hd/2)
+			for i := range inv {
+				inv[i] = float32(math.Pow(c.RopeTheta, -float64(2*i)/float64(hd)))
+			}
+			ft := &format.Tensor{Name: "rope_freqs", Type: quant.F32, Shape: []int{len(inv)}, Data: f32Bytes(inv)}
+			t, err := be.UploadWeight(ft)
+			if err != nil {
+				return fmt.Errorf("rope frequencies: %w", err)
+			}
+			e.up = append(e.up, t)
+			e.rope = backend.Rope{InvFreq: t, Dim: hd, NeoX: true, MScale: 1}
+			if e.kv, err = be.NewKVCache(backend.KVSpec{Layers: 1, NumBlocks: 1, BlockSize: 16, KVHeads: c.Heads, HeadDim: hd, DType: quant.F32}); err != nil {
+				return fmt.Errorf("rope scratch cache: %w", err)
+			}
 		}
 		return errors.Join(errs...)
 	})
@@ -215,7 +262,9 @@ func (e *Encoder) stepMeta(seqs []Sequence) (*backend.StepMeta, error) {
 }
 
 // forward is the encoder's graph, inside Run: embeddings and their norm, then per layer
-// x = LN(x + attention(x)), x = LN(x + down(gelu(up(x)))), then pooling.
+// x = LN(x + attention(x)) (jina: then LN(that + x) with AttnNorm2), x = LN(x + mlp(x)),
+// then pooling. The MLP is down(gelu(up x)) for bert, down(silu(gate x) * up x) for
+// nomic and down(gelu(gate x) * up x) for jina.
 func (e *Encoder) forward(meta *backend.StepMeta, dst []float32) error {
 	be, ops, c := e.be, e.ops, &e.cfg
 	n := meta.NumTokens()
@@ -236,7 +285,7 @@ func (e *Encoder) forward(meta *backend.StepMeta, dst []float32) error {
 		}
 		return t, err
 	}
-	var x, q, k, v, a, o, f backend.Tensor
+	var x, q, k, v, a, o, f, g backend.Tensor
 	for _, b := range []struct {
 		t    *backend.Tensor
 		cols int
@@ -245,9 +294,14 @@ func (e *Encoder) forward(meta *backend.StepMeta, dst []float32) error {
 			return err
 		}
 	}
+	if c.gated() {
+		if g, err = alloc(c.FFNDim); err != nil {
+			return err
+		}
+	}
 	eps := float32(c.NormEps)
 	linear := func(out, in, w, b backend.Tensor) error {
-		if err := be.MatMul(out, in, w); err != nil {
+		if err := be.MatMul(out, in, w); err != nil || b == nil {
 			return err
 		}
 		return be.AddBias(out, b)
@@ -260,35 +314,73 @@ func (e *Encoder) forward(meta *backend.StepMeta, dst []float32) error {
 	}
 	scale := float32(1 / math.Sqrt(float64(c.HeadDim())))
 	for i := range e.lays {
-		l := &e.lays[i]
-		for _, p := range [][3]backend.Tensor{{q, l.q, l.qb}, {k, l.k, l.kb}, {v, l.v, l.vb}} {
-			if err := linear(p[0], x, p[1], p[2]); err != nil {
-				return fmt.Errorf("layer %d: %w", i, err)
-			}
-		}
-		if err := ops.BidirectionalAttention(a, q, k, v, c.Heads, scale, st); err != nil {
-			return fmt.Errorf("layer %d: %w", i, err)
-		}
-		if err := linear(o, a, l.o, l.ob); err != nil {
-			return fmt.Errorf("layer %d: %w", i, err)
-		}
-		if err := ops.LayerNorm(x, o, x, l.attnNormW, l.attnNormB, eps); err != nil {
-			return fmt.Errorf("layer %d: %w", i, err)
-		}
-		if err := linear(f, x, l.up, l.upb); err != nil {
-			return fmt.Errorf("layer %d: %w", i, err)
-		}
-		if err := ops.GELU(f, f); err != nil {
-			return fmt.Errorf("layer %d: %w", i, err)
-		}
-		if err := linear(o, f, l.down, l.downb); err != nil {
-			return fmt.Errorf("layer %d: %w", i, err)
-		}
-		if err := ops.LayerNorm(x, o, x, l.outNormW, l.outNormB, eps); err != nil {
+		if err := e.layer(&e.lays[i], st, linear, x, q, k, v, a, o, f, g, scale, eps); err != nil {
 			return fmt.Errorf("layer %d: %w", i, err)
 		}
 	}
 	return ops.PoolRows(dst, x, c.Pooling, st)
+}
+
+// layer runs one block on x in place (q to g are its scratch buffers).
+func (e *Encoder) layer(l *layer, st backend.Step, linear func(out, in, w, b backend.Tensor) error,
+	x, q, k, v, a, o, f, g backend.Tensor, scale, eps float32) error {
+	ops, c := e.ops, &e.cfg
+	for _, p := range [][3]backend.Tensor{{q, l.q, l.qb}, {k, l.k, l.kb}, {v, l.v, l.vb}} {
+		if err := linear(p[0], x, p[1], p[2]); err != nil {
+			return err
+		}
+	}
+	if l.qNormW != nil {
+		if err := ops.LayerNorm(q, q, nil, l.qNormW, l.qNormB, eps); err != nil {
+			return err
+		}
+		if err := ops.LayerNorm(k, k, nil, l.kNormW, l.kNormB, eps); err != nil {
+			return err
+		}
+	}
+	if e.kv != nil {
+		if err := e.be.RopeKVWrite(q, k, v, e.rope, e.kv, 0, st); err != nil {
+			return err
+		}
+	}
+	if err := ops.BidirectionalAttention(a, q, k, v, c.Heads, scale, c.MaxALiBi, st); err != nil {
+		return err
+	}
+	if err := linear(o, a, l.o, l.ob); err != nil {
+		return err
+	}
+	if err := ops.LayerNorm(o, o, x, l.attnNormW, l.attnNormB, eps); err != nil {
+		return err
+	}
+	if l.norm2W != nil {
+		if err := ops.LayerNorm(o, o, x, l.norm2W, l.norm2B, eps); err != nil {
+			return err
+		}
+	}
+	// o holds the attention half's output: the MLP's input and residual.
+	if err := linear(f, o, l.up, l.upb); err != nil {
+		return err
+	}
+	var err error
+	switch c.Arch {
+	case ArchNomic:
+		if err = linear(g, o, l.gate, nil); err == nil {
+			err = e.be.SwiGLU(f, g, f)
+		}
+	case ArchJina:
+		if err = linear(g, o, l.gate, nil); err == nil {
+			err = ops.GELUGLU(f, g, f)
+		}
+	default:
+		err = ops.GELU(f, f)
+	}
+	if err != nil {
+		return err
+	}
+	if err := linear(x, f, l.down, l.downb); err != nil {
+		return err
+	}
+	return ops.LayerNorm(x, x, o, l.outNormW, l.outNormB, eps)
 }
 
 // Classify runs the classifier head on a pooled vector and returns its logits
@@ -323,23 +415,83 @@ func dot(a, b []float32) float32 {
 	return float32(s)
 }
 
-// Tensors lists the GGUF names of the weights an encoder of c binds (for writers).
-func Tensors(c Config) []string {
-	names := []string{"token_embd.weight", "position_embd.weight"}
-	if c.TypeVocab > 0 {
-		names = append(names, "token_types.weight")
+// tensorShape is a named tensor's shape, outermost first.
+type tensorShape struct {
+	name  string
+	shape []int
+}
+
+// tensorShapes lists the tensors of an encoder of c with their shapes: as a file holds
+// them (fused true) or as an opened File does (nomic's attn_qkv split into attn_q, attn_k
+// and attn_v).
+func tensorShapes(c Config, fused bool) []tensorShape {
+	d, ff := c.Dim, c.FFNDim
+	var out []tensorShape
+	add := func(name string, shape ...int) { out = append(out, tensorShape{name, shape}) }
+	add("token_embd.weight", c.VocabSize, d)
+	if c.Arch == ArchBERT {
+		add("position_embd.weight", c.MaxPositions, d)
 	}
-	names = append(names, "token_embd_norm.weight", "token_embd_norm.bias")
+	if c.TypeVocab > 0 {
+		add("token_types.weight", c.TypeVocab, d)
+	}
+	add("token_embd_norm.weight", d)
+	add("token_embd_norm.bias", d)
 	for l := range c.Layers {
-		for _, s := range []string{"attn_q", "attn_k", "attn_v", "attn_output", "attn_output_norm", "ffn_up", "ffn_down", "layer_output_norm"} {
-			names = append(names, fmt.Sprintf("blk.%d.%s.weight", l, s), fmt.Sprintf("blk.%d.%s.bias", l, s))
+		p := fmt.Sprintf("blk.%d.", l)
+		pair := func(s string, shape ...int) {
+			add(p+s+".weight", shape...)
+			add(p+s+".bias", shape[0])
 		}
+		switch {
+		case c.Arch == ArchNomic && fused:
+			add(p+"attn_qkv.weight", 3*d, d)
+		case c.Arch == ArchNomic:
+			add(p+"attn_q.weight", d, d)
+			add(p+"attn_k.weight", d, d)
+			add(p+"attn_v.weight", d, d)
+		default:
+			pair("attn_q", d, d)
+			if c.QKNorm {
+				pair("attn_q_norm", d)
+			}
+			pair("attn_k", d, d)
+			if c.QKNorm {
+				pair("attn_k_norm", d)
+			}
+			pair("attn_v", d, d)
+		}
+		if c.Arch == ArchNomic {
+			add(p+"attn_output.weight", d, d)
+		} else {
+			pair("attn_output", d, d)
+		}
+		pair("attn_output_norm", d)
+		if c.AttnNorm2 {
+			pair("attn_norm_2", d)
+		}
+		switch c.Arch {
+		case ArchBERT:
+			pair("ffn_up", ff, d)
+			pair("ffn_down", d, ff)
+		case ArchNomic:
+			add(p+"ffn_up.weight", ff, d)
+			add(p+"ffn_gate.weight", ff, d)
+			add(p+"ffn_down.weight", d, ff)
+		case ArchJina:
+			add(p+"ffn_up.weight", ff, d)
+			add(p+"ffn_gate.weight", ff, d)
+			pair("ffn_down", d, ff)
+		}
+		pair("layer_output_norm", d)
 	}
 	if c.Labels > 0 {
 		if c.Pooler {
-			names = append(names, "cls.weight", "cls.bias")
+			pair := func(s string, shape ...int) { add(s+".weight", shape...); add(s+".bias", shape[0]) }
+			pair("cls", d, d)
 		}
-		names = append(names, "cls.output.weight", "cls.output.bias")
+		add("cls.output.weight", c.Labels, d)
+		add("cls.output.bias", c.Labels)
 	}
-	return names
+	return out
 }

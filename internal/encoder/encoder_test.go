@@ -1,9 +1,12 @@
 package encoder
 
 import (
+	"encoding/json"
 	"math"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
@@ -34,10 +37,21 @@ func (r refModel) w(name string) []float64 {
 	return out
 }
 
-// linear returns x·Wᵀ + b for x of n rows.
+// wOpt is w, or nil when the file has no such tensor.
+func (r refModel) wOpt(name string) []float64 {
+	if r.f.Tensors[name] == nil {
+		return nil
+	}
+	return r.w(name)
+}
+
+// linear returns x·Wᵀ + b for x of n rows (b nil: no bias).
 func linear(x []float64, n int, w, b []float64) []float64 {
 	in := len(x) / n
-	outDim := len(b)
+	outDim := len(w) / in
+	if b == nil {
+		b = make([]float64, outDim)
+	}
 	y := make([]float64, n*outDim)
 	for t := range n {
 		for o := range outDim {
@@ -69,12 +83,40 @@ func layerNorm(x []float64, dim int, w, b []float64, eps float64) {
 	}
 }
 
+// refSlopes are ALiBi's slopes for maximum bias 8, written out from the rule of the ALiBi
+// paper (2^(-8/n) powers for a power of two n, the odd powers of 2^(-4/n) for the heads
+// beyond the largest power of two n).
+var refSlopes = map[int][]float64{
+	4: {1.0 / 4, 1.0 / 16, 1.0 / 64, 1.0 / 256},
+	6: {1.0 / 4, 1.0 / 16, 1.0 / 64, 1.0 / 256, 1.0 / 2, 1.0 / 8},
+}
+
+// rotate applies NeoX-style RoPE with base theta to each head of x ([n][heads*hd]) at
+// positions 0..n-1.
+func rotate(x []float64, n, heads, hd int, theta float64) {
+	for t := range n {
+		for h := range heads {
+			v := x[t*heads*hd+h*hd:][:hd]
+			for i := range hd / 2 {
+				a := float64(t) * math.Pow(theta, -float64(2*i)/float64(hd))
+				x1, x2 := v[i], v[i+hd/2]
+				v[i], v[i+hd/2] = x1*math.Cos(a)-x2*math.Sin(a), x2*math.Cos(a)+x1*math.Sin(a)
+			}
+		}
+	}
+}
+
+func gelu(a float64) float64 { return 0.5 * a * (1 + math.Erf(a/math.Sqrt2)) }
+
 // hidden runs the reference over tokens (segments types, nil for all 0) and returns the
 // last layer's hidden states, [n][dim].
 func (r refModel) hidden(tokens, types []int32) []float64 {
 	c := r.f.Config
 	d, n := c.Dim, len(tokens)
-	te, pe := r.w("token_embd.weight"), r.w("position_embd.weight")
+	te, pe := r.w("token_embd.weight"), r.wOpt("position_embd.weight")
+	if c.Arch != ArchBERT {
+		pe = nil
+	}
 	ty := r.w("token_types.weight")
 	x := make([]float64, n*d)
 	for t, tok := range tokens {
@@ -83,16 +125,27 @@ func (r refModel) hidden(tokens, types []int32) []float64 {
 			seg = types[t]
 		}
 		for i := range d {
-			x[t*d+i] = te[int(tok)*d+i] + pe[t*d+i] + ty[int(seg)*d+i]
+			x[t*d+i] = te[int(tok)*d+i] + ty[int(seg)*d+i]
+			if pe != nil {
+				x[t*d+i] += pe[t*d+i]
+			}
 		}
 	}
 	layerNorm(x, d, r.w("token_embd_norm.weight"), r.w("token_embd_norm.bias"), c.NormEps)
 	hd := c.Dim / c.Heads
 	for l := range c.Layers {
 		p := "blk." + strconv.Itoa(l) + "."
-		q := linear(x, n, r.w(p+"attn_q.weight"), r.w(p+"attn_q.bias"))
-		k := linear(x, n, r.w(p+"attn_k.weight"), r.w(p+"attn_k.bias"))
-		v := linear(x, n, r.w(p+"attn_v.weight"), r.w(p+"attn_v.bias"))
+		q := linear(x, n, r.w(p+"attn_q.weight"), r.wOpt(p+"attn_q.bias"))
+		k := linear(x, n, r.w(p+"attn_k.weight"), r.wOpt(p+"attn_k.bias"))
+		v := linear(x, n, r.w(p+"attn_v.weight"), r.wOpt(p+"attn_v.bias"))
+		if c.QKNorm {
+			layerNorm(q, d, r.w(p+"attn_q_norm.weight"), r.w(p+"attn_q_norm.bias"), c.NormEps)
+			layerNorm(k, d, r.w(p+"attn_k_norm.weight"), r.w(p+"attn_k_norm.bias"), c.NormEps)
+		}
+		if c.Arch == ArchNomic {
+			rotate(q, n, c.Heads, hd, c.RopeTheta)
+			rotate(k, n, c.Heads, hd, c.RopeTheta)
+		}
 		att := make([]float64, n*d)
 		for h := range c.Heads {
 			for i := range n {
@@ -103,6 +156,9 @@ func (r refModel) hidden(tokens, types []int32) []float64 {
 						sc[j] += q[i*d+h*hd+e] * k[j*d+h*hd+e]
 					}
 					sc[j] /= math.Sqrt(float64(hd))
+					if c.Arch == ArchJina {
+						sc[j] -= refSlopes[c.Heads][h] * math.Abs(float64(i-j))
+					}
 					best = math.Max(best, sc[j])
 				}
 				var z float64
@@ -117,16 +173,35 @@ func (r refModel) hidden(tokens, types []int32) []float64 {
 				}
 			}
 		}
-		o := linear(att, n, r.w(p+"attn_output.weight"), r.w(p+"attn_output.bias"))
-		for i := range x {
-			x[i] += o[i]
+		o := linear(att, n, r.w(p+"attn_output.weight"), r.wOpt(p+"attn_output.bias"))
+		for i := range o {
+			o[i] += x[i]
 		}
-		layerNorm(x, d, r.w(p+"attn_output_norm.weight"), r.w(p+"attn_output_norm.bias"), c.NormEps)
-		u := linear(x, n, r.w(p+"ffn_up.weight"), r.w(p+"ffn_up.bias"))
-		for i, a := range u {
-			u[i] = 0.5 * a * (1 + math.Erf(a/math.Sqrt2))
+		layerNorm(o, d, r.w(p+"attn_output_norm.weight"), r.w(p+"attn_output_norm.bias"), c.NormEps)
+		if c.AttnNorm2 {
+			for i := range o {
+				o[i] += x[i]
+			}
+			layerNorm(o, d, r.w(p+"attn_norm_2.weight"), r.w(p+"attn_norm_2.bias"), c.NormEps)
 		}
-		o = linear(u, n, r.w(p+"ffn_down.weight"), r.w(p+"ffn_down.bias"))
+		u := linear(o, n, r.w(p+"ffn_up.weight"), r.wOpt(p+"ffn_up.bias"))
+		switch c.Arch {
+		case ArchBERT:
+			for i, a := range u {
+				u[i] = gelu(a)
+			}
+		case ArchNomic:
+			g := linear(o, n, r.w(p+"ffn_gate.weight"), nil)
+			for i, a := range g {
+				u[i] *= a / (1 + math.Exp(-a))
+			}
+		case ArchJina:
+			g := linear(o, n, r.w(p+"ffn_gate.weight"), nil)
+			for i, a := range g {
+				u[i] *= gelu(a)
+			}
+		}
+		x = linear(u, n, r.w(p+"ffn_down.weight"), r.wOpt(p+"ffn_down.bias"))
 		for i := range x {
 			x[i] += o[i]
 		}
@@ -235,6 +310,43 @@ func TestForwardMatchesReference(t *testing.T) {
 	}
 }
 
+// TestVariantsMatchReference checks nomic-bert (RoPE, fused qkv, SwiGLU; GGUF and a
+// NomicBertModel folder) and jina-bert-v2 (ALiBi, GEGLU, with and without its optional
+// norms; GGUF and a JinaBertModel folder, its gate and up rows fused) against the float64
+// reference, every pooling mode, sequences of different lengths
+// in one batch.
+func TestVariantsMatchReference(t *testing.T) {
+	for _, v := range [][2]string{{"nomic-bert-tiny", "gguf"}, {"nomic-bert-tiny", "hf"}, {"jina-bert-v2-tiny", "gguf"}, {"jina-bert-v2-tiny", "hf"}, {"jina-bert-v2-tiny-norms", "gguf"}, {"jina-bert-v2-tiny-norms", "hf"}} {
+		shape, ext := v[0], v[1]
+		f := synthFile(t, shape, ext)
+		if want, _ := SynthConfig(shape); f.Config.Arch != want.Arch || f.Config.RopeTheta != want.RopeTheta || f.Config.Pooling != want.Pooling {
+			t.Fatalf("%s %s: config %+v", shape, ext, f.Config)
+		}
+		c := f.Config
+		if c.Arch == ArchJina && (c.QKNorm != strings.HasSuffix(shape, "norms") || c.AttnNorm2 != c.QKNorm) {
+			t.Fatalf("%s: QKNorm %v, AttnNorm2 %v read from the tensors", shape, c.QKNorm, c.AttnNorm2)
+		}
+		ref := refModel{f, t}
+		for _, mode := range []backend.PoolMode{backend.PoolMean, backend.PoolCLS, backend.PoolLast} {
+			enc, err := New(f, newCPU(t), &mode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := enc.Forward(testSeqs())
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range testSeqs() {
+				want := ref.pool(ref.hidden(s.Tokens, s.Types), mode)
+				if c, d := cosine(out[i], want), maxDiff(out[i], want); c < 0.99999 || d > 1e-4 {
+					t.Errorf("%s %s %s sequence %d: cosine %.7f, max diff %.2g from the reference", shape, ext, mode, i, c, d)
+				}
+			}
+			enc.Close()
+		}
+	}
+}
+
 // TestBatchInvariance: a sequence's embedding does not depend on what it is batched with.
 func TestBatchInvariance(t *testing.T) {
 	f := synthFile(t, "bert-tiny", "gguf")
@@ -316,6 +428,54 @@ func TestForwardRejects(t *testing.T) {
 	} {
 		if _, err := enc.Forward(seqs); err == nil {
 			t.Errorf("Forward(%v...) succeeded", len(seqs))
+		}
+	}
+}
+
+// TestHFVariantsRefused: a NomicBertModel or JinaBertModel folder of a variant the encoder
+// does not run is refused at open with the config field that says so.
+func TestHFVariantsRefused(t *testing.T) {
+	for _, v := range []struct {
+		shape, key string
+		val        any
+	}{
+		{"nomic-bert-tiny", "activation_function", "gelu"}, {"nomic-bert-tiny", "qkv_proj_bias", true},
+		{"nomic-bert-tiny", "prenorm", true}, {"nomic-bert-tiny", "rotary_emb_fraction", 0.5},
+		{"nomic-bert-tiny", "rotary_emb_interleaved", true}, {"nomic-bert-tiny", "rotary_scaling_factor", 2.0},
+		{"jina-bert-v2-tiny", "feed_forward_type", "reglu"}, {"jina-bert-v2-tiny", "position_embedding_type", "absolute"},
+		{"jina-bert-v2-tiny", "hidden_act", "relu"},
+	} {
+		key, val := v.key, v.val
+		c, _ := SynthConfig(v.shape)
+		c.Layers = 1
+		dir := filepath.Join(t.TempDir(), v.shape)
+		if err := WriteSynth(dir, v.shape, c, 1); err != nil {
+			t.Fatal(err)
+		}
+		if !IsEncoder(dir) {
+			t.Fatalf("IsEncoder: false for a %s folder", v.shape)
+		}
+		p := filepath.Join(dir, "config.json")
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg map[string]any
+		if err := json.Unmarshal(b, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		cfg[key] = val
+		if b, err = json.Marshal(cfg); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if f, err := Open(dir); err == nil || !strings.Contains(err.Error(), key) {
+			if err == nil {
+				f.Close()
+			}
+			t.Errorf("%s %s = %v: %v, want an error naming it", v.shape, key, val, err)
 		}
 	}
 }

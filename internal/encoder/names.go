@@ -101,3 +101,150 @@ func hfName(g string, classifier bool) (string, bool) {
 	}
 	return "", false
 }
+
+// nomic-bert's Hugging Face names (NomicBertModel): the embeddings' norm is emb_ln, layers
+// are encoder.layers.N with a fused attn.Wqkv, SwiGLU's up and gate are mlp.fc11 and
+// mlp.fc12.
+var nomicGlobal = map[string]string{
+	"embeddings.word_embeddings.weight":       "token_embd.weight",
+	"embeddings.token_type_embeddings.weight": "token_types.weight",
+	"emb_ln.weight": "token_embd_norm.weight",
+	"emb_ln.bias":   "token_embd_norm.bias",
+}
+
+var nomicLayer = map[string]string{
+	"attn.Wqkv":     "attn_qkv",
+	"attn.out_proj": "attn_output",
+	"norm1":         "attn_output_norm",
+	"mlp.fc11":      "ffn_up",
+	"mlp.fc12":      "ffn_gate",
+	"mlp.fc2":       "ffn_down",
+	"norm2":         "layer_output_norm",
+}
+
+// nomicGGUFName translates a NomicBertModel tensor name to GGUF naming; ok is false for
+// names the encoder does not use.
+func nomicGGUFName(hf string) (string, bool) {
+	if g, ok := nomicGlobal[hf]; ok {
+		return g, true
+	}
+	rest, ok := strings.CutPrefix(hf, "encoder.layers.")
+	if !ok {
+		return "", false
+	}
+	layer, rest, ok := strings.Cut(rest, ".")
+	if _, err := strconv.Atoi(layer); !ok || err != nil {
+		return "", false
+	}
+	i := strings.LastIndexByte(rest, '.')
+	if i < 0 {
+		return "", false
+	}
+	g, ok := nomicLayer[rest[:i]]
+	if suffix := rest[i+1:]; !ok || (suffix != "weight" && suffix != "bias") {
+		return "", false
+	}
+	return "blk." + layer + "." + g + rest[i:], true
+}
+
+// nomicHFName is the inverse of nomicGGUFName, for writing a NomicBertModel folder.
+func nomicHFName(g string) (string, bool) {
+	for hf, name := range nomicGlobal {
+		if name == g {
+			return hf, true
+		}
+	}
+	rest, ok := strings.CutPrefix(g, "blk.")
+	layer, rest, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 {
+		return "", false
+	}
+	i := strings.LastIndexByte(rest, '.')
+	if i < 0 {
+		return "", false
+	}
+	for hf, name := range nomicLayer {
+		if name == rest[:i] {
+			return "encoder.layers." + layer + "." + hf + rest[i:], true
+		}
+	}
+	return "", false
+}
+
+// jina-bert-v2's Hugging Face names (JinaBertModel, JinaBertForMaskedLM): BERT's, with
+// q/k norms, the MLP's fused gate and up projection (mlp.gated_layers, the gate's rows
+// first; jina-v2-code's mlp.up_gated_layer, the up rows first) and its own down projection
+// and norm. The fused matrices keep a GGUF-style name of their own until the file is
+// opened (splitGateUp).
+var jinaLayer = map[string]string{
+	"attention.self.query":        "attn_q",
+	"attention.self.key":          "attn_k",
+	"attention.self.value":        "attn_v",
+	"attention.self.layer_norm_q": "attn_q_norm",
+	"attention.self.layer_norm_k": "attn_k_norm",
+	"attention.output.dense":      "attn_output",
+	"attention.output.LayerNorm":  "attn_output_norm",
+	"layer_norm_1":                "attn_norm_2",
+	"mlp.gated_layers":            "ffn_gate_up",
+	"mlp.up_gated_layer":          "ffn_up_gate",
+	"mlp.wo":                      "ffn_down",
+	"mlp.down_layer":              "ffn_down",
+	"mlp.layernorm":               "layer_output_norm",
+	"layer_norm_2":                "layer_output_norm",
+}
+
+// jinaGGUFName translates a jina-bert-v2 tensor name (with or without the "bert." prefix)
+// to GGUF naming; ok is false for names the encoder does not use (the masked-LM head).
+func jinaGGUFName(hf string) (string, bool) {
+	hf = strings.TrimPrefix(hf, "bert.")
+	switch hf {
+	case "embeddings.word_embeddings.weight", "embeddings.token_type_embeddings.weight", "embeddings.LayerNorm.weight",
+		"embeddings.LayerNorm.bias", "classifier.weight", "classifier.bias":
+		return hfGlobal[hf], true
+	}
+	rest, ok := strings.CutPrefix(hf, "encoder.layer.")
+	if !ok {
+		return "", false
+	}
+	layer, rest, ok := strings.Cut(rest, ".")
+	if _, err := strconv.Atoi(layer); !ok || err != nil {
+		return "", false
+	}
+	i := strings.LastIndexByte(rest, '.')
+	if i < 0 {
+		return "", false
+	}
+	g, ok := jinaLayer[rest[:i]]
+	if suffix := rest[i+1:]; !ok || (suffix != "weight" && suffix != "bias") {
+		return "", false
+	}
+	return "blk." + layer + "." + g + rest[i:], true
+}
+
+// jinaHFName is the inverse of jinaGGUFName for the names a JinaBertModel folder is written
+// with (mlp.gated_layers, mlp.wo and mlp.layernorm).
+func jinaHFName(g string) (string, bool) {
+	for _, hf := range []string{"embeddings.word_embeddings.weight", "embeddings.token_type_embeddings.weight",
+		"embeddings.LayerNorm.weight", "embeddings.LayerNorm.bias"} {
+		if hfGlobal[hf] == g {
+			return hf, true
+		}
+	}
+	rest, ok := strings.CutPrefix(g, "blk.")
+	layer, rest, ok2 := strings.Cut(rest, ".")
+	if !ok || !ok2 {
+		return "", false
+	}
+	i := strings.LastIndexByte(rest, '.')
+	if i < 0 {
+		return "", false
+	}
+	for _, hf := range []string{"attention.self.query", "attention.self.key", "attention.self.value", "attention.self.layer_norm_q",
+		"attention.self.layer_norm_k", "attention.output.dense", "attention.output.LayerNorm", "layer_norm_1",
+		"mlp.gated_layers", "mlp.wo", "mlp.layernorm"} {
+		if jinaLayer[hf] == rest[:i] {
+			return "encoder.layer." + layer + "." + hf + rest[i:], true
+		}
+	}
+	return "", false
+}

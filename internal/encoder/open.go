@@ -1,6 +1,7 @@
 package encoder
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -44,13 +45,13 @@ func (f *File) Name() string { return filepath.Base(filepath.Clean(f.Path)) }
 
 // encoderArchs are the GGUF architectures and Hugging Face classes this package runs.
 var (
-	ggufArchs = []string{"bert"}
-	hfArchs   = []string{"BertModel", "BertForSequenceClassification"}
+	ggufArchs = []string{ArchBERT, ArchNomic, ArchJina}
+	hfArchs   = []string{"BertModel", "BertForSequenceClassification", "NomicBertModel", "JinaBertModel", "JinaBertForMaskedLM"}
 )
 
 // IsEncoder reports whether path holds an encoder this package opens: a GGUF file whose
-// general.architecture is "bert", or a Hugging Face folder whose config.json names a BERT
-// class.
+// general.architecture is "bert", "nomic-bert" or "jina-bert-v2", or a Hugging Face folder
+// whose config.json names a BERT class, NomicBertModel or a JinaBert class.
 func IsEncoder(path string) bool {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -93,7 +94,7 @@ func Open(path string) (*File, error) {
 	return f, nil
 }
 
-// openGGUF reads a llama.cpp "bert" GGUF.
+// openGGUF reads a llama.cpp "bert", "nomic-bert" or "jina-bert-v2" GGUF.
 func openGGUF(path string) (*File, error) {
 	g, err := gguf.Open(path)
 	if err != nil {
@@ -140,8 +141,20 @@ func openGGUF(path string) (*File, error) {
 	if v, ok := g.GetFloat64(arch + ".attention.layer_norm_epsilon"); ok {
 		c.NormEps = v
 	}
+	switch arch {
+	case ArchNomic:
+		c.RopeTheta = 10000
+		if v, ok := g.GetFloat64(arch + ".rope.freq_base"); ok {
+			c.RopeTheta = v
+		}
+	case ArchJina:
+		c.MaxALiBi = 8 // llama.cpp's and the model's own, not in the file
+	}
 	pooling := count("pooling_type")
 	if err := errors.Join(errs...); err != nil {
+		return f, fmt.Errorf("gguf %s: %w", path, err)
+	}
+	if err := f.splitQKV(); err != nil {
 		return f, fmt.Errorf("gguf %s: %w", path, err)
 	}
 	f.inferFromTensors()
@@ -167,9 +180,67 @@ func openGGUF(path string) (*File, error) {
 	return f, nil
 }
 
-// inferFromTensors fills what the tensors say: vocabulary, token types, the head.
+// splitQKV replaces each layer's fused blk.N.attn_qkv.weight ([3 dim][dim], nomic's) by
+// attn_q, attn_k and attn_v views of its rows: a row-major matrix's rows lie one after
+// another in any block format.
+func (f *File) splitQKV() error {
+	for l := 0; ; l++ {
+		name := fmt.Sprintf("blk.%d.attn_qkv.weight", l)
+		t, ok := f.Tensors[name]
+		if !ok {
+			return nil
+		}
+		if len(t.Shape) != 2 || t.Shape[0]%3 != 0 {
+			return fmt.Errorf("tensor %s: shape %v, want [3 x hidden size][hidden size]", name, t.Shape)
+		}
+		if err := t.Check(); err != nil {
+			return err
+		}
+		rows := t.Shape[0] / 3
+		part := len(t.Data) / 3
+		for i, s := range []string{"attn_q", "attn_k", "attn_v"} {
+			n := fmt.Sprintf("blk.%d.%s.weight", l, s)
+			f.Tensors[n] = &format.Tensor{Name: n, Type: t.Type, Shape: []int{rows, t.Shape[1]}, Data: t.Data[i*part : (i+1)*part : (i+1)*part]}
+		}
+		delete(f.Tensors, name)
+	}
+}
+
+// splitGateUp replaces each layer's fused MLP matrix of jina-bert-v2 ([2 x intermediate
+// size][hidden size]: blk.N.ffn_gate_up, the gate's rows first, or blk.N.ffn_up_gate, the up
+// projection's first) by ffn_gate and ffn_up views of its rows.
+func (f *File) splitGateUp() error {
+	for name, t := range f.Tensors {
+		layer, fused, ok := strings.Cut(strings.TrimPrefix(name, "blk."), ".")
+		if !ok || (fused != "ffn_gate_up.weight" && fused != "ffn_up_gate.weight") {
+			continue
+		}
+		if len(t.Shape) != 2 || t.Shape[0]%2 != 0 {
+			return fmt.Errorf("tensor %s: shape %v, want [2 x intermediate size][hidden size]", name, t.Shape)
+		}
+		if err := t.Check(); err != nil {
+			return err
+		}
+		parts := []string{"ffn_gate", "ffn_up"}
+		if fused == "ffn_up_gate.weight" {
+			parts[0], parts[1] = parts[1], parts[0]
+		}
+		half := len(t.Data) / 2
+		for i, s := range parts {
+			n := "blk." + layer + "." + s + ".weight"
+			f.Tensors[n] = &format.Tensor{Name: n, Type: t.Type, Shape: []int{t.Shape[0] / 2, t.Shape[1]}, Data: t.Data[i*half : (i+1)*half : (i+1)*half]}
+		}
+		delete(f.Tensors, name)
+	}
+	return nil
+}
+
+// inferFromTensors fills what the tensors say: vocabulary, token types, the head, jina's
+// optional norms.
 func (f *File) inferFromTensors() {
 	c := &f.Config
+	_, c.QKNorm = f.Tensors["blk.0.attn_q_norm.weight"]
+	_, c.AttnNorm2 = f.Tensors["blk.0.attn_norm_2.weight"]
 	if t, ok := f.Tensors["token_embd.weight"]; ok && len(t.Shape) == 2 {
 		c.VocabSize = t.Shape[0]
 	}
@@ -195,7 +266,50 @@ type hfConfig struct {
 	LayerNormEps          float64           `json:"layer_norm_eps"`
 	HiddenAct             string            `json:"hidden_act"`
 	PositionEmbeddingType string            `json:"position_embedding_type"`
+	FeedForwardType       string            `json:"feed_forward_type"` // jina-bert-v2's
 	ID2Label              map[string]string `json:"id2label"`
+	nomicConfig
+}
+
+// nomicConfig is the part of a NomicBertModel config.json (GPT-2's names) the encoder
+// reads.
+type nomicConfig struct {
+	NEmbd                int             `json:"n_embd"`
+	NLayer               int             `json:"n_layer"`
+	NHead                int             `json:"n_head"`
+	NInner               int             `json:"n_inner"`
+	NPositions           int             `json:"n_positions"`
+	MaxTrainedPositions  int             `json:"max_trained_positions"`
+	LayerNormEpsilon     float64         `json:"layer_norm_epsilon"`
+	ActivationFunction   string          `json:"activation_function"`
+	RotaryEmbBase        float64         `json:"rotary_emb_base"`
+	RotaryEmbFraction    *float64        `json:"rotary_emb_fraction"`
+	RotaryEmbInterleaved bool            `json:"rotary_emb_interleaved"`
+	RotaryScalingFactor  json.RawMessage `json:"rotary_scaling_factor"`
+	QKVProjBias          *bool           `json:"qkv_proj_bias"`
+	MLPFc1Bias           *bool           `json:"mlp_fc1_bias"`
+	MLPFc2Bias           *bool           `json:"mlp_fc2_bias"`
+	Prenorm              bool            `json:"prenorm"`
+}
+
+// check refuses the NomicBertModel variants the encoder does not run.
+func (n *nomicConfig) check() error {
+	isTrue := func(b *bool) bool { return b == nil || *b } // the model's defaults are true
+	switch {
+	case n.ActivationFunction != "swiglu":
+		return fmt.Errorf("activation_function %q is not supported (want swiglu)", n.ActivationFunction)
+	case isTrue(n.QKVProjBias) || isTrue(n.MLPFc1Bias) || isTrue(n.MLPFc2Bias):
+		return fmt.Errorf("qkv_proj_bias, mlp_fc1_bias and mlp_fc2_bias must be false (biases are not supported)")
+	case n.Prenorm:
+		return fmt.Errorf("prenorm true is not supported (want the post-norm blocks)")
+	case n.RotaryEmbFraction != nil && *n.RotaryEmbFraction != 1:
+		return fmt.Errorf("rotary_emb_fraction %g is not supported (want 1)", *n.RotaryEmbFraction)
+	case n.RotaryEmbInterleaved:
+		return fmt.Errorf("rotary_emb_interleaved true is not supported")
+	case len(n.RotaryScalingFactor) > 0 && string(n.RotaryScalingFactor) != "null":
+		return fmt.Errorf("rotary_scaling_factor %s is not supported (want null)", n.RotaryScalingFactor)
+	}
+	return nil
 }
 
 func (h *hfConfig) architecture() string {
@@ -226,7 +340,7 @@ type hfPooling struct {
 	LastToken bool `json:"pooling_mode_lasttoken"`
 }
 
-// openHF reads a Hugging Face BERT folder.
+// openHF reads a Hugging Face BERT, NomicBertModel or JinaBert folder.
 func openHF(dir string) (*File, error) {
 	h, err := readHFConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
@@ -235,11 +349,24 @@ func openHF(dir string) (*File, error) {
 	if !slices.Contains(hfArchs, h.architecture()) {
 		return nil, fmt.Errorf("hf %s: architecture %q is not an encoder this build runs (want %v)", dir, h.architecture(), hfArchs)
 	}
-	if h.HiddenAct != "" && h.HiddenAct != "gelu" {
+	nomic := h.architecture() == "NomicBertModel"
+	jina := strings.HasPrefix(h.architecture(), "JinaBert")
+	position := "absolute"
+	if jina {
+		position = "alibi"
+		if h.FeedForwardType != "geglu" {
+			return nil, fmt.Errorf("hf %s: feed_forward_type %q is not supported (want geglu)", dir, h.FeedForwardType)
+		}
+	}
+	if nomic {
+		if err := h.nomicConfig.check(); err != nil {
+			return nil, fmt.Errorf("hf %s: %w", dir, err)
+		}
+	} else if h.HiddenAct != "" && h.HiddenAct != "gelu" {
 		return nil, fmt.Errorf("hf %s: hidden_act %q is not supported (want gelu)", dir, h.HiddenAct)
 	}
-	if p := h.PositionEmbeddingType; p != "" && p != "absolute" {
-		return nil, fmt.Errorf("hf %s: position_embedding_type %q is not supported (want absolute)", dir, p)
+	if p := h.PositionEmbeddingType; !nomic && p != position && (p != "" || jina) {
+		return nil, fmt.Errorf("hf %s: position_embedding_type %q is not supported (want %s)", dir, p, position)
 	}
 	set, err := safetensors.OpenDir(dir)
 	if err != nil {
@@ -249,6 +376,12 @@ func openHF(dir string) (*File, error) {
 	for _, hf := range set.Names() {
 		ti, _ := set.Tensor(hf)
 		name, ok := ggufName(hf)
+		switch {
+		case nomic:
+			name, ok = nomicGGUFName(hf)
+		case jina:
+			name, ok = jinaGGUFName(hf)
+		}
 		if !ok {
 			continue
 		}
@@ -259,16 +392,32 @@ func openHF(dir string) (*File, error) {
 		f.Tensors[name] = &format.Tensor{Name: name, Type: t, Shape: ti.Shape, Data: ti.Data}
 	}
 	c := &f.Config
-	*c = Config{Arch: "bert", VocabSize: h.VocabSize, Dim: h.HiddenSize, Layers: h.NumHiddenLayers,
+	*c = Config{Arch: ArchBERT, VocabSize: h.VocabSize, Dim: h.HiddenSize, Layers: h.NumHiddenLayers,
 		Heads: h.NumAttentionHeads, FFNDim: h.IntermediateSize, MaxPositions: h.MaxPositionEmbeddings,
-		NormEps: h.LayerNormEps}
+		NormEps: h.LayerNormEps, Pooling: backend.PoolCLS} // BERT's own pooling: the [CLS] token
+	if nomic {
+		n := &h.nomicConfig
+		// The positions it was trained on (n_positions, 8192, assumes a RoPE scaling the
+		// model's code applies only past them), as llama.cpp's converter takes 2048.
+		*c = Config{Arch: ArchNomic, VocabSize: h.VocabSize, Dim: n.NEmbd, Layers: n.NLayer, Heads: n.NHead,
+			FFNDim: n.NInner, MaxPositions: cmp.Or(n.MaxTrainedPositions, n.NPositions), NormEps: n.LayerNormEpsilon,
+			RopeTheta: cmp.Or(n.RotaryEmbBase, 10000), Pooling: backend.PoolMean} // nomic-embed's pooling: mean
+		if err := f.splitQKV(); err != nil {
+			return f, fmt.Errorf("hf %s: %w", dir, err)
+		}
+	}
+	if jina {
+		c.Arch, c.MaxALiBi, c.Pooling = ArchJina, 8, backend.PoolMean // jina-embeddings-v2's pooling: mean
+		if err := f.splitGateUp(); err != nil {
+			return f, fmt.Errorf("hf %s: %w", dir, err)
+		}
+	}
 	if c.NormEps == 0 {
 		c.NormEps = 1e-12
 	}
 	f.inferFromTensors()
-	c.Pooling = backend.PoolCLS // BERT's own pooling: the [CLS] token
 	if p := filepath.Join(dir, "1_Pooling", "config.json"); fileExists(p) {
-		if c.Pooling, err = readPooling(p); err != nil {
+		if c.Pooling, err = ReadPooling(p); err != nil {
 			return f, fmt.Errorf("hf %s: %w", dir, err)
 		}
 	}
@@ -306,8 +455,9 @@ func ggufWordPiece(v *tokenizer.Vocab) {
 	}
 }
 
-// readPooling reads 1_Pooling/config.json: one of cls, mean and last token.
-func readPooling(path string) (backend.PoolMode, error) {
+// ReadPooling reads sentence-transformers' 1_Pooling/config.json: one of cls, mean and
+// last token.
+func ReadPooling(path string) (backend.PoolMode, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err
@@ -343,40 +493,7 @@ func (f *File) check() error {
 	if f.Vocab != nil && len(f.Vocab.Tokens) > c.VocabSize {
 		return fmt.Errorf("tokenizer: %d tokens, more than the %d rows of token_embd.weight", len(f.Vocab.Tokens), c.VocabSize)
 	}
-	type want struct {
-		name  string
-		shape []int
-	}
-	d, ff := c.Dim, c.FFNDim
-	wants := []want{
-		{"token_embd.weight", []int{c.VocabSize, d}},
-		{"position_embd.weight", []int{c.MaxPositions, d}},
-		{"token_embd_norm.weight", []int{d}}, {"token_embd_norm.bias", []int{d}},
-	}
-	if c.TypeVocab > 0 {
-		wants = append(wants, want{"token_types.weight", []int{c.TypeVocab, d}})
-	}
-	if c.Labels > 0 {
-		wants = append(wants, want{"cls.output.weight", []int{c.Labels, d}}, want{"cls.output.bias", []int{c.Labels}})
-		if c.Pooler {
-			wants = append(wants, want{"cls.weight", []int{d, d}}, want{"cls.bias", []int{d}})
-		}
-	}
-	for l := range c.Layers {
-		p := fmt.Sprintf("blk.%d.", l)
-		for _, w := range []want{
-			{"attn_q.weight", []int{d, d}}, {"attn_q.bias", []int{d}},
-			{"attn_k.weight", []int{d, d}}, {"attn_k.bias", []int{d}},
-			{"attn_v.weight", []int{d, d}}, {"attn_v.bias", []int{d}},
-			{"attn_output.weight", []int{d, d}}, {"attn_output.bias", []int{d}},
-			{"attn_output_norm.weight", []int{d}}, {"attn_output_norm.bias", []int{d}},
-			{"ffn_up.weight", []int{ff, d}}, {"ffn_up.bias", []int{ff}},
-			{"ffn_down.weight", []int{d, ff}}, {"ffn_down.bias", []int{d}},
-			{"layer_output_norm.weight", []int{d}}, {"layer_output_norm.bias", []int{d}},
-		} {
-			wants = append(wants, want{p + w.name, w.shape})
-		}
-	}
+	wants := tensorShapes(*c, false)
 	for _, w := range wants {
 		t, ok := f.Tensors[w.name]
 		if !ok {

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -35,6 +36,17 @@ var shapes = map[string]Config{
 	// bge-small-en-v1.5's geometry.
 	"bge-small": {Arch: "bert", Dim: 384, Layers: 12, Heads: 12, FFNDim: 1536, MaxPositions: 512, TypeVocab: 2,
 		NormEps: 1e-12, Pooling: backend.PoolCLS},
+	// nomic-embed-text-v1.5's structure (rotary base 1000, fused qkv, SwiGLU, mean
+	// pooling, no biases), scaled down.
+	"nomic-bert-tiny": {Arch: ArchNomic, Dim: 128, Layers: 2, Heads: 4, FFNDim: 384, MaxPositions: 2048, TypeVocab: 2,
+		NormEps: 1e-12, RopeTheta: 1000, Pooling: backend.PoolMean},
+	// jina-embeddings-v2-small-en's structure (ALiBi, GEGLU, mean pooling), scaled down.
+	"jina-bert-v2-tiny": {Arch: ArchJina, Dim: 128, Layers: 2, Heads: 4, FFNDim: 512, MaxPositions: 8192, TypeVocab: 2,
+		NormEps: 1e-12, MaxALiBi: 8, Pooling: backend.PoolMean},
+	// jina-bert-v2-tiny with the optional norms: LayerNorms on q and k and a second one
+	// after attention, and 6 heads (ALiBi slopes of a head count that is no power of two).
+	"jina-bert-v2-tiny-norms": {Arch: ArchJina, Dim: 96, Layers: 2, Heads: 6, FFNDim: 256, MaxPositions: 8192, TypeVocab: 2,
+		NormEps: 1e-12, MaxALiBi: 8, QKNorm: true, AttnNorm2: true, Pooling: backend.PoolMean},
 }
 
 // SynthShapes lists the synthesized encoder shapes.
@@ -116,34 +128,6 @@ func synthTensor(name string, shape []int, seed uint64) []float32 {
 	return vals
 }
 
-// synthShape returns the shape of a named tensor of c.
-func synthShape(c Config, name string) []int {
-	d := c.Dim
-	switch {
-	case name == "token_embd.weight":
-		return []int{c.VocabSize, d}
-	case name == "position_embd.weight":
-		return []int{c.MaxPositions, d}
-	case name == "token_types.weight":
-		return []int{c.TypeVocab, d}
-	case name == "cls.weight":
-		return []int{d, d}
-	case name == "cls.output.weight":
-		return []int{c.Labels, d}
-	case name == "cls.output.bias":
-		return []int{c.Labels}
-	case strings.HasSuffix(name, "ffn_up.weight"):
-		return []int{c.FFNDim, d}
-	case strings.HasSuffix(name, "ffn_up.bias"):
-		return []int{c.FFNDim}
-	case strings.HasSuffix(name, "ffn_down.weight"):
-		return []int{d, c.FFNDim}
-	case strings.HasSuffix(name, ".weight") && !strings.Contains(name, "norm"):
-		return []int{d, d}
-	}
-	return []int{d}
-}
-
 func f32Bytes(vals []float32) []byte {
 	b := make([]byte, 4*len(vals))
 	for i, v := range vals {
@@ -155,7 +139,8 @@ func f32Bytes(vals []float32) []byte {
 // WriteSynth writes a synthesized encoder of shape c (VocabSize from SynthVocab) with
 // weights from seed: a GGUF file when path ends in .gguf, else a Hugging Face folder
 // (config.json, model.safetensors, tokenizer.json, and for embedding models
-// sentence-transformers' 1_Pooling/config.json). Nothing partial is left at path.
+// sentence-transformers' 1_Pooling/config.json; BertModel's, NomicBertModel's or
+// JinaBertModel's). Nothing partial is left at path.
 func WriteSynth(path, name string, c Config, seed uint64) error {
 	v := SynthVocab()
 	c.VocabSize = len(v.Tokens)
@@ -168,9 +153,8 @@ func WriteSynth(path, name string, c Config, seed uint64) error {
 		data  []byte
 	}
 	var ts []tensor
-	for _, n := range Tensors(c) {
-		shape := synthShape(c, n)
-		ts = append(ts, tensor{n, shape, f32Bytes(synthTensor(n, shape, seed))})
+	for _, t := range tensorShapes(c, true) {
+		ts = append(ts, tensor{t.name, t.shape, f32Bytes(synthTensor(t.name, t.shape, seed))})
 	}
 	if strings.HasSuffix(path, ".gguf") {
 		kvs := ggufMetadata(name, c, v)
@@ -190,8 +174,27 @@ func WriteSynth(path, name string, c Config, seed uint64) error {
 	}
 	defer os.RemoveAll(tmp)
 	var sts []safetensors.WriteTensor
+	data := map[string][]byte{}
+	for _, t := range ts {
+		data[t.name] = t.data
+	}
 	for _, t := range ts {
 		hf, ok := hfName(t.name, c.Labels > 0)
+		switch c.Arch {
+		case ArchNomic:
+			hf, ok = nomicHFName(t.name)
+		case ArchJina:
+			// The gate's and up projection's rows are one matrix, the gate's first.
+			up, isGate := strings.CutSuffix(t.name, "ffn_gate.weight")
+			if strings.HasSuffix(t.name, "ffn_up.weight") {
+				continue
+			}
+			if isGate {
+				t.name, t.shape = up+"ffn_gate_up.weight", []int{2 * t.shape[0], t.shape[1]}
+				t.data = append(slices.Clone(t.data), data[up+"ffn_up.weight"]...)
+			}
+			hf, ok = jinaHFName(t.name)
+		}
 		if !ok {
 			return fmt.Errorf("tensor %s has no Hugging Face name", t.name)
 		}
@@ -209,9 +212,10 @@ func WriteSynth(path, name string, c Config, seed uint64) error {
 	return os.Rename(tmp, path)
 }
 
-// ggufMetadata is llama.cpp's metadata of a "bert" model.
+// ggufMetadata is llama.cpp's metadata of a "bert", "nomic-bert" or "jina-bert-v2" model.
 func ggufMetadata(name string, c Config, v *tokenizer.Vocab) []gguf.KV {
-	u := func(key string, n int) gguf.KV { return gguf.KV{Key: "bert." + key, Value: gguf.Uint32(uint32(n))} }
+	a := c.Arch + "."
+	u := func(key string, n int) gguf.KV { return gguf.KV{Key: a + key, Value: gguf.Uint32(uint32(n))} }
 	pooling := map[backend.PoolMode]int{backend.PoolMean: 1, backend.PoolCLS: 2, backend.PoolLast: 3}[c.Pooling]
 	if c.Labels > 0 {
 		pooling = 4 // rank
@@ -219,14 +223,21 @@ func ggufMetadata(name string, c Config, v *tokenizer.Vocab) []gguf.KV {
 	kvs := []gguf.KV{
 		u("context_length", c.MaxPositions), u("embedding_length", c.Dim), u("block_count", c.Layers),
 		u("feed_forward_length", c.FFNDim), u("attention.head_count", c.Heads),
-		{Key: "bert.attention.layer_norm_epsilon", Value: gguf.Float32(float32(c.NormEps))},
-		{Key: "bert.attention.causal", Value: gguf.Bool(false)},
+		{Key: a + "attention.layer_norm_epsilon", Value: gguf.Float32(float32(c.NormEps))},
+		{Key: a + "attention.causal", Value: gguf.Bool(false)},
 		u("pooling_type", pooling),
+	}
+	if c.TypeVocab > 0 {
+		// llama.cpp sizes token_types.weight by it.
+		kvs = append(kvs, gguf.KV{Key: "tokenizer.ggml.token_type_count", Value: gguf.Uint32(uint32(c.TypeVocab))})
+	}
+	if c.Arch == ArchNomic {
+		kvs = append(kvs, gguf.KV{Key: a + "rope.freq_base", Value: gguf.Float32(float32(c.RopeTheta))})
 	}
 	// The general.* and tokenizer.* keys are those every kvasir GGUF carries.
 	var out []gguf.KV
-	for _, kv := range (format.Contents{Name: name, Config: format.Config{Arch: "bert"}, Vocab: v}).GGUFMetadata(quant.F32) {
-		if !strings.HasPrefix(kv.Key, "bert.") {
+	for _, kv := range (format.Contents{Name: name, Config: format.Config{Arch: c.Arch}, Vocab: v}).GGUFMetadata(quant.F32) {
+		if !strings.HasPrefix(kv.Key, a) {
 			out = append(out, kv)
 		}
 	}
@@ -244,6 +255,21 @@ func writeHFFiles(dir string, c Config, v *tokenizer.Vocab) error {
 		"type_vocab_size": c.TypeVocab, "layer_norm_eps": c.NormEps, "hidden_act": "gelu",
 		"position_embedding_type": "absolute", "hidden_dropout_prob": 0.0,
 		"attention_probs_dropout_prob": 0.0, "pad_token_id": v.PAD, "torch_dtype": "float32",
+	}
+	if c.Arch == ArchNomic {
+		// NomicBertModel's own config (GPT-2's names), as nomic-embed-text-v1.5's.
+		cfg = map[string]any{
+			"architectures": []string{"NomicBertModel"}, "model_type": "nomic_bert", "vocab_size": c.VocabSize,
+			"n_embd": c.Dim, "n_layer": c.Layers, "n_head": c.Heads, "n_inner": c.FFNDim,
+			"n_positions": c.MaxPositions, "max_trained_positions": c.MaxPositions, "type_vocab_size": c.TypeVocab,
+			"layer_norm_epsilon": c.NormEps, "activation_function": "swiglu", "rotary_emb_base": c.RopeTheta,
+			"rotary_emb_fraction": 1.0, "rotary_emb_interleaved": false, "rotary_scaling_factor": nil,
+			"rotary_emb_scale_base": nil, "qkv_proj_bias": false, "mlp_fc1_bias": false, "mlp_fc2_bias": false,
+			"prenorm": false, "causal": false, "pad_token_id": v.PAD, "torch_dtype": "float32",
+		}
+	}
+	if c.Arch == ArchJina {
+		cfg["architectures"], cfg["position_embedding_type"], cfg["feed_forward_type"] = []string{"JinaBertModel"}, "alibi", "geglu"
 	}
 	if c.Labels > 0 {
 		cfg["architectures"] = []string{"BertForSequenceClassification"}

@@ -25,8 +25,8 @@ type activations struct {
 	// qSq and kSq hold each token's summed squares of q and k [tokens][1], all-reduced
 	// across the tensor-parallel ranks (a QK norm over the whole projection, split).
 	qSq, kSq backend.Tensor
-	// loraU holds each token's adapter down-projection A·x [tokens][max rank] (with
-	// LoRA enabled).
+	// loraU holds each token's adapter down-projections A·x [tokens][max rank], one block
+	// of max rank columns per projection of a LoRA group (with LoRA enabled).
 	loraU backend.Tensor
 	// lowRank holds a factorized matrix's intermediate x·Aᵀ [tokens][rank], one buffer per
 	// distinct rank of the model's (weights.ranks, in that order).
@@ -54,7 +54,7 @@ func buffers(a *activations, s *shard) []buffer {
 		{t: &a.last, dtype: quant.F32, cols: c.Dim, perLogits: true},
 	}
 	if s.lora != nil {
-		bs = append(bs, buffer{t: &a.loraU, dtype: quant.F32, cols: s.lora.maxRank})
+		bs = append(bs, buffer{t: &a.loraU, dtype: quant.F32, cols: s.lora.maxRank * s.loraGroupMax()})
 	}
 	ffn := c.FFNDim
 	if c.Experts > 0 {

@@ -248,6 +248,40 @@ func (s *shard) addLoRA(l int, t lora.Target, out, x backend.Tensor, a *activati
 	return nil
 }
 
+// addLoRAs adds the step's adapters' updates of layer l's projections ts, which all take x,
+// to outs: in one call where the backend groups projections (backend.LoRAGroupOps), else
+// one projection at a time.
+func (s *shard) addLoRAs(l int, ts []lora.Target, outs []backend.Tensor, x backend.Tensor, a *activations, st backend.Step) error {
+	if !s.stepLoRA() {
+		return nil
+	}
+	if g, ok := s.be.(backend.LoRAGroupOps); ok && len(ts) > 1 && len(ts) <= g.LoRAGroupMax() {
+		as, bs := make([]backend.Tensor, len(ts)), make([]backend.Tensor, len(ts))
+		for i, t := range ts {
+			as[i], bs[i] = s.lora.banks[l][t].a, s.lora.banks[l][t].b
+		}
+		if err := g.LoRAMatMulGroup(outs, x, a.loraU, as, bs, st); err != nil {
+			return fmt.Errorf("lora %v: %w", ts, err)
+		}
+		return nil
+	}
+	for i, t := range ts {
+		if err := s.addLoRA(l, t, outs[i], x, a, st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loraGroupMax returns how many projections the backend's LoRA takes in one call (1
+// without backend.LoRAGroupOps).
+func (s *shard) loraGroupMax() int {
+	if g, ok := s.be.(backend.LoRAGroupOps); ok {
+		return max(1, g.LoRAGroupMax())
+	}
+	return 1
+}
+
 // stepLoRA reports whether some token of the step being run has an adapter.
 func (s *shard) stepLoRA() bool { return s.lora != nil && s.meta.LoRASlots != nil }
 
@@ -258,10 +292,7 @@ func (s *shard) mlpLoRA(l int, out, x backend.Tensor, a *activations, st backend
 	if err := s.projectLinear([]backend.Tensor{a.gate, a.up}, x, a, lw, gateUpNames, []backend.Tensor{lw.gate, lw.up}); err != nil {
 		return err
 	}
-	if err := s.addLoRA(l, lora.Gate, a.gate, x, a, st); err != nil {
-		return err
-	}
-	if err := s.addLoRA(l, lora.Up, a.up, x, a, st); err != nil {
+	if err := s.addLoRAs(l, []lora.Target{lora.Gate, lora.Up}, []backend.Tensor{a.gate, a.up}, x, a, st); err != nil {
 		return err
 	}
 	var err error

@@ -258,6 +258,29 @@ func (m *Model) Forward(b *Batch, kv *KVCache) ([]float32, error) {
 	return logits, nil
 }
 
+// ForwardHidden runs one step as Forward does but returns, instead of the logits, the
+// final hidden state (after the output norm, before the output projection) of each row
+// named by b.LogitsIndices, len(LogitsIndices) x Dim, row after row: a decoder's
+// last-token embedding when the rows are the sequences' last tokens. The backend that
+// computes the logits must read rows back (backend.RowReader).
+func (m *Model) ForwardHidden(b *Batch, kv *KVCache) ([]float32, error) {
+	if _, ok := m.ranks[m.logitsRank()].be.(backend.RowReader); !ok {
+		return nil, fmt.Errorf("forward: the backend %s cannot read hidden states back", m.ranks[m.logitsRank()].be.Name())
+	}
+	if err := m.check(b, kv); err != nil {
+		return nil, err
+	}
+	n := len(b.LogitsIndices)
+	hidden := make([]float32, n*m.cfg.Dim)
+	if n == 0 {
+		return hidden, nil
+	}
+	if err := m.run(b, kv, stepOut{n: n, hidden: hidden}, nil); err != nil {
+		return nil, fmt.Errorf("forward: %w", err)
+	}
+	return hidden, nil
+}
+
 // ForwardGreedy runs one step as Forward does but returns, instead of the logits, the
 // greedy token of each row named by b.LogitsIndices: the index of the row's largest logit
 // (the lowest among ties, NaN never chosen, as sample.Greedy picks it), among the tokens

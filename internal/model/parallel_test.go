@@ -48,7 +48,7 @@ func generate(t *testing.T, m *Model, prompt []int32, n int) ([]int32, [][]float
 // equal up to the summation order of the all-reduce.
 func TestParallelMatchesWhole(t *testing.T) {
 	prompt := testTokens(13)
-	for name, c := range testShapes(t) {
+	for name, c := range ggufShapes(t) {
 		for _, dt := range []quant.Type{quant.F32, quant.Q8_0} {
 			fm := writeTwin(t, c, dt, synth.GGUF)
 			whole, err := New(fm, Options{Backends: cpuBackends(t, 1, Parallel{})})

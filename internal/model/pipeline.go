@@ -86,7 +86,7 @@ func (m *Model) runSplit(b *Batch, kv *KVCache, out stepOut, masks MaskFunc) err
 				var part stepOut
 				var mf MaskFunc
 				if s.logits && maskErrs[r] == nil {
-					part = out.slice(mb.out, len(mb.batch.LogitsIndices), vocab)
+					part = out.slice(mb.out, len(mb.batch.LogitsIndices), vocab, m.cfg.Dim)
 					mf = relay.rows(mb.out, len(mb.batch.LogitsIndices))
 				}
 				if err == nil {
@@ -120,8 +120,11 @@ func (m *Model) runSplit(b *Batch, kv *KVCache, out stepOut, masks MaskFunc) err
 }
 
 // slice returns the part of out that holds its logits rows [from, from+n).
-func (out stepOut) slice(from, n, vocab int) stepOut {
+func (out stepOut) slice(from, n, vocab, dim int) stepOut {
 	part := stepOut{n: n}
+	if out.hidden != nil {
+		part.hidden = out.hidden[from*dim : (from+n)*dim]
+	}
 	if out.logits != nil {
 		part.logits = out.logits[from*vocab : (from+n)*vocab]
 	}

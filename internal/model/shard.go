@@ -172,27 +172,30 @@ func (s *shard) prepare(b *Batch, blockSize int) error {
 // updates (lora: their ops read the slots' weights in place, which paging rewrites
 // between replays).
 type graphOwner struct {
-	s    *shard
-	kv   backend.KVCache
-	out  bool
-	lora bool
+	s      *shard
+	kv     backend.KVCache
+	out    bool
+	hidden bool // the rows are read back as they are, without the logit scale
+	lora   bool
 }
 
 // stepOut is where a step's output goes: of the step's first n logits rows, the logits
 // (logits, F32 n x vocabulary), or the greedy token ids (ids), or tokens drawn on the
 // device with each row's settings (ids and rows). masks, when set, are the rows'
-// vocabulary masks for ids (see backend.ArgmaxLogits).
+// vocabulary masks for ids (see backend.ArgmaxLogits). hidden, in place of them, takes the
+// rows' final hidden states (after the output norm; F32 n x Dim).
 type stepOut struct {
 	n      int
 	logits []float32
 	ids    []int32
 	rows   []backend.SampleRow
 	masks  [][]uint32
+	hidden []float32
 }
 
 // wants reports whether the shard writes out: it computes the logits and rows are asked.
 func (s *shard) wants(out stepOut) bool {
-	return s.logits && out.n > 0 && (out.logits != nil || out.ids != nil)
+	return s.logits && out.n > 0 && (out.logits != nil || out.ids != nil || out.hidden != nil)
 }
 
 // run runs the step described by s.meta on the backend and writes its output to out:
@@ -284,7 +287,7 @@ func (s *shard) forward(kv backend.KVCache, out stepOut) error {
 		if err := be.GatherRows(a.last, a.xb, st); err != nil {
 			return fmt.Errorf("logits rows: %w", err)
 		}
-		if ls := s.cfg.LogitScale; ls > 0 {
+		if ls := s.cfg.LogitScale; ls > 0 && out.hidden == nil {
 			// The output projection is linear: scaling its input scales the logits.
 			if err := be.Scale(a.last, float32(ls)); err != nil {
 				return fmt.Errorf("logit scale: %w", err)
@@ -295,7 +298,7 @@ func (s *shard) forward(kv backend.KVCache, out stepOut) error {
 	// A step that reads attention mass back to the host, or calls a hook after each
 	// layer, runs eagerly: a graph cannot.
 	if g, ok := be.(backend.StepGrapher); ok && len(s.mass) == 0 && s.afterLayer == nil {
-		return g.RunStep(st, graphOwner{s: s, kv: kv, out: wantOut, lora: s.stepLoRA()}, ops)
+		return g.RunStep(st, graphOwner{s: s, kv: kv, out: wantOut, hidden: out.hidden != nil, lora: s.stepLoRA()}, ops)
 	}
 	return ops()
 }
@@ -320,6 +323,8 @@ func (s *shard) output(out stepOut) error {
 	}
 	var err error
 	switch {
+	case out.hidden != nil:
+		err = be.(backend.RowReader).ReadRows(out.hidden, last)
 	case out.rows != nil:
 		rows := out.rows
 		if out.masks != nil {
@@ -436,10 +441,8 @@ func (s *shard) attention(l int, a *activations, in backend.Tensor, kv backend.K
 	if err := s.projectLinear([]backend.Tensor{a.q, a.k, a.v}, in, a, lw, qkvNames, []backend.Tensor{lw.q, lw.k, lw.v}); err != nil {
 		return err
 	}
-	for i, out := range []backend.Tensor{a.q, a.k, a.v} {
-		if err := s.addLoRA(l, lora.Q+lora.Target(i), out, in, a, st); err != nil {
-			return err
-		}
+	if err := s.addLoRAs(l, []lora.Target{lora.Q, lora.K, lora.V}, []backend.Tensor{a.q, a.k, a.v}, in, a, st); err != nil {
+		return err
 	}
 	if c.QKVBias {
 		if err := be.AddBias(a.q, lw.qBias); err != nil {

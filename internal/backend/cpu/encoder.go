@@ -68,13 +68,36 @@ func GELU(p *Pool, out, x []float32) error {
 	return nil
 }
 
+// GELUGLU writes GELU(gate) * up to out element-wise with the erf form of GELU (out may
+// be gate or up).
+func GELUGLU(p *Pool, out, gate, up []float32) error {
+	if len(gate) != len(out) || len(up) != len(out) {
+		return fmt.Errorf("cpu: gelu glu: lengths out=%d gate=%d up=%d differ", len(out), len(gate), len(up))
+	}
+	const chunk = 4096
+	runRows(p, (len(out)+chunk-1)/chunk, chunk, func(start, end int) {
+		for i := start * chunk; i < min(end*chunk, len(out)); i++ {
+			g := float64(gate[i])
+			out[i] = float32(0.5 * g * (1 + math.Erf(g/math.Sqrt2)) * float64(up[i]))
+		}
+	})
+	return nil
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
+
 // BidirectionalAttention computes, for every token t of sequence s (tokens
 // [starts[s], starts[s+1])) and every head h, softmax over the sequence's tokens j of
-// scale * q[t,h]·k[j,h], and writes the weighted sum of v[j,h] to out[t,h]. q, k, v and out
-// are [tokens][heads*headDim].
-func BidirectionalAttention(p *Pool, out, q, k, v []float32, starts []int32, heads, headDim int, scale float32) error {
-	if len(starts) < 2 || heads <= 0 || headDim <= 0 {
-		return fmt.Errorf("cpu: bidirectional attention: %d sequence bounds, %d heads of %d", len(starts), heads, headDim)
+// scale * q[t,h]·k[j,h] - slopes[h] * |t - j| (ALiBi's bias; slopes nil: none), and writes
+// the weighted sum of v[j,h] to out[t,h]. q, k, v and out are [tokens][heads*headDim].
+func BidirectionalAttention(p *Pool, out, q, k, v []float32, starts []int32, heads, headDim int, scale float32, slopes []float32) error {
+	if len(starts) < 2 || heads <= 0 || headDim <= 0 || (slopes != nil && len(slopes) != heads) {
+		return fmt.Errorf("cpu: bidirectional attention: %d sequence bounds, %d heads of %d, %d ALiBi slopes", len(starts), heads, headDim, len(slopes))
 	}
 	n := int(starts[len(starts)-1])
 	width := heads * headDim
@@ -103,6 +126,9 @@ func BidirectionalAttention(p *Pool, out, q, k, v []float32, starts []int32, hea
 			best := float32(math.Inf(-1))
 			for j := range scores {
 				scores[j] *= scale
+				if slopes != nil {
+					scores[j] -= slopes[h] * float32(abs(t-lo-j))
+				}
 				best = max(best, scores[j])
 			}
 			var total float32

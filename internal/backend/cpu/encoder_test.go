@@ -41,7 +41,7 @@ func refLayerNorm(x, add, w, b []float32, dim int) []float64 {
 	return out
 }
 
-func refAttention(q, k, v []float32, starts []int32, heads, hd int, scale float64) []float64 {
+func refAttention(q, k, v []float32, starts []int32, heads, hd int, scale float64, slopes []float64) []float64 {
 	width := heads * hd
 	out := make([]float64, len(q))
 	for s := 0; s+1 < len(starts); s++ {
@@ -55,6 +55,9 @@ func refAttention(q, k, v []float32, starts []int32, heads, hd int, scale float6
 						sc[j-lo] += float64(q[t*width+h*hd+e]) * float64(k[j*width+h*hd+e])
 					}
 					sc[j-lo] *= scale
+					if slopes != nil {
+						sc[j-lo] -= slopes[h] * math.Abs(float64(t-j))
+					}
 					best = math.Max(best, sc[j-lo])
 				}
 				for j := range sc {
@@ -126,6 +129,25 @@ func TestGELUMatchesReference(t *testing.T) {
 	}
 }
 
+func TestGELUGLUMatchesReference(t *testing.T) {
+	r := rand.New(rand.NewSource(4))
+	for _, p := range testPools(t, 1, 3) {
+		gate, up := randVals(r, 20000, 3), randVals(r, 20000, 2)
+		out := make([]float32, len(gate))
+		if err := GELUGLU(p, out, gate, up); err != nil {
+			t.Fatal(err)
+		}
+		want := make([]float64, len(gate))
+		for i, g := range gate {
+			want[i] = float64(g) * 0.5 * math.Erfc(-float64(g)/math.Sqrt2) * float64(up[i])
+		}
+		within(t, "gelu glu", out, want, 1e-6)
+		if err := GELUGLU(p, out, gate, up[1:]); err == nil {
+			t.Error("mismatched lengths were accepted")
+		}
+	}
+}
+
 func TestBidirectionalAttentionMatchesReference(t *testing.T) {
 	r := rand.New(rand.NewSource(3))
 	for _, p := range testPools(t, 1, 3) {
@@ -139,10 +161,16 @@ func TestBidirectionalAttentionMatchesReference(t *testing.T) {
 			q, k, v := randVals(r, n*heads*hd, 1), randVals(r, n*heads*hd, 1), randVals(r, n*heads*hd, 1)
 			out := make([]float32, n*heads*hd)
 			scale := 1 / math.Sqrt(float64(hd))
-			if err := BidirectionalAttention(p, out, q, k, v, starts, heads, hd, float32(scale)); err != nil {
+			if err := BidirectionalAttention(p, out, q, k, v, starts, heads, hd, float32(scale), nil); err != nil {
 				t.Fatal(err)
 			}
-			within(t, "attention", out, refAttention(q, k, v, starts, heads, hd, scale), 1e-5)
+			within(t, "attention", out, refAttention(q, k, v, starts, heads, hd, scale, nil), 1e-5)
+			// ALiBi with slopes 1/2, 1/4, ...: scores fall off with distance.
+			slopes := []float32{0.5, 0.25, 0.125, 0.0625}
+			if err := BidirectionalAttention(p, out, q, k, v, starts, heads, hd, float32(scale), slopes); err != nil {
+				t.Fatal(err)
+			}
+			within(t, "alibi attention", out, refAttention(q, k, v, starts, heads, hd, scale, []float64{0.5, 0.25, 0.125, 0.0625}), 1e-5)
 		}
 	}
 }
@@ -192,9 +220,16 @@ func FuzzBidirectionalAttention(f *testing.F) {
 		r := rand.New(rand.NewSource(seed))
 		q, k, v := randVals(r, n*h*d, 1), randVals(r, n*h*d, 1), randVals(r, n*h*d, 1)
 		out := make([]float32, n*h*d)
-		if err := BidirectionalAttention(p, out, q, k, v, starts, h, d, 0.3); err != nil {
+		var slopes []float32
+		var ref []float64
+		if seed%2 == 1 { // odd seeds add ALiBi slopes 1, 1/2, 1/4, ...
+			for i := range h {
+				slopes, ref = append(slopes, float32(math.Ldexp(1, -i))), append(ref, math.Ldexp(1, -i))
+			}
+		}
+		if err := BidirectionalAttention(p, out, q, k, v, starts, h, d, 0.3, slopes); err != nil {
 			t.Fatal(err)
 		}
-		within(t, "attention", out, refAttention(q, k, v, starts, h, d, 0.3), 1e-5)
+		within(t, "attention", out, refAttention(q, k, v, starts, h, d, 0.3, ref), 1e-5)
 	})
 }

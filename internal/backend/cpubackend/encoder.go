@@ -116,7 +116,7 @@ func (b *Backend) GELU(out, x backend.Tensor) error {
 }
 
 // BidirectionalAttention attends every token over its whole sequence.
-func (b *Backend) BidirectionalAttention(out, q, k, v backend.Tensor, heads int, scale float32, st backend.Step) error {
+func (b *Backend) BidirectionalAttention(out, q, k, v backend.Tensor, heads int, scale, maxBias float32, st backend.Step) error {
 	const op = "bidirectional attention"
 	var ts [4]*tensor
 	for i, t := range []backend.Tensor{out, q, k, v} {
@@ -135,7 +135,27 @@ func (b *Backend) BidirectionalAttention(out, q, k, v backend.Tensor, heads int,
 	if heads <= 0 || ts[0].cols()%heads != 0 || ts[0].rows() != s.meta.NumTokens() {
 		return fmt.Errorf("cpu %s: %v for %d heads and %d tokens", op, ts[0].shape, heads, s.meta.NumTokens())
 	}
-	return cpu.BidirectionalAttention(b.pool, ts[0].f32, ts[1].f32, ts[2].f32, ts[3].f32, s.meta.QueryStarts, heads, ts[0].cols()/heads, scale)
+	var slopes []float32
+	if maxBias > 0 {
+		slopes = backend.ALiBiSlopes(heads, maxBias)
+	}
+	return cpu.BidirectionalAttention(b.pool, ts[0].f32, ts[1].f32, ts[2].f32, ts[3].f32, s.meta.QueryStarts, heads, ts[0].cols()/heads, scale, slopes)
+}
+
+// GELUGLU computes GELU(gate) * up with the erf form of GELU.
+func (b *Backend) GELUGLU(out, gate, up backend.Tensor) error {
+	var ts [3]*tensor
+	for i, t := range []backend.Tensor{out, gate, up} {
+		var err error
+		if ts[i], err = activation("gelu glu", [...]string{"out", "gate", "up"}[i], t); err != nil {
+			return err
+		}
+		if err := sameShape("gelu glu", ts[i], ts[0]); err != nil {
+			return err
+		}
+	}
+	n := ts[0].rows() * ts[0].cols()
+	return cpu.GELUGLU(b.pool, ts[0].f32[:n], ts[1].f32[:n], ts[2].f32[:n])
 }
 
 // PoolRows pools each sequence's rows of x into dst.
@@ -149,4 +169,19 @@ func (b *Backend) PoolRows(dst []float32, x backend.Tensor, mode backend.PoolMod
 		return err
 	}
 	return cpu.PoolRows(dst, xs.f32, xs.cols(), s.meta.QueryStarts, mode == backend.PoolCLS, mode == backend.PoolLast)
+}
+
+var _ backend.RowReader = (*Backend)(nil)
+
+// ReadRows copies x's rows into dst.
+func (b *Backend) ReadRows(dst []float32, x backend.Tensor) error {
+	xs, err := activation("read rows", "x", x)
+	if err != nil {
+		return err
+	}
+	if n := xs.rows() * xs.cols(); len(dst) != n {
+		return fmt.Errorf("cpu read rows: %d values for %v", len(dst), xs.shape)
+	}
+	copy(dst, xs.f32)
+	return nil
 }

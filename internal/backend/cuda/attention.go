@@ -6,10 +6,15 @@ import (
 
 // KVCacheLayer is one layer's paged KV cache on the device: K and V each hold NumBlocks
 // blocks of [BlockSize][KVHeads][HeadDim] values (F32, F16 or BF16, the same for both), so
-// slot s = block*BlockSize + offset starts at element s*KVHeads*HeadDim.
+// slot s = block*BlockSize + offset starts at element s*KVHeads*HeadDim. A quantized layer
+// (Codes other than KVPlain) holds U8 codes in K and V, laid out as those values, and F32
+// scales in KS and VS, one per Group elements (see KVCodes).
 type KVCacheLayer struct {
 	K, V                                   Buffer
 	NumBlocks, BlockSize, KVHeads, HeadDim int
+	Codes                                  KVCodes
+	KS, VS                                 Buffer
+	Group                                  int
 }
 
 // MaxHeadDim is the largest head dimension the attention kernels support.
@@ -29,16 +34,19 @@ func (c *KVCacheLayer) Check(op string) error {
 		return fmt.Errorf("cuda %s: K cache is %s, V cache %s", op, c.K.DType, c.V.DType)
 	}
 	n := c.NumBlocks * c.BlockSize * c.KVHeads * c.HeadDim
+	if c.Quantized() {
+		return c.checkQuantized(op, n)
+	}
 	return firstErr(need(op, "K cache", c.K, n, F32, F16, BF16), need(op, "V cache", c.V, n, F32, F16, BF16))
 }
 
 // checkTiled checks c for the tiled attention kernels, which take head dims that are
-// multiples of 32.
+// multiples of 32 (any head dim for a quantized cache, whose varlen kernel takes them all).
 func (c *KVCacheLayer) checkTiled(op string) error {
 	if err := c.Check(op); err != nil {
 		return err
 	}
-	if c.HeadDim%32 != 0 {
+	if c.HeadDim%32 != 0 && !c.Quantized() {
 		return fmt.Errorf("cuda %s: head dim %d is not a multiple of 32", op, c.HeadDim)
 	}
 	return nil
@@ -88,6 +96,9 @@ func (o *Ops) RopeKV(a RopeKVArgs) error {
 	neox := 0
 	if a.Rope.NeoX {
 		neox = 1
+	}
+	if c.Quantized() {
+		return o.ropeKVQuantized(a, neox)
 	}
 	return o.Dev.Launch(o.Kern.mod, "rope_kv_"+suffix(c.K.DType), Dim3{a.Tokens, a.Heads + c.KVHeads, 1}, Dim3{64, 1, 1}, 0,
 		a.Q, a.K, a.V, a.QStride, a.KStride, a.VStride, c.K, c.V, a.Slots, a.Positions, a.Rope.InvFreq,
@@ -174,7 +185,8 @@ type DecodeArgs struct {
 }
 
 // AttentionDecode runs split-K flash-decoding: each (split, head, sequence) block reduces a
-// range of the context with an online softmax, and a combine kernel merges the splits.
+// range of the context with an online softmax, and a combine kernel merges the splits. A
+// quantized cache runs attn_decode_grpq, for the shapes QuantizedDecode names.
 func (o *Ops) AttentionDecode(a DecodeArgs) error {
 	c := a.Cache
 	if err := c.checkTiled("attention decode"); err != nil {
@@ -203,6 +215,9 @@ func (o *Ops) AttentionDecode(a DecodeArgs) error {
 		return err
 	}
 	group := a.Heads / c.KVHeads
+	if c.Quantized() {
+		return o.decodeQuantized(a, group)
+	}
 	if groupedDecode(group, hd) && !a.legacy {
 		return o.decodeGrouped(a, group)
 	}
@@ -280,7 +295,10 @@ func prefillTensorCores(dt DType, hd int) bool { return dt == BF16 && (hd == 64 
 // AttentionPrefill runs causal attention of variable-length query chunks over the paged
 // cache, FlashAttention-style. A BF16 cache with head size 64 or 128 runs on tensor cores
 // (mma.sync, 64 queries of one head per block, Q rounded to BF16); other caches use
-// K/V tiles in shared memory that serve 16 queries of one head with scalar FMAs.
+// K/V tiles in shared memory that serve 16 queries of one head with scalar FMAs. A
+// quantized cache takes the tensor-core kernel too (head sizes 64 and 128, F32 out), its
+// tiles dequantized and rounded to BF16 as they are loaded, else the scalar one over tiles
+// dequantized to float32 (any head size).
 func (o *Ops) AttentionPrefill(a PrefillArgs) error {
 	c := a.Cache
 	if err := c.checkTiled("attention prefill"); err != nil {
@@ -301,6 +319,12 @@ func (o *Ops) AttentionPrefill(a PrefillArgs) error {
 		need("attention prefill", "context lengths", a.ContextLens, a.Seqs, I32),
 		need("attention prefill", "block tables", a.BlockTables, a.Seqs*a.MaxBlocks, I32)); err != nil {
 		return err
+	}
+	if c.Quantized() {
+		if quantizedTensorCores(hd, a.Out.DType) && !a.scalar {
+			return o.prefillQuantizedTC(a)
+		}
+		return o.prefillQuantized(a, 0, 0)
 	}
 	if prefillTensorCores(c.K.DType, hd) && !a.scalar {
 		tiles := (a.MaxQueryLen + prefillTileTC - 1) / prefillTileTC

@@ -19,7 +19,7 @@ type MassArgs struct {
 // h2o and snapkv. a.Mass needs Ctx0+Tokens entries.
 func (o *Ops) AttentionMass(a MassArgs) error {
 	c := a.Cache
-	if err := c.Check("attention mass"); err != nil {
+	if err := firstErr(c.Check("attention mass"), c.refuseQuantized("attention mass")); err != nil {
 		return err
 	}
 	if a.Tokens <= 0 || a.Heads <= 0 || a.Heads%c.KVHeads != 0 || a.Ctx0 < 0 || a.QStride < a.Heads*c.HeadDim {

@@ -96,7 +96,7 @@ type VerifyArgs struct {
 // split choice (the same sequence count, context bound and workspace).
 func (o *Ops) AttentionVerify(a VerifyArgs) error {
 	c := a.Cache
-	if err := c.checkTiled("attention verify"); err != nil {
+	if err := firstErr(c.checkTiled("attention verify"), c.refuseQuantized("attention verify")); err != nil {
 		return err
 	}
 	hd := c.HeadDim

@@ -243,6 +243,8 @@ const (
 	// FP8 is one E4M3 byte an element (the bytes of a quant.FP8 weight; its per-row scales
 	// are an F32 buffer of their own, kernels/gemvq_fp8.cu).
 	FP8
+	// U8 is one raw byte an element: the codes of a quantized KV cache (KVCodes).
+	U8
 )
 
 // blockTypes gives each block type its name, weights a block and bytes a block.
@@ -270,7 +272,7 @@ func (t DType) Size() int {
 		return 2
 	case F32, I32:
 		return 4
-	case FP8:
+	case FP8, U8:
 		return 1
 	}
 	return 0
@@ -296,6 +298,8 @@ func (t DType) String() string {
 		return "i32"
 	case FP8:
 		return "fp8"
+	case U8:
+		return "u8"
 	}
 	if b, ok := blockTypes[t]; ok {
 		return b.name

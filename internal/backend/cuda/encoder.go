@@ -36,10 +36,21 @@ func (o *Ops) GELU(out, x Buffer) error {
 	return o.Dev.Launch(o.Kern.mod, "gelu_f32", Dim3{gridFor(n), 1, 1}, Dim3{threads, 1, 1}, 0, out, x, uint64(n))
 }
 
+// GELUGLU writes GELU(gate) * up (the erf form of GELU) to out over gate's values; out may
+// be gate or up.
+func (o *Ops) GELUGLU(out, gate, up Buffer) error {
+	n := gate.Len
+	if err := firstErr(need("gelu glu", "gate", gate, 1, F32), need("gelu glu", "up", up, n, F32), need("gelu glu", "out", out, n, F32)); err != nil {
+		return err
+	}
+	return o.Dev.Launch(o.Kern.mod, "gelu_glu_f32", Dim3{gridFor(n), 1, 1}, Dim3{threads, 1, 1}, 0, out, gate, up, uint64(n))
+}
+
 // BidirectionalAttention lets each of tokens tokens attend to every token of its sequence
 // (queryStarts: seqs+1 I32 offsets, the longest sequence maxLen tokens): q, k, v and out
-// are [tokens][heads*headDim] float32.
-func (o *Ops) BidirectionalAttention(out, q, k, v, queryStarts Buffer, tokens, seqs, maxLen, heads, headDim int, scale float32) error {
+// are [tokens][heads*headDim] float32. maxBias > 0 adds ALiBi's bias (see
+// backend.ALiBiSlopes); 0 none.
+func (o *Ops) BidirectionalAttention(out, q, k, v, queryStarts Buffer, tokens, seqs, maxLen, heads, headDim int, scale, maxBias float32) error {
 	if tokens <= 0 || seqs <= 0 || heads <= 0 || headDim <= 0 || maxLen <= 0 {
 		return fmt.Errorf("cuda bidirectional attention: bad shape tokens=%d seqs=%d heads=%d head=%d", tokens, seqs, heads, headDim)
 	}
@@ -53,7 +64,7 @@ func (o *Ops) BidirectionalAttention(out, q, k, v, queryStarts Buffer, tokens, s
 		return err
 	}
 	return o.Dev.Launch(o.Kern.mod, "bidir_attn_f32", Dim3{tokens, heads, 1}, Dim3{128, 1, 1}, 4*maxLen,
-		out, q, k, v, queryStarts, seqs, heads, headDim, scale)
+		out, q, k, v, queryStarts, seqs, heads, headDim, scale, maxBias)
 }
 
 // PoolRows writes one row per sequence of x ([tokens][dim] float32) to out ([seqs][dim]):

@@ -137,7 +137,7 @@ func (o *Ops) AddBias(x, bias Buffer, rows, cols int) error {
 // SeqStarts, ContextLens, BlockTables, MaxBlocks and Scale.
 func (o *Ops) AttentionSmall(a PrefillArgs, sharedContext int) error {
 	c := a.Cache
-	if err := c.Check("attention small"); err != nil {
+	if err := firstErr(c.Check("attention small"), c.refuseQuantized("attention small")); err != nil {
 		return err
 	}
 	n := a.Tokens * a.Heads * c.HeadDim

@@ -280,8 +280,8 @@ const launchAttrProgrammaticSerialization = 6
 // kernels wrote (pdl_entry in kernels/common.cu), so that it may be launched as a
 // programmatic dependent of the kernel ahead of it.
 func pdlKernel(name string) bool {
-	for _, p := range []string{"gemv_n", "gemvm_n", "gemvglu_n", "gemvq_n", "dequant_bf16_", "rmsnorm_", "rope_kv_", "swiglu_", "attn_decode_", "attn_verify", "attn_combine_",
-		"embed_", "quantize_x8_rows", "gather_rows_f32", "argmax_part_f32", "argmax_f32", "add_bias_f32"} {
+	for _, p := range []string{"gemv_n", "gemvm_n", "gemvglu_n", "gemvq_n", "dequant_bf16_", "rmsnorm_", "rope_kv_", "rope_kvq_", "swiglu_", "attn_decode_", "attn_verify", "attn_combine_",
+		"embed_", "quantize_x8_rows", "gather_rows_f32", "argmax_part_f32", "argmax_f32", "add_bias_f32", "lora_"} {
 		if strings.HasPrefix(name, p) {
 			return true
 		}

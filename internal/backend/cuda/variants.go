@@ -32,6 +32,9 @@ func (o *Ops) AttentionWindow(a PrefillArgs, window int, softcap float32) error 
 		need("attention window", "block tables", a.BlockTables, a.Seqs*a.MaxBlocks, I32)); err != nil {
 		return err
 	}
+	if c.Quantized() {
+		return o.prefillQuantized(a, window, softcap)
+	}
 	tiles := (a.MaxQueryLen + prefillTile - 1) / prefillTile
 	return o.Dev.Launch(o.Kern.mod, "attn_window_"+suffix(c.K.DType), Dim3{tiles, a.Heads, a.Seqs}, Dim3{128, 1, 1}, 0,
 		a.Out, a.OutStride, a.Q, a.QStride, c.K, c.V, a.BlockTables, a.MaxBlocks, a.SeqStarts, a.ContextLens,

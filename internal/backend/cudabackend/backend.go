@@ -46,7 +46,8 @@ const DefaultQuantGEMV = cuda.GEMVSplit
 // dequantized to BF16 at upload; 1-D weights become F32. Activations are F32. MatMul over
 // a 16-bit weight runs a GEMV kernel (F32 activations, several weight rows per block) for up to 8 rows and
 // otherwise casts the activations to the weight's type for a cuBLAS GEMM with float32
-// accumulation. A KV cache holds the element type its KVSpec asks for (F32, F16 or BF16).
+// accumulation. A KV cache holds the element type its KVSpec asks for (F32, F16, BF16, or
+// the codes and scales of a quantized type, the CPU backend's bytes).
 type Backend struct {
 	dev  *cuda.Device
 	ops  *cuda.Ops
@@ -174,6 +175,18 @@ func (b *Backend) Run(fn func() error) error { return b.dev.Do(fn) }
 func (b *Backend) MemoryInfo() (free, total int64, err error) {
 	f, t, err := b.dev.MemInfo()
 	return int64(f), int64(t), err
+}
+
+// AllocatedBytes returns the bytes of the buffers the backend holds.
+func (b *Backend) AllocatedBytes() int64 {
+	var n int64
+	_ = b.dev.Do(func() error {
+		for _, buf := range b.allocs {
+			n += int64(buf.Bytes())
+		}
+		return nil
+	})
+	return n
 }
 
 // Close frees every buffer, the kernels and the cuBLAS handle, and stops the device.
@@ -416,14 +429,18 @@ func (b *Backend) Free(t backend.Tensor) error {
 	return err
 }
 
-// NewKVCache allocates a zeroed cache of the spec's element type: F32, F16 or BF16.
+// NewKVCache allocates a zeroed cache of the spec's element type: F32, F16, BF16, or a
+// quantized type (quant.KVInt8, KVFP8E4M3, KVFP8E5M2: codes and scales, kvquant.go).
 func (b *Backend) NewKVCache(spec backend.KVSpec) (backend.KVCache, error) {
 	if spec.Layers <= 0 || spec.NumBlocks <= 0 || spec.BlockSize <= 0 || spec.KVHeads <= 0 || spec.HeadDim <= 0 {
 		return nil, fmt.Errorf("cuda kv cache: bad geometry %+v", spec)
 	}
+	if codes, ok := kvCodes(spec.DType); ok {
+		return b.newQuantizedKVCache(spec, codes)
+	}
 	kv, ok := deviceType(spec.DType)
 	if !ok || kv == cuda.I32 {
-		return nil, fmt.Errorf("cuda kv cache: elements of %s: want f32, f16 or bf16", spec.DType)
+		return nil, fmt.Errorf("cuda kv cache: elements of %s: want f32, f16, bf16, int8, fp8_e4m3 or fp8_e5m2", spec.DType)
 	}
 	c := &kvCache{spec: spec}
 	n := spec.NumBlocks * spec.BlockSize * spec.KVHeads * spec.HeadDim
@@ -537,13 +554,14 @@ func (b *Backend) CopyBlocks(kv backend.KVCache, copies []backend.BlockCopy) err
 		return err
 	}
 	s := c.spec
-	per := s.BlockSize * s.KVHeads * s.HeadDim
+	segs := blockSegs(s)
 	for _, op := range copies {
 		if op.Src < 0 || op.Dst < 0 || int(op.Src) >= s.NumBlocks || int(op.Dst) >= s.NumBlocks {
 			return fmt.Errorf("cuda copy blocks: block %d to %d: outside the cache's %d blocks", op.Src, op.Dst, s.NumBlocks)
 		}
 		for _, l := range c.layers {
-			for _, buf := range []cuda.Buffer{l.K, l.V} {
+			for _, sg := range segs {
+				buf, per := segBuffer(l, sg.part), sg.elems
 				src, err1 := buf.Slice(int(op.Src)*per, int(op.Src+1)*per)
 				dst, err2 := buf.Slice(int(op.Dst)*per, int(op.Dst+1)*per)
 				if err := firstErr(err1, err2); err != nil {

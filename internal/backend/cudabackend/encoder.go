@@ -93,7 +93,7 @@ func (b *Backend) GELU(out, x backend.Tensor) error {
 }
 
 // BidirectionalAttention attends every token over its whole sequence.
-func (b *Backend) BidirectionalAttention(out, q, k, v backend.Tensor, heads int, scale float32, st backend.Step) error {
+func (b *Backend) BidirectionalAttention(out, q, k, v backend.Tensor, heads int, scale, maxBias float32, st backend.Step) error {
 	const op = "bidirectional attention"
 	var ts [4]*tensor
 	for i, t := range []backend.Tensor{out, q, k, v} {
@@ -114,7 +114,24 @@ func (b *Backend) BidirectionalAttention(out, q, k, v backend.Tensor, heads int,
 		return fmt.Errorf("cuda %s: %v for %d heads and %d tokens", op, ts[0].shape, heads, n)
 	}
 	return b.ops.BidirectionalAttention(ts[0].buf, ts[1].buf, ts[2].buf, ts[3].buf, s.queryStarts, n, s.meta.NumSeqs(),
-		s.meta.MaxQueryLen, heads, ts[0].cols()/heads, scale)
+		s.meta.MaxQueryLen, heads, ts[0].cols()/heads, scale, maxBias)
+}
+
+// GELUGLU computes GELU(gate) * up with the erf form of GELU.
+func (b *Backend) GELUGLU(out, gate, up backend.Tensor) error {
+	var ts [3]*tensor
+	for i, t := range []backend.Tensor{out, gate, up} {
+		var err error
+		if ts[i], err = devTensor("gelu glu", [...]string{"out", "gate", "up"}[i], t, cuda.F32); err != nil {
+			return err
+		}
+		if err := sameShape("gelu glu", ts[i], ts[0]); err != nil {
+			return err
+		}
+	}
+	n := ts[0].rows() * ts[0].cols()
+	buf := func(t *tensor) cuda.Buffer { return cuda.Buffer{Ptr: t.buf.Ptr, DType: cuda.F32, Len: n} }
+	return b.ops.GELUGLU(buf(ts[0]), buf(ts[1]), buf(ts[2]))
 }
 
 // PoolRows pools each sequence's rows of x on the device and reads them back into dst.
@@ -140,4 +157,19 @@ func (b *Backend) PoolRows(dst []float32, x backend.Tensor, mode backend.PoolMod
 		return err
 	}
 	return cuda.Download(b.dev, dst, y)
+}
+
+var _ backend.RowReader = (*Backend)(nil)
+
+// ReadRows copies x's rows back into dst after the queued ops.
+func (b *Backend) ReadRows(dst []float32, x backend.Tensor) error {
+	xs, err := devTensor("read rows", "x", x, cuda.F32)
+	if err != nil {
+		return err
+	}
+	n := xs.rows() * xs.cols()
+	if len(dst) != n {
+		return fmt.Errorf("cuda read rows: %d values for %v", len(dst), xs.shape)
+	}
+	return cuda.Download(b.dev, dst, cuda.Buffer{Ptr: xs.buf.Ptr, DType: cuda.F32, Len: n})
 }

@@ -10,7 +10,8 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/encoder"
 )
 
-// TestGPUEncoderMatchesCPU runs a synthesized BERT encoder and its cross-encoder twin on
+// TestGPUEncoderMatchesCPU runs a synthesized BERT encoder and its cross-encoder twin,
+// nomic-bert (RoPE, SwiGLU) and jina-bert-v2 (ALiBi with 4 and 6 heads, GEGLU, q/k norms) on
 // the GPU and on the CPU backend (itself checked against a float64 reference in package
 // encoder): every pooling mode, sequences of different lengths and segments in one batch,
 // pooled states within 1e-4 (cosine >= 0.99999), classifier logits within 1e-4.
@@ -25,7 +26,7 @@ func TestGPUEncoderMatchesCPU(t *testing.T) {
 		long.Types = append(long.Types, int32(i/150))
 	}
 	seqs = append(seqs, long)
-	for _, shape := range []string{"bert-tiny", "bert-tiny-reranker"} {
+	for _, shape := range []string{"bert-tiny", "bert-tiny-reranker", "nomic-bert-tiny", "jina-bert-v2-tiny", "jina-bert-v2-tiny-norms"} {
 		c, _ := encoder.SynthConfig(shape)
 		path := filepath.Join(t.TempDir(), shape+".gguf")
 		if err := encoder.WriteSynth(path, shape, c, 3); err != nil {

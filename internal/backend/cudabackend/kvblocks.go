@@ -5,6 +5,7 @@ import (
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
+	"github.com/kvasir-llm/kvasir/internal/kvquant"
 )
 
 // blockStagingBytes bounds the pinned staging buffer ReadBlocks and WriteBlocks copy
@@ -26,9 +27,9 @@ func (b *Backend) WriteBlocks(kv backend.KVCache, blocks []int32, src []byte) er
 // transferBlocks moves blocks between the cache and host through pinned memory, a chunk of
 // blocks at a time: into the cache when write is set, else out of it. Each run of
 // consecutive block ids is one contiguous range of every layer's keys and of its values on
-// the device, so a chunk takes one asynchronous copy per run, layer and K or V, all queued
-// before one wait; the host side reorders between the staging buffer (device order) and
-// the host layout.
+// the device (of a quantized cache's codes and of their scales), so a chunk takes one
+// asynchronous copy per run, layer and segment (blockSegs), all queued before one wait;
+// the host side reorders between the staging buffer (device order) and the host layout.
 func (b *Backend) transferBlocks(op string, kv backend.KVCache, blocks []int32, host []byte, write bool) error {
 	c, _, err := kvOf(op, kv, -1)
 	if err != nil {
@@ -47,20 +48,16 @@ func (b *Backend) transferBlocks(op string, kv backend.KVCache, blocks []int32, 
 		return fmt.Errorf("cuda %s: %w", op, err)
 	}
 	staging := b.blockHost.Bytes()
-	per := s.BlockSize * s.KVHeads * s.HeadDim // elements of one block's keys in one layer
+	segs := blockSegs(s)
 	for start := 0; start < len(blocks); start += chunk {
 		part := blocks[start:min(start+chunk, len(blocks))]
 		h := host[start*blockBytes : (start+len(part))*blockBytes]
 		runs := blockRuns(part)
 		if write {
-			reorderBlocks(h, staging, runs, s.Layers, blockBytes/(2*s.Layers), true)
+			reorderBlocks(h, staging, runs, s.Layers, segs, true)
 		}
-		for _, cp := range blockCopies(runs, s.Layers, per, blockBytes/(2*s.Layers*per)) {
-			buf := c.layers[cp.layer].K
-			if cp.v {
-				buf = c.layers[cp.layer].V
-			}
-			dev, err := buf.Slice(cp.from, cp.to)
+		for _, cp := range blockCopies(runs, s.Layers, segs) {
+			dev, err := segBuffer(c.layers[cp.layer], segs[cp.seg].part).Slice(cp.from, cp.to)
 			if err != nil {
 				return fmt.Errorf("cuda %s: %w", op, err)
 			}
@@ -77,7 +74,7 @@ func (b *Backend) transferBlocks(op string, kv backend.KVCache, blocks []int32, 
 			return fmt.Errorf("cuda %s: %w", op, err)
 		}
 		if !write {
-			reorderBlocks(h, staging, runs, s.Layers, blockBytes/(2*s.Layers), false)
+			reorderBlocks(h, staging, runs, s.Layers, segs, false)
 		}
 	}
 	return nil
@@ -118,26 +115,61 @@ func blockRuns(blocks []int32) []blockRun {
 	return runs
 }
 
-// blockCopy is one contiguous copy between a cache buffer and the staging buffer: the
-// keys (or the values, v) of layer, elements [from, to), at byte off of the staging buffer.
-type blockCopy struct {
-	layer    int
-	v        bool
-	from, to int
-	off      int
+// The parts of a cache layer a block segment lives in.
+const (
+	partK = iota
+	partV
+	partKScales
+	partVScales
+)
+
+// blockSeg is one segment of a layer's share of a block in the host layout: elems
+// elements of size bytes in the layer's buffer part (partK ...). A layer's keys then its
+// values are the segments of blockSegs in order.
+type blockSeg struct {
+	part, elems, size int
 }
 
-// blockCopies lists the copies of runs over layers of blocks of per elements of
-// elemBytes bytes, keys and values: run after run in the staging buffer, within a run
-// layer after layer, keys then values, each the run's blocks in device order.
-func blockCopies(runs []blockRun, layers, per, elemBytes int) []blockCopy {
+// bytes returns the segment's bytes in one block.
+func (s blockSeg) bytes() int { return s.elems * s.size }
+
+// blockSegs returns the segments of one layer's share of a block of a cache of spec, in
+// the host layout's order: the keys, then the values, each its elements (F32, F16, BF16),
+// or a quantized cache's codes and then their scales.
+func blockSegs(spec backend.KVSpec) []blockSeg {
+	per := spec.BlockSize * spec.KVHeads * spec.HeadDim
+	if _, ok := kvCodes(spec.DType); ok {
+		g := per / kvquant.Group(spec.HeadDim)
+		return []blockSeg{{partK, per, 1}, {partKScales, g, 4}, {partV, per, 1}, {partVScales, g, 4}}
+	}
+	eb := kvquant.RowBytes(spec.DType, spec.HeadDim) / spec.HeadDim
+	return []blockSeg{{partK, per, eb}, {partV, per, eb}}
+}
+
+// segBuffer returns the buffer of layer l that holds part.
+func segBuffer(l *cuda.KVCacheLayer, part int) cuda.Buffer {
+	return [...]cuda.Buffer{l.K, l.V, l.KS, l.VS}[part]
+}
+
+// blockCopy is one contiguous copy between a cache buffer and the staging buffer: segment
+// seg of layer, elements [from, to) of its buffer, at byte off of the staging buffer.
+type blockCopy struct {
+	layer, seg int
+	from, to   int
+	off        int
+}
+
+// blockCopies lists the copies of runs over layers of blocks of segments segs: run after
+// run in the staging buffer, within a run layer after layer, segment after segment, each
+// the run's blocks in device order.
+func blockCopies(runs []blockRun, layers int, segs []blockSeg) []blockCopy {
 	var cps []blockCopy
 	off := 0
 	for _, r := range runs {
 		for l := range layers {
-			for _, v := range []bool{false, true} {
-				cps = append(cps, blockCopy{layer: l, v: v, from: r.first * per, to: (r.first + r.n) * per, off: off})
-				off += r.n * per * elemBytes
+			for i, sg := range segs {
+				cps = append(cps, blockCopy{layer: l, seg: i, from: r.first * sg.elems, to: (r.first + r.n) * sg.elems, off: off})
+				off += r.n * sg.bytes()
 			}
 		}
 	}
@@ -145,24 +177,33 @@ func blockCopies(runs []blockRun, layers, per, elemBytes int) []blockCopy {
 }
 
 // reorderBlocks copies between the host layout (host: block after block, layer after
-// layer, keys then values of half bytes each) and the staging buffer laid out as
-// blockCopies lays it: into staging when toStaging is set, else out of it.
-func reorderBlocks(host, staging []byte, runs []blockRun, layers, half int, toStaging bool) {
-	blockBytes := 2 * layers * half
+// layer, each the segments segs in order) and the staging buffer laid out as blockCopies
+// lays it: into staging when toStaging is set, else out of it.
+func reorderBlocks(host, staging []byte, runs []blockRun, layers int, segs []blockSeg, toStaging bool) {
+	layerBytes := 0
+	for _, sg := range segs {
+		layerBytes += sg.bytes()
+	}
+	blockBytes := layers * layerBytes
 	base := 0
 	for _, r := range runs {
-		for part := range 2 * layers { // layer part/2, keys (even) or values (odd)
-			for j := range r.n {
-				s := staging[base+(part*r.n+j)*half:][:half]
-				h := host[(r.at+j)*blockBytes+part*half:][:half]
-				if toStaging {
-					copy(s, h)
-				} else {
-					copy(h, s)
+		for l := range layers {
+			at := l * layerBytes // the segment's offset in a host block
+			for _, sg := range segs {
+				n := sg.bytes()
+				for j := range r.n {
+					s := staging[base+j*n:][:n]
+					h := host[(r.at+j)*blockBytes+at:][:n]
+					if toStaging {
+						copy(s, h)
+					} else {
+						copy(h, s)
+					}
 				}
+				base += r.n * n
+				at += n
 			}
 		}
-		base += r.n * blockBytes
 	}
 }
 
@@ -171,8 +212,9 @@ func reorderBlocks(host, staging []byte, runs []blockRun, layers, half int, toSt
 // which goes on with the next layers without waiting for it (backend.LayerKVReader); the
 // wait returned, called from any goroutine, waits for the copy's event and copies the
 // staging into dst in the host layout. As in ReadBlocks, a run of consecutive block ids is
-// one contiguous range of the layer's keys and one of its values, so a run takes two
-// copies. A step's reads go one after another into the staging, which layer 0's read (a
+// one contiguous range of each of the layer's segments (its keys and its values, or a
+// quantized cache's codes and scales of each), so a run takes one copy a segment. A step's
+// reads go one after another into the staging, which layer 0's read (a
 // step's first) grows to room for every layer's read of as many blocks, after the previous
 // step's waits have all returned.
 func (b *Backend) ReadLayerBlocks(kv backend.KVCache, layer int, blocks []int32, dst []byte) (func() error, error) {
@@ -187,10 +229,10 @@ func (b *Backend) ReadLayerBlocks(kv backend.KVCache, layer int, blocks []int32,
 	if err := backend.CheckBlocks(s, blocks, len(blocks)*s.BlockBytes()); err != nil {
 		return nil, fmt.Errorf("cuda read layer blocks: %w", err)
 	}
-	half := s.BlockBytes() / (2 * s.Layers) // one block's keys (or values) in one layer
-	n := 2 * half * len(blocks)
+	lb := s.BlockBytes() / s.Layers // one block's keys and values in one layer
+	n := lb * len(blocks)
 	if len(dst) != n {
-		return nil, fmt.Errorf("cuda read layer blocks: a buffer of %d bytes for %d blocks of %d in one layer", len(dst), len(blocks), 2*half)
+		return nil, fmt.Errorf("cuda read layer blocks: a buffer of %d bytes for %d blocks of %d in one layer", len(dst), len(blocks), lb)
 	}
 	if layer == 0 {
 		b.layerAt = 0
@@ -210,19 +252,12 @@ func (b *Backend) ReadLayerBlocks(kv backend.KVCache, layer int, blocks []int32,
 	if b.layerHost == nil || at+n > len(b.layerHost.Bytes()) {
 		return nil, fmt.Errorf("cuda read layer blocks: layer %d's read past the step's staging (layer 0 read fewer blocks)", layer)
 	}
-	per := s.BlockSize * s.KVHeads * s.HeadDim // elements of one block's keys in one layer
-	if half%per != 0 {
-		return nil, fmt.Errorf("cuda read layer blocks: %d bytes of a block's keys are not %d whole elements", half, per)
-	}
+	segs := blockSegs(s)
 	runs := blockRuns(blocks)
-	cps := blockCopies(runs, 1, per, half/per)
+	cps := blockCopies(runs, 1, segs) // layer 0 of one: the copies of lc
 	offs, bufs := make([]int, len(cps)), make([]cuda.Buffer, len(cps))
 	for i, cp := range cps {
-		buf := lc.K
-		if cp.v {
-			buf = lc.V
-		}
-		dev, err := buf.Slice(cp.from, cp.to)
+		dev, err := segBuffer(lc, segs[cp.seg].part).Slice(cp.from, cp.to)
 		if err != nil {
 			return nil, fmt.Errorf("cuda read layer blocks: %w", err)
 		}
@@ -238,7 +273,7 @@ func (b *Backend) ReadLayerBlocks(kv backend.KVCache, layer int, blocks []int32,
 		if err := b.dev.WaitEvent(ev); err != nil {
 			return fmt.Errorf("cuda read layer blocks: layer %d: %w", layer, err)
 		}
-		reorderBlocks(dst, host.Bytes()[at:][:n], runs, 1, half, false)
+		reorderBlocks(dst, host.Bytes()[at:][:n], runs, 1, segs, false)
 		return nil
 	}, nil
 }

@@ -114,17 +114,24 @@ func TestBackendKVBlocks(t *testing.T) {
 	fmt.Printf("RESULT|model|1100 f32 blocks (%d MiB) written and read in scattered order|%v|bit-identical\n", len(data)>>20, bytes.Equal(back, data))
 }
 
-// TestBackendKVBlocksCPUAndGPU: a CPU cache and a GPU cache of F16 elements hold the same
-// bytes for the same blocks: blocks prefilled on the CPU, written to the GPU, read back
-// from it unchanged, and the GPU's next decode step over them gives the CPU's logits (up
-// to the GPU's rounding; over empty blocks it does not); the same the other way round.
+// TestBackendKVBlocksCPUAndGPU: a CPU cache and a GPU cache of F16 elements, and of each
+// quantized type (int8, fp8_e4m3, fp8_e5m2: codes and scales), hold the same bytes for the
+// same blocks: blocks prefilled on the CPU, written to the GPU, read back from it
+// unchanged, and the GPU's next decode step over them gives the CPU's logits (up to the
+// GPU's rounding; over empty blocks it does not); the same the other way round.
 func TestBackendKVBlocksCPUAndGPU(t *testing.T) {
+	for _, dt := range []quant.Type{quant.F16, quant.KVInt8, quant.KVFP8E4M3, quant.KVFP8E5M2} {
+		kvBlocksCPUAndGPU(t, dt)
+	}
+}
+
+func kvBlocksCPUAndGPU(t *testing.T, dt quant.Type) {
 	const bs, tol = 16, 2e-2
 	gpuBe := newBackend(t)
-	gpu, fm := synthModel(t, gpuBe, "f16")
+	gpu, fm := synthModelKV(t, gpuBe, dt)
 	cpuBe := cpubackend.New(4)
 	t.Cleanup(func() { cpuBe.Close() })
-	cpu, err := model.New(fm, model.Options{Backends: []backend.Backend{cpuBe}, KVCacheDType: quant.F16})
+	cpu, err := model.New(fm, model.Options{Backends: []backend.Backend{cpuBe}, KVCacheDType: dt})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +150,7 @@ func TestBackendKVBlocksCPUAndGPU(t *testing.T) {
 			t.Fatal(err)
 		}
 		if src.BlockBytes() != dst.BlockBytes() {
-			t.Fatalf("%s: blocks of %d and %d bytes", dir.name, src.BlockBytes(), dst.BlockBytes())
+			t.Fatalf("%s %s: blocks of %d and %d bytes", dt, dir.name, src.BlockBytes(), dst.BlockBytes())
 		}
 		if _, err := dir.from.Forward(stepBatch([]int{20}, bs), src); err != nil {
 			t.Fatal(err)
@@ -155,17 +162,17 @@ func TestBackendKVBlocksCPUAndGPU(t *testing.T) {
 		}
 		back := readBlocks(t, dst, table)
 		if !bytes.Equal(back, data) {
-			t.Errorf("%s: the blocks read back from the destination differ", dir.name)
+			t.Errorf("%s %s: the blocks read back from the destination differ", dt, dir.name)
 		}
 		want := decodeStep(t, dir.from, src, table, 20)
 		got := decodeStep(t, dir.to, dst, table, 20)
 		e, eFresh := relErr(got, want), relErr(fresh, want)
-		fmt.Printf("RESULT|model|f16 KV blocks %s: decode logits vs the source's|%.2e|bytes equal %v, over empty blocks %.2e\n", dir.name, e, bytes.Equal(back, data), eFresh)
+		fmt.Printf("RESULT|model|%s KV blocks %s: decode logits vs the source's|%.2e|bytes equal %v, over empty blocks %.2e\n", dt, dir.name, e, bytes.Equal(back, data), eFresh)
 		if !(e < tol) {
-			t.Errorf("%s: decode over the moved blocks %.3g from the source's logits (relative), allowed %g", dir.name, e, tol)
+			t.Errorf("%s %s: decode over the moved blocks %.3g from the source's logits (relative), allowed %g", dt, dir.name, e, tol)
 		}
 		if !(eFresh > 10*tol) {
-			t.Errorf("%s: decode over empty blocks only %.3g from the source's logits: the test shows nothing", dir.name, eFresh)
+			t.Errorf("%s %s: decode over empty blocks only %.3g from the source's logits: the test shows nothing", dt, dir.name, eFresh)
 		}
 	}
 }
@@ -173,14 +180,14 @@ func TestBackendKVBlocksCPUAndGPU(t *testing.T) {
 // TestBackendAfterLayerHook: on the GPU, a step's per-layer hook (model.Batch.AfterLayer)
 // reads each layer's part of blocks on the side stream while the next layers compute, and
 // once its waits return the rows equal that layer's part of what the blocks hold after the
-// step (ReadBlocks), for F32, F16 and BF16 caches, over two steps, the second reading more
-// blocks (the pinned staging grown); the step's logits are those of the same step without
-// the hook, bit for bit.
+// step (ReadBlocks), for F32, F16 and BF16 caches and the quantized ones (codes and
+// scales), over two steps, the second reading more blocks (the pinned staging grown); the
+// step's logits are those of the same step without the hook, bit for bit.
 func TestBackendAfterLayerHook(t *testing.T) {
 	const bs = 16
-	for _, kvType := range []string{"f32", "f16", "bf16"} {
+	for _, kvType := range []quant.Type{quant.F32, quant.F16, quant.BF16, quant.KVInt8, quant.KVFP8E4M3, quant.KVFP8E5M2} {
 		be := newBackend(t)
-		m, _ := synthModel(t, be, kvType)
+		m, _ := synthModelKV(t, be, kvType)
 		if !m.StreamsLayers() {
 			t.Fatalf("%s: the CUDA model does not stream layers", kvType)
 		}

@@ -5,6 +5,9 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/backend"
+	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
 // TestBlockRuns: block ids are cut into runs of consecutive ids, in order.
@@ -20,42 +23,56 @@ func TestBlockRuns(t *testing.T) {
 }
 
 // TestBlockStaging: the copies blockCopies lists, played on a host stand-in for the
-// device's per-layer K and V buffers, and reorderBlocks give the host layout (block after
-// block, layer after layer, keys then values, each a block's contiguous bytes) on the way
-// out; written back through the same path into other blocks, the bytes land there and
-// nowhere else.
+// device's per-layer buffers, and reorderBlocks give the host layout (block after block,
+// layer after layer, each the layer's segments: keys then values, a quantized cache's codes
+// then scales of each) on the way out; written back through the same path into other
+// blocks, the bytes land there and nowhere else. blockSegs gives backend.KVSpec's block
+// size for every cache type.
 func TestBlockStaging(t *testing.T) {
+	const layers, numBlocks = 3, 12
+	for _, dt := range []quant.Type{quant.F32, quant.F16, quant.BF16, quant.KVInt8, quant.KVFP8E4M3, quant.KVFP8E5M2} {
+		spec := backend.KVSpec{Layers: layers, NumBlocks: numBlocks, BlockSize: 2, KVHeads: 1, HeadDim: 64, DType: dt}
+		segs := blockSegs(spec)
+		sum := 0
+		for _, sg := range segs {
+			sum += sg.bytes()
+		}
+		if sum*layers != spec.BlockBytes() {
+			t.Errorf("%s: segments of %d bytes a layer, blocks of %d over %d layers", dt, sum, spec.BlockBytes(), layers)
+		}
+		testBlockStaging(t, dt.String(), segs, layers, numBlocks)
+	}
+}
+
+func testBlockStaging(t *testing.T, name string, segs []blockSeg, layers, numBlocks int) {
 	r := rand.New(rand.NewPCG(1, 2))
-	const layers, numBlocks, per, elem = 3, 12, 10, 2 // per: elements of a block's keys
-	half := per * elem
-	dev := make([][2][]byte, layers) // [layer][K, V]
+	dev := make([][][]byte, layers) // [layer][segment]
 	for l := range dev {
-		for kv := range 2 {
-			dev[l][kv] = make([]byte, numBlocks*half)
-			for i := range dev[l][kv] {
-				dev[l][kv][i] = byte(r.Uint32())
+		dev[l] = make([][]byte, len(segs))
+		for i, sg := range segs {
+			dev[l][i] = make([]byte, numBlocks*sg.bytes())
+			for j := range dev[l][i] {
+				dev[l][i][j] = byte(r.Uint32())
 			}
 		}
 	}
+	blockOf := func(l, i, b int) []byte { n := segs[i].bytes(); return dev[l][i][b*n:][:n] }
 	blocks := []int32{7, 8, 2, 3, 4, 11, 0}
 	// The host layout, built from the definition.
 	var want []byte
 	for _, b := range blocks {
 		for l := range layers {
-			for kv := range 2 {
-				want = append(want, dev[l][kv][int(b)*half:][:half]...)
+			for i := range segs {
+				want = append(want, blockOf(l, i, int(b))...)
 			}
 		}
 	}
 	runs := blockRuns(blocks)
 	staging := make([]byte, len(want))
 	play := func(toDevice bool) {
-		for _, cp := range blockCopies(runs, layers, per, elem) {
-			kv := 0
-			if cp.v {
-				kv = 1
-			}
-			d := dev[cp.layer][kv][cp.from*elem : cp.to*elem]
+		for _, cp := range blockCopies(runs, layers, segs) {
+			sz := segs[cp.seg].size
+			d := dev[cp.layer][cp.seg][cp.from*sz : cp.to*sz]
 			s := staging[cp.off : cp.off+len(d)]
 			if toDevice {
 				copy(d, s)
@@ -66,80 +83,54 @@ func TestBlockStaging(t *testing.T) {
 	}
 	play(false)
 	host := make([]byte, len(want))
-	reorderBlocks(host, staging, runs, layers, half, false)
+	reorderBlocks(host, staging, runs, layers, segs, false)
 	if !bytes.Equal(host, want) {
-		t.Fatal("read bytes are not in the host layout")
+		t.Fatalf("%s: read bytes are not in the host layout", name)
 	}
 	// Write them to other blocks; the rest of the cache keeps its bytes.
-	before := make([][2][]byte, layers)
+	before := make([][][]byte, layers)
 	for l := range dev {
-		before[l] = [2][]byte{slices.Clone(dev[l][0]), slices.Clone(dev[l][1])}
+		for i := range segs {
+			before[l] = append(before[l], slices.Clone(dev[l][i]))
+		}
 	}
 	others := []int32{1, 5, 6, 9, 10, 3, 2}
 	runs = blockRuns(others)
 	clear(staging)
-	reorderBlocks(host, staging, runs, layers, half, true)
+	reorderBlocks(host, staging, runs, layers, segs, true)
 	play(true)
-	for i, b := range others {
+	off := 0
+	for _, b := range others {
 		for l := range layers {
-			for kv := range 2 {
-				got := dev[l][kv][int(b)*half:][:half]
-				if w := want[((i*layers+l)*2+kv)*half:][:half]; !bytes.Equal(got, w) {
-					t.Fatalf("block %d layer %d part %d: written bytes differ", b, l, kv)
+			for i, sg := range segs {
+				if !bytes.Equal(blockOf(l, i, int(b)), want[off:off+sg.bytes()]) {
+					t.Fatalf("%s: block %d layer %d segment %d: written bytes differ", name, b, l, i)
 				}
+				off += sg.bytes()
 			}
 		}
 	}
 	for l := range layers {
-		for kv := range 2 {
+		for i, sg := range segs {
+			n := sg.bytes()
 			for b := range numBlocks {
 				if slices.Contains(others, int32(b)) {
 					continue
 				}
-				if !bytes.Equal(dev[l][kv][b*half:][:half], before[l][kv][b*half:][:half]) {
-					t.Fatalf("block %d layer %d part %d changed though not written", b, l, kv)
+				if !bytes.Equal(dev[l][i][b*n:][:n], before[l][i][b*n:][:n]) {
+					t.Fatalf("%s: block %d layer %d segment %d changed though not written", name, b, l, i)
 				}
 			}
 		}
 	}
 }
 
-// TestLayerStaging: ReadLayerBlocks's copies of one layer (blockCopies and reorderBlocks of
-// a single layer, played on a host stand-in for the layer's K and V buffers) give the host
-// layout of one layer: block after block as asked, its keys then its values.
+// TestLayerStaging: ReadLayerBlocks's copies of one layer (blockCopies and reorderBlocks
+// over a single layer, its copies naming layer 0 of one) give the host layout of one
+// layer, block after block as asked, for every cache type.
 func TestLayerStaging(t *testing.T) {
-	r := rand.New(rand.NewPCG(3, 4))
-	const numBlocks, per, elem = 9, 6, 2
-	half := per * elem
-	var dev [2][]byte // K, V of the layer
-	for kv := range dev {
-		dev[kv] = make([]byte, numBlocks*half)
-		for i := range dev[kv] {
-			dev[kv][i] = byte(r.Uint32())
-		}
-	}
-	blocks := []int32{4, 5, 6, 0, 8, 1, 2}
-	var want []byte
-	for _, b := range blocks {
-		want = append(want, dev[0][int(b)*half:][:half]...)
-		want = append(want, dev[1][int(b)*half:][:half]...)
-	}
-	runs := blockRuns(blocks)
-	staging := make([]byte, len(want))
-	cps := blockCopies(runs, 1, per, elem)
-	if len(cps) != 2*len(runs) {
-		t.Fatalf("%d copies for %d runs of one layer", len(cps), len(runs))
-	}
-	for _, cp := range cps {
-		kv := 0
-		if cp.v {
-			kv = 1
-		}
-		copy(staging[cp.off:], dev[kv][cp.from*elem:cp.to*elem])
-	}
-	got := make([]byte, len(want))
-	reorderBlocks(got, staging, runs, 1, half, false)
-	if !bytes.Equal(got, want) {
-		t.Fatal("a layer's staged bytes are not in the host layout of one layer")
+	for _, dt := range []quant.Type{quant.F32, quant.F16, quant.BF16, quant.KVInt8, quant.KVFP8E4M3, quant.KVFP8E5M2} {
+		spec := backend.KVSpec{Layers: 5, NumBlocks: 12, BlockSize: 2, KVHeads: 1, HeadDim: 64, DType: dt}
+		testBlockStaging(t, dt.String()+", one layer", blockSegs(spec), 1, spec.NumBlocks)
 	}
 }

@@ -7,7 +7,10 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
 )
 
-var _ backend.LoRAOps = (*Backend)(nil)
+var (
+	_ backend.LoRAOps      = (*Backend)(nil)
+	_ backend.LoRAGroupOps = (*Backend)(nil)
+)
 
 // WriteRows copies data into rows row.. of t once the work queued so far is done (an
 // adapter paged into its slot while the previous step may still read the slot).
@@ -30,8 +33,18 @@ func (b *Backend) WriteRows(t backend.Tensor, row int, data []float32) error {
 	return cuda.Upload(b.dev, dst, data)
 }
 
-// LoRAMatMul adds each token's adapter update to out (cuda.Ops.LoRA).
+// LoRAMatMul adds each token's adapter update to out (a group of one projection).
 func (b *Backend) LoRAMatMul(out, x, u, a, bm backend.Tensor, st backend.Step) error {
+	return b.LoRAMatMulGroup([]backend.Tensor{out}, x, u, []backend.Tensor{a}, []backend.Tensor{bm}, st)
+}
+
+// LoRAGroupMax returns cuda.LoRAMaxGroup.
+func (b *Backend) LoRAGroupMax() int { return cuda.LoRAMaxGroup }
+
+// LoRAMatMulGroup adds each token's adapter updates to the outputs of projections that take
+// the same input x, in one launch for the whole group (cuda.Ops.LoRAGroup); the products
+// stay in the kernel's shared memory, so u is not used.
+func (b *Backend) LoRAMatMulGroup(outs []backend.Tensor, x, u backend.Tensor, as, bs []backend.Tensor, st backend.Step) error {
 	s, err := b.stepOf("lora", st)
 	if err != nil {
 		return err
@@ -39,16 +52,42 @@ func (b *Backend) LoRAMatMul(out, x, u, a, bm backend.Tensor, st backend.Step) e
 	if s.meta.LoRASlots == nil {
 		return nil
 	}
-	ts := make([]*tensor, 5)
-	for i, t := range []backend.Tensor{out, x, u, a, bm} {
-		if ts[i], err = devTensor("lora", []string{"out", "x", "u", "a", "b"}[i], t, cuda.F32); err != nil {
+	if len(outs) != len(as) || len(outs) != len(bs) {
+		return fmt.Errorf("cuda lora: %d outputs, %d A and %d B matrices", len(outs), len(as), len(bs))
+	}
+	xs, err := devTensor("lora", "x", x, cuda.F32)
+	if err != nil {
+		return err
+	}
+	n, nSlots := len(s.meta.LoRASlots), len(s.meta.LoRARanks)
+	if nSlots == 0 || len(as) == 0 {
+		return fmt.Errorf("cuda lora: %d slots and %d projections", nSlots, len(as))
+	}
+	ms := make([]cuda.LoRAMember, len(outs))
+	maxRank := 0
+	for g := range outs {
+		o, err := devTensor("lora", "out", outs[g], cuda.F32)
+		if err != nil {
 			return err
 		}
+		a, err := devTensor("lora", "a", as[g], cuda.F32)
+		if err != nil {
+			return err
+		}
+		bm, err := devTensor("lora", "b", bs[g], cuda.F32)
+		if err != nil {
+			return err
+		}
+		if g == 0 {
+			maxRank = a.rows() / nSlots
+		}
+		if o.rows() != n || a.cols() != xs.cols() || bm.cols() != o.cols() || a.rows() != nSlots*maxRank || bm.rows() != nSlots*maxRank || maxRank == 0 {
+			return fmt.Errorf("cuda lora: projection %d: out %v, x %v, a %v, b %v for %d tokens and %d slots", g, o.shape, xs.shape, a.shape, bm.shape, n, nSlots)
+		}
+		ms[g] = cuda.LoRAMember{Out: o.buf, A: a.buf, B: bm.buf, OutDim: o.cols()}
 	}
-	o, xs, us, as, bs := ts[0], ts[1], ts[2], ts[3], ts[4]
-	n, maxRank, nSlots := len(s.meta.LoRASlots), us.cols(), len(s.meta.LoRARanks)
-	if o.rows() != n || xs.rows() != n || bs.cols() != o.cols() || as.cols() != xs.cols() || as.rows() != nSlots*maxRank || bs.rows() != nSlots*maxRank {
-		return fmt.Errorf("cuda lora: out %v, x %v, u %v, a %v, b %v for %d tokens and %d slots", o.shape, xs.shape, us.shape, as.shape, bs.shape, n, nSlots)
+	if xs.rows() != n {
+		return fmt.Errorf("cuda lora: x %v for %d tokens", xs.shape, n)
 	}
 	for t, slot := range s.meta.LoRASlots {
 		if int(slot) >= nSlots {
@@ -60,5 +99,5 @@ func (b *Backend) LoRAMatMul(out, x, u, a, bm backend.Tensor, st backend.Step) e
 			return fmt.Errorf("cuda lora: slot %d of rank %d, the bound is %d", i, r, maxRank)
 		}
 	}
-	return b.ops.LoRA(o.buf, xs.buf, us.buf, as.buf, bs.buf, s.loraSlots, s.loraRanks, n, xs.cols(), o.cols(), maxRank, nSlots)
+	return b.ops.LoRAGroup(ms, xs.buf, s.loraSlots, s.loraRanks, n, xs.cols(), maxRank, nSlots)
 }

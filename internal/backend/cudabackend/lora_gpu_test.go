@@ -1,6 +1,7 @@
 package cudabackend
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -11,9 +12,11 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
-// TestLoRAKernelMatchesCPU: the CUDA multi-LoRA op (lora_shrink_f32, lora_expand_f32)
-// against the CPU's scalar reference, on tokens of mixed slots (some without one) of
-// mixed ranks, the slots written by WriteRows.
+// TestLoRAKernelMatchesCPU: the CUDA multi-LoRA op (lora_shrink_group_f32,
+// lora_expand_group_f32) against the CPU's scalar reference, for groups of one to three
+// projections of different widths sharing an input, on tokens of mixed slots (some
+// without one) of mixed ranks (above and below a register chunk of 16), the slots written
+// by WriteRows.
 func TestLoRAKernelMatchesCPU(t *testing.T) {
 	gpuDriver(t)
 	b, err := NewBackend(BackendOptions{})
@@ -22,55 +25,107 @@ func TestLoRAKernelMatchesCPU(t *testing.T) {
 	}
 	defer b.Close()
 	r := rand.New(rand.NewPCG(7, 8))
-	for _, sh := range [][5]int{{1, 64, 64, 8, 1}, {37, 512, 1536, 64, 4}, {300, 96, 40, 16, 3}, {5, 3, 5, 1, 2}} {
-		tokens, in, out, maxRank, slots := sh[0], sh[1], sh[2], sh[3], sh[4]
-		l := &cpu.LoRA{Out: randVals(r, tokens*out, 1), X: randVals(r, tokens*in, 1), U: make([]float32, tokens*maxRank),
-			A: randVals(r, slots*maxRank*in, 1), B: randVals(r, slots*out*maxRank, 1), Tokens: tokens, In: in, OutDim: out, MaxRank: maxRank,
-			Slots: make([]int32, tokens), Ranks: make([]int32, slots)}
-		for s := range l.Ranks {
-			l.Ranks[s] = int32(1 + r.IntN(maxRank))
+	type shape struct {
+		tokens, in, maxRank, slots int
+		outs                       []int
+	}
+	for _, sh := range []shape{{1, 64, 8, 1, []int{64}}, {37, 512, 64, 4, []int{1536, 128, 128}}, {300, 96, 16, 3, []int{40, 300}},
+		{5, 3, 1, 2, []int{5}}, {64, 2048, 16, 1, []int{8192, 8192}}, {19, 130, 40, 5, []int{257, 3, 1000}}} {
+		name := fmt.Sprintf("%d tokens, %d in, rank %d, %d slots, outs %v", sh.tokens, sh.in, sh.maxRank, sh.slots, sh.outs)
+		slots, ranks := make([]int32, sh.tokens), make([]int32, sh.slots)
+		for s := range ranks {
+			ranks[s] = int32(1 + r.IntN(sh.maxRank))
 		}
-		for i := range l.Slots {
-			l.Slots[i] = int32(r.IntN(slots+1)) - 1
+		for i := range slots {
+			slots[i] = int32(r.IntN(sh.slots+1)) - 1
 		}
-		start := append([]float32(nil), l.Out...)
-		if err := cpu.LoRAMatMulReference(l); err != nil {
-			t.Fatal(err)
+		if len(sh.outs) == 2 {
+			// A run of tokens sharing one slot, as a batch of one adapter's requests is.
+			for i := range slots {
+				slots[i] = 0
+			}
+			ranks[0] = int32(sh.maxRank)
 		}
-		got := make([]float32, tokens*out)
+		x := randVals(r, sh.tokens*sh.in, 1)
+		refs := make([]*cpu.LoRA, len(sh.outs))
+		starts := make([][]float32, len(sh.outs))
+		for g, out := range sh.outs {
+			l := &cpu.LoRA{Out: randVals(r, sh.tokens*out, 1), X: x, U: make([]float32, sh.tokens*sh.maxRank),
+				A: randVals(r, sh.slots*sh.maxRank*sh.in, 1), B: randVals(r, sh.slots*out*sh.maxRank, 1), Tokens: sh.tokens, In: sh.in,
+				OutDim: out, MaxRank: sh.maxRank, Slots: slots, Ranks: ranks}
+			starts[g] = append([]float32(nil), l.Out...)
+			if err := cpu.LoRAMatMulReference(l); err != nil {
+				t.Fatal(err)
+			}
+			refs[g] = l
+		}
+		got := make([][]float32, len(sh.outs))
 		err := b.Run(func() error {
-			ts := map[string]backend.Tensor{}
-			for name, s := range map[string][2]int{"out": {tokens, out}, "x": {tokens, in}, "u": {tokens, maxRank}, "a": {slots * maxRank, in}, "b": {slots * maxRank, out}} {
-				if ts[name], err = b.NewTensor(quant.F32, s[0], s[1]); err != nil {
+			tensor2 := func(rows, cols int, v []float32) (backend.Tensor, error) {
+				tt, err := b.NewTensor(quant.F32, rows, cols)
+				if err == nil && v != nil {
+					err = b.WriteRows(tt, 0, v)
+				}
+				return tt, err
+			}
+			xt, err := tensor2(sh.tokens, sh.in, x)
+			if err != nil {
+				return err
+			}
+			ut, err := tensor2(sh.tokens, len(sh.outs)*sh.maxRank, nil)
+			if err != nil {
+				return err
+			}
+			var outs, as, bs []backend.Tensor
+			for g, out := range sh.outs {
+				o, err := tensor2(sh.tokens, out, starts[g])
+				if err != nil {
 					return err
 				}
-			}
-			for name, v := range map[string][]float32{"out": start, "x": l.X, "a": l.A, "b": l.B} {
-				if err := b.WriteRows(ts[name], 0, v); err != nil {
+				a, err := tensor2(sh.slots*sh.maxRank, sh.in, refs[g].A)
+				if err != nil {
 					return err
 				}
+				bm, err := tensor2(sh.slots*sh.maxRank, out, refs[g].B)
+				if err != nil {
+					return err
+				}
+				outs, as, bs = append(outs, o), append(as, a), append(bs, bm)
 			}
-			meta := &backend.StepMeta{Tokens: make([]int32, tokens), Positions: make([]int32, tokens), SlotMapping: make([]int32, tokens),
-				QueryStarts: []int32{0, int32(tokens)}, ContextLens: []int32{int32(tokens)}, BlockTables: []int32{0}, MaxBlocks: 1,
-				MaxQueryLen: tokens, MaxContextLen: tokens, LoRASlots: l.Slots, LoRARanks: l.Ranks}
+			meta := &backend.StepMeta{Tokens: make([]int32, sh.tokens), Positions: make([]int32, sh.tokens), SlotMapping: make([]int32, sh.tokens),
+				QueryStarts: []int32{0, int32(sh.tokens)}, ContextLens: []int32{int32(sh.tokens)}, BlockTables: []int32{0}, MaxBlocks: 1,
+				MaxQueryLen: sh.tokens, MaxContextLen: sh.tokens, LoRASlots: slots, LoRARanks: ranks}
 			st, err := b.UploadStep(meta)
 			if err != nil {
 				return err
 			}
-			if err := b.LoRAMatMul(ts["out"], ts["x"], ts["u"], ts["a"], ts["b"], st); err != nil {
+			if len(outs) == 1 {
+				err = b.LoRAMatMul(outs[0], xt, ut, as[0], bs[0], st)
+			} else {
+				err = b.LoRAMatMulGroup(outs, xt, ut, as, bs, st)
+			}
+			if err != nil {
 				return err
 			}
 			if err := b.dev.Sync(); err != nil {
 				return err
 			}
-			return cuda.Download(b.dev, got, ts["out"].(*tensor).buf)
+			for g, o := range outs {
+				got[g] = make([]float32, sh.tokens*sh.outs[g])
+				if err := cuda.Download(b.dev, got[g], o.(*tensor).buf); err != nil {
+					return err
+				}
+			}
+			return nil
 		})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("%s: %v", name, err)
 		}
-		for i, want := range l.Out {
-			if d := math.Abs(float64(got[i] - want)); d > 1e-4*(1+math.Abs(float64(want)))*math.Sqrt(float64(in)) {
-				t.Fatalf("shape %v: out[%d] = %v, reference %v", sh, i, got[i], want)
+		for g, l := range refs {
+			for i, want := range l.Out {
+				if d := math.Abs(float64(got[g][i] - want)); d > 1e-4*(1+math.Abs(float64(want)))*math.Sqrt(float64(sh.in)) {
+					t.Fatalf("%s: projection %d: out[%d] = %v, reference %v", name, g, i, got[g][i], want)
+				}
 			}
 		}
 	}

@@ -16,8 +16,19 @@ import (
 )
 
 // synthModel returns a small BF16 model of llama-3.2-1b's shape (2 layers, a vocabulary of
-// 512) made in memory, on be.
+// 512) made in memory, on be, with a KV cache of kv elements (a GGML type name).
 func synthModel(t *testing.T, be backend.Backend, kv string) (*model.Model, *format.Model) {
+	t.Helper()
+	dt, err := quant.ParseType(kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return synthModelKV(t, be, dt)
+}
+
+// synthModelKV is synthModel with the KV cache's element type as a quant.Type (the
+// quantized cache types have no GGML name).
+func synthModelKV(t *testing.T, be backend.Backend, dt quant.Type) (*model.Model, *format.Model) {
 	t.Helper()
 	shape, err := synth.Lookup("llama-3.2-1b")
 	if err != nil {
@@ -25,10 +36,6 @@ func synthModel(t *testing.T, be backend.Backend, kv string) (*model.Model, *for
 	}
 	shape.Config.Layers, shape.Config.VocabSize = 2, 512
 	fm, err := synth.Model(shape, quant.BF16, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dt, err := quant.ParseType(kv)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,9 +16,12 @@ func (b *Backend) AttentionMass(mass [][]float32, from []int, q backend.Tensor, 
 	if err != nil {
 		return err
 	}
-	_, l, err := kvOf("attention mass", kv, layer)
+	c, l, err := kvOf("attention mass", kv, layer)
 	if err != nil {
 		return err
+	}
+	if l.Quantized() {
+		return fmt.Errorf("cuda attention mass: a kv cache of %s elements (h2o and snapkv read f32, f16 or bf16 caches)", c.spec.DType)
 	}
 	s, err := b.stepOf("attention mass", st)
 	if err != nil {

@@ -289,6 +289,9 @@ func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int
 	if err != nil {
 		return err
 	}
+	if l.Quantized() {
+		return b.attentionQuantized(o, qs, l, s, backend.AttentionOptions{Scale: scale})
+	}
 	m, qDim := s.meta, qs.cols()
 	heads, seqs, tokens := qDim/l.HeadDim, m.NumSeqs(), m.NumTokens()
 	if l.HeadDim%32 != 0 {

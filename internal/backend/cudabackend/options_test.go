@@ -40,14 +40,16 @@ func TestBackendOptions(t *testing.T) {
 }
 
 // TestBackendKVCacheDType: a KV cache holds the element type its spec asks for (the one
-// road of the cache type to the GPU), and a type the GPU cache cannot hold is refused.
+// road of the cache type to the GPU; a quantized type as codes and float32 scales per 32),
+// and a type the GPU cache cannot hold is refused.
 func TestBackendKVCacheDType(t *testing.T) {
 	b := openBackend(t, BackendOptions{})
 	spec := backend.KVSpec{Layers: 2, NumBlocks: 4, BlockSize: 16, KVHeads: 2, HeadDim: 64}
 	for _, tc := range []struct {
 		dt   quant.Type
 		want cuda.DType
-	}{{quant.F32, cuda.F32}, {quant.F16, cuda.F16}, {quant.BF16, cuda.BF16}} {
+	}{{quant.F32, cuda.F32}, {quant.F16, cuda.F16}, {quant.BF16, cuda.BF16},
+		{quant.KVInt8, cuda.U8}, {quant.KVFP8E4M3, cuda.U8}, {quant.KVFP8E5M2, cuda.U8}} {
 		spec.DType = tc.dt
 		var c backend.KVCache
 		err := b.Run(func() (err error) {
@@ -60,6 +62,9 @@ func TestBackendKVCacheDType(t *testing.T) {
 		kv := c.(*kvCache)
 		if got := c.Spec().DType; got != tc.dt || kv.layers[0].K.DType != tc.want || kv.layers[1].V.DType != tc.want {
 			t.Errorf("%s cache: spec %s, buffers %s/%s", tc.dt, got, kv.layers[0].K.DType, kv.layers[1].V.DType)
+		}
+		if l := kv.layers[1]; tc.dt.KVQuantized() && (!l.Quantized() || l.KS.DType != cuda.F32 || l.Group != 32) {
+			t.Errorf("%s cache: codes %s, scales %s, groups of %d", tc.dt, l.Codes, l.KS.DType, l.Group)
 		}
 	}
 	for _, bad := range []quant.Type{quant.Q8_0, quant.I32} {

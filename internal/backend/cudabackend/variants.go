@@ -18,6 +18,9 @@ func (b *Backend) AttentionWith(out, q backend.Tensor, kv backend.KVCache, layer
 	if err != nil {
 		return err
 	}
+	if l.Quantized() {
+		return b.attentionQuantized(o, qs, l, s, opt)
+	}
 	m, qDim := s.meta, qs.cols()
 	if opt.Softcap <= 0 {
 		// A window no context reaches is plain attention, on the fast kernels. The bound

@@ -881,8 +881,38 @@ __device__ __forceinline__ unsigned int tc_smem_addr(const void* p) {
     return r;
 }
 
-template <int HD, typename O>
-__device__ void attn_prefill_tc(O* out, int outStride, const float* q, int qStride, const bf16* kc, const bf16* vc,
+// TcBF16 loads a tile's 8 keys and values at element idx of a BF16 cache as they are.
+struct TcBF16 {
+    const bf16 *kc, *vc;
+    __device__ __forceinline__ void load(long long idx, uint4& k, uint4& v) const {
+        k = *(const uint4*)(kc + idx);
+        v = *(const uint4*)(vc + idx);
+    }
+};
+
+// TcKVQ loads 8 keys and values at element idx of a quantized cache of code type C
+// (kvq.cuh; groups of 32, so the 8 share a scale), dequantized and rounded to BF16.
+template <int C>
+struct TcKVQ {
+    const unsigned char *kc, *vc;
+    const float *ks, *vs;
+    __device__ __forceinline__ static uint4 bf16x8(uint2 w, float s) {
+        uint4 r;
+        r.x = tc_pack_bf16(kvq_byte<C>(w.x, 0) * s, kvq_byte<C>(w.x, 1) * s);
+        r.y = tc_pack_bf16(kvq_byte<C>(w.x, 2) * s, kvq_byte<C>(w.x, 3) * s);
+        r.z = tc_pack_bf16(kvq_byte<C>(w.y, 0) * s, kvq_byte<C>(w.y, 1) * s);
+        r.w = tc_pack_bf16(kvq_byte<C>(w.y, 2) * s, kvq_byte<C>(w.y, 3) * s);
+        return r;
+    }
+    __device__ __forceinline__ void load(long long idx, uint4& k, uint4& v) const {
+        k = bf16x8(*(const uint2*)(kc + idx), ks[idx / 32]);
+        v = bf16x8(*(const uint2*)(vc + idx), vs[idx / 32]);
+    }
+};
+
+// attn_prefill_tc reads its K and V tiles through the loader L (TcBF16 or TcKVQ).
+template <int HD, typename O, typename L>
+__device__ void attn_prefill_tc(O* out, int outStride, const float* q, int qStride, L cache,
                                 const int* blockTables, int maxBlocks, const int* seqStarts, const int* ctxLens,
                                 int heads, int kvHeads, int blockSize, float scale) {
     const int LD = HD + 8;  // padded row (bf16 elements): conflict-free fragment loads
@@ -949,9 +979,7 @@ __device__ void attn_prefill_tc(O* out, int outStride, const float* q, int qStri
             uint4 kv = {0u, 0u, 0u, 0u}, vv = {0u, 0u, 0u, 0u};
             if (p <= kmax) {
                 long long slot = (long long)bt[p / blockSize] * blockSize + p % blockSize;
-                long long idx = (slot * kvHeads + kvh) * HD + c;
-                kv = *(const uint4*)(kc + idx);
-                vv = *(const uint4*)(vc + idx);
+                cache.load((slot * kvHeads + kvh) * HD + c, kv, vv);
             }
             *(uint4*)&sKQ[j * LD + c] = kv;
             *(uint4*)&sV[j * LD + c] = vv;
@@ -1056,7 +1084,8 @@ __device__ void attn_prefill_tc(O* out, int outStride, const float* q, int qStri
                                     const bf16* kc, const bf16* vc, const int* bt, int maxBlocks,            \
                                     const int* starts, const int* ctxLens, int heads, int kvh, int bs,       \
                                     float scale) {                                                           \
-        attn_prefill_tc<HD, O>(out, os, q, qs, kc, vc, bt, maxBlocks, starts, ctxLens, heads, kvh, bs, scale); \
+        attn_prefill_tc<HD, O>(out, os, q, qs, TcBF16{kc, vc}, bt, maxBlocks, starts, ctxLens, heads, kvh, bs,  \
+                               scale);                                                                       \
     }
 ATTN_PREFILL_TC(attn_prefill_tc64_bf16_f32, 64, float)
 ATTN_PREFILL_TC(attn_prefill_tc64_bf16_f16, 64, f16)
@@ -1064,3 +1093,19 @@ ATTN_PREFILL_TC(attn_prefill_tc64_bf16_bf16, 64, bf16)
 ATTN_PREFILL_TC(attn_prefill_tc128_bf16_f32, 128, float)
 ATTN_PREFILL_TC(attn_prefill_tc128_bf16_f16, 128, f16)
 ATTN_PREFILL_TC(attn_prefill_tc128_bf16_bf16, 128, bf16)
+// Instances over a quantized cache (tiles dequantized and rounded to BF16 as they are
+// loaded) are named attn_prefill_tc<headDim>_<code>_f32.
+#define ATTN_PREFILL_TCQ(NAME, HD, C)                                                                        \
+    extern "C" __global__ void __launch_bounds__(128) NAME(float* out, int os, const float* q, int qs,        \
+                                    const unsigned char* kc, const unsigned char* vc, const float* ks,        \
+                                    const float* vs, const int* bt, int maxBlocks, const int* starts,         \
+                                    const int* ctxLens, int heads, int kvh, int bs, float scale) {            \
+        attn_prefill_tc<HD, float>(out, os, q, qs, TcKVQ<C>{kc, vc, ks, vs}, bt, maxBlocks, starts, ctxLens,  \
+                                   heads, kvh, bs, scale);                                                    \
+    }
+ATTN_PREFILL_TCQ(attn_prefill_tc64_i8_f32, 64, KVQ_I8)
+ATTN_PREFILL_TCQ(attn_prefill_tc64_e4m3_f32, 64, KVQ_E4M3)
+ATTN_PREFILL_TCQ(attn_prefill_tc64_e5m2_f32, 64, KVQ_E5M2)
+ATTN_PREFILL_TCQ(attn_prefill_tc128_i8_f32, 128, KVQ_I8)
+ATTN_PREFILL_TCQ(attn_prefill_tc128_e4m3_f32, 128, KVQ_E4M3)
+ATTN_PREFILL_TCQ(attn_prefill_tc128_e5m2_f32, 128, KVQ_E5M2)

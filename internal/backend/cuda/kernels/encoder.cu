@@ -1,5 +1,6 @@
-// The kernels of bidirectional encoders (BERT): LayerNorm with bias, exact GELU,
-// attention of each token over its whole sequence, and pooling a sequence's rows.
+// The kernels of bidirectional encoders (BERT, nomic-bert, jina-bert-v2): LayerNorm with
+// bias, exact GELU and its gated form, attention of each token over its whole sequence
+// (with ALiBi's bias for jina), and pooling a sequence's rows.
 
 // layernorm_f32: per row (grid = rows), y = x + add (add may be null), then
 // out = (y - mean) / sqrt(var + eps) * weight + bias, var the mean squared deviation.
@@ -35,13 +36,34 @@ extern "C" __global__ void gelu_f32(float* out, const float* x, long long n) {
     }
 }
 
+// gelu_glu_f32: out = gate * Phi(gate) * up (the erf form of GELU) over n values;
+// grid-stride; out may alias gate or up.
+extern "C" __global__ void gelu_glu_f32(float* out, const float* gate, const float* up, long long n) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
+        float g = gate[i];
+        out[i] = 0.5f * g * (1.f + erff(g * 0.70710678118654752f)) * up[i];
+    }
+}
+
+// alibi_slope: head h's ALiBi slope for heads heads and maximum bias maxBias (see
+// backend.ALiBiSlopes): with n the largest power of two not above heads, m0^(h+1) for
+// h < n, else m1^(2(h-n)+1), m0 = 2^(-maxBias/n), m1 = 2^(-maxBias/2n), taken as one
+// power of two each.
+__device__ float alibi_slope(int h, int heads, float maxBias) {
+    int n = 1;
+    while (n * 2 <= heads) n *= 2;
+    if (h < n) return exp2f(-maxBias / (float)n * (float)(h + 1));
+    return exp2f(-maxBias / 2.f / (float)n * (float)(2 * (h - n) + 1));
+}
+
 // bidir_attn_f32: grid (tokens, heads); the block computes token t's head h over every
 // token of t's sequence (queryStarts has seqs+1 entries; t's sequence is found by binary
 // search). The scores live in dynamic shared memory (one float per key of the longest
 // sequence): the block computes them, takes their softmax, then each thread sums the
 // weighted values of its output dimensions. q, k, v and out are [tokens][heads*headDim].
+// maxBias > 0 subtracts ALiBi's slope * |i - j| from each scaled score (0: no bias).
 extern "C" __global__ void bidir_attn_f32(float* out, const float* q, const float* k, const float* v, const int* queryStarts,
-                                          int seqs, int heads, int headDim, float scale) {
+                                          int seqs, int heads, int headDim, float scale, float maxBias) {
     extern __shared__ float scores[];
     __shared__ float sh[32];
     int t = blockIdx.x, h = blockIdx.y, width = heads * headDim;
@@ -52,12 +74,13 @@ extern "C" __global__ void bidir_attn_f32(float* out, const float* q, const floa
     }
     int lo = queryStarts[a], n = queryStarts[a + 1] - lo;
     const float* qt = q + (long long)t * width + h * headDim;
+    float slope = maxBias > 0.f ? alibi_slope(h, heads, maxBias) : 0.f;
     float best = -KV_INF;
     for (int j = threadIdx.x; j < n; j += blockDim.x) {
         const float* kj = k + (long long)(lo + j) * width + h * headDim;
         float s = 0.f;
         for (int e = 0; e < headDim; e++) s += qt[e] * kj[e];
-        s *= scale;
+        s = s * scale - slope * fabsf((float)(t - lo - j));
         scores[j] = s;
         best = fmaxf(best, s);
     }

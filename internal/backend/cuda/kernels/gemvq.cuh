@@ -357,6 +357,30 @@ __device__ __forceinline__ void accumulate_unit_x8(const unsigned char* const* w
     }
 }
 
+// split_sum brings together the W warps' partial sums of a block in the split layout: each
+// lane holds acc[i][t] for R weight rows and NT token rows; thread v < R*NT of the block
+// returns the block's total of value v (row v / NT, token v % NT), the warps' sums added in
+// warp order. Every thread of the block must call it (it synchronizes).
+template <int R, int NT, int W>
+__device__ __forceinline__ float split_sum(const float (&acc)[R][NT], int lane, int wid) {
+    constexpr int V = R * NT;
+    __shared__ float part[W][V];
+    float vals[V];
+#pragma unroll
+    for (int i = 0; i < R; i++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) vals[i * NT + t] = acc[i][t];
+    float s = warp_sums<V>(vals, lane);
+    if (lane % (32 / V) == 0) part[wid][lane / (32 / V)] = s;
+    __syncthreads();
+    float tot = 0.f;
+    if (threadIdx.x < V) {
+#pragma unroll
+        for (int j = 0; j < W; j++) tot += part[j][threadIdx.x];
+    }
+    return tot;
+}
+
 // gemvqs_rows is the split-k layout of the GEMV: the W warps of a block share its R weight
 // rows, warp w taking units 32w + lane, 32w + lane + 32W, ... of each (so that a row of a
 // few thousand values is read by W warps at once rather than by one warp in sequence),
@@ -367,7 +391,6 @@ template <typename Q, int R, int NT, int W, bool X8>
 __device__ __forceinline__ void gemvqs_rows(long long blk, float* __restrict__ y, const float* __restrict__ x,
                                             const unsigned char* __restrict__ w, int n, int k, int m) {
     constexpr int V = R * NT;
-    __shared__ float part[W][V];
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     long long r0 = blk * R;
     long long rowBytes = (long long)(k / Q::ELEMS) * Q::BYTES;
@@ -391,21 +414,9 @@ __device__ __forceinline__ void gemvqs_rows(long long blk, float* __restrict__ y
         else
             accumulate_unit<Q, R, NT>(wr, u, x, n, k, acc);
     }
-    float vals[V];
-#pragma unroll
-    for (int i = 0; i < R; i++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) vals[i * NT + t] = acc[i][t];
-    float s = warp_sums<V>(vals, lane);
-    if (lane % (32 / V) == 0) part[wid][lane / (32 / V)] = s;
-    __syncthreads();
-    if (threadIdx.x < V) {
-        float tot = 0.f;
-#pragma unroll
-        for (int j = 0; j < W; j++) tot += part[j][threadIdx.x];
-        int i = threadIdx.x / NT, t = threadIdx.x % NT;
-        if (t < n && r0 + i < m) y[(long long)t * m + r0 + i] = tot;
-    }
+    float tot = split_sum<R, NT, W>(acc, lane, wid);
+    int i = threadIdx.x / NT, t = threadIdx.x % NT;
+    if (threadIdx.x < V && t < n && r0 + i < m) y[(long long)t * m + r0 + i] = tot;
 }
 
 // dequant_rows writes rows rows of a quantized weight (w at the first of them, k values a

@@ -47,7 +47,6 @@ __device__ __forceinline__ void gemv_fp8_rows(long long blk, float* __restrict__
                                               const unsigned char* __restrict__ w, const float* __restrict__ s, int n, int k,
                                               int m) {
     constexpr int V = R * NT;
-    __shared__ float part[W][V];
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
     long long r0 = blk * R;
     int units = k >> 4;
@@ -90,21 +89,9 @@ __device__ __forceinline__ void gemv_fp8_rows(long long blk, float* __restrict__
             }
         }
     }
-    float vals[V];
-#pragma unroll
-    for (int i = 0; i < R; i++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) vals[i * NT + t] = acc[i][t];
-    float sum = warp_sums<V>(vals, lane);
-    if (lane % (32 / V) == 0) part[wid][lane / (32 / V)] = sum;
-    __syncthreads();
-    if (threadIdx.x < V) {
-        float tot = 0.f;
-#pragma unroll
-        for (int j = 0; j < W; j++) tot += part[j][threadIdx.x];
-        int i = threadIdx.x / NT, t = threadIdx.x % NT;
-        if (t < n && r0 + i < m) y[(long long)t * m + r0 + i] = tot * __ldg(s + r0 + i);
-    }
+    float tot = split_sum<R, NT, W>(acc, lane, wid);
+    int i = threadIdx.x / NT, t = threadIdx.x % NT;
+    if (threadIdx.x < V && t < n && r0 + i < m) y[(long long)t * m + r0 + i] = tot * __ldg(s + r0 + i);
 }
 
 #define GEMV_FP8_ONE(NAME, R, NT, W)                                                                    \
