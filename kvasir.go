@@ -66,6 +66,9 @@ type (
 	KVImport = engine.KVImport
 	// KVPin is a prompt's cached blocks held for reading out (Engine.PinPrefix).
 	KVPin = engine.KVPin
+	// LayerKVFunc receives a prompt's KV layer by layer as it is computed
+	// (Request.OnLayerKV; the prefill side of a KV transfer).
+	LayerKVFunc = engine.LayerKVFunc
 	// ParamError is an invalid request parameter, naming it.
 	ParamError = engine.ParamError
 	// Processor is a stateful logits processor of a request (Request.Processors): the
@@ -450,3 +453,21 @@ func (e *Engine) Unpin(pin KVPin) { e.e.Unpin(pin) }
 
 // ReadBlocks copies pinned blocks' keys and values into dst, BlockBytes each.
 func (e *Engine) ReadBlocks(blocks []int32, dst []byte) error { return e.e.ReadBlocks(blocks, dst) }
+
+// BlockLayers is the number of layer parts of a block (BlockBytes over LayerBlockBytes):
+// the frames of one block in a KV transfer (0 when the model cannot move blocks).
+func (e *Engine) BlockLayers() int {
+	if lb := e.LayerBlockBytes(); lb > 0 {
+		return e.BlockBytes() / lb
+	}
+	return 0
+}
+
+// StreamsLayers reports whether requests get their prompt's KV layer by layer as it is
+// computed (Request.OnLayerKV): the model is not split (its backend, the CPU's or CUDA's,
+// copies a layer's blocks out while the next layers compute).
+func (e *Engine) StreamsLayers() bool { return e.e.StreamsLayers() }
+
+// LayerBlockBytes is the bytes of one layer's part of a block (BlockBytes over the model's
+// layers), as Request.OnLayerKV hands them over (0 when the model cannot move blocks).
+func (e *Engine) LayerBlockBytes() int { return e.e.LayerBlockBytes() }

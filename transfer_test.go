@@ -1,8 +1,11 @@
 package kvasir
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -188,5 +191,100 @@ func TestKVImportAbort(t *testing.T) {
 	got, usage := greedyRun(t, short, Request{PromptTokens: prompt, ImportKV: &KVImport{Hashes: hashes, Data: data[:len(data)-1]}}, 20)
 	if got != want || usage.CachedPromptTokens != 0 {
 		t.Errorf("imported KV one byte short: %q (cached %d), want %q computed", got, usage.CachedPromptTokens, want)
+	}
+}
+
+// TestOnLayerKV: a request's OnLayerKV receives every full block of its prompt, each
+// layer once, and the bytes equal that layer's part of the block the prefix cache holds
+// after the request, also when a step budget smaller than a block splits blocks over
+// steps; a second request finds the blocks cached and is told of none of them.
+func TestOnLayerKV(t *testing.T) {
+	for _, budget := range []int{0, 5} {
+		e, err := Open(testdata.Path(t, "models/stories260K/stories260K.gguf"), Options{Threads: 1, KVCacheMemory: 4 << 20, MaxNumBatchedTokens: budget})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		prompt, err := e.TokenizePrompt("Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends. One day")
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkOnLayerKV(t, e, prompt)
+	}
+}
+
+// TestOnLayerKVGPU: on the GPU (the layers copied on a side stream while the next ones
+// compute), a request's OnLayerKV receives every layer of every full block of its prompt
+// once, with the bytes of that layer's part of the block the cache holds after the
+// request.
+func TestOnLayerKVGPU(t *testing.T) {
+	e := gpuEngine(t)
+	prompt := make([]int32, 90)
+	for i := range prompt {
+		prompt[i] = int32(3 + (i*41)%500)
+	}
+	checkOnLayerKV(t, e, prompt)
+}
+
+// checkOnLayerKV runs prompt on e with OnLayerKV and checks every (block, layer) report
+// against the prompt's cached blocks afterwards, then that a second run of the prompt,
+// cached, reports no block before the last one.
+func checkOnLayerKV(t *testing.T, e *Engine, prompt []int32) {
+	t.Helper()
+	if !e.StreamsLayers() {
+		t.Fatal("the engine does not stream layers")
+	}
+	bs, lb := e.BlockSize(), e.LayerBlockBytes()
+	layers := e.BlockLayers()
+	full := len(prompt) / bs
+	var mu sync.Mutex
+	got := map[[2]int][]byte{}
+	var dup error
+	collect := func(first, layer int, data []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range len(data) / lb {
+			k := [2]int{first + i, layer}
+			if got[k] != nil {
+				dup = fmt.Errorf("block %d layer %d reported twice", k[0], k[1])
+			}
+			got[k] = slices.Clone(data[i*lb:][:lb])
+		}
+	}
+	greedyRun(t, e, Request{PromptTokens: prompt, OnLayerKV: collect}, 2)
+	if dup != nil {
+		t.Fatal(dup)
+	}
+	if len(got) != full*layers {
+		t.Fatalf("%d (block, layer) reports, want %d blocks x %d layers", len(got), full, layers)
+	}
+	pin, err := e.PinPrefix(prompt, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pin.Blocks) != full {
+		t.Fatalf("%d blocks cached of %d", len(pin.Blocks), full)
+	}
+	whole := make([]byte, full*e.BlockBytes())
+	if err := e.ReadBlocks(pin.Blocks, whole); err != nil {
+		t.Fatal(err)
+	}
+	e.Unpin(pin)
+	for k, data := range got {
+		want := whole[k[0]*e.BlockBytes()+k[1]*lb:][:lb]
+		if !bytes.Equal(data, want) {
+			t.Fatalf("block %d layer %d: the reported bytes differ from the cached block's", k[0], k[1])
+		}
+	}
+	var again []int
+	greedyRun(t, e, Request{PromptTokens: prompt, OnLayerKV: func(first, _ int, _ []byte) {
+		mu.Lock()
+		again = append(again, first)
+		mu.Unlock()
+	}}, 2)
+	for _, first := range again {
+		if first < full-1 {
+			t.Fatalf("a request whose prompt is cached was told of block %d, computed again", first)
+		}
 	}
 }

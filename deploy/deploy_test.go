@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/kvasir-llm/kvasir"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -400,4 +401,43 @@ func redisBytes(v string) (resource.Quantity, error) {
 		}
 	}
 	return resource.ParseQuantity(v)
+}
+
+// TestKVPoolOnEveryRole: the kvasir serve instances of every role (both, prefill, decode)
+// share the KV pool (--kv-pool, whose wiring TestKVPoolWiring checks) with a host-memory
+// tier (--kv-offload-memory) that fits well inside the container's memory limit (at most
+// half of it, the model and the KV cache taking the rest).
+func TestKVPoolOnEveryRole(t *testing.T) {
+	m := load(t)
+	roles := map[string]bool{}
+	for _, w := range m.workloads() {
+		for _, c := range w.pod.Spec.Containers {
+			if len(c.Args) == 0 || c.Args[0] != "serve" {
+				continue
+			}
+			role := "both"
+			if i := slices.Index(c.Args, "--role"); i >= 0 && i+1 < len(c.Args) {
+				role = c.Args[i+1]
+			}
+			roles[role] = true
+			if !slices.Contains(c.Args, "--kv-pool") {
+				t.Errorf("%s %s (role %s): no --kv-pool", w.kind, w.name, role)
+			}
+			i := slices.Index(c.Args, "--kv-offload-memory")
+			if i < 0 || i+1 >= len(c.Args) {
+				t.Errorf("%s %s (role %s): no --kv-offload-memory", w.kind, w.name, role)
+				continue
+			}
+			n, err := kvasir.ParseBytes(c.Args[i+1]) // as kvasir serve reads it
+			limit := c.Resources.Limits[corev1.ResourceMemory]
+			if err != nil || n <= 0 || limit.IsZero() || 2*n > limit.Value() {
+				t.Errorf("%s %s: --kv-offload-memory %s (%v) is more than half its memory limit %s", w.kind, w.name, c.Args[i+1], err, limit.String())
+			}
+		}
+	}
+	for _, r := range []string{"both", "prefill", "decode"} {
+		if !roles[r] {
+			t.Errorf("no kvasir serve of role %s in the manifests", r)
+		}
+	}
 }

@@ -24,6 +24,7 @@ type roleFlags struct {
 	advertise *string
 	timeout   *time.Duration
 	chunk     *int
+	stream    *string
 	ttl       *time.Duration
 	memory    *int64
 }
@@ -37,6 +38,7 @@ func addRoleFlags(fs *flag.FlagSet) *roleFlags {
 		advertise: fs.String("kv-transfer-advertise", "", "--role decode: host:port prefill instances reach the listener at, published on GET /v1/kv_transfer (default: the listener's address, or the pod's own IP given as --kv-transfer-host)"),
 		timeout:   fs.Duration("kv-transfer-timeout", kvtransfer.DefaultTimeout, "--role prefill|decode: how long one step of a KV transfer (dial, a block, the acknowledgement) may take; a slower transfer is dropped and the decode instance computes the prompt"),
 		chunk:     fs.Int("kv-transfer-chunk", server.DefaultPrefillChunk, "--role prefill: prompt tokens computed before their blocks are sent, while the next ones compute (rounded down to whole blocks)"),
+		stream:    fs.String("kv-transfer-stream", "layers", "--role prefill: layers (send each layer's keys and values of a chunk's blocks as soon as the layer is computed; a model split by tensor or pipeline sends chunks) or chunks (send a chunk's blocks once the chunk is computed)"),
 		ttl:       fs.Duration("kv-transfer-ttl", kvtransfer.DefaultTTL, "--role decode: how long received KV waits for the request that takes it"),
 		memory:    new(int64),
 	}
@@ -48,6 +50,9 @@ func addRoleFlags(fs *flag.FlagSet) *roleFlags {
 func (f *roleFlags) check() error {
 	if !slices.Contains(server.Roles, *f.role) {
 		return fmt.Errorf("--role %q: want one of %s", *f.role, strings.Join(server.Roles, ", "))
+	}
+	if *f.stream != "layers" && *f.stream != "chunks" {
+		return fmt.Errorf("--kv-transfer-stream %q: want layers or chunks", *f.stream)
 	}
 	return nil
 }
@@ -66,7 +71,10 @@ func (f *roleFlags) apply(cfg *server.Config, eng *kvasir.Engine, hostFlag strin
 		return nil, fmt.Errorf("--role %s: this model's KV cache cannot move blocks", *f.role)
 	}
 	if *f.role == server.RolePrefill {
-		cfg.KVSender, cfg.KVPrefillChunk = &kvtransfer.Sender{Timeout: *f.timeout}, *f.chunk
+		cfg.KVSender, cfg.KVPrefillChunk, cfg.KVStreamChunks = &kvtransfer.Sender{Timeout: *f.timeout}, *f.chunk, *f.stream == "chunks"
+		if !cfg.KVStreamChunks && !eng.StreamsLayers() {
+			log.Info("kv transfer: a split model does not report KV layer by layer: blocks go out chunk by chunk")
+		}
 		return func() {}, nil
 	}
 	if err := metrics.EnableTransfer(); err != nil {
@@ -80,7 +88,7 @@ func (f *roleFlags) apply(cfg *server.Config, eng *kvasir.Engine, hostFlag strin
 	if err != nil {
 		return nil, fmt.Errorf("--kv-transfer-port: %w", err)
 	}
-	rc, err := kvtransfer.Listen(ln, kvtransfer.ReceiverConfig{Model: eng.ModelName(), BlockSize: eng.BlockSize(), BlockBytes: eng.BlockBytes(), KVCacheDType: eng.KVCacheDType(),
+	rc, err := kvtransfer.Listen(ln, kvtransfer.ReceiverConfig{Model: eng.ModelName(), BlockSize: eng.BlockSize(), BlockBytes: eng.BlockBytes(), Layers: eng.BlockLayers(), KVCacheDType: eng.KVCacheDType(),
 		MaxHeldBytes: *f.memory, TTL: *f.ttl, Timeout: *f.timeout, Logger: log, OnDone: metrics.ObserveReceived})
 	if err != nil {
 		ln.Close()

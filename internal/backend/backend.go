@@ -472,3 +472,18 @@ type BiasedRouter interface {
 	// normalize is set.
 	RouteExpertsBiased(ids, gains, logits, bias Tensor, groups, groupsUsed int, normalize bool) error
 }
+
+// LayerKVReader is implemented by backends that copy one layer's keys and values of blocks
+// out of a cache in the middle of a step (the model's per-layer hook, Batch.AfterLayer),
+// so that a prefill instance sends a layer's KV while the next layer computes.
+type LayerKVReader interface {
+	// ReadLayerBlocks queues a copy of layer's keys and values of blocks out of kv, after
+	// the ops queued so far, into dst in the host layout of one layer of ReadBlocks (block
+	// after block; within a block the keys, then the values): len(dst) must be len(blocks)
+	// x kv.Spec().BlockBytes() / Layers. It is called inside Run, between the ops of a
+	// step, and does not hold up the ops queued after it (a device goes on computing the
+	// next layers); the wait it returns, called once from any goroutine, returns when dst
+	// holds the copy. Every wait of a step must have returned before the step's next
+	// ReadLayerBlocks of layer 0 (the next step's), which may reuse the buffers behind it.
+	ReadLayerBlocks(kv KVCache, layer int, blocks []int32, dst []byte) (wait func() error, err error)
+}

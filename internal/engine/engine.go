@@ -441,6 +441,7 @@ func (e *Engine) prepare(req Request) (*request, error) {
 		id: req.ID, params: p, n: n, maxTokens: maxTokens, maxLen: maxLen, policy: policy, priority: req.Priority,
 		salt: req.CacheSalt, prompt: prompt, procs: req.Processors, out: newOutbox(), reasons: make([]string, n),
 		clocks: make([]choiceClock, n), arrival: e.cfg.Now(), importKV: req.ImportKV, adapter: req.Adapter,
+		onLayerKV: req.OnLayerKV,
 	}
 	if a := req.Adapter; a != nil {
 		// The adapter's keys and values differ from the base's for the same tokens.

@@ -214,6 +214,12 @@ type Request struct {
 	// instance (prefill/decode disaggregation): the blocks whose hashes match the prompt's
 	// own are taken instead of computed.
 	ImportKV *KVImport
+	// OnLayerKV, when set, receives the keys and values of the prompt's full blocks layer
+	// by layer as the steps compute them (the prefill side of a KV transfer; see
+	// LayerKVFunc), on a model whose steps call per-layer hooks (Engine.StreamsLayers).
+	// Blocks taken from the prefix cache or imported are not computed, so never
+	// reported; a block computed again (after a preemption) is reported again.
+	OnLayerKV LayerKVFunc
 	// Adapter, when set, is the LoRA adapter the request runs with (the model must have
 	// LoRA enabled); nil runs the base model. Its keys and values are never shared with
 	// the base's or another adapter's through the prefix cache.

@@ -51,6 +51,8 @@ type request struct {
 	// request completes).
 	importKV   *KVImport
 	importHold kvcache.RequestID
+	// onLayerKV is Request.OnLayerKV.
+	onLayerKV LayerKVFunc
 
 	arrival, firstScheduled, firstToken time.Time
 	// clocks are each choice's token timestamps, for its metrics.

@@ -35,6 +35,8 @@ type runner struct {
 type batchBuffer struct {
 	batch model.Batch
 	table []int32
+	// layers are the step's per-layer KV reports (Request.OnLayerKV).
+	layers layerReads
 }
 
 // placeholder is a batch token whose value the step in flight is still sampling: the
@@ -85,7 +87,8 @@ func (r *runner) build(plan *stepPlan, mgr *kvcache.Manager) (*batchBuffer, []pl
 	b := &buf.batch
 	b.Tokens, b.Positions, b.SlotMapping = b.Tokens[:0], b.Positions[:0], b.SlotMapping[:0]
 	b.Seqs, b.LogitsIndices = b.Seqs[:0], b.LogitsIndices[:0]
-	buf.table = buf.table[:0]
+	buf.table, b.AfterLayer = buf.table[:0], nil
+	buf.layers.reset()
 	bs := r.blockSize
 	// Block tables first, into one buffer, so that growing it does not move slices taken
 	// earlier in the loop below.
@@ -122,6 +125,10 @@ func (r *runner) build(plan *stepPlan, mgr *kvcache.Manager) (*batchBuffer, []pl
 		for _, o := range sc.rows {
 			b.LogitsIndices = append(b.LogitsIndices, qs+o)
 		}
+		r.reportLayers(buf, sc, table)
+	}
+	if len(buf.layers.reports) > 0 {
+		b.AfterLayer = buf.layers.afterLayer
 	}
 	return buf, holes
 }
@@ -205,6 +212,8 @@ func (r *runner) execute(job *stepJob) (res stepResult) {
 	}
 	t := time.Now()
 	defer func() { res.targetTime = time.Since(t) }()
+	// The layers' copies reported while the step ran are all handed over when it returns.
+	defer job.buf.layers.finish()
 	var masks MaskFunc
 	if job.masks != nil {
 		masks = func() ([][]uint32, error) { return <-job.masks, nil }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
+	"github.com/kvasir-llm/kvasir/internal/model"
 )
 
 // This file holds the engine's side of prefill/decode disaggregation: a prefill instance
@@ -181,4 +182,155 @@ func (r *runner) writeImports(writes []importWrite) error {
 		}
 	}
 	return nil
+}
+
+// LayerKVFunc receives one layer's keys and values of a request's full prompt blocks that a
+// step has just completed (Request.OnLayerKV): first is the index in the prompt of the
+// first of them, data that layer's part of them, block after block, Engine.LayerBlockBytes
+// each, in the host layout of the block I/O seam (a model not split by tensor: the layer's
+// keys, then its values). It is called while the step runs, as soon as the layer's copy is
+// out of the cache (the next layers computing meanwhile), layer after layer, from a
+// goroutine of the step's, every call before the step's result is taken; it must return
+// quickly, and data is valid only during the call. A layer whose copy failed is not
+// reported.
+type LayerKVFunc func(first, layer int, data []byte)
+
+// layerStreamer is a Model whose steps call per-layer hooks (model.Batch.AfterLayer).
+type layerStreamer interface {
+	StreamsLayers() bool
+	LayerBlockBytes() int
+	BlockBytes() int
+}
+
+func (p *pagedModel) StreamsLayers() bool { return p.m.StreamsLayers() }
+
+func (p *pagedModel) LayerBlockBytes() int { return p.kv.LayerBlockBytes() }
+
+// StreamsLayers reports whether the model's steps report prompt KV layer by layer
+// (Request.OnLayerKV): the model is not split and its backend reads a layer's blocks
+// between a step's ops (the CPU and CUDA backends).
+func (e *Engine) StreamsLayers() bool {
+	ls, ok := e.model.(layerStreamer)
+	return ok && ls.StreamsLayers()
+}
+
+// LayerBlockBytes is the bytes of one layer's part of a block in the host layout of the
+// block I/O seam (LayerKVFunc; BlockBytes over the model's layers), 0 when the model cannot
+// move blocks.
+func (e *Engine) LayerBlockBytes() int {
+	if ls, ok := e.model.(layerStreamer); ok {
+		return ls.LayerBlockBytes()
+	}
+	return 0
+}
+
+// layerReport is a step's per-layer report of a request's prompt blocks it completes: the
+// prompt's blocks [first, first+n), at entries [at, at+n) of the step's blocks to read.
+type layerReport struct {
+	fn           LayerKVFunc
+	first, at, n int
+}
+
+// layerReads are a step's per-layer reads of the prompt blocks its requests want reported
+// (Request.OnLayerKV): one read of every report's blocks a layer, each layer's bytes in a
+// region of data, handed to the reports by a waiter goroutine as each layer's copy is done.
+type layerReads struct {
+	reports []layerReport
+	blocks  []int32 // the physical blocks of every report, in report order
+	bytes   int     // a block's layer part
+	layers  int
+	data    []byte // [layer][blocks][bytes]
+	// waits carries each layer's wait to the waiter (capacity: every layer, so the
+	// forward pass never waits for it); done closes when the waiter has handed them all.
+	waits chan layerWait
+	done  chan struct{}
+}
+
+// layerWait is one layer's copy on its way.
+type layerWait struct {
+	layer int
+	wait  func() error
+}
+
+// reportLayers adds to buf the prompt blocks of sc's request that its step completes, when
+// the request asks for its layers (Request.OnLayerKV) and the model streams them: the
+// blocks whose last slot the step writes, up to the prompt's last full block. table is the
+// sequence's block table.
+func (r *runner) reportLayers(buf *batchBuffer, sc scheduled, table []int32) {
+	fn := sc.seq.req.onLayerKV
+	if fn == nil || sc.dropped != 0 {
+		return
+	}
+	ls, ok := r.model.(layerStreamer)
+	if !ok || !ls.StreamsLayers() {
+		return
+	}
+	bs := r.blockSize
+	first, end := sc.start/bs, min(sc.start+sc.numNew, len(sc.seq.req.prompt))/bs
+	if first >= end {
+		return
+	}
+	lr := &buf.layers
+	if lb := ls.LayerBlockBytes(); lb > 0 && lr.bytes != lb {
+		lr.bytes, lr.layers = lb, ls.BlockBytes()/lb
+	}
+	lr.reports = append(lr.reports, layerReport{fn: fn, first: first, at: len(lr.blocks), n: end - first})
+	lr.blocks = append(lr.blocks, table[first:end]...)
+}
+
+// reset empties the reads for the next step's build.
+func (lr *layerReads) reset() {
+	lr.reports, lr.blocks, lr.waits, lr.done = lr.reports[:0], lr.blocks[:0], nil, nil
+}
+
+// afterLayer is the step's model.Batch.AfterLayer when it reports layers: it queues the
+// layer's read of every report's blocks and hands its wait to the waiter goroutine
+// (started at the step's first layer). A read that fails leaves the layer unreported
+// rather than failing the step.
+func (lr *layerReads) afterLayer(layer int, read model.LayerReader) error {
+	n := len(lr.blocks) * lr.bytes
+	if lr.waits == nil {
+		if need := lr.layers * n; cap(lr.data) < need {
+			lr.data = make([]byte, need)
+		}
+		lr.waits, lr.done = make(chan layerWait, lr.layers), make(chan struct{})
+		go lr.hand()
+	}
+	if layer < 0 || layer >= lr.layers {
+		return fmt.Errorf("engine: layer %d of a model of %d", layer, lr.layers)
+	}
+	wait, err := read(lr.blocks, lr.data[layer*n:][:n])
+	if err != nil {
+		// Not reported, the step unharmed: the prefill reads what it lacks out of the
+		// cache once the chunk is computed.
+		return nil
+	}
+	lr.waits <- layerWait{layer: layer, wait: wait}
+	return nil
+}
+
+// hand waits for each layer's copy in turn and hands it to the reports (the waiter
+// goroutine).
+func (lr *layerReads) hand() {
+	defer close(lr.done)
+	n := len(lr.blocks) * lr.bytes
+	for w := range lr.waits {
+		if w.wait() != nil {
+			continue // not reported: the prefill reads what it lacks out of the cache
+		}
+		data := lr.data[w.layer*n:][:n]
+		for _, rep := range lr.reports {
+			rep.fn(rep.first, w.layer, data[rep.at*lr.bytes:][:rep.n*lr.bytes])
+		}
+	}
+}
+
+// finish waits until the waiter has handed every layer queued (after the step's forward
+// pass, whatever its outcome).
+func (lr *layerReads) finish() {
+	if lr.waits == nil {
+		return
+	}
+	close(lr.waits)
+	<-lr.done
 }

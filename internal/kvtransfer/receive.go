@@ -21,10 +21,10 @@ const (
 
 // ReceiverConfig configures a Receiver: the geometry transfers must have, and its bounds.
 type ReceiverConfig struct {
-	// Model, BlockSize and BlockBytes are the receiving engine's: a transfer naming others
-	// is refused.
-	Model                 string
-	BlockSize, BlockBytes int
+	// Model, BlockSize, BlockBytes and Layers (a block's layers) are the receiving
+	// engine's: a transfer naming others is refused.
+	Model                         string
+	BlockSize, BlockBytes, Layers int
 	// KVCacheDType is the receiving cache's element type (Header.KVCacheDType): a
 	// transfer of another is refused.
 	KVCacheDType string
@@ -86,8 +86,8 @@ type heldTransfer struct {
 
 // Listen starts a receiver on ln (which it closes when it closes).
 func Listen(ln net.Listener, cfg ReceiverConfig) (*Receiver, error) {
-	if cfg.BlockSize <= 0 || cfg.BlockBytes <= 0 || cfg.BlockBytes > MaxBlockBytes {
-		return nil, fmt.Errorf("kvtransfer: receiver of blocks of %d tokens and %d bytes", cfg.BlockSize, cfg.BlockBytes)
+	if cfg.BlockSize <= 0 || cfg.BlockBytes <= 0 || cfg.BlockBytes > MaxBlockBytes || cfg.Layers <= 0 || cfg.BlockBytes%cfg.Layers != 0 {
+		return nil, fmt.Errorf("kvtransfer: receiver of blocks of %d tokens, %d bytes and %d layers", cfg.BlockSize, cfg.BlockBytes, cfg.Layers)
 	}
 	if cfg.MaxHeldBytes <= 0 {
 		cfg.MaxHeldBytes = DefaultMaxHeldBytes
@@ -225,8 +225,9 @@ func (r *Receiver) receive(conn net.Conn) (string, int64, error) {
 	switch {
 	case r.cfg.Model != "" && h.Model != r.cfg.Model:
 		return h.ID, 0, fmt.Errorf("model %q, this instance serves %q", h.Model, r.cfg.Model)
-	case h.BlockSize != r.cfg.BlockSize || h.BlockBytes != r.cfg.BlockBytes:
-		return h.ID, 0, fmt.Errorf("blocks of %d tokens and %d bytes, this instance's are %d and %d", h.BlockSize, h.BlockBytes, r.cfg.BlockSize, r.cfg.BlockBytes)
+	case h.BlockSize != r.cfg.BlockSize || h.BlockBytes != r.cfg.BlockBytes || h.NumLayers != r.cfg.Layers:
+		return h.ID, 0, fmt.Errorf("blocks of %d tokens, %d bytes and %d layers, this instance's are %d, %d and %d",
+			h.BlockSize, h.BlockBytes, h.NumLayers, r.cfg.BlockSize, r.cfg.BlockBytes, r.cfg.Layers)
 	case h.KVCacheDType != r.cfg.KVCacheDType:
 		return h.ID, 0, fmt.Errorf("a kv cache of %s elements, this instance's holds %s (give both the same --kv-cache-dtype)", orUnnamed(h.KVCacheDType), orUnnamed(r.cfg.KVCacheDType))
 	}
@@ -240,15 +241,24 @@ func (r *Receiver) receive(conn net.Conn) (string, int64, error) {
 			r.unreserve(size)
 		}
 	}()
-	got := Received{Hashes: make([]kvcache.BlockHash, h.NumBlocks), Data: make([]byte, size)}
-	for i := range h.NumBlocks {
-		b, err := ReadBlock(br, i, h.BlockBytes, got.Data[i*h.BlockBytes:])
+	// The frames come in the order the sender's prefill computes them (within a chunk of
+	// blocks, layer after layer); each block is assembled from its layers.
+	a := newAssembly(h)
+	buf := make([]byte, h.LayerBytes())
+	for {
+		p, end, err := ReadPart(br, h, buf)
 		if err != nil {
 			return h.ID, size, err
 		}
-		got.Hashes[i] = b.Hash
+		if end {
+			break
+		}
+		if err := a.add(p); err != nil {
+			return h.ID, size, err
+		}
 	}
-	if err := ReadEnd(br); err != nil {
+	got, err := a.done()
+	if err != nil {
 		return h.ID, size, err
 	}
 	if err := r.hold(h.ID, got); err != nil {

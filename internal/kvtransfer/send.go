@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"time"
 
@@ -15,12 +16,14 @@ import (
 // write or read, the wait for the acknowledgement.
 const DefaultTimeout = 10 * time.Second
 
-// Source yields the blocks a sender streams, in order.
+// Source yields the parts a sender streams: every layer of every block, once each, in the
+// order they are computed.
 type Source interface {
-	// ReadBlock copies block i's bytes (BlockBytes of them) into dst. It may wait for the
-	// block to be computed (the sender keeps the connection alive meanwhile), and must
-	// return soon after ctx ends.
-	ReadBlock(ctx context.Context, i int, dst []byte) error
+	// Next copies the next part's bytes (Header.LayerBytes of them) into dst and says
+	// which block and layer they are, or returns io.EOF once it gave them all. It may wait
+	// for the part to be computed (the sender keeps the connection alive meanwhile), and
+	// must return soon after ctx ends.
+	Next(ctx context.Context, dst []byte) (block, layer int, err error)
 }
 
 // Sender streams transfers to receivers.
@@ -32,8 +35,8 @@ type Sender struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
-// Send streams h.NumBlocks blocks from src, with their chained hashes, to the receiver at
-// addr, and returns once the receiver acknowledged them: nil when it holds them all, else
+// Send streams the h.NumLayers layers of each of h.NumBlocks blocks from src, with the
+// blocks' chained hashes, to the receiver at addr, and returns once the receiver acknowledged them: nil when it holds them all, else
 // the reason (the receiver's own refusal, a broken or stalled connection, ctx's end). The
 // caller may release the blocks once Send returns, whatever it returns.
 func (s *Sender) Send(ctx context.Context, addr string, h Header, hashes []kvcache.BlockHash, src Source) error {
@@ -86,6 +89,9 @@ func (s *Sender) stream(ctx context.Context, conn net.Conn, timeout time.Duratio
 		acks <- a
 	}()
 	if err := write(ctx, conn, timeout, h, hashes, src); err != nil {
+		if _, ok := errors.AsType[*sourceError](err); ok {
+			return err // this side's failure: closing the connection tells the receiver
+		}
 		select {
 		case a := <-acks:
 			if a.err == nil && !a.ack.OK {
@@ -106,7 +112,7 @@ func (s *Sender) stream(ctx context.Context, conn net.Conn, timeout time.Duratio
 	return nil
 }
 
-// write writes the transfer's frames on conn, each block once src has it.
+// write writes the transfer's frames on conn, each layer of a block once src has it.
 func write(ctx context.Context, conn net.Conn, timeout time.Duration, h Header, hashes []kvcache.BlockHash, src Source) error {
 	w := bufio.NewWriterSize(conn, 64<<10)
 	// deadline renews the write deadline before each frame: a stalled receiver fails the
@@ -119,16 +125,19 @@ func write(ctx context.Context, conn net.Conn, timeout time.Duration, h Header, 
 	if err := writeJSONFrame(w, FrameHeader, h); err != nil {
 		return err
 	}
-	buf := make([]byte, h.BlockBytes)
-	for i := range h.NumBlocks {
-		if err := readBlock(ctx, conn, w, timeout, src, i, buf); err != nil {
+	buf := make([]byte, h.LayerBytes())
+	for n := range h.NumBlocks * h.NumLayers {
+		block, layer, err := next(ctx, conn, w, timeout, src, buf)
+		switch {
+		case errors.Is(err, io.EOF):
+			return &sourceError{fmt.Errorf("the source ended after %d of %d layers of %d blocks", n, h.NumLayers, h.NumBlocks)}
+		case err != nil:
 			return err
+		case block < 0 || block >= h.NumBlocks || layer < 0 || layer >= h.NumLayers:
+			return &sourceError{fmt.Errorf("the source gave layer %d of block %d of %d blocks of %d layers", layer, block, h.NumBlocks, h.NumLayers)}
 		}
 		deadline()
-		if err := writeBlock(w, i, hashes[i], buf); err != nil {
-			return err
-		}
-		if err := w.Flush(); err != nil {
+		if err := writeLayer(w, block, layer, hashes[block], buf); err != nil {
 			return err
 		}
 	}
@@ -139,23 +148,47 @@ func write(ctx context.Context, conn net.Conn, timeout time.Duration, h Header, 
 	return w.Flush()
 }
 
-// readBlock reads block i from src into buf, writing a keepalive frame every half timeout
-// while the source waits for it, so that the receiver's read deadline measures a stalled
-// connection, not a prefill still computing the block.
-func readBlock(ctx context.Context, conn net.Conn, w *bufio.Writer, timeout time.Duration, src Source, i int, buf []byte) error {
+// next reads the next part from src into buf. While the source waits for it, what is
+// buffered goes out (the receiver gets each layer as soon as the next one is not at
+// hand), and a keepalive frame every half timeout, so that the receiver's read deadline
+// measures a stalled connection, not a prefill still computing the layer.
+func next(ctx context.Context, conn net.Conn, w *bufio.Writer, timeout time.Duration, src Source, buf []byte) (int, int, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- src.ReadBlock(ctx, i, buf) }()
+	type part struct {
+		block, layer int
+		err          error
+	}
+	done := make(chan part, 1)
+	go func() {
+		var p part
+		p.block, p.layer, p.err = src.Next(ctx, buf)
+		done <- p
+	}()
+	got := func(p part) (int, int, error) {
+		if p.err != nil && !errors.Is(p.err, io.EOF) {
+			return 0, 0, &sourceError{fmt.Errorf("read layer: %w", p.err)}
+		}
+		return p.block, p.layer, p.err
+	}
+	select {
+	case p := <-done:
+		return got(p)
+	default:
+	}
+	if w.Buffered() > 0 {
+		if err := w.Flush(); err != nil {
+			cancel()
+			<-done
+			return 0, 0, err
+		}
+	}
 	tick := time.NewTicker(timeout / 2)
 	defer tick.Stop()
 	for {
 		select {
-		case err := <-done:
-			if err != nil {
-				return fmt.Errorf("read block %d: %w", i, err)
-			}
-			return nil
+		case p := <-done:
+			return got(p)
 		case <-tick.C:
 			conn.SetWriteDeadline(time.Now().Add(timeout))
 			err := writeFrame(w, FrameKeepalive)
@@ -165,11 +198,17 @@ func readBlock(ctx context.Context, conn net.Conn, w *bufio.Writer, timeout time
 			if err != nil {
 				cancel()
 				<-done
-				return err
+				return 0, 0, err
 			}
 		}
 	}
 }
+
+// sourceError is a transfer's failure on the sender's side: its source's.
+type sourceError struct{ err error }
+
+func (e *sourceError) Error() string { return e.err.Error() }
+func (e *sourceError) Unwrap() error { return e.err }
 
 // ErrRefused is a transfer the receiver answered with a negative acknowledgement.
 var ErrRefused = errors.New("refused by the receiver")

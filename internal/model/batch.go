@@ -26,7 +26,25 @@ type Batch struct {
 	// LogitsIndices lists the token rows whose logits Forward returns, in this order
 	// (usually each sequence's last token).
 	LogitsIndices []int
+	// AfterLayer, when set, is called by the forward pass after each layer has written the
+	// step's keys and values, before the next layer computes, with the layer's index and a
+	// reader of that layer's part of blocks: a prefill instance sends a layer's KV while
+	// the next layer computes. It is called only when Model.StreamsLayers, never
+	// otherwise; an error it returns fails the step.
+	AfterLayer LayerHook
 }
+
+// LayerHook is Batch.AfterLayer: called after layer's keys and values are written, with
+// read, which copies that layer's part of blocks out of the cache (valid during the call).
+type LayerHook func(layer int, read LayerReader) error
+
+// LayerReader queues a copy of one layer's keys and values of blocks into dst in the host
+// layout of that layer of KVCache.ReadBlocks (block after block, keys then values,
+// KVCache.LayerBlockBytes each) without holding up the step's next layers, and returns a
+// wait that returns once dst holds it (at once on the CPU; on a GPU once the copy, on a
+// stream of its own, is done). Every wait of a step must have returned before the next
+// step runs.
+type LayerReader func(blocks []int32, dst []byte) (wait func() error, err error)
 
 // Seq is one sequence's part of a Batch.
 type Seq struct {

@@ -12,6 +12,12 @@ func (kv *KVCache) BlockBytes() int {
 	return n
 }
 
+// LayerBlockBytes returns the bytes of one layer's part of a block in the host layout of
+// ReadBlocks (BlockBytes over the model's layers): a LayerReader's bytes a block, and, on
+// a model not split by tensor, exactly layer l's keys and values at offset l x
+// LayerBlockBytes of the block.
+func (kv *KVCache) LayerBlockBytes() int { return kv.BlockBytes() / kv.m.cfg.Layers }
+
 // ReadBlocks copies the keys and values of blocks, every layer of every rank, into dst:
 // block after block in the order given, BlockBytes each; within a block, the ranks' parts
 // in rank order, each in the backends' host layout (backend.KVSpec). The bytes depend on

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
@@ -112,5 +113,105 @@ func TestKVBlocksRefuse(t *testing.T) {
 		if err := kv.ReadBlocks(nil, nil); err != nil {
 			t.Errorf("tp%d: reading no blocks: %v", p.Tensor, err)
 		}
+	}
+}
+
+// TestAfterLayerHook: a step's AfterLayer hook is called once per layer, in order, after
+// that layer wrote the step's keys and values and before the next layer wrote any: the
+// rows it reads are the layer's part of what the blocks hold after the step, while the
+// next layer's part of them is still what it was before. The step's logits are those of
+// a step without the hook, bit for bit, and a model split by pipeline never calls it.
+func TestAfterLayerHook(t *testing.T) {
+	fm := maskTwin(t)
+	const bs = 4
+	seqs := []seqRun{maskSeqs[0], {prompt: testTokens(6), table: []int32{3, 0}}}
+	blocks := []int32{7, 1, 3} // the full blocks of both prompts after the step
+	for _, dt := range []quant.Type{quant.F32, quant.F16} {
+		t.Run(dt.String(), func(t *testing.T) {
+			m := cpuModel(t, fm, Parallel{1, 1}, dt)
+			if !m.StreamsLayers() {
+				t.Fatal("a CPU model that is not split does not stream layers")
+			}
+			kv, err := m.NewKVCache(12, bs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plain, err := m.NewKVCache(12, bs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lb := kv.LayerBlockBytes()
+			if lb*fm.Config.Layers != kv.BlockBytes() {
+				t.Fatalf("LayerBlockBytes %d x %d layers != BlockBytes %d", lb, fm.Config.Layers, kv.BlockBytes())
+			}
+			zero := make([]byte, len(blocks)*lb)
+			lr := m.ranks[0].be.(backend.LayerKVReader)
+			var got [][]byte
+			b := batchFor(seqs, []int{0, 0}, []int{9, 6}, bs)
+			b.AfterLayer = func(layer int, read LayerReader) error {
+				if layer != len(got) {
+					return fmt.Errorf("layer %d after %d layers", layer, len(got))
+				}
+				rows := make([]byte, len(blocks)*lb)
+				wait, err := read(blocks, rows)
+				if err == nil {
+					err = wait()
+				}
+				if err != nil {
+					return err
+				}
+				got = append(got, rows)
+				if layer+1 < fm.Config.Layers {
+					// The CPU copies at once: what the next layer holds now.
+					next := make([]byte, len(rows))
+					if _, err := lr.ReadLayerBlocks(kv.parts[0], layer+1, blocks, next); err != nil {
+						return err
+					}
+					if !bytes.Equal(next, zero) {
+						return fmt.Errorf("layer %d's keys and values written before layer %d's hook", layer+1, layer)
+					}
+				}
+				return nil
+			}
+			logits, err := m.Forward(b, kv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.AfterLayer = nil
+			want, err := m.Forward(b, plain)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(logits, want) {
+				t.Fatal("a step with the hook gives other logits")
+			}
+			if len(got) != fm.Config.Layers {
+				t.Fatalf("hook called for %d layers of %d", len(got), fm.Config.Layers)
+			}
+			whole := make([]byte, len(blocks)*kv.BlockBytes())
+			if err := kv.ReadBlocks(blocks, whole); err != nil {
+				t.Fatal(err)
+			}
+			for l, rows := range got {
+				for i := range blocks {
+					if !bytes.Equal(rows[i*lb:][:lb], whole[i*kv.BlockBytes()+l*lb:][:lb]) {
+						t.Fatalf("layer %d of block %d: the hook's rows differ from the block's after the step", l, blocks[i])
+					}
+				}
+			}
+		})
+	}
+	split := cpuModel(t, fm, Parallel{1, 2}, quant.F32)
+	if split.StreamsLayers() {
+		t.Fatal("a model split by pipeline claims to stream layers")
+	}
+	kv, err := split.NewKVCache(12, bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := batchFor(seqs, []int{0, 0}, []int{9, 6}, bs)
+	b.AfterLayer = func(int, LayerReader) error { return fmt.Errorf("called on a split model") }
+	if _, err := split.Forward(b, kv); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -352,6 +352,14 @@ func (m *Model) ReportsAttentionMass() bool {
 	return ok && len(m.ranks) == 1 && !m.kvDT.KVQuantized()
 }
 
+// StreamsLayers reports whether a step calls its Batch.AfterLayer hook: the model is not
+// split and its backend copies a layer's blocks out between a step's ops
+// (backend.LayerKVReader).
+func (m *Model) StreamsLayers() bool {
+	_, ok := m.ranks[0].be.(backend.LayerKVReader)
+	return ok && len(m.ranks) == 1
+}
+
 // logitsRank returns the rank that computes the logits: the last stage's first.
 func (m *Model) logitsRank() int { return (m.par.Pipeline - 1) * m.par.Tensor }
 
@@ -387,6 +395,10 @@ func (m *Model) run(b *Batch, kv *KVCache, out stepOut, masks MaskFunc) error {
 		s := m.ranks[0]
 		if err := s.prepare(b, kv.BlockSize); err != nil {
 			return err
+		}
+		if b.AfterLayer != nil && m.StreamsLayers() {
+			s.afterLayer = b.AfterLayer
+			defer func() { s.afterLayer = nil }()
 		}
 		return s.run(kv.parts[0], out, masks)
 	}

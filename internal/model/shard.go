@@ -52,6 +52,8 @@ type shard struct {
 	lora *loraSlots
 	// fp8 quantizes the linear layers' weights to FP8 at upload (Options.FP8).
 	fp8 bool
+	// afterLayer is the step's Batch.AfterLayer (nil: none, or the model cannot).
+	afterLayer LayerHook
 }
 
 // upload binds and uploads the part's weights and the rotary frequencies (inside Run),
@@ -267,6 +269,11 @@ func (s *shard) forward(kv backend.KVCache, out stepOut) error {
 			if err := s.layer(l, a, kv, st); err != nil {
 				return fmt.Errorf("layer %d: %w", l, err)
 			}
+			if s.afterLayer != nil {
+				if err := s.afterLayer(l, s.layerReader(kv, l)); err != nil {
+					return fmt.Errorf("layer %d: after-layer hook: %w", l, err)
+				}
+			}
 		}
 		if !s.last {
 			return s.sendOn(a)
@@ -290,11 +297,19 @@ func (s *shard) forward(kv backend.KVCache, out stepOut) error {
 		}
 		return nil
 	}
-	// A step that reads attention mass back to the host runs eagerly: a graph cannot.
-	if g, ok := be.(backend.StepGrapher); ok && len(s.mass) == 0 {
+	// A step that reads attention mass back to the host, or calls a hook after each
+	// layer, runs eagerly: a graph cannot.
+	if g, ok := be.(backend.StepGrapher); ok && len(s.mass) == 0 && s.afterLayer == nil {
 		return g.RunStep(st, graphOwner{s: s, kv: kv, out: wantOut, hidden: out.hidden != nil, lora: s.stepLoRA()}, ops)
 	}
 	return ops()
+}
+
+// layerReader returns the LayerReader of layer l of kv for an after-layer hook (inside
+// Run, so the backend's reader is called directly).
+func (s *shard) layerReader(kv backend.KVCache, l int) LayerReader {
+	lr := s.be.(backend.LayerKVReader)
+	return func(blocks []int32, dst []byte) (func() error, error) { return lr.ReadLayerBlocks(kv, l, blocks, dst) }
 }
 
 // output projects the rows forward left in the activations onto the vocabulary and

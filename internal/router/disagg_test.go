@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -58,8 +59,8 @@ func (s *syncBuffer) String() string {
 const transferTimeout = 300 * time.Millisecond
 
 // newRoleInstance starts an instance of role on stories260K; a prefill instance dials its
-// transfers with dial (nil: plain TCP).
-func newRoleInstance(t *testing.T, role string, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *roleInstance {
+// transfers with dial (nil: plain TCP). edits change its server configuration.
+func newRoleInstance(t *testing.T, role string, dial func(ctx context.Context, network, addr string) (net.Conn, error), edits ...func(*server.Config)) *roleInstance {
 	t.Helper()
 	path := testdata.Path(t, "models/stories260K/stories260K.gguf")
 	ev := server.NewKVEvents(0)
@@ -80,12 +81,15 @@ func newRoleInstance(t *testing.T, role string, dial func(ctx context.Context, n
 		if err != nil {
 			t.Fatal(err)
 		}
-		in.rc, err = kvtransfer.Listen(ln, kvtransfer.ReceiverConfig{Model: eng.ModelName(), BlockSize: eng.BlockSize(),
+		in.rc, err = kvtransfer.Listen(ln, kvtransfer.ReceiverConfig{Model: eng.ModelName(), BlockSize: eng.BlockSize(), Layers: eng.BlockLayers(),
 			BlockBytes: eng.BlockBytes(), KVCacheDType: eng.KVCacheDType(), Timeout: transferTimeout, Logger: log, OnDone: metrics.ObserveReceived})
 		if err != nil {
 			t.Fatal(err)
 		}
 		cfg.KVReceiver, cfg.KVTransferAddress = in.rc, ln.Addr().String()
+	}
+	for _, edit := range edits {
+		edit(&cfg)
 	}
 	srv, err := server.New(eng, cfg)
 	if err != nil {
@@ -192,27 +196,93 @@ func checkGoroutines(t *testing.T) {
 }
 
 // TestDisaggregatedEqualsColocated checks that greedy outputs through a prefill and a
-// decode instance equal one colocated instance's token for token, streamed and not, that
-// the decode instance took every prompt's blocks from the transfer, and that nothing is
-// left behind.
+// decode instance equal one colocated instance's token for token, streamed and not, with
+// the KV sent layer by layer as computed and chunk by chunk, that the decode instance took
+// every prompt's blocks from the transfer, and that nothing is left behind.
 func TestDisaggregatedEqualsColocated(t *testing.T) {
 	want := colocated(t)
-	checkGoroutines(t)
-	p, d := newRoleInstance(t, server.RolePrefill, nil), newRoleInstance(t, server.RoleDecode, nil)
-	ts := newDisaggRouter(t, p, d)
-	for i, prompt := range disaggPrompts {
-		for _, stream := range []bool{false, true} {
-			if got := greedy(t, ts.URL, prompt, stream); got != want[i] {
-				t.Errorf("prompt %d (stream %v): disaggregated %q, colocated %q", i, stream, got, want[i])
+	for _, chunks := range []bool{false, true} {
+		name := map[bool]string{false: "layers", true: "chunks"}[chunks]
+		t.Run(name, func(t *testing.T) {
+			checkGoroutines(t)
+			p := newRoleInstance(t, server.RolePrefill, nil, func(c *server.Config) { c.KVStreamChunks = chunks })
+			d := newRoleInstance(t, server.RoleDecode, nil)
+			ts := newDisaggRouter(t, p, d)
+			for i, prompt := range disaggPrompts {
+				for _, stream := range []bool{false, true} {
+					if got := greedy(t, ts.URL, prompt, stream); got != want[i] {
+						t.Errorf("prompt %d (stream %v): disaggregated %q, colocated %q", i, stream, got, want[i])
+					}
+				}
+			}
+			// The second run of a prompt skips the prefill when the router has seen the
+			// decode instance's events of the first.
+			if st := d.rc.Stats(); st.Received < int64(len(disaggPrompts)) || st.Taken != st.Received || st.Failed != 0 || st.HeldBytes != 0 {
+				t.Errorf("receiver: %+v, want at least %d transfers, each taken, none failed or held", st, len(disaggPrompts))
+			}
+			checkKVIdle(t, p, d)
+		})
+	}
+}
+
+// TestKVPrefillLayersStreamed checks what a prefill instance reports of a transfer: every
+// (block, layer) part sent as its layer was computed on a CPU instance streaming layers,
+// none with --kv-transfer-stream chunks; for a prompt whose blocks it holds cached already
+// fewer (a cached block is read out of the cache; the last block of each chunk is
+// computed again for its logits), each transfer taken whole.
+func TestKVPrefillLayersStreamed(t *testing.T) {
+	d := newRoleInstance(t, server.RoleDecode, nil)
+	layers := d.eng.BlockLayers()
+	for _, c := range []struct {
+		chunks bool
+		// ok says whether streamed parts of the k-th transfer of the prompt are right.
+		ok func(k, streamed, blocks int) bool
+	}{
+		{false, func(k, streamed, n int) bool { return k == 0 && streamed == n*layers || k == 1 && streamed < n*layers }},
+		{true, func(_, streamed, _ int) bool { return streamed == 0 }},
+	} {
+		p := newRoleInstance(t, server.RolePrefill, nil, func(cfg *server.Config) { cfg.KVStreamChunks = c.chunks })
+		for k := range 2 {
+			id := fmt.Sprintf("s-%v-%d", c.chunks, k)
+			var res struct {
+				NumBlocks      int `json:"num_blocks"`
+				LayersStreamed int `json:"layers_streamed"`
+			}
+			status := postPrefill(t, p.ts.URL, id, d.rc.Addr().String(), disaggPrompts[1], &res)
+			if status != http.StatusOK || res.NumBlocks < 2 {
+				t.Fatalf("chunks %v, transfer %d: status %d, %d blocks", c.chunks, k, status, res.NumBlocks)
+			}
+			if !c.ok(k, res.LayersStreamed, res.NumBlocks) {
+				t.Errorf("chunks %v, transfer %d: %d parts streamed of %d blocks of %d layers", c.chunks, k, res.LayersStreamed, res.NumBlocks, layers)
+			}
+			got, ok := d.rc.Take(id)
+			if !ok || len(got.Hashes) != res.NumBlocks {
+				t.Fatalf("chunks %v, transfer %d: not held whole", c.chunks, k)
 			}
 		}
+		checkKVIdle(t, p)
 	}
-	// The second run of a prompt skips the prefill when the router has seen the decode
-	// instance's events of the first.
-	if st := d.rc.Stats(); st.Received < int64(len(disaggPrompts)) || st.Taken != st.Received || st.Failed != 0 || st.HeldBytes != 0 {
-		t.Errorf("receiver: %+v, want at least %d transfers, each taken, none failed or held", st, len(disaggPrompts))
+}
+
+// postPrefill posts prompt (a text or token ids) to a prefill instance's
+// /v1/kv_prefill/completions for a transfer id to target, decodes its answer into res and
+// returns its status.
+func postPrefill(t *testing.T, url, id, target string, prompt, res any) int {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": 4})
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/kv_prefill/completions", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(server.TransferHeader, id)
+	req.Header.Set(server.TransferTargetHeader, target)
+	r, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
 	}
-	checkKVIdle(t, p, d)
+	defer r.Body.Close()
+	if err := json.NewDecoder(r.Body).Decode(res); err != nil {
+		t.Fatal(err)
+	}
+	return r.StatusCode
 }
 
 // faultDialer dials plain TCP connections whose writes a test breaks once after `after`

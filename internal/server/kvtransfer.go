@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/kvasir-llm/kvasir"
@@ -67,12 +70,15 @@ func (s *Server) role() string {
 
 // kvPrefillResponse is the body of a successful POST /v1/kv_prefill/...
 type kvPrefillResponse struct {
-	TransferID   string  `json:"transfer_id"`
-	PromptTokens int     `json:"prompt_tokens"`
-	NumBlocks    int     `json:"num_blocks"`
-	Bytes        int64   `json:"bytes"`
-	PrefillMS    float64 `json:"prefill_ms"`
-	TransferMS   float64 `json:"transfer_ms"`
+	TransferID   string `json:"transfer_id"`
+	PromptTokens int    `json:"prompt_tokens"`
+	NumBlocks    int    `json:"num_blocks"`
+	Bytes        int64  `json:"bytes"`
+	// LayersStreamed counts the (block, layer) parts sent as soon as their layer was
+	// computed; the others were read out of their blocks once their chunk was computed.
+	LayersStreamed int     `json:"layers_streamed"`
+	PrefillMS      float64 `json:"prefill_ms"`
+	TransferMS     float64 `json:"transfer_ms"`
 }
 
 // handleKVPrefill answers POST /v1/kv_prefill/completions and
@@ -124,9 +130,11 @@ func (s *Server) handleKVPrefill(chat bool) http.HandlerFunc {
 // their blocks (Config.KVPrefillChunk).
 const DefaultPrefillChunk = 512
 
-// prefill computes kreq's prompt chunk by chunk and streams each chunk's blocks to target
-// as soon as they are computed, while the next chunk computes; the first chunk is computed
-// before the connection opens.
+// prefill computes kreq's prompt chunk by chunk and streams its blocks to target as they
+// are computed: each layer's part of a chunk's blocks as soon as the layer is computed,
+// while the next layer computes (on an engine that streams layers, unless
+// Config.KVStreamChunks), or each chunk's blocks once the chunk is computed, while the next
+// chunk computes. The connection opens once the first part is at hand.
 func (s *Server) prefill(ctx context.Context, id, target string, kreq kvasir.Request) (kvPrefillResponse, error) {
 	bs := s.eng.BlockSize()
 	tokens := kreq.PromptTokens
@@ -139,9 +147,15 @@ func (s *Server) prefill(ctx context.Context, id, target string, kreq kvasir.Req
 	if chunk <= 0 {
 		chunk = DefaultPrefillChunk
 	}
+	layers := s.eng.BlockLayers()
+	if layers <= 0 {
+		return res, errors.New("this model's KV blocks have no layers to send")
+	}
 	ctx, cancel := context.WithCancel(ctx)
-	src := &chunkedPrefill{s: s, id: id, req: kreq, chunk: max(bs, chunk/bs*bs), start: time.Now(),
-		ready: make(chan []int32), done: make(chan struct{})}
+	src := &layerPrefill{s: s, id: id, req: kreq, chunk: max(bs, chunk/bs*bs), start: time.Now(),
+		full: full, layers: layers, bb: s.eng.BlockBytes(), lb: s.eng.LayerBlockBytes(),
+		stream: s.eng.StreamsLayers() && !s.cfg.KVStreamChunks,
+		have:   make([]bool, full*layers), wake: make(chan struct{}, 1), first: make(chan struct{}), done: make(chan struct{})}
 	go src.run(ctx)
 	defer func() {
 		cancel()
@@ -150,24 +164,29 @@ func (s *Server) prefill(ctx context.Context, id, target string, kreq kvasir.Req
 			s.eng.Unpin(pin)
 		}
 	}()
-	first, ok := <-src.ready
-	if !ok {
-		return res, src.err
+	select {
+	case <-src.first:
+	case <-src.done:
+		if src.err != nil {
+			return res, src.err
+		}
 	}
-	src.have = first
 	t := time.Now()
-	bb := s.eng.BlockBytes()
-	h := kvtransfer.Header{ID: id, Model: s.eng.ModelName(), BlockSize: bs, BlockBytes: bb, KVCacheDType: s.eng.KVCacheDType(), NumBlocks: full}
+	h := kvtransfer.Header{ID: id, Model: s.eng.ModelName(), BlockSize: bs, BlockBytes: src.bb, KVCacheDType: s.eng.KVCacheDType(),
+		NumBlocks: full, NumLayers: layers}
 	sender := s.cfg.KVSender
 	if sender == nil {
 		sender = &kvtransfer.Sender{}
 	}
 	err := sender.Send(ctx, target, h, s.eng.BlockHashes(tokens, kreq.CacheSalt)[:full], src)
-	s.metrics.observeTransfer("sent", err, int64(full)*int64(bb))
+	s.metrics.observeTransfer("sent", err, int64(full)*int64(src.bb))
 	if err != nil {
 		return res, err
 	}
-	res.NumBlocks, res.Bytes = full, int64(full)*int64(bb)
+	// Every part was sent: the last chunk is computed, and run returns once it pinned it.
+	<-src.done
+	res.NumBlocks, res.Bytes = full, int64(full)*int64(src.bb)
+	res.LayersStreamed = src.streamed
 	res.PrefillMS, res.TransferMS = millis(src.computed.Sub(src.start)), millis(time.Since(t))
 	return res, nil
 }
@@ -175,39 +194,67 @@ func (s *Server) prefill(ctx context.Context, id, target string, kreq kvasir.Req
 // millis is d in milliseconds.
 func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// chunkedPrefill computes a prompt chunk after chunk, pinning each chunk's blocks, and is
-// the sender's Source of them: a block is read as soon as its chunk is computed.
-type chunkedPrefill struct {
+// layerPart is one layer of one block of a prompt, computed and waiting to be sent.
+type layerPart struct {
+	block, layer int
+	data         []byte
+}
+
+// layerPrefill computes a prompt chunk after chunk, pinning each chunk's blocks, and is the
+// sender's Source of the layers of its full blocks: each layer's part of a block as the
+// engine reports it computed (Request.OnLayerKV, when stream is set), and, once a chunk is
+// computed and pinned, every part of its blocks not reported so (blocks taken from the
+// prefix cache, or every block when the engine does not stream layers) read out of the
+// pinned blocks.
+type layerPrefill struct {
 	s     *Server
 	id    string
 	req   kvasir.Request
 	chunk int // tokens per chunk, a multiple of the block size
 	start time.Time
-	// ready carries each chunk's new blocks once computed and pinned, in order; closed
-	// after the last, or early with err saying why. done closes when run returns, after
-	// which pins (every pin run made) and computed (when the last chunk was computed) may
-	// be read.
-	ready    chan []int32
-	err      error
+	// full is the prompt's full blocks, layers a block's layer parts of lb bytes (bb a
+	// block's); stream whether the engine reports layers as computed.
+	full, layers, lb, bb int
+	stream               bool
+
+	mu    sync.Mutex
+	queue []layerPart // computed, not yet sent
+	have  []bool      // [block*layers+layer]: queued once (a part computed again is dropped)
+	// streamed counts the parts queued as the engine computed them; started is set with
+	// the first part queued.
+	streamed int
+	started  bool
+	// wake (capacity 1) is signalled when a part is queued or run returns; first closes
+	// with the first part queued.
+	wake  chan struct{}
+	first chan struct{}
+
+	// done closes when run returns, after which err (why it stopped early), pins (every
+	// pin run made) and computed (when the last chunk was computed) may be read.
 	done     chan struct{}
+	err      error
 	pins     []kvasir.KVPin
 	computed time.Time
-	// have are the blocks received from ready so far (the sender's goroutine).
-	have []int32
 }
 
 // run computes the chunks of the prompt's full blocks (the tail after them is the decode
 // instance's to compute): each a request for the prompt up to the chunk's end, whose
 // earlier chunks are prefix-cache hits (pinned), with one greedy token that is dropped.
-// Every chunk brings at least one block, so the sender takes every chunk it sends.
-func (c *chunkedPrefill) run(ctx context.Context) {
-	defer close(c.done)
-	defer close(c.ready)
+// After each chunk it queues the parts of the chunk's blocks the engine did not report.
+func (c *layerPrefill) run(ctx context.Context) {
+	defer func() {
+		close(c.done)
+		c.signal()
+	}()
 	eng, bs := c.s.eng, c.s.eng.BlockSize()
-	tokens := c.req.PromptTokens[:len(c.req.PromptTokens)/bs*bs]
+	tokens := c.req.PromptTokens[:c.full*bs]
+	req := c.req
+	if c.stream {
+		req.OnLayerKV = c.reported
+	}
 	sent := 0
 	for k, end := 0, min(c.chunk, len(tokens)); ; k, end = k+1, min(end+c.chunk, len(tokens)) {
-		if c.err = c.s.computePrompt(ctx, fmt.Sprintf("prefill-%s-%d", c.id, k), c.req, tokens[:end]); c.err != nil {
+		if c.err = c.s.computePrompt(ctx, fmt.Sprintf("prefill-%s-%d", c.id, k), req, tokens[:end]); c.err != nil {
 			return
 		}
 		pin, err := eng.PinPrefix(tokens[:end], c.req.CacheSalt)
@@ -224,10 +271,7 @@ func (c *chunkedPrefill) run(ctx context.Context) {
 		if end == len(tokens) {
 			c.computed = time.Now()
 		}
-		select {
-		case c.ready <- pin.Blocks[sent:want]:
-		case <-ctx.Done():
-			c.err = ctx.Err()
+		if c.err = c.readPinned(pin.Blocks, sent, want); c.err != nil {
 			return
 		}
 		sent = want
@@ -237,29 +281,114 @@ func (c *chunkedPrefill) run(ctx context.Context) {
 	}
 }
 
-// ReadBlock copies block i into dst once its chunk is computed.
-func (c *chunkedPrefill) ReadBlock(ctx context.Context, i int, dst []byte) error {
-	for i >= len(c.have) {
-		select {
-		case blocks, ok := <-c.ready:
-			if !ok {
-				if c.err != nil {
-					return c.err
-				}
-				return fmt.Errorf("block %d: the prompt has only %d full blocks", i, len(c.have))
-			}
-			c.have = append(c.have, blocks...)
-		case <-ctx.Done():
-			return ctx.Err()
+// reported is the chunk requests' Request.OnLayerKV: it queues the layer's part of each
+// block reported (on the engine's forward goroutine, so it only copies).
+func (c *layerPrefill) reported(first, layer int, data []byte) {
+	for i := range len(data) / c.lb {
+		if c.add(first+i, layer, data[i*c.lb:][:c.lb]) {
+			c.mu.Lock()
+			c.streamed++
+			c.mu.Unlock()
 		}
 	}
-	return c.s.eng.ReadBlocks(c.have[i:i+1], dst)
+}
+
+// readPinned queues the parts of the prompt's blocks [from, to) not queued yet, read out
+// of their pinned blocks (the pin's, in prompt order).
+func (c *layerPrefill) readPinned(pinned []int32, from, to int) error {
+	var buf []byte
+	for b := from; b < to; b++ {
+		c.mu.Lock()
+		missing := slices.Contains(c.have[b*c.layers:(b+1)*c.layers], false)
+		c.mu.Unlock()
+		if !missing {
+			continue
+		}
+		if buf == nil {
+			buf = make([]byte, c.bb)
+		}
+		if err := c.s.eng.ReadBlocks(pinned[b:b+1], buf); err != nil {
+			return err
+		}
+		for l := range c.layers {
+			c.add(b, l, buf[l*c.lb:][:c.lb])
+		}
+	}
+	return nil
+}
+
+// add queues a copy of layer's part of block unless one was queued, reporting whether it
+// queued it.
+func (c *layerPrefill) add(block, layer int, data []byte) bool {
+	if block < 0 || block >= c.full {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := block*c.layers + layer
+	if c.have[k] {
+		return false
+	}
+	if !c.started {
+		c.started = true
+		close(c.first)
+	}
+	c.have[k] = true
+	c.queue = append(c.queue, layerPart{block: block, layer: layer, data: slices.Clone(data)})
+	c.signal()
+	return true
+}
+
+// signal wakes Next.
+func (c *layerPrefill) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Next gives the sender the next part queued, waiting for one; io.EOF once run has
+// returned and every part was given, or run's error.
+func (c *layerPrefill) Next(ctx context.Context, dst []byte) (int, int, error) {
+	for {
+		c.mu.Lock()
+		if len(c.queue) > 0 {
+			p := c.queue[0]
+			c.queue[0] = layerPart{}
+			c.queue = c.queue[1:]
+			c.mu.Unlock()
+			copy(dst, p.data)
+			return p.block, p.layer, nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.done:
+			c.mu.Lock()
+			empty := len(c.queue) == 0
+			c.mu.Unlock()
+			if !empty {
+				continue
+			}
+			if c.err != nil {
+				return 0, 0, c.err
+			}
+			return 0, 0, io.EOF
+		default:
+		}
+		select {
+		case <-c.wake:
+		case <-ctx.Done():
+			return 0, 0, ctx.Err()
+		}
+	}
 }
 
 // computePrompt runs tokens as a request of one greedy token that is dropped: only the
-// prompt's KV matters (no processors, the full KV policy).
+// prompt's KV matters (no processors, the full KV policy); kreq's OnLayerKV is told of it
+// layer by layer.
 func (s *Server) computePrompt(ctx context.Context, id string, kreq kvasir.Request, tokens []int32) error {
-	run := kvasir.Request{PromptTokens: tokens, CacheSalt: kreq.CacheSalt, Priority: kreq.Priority, Params: kvasir.SamplingParams{MaxTokens: 1}}
+	run := kvasir.Request{PromptTokens: tokens, CacheSalt: kreq.CacheSalt, Priority: kreq.Priority, Params: kvasir.SamplingParams{MaxTokens: 1},
+		OnLayerKV: kreq.OnLayerKV}
 	ch, apiErr := s.submit(ctx, id, []kvasir.Request{run}, "prompt")
 	if apiErr != nil {
 		return apiErr

@@ -133,6 +133,10 @@ type Config struct {
 	// to whole blocks).
 	KVSender       *kvtransfer.Sender
 	KVPrefillChunk int
+	// KVStreamChunks, on a prefill instance, sends each chunk's blocks once the chunk is
+	// computed instead of each layer's part as soon as the layer is computed (the only way
+	// on an engine that does not stream layers; see kvasir.Engine.StreamsLayers).
+	KVStreamChunks bool
 	// Limits are the budgets of one request (zero fields: the defaults).
 	Limits
 }

@@ -46,3 +46,38 @@ func transferBlocks(op string, kv backend.KVCache, blocks []int32, host []byte, 
 	}
 	return nil
 }
+
+// ReadLayerBlocks copies layer's keys and values of blocks into dst in the host layout of
+// one layer (backend.LayerKVReader) at once: the CPU runs every op as it is called, so the
+// layer's keys and values are in the cache once its ops returned, and the wait returned
+// has nothing to wait for. It takes no lock: it is called inside Run.
+func (b *Backend) ReadLayerBlocks(kv backend.KVCache, layer int, blocks []int32, dst []byte) (func() error, error) {
+	if err := readLayerBlocks(kv, layer, blocks, dst); err != nil {
+		return nil, err
+	}
+	return func() error { return nil }, nil
+}
+
+// readLayerBlocks copies layer's keys and values of blocks into dst.
+func readLayerBlocks(kv backend.KVCache, layer int, blocks []int32, dst []byte) error {
+	if layer < 0 {
+		return fmt.Errorf("cpu read layer blocks: layer %d", layer)
+	}
+	c, lc, err := cache("read layer blocks", kv, layer)
+	if err != nil {
+		return err
+	}
+	per := lc.BlockBytes()
+	if err := backend.CheckBlocks(c.spec, blocks, len(blocks)*c.spec.BlockBytes()); err != nil {
+		return fmt.Errorf("cpu read layer blocks: %w", err)
+	}
+	if len(dst) != 2*per*len(blocks) {
+		return fmt.Errorf("cpu read layer blocks: a buffer of %d bytes for %d blocks of %d in one layer", len(dst), len(blocks), 2*per)
+	}
+	for i, blk := range blocks {
+		if err := lc.ReadBlock(int(blk), dst[2*i*per:][:per], dst[(2*i+1)*per:][:per]); err != nil {
+			return fmt.Errorf("cpu read layer blocks: layer %d: %w", layer, err)
+		}
+	}
+	return nil
+}

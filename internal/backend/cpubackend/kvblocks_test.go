@@ -236,3 +236,50 @@ func FuzzBlocks(f *testing.F) {
 		}
 	})
 }
+
+// TestReadLayerBlocks: a layer's part of blocks read by ReadLayerBlocks is that layer's
+// slice of each block ReadBlocks lays out, for every element type; bad layers, ids and
+// buffers are errors.
+func TestReadLayerBlocks(t *testing.T) {
+	b := newBackend(t)
+	for _, dt := range []quant.Type{quant.F32, quant.F16, quant.KVInt8, quant.KVFP8E4M3} {
+		spec := blockSpec(dt)
+		kv := filledCache(t, b, spec)
+		blocks := []int32{4, 1, 4}
+		per := spec.BlockBytes()
+		lb := per / spec.Layers
+		whole := make([]byte, len(blocks)*per)
+		if err := b.ReadBlocks(kv, blocks, whole); err != nil {
+			t.Fatal(err)
+		}
+		for l := range spec.Layers {
+			got := make([]byte, len(blocks)*lb)
+			wait, err := b.ReadLayerBlocks(kv, l, blocks, got)
+			if err == nil {
+				err = wait()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range blocks {
+				if want := whole[i*per+l*lb:][:lb]; !bytes.Equal(got[i*lb:][:lb], want) {
+					t.Fatalf("%s: layer %d of block %d differs from its part of ReadBlocks", dt, l, blocks[i])
+				}
+			}
+		}
+		buf := make([]byte, lb)
+		for name, c := range map[string]struct {
+			layer  int
+			blocks []int32
+		}{
+			"layer past the last": {spec.Layers, []int32{1}},
+			"negative layer":      {-1, []int32{1}},
+			"block outside":       {0, []int32{int32(spec.NumBlocks)}},
+			"short buffer":        {0, []int32{1, 2}},
+		} {
+			if _, err := b.ReadLayerBlocks(kv, c.layer, c.blocks, buf); err == nil {
+				t.Errorf("%s: %s: no error", dt, name)
+			}
+		}
+	}
+}

@@ -22,6 +22,9 @@ type Device struct {
 	ctx    uintptr
 	stream uintptr
 	info   DeviceInfo
+	// side is the stream of the copies SideDownload queues, which wait for the main
+	// stream's work without holding it up.
+	side uintptr
 	// pdl: kernels that wait for their predecessor in the kernel (pdlKernel) are launched
 	// with programmatic stream serialization (compute capability 9.0 and later, unless
 	// DeviceOptions.DisablePDL).
@@ -101,6 +104,8 @@ func (dv *Device) loop(ready chan<- error) {
 	d := dv.drv
 	d.cuStreamSynchronize(dv.stream)
 	d.cuStreamDestroy(dv.stream)
+	d.cuStreamSynchronize(dv.side)
+	d.cuStreamDestroy(dv.side)
 	d.cuDevicePrimaryCtxRelease(dv.dev)
 }
 
@@ -127,6 +132,11 @@ func (dv *Device) setup() error {
 		return err
 	}
 	if err := d.check("cuStreamCreate", d.cuStreamCreate(&dv.stream, streamNonBlocking)); err != nil {
+		d.cuDevicePrimaryCtxRelease(dv.dev)
+		return err
+	}
+	if err := d.check("cuStreamCreate", d.cuStreamCreate(&dv.side, streamNonBlocking)); err != nil {
+		d.cuStreamDestroy(dv.stream)
 		d.cuDevicePrimaryCtxRelease(dv.dev)
 		return err
 	}
@@ -457,4 +467,65 @@ func (dv *Device) DownloadAsync(h *HostBuffer, off int, b Buffer) error {
 		return fmt.Errorf("cuda: async download of %d bytes at %d into a %d-byte host buffer", b.Bytes(), off, h.n)
 	}
 	return dv.drv.check("cuMemcpyDtoHAsync_v2", dv.drv.cuMemcpyDtoHAsync(unsafe.Add(h.ptr, off), b.Ptr, uint64(b.Bytes()), dv.stream))
+}
+
+// Event marks a point of a stream's work (SideDownload's copies done).
+type Event struct{ e uintptr }
+
+// SideDownload queues copies of bufs into h at offsets offs on the device's side stream,
+// after the work queued on its main stream so far, and returns an event recorded after
+// them (inside Do). The main stream goes on with the work queued after, not waiting for
+// the copies; WaitEvent, from any goroutine, waits for them. h must stay allocated until
+// then.
+func (dv *Device) SideDownload(h *HostBuffer, offs []int, bufs []Buffer) (Event, error) {
+	if len(offs) != len(bufs) {
+		return Event{}, fmt.Errorf("cuda: side download of %d buffers at %d offsets", len(bufs), len(offs))
+	}
+	for i, b := range bufs {
+		if offs[i] < 0 || offs[i]+b.Bytes() > h.n {
+			return Event{}, fmt.Errorf("cuda: side download of %d bytes at %d into a %d-byte host buffer", b.Bytes(), offs[i], h.n)
+		}
+	}
+	d := dv.drv
+	var after, done uintptr
+	if err := d.check("cuEventCreate", d.cuEventCreate(&after, eventDisableTiming)); err != nil {
+		return Event{}, err
+	}
+	// Destroying an event recorded but not reached yet is allowed: the driver releases it
+	// once reached, and the side stream's wait holds on to what it waits for.
+	defer d.cuEventDestroy(after)
+	if err := d.check("cuEventRecord", d.cuEventRecord(after, dv.stream)); err != nil {
+		return Event{}, err
+	}
+	if err := d.check("cuStreamWaitEvent", d.cuStreamWaitEvent(dv.side, after, 0)); err != nil {
+		return Event{}, err
+	}
+	for i, b := range bufs {
+		if err := d.check("cuMemcpyDtoHAsync_v2", d.cuMemcpyDtoHAsync(unsafe.Add(h.ptr, offs[i]), b.Ptr, uint64(b.Bytes()), dv.side)); err != nil {
+			return Event{}, err
+		}
+	}
+	// WaitEvent's thread sleeps until the copies are done rather than spinning a core.
+	if err := d.check("cuEventCreate", d.cuEventCreate(&done, eventDisableTiming|eventBlockingSync)); err != nil {
+		return Event{}, err
+	}
+	if err := d.check("cuEventRecord", d.cuEventRecord(done, dv.side)); err != nil {
+		d.cuEventDestroy(done)
+		return Event{}, err
+	}
+	return Event{e: done}, nil
+}
+
+// WaitEvent waits until e is reached and releases it. It runs on the calling goroutine,
+// not the device's (whose thread may be busy queuing or waiting for a step), with the
+// device's context made current on its thread for the call.
+func (dv *Device) WaitEvent(e Event) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	d := dv.drv
+	if err := d.check("cuCtxSetCurrent", d.cuCtxSetCurrent(dv.ctx)); err != nil {
+		return err
+	}
+	err := d.check("cuEventSynchronize", d.cuEventSynchronize(e.e))
+	return errors.Join(err, d.check("cuEventDestroy_v2", d.cuEventDestroy(e.e)))
 }

@@ -40,6 +40,7 @@ type Driver struct {
 	cuEventDestroy            func(e uintptr) int32
 	cuEventRecord             func(e, s uintptr) int32
 	cuEventSynchronize        func(e uintptr) int32
+	cuStreamWaitEvent         func(s, e uintptr, flags uint32) int32
 	cuEventElapsedTime        func(ms *float32, start, end uintptr) int32
 	cuModuleLoadData          func(m *uintptr, image unsafe.Pointer) int32
 	cuModuleUnload            func(m uintptr) int32
@@ -69,6 +70,8 @@ const (
 	attrMaxSharedOptin      = 97
 	funcAttrMaxDynamicSmem  = 8
 	streamNonBlocking       = 1
+	eventBlockingSync       = 1
+	eventDisableTiming      = 2
 	captureModeThreadLocal  = 1
 	memHostAllocPortable    = 1
 )
@@ -112,6 +115,7 @@ func Open() (*Driver, error) {
 		{&d.cuEventDestroy, "cuEventDestroy_v2"},
 		{&d.cuEventRecord, "cuEventRecord"},
 		{&d.cuEventSynchronize, "cuEventSynchronize"},
+		{&d.cuStreamWaitEvent, "cuStreamWaitEvent"},
 		{&d.cuEventElapsedTime, "cuEventElapsedTime_v2|cuEventElapsedTime"},
 		{&d.cuModuleLoadData, "cuModuleLoadData"},
 		{&d.cuModuleUnload, "cuModuleUnload"},

@@ -80,6 +80,10 @@ type Backend struct {
 	maskDev    cuda.Buffer      // the same on the device
 	blockHost  *cuda.HostBuffer // pinned staging of ReadBlocks and WriteBlocks
 	tables     []int32          // block tables re-laid with a graph step's stride
+	// layerHost is the pinned staging of a step's ReadLayerBlocks, layerAt where the
+	// step's next read goes in it.
+	layerHost *cuda.HostBuffer
+	layerAt   int
 
 	// encScratch holds an encoder step's position and segment embedding rows, encPooled
 	// its pooled rows before they are read back (EncoderOps).
@@ -197,9 +201,9 @@ func (b *Backend) Close() error {
 			errs = append(errs, b.dev.FreeDecodeWorkspace(b.work))
 			b.work = nil
 		}
-		errs = append(errs, b.dev.FreeHost(b.metaHost), b.dev.FreeHost(b.maskHost), b.dev.FreeHost(b.blockHost),
+		errs = append(errs, b.dev.FreeHost(b.metaHost), b.dev.FreeHost(b.maskHost), b.dev.FreeHost(b.blockHost), b.dev.FreeHost(b.layerHost),
 			b.dev.FreeBLAS(b.ops.BLAS), b.dev.FreeKernels(b.ops.Kern))
-		b.metaHost, b.maskHost, b.blockHost = nil, nil, nil
+		b.metaHost, b.maskHost, b.blockHost, b.layerHost = nil, nil, nil, nil
 		return firstErr(errs...)
 	})
 	if cerr := b.dev.Close(); err == nil {

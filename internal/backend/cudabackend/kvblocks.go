@@ -206,3 +206,74 @@ func reorderBlocks(host, staging []byte, runs []blockRun, layers int, segs []blo
 		}
 	}
 }
+
+// ReadLayerBlocks queues a copy of layer's keys and values of blocks into pinned staging on
+// the device's side stream, after the layer's ops queued so far on the compute stream,
+// which goes on with the next layers without waiting for it (backend.LayerKVReader); the
+// wait returned, called from any goroutine, waits for the copy's event and copies the
+// staging into dst in the host layout. As in ReadBlocks, a run of consecutive block ids is
+// one contiguous range of each of the layer's segments (its keys and its values, or a
+// quantized cache's codes and scales of each), so a run takes one copy a segment. A step's
+// reads go one after another into the staging, which layer 0's read (a
+// step's first) grows to room for every layer's read of as many blocks, after the previous
+// step's waits have all returned.
+func (b *Backend) ReadLayerBlocks(kv backend.KVCache, layer int, blocks []int32, dst []byte) (func() error, error) {
+	if layer < 0 {
+		return nil, fmt.Errorf("cuda read layer blocks: layer %d", layer)
+	}
+	c, lc, err := kvOf("read layer blocks", kv, layer)
+	if err != nil {
+		return nil, err
+	}
+	s := c.spec
+	if err := backend.CheckBlocks(s, blocks, len(blocks)*s.BlockBytes()); err != nil {
+		return nil, fmt.Errorf("cuda read layer blocks: %w", err)
+	}
+	lb := s.BlockBytes() / s.Layers // one block's keys and values in one layer
+	n := lb * len(blocks)
+	if len(dst) != n {
+		return nil, fmt.Errorf("cuda read layer blocks: a buffer of %d bytes for %d blocks of %d in one layer", len(dst), len(blocks), lb)
+	}
+	if layer == 0 {
+		b.layerAt = 0
+		if need := s.Layers * n; b.layerHost == nil || len(b.layerHost.Bytes()) < need {
+			// The previous step's copies are done (their waits returned); the graphs do
+			// not use this buffer.
+			if err := b.dev.FreeHost(b.layerHost); err != nil {
+				return nil, fmt.Errorf("cuda read layer blocks: %w", err)
+			}
+			b.layerHost = nil
+			if b.layerHost, err = b.dev.AllocHost(need); err != nil {
+				return nil, fmt.Errorf("cuda read layer blocks: %w", err)
+			}
+		}
+	}
+	at := b.layerAt
+	if b.layerHost == nil || at+n > len(b.layerHost.Bytes()) {
+		return nil, fmt.Errorf("cuda read layer blocks: layer %d's read past the step's staging (layer 0 read fewer blocks)", layer)
+	}
+	segs := blockSegs(s)
+	runs := blockRuns(blocks)
+	cps := blockCopies(runs, 1, segs) // layer 0 of one: the copies of lc
+	offs, bufs := make([]int, len(cps)), make([]cuda.Buffer, len(cps))
+	for i, cp := range cps {
+		dev, err := segBuffer(lc, segs[cp.seg].part).Slice(cp.from, cp.to)
+		if err != nil {
+			return nil, fmt.Errorf("cuda read layer blocks: %w", err)
+		}
+		offs[i], bufs[i] = at+cp.off, dev
+	}
+	ev, err := b.dev.SideDownload(b.layerHost, offs, bufs)
+	if err != nil {
+		return nil, fmt.Errorf("cuda read layer blocks: %w", err)
+	}
+	b.layerAt += n
+	host := b.layerHost
+	return func() error {
+		if err := b.dev.WaitEvent(ev); err != nil {
+			return fmt.Errorf("cuda read layer blocks: layer %d: %w", layer, err)
+		}
+		reorderBlocks(dst, host.Bytes()[at:][:n], runs, 1, segs, false)
+		return nil
+	}, nil
+}

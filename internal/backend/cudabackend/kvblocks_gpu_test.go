@@ -176,3 +176,71 @@ func kvBlocksCPUAndGPU(t *testing.T, dt quant.Type) {
 		}
 	}
 }
+
+// TestBackendAfterLayerHook: on the GPU, a step's per-layer hook (model.Batch.AfterLayer)
+// reads each layer's part of blocks on the side stream while the next layers compute, and
+// once its waits return the rows equal that layer's part of what the blocks hold after the
+// step (ReadBlocks), for F32, F16 and BF16 caches and the quantized ones (codes and
+// scales), over two steps, the second reading more blocks (the pinned staging grown); the
+// step's logits are those of the same step without the hook, bit for bit.
+func TestBackendAfterLayerHook(t *testing.T) {
+	const bs = 16
+	for _, kvType := range []quant.Type{quant.F32, quant.F16, quant.BF16, quant.KVInt8, quant.KVFP8E4M3, quant.KVFP8E5M2} {
+		be := newBackend(t)
+		m, _ := synthModelKV(t, be, kvType)
+		if !m.StreamsLayers() {
+			t.Fatalf("%s: the CUDA model does not stream layers", kvType)
+		}
+		kv, err := m.NewKVCache(64, bs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain, err := m.NewKVCache(64, bs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		layers, lb := m.Config().Layers, kv.LayerBlockBytes()
+		for _, step := range []struct {
+			lens   []int
+			blocks []int32
+		}{{[]int{20, 9}, []int32{0, 1, 4}}, {[]int{40, 33}, []int32{2, 0, 1, 4, 5, 6}}} {
+			b := stepBatch(step.lens, bs)
+			rows := make([][]byte, layers)
+			var waits []func() error
+			b.AfterLayer = func(layer int, read model.LayerReader) error {
+				rows[layer] = make([]byte, len(step.blocks)*lb)
+				wait, err := read(step.blocks, rows[layer])
+				waits = append(waits, wait)
+				return err
+			}
+			logits, err := m.Forward(b, kv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, wait := range waits {
+				if err := wait(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if len(waits) != layers {
+				t.Fatalf("%s: the hook ran for %d layers of %d", kvType, len(waits), layers)
+			}
+			b.AfterLayer = nil
+			want, err := m.Forward(b, plain)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(logits, want) {
+				t.Fatalf("%s: a step with the hook gives other logits", kvType)
+			}
+			whole := readBlocks(t, kv, step.blocks)
+			for l := range layers {
+				for i, blk := range step.blocks {
+					if !bytes.Equal(rows[l][i*lb:][:lb], whole[i*kv.BlockBytes()+l*lb:][:lb]) {
+						t.Fatalf("%s: layer %d of block %d: the hook's rows differ from the block's after the step", kvType, l, blk)
+					}
+				}
+			}
+		}
+	}
+}

@@ -124,3 +124,13 @@ func testBlockStaging(t *testing.T, name string, segs []blockSeg, layers, numBlo
 		}
 	}
 }
+
+// TestLayerStaging: ReadLayerBlocks's copies of one layer (blockCopies and reorderBlocks
+// over a single layer, its copies naming layer 0 of one) give the host layout of one
+// layer, block after block as asked, for every cache type.
+func TestLayerStaging(t *testing.T) {
+	for _, dt := range []quant.Type{quant.F32, quant.F16, quant.BF16, quant.KVInt8, quant.KVFP8E4M3, quant.KVFP8E5M2} {
+		spec := backend.KVSpec{Layers: 5, NumBlocks: 12, BlockSize: 2, KVHeads: 1, HeadDim: 64, DType: dt}
+		testBlockStaging(t, dt.String()+", one layer", blockSegs(spec), 1, spec.NumBlocks)
+	}
+}
