@@ -81,9 +81,11 @@ func TestLoRAMatchesReference(t *testing.T) {
 			defer p.Close()
 			rng := rand.New(rand.NewPCG(1, 2))
 			// Shapes around the kernels' blocks (16 values, 64 columns, 4 tokens, 4
-			// ranks), and a model's (512 in, 1280 out, rank 16) over a prefill's tokens.
+			// ranks), and a model's (512 in, 1280 out, rank 16) over a decode step's
+			// tokens (on the calling thread) and a prefill's (on the pool's threads:
+			// over loraParallelMACs).
 			for _, sh := range [][5]int{{1, 8, 8, 4, 1}, {7, 64, 48, 16, 3}, {33, 40, 172, 64, 4}, {5, 3, 5, 1, 2},
-				{9, 17, 1, 5, 3}, {12, 16, 64, 3, 1}, {6, 31, 79, 7, 2}, {70, 512, 1280, 16, 2}} {
+				{9, 17, 1, 5, 3}, {12, 16, 64, 3, 1}, {6, 31, 79, 7, 2}, {70, 512, 1280, 16, 2}, {300, 512, 1280, 16, 2}} {
 				checkLoRA(t, p, randomLoRA(rng, sh[0], sh[1], sh[2], sh[3], sh[4]))
 			}
 			// A slot past the stack is an error, not a read out of bounds.
