@@ -20,6 +20,8 @@ type LoRA struct {
 func (l *LoRA) check() error {
 	slots := len(l.Ranks)
 	switch {
+	case l.In < 1 || l.OutDim < 1:
+		return fmt.Errorf("lora: %d in and %d out features", l.In, l.OutDim)
 	case len(l.Slots) != l.Tokens:
 		return fmt.Errorf("lora: %d slots for %d tokens", len(l.Slots), l.Tokens)
 	case len(l.X) < l.Tokens*l.In || len(l.Out) < l.Tokens*l.OutDim || len(l.U) < l.Tokens*l.MaxRank:

@@ -171,3 +171,28 @@ func FuzzLoRA(f *testing.F) {
 		checkLoRA(t, p, randomLoRA(rng, 1+int(tokens%40), 1+int(in%80), 1+int(out%80), 1+int(rank%32), 1+int(slots%5)))
 	})
 }
+
+// BenchmarkLoRA times LoRAMatMul on the calling thread over the tokens of a prefill chunk
+// (512 of one rank-16 adapter) for the shapes of the trained target's projections: the
+// shrink alone (1 output), the expand alone (1 input), and both (512 in, 1280 out);
+// GMAC/s counts the useful multiply-adds.
+func BenchmarkLoRA(b *testing.B) {
+	for _, sh := range []struct {
+		name    string
+		in, out int
+	}{{"shrink512", 512, 1}, {"expand1280", 1, 1280}, {"gate512x1280", 512, 1280}} {
+		b.Run(sh.name, func(b *testing.B) {
+			p := testPool(1)
+			defer p.Close()
+			l := randomLoRA(rand.New(rand.NewPCG(1, 1)), 512, sh.in, sh.out, 16, 1)
+			l.Ranks[0] = 16
+			clear(l.Slots)
+			for b.Loop() {
+				if err := LoRAMatMul(p, l); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N)*512*16*float64(sh.in+sh.out)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+		})
+	}
+}
