@@ -94,6 +94,12 @@ func TestLoRAMatchesReference(t *testing.T) {
 			if err := LoRAMatMul(p, l); err == nil {
 				t.Fatal("slot outside the stack accepted")
 			}
+			// So is an operand without features.
+			l = randomLoRA(rng, 2, 4, 4, 2, 1)
+			l.In, l.A = 0, nil
+			if err := LoRAMatMul(p, l); err == nil {
+				t.Fatal("zero input features accepted")
+			}
 		})
 	}
 }
