@@ -51,8 +51,8 @@ func avx2Kernels() *kernels {
 		dotQ5_1: func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ5_1AVX2, q5_1Bytes, w, x, nb) },
 		dotQ4_1: func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ4_1AVX2, q4_1Bytes, w, x, nb) },
 		axpy:    axpyAVX2Slice,
-		loraShrink: func(x, a *[4][]float32, u *[16]float32) {
-			loraShrinkDots(dotF32AVX2Slice, x, a, u)
+		loraShrink: func(x, a *[4][]float32, nt, nr int, u *[16]float32) {
+			loraShrinkDots(dotF32AVX2Slice, x, a, nt, nr, u)
 		},
 		loraExpand: func(out, u *[4][]float32, nt int, b []float32, ldb int) {
 			loraExpandAxpys(axpyAVX2Slice, out, u, nt, b, ldb)

@@ -60,9 +60,10 @@ func avx512Kernels() *kernels {
 	return k
 }
 
-// loraShrinkAVX512 is loraShrink on AVX-512 (lora_avx512_amd64.s): the 16 dot products in
-// one pass over the 4 tokens' activations, 16 lanes each, the tail under a mask.
-func loraShrinkAVX512(x, a *[4][]float32, u *[16]float32) {
+// loraShrinkAVX512 is loraShrink on AVX-512 (lora_avx512_amd64.s): all 16 dot products
+// (nt and nr aside) in one pass over the 4 tokens' activations, 16 lanes each, the tail
+// under a mask.
+func loraShrinkAVX512(x, a *[4][]float32, _, _ int, u *[16]float32) {
 	n := len(x[0])
 	var xp, ap [4]*float32
 	for i := range 4 {

@@ -166,7 +166,7 @@ func (l *LoRA) group(k *kernels, tokens []int32) {
 		for j := range loraGroup {
 			as[j] = a[min(r0+j, rank-1)*l.In:][:l.In]
 		}
-		k.loraShrink(&xs, &as, &u)
+		k.loraShrink(&xs, &as, nt, min(loraGroup, rank-r0), &u)
 		for i := range nt {
 			for j := range min(loraGroup, rank-r0) {
 				us[i][r0+j] = u[i*loraGroup+j]
@@ -176,10 +176,10 @@ func (l *LoRA) group(k *kernels, tokens []int32) {
 	k.loraExpand(&outs, &us, nt, l.B[slot*l.MaxRank*l.OutDim:][:rank*l.OutDim], l.OutDim)
 }
 
-// loraShrinkDots is loraShrink made of 16 dot products (the generic and avx2 sets).
-func loraShrinkDots(dot func(w, x []float32) float32, x, a *[4][]float32, u *[16]float32) {
-	for t := range 4 {
-		for r := range 4 {
+// loraShrinkDots is loraShrink made of nt x nr dot products (the generic and avx2 sets).
+func loraShrinkDots(dot func(w, x []float32) float32, x, a *[4][]float32, nt, nr int, u *[16]float32) {
+	for t := range nt {
+		for r := range nr {
 			u[t*4+r] = dot(a[r][:len(x[t])], x[t])
 		}
 	}

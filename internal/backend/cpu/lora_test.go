@@ -124,7 +124,7 @@ func TestLoRAKernels(t *testing.T) {
 			}
 			x[3], a[2] = x[1], a[0]
 			var u [16]float32
-			k.loraShrink(&x, &a, &u)
+			k.loraShrink(&x, &a, 4, 4, &u)
 			for tk := range 4 {
 				for r := range 4 {
 					var want float64
