@@ -58,6 +58,16 @@ type kernels struct {
 	// axpy adds a*x to y over len(x).
 	axpy func(y []float32, a float32, x []float32)
 
+	// loraShrink and loraExpand are the two products of a LoRA update (lora.go), for 4
+	// tokens of one adapter at a time. loraShrink sets u[4t+r] = a[r]·x[t] over len(x[t])
+	// for tokens t < nt and ranks r < nr (every a[r] as long as the x[t]; a SIMD kernel
+	// sets all 16, so the rows past nt and nr must be valid: repeats). loraExpand adds
+	// sum_r u[t][r]*b[r*ldb+o] to out[t][o] for tokens t < nt and o < len(out[t]), over
+	// r < len(u[t]) in order (b has len(u[t]) rows; the out[t] distinct). Each token's
+	// results depend on its own operands only, not on the other tokens of the call.
+	loraShrink func(x, a *[4][]float32, nt, nr int, u *[16]float32)
+	loraExpand func(out, u *[4][]float32, nt int, b []float32, ldb int)
+
 	// cvtF16 and cvtBF16 widen len(dst) half-precision values at src to float32.
 	cvtF16  func(dst []float32, src []byte)
 	cvtBF16 func(dst []float32, src []byte)
@@ -136,6 +146,12 @@ func genericKernels() *kernels {
 		dotQ5_1: dotQ5_1Generic,
 		dotQ4_1: dotQ4_1Generic,
 		axpy:    axpyGeneric,
+		loraShrink: func(x, a *[4][]float32, nt, nr int, u *[16]float32) {
+			loraShrinkDots(dotF32Generic, x, a, nt, nr, u)
+		},
+		loraExpand: func(out, u *[4][]float32, nt int, b []float32, ldb int) {
+			loraExpandAxpys(axpyGeneric, out, u, nt, b, ldb)
+		},
 		gemv4F32: func(w []byte, stride int, x, out []float32) {
 			for i := range out[:4] {
 				out[i] = dotF32Generic(bytesAsF32(w[i*stride:])[:len(x)], x)

@@ -51,6 +51,12 @@ func avx2Kernels() *kernels {
 		dotQ5_1: func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ5_1AVX2, q5_1Bytes, w, x, nb) },
 		dotQ4_1: func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ4_1AVX2, q4_1Bytes, w, x, nb) },
 		axpy:    axpyAVX2Slice,
+		loraShrink: func(x, a *[4][]float32, nt, nr int, u *[16]float32) {
+			loraShrinkDots(dotF32AVX2Slice, x, a, nt, nr, u)
+		},
+		loraExpand: func(out, u *[4][]float32, nt int, b []float32, ldb int) {
+			loraExpandAxpys(axpyAVX2Slice, out, u, nt, b, ldb)
+		},
 		gemv4F32: func(w []byte, stride int, x, out []float32) {
 			gemv4AVX2(gemv4F32AVX2, 4, dotF32Bytes, w, stride, x, out)
 		},

@@ -20,7 +20,9 @@ func hasAVX512() bool {
 
 // avx512Kernels returns the AVX-512 set: the avx2 set with the kernels that AVX-512 and
 // VNNI make faster replaced, each bit for bit equal to the kernel it replaces (the integer
-// sums are exact either way and the float steps are the same).
+// sums are exact either way and the float steps are the same), but for the LoRA shrink,
+// whose dot products sum in 16 lanes where avx2's dotF32 sums in 32 (its expand is
+// avx2's chain of fused multiply-adds, equal where the output's length is a multiple of 8).
 //
 // VPDPBUSD multiplies unsigned by signed bytes while Q8_0 weights and activations are both
 // signed. The Q8_0 matrix-vector kernel shifts the weights by 128 (XOR 0x80) and subtracts
@@ -53,8 +55,53 @@ func avx512Kernels() *kernels {
 	k.dequantFP8 = dequantFP8AVX512Slice
 	k.gemv4FP8 = gemv4FP8AVX512
 	k.gemv4F16Multi = gemv4F16MultiAVX512
+	k.loraShrink = loraShrinkAVX512
+	k.loraExpand = loraExpandAVX512
 	return k
 }
+
+// loraShrinkAVX512 is loraShrink on AVX-512 (lora_avx512_amd64.s): all 16 dot products
+// (nt and nr aside) in one pass over the 4 tokens' activations, 16 lanes each, the tail
+// under a mask.
+func loraShrinkAVX512(x, a *[4][]float32, _, _ int, u *[16]float32) {
+	n := len(x[0])
+	var xp, ap [4]*float32
+	for i := range 4 {
+		if len(x[i]) != n || len(a[i]) < n || n == 0 {
+			panic("cpu: lora shrink: rows of unequal lengths")
+		}
+		xp[i], ap[i] = unsafe.SliceData(x[i]), unsafe.SliceData(a[i])
+	}
+	loraShrink4x4AVX512(&xp, &ap, n, uint16(1)<<(n%16)-1, u)
+}
+
+// loraExpandAVX512 is loraExpand on AVX-512 (lora_avx512_amd64.s): the 4 tokens' outputs
+// stay in registers over 64 columns while every rank is added; calls of fewer tokens
+// repeat the last one (the kernel loads a block of every row before it stores any).
+func loraExpandAVX512(out, u *[4][]float32, nt int, b []float32, ldb int) {
+	n, rank := len(out[0]), len(u[0])
+	if rank == 0 || n == 0 {
+		return
+	}
+	if nt < 1 || nt > 4 || ldb < n || len(b) < (rank-1)*ldb+n {
+		panic("cpu: lora expand: operands out of shape")
+	}
+	var op, up [4]*float32
+	for i := range 4 {
+		t := min(i, nt-1)
+		if len(out[t]) != n || len(u[t]) != rank {
+			panic("cpu: lora expand: rows of unequal lengths")
+		}
+		op[i], up[i] = unsafe.SliceData(out[t]), unsafe.SliceData(u[t])
+	}
+	loraExpand4AVX512(&op, &up, unsafe.SliceData(b), ldb, rank, n, uint16(1)<<(n%16)-1)
+}
+
+//go:noescape
+func loraShrink4x4AVX512(x, a *[4]*float32, n int, mask uint16, u *[16]float32)
+
+//go:noescape
+func loraExpand4AVX512(out, u *[4]*float32, b *float32, ldb, rank, n int, mask uint16)
 
 // gemv4FP8AVX512 is gemv4FP8 on AVX-512: the whole groups of 16 values of the 4 rows in
 // one pass over x (fp8_avx512_amd64.s), the rest through the table, each sum times its

@@ -50,6 +50,7 @@ type Pool struct {
 	gemm  gemmScratch  // the buffers of MatMul's many-token path (gemm.go)
 	q0    q0Product    // the buffers of MatMul's Q8_0/Q4_0 path (matmul_q0.go)
 	fused fusedScratch // MatMulSwiGLU's buffers for types without a fused path
+	lora  loraScratch  // LoRAMatMul's token order (lora.go)
 }
 
 // NewPool starts a pool of threads workers (threads < 1 means runtime.GOMAXPROCS(0)) on
