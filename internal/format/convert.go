@@ -107,7 +107,12 @@ func convertTensor(t *Tensor, cfg Config, toGGUF bool, wantStyle RopeStyle, opt 
 		return nil, fmt.Errorf("tensor %q: converting a q/k bias between rotary layouts is not supported", t.Name)
 	}
 	ot := OutTensor{Name: t.Name, Type: t.Type, Shape: t.Shape, Data: t.Data, Write: write}
-	if toGGUF && len(t.Shape) == 1 && (t.Type == quant.F16 || t.Type == quant.BF16) {
+	if toGGUF && strings.HasSuffix(t.Name, "ffn_gate_inp_shexp.weight") && len(t.Shape) == 2 && t.Shape[0] == 1 {
+		// Qwen2-MoE's shared-expert gate, transformers' Linear(hidden, 1) weight: a vector
+		// in GGUF (hf.go writes it back as [1][hidden]).
+		ot.Shape = t.Shape[1:]
+	}
+	if toGGUF && len(ot.Shape) == 1 && (t.Type == quant.F16 || t.Type == quant.BF16) {
 		// llama.cpp's CPU backend multiplies by norm weights only in F32 (and its own
 		// converter writes every vector in F32).
 		return []OutTensor{recode(ot, quant.F32)}, nil

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/kvasir-llm/kvasir/internal/format/hfconfig"
 	"github.com/kvasir-llm/kvasir/internal/format/safetensors"
@@ -368,7 +369,11 @@ func WriteHF(dir string, c Contents, dtype quant.Type, tensors []OutTensor, maxS
 		if gemmaNormShifted(c.Config.Arch, t.Name) {
 			data, stream = nil, unshiftedWriter(t)
 		}
-		sts = append(sts, safetensors.WriteTensor{Name: name, DType: st, Shape: t.Shape, Data: data, Stream: stream})
+		shape := t.Shape
+		if strings.HasSuffix(t.Name, "ffn_gate_inp_shexp.weight") && len(shape) == 1 {
+			shape = []int{1, shape[0]} // Qwen2-MoE's shared-expert gate, a Linear(hidden, 1)
+		}
+		sts = append(sts, safetensors.WriteTensor{Name: name, DType: st, Shape: shape, Data: data, Stream: stream})
 	}
 	meta := map[string]string{"format": "pt"}
 	if maxShard > 0 {

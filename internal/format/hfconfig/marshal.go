@@ -3,6 +3,8 @@ package hfconfig
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 )
 
 // Marshal returns config.json text that transformers loads as c's architecture. It
@@ -34,7 +36,7 @@ func (c *Config) Marshal() ([]byte, error) {
 		"tie_word_embeddings":     c.TieWordEmbeddings,
 		"hidden_act":              "silu",
 		"initializer_range":       0.02,
-		"attention_dropout":       0.0,
+		"attention_dropout":       jsonFloat(0),
 		"use_cache":               true,
 		"bos_token_id":            c.BOSTokenID,
 		"eos_token_id":            c.EOSTokenIDs,
@@ -85,7 +87,7 @@ func (c *Config) Marshal() ([]byte, error) {
 	if c.Architecture == Phi3 {
 		m["original_max_position_embeddings"] = c.MaxPositionEmbeddings
 		m["attention_bias"] = false
-		m["resid_pdrop"], m["embd_pdrop"] = 0.0, 0.0
+		m["resid_pdrop"], m["embd_pdrop"] = jsonFloat(0), jsonFloat(0)
 		m["pad_token_id"] = 0 // transformers' default, 32000, lies outside a small vocabulary
 	}
 	switch c.Architecture {
@@ -203,7 +205,7 @@ func (c *Config) marshalDeepSeek(m map[string]any) {
 	m["attention_bias"], m["mlp_bias"] = false, false
 	m["n_routed_experts"], m["num_experts_per_tok"] = c.NumExperts, c.NumExpertsPerTok
 	m["moe_intermediate_size"], m["n_shared_experts"] = c.MoEIntermediateSize, d.NSharedExperts
-	m["first_k_dense_replace"], m["routed_scaling_factor"] = d.FirstKDenseReplace, d.RoutedScalingFactor
+	m["first_k_dense_replace"], m["routed_scaling_factor"] = d.FirstKDenseReplace, jsonFloat(d.RoutedScalingFactor)
 	m["norm_topk_prob"], m["topk_method"], m["n_group"], m["topk_group"] = c.NormTopKProb, "greedy", 1, 1
 	m["moe_layer_freq"], m["aux_loss_alpha"], m["seq_aux"] = 1, 0.001, true
 	if c.Architecture == DeepSeekV3 {
@@ -213,4 +215,17 @@ func (c *Config) marshalDeepSeek(m map[string]any) {
 		delete(m, "aux_loss_alpha")
 		delete(m, "seq_aux")
 	}
+}
+
+// jsonFloat is a float that JSON always writes with a fraction or an exponent (0.0, not 0):
+// transformers' strict configs refuse an integer where the field's type is float.
+type jsonFloat float64
+
+// MarshalJSON writes f as a JSON number that reads back as a float.
+func (f jsonFloat) MarshalJSON() ([]byte, error) {
+	s := strconv.FormatFloat(float64(f), 'g', -1, 64)
+	if !strings.ContainsAny(s, ".eE") {
+		s += ".0"
+	}
+	return []byte(s), nil
 }
