@@ -31,6 +31,9 @@ type GPTQOptions struct {
 	Damp      float64 // fraction of the mean diagonal added to H's diagonal (0: 0.01)
 	BlockSize int     // columns per lazy update (0: 128)
 	ActOrder  bool
+	// AutoDamp chooses Damp for each stage from DampGrid on held-out calibration windows
+	// (ChooseDamp) instead of taking it as given.
+	AutoDamp bool
 }
 
 // Hessian returns H = 2/n X^T X of the n rows of x, [cols][cols] in float64.

@@ -16,6 +16,7 @@ package quantize
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -152,11 +153,22 @@ func (q *quantizer) visit(p *cpu.Pool, s *calibrate.Stage) error {
 		}
 		return err
 	}
+	opt := q.opt.GPTQ
+	if opt.AutoDamp {
+		damp, errs, err := ChooseDamp(p, s, types, opt)
+		if err != nil {
+			return err
+		}
+		opt.Damp = damp
+		if q.opt.Log != nil {
+			q.opt.Log("layer %d %s: damp %g (held-out output error %s)", s.Layer, s.Kind, damp, formatErrors(errs))
+		}
+	}
 	h, err := Hessian(p, s.Input)
 	if err != nil {
 		return err
 	}
-	prep, err := Prepare(h, s.Input.Cols, q.opt.GPTQ)
+	prep, err := Prepare(h, s.Input.Cols, opt)
 	if err != nil {
 		return fmt.Errorf("layer %d %s: %w", s.Layer, s.Kind, err)
 	}
@@ -239,4 +251,18 @@ func (q *quantizer) encode(name string, t quant.Type, vals []float32, cols int) 
 		}
 	}
 	return out, nil
+}
+
+// formatErrors writes ChooseDamp's held-out errors, one per damping, relative to the
+// least.
+func formatErrors(errs []float64) string {
+	least := math.Inf(1)
+	for _, e := range errs {
+		least = min(least, e)
+	}
+	parts := make([]string, len(errs))
+	for i, e := range errs {
+		parts[i] = fmt.Sprintf("%g: %.4f", DampGrid[i], e/least)
+	}
+	return strings.Join(parts, ", ")
 }
