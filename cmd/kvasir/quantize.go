@@ -30,7 +30,7 @@ func runQuantize(args []string) error {
 	calibCtx := fs.Int("calib-ctx", 512, "calibration window length in tokens (capped by the model's context)")
 	imat := fs.String("imatrix", "", "importance matrix (llama.cpp's legacy .dat format, as kvasir imatrix writes) weighing the round-to-nearest scale search")
 	actOrder := fs.Bool("act-order", false, "gptq: quantize the columns with the largest inputs first (block scales then come from the unmodified weights)")
-	damp := fs.String("damp", "0.01", "gptq: fraction of the Hessian's mean diagonal added to its diagonal, or auto: chosen per layer from 0.001, 0.003, 0.01, 0.03, 0.1, 0.3 by the output error on held-out calibration windows (every fourth)")
+	damp := fs.String("damp", "0.01", "gptq: fraction of the Hessian's mean diagonal added to its diagonal, or auto: chosen from 0.001, 0.003, 0.01, 0.03 by the perplexity of held-out calibration windows (every fourth; the model is quantized once per damping on the others)")
 	noClip := fs.Bool("no-clip", false, "awq: fold the searched scales only, without the weight-clipping search")
 	threads := fs.Int("threads", 0, "CPU threads (0: all cores)")
 	quiet := fs.Bool("quiet", false, "no progress output")

@@ -40,7 +40,7 @@ func TestAWQNormStage(t *testing.T) {
 	w0 := []*calibrate.Dense{clone(ws[0]), clone(ws[1])}
 	st := &calibrate.Stage{Kind: calibrate.AttnInput, Input: x, Tokens: x.Rows, Linear: ws, Norm: norm}
 	types := []quant.Type{quant.Q4_0, quant.Q4_0}
-	alpha, err := AWQ(p, st, types, AWQOptions{})
+	alpha, _, err := AWQ(p, st, types, AWQOptions{NoClip: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestAWQGroupedOutputStage(t *testing.T) {
 	att0, o0, v0 := clone(att), clone(o), clone(v)
 	st := &calibrate.Stage{Kind: calibrate.AttnOutput, Input: att, Tokens: att.Rows, Linear: []*calibrate.Dense{o},
 		Producer: v, ProducerBias: bias, KVGroup: group, HeadDim: hd}
-	if _, err := AWQ(p, st, []quant.Type{quant.Q4_0}, AWQOptions{}); err != nil {
+	if _, _, err := AWQ(p, st, []quant.Type{quant.Q4_0}, AWQOptions{NoClip: true}); err != nil {
 		t.Fatal(err)
 	}
 	want, got := product(t, p, att0, o0), product(t, p, att, o)
@@ -139,7 +139,7 @@ func TestAWQClipLowersHeldOutError(t *testing.T) {
 	w0 := []*calibrate.Dense{clone(ws[0]), clone(ws[1]), clone(ws[2])}
 	st := &calibrate.Stage{Kind: calibrate.AttnInput, Input: x, Tokens: x.Rows, Linear: ws}
 	types := []quant.Type{quant.Q4_0, quant.Q4_0, quant.Q4_0}
-	frac, err := AWQClip(p, st, types, AWQOptions{})
+	frac, err := clipBlocks(p, blockHessian(p, x, x.Rows), st.Kind, st.Linear, types)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,5 +198,108 @@ func TestSampleRowsDoesNotAlias(t *testing.T) {
 	}
 	if all := sampleRows(in, 100, 1024); all.Rows != 100 {
 		t.Fatalf("%d rows of 100 tokens, want all 100", all.Rows)
+	}
+}
+
+// TestClipRangesFitQ4_0 checks the ranges clipBlocks tries: the first is the whole block,
+// the k-quants get symmetric ones, Q4_0 both placements of its extra level; and a Q4_0
+// block whose weights that matter lie on the side opposite its largest one rounds them
+// better with the extra level on their side than a symmetric clamp of the same width does.
+func TestClipRangesFitQ4_0(t *testing.T) {
+	r := clipRanges(quant.Q4_0)
+	if r[0] != (clipRange{-1, 1}) {
+		t.Fatalf("first range %v, want the whole block", r[0])
+	}
+	if n := len(clipRanges(quant.Q4_K)); n != len(clipShrinks) {
+		t.Fatalf("q4_k: %d ranges, want %d (symmetric only)", n, len(clipShrinks))
+	}
+	if n := len(r); n != 1+2*len(clipShrinks) {
+		t.Fatalf("q4_0: %d ranges, want %d", n, 1+2*len(clipShrinks))
+	}
+	// One large positive weight, the rest negative and close to -0.8 of it: a symmetric
+	// clamp to 0.8 gives the scale from +0.8 and rounds the negative side to at most 7/8
+	// of 0.8; the range [-0.8, 0.7] gives it from the negative side.
+	x := make([]float32, quant.QK)
+	x[0] = 1
+	for i := 1; i < quant.QK; i++ {
+		x[i] = -0.8 + 0.01*float32(i%5)
+	}
+	sqErr := func(lo, hi float32) float64 {
+		c := make([]float32, len(x))
+		for i, v := range x {
+			c[i] = min(max(v, lo), hi)
+		}
+		if err := quantDequant(quant.Q4_0, c); err != nil {
+			t.Fatal(err)
+		}
+		var e float64
+		for i := 1; i < len(x); i++ { // the weights that matter
+			d := float64(x[i] - c[i])
+			e += d * d
+		}
+		return e
+	}
+	sym, wide := sqErr(-0.8, 0.8), sqErr(-0.8, 0.7)
+	t.Logf("error on the negative weights: symmetric clamp %.4g, extra level below %.4g", sym, wide)
+	if !(wide < sym/4) {
+		t.Fatalf("the extra level on the negative side: error %g, symmetric %g", wide, sym)
+	}
+}
+
+// TestAWQClippedScales checks AWQ with clipping on a stage read by one layer (down, after
+// up): the scales are chosen by their error once clipped, so the result changes the
+// outputs on the calibration rows no more than clipping alone (no scaling, one of the
+// choices) does, and less than round-to-nearest; and the input and the producer stay
+// consistent with the weights' scales.
+func TestAWQClippedScales(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	p := cpu.NewPool(2)
+	defer p.Close()
+	x := correlatedInputs(rng, 512, 128)
+	w := randomWeights(rng, 64, 128)
+	for i := range w.Data {
+		if rng.IntN(40) == 0 {
+			w.Data[i] *= 6
+		}
+	}
+	up := randomWeights(rng, 128, 32)
+	x0, w0, up0 := clone(x), clone(w), clone(up)
+	stage := func(x, w, up *calibrate.Dense) *calibrate.Stage {
+		return &calibrate.Stage{Kind: calibrate.FFNOutput, Input: x, Tokens: x.Rows, Linear: []*calibrate.Dense{w}, Producer: up}
+	}
+	types := []quant.Type{quant.Q4_0}
+	// The error of the weights w, rounded, on the inputs x, against the float layer.
+	errOf := func(x, w *calibrate.Dense) float64 {
+		q := clone(w)
+		if err := quantDequant(quant.Q4_0, q.Data); err != nil {
+			t.Fatal(err)
+		}
+		want, got := product(t, p, x0, w0), product(t, p, x, q)
+		var e float64
+		for j := range want {
+			d := float64(want[j] - got[j])
+			e += d * d
+		}
+		return e
+	}
+	alpha, frac, err := AWQ(p, stage(x, w, up), types, AWQOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	xc, wc := clone(x0), clone(w0)
+	if _, err := clipBlocks(p, blockHessian(p, xc, xc.Rows), calibrate.FFNOutput, []*calibrate.Dense{wc}, types); err != nil {
+		t.Fatal(err)
+	}
+	joint, clipOnly, plain := errOf(x, w), errOf(xc, wc), errOf(x0, w0)
+	t.Logf("alpha %.2f, %.0f%% clipped; errors: AWQ %.4g, clipping alone %.4g, RTN %.4g", alpha, 100*frac, joint, clipOnly, plain)
+	if !(joint <= clipOnly*(1+1e-6)) || !(joint < plain) {
+		t.Fatalf("AWQ's error %g: clipping alone %g, RTN %g", joint, clipOnly, plain)
+	}
+	// Input column c divided by s_c, up's row c too.
+	for c := range 128 {
+		s := x0.Data[c] / x.Data[c]
+		if r := up0.Data[c*32] / up.Data[c*32]; math.Abs(float64(s/r-1)) > 1e-4 {
+			t.Fatalf("column %d: input divided by %g, up's row by %g", c, s, r)
+		}
 	}
 }

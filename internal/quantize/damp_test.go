@@ -1,120 +1,125 @@
 package quantize
 
 import (
+	"bytes"
 	"math"
-	"math/rand/v2"
-	"slices"
 	"strings"
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/backend/cpu"
 	"github.com/kvasir-llm/kvasir/internal/calibrate"
+	"github.com/kvasir-llm/kvasir/internal/model"
+	"github.com/kvasir-llm/kvasir/internal/perplexity"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
-// TestChooseDampHeldOut checks ChooseDamp's measure and its use. Each damping's error is
-// recomputed plainly (GPTQ on the Hessian of the windows 0-2, 4-6, the error on windows 3
-// and 7); the damping returned is the least of them; the stage's weights are untouched.
-// With few calibration rows for the layer's width, little damping fits the noise of the
-// fit windows: the damping chosen must change the outputs on fresh inputs less than the
-// grid's least damping does.
-func TestChooseDampHeldOut(t *testing.T) {
-	rng := rand.New(rand.NewPCG(11, 12))
+func TestSplitWindows(t *testing.T) {
+	ws := make([][]int32, 8)
+	for i := range ws {
+		ws[i] = []int32{int32(i)}
+	}
+	fit, held, err := SplitWindows(ws)
+	if err != nil || len(fit) != 6 || len(held) != 2 || held[0][0] != 3 || held[1][0] != 7 {
+		t.Fatalf("8 windows: fit %v, held %v, err %v", fit, held, err)
+	}
+	fit, held, err = SplitWindows(ws[:3])
+	if err != nil || len(fit) != 2 || len(held) != 1 || held[0][0] != 2 {
+		t.Fatalf("3 windows: fit %v, held %v, err %v", fit, held, err)
+	}
+	if _, _, err := SplitWindows(ws[:1]); err == nil || !strings.Contains(err.Error(), "at least 2 calibration windows") {
+		t.Fatalf("1 window: err %v", err)
+	}
+}
+
+// calibrationWindows returns n windows of 32 tokens of the tiny model's vocabulary.
+func calibrationWindows(n int) [][]int32 {
+	ws := make([][]int32, n)
+	for w := range ws {
+		ws[w] = make([]int32, 32)
+		for i := range ws[w] {
+			ws[w][i] = int32(1 + (i*37+w*101+i*i*w)%299)
+		}
+	}
+	return ws
+}
+
+// TestHeldOutPerplexity checks the held-out score ChooseDamp ranks dampings by against
+// the reference forward pass of the unquantized model (every token after a window's
+// first scored).
+func TestHeldOutPerplexity(t *testing.T) {
+	m := tinyModel(t)
 	p := cpu.NewPool(2)
 	defer p.Close()
-	const cols, seq = 256, 80
-	// The stage's 8 windows, then fresh inputs of the same distribution.
-	all := correlatedInputs(rng, 8*seq+4096, cols)
-	x := &calibrate.Dense{Rows: 8 * seq, Cols: cols, Data: all.Data[:8*seq*cols]}
-	fresh := &calibrate.Dense{Rows: 4096, Cols: cols, Data: all.Data[8*seq*cols:]}
-	ws := []*calibrate.Dense{randomWeights(rng, 32, cols), randomWeights(rng, 16, cols)}
-	w0 := []*calibrate.Dense{clone(ws[0]), clone(ws[1])}
-	st := &calibrate.Stage{Kind: calibrate.FFNInput, Input: x, Tokens: x.Rows, Linear: ws, SeqLen: seq}
-	types := []quant.Type{quant.Q4_0, quant.Q4_K}
-	damp, errs, err := ChooseDamp(p, st, types, GPTQOptions{})
+	held := calibrationWindows(2)
+	x, err := calibrate.Run(m, held, p, func(l int) (*calibrate.Layer, error) { return calibrate.LoadLayer(m, l) },
+		func(*calibrate.Stage) error { return nil }, func(int, *calibrate.Layer) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("damp %g, held-out errors %v", damp, errs)
-	for i, w := range ws {
-		if !slices.Equal(w.Data, w0[i].Data) {
-			t.Fatalf("ChooseDamp changed linear %d's weights", i)
-		}
-	}
-	fit := &calibrate.Dense{Cols: cols}
-	held := &calibrate.Dense{Cols: cols}
-	for w := range 8 {
-		d := fit
-		if w == 3 || w == 7 {
-			d = held
-		}
-		d.Data = append(d.Data, x.Data[w*seq*cols:(w+1)*seq*cols]...)
-		d.Rows += seq
-	}
-	h, err := Hessian(p, fit)
+	got, err := heldOutPerplexity(m, p, x, held, map[string]quant.Type{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	least := 0
-	for k, d := range DampGrid {
-		prep, err := Prepare(h, cols, GPTQOptions{Damp: d})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var want float64
-		for i, w := range w0 {
-			q := clone(w)
-			if _, err := GPTQ(q, prep, types[i]); err != nil {
+	ref, err := model.NewReference(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nll float64
+	var n int
+	logp := make([]float64, m.Config.VocabSize)
+	for _, w := range held {
+		ref.Reset()
+		for i, tok := range w[:len(w)-1] {
+			logits, err := ref.Forward(int(tok))
+			if err != nil {
 				t.Fatal(err)
 			}
-			want += outputError(held, w, q)
+			perplexity.LogSoftmax(logits, logp)
+			nll -= logp[w[i+1]]
+			n++
 		}
-		if math.Abs(errs[k]-want) > 1e-3*want {
-			t.Fatalf("damp %g: held-out error %g, plainly %g", d, errs[k], want)
+	}
+	want := math.Exp(nll / float64(n))
+	if math.Abs(got/want-1) > 1e-4 {
+		t.Fatalf("held-out perplexity %g, the reference model's %g", got, want)
+	}
+}
+
+// TestChooseDamp checks that the damping chosen is the grid's of least held-out
+// perplexity, that every damping was scored, and that the model is left as it was.
+func TestChooseDamp(t *testing.T) {
+	m := tinyModel(t)
+	p := cpu.NewPool(2)
+	defer p.Close()
+	before := map[string][]byte{}
+	for _, tt := range m.Tensors {
+		before[tt.Name] = bytes.Clone(tt.Data)
+	}
+	plan, _ := ParsePlan("q4_0")
+	types := map[string]quant.Type{}
+	for _, tt := range m.Tensors {
+		types[tt.Name] = plan.TypeFor(tt.Name, tt.Shape, m.Config.Layers, false)
+	}
+	damp, ppl, err := ChooseDamp(m, p, calibrationWindows(4), types, GPTQOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("damp %g, held-out perplexities %v", damp, ppl)
+	least := 0
+	for k, v := range ppl {
+		if !(v > 1) || math.IsInf(v, 0) {
+			t.Fatalf("damp %g: held-out perplexity %g", DampGrid[k], v)
 		}
-		if errs[k] < errs[least] {
+		if v < ppl[least] {
 			least = k
 		}
 	}
 	if damp != DampGrid[least] {
-		t.Fatalf("chose %g, the least held-out error is %g's", damp, DampGrid[least])
+		t.Fatalf("chose %g, the least perplexity is %g's", damp, DampGrid[least])
 	}
-	// On the fresh inputs: the chosen damping against the least.
-	freshErr := func(d float64) float64 {
-		prep, err := Prepare(h, cols, GPTQOptions{Damp: d})
-		if err != nil {
-			t.Fatal(err)
+	for _, tt := range m.Tensors {
+		if !bytes.Equal(tt.Data, before[tt.Name]) {
+			t.Fatalf("%s changed", tt.Name)
 		}
-		var e float64
-		for i, w := range w0 {
-			q := clone(w)
-			if _, err := GPTQ(q, prep, types[i]); err != nil {
-				t.Fatal(err)
-			}
-			e += outputError(fresh, w, q)
-		}
-		return e
-	}
-	chosen, smallest := freshErr(damp), freshErr(DampGrid[0])
-	t.Logf("fresh inputs: damp %g error %.4g, damp %g error %.4g", damp, chosen, DampGrid[0], smallest)
-	if damp == DampGrid[0] || !(chosen < smallest) {
-		t.Fatalf("damp %g (fresh error %g) does not beat damp %g (%g) with %d fit rows for %d columns", damp, chosen, DampGrid[0], smallest, fit.Rows, cols)
-	}
-}
-
-// TestChooseDampNeedsTwoWindows checks the refusal of a stage of one window.
-func TestChooseDampNeedsTwoWindows(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	p := cpu.NewPool(1)
-	defer p.Close()
-	x := correlatedInputs(rng, 64, 32)
-	st := &calibrate.Stage{Kind: calibrate.FFNInput, Input: x, Tokens: 64, Linear: []*calibrate.Dense{randomWeights(rng, 8, 32)}, SeqLen: 64}
-	_, _, err := ChooseDamp(p, st, []quant.Type{quant.Q4_0}, GPTQOptions{})
-	if err == nil || !strings.Contains(err.Error(), "at least 2 calibration windows") {
-		t.Fatalf("one window: err %v", err)
-	}
-	st.SeqLen = 0
-	if _, _, err := ChooseDamp(p, st, []quant.Type{quant.Q4_0}, GPTQOptions{}); err == nil {
-		t.Fatal("a stage without a window length: no error")
 	}
 }

@@ -16,7 +16,6 @@ package quantize
 
 import (
 	"fmt"
-	"math"
 	"strings"
 	"time"
 
@@ -92,6 +91,19 @@ func Quantize(m *format.Model, out string, opt Options) error {
 	}
 	p := cpu.NewPool(max(opt.Threads, 1))
 	defer p.Close()
+	if opt.Method == "gptq" && opt.GPTQ.AutoDamp {
+		start := time.Now()
+		damp, ppl, err := ChooseDamp(m, p, opt.Calibration, types, opt.GPTQ)
+		if err != nil {
+			return fmt.Errorf("quantize: %w", err)
+		}
+		parts := make([]string, len(ppl))
+		for i, v := range ppl {
+			parts[i] = fmt.Sprintf("%g: %.4f", DampGrid[i], v)
+		}
+		logf("damp %g, by the perplexity of the held-out calibration windows (%s; %.1f s)", damp, strings.Join(parts, ", "), time.Since(start).Seconds())
+		q.opt.GPTQ.Damp, q.opt.GPTQ.AutoDamp = damp, false
+	}
 	if opt.Method != "rtn" {
 		start := time.Now()
 		_, err := calibrate.Run(m, opt.Calibration, p,
@@ -143,32 +155,17 @@ func (q *quantizer) visit(p *cpu.Pool, s *calibrate.Stage) error {
 		types[i] = q.types[w.Name]
 	}
 	if q.opt.Method == "awq" {
-		alpha, err := AWQ(p, s, types, q.opt.AWQ)
-		if err != nil || q.opt.AWQ.NoClip {
-			return err
-		}
-		clipped, err := AWQClip(p, s, types, q.opt.AWQ)
+		alpha, clipped, err := AWQ(p, s, types, q.opt.AWQ)
 		if err == nil && q.opt.Log != nil {
 			q.opt.Log("layer %d %s: alpha %.2f, %.0f%% of blocks clipped", s.Layer, s.Kind, alpha, 100*clipped)
 		}
 		return err
 	}
-	opt := q.opt.GPTQ
-	if opt.AutoDamp {
-		damp, errs, err := ChooseDamp(p, s, types, opt)
-		if err != nil {
-			return err
-		}
-		opt.Damp = damp
-		if q.opt.Log != nil {
-			q.opt.Log("layer %d %s: damp %g (held-out output error %s)", s.Layer, s.Kind, damp, formatErrors(errs))
-		}
-	}
 	h, err := Hessian(p, s.Input)
 	if err != nil {
 		return err
 	}
-	prep, err := Prepare(h, s.Input.Cols, opt)
+	prep, err := Prepare(h, s.Input.Cols, q.opt.GPTQ)
 	if err != nil {
 		return fmt.Errorf("layer %d %s: %w", s.Layer, s.Kind, err)
 	}
@@ -251,18 +248,4 @@ func (q *quantizer) encode(name string, t quant.Type, vals []float32, cols int) 
 		}
 	}
 	return out, nil
-}
-
-// formatErrors writes ChooseDamp's held-out errors, one per damping, relative to the
-// least.
-func formatErrors(errs []float64) string {
-	least := math.Inf(1)
-	for _, e := range errs {
-		least = min(least, e)
-	}
-	parts := make([]string, len(errs))
-	for i, e := range errs {
-		parts[i] = fmt.Sprintf("%g: %.4f", DampGrid[i], e/least)
-	}
-	return strings.Join(parts, ", ")
 }
