@@ -303,3 +303,39 @@ func TestAWQClippedScales(t *testing.T) {
 		}
 	}
 }
+
+// TestBlockHessian checks blockHessian against Hessian's diagonal blocks, and
+// scaledBlocks against the Hessian of the inputs divided by the scales.
+func TestBlockHessian(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	p := cpu.NewPool(2)
+	defer p.Close()
+	x := correlatedInputs(rng, 300, 64)
+	sc := make([]float32, 64)
+	xs := clone(x)
+	for c := range sc {
+		sc[c] = float32(0.5 + rng.Float64())
+	}
+	for i := range xs.Data {
+		xs.Data[i] /= sc[i%64]
+	}
+	for _, c := range []struct {
+		got []float64
+		x   *calibrate.Dense
+	}{{blockHessian(p, x, 300), x}, {scaledBlocks(blockHessian(p, x, 300), sc), xs}} {
+		h, err := Hessian(p, c.x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for b := range 2 {
+			for i := range quant.QK {
+				for j := range quant.QK {
+					want := h[(b*quant.QK+i)*64+b*quant.QK+j]
+					if got := c.got[(b*quant.QK+i)*quant.QK+j]; math.Abs(got-want) > 1e-4*(1+math.Abs(want)) {
+						t.Fatalf("block %d [%d][%d]: %g, Hessian %g", b, i, j, got, want)
+					}
+				}
+			}
+		}
+	}
+}
