@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/kvasir-llm/kvasir/internal/backend/cpu"
 	"github.com/kvasir-llm/kvasir/internal/calibrate"
@@ -40,8 +41,13 @@ func SplitWindows(windows [][]int32) (fit, held [][]int32, err error) {
 // DampGrid the model is quantized by GPTQ onto the planned types with Hessians of the
 // fit windows only (SplitWindows), and its perplexity is measured on the held-out
 // windows (every token after the first scored); the damping of the least held-out
-// perplexity is returned, with the perplexities, one per damping. Nothing is written.
-func ChooseDamp(m *format.Model, p *cpu.Pool, windows [][]int32, types map[string]quant.Type, opt GPTQOptions) (float64, []float64, error) {
+// perplexity is returned, with the perplexities, one per damping; logf (if set) is told
+// each. Nothing is written.
+func ChooseDamp(m *format.Model, p *cpu.Pool, windows [][]int32, types map[string]quant.Type, opt GPTQOptions, logf func(format string, args ...any)) (float64, []float64, error) {
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	start := time.Now()
 	fit, held, err := SplitWindows(windows)
 	if err != nil {
 		return 0, nil, err
@@ -85,6 +91,7 @@ func ChooseDamp(m *format.Model, p *cpu.Pool, windows [][]int32, types map[strin
 		if ppl[k], err = heldOutPerplexity(m, p, x[fitRows*m.Config.Dim:], held, types); err != nil {
 			return 0, nil, err
 		}
+		logf("damp %g: held-out perplexity %.4f (%d of %d windows; %.1f s)", damp, ppl[k], len(held), len(windows), time.Since(start).Seconds())
 		if best < 0 || ppl[k] < ppl[best] {
 			best = k
 		}

@@ -100,7 +100,7 @@ func TestChooseDamp(t *testing.T) {
 	for _, tt := range m.Tensors {
 		types[tt.Name] = plan.TypeFor(tt.Name, tt.Shape, m.Config.Layers, false)
 	}
-	damp, ppl, err := ChooseDamp(m, p, calibrationWindows(4), types, GPTQOptions{})
+	damp, ppl, err := ChooseDamp(m, p, calibrationWindows(4), types, GPTQOptions{}, t.Logf)
 	if err != nil {
 		t.Fatal(err)
 	}

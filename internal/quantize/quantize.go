@@ -92,16 +92,11 @@ func Quantize(m *format.Model, out string, opt Options) error {
 	p := cpu.NewPool(max(opt.Threads, 1))
 	defer p.Close()
 	if opt.Method == "gptq" && opt.GPTQ.AutoDamp {
-		start := time.Now()
-		damp, ppl, err := ChooseDamp(m, p, opt.Calibration, types, opt.GPTQ)
+		damp, _, err := ChooseDamp(m, p, opt.Calibration, types, opt.GPTQ, logf)
 		if err != nil {
 			return fmt.Errorf("quantize: %w", err)
 		}
-		parts := make([]string, len(ppl))
-		for i, v := range ppl {
-			parts[i] = fmt.Sprintf("%g: %.4f", DampGrid[i], v)
-		}
-		logf("damp %g, by the perplexity of the held-out calibration windows (%s; %.1f s)", damp, strings.Join(parts, ", "), time.Since(start).Seconds())
+		logf("damp %g chosen", damp)
 		q.opt.GPTQ.Damp, q.opt.GPTQ.AutoDamp = damp, false
 	}
 	if opt.Method != "rtn" {
