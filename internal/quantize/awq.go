@@ -332,48 +332,15 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (a
 	return best.alpha, clipped, nil
 }
 
-// clipShrinks are the ranges clipBlocks tries, as fractions of a block's largest magnitude:
-// 1, 0.975, ... 0.5 (AutoAWQ's step of 1/40 of the range).
+// clipShrinks are the ranges clipBlocks tries, as fractions of a block's largest
+// magnitude: 1, 0.95, ... 0.5 (AutoAWQ's grid).
 var clipShrinks = func() []float32 {
 	var f []float32
-	for i := range 21 {
-		f = append(f, 1-float32(i)/40)
+	for i := range 11 {
+		f = append(f, 1-float32(i)/20)
 	}
 	return f
 }()
-
-// clipRange is one range clipBlocks tries for a block: its weights clamped to [Lo a, Hi a],
-// a the block's largest magnitude.
-type clipRange struct{ Lo, Hi float32 }
-
-// clipRanges lists the ranges clipBlocks tries for a block of type t, the first the block's
-// whole range (no clipping). A block of Q4_0 or Q5_0 has one level more on the side of
-// its largest value than on the other (-8 ... 7 times its scale, the scale's sign that of
-// the largest value): clamping both sides to f a would round the other side's clamped
-// weights to 7/8 of f a. Its ranges put the extra level on either side, [-f a, 7/8 f a]
-// and [-7/8 f a, f a], so that the range fits the grid whichever side the weights that
-// matter lie on; the clamped block's largest value then sets the scale the range was
-// chosen for.
-func clipRanges(t quant.Type) []clipRange {
-	r := []clipRange{{-1, 1}}
-	narrow := float32(0)
-	switch t {
-	case quant.Q4_0:
-		narrow = 7.0 / 8
-	case quant.Q5_0:
-		narrow = 15.0 / 16
-	}
-	for _, f := range clipShrinks {
-		if narrow == 0 {
-			if f < 1 {
-				r = append(r, clipRange{-f, f})
-			}
-			continue
-		}
-		r = append(r, clipRange{-f, narrow * f}, clipRange{-narrow * f, f})
-	}
-	return r
-}
 
 // blockHessian returns the diagonal QK x QK blocks of H = 2/n X^T X for the first n rows
 // of x, one block of columns after another.
@@ -421,11 +388,12 @@ func scaledBlocks(hb []float64, sc []float32) []float64 {
 // clipBlocks is AWQ's clipping step, on the weights ws of a stage of kind (its linear
 // layers, of types) once they are scaled: for each row and block of QK columns (q and k
 // left alone, whose errors meet in the attention scores, as AutoAWQ leaves them), the
-// weights are clamped to the range of clipRanges whose quantized weights change the
-// block's share of the outputs least on the calibration inputs: d^T H d, d the block's
-// rounding error and H, from hb (blockHessian), its inputs' second moments over all the
-// stage's tokens (a choice per block is many choices: on a sample of the tokens it would
-// fit the sample's noise). It returns the fraction of blocks clipped.
+// weights are clamped to [-f a, f a], a the block's largest magnitude, with the f of
+// clipShrinks whose quantized weights change the block's share of the outputs least on
+// the calibration inputs: d^T H d, d the block's rounding error and H, from hb
+// (blockHessian), its inputs' second moments over all the stage's tokens (a choice per
+// block is many choices, better not made on a sample of them). It returns the fraction
+// of blocks clipped.
 func clipBlocks(p *cpu.Pool, hb []float64, kind calibrate.StageKind, ws []*calibrate.Dense, types []quant.Type) (float64, error) {
 	var clipped, blocks int
 	for li, w := range ws {
@@ -445,11 +413,10 @@ func clipBlocks(p *cpu.Pool, hb []float64, kind calibrate.StageKind, ws []*calib
 		best := make([]float64, w.Rows*nb)
 		choice := make([]int, w.Rows*nb)
 		c := make([]float32, len(w.Data))
-		ranges := clipRanges(types[li])
-		for k, cr := range ranges {
+		for k, f := range clipShrinks {
 			for i, v := range w.Data {
-				a := amax[i/quant.QK]
-				c[i] = min(max(v, cr.Lo*a), cr.Hi*a)
+				a := f * amax[i/quant.QK]
+				c[i] = min(max(v, -a), a)
 			}
 			if err := quantDequant(types[li], c); err != nil {
 				return 0, fmt.Errorf("awq: %s: %w", w.Name, err)
@@ -479,8 +446,8 @@ func clipBlocks(p *cpu.Pool, hb []float64, kind calibrate.StageKind, ws []*calib
 			})
 		}
 		for i := range w.Data {
-			cr, a := ranges[choice[i/quant.QK]], amax[i/quant.QK]
-			w.Data[i] = min(max(w.Data[i], cr.Lo*a), cr.Hi*a)
+			a := clipShrinks[choice[i/quant.QK]] * amax[i/quant.QK]
+			w.Data[i] = min(max(w.Data[i], -a), a)
 		}
 		for _, k := range choice {
 			if k > 0 {

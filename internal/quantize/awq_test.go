@@ -201,51 +201,6 @@ func TestSampleRowsDoesNotAlias(t *testing.T) {
 	}
 }
 
-// TestClipRangesFitQ4_0 checks the ranges clipBlocks tries: the first is the whole block,
-// the k-quants get symmetric ones, Q4_0 both placements of its extra level; and a Q4_0
-// block whose weights that matter lie on the side opposite its largest one rounds them
-// better with the extra level on their side than a symmetric clamp of the same width does.
-func TestClipRangesFitQ4_0(t *testing.T) {
-	r := clipRanges(quant.Q4_0)
-	if r[0] != (clipRange{-1, 1}) {
-		t.Fatalf("first range %v, want the whole block", r[0])
-	}
-	if n := len(clipRanges(quant.Q4_K)); n != len(clipShrinks) {
-		t.Fatalf("q4_k: %d ranges, want %d (symmetric only)", n, len(clipShrinks))
-	}
-	if n := len(r); n != 1+2*len(clipShrinks) {
-		t.Fatalf("q4_0: %d ranges, want %d", n, 1+2*len(clipShrinks))
-	}
-	// One large positive weight, the rest negative and close to -0.8 of it: a symmetric
-	// clamp to 0.8 gives the scale from +0.8 and rounds the negative side to at most 7/8
-	// of 0.8; the range [-0.8, 0.7] gives it from the negative side.
-	x := make([]float32, quant.QK)
-	x[0] = 1
-	for i := 1; i < quant.QK; i++ {
-		x[i] = -0.8 + 0.01*float32(i%5)
-	}
-	sqErr := func(lo, hi float32) float64 {
-		c := make([]float32, len(x))
-		for i, v := range x {
-			c[i] = min(max(v, lo), hi)
-		}
-		if err := quantDequant(quant.Q4_0, c); err != nil {
-			t.Fatal(err)
-		}
-		var e float64
-		for i := 1; i < len(x); i++ { // the weights that matter
-			d := float64(x[i] - c[i])
-			e += d * d
-		}
-		return e
-	}
-	sym, wide := sqErr(-0.8, 0.8), sqErr(-0.8, 0.7)
-	t.Logf("error on the negative weights: symmetric clamp %.4g, extra level below %.4g", sym, wide)
-	if !(wide < sym/4) {
-		t.Fatalf("the extra level on the negative side: error %g, symmetric %g", wide, sym)
-	}
-}
-
 // TestAWQClippedScales checks AWQ with clipping on a stage read by one layer (down, after
 // up): the scales are chosen by their error once clipped, so the result changes the
 // outputs on the calibration rows no more than clipping alone (no scaling, one of the
