@@ -254,7 +254,7 @@ func (r *runner) layer(l int, ly *Layer, visit Visitor) error {
 		return err
 	}
 	group := c.Heads / c.KVHeads
-	if err := visit(&Stage{Layer: l, Kind: AttnOutput, Input: att, Tokens: n, Linear: []*Dense{ly.O}, Producer: ly.V, ProducerBias: ly.VBias, KVGroup: group, HeadDim: hd, SeqLen: r.seqLen}); err != nil {
+	if err := visit(&Stage{Layer: l, Kind: AttnOutput, Input: att, Tokens: n, Linear: []*Dense{ly.O}, Producer: ly.V, ProducerBias: ly.VBias, KVGroup: group, HeadDim: hd}); err != nil {
 		return err
 	}
 	o := make([]float32, n*c.Dim)
@@ -268,7 +268,7 @@ func (r *runner) layer(l int, ly *Layer, visit Visitor) error {
 		return err
 	}
 	xn.Name = "ffn_input"
-	if err := visit(&Stage{Layer: l, Kind: FFNInput, Input: xn, Tokens: n, Linear: []*Dense{ly.Gate, ly.Up}, Norm: ly.FFNNorm, Down: ly.Down, SeqLen: r.seqLen}); err != nil {
+	if err := visit(&Stage{Layer: l, Kind: FFNInput, Input: xn, Tokens: n, Linear: []*Dense{ly.Gate, ly.Up}, Norm: ly.FFNNorm, Down: ly.Down}); err != nil {
 		return err
 	}
 	f := ly.Gate.Rows
@@ -283,7 +283,7 @@ func (r *runner) layer(l int, ly *Layer, visit Visitor) error {
 		gate[i] = g / (1 + float32(math.Exp(float64(-g)))) * up[i]
 	}
 	h := &Dense{Name: "ffn_output", Rows: n, Cols: f, Data: gate}
-	if err := visit(&Stage{Layer: l, Kind: FFNOutput, Input: h, Tokens: n, Linear: []*Dense{ly.Down}, Producer: ly.Up, SeqLen: r.seqLen}); err != nil {
+	if err := visit(&Stage{Layer: l, Kind: FFNOutput, Input: h, Tokens: n, Linear: []*Dense{ly.Down}, Producer: ly.Up}); err != nil {
 		return err
 	}
 	if err := r.matMul(o, ly.Down, h.Data); err != nil {

@@ -3,7 +3,6 @@ package quantize
 import (
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/kvasir-llm/kvasir/internal/backend/cpu"
 	"github.com/kvasir-llm/kvasir/internal/calibrate"
@@ -26,7 +25,7 @@ import (
 //     by s. With grouped-query attention a value row feeds KVGroup heads, so the heads of
 //     one group share their scales (taken from the group's mean magnitudes).
 //
-// AWQ's second step (clipBlocks), with the scales, clips each block of weights
+// AWQ's second step (AWQClip), after the scales are folded, clips each block of weights
 // to the range that least changes its share of the layer's outputs.
 
 // AWQOptions tunes AWQ.
@@ -38,10 +37,8 @@ type AWQOptions struct {
 
 // AWQ searches the scales of one stage for its linear layers' target types, folds them
 // into the weights and into the stage's norm or producer, rescales its input to match, and
-// returns the alpha chosen (0: no scaling did better than none). Unless opt.NoClip, the
-// weights are also clipped (clipBlocks), and the scales are chosen by their error clipped:
-// it returns the fraction of blocks clipped too.
-func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (alpha, clipped float64, err error) {
+// returns the alpha chosen (0: no scaling did better than none).
+func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (float64, error) {
 	if opt.GridPoints <= 1 {
 		opt.GridPoints = 21
 	}
@@ -49,10 +46,10 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (a
 		opt.MaxTokens = 1024
 	}
 	if len(types) != len(s.Linear) {
-		return 0, 0, fmt.Errorf("awq: %d types for %d linear layers", len(types), len(s.Linear))
+		return 0, fmt.Errorf("awq: %d types for %d linear layers", len(types), len(s.Linear))
 	}
 	if s.Norm == nil && s.Producer == nil {
-		return 0, 0, fmt.Errorf("awq: stage %s of layer %d has nothing to fold scales into", s.Kind, s.Layer)
+		return 0, fmt.Errorf("awq: stage %s of layer %d has nothing to fold scales into", s.Kind, s.Layer)
 	}
 	in := s.Input
 	cols := in.Cols
@@ -86,7 +83,7 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (a
 	for i, w := range s.Linear {
 		ref[i] = make([]float32, n*w.Rows)
 		if err := calibrate.MatMul(p, ref[i], w, xs.Data, n); err != nil {
-			return 0, 0, err
+			return 0, err
 		}
 	}
 	// On gate and up the error is that of the feed-forward block's output, as AutoAWQ
@@ -104,7 +101,7 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (a
 	if mlp {
 		var err error
 		if mlpRef, err = ffn(ref[0], ref[1]); err != nil {
-			return 0, 0, err
+			return 0, err
 		}
 	}
 	// On q, k and v, that of the attention block's output (o in float), over the first
@@ -121,7 +118,7 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (a
 		xasc = make([]float32, len(xa))
 		var err error
 		if attnRef, err = s.Attention(xa, s.Linear[0], s.Linear[1], s.Linear[2]); err != nil {
-			return 0, 0, err
+			return 0, err
 		}
 	}
 	// Mean relative weight magnitude per scale index, over the stage's matrices.
@@ -160,22 +157,9 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (a
 		}
 		return out
 	}
-	// scaled returns copies of the stage's weights with their columns multiplied by sc.
-	scaled := func(sc []float32) []*calibrate.Dense {
-		ws := make([]*calibrate.Dense, len(s.Linear))
-		for i, w := range s.Linear {
-			ws[i] = &calibrate.Dense{Name: w.Name, Rows: w.Rows, Cols: w.Cols, Data: make([]float32, len(w.Data))}
-			for j, v := range w.Data {
-				ws[i].Data[j] = v * sc[j%cols]
-			}
-		}
-		return ws
-	}
 	q := &calibrate.Dense{}
 	xsc := &calibrate.Dense{Rows: n, Cols: cols, Data: make([]float32, n*cols)}
-	// errorOf is the error of the weights ws (scaled by sc, and perhaps clipped) once
-	// rounded, on the inputs divided by sc.
-	errorOf := func(sc []float32, ws []*calibrate.Dense) (float64, error) {
+	errorOf := func(sc []float32) (float64, error) {
 		for i := range n {
 			row, src := xsc.Row(i), xs.Row(i)
 			for c, v := range src {
@@ -188,8 +172,11 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (a
 				xasc[i] = v / sc[i%cols]
 			}
 			qs := make([]*calibrate.Dense, 3)
-			for i, w := range ws {
-				qs[i] = &calibrate.Dense{Name: w.Name, Rows: w.Rows, Cols: w.Cols, Data: slices.Clone(w.Data)}
+			for i, w := range s.Linear {
+				qs[i] = &calibrate.Dense{Name: w.Name, Rows: w.Rows, Cols: w.Cols, Data: make([]float32, len(w.Data))}
+				for j, v := range w.Data {
+					qs[i].Data[j] = v * sc[j%cols]
+				}
 				if err := quantDequant(types[i], qs[i].Data); err != nil {
 					return 0, fmt.Errorf("awq: %s: %w", w.Name, err)
 				}
@@ -205,12 +192,15 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (a
 			return total, nil
 		}
 		outs := make([][]float32, len(s.Linear))
-		for i, w := range ws {
+		for i, w := range s.Linear {
 			if !isBlockType(types[i]) {
 				continue // kept wide: the scales change nothing worth measuring
 			}
 			q.Rows, q.Cols = w.Rows, w.Cols
-			q.Data = slices.Clone(w.Data)
+			q.Data = make([]float32, len(w.Data))
+			for j, v := range w.Data {
+				q.Data[j] = v * sc[j%cols]
+			}
 			if err := quantDequant(types[i], q.Data); err != nil {
 				return 0, fmt.Errorf("awq: %s: %w", w.Name, err)
 			}
@@ -237,79 +227,36 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (a
 		}
 		return total, nil
 	}
-	// The search, with the scaled weights rounded as they are. The best scales of each
-	// form (m^alpha, and the weight-normalized form) are kept, with no scaling, for the
-	// clipping below.
-	type candidate struct {
-		alpha float64
-		duo   bool
-		sc    []float32
-		err   float64
-	}
-	shortlist := []candidate{{sc: scales(0, false)}, {err: math.Inf(1)}, {duo: true, err: math.Inf(1)}}
-	for f, duo := range []bool{false, true} {
+	bestAlpha, bestErr := 0.0, math.Inf(1)
+	var best []float32
+	for _, duo := range []bool{false, true} {
 		for g := range opt.GridPoints {
 			alpha := float64(g) / float64(opt.GridPoints-1)
 			sc := scales(alpha, duo)
-			e, err := errorOf(sc, scaled(sc))
+			e, err := errorOf(sc)
 			if err != nil {
-				return 0, 0, err
+				return 0, err
 			}
-			if !duo && g == 0 {
-				shortlist[0].err = e
-			}
-			if e < shortlist[1+f].err {
-				shortlist[1+f] = candidate{alpha, duo, sc, e}
+			if e < bestErr {
+				bestAlpha, bestErr, best = alpha, e, sc
 			}
 		}
 	}
-	best := shortlist[0]
-	for _, c := range shortlist[1:] {
-		if c.err < best.err {
-			best = c
+	// Fold: weights' columns up, the producer of the input down, the input down.
+	for _, w := range s.Linear {
+		for j := range w.Data {
+			w.Data[j] *= best[j%cols]
 		}
 	}
-	final := scaled(best.sc)
-	if !opt.NoClip && cols%quant.QK == 0 {
-		// Clipping shrinks the blocks' ranges, which is also what the scales bought the
-		// rounding above: the scales that do best unclipped need not do best clipped. Each
-		// of the shortlist is clipped (clipBlocks, with the second moments of all the
-		// calibration rows divided by its scales) and measured again, and the best clipped is kept.
-		hb := blockHessian(p, in, s.Tokens)
-		best.err = math.Inf(1)
-		for k, c := range shortlist {
-			if k == 1 && c.alpha == 0 {
-				continue // no scaling, shortlist[0]
-			}
-			ws := scaled(c.sc)
-			frac, err := clipBlocks(p, scaledBlocks(hb, c.sc), s.Kind, ws, types)
-			if err != nil {
-				return 0, 0, err
-			}
-			e, err := errorOf(c.sc, ws)
-			if err != nil {
-				return 0, 0, err
-			}
-			if e < best.err {
-				best, final, clipped = candidate{c.alpha, c.duo, c.sc, e}, ws, frac
-			}
-		}
-	}
-	// Fold: weights' columns up (and clipped), the producer of the input down, the input
-	// down.
-	for i, w := range s.Linear {
-		copy(w.Data, final[i].Data)
-	}
-	sc := best.sc
 	switch {
 	case s.Norm != nil:
 		for j := range s.Norm.Data {
-			s.Norm.Data[j] /= sc[j]
+			s.Norm.Data[j] /= best[j]
 		}
 	default:
 		div := make([]float32, s.Producer.Rows)
 		for c := range cols {
-			div[owner[c]] = sc[c]
+			div[owner[c]] = best[c]
 		}
 		for r := range s.Producer.Rows {
 			row := s.Producer.Row(r)
@@ -326,14 +273,14 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (a
 	for t := range s.Tokens {
 		row := in.Row(t)
 		for c := range row {
-			row[c] /= sc[c]
+			row[c] /= best[c]
 		}
 	}
-	return best.alpha, clipped, nil
+	return bestAlpha, nil
 }
 
-// clipShrinks are the ranges clipBlocks tries, as fractions of a block's largest
-// magnitude: 1, 0.95, ... 0.5 (AutoAWQ's grid).
+// clipShrinks are the ranges AWQClip tries, as fractions of a block's largest magnitude:
+// 1, 0.95, ... 0.5 (AutoAWQ's grid).
 var clipShrinks = func() []float32 {
 	var f []float32
 	for i := range 11 {
@@ -342,66 +289,41 @@ var clipShrinks = func() []float32 {
 	return f
 }()
 
-// blockHessian returns the diagonal QK x QK blocks of H = 2/n X^T X for the first n rows
-// of x, one block of columns after another.
-func blockHessian(p *cpu.Pool, x *calibrate.Dense, n int) []float64 {
-	cols := x.Cols
+// AWQClip is AWQ's clipping step, run on a stage after AWQ has folded its scales: for each
+// row and block of QK columns of the stage's linear layers (all but q and k, whose errors
+// meet in the attention scores, as AutoAWQ leaves them), the weights are clamped to
+// [-f a, f a], a the block's largest magnitude, with the f of clipShrinks whose quantized
+// weights change the block's share of the outputs least on the calibration inputs:
+// d^T H d, d the block's rounding error and H its inputs' second moments. It returns the
+// fraction of blocks clipped.
+func AWQClip(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (float64, error) {
+	if opt.MaxTokens <= 0 {
+		opt.MaxTokens = 1024
+	}
+	if len(types) != len(s.Linear) {
+		return 0, fmt.Errorf("awq: %d types for %d linear layers", len(types), len(s.Linear))
+	}
+	in, cols := s.Input, s.Input.Cols
+	if cols%quant.QK != 0 {
+		return 0, nil // no whole blocks to clip
+	}
+	h, err := Hessian(p, sampleRows(in, s.Tokens, opt.MaxTokens))
+	if err != nil {
+		return 0, err
+	}
+	// The diagonal blocks of H, one QK x QK matrix per block of columns.
 	nb := cols / quant.QK
 	hb := make([]float64, nb*quant.QK*quant.QK)
-	p.Run(nb, func(start, end int) {
-		for b := start; b < end; b++ {
-			H := hb[b*quant.QK*quant.QK:][:quant.QK*quant.QK]
-			for t := range n {
-				row := x.Data[t*cols+b*quant.QK:][:quant.QK]
-				for i, vi := range row {
-					if vi == 0 {
-						continue
-					}
-					hi := H[i*quant.QK:][:quant.QK]
-					for j, vj := range row {
-						hi[j] += float64(vi) * float64(vj)
-					}
-				}
-			}
-			for i := range H {
-				H[i] *= 2 / float64(n)
-			}
-		}
-	})
-	return hb
-}
-
-// scaledBlocks returns blockHessian's blocks for the inputs divided by sc column by column.
-func scaledBlocks(hb []float64, sc []float32) []float64 {
-	out := make([]float64, len(hb))
-	for b := range len(hb) / (quant.QK * quant.QK) {
+	for b := range nb {
 		for i := range quant.QK {
-			for j := range quant.QK {
-				k := (b*quant.QK+i)*quant.QK + j
-				out[k] = hb[k] / (float64(sc[b*quant.QK+i]) * float64(sc[b*quant.QK+j]))
-			}
+			copy(hb[(b*quant.QK+i)*quant.QK:][:quant.QK], h[(b*quant.QK+i)*cols+b*quant.QK:][:quant.QK])
 		}
 	}
-	return out
-}
-
-// clipBlocks is AWQ's clipping step, on the weights ws of a stage of kind (its linear
-// layers, of types) once they are scaled: for each row and block of QK columns (q and k
-// left alone, whose errors meet in the attention scores, as AutoAWQ leaves them), the
-// weights are clamped to [-f a, f a], a the block's largest magnitude, with the f of
-// clipShrinks whose quantized weights change the block's share of the outputs least on
-// the calibration inputs: d^T H d, d the block's rounding error and H, from hb
-// (blockHessian), its inputs' second moments over all the stage's tokens (a choice per
-// block is many choices, better not made on a sample of them). It returns the fraction
-// of blocks clipped.
-func clipBlocks(p *cpu.Pool, hb []float64, kind calibrate.StageKind, ws []*calibrate.Dense, types []quant.Type) (float64, error) {
 	var clipped, blocks int
-	for li, w := range ws {
-		if !isBlockType(types[li]) || (kind == calibrate.AttnInput && li < 2) {
+	for li, w := range s.Linear {
+		if !isBlockType(types[li]) || (s.Kind == calibrate.AttnInput && li < 2) {
 			continue
 		}
-		cols := w.Cols
-		nb := cols / quant.QK
 		amax := make([]float32, w.Rows*nb)
 		for r := range w.Rows {
 			for b := range nb {

@@ -40,7 +40,7 @@ func TestAWQNormStage(t *testing.T) {
 	w0 := []*calibrate.Dense{clone(ws[0]), clone(ws[1])}
 	st := &calibrate.Stage{Kind: calibrate.AttnInput, Input: x, Tokens: x.Rows, Linear: ws, Norm: norm}
 	types := []quant.Type{quant.Q4_0, quant.Q4_0}
-	alpha, _, err := AWQ(p, st, types, AWQOptions{NoClip: true})
+	alpha, err := AWQ(p, st, types, AWQOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func TestAWQGroupedOutputStage(t *testing.T) {
 	att0, o0, v0 := clone(att), clone(o), clone(v)
 	st := &calibrate.Stage{Kind: calibrate.AttnOutput, Input: att, Tokens: att.Rows, Linear: []*calibrate.Dense{o},
 		Producer: v, ProducerBias: bias, KVGroup: group, HeadDim: hd}
-	if _, _, err := AWQ(p, st, []quant.Type{quant.Q4_0}, AWQOptions{NoClip: true}); err != nil {
+	if _, err := AWQ(p, st, []quant.Type{quant.Q4_0}, AWQOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	want, got := product(t, p, att0, o0), product(t, p, att, o)
@@ -139,7 +139,7 @@ func TestAWQClipLowersHeldOutError(t *testing.T) {
 	w0 := []*calibrate.Dense{clone(ws[0]), clone(ws[1]), clone(ws[2])}
 	st := &calibrate.Stage{Kind: calibrate.AttnInput, Input: x, Tokens: x.Rows, Linear: ws}
 	types := []quant.Type{quant.Q4_0, quant.Q4_0, quant.Q4_0}
-	frac, err := clipBlocks(p, blockHessian(p, x, x.Rows), st.Kind, st.Linear, types)
+	frac, err := AWQClip(p, st, types, AWQOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,99 +198,5 @@ func TestSampleRowsDoesNotAlias(t *testing.T) {
 	}
 	if all := sampleRows(in, 100, 1024); all.Rows != 100 {
 		t.Fatalf("%d rows of 100 tokens, want all 100", all.Rows)
-	}
-}
-
-// TestAWQClippedScales checks AWQ with clipping on a stage read by one layer (down, after
-// up): the scales are chosen by their error once clipped, so the result changes the
-// outputs on the calibration rows no more than clipping alone (no scaling, one of the
-// choices) does, and less than round-to-nearest; and the input and the producer stay
-// consistent with the weights' scales.
-func TestAWQClippedScales(t *testing.T) {
-	rng := rand.New(rand.NewPCG(13, 14))
-	p := cpu.NewPool(2)
-	defer p.Close()
-	x := correlatedInputs(rng, 512, 128)
-	w := randomWeights(rng, 64, 128)
-	for i := range w.Data {
-		if rng.IntN(40) == 0 {
-			w.Data[i] *= 6
-		}
-	}
-	up := randomWeights(rng, 128, 32)
-	x0, w0, up0 := clone(x), clone(w), clone(up)
-	stage := func(x, w, up *calibrate.Dense) *calibrate.Stage {
-		return &calibrate.Stage{Kind: calibrate.FFNOutput, Input: x, Tokens: x.Rows, Linear: []*calibrate.Dense{w}, Producer: up}
-	}
-	types := []quant.Type{quant.Q4_0}
-	// The error of the weights w, rounded, on the inputs x, against the float layer.
-	errOf := func(x, w *calibrate.Dense) float64 {
-		q := clone(w)
-		if err := quantDequant(quant.Q4_0, q.Data); err != nil {
-			t.Fatal(err)
-		}
-		want, got := product(t, p, x0, w0), product(t, p, x, q)
-		var e float64
-		for j := range want {
-			d := float64(want[j] - got[j])
-			e += d * d
-		}
-		return e
-	}
-	alpha, frac, err := AWQ(p, stage(x, w, up), types, AWQOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	xc, wc := clone(x0), clone(w0)
-	if _, err := clipBlocks(p, blockHessian(p, xc, xc.Rows), calibrate.FFNOutput, []*calibrate.Dense{wc}, types); err != nil {
-		t.Fatal(err)
-	}
-	joint, clipOnly, plain := errOf(x, w), errOf(xc, wc), errOf(x0, w0)
-	t.Logf("alpha %.2f, %.0f%% clipped; errors: AWQ %.4g, clipping alone %.4g, RTN %.4g", alpha, 100*frac, joint, clipOnly, plain)
-	if !(joint <= clipOnly*(1+1e-6)) || !(joint < plain) {
-		t.Fatalf("AWQ's error %g: clipping alone %g, RTN %g", joint, clipOnly, plain)
-	}
-	// Input column c divided by s_c, up's row c too.
-	for c := range 128 {
-		s := x0.Data[c] / x.Data[c]
-		if r := up0.Data[c*32] / up.Data[c*32]; math.Abs(float64(s/r-1)) > 1e-4 {
-			t.Fatalf("column %d: input divided by %g, up's row by %g", c, s, r)
-		}
-	}
-}
-
-// TestBlockHessian checks blockHessian against Hessian's diagonal blocks, and
-// scaledBlocks against the Hessian of the inputs divided by the scales.
-func TestBlockHessian(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	p := cpu.NewPool(2)
-	defer p.Close()
-	x := correlatedInputs(rng, 300, 64)
-	sc := make([]float32, 64)
-	xs := clone(x)
-	for c := range sc {
-		sc[c] = float32(0.5 + rng.Float64())
-	}
-	for i := range xs.Data {
-		xs.Data[i] /= sc[i%64]
-	}
-	for _, c := range []struct {
-		got []float64
-		x   *calibrate.Dense
-	}{{blockHessian(p, x, 300), x}, {scaledBlocks(blockHessian(p, x, 300), sc), xs}} {
-		h, err := Hessian(p, c.x)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for b := range 2 {
-			for i := range quant.QK {
-				for j := range quant.QK {
-					want := h[(b*quant.QK+i)*64+b*quant.QK+j]
-					if got := c.got[(b*quant.QK+i)*quant.QK+j]; math.Abs(got-want) > 1e-4*(1+math.Abs(want)) {
-						t.Fatalf("block %d [%d][%d]: %g, Hessian %g", b, i, j, got, want)
-					}
-				}
-			}
-		}
 	}
 }

@@ -150,7 +150,11 @@ func (q *quantizer) visit(p *cpu.Pool, s *calibrate.Stage) error {
 		types[i] = q.types[w.Name]
 	}
 	if q.opt.Method == "awq" {
-		alpha, clipped, err := AWQ(p, s, types, q.opt.AWQ)
+		alpha, err := AWQ(p, s, types, q.opt.AWQ)
+		if err != nil || q.opt.AWQ.NoClip {
+			return err
+		}
+		clipped, err := AWQClip(p, s, types, q.opt.AWQ)
 		if err == nil && q.opt.Log != nil {
 			q.opt.Log("layer %d %s: alpha %.2f, %.0f%% of blocks clipped", s.Layer, s.Kind, alpha, 100*clipped)
 		}
