@@ -36,6 +36,8 @@ func TestQuantizeRefuses(t *testing.T) {
 		{[]string{"--dtype", "q4_0", "--method", "awq", "--calibration", empty}, "is empty"},
 		{[]string{"--dtype", "q4_0", "--method", "awq", "--calibration", short}, "fewer than one window"},
 		{[]string{"--dtype", "q4_0", "--imatrix", empty}, "imatrix"},
+		{[]string{"--dtype", "q4_0", "--method", "gptq", "--damp", "0", "--calibration", short}, "want a fraction in (0, 1) or auto"},
+		{[]string{"--dtype", "q4_0", "--method", "gptq", "--damp", "automatic", "--calibration", short}, "want a fraction in (0, 1) or auto"},
 	}
 	for _, c := range cases {
 		_, stderr := runWithIO(t, "", func() error {
@@ -77,6 +79,7 @@ func TestQuantizeWritesLoadableGGUF(t *testing.T) {
 		{"--method", "rtn", "--imatrix", imat},
 		{"--method", "gptq", "--calibration", text, "--calib-tokens", "512"},
 		{"--method", "gptq", "--act-order", "--calibration", text, "--calib-tokens", "512"},
+		{"--method", "gptq", "--damp", "auto", "--calibration", text, "--calib-tokens", "512"},
 		{"--method", "awq", "--calibration", text, "--calib-tokens", "512"},
 	} {
 		out := filepath.Join(dir, "q.gguf")

@@ -1,6 +1,7 @@
 package quantize
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -31,6 +32,9 @@ type GPTQOptions struct {
 	Damp      float64 // fraction of the mean diagonal added to H's diagonal (0: 0.01)
 	BlockSize int     // columns per lazy update (0: 128)
 	ActOrder  bool
+	// AutoDamp makes Quantize choose Damp from DampGrid by the perplexity of held-out
+	// calibration windows (ChooseDamp) instead of taking it as given.
+	AutoDamp bool
 }
 
 // Hessian returns H = 2/n X^T X of the n rows of x, [cols][cols] in float64.
@@ -310,6 +314,9 @@ func InverseCholeskyUpper(a []float64, n int) ([]float64, error) {
 	return U, nil
 }
 
+// errIndefinite is the error of a Hessian that is not positive definite.
+var errIndefinite = errors.New("the Hessian is not positive definite")
+
 // cholesky returns the lower triangular L with L L^T = a.
 func cholesky(a []float64, n int) ([]float64, error) {
 	L := make([]float64, n*n)
@@ -321,7 +328,7 @@ func cholesky(a []float64, n int) ([]float64, error) {
 			}
 			if i == j {
 				if s <= 0 || math.IsNaN(s) {
-					return nil, fmt.Errorf("the Hessian is not positive definite (pivot %d is %g): more calibration tokens or a larger damping", i, s)
+					return nil, fmt.Errorf("%w (pivot %d is %g): more calibration tokens or a larger damping", errIndefinite, i, s)
 				}
 				L[i*n+i] = math.Sqrt(s)
 			} else {

@@ -91,6 +91,14 @@ func Quantize(m *format.Model, out string, opt Options) error {
 	}
 	p := cpu.NewPool(max(opt.Threads, 1))
 	defer p.Close()
+	if opt.Method == "gptq" && opt.GPTQ.AutoDamp {
+		damp, _, err := ChooseDamp(m, p, opt.Calibration, types, opt.GPTQ, logf)
+		if err != nil {
+			return fmt.Errorf("quantize: %w", err)
+		}
+		logf("damp %g chosen", damp)
+		q.opt.GPTQ.Damp, q.opt.GPTQ.AutoDamp = damp, false
+	}
 	if opt.Method != "rtn" {
 		start := time.Now()
 		_, err := calibrate.Run(m, opt.Calibration, p,
