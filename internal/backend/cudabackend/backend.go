@@ -497,8 +497,20 @@ func (b *Backend) UploadStep(meta *backend.StepMeta) (backend.Step, error) {
 	if meta.LoRASlots != nil && len(meta.LoRASlots) != n {
 		return nil, fmt.Errorf("cuda step: %d adapter slots for %d tokens", len(meta.LoRASlots), n)
 	}
+	// The adapters' tokens grouped by slot for the LoRA kernel (cuda.LoRAPlan).
+	var loraOrder, loraTiles []int32
+	if meta.LoRASlots != nil {
+		nSlots := len(meta.LoRARanks)
+		for t, s := range meta.LoRASlots {
+			if s < -1 || int(s) >= nSlots {
+				return nil, fmt.Errorf("cuda step: token %d: adapter slot %d outside %d", t, s, nSlots)
+			}
+		}
+		loraOrder, loraTiles = make([]int32, n), make([]int32, cuda.LoRATiles(n, nSlots))
+		cuda.LoRAPlan(meta.LoRASlots, nSlots, loraOrder, loraTiles)
+	}
 	parts := [][]int32{meta.Tokens, meta.Positions, meta.SlotMapping, meta.QueryStarts, meta.ContextLens,
-		tables, meta.LogitsIndices, meta.TokenTypes, meta.LoRASlots, meta.LoRARanks}
+		tables, meta.LogitsIndices, meta.TokenTypes, meta.LoRASlots, meta.LoRARanks, loraOrder, loraTiles}
 	total := 0
 	for _, p := range parts {
 		total += len(p)
@@ -542,7 +554,7 @@ func (b *Backend) UploadStep(meta *backend.StepMeta) (backend.Step, error) {
 		return nil, fmt.Errorf("cuda step: %w", err)
 	}
 	b.cur = &step{meta: meta, tokens: views[0], positions: views[1], slots: views[2], queryStarts: views[3],
-		contextLens: views[4], blockTables: views[5], logitsIndices: views[6], tokenTypes: views[7], loraSlots: views[8], loraRanks: views[9],
+		contextLens: views[4], blockTables: views[5], logitsIndices: views[6], tokenTypes: views[7], loraSlots: views[8], loraRanks: views[9], loraOrder: views[10], loraTiles: views[11],
 		maxBlocks: stride, query: query, graphable: graphable}
 	return b.cur, nil
 }
