@@ -38,6 +38,10 @@ type BackendOptions struct {
 // their rounding; docs/GPU_RESULTS.md).
 const DefaultQuantGEMV = cuda.GEMVSplit
 
+// maxX8Cols bounds the columns of a quantized weight the int8 GEMV layout reads (its
+// scratch for the rounded x is reserved when the backend opens, GEMVMaxRows rows of it).
+const maxX8Cols = 65536
+
 // Backend implements backend.Backend on one NVIDIA GPU. Every op is queued on the device's
 // stream from the device goroutine (Run is cuda.Device.Do); Logits is the step's only host
 // synchronisation.
@@ -149,6 +153,13 @@ func NewBackend(opt BackendOptions) (*Backend, error) {
 			return err
 		}
 		b.ops = &cuda.Ops{Dev: dev, Kern: k, BLAS: bl}
+		if b.quantGEMV.Int8() {
+			if err := b.ops.AllocX8(cuda.GEMVMaxRows * maxX8Cols); err != nil {
+				dev.FreeBLAS(bl)
+				dev.FreeKernels(k)
+				return err
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -202,7 +213,7 @@ func (b *Backend) Close() error {
 			b.work = nil
 		}
 		errs = append(errs, b.dev.FreeHost(b.metaHost), b.dev.FreeHost(b.maskHost), b.dev.FreeHost(b.blockHost), b.dev.FreeHost(b.layerHost),
-			b.dev.FreeBLAS(b.ops.BLAS), b.dev.FreeKernels(b.ops.Kern))
+			b.ops.FreeX8(), b.dev.FreeBLAS(b.ops.BLAS), b.dev.FreeKernels(b.ops.Kern))
 		b.metaHost, b.maskHost, b.blockHost, b.layerHost = nil, nil, nil, nil
 		return firstErr(errs...)
 	})
