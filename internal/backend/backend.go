@@ -373,8 +373,8 @@ type LoRAOps interface {
 type LoRAGroupOps interface {
 	// LoRAGroupMax is the most projections one LoRAMatMulGroup call takes.
 	LoRAGroupMax() int
-	// LoRAMatMulGroup does LoRAMatMul(outs[g], x, u, as[g], bs[g], st) for every g (u as
-	// LoRAMatMul's scratch, which a backend keeping A·x on chip need not use).
+	// LoRAMatMulGroup does LoRAMatMul(outs[g], x, ·, as[g], bs[g], st) for every g, with u,
+	// [tokens][len(outs)*R] F32, as their scratch (R from as[g]'s rows per slot).
 	LoRAMatMulGroup(outs []Tensor, x, u Tensor, as, bs []Tensor, st Step) error
 }
 

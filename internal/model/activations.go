@@ -32,8 +32,8 @@ type activations struct {
 	// qLat holds the query's low-rank projection of multi-head latent attention
 	// [tokens][QLoRARank].
 	qLat backend.Tensor
-	// loraU holds each token's adapter down-projection A·x [tokens][max rank] (with
-	// LoRA enabled).
+	// loraU holds each token's adapter down-projections A·x [tokens][max rank], one block
+	// of max rank columns per projection of a LoRA group (with LoRA enabled).
 	loraU backend.Tensor
 	// lowRank holds a factorized matrix's intermediate x·Aᵀ [tokens][rank], one buffer per
 	// distinct rank of the model's (weights.ranks, in that order).
@@ -61,7 +61,7 @@ func buffers(a *activations, s *shard) []buffer {
 		{t: &a.last, dtype: quant.F32, cols: c.Dim, perLogits: true},
 	}
 	if s.lora != nil {
-		bs = append(bs, buffer{t: &a.loraU, dtype: quant.F32, cols: s.lora.maxRank})
+		bs = append(bs, buffer{t: &a.loraU, dtype: quant.F32, cols: s.lora.maxRank * s.loraGroupMax()})
 	}
 	ffn := c.FFNDim
 	if c.Experts > 0 {

@@ -276,6 +276,15 @@ func (s *shard) addLoRAs(l int, ts []lora.Target, outs []backend.Tensor, x backe
 	return nil
 }
 
+// loraGroupMax returns how many projections the backend's LoRA takes in one call (1
+// without backend.LoRAGroupOps).
+func (s *shard) loraGroupMax() int {
+	if g, ok := s.be.(backend.LoRAGroupOps); ok {
+		return max(1, g.LoRAGroupMax())
+	}
+	return 1
+}
+
 // stepLoRA reports whether some token of the step being run has an adapter.
 func (s *shard) stepLoRA() bool { return s.lora != nil && s.meta.LoRASlots != nil }
 

@@ -47,8 +47,8 @@ type GEMVLayout int
 const (
 	// GEMVSplit multiplies the dequantized weights with float32 x.
 	GEMVSplit GEMVLayout = iota
-	// GEMVSplitX8 rounds each lane's 16 values of x to 8 bits in registers (quantize_x8)
-	// and multiplies with the weights' quants on __dp4a.
+	// GEMVSplitX8 rounds x to 8 bits a value with a scale a 16 (quantize_x8_rows, once a
+	// launch, into Ops.X8) and multiplies with the weights' quants on __dp4a.
 	GEMVSplitX8
 )
 
@@ -77,7 +77,49 @@ func (o *Ops) GEMVQ(y, x, w Buffer, n, k, m int) error {
 	return o.GEMVQWith(GEMVSplit, y, x, w, n, k, m)
 }
 
-// GEMVQWith is GEMVQ in the given kernel layout.
+// X8Scratch holds x rounded to 8 bits for the GEMVSplitX8 layout: Q the bytes (I32 words
+// of four) and D the scales (F32, one a 16 values). Ops.AllocX8 reserves it.
+type X8Scratch struct{ Q, D Buffer }
+
+// AllocX8 reserves o.X8 for GEMVs of up to values values of x (token rows times k, a
+// multiple of 16), freeing a smaller one. It allocates, so it must not run inside a graph
+// capture: the backend calls it when it opens.
+func (o *Ops) AllocX8(values int) error {
+	if values <= 0 || values%16 != 0 {
+		return fmt.Errorf("cuda x8 scratch: %d values is not a positive multiple of 16", values)
+	}
+	if o.X8.Q.Len*4 >= values {
+		return nil
+	}
+	if err := o.FreeX8(); err != nil {
+		return err
+	}
+	q, err := o.Dev.Alloc(I32, values/4)
+	if err != nil {
+		return fmt.Errorf("cuda x8 scratch: %w", err)
+	}
+	d, err := o.Dev.Alloc(F32, values/16)
+	if err != nil {
+		o.Dev.Free(q)
+		return fmt.Errorf("cuda x8 scratch: %w", err)
+	}
+	o.X8 = X8Scratch{Q: q, D: d}
+	return nil
+}
+
+// FreeX8 frees o.X8.
+func (o *Ops) FreeX8() error {
+	err := firstErr(o.Dev.Free(o.X8.Q), o.Dev.Free(o.X8.D))
+	o.X8 = X8Scratch{}
+	return err
+}
+
+// roundX8 rounds count values of x into o.X8 for an int8 GEMV (the callers fall back to
+// the float layout when o.X8 cannot hold them: an unreserved scratch, or a wider weight).
+func (o *Ops) roundX8(x Buffer, count int) error { return o.QuantizeX8(o.X8.Q, o.X8.D, x, count) }
+
+// GEMVQWith is GEMVQ in the given kernel layout (the int8 one only where o.X8 holds the
+// n*k values of x; else the float layout).
 func (o *Ops) GEMVQWith(l GEMVLayout, y, x, w Buffer, n, k, m int) error {
 	if err := gemvShape("gemvq", n, k); err != nil {
 		return err
@@ -88,12 +130,14 @@ func (o *Ops) GEMVQWith(l GEMVLayout, y, x, w Buffer, n, k, m int) error {
 	if err := firstErr(need("gemvq", "y", y, n*m, F32), need("gemvq", "x", x, n*k, F32), need("gemvq", "w", w, m*k, quantizedTypes...)); err != nil {
 		return err
 	}
-	name := gemvqKernel(n, w.DType)
-	if l == GEMVSplitX8 {
-		name += "_x8"
+	grid, block := Dim3{(m + GEMVQRows - 1) / GEMVQRows, 1, 1}, Dim3{32 * GEMVQWarps, 1, 1}
+	if l == GEMVSplitX8 && o.X8.Q.Len*4 >= n*k {
+		if err := o.roundX8(x, n*k); err != nil {
+			return err
+		}
+		return o.Dev.Launch(o.Kern.mod, gemvqKernel(n, w.DType)+"_x8", grid, block, 0, y, o.X8.Q, o.X8.D, w, n, k, m)
 	}
-	return o.Dev.Launch(o.Kern.mod, name, Dim3{(m + GEMVQRows - 1) / GEMVQRows, 1, 1}, Dim3{32 * GEMVQWarps, 1, 1}, 0,
-		y, x, w, n, k, m)
+	return o.Dev.Launch(o.Kern.mod, gemvqKernel(n, w.DType), grid, block, 0, y, x, w, n, k, m)
 }
 
 // GEMVQMulti computes y[j] = x · w[j]ᵀ for up to GEMVMulti quantized weights of one block
@@ -103,6 +147,12 @@ func (o *Ops) GEMVQWith(l GEMVLayout, y, x, w Buffer, n, k, m int) error {
 // and repeats a valid pair of buffers. The results equal GEMVQ's weight by weight, bit
 // for bit.
 func (o *Ops) GEMVQMulti(y [GEMVMulti]Buffer, x Buffer, w [GEMVMulti]Buffer, n, k int, m [GEMVMulti]int) error {
+	return o.GEMVQMultiWith(GEMVSplit, y, x, w, n, k, m)
+}
+
+// GEMVQMultiWith is GEMVQMulti in the given kernel layout (GEMVQWith's results, weight by
+// weight, bit for bit; the int8 layout rounds x once for all the weights).
+func (o *Ops) GEMVQMultiWith(l GEMVLayout, y [GEMVMulti]Buffer, x Buffer, w [GEMVMulti]Buffer, n, k int, m [GEMVMulti]int) error {
 	if err := gemvShape("gemvq multi", n, k); err != nil {
 		return err
 	}
@@ -119,13 +169,20 @@ func (o *Ops) GEMVQMulti(y [GEMVMulti]Buffer, x Buffer, w [GEMVMulti]Buffer, n, 
 		}
 		blocks += (m[j] + GEMVQRows - 1) / GEMVQRows
 	}
-	return o.Dev.Launch(o.Kern.mod, gemvqKernel(n, w[0].DType)+"_m", Dim3{blocks, 1, 1}, Dim3{32 * GEMVQWarps, 1, 1}, 0,
-		y[0], y[1], y[2], x, w[0], w[1], w[2], n, k, m[0], m[1], m[2])
+	name, x8, xd := gemvqKernel(n, w[0].DType)+"_m", x, x
+	if l == GEMVSplitX8 && o.X8.Q.Len*4 >= n*k {
+		if err := o.roundX8(x, n*k); err != nil {
+			return err
+		}
+		name, x8, xd = name+"x8", o.X8.Q, o.X8.D
+	}
+	return o.Dev.Launch(o.Kern.mod, name, Dim3{blocks, 1, 1}, Dim3{32 * GEMVQWarps, 1, 1}, 0,
+		y[0], y[1], y[2], x, x8, xd, w[0], w[1], w[2], n, k, m[0], m[1], m[2])
 }
 
 // QuantizeX8 quantizes count float32 values of x (a multiple of 16) as the GEMVSplitX8
 // kernels do: signed bytes, four to a word of x8 (I32, count/4 words), and a scale a 16 values in d
-// (F32, count/16). The GEMV does this inside its blocks; this kernel lets tests check it.
+// (F32, count/16): the GEMVSplitX8 layout's rounding before its GEMV.
 func (o *Ops) QuantizeX8(x8, d, x Buffer, count int) error {
 	if count <= 0 || count%16 != 0 {
 		return fmt.Errorf("cuda quantize x8: %d values is not a positive multiple of 16", count)

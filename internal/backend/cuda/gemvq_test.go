@@ -91,8 +91,8 @@ func testGEMVQ(t *testing.T, e *env, r *rand.Rand) {
 	}
 }
 
-// testGEMVQMulti checks the multi-weight launch of the split layout against the same
-// weights one launch each: bit for bit, for every block type and row count.
+// testGEMVQMulti checks the multi-weight launch of each layout against the same weights
+// one launch each: bit for bit, for every block type and row count.
 func testGEMVQMulti(t *testing.T, e *env, r *rand.Rand) {
 	const k = 512
 	ms := [GEMVMulti]int{37, 20, 9}
@@ -102,27 +102,29 @@ func testGEMVQMulti(t *testing.T, e *env, r *rand.Rand) {
 		for j := range w {
 			w[j], _ = e.uploadQuant(t, ty.dt, ty.qt, randVals(r, ms[j]*k, 1))
 		}
-		for n := 1; n <= GEMVMaxRows; n++ {
-			var y, one [GEMVMulti]Buffer
-			for j := range y {
-				y[j], one[j] = e.poisoned(t, F32, n*ms[j]), e.poisoned(t, F32, n*ms[j])
-			}
-			e.do(t, func() error {
-				for j := range w {
-					if err := e.ops.GEMVQ(one[j], x, w[j], n, k, ms[j]); err != nil {
-						return err
-					}
+		for _, l := range []GEMVLayout{GEMVSplit, GEMVSplitX8} {
+			for n := 1; n <= GEMVMaxRows; n++ {
+				var y, one [GEMVMulti]Buffer
+				for j := range y {
+					y[j], one[j] = e.poisoned(t, F32, n*ms[j]), e.poisoned(t, F32, n*ms[j])
 				}
-				return e.ops.GEMVQMulti(y, x, w, n, k, ms)
-			})
-			for j := range y {
-				if got, want := e.download(t, y[j]), e.download(t, one[j]); !slices.Equal(got, want) {
-					t.Errorf("gemvq multi %s n=%d weight %d: differs from its own launch", ty.dt, n, j)
+				e.do(t, func() error {
+					for j := range w {
+						if err := e.ops.GEMVQWith(l, one[j], x, w[j], n, k, ms[j]); err != nil {
+							return err
+						}
+					}
+					return e.ops.GEMVQMultiWith(l, y, x, w, n, k, ms)
+				})
+				for j := range y {
+					if got, want := e.download(t, y[j]), e.download(t, one[j]); !slices.Equal(got, want) {
+						t.Errorf("gemvq multi %s %s n=%d weight %d: differs from its own launch", l, ty.dt, n, j)
+					}
 				}
 			}
 		}
 	}
-	result(t, "kernel", "gemvq multi (split) vs one launch a weight", "bit for bit", fmt.Sprintf("%d types x n=1..8", len(gemvqTypes)))
+	result(t, "kernel", "gemvq multi (split, split8) vs one launch a weight", "bit for bit", fmt.Sprintf("%d types x n=1..8", len(gemvqTypes)))
 }
 
 // quantX8 quantizes x (a multiple of 16 values) as quantize_x8 in gemvq.cu does, in

@@ -62,7 +62,7 @@ func newEnv(t *testing.T) *env {
 		}
 		e.ops = &Ops{Dev: dev, Kern: k, BLAS: b}
 		e.compile = k.CompileTime
-		return nil
+		return e.ops.AllocX8(GEMVMaxRows * 65536)
 	})
 	if err != nil {
 		dev.Close()
@@ -70,6 +70,7 @@ func newEnv(t *testing.T) *env {
 	}
 	t.Cleanup(func() {
 		dev.Do(func() error {
+			e.ops.FreeX8()
 			dev.FreeBLAS(e.ops.BLAS)
 			return dev.FreeKernels(e.ops.Kern)
 		})

@@ -12,6 +12,8 @@ type Ops struct {
 	Dev  *Device
 	Kern *Kernels
 	BLAS *BLAS
+	// X8 is the int8 GEMV layout's rounded x (AllocX8); empty until reserved.
+	X8 X8Scratch
 }
 
 // threads is the block size of the row and element-wise kernels.

@@ -38,6 +38,10 @@ type BackendOptions struct {
 // their rounding; docs/GPU_RESULTS.md).
 const DefaultQuantGEMV = cuda.GEMVSplit
 
+// maxX8Cols bounds the columns of a quantized weight the int8 GEMV layout reads (its
+// scratch for the rounded x is reserved when the backend opens, GEMVMaxRows rows of it).
+const maxX8Cols = 65536
+
 // Backend implements backend.Backend on one NVIDIA GPU. Every op is queued on the device's
 // stream from the device goroutine (Run is cuda.Device.Do); Logits is the step's only host
 // synchronisation.
@@ -149,6 +153,13 @@ func NewBackend(opt BackendOptions) (*Backend, error) {
 			return err
 		}
 		b.ops = &cuda.Ops{Dev: dev, Kern: k, BLAS: bl}
+		if b.quantGEMV.Int8() {
+			if err := b.ops.AllocX8(cuda.GEMVMaxRows * maxX8Cols); err != nil {
+				dev.FreeBLAS(bl)
+				dev.FreeKernels(k)
+				return err
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -202,7 +213,7 @@ func (b *Backend) Close() error {
 			b.work = nil
 		}
 		errs = append(errs, b.dev.FreeHost(b.metaHost), b.dev.FreeHost(b.maskHost), b.dev.FreeHost(b.blockHost), b.dev.FreeHost(b.layerHost),
-			b.dev.FreeBLAS(b.ops.BLAS), b.dev.FreeKernels(b.ops.Kern))
+			b.ops.FreeX8(), b.dev.FreeBLAS(b.ops.BLAS), b.dev.FreeKernels(b.ops.Kern))
 		b.metaHost, b.maskHost, b.blockHost, b.layerHost = nil, nil, nil, nil
 		return firstErr(errs...)
 	})
@@ -497,8 +508,20 @@ func (b *Backend) UploadStep(meta *backend.StepMeta) (backend.Step, error) {
 	if meta.LoRASlots != nil && len(meta.LoRASlots) != n {
 		return nil, fmt.Errorf("cuda step: %d adapter slots for %d tokens", len(meta.LoRASlots), n)
 	}
+	// The adapters' tokens grouped by slot for the LoRA kernel (cuda.LoRAPlan).
+	var loraOrder, loraTiles []int32
+	if meta.LoRASlots != nil {
+		nSlots := len(meta.LoRARanks)
+		for t, s := range meta.LoRASlots {
+			if s < -1 || int(s) >= nSlots {
+				return nil, fmt.Errorf("cuda step: token %d: adapter slot %d outside %d", t, s, nSlots)
+			}
+		}
+		loraOrder, loraTiles = make([]int32, n), make([]int32, cuda.LoRATiles(n, nSlots))
+		cuda.LoRAPlan(meta.LoRASlots, nSlots, loraOrder, loraTiles)
+	}
 	parts := [][]int32{meta.Tokens, meta.Positions, meta.SlotMapping, meta.QueryStarts, meta.ContextLens,
-		tables, meta.LogitsIndices, meta.TokenTypes, meta.LoRASlots, meta.LoRARanks}
+		tables, meta.LogitsIndices, meta.TokenTypes, meta.LoRASlots, meta.LoRARanks, loraOrder, loraTiles}
 	total := 0
 	for _, p := range parts {
 		total += len(p)
@@ -542,7 +565,7 @@ func (b *Backend) UploadStep(meta *backend.StepMeta) (backend.Step, error) {
 		return nil, fmt.Errorf("cuda step: %w", err)
 	}
 	b.cur = &step{meta: meta, tokens: views[0], positions: views[1], slots: views[2], queryStarts: views[3],
-		contextLens: views[4], blockTables: views[5], logitsIndices: views[6], tokenTypes: views[7], loraSlots: views[8], loraRanks: views[9],
+		contextLens: views[4], blockTables: views[5], logitsIndices: views[6], tokenTypes: views[7], loraSlots: views[8], loraRanks: views[9], loraOrder: views[10], loraTiles: views[11],
 		maxBlocks: stride, query: query, graphable: graphable}
 	return b.cur, nil
 }

@@ -157,9 +157,9 @@ func (b *Backend) MatMulSwiGLU(out, x, gate, up backend.Tensor) error {
 }
 
 // quantMulti reports whether the weights go to the GPU in one multi-weight launch of the
-// quantized GEMV: n rows a GEMV takes, the split layout, and one block type for all.
+// quantized GEMV: n rows a GEMV takes and one block type for all.
 func (b *Backend) quantMulti(ws []*tensor, n int) bool {
-	if n > cuda.GEMVMaxRows || b.quantGEMV != cuda.GEMVSplit {
+	if n > cuda.GEMVMaxRows {
 		return false
 	}
 	for _, w := range ws {
@@ -183,7 +183,7 @@ func (b *Backend) matMulsQuantized(ys []cuda.Buffer, x cuda.Buffer, ws []*tensor
 				y[j], w[j], m[j] = ys[g+j], ws[g+j].buf, ws[g+j].rows()
 			}
 		}
-		if err := b.ops.GEMVQMulti(y, x, w, n, k, m); err != nil {
+		if err := b.ops.GEMVQMultiWith(b.quantGEMV, y, x, w, n, k, m); err != nil {
 			return err
 		}
 	}

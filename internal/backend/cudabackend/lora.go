@@ -42,8 +42,9 @@ func (b *Backend) LoRAMatMul(out, x, u, a, bm backend.Tensor, st backend.Step) e
 func (b *Backend) LoRAGroupMax() int { return cuda.LoRAMaxGroup }
 
 // LoRAMatMulGroup adds each token's adapter updates to the outputs of projections that take
-// the same input x, in one launch for the whole group (cuda.Ops.LoRAGroup); the products
-// stay in the kernel's shared memory, so u is not used.
+// the same input x, each product in one launch for the whole group (cuda.Ops.LoRAGroup),
+// over the step's tokens grouped by slot when the step was made (the slots were checked
+// there), with u ([tokens][len(outs) * max rank]) holding the products A·x.
 func (b *Backend) LoRAMatMulGroup(outs []backend.Tensor, x, u backend.Tensor, as, bs []backend.Tensor, st backend.Step) error {
 	s, err := b.stepOf("lora", st)
 	if err != nil {
@@ -89,15 +90,17 @@ func (b *Backend) LoRAMatMulGroup(outs []backend.Tensor, x, u backend.Tensor, as
 	if xs.rows() != n {
 		return fmt.Errorf("cuda lora: x %v for %d tokens", xs.shape, n)
 	}
-	for t, slot := range s.meta.LoRASlots {
-		if int(slot) >= nSlots {
-			return fmt.Errorf("cuda lora: token %d: slot %d outside %d", t, slot, nSlots)
-		}
-	}
 	for i, r := range s.meta.LoRARanks {
 		if r < 0 || int(r) > maxRank {
 			return fmt.Errorf("cuda lora: slot %d of rank %d, the bound is %d", i, r, maxRank)
 		}
 	}
-	return b.ops.LoRAGroup(ms, xs.buf, s.loraSlots, s.loraRanks, n, xs.cols(), maxRank, nSlots)
+	us, err := devTensor("lora", "u", u, cuda.F32)
+	if err != nil {
+		return err
+	}
+	if us.rows() < n {
+		return fmt.Errorf("cuda lora: scratch u %v for %d tokens", us.shape, n)
+	}
+	return b.ops.LoRAGroup(ms, xs.buf, us.buf, s.loraSlots, s.loraRanks, s.loraOrder, s.loraTiles, n, xs.cols(), maxRank, nSlots, us.cols())
 }

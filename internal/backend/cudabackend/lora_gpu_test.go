@@ -12,10 +12,11 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
-// TestLoRAKernelMatchesCPU: the CUDA multi-LoRA op (lora_shrink_group_f32,
-// lora_expand_group_f32) against the CPU's scalar reference, for groups of one to three
+// TestLoRAKernelMatchesCPU: the CUDA multi-LoRA op (lora_shrink_f32 and lora_expand_f32,
+// over tokens grouped by slot in tiles) against the CPU's scalar reference, for groups of
+// one to three
 // projections of different widths sharing an input, on tokens of mixed slots (some
-// without one) of mixed ranks (above and below a register chunk of 16), the slots written
+// without one) of mixed ranks, the slots written
 // by WriteRows.
 func TestLoRAKernelMatchesCPU(t *testing.T) {
 	gpuDriver(t)

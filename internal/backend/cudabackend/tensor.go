@@ -128,6 +128,7 @@ type step struct {
 	contextLens, blockTables, logitsIndices cuda.Buffer
 	tokenTypes                              cuda.Buffer // StepMeta.TokenTypes; Len 0 when absent
 	loraSlots, loraRanks                    cuda.Buffer // StepMeta.LoRASlots and LoRARanks; Len 0 when absent
+	loraOrder, loraTiles                    cuda.Buffer // the slots' tokens grouped for the LoRA kernel (cuda.LoRAPlan); Len 0 when absent
 	// maxBlocks is the block tables' row stride on the device: meta.MaxBlocks, or a bound
 	// of it for a graph step.
 	maxBlocks int

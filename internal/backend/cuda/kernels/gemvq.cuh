@@ -294,8 +294,9 @@ __device__ __forceinline__ void accumulate_unit(const unsigned char* const* wr, 
 // on dp4a, four byte products a instruction, instead of a float multiply-add a weight.
 // x is quantized per 16-value unit, as the weights are: scale dx = max|x| / 127 and
 // q = round(x * 127 / max|x|), so x ~ dx * q (the choice of llama.cpp's Q8_1 activations, at
-// twice its granularity). A unit of weights becomes signed bytes q - BIAS (__vsub4; every
-// type's quants fit), and its part of the dot product is
+// twice its granularity), once a launch by quantize_x8_rows before the GEMV (x8: [n][k/4]
+// words of four bytes, xd: [n][k/16] scales). A unit of weights becomes signed bytes q - BIAS
+// (__vsub4; every type's quants fit), and its part of the dot product is
 //     dx * (d * sum (q_w - BIAS) q_x  -  m * sum q_x),
 // two integer sums of four dp4a each (the second only for the types with a min, and shared
 // by the R weight rows).
@@ -319,11 +320,11 @@ __device__ __forceinline__ void quantize_x8(const float* x, unsigned* q, float* 
     *d = amax / 127.f;
 }
 
-// accumulate_unit_x8 is accumulate_unit on the int8 path: each token row's unit of x
-// quantized to 8 bits in registers, the weights' quants as signed bytes, dp4a.
+// accumulate_unit_x8 is accumulate_unit on the int8 path: each token row's unit of x as
+// quantize_x8 rounded it (x8 and xd), the weights' quants as signed bytes, dp4a.
 template <typename Q, int R, int NT>
-__device__ __forceinline__ void accumulate_unit_x8(const unsigned char* const* wr, int u, const float* __restrict__ x, int n, int k,
-                                                   float (&acc)[R][NT]) {
+__device__ __forceinline__ void accumulate_unit_x8(const unsigned char* const* wr, int u, const unsigned* __restrict__ x8,
+                                                   const float* __restrict__ xd, int n, int k, float (&acc)[R][NT]) {
     constexpr unsigned bias = (unsigned)Q::BIAS * 0x01010101u;
     int wq[R][4];
     float d[R], mn[R];
@@ -337,19 +338,19 @@ __device__ __forceinline__ void accumulate_unit_x8(const unsigned char* const* w
 #pragma unroll
     for (int t = 0; t < NT; t++) {
         if (t < n) {
-            unsigned xv[4];
-            float dx;
-            quantize_x8(x + (long long)t * k + u * 16, xv, &dx);
+            uint4 xq = __ldg((const uint4*)(x8 + (long long)t * (k >> 2)) + u);
+            float dx = __ldg(xd + (long long)t * (k >> 4) + u);
+            int xv[4] = {(int)xq.x, (int)xq.y, (int)xq.z, (int)xq.w};
             int xs = 0;
             if constexpr (Q::MIN) {
 #pragma unroll
-                for (int j = 0; j < 4; j++) xs = dp4a((int)xv[j], 0x01010101, xs);
+                for (int j = 0; j < 4; j++) xs = dp4a(xv[j], 0x01010101, xs);
             }
 #pragma unroll
             for (int i = 0; i < R; i++) {
                 int dot = 0;
 #pragma unroll
-                for (int j = 0; j < 4; j++) dot = dp4a(wq[i][j], (int)xv[j], dot);
+                for (int j = 0; j < 4; j++) dot = dp4a(wq[i][j], xv[j], dot);
                 float v = Q::MIN ? d[i] * (float)dot - mn[i] * (float)xs : d[i] * (float)dot;
                 acc[i][t] += dx * v;
             }
@@ -384,11 +385,13 @@ __device__ __forceinline__ float split_sum(const float (&acc)[R][NT], int lane, 
 // gemvqs_rows is the split-k layout of the GEMV: the W warps of a block share its R weight
 // rows, warp w taking units 32w + lane, 32w + lane + 32W, ... of each (so that a row of a
 // few thousand values is read by W warps at once rather than by one warp in sequence),
-// and the warps' sums meet in shared memory. With X8 each lane quantizes its unit of x to
-// 8 bits in registers (quantize_x8) and multiplies on dp4a. blk is the block's index
-// among those of this weight (the multi-weight kernels run several weights in one grid).
+// and the warps' sums meet in shared memory. With X8 it reads x as quantize_x8 rounded it
+// (x8, xd) and multiplies on dp4a; without, x itself (x8 and xd unused). blk is the
+// block's index among those of this weight (the multi-weight kernels run several weights in
+// one grid).
 template <typename Q, int R, int NT, int W, bool X8>
 __device__ __forceinline__ void gemvqs_rows(long long blk, float* __restrict__ y, const float* __restrict__ x,
+                                            const unsigned* __restrict__ x8, const float* __restrict__ xd,
                                             const unsigned char* __restrict__ w, int n, int k, int m) {
     constexpr int V = R * NT;
     int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
@@ -410,7 +413,7 @@ __device__ __forceinline__ void gemvqs_rows(long long blk, float* __restrict__ y
 #pragma unroll 2
     for (int u = wid * 32 + lane; u < units; u += 32 * W) {
         if constexpr (X8)
-            accumulate_unit_x8<Q, R, NT>(wr, u, x, n, k, acc);
+            accumulate_unit_x8<Q, R, NT>(wr, u, x8, xd, n, k, acc);
         else
             accumulate_unit<Q, R, NT>(wr, u, x, n, k, acc);
     }

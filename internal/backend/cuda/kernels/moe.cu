@@ -143,7 +143,7 @@ __device__ __forceinline__ void moe_gemvq(float* y, const float* x, const unsign
     if (rows == 0) return;
     long long start = c[1];
     const unsigned char* w = (const unsigned char*)table[3 * c[0] + which];
-    gemvqs_rows<Q, 4, NT, 4, false>(blockIdx.x, y + start * m, x + start * k, w, rows, k, m);
+    gemvqs_rows<Q, 4, NT, 4, false>(blockIdx.x, y + start * m, x + start * k, nullptr, nullptr, w, rows, k, m);
 }
 
 template <typename T, int R, int NT, bool NOL1, bool GLU>
