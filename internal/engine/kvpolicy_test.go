@@ -257,31 +257,63 @@ func TestHeavyHittersFake(t *testing.T) {
 
 // The mass state accumulates (h2o, scored by the mean over the queries that saw each
 // entry) or keeps the latest window of queries (snapkv), and forgets dropped and evicted
-// entries.
+// entries; per lane, each lane its own entries.
 func TestMassState(t *testing.T) {
-	h := &massState{}
+	h := newMassState(h2oPolicy(t), 1)
 	h.add([]float32{1, 2}, 2) // entry 0 seen by both queries, entry 1 by the last
 	h.add([]float32{1, 1, 5}, 1)
-	if got := h.score(3); !slices.Equal(got, []float32{2.0 / 3, 3.0 / 2, 5}) {
+	if got := h.score(3); !slices.Equal(got[0], []float32{2.0 / 3, 3.0 / 2, 5}) {
 		t.Errorf("h2o score %v", got)
 	}
 	h.drop(1, 2)
-	if got := h.score(2); !slices.Equal(got, []float32{2.0 / 3, 5}) {
+	if got := h.score(2); !slices.Equal(got[0], []float32{2.0 / 3, 5}) {
 		t.Errorf("h2o score after a drop %v", got)
 	}
 	h.add([]float32{1, 1, 4}, 1)
-	h.evict([]int{0})
-	if got := h.score(2); !slices.Equal(got, []float32{3, 4}) {
+	h.evict([][]int{{0}})
+	if got := h.score(2); !slices.Equal(got[0], []float32{3, 4}) {
 		t.Errorf("h2o score after an eviction %v", got)
 	}
-	s := &massState{window: 2}
+	s := &massState{window: 2, lanes: make([]laneMass, 1)}
 	s.add([]float32{9}, 1)
 	s.add([]float32{1, 1}, 1)
 	s.add([]float32{1, 1, 1}, 1)
-	if got := s.score(3); !slices.Equal(got, []float32{2, 2, 1}) {
+	if got := s.score(3); !slices.Equal(got[0], []float32{2, 2, 1}) {
 		t.Errorf("snapkv score %v (the first query is out of the window)", got)
 	}
 	if s.from(10) != 8 || h.from(10) != 0 {
 		t.Errorf("mass rows from %d and %d of 10", s.from(10), h.from(10))
 	}
+	// Two lanes: a step's mass holds a row per lane; each lane evicts its own entries.
+	two := newMassState(h2oPolicy(t), 2)
+	if n := two.size(3); n != 6 {
+		t.Fatalf("size of a step's mass over 3 entries in 2 lanes: %d", n)
+	}
+	two.add([]float32{1, 2, 3, 4, 5, 6}, 1)
+	two.add([]float32{1, 1, 1, 1, 2, 2, 2, 2}, 1)
+	if got := two.score(4); !slices.Equal(got[0], []float32{1, 1.5, 2, 1}) || !slices.Equal(got[1], []float32{3, 3.5, 4, 2}) {
+		t.Errorf("two lanes' h2o scores %v", got)
+	}
+	two.evict([][]int{{1}, {2}})
+	if got := two.score(3); !slices.Equal(got[0], []float32{1, 2, 1}) || !slices.Equal(got[1], []float32{3, 3.5, 2}) {
+		t.Errorf("two lanes' h2o scores after evicting entry 1 of lane 0 and entry 2 of lane 1: %v", got)
+	}
+	c := two.clone()
+	two.evict([][]int{{0}})
+	if got := c.score(3); !slices.Equal(got[0], []float32{1, 2, 1}) || !slices.Equal(got[1], []float32{3, 3.5, 2}) {
+		t.Errorf("a clone changed with its origin: %v", got)
+	}
+	if got := two.score(2); !slices.Equal(got[0], []float32{2, 1}) || !slices.Equal(got[1], []float32{3.5, 2}) {
+		t.Errorf("one list evicts from every lane: %v", got)
+	}
+}
+
+// h2oPolicy is an h2o policy for mass state tests.
+func h2oPolicy(t *testing.T) kvcache.Policy {
+	t.Helper()
+	p, err := kvcache.NewPolicy(kvcache.PolicySpec{Name: kvcache.PolicyH2O, BudgetTokens: 64, SinkTokens: 4, WindowTokens: kvcache.Unset}, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -163,21 +163,25 @@ type Policy interface {
 	// began (accumulated, H2O), window w > 0 the latest w (SnapKV's observation window).
 	MassWindow() (asks bool, window int)
 	// Plan is asked before a step that would add want >= 1 tokens to a sequence whose
-	// cache holds cached tokens, with mass the attention mass of each cache entry when the
-	// policy asks for it (MassWindow; nil otherwise): it returns what to drop first (a
-	// zero Drop: nothing) and how many of the want tokens the step may add, at least 1.
-	Plan(cached, want int, mass []float32) (d Drop, room int)
+	// cache holds cached tokens, with mass, when the policy asks for it (MassWindow; nil
+	// otherwise), the attention mass of each cache entry per lane (one row per layer and
+	// KV head, each lane's entries the tokens that lane kept): it returns what to drop
+	// first (a zero Drop: nothing) and how many of the want tokens the step may add, at
+	// least 1.
+	Plan(cached, want int, mass [][]float32) (d Drop, room int)
 }
 
 // Drop is what a policy drops before a step: N blocks' worth of tokens.
 type Drop struct {
 	// From and N: without Evict, the logical blocks [From, From+N) go whole.
 	From, N int
-	// Evict, when set, makes the drop token-granular: it holds the N x BlockSize cache
-	// indices that go, ascending, none below From x BlockSize. The tokens after each move
-	// down to close the gaps (their keys rotated by the places they move, as a block drop
-	// rotates the blocks behind it), and the sequence's last N blocks, emptied so, go.
-	Evict []int
+	// Evict, when set, makes the drop token-granular: it holds, for each lane of the mass
+	// Plan was given (one list for them all when it was given one lane), the N x BlockSize
+	// cache indices that go from that lane, ascending, none below From x BlockSize. In
+	// each lane the entries after each move down to close the gaps (their keys rotated by
+	// the places they move, as a block drop rotates the blocks behind it), and the
+	// sequence's last N blocks, emptied so in every lane, go.
+	Evict [][]int
 }
 
 // NewPolicy checks spec and returns its policy for blocks of blockSize tokens.
@@ -205,7 +209,7 @@ func (fullPolicy) Drops() bool { return false }
 
 func (fullPolicy) MassWindow() (bool, int) { return false, 0 }
 
-func (fullPolicy) Plan(cached, want int, mass []float32) (Drop, int) { return Drop{}, want }
+func (fullPolicy) Plan(cached, want int, mass [][]float32) (Drop, int) { return Drop{}, want }
 
 // streaming is StreamingLLM (Xiao et al., 2023) on blocks: the sink blocks, then a window
 // of the most recent blocks, the blocks between dropped whole, oldest first; tokens
@@ -251,7 +255,7 @@ func (p *streaming) Drops() bool { return true }
 // whole blocks of the most recent tokens stay before the step's first token.
 func (p *streaming) MassWindow() (bool, int) { return false, 0 }
 
-func (p *streaming) Plan(cached, want int, mass []float32) (Drop, int) {
+func (p *streaming) Plan(cached, want int, mass [][]float32) (Drop, int) {
 	bs := p.bs
 	first := min(want, bs)
 	n := 0
@@ -265,24 +269,23 @@ func (p *streaming) Plan(cached, want int, mass []float32) (Drop, int) {
 	return Drop{From: p.sinkBlocks, N: n}, room
 }
 
-// heavyHitters keeps the tokens the sequence's attention goes to: the sink tokens, the
-// recent window, and of the tokens between those the ones with the most attention mass.
-// When the budget is full, the block's worth of tokens with the least mass goes (the
-// oldest among equals) and the cache is compacted over the gaps, so that one block is
-// freed while every recent token stays. h2o (Zhang et al., 2023) ranks by the mass of
-// every query since a token entered the cache, divided by the number of those queries: a
-// token's mean attention, so that the oldest tokens do not win only by having been
-// attended the longest (the bias of the plain sum that A2SF, Jo and Shin 2024, names
-// and corrects with a decay). snapkv (Li et al., 2024) ranks by the mass of the latest
-// queries only, its observation window, max-pooled over neighbouring tokens (SnapKV's
-// pooling, which keeps the context around a selected token), at every drop rather than
-// once at the end of the prompt, so that a sequence of any length stays within its
-// budget.
-//
-// The mass is summed over the heads and layers: one block table, hence one selection,
-// serves them all, so selection per KV head (as SnapKV does) or per layer (as H2O does)
-// does not fit the paged layout. Tokens are rotated by their place in the cache, as
-// streaming's are.
+// heavyHitters keeps the tokens the sequence's attention goes to, in each layer's KV head
+// apart: the sink tokens, the recent window, and of the tokens between those the ones
+// with the most attention mass in that head. When the budget is full, each head's block's
+// worth of tokens with the least mass goes (the oldest among equals) and each head's
+// cache is compacted over its gaps, so that one block is freed while every recent token
+// stays. Every head keeps the same number of tokens, so the heads share the block table,
+// but slot j of one head may hold another token than slot j of the next: keys sit at
+// their slot's position whichever token they are (the compaction rotates each moved key
+// to its new slot), so nothing per head needs remembering. h2o (Zhang et al., 2023) ranks
+// by the mass of every query since a token entered the cache, divided by the number of
+// those queries: a token's mean attention, so that the oldest tokens do not win only by
+// having been attended the longest (the bias of the plain sum that A2SF, Jo and Shin
+// 2024, names and corrects with a decay). snapkv (Li et al., 2024) ranks by the mass of
+// the latest queries only, its observation window, max-pooled over neighbouring tokens
+// (SnapKV's pooling, which keeps the context around a selected token), at every drop
+// rather than once at the end of the prompt, so that a sequence of any length stays
+// within its budget. Tokens are rotated by their place in the cache, as streaming's are.
 type heavyHitters struct {
 	spec          PolicySpec
 	bs, maxBlocks int
@@ -332,39 +335,55 @@ func (p *heavyHitters) Drops() bool { return true }
 
 func (p *heavyHitters) MassWindow() (bool, int) { return true, p.window }
 
-// Plan evicts, when the step's first block of tokens would pass the budget, the block's
-// worth of tokens outside the sinks and the recent window with the least mass (mass
-// already normalized as the policy ranks it, see the type's comment).
-func (p *heavyHitters) Plan(cached, want int, mass []float32) (Drop, int) {
+// Plan evicts, when the step's first block of tokens would pass the budget, from each
+// lane of mass the block's worth of tokens outside the sinks and the recent window with
+// the least mass (mass already normalized as the policy ranks it, see the type's
+// comment); with no mass, one lane of equal scores: the oldest tokens.
+func (p *heavyHitters) Plan(cached, want int, mass [][]float32) (Drop, int) {
 	bs := p.bs
 	first := min(want, bs)
 	var d Drop
 	if (cached+first+bs-1)/bs > p.maxBlocks {
-		// Validation leaves enough candidates: cached > (maxBlocks-1) x bs.
-		lo, hi := p.spec.SinkTokens, cached-p.spec.WindowTokens
-		score := make([]float32, hi-lo)
-		for j := range score {
-			if lo+j < len(mass) {
-				score[j] = mass[lo+j]
-			}
+		lanes := mass
+		if len(lanes) == 0 {
+			lanes = [][]float32{nil}
 		}
-		if p.window > 0 {
-			score = maxPool(score, snapKVPool)
+		d.Evict = make([][]int, len(lanes))
+		d.From, d.N = cached/bs, 1
+		for h, m := range lanes {
+			d.Evict[h] = p.leastAttended(cached, m)
+			d.From = min(d.From, d.Evict[h][0]/bs)
 		}
-		idx := make([]int, len(score))
-		for j := range idx {
-			idx[j] = j
-		}
-		// The least mass first, the oldest among equals.
-		slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(score[a], score[b]) })
-		d.Evict = idx[:bs]
-		slices.Sort(d.Evict)
-		for i := range d.Evict {
-			d.Evict[i] += lo
-		}
-		d.From, d.N = d.Evict[0]/bs, 1
 	}
 	return d, min(want, p.maxBlocks*bs-(cached-d.N*bs))
+}
+
+// leastAttended returns, ascending, the block's worth of cache indices outside the sinks
+// and the recent window with the least score by mass (entries past mass score 0).
+// Validation leaves enough candidates: cached > (maxBlocks-1) x bs.
+func (p *heavyHitters) leastAttended(cached int, mass []float32) []int {
+	lo, hi := p.spec.SinkTokens, cached-p.spec.WindowTokens
+	score := make([]float32, hi-lo)
+	for j := range score {
+		if lo+j < len(mass) {
+			score[j] = mass[lo+j]
+		}
+	}
+	if p.window > 0 {
+		score = maxPool(score, snapKVPool)
+	}
+	idx := make([]int, len(score))
+	for j := range idx {
+		idx[j] = j
+	}
+	// The least mass first, the oldest among equals.
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(score[a], score[b]) })
+	evict := idx[:p.bs]
+	slices.Sort(evict)
+	for i := range evict {
+		evict[i] += lo
+	}
+	return evict
 }
 
 // maxPool returns, for each x[j], the largest of x[j-w/2 .. j+w/2] that x holds.
