@@ -282,7 +282,7 @@ func fakeEngineDraft(t testing.TB, vocab int, cfg Config, canSample bool, noise 
 	}
 	// The fake reports no mass, but takes the policies that ask for it (all blocks equal),
 	// over one lane.
-	e, err := assemble(fm, ModelInfo{VocabSize: vocab, ContextLen: 4096, MassLanes: 1}, nil, cfg, d)
+	e, err := assemble(fm, ModelInfo{VocabSize: vocab, ContextLen: 4096, MassLanes: 1, MassHeads: 1}, nil, cfg, d)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -83,8 +83,12 @@ func (s *scheduler) evict(seq *sequence, d kvcache.Drop, cached, room int) (int,
 	bs := s.kv.BlockSize()
 	table := s.kv.BlockTable(seq.id)
 	nb := (cached + bs - 1) / bs
-	if d.From < 0 || nb > len(table) || nb-d.N < d.From || len(d.Evict) != 1 && len(d.Evict) != max(1, s.massLanes) {
-		return 0, nil, false, fmt.Errorf("engine: kv policy of %q: evicts %d lanes' tokens from block %d of a cache of %d tokens in %d blocks (%d lanes)", seq.id, len(d.Evict), d.From, cached, len(table), s.massLanes)
+	groups, fold := 1, 1
+	if seq.mass != nil {
+		groups, fold = len(seq.mass.lanes), seq.mass.fold
+	}
+	if d.From < 0 || nb > len(table) || nb-d.N < d.From || len(d.Evict) != 1 && len(d.Evict) != groups {
+		return 0, nil, false, fmt.Errorf("engine: kv policy of %q: evicts %d lanes' tokens from block %d of a cache of %d tokens in %d blocks (%d lanes)", seq.id, len(d.Evict), d.From, cached, len(table), groups)
 	}
 	for h, ev := range d.Evict {
 		if len(ev) != d.N*bs || ev[0] < d.From*bs || ev[len(ev)-1] >= cached || !ascending(ev) {
@@ -99,6 +103,8 @@ func (s *scheduler) evict(seq *sequence, d kvcache.Drop, cached, room int) (int,
 	if err := s.kv.Drop(seq.id, nb-d.N, d.N); err != nil {
 		return 0, nil, false, fmt.Errorf("engine: kv policy of %q: %w", seq.id, err)
 	}
+	// What each list keeps, then a list per layer and KV head when the lists are per
+	// lane of mass that folds several (selection by layer).
 	keep := make([][]int, len(d.Evict))
 	for h, ev := range d.Evict {
 		keep[h] = make([]int, 0, cached-d.From*bs-len(ev))
@@ -109,6 +115,13 @@ func (s *scheduler) evict(seq *sequence, d kvcache.Drop, cached, room int) (int,
 			}
 			keep[h] = append(keep[h], j-d.From*bs)
 		}
+	}
+	if len(keep) > 1 && fold > 1 {
+		perHead := make([][]int, len(keep)*fold)
+		for h := range perHead {
+			perHead[h] = keep[h/fold]
+		}
+		keep = perHead
 	}
 	seq.dropped += d.N * bs
 	if seq.mass != nil {
@@ -128,13 +141,19 @@ func ascending(x []int) bool {
 	return true
 }
 
+// massShape is the shape of the attention mass a model reports: lanes rows per sequence
+// (model.Seq.Mass), one per layer and KV head, heads of them per layer.
+type massShape struct{ lanes, heads int }
+
 // massState is the attention mass a sequence's policy ranks its cache by (see
-// kvcache.Policy.MassWindow), per lane (layer and KV head, the rows of model.Seq.Mass):
-// each lane's rows of mass by its cache index, each from the queries of one step, the
-// oldest rows let go once the rest cover the policy's window (all kept, summed, when the
-// window is 0: H2O's accumulated mass).
+// kvcache.Policy.MassWindow), per lane of its selection (kvcache.PolicySpec.Selection):
+// one lane for the sequence, one per layer or one per layer and KV head, each folding
+// fold rows of model.Seq.Mass. Each lane holds rows of mass by its cache index, each
+// from the queries of one step, the oldest rows let go once the rest cover the policy's
+// window (all kept, summed, when the window is 0: H2O's accumulated mass).
 type massState struct {
 	window int
+	fold   int
 	lanes  []laneMass
 }
 
@@ -152,13 +171,24 @@ type massRow struct {
 	mass    []float32
 }
 
-// newMassState returns the mass state of a sequence under pol over lanes lanes (nil when
-// pol asks for none).
-func newMassState(pol kvcache.Policy, lanes int) *massState {
-	if asks, window := pol.MassWindow(); asks {
-		return &massState{window: window, lanes: make([]laneMass, max(1, lanes))}
+// newMassState returns the mass state of a sequence under pol over mass of shape sh (nil
+// when pol asks for none).
+func newMassState(pol kvcache.Policy, sh massShape) *massState {
+	asks, window := pol.MassWindow()
+	if !asks {
+		return nil
 	}
-	return nil
+	lanes := max(1, sh.lanes)
+	groups := 1
+	switch pol.Spec().Selection {
+	case kvcache.SelectHead:
+		groups = lanes
+	case kvcache.SelectLayer:
+		if sh.heads > 0 && lanes%sh.heads == 0 {
+			groups = lanes / sh.heads
+		}
+	}
+	return &massState{window: window, fold: lanes / groups, lanes: make([]laneMass, groups)}
 }
 
 // clone returns a copy of m for a forked sequence.
@@ -166,7 +196,7 @@ func (m *massState) clone() *massState {
 	if m == nil {
 		return nil
 	}
-	c := &massState{window: m.window, lanes: make([]laneMass, len(m.lanes))}
+	c := &massState{window: m.window, fold: m.fold, lanes: make([]laneMass, len(m.lanes))}
 	for h, l := range m.lanes {
 		c.lanes[h].seen = slices.Clone(l.seen)
 		for _, r := range l.rows {
@@ -184,14 +214,25 @@ func (m *massState) from(numNew int) int {
 	return max(0, numNew-m.window)
 }
 
-// size returns the entries of a step's mass over a context of ctx entries: a row per lane.
-func (m *massState) size(ctx int) int { return len(m.lanes) * ctx }
+// size returns the entries of a step's mass over a context of ctx entries: a row per
+// layer and KV head.
+func (m *massState) size(ctx int) int { return len(m.lanes) * m.fold * ctx }
 
-// add takes a step's mass from its queries: a row per lane, as size says.
+// add takes a step's mass from its queries, as size says, each lane's rows summed.
 func (m *massState) add(mass []float32, queries int) {
-	n := len(mass) / len(m.lanes)
+	n := len(mass) / (len(m.lanes) * m.fold)
 	for h := range m.lanes {
-		m.lanes[h].add(mass[h*n:(h+1)*n:(h+1)*n], queries, m.window)
+		rows := mass[h*m.fold*n : (h+1)*m.fold*n : (h+1)*m.fold*n]
+		sum := rows[:n:n]
+		if m.fold > 1 {
+			sum = slices.Clone(sum)
+			for r := 1; r < m.fold; r++ {
+				for j, x := range rows[r*n : (r+1)*n] {
+					sum[j] += x
+				}
+			}
+		}
+		m.lanes[h].add(sum, queries, m.window)
 	}
 }
 

@@ -50,8 +50,8 @@ type ModelInfo struct {
 	ContextLen int
 	// MassLanes is the rows of attention mass its steps report per sequence, one per
 	// layer and KV head (model.Seq.Mass), which the KV policies h2o and snapkv need; 0
-	// when they report none.
-	MassLanes int
+	// when they report none. MassHeads is the KV heads of a layer: the lanes of one.
+	MassLanes, MassHeads int
 }
 
 // pagedModel binds a model.Model to one KV cache: the Model the engine runs on a real

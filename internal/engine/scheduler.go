@@ -103,8 +103,9 @@ type scheduler struct {
 	maxModelLen int
 	// vocab is the model's vocabulary size (draft tokens must be inside it).
 	vocab int
-	// massLanes is ModelInfo.MassLanes: the rows of a step's attention mass.
-	massLanes int
+	// massShape is ModelInfo's MassLanes and MassHeads: the rows of a step's attention
+	// mass.
+	massShape massShape
 	// spec, when set, configures speculative decoding (draft tokens for decoding
 	// sequences).
 	spec *Speculation
@@ -178,7 +179,7 @@ func (s *scheduler) preempt(seq *sequence) {
 	s.running, _ = remove(s.running, seq)
 	s.kv.Free(seq.id)
 	seq.numComputed, seq.dropped = 0, 0
-	seq.mass, seq.massPending = newMassState(seq.req.policy, s.massLanes), false
+	seq.mass, seq.massPending = newMassState(seq.req.policy, s.massShape), false
 	seq.massEpoch++
 	if seq.pending == 0 {
 		// Drafts proposed for the step being planned: it will not run them. (A step in

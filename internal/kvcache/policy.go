@@ -47,6 +47,11 @@ type PolicySpec struct {
 	// sinks and two blocks); for snapkv the observation window too, the latest queries
 	// whose attention ranks the rest (default 32, less when the budget is small).
 	WindowTokens int
+	// Selection is how finely h2o and snapkv choose what stays: "sequence" (the default:
+	// one choice for every layer and KV head, by their summed attention mass), "layer"
+	// (one per layer, by the mass of its KV heads) or "head" (one per layer and KV head,
+	// as SnapKV selects per head and H2O per head and layer). "" is unset.
+	Selection string
 }
 
 // Unset is the value of a PolicySpec setting that was not given.
@@ -58,6 +63,13 @@ const (
 	PolicyStreaming = "streaming"
 	PolicyH2O       = "h2o"
 	PolicySnapKV    = "snapkv"
+)
+
+// Selections of h2o and snapkv (PolicySpec.Selection).
+const (
+	SelectSequence = "sequence"
+	SelectLayer    = "layer"
+	SelectHead     = "head"
 )
 
 // Streaming defaults.
@@ -74,7 +86,8 @@ func FullSpec() PolicySpec {
 }
 
 // ParsePolicySpec parses NAME[:key=value,...], the form of the --kv-policy flag, with keys
-// budget_tokens, sink_tokens and window_tokens taking non-negative integers.
+// budget_tokens, sink_tokens and window_tokens taking non-negative integers and selection
+// taking sequence, layer or head.
 func ParsePolicySpec(s string) (PolicySpec, error) {
 	spec := FullSpec()
 	name, rest, hasKeys := strings.Cut(strings.TrimSpace(s), ":")
@@ -91,6 +104,13 @@ func ParsePolicySpec(s string) (PolicySpec, error) {
 		if !ok || key == "" {
 			return spec, fmt.Errorf("kv policy %q: %q is not key=value", s, kv)
 		}
+		if key == "selection" {
+			spec.Selection = val
+			if err := checkSelection(val); err != nil {
+				return spec, fmt.Errorf("kv policy %q: %w", s, err)
+			}
+			continue
+		}
 		n, err := strconv.Atoi(val)
 		if err != nil || n < 0 {
 			return spec, fmt.Errorf("kv policy %q: %s=%q is not a non-negative integer", s, key, val)
@@ -103,10 +123,19 @@ func ParsePolicySpec(s string) (PolicySpec, error) {
 		case "window_tokens":
 			spec.WindowTokens = n
 		default:
-			return spec, fmt.Errorf("kv policy %q: unknown key %q (have budget_tokens, sink_tokens, window_tokens)", s, key)
+			return spec, fmt.Errorf("kv policy %q: unknown key %q (have budget_tokens, sink_tokens, window_tokens, selection)", s, key)
 		}
 	}
 	return spec, nil
+}
+
+// checkSelection says what is wrong with a selection ("" is unset).
+func checkSelection(sel string) error {
+	switch sel {
+	case "", SelectSequence, SelectLayer, SelectHead:
+		return nil
+	}
+	return fmt.Errorf("selection %q is not sequence, layer or head", sel)
 }
 
 // String formats s as ParsePolicySpec reads it.
@@ -119,6 +148,9 @@ func (s PolicySpec) String() string {
 		if kv.v != Unset {
 			keys = append(keys, kv.k+"="+strconv.Itoa(kv.v))
 		}
+	}
+	if s.Selection != "" {
+		keys = append(keys, "selection="+s.Selection)
 	}
 	if len(keys) == 0 {
 		return s.Name
@@ -145,6 +177,9 @@ func (s PolicySpec) Over(base PolicySpec) PolicySpec {
 	if s.WindowTokens == Unset {
 		s.WindowTokens = base.WindowTokens
 	}
+	if s.Selection == "" {
+		s.Selection = base.Selection
+	}
 	return s
 }
 
@@ -164,10 +199,11 @@ type Policy interface {
 	MassWindow() (asks bool, window int)
 	// Plan is asked before a step that would add want >= 1 tokens to a sequence whose
 	// cache holds cached tokens, with mass, when the policy asks for it (MassWindow; nil
-	// otherwise), the attention mass of each cache entry per lane (one row per layer and
-	// KV head, each lane's entries the tokens that lane kept): it returns what to drop
-	// first (a zero Drop: nothing) and how many of the want tokens the step may add, at
-	// least 1.
+	// otherwise), the attention mass of each cache entry per lane of its selection (one
+	// row for the sequence, one per layer or one per layer and KV head, see
+	// PolicySpec.Selection; each lane's entries the tokens that lane kept): it returns
+	// what to drop first (a zero Drop: nothing) and how many of the want tokens the step
+	// may add, at least 1.
 	Plan(cached, want int, mass [][]float32) (d Drop, room int)
 }
 
@@ -188,8 +224,8 @@ type Drop struct {
 func NewPolicy(spec PolicySpec, blockSize int) (Policy, error) {
 	switch spec.Name {
 	case PolicyFull, "":
-		if spec.BudgetTokens != Unset || spec.SinkTokens != Unset || spec.WindowTokens != Unset {
-			return nil, fmt.Errorf("kv policy full keeps every token: it takes no budget_tokens, sink_tokens or window_tokens")
+		if spec.BudgetTokens != Unset || spec.SinkTokens != Unset || spec.WindowTokens != Unset || spec.Selection != "" {
+			return nil, fmt.Errorf("kv policy full keeps every token: it takes no budget_tokens, sink_tokens, window_tokens or selection")
 		}
 		return fullPolicy{}, nil
 	case PolicyStreaming:
@@ -222,6 +258,9 @@ type streaming struct {
 }
 
 func newStreaming(spec PolicySpec, bs int) (Policy, error) {
+	if spec.Selection != "" {
+		return nil, fmt.Errorf("kv policy streaming keeps the same blocks for every head: it takes no selection (h2o and snapkv do)")
+	}
 	if spec.SinkTokens == Unset {
 		spec.SinkTokens = DefaultSinkTokens
 	}
@@ -269,15 +308,17 @@ func (p *streaming) Plan(cached, want int, mass [][]float32) (Drop, int) {
 	return Drop{From: p.sinkBlocks, N: n}, room
 }
 
-// heavyHitters keeps the tokens the sequence's attention goes to, in each layer's KV head
-// apart: the sink tokens, the recent window, and of the tokens between those the ones
-// with the most attention mass in that head. When the budget is full, each head's block's
-// worth of tokens with the least mass goes (the oldest among equals) and each head's
-// cache is compacted over its gaps, so that one block is freed while every recent token
-// stays. Every head keeps the same number of tokens, so the heads share the block table,
-// but slot j of one head may hold another token than slot j of the next: keys sit at
-// their slot's position whichever token they are (the compaction rotates each moved key
-// to its new slot), so nothing per head needs remembering. h2o (Zhang et al., 2023) ranks
+// heavyHitters keeps the tokens the sequence's attention goes to: the sink tokens, the
+// recent window, and of the tokens between those the ones with the most attention mass.
+// When the budget is full, the block's worth of tokens with the least mass goes (the
+// oldest among equals) and the cache is compacted over the gaps, so that one block is
+// freed while every recent token stays. The choice is made per lane of the mass the
+// engine gives Plan: one lane for the whole sequence (mass summed over layers and KV
+// heads), one per layer, or one per layer and KV head (PolicySpec.Selection). Every head
+// keeps the same number of tokens, so the heads share the block table, but with a choice
+// per layer or head slot j of one head may hold another token than slot j of the next:
+// keys sit at their slot's position whichever token they are (the compaction rotates
+// each moved key to its new slot), so nothing per head needs remembering. h2o (Zhang et al., 2023) ranks
 // by the mass of every query since a token entered the cache, divided by the number of
 // those queries: a token's mean attention, so that the oldest tokens do not win only by
 // having been attended the longest (the bias of the plain sum that A2SF, Jo and Shin
@@ -297,6 +338,12 @@ type heavyHitters struct {
 const snapKVPool = 7
 
 func newHeavyHitters(spec PolicySpec, bs int) (Policy, error) {
+	if err := checkSelection(spec.Selection); err != nil {
+		return nil, fmt.Errorf("kv policy %s: %w", spec.Name, err)
+	}
+	if spec.Selection == "" {
+		spec.Selection = SelectSequence
+	}
 	if spec.SinkTokens == Unset {
 		spec.SinkTokens = DefaultSinkTokens
 	}

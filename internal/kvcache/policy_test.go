@@ -14,6 +14,7 @@ func TestParsePolicySpec(t *testing.T) {
 		{"full", PolicySpec{Name: "full", BudgetTokens: Unset, SinkTokens: Unset, WindowTokens: Unset}},
 		{"streaming:budget_tokens=64,sink_tokens=0", PolicySpec{Name: "streaming", BudgetTokens: 64, SinkTokens: 0, WindowTokens: Unset}},
 		{" streaming : window_tokens = 60 ", PolicySpec{Name: "streaming", BudgetTokens: Unset, SinkTokens: Unset, WindowTokens: 60}},
+		{"h2o:selection=head,budget_tokens=96", PolicySpec{Name: "h2o", BudgetTokens: 96, SinkTokens: Unset, WindowTokens: Unset, Selection: SelectHead}},
 	} {
 		got, err := ParsePolicySpec(c.in)
 		if err != nil || got != c.want {
@@ -25,7 +26,7 @@ func TestParsePolicySpec(t *testing.T) {
 		}
 	}
 	for _, in := range []string{"", ":budget_tokens=4", "streaming:budget_tokens=1.5", "streaming:budget_tokens=-4",
-		"streaming:budget=64", "streaming:budget_tokens", "streaming:,"} {
+		"streaming:budget=64", "streaming:budget_tokens", "streaming:,", "h2o:selection=token"} {
 		if _, err := ParsePolicySpec(in); err == nil {
 			t.Errorf("ParsePolicySpec(%q) took it", in)
 		}
@@ -47,6 +48,8 @@ func TestNewPolicy(t *testing.T) {
 		{"full:budget_tokens=64", "takes no"},
 		{"streaming:budget_tokens=64,sink_tokens=4,window_tokens=61", "below sink_tokens 4 + window_tokens 61"},
 		{"streaming:budget_tokens=40,sink_tokens=4", "too few"},
+		{"streaming:selection=head", "takes no selection"},
+		{"full:selection=layer", "takes no"},
 	} {
 		if _, err := NewPolicy(spec(c.in), 16); err == nil || !strings.Contains(err.Error(), c.err) {
 			t.Errorf("%s: error %v, want one saying %q", c.in, err, c.err)
@@ -69,6 +72,19 @@ func TestNewPolicy(t *testing.T) {
 	}
 	if got := FullSpec().Over(server); got != FullSpec() {
 		t.Errorf("full over streaming: %+v", got)
+	}
+	h2oServer := spec("h2o:selection=layer")
+	if got := spec("h2o:budget_tokens=96").Over(h2oServer); got.Selection != SelectLayer {
+		t.Errorf("h2o over the server's h2o: selection %q, want the server's layer", got.Selection)
+	}
+	if got := spec("h2o:selection=head").Over(h2oServer); got.Selection != SelectHead {
+		t.Errorf("h2o asking for head over the server's layer: %q", got.Selection)
+	}
+	for sel, want := range map[string]string{"": SelectSequence, SelectLayer: SelectLayer, SelectHead: SelectHead} {
+		p, err := NewPolicy(PolicySpec{Name: PolicySnapKV, BudgetTokens: 64, SinkTokens: Unset, WindowTokens: Unset, Selection: sel}, 16)
+		if err != nil || p.Spec().Selection != want {
+			t.Errorf("snapkv selection %q: %v, %v; want %s", sel, p, err, want)
+		}
 	}
 }
 
@@ -150,7 +166,7 @@ func TestDropAndPrivatize(t *testing.T) {
 }
 
 func FuzzParsePolicySpec(f *testing.F) {
-	for _, s := range []string{"full", "streaming:budget_tokens=64,sink_tokens=4,window_tokens=60", "x:a=1", "streaming:budget_tokens=99999999999999999999"} {
+	for _, s := range []string{"full", "streaming:budget_tokens=64,sink_tokens=4,window_tokens=60", "x:a=1", "streaming:budget_tokens=99999999999999999999", "snapkv:selection=head,budget_tokens=64"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
