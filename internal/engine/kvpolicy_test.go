@@ -197,6 +197,7 @@ func TestStreamingPolicyStories(t *testing.T) {
 				}
 			}
 		}
+		narrows := map[variant][]int32{}
 		for _, v := range variants {
 			name := v.name + " " + v.selection
 			spec := func(b int) *kvcache.PolicySpec {
@@ -221,6 +222,16 @@ func TestStreamingPolicyStories(t *testing.T) {
 			}
 			if slices.Equal(narrow[:120], full) {
 				t.Errorf("%s with budget %d never left full attention: the test shows nothing", name, budget)
+			}
+			narrows[v] = narrow
+		}
+		// A choice per layer or per head is not the sequence's one: the tokens part.
+		for _, n := range []string{kvcache.PolicyH2O, kvcache.PolicySnapKV} {
+			seqWide := narrows[variant{n, kvcache.SelectSequence}]
+			for _, sel := range []string{kvcache.SelectLayer, kvcache.SelectHead} {
+				if got, ok := narrows[variant{n, sel}]; ok && slices.Equal(got, seqWide) {
+					t.Errorf("%s selection=%s at budget %d generates what selection=sequence does: the lanes chose alike", n, sel, budget)
+				}
 			}
 		}
 		waitIdle(t, e)
