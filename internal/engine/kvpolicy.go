@@ -116,19 +116,27 @@ func (s *scheduler) evict(seq *sequence, d kvcache.Drop, cached, room int) (int,
 			keep[h] = append(keep[h], j-d.From*bs)
 		}
 	}
-	if len(keep) > 1 && fold > 1 {
-		perHead := make([][]int, len(keep)*fold)
-		for h := range perHead {
-			perHead[h] = keep[h/fold]
-		}
-		keep = perHead
-	}
+	keep = perHead(keep, fold)
 	seq.dropped += d.N * bs
 	if seq.mass != nil {
 		seq.mass.evict(d.Evict)
 	}
 	c := &compaction{src: src, dst: slices.Clone(s.kv.BlockTable(seq.id)[d.From : nb-d.N]), keep: keep}
 	return room, &keyShift{compact: c}, true, nil
+}
+
+// perHead returns keep, lists per lane of mass that each fold fold rows of the model's
+// mass (layer after layer, KV head after KV head), as one list per row: lane g's for rows
+// g·fold .. g·fold+fold-1. One list (for every row) stays as it is.
+func perHead(keep [][]int, fold int) [][]int {
+	if len(keep) == 1 || fold == 1 {
+		return keep
+	}
+	out := make([][]int, len(keep)*fold)
+	for h := range out {
+		out[h] = keep[h/fold]
+	}
+	return out
 }
 
 // ascending reports whether x rises strictly.

@@ -356,3 +356,20 @@ func h2oPolicy(t *testing.T, sel string) kvcache.Policy {
 	}
 	return p
 }
+
+// A list per layer (lanes folding a layer's KV heads) becomes a list per layer and KV
+// head, the layer's for each of its heads; one list or lanes of one row stay as they are.
+func TestPerHeadKeep(t *testing.T) {
+	a, b := []int{0, 2}, []int{1, 2}
+	got := perHead([][]int{a, b}, 3)
+	want := [][]int{a, a, a, b, b, b}
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("2 layers of 3 kv heads: %v, want %v", got, want)
+	}
+	if got := perHead([][]int{a}, 4); len(got) != 1 {
+		t.Errorf("one list: %v", got)
+	}
+	if got := perHead([][]int{a, b}, 1); !slices.EqualFunc(got, [][]int{a, b}, slices.Equal) {
+		t.Errorf("lanes of one row: %v", got)
+	}
+}
