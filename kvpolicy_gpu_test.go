@@ -16,7 +16,9 @@ import (
 // reads and writes) generates the CPU engine's greedy tokens, which follow from the same
 // eviction decisions; each sequence stays within its budget and every block comes back.
 // A second check scores a 600-token prompt one token a step under each policy (the bench
-// longctx measure): the perplexities agree within 0.5%.
+// longctx measure): the perplexities agree within 0.5%. h2o and snapkv run with their
+// default selection (one for the sequence) and per layer and KV head (selection=head: the
+// mass per KV head, each head's rows compacted apart).
 func TestGPUKVPoliciesMatchCPU(t *testing.T) {
 	if _, n, err := cuda.Devices(); n == 0 {
 		t.Skipf("skipping GPU test: no CUDA device (%v)", err)
@@ -39,15 +41,24 @@ func TestGPUKVPoliciesMatchCPU(t *testing.T) {
 		}
 		return e, &mu, &peaks
 	}
-	policies := []string{"streaming", "h2o", "snapkv"}
+	type policy struct{ name, selection string }
+	policies := []policy{{"streaming", ""}, {"h2o", ""}, {"snapkv", ""}, {"h2o", "head"}, {"snapkv", "head"}}
+	specOf := func(p policy) *KVPolicySpec {
+		return &KVPolicySpec{Name: p.name, BudgetTokens: budget, SinkTokens: KVPolicyUnset, WindowTokens: KVPolicyUnset, Selection: p.selection}
+	}
+	nameOf := func(p policy) string {
+		if p.selection == "" {
+			return p.name
+		}
+		return p.name + " selection=" + p.selection
+	}
 	prompts := []string{"Once upon a time", "Lily and Ben", "The cat sat"}
 	do := func(cudaDev bool) run {
 		var r run
 		e, mu, peaks := open(cudaDev, 0)
 		for _, p := range policies {
 			for _, prompt := range prompts {
-				spec := KVPolicySpec{Name: p, BudgetTokens: budget, SinkTokens: KVPolicyUnset, WindowTokens: KVPolicyUnset}
-				r.tokens = append(r.tokens, tokens(t, e, []Request{{Prompt: prompt, KVPolicy: &spec, Params: SamplingParams{MaxTokens: gen, IgnoreEOS: true}}})[0][0])
+				r.tokens = append(r.tokens, tokens(t, e, []Request{{Prompt: prompt, KVPolicy: specOf(p), Params: SamplingParams{MaxTokens: gen, IgnoreEOS: true}}})[0][0])
 			}
 		}
 		waitIdle(t, e)
@@ -65,8 +76,7 @@ func TestGPUKVPoliciesMatchCPU(t *testing.T) {
 		ids = ids[:min(len(ids), 600)]
 		r.ppl = map[string]float64{}
 		for _, p := range policies {
-			spec := KVPolicySpec{Name: p, BudgetTokens: budget, SinkTokens: KVPolicyUnset, WindowTokens: KVPolicyUnset}
-			ch, err := e.Generate(context.Background(), Request{PromptTokens: ids, KVPolicy: &spec, Params: SamplingParams{MaxTokens: 1, PromptLogprobs: true, IgnoreEOS: true}})
+			ch, err := e.Generate(context.Background(), Request{PromptTokens: ids, KVPolicy: specOf(p), Params: SamplingParams{MaxTokens: 1, PromptLogprobs: true, IgnoreEOS: true}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -81,13 +91,13 @@ func TestGPUKVPoliciesMatchCPU(t *testing.T) {
 					n++
 				}
 			}
-			r.ppl[p] = sum / float64(max(n, 1))
+			r.ppl[nameOf(p)] = sum / float64(max(n, 1))
 		}
 		return r
 	}
 	cpu, gpu := do(false), do(true)
 	for i := range cpu.tokens {
-		p, prompt := policies[i/len(prompts)], prompts[i%len(prompts)]
+		p, prompt := nameOf(policies[i/len(prompts)]), prompts[i%len(prompts)]
 		same := 0
 		for same < min(len(cpu.tokens[i]), len(gpu.tokens[i])) && cpu.tokens[i][same] == gpu.tokens[i][same] {
 			same++
@@ -107,7 +117,8 @@ func TestGPUKVPoliciesMatchCPU(t *testing.T) {
 	if len(gpu.peak) != len(cpu.tokens) {
 		t.Errorf("%d requests reported their stats, want %d", len(gpu.peak), len(cpu.tokens))
 	}
-	for _, p := range policies {
+	for _, pol := range policies {
+		p := nameOf(pol)
 		c, g := cpu.ppl[p], gpu.ppl[p]
 		fmt.Printf("RESULT|engine|stories260K %s budget %d: mean NLL of 600 prompt tokens, cuda / cpu|%.5f / %.5f|\n", p, budget, g, c)
 		if d := g - c; d > 0.005 || d < -0.005 || c == 0 {

@@ -17,12 +17,13 @@ func init() {
 }
 
 func benchLongCtx(args []string) error {
-	fs := newFlags("bench longctx", "-m MODEL -f TEXT [--policies full,streaming] [--budgets 64,128] [--sink-tokens S] [--window-tokens W] [--ctx N] [--json]")
+	fs := newFlags("bench longctx", "-m MODEL -f TEXT [--policies full,streaming] [--budgets 64,128] [--sink-tokens S] [--window-tokens W] [--selections sequence,layer,head] [--ctx N] [--json]")
 	textPath := fs.String("f", "", "text file to score")
 	policies := fs.String("policies", "full,streaming", "KV policies to measure, comma-separated (full once, the others at every budget)")
 	budgets := fs.String("budgets", "64,128", "token budgets of the policies that drop tokens, comma-separated")
 	sinks := fs.Int("sink-tokens", kvasir.KVPolicyUnset, "attention sinks of each policy (-1: the policy's default, 4)")
 	window := fs.Int("window-tokens", kvasir.KVPolicyUnset, "recent window of h2o and snapkv (snapkv's observation window too; -1: the policy's default)")
+	selections := fs.String("selections", "", "selections h2o and snapkv are measured with, comma-separated, each at every budget: sequence, layer, head (empty: the policy's default, sequence)")
 	ctxTokens := fs.Int("ctx", 0, "tokens of the text to score (0: up to 4x the model's context length)")
 	asJSON := fs.Bool("json", false, "print the rows as JSON")
 	ef := addEngineFlags(fs, allEngineFlags)
@@ -37,6 +38,11 @@ func benchLongCtx(args []string) error {
 	for _, p := range strings.Split(*policies, ",") {
 		o.Policies = append(o.Policies, strings.TrimSpace(p))
 	}
+	if *selections != "" {
+		for _, s := range strings.Split(*selections, ",") {
+			o.Selections = append(o.Selections, strings.TrimSpace(s))
+		}
+	}
 	for _, b := range strings.Split(*budgets, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(b))
 		if err != nil || n <= 0 {
@@ -46,12 +52,14 @@ func benchLongCtx(args []string) error {
 	}
 	for _, p := range o.Policies {
 		for _, b := range o.Budgets {
-			spec := kvasir.KVPolicySpec{Name: p, BudgetTokens: b, SinkTokens: *sinks, WindowTokens: o.Window(p)}
-			if p == "full" {
-				spec = kvasir.KVPolicySpec{Name: p, BudgetTokens: kvasir.KVPolicyUnset, SinkTokens: kvasir.KVPolicyUnset, WindowTokens: kvasir.KVPolicyUnset}
-			}
-			if err := kvasir.CheckKVPolicy(spec, ef.blockSize); err != nil {
-				return fmt.Errorf("--policies %s --budgets %d: %w", p, b, err)
+			for _, sel := range o.SelectionsOf(p) {
+				spec := kvasir.KVPolicySpec{Name: p, BudgetTokens: b, SinkTokens: *sinks, WindowTokens: o.Window(p), Selection: sel}
+				if p == "full" {
+					spec = kvasir.KVPolicySpec{Name: p, BudgetTokens: kvasir.KVPolicyUnset, SinkTokens: kvasir.KVPolicyUnset, WindowTokens: kvasir.KVPolicyUnset}
+				}
+				if err := kvasir.CheckKVPolicy(spec, ef.blockSize); err != nil {
+					return fmt.Errorf("--policies %s --budgets %d --selections %q: %w", p, b, sel, err)
+				}
 			}
 		}
 	}

@@ -145,9 +145,11 @@ type Rope struct {
 type AttentionMasser interface {
 	// AttentionMass adds, for each sequence i of the step with mass[i] not nil, the
 	// attention probabilities of its query tokens from its from[i]-th on over its
-	// context, summed over the query heads, to mass[i] (host memory, entry j for context
-	// entry j, at least the sequence's ContextLen entries): what Attention with the same
-	// arguments weighs the values by. q is rotated, as Attention takes it.
+	// context, per KV head (summed over the query heads of its group), to mass[i]: host
+	// memory holding the layer's KVHeads rows of equal length, each at least the
+	// sequence's ContextLen, entry j of row g for context entry j of KV head g. It is what
+	// Attention with the same arguments weighs the values by. q is rotated, as Attention
+	// takes it.
 	AttentionMass(mass [][]float32, from []int, q Tensor, kv KVCache, layer int, scale float32, st Step) error
 }
 

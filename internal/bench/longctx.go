@@ -26,6 +26,18 @@ type LongCtxOptions struct {
 	// TrainedCtx is the model's context length: perplexity is reported apart for the
 	// tokens within it and beyond it.
 	TrainedCtx int
+	// Selections are the selections h2o and snapkv are measured with, each at every
+	// budget (kvasir.KVPolicySpec.Selection: "sequence", "layer", "head"); none: the
+	// policy's default.
+	Selections []string
+}
+
+// SelectionsOf returns the selections policy name is measured with ("" its default).
+func (o LongCtxOptions) SelectionsOf(name string) []string {
+	if (name == "h2o" || name == "snapkv") && len(o.Selections) > 0 {
+		return o.Selections
+	}
+	return []string{""}
 }
 
 // Window returns the window_tokens of policy name: WindowTokens for h2o and snapkv, unset
@@ -40,6 +52,8 @@ func (o LongCtxOptions) Window(name string) int {
 // LongCtxRow is one policy at one budget over the text.
 type LongCtxRow struct {
 	Policy string `json:"policy"`
+	// Selection is the selection of h2o and snapkv when one was asked for.
+	Selection string `json:"selection,omitempty"`
 	// BudgetTokens is the policy's budget (0 for full).
 	BudgetTokens int `json:"budget_tokens"`
 	// Tokens is the number of tokens scored (each predicted from the ones before it).
@@ -75,19 +89,21 @@ func LongCtx(ctx context.Context, e *kvasir.Engine, tokens []int32, o LongCtxOpt
 		if name == "full" {
 			budgets = []int{0}
 		}
-		for _, b := range budgets {
-			spec := kvasir.KVPolicySpec{Name: name, BudgetTokens: kvasir.KVPolicyUnset, SinkTokens: kvasir.KVPolicyUnset, WindowTokens: kvasir.KVPolicyUnset}
-			if name != "full" {
-				spec.BudgetTokens, spec.SinkTokens, spec.WindowTokens = b, o.SinkTokens, o.Window(name)
+		for _, sel := range o.SelectionsOf(name) {
+			for _, b := range budgets {
+				spec := kvasir.KVPolicySpec{Name: name, BudgetTokens: kvasir.KVPolicyUnset, SinkTokens: kvasir.KVPolicyUnset, WindowTokens: kvasir.KVPolicyUnset}
+				if name != "full" {
+					spec.BudgetTokens, spec.SinkTokens, spec.WindowTokens, spec.Selection = b, o.SinkTokens, o.Window(name), sel
+				}
+				row, err := longCtxRun(ctx, e, tokens, spec, o.TrainedCtx, done)
+				if err != nil {
+					return rows, fmt.Errorf("longctx: %s: %w", spec, err)
+				}
+				row.BudgetTokens, row.Selection = b, sel
+				row.PeakKVBytes = int64(row.PeakKVTokens*blockSize) * bytesPerToken
+				row.PeakKVTokens *= blockSize
+				rows = append(rows, row)
 			}
-			row, err := longCtxRun(ctx, e, tokens, spec, o.TrainedCtx, done)
-			if err != nil {
-				return rows, fmt.Errorf("longctx: %s: %w", spec, err)
-			}
-			row.BudgetTokens = b
-			row.PeakKVBytes = int64(row.PeakKVTokens*blockSize) * bytesPerToken
-			row.PeakKVTokens *= blockSize
-			rows = append(rows, row)
 		}
 	}
 	for _, r := range rows {
@@ -157,7 +173,7 @@ func (s nll) ppl() float64 {
 
 // WriteLongCtx writes the rows as a table.
 func WriteLongCtx(w io.Writer, rows []LongCtxRow, trained int) {
-	fmt.Fprintf(w, "%-10s %7s %7s %10s %10s %10s %8s %10s %12s\n", "policy", "budget", "tokens", "ppl", "ppl<"+strconv.Itoa(trained), "ppl>="+strconv.Itoa(trained), "vs full", "tok/s", "peak KV")
+	fmt.Fprintf(w, "%-15s %7s %7s %10s %10s %10s %8s %10s %12s\n", "policy", "budget", "tokens", "ppl", "ppl<"+strconv.Itoa(trained), "ppl>="+strconv.Itoa(trained), "vs full", "tok/s", "peak KV")
 	for _, r := range rows {
 		budget, beyond, vs := "-", "-", "-"
 		if r.BudgetTokens > 0 {
@@ -169,7 +185,11 @@ func WriteLongCtx(w io.Writer, rows []LongCtxRow, trained int) {
 		if r.VsFull > 0 {
 			vs = fmt.Sprintf("%.3f", r.VsFull)
 		}
-		fmt.Fprintf(w, "%-10s %7s %7d %10.3f %10.3f %10s %8s %10.1f %12s\n", r.Policy, budget, r.Tokens, r.Perplexity, r.WithinContext, beyond, vs, r.TokensPerSecond,
+		name := r.Policy
+		if r.Selection != "" {
+			name += "/" + r.Selection
+		}
+		fmt.Fprintf(w, "%-15s %7s %7d %10.3f %10.3f %10s %8s %10.1f %12s\n", name, budget, r.Tokens, r.Perplexity, r.WithinContext, beyond, vs, r.TokensPerSecond,
 			fmt.Sprintf("%d tok %.1f KiB", r.PeakKVTokens, float64(r.PeakKVBytes)/1024))
 	}
 }

@@ -95,12 +95,12 @@ type Engine struct {
 	model Model
 	tok   *tokenizer.Tokenizer
 	vocab int
-	// reportsMass is ModelInfo.ReportsMass.
-	reportsMass bool
-	kv          *kvcache.Manager
-	sched       *scheduler
-	runner      *runner
-	rng         *rand.Rand // seeds for requests without one; loop goroutine only
+	// massShape is ModelInfo's MassLanes and MassHeads.
+	massShape massShape
+	kv        *kvcache.Manager
+	sched     *scheduler
+	runner    *runner
+	rng       *rand.Rand // seeds for requests without one; loop goroutine only
 	// store, when set, keeps blocks beyond the cache, reached through bio (kvstore.go).
 	store KVStore
 	bio   BlockIO
@@ -201,7 +201,7 @@ func build(m *model.Model, tok *tokenizer.Tokenizer, cfg Config) (*Engine, error
 		}
 	}
 	pm := &pagedModel{m: m, kv: cache}
-	e, err := assemble(pm, ModelInfo{VocabSize: mc.VocabSize, ContextLen: mc.ContextLen, ReportsMass: m.ReportsAttentionMass()}, tok, cfg, d)
+	e, err := assemble(pm, ModelInfo{VocabSize: mc.VocabSize, ContextLen: mc.ContextLen, MassLanes: m.AttentionMassLanes(), MassHeads: mc.KVHeads}, tok, cfg, d)
 	if err != nil || cfg.NewKVStore == nil {
 		return e, err
 	}
@@ -267,8 +267,8 @@ func assemble(m Model, info ModelInfo, tok *tokenizer.Tokenizer, cfg Config, d d
 		return nil, fmt.Errorf("engine: %w", err)
 	}
 	*e = Engine{
-		cfg: cfg, model: m, tok: tok, vocab: info.VocabSize, reportsMass: info.ReportsMass, kv: mgr,
-		sched: &scheduler{cfg: cfg.SchedulerConfig, kv: mgr, maxModelLen: cfg.MaxModelLen, vocab: info.VocabSize,
+		cfg: cfg, model: m, tok: tok, vocab: info.VocabSize, massShape: massShape{info.MassLanes, info.MassHeads}, kv: mgr,
+		sched: &scheduler{cfg: cfg.SchedulerConfig, kv: mgr, maxModelLen: cfg.MaxModelLen, vocab: info.VocabSize, massShape: massShape{info.MassLanes, info.MassHeads},
 			spec: cfg.Speculation, scoreChunk: scoreBytes / (4 * info.VocabSize)},
 		runner:   &runner{model: m, draft: d.model, draftShared: d.shared, blockSize: cfg.BlockSize},
 		rng:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
@@ -468,7 +468,7 @@ func (e *Engine) policyFor(spec *kvcache.PolicySpec) (kvcache.Policy, error) {
 	if err != nil {
 		return nil, paramErr("kv_policy", "%v", err)
 	}
-	if asks, _ := pol.MassWindow(); asks && !e.reportsMass {
+	if asks, _ := pol.MassWindow(); asks && e.massShape.lanes == 0 {
 		return nil, paramErr("kv_policy", "%s ranks the cache by attention mass, which this model's backend does not report (the CPU and CUDA backends do, with the model not split and an f32, f16 or bf16 KV cache: the token compaction of h2o and snapkv does not handle a quantized cache)", s.Name)
 	}
 	return pol, nil

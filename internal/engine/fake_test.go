@@ -221,9 +221,13 @@ func (f *fakeModel) ReadKV(blocks []int32) ([]byte, error) {
 	return buf, nil
 }
 
-// CompactKeys moves slot keep[i] of buf to slot i of dst, its position moved by i-keep[i].
-func (f *fakeModel) CompactKeys(buf []byte, keep []int, dst []int32) error {
-	bs := f.blockSize
+// CompactKeys moves slot keep[i] of buf to slot i of dst, its position moved by i-keep[i]
+// (the fake has one lane: keep holds one list).
+func (f *fakeModel) CompactKeys(buf []byte, lanes [][]int, dst []int32) error {
+	if len(lanes) != 1 {
+		return fmt.Errorf("fake: %d lists of slots for one lane", len(lanes))
+	}
+	keep, bs := lanes[0], f.blockSize
 	if len(dst) != (len(keep)+bs-1)/bs {
 		return fmt.Errorf("fake: %d slots kept into %d blocks", len(keep), len(dst))
 	}
@@ -276,8 +280,9 @@ func fakeEngineDraft(t testing.TB, vocab int, cfg Config, canSample bool, noise 
 		dm.noise = noise
 		d.model = dm
 	}
-	// The fake reports no mass, but takes the policies that ask for it (all blocks equal).
-	e, err := assemble(fm, ModelInfo{VocabSize: vocab, ContextLen: 4096, ReportsMass: true}, nil, cfg, d)
+	// The fake reports no mass, but takes the policies that ask for it (all blocks equal),
+	// over one lane.
+	e, err := assemble(fm, ModelInfo{VocabSize: vocab, ContextLen: 4096, MassLanes: 1, MassHeads: 1}, nil, cfg, d)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,12 +22,13 @@ type keyShift struct {
 }
 
 // compaction orders a token-granular drop's move (kvcache.Drop.Evict): the slots keep of
-// blocks src, read before anything else of the step writes the cache (src may include
-// blocks the drop released, which the same step may hand out again), closed up into dst
-// after the step's copies (dst may be private copies of src's shared blocks).
+// blocks src (one list per lane, layer and KV head, or one for all), read before anything
+// else of the step writes the cache (src may include blocks the drop released, which the
+// same step may hand out again), closed up into dst after the step's copies (dst may be
+// private copies of src's shared blocks).
 type compaction struct {
 	src, dst []int32
-	keep     []int
+	keep     [][]int
 	buf      []byte
 }
 
@@ -44,7 +45,7 @@ func (s *scheduler) fitPolicy(seq *sequence, want int, compacted bool) (room int
 		return want, nil, true, nil
 	}
 	cached := seq.numComputed - seq.dropped
-	var mass []float32
+	var mass [][]float32
 	if seq.mass != nil {
 		mass = seq.mass.score(cached)
 	}
@@ -76,13 +77,23 @@ func (s *scheduler) fitPolicy(seq *sequence, want int, compacted bool) (room int
 }
 
 // evict applies a token-granular drop d to seq, whose cache holds cached tokens: the
-// blocks from d.From on are compacted over the evicted tokens and the last d.N go.
+// blocks from d.From on are compacted over the evicted tokens of each lane and the last
+// d.N go.
 func (s *scheduler) evict(seq *sequence, d kvcache.Drop, cached, room int) (int, *keyShift, bool, error) {
 	bs := s.kv.BlockSize()
 	table := s.kv.BlockTable(seq.id)
 	nb := (cached + bs - 1) / bs
-	if len(d.Evict) != d.N*bs || d.From < 0 || d.Evict[0] < d.From*bs || d.Evict[len(d.Evict)-1] >= cached || nb > len(table) || nb-d.N < d.From {
-		return 0, nil, false, fmt.Errorf("engine: kv policy of %q: evicts %d tokens from block %d of a cache of %d tokens in %d blocks", seq.id, len(d.Evict), d.From, cached, len(table))
+	groups, fold := 1, 1
+	if seq.mass != nil {
+		groups, fold = len(seq.mass.lanes), seq.mass.fold
+	}
+	if d.From < 0 || nb > len(table) || nb-d.N < d.From || len(d.Evict) != 1 && len(d.Evict) != groups {
+		return 0, nil, false, fmt.Errorf("engine: kv policy of %q: evicts %d lanes' tokens from block %d of a cache of %d tokens in %d blocks (%d lanes)", seq.id, len(d.Evict), d.From, cached, len(table), groups)
+	}
+	for h, ev := range d.Evict {
+		if len(ev) != d.N*bs || ev[0] < d.From*bs || ev[len(ev)-1] >= cached || !ascending(ev) {
+			return 0, nil, false, fmt.Errorf("engine: kv policy of %q: lane %d evicts %d tokens (want %d distinct, ascending) from block %d of a cache of %d tokens", seq.id, h, len(ev), d.N*bs, d.From, cached)
+		}
 	}
 	src := slices.Clone(table[d.From:nb])
 	// The blocks that keep tokens are rewritten in place: they must be ours.
@@ -92,14 +103,20 @@ func (s *scheduler) evict(seq *sequence, d kvcache.Drop, cached, room int) (int,
 	if err := s.kv.Drop(seq.id, nb-d.N, d.N); err != nil {
 		return 0, nil, false, fmt.Errorf("engine: kv policy of %q: %w", seq.id, err)
 	}
-	keep := make([]int, 0, cached-d.From*bs-len(d.Evict))
-	for j, e := d.From*bs, 0; j < cached; j++ {
-		if e < len(d.Evict) && d.Evict[e] == j {
-			e++
-			continue
+	// What each list keeps, then a list per layer and KV head when the lists are per
+	// lane of mass that folds several (selection by layer).
+	keep := make([][]int, len(d.Evict))
+	for h, ev := range d.Evict {
+		keep[h] = make([]int, 0, cached-d.From*bs-len(ev))
+		for j, e := d.From*bs, 0; j < cached; j++ {
+			if e < len(ev) && ev[e] == j {
+				e++
+				continue
+			}
+			keep[h] = append(keep[h], j-d.From*bs)
 		}
-		keep = append(keep, j-d.From*bs)
 	}
+	keep = perHead(keep, fold)
 	seq.dropped += d.N * bs
 	if seq.mass != nil {
 		seq.mass.evict(d.Evict)
@@ -108,13 +125,49 @@ func (s *scheduler) evict(seq *sequence, d kvcache.Drop, cached, room int) (int,
 	return room, &keyShift{compact: c}, true, nil
 }
 
+// perHead returns keep, lists per lane of mass that each fold fold rows of the model's
+// mass (layer after layer, KV head after KV head), as one list per row: lane g's for rows
+// g·fold .. g·fold+fold-1. One list (for every row) stays as it is.
+func perHead(keep [][]int, fold int) [][]int {
+	if len(keep) == 1 || fold == 1 {
+		return keep
+	}
+	out := make([][]int, len(keep)*fold)
+	for h := range out {
+		out[h] = keep[h/fold]
+	}
+	return out
+}
+
+// ascending reports whether x rises strictly.
+func ascending(x []int) bool {
+	for i := 1; i < len(x); i++ {
+		if x[i] <= x[i-1] {
+			return false
+		}
+	}
+	return true
+}
+
+// massShape is the shape of the attention mass a model reports: lanes rows per sequence
+// (model.Seq.Mass), one per layer and KV head, heads of them per layer.
+type massShape struct{ lanes, heads int }
+
 // massState is the attention mass a sequence's policy ranks its cache by (see
-// kvcache.Policy.MassWindow): rows of mass by cache index, each from the queries of one
-// step, the oldest rows let go once the rest cover the policy's window (all kept when the
-// window is 0: H2O's accumulated mass).
+// kvcache.Policy.MassWindow), per lane of its selection (kvcache.PolicySpec.Selection):
+// one lane for the sequence, one per layer or one per layer and KV head, each folding
+// fold rows of model.Seq.Mass. Each lane holds rows of mass by its cache index, each
+// from the queries of one step, the oldest rows let go once the rest cover the policy's
+// window (all kept, summed, when the window is 0: H2O's accumulated mass).
 type massState struct {
 	window int
-	rows   []massRow
+	fold   int
+	lanes  []laneMass
+}
+
+// laneMass is one lane's mass.
+type laneMass struct {
+	rows []massRow
 	// seen counts, for h2o, the queries whose mass went to each entry since it entered
 	// the cache: its score is its mean attention.
 	seen []float32
@@ -126,12 +179,24 @@ type massRow struct {
 	mass    []float32
 }
 
-// newMassState returns the mass state of a sequence under pol (nil when pol asks for none).
-func newMassState(pol kvcache.Policy) *massState {
-	if asks, window := pol.MassWindow(); asks {
-		return &massState{window: window}
+// newMassState returns the mass state of a sequence under pol over mass of shape sh (nil
+// when pol asks for none).
+func newMassState(pol kvcache.Policy, sh massShape) *massState {
+	asks, window := pol.MassWindow()
+	if !asks {
+		return nil
 	}
-	return nil
+	lanes := max(1, sh.lanes)
+	groups := 1
+	switch pol.Spec().Selection {
+	case kvcache.SelectHead:
+		groups = lanes
+	case kvcache.SelectLayer:
+		if sh.heads > 0 && lanes%sh.heads == 0 {
+			groups = lanes / sh.heads
+		}
+	}
+	return &massState{window: window, fold: lanes / groups, lanes: make([]laneMass, groups)}
 }
 
 // clone returns a copy of m for a forked sequence.
@@ -139,9 +204,12 @@ func (m *massState) clone() *massState {
 	if m == nil {
 		return nil
 	}
-	c := &massState{window: m.window, seen: slices.Clone(m.seen)}
-	for _, r := range m.rows {
-		c.rows = append(c.rows, massRow{r.queries, slices.Clone(r.mass)})
+	c := &massState{window: m.window, fold: m.fold, lanes: make([]laneMass, len(m.lanes))}
+	for h, l := range m.lanes {
+		c.lanes[h].seen = slices.Clone(l.seen)
+		for _, r := range l.rows {
+			c.lanes[h].rows = append(c.lanes[h].rows, massRow{r.queries, slices.Clone(r.mass)})
+		}
 	}
 	return c
 }
@@ -154,20 +222,41 @@ func (m *massState) from(numNew int) int {
 	return max(0, numNew-m.window)
 }
 
-// add takes a step's mass from its queries.
+// size returns the entries of a step's mass over a context of ctx entries: a row per
+// layer and KV head.
+func (m *massState) size(ctx int) int { return len(m.lanes) * m.fold * ctx }
+
+// add takes a step's mass from its queries, as size says, each lane's rows summed.
 func (m *massState) add(mass []float32, queries int) {
-	if m.window == 0 {
-		if len(m.seen) < len(mass) {
-			m.seen = append(m.seen, make([]float32, len(mass)-len(m.seen))...)
+	n := len(mass) / (len(m.lanes) * m.fold)
+	for h := range m.lanes {
+		rows := mass[h*m.fold*n : (h+1)*m.fold*n : (h+1)*m.fold*n]
+		sum := rows[:n:n]
+		if m.fold > 1 {
+			sum = slices.Clone(sum)
+			for r := 1; r < m.fold; r++ {
+				for j, x := range rows[r*n : (r+1)*n] {
+					sum[j] += x
+				}
+			}
+		}
+		m.lanes[h].add(sum, queries, m.window)
+	}
+}
+
+func (l *laneMass) add(mass []float32, queries, window int) {
+	if window == 0 {
+		if len(l.seen) < len(mass) {
+			l.seen = append(l.seen, make([]float32, len(mass)-len(l.seen))...)
 		}
 		// The step's last query attends to every entry, the one before to all but the
 		// last, and so on.
 		for j := range mass {
-			m.seen[j] += float32(min(queries, len(mass)-j))
+			l.seen[j] += float32(min(queries, len(mass)-j))
 		}
 	}
-	if m.window == 0 && len(m.rows) == 1 {
-		r := &m.rows[0]
+	if window == 0 && len(l.rows) == 1 {
+		r := &l.rows[0]
 		if len(r.mass) < len(mass) {
 			r.mass = append(r.mass, make([]float32, len(mass)-len(r.mass))...)
 		}
@@ -177,65 +266,82 @@ func (m *massState) add(mass []float32, queries int) {
 		r.queries += queries
 		return
 	}
-	m.rows = append(m.rows, massRow{queries, mass})
-	for m.window > 0 && len(m.rows) > 1 && m.queries()-m.rows[0].queries >= m.window {
-		m.rows = m.rows[1:]
+	l.rows = append(l.rows, massRow{queries, mass})
+	for window > 0 && len(l.rows) > 1 && l.queries()-l.rows[0].queries >= window {
+		l.rows = l.rows[1:]
 	}
 }
 
-func (m *massState) queries() int {
+func (l *laneMass) queries() int {
 	n := 0
-	for _, r := range m.rows {
+	for _, r := range l.rows {
 		n += r.queries
 	}
 	return n
 }
 
-// score returns the score of each of the cache's cached entries: its mass over the
-// window's queries, or for h2o its mean mass over the queries since it entered.
-func (m *massState) score(cached int) []float32 {
-	s := make([]float32, cached)
-	for _, r := range m.rows {
-		for j, x := range r.mass[:min(len(r.mass), cached)] {
-			s[j] += x
-		}
-	}
-	for j, n := range m.seen[:min(len(m.seen), cached)] {
-		if n > 0 {
-			s[j] /= n
-		}
-	}
-	return s
-}
-
-// drop forgets the mass of cache entries [from, to), which the policy dropped.
-func (m *massState) drop(from, to int) {
-	for i := range m.rows {
-		r := &m.rows[i]
-		if from < len(r.mass) {
-			r.mass = slices.Delete(r.mass, from, min(to, len(r.mass)))
-		}
-	}
-	if from < len(m.seen) {
-		m.seen = slices.Delete(m.seen, from, min(to, len(m.seen)))
-	}
-}
-
-// evict forgets the mass of the cache entries evict (ascending), which the policy evicted.
-func (m *massState) evict(evict []int) {
-	gone := func(x []float32) []float32 {
-		out, e := x[:0], 0
-		for j, v := range x {
-			if e < len(evict) && evict[e] == j {
-				e++
-				continue
+// score returns, per lane, the score of each of the cache's cached entries: its mass over
+// the window's queries, or for h2o its mean mass over the queries since it entered.
+func (m *massState) score(cached int) [][]float32 {
+	out := make([][]float32, len(m.lanes))
+	for h, l := range m.lanes {
+		s := make([]float32, cached)
+		for _, r := range l.rows {
+			for j, x := range r.mass[:min(len(r.mass), cached)] {
+				s[j] += x
 			}
-			out = append(out, v)
 		}
-		return out
+		for j, n := range l.seen[:min(len(l.seen), cached)] {
+			if n > 0 {
+				s[j] /= n
+			}
+		}
+		out[h] = s
 	}
-	for i := range m.rows {
-		m.rows[i].mass = gone(m.rows[i].mass)
+	return out
+}
+
+// drop forgets the mass of cache entries [from, to) of every lane, which the policy
+// dropped.
+func (m *massState) drop(from, to int) {
+	del := func(x []float32) []float32 {
+		if from < len(x) {
+			return slices.Delete(x, from, min(to, len(x)))
+		}
+		return x
 	}
-	m.seen = gone(m.seen)
+	for h := range m.lanes {
+		l := &m.lanes[h]
+		for i := range l.rows {
+			l.rows[i].mass = del(l.rows[i].mass)
+		}
+		l.seen = del(l.seen)
+	}
+}
+
+// evict forgets the mass of the cache entries evict[h] (ascending) of each lane h (evict[0]
+// of every lane when it holds one list), which the policy evicted.
+func (m *massState) evict(evict [][]int) {
+	for h := range m.lanes {
+		ev := evict[0]
+		if len(evict) > 1 {
+			ev = evict[h]
+		}
+		gone := func(x []float32) []float32 {
+			out, e := x[:0], 0
+			for j, v := range x {
+				if e < len(ev) && ev[e] == j {
+					e++
+					continue
+				}
+				out = append(out, v)
+			}
+			return out
+		}
+		l := &m.lanes[h]
+		for i := range l.rows {
+			l.rows[i].mass = gone(l.rows[i].mass)
+		}
+		l.seen = gone(l.seen)
+	}
 }

@@ -186,18 +186,26 @@ func TestStreamingPolicyStories(t *testing.T) {
 			}
 		})
 		const budget, long = 64, 640
-		names := []string{kvcache.PolicyStreaming}
+		type variant struct{ name, selection string }
+		variants := []variant{{kvcache.PolicyStreaming, ""}}
 		if !serial {
-			// The heavy hitters under one schedule: their steps do not overlap anyway.
-			names = append(names, kvcache.PolicyH2O, kvcache.PolicySnapKV)
+			// The heavy hitters under one schedule (their steps do not overlap anyway), with
+			// each selection: per sequence, per layer, per layer and KV head.
+			for _, n := range []string{kvcache.PolicyH2O, kvcache.PolicySnapKV} {
+				for _, sel := range []string{kvcache.SelectSequence, kvcache.SelectLayer, kvcache.SelectHead} {
+					variants = append(variants, variant{n, sel})
+				}
+			}
 		}
-		for _, name := range names {
+		narrows := map[variant][]int32{}
+		for _, v := range variants {
+			name := v.name + " " + v.selection
 			spec := func(b int) *kvcache.PolicySpec {
 				window := 16 // h2o's and snapkv's recent window
-				if name == kvcache.PolicyStreaming {
+				if v.name == kvcache.PolicyStreaming {
 					window = kvcache.Unset
 				}
-				return &kvcache.PolicySpec{Name: name, BudgetTokens: b, SinkTokens: 4, WindowTokens: window}
+				return &kvcache.PolicySpec{Name: v.name, BudgetTokens: b, SinkTokens: 4, WindowTokens: window, Selection: v.selection}
 			}
 			res := generate(t, e, []Request{
 				{PromptTokens: ids, Params: SamplingParams{MaxTokens: 120, IgnoreEOS: true}},
@@ -214,6 +222,16 @@ func TestStreamingPolicyStories(t *testing.T) {
 			}
 			if slices.Equal(narrow[:120], full) {
 				t.Errorf("%s with budget %d never left full attention: the test shows nothing", name, budget)
+			}
+			narrows[v] = narrow
+		}
+		// A choice per layer or per head is not the sequence's one: the tokens part.
+		for _, n := range []string{kvcache.PolicyH2O, kvcache.PolicySnapKV} {
+			seqWide := narrows[variant{n, kvcache.SelectSequence}]
+			for _, sel := range []string{kvcache.SelectLayer, kvcache.SelectHead} {
+				if got, ok := narrows[variant{n, sel}]; ok && slices.Equal(got, seqWide) {
+					t.Errorf("%s selection=%s at budget %d generates what selection=sequence does: the lanes chose alike", n, sel, budget)
+				}
 			}
 		}
 		waitIdle(t, e)
@@ -257,31 +275,101 @@ func TestHeavyHittersFake(t *testing.T) {
 
 // The mass state accumulates (h2o, scored by the mean over the queries that saw each
 // entry) or keeps the latest window of queries (snapkv), and forgets dropped and evicted
-// entries.
+// entries; per lane, each lane its own entries.
 func TestMassState(t *testing.T) {
-	h := &massState{}
+	h := newMassState(h2oPolicy(t, ""), massShape{1, 1})
 	h.add([]float32{1, 2}, 2) // entry 0 seen by both queries, entry 1 by the last
 	h.add([]float32{1, 1, 5}, 1)
-	if got := h.score(3); !slices.Equal(got, []float32{2.0 / 3, 3.0 / 2, 5}) {
+	if got := h.score(3); !slices.Equal(got[0], []float32{2.0 / 3, 3.0 / 2, 5}) {
 		t.Errorf("h2o score %v", got)
 	}
 	h.drop(1, 2)
-	if got := h.score(2); !slices.Equal(got, []float32{2.0 / 3, 5}) {
+	if got := h.score(2); !slices.Equal(got[0], []float32{2.0 / 3, 5}) {
 		t.Errorf("h2o score after a drop %v", got)
 	}
 	h.add([]float32{1, 1, 4}, 1)
-	h.evict([]int{0})
-	if got := h.score(2); !slices.Equal(got, []float32{3, 4}) {
+	h.evict([][]int{{0}})
+	if got := h.score(2); !slices.Equal(got[0], []float32{3, 4}) {
 		t.Errorf("h2o score after an eviction %v", got)
 	}
-	s := &massState{window: 2}
+	s := &massState{window: 2, fold: 1, lanes: make([]laneMass, 1)}
 	s.add([]float32{9}, 1)
 	s.add([]float32{1, 1}, 1)
 	s.add([]float32{1, 1, 1}, 1)
-	if got := s.score(3); !slices.Equal(got, []float32{2, 2, 1}) {
+	if got := s.score(3); !slices.Equal(got[0], []float32{2, 2, 1}) {
 		t.Errorf("snapkv score %v (the first query is out of the window)", got)
 	}
 	if s.from(10) != 8 || h.from(10) != 0 {
 		t.Errorf("mass rows from %d and %d of 10", s.from(10), h.from(10))
+	}
+	// Two lanes (selection per head, one layer of two KV heads): a step's mass holds a row
+	// per lane; each lane evicts its own entries.
+	two := newMassState(h2oPolicy(t, kvcache.SelectHead), massShape{2, 2})
+	if n := two.size(3); n != 6 {
+		t.Fatalf("size of a step's mass over 3 entries in 2 lanes: %d", n)
+	}
+	two.add([]float32{1, 2, 3, 4, 5, 6}, 1)
+	two.add([]float32{1, 1, 1, 1, 2, 2, 2, 2}, 1)
+	if got := two.score(4); !slices.Equal(got[0], []float32{1, 1.5, 2, 1}) || !slices.Equal(got[1], []float32{3, 3.5, 4, 2}) {
+		t.Errorf("two lanes' h2o scores %v", got)
+	}
+	two.evict([][]int{{1}, {2}})
+	if got := two.score(3); !slices.Equal(got[0], []float32{1, 2, 1}) || !slices.Equal(got[1], []float32{3, 3.5, 2}) {
+		t.Errorf("two lanes' h2o scores after evicting entry 1 of lane 0 and entry 2 of lane 1: %v", got)
+	}
+	c := two.clone()
+	two.evict([][]int{{0}})
+	if got := c.score(3); !slices.Equal(got[0], []float32{1, 2, 1}) || !slices.Equal(got[1], []float32{3, 3.5, 2}) {
+		t.Errorf("a clone changed with its origin: %v", got)
+	}
+	if got := two.score(2); !slices.Equal(got[0], []float32{2, 1}) || !slices.Equal(got[1], []float32{3.5, 2}) {
+		t.Errorf("one list evicts from every lane: %v", got)
+	}
+	// Selection per layer folds a layer's KV heads into one lane, per sequence all.
+	rows := []float32{1, 2, 3, 4, 5, 6, 7, 8} // 2 layers x 2 kv heads x 2 entries
+	for _, c := range []struct {
+		sel  string
+		want [][]float32
+	}{
+		{kvcache.SelectLayer, [][]float32{{4, 6}, {12, 14}}},
+		{kvcache.SelectSequence, [][]float32{{16, 20}}},
+		{"", [][]float32{{16, 20}}},
+		{kvcache.SelectHead, [][]float32{{1, 2}, {3, 4}, {5, 6}, {7, 8}}},
+	} {
+		m := newMassState(h2oPolicy(t, c.sel), massShape{4, 2})
+		if m.size(2) != 8 {
+			t.Errorf("selection %q: a step's mass over 2 entries is %d, want 8", c.sel, m.size(2))
+		}
+		m.add(slices.Clone(rows), 1)
+		if got := m.score(2); !slices.EqualFunc(got, c.want, slices.Equal) {
+			t.Errorf("selection %q: scores %v, want %v", c.sel, got, c.want)
+		}
+	}
+}
+
+// h2oPolicy is an h2o policy of selection sel for mass state tests.
+func h2oPolicy(t *testing.T, sel string) kvcache.Policy {
+	t.Helper()
+	p, err := kvcache.NewPolicy(kvcache.PolicySpec{Name: kvcache.PolicyH2O, BudgetTokens: 64, SinkTokens: 4, WindowTokens: kvcache.Unset, Selection: sel}, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A list per layer (lanes folding a layer's KV heads) becomes a list per layer and KV
+// head, the layer's for each of its heads; one list or lanes of one row stay as they are.
+func TestPerHeadKeep(t *testing.T) {
+	a, b := []int{0, 2}, []int{1, 2}
+	got := perHead([][]int{a, b}, 3)
+	want := [][]int{a, a, a, b, b, b}
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("2 layers of 3 kv heads: %v, want %v", got, want)
+	}
+	if got := perHead([][]int{a}, 4); len(got) != 1 {
+		t.Errorf("one list: %v", got)
+	}
+	if got := perHead([][]int{a, b}, 1); !slices.EqualFunc(got, [][]int{a, b}, slices.Equal) {
+		t.Errorf("lanes of one row: %v", got)
 	}
 }

@@ -36,9 +36,10 @@ type Model interface {
 	// ReadKV returns the keys and values of blocks, whole, for CompactKeys.
 	ReadKV(blocks []int32) ([]byte, error)
 	// CompactKeys writes to dst the slots keep (ascending, over the blocks buf holds, as
-	// ReadKV returned them) closed up: slot keep[i] to slot i, its key rotated by
+	// ReadKV returned them) closed up, one list for every layer and KV head or one per
+	// lane (MassLanes): each lane's slot keep[i] to its slot i, its key rotated by
 	// i-keep[i] positions (a KV policy evicting single tokens).
-	CompactKeys(buf []byte, keep []int, dst []int32) error
+	CompactKeys(buf []byte, keep [][]int, dst []int32) error
 }
 
 // ModelInfo is what the engine needs to know of a model besides running it.
@@ -47,9 +48,10 @@ type ModelInfo struct {
 	VocabSize int
 	// ContextLen is the longest sequence the model takes (0: no limit of its own).
 	ContextLen int
-	// ReportsMass says whether its steps report attention mass (model.Seq.Mass), which
-	// the KV policies h2o and snapkv need.
-	ReportsMass bool
+	// MassLanes is the rows of attention mass its steps report per sequence, one per
+	// layer and KV head (model.Seq.Mass), which the KV policies h2o and snapkv need; 0
+	// when they report none. MassHeads is the KV heads of a layer: the lanes of one.
+	MassLanes, MassHeads int
 }
 
 // pagedModel binds a model.Model to one KV cache: the Model the engine runs on a real
@@ -83,6 +85,6 @@ func (p *pagedModel) ReadKV(blocks []int32) ([]byte, error) {
 	return buf, nil
 }
 
-func (p *pagedModel) CompactKeys(buf []byte, keep []int, dst []int32) error {
+func (p *pagedModel) CompactKeys(buf []byte, keep [][]int, dst []int32) error {
 	return p.kv.CompactKeys(buf, keep, dst)
 }

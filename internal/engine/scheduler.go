@@ -103,6 +103,9 @@ type scheduler struct {
 	maxModelLen int
 	// vocab is the model's vocabulary size (draft tokens must be inside it).
 	vocab int
+	// massShape is ModelInfo's MassLanes and MassHeads: the rows of a step's attention
+	// mass.
+	massShape massShape
 	// spec, when set, configures speculative decoding (draft tokens for decoding
 	// sequences).
 	spec *Speculation
@@ -176,7 +179,7 @@ func (s *scheduler) preempt(seq *sequence) {
 	s.running, _ = remove(s.running, seq)
 	s.kv.Free(seq.id)
 	seq.numComputed, seq.dropped = 0, 0
-	seq.mass, seq.massPending = newMassState(seq.req.policy), false
+	seq.mass, seq.massPending = newMassState(seq.req.policy, s.massShape), false
 	seq.massEpoch++
 	if seq.pending == 0 {
 		// Drafts proposed for the step being planned: it will not run them. (A step in
@@ -344,7 +347,7 @@ func (s *scheduler) schedule() (stepPlan, error) {
 		sc := scheduled{seq: seq, start: start, numNew: numNew, numDraft: len(seq.draft), sampling: end == seq.length(),
 			dropped: seq.dropped, shifts: shifts}
 		if seq.mass != nil {
-			sc.mass, sc.massFrom, sc.massEpoch = make([]float32, end-seq.dropped), seq.mass.from(numNew), seq.massEpoch
+			sc.mass, sc.massFrom, sc.massEpoch = make([]float32, seq.mass.size(end-seq.dropped)), seq.mass.from(numNew), seq.massEpoch
 			seq.massPending = true
 		}
 		if r := seq.req; r.wantsPromptLogprobs() {

@@ -30,7 +30,7 @@ func (e *Engine) newSequence(r *request, index int, tokens []int32, procs []samp
 		tokens:    slices.Clip(slices.Clone(tokens)),
 		numPrompt: len(r.prompt),
 		penalties: sample.NewPenalties(p.RepetitionPenalty, p.PresencePenalty, p.FrequencyPenalty, r.prompt),
-		mass:      newMassState(r.policy),
+		mass:      newMassState(r.policy, e.massShape),
 	}
 	if seq.penalties != nil {
 		seq.procs = append(seq.procs, seq.penalties)

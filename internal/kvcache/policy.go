@@ -47,6 +47,11 @@ type PolicySpec struct {
 	// sinks and two blocks); for snapkv the observation window too, the latest queries
 	// whose attention ranks the rest (default 32, less when the budget is small).
 	WindowTokens int
+	// Selection is how finely h2o and snapkv choose what stays: "sequence" (the default:
+	// one choice for every layer and KV head, by their summed attention mass), "layer"
+	// (one per layer, by the mass of its KV heads) or "head" (one per layer and KV head,
+	// as SnapKV selects per head and H2O per head and layer). "" is unset.
+	Selection string
 }
 
 // Unset is the value of a PolicySpec setting that was not given.
@@ -58,6 +63,13 @@ const (
 	PolicyStreaming = "streaming"
 	PolicyH2O       = "h2o"
 	PolicySnapKV    = "snapkv"
+)
+
+// Selections of h2o and snapkv (PolicySpec.Selection).
+const (
+	SelectSequence = "sequence"
+	SelectLayer    = "layer"
+	SelectHead     = "head"
 )
 
 // Streaming defaults.
@@ -74,7 +86,8 @@ func FullSpec() PolicySpec {
 }
 
 // ParsePolicySpec parses NAME[:key=value,...], the form of the --kv-policy flag, with keys
-// budget_tokens, sink_tokens and window_tokens taking non-negative integers.
+// budget_tokens, sink_tokens and window_tokens taking non-negative integers and selection
+// taking sequence, layer or head.
 func ParsePolicySpec(s string) (PolicySpec, error) {
 	spec := FullSpec()
 	name, rest, hasKeys := strings.Cut(strings.TrimSpace(s), ":")
@@ -91,6 +104,13 @@ func ParsePolicySpec(s string) (PolicySpec, error) {
 		if !ok || key == "" {
 			return spec, fmt.Errorf("kv policy %q: %q is not key=value", s, kv)
 		}
+		if key == "selection" {
+			spec.Selection = val
+			if err := checkSelection(val); err != nil {
+				return spec, fmt.Errorf("kv policy %q: %w", s, err)
+			}
+			continue
+		}
 		n, err := strconv.Atoi(val)
 		if err != nil || n < 0 {
 			return spec, fmt.Errorf("kv policy %q: %s=%q is not a non-negative integer", s, key, val)
@@ -103,10 +123,19 @@ func ParsePolicySpec(s string) (PolicySpec, error) {
 		case "window_tokens":
 			spec.WindowTokens = n
 		default:
-			return spec, fmt.Errorf("kv policy %q: unknown key %q (have budget_tokens, sink_tokens, window_tokens)", s, key)
+			return spec, fmt.Errorf("kv policy %q: unknown key %q (have budget_tokens, sink_tokens, window_tokens, selection)", s, key)
 		}
 	}
 	return spec, nil
+}
+
+// checkSelection says what is wrong with a selection ("" is unset).
+func checkSelection(sel string) error {
+	switch sel {
+	case "", SelectSequence, SelectLayer, SelectHead:
+		return nil
+	}
+	return fmt.Errorf("selection %q is not sequence, layer or head", sel)
 }
 
 // String formats s as ParsePolicySpec reads it.
@@ -119,6 +148,9 @@ func (s PolicySpec) String() string {
 		if kv.v != Unset {
 			keys = append(keys, kv.k+"="+strconv.Itoa(kv.v))
 		}
+	}
+	if s.Selection != "" {
+		keys = append(keys, "selection="+s.Selection)
 	}
 	if len(keys) == 0 {
 		return s.Name
@@ -145,6 +177,9 @@ func (s PolicySpec) Over(base PolicySpec) PolicySpec {
 	if s.WindowTokens == Unset {
 		s.WindowTokens = base.WindowTokens
 	}
+	if s.Selection == "" {
+		s.Selection = base.Selection
+	}
 	return s
 }
 
@@ -163,29 +198,34 @@ type Policy interface {
 	// began (accumulated, H2O), window w > 0 the latest w (SnapKV's observation window).
 	MassWindow() (asks bool, window int)
 	// Plan is asked before a step that would add want >= 1 tokens to a sequence whose
-	// cache holds cached tokens, with mass the attention mass of each cache entry when the
-	// policy asks for it (MassWindow; nil otherwise): it returns what to drop first (a
-	// zero Drop: nothing) and how many of the want tokens the step may add, at least 1.
-	Plan(cached, want int, mass []float32) (d Drop, room int)
+	// cache holds cached tokens, with mass, when the policy asks for it (MassWindow; nil
+	// otherwise), the attention mass of each cache entry per lane of its selection (one
+	// row for the sequence, one per layer or one per layer and KV head, see
+	// PolicySpec.Selection; each lane's entries the tokens that lane kept): it returns
+	// what to drop first (a zero Drop: nothing) and how many of the want tokens the step
+	// may add, at least 1.
+	Plan(cached, want int, mass [][]float32) (d Drop, room int)
 }
 
 // Drop is what a policy drops before a step: N blocks' worth of tokens.
 type Drop struct {
 	// From and N: without Evict, the logical blocks [From, From+N) go whole.
 	From, N int
-	// Evict, when set, makes the drop token-granular: it holds the N x BlockSize cache
-	// indices that go, ascending, none below From x BlockSize. The tokens after each move
-	// down to close the gaps (their keys rotated by the places they move, as a block drop
-	// rotates the blocks behind it), and the sequence's last N blocks, emptied so, go.
-	Evict []int
+	// Evict, when set, makes the drop token-granular: it holds, for each lane of the mass
+	// Plan was given (one list for them all when it was given one lane), the N x BlockSize
+	// cache indices that go from that lane, ascending, none below From x BlockSize. In
+	// each lane the entries after each move down to close the gaps (their keys rotated by
+	// the places they move, as a block drop rotates the blocks behind it), and the
+	// sequence's last N blocks, emptied so in every lane, go.
+	Evict [][]int
 }
 
 // NewPolicy checks spec and returns its policy for blocks of blockSize tokens.
 func NewPolicy(spec PolicySpec, blockSize int) (Policy, error) {
 	switch spec.Name {
 	case PolicyFull, "":
-		if spec.BudgetTokens != Unset || spec.SinkTokens != Unset || spec.WindowTokens != Unset {
-			return nil, fmt.Errorf("kv policy full keeps every token: it takes no budget_tokens, sink_tokens or window_tokens")
+		if spec.BudgetTokens != Unset || spec.SinkTokens != Unset || spec.WindowTokens != Unset || spec.Selection != "" {
+			return nil, fmt.Errorf("kv policy full keeps every token: it takes no budget_tokens, sink_tokens, window_tokens or selection")
 		}
 		return fullPolicy{}, nil
 	case PolicyStreaming:
@@ -205,7 +245,7 @@ func (fullPolicy) Drops() bool { return false }
 
 func (fullPolicy) MassWindow() (bool, int) { return false, 0 }
 
-func (fullPolicy) Plan(cached, want int, mass []float32) (Drop, int) { return Drop{}, want }
+func (fullPolicy) Plan(cached, want int, mass [][]float32) (Drop, int) { return Drop{}, want }
 
 // streaming is StreamingLLM (Xiao et al., 2023) on blocks: the sink blocks, then a window
 // of the most recent blocks, the blocks between dropped whole, oldest first; tokens
@@ -218,6 +258,9 @@ type streaming struct {
 }
 
 func newStreaming(spec PolicySpec, bs int) (Policy, error) {
+	if spec.Selection != "" {
+		return nil, fmt.Errorf("kv policy streaming keeps the same blocks for every head: it takes no selection (h2o and snapkv do)")
+	}
 	if spec.SinkTokens == Unset {
 		spec.SinkTokens = DefaultSinkTokens
 	}
@@ -251,7 +294,7 @@ func (p *streaming) Drops() bool { return true }
 // whole blocks of the most recent tokens stay before the step's first token.
 func (p *streaming) MassWindow() (bool, int) { return false, 0 }
 
-func (p *streaming) Plan(cached, want int, mass []float32) (Drop, int) {
+func (p *streaming) Plan(cached, want int, mass [][]float32) (Drop, int) {
 	bs := p.bs
 	first := min(want, bs)
 	n := 0
@@ -269,20 +312,21 @@ func (p *streaming) Plan(cached, want int, mass []float32) (Drop, int) {
 // recent window, and of the tokens between those the ones with the most attention mass.
 // When the budget is full, the block's worth of tokens with the least mass goes (the
 // oldest among equals) and the cache is compacted over the gaps, so that one block is
-// freed while every recent token stays. h2o (Zhang et al., 2023) ranks by the mass of
-// every query since a token entered the cache, divided by the number of those queries: a
-// token's mean attention, so that the oldest tokens do not win only by having been
-// attended the longest (the bias of the plain sum that A2SF, Jo and Shin 2024, names
-// and corrects with a decay). snapkv (Li et al., 2024) ranks by the mass of the latest
-// queries only, its observation window, max-pooled over neighbouring tokens (SnapKV's
-// pooling, which keeps the context around a selected token), at every drop rather than
-// once at the end of the prompt, so that a sequence of any length stays within its
-// budget.
-//
-// The mass is summed over the heads and layers: one block table, hence one selection,
-// serves them all, so selection per KV head (as SnapKV does) or per layer (as H2O does)
-// does not fit the paged layout. Tokens are rotated by their place in the cache, as
-// streaming's are.
+// freed while every recent token stays. The choice is made per lane of the mass the
+// engine gives Plan: one lane for the whole sequence (mass summed over layers and KV
+// heads), one per layer, or one per layer and KV head (PolicySpec.Selection). Every head
+// keeps the same number of tokens, so the heads share the block table, but with a choice
+// per layer or head slot j of one head may hold another token than slot j of the next:
+// keys sit at their slot's position whichever token they are (the compaction rotates
+// each moved key to its new slot), so nothing per head needs remembering. h2o (Zhang et al., 2023) ranks
+// by the mass of every query since a token entered the cache, divided by the number of
+// those queries: a token's mean attention, so that the oldest tokens do not win only by
+// having been attended the longest (the bias of the plain sum that A2SF, Jo and Shin
+// 2024, names and corrects with a decay). snapkv (Li et al., 2024) ranks by the mass of
+// the latest queries only, its observation window, max-pooled over neighbouring tokens
+// (SnapKV's pooling, which keeps the context around a selected token), at every drop
+// rather than once at the end of the prompt, so that a sequence of any length stays
+// within its budget. Tokens are rotated by their place in the cache, as streaming's are.
 type heavyHitters struct {
 	spec          PolicySpec
 	bs, maxBlocks int
@@ -294,6 +338,12 @@ type heavyHitters struct {
 const snapKVPool = 7
 
 func newHeavyHitters(spec PolicySpec, bs int) (Policy, error) {
+	if err := checkSelection(spec.Selection); err != nil {
+		return nil, fmt.Errorf("kv policy %s: %w", spec.Name, err)
+	}
+	if spec.Selection == "" {
+		spec.Selection = SelectSequence
+	}
 	if spec.SinkTokens == Unset {
 		spec.SinkTokens = DefaultSinkTokens
 	}
@@ -332,39 +382,55 @@ func (p *heavyHitters) Drops() bool { return true }
 
 func (p *heavyHitters) MassWindow() (bool, int) { return true, p.window }
 
-// Plan evicts, when the step's first block of tokens would pass the budget, the block's
-// worth of tokens outside the sinks and the recent window with the least mass (mass
-// already normalized as the policy ranks it, see the type's comment).
-func (p *heavyHitters) Plan(cached, want int, mass []float32) (Drop, int) {
+// Plan evicts, when the step's first block of tokens would pass the budget, from each
+// lane of mass the block's worth of tokens outside the sinks and the recent window with
+// the least mass (mass already normalized as the policy ranks it, see the type's
+// comment); with no mass, one lane of equal scores: the oldest tokens.
+func (p *heavyHitters) Plan(cached, want int, mass [][]float32) (Drop, int) {
 	bs := p.bs
 	first := min(want, bs)
 	var d Drop
 	if (cached+first+bs-1)/bs > p.maxBlocks {
-		// Validation leaves enough candidates: cached > (maxBlocks-1) x bs.
-		lo, hi := p.spec.SinkTokens, cached-p.spec.WindowTokens
-		score := make([]float32, hi-lo)
-		for j := range score {
-			if lo+j < len(mass) {
-				score[j] = mass[lo+j]
-			}
+		lanes := mass
+		if len(lanes) == 0 {
+			lanes = [][]float32{nil}
 		}
-		if p.window > 0 {
-			score = maxPool(score, snapKVPool)
+		d.Evict = make([][]int, len(lanes))
+		d.From, d.N = cached/bs, 1
+		for h, m := range lanes {
+			d.Evict[h] = p.leastAttended(cached, m)
+			d.From = min(d.From, d.Evict[h][0]/bs)
 		}
-		idx := make([]int, len(score))
-		for j := range idx {
-			idx[j] = j
-		}
-		// The least mass first, the oldest among equals.
-		slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(score[a], score[b]) })
-		d.Evict = idx[:bs]
-		slices.Sort(d.Evict)
-		for i := range d.Evict {
-			d.Evict[i] += lo
-		}
-		d.From, d.N = d.Evict[0]/bs, 1
 	}
 	return d, min(want, p.maxBlocks*bs-(cached-d.N*bs))
+}
+
+// leastAttended returns, ascending, the block's worth of cache indices outside the sinks
+// and the recent window with the least score by mass (entries past mass score 0).
+// Validation leaves enough candidates: cached > (maxBlocks-1) x bs.
+func (p *heavyHitters) leastAttended(cached int, mass []float32) []int {
+	lo, hi := p.spec.SinkTokens, cached-p.spec.WindowTokens
+	score := make([]float32, hi-lo)
+	for j := range score {
+		if lo+j < len(mass) {
+			score[j] = mass[lo+j]
+		}
+	}
+	if p.window > 0 {
+		score = maxPool(score, snapKVPool)
+	}
+	idx := make([]int, len(score))
+	for j := range idx {
+		idx[j] = j
+	}
+	// The least mass first, the oldest among equals.
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(score[a], score[b]) })
+	evict := idx[:p.bs]
+	slices.Sort(evict)
+	for i := range evict {
+		evict[i] += lo
+	}
+	return evict
 }
 
 // maxPool returns, for each x[j], the largest of x[j-w/2 .. j+w/2] that x holds.

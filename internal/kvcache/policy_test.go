@@ -14,6 +14,7 @@ func TestParsePolicySpec(t *testing.T) {
 		{"full", PolicySpec{Name: "full", BudgetTokens: Unset, SinkTokens: Unset, WindowTokens: Unset}},
 		{"streaming:budget_tokens=64,sink_tokens=0", PolicySpec{Name: "streaming", BudgetTokens: 64, SinkTokens: 0, WindowTokens: Unset}},
 		{" streaming : window_tokens = 60 ", PolicySpec{Name: "streaming", BudgetTokens: Unset, SinkTokens: Unset, WindowTokens: 60}},
+		{"h2o:selection=head,budget_tokens=96", PolicySpec{Name: "h2o", BudgetTokens: 96, SinkTokens: Unset, WindowTokens: Unset, Selection: SelectHead}},
 	} {
 		got, err := ParsePolicySpec(c.in)
 		if err != nil || got != c.want {
@@ -25,7 +26,7 @@ func TestParsePolicySpec(t *testing.T) {
 		}
 	}
 	for _, in := range []string{"", ":budget_tokens=4", "streaming:budget_tokens=1.5", "streaming:budget_tokens=-4",
-		"streaming:budget=64", "streaming:budget_tokens", "streaming:,"} {
+		"streaming:budget=64", "streaming:budget_tokens", "streaming:,", "h2o:selection=token"} {
 		if _, err := ParsePolicySpec(in); err == nil {
 			t.Errorf("ParsePolicySpec(%q) took it", in)
 		}
@@ -47,6 +48,8 @@ func TestNewPolicy(t *testing.T) {
 		{"full:budget_tokens=64", "takes no"},
 		{"streaming:budget_tokens=64,sink_tokens=4,window_tokens=61", "below sink_tokens 4 + window_tokens 61"},
 		{"streaming:budget_tokens=40,sink_tokens=4", "too few"},
+		{"streaming:selection=head", "takes no selection"},
+		{"full:selection=layer", "takes no"},
 	} {
 		if _, err := NewPolicy(spec(c.in), 16); err == nil || !strings.Contains(err.Error(), c.err) {
 			t.Errorf("%s: error %v, want one saying %q", c.in, err, c.err)
@@ -69,6 +72,19 @@ func TestNewPolicy(t *testing.T) {
 	}
 	if got := FullSpec().Over(server); got != FullSpec() {
 		t.Errorf("full over streaming: %+v", got)
+	}
+	h2oServer := spec("h2o:selection=layer")
+	if got := spec("h2o:budget_tokens=96").Over(h2oServer); got.Selection != SelectLayer {
+		t.Errorf("h2o over the server's h2o: selection %q, want the server's layer", got.Selection)
+	}
+	if got := spec("h2o:selection=head").Over(h2oServer); got.Selection != SelectHead {
+		t.Errorf("h2o asking for head over the server's layer: %q", got.Selection)
+	}
+	for sel, want := range map[string]string{"": SelectSequence, SelectLayer: SelectLayer, SelectHead: SelectHead} {
+		p, err := NewPolicy(PolicySpec{Name: PolicySnapKV, BudgetTokens: 64, SinkTokens: Unset, WindowTokens: Unset, Selection: sel}, 16)
+		if err != nil || p.Spec().Selection != want {
+			t.Errorf("snapkv selection %q: %v, %v; want %s", sel, p, err, want)
+		}
 	}
 }
 
@@ -150,7 +166,7 @@ func TestDropAndPrivatize(t *testing.T) {
 }
 
 func FuzzParsePolicySpec(f *testing.F) {
-	for _, s := range []string{"full", "streaming:budget_tokens=64,sink_tokens=4,window_tokens=60", "x:a=1", "streaming:budget_tokens=99999999999999999999"} {
+	for _, s := range []string{"full", "streaming:budget_tokens=64,sink_tokens=4,window_tokens=60", "x:a=1", "streaming:budget_tokens=99999999999999999999", "snapkv:selection=head,budget_tokens=64"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -195,15 +211,29 @@ func TestHeavyHittersPlan(t *testing.T) {
 	mass[0], mass[1] = 0, 0                              // sinks stay
 	mass[19], mass[23] = 0, 0                            // the recent window (19..23) stays
 	mass[3], mass[8], mass[9], mass[15] = .5, .1, .2, .3 // the four least outside them
-	d, room := p.Plan(24, 1, mass)
-	if !slices.Equal(d.Evict, []int{3, 8, 9, 15}) || d.From != 0 || d.N != 1 || room != 1 {
+	d, room := p.Plan(24, 1, [][]float32{mass})
+	if len(d.Evict) != 1 || !slices.Equal(d.Evict[0], []int{3, 8, 9, 15}) || d.From != 0 || d.N != 1 || room != 1 {
 		t.Errorf("full budget: %+v, room %d; want tokens 3 8 9 15 from block 0, room 1", d, room)
 	}
-	if d, room := p.Plan(20, 3, mass[:20]); d.N != 0 || room != 3 {
+	if d, room := p.Plan(20, 3, [][]float32{mass[:20]}); d.N != 0 || room != 3 {
 		t.Errorf("room left: %+v, room %d", d, room)
 	}
-	if d, _ := p.Plan(24, 1, make([]float32, 24)); !slices.Equal(d.Evict, []int{2, 3, 4, 5}) {
-		t.Errorf("equal mass: evicts %v, want the oldest outside the sinks (2..5)", d.Evict)
+	if d, _ := p.Plan(24, 1, nil); len(d.Evict) != 1 || !slices.Equal(d.Evict[0], []int{2, 3, 4, 5}) {
+		t.Errorf("no mass: evicts %v, want the oldest outside the sinks (2..5)", d.Evict)
+	}
+	// Per lane (layer and KV head): each lane evicts its own least attended tokens, and
+	// the drop starts at the block of the earliest of them.
+	late := make([]float32, 24)
+	for j := range late {
+		late[j] = 1
+	}
+	late[12], late[13], late[16], late[17] = 0, 0, 0, 0
+	d, _ = p.Plan(24, 1, [][]float32{late, mass})
+	if len(d.Evict) != 2 || !slices.Equal(d.Evict[0], []int{12, 13, 16, 17}) || !slices.Equal(d.Evict[1], []int{3, 8, 9, 15}) || d.From != 0 || d.N != 1 {
+		t.Errorf("two lanes: %+v; want 12 13 16 17 and 3 8 9 15 from block 0", d)
+	}
+	if d, _ = p.Plan(24, 1, [][]float32{late, late}); d.From != 3 {
+		t.Errorf("two lanes evicting from token 12 on: the drop starts at block %d, want 3", d.From)
 	}
 	sk, err := NewPolicy(PolicySpec{Name: PolicySnapKV, BudgetTokens: 24, SinkTokens: 2, WindowTokens: 5}, bs)
 	if err != nil {
@@ -213,11 +243,11 @@ func TestHeavyHittersPlan(t *testing.T) {
 	// outside that span.
 	pool := make([]float32, 24)
 	pool[10] = 9
-	if d, _ := sk.Plan(24, 1, pool); !slices.Equal(d.Evict, []int{2, 3, 4, 5}) {
+	if d, _ := sk.Plan(24, 1, [][]float32{pool}); !slices.Equal(d.Evict[0], []int{2, 3, 4, 5}) {
 		t.Errorf("snapkv pooled: evicts %v", d.Evict)
 	}
 	pool[2], pool[3], pool[4], pool[5] = 1, 1, 1, 1
-	if d, _ := sk.Plan(24, 1, pool); !slices.Equal(d.Evict, []int{14, 15, 16, 17}) {
+	if d, _ := sk.Plan(24, 1, [][]float32{pool}); !slices.Equal(d.Evict[0], []int{14, 15, 16, 17}) {
 		t.Errorf("snapkv pooled: evicts %v, want 14..17 (2..5 have mass, 7..13 sit near the peak)", d.Evict)
 	}
 	if asks, w := p.MassWindow(); !asks || w != 0 {

@@ -56,10 +56,12 @@ type Seq struct {
 	// (cached prefix + the step's tokens).
 	ContextLen int
 	// Mass, when set, receives the attention mass of the sequence's tokens from its
-	// MassFrom-th on (added to it): for each context entry, the probabilities with which
-	// those tokens' heads attend to it, summed over heads and layers (KV policies that
-	// keep the most attended tokens). At least ContextLen entries; only on a backend that
-	// reports it (backend.AttentionMasser), with the model not split.
+	// MassFrom-th on (added to it), per layer and KV head (KV policies that keep the most
+	// attended tokens of each head): Model.AttentionMassLanes rows of equal length, at
+	// least ContextLen each, row l·KVHeads+g for KV head g of layer l, whose entry j is
+	// the probability with which those tokens' query heads of g's group attend to context
+	// entry j, summed. Only on a backend that reports it (backend.AttentionMasser), with
+	// the model not split.
 	Mass     []float32
 	MassFrom int
 	// Adapter, when set, is the LoRA adapter whose updates the sequence's projections
@@ -98,8 +100,8 @@ func (b *Batch) check(vocab int, kv *KVCache) error {
 		if s.ContextLen < s.QueryLen {
 			return fmt.Errorf("batch: sequence %d: %d tokens in a context of %d", i, s.QueryLen, s.ContextLen)
 		}
-		if s.Mass != nil && (len(s.Mass) < s.ContextLen || s.MassFrom < 0 || s.MassFrom > s.QueryLen) {
-			return fmt.Errorf("batch: sequence %d: attention mass of %d entries from token %d, for a context of %d and %d tokens", i, len(s.Mass), s.MassFrom, s.ContextLen, s.QueryLen)
+		if lanes := kv.massLanes(); s.Mass != nil && (len(s.Mass)%lanes != 0 || len(s.Mass)/lanes < s.ContextLen || s.MassFrom < 0 || s.MassFrom > s.QueryLen) {
+			return fmt.Errorf("batch: sequence %d: attention mass of %d entries (%d rows, one per layer and kv head) from token %d, for a context of %d and %d tokens", i, len(s.Mass), lanes, s.MassFrom, s.ContextLen, s.QueryLen)
 		}
 		for t := s.QueryStart; t < s.QueryStart+s.QueryLen; t++ {
 			if p := b.Positions[t]; p < 0 {

@@ -42,6 +42,13 @@ func (m *Model) NewKVCache(numBlocks, blockSize int) (*KVCache, error) {
 	return kv, nil
 }
 
+// massLanes returns the rows of a sequence's attention mass (Seq.Mass): one per layer and
+// KV head of the first rank's part (the model reports mass only when it is not split).
+func (kv *KVCache) massLanes() int {
+	sp := kv.parts[0].Spec()
+	return max(1, sp.Layers*sp.KVHeads)
+}
+
 // kvSpec returns the geometry of the shard's part of a cache of dtype elements.
 func (s *shard) kvSpec(numBlocks, blockSize int, dtype quant.Type) backend.KVSpec {
 	c := s.cfg

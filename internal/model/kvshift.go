@@ -148,21 +148,36 @@ func (k *keyRotation) applyQuantized(keys []byte, hd int) {
 
 // CompactKeys closes the gaps a token-granular KV policy leaves: buf holds blocks' keys and
 // values in the host layout (as ReadBlocks gives them, whole blocks), keep the slots over
-// those blocks that stay (ascending). Slot keep[i] moves to slot i of dst (blocks in order,
-// as many as keep fills), its key rotated by i-keep[i] positions as ShiftKeys rotates; the
-// slots of dst's last block past len(keep) are zeroed. It writes dst (WriteBlocks).
-func (kv *KVCache) CompactKeys(buf []byte, keep []int, dst []int32) error {
+// those blocks that stay (ascending), either one list for every layer and KV head or one
+// per layer and KV head (row l·KVHeads+g for KV head g of layer l, as the rows of
+// Seq.Mass; the model not split), all of one length: a KV head's slot keep[i] moves to
+// its slot i of dst (blocks in order, as many as keep fills), its key rotated by
+// i-keep[i] positions as ShiftKeys rotates, so that every head's slot i holds a key at
+// position i whichever token it is. The slots of dst's last block past len(keep) are
+// zeroed. It writes dst (WriteBlocks).
+func (kv *KVCache) CompactKeys(buf []byte, keep [][]int, dst []int32) error {
 	total := kv.BlockBytes()
 	if total == 0 || len(buf)%total != 0 {
 		return fmt.Errorf("compact keys: %d bytes of blocks of %d", len(buf), total)
 	}
-	bs := kv.BlockSize
-	if len(dst) != (len(keep)+bs-1)/bs {
-		return fmt.Errorf("compact keys: %d slots kept into %d blocks of %d", len(keep), len(dst), bs)
+	if len(keep) == 0 {
+		return fmt.Errorf("compact keys: no slots to keep")
 	}
-	for i, s := range keep {
-		if s < i || s >= len(buf)/total*bs || i > 0 && s <= keep[i-1] {
-			return fmt.Errorf("compact keys: kept slot %d (the %d-th) out of order or out of %d blocks", s, i, len(buf)/total)
+	if lanes := kv.massLanes(); len(keep) != 1 && (len(keep) != lanes || len(kv.parts) != 1) {
+		return fmt.Errorf("compact keys: %d lists of slots to keep for a cache of %d layers x kv heads in %d parts (one list, or one per layer and kv head of an unsplit model)", len(keep), lanes, len(kv.parts))
+	}
+	bs, n := kv.BlockSize, len(keep[0])
+	if len(dst) != (n+bs-1)/bs {
+		return fmt.Errorf("compact keys: %d slots kept into %d blocks of %d", n, len(dst), bs)
+	}
+	for h, lane := range keep {
+		if len(lane) != n {
+			return fmt.Errorf("compact keys: list %d keeps %d slots, list 0 %d", h, len(lane), n)
+		}
+		for i, s := range lane {
+			if s < i || s >= len(buf)/total*bs || i > 0 && s <= lane[i-1] {
+				return fmt.Errorf("compact keys: list %d: kept slot %d (the %d-th) out of order or out of %d blocks", h, s, i, len(buf)/total)
+			}
 		}
 	}
 	if dt := kv.m.kvDT; dt.KVQuantized() {
@@ -173,37 +188,42 @@ func (kv *KVCache) CompactKeys(buf []byte, keep []int, dst []int32) error {
 	for r, s := range kv.m.ranks {
 		spec := kv.parts[r].Spec()
 		per, eb := spec.BlockBytes(), spec.DType.BlockBytes()
-		slotBytes := spec.KVHeads * spec.HeadDim * eb
+		rowBytes := spec.HeadDim * eb
+		slotBytes := spec.KVHeads * rowBytes
 		keyBytes := bs * slotBytes
 		rots := map[int]*keyRotation{}
 		rotsLocal := map[int]*keyRotation{}
 		vec := make([]float32, spec.HeadDim)
-		for i, src := range keep {
-			from := buf[src/bs*total+off:][:per]
-			to := out[i/bs*total+off:][:per]
-			delta := i - src
-			for l := range spec.Layers {
-				k0, v0 := l*2*keyBytes, l*2*keyBytes+keyBytes
-				key := to[k0+i%bs*slotBytes:][:slotBytes]
-				copy(key, from[k0+src%bs*slotBytes:][:slotBytes])
-				copy(to[v0+i%bs*slotBytes:][:slotBytes], from[v0+src%bs*slotBytes:][:slotBytes])
-				if delta == 0 {
-					continue
+		for l := range spec.Layers {
+			hr, cache := s.hostRope, rots
+			if s.localRope(l) {
+				hr, cache = s.hostRopeLocal, rotsLocal // Gemma 3's windowed layers
+			}
+			for g := range spec.KVHeads {
+				lane := keep[0]
+				if len(keep) > 1 {
+					lane = keep[l*spec.KVHeads+g]
 				}
-				hr, cache := s.hostRope, rots
-				if s.localRope(l) {
-					hr, cache = s.hostRopeLocal, rotsLocal // Gemma 3's windowed layers
-				}
-				rot := cache[delta]
-				if rot == nil {
-					var err error
-					if rot, err = newKeyRotation(hr, delta, spec.DType); err != nil {
-						return fmt.Errorf("compact keys: %w", err)
+				k0, v0 := l*2*keyBytes+g*rowBytes, l*2*keyBytes+keyBytes+g*rowBytes
+				for i, src := range lane {
+					from := buf[src/bs*total+off:][:per]
+					to := out[i/bs*total+off:][:per]
+					key := to[k0+i%bs*slotBytes:][:rowBytes]
+					copy(key, from[k0+src%bs*slotBytes:][:rowBytes])
+					copy(to[v0+i%bs*slotBytes:][:rowBytes], from[v0+src%bs*slotBytes:][:rowBytes])
+					delta := i - src
+					if delta == 0 {
+						continue
 					}
-					cache[delta] = rot
-				}
-				for h := 0; h < slotBytes; h += spec.HeadDim * eb {
-					rot.apply(key[h:h+spec.HeadDim*eb], vec)
+					rot := cache[delta]
+					if rot == nil {
+						var err error
+						if rot, err = newKeyRotation(hr, delta, spec.DType); err != nil {
+							return fmt.Errorf("compact keys: %w", err)
+						}
+						cache[delta] = rot
+					}
+					rot.apply(key, vec)
 				}
 			}
 		}

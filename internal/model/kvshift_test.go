@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/quant"
@@ -99,8 +100,15 @@ func TestAttentionMassForward(t *testing.T) {
 		return m.Forward(b, kv)
 	}
 	m := cpuModel(t, fm, Parallel{1, 1}, quant.F32)
-	mass := make([]float32, 12)
-	mass[11] = 5 // past the context: left as it is
+	lanes := m.AttentionMassLanes()
+	if lanes != c.Layers*c.KVHeads {
+		t.Fatalf("%d mass lanes, want layers x kv heads = %d", lanes, c.Layers*c.KVHeads)
+	}
+	const stride = 12 // a row longer than the context: entry 11 of each is left as it is
+	mass := make([]float32, lanes*stride)
+	for g := range lanes {
+		mass[g*stride+11] = 5
+	}
 	got, err := run(m, mass)
 	if err != nil {
 		t.Fatal(err)
@@ -112,18 +120,33 @@ func TestAttentionMassForward(t *testing.T) {
 	if e := relErr([][]float32{got}, [][]float32{want}); e != 0 {
 		t.Errorf("asking for mass changed the logits by %.3g", e)
 	}
-	var sum float64
-	for _, x := range mass[:11] {
-		sum += float64(x)
+	// Each layer's KV head's row sums to the queries times its group's query heads.
+	w := float64(c.Heads / c.KVHeads * (len(tokens) - 3))
+	for g := range lanes {
+		row := mass[g*stride:][:stride]
+		var sum float64
+		for _, x := range row[:11] {
+			sum += float64(x)
+		}
+		if math.Abs(sum-w) > 1e-3*w || row[11] != 5 {
+			t.Errorf("row %d: mass sums to %v (entry 11: %v), want %v", g, sum, row[11], w)
+		}
+		if row[10] == 0 || row[0] == 0 {
+			t.Errorf("row %d: mass %v: entries the queries attend to hold none", g, row)
+		}
 	}
-	if w := float64(c.Layers * c.Heads * (len(tokens) - 3)); math.Abs(sum-w) > 1e-3*w || mass[11] != 5 {
-		t.Errorf("mass sums to %v (entry 11: %v), want %v", sum, mass[11], w)
+	// The heads do not all attend alike: the rows differ.
+	if slices.Equal(mass[:stride], mass[stride:2*stride]) {
+		t.Errorf("kv heads 0 and 1 of layer 0 got the same mass %v", mass[:stride])
 	}
-	if mass[10] == 0 || mass[0] == 0 {
-		t.Errorf("mass %v: entries the queries attend to hold none", mass)
+	if _, err := run(m, make([]float32, lanes*stride+1)); err == nil {
+		t.Error("a mass not divided into rows per layer and kv head was taken")
+	}
+	if _, err := run(m, make([]float32, lanes*10)); err == nil {
+		t.Error("rows of mass shorter than the context were taken")
 	}
 	split := cpuModel(t, fm, Parallel{2, 1}, quant.F32)
-	if _, err := run(split, make([]float32, 11)); err == nil {
+	if _, err := run(split, make([]float32, lanes*11)); err == nil {
 		t.Error("a split model took a mass request")
 	}
 }
@@ -165,7 +188,7 @@ func TestCompactKeys(t *testing.T) {
 				src, dst, ref := []int32{3, 8, 1}, []int32{5, 10}, []int32{12, 13}
 				prefillAt(t, m, kv, src, tokens, 0)
 				prefillAt(t, m, kv, ref, kept, 0)
-				if err := kv.CompactKeys(read(src), keep, dst); err != nil {
+				if err := kv.CompactKeys(read(src), [][]int{keep}, dst); err != nil {
 					t.Fatal(err)
 				}
 				got, want := read(dst), read(ref)
@@ -199,7 +222,7 @@ func TestCompactKeys(t *testing.T) {
 				// A whole block: the same as Drop + ShiftKeys.
 				prefillAt(t, m, kv, src, tokens, 0)
 				whole := []int{0, 1, 2, 3, 8, 9, 10}
-				if err := kv.CompactKeys(read(src), whole, dst); err != nil {
+				if err := kv.CompactKeys(read(src), [][]int{whole}, dst); err != nil {
 					t.Fatal(err)
 				}
 				compacted := read(dst)
@@ -213,8 +236,52 @@ func TestCompactKeys(t *testing.T) {
 						t.Fatalf("byte %d: compacting a whole block differs from a shift", i)
 					}
 				}
-				if err := kv.CompactKeys(read(src), []int{1, 0}, dst[:1]); err == nil {
+				if err := kv.CompactKeys(read(src), [][]int{{1, 0}}, dst[:1]); err == nil {
 					t.Error("slots out of order were taken")
+				}
+				lanes := kv.massLanes()
+				if tc.p.Tensor > 1 {
+					if err := kv.CompactKeys(read(src), slices.Repeat([][]int{keep}, lanes), dst); err == nil {
+						t.Error("lists per layer and kv head were taken by a split model")
+					}
+					return
+				}
+				// A list per layer and KV head: each head's rows are those the compaction of
+				// its own list alone writes.
+				other := []int{0, 2, 3, 6, 7, 8, 9} // slots 1, 4, 5 and 10 go
+				prefillAt(t, m, kv, src, tokens, 0)
+				lists := make([][]int, lanes)
+				for h := range lists {
+					lists[h] = [][]int{keep, other}[h%3%2]
+				}
+				if err := kv.CompactKeys(read(src), lists, dst); err != nil {
+					t.Fatal(err)
+				}
+				perHead := read(dst)
+				byList := map[int][]byte{}
+				for i, l := range [][]int{keep, other} {
+					if err := kv.CompactKeys(read(src), [][]int{l}, dst); err != nil {
+						t.Fatal(err)
+					}
+					byList[i] = read(dst)
+				}
+				spec := kv.parts[0].Spec()
+				row := spec.HeadDim * spec.DType.BlockBytes()
+				for i := range perHead {
+					in := i % kv.BlockBytes() / row // which head row of the block
+					h := in/(2*bs*spec.KVHeads)*spec.KVHeads + in%spec.KVHeads
+					if perHead[i] != byList[h%3%2][i] {
+						t.Fatalf("byte %d (layer %d, kv head %d): not what compacting its own list gives", i, h/spec.KVHeads, h%spec.KVHeads)
+					}
+				}
+				if slices.Equal(byList[0], byList[1]) || slices.Equal(perHead, byList[0]) || slices.Equal(perHead, byList[1]) {
+					t.Error("the lists compact alike: the comparison shows nothing")
+				}
+				if err := kv.CompactKeys(read(src), append(lists[:lanes-1:lanes-1], keep[1:]), dst); err == nil {
+					t.Error("lists of different lengths were taken")
+				}
+				if err := kv.CompactKeys(read(src), lists[:lanes-1], dst); err == nil && lanes > 2 {
+					t.Error("fewer lists than layers x kv heads were taken")
 				}
 			})
 		}

@@ -244,7 +244,7 @@ func (s *shard) mlaAttention(l int, a *activations, in backend.Tensor, kv backen
 		return err
 	}
 	if len(s.mass) > 0 {
-		if err := be.(backend.AttentionMasser).AttentionMass(s.mass, s.massFrom, a.q, kv, l, s.scale, st); err != nil {
+		if err := be.(backend.AttentionMasser).AttentionMass(s.layerMass(l), s.massFrom, a.q, kv, l, s.scale, st); err != nil {
 			return err
 		}
 	}

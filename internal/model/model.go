@@ -352,6 +352,16 @@ func (m *Model) ReportsAttentionMass() bool {
 	return ok && len(m.ranks) == 1 && !m.kvDT.KVQuantized()
 }
 
+// AttentionMassLanes returns the rows of a sequence's attention mass (Seq.Mass), one per
+// layer and KV head, or 0 when the model does not report it (ReportsAttentionMass).
+func (m *Model) AttentionMassLanes() int {
+	if !m.ReportsAttentionMass() {
+		return 0
+	}
+	c := m.ranks[0].cfg
+	return c.Layers * c.KVHeads
+}
+
 // StreamsLayers reports whether a step calls its Batch.AfterLayer hook: the model is not
 // split and its backend copies a layer's blocks out between a step's ops
 // (backend.LayerKVReader).

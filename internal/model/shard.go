@@ -46,8 +46,10 @@ type shard struct {
 	// when none asks; see Seq.Mass).
 	mass     [][]float32
 	massFrom []int
-	pad      stepPad // a padded step's arrays
-	act      stepBuffers
+	// massLayer holds each sequence's rows of mass for the layer being run (layerMass).
+	massLayer [][]float32
+	pad       stepPad // a padded step's arrays
+	act       stepBuffers
 	// lora holds the adapters' slots (nil without LoRA; see Model.EnableLoRA).
 	lora *loraSlots
 	// fp8 quantizes the linear layers' weights to FP8 at upload (Options.FP8).
@@ -496,7 +498,7 @@ func (s *shard) attention(l int, a *activations, in backend.Tensor, kv backend.K
 	}
 	if len(s.mass) > 0 {
 		// Checked by Model.check: the backend reports mass.
-		if err := be.(backend.AttentionMasser).AttentionMass(s.mass, s.massFrom, a.q, kv, l, s.scale, st); err != nil {
+		if err := be.(backend.AttentionMasser).AttentionMass(s.layerMass(l), s.massFrom, a.q, kv, l, s.scale, st); err != nil {
 			return err
 		}
 	}
@@ -550,4 +552,19 @@ func (s *shard) project(outs []backend.Tensor, x backend.Tensor, ws []backend.Te
 		}
 	}
 	return nil
+}
+
+// layerMass returns each asking sequence's rows of attention mass for layer l (Seq.Mass
+// holds every layer's KV heads' rows, layer after layer; Batch.check saw that they divide
+// evenly), nil for the others.
+func (s *shard) layerMass(l int) [][]float32 {
+	s.massLayer = s.massLayer[:0]
+	for _, m := range s.mass {
+		if m != nil {
+			per := len(m) / s.cfg.Layers
+			m = m[l*per : (l+1)*per]
+		}
+		s.massLayer = append(s.massLayer, m)
+	}
+	return s.massLayer
 }

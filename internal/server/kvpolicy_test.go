@@ -32,6 +32,11 @@ func TestKVPolicyField(t *testing.T) {
 	if h2o.Choices[0].Text != full.Choices[0].Text {
 		t.Errorf("h2o within its budget: %q, full: %q", h2o.Choices[0].Text, full.Choices[0].Text)
 	}
+	var perHead completionResponse
+	env.post(t, "/v1/completions", body(map[string]any{"kv_policy": map[string]any{"name": "snapkv", "budget_tokens": 256, "selection": "head"}}), &perHead)
+	if perHead.Choices[0].Text != full.Choices[0].Text {
+		t.Errorf("snapkv per head within its budget: %q, full: %q", perHead.Choices[0].Text, full.Choices[0].Text)
+	}
 	var chat chatResponse
 	env.post(t, "/v1/chat/completions", map[string]any{"messages": []map[string]string{{"role": "user", "content": "hi"}}, "max_tokens": 4,
 		"kv_policy": map[string]any{"name": "streaming", "budget_tokens": 64, "sink_tokens": 4, "window_tokens": 32}}, &chat)
@@ -46,6 +51,9 @@ func TestKVPolicyField(t *testing.T) {
 		`{"name": "streaming", "budgets": 64}`:                                              "unknown key",
 		`"streaming"`:                                                                       "expected an object",
 		`{"name": "full", "budget_tokens": 64}`:                                             "takes no",
+		`{"name": "h2o", "selection": "token"}`:                                             "not sequence, layer or head",
+		`{"name": "h2o", "selection": 1}`:                                                   "expected sequence, layer or head",
+		`{"name": "streaming", "selection": "head"}`:                                        "takes no selection",
 	} {
 		b := `{"prompt": "Once upon a time", "max_tokens": 4, "kv_policy": ` + policy + `}`
 		status, res := env.do(t, http.MethodPost, "/v1/completions", []byte(b))

@@ -5,13 +5,15 @@ import (
 	"math"
 )
 
-// AttentionMass adds to mass[j], for each of one sequence's nTokens query tokens and each
-// of its heads query heads, the probability with which that head of the token attends to
-// context entry j: the softmax over j <= ctxIndex[t] of the scaled scores q·k_j, as
-// Attention weighs the values. Summed over a step's layers it is the attention mass that
-// KV policies keeping the most attended tokens (H2O, SnapKV) rank the cache by. mass needs
-// max(ctxIndex)+1 entries; q is laid out as for Attention. It runs on the calling
-// goroutine: a policy asks for it only for the sequences it manages.
+// AttentionMass adds to mass, for each of one sequence's nTokens query tokens and each of
+// its heads query heads, the probability with which that head of the token attends to
+// context entry j (the softmax over j <= ctxIndex[t] of the scaled scores q·k_j, as
+// Attention weighs the values), per KV head: mass holds kv.KVHeads rows of equal length,
+// row g (entries [g·len/KVHeads, ...)) for KV head g, summing the query heads of its group.
+// It is the attention mass that KV policies keeping the most attended tokens of each head
+// (H2O, SnapKV) rank the cache by. Each row needs max(ctxIndex)+1 entries; q is laid out
+// as for Attention. It runs on the calling goroutine: a policy asks for it only for the
+// sequences it manages.
 func AttentionMass(p *Pool, mass, q []float32, nTokens, heads int, kv *KVCacheLayer, blockTable, ctxIndex []int32, scale float32) error {
 	if err := kv.check(); err != nil {
 		return err
@@ -26,8 +28,9 @@ func AttentionMass(p *Pool, mass, q []float32, nTokens, heads int, kv *KVCacheLa
 	if nTokens == 0 {
 		return nil
 	}
-	if len(mass) <= maxPos {
-		return fmt.Errorf("cpu: attention mass: %d entries for a context of %d", len(mass), maxPos+1)
+	stride := len(mass) / kv.KVHeads
+	if len(mass)%kv.KVHeads != 0 || stride <= maxPos {
+		return fmt.Errorf("cpu: attention mass: %d entries for %d kv heads of a context of %d", len(mass), kv.KVHeads, maxPos+1)
 	}
 	a := attnJob{k: p.kern, q: q, nTokens: nTokens, heads: heads, kv: kv, blockTable: blockTable, ctxIndex: ctxIndex, scale: scale}
 	hd, bs, group := kv.HeadDim, kv.BlockSize, heads/kv.KVHeads
@@ -51,8 +54,9 @@ func AttentionMass(p *Pool, mass, q []float32, nTokens, heads int, kv *KVCacheLa
 				sum += e
 			}
 			inv := float32(1 / sum)
+			row := mass[h/group*stride:][:n]
 			for j := range n {
-				mass[j] += sc[j] * inv
+				row[j] += sc[j] * inv
 			}
 		}
 	}

@@ -8,10 +8,10 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
-// naiveMass is AttentionMass in float64, one score at a time.
+// naiveMass is AttentionMass in float64, one score at a time: kvHeads rows of n entries.
 func naiveMass(q []float32, nTokens, heads int, kv *KVCacheLayer, blockTable, ctxIndex []int32, scale float32, n int) []float64 {
 	hd, group := kv.HeadDim, heads/kv.KVHeads
-	mass := make([]float64, n)
+	mass := make([]float64, kv.KVHeads*n)
 	for t := range nTokens {
 		for h := range heads {
 			qv := q[(t*heads+h)*hd:][:hd]
@@ -33,7 +33,7 @@ func naiveMass(q []float32, nTokens, heads int, kv *KVCacheLayer, blockTable, ct
 				sum += s[j]
 			}
 			for j := range s {
-				mass[j] += s[j] / sum
+				mass[h/group*n+j] += s[j] / sum
 			}
 		}
 	}
@@ -41,8 +41,9 @@ func naiveMass(q []float32, nTokens, heads int, kv *KVCacheLayer, blockTable, ct
 }
 
 // TestAttentionMass: the mass of a prefill chunk over a scattered block table matches the
-// float64 reference's, sums to tokens x heads, and adds to what mass held; an F16 cache
-// gives the mass of its rounded keys.
+// float64 reference's, each KV head's row apart, each row summing to tokens x the query
+// heads of its group, and adds to what mass held; an F16 cache gives the mass of its
+// rounded keys.
 func TestAttentionMass(t *testing.T) {
 	p := testPool(2)
 	r := rand.New(rand.NewSource(34))
@@ -74,26 +75,32 @@ func TestAttentionMass(t *testing.T) {
 		for i := range ctx {
 			ctx[i] = int32(total - nTok + i)
 		}
-		mass := make([]float32, total)
-		mass[3] = 10
+		mass := make([]float32, kvHeads*total)
+		mass[total+3] = 10
 		if err := AttentionMass(p, mass, q, nTok, heads, kv, table, ctx, 0.35); err != nil {
 			t.Fatal(err)
 		}
 		want := naiveMass(q, nTok, heads, ref, table, ctx, 0.35, total)
-		want[3] += 10
-		var sum float64
+		want[total+3] += 10
+		var sum [kvHeads]float64
 		for j, m := range mass {
 			if math.Abs(float64(m)-want[j]) > 1e-5 {
 				t.Errorf("%s: mass[%d] = %v, want %v", dt, j, m, want[j])
 			}
-			sum += float64(m)
+			sum[j/total] += float64(m)
 		}
-		if math.Abs(sum-10-nTok*heads) > 1e-4 {
-			t.Errorf("%s: mass sums to %v, want %d (+10)", dt, sum-10, nTok*heads)
+		sum[1] -= 10
+		for g, s := range sum {
+			if math.Abs(s-nTok*heads/kvHeads) > 1e-4 {
+				t.Errorf("%s: kv head %d's mass sums to %v, want %d", dt, g, s, nTok*heads/kvHeads)
+			}
 		}
 	}
-	if err := AttentionMass(p, make([]float32, 3), make([]float32, heads*hd), 1, heads, mustLayer(t), []int32{1, 2}, []int32{5}, 1); err == nil {
+	if err := AttentionMass(p, make([]float32, 2*5), make([]float32, heads*hd), 1, heads, mustLayer(t), []int32{1, 2}, []int32{5}, 1); err == nil {
 		t.Error("a mass shorter than the context was taken")
+	}
+	if err := AttentionMass(p, make([]float32, 13), make([]float32, heads*hd), 1, heads, mustLayer(t), []int32{1, 2}, []int32{5}, 1); err == nil {
+		t.Error("a mass not divided in rows per kv head was taken")
 	}
 }
 

@@ -98,8 +98,8 @@ func TestAttentionQuantized(t *testing.T) {
 					}
 				}
 			}
-			// Attention mass reads the same keys.
-			mq, mf := make([]float32, c.start+c.n), make([]float32, c.start+c.n)
+			// Attention mass reads the same keys (a row per KV head).
+			mq, mf := make([]float32, q8.KVHeads*(c.start+c.n)), make([]float32, q8.KVHeads*(c.start+c.n))
 			if err := errors.Join(AttentionMass(pools[0], mq, q, c.n, c.heads, q8, table, positions, scale),
 				AttentionMass(pools[0], mf, q, c.n, c.heads, f32, table, positions, scale)); err != nil {
 				t.Fatal(err)

@@ -8,8 +8,8 @@ import (
 )
 
 // AttentionMass adds the attention probabilities of the sequences that ask to their mass
-// (see backend.AttentionMasser): the kernel accumulates each sequence's on the device, one
-// layer at a time, and the sum comes back to the host (a synchronization per layer and
+// (see backend.AttentionMasser): the kernel accumulates each sequence's on the device, per
+// KV head, one layer at a time, and the sum comes back to the host (a synchronization per layer and
 // sequence asking, which only the KV policies h2o and snapkv pay).
 func (b *Backend) AttentionMass(mass [][]float32, from []int, q backend.Tensor, kv backend.KVCache, layer int, scale float32, st backend.Step) error {
 	qs, err := devTensor("attention mass", "q", q, cuda.F32)
@@ -50,13 +50,16 @@ func (b *Backend) AttentionMass(mass [][]float32, from []int, q backend.Tensor, 
 		if t0 == t1 {
 			continue
 		}
-		if len(ms) < ctx {
-			return fmt.Errorf("cuda attention mass: sequence %d: %d entries for a context of %d", i, len(ms), ctx)
+		kvh := l.KVHeads
+		stride := len(ms) / kvh
+		if len(ms)%kvh != 0 || stride < ctx {
+			return fmt.Errorf("cuda attention mass: sequence %d: %d entries for %d kv heads of a context of %d", i, len(ms), kvh, ctx)
 		}
-		if err := b.grow(&b.massBuf, cuda.F32, ctx, ctx, "attention mass"); err != nil {
+		// On the device the rows are ctx long; the host's may be longer.
+		if err := b.grow(&b.massBuf, cuda.F32, kvh*ctx, kvh*ctx, "attention mass"); err != nil {
 			return err
 		}
-		dst := cuda.Buffer{Ptr: b.massBuf.Ptr, DType: cuda.F32, Len: ctx}
+		dst := cuda.Buffer{Ptr: b.massBuf.Ptr, DType: cuda.F32, Len: kvh * ctx}
 		qRows, err := qs.buf.Slice(t0*qDim, t1*qDim)
 		if err != nil {
 			return fmt.Errorf("cuda attention mass: %w", err)
@@ -69,16 +72,16 @@ func (b *Backend) AttentionMass(mass [][]float32, from []int, q backend.Tensor, 
 			return err
 		}
 		ctx0 := ctx - (t1 - q0) + from[i]
-		if err := b.ops.AttentionMass(cuda.MassArgs{Mass: dst, Q: qRows, BlockTable: table, QStride: qDim, Tokens: t1 - t0,
+		if err := b.ops.AttentionMass(cuda.MassArgs{Mass: dst, MassStride: ctx, Q: qRows, BlockTable: table, QStride: qDim, Tokens: t1 - t0,
 			Heads: qDim / l.HeadDim, Ctx0: ctx0, Cache: l, Scale: scale}); err != nil {
 			return err
 		}
-		host := make([]float32, ctx)
+		host := make([]float32, kvh*ctx)
 		if err := cuda.Download(b.dev, host, dst); err != nil {
 			return fmt.Errorf("cuda attention mass: %w", err)
 		}
 		for j, x := range host {
-			ms[j] += x
+			ms[j/ctx*stride+j%ctx] += x
 		}
 	}
 	return nil

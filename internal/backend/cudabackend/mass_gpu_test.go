@@ -16,7 +16,9 @@ import (
 // what h2o and snapkv rank the cache by) is the CPU backend's on the CUDA backend: a
 // 37-token prefill asking from its 9th token on and a decode step, over a scattered block
 // table, with F32 and F16 caches, on stories260K (head dim 8, GQA 8/4) and on the
-// synthesized llama-3.2-1b (head dim 64, GQA); each head's probabilities sum to 1.
+// synthesized llama-3.2-1b (head dim 64, GQA); the mass comes per layer and KV head (rows
+// of the decode's context, one entry longer than the prefill's), each row summing to its
+// group's query heads times the queries.
 func TestBackendAttentionMassMatchesCPU(t *testing.T) {
 	be := newBackend(t)
 	cpuBe := cpubackend.New(0)
@@ -36,6 +38,8 @@ func TestBackendAttentionMassMatchesCPU(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%s", name, dt), func(t *testing.T) {
 				fm := open(t)
 				defer fm.Close()
+				const bs, n = 16, 37
+				var lanes int
 				run := func(b backend.Backend) (prefill, decode []float32) {
 					m, err := model.New(fm, model.Options{Backends: []backend.Backend{b}, KVCacheDType: dt})
 					if err != nil {
@@ -45,13 +49,13 @@ func TestBackendAttentionMassMatchesCPU(t *testing.T) {
 					if !m.ReportsAttentionMass() {
 						t.Fatalf("%s does not report attention mass", b.Name())
 					}
-					const bs, n = 16, 37
+					lanes = m.AttentionMassLanes()
 					kv, err := m.NewKVCache(16, bs)
 					if err != nil {
 						t.Fatal(err)
 					}
 					table := []int32{9, 2, 14}
-					prefill, decode = make([]float32, n+1), make([]float32, n+1)
+					prefill, decode = make([]float32, lanes*(n+1)), make([]float32, lanes*(n+1))
 					vocab := int32(fm.Config.VocabSize)
 					bt := &model.Batch{Seqs: []model.Seq{{BlockTable: table, QueryLen: n, ContextLen: n, Mass: prefill, MassFrom: 8}}, LogitsIndices: []int{n - 1}}
 					for i := range n {
@@ -77,9 +81,10 @@ func TestBackendAttentionMassMatchesCPU(t *testing.T) {
 					got, want []float32
 					queries   int
 				}{{"prefill", gp, cp, 37 - 8}, {"decode", gd, cd, 1}} {
-					var sum, worst, scale float64
+					var worst, scale float64
+					sums := make([]float64, lanes)
 					for j := range x.want {
-						sum += float64(x.got[j])
+						sums[j/(n+1)] += float64(x.got[j])
 						worst = max(worst, math.Abs(float64(x.got[j]-x.want[j])))
 						scale = max(scale, math.Abs(float64(x.want[j])))
 					}
@@ -96,8 +101,14 @@ func TestBackendAttentionMassMatchesCPU(t *testing.T) {
 					if rel > tol || math.IsNaN(rel) {
 						t.Errorf("%s: mass differs by %.3g of its largest entry (allowed %g): cuda %v, cpu %v", x.what, rel, tol, x.got, x.want)
 					}
-					if w := float64(c.Layers * c.Heads * x.queries); math.Abs(sum-w) > 1e-3*w {
-						t.Errorf("%s: mass sums to %.4f, want layers x heads x queries = %v", x.what, sum, w)
+					if lanes != c.Layers*c.KVHeads {
+						t.Errorf("%d rows of mass, want layers x kv heads = %d", lanes, c.Layers*c.KVHeads)
+					}
+					w := float64(c.Heads / c.KVHeads * x.queries)
+					for g, sum := range sums {
+						if math.Abs(sum-w) > 1e-3*w {
+							t.Errorf("%s: row %d of mass sums to %.4f, want query heads per kv head x queries = %v", x.what, g, sum, w)
+						}
 					}
 				}
 			})
