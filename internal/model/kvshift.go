@@ -41,13 +41,13 @@ func (kv *KVCache) ShiftKeys(blocks []int32, delta int) error {
 			}
 		}
 		// Host layout: within a block, layer after layer, each the keys (BlockSize slots
-		// of KVHeads x HeadDim elements) then the values.
+		// of KVHeads x HeadDim elements) then the values (none when they are the keys).
 		keyBytes := spec.BlockSize * spec.KVHeads * kvquant.RowBytes(spec.DType, spec.HeadDim)
 		vec := make([]float32, spec.HeadDim)
 		for i := range blocks {
 			part := buf[i*total+off:][:per]
 			for l := range spec.Layers {
-				keys := part[l*2*keyBytes:][:keyBytes]
+				keys := part[l*spec.Vectors()*keyBytes:][:keyBytes]
 				lr := rot
 				if s.localRope(l) {
 					lr = rotLocal // Gemma 3's windowed layers rotate with their own frequencies
@@ -183,10 +183,12 @@ func (kv *KVCache) CompactKeys(buf []byte, keep []int, dst []int32) error {
 			to := out[i/bs*total+off:][:per]
 			delta := i - src
 			for l := range spec.Layers {
-				k0, v0 := l*2*keyBytes, l*2*keyBytes+keyBytes
+				k0, v0 := l*spec.Vectors()*keyBytes, l*spec.Vectors()*keyBytes+keyBytes
 				key := to[k0+i%bs*slotBytes:][:slotBytes]
 				copy(key, from[k0+src%bs*slotBytes:][:slotBytes])
-				copy(to[v0+i%bs*slotBytes:][:slotBytes], from[v0+src%bs*slotBytes:][:slotBytes])
+				if !spec.ValuesAreKeys {
+					copy(to[v0+i%bs*slotBytes:][:slotBytes], from[v0+src%bs*slotBytes:][:slotBytes])
+				}
 				if delta == 0 {
 					continue
 				}
