@@ -115,7 +115,7 @@ func (o *Ops) AttentionMLA(a MLAArgs) error {
 		pm, pl, po = a.Work.M, a.Work.L, a.Work.O
 	}
 	hg, chunks, _ := mlaGrid(a)
-	err := o.Dev.Launch(o.Kern.mod, "attn_mla_"+suffix(c.K.DType), Dim3{splits, a.Heads / hg * chunks, a.Seqs}, Dim3{256, 1, 1}, 0,
+	err := o.Dev.Launch(o.Kern.mod, "attn_mla_"+suffix(c.K.DType), Dim3{a.Heads / hg * chunks, splits, a.Seqs}, Dim3{256, 1, 1}, 0,
 		a.Out, a.OutStride, outKind(a.Out.DType), a.Q, a.QStride, c.K, a.BlockTables, a.MaxBlocks, a.SeqStarts, a.ContextLens,
 		pm, pl, po, a.Heads, c.KVHeads, hd, c.BlockSize, splitLen, a.Scale, hg, chunks)
 	if err != nil || splits == 1 {

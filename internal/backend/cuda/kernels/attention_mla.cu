@@ -23,25 +23,25 @@ __device__ __forceinline__ void mla_store(void* out, long long i, int kind, floa
         ((bf16*)out)[i] = from_f32<bf16>(v);
 }
 
-// attn_mla: grid (splits, (heads / hg) x chunks, seqs), block MLA_THREADS. Sequence s
+// attn_mla: grid ((heads / hg) x chunks, splits, seqs), block MLA_THREADS. Sequence s
 // owns query tokens [seqStarts[s], seqStarts[s+1]) of q (row t at t*qStride, head h at
 // h*headDim) and out; its i-th token of qlen sits at context index ctxLens[s]-qlen+i and
-// attends to the context's positions 0..that index through its block table. blockIdx.y
+// attends to the context's positions 0..that index through its block table. blockIdx.x
 // is hgi * chunks + chunk: the block's rows are tokens chunk*tq .. chunk*tq+tq-1 of the
 // sequence (tq = MLA_ROWS / hg) times heads hgi*hg .. hgi*hg+hg-1 (hg divides the query
-// heads of a kv head). Split x covers positions [x*splitLen, (x+1)*splitLen). The values
-// are the keys (one tile serves both). With one split a row's output goes to out (type
-// outKind, mla_store); with more, its running max, sum and
-// unnormalized output go to pm, pl and po at row (t*heads + h)*splits + x, t the token's
-// index in q (an empty split's max -inf, sum 0), for attn_combine over (heads, tokens).
+// heads of a kv head). Split x = blockIdx.y covers positions [x*splitLen, (x+1)*splitLen).
+// The values are the keys (one tile serves both). With one split a row's output goes to
+// out (type outKind, mla_store); with more, its running max, sum and unnormalized output
+// go to pm, pl and po at row (t*heads + h)*splits + x, t the token's index in q (an empty
+// split's max -inf, sum 0), for attn_combine over (heads, tokens).
 template <typename T>
 __device__ void attn_mla(void* out, int outStride, int outKind, const float* q, int qStride, const T* kc,
                          const int* blockTables, int maxBlocks, const int* seqStarts, const int* ctxLens, float* pm,
                          float* pl, float* po, int heads, int kvHeads, int headDim, int blockSize, int splitLen,
                          float scale, int hg, int chunks) {
     __shared__ float ks[MLA_KT][MLA_MAXC * 32];
-    int split = blockIdx.x, chunk = blockIdx.y % chunks, hgi = blockIdx.y / chunks, s = blockIdx.z;
-    int splits = gridDim.x;
+    int split = blockIdx.y, chunk = blockIdx.x % chunks, hgi = blockIdx.x / chunks, s = blockIdx.z;
+    int splits = gridDim.y;
     int tq = MLA_ROWS / hg;
     int q0 = seqStarts[s], qlen = seqStarts[s + 1] - q0;
     if (chunk * tq >= qlen) return;
