@@ -27,7 +27,8 @@ func kvCodes(t quant.Type) (cuda.KVCodes, bool) {
 // scales (the keys' alone when the values are the keys).
 func (b *Backend) newQuantizedKVCache(spec backend.KVSpec, codes cuda.KVCodes) (backend.KVCache, error) {
 	if spec.HeadDim > cuda.MaxHeadDim {
-		return nil, fmt.Errorf("cuda kv cache: %s elements in heads of %d: at most %d", spec.DType, spec.HeadDim, cuda.MaxHeadDim)
+		return nil, fmt.Errorf("cuda kv cache: %s elements in heads of %d: at most %d (a wider cache, such as multi-head latent attention's, takes f32, f16 or bf16)",
+			spec.DType, spec.HeadDim, cuda.MaxHeadDim)
 	}
 	c := &kvCache{spec: spec}
 	n := spec.NumBlocks * spec.BlockSize * spec.KVHeads * spec.HeadDim
