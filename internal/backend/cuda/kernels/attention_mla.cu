@@ -23,6 +23,59 @@ __device__ __forceinline__ void mla_store(void* out, long long i, int kind, floa
         ((bf16*)out)[i] = from_f32<bf16>(v);
 }
 
+// mla_unpack widens the elements of a 16-byte load (4 float32, or 8 bf16 or f16 values) to
+// float32, by their bits (the pointer's type picks the overload).
+__device__ __forceinline__ void mla_unpack(const uint4& u, float* f, const float*) {
+    f[0] = __uint_as_float(u.x);
+    f[1] = __uint_as_float(u.y);
+    f[2] = __uint_as_float(u.z);
+    f[3] = __uint_as_float(u.w);
+}
+__device__ __forceinline__ void mla_unpack(const uint4& u, float* f, const bf16*) {
+    unsigned int w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ void mla_unpack(const uint4& u, float* f, const f16*) {
+    unsigned int w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f16 lo, hi;
+        lo.x = (unsigned short)(w[i] & 0xffffu);
+        hi.x = (unsigned short)(w[i] >> 16);
+        f[2 * i] = to_f32(lo);
+        f[2 * i + 1] = to_f32(hi);
+    }
+}
+
+// mla_load_tile loads positions k0 .. k0+MLA_KT-1 of kv head kvh (those before end; zeros
+// after) through the block table bt into ks as float32, with 16-byte loads and stores
+// spread over the block (between barriers). headDim is a multiple of 32, so every row
+// starts on 16 bytes.
+template <typename T>
+__device__ __forceinline__ void mla_load_tile(float (*ks)[MLA_MAXC * 32], const T* kc, const int* bt, int k0, int end,
+                                              int blockSize, int kvHeads, int kvh, int headDim) {
+    constexpr int E = 16 / sizeof(T);  // elements a 16-byte load
+    int vpr = headDim / E;             // loads a row
+    for (int e = threadIdx.x; e < MLA_KT * vpr; e += MLA_THREADS) {
+        int j = e / vpr, c = (e - j * vpr) * E;
+        int p = k0 + j;
+        float f[E];
+        if (p < end) {
+            long long slot = (long long)bt[p / blockSize] * blockSize + p % blockSize;
+            mla_unpack(*(const uint4*)(kc + (slot * kvHeads + kvh) * headDim + c), f, kc);
+        } else {
+#pragma unroll
+            for (int i = 0; i < E; i++) f[i] = 0.f;
+        }
+#pragma unroll
+        for (int i = 0; i < E; i += 4) *(float4*)&ks[j][c + i] = float4{f[i], f[i + 1], f[i + 2], f[i + 3]};
+    }
+}
+
 // attn_mla: grid ((heads / hg) x chunks, splits, seqs), block MLA_THREADS. Sequence s
 // owns query tokens [seqStarts[s], seqStarts[s+1]) of q (row t at t*qStride, head h at
 // h*headDim) and out; its i-th token of qlen sits at context index ctxLens[s]-qlen+i and
@@ -39,7 +92,7 @@ __device__ void attn_mla(void* out, int outStride, int outKind, const float* q, 
                          const int* blockTables, int maxBlocks, const int* seqStarts, const int* ctxLens, float* pm,
                          float* pl, float* po, int heads, int kvHeads, int headDim, int blockSize, int splitLen,
                          float scale, int hg, int chunks) {
-    __shared__ float ks[MLA_KT][MLA_MAXC * 32];
+    __shared__ __align__(16) float ks[MLA_KT][MLA_MAXC * 32];
     int split = blockIdx.y, chunk = blockIdx.x % chunks, hgi = blockIdx.x / chunks, s = blockIdx.z;
     int splits = gridDim.y;
     int tq = MLA_ROWS / hg;
@@ -73,16 +126,7 @@ __device__ void attn_mla(void* out, int outStride, int outKind, const float* q, 
     int start = split * splitLen, end = min(kmax + 1, start + splitLen);
     for (int k0 = start; k0 < end; k0 += MLA_KT) {
         __syncthreads();
-        for (int e = threadIdx.x; e < MLA_KT * headDim; e += MLA_THREADS) {
-            int j = e / headDim, d = e - j * headDim;
-            int p = k0 + j;
-            float kv = 0.f;
-            if (p < end) {
-                long long slot = (long long)bt[p / blockSize] * blockSize + p % blockSize;
-                kv = to_f32(kc[(slot * kvHeads + kvh) * headDim + d]);
-            }
-            ks[j][d] = kv;
-        }
+        mla_load_tile(ks, kc, bt, k0, end, blockSize, kvHeads, kvh, headDim);
         __syncthreads();
 #pragma unroll
         for (int i = 0; i < MLA_RW; i++) {
