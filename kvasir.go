@@ -238,6 +238,9 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 	} else {
 		sizing, err = kvcache.Plan(rc.Layers, rc.KVHeads, rc.HeadDim, rowBytes/rc.HeadDim, blockSize, mem, maxLen)
 	}
+	if err == nil && model.KVVectors(rc) == 1 { // MLA: the latent held once
+		sizing, err = sizing.ValuesAreKeys()
+	}
 	if err == nil && draftPerToken > 0 {
 		sizing, err = sizing.WithDraft(draftPerToken)
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvasir-llm/kvasir/internal/quant"
+	"github.com/kvasir-llm/kvasir/internal/synth"
 	"github.com/kvasir-llm/kvasir/internal/testdata"
 )
 
@@ -286,5 +288,56 @@ func checkOnLayerKV(t *testing.T, e *Engine, prompt []int32) {
 		if first < full-1 {
 			t.Fatalf("a request whose prompt is cached was told of block %d, computed again", first)
 		}
+	}
+}
+
+// TestKVImportMLA is TestKVImport for multi-head latent attention at the released models'
+// attention dims (deepseek-v2-lite-attn, CPU): a block carries the one 576-value vector a
+// slot and layer the cache holds (its values are its keys: BlockBytes of one vector, not
+// two), and a receiver given those blocks generates the sender's greedy tokens without
+// computing them; zeroed blocks change the output.
+func TestKVImportMLA(t *testing.T) {
+	shape, err := synth.Lookup("deepseek-v2-lite-attn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fm, err := synth.Model(shape, quant.F32, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fm.Close() })
+	open := func() *Engine {
+		e, err := OpenModel(fm, Options{Threads: 1, KVCacheMemory: 16 << 20, MaxModelLen: 256})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { e.Close() })
+		return e
+	}
+	src, dst, zero := open(), open(), open()
+	c := shape.Config
+	if got, want := src.BlockBytes(), c.Layers*src.BlockSize()*(c.RopeDim+c.KVLoRARank)*4; got != want {
+		t.Fatalf("BlockBytes %d, want %d (one vector a slot and layer)", got, want)
+	}
+	prompt := make([]int32, 40)
+	for i := range prompt {
+		prompt[i] = int32(3 + (i*89)%500)
+	}
+	want, _ := greedyRun(t, src, Request{PromptTokens: prompt}, 12)
+	pin, err := src.PinPrefix(prompt, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, len(pin.Blocks)*src.BlockBytes())
+	if err := src.ReadBlocks(pin.Blocks, data); err != nil {
+		t.Fatal(err)
+	}
+	src.Unpin(pin)
+	got, usage := greedyRun(t, dst, Request{PromptTokens: prompt, ImportKV: &KVImport{Hashes: pin.Hashes, Data: data}}, 12)
+	if got != want || usage.CachedPromptTokens == 0 {
+		t.Errorf("with imported KV: %q (cached %d prompt tokens), want %q from the imported blocks", got, usage.CachedPromptTokens, want)
+	}
+	if bad, _ := greedyRun(t, zero, Request{PromptTokens: prompt, ImportKV: &KVImport{Hashes: pin.Hashes, Data: make([]byte, len(data))}}, 12); bad == want {
+		t.Errorf("zeroed imported KV gave the true output %q: the import was not used", bad)
 	}
 }

@@ -57,16 +57,32 @@ type KVCache interface {
 // quantized DType (quant.KVInt8, KVFP8E4M3, KVFP8E5M2) holds, in place of the elements of
 // those slots, their one-byte codes in that order, then the float32 scales of their groups
 // (kvquant.Group elements each), in the same order: kvquant.RowBytes per head vector.
+//
+// With ValuesAreKeys a slot's value vectors are its key vectors: the cache holds each
+// vector once (half the memory), a write stores the keys only, attention reads the keys
+// where it reads values, and the host layout of a layer is its keys alone. Multi-head
+// latent attention (DeepSeek-V2/V3) caches so: its one vector a token, the rotated key
+// and the latent, is both.
 type KVSpec struct {
 	Layers, NumBlocks, BlockSize, KVHeads, HeadDim int
 	DType                                          quant.Type
+	ValuesAreKeys                                  bool
+}
+
+// Vectors returns how many vectors of HeadDim a slot's kv head holds: 2 (a key and a
+// value), or 1 when ValuesAreKeys.
+func (s KVSpec) Vectors() int {
+	if s.ValuesAreKeys {
+		return 1
+	}
+	return 2
 }
 
 // BlockBytes returns the bytes one block of the cache takes in the host layout of
-// ReadBlocks and WriteBlocks: 2 x Layers x BlockSize x KVHeads head vectors of
+// ReadBlocks and WriteBlocks: Vectors x Layers x BlockSize x KVHeads head vectors of
 // kvquant.RowBytes(DType, HeadDim) bytes (0 for a DType no cache holds).
 func (s KVSpec) BlockBytes() int {
-	return 2 * s.Layers * s.BlockSize * s.KVHeads * kvquant.RowBytes(s.DType, s.HeadDim)
+	return s.Vectors() * s.Layers * s.BlockSize * s.KVHeads * kvquant.RowBytes(s.DType, s.HeadDim)
 }
 
 // BlockCopy orders the keys and values of block Src copied into block Dst, in every layer
@@ -211,7 +227,8 @@ type Backend interface {
 	AddBias(x, bias Tensor) error
 	// RopeKVWrite rotates q ([tokens][heads*HeadDim]) and k ([tokens][KVHeads*HeadDim])
 	// in place by each token's position (StepMeta.Positions), then writes k and v into
-	// layer's cache at each token's slot.
+	// layer's cache at each token's slot (k alone into a cache whose values are its keys,
+	// KVSpec.ValuesAreKeys: v must then be k).
 	RopeKVWrite(q, k, v Tensor, rope Rope, kv KVCache, layer int, st Step) error
 	// Attention computes causal attention of every sequence's query tokens over its paged
 	// context in layer's cache (prefill chunks and decode tokens alike): a token at context

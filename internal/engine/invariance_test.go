@@ -124,3 +124,56 @@ func TestGreedyInvariance(t *testing.T) {
 		})
 	}
 }
+
+// TestGreedyInvarianceMLAReleasedDims: on the released models' attention geometry
+// (deepseek-v2-lite-attn: 16 heads over one cached vector of 64 + 512 values, held once as
+// key and value), batching, chunked prefill, prefix caching and preemption do not change
+// greedy tokens: a shorter workload than TestGreedyInvariance's (the shape is larger).
+func TestGreedyInvarianceMLAReleasedDims(t *testing.T) {
+	shape, err := synth.Lookup("deepseek-v2-lite-attn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fm, err := synth.Model(shape, quant.F32, 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fm.Close() })
+	tm := bindModel(t, fm, quant.F32)
+	reqs := workload(12, tm.m.Config().VocabSize)
+	ref := sequential(t, tm.engine(t, Config{DisablePrefixCaching: true, DisableAsyncScheduling: true, SchedulerConfig: SchedulerConfig{MaxNumBatchedTokens: 4096, MaxNumSeqs: 1}}), reqs)
+	for _, c := range []struct {
+		name                string
+		cfg                 Config
+		preempt, sequential bool
+	}{
+		{name: "batch", cfg: Config{SchedulerConfig: SchedulerConfig{MaxNumSeqs: 12}}},
+		{name: "sequential-prefix", cfg: Config{}, sequential: true},
+		{name: "chunked", cfg: Config{SchedulerConfig: SchedulerConfig{MaxNumBatchedTokens: 7, MaxNumSeqs: 12}}},
+		{name: "preemption", cfg: Config{NumBlocks: 16, BlockSize: 8, SchedulerConfig: SchedulerConfig{MaxNumSeqs: 12}}, preempt: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := tm.engine(t, c.cfg)
+			var got [][]result
+			if c.sequential {
+				got = sequential(t, e, reqs)
+			} else {
+				got = generate(t, e, reqs)
+			}
+			for i := range reqs {
+				if !slices.Equal(got[i][0].tokens, ref[i][0].tokens) {
+					t.Errorf("request %d: tokens %v, want %v", i, got[i][0].tokens, ref[i][0].tokens)
+				}
+			}
+			waitIdle(t, e)
+			e.Close()
+			st := e.Stats()
+			if c.preempt && st.Preemptions == 0 {
+				t.Errorf("no preemption happened (%+v)", st)
+			}
+			if c.sequential && st.PrefixHits == 0 { // one request after another: the shared prefix is cached
+				t.Errorf("no prefix cache hit (%+v)", st)
+			}
+		})
+	}
+}

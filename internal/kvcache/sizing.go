@@ -16,7 +16,10 @@ type Sizing struct {
 	BlockSize int
 	// MemoryBytes is the budget the pool was sized from.
 	MemoryBytes int64
-	// BytesPerToken is 2 (K and V) x layers x KV heads x RowBytes.
+	// Vectors is the vectors a kv head holds a token and layer: 2 (K and V), or 1 for a
+	// cache whose values are its keys (see ValuesAreKeys).
+	Vectors int
+	// BytesPerToken is Vectors x layers x KV heads x RowBytes.
 	BytesPerToken int64
 	// DraftBytesPerToken is what a draft model's keys and values add per token when its
 	// cache shares the blocks' numbering (see WithDraft); 0 without one.
@@ -52,7 +55,7 @@ func Plan(layers, kvHeads, headDim, bytesPerElem, blockSize int, memoryBytes int
 // each, whatever their element size (a quantized cache's codes and scales).
 func PlanRows(layers, kvHeads, headDim, rowBytes, blockSize int, memoryBytes int64, maxModelLen int) (Sizing, error) {
 	s := Sizing{
-		Layers: layers, KVHeads: kvHeads, HeadDim: headDim, RowBytes: rowBytes,
+		Layers: layers, KVHeads: kvHeads, HeadDim: headDim, RowBytes: rowBytes, Vectors: 2,
 		BlockSize: blockSize, MemoryBytes: memoryBytes, MaxModelLen: maxModelLen,
 	}
 	if layers <= 0 || kvHeads <= 0 || headDim <= 0 || rowBytes <= 0 || blockSize <= 0 || maxModelLen <= 0 {
@@ -123,6 +126,17 @@ func addSat(a, b int64) int64 {
 	return a + b
 }
 
+// ValuesAreKeys re-plans s for a cache that holds each vector once, its values being its
+// keys (multi-head latent attention's latent): half the bytes a token, so the same budget
+// holds twice the blocks (give it before WithDraft).
+func (s Sizing) ValuesAreKeys() (Sizing, error) {
+	if s.Vectors != 2 || s.DraftBytesPerToken != 0 {
+		return s, fmt.Errorf("kvcache: plan: values as keys of a plan of %d vectors a token and %d draft bytes", s.Vectors, s.DraftBytesPerToken)
+	}
+	s.Vectors, s.BytesPerToken = 1, s.BytesPerToken/2
+	return s.divide()
+}
+
 // WithDraft re-plans s for blocks that also hold a draft model's keys and values,
 // draftBytesPerToken per token (speculative decoding: the draft's cache has the same
 // block numbering, so a block costs both models' bytes): the same budget, fewer blocks.
@@ -154,8 +168,8 @@ func (s Sizing) String() string {
 	if s.BytesPerElem <= 0 {
 		row = fmt.Sprintf("%d B per %d-dim head vector", s.RowBytes, s.HeadDim)
 	}
-	return fmt.Sprintf("kv cache: %d B/token (2 x %d layers x %d kv heads x %s)%s; %d-token blocks of %s; %d blocks = %d tokens in %s; %.2fx concurrency at %d tokens (%d full-context sequences)",
-		s.BytesPerToken, s.Layers, s.KVHeads, row, draft,
+	return fmt.Sprintf("kv cache: %d B/token (%d x %d layers x %d kv heads x %s)%s; %d-token blocks of %s; %d blocks = %d tokens in %s; %.2fx concurrency at %d tokens (%d full-context sequences)",
+		s.BytesPerToken, s.Vectors, s.Layers, s.KVHeads, row, draft,
 		s.BlockSize, formatBytes(s.BytesPerBlock),
 		usable, usable*s.BlockSize, formatBytes(s.BytesPerBlock*int64(usable)),
 		conc, s.MaxModelLen, s.MaxConcurrentFullContext)

@@ -152,3 +152,30 @@ func TestPlanWithDraft(t *testing.T) {
 		t.Errorf("a draft too large for the budget: %v", err)
 	}
 }
+
+// TestPlanValuesAreKeys: a cache whose values are its keys (DeepSeek-V2-Lite's MLA: 27
+// layers of one 576-value vector, BF16) takes one vector a token and layer, 27 x 576 x 2 =
+// 31104 bytes, and the budget holds twice the blocks of the keys-and-values plan.
+func TestPlanValuesAreKeys(t *testing.T) {
+	const mem = 1 << 30
+	both, err := Plan(27, 1, 576, 2, 16, mem, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	once, err := both.ValuesAreKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if once.BytesPerToken != 27*576*2 || both.BytesPerToken != 2*27*576*2 {
+		t.Errorf("bytes a token: %d keys only, %d keys and values; want %d and %d", once.BytesPerToken, both.BytesPerToken, 27*576*2, 2*27*576*2)
+	}
+	if want := int(int64(mem) / (27 * 576 * 2 * 16)); once.NumBlocks != want || once.NumBlocks < 2*both.NumBlocks {
+		t.Errorf("%d blocks keys only (%d keys and values), want %d", once.NumBlocks, both.NumBlocks, want)
+	}
+	if s := once.String(); !strings.Contains(s, "31104 B/token (1 x 27 layers x 1 kv heads x 576 dim x 2 B)") {
+		t.Errorf("log line %q", s)
+	}
+	if _, err := once.ValuesAreKeys(); err == nil {
+		t.Error("a plan of one vector a token re-planned as keys only again without an error")
+	}
+}

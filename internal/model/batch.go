@@ -39,8 +39,8 @@ type Batch struct {
 type LayerHook func(layer int, read LayerReader) error
 
 // LayerReader queues a copy of one layer's keys and values of blocks into dst in the host
-// layout of that layer of KVCache.ReadBlocks (block after block, keys then values,
-// KVCache.LayerBlockBytes each) without holding up the step's next layers, and returns a
+// layout of that layer of KVCache.ReadBlocks (block after block, keys then values, or
+// keys alone in an MLA model's cache, KVCache.LayerBlockBytes each) without holding up the step's next layers, and returns a
 // wait that returns once dst holds it (at once on the CPU; on a GPU once the copy, on a
 // stream of its own, is done). Every wait of a step must have returned before the next
 // step runs.

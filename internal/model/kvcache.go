@@ -49,11 +49,13 @@ func (kv *KVCache) massLanes() int {
 	return max(1, sp.Layers*sp.KVHeads)
 }
 
-// kvSpec returns the geometry of the shard's part of a cache of dtype elements.
+// kvSpec returns the geometry of the shard's part of a cache of dtype elements. An MLA
+// model's cache holds its one vector a token once (the value is the key vector itself:
+// ValuesAreKeys).
 func (s *shard) kvSpec(numBlocks, blockSize int, dtype quant.Type) backend.KVSpec {
 	c := s.cfg
 	return backend.KVSpec{Layers: c.Layers, NumBlocks: numBlocks, BlockSize: blockSize,
-		KVHeads: c.KVHeads, HeadDim: c.HeadDim, DType: dtype}
+		KVHeads: c.KVHeads, HeadDim: c.HeadDim, DType: dtype, ValuesAreKeys: c.MLA()}
 }
 
 // KVBytesPerToken returns the cache bytes one token takes, over all layers and all ranks:
@@ -78,9 +80,19 @@ func (m *Model) KVRowBytes() int {
 func (m *Model) KVCacheDType() quant.Type { return m.kvDT }
 
 // KVBytesPerToken returns the cache bytes one token takes across all layers, keys and
-// values of rowBytes bytes per head vector each.
+// values of rowBytes bytes per head vector each (an MLA model's one vector held once).
 func KVBytesPerToken(cfg format.Config, rowBytes int) int64 {
-	return int64(2 * cfg.Layers * cfg.KVHeads * rowBytes)
+	return int64(KVVectors(cfg) * cfg.Layers * cfg.KVHeads * rowBytes)
+}
+
+// KVVectors returns how many vectors of a kv head the cache of a model of cfg holds a
+// token and layer: 2 (its key and its value), or 1 for an MLA model, whose value is its
+// key vector (backend.KVSpec.ValuesAreKeys).
+func KVVectors(cfg format.Config) int {
+	if cfg.MLA() {
+		return 1
+	}
+	return 2
 }
 
 // Slots returns the number of token slots the cache holds.
@@ -118,7 +130,7 @@ func (kv *KVCache) fits(m *Model) error {
 	for r, s := range kv.m.ranks {
 		got, want := kv.parts[r].Spec(), s.kvSpec(kv.NumBlocks, kv.BlockSize, m.kvDT)
 		if got.Layers != want.Layers || got.KVHeads != want.KVHeads || got.HeadDim != want.HeadDim ||
-			got.BlockSize != want.BlockSize || got.NumBlocks != want.NumBlocks {
+			got.BlockSize != want.BlockSize || got.NumBlocks != want.NumBlocks || got.ValuesAreKeys != want.ValuesAreKeys {
 			return fmt.Errorf("kv cache of rank %d: %d layers of %d kv heads of %d do not match the model's %d of %d of %d",
 				r, got.Layers, got.KVHeads, got.HeadDim, want.Layers, want.KVHeads, want.HeadDim)
 		}

@@ -41,13 +41,13 @@ func (kv *KVCache) ShiftKeys(blocks []int32, delta int) error {
 			}
 		}
 		// Host layout: within a block, layer after layer, each the keys (BlockSize slots
-		// of KVHeads x HeadDim elements) then the values.
+		// of KVHeads x HeadDim elements) then the values (none when they are the keys).
 		keyBytes := spec.BlockSize * spec.KVHeads * kvquant.RowBytes(spec.DType, spec.HeadDim)
 		vec := make([]float32, spec.HeadDim)
 		for i := range blocks {
 			part := buf[i*total+off:][:per]
 			for l := range spec.Layers {
-				keys := part[l*2*keyBytes:][:keyBytes]
+				keys := part[l*spec.Vectors()*keyBytes:][:keyBytes]
 				lr := rot
 				if s.localRope(l) {
 					lr = rotLocal // Gemma 3's windowed layers rotate with their own frequencies
@@ -204,13 +204,15 @@ func (kv *KVCache) CompactKeys(buf []byte, keep [][]int, dst []int32) error {
 				if len(keep) > 1 {
 					lane = keep[l*spec.KVHeads+g]
 				}
-				k0, v0 := l*2*keyBytes+g*rowBytes, l*2*keyBytes+keyBytes+g*rowBytes
+				k0, v0 := l*spec.Vectors()*keyBytes+g*rowBytes, l*spec.Vectors()*keyBytes+keyBytes+g*rowBytes
 				for i, src := range lane {
 					from := buf[src/bs*total+off:][:per]
 					to := out[i/bs*total+off:][:per]
 					key := to[k0+i%bs*slotBytes:][:rowBytes]
 					copy(key, from[k0+src%bs*slotBytes:][:rowBytes])
-					copy(to[v0+i%bs*slotBytes:][:rowBytes], from[v0+src%bs*slotBytes:][:rowBytes])
+					if !spec.ValuesAreKeys {
+						copy(to[v0+i%bs*slotBytes:][:rowBytes], from[v0+src%bs*slotBytes:][:rowBytes])
+					}
 					delta := i - src
 					if delta == 0 {
 						continue

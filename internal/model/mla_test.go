@@ -61,28 +61,34 @@ func TestMLAVariantsMatchReference(t *testing.T) {
 
 // TestMLACacheHoldsLatent: an MLA model's cache holds one vector a token per layer, the
 // rotated key and the latent (RopeDim + KVLoRARank values), whatever the head count: not
-// the heads' keys and values.
+// the heads' keys and values, and held once (its values are its keys), for the small
+// deepseek-v2-tiny and for the released models' 64 + 512 (deepseek-v2-lite-attn).
 func TestMLACacheHoldsLatent(t *testing.T) {
-	s, err := synth.Lookup("deepseek-v2-tiny")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := smallConfig(s.Config)
-	m, err := New(writeTwin(t, c, quant.F32, synth.GGUF), Options{Backends: cpuBackends(t, 1, Parallel{})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	spec := m.ranks[0].kvSpec(4, 16, quant.F32)
-	if spec.KVHeads != 1 || spec.HeadDim != c.RopeDim+c.KVLoRARank {
-		t.Errorf("cache of %d heads of %d, want 1 of %d (rope %d + latent %d)", spec.KVHeads, spec.HeadDim,
-			c.RopeDim+c.KVLoRARank, c.RopeDim, c.KVLoRARank)
-	}
-	perToken := spec.BlockBytes() / spec.BlockSize / spec.Layers
-	decompressed := 4 * c.Heads * (c.QKNopeDim + c.RopeDim + c.VHeadDim)
-	t.Logf("cache bytes a token and layer: %d (decompressed keys and values: %d)", perToken, decompressed)
-	if perToken >= decompressed {
-		t.Errorf("cache bytes a token and layer %d, not below the %d of decompressed keys and values", perToken, decompressed)
+	for _, name := range []string{"deepseek-v2-tiny", "deepseek-v2-lite-attn"} {
+		s, err := synth.Lookup(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := smallConfig(s.Config)
+		m, err := New(writeTwin(t, c, quant.F32, synth.GGUF), Options{Backends: cpuBackends(t, 1, Parallel{})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec := m.ranks[0].kvSpec(4, 16, quant.F32)
+		if spec.KVHeads != 1 || spec.HeadDim != c.RopeDim+c.KVLoRARank || !spec.ValuesAreKeys {
+			t.Errorf("%s: cache of %d heads of %d (values are keys: %v), want 1 of %d (rope %d + latent %d), values the keys", name,
+				spec.KVHeads, spec.HeadDim, spec.ValuesAreKeys, c.RopeDim+c.KVLoRARank, c.RopeDim, c.KVLoRARank)
+		}
+		perToken := spec.BlockBytes() / spec.BlockSize / spec.Layers
+		decompressed := 4 * c.Heads * (c.QKNopeDim + c.RopeDim + c.VHeadDim)
+		t.Logf("%s: cache bytes a token and layer: %d (decompressed keys and values: %d)", name, perToken, decompressed)
+		if want := 4 * (c.RopeDim + c.KVLoRARank); perToken != want {
+			t.Errorf("%s: cache bytes a token and layer %d, want one vector of %d", name, perToken, want)
+		}
+		if got, want := m.KVBytesPerToken(), int64(4*(c.RopeDim+c.KVLoRARank)*c.Layers); got != want {
+			t.Errorf("%s: KVBytesPerToken %d, want %d", name, got, want)
+		}
+		m.Close()
 	}
 }
 

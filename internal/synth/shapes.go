@@ -132,29 +132,41 @@ var shapes = func() map[string]Shape {
 	ds3Tiny.ExpertSigmoid, ds3Tiny.ExpertGroups, ds3Tiny.ExpertGroupsUsed = true, 4, 2
 	ds3Tiny.NormTopKProbs, ds3Tiny.ExpertScale = true, 2.5
 
+	// DeepSeek-V2-Lite's attention (no q rank, kv rank 512, rope 64, nope 128, value 128,
+	// 16 heads: a cached vector of 64 + 512 = 576 values, the released models') in a
+	// small model of two layers, a dense one then a small MoE, so that tests run the
+	// released geometry of the cache without a download.
+	dsLiteAttn := llama(512, 512, 2, 16, 1, 512, 4096, 10000)
+	dsLiteAttn.Arch, dsLiteAttn.NormEps = "deepseek2", 1e-6
+	dsLiteAttn.KVLoRARank, dsLiteAttn.QKNopeDim, dsLiteAttn.VHeadDim, dsLiteAttn.RopeDim = 512, 128, 128, 64
+	dsLiteAttn.HeadDim, dsLiteAttn.AttnScale = 64+512, 1/math.Sqrt(128+64)
+	dsLiteAttn.Experts, dsLiteAttn.ExpertsUsed, dsLiteAttn.ExpertFFNDim, dsLiteAttn.SharedExpertFFN = 8, 2, 128, 128
+	dsLiteAttn.LeadingDenseLayers, dsLiteAttn.ExpertScale = 1, 1
+
 	return map[string]Shape{
-		"deepseek-v3-tiny": {"deepseek-v3-tiny", "DeepseekV3ForCausalLM", ds3Tiny},
-		"qwen2moe-tiny":    {"qwen2moe-tiny", "Qwen2MoeForCausalLM", q2moe},
-		"qwen3moe-tiny":    {"qwen3moe-tiny", "Qwen3MoeForCausalLM", q3moe},
-		"deepseek-v2-tiny": {"deepseek-v2-tiny", "DeepseekV2ForCausalLM", dsTiny},
-		"smollm2-135m":     {"smollm2-135m", "LlamaForCausalLM", smol},
-		"qwen2.5-0.5b":     {"qwen2.5-0.5b", "Qwen2ForCausalLM", qwen25},
-		"qwen3-0.6b":       {"qwen3-0.6b", "Qwen3ForCausalLM", qwen3},
-		"tinyllama-1.1b":   {"tinyllama-1.1b", "LlamaForCausalLM", tiny},
-		"llama-3.2-1b":     {"llama-3.2-1b", "LlamaForCausalLM", l1b},
-		"llama-3.1-8b":     {"llama-3.1-8b", "LlamaForCausalLM", l8b},
-		"mixtral-tiny":     {"mixtral-tiny", "MixtralForCausalLM", mix},
-		"gemma2-2b":        {"gemma2-2b", "Gemma2ForCausalLM", g2},
-		"gemma2-tiny":      {"gemma2-tiny", "Gemma2ForCausalLM", g2tiny},
-		"gemma3-1b":        {"gemma3-1b", "Gemma3ForCausalLM", g3},
-		"gemma3-tiny":      {"gemma3-tiny", "Gemma3ForCausalLM", g3tiny},
-		"mistral-swa-tiny": {"mistral-swa-tiny", "MistralForCausalLM", mistralSWA},
-		"phi3-mini":        {"phi3-mini", "Phi3ForCausalLM", phi3},
-		"phi3-tiny":        {"phi3-tiny", "Phi3ForCausalLM", phi3tiny},
-		"granite-3-2b":     {"granite-3-2b", "GraniteForCausalLM", gr},
-		"granite-tiny":     {"granite-tiny", "GraniteForCausalLM", grtiny},
-		"olmo2-1b":         {"olmo2-1b", "Olmo2ForCausalLM", olmo},
-		"olmo2-tiny":       {"olmo2-tiny", "Olmo2ForCausalLM", olmoTiny},
+		"deepseek-v2-lite-attn": {"deepseek-v2-lite-attn", "DeepseekV2ForCausalLM", dsLiteAttn},
+		"deepseek-v3-tiny":      {"deepseek-v3-tiny", "DeepseekV3ForCausalLM", ds3Tiny},
+		"qwen2moe-tiny":         {"qwen2moe-tiny", "Qwen2MoeForCausalLM", q2moe},
+		"qwen3moe-tiny":         {"qwen3moe-tiny", "Qwen3MoeForCausalLM", q3moe},
+		"deepseek-v2-tiny":      {"deepseek-v2-tiny", "DeepseekV2ForCausalLM", dsTiny},
+		"smollm2-135m":          {"smollm2-135m", "LlamaForCausalLM", smol},
+		"qwen2.5-0.5b":          {"qwen2.5-0.5b", "Qwen2ForCausalLM", qwen25},
+		"qwen3-0.6b":            {"qwen3-0.6b", "Qwen3ForCausalLM", qwen3},
+		"tinyllama-1.1b":        {"tinyllama-1.1b", "LlamaForCausalLM", tiny},
+		"llama-3.2-1b":          {"llama-3.2-1b", "LlamaForCausalLM", l1b},
+		"llama-3.1-8b":          {"llama-3.1-8b", "LlamaForCausalLM", l8b},
+		"mixtral-tiny":          {"mixtral-tiny", "MixtralForCausalLM", mix},
+		"gemma2-2b":             {"gemma2-2b", "Gemma2ForCausalLM", g2},
+		"gemma2-tiny":           {"gemma2-tiny", "Gemma2ForCausalLM", g2tiny},
+		"gemma3-1b":             {"gemma3-1b", "Gemma3ForCausalLM", g3},
+		"gemma3-tiny":           {"gemma3-tiny", "Gemma3ForCausalLM", g3tiny},
+		"mistral-swa-tiny":      {"mistral-swa-tiny", "MistralForCausalLM", mistralSWA},
+		"phi3-mini":             {"phi3-mini", "Phi3ForCausalLM", phi3},
+		"phi3-tiny":             {"phi3-tiny", "Phi3ForCausalLM", phi3tiny},
+		"granite-3-2b":          {"granite-3-2b", "GraniteForCausalLM", gr},
+		"granite-tiny":          {"granite-tiny", "GraniteForCausalLM", grtiny},
+		"olmo2-1b":              {"olmo2-1b", "Olmo2ForCausalLM", olmo},
+		"olmo2-tiny":            {"olmo2-tiny", "Olmo2ForCausalLM", olmoTiny},
 	}
 }()
 

@@ -45,6 +45,12 @@ inline int __shfl_xor_sync(unsigned, int v, int o) {
     int r = g_xi[w][l ^ o]; g_warp[w]->arrive_and_wait();
     return r;
 }
+inline float __shfl_sync(unsigned, float v, int src) {
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31;
+    g_xf[w][l] = v; g_warp[w]->arrive_and_wait();
+    float r = g_xf[w][src & 31]; g_warp[w]->arrive_and_wait();
+    return r;
+}
 template <typename T> T __ldg(const T* p) { return *p; }
 template <typename T> T __ldcg(const T* p) { return *p; }
 inline unsigned __float_as_uint(float f){unsigned u;memcpy(&u,&f,4);return u;}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/kvasir-llm/kvasir/internal/kvquant"
 	"github.com/kvasir-llm/kvasir/internal/quant"
@@ -23,9 +24,13 @@ import (
 // kvquant.Group(HeadDim) elements of a head vector in KS and VS ([slot][KVHeads][groups]).
 // Attention dequantizes a block's vectors of one kv head as it reaches them and runs the
 // F32 kernels over them.
+//
+// With ValuesAreKeys (NewKeysOnlyKVCacheLayer) the values are the keys: V, V16, V8 and VS
+// are K, K16, K8 and KS themselves, held once; WriteKV stores the keys alone.
 type KVCacheLayer struct {
 	BlockSize, KVHeads, HeadDim int
 	DType                       quant.Type
+	ValuesAreKeys               bool
 	K, V                        []float32 // F32 cache
 	K16, V16                    []byte    // F16 cache
 	K8, V8                      []byte    // quantized cache: codes
@@ -39,26 +44,39 @@ type KVCacheLayer struct {
 // NewKVCacheLayer allocates a zeroed cache layer of numBlocks blocks of dtype elements
 // (quant.F32, quant.F16 or a quantized type: quant.KVInt8, KVFP8E4M3, KVFP8E5M2).
 func NewKVCacheLayer(numBlocks, blockSize, kvHeads, headDim int, dtype quant.Type) (*KVCacheLayer, error) {
+	return newKVCacheLayer(numBlocks, blockSize, kvHeads, headDim, dtype, false)
+}
+
+// NewKeysOnlyKVCacheLayer is NewKVCacheLayer for a layer whose values are its keys
+// (ValuesAreKeys): every vector held once.
+func NewKeysOnlyKVCacheLayer(numBlocks, blockSize, kvHeads, headDim int, dtype quant.Type) (*KVCacheLayer, error) {
+	return newKVCacheLayer(numBlocks, blockSize, kvHeads, headDim, dtype, true)
+}
+
+// newKVCacheLayer allocates a layer, its values the keys when keysOnly is set.
+func newKVCacheLayer(numBlocks, blockSize, kvHeads, headDim int, dtype quant.Type, keysOnly bool) (*KVCacheLayer, error) {
 	if numBlocks <= 0 || blockSize <= 0 || kvHeads <= 0 || headDim <= 0 {
 		return nil, fmt.Errorf("cpu: kv cache: bad shape blocks=%d blockSize=%d kvHeads=%d headDim=%d", numBlocks, blockSize, kvHeads, headDim)
 	}
 	n := numBlocks * blockSize * kvHeads * headDim
-	c := &KVCacheLayer{BlockSize: blockSize, KVHeads: kvHeads, HeadDim: headDim, DType: dtype}
+	c := &KVCacheLayer{BlockSize: blockSize, KVHeads: kvHeads, HeadDim: headDim, DType: dtype, ValuesAreKeys: keysOnly}
 	switch dtype {
 	case quant.F32:
-		c.K, c.V = make([]float32, n), make([]float32, n)
+		c.K = make([]float32, n)
 	case quant.F16:
-		c.K16, c.V16 = make([]byte, 2*n), make([]byte, 2*n)
+		c.K16 = make([]byte, 2*n)
 	case quant.KVInt8, quant.KVFP8E4M3, quant.KVFP8E5M2:
 		c.codec, _ = kvquant.NewCodec(dtype)
 		if f := c.codec.FP8(); f != nil {
 			c.f8Shift, c.f8Mul = f.Widen()
 		}
-		g := n / kvquant.Group(headDim)
-		c.K8, c.V8 = make([]byte, n), make([]byte, n)
-		c.KS, c.VS = make([]float32, g), make([]float32, g)
+		c.K8, c.KS = make([]byte, n), make([]float32, n/kvquant.Group(headDim))
 	default:
 		return nil, fmt.Errorf("cpu: kv cache: %s elements (the CPU cache holds f32, f16, int8, fp8_e4m3 or fp8_e5m2)", dtype)
+	}
+	c.V, c.V16, c.V8, c.VS = c.K, c.K16, c.K8, c.KS
+	if !keysOnly {
+		c.V, c.V16, c.V8, c.VS = slices.Clone(c.K), slices.Clone(c.K16), slices.Clone(c.K8), slices.Clone(c.KS)
 	}
 	return c, nil
 }
@@ -97,7 +115,8 @@ func (c *KVCacheLayer) check() error {
 	return nil
 }
 
-// CopyBlock copies the keys and values of block src into block dst (copy-on-write).
+// CopyBlock copies the keys and values of block src into block dst (copy-on-write; the
+// values of a layer whose values are its keys are copied as they are, the same bytes again).
 func (c *KVCacheLayer) CopyBlock(dst, src int) error {
 	n := c.NumBlocks()
 	if src < 0 || dst < 0 || src >= n || dst >= n {
@@ -127,7 +146,7 @@ func (c *KVCacheLayer) CopyBlock(dst, src int) error {
 // [tokens][KVHeads][HeadDim]) into the cache, rounded to F16 in an F16 cache and
 // quantized, each group with its own scale, in a quantized one: token t goes
 // to slot slotMapping[t] (= physical block * BlockSize + offset). A negative slot skips the
-// token (padding).
+// token (padding). A layer whose values are its keys stores k alone (v is not read).
 func WriteKV(kv *KVCacheLayer, k, v []float32, slotMapping []int32) error {
 	if err := kv.check(); err != nil {
 		return err
@@ -145,19 +164,26 @@ func WriteKV(kv *KVCacheLayer, k, v []float32, slotMapping []int32) error {
 		if int(s) >= slots {
 			return fmt.Errorf("cpu: write kv: token %d: slot %d outside the cache's %d slots", t, s, slots)
 		}
+		values := !kv.ValuesAreKeys
 		if kv.quantized() {
 			g := kv.group()
 			kv.codec.Quantize(kv.K8[int(s)*row:][:row], kv.KS[int(s)*row/g:], k[t*row:][:row], g)
-			kv.codec.Quantize(kv.V8[int(s)*row:][:row], kv.VS[int(s)*row/g:], v[t*row:][:row], g)
+			if values {
+				kv.codec.Quantize(kv.V8[int(s)*row:][:row], kv.VS[int(s)*row/g:], v[t*row:][:row], g)
+			}
 			continue
 		}
 		if kv.DType == quant.F16 {
 			putF16s(kv.K16[2*int(s)*row:][:2*row], k[t*row:][:row])
-			putF16s(kv.V16[2*int(s)*row:][:2*row], v[t*row:][:row])
+			if values {
+				putF16s(kv.V16[2*int(s)*row:][:2*row], v[t*row:][:row])
+			}
 			continue
 		}
 		copy(kv.K[int(s)*row:][:row], k[t*row:][:row])
-		copy(kv.V[int(s)*row:][:row], v[t*row:][:row])
+		if values {
+			copy(kv.V[int(s)*row:][:row], v[t*row:][:row])
+		}
 	}
 	return nil
 }

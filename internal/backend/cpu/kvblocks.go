@@ -7,6 +7,15 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/quant"
 )
 
+// HostBytes returns the bytes of one block of the layer in the host layout: its keys,
+// then its values (BlockBytes each), or the keys alone when the values are the keys.
+func (c *KVCacheLayer) HostBytes() int {
+	if c.ValuesAreKeys {
+		return c.BlockBytes()
+	}
+	return 2 * c.BlockBytes()
+}
+
 // BlockBytes returns the bytes of one block's keys (or values) in the layer:
 // BlockSize x KVHeads x HeadDim elements of DType, little-endian; in a quantized layer the
 // block's codes and then its float32 scales (kvquant.RowBytes per head vector).
@@ -15,7 +24,8 @@ func (c *KVCacheLayer) BlockBytes() int {
 }
 
 // ReadBlock copies block b's keys into k and its values into v, BlockBytes each, as the
-// cache holds them: slot after slot, head after head, little-endian elements of DType.
+// cache holds them: slot after slot, head after head, little-endian elements of DType. A
+// layer whose values are its keys takes an empty v.
 func (c *KVCacheLayer) ReadBlock(b int, k, v []byte) error {
 	kc, vc, err := c.blockBytes("read block", b, len(k), len(v))
 	if err != nil {
@@ -58,9 +68,21 @@ func (c *KVCacheLayer) blockBytes(op string, b, kn, vn int) (k, v [][]byte, err 
 		return nil, nil, fmt.Errorf("cpu: kv cache: %s %d: outside the cache's %d blocks", op, b, n)
 	}
 	per := c.BlockBytes()
+	if c.ValuesAreKeys {
+		if kn != per || vn != 0 {
+			return nil, nil, fmt.Errorf("cpu: kv cache: %s: buffers of %d and %d bytes for blocks of %d keys (the values are the keys)", op, kn, vn, per)
+		}
+		k, _, err := c.layerBlockBytes(b, per)
+		return k, nil, err
+	}
 	if kn != per || vn != per {
 		return nil, nil, fmt.Errorf("cpu: kv cache: %s: buffers of %d and %d bytes for blocks of %d", op, kn, vn, per)
 	}
+	return c.layerBlockBytes(b, per)
+}
+
+// layerBlockBytes returns the bytes of block b's keys and values, per bytes each.
+func (c *KVCacheLayer) layerBlockBytes(b, per int) (k, v [][]byte, err error) {
 	switch {
 	case c.quantized():
 		n := c.BlockSize * c.KVHeads * c.HeadDim

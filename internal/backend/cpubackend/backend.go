@@ -111,14 +111,19 @@ func (b *Backend) NewTensor(dtype quant.Type, shape ...int) (backend.Tensor, err
 // Free lets the garbage collector have t.
 func (b *Backend) Free(t backend.Tensor) error { return nil }
 
-// NewKVCache allocates a zeroed cache of F32 or F16 elements (spec.DType).
+// NewKVCache allocates a zeroed cache of F32 or F16 elements (spec.DType), each vector
+// held once when spec.ValuesAreKeys.
 func (b *Backend) NewKVCache(spec backend.KVSpec) (backend.KVCache, error) {
 	if spec.Layers <= 0 {
 		return nil, fmt.Errorf("cpu kv cache: %d layers", spec.Layers)
 	}
 	c := &kvCache{spec: spec, layers: make([]*cpu.KVCacheLayer, spec.Layers)}
 	for l := range c.layers {
-		layer, err := cpu.NewKVCacheLayer(spec.NumBlocks, spec.BlockSize, spec.KVHeads, spec.HeadDim, spec.DType)
+		newLayer := cpu.NewKVCacheLayer
+		if spec.ValuesAreKeys {
+			newLayer = cpu.NewKeysOnlyKVCacheLayer
+		}
+		layer, err := newLayer(spec.NumBlocks, spec.BlockSize, spec.KVHeads, spec.HeadDim, spec.DType)
 		if err != nil {
 			return nil, fmt.Errorf("cpu kv cache: layer %d: %w", l, err)
 		}

@@ -31,8 +31,8 @@ func transferBlocks(op string, kv backend.KVCache, blocks []int32, host []byte, 
 	off := 0
 	for _, blk := range blocks {
 		for l, layer := range c.layers {
-			per := layer.BlockBytes()
-			k, v := host[off:off+per], host[off+per:off+2*per]
+			per, all := layer.BlockBytes(), layer.HostBytes()
+			k, v := host[off:off+per], host[off+per:off+all]
 			if write {
 				err = layer.WriteBlock(int(blk), k, v)
 			} else {
@@ -41,7 +41,7 @@ func transferBlocks(op string, kv backend.KVCache, blocks []int32, host []byte, 
 			if err != nil {
 				return fmt.Errorf("cpu %s: layer %d: %w", op, l, err)
 			}
-			off += 2 * per
+			off += all
 		}
 	}
 	return nil
@@ -67,15 +67,15 @@ func readLayerBlocks(kv backend.KVCache, layer int, blocks []int32, dst []byte) 
 	if err != nil {
 		return err
 	}
-	per := lc.BlockBytes()
+	per, all := lc.BlockBytes(), lc.HostBytes()
 	if err := backend.CheckBlocks(c.spec, blocks, len(blocks)*c.spec.BlockBytes()); err != nil {
 		return fmt.Errorf("cpu read layer blocks: %w", err)
 	}
-	if len(dst) != 2*per*len(blocks) {
-		return fmt.Errorf("cpu read layer blocks: a buffer of %d bytes for %d blocks of %d in one layer", len(dst), len(blocks), 2*per)
+	if len(dst) != all*len(blocks) {
+		return fmt.Errorf("cpu read layer blocks: a buffer of %d bytes for %d blocks of %d in one layer", len(dst), len(blocks), all)
 	}
 	for i, blk := range blocks {
-		if err := lc.ReadBlock(int(blk), dst[2*i*per:][:per], dst[(2*i+1)*per:][:per]); err != nil {
+		if err := lc.ReadBlock(int(blk), dst[i*all:][:per], dst[i*all+per:][:all-per]); err != nil {
 			return fmt.Errorf("cpu read layer blocks: layer %d: %w", layer, err)
 		}
 	}

@@ -283,3 +283,102 @@ func TestReadLayerBlocks(t *testing.T) {
 		}
 	}
 }
+
+// TestValuesAreKeys: a cache whose values are its keys (KVSpec.ValuesAreKeys, MLA's) takes
+// half the bytes a block, writes the keys alone (the v given is not stored), moves the keys
+// alone through ReadBlocks, WriteBlocks and ReadLayerBlocks, and attention weighs the keys
+// as values: its output is the softmax-weighted sum of the keys, computed here in float64.
+func TestValuesAreKeys(t *testing.T) {
+	b := newBackend(t)
+	for _, dt := range []quant.Type{quant.F32, quant.F16, quant.KVInt8} {
+		spec := blockSpec(dt)
+		spec.ValuesAreKeys = true
+		both := spec
+		both.ValuesAreKeys = false
+		if 2*spec.BlockBytes() != both.BlockBytes() {
+			t.Fatalf("%s: BlockBytes %d with values as keys, %d without", dt, spec.BlockBytes(), both.BlockBytes())
+		}
+		kv := filledCache(t, b, spec)
+		per := spec.BlockBytes()
+		got := make([]byte, 2*per)
+		if err := b.ReadBlocks(kv, []int32{3, 1}, got); err != nil {
+			t.Fatal(err)
+		}
+		if dt != quant.KVInt8 {
+			elem := map[quant.Type]int{quant.F32: 4, quant.F16: 2}[dt]
+			off := 0
+			for _, blk := range []int{3, 1} {
+				for l := range 2 {
+					for o := range 2 {
+						for h := range 2 {
+							for d := range 3 {
+								var v float32
+								if dt == quant.F16 {
+									v = quant.F16ToF32(binary.LittleEndian.Uint16(got[off:]))
+								} else {
+									v = math.Float32frombits(binary.LittleEndian.Uint32(got[off:]))
+								}
+								if want := kvValue(l, 0, blk*2+o, h, d); v != want {
+									t.Fatalf("%s: block %d layer %d slot %d head %d dim %d: %g, want the key %g", dt, blk, l, o, h, d, v, want)
+								}
+								off += elem
+							}
+						}
+					}
+				}
+			}
+		}
+		other, err := b.NewKVCache(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.WriteBlocks(other, []int32{0, 4}, got); err != nil {
+			t.Fatal(err)
+		}
+		back := make([]byte, 2*per)
+		if err := b.ReadBlocks(other, []int32{0, 4}, back); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(back, got) {
+			t.Errorf("%s: blocks written into a second cache do not read back", dt)
+		}
+		layer := make([]byte, per/spec.Layers)
+		if _, err := b.ReadLayerBlocks(kv, 1, []int32{3}, layer); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(layer, got[per/2:per]) {
+			t.Errorf("%s: layer 1's read of block 3 is not ReadBlocks' layer 1", dt)
+		}
+		if dt != quant.F32 {
+			continue
+		}
+		// One query of two heads at context index 4 over slots 0..4 of layer 0.
+		l0 := kv.(*kvCache).layers[0]
+		q := []float32{0.3, -0.2, 0.5, -0.4, 0.1, 0.25}
+		out := make([]float32, 6)
+		if err := cpu.Attention(b.pool, out, q, 1, 2, l0, []int32{0, 1, 2}, []int32{4}, 0.7); err != nil {
+			t.Fatal(err)
+		}
+		for h := range 2 {
+			var w [5]float64
+			var sum float64
+			for s := range 5 {
+				var dot float64
+				for d := range 3 {
+					dot += float64(q[h*3+d]) * float64(kvValue(0, 0, s, h, d))
+				}
+				w[s] = math.Exp(0.7 * dot)
+				sum += w[s]
+			}
+			for d := range 3 {
+				var want float64
+				for s := range 5 {
+					want += w[s] / sum * float64(kvValue(0, 0, s, h, d))
+				}
+				if math.Abs(float64(out[h*3+d])-want) > 1e-5*max(1, math.Abs(want)) {
+					t.Errorf("head %d dim %d: attention %g, want the keys' weighted sum %g", h, d, out[h*3+d], want)
+				}
+			}
+		}
+	}
+}

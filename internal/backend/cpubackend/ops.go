@@ -157,6 +157,9 @@ func (b *Backend) RopeKVWrite(q, k, v backend.Tensor, rope backend.Rope, kv back
 		ks.cols() != l.KVHeads*hd || vs.cols() != ks.cols() {
 		return fmt.Errorf("cpu rope kv: q %v, k %v, v %v for %d tokens and %d kv heads of %d", qs.shape, ks.shape, vs.shape, n, l.KVHeads, hd)
 	}
+	if l.ValuesAreKeys && ks != vs {
+		return fmt.Errorf("cpu rope kv: layer %d's cache holds its values as its keys: v must be k", layer)
+	}
 	if err := s.ropeTables(rope); err != nil {
 		return err
 	}

@@ -9,26 +9,39 @@ import (
 // slot s = block*BlockSize + offset starts at element s*KVHeads*HeadDim. A quantized layer
 // (Codes other than KVPlain) holds U8 codes in K and V, laid out as those values, and F32
 // scales in KS and VS, one per Group elements (see KVCodes).
+//
+// With ValuesAreKeys the values are the keys: V is K (and VS is KS), one allocation, and
+// RopeKV writes the keys alone (multi-head latent attention's cache).
 type KVCacheLayer struct {
 	K, V                                   Buffer
 	NumBlocks, BlockSize, KVHeads, HeadDim int
 	Codes                                  KVCodes
 	KS, VS                                 Buffer
 	Group                                  int
+	ValuesAreKeys                          bool
 }
 
-// MaxHeadDim is the largest head dimension the attention kernels support.
+// MaxHeadDim is the largest head dimension the attention kernels of attention.cu (and the
+// quantized cache's) support.
 const MaxHeadDim = 256
 
+// MaxMLAHeadDim is the largest head dimension of a float cache whose values are its keys:
+// attn_mla's (AttentionMLA), DeepSeek-V2/V3's 64 rotated + 512 latent values.
+const MaxMLAHeadDim = 576
+
 // Check checks that c is a usable cache layer: a positive shape, a head dimension of at most
-// MaxHeadDim, K and V of one float dtype, each holding the layer's elements. op names the
-// operation in errors.
+// MaxHeadDim (MaxMLAHeadDim for a float cache whose values are its keys), K and V of one
+// float dtype, each holding the layer's elements, one buffer when the values are the keys.
+// op names the operation in errors.
 func (c *KVCacheLayer) Check(op string) error {
 	if c == nil || c.NumBlocks <= 0 || c.BlockSize <= 0 || c.KVHeads <= 0 || c.HeadDim <= 0 {
 		return fmt.Errorf("cuda %s: bad kv cache layer %+v", op, c)
 	}
-	if c.HeadDim > MaxHeadDim {
-		return fmt.Errorf("cuda %s: head dim %d above %d", op, c.HeadDim, MaxHeadDim)
+	if limit := c.maxHeadDim(); c.HeadDim > limit {
+		return fmt.Errorf("cuda %s: head dim %d above %d", op, c.HeadDim, limit)
+	}
+	if c.ValuesAreKeys && (c.V != c.K || c.VS != c.KS) {
+		return fmt.Errorf("cuda %s: a cache whose values are its keys with a V buffer of its own", op)
 	}
 	if c.K.DType != c.V.DType {
 		return fmt.Errorf("cuda %s: K cache is %s, V cache %s", op, c.K.DType, c.V.DType)
@@ -40,11 +53,23 @@ func (c *KVCacheLayer) Check(op string) error {
 	return firstErr(need(op, "K cache", c.K, n, F32, F16, BF16), need(op, "V cache", c.V, n, F32, F16, BF16))
 }
 
-// checkTiled checks c for the tiled attention kernels, which take head dims that are
-// multiples of 32 (any head dim for a quantized cache, whose varlen kernel takes them all).
+// maxHeadDim returns the largest head dimension some attention kernel takes for c.
+func (c *KVCacheLayer) maxHeadDim() int {
+	if c.ValuesAreKeys && !c.Quantized() {
+		return MaxMLAHeadDim
+	}
+	return MaxHeadDim
+}
+
+// checkTiled checks c for the tiled attention kernels of attention.cu, which take head dims
+// that are multiples of 32 up to MaxHeadDim (any head dim for a quantized cache, whose
+// varlen kernel takes them all).
 func (c *KVCacheLayer) checkTiled(op string) error {
 	if err := c.Check(op); err != nil {
 		return err
+	}
+	if c.HeadDim > MaxHeadDim {
+		return fmt.Errorf("cuda %s: head dim %d above %d (wider heads whose values are the keys run AttentionMLA)", op, c.HeadDim, MaxHeadDim)
 	}
 	if c.HeadDim%32 != 0 && !c.Quantized() {
 		return fmt.Errorf("cuda %s: head dim %d is not a multiple of 32", op, c.HeadDim)
@@ -92,6 +117,9 @@ func (o *Ops) RopeKV(a RopeKVArgs) error {
 		need("rope kv", "positions", a.Positions, a.Tokens, I32), need("rope kv", "slots", a.Slots, a.Tokens, I32),
 		need("rope kv", "inverse frequencies", a.Rope.InvFreq, a.Rope.Dim/2, F32)); err != nil {
 		return err
+	}
+	if c.ValuesAreKeys && (a.V != a.K || a.VStride != a.KStride) {
+		return fmt.Errorf("cuda rope kv: the cache's values are its keys: v must be k")
 	}
 	neox := 0
 	if a.Rope.NeoX {

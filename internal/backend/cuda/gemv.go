@@ -140,6 +140,9 @@ func (o *Ops) AttentionSmall(a PrefillArgs, sharedContext int) error {
 	if err := firstErr(c.Check("attention small"), c.refuseQuantized("attention small")); err != nil {
 		return err
 	}
+	if c.HeadDim > MaxHeadDim {
+		return fmt.Errorf("cuda attention small: head dim %d above %d", c.HeadDim, MaxHeadDim)
+	}
 	n := a.Tokens * a.Heads * c.HeadDim
 	if err := firstErr(need("attention small", "out", a.Out, n, F32), need("attention small", "q", a.Q, n, F32)); err != nil {
 		return err

@@ -441,7 +441,8 @@ func (b *Backend) Free(t backend.Tensor) error {
 }
 
 // NewKVCache allocates a zeroed cache of the spec's element type: F32, F16, BF16, or a
-// quantized type (quant.KVInt8, KVFP8E4M3, KVFP8E5M2: codes and scales, kvquant.go).
+// quantized type (quant.KVInt8, KVFP8E4M3, KVFP8E5M2: codes and scales, kvquant.go). A
+// cache whose values are its keys (spec.ValuesAreKeys) holds each vector once.
 func (b *Backend) NewKVCache(spec backend.KVSpec) (backend.KVCache, error) {
 	if spec.Layers <= 0 || spec.NumBlocks <= 0 || spec.BlockSize <= 0 || spec.KVHeads <= 0 || spec.HeadDim <= 0 {
 		return nil, fmt.Errorf("cuda kv cache: bad geometry %+v", spec)
@@ -456,13 +457,17 @@ func (b *Backend) NewKVCache(spec backend.KVSpec) (backend.KVCache, error) {
 	c := &kvCache{spec: spec}
 	n := spec.NumBlocks * spec.BlockSize * spec.KVHeads * spec.HeadDim
 	for l := range spec.Layers {
-		layer := &cuda.KVCacheLayer{NumBlocks: spec.NumBlocks, BlockSize: spec.BlockSize, KVHeads: spec.KVHeads, HeadDim: spec.HeadDim}
+		layer := &cuda.KVCacheLayer{NumBlocks: spec.NumBlocks, BlockSize: spec.BlockSize, KVHeads: spec.KVHeads, HeadDim: spec.HeadDim,
+			ValuesAreKeys: spec.ValuesAreKeys}
 		var err error
 		if layer.K, err = b.alloc(kv, n); err != nil {
 			return nil, fmt.Errorf("cuda kv cache: layer %d: %w", l, err)
 		}
-		if layer.V, err = b.alloc(kv, n); err != nil {
-			return nil, fmt.Errorf("cuda kv cache: layer %d: %w", l, err)
+		layer.V = layer.K // the values are the keys: one allocation
+		if !spec.ValuesAreKeys {
+			if layer.V, err = b.alloc(kv, n); err != nil {
+				return nil, fmt.Errorf("cuda kv cache: layer %d: %w", l, err)
+			}
 		}
 		if err := firstErr(layer.Check("kv cache"), b.dev.Fill32(layer.K, 0), b.dev.Fill32(layer.V, 0)); err != nil {
 			return nil, err

@@ -135,15 +135,22 @@ func (s blockSeg) bytes() int { return s.elems * s.size }
 
 // blockSegs returns the segments of one layer's share of a block of a cache of spec, in
 // the host layout's order: the keys, then the values, each its elements (F32, F16, BF16),
-// or a quantized cache's codes and then their scales.
+// or a quantized cache's codes and then their scales; the keys alone when the values are
+// the keys.
 func blockSegs(spec backend.KVSpec) []blockSeg {
 	per := spec.BlockSize * spec.KVHeads * spec.HeadDim
+	var segs []blockSeg
 	if _, ok := kvCodes(spec.DType); ok {
 		g := per / kvquant.Group(spec.HeadDim)
-		return []blockSeg{{partK, per, 1}, {partKScales, g, 4}, {partV, per, 1}, {partVScales, g, 4}}
+		segs = []blockSeg{{partK, per, 1}, {partKScales, g, 4}, {partV, per, 1}, {partVScales, g, 4}}
+	} else {
+		eb := kvquant.RowBytes(spec.DType, spec.HeadDim) / spec.HeadDim
+		segs = []blockSeg{{partK, per, eb}, {partV, per, eb}}
 	}
-	eb := kvquant.RowBytes(spec.DType, spec.HeadDim) / spec.HeadDim
-	return []blockSeg{{partK, per, eb}, {partV, per, eb}}
+	if spec.ValuesAreKeys {
+		return segs[:len(segs)/2]
+	}
+	return segs
 }
 
 // segBuffer returns the buffer of layer l that holds part.

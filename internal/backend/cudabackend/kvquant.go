@@ -24,22 +24,27 @@ func kvCodes(t quant.Type) (cuda.KVCodes, bool) {
 
 // newQuantizedKVCache allocates a zeroed quantized cache of spec (inside Run): per layer,
 // U8 codes for K and V (rounded up to whole 32-bit words, which the zeroing fills) and F32
-// scales.
+// scales (the keys' alone when the values are the keys).
 func (b *Backend) newQuantizedKVCache(spec backend.KVSpec, codes cuda.KVCodes) (backend.KVCache, error) {
 	if spec.HeadDim > cuda.MaxHeadDim {
-		return nil, fmt.Errorf("cuda kv cache: %s elements in heads of %d: at most %d", spec.DType, spec.HeadDim, cuda.MaxHeadDim)
+		return nil, fmt.Errorf("cuda kv cache: %s elements in heads of %d: at most %d (a wider cache, such as multi-head latent attention's, takes f32, f16 or bf16)",
+			spec.DType, spec.HeadDim, cuda.MaxHeadDim)
 	}
 	c := &kvCache{spec: spec}
 	n := spec.NumBlocks * spec.BlockSize * spec.KVHeads * spec.HeadDim
 	group := kvquant.Group(spec.HeadDim)
 	for l := range spec.Layers {
 		layer := &cuda.KVCacheLayer{NumBlocks: spec.NumBlocks, BlockSize: spec.BlockSize, KVHeads: spec.KVHeads,
-			HeadDim: spec.HeadDim, Codes: codes, Group: group}
-		for _, p := range []struct {
+			HeadDim: spec.HeadDim, Codes: codes, Group: group, ValuesAreKeys: spec.ValuesAreKeys}
+		parts := []struct {
 			buf *cuda.Buffer
 			dt  cuda.DType
 			n   int
-		}{{&layer.K, cuda.U8, (n + 3) / 4 * 4}, {&layer.V, cuda.U8, (n + 3) / 4 * 4}, {&layer.KS, cuda.F32, n / group}, {&layer.VS, cuda.F32, n / group}} {
+		}{{&layer.K, cuda.U8, (n + 3) / 4 * 4}, {&layer.KS, cuda.F32, n / group}, {&layer.V, cuda.U8, (n + 3) / 4 * 4}, {&layer.VS, cuda.F32, n / group}}
+		if spec.ValuesAreKeys {
+			parts = parts[:2]
+		}
+		for _, p := range parts {
 			buf, err := b.alloc(p.dt, p.n)
 			if err != nil {
 				return nil, fmt.Errorf("cuda kv cache: layer %d: %w", l, err)
@@ -48,6 +53,9 @@ func (b *Backend) newQuantizedKVCache(spec backend.KVSpec, codes cuda.KVCodes) (
 				return nil, err
 			}
 			*p.buf = buf
+		}
+		if spec.ValuesAreKeys { // the values are the keys: codes and scales held once
+			layer.V, layer.VS = layer.K, layer.KS
 		}
 		if err := layer.Check("kv cache"); err != nil {
 			return nil, err

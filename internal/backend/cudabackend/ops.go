@@ -249,6 +249,9 @@ func (b *Backend) RopeKVWrite(q, k, v backend.Tensor, rope backend.Rope, kv back
 		ks.cols() != l.KVHeads*hd || vs.cols() != ks.cols() {
 		return fmt.Errorf("cuda rope kv: q %v, k %v, v %v for %d tokens and %d kv heads of %d", qs.shape, ks.shape, vs.shape, n, l.KVHeads, hd)
 	}
+	if l.ValuesAreKeys && ks != vs {
+		return fmt.Errorf("cuda rope kv: layer %d's cache holds its values as its keys: v must be k", layer)
+	}
 	if inv.buf.Len*2 != rope.Dim {
 		return fmt.Errorf("cuda rope kv: %d inverse frequencies for %d rotated dimensions", inv.buf.Len, rope.Dim)
 	}
@@ -309,6 +312,9 @@ func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int
 		// Split-K sizing from the stride bound, fixed for the steps that share a graph.
 		maxCtx = s.maxBlocks * l.BlockSize
 	}
+	if l.HeadDim > cuda.MaxHeadDim {
+		return b.attentionMLA(o, qs, l, s, heads, maxQ, maxCtx, scale)
+	}
 	switch {
 	case tokens == seqs:
 		if err := b.ensureWork(seqs, heads, l.HeadDim); err != nil {
@@ -328,6 +334,24 @@ func (b *Backend) Attention(out, q backend.Tensor, kv backend.KVCache, layer int
 	return b.ops.AttentionPrefill(cuda.PrefillArgs{Out: o.buf, OutStride: qDim, Q: qs.buf, QStride: qDim, Tokens: tokens,
 		Seqs: seqs, Heads: heads, Cache: l, SeqStarts: s.queryStarts, ContextLens: s.contextLens, MaxQueryLen: maxQ,
 		BlockTables: s.blockTables, MaxBlocks: s.maxBlocks, Scale: scale})
+}
+
+// attentionMLA runs cuda.Ops.AttentionMLA for a step over a cache whose values are its
+// keys, of heads wider than the other kernels take (multi-head latent attention's 576),
+// whatever its query lengths: one kernel for prefill, decode and verification. The
+// split-K workspace is made to hold the step's rows when the split choice wants one.
+func (b *Backend) attentionMLA(o, qs *tensor, l *cuda.KVCacheLayer, s *step, heads, maxQ, maxCtx int, scale float32) error {
+	m, qDim := s.meta, qs.cols()
+	a := cuda.MLAArgs{Out: o.buf, OutStride: qDim, Q: qs.buf, QStride: qDim, Tokens: m.NumTokens(), Seqs: m.NumSeqs(),
+		Heads: heads, Cache: l, SeqStarts: s.queryStarts, ContextLens: s.contextLens, MaxQueryLen: maxQ, MaxContext: maxCtx,
+		BlockTables: s.blockTables, MaxBlocks: s.maxBlocks, Scale: scale}
+	if splits, _ := cuda.MLASplits(a, b.dev.Info().Multiprocessors, decodeSplits); splits > 1 {
+		if err := b.ensureWork(a.Tokens, heads, l.HeadDim); err != nil {
+			return err
+		}
+		a.Work = b.work
+	}
+	return b.ops.AttentionMLA(a)
 }
 
 // verifyMaxQuery is the most query tokens per sequence of a step whose attention runs

@@ -74,7 +74,8 @@ __device__ void kvq_store_row(const float* x, unsigned char* codes, float* scale
 
 // rope_kvq: rope_kv (rope.cu) into a quantized cache. For token t (grid.x) block y (grid.y
 // = heads + kvHeads) rotates query head y in place, or, y = heads + h, rotates key head h
-// and quantizes it and value head h into cache slot slots[t] (skipped when < 0). The
+// and quantizes it and value head h into cache slot slots[t] (skipped when < 0; the value
+// skipped when vc is kc, a cache whose values are its keys). The
 // rotation is rope_kv's, term for term. Block of 64 threads.
 template <int C>
 __device__ void rope_kvq(float* q, const float* k, const float* v, int qStride, int kStride, int vStride,
@@ -120,7 +121,7 @@ __device__ void rope_kvq(float* q, const float* k, const float* v, int qStride, 
     long long row = slot * kvHeads + h;
     int groups = headDim / group;
     kvq_store_row<C>(sk, kc + row * headDim, ks + row * groups, headDim, group);
-    kvq_store_row<C>(sv, vc + row * headDim, vs + row * groups, headDim, group);
+    if (vc != kc) kvq_store_row<C>(sv, vc + row * headDim, vs + row * groups, headDim, group);  // else the values are the keys
 }
 #define ROPE_KVQ(NAME, C)                                                                                    \
     extern "C" __global__ void NAME(float* q, const float* k, const float* v, int qs, int kst, int vst,       \

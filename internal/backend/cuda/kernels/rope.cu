@@ -6,7 +6,8 @@
 //    starts at t*qStride, head h at h*headDim);
 //  - y = heads + h rotates key head h of k (row t at t*kStride) in place and writes it, with
 //    value head h of v (row t at t*vStride), to cache slot slots[t] (the write skipped when
-//    < 0: an encoder rotates without a cache).
+//    < 0: an encoder rotates without a cache; the value's skipped when vcache is kcache, a
+//    cache whose values are its keys).
 // The cache is [slot][kvHeads][headDim], slot = block*blockSize + offset. Angles are formed
 // in float32 as pos * invFreq[i] (one per pair i < ropeDim/2) and cos/sin are scaled by
 // mscale. neox pairs (i, i+ropeDim/2); otherwise (2i, 2i+1).
@@ -46,9 +47,10 @@ __device__ void rope_kv(float* q, float* k, const float* v, int qStride, int kSt
     const float* src = row;
     const float* vs = v + t * vStride + (long long)h * headDim;
     T* vd = vcache + (slot * kvHeads + h) * headDim;
+    bool values = vcache != kcache;  // a cache whose values are its keys holds the keys alone
     for (int d = threadIdx.x; d < headDim; d += blockDim.x) {
         if (d >= ropeDim) kd[d] = from_f32<T>(src[d]);
-        vd[d] = from_f32<T>(vs[d]);
+        if (values) vd[d] = from_f32<T>(vs[d]);
     }
 }
 #define ROPE_KV(NAME, T)                                                                              \
