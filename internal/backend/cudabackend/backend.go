@@ -34,8 +34,9 @@ type BackendOptions struct {
 }
 
 // DefaultQuantGEMV is the quantized GEMV layout decode uses unless told otherwise: split,
-// on float32 activations (split8's 8-bit activations gained 2-4% on the H200, not worth
-// their rounding; docs/GPU_RESULTS.md).
+// on float32 activations (split8's 8-bit activations, rounded once a launch, gave 1B Q4_K
+// and Q8_0 decode 14-16% more on the H200; not yet measured on 8B, so not the default:
+// docs/BENCHMARKS.md).
 const DefaultQuantGEMV = cuda.GEMVSplit
 
 // maxX8Cols bounds the columns of a quantized weight the int8 GEMV layout reads (its
