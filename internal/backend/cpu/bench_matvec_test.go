@@ -61,7 +61,7 @@ func BenchmarkFewTokensCompute(b *testing.B) {
 	for _, wt := range []quant.Type{quant.F32, quant.F16, quant.BF16} {
 		rb, _ := wt.RowBytes(cols)
 		w := benchWeight(r, wt, (256<<10)/rb&^3, cols)
-		for _, tokens := range []int{1, 2, 3, 4, 5, 8} {
+		for _, tokens := range []int{1, 2, 3, 4, 5, 8, 12, 16, 32, 47} {
 			b.Run(fmt.Sprintf("%s/tokens=%d", wt, tokens), func(b *testing.B) {
 				x := normals(r, tokens*cols)
 				out := make([]float32, tokens*w.Rows)

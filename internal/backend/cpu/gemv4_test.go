@@ -153,7 +153,7 @@ func TestMatMulFewTokensMatchOne(t *testing.T) {
 			t.Fatal(err)
 		}
 		w := Weight{Type: wt, Rows: rows, Cols: cols, Data: data}
-		for n := 2; n < gemmMinTokens(wt); n++ {
+		for n := 2; n < gemmMinTokens(p.kern, wt); n++ {
 			x := randFloats(r, n*cols, 0)
 			out := make([]float32, n*rows)
 			if err := MatMul(p, out, w, x, n); err != nil {

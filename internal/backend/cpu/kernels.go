@@ -57,6 +57,10 @@ type kernels struct {
 	gemv4F32Multi  gemv4MultiFunc
 	gemv4F16Multi  gemv4MultiFunc
 	gemv4BF16Multi gemv4MultiFunc
+	// multiFloat says the multi-token float kernels read the weights once for all their
+	// tokens (rather than once per token): float products then stay off the GEMM for more
+	// tokens (gemmMinTokens).
+	multiFloat bool
 
 	// axpy adds a*x to y over len(x).
 	axpy func(y []float32, a float32, x []float32)
@@ -213,6 +217,10 @@ func genericKernels() *kernels {
 // (kernels.gemv4F16Multi and its twins) takes: the 1+7 tokens of a speculative verify step
 // of 7 drafts.
 const maxMultiTokens = 8
+
+// multiRows4Tokens is the most tokens of a multi-token kernel of the avx512 set that serves
+// 4 rows a call (gen_gemv_multi.go's rows4MaxTokens; 7 and 8 tokens leave registers for 2).
+const multiRows4Tokens = 6
 
 // gemv4MultiFunc is a multi-token float matrix-vector kernel (kernels.gemv4F16Multi).
 type gemv4MultiFunc func(w []byte, stride int, x []float32, xstride, n, nt int, out []float32, ostride int)

@@ -56,6 +56,7 @@ func avx512Kernels() *kernels {
 	k.dotQ5_0 = func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ5_0AVX512, q5_0Bytes, w, x, nb) }
 	k.dequantFP8 = dequantFP8AVX512Slice
 	k.gemv4FP8 = gemv4FP8AVX512
+	k.multiFloat = true
 	k.gemv4F32Multi = func(w []byte, stride int, x []float32, xstride, n, nt int, out []float32, ostride int) {
 		gemv4MultiAVX512(&gemvMultiF32AVX512, 4, dotF32Bytes, w, stride, x, xstride, n, nt, out, ostride)
 	}

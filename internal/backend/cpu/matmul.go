@@ -45,7 +45,7 @@ func MatMul(p *Pool, out []float32, w Weight, x []float32, nTokens int) error {
 	case quant.Q8_0, quant.Q4_0:
 		return matMulQ0(p, out, w, xs, nTokens)
 	}
-	if nTokens >= gemmMinTokens(w.Type) {
+	if nTokens >= gemmMinTokens(k, w.Type) {
 		return matMulGEMM(p, out, w, rb, xs, nTokens)
 	}
 	if w.Type == quant.FP8 {
@@ -188,11 +188,18 @@ func (s *matVec) floatGroups(start, end int) {
 	case quant.BF16:
 		gemv4, multi = k.gemv4BF16, k.gemv4BF16Multi
 	}
+	// Up to maxMultiTokens tokens take one call; more go in calls of at most
+	// multiRows4Tokens, whose kernels serve 4 rows, so that every token's activations are
+	// read once for the 4 rows.
+	chunk := s.nTokens
+	if chunk > maxMultiTokens {
+		chunk = multiRows4Tokens
+	}
 	for g := start; g < end; g++ {
 		r := 4 * g
 		if r+4 <= rows {
-			for t := 0; t < s.nTokens; t += maxMultiTokens {
-				if nt := min(s.nTokens-t, maxMultiTokens); nt > 1 {
+			for t := 0; t < s.nTokens; t += chunk {
+				if nt := min(s.nTokens-t, chunk); nt > 1 {
 					multi(s.w.Data[r*rb:], rb, s.xs[t*cols:], cols, cols, nt, s.out[t*rows+r:], rows)
 				} else {
 					gemv4(s.w.Data[r*rb:], rb, s.xs[t*cols:(t+1)*cols], s.out[t*rows+r:])
