@@ -212,7 +212,6 @@ func genericKernels() *kernels {
 	})
 }
 
-// allKernels returns every kernel set this CPU can run, fastest first, generic last.
 // maxMultiTokens is the most tokens a multi-token matrix-vector kernel
 // (kernels.gemv4F16Multi and its twins) takes: the 1+7 tokens of a speculative verify step
 // of 7 drafts.
@@ -244,6 +243,7 @@ func withMultiEach(k *kernels) *kernels {
 	return k
 }
 
+// allKernels returns every kernel set this CPU can run, fastest first, generic last.
 func allKernels() []*kernels {
 	return append(platformKernels(), genericKernels())
 }

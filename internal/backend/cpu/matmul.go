@@ -178,7 +178,8 @@ func matVecFloat(p *Pool, out []float32, w Weight, rb int, xs []float32, nTokens
 // Each group of 4 rows meets up to maxMultiTokens tokens per kernel call (gemv4F16Multi
 // and its twins: in the avx512 set each weight read once for all of them, each token's
 // outputs bit for bit those of a call of its own), so that a speculative verify step of
-// 1+k tokens reads the weights about as often as a decode step.
+// 1+k tokens reads the weights about as often as a decode step; more tokens meet the
+// group, still in cache, in calls of multiRows4Tokens.
 func (s *matVec) floatGroups(start, end int) {
 	k, rows, cols, rb := s.kern, s.w.Rows, s.w.Cols, s.rb
 	gemv4, multi := k.gemv4F32, k.gemv4F32Multi
