@@ -12,6 +12,10 @@
 # /usr/bin/time; "-" where it is missing) over the method's: the same work ratio as "x plain" where the machine is
 # not shared, and far steadier where it is (wall-clock throughput there follows the
 # share of the cores a run happens to get).
+# With DECODE_CPU=1 each run is followed by the same run with --output-len 1 (model loading,
+# prefill and the first token only), and "decode CPU x plain" is the ratio of the CPU times
+# less those: the decode phase's work ratio, which the speedup predicted from acceptance
+# and step costs speaks of (the draft model's catch-up on the prompts stays in it).
 set -uo pipefail
 k=${KVASIR:-bin/kvasir}
 device=${DEVICE:-cpu}
@@ -31,15 +35,15 @@ declare -A specs=(
 field() { grep -o "\"$1\": *[0-9.e+-]*" | head -1 | sed 's/.*: *//'; }
 echo "\`kvasir bench offline --device $device -m $(basename "$TARGET") --input-len ${INPUT_LEN:-128} --output-len ${OUTPUT_LEN:-128} --ignore-eos --temperature 0 --max-concurrency C --num-prompts max(8, 2C) ${EXTRA:-}\`, speculative: K = $K, draft $(basename "${DRAFT:-none}")"
 echo
-echo "| C | round | method | output tok/s | x plain | CPU s | CPU x plain | acceptance % | verifications |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+echo "| C | round | method | output tok/s | x plain | CPU s | CPU x plain | decode CPU x plain | acceptance % | acceptance length | verifications |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 times=$(mktemp)
 trap 'rm -f "$times"' EXIT
 for c in $conc; do
 	n=$((2 * c))
 	[ "$n" -ge 8 ] || n=8
 	for r in $(seq "$rounds"); do
-		plain="" plaincpu=""
+		plain="" plaincpu="" plaindec=""
 		for m in $methods; do
 			args=(bench offline --device "$device" -m "$TARGET" --num-prompts "$n" --max-concurrency "$c"
 				--input-len "${INPUT_LEN:-128}" --output-len "${OUTPUT_LEN:-128}" --ignore-eos --temperature 0 --seed "$r" --json)
@@ -53,15 +57,26 @@ for c in $conc; do
 				cpu=""
 			fi
 			echo "C=$c round=$r $m: $res" >>"$log"
+			dec=""
+			if [ "${DECODE_CPU:-0}" = 1 ] && [ -n "$cpu" ]; then
+				base=("${args[@]}")
+				for i in "${!base[@]}"; do [ "${base[$i]}" = --output-len ] && base[i+1]=1; done
+				# shellcheck disable=SC2086
+				/usr/bin/time -f "%U %S" -o "$times" $k "${base[@]}" ${EXTRA:-} >/dev/null 2>>"$log"
+				dec=$(awk -v a="$cpu" '{ printf "%.2f", a - $1 - $2 }' "$times")
+			fi
 			tps=$(echo "$res" | field output_throughput)
 			acc=$(echo "$res" | field spec_decode_acceptance_rate)
 			nd=$(echo "$res" | field spec_decode_num_drafts)
-			[ "$m" = plain ] && plain=$tps plaincpu=$cpu
-			ratio=- cratio=-
+			al=$(echo "$res" | field spec_decode_acceptance_length)
+			[ -n "$al" ] && al=$(awk -v a="$al" 'BEGIN { printf "%.2f", a }')
+			[ "$m" = plain ] && plain=$tps plaincpu=$cpu plaindec=$dec
+			ratio=- cratio=- dratio=-
+			[ -n "$plaindec" ] && [ -n "$dec" ] && dratio=$(awk -v a="$dec" -v b="$plaindec" 'BEGIN { printf "%.3f", b / a }')
 			[ -n "$plain" ] && [ -n "$tps" ] && ratio=$(awk -v a="$tps" -v b="$plain" 'BEGIN { printf "%.3f", a / b }')
 			[ -n "$plaincpu" ] && [ -n "$cpu" ] && cratio=$(awk -v a="$cpu" -v b="$plaincpu" 'BEGIN { printf "%.3f", b / a }')
 			[ -n "$acc" ] && acc=$(awk -v a="$acc" 'BEGIN { printf "%.1f", a }')
-			printf '| %s | %s | %s | %.1f | %s | %s | %s | %s | %s |\n' "$c" "$r" "$m" "${tps:-0}" "$ratio" "${cpu:--}" "$cratio" "${acc:--}" "${nd:--}"
+			printf '| %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %s | %s |\n' "$c" "$r" "$m" "${tps:-0}" "$ratio" "${cpu:--}" "$cratio" "$dratio" "${acc:--}" "${al:--}" "${nd:--}"
 		done
 	done
 done

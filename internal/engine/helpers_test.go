@@ -203,6 +203,28 @@ func generate(t testing.TB, e *Engine, reqs []Request) [][]result {
 	return out
 }
 
+// generateTogether is generate with the requests submitted as one (GenerateAll), so that
+// the engine admits them before it plans a step: for tests that count steps of a batch,
+// which a late second submission would make a run of each request alone.
+func generateTogether(t testing.TB, e *Engine, reqs []Request) [][]result {
+	t.Helper()
+	chans, err := e.GenerateAll(context.Background(), reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([][]result, len(reqs))
+	var wg sync.WaitGroup
+	for i, ch := range chans {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = collect(t, ch, max(reqs[i].Params.N, 1))
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
 // waitIdle waits until the engine holds no blocks and no requests.
 func waitIdle(t testing.TB, e *Engine) {
 	t.Helper()

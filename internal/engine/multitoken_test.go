@@ -227,7 +227,7 @@ func TestVerifyKeepsBatchWhole(t *testing.T) {
 	a, b := randomPrompt(21, 6, vocab), randomPrompt(22, 6, vocab)
 	sp := &Speculation{K: 3, Proposer: &oracleProposer{vocab: vocab}, Policy: firstSeqPolicy{}}
 	e, fm := fakeEngine(t, vocab, Config{Speculation: sp}, false)
-	got := generate(t, e, []Request{
+	got := generateTogether(t, e, []Request{
 		{PromptTokens: a, Params: SamplingParams{MaxTokens: 80, IgnoreEOS: true}},
 		{PromptTokens: b, Params: SamplingParams{MaxTokens: 20, IgnoreEOS: true}},
 	})
@@ -261,7 +261,7 @@ func TestEmptyProposalsKeepBatchWhole(t *testing.T) {
 	}
 	p := &emptyProposer{}
 	e, fm := fakeEngine(t, vocab, Config{Speculation: &Speculation{K: 3, Proposer: p}}, false)
-	got := generate(t, e, reqs)
+	got := generateTogether(t, e, reqs)
 	for i, r := range reqs {
 		if !slices.Equal(got[i][0].tokens, fakeGreedy(vocab, r.PromptTokens, 40)) {
 			t.Fatalf("request %d: wrong tokens", i)

@@ -30,7 +30,15 @@ type world struct {
 	// verifyTax multiplies the target's cost of a step that verifies drafts (0: 1), as a
 	// device's padded or eager verify steps cost more than steps of as many tokens.
 	verifyTax float64
+	// burst, when set, is a shared machine's load: bursts begin with probability
+	// burst.start a step and end with burst.end, and during one every step is measured
+	// burst.factor times slower, whatever its kind. The throughput counts the steps'
+	// unloaded costs: the work the policy's choices cost.
+	burst *burst
 }
+
+// burst is the load of world.burst.
+type burst struct{ start, end, factor float64 }
 
 // tax returns the factor of a step's target cost: verifyTax when it verifies drafts.
 func (w world) tax(verifies bool) float64 {
@@ -63,7 +71,19 @@ func (w world) run(p engine.SpecPolicy, steps int, seed uint64) result {
 	var r result
 	var tokens, secs float64
 	var drafted, candSteps, tailK, tailN float64
+	loaded := false
 	for s := range steps {
+		slow := 1.0
+		if w.burst != nil {
+			if loaded {
+				loaded = rng.Float64() >= w.burst.end
+			} else {
+				loaded = rng.Float64() < w.burst.start
+			}
+			if loaded {
+				slow = w.burst.factor
+			}
+		}
 		if w.lag && w.prompt > 0 {
 			for i := range cands {
 				cands[i].Lag = idle[i] + 1
@@ -106,8 +126,8 @@ func (w world) run(p engine.SpecPolicy, steps int, seed uint64) result {
 			dt = w.draft(passes, draftTokens) * jitter()
 		}
 		secs += tt + dt
-		p.Stepped(engine.StepCost{Tokens: n, VerifyTokens: n - w.batch, Target: dur(tt),
-			DraftPasses: passes, DraftTokens: draftTokens, Draft: dur(dt)})
+		p.Stepped(engine.StepCost{Tokens: n, VerifyTokens: n - w.batch, Target: dur(slow * tt),
+			DraftPasses: passes, DraftTokens: draftTokens, Draft: dur(slow * dt)})
 	}
 	r.throughput = tokens / secs
 	r.meanK = tailK / tailN
@@ -241,6 +261,31 @@ func TestDynamicTrainedPairAtBatchOne(t *testing.T) {
 	t.Logf("mean k %.2f, %.0f tok/s; best fixed k %d %.0f tok/s; plain %.0f tok/s", r.meanK, r.throughput, bestK, best, plain)
 	if r.throughput < 0.95*best || r.throughput < 1.3*plain {
 		t.Errorf("%.0f tok/s: want >= 0.95x the best fixed length's %.0f and >= 1.3x plain %.0f", r.throughput, best, plain)
+	}
+}
+
+// TestDynamicLoadBursts: the trained pair at batch 1 on a shared machine, where bursts of
+// another process's work (a sixth of the steps, about 7 in a row) make every step 2.5x
+// slower while they last. The bursts slow decode and verify steps alike, so the best
+// draft length is unchanged; but a burst during a run of verifications makes the verify
+// steps' costs look dear against decode steps timed before it (and a burst's end, the
+// other way round). Without bursts the policy keeps 0.99x the best fixed length's
+// throughput in these worlds; with them 0.88-0.97x (2026-12-03), which this test holds
+// it to; the bound to raise once the cost curves tell load from cost (weighing slower
+// measurements at a tenth gave 0.92-0.97x, but learns a lasting slow-down ten times
+// slower).
+func TestDynamicLoadBursts(t *testing.T) {
+	w := world{batch: 1, k: 4, accept: constant(0.64), target: cpuStep,
+		draft: func(p, tok int) float64 { return 0.0006*float64(p) + 0.00002*float64(tok) }, lag: true, noise: 0.05,
+		burst: &burst{start: 0.03, end: 0.15, factor: 2.5}}
+	best, bestK := w.fixedBest(0.64)
+	plain := 1 / cpuStep(1)
+	for seed := uint64(1); seed <= 4; seed++ {
+		r := w.run(NewDynamic(DynamicConfig{MaxLen: 4, CatchUp: true}), 1500, seed)
+		t.Logf("seed %d: mean k %.2f, drafting %.2f, %.0f tok/s; best fixed k %d %.0f tok/s", seed, r.meanK, r.drafting, r.throughput, bestK, best)
+		if r.throughput < 0.85*best || r.throughput < 1.15*plain {
+			t.Errorf("seed %d: %.0f tok/s, below 0.85x the best fixed length's %.0f (k %d) or 1.15x plain %.0f", seed, r.throughput, best, bestK, plain)
+		}
 	}
 }
 

@@ -87,7 +87,7 @@ func BenchmarkFewTokens(b *testing.B) {
 		for i := range ws {
 			ws[i] = benchWeight(r, wt, 2048, 1536)
 		}
-		for _, tokens := range []int{1, 2, 3, 5, 6, 8, 12, 16} {
+		for _, tokens := range []int{1, 2, 3, 5, 6, 8, 12, 16, 32, 47} {
 			b.Run(fmt.Sprintf("%s/tokens=%d", wt, tokens), func(b *testing.B) {
 				x := normals(r, tokens*1536)
 				out := make([]float32, tokens*2048)

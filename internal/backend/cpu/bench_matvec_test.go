@@ -46,6 +46,39 @@ func BenchmarkMatVecCompute(b *testing.B) {
 	}
 }
 
+// BenchmarkFewTokensCompute times products of 1 to 8 tokens (decode, speculative verify
+// steps of 1+k) on one thread with F32, F16 and BF16 weights of 512 columns small enough to
+// stay in L2 (about 256 KiB), so that it measures the arithmetic rate of the few-token
+// kernels (best-GMAC/s, multiply-adds of weights by activations per second) rather than
+// the memory system: a verify step of 1+k tokens reads the weights once, and costs about
+// a decode step where this rate at 1+k tokens stays well above a core's share of
+// bandwidth times 1+k.
+func BenchmarkFewTokensCompute(b *testing.B) {
+	r := rand.New(rand.NewSource(12))
+	p := testPool(1)
+	defer p.Close()
+	const cols = 512
+	for _, wt := range []quant.Type{quant.F32, quant.F16, quant.BF16} {
+		rb, _ := wt.RowBytes(cols)
+		w := benchWeight(r, wt, (256<<10)/rb&^3, cols)
+		for _, tokens := range []int{1, 2, 3, 4, 5, 8, 12, 16, 32, 47} {
+			b.Run(fmt.Sprintf("%s/tokens=%d", wt, tokens), func(b *testing.B) {
+				x := normals(r, tokens*cols)
+				out := make([]float32, tokens*w.Rows)
+				best := time.Duration(1 << 62)
+				for b.Loop() {
+					start := time.Now()
+					if err := MatMul(p, out, w, x, tokens); err != nil {
+						b.Fatal(err)
+					}
+					best = min(best, time.Since(start))
+				}
+				b.ReportMetric(float64(w.Rows*cols*tokens)/best.Seconds()/1e9, "best-GMAC/s")
+			})
+		}
+	}
+}
+
 // BenchmarkRows8Kernel times the 8-row quantized kernels alone on L1-resident rows of 2048
 // values, in weight bytes per second.
 func BenchmarkRows8Kernel(b *testing.B) {

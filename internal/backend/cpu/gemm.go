@@ -10,20 +10,28 @@ import (
 )
 
 // gemmMinTokens returns the least token count whose product with weights of type t takes
-// the GEMM path; fewer tokens run as dot products straight off the weights, a few rows at a
-// time, each group of rows meeting the tokens one after the other while it stays in cache
-// (so its weights are read from memory once). The dot products use every vector lane
-// whatever the token count, and the GEMM's tiles (tokens along the lanes, 8 or 16 wide)
-// pay for their width whatever the tokens in them, so the crossover lies where the tokens'
-// arithmetic outgrows one pass over the weights: measured with 100 MB of weights on 2
-// AVX2 cores (BenchmarkFewTokens), about 12 tokens for F32/F16 and Q6_K, 10 for BF16 and
-// 16 for Q4_K. Below it are the decode steps of small batches and the verify steps of
-// speculative decoding (1 + k tokens a sequence).
-func gemmMinTokens(t quant.Type) int {
-	switch t {
-	case quant.BF16:
+// the GEMM path on kernel set k; fewer tokens run as dot products straight off the weights,
+// a few rows at a time, each group of rows meeting the tokens one after the other while it
+// stays in cache (so its weights are read from memory once). The dot products use every
+// vector lane whatever the token count, and the GEMM's tiles (tokens along the lanes, 8 or
+// 16 wide) pay for their width whatever the tokens in them, so the crossover lies where the
+// tokens' arithmetic outgrows one pass over the weights: measured with 100 MB of weights on
+// 2 AVX2 cores (BenchmarkFewTokens), about 12 tokens for F32/F16 and Q6_K, 10 for BF16 and
+// 16 for Q4_K. The avx512 set's multi-token float kernels (each weight widened once for up
+// to maxMultiTokens tokens) run at the FMA peak from 3 tokens on: in L2, F32, F16 and BF16
+// at 12-47 tokens 52-53 GMAC/s a core where the GEMM gives 32-51 (BenchmarkFewTokensCompute),
+// and with 100 MB of F16 or BF16 weights on 2 cores as fast or faster at 12-47
+// (BenchmarkFewTokens); so there float weights take the GEMM from 48 tokens. Below the
+// crossover are the decode steps of small batches and the verify steps of speculative
+// decoding (1 + k tokens a sequence), whose every token then gets the outputs of a product
+// of its own, bit for bit.
+func gemmMinTokens(k *kernels, t quant.Type) int {
+	switch {
+	case k.multiFloat && (t == quant.F32 || t == quant.F16 || t == quant.BF16):
+		return 48
+	case t == quant.BF16:
 		return 10
-	case quant.Q4_K:
+	case t == quant.Q4_K:
 		return 16
 	}
 	return 12
@@ -123,7 +131,7 @@ type gemmScratch struct {
 	chunk   int       // row panels per claim
 }
 
-// matMulGEMM computes out[t][r] = sum_c w[r][c] * x[t][c] for nTokens >= gemmMinTokens(w.Type) tokens
+// matMulGEMM computes out[t][r] = sum_c w[r][c] * x[t][c] for nTokens >= gemmMinTokens(p.kern, w.Type) tokens
 // of activations x ([nTokens][w.Cols]); rb is the bytes per weight row. Weights are F32,
 // F16, BF16, Q4_1, Q5_0, Q5_1 or a K-quant (Q8_0 and Q4_0 take matMulQ0). For the quantized weights the
 // activations are first quantized (to Q8_0 or Q8_K) as the matrix-vector path quantizes

@@ -175,7 +175,7 @@ func TestMatMulManyTokens(t *testing.T) {
 	}
 	for _, c := range cases {
 		w, _ := randWeight(t, r, c.wt, c.rows, c.cols)
-		for _, n := range []int{3, 8, 9, 16, 17, 25, 32, 33} {
+		for _, n := range []int{3, 8, 9, 16, 17, 25, 32, 33, 48, 49} {
 			x := randFloats(r, n*c.cols, modeRandom)
 			want, mag := referenceMatMul(t, w, x, n)
 			for _, p := range pools {

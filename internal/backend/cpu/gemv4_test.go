@@ -67,38 +67,72 @@ func FuzzGemv4(f *testing.F) {
 	})
 }
 
-// TestGemv4F16Multi: a set's multi-token F16 kernel gives each token's outputs bit for bit
-// as its one-token kernel does, for 2 and 3 tokens, lengths with and without a tail, and
-// padded strides of weights, activations and outputs.
-func TestGemv4F16Multi(t *testing.T) {
-	for _, k := range allKernels() {
-		for _, n := range []int{1, 8, 31, 32, 33, 64, 100, 2048} {
-			for mode := range numModes {
-				r := rand.New(rand.NewSource(int64(n*10 + mode)))
-				stride := 2*n + 2*r.Intn(3)
-				w := make([]byte, 3*stride+2*n)
-				if err := quant.Quantize(quant.F16, randFloats(r, len(w)/2, mode), w); err != nil {
-					t.Fatal(err)
-				}
-				xstride, ostride := n+r.Intn(3), 4+r.Intn(3)
-				x := randFloats(r, 2*xstride+n, mode)
-				for nt := 2; nt <= 3; nt++ {
-					out := make([]float32, (nt-1)*ostride+4)
-					k.gemv4F16Multi(w, stride, x, xstride, n, nt, out, ostride)
-					for tok := range nt {
-						want := make([]float32, 4)
-						k.gemv4F16(w, stride, x[tok*xstride:][:n], want)
-						for i, v := range want {
-							if got := out[tok*ostride+i]; !sameBits(got, v) {
-								t.Fatalf("%s n=%d mode=%d, %d tokens: token %d row %d: %v (%#x), one token alone %v (%#x)",
-									k.name, n, mode, nt, tok, i, got, math.Float32bits(got), v, math.Float32bits(v))
-							}
+// gemv4MultiKernel returns the multi-token float kernel of k for weight type index i of
+// floatCases.
+func gemv4MultiKernel(k *kernels, i int) gemv4MultiFunc {
+	return []gemv4MultiFunc{k.gemv4F32Multi, k.gemv4F16Multi, k.gemv4BF16Multi}[i]
+}
+
+// checkGemv4Multi runs every set's multi-token float kernels on 4 random rows of n values
+// with 2..maxMultiTokens tokens, padded strides of weights, activations and outputs, and
+// requires each token's outputs to be bit for bit those of the set's one-token kernel, and
+// near the generic single-row dot (the pure-Go twin).
+func checkGemv4Multi(t *testing.T, seed int64, n, mode int) {
+	t.Helper()
+	for ci, c := range floatCases {
+		r := rand.New(rand.NewSource(seed))
+		es := c.wt.BlockBytes()
+		stride := n*es + r.Intn(3)*es
+		w := make([]byte, 3*stride+n*es)
+		if err := quant.Quantize(c.wt, randFloats(r, len(w)/es, mode), w); err != nil {
+			t.Fatal(err)
+		}
+		xstride, ostride := n+r.Intn(3), 4+r.Intn(3)
+		x := randFloats(r, (maxMultiTokens-1)*xstride+n, mode)
+		for _, k := range allKernels() {
+			for nt := 2; nt <= maxMultiTokens; nt++ {
+				out := make([]float32, (nt-1)*ostride+4)
+				gemv4MultiKernel(k, ci)(w, stride, x, xstride, n, nt, out, ostride)
+				for tok := range nt {
+					xt := x[tok*xstride:][:n]
+					want := make([]float32, 4)
+					gemv4Kernel(k, ci)(w, stride, xt, want)
+					for i, v := range want {
+						got := out[tok*ostride+i]
+						if !sameBits(got, v) {
+							t.Fatalf("%s %s n=%d mode=%d, %d tokens: token %d row %d: %v (%#x), one token alone %v (%#x)",
+								c.name, k.name, n, mode, nt, tok, i, got, math.Float32bits(got), v, math.Float32bits(v))
+						}
+						row := w[i*stride:][:n*es]
+						ref := c.dot(genericKernels(), row, xt)
+						_, mag := oracleDot(t, c.wt, quant.F32, row, f32Bytes(xt), n)
+						if d := math.Abs(float64(got) - float64(ref)); d > 1e-5*mag+1e-30 {
+							t.Fatalf("%s %s n=%d mode=%d, %d tokens: token %d row %d: %v, generic %v", c.name, k.name, n, mode, nt, tok, i, got, ref)
 						}
 					}
 				}
 			}
 		}
 	}
+}
+
+// TestGemv4Multi: each set's multi-token float kernels give each token's outputs bit for
+// bit as its one-token kernels do, for F32, F16 and BF16 weights, 2 to 8 tokens, lengths
+// with and without a tail.
+func TestGemv4Multi(t *testing.T) {
+	for _, n := range []int{1, 8, 31, 32, 33, 64, 100, 2048} {
+		for mode := range numModes {
+			checkGemv4Multi(t, int64(n*10+mode), n, mode)
+		}
+	}
+}
+
+func FuzzGemv4Multi(f *testing.F) {
+	f.Add(int64(1), uint16(64), uint8(modeRandom))
+	f.Add(int64(2), uint16(97), uint8(modeExtreme))
+	f.Fuzz(func(t *testing.T, seed int64, n uint16, mode uint8) {
+		checkGemv4Multi(t, seed, int(n%4096)+1, int(mode%numModes))
+	})
 }
 
 // TestMatMulFewTokensMatchOne: below the GEMM crossover, each token of a float MatMul gets
@@ -119,7 +153,7 @@ func TestMatMulFewTokensMatchOne(t *testing.T) {
 			t.Fatal(err)
 		}
 		w := Weight{Type: wt, Rows: rows, Cols: cols, Data: data}
-		for n := 2; n < gemmMinTokens(wt); n++ {
+		for n := 2; n < gemmMinTokens(p.kern, wt); n++ {
 			x := randFloats(r, n*cols, 0)
 			out := make([]float32, n*rows)
 			if err := MatMul(p, out, w, x, n); err != nil {

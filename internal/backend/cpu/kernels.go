@@ -49,11 +49,18 @@ type kernels struct {
 	gemv4F32  func(w []byte, stride int, x, out []float32)
 	gemv4F16  func(w []byte, stride int, x, out []float32)
 	gemv4BF16 func(w []byte, stride int, x, out []float32)
-	// gemv4F16Multi is gemv4F16 for nt = 2 or 3 tokens at once: token t's activations are
-	// x[t*xstride:][:n], its 4 outputs out[t*ostride:], each bit for bit gemv4F16's. The
-	// avx512 set widens each weight once for all the tokens; the others call gemv4F16 per
-	// token (gemv4Each).
-	gemv4F16Multi func(w []byte, stride int, x []float32, xstride, n, nt int, out []float32, ostride int)
+	// gemv4F32Multi, gemv4F16Multi and gemv4BF16Multi are gemv4F32, gemv4F16 and gemv4BF16
+	// for nt = 2..maxMultiTokens tokens at once: token t's activations are x[t*xstride:][:n],
+	// its 4 outputs out[t*ostride:], each bit for bit those of the one-token kernel. The
+	// avx512 set reads the weights once for all the tokens (gemv_multi_avx512_amd64.s); the
+	// others call the one-token kernel per token (gemv4Each).
+	gemv4F32Multi  gemv4MultiFunc
+	gemv4F16Multi  gemv4MultiFunc
+	gemv4BF16Multi gemv4MultiFunc
+	// multiFloat says the multi-token float kernels read the weights once for all their
+	// tokens (rather than once per token): float products then stay off the GEMM for more
+	// tokens (gemmMinTokens).
+	multiFloat bool
 
 	// axpy adds a*x to y over len(x).
 	axpy func(y []float32, a float32, x []float32)
@@ -134,7 +141,7 @@ const genericName = "generic"
 
 // genericKernels returns the pure-Go kernel set, the scalar twin of every SIMD kernel.
 func genericKernels() *kernels {
-	return &kernels{
+	return withMultiEach(&kernels{
 		name:    genericName,
 		dotF32:  dotF32Generic,
 		dotF16:  dotF16Generic,
@@ -162,11 +169,6 @@ func genericKernels() *kernels {
 				out[i] = dotF16Generic(w[i*stride:], x)
 			}
 		},
-		gemv4F16Multi: gemv4Each(func(w []byte, stride int, x, out []float32) {
-			for i := range out[:4] {
-				out[i] = dotF16Generic(w[i*stride:], x)
-			}
-		}),
 		gemv4BF16: func(w []byte, stride int, x, out []float32) {
 			for i := range out[:4] {
 				out[i] = dotBF16Generic(w[i*stride:], x)
@@ -207,13 +209,24 @@ func genericKernels() *kernels {
 		attnWsumF16:   attnWsumF16Generic,
 		dequantI8:     dequantI8Generic,
 		dequantF8:     dequantF8Generic,
-	}
+	})
 }
 
-// allKernels returns every kernel set this CPU can run, fastest first, generic last.
+// maxMultiTokens is the most tokens a multi-token matrix-vector kernel
+// (kernels.gemv4F16Multi and its twins) takes: the 1+7 tokens of a speculative verify step
+// of 7 drafts.
+const maxMultiTokens = 8
+
+// multiRows4Tokens is the most tokens of a multi-token kernel of the avx512 set that serves
+// 4 rows a call (gen_gemv_multi.go's rows4MaxTokens; 7 and 8 tokens leave registers for 2).
+const multiRows4Tokens = 6
+
+// gemv4MultiFunc is a multi-token float matrix-vector kernel (kernels.gemv4F16Multi).
+type gemv4MultiFunc func(w []byte, stride int, x []float32, xstride, n, nt int, out []float32, ostride int)
+
 // gemv4Each returns a multi-token kernel (kernels.gemv4F16Multi) that calls the
 // one-token kernel one for each token.
-func gemv4Each(one func(w []byte, stride int, x, out []float32)) func(w []byte, stride int, x []float32, xstride, n, nt int, out []float32, ostride int) {
+func gemv4Each(one func(w []byte, stride int, x, out []float32)) gemv4MultiFunc {
 	return func(w []byte, stride int, x []float32, xstride, n, nt int, out []float32, ostride int) {
 		for t := range nt {
 			one(w, stride, x[t*xstride:][:n], out[t*ostride:][:4])
@@ -221,6 +234,16 @@ func gemv4Each(one func(w []byte, stride int, x, out []float32)) func(w []byte, 
 	}
 }
 
+// withMultiEach sets k's multi-token float kernels to calls of its one-token ones, token by
+// token, and returns k.
+func withMultiEach(k *kernels) *kernels {
+	k.gemv4F32Multi = gemv4Each(k.gemv4F32)
+	k.gemv4F16Multi = gemv4Each(k.gemv4F16)
+	k.gemv4BF16Multi = gemv4Each(k.gemv4BF16)
+	return k
+}
+
+// allKernels returns every kernel set this CPU can run, fastest first, generic last.
 func allKernels() []*kernels {
 	return append(platformKernels(), genericKernels())
 }

@@ -39,7 +39,7 @@ func hasF16C() bool { return cpuidECX1()&(1<<29) != 0 }
 func cpuidECX1() uint32
 
 func avx2Kernels() *kernels {
-	return &kernels{
+	return withMultiEach(&kernels{
 		name:    "avx2",
 		dotF32:  dotF32AVX2Slice,
 		dotF16:  dotF16AVX2Slice,
@@ -63,9 +63,6 @@ func avx2Kernels() *kernels {
 		gemv4F16: func(w []byte, stride int, x, out []float32) {
 			gemv4AVX2(gemv4F16AVX2, 2, dotF16Generic, w, stride, x, out)
 		},
-		gemv4F16Multi: gemv4Each(func(w []byte, stride int, x, out []float32) {
-			gemv4AVX2(gemv4F16AVX2, 2, dotF16Generic, w, stride, x, out)
-		}),
 		gemv4BF16: func(w []byte, stride int, x, out []float32) {
 			gemv4AVX2(gemv4BF16AVX2, 2, dotBF16Generic, w, stride, x, out)
 		},
@@ -108,7 +105,7 @@ func avx2Kernels() *kernels {
 		dequantI8:     dequantI8AVX2Slice,
 		dequantF8:     dequantF8AVX2Slice,
 		prefetchRows:  prefetchRowsAVX2,
-	}
+	})
 }
 
 // Assembly kernels (dot_amd64.s). Float kernels handle n rounded down to a multiple of 8;

@@ -45,7 +45,7 @@ func MatMul(p *Pool, out []float32, w Weight, x []float32, nTokens int) error {
 	case quant.Q8_0, quant.Q4_0:
 		return matMulQ0(p, out, w, xs, nTokens)
 	}
-	if nTokens >= gemmMinTokens(w.Type) {
+	if nTokens >= gemmMinTokens(k, w.Type) {
 		return matMulGEMM(p, out, w, rb, xs, nTokens)
 	}
 	if w.Type == quant.FP8 {
@@ -175,33 +175,41 @@ func matVecFloat(p *Pool, out []float32, w Weight, rb int, xs []float32, nTokens
 }
 
 // floatGroups computes the outputs of row groups [start, end) of a matVecFloat product.
-// F16 weights meet up to 3 tokens per kernel call (gemv4F16Multi: in the avx512 set each
-// weight widened once for all of them, each token's outputs bit for bit those of a call of
-// its own), which makes a speculative verify step of 1+k tokens cheaper against a decode
-// step.
+// Each group of 4 rows meets up to maxMultiTokens tokens per kernel call (gemv4F16Multi
+// and its twins: in the avx512 set each weight read once for all of them, each token's
+// outputs bit for bit those of a call of its own), so that a speculative verify step of
+// 1+k tokens reads the weights about as often as a decode step; more tokens meet the
+// group, still in cache, in calls of multiRows4Tokens.
 func (s *matVec) floatGroups(start, end int) {
 	k, rows, cols, rb := s.kern, s.w.Rows, s.w.Cols, s.rb
-	gemv4 := k.gemv4F32
+	gemv4, multi := k.gemv4F32, k.gemv4F32Multi
 	switch s.w.Type {
 	case quant.F16:
-		gemv4 = k.gemv4F16
+		gemv4, multi = k.gemv4F16, k.gemv4F16Multi
 	case quant.BF16:
-		gemv4 = k.gemv4BF16
+		gemv4, multi = k.gemv4BF16, k.gemv4BF16Multi
 	}
-	multi := s.w.Type == quant.F16
+	// Up to maxMultiTokens tokens take one call; more go in calls of at most
+	// multiRows4Tokens, whose kernels serve 4 rows, so that every token's activations are
+	// read once for the 4 rows.
+	chunk := s.nTokens
+	if chunk > maxMultiTokens {
+		chunk = multiRows4Tokens
+	}
 	for g := start; g < end; g++ {
 		r := 4 * g
+		if r+4 <= rows {
+			for t := 0; t < s.nTokens; t += chunk {
+				if nt := min(s.nTokens-t, chunk); nt > 1 {
+					multi(s.w.Data[r*rb:], rb, s.xs[t*cols:], cols, cols, nt, s.out[t*rows+r:], rows)
+				} else {
+					gemv4(s.w.Data[r*rb:], rb, s.xs[t*cols:(t+1)*cols], s.out[t*rows+r:])
+				}
+			}
+			continue
+		}
 		for t := 0; t < s.nTokens; t++ {
 			xt := s.xs[t*cols : (t+1)*cols]
-			if nt := min(s.nTokens-t, 3); multi && nt > 1 && r+4 <= rows {
-				k.gemv4F16Multi(s.w.Data[r*rb:], rb, s.xs[t*cols:], cols, cols, nt, s.out[t*rows+r:], rows)
-				t += nt - 1
-				continue
-			}
-			if r+4 <= rows {
-				gemv4(s.w.Data[r*rb:], rb, xt, s.out[t*rows+r:])
-				continue
-			}
 			for i := r; i < rows; i++ {
 				row := s.w.Data[i*rb : (i+1)*rb]
 				var v float32
