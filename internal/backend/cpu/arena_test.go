@@ -1,0 +1,66 @@
+package cpu
+
+import (
+	"bytes"
+	"math/rand"
+	"testing"
+	"unsafe"
+)
+
+// TestWeightArenaCopy checks that the arena's copies hold the bytes given, start on 64-byte
+// boundaries, do not overlap one another or alias the source, and that a copy larger than
+// a chunk starts a huge page.
+func TestWeightArenaCopy(t *testing.T) {
+	r := rand.New(rand.NewSource(1))
+	var a WeightArena
+	sizes := []int{1, 63, 64, 65, 4096, 3 << 20, arenaChunk - 100, arenaChunk + 1, 0, 17}
+	var srcs, dsts [][]byte
+	for _, n := range sizes {
+		src := make([]byte, n)
+		r.Read(src)
+		dst := a.Copy(src)
+		if !bytes.Equal(dst, src) {
+			t.Fatalf("copy of %d bytes differs from its source", n)
+		}
+		if n == 0 {
+			continue
+		}
+		addr := uintptr(unsafe.Pointer(&dst[0]))
+		if addr%64 != 0 {
+			t.Errorf("copy of %d bytes at %#x: not 64-byte aligned", n, addr)
+		}
+		if n > arenaChunk && addr%hugePage != 0 {
+			t.Errorf("copy of %d bytes (over a chunk) at %#x: not on a huge page", n, addr)
+		}
+		if &dst[0] == &src[0] || cap(dst) != n {
+			t.Errorf("copy of %d bytes aliases its source or can grow into the arena (cap %d)", n, cap(dst))
+		}
+		srcs, dsts = append(srcs, src), append(dsts, dst)
+	}
+	// Overwrite every copy: a copy overlapping another would change it.
+	for _, d := range dsts {
+		for i := range d {
+			d[i] ^= 0xff
+		}
+	}
+	for i, d := range dsts {
+		for j := range d {
+			if d[j] != srcs[i][j]^0xff {
+				t.Fatalf("copy %d (%d bytes) overlaps another at byte %d", i, len(d), j)
+			}
+		}
+	}
+}
+
+// TestHugeChunkAligned checks hugeChunk's alignment and size for sizes around a huge page.
+func TestHugeChunkAligned(t *testing.T) {
+	for _, n := range []int{1, hugePage - 1, hugePage, hugePage + 1} {
+		b := hugeChunk(n)
+		if addr := uintptr(unsafe.Pointer(&b[0])); addr%hugePage != 0 {
+			t.Errorf("hugeChunk(%d) at %#x: not on a huge page", n, addr)
+		}
+		if len(b) < n || len(b)%hugePage != 0 {
+			t.Errorf("hugeChunk(%d) has %d bytes, want a whole number of huge pages >= %d", n, len(b), n)
+		}
+	}
+}

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package cpu
+
+// adviseHugePages does nothing where transparent huge pages cannot be asked for.
+func adviseHugePages(b []byte) {}
+
+// adviseSmallPages does nothing where transparent huge pages cannot be asked for.
+func adviseSmallPages(b []byte) {}
