@@ -1137,7 +1137,7 @@ gemv4f16loop:
 
 // GEMV_BF16_ROW is GEMV_F16_ROW for bf16 weights.
 #define GEMV_BF16_ROW(b0, b1, b2, b3, pf, acc0, acc1) \
-	PREFETCHT0  pf \
+	PREFETCHT1  pf \
 	VPMOVZXWD   b0, Y12 \
 	VPMOVZXWD   b1, Y13 \
 	VPSLLD      $16, Y12, Y12 \
