@@ -21,8 +21,9 @@ type WeightArena struct {
 	free []byte // the current chunk's unused tail
 }
 
-// Copy returns a copy of src in the arena, starting on a 64-byte boundary.
-func (a *WeightArena) Copy(src []byte) []byte {
+// Copy returns a copy of src in the arena, starting on a 64-byte boundary, copied in
+// parallel on p's threads (p nil: on the caller's).
+func (a *WeightArena) Copy(p *Pool, src []byte) []byte {
 	if len(src) == 0 {
 		return []byte{}
 	}
@@ -37,13 +38,22 @@ func (a *WeightArena) Copy(src []byte) []byte {
 		dst = a.free[:len(src):len(src)]
 		a.free = a.free[n:]
 	}
-	// Fault the pages in before copying: a write to each huge page's first byte gets the
-	// kernel to back all of it. Copying from a file's mapping into pages not yet faulted
-	// in took several times as long (the two kinds of faults interleaved).
-	for i := 0; i < len(dst); i += hugePage {
-		dst[i] = 0
+	// Each huge page is faulted in before its bytes are copied: a write to its first byte
+	// gets the kernel to back all of it. Copying from a file's mapping into pages not yet
+	// faulted in took several times as long (the two kinds of faults interleaved).
+	piece := func(start, end int) {
+		for i := start; i < end; i++ {
+			d := dst[i*hugePage : min((i+1)*hugePage, len(dst))]
+			d[0] = 0
+			copy(d, src[i*hugePage:])
+		}
 	}
-	copy(dst, src)
+	pieces := (len(dst) + hugePage - 1) / hugePage
+	if p == nil {
+		piece(0, pieces)
+	} else {
+		p.Run(pieces, piece)
+	}
 	return dst
 }
 

@@ -7,18 +7,26 @@ import (
 	"unsafe"
 )
 
-// TestWeightArenaCopy checks that the arena's copies hold the bytes given, start on 64-byte
+// TestWeightArenaCopy checks that the arena's copies (on a pool and on the caller's thread)
+// hold the bytes given, start on 64-byte
 // boundaries, do not overlap one another or alias the source, and that a copy larger than
 // a chunk starts a huge page.
 func TestWeightArenaCopy(t *testing.T) {
 	r := rand.New(rand.NewSource(1))
+	p := testPool(2)
+	defer p.Close()
 	var a WeightArena
 	sizes := []int{1, 63, 64, 65, 4096, 3 << 20, arenaChunk - 100, arenaChunk + 1, 0, 17}
 	var srcs, dsts [][]byte
 	for _, n := range sizes {
 		src := make([]byte, n)
 		r.Read(src)
-		dst := a.Copy(src)
+		var dst []byte
+		if n%2 == 0 {
+			dst = a.Copy(p, src)
+		} else {
+			dst = a.Copy(nil, src)
+		}
 		if !bytes.Equal(dst, src) {
 			t.Fatalf("copy of %d bytes differs from its source", n)
 		}
