@@ -1,6 +1,10 @@
 package cpu
 
-import "unsafe"
+import (
+	"bytes"
+	"strconv"
+	"unsafe"
+)
 
 // hugePage is the size of the pages a WeightArena's chunks are aligned to and advised to be
 // backed with (the usual transparent huge page of x86-64 and arm64).
@@ -21,18 +25,31 @@ type WeightArena struct {
 	free []byte // the current chunk's unused tail
 }
 
+// arenaReserve is the memory a WeightArena leaves the system: it takes no new chunk that
+// would bring the memory the kernel reports available (Linux's MemAvailable, which counts
+// the page cache a model file's mapping sits in) below it.
+const arenaReserve = 1 << 30
+
 // Copy returns a copy of src in the arena, starting on a 64-byte boundary, copied in
-// parallel on p's threads (p nil: on the caller's).
-func (a *WeightArena) Copy(p *Pool, src []byte) []byte {
+// parallel on p's threads (p nil: on the caller's), and true; or src itself and false when
+// the copy needs a new chunk and the system has too little memory available for it (see
+// arenaReserve), so that a model that barely fits in memory stays in its file's mapping.
+func (a *WeightArena) Copy(p *Pool, src []byte) ([]byte, bool) {
 	if len(src) == 0 {
-		return []byte{}
+		return []byte{}, true
 	}
 	n := (len(src) + 63) &^ 63
 	var dst []byte
 	if n > arenaChunk {
+		if !memoryFor(n) {
+			return src, false
+		}
 		dst = hugeChunk(n)[:len(src):len(src)]
 	} else {
 		if n > len(a.free) {
+			if !memoryFor(arenaChunk) {
+				return src, false
+			}
 			a.free = hugeChunk(arenaChunk)
 		}
 		dst = a.free[:len(src):len(src)]
@@ -54,7 +71,14 @@ func (a *WeightArena) Copy(p *Pool, src []byte) []byte {
 	} else {
 		p.Run(pieces, piece)
 	}
-	return dst
+	return dst, true
+}
+
+// memoryFor reports whether the system has n bytes available beyond arenaReserve (true
+// where it does not say).
+func memoryFor(n int) bool {
+	avail, ok := memAvailable()
+	return !ok || avail >= int64(n)+arenaReserve
 }
 
 // hugeChunk allocates at least size bytes starting on a huge page boundary, a whole number
@@ -66,4 +90,25 @@ func hugeChunk(size int) []byte {
 	b = b[off : off+size : off+size]
 	adviseHugePages(b)
 	return b
+}
+
+// parseMemAvailable returns the MemAvailable line of a /proc/meminfo text in bytes, and
+// whether it holds one of the form "MemAvailable: N kB".
+func parseMemAvailable(info []byte) (int64, bool) {
+	for line := range bytes.Lines(info) {
+		rest, ok := bytes.CutPrefix(line, []byte("MemAvailable:"))
+		if !ok {
+			continue
+		}
+		kb, ok := bytes.CutSuffix(bytes.TrimSpace(rest), []byte(" kB"))
+		if !ok {
+			return 0, false
+		}
+		v, err := strconv.ParseInt(string(bytes.TrimSpace(kb)), 10, 64)
+		if err != nil || v < 0 || v > 1<<53 {
+			return 0, false
+		}
+		return v << 10, true
+	}
+	return 0, false
 }

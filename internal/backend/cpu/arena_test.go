@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"bytes"
+	"fmt"
 	"math/rand"
 	"testing"
 	"unsafe"
@@ -21,11 +22,13 @@ func TestWeightArenaCopy(t *testing.T) {
 	for _, n := range sizes {
 		src := make([]byte, n)
 		r.Read(src)
-		var dst []byte
-		if n%2 == 0 {
-			dst = a.Copy(p, src)
-		} else {
-			dst = a.Copy(nil, src)
+		pool := p
+		if n%2 == 1 {
+			pool = nil
+		}
+		dst, copied := a.Copy(pool, src)
+		if !copied {
+			t.Skipf("the system has too little memory available for a copy of %d bytes", n)
 		}
 		if !bytes.Equal(dst, src) {
 			t.Fatalf("copy of %d bytes differs from its source", n)
@@ -71,4 +74,59 @@ func TestHugeChunkAligned(t *testing.T) {
 			t.Errorf("hugeChunk(%d) has %d bytes, want a whole number of huge pages >= %d", n, len(b), n)
 		}
 	}
+}
+
+// TestMemAvailable checks that the available memory reads as a positive size where the
+// system reports it.
+func TestMemAvailable(t *testing.T) {
+	n, ok := memAvailable()
+	if !ok {
+		t.Skip("the system does not report its available memory")
+	}
+	if n <= 0 {
+		t.Errorf("memAvailable() = %d", n)
+	}
+	t.Logf("%d MiB available", n>>20)
+}
+
+// TestParseMemAvailable checks the parse of /proc/meminfo's MemAvailable line.
+func TestParseMemAvailable(t *testing.T) {
+	for _, c := range []struct {
+		info string
+		want int64
+		ok   bool
+	}{
+		{"MemTotal:       24576000 kB\nMemFree:  1 kB\nMemAvailable:   22000000 kB\n", 22000000 << 10, true},
+		{"MemAvailable: 0 kB", 0, true},
+		{"MemTotal: 5 kB\n", 0, false},
+		{"MemAvailable: 12 MB\n", 0, false},
+		{"MemAvailable: -3 kB\n", 0, false},
+		{"MemAvailable: x kB\n", 0, false},
+		{"", 0, false},
+	} {
+		got, ok := parseMemAvailable([]byte(c.info))
+		if got != c.want || ok != c.ok {
+			t.Errorf("parseMemAvailable(%q) = %d, %v, want %d, %v", c.info, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+// FuzzParseMemAvailable: any text parses without a panic, and a value it accepts reads
+// back from the line it writes.
+func FuzzParseMemAvailable(f *testing.F) {
+	f.Add([]byte("MemAvailable:   22000000 kB\n"))
+	f.Add([]byte("MemTotal: 1 kB\nMemAvailable: 7 kB"))
+	f.Fuzz(func(t *testing.T, info []byte) {
+		n, ok := parseMemAvailable(info)
+		if !ok {
+			return
+		}
+		if n < 0 || n%1024 != 0 {
+			t.Fatalf("parseMemAvailable(%q) = %d", info, n)
+		}
+		again, ok := parseMemAvailable([]byte(fmt.Sprintf("MemAvailable: %d kB\n", n>>10)))
+		if !ok || again != n {
+			t.Fatalf("%d bytes do not read back: %d, %v", n, again, ok)
+		}
+	})
 }

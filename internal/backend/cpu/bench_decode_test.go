@@ -142,7 +142,7 @@ func BenchmarkDecodePages(b *testing.B) {
 				for i, w := range small {
 					adviseSmallPages(w.Data)
 					huge[i] = w
-					huge[i].Data = arena.Copy(p, w.Data)
+					huge[i].Data, _ = arena.Copy(p, w.Data)
 				}
 				x := normals(r, cols)
 				out := make([]float32, rows)

@@ -27,7 +27,7 @@ func BenchmarkDecodeLayers(b *testing.B) {
 			var arena WeightArena // the weights in huge pages, as the CPU backend holds them
 			weight := func(rows, cols int) Weight {
 				w := benchWeight(r, wt, rows, cols)
-				w.Data = arena.Copy(p, w.Data)
+				w.Data, _ = arena.Copy(p, w.Data)
 				return w
 			}
 			for i := range ls {

@@ -94,7 +94,7 @@ func (b *Backend) UploadWeight(t *format.Tensor) (backend.Tensor, error) {
 	rows, cols := t.Rows()
 	data := t.Data
 	if b.copyWeights {
-		data = b.arena.Copy(b.pool, data)
+		data, _ = b.arena.Copy(b.pool, data)
 	}
 	return &tensor{shape: []int{rows, cols}, w: cpu.Weight{Type: t.Type, Rows: rows, Cols: cols, Data: data}}, nil
 }
