@@ -6,6 +6,7 @@ import "os"
 // applies them to every model it binds):
 //
 //	KVASIR_CPU=NAME         Options.CPUKernels = NAME ("generic": the pure-Go kernels)
+//	KVASIR_CPU_WEIGHTS=mmap Options.CPUWeightsInPlace
 //	KVASIR_CUDA_OPTIME=1    Options.CUDA.OpTime
 //	KVASIR_CUDA_PDL=0       Options.CUDA.DisablePDL
 //	KVASIR_CUDA_SHADOW=0    Options.CUDA.DisableShadows
@@ -13,6 +14,7 @@ import "os"
 //	KVASIR_CUDA_GEMVQ=NAME  Options.CUDA.QuantGEMV
 const (
 	EnvCPUKernels = "KVASIR_CPU"
+	EnvCPUWeights = "KVASIR_CPU_WEIGHTS"
 	EnvCUDAOpTime = "KVASIR_CUDA_OPTIME"
 	EnvCUDAPDL    = "KVASIR_CUDA_PDL"
 	EnvCUDAShadow = "KVASIR_CUDA_SHADOW"
@@ -24,6 +26,9 @@ const (
 func withEnv(opt Options, getenv func(string) string) Options {
 	if k := getenv(EnvCPUKernels); k != "" {
 		opt.CPUKernels = k
+	}
+	if getenv(EnvCPUWeights) == "mmap" {
+		opt.CPUWeightsInPlace = true
 	}
 	if getenv(EnvCUDAOpTime) == "1" {
 		opt.CUDA.OpTime = true

@@ -95,6 +95,7 @@ func newBackends(opt Options, ranks int) ([]backend.Backend, error) {
 			if err != nil {
 				return fail(err)
 			}
+			b.SetCopyWeights(!opt.CPUWeightsInPlace)
 			bes = append(bes, b)
 			continue
 		}

@@ -108,9 +108,9 @@ func TestEnvOverrides(t *testing.T) {
 	if got := withEnv(Options{CPUKernels: "avx2"}, get); got.CPUKernels != "avx2" || got.CUDA != (CUDAOptions{}) {
 		t.Errorf("an empty environment changed the options: %+v", got)
 	}
-	env = map[string]string{EnvCPUKernels: "generic", EnvCUDAOpTime: "1", EnvCUDAPDL: "0", EnvCUDAShadow: "0"}
+	env = map[string]string{EnvCPUKernels: "generic", EnvCPUWeights: "mmap", EnvCUDAOpTime: "1", EnvCUDAPDL: "0", EnvCUDAShadow: "0"}
 	got := withEnv(Options{}, get)
-	if got.CPUKernels != "generic" || got.CUDA != (CUDAOptions{OpTime: true, DisablePDL: true, DisableShadows: true}) {
+	if got.CPUKernels != "generic" || !got.CPUWeightsInPlace || got.CUDA != (CUDAOptions{OpTime: true, DisablePDL: true, DisableShadows: true}) {
 		t.Errorf("overrides not applied: %+v", got)
 	}
 	env = map[string]string{EnvCUDAQuant: "0", EnvCUDAGEMVQ: "split8"}
@@ -118,9 +118,9 @@ func TestEnvOverrides(t *testing.T) {
 		t.Errorf("quantization overrides not applied: %+v", got.CUDA)
 	}
 	// Values other than the documented ones leave the settings as they are.
-	env = map[string]string{EnvCUDAOpTime: "yes", EnvCUDAPDL: "1", EnvCUDAShadow: "off", EnvCUDAQuant: "1"}
-	if got := withEnv(Options{}, get); got.CUDA != (CUDAOptions{}) {
-		t.Errorf("undocumented values changed the CUDA options: %+v", got.CUDA)
+	env = map[string]string{EnvCUDAOpTime: "yes", EnvCUDAPDL: "1", EnvCUDAShadow: "off", EnvCUDAQuant: "1", EnvCPUWeights: "copy"}
+	if got := withEnv(Options{}, get); got.CUDA != (CUDAOptions{}) || got.CPUWeightsInPlace {
+		t.Errorf("undocumented values changed the options: %+v", got)
 	}
 }
 

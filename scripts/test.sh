@@ -95,7 +95,7 @@ gotest -count=1 $pkgs
 # this CPU, and which they skipped for lack of the instructions (KVASIR_REQUIRE_CPU=avx512
 # makes a missing set fail).
 echo "== CPU kernel sets tested"
-go test -count=1 -v -run '^TestKernelSetCoverage$' ./internal/backend/cpu | grep -E -e '--- (PASS|SKIP|FAIL)|NOT tested|compared with'
+go test -count=1 -v -run '^(TestKernelSetCoverage|TestGemmBF16Tiles)$' ./internal/backend/cpu | grep -E -e '--- (PASS|SKIP|FAIL)|NOT tested|compared with|equal to the twin'
 
 echo "== go test (pure-Go kernels, KVASIR_CPU=generic)"
 KVASIR_CPU=generic go test -count=1 ./internal/backend/...

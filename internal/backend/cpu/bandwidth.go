@@ -6,8 +6,8 @@ import (
 
 // ProbeBandwidth measures the memory read bandwidth the pool's threads reach, in GB/s
 // (1e9 bytes per second): it allocates a buffer of the given size (make it several times
-// the last-level cache), fills it, then times parallel sum-of-squares passes over it and
-// returns the best pass. Returns 0 when bytes is too small to measure.
+// the last-level cache) in huge pages where the system gives them (see WeightArena), fills
+// it, then times parallel sum-of-squares passes over it and returns the best pass. Returns 0 when bytes is too small to measure.
 func ProbeBandwidth(p *Pool, bytes int) float64 {
 	b := newBandwidthProbe(bytes)
 	if b == nil {
@@ -35,7 +35,9 @@ func newBandwidthProbe(bytes int) *bandwidthProbe {
 	if n < 1024 {
 		return nil
 	}
-	b := &bandwidthProbe{buf: make([]float32, n), partial: make([]float32, (n+probeChunk-1)/probeChunk)}
+	// In huge pages, as a WeightArena holds the weights that decode streams.
+	buf := bytesAsF32(hugeChunk(4 * n))[:n]
+	b := &bandwidthProbe{buf: buf, partial: make([]float32, (n+probeChunk-1)/probeChunk)}
 	for i := range b.buf {
 		b.buf[i] = float32(i&1023) * 1e-3
 	}

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math/rand"
 	"runtime"
 	"testing"
@@ -120,4 +121,53 @@ func BenchmarkPoolRun(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkDecodePages is BenchmarkDecode's one-token products (a 5632x2048 weight and a
+// 2048x5632 one, the shapes of tinyllama's gate and down projections) with the weights in 4 KiB
+// pages (Go memory the kernel is told not to back with huge pages, as a model file's
+// mapping is) and in a WeightArena, the two alternating pass by pass: it reports the
+// bandwidth of the best product of each (robust to a shared machine) and their ratio.
+func BenchmarkDecodePages(b *testing.B) {
+	r := rand.New(rand.NewSource(7))
+	p := testPool(0)
+	defer p.Close()
+	for _, shape := range [][2]int{{5632, 2048}, {2048, 5632}} {
+		for _, wt := range []quant.Type{quant.BF16, quant.Q8_0, quant.Q4_0} {
+			rows, cols := shape[0], shape[1]
+			b.Run(fmt.Sprintf("%dx%d/%s", rows, cols, wt), func(b *testing.B) {
+				small := decodeWeights(r, wt, rows, cols)
+				var arena WeightArena
+				huge := make([]Weight, len(small))
+				for i, w := range small {
+					adviseSmallPages(w.Data)
+					huge[i] = w
+					huge[i].Data, _ = arena.Copy(p, w.Data)
+				}
+				x := normals(r, cols)
+				out := make([]float32, rows)
+				runtime.GC()
+				pass := func(ws []Weight) time.Duration {
+					best := time.Duration(1 << 62)
+					for _, w := range ws {
+						start := time.Now()
+						if err := MatMul(p, out, w, x, 1); err != nil {
+							b.Fatal(err)
+						}
+						best = min(best, time.Since(start))
+					}
+					return best
+				}
+				bestSmall, bestHuge := time.Duration(1<<62), time.Duration(1<<62)
+				for b.Loop() {
+					bestSmall = min(bestSmall, pass(small))
+					bestHuge = min(bestHuge, pass(huge))
+				}
+				bytes := float64(len(small[0].Data))
+				b.ReportMetric(bytes/bestSmall.Seconds()/1e9, "small-GB/s")
+				b.ReportMetric(bytes/bestHuge.Seconds()/1e9, "huge-GB/s")
+				b.ReportMetric(bestSmall.Seconds()/bestHuge.Seconds(), "huge/small")
+			})
+		}
+	}
 }

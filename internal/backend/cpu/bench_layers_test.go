@@ -24,17 +24,21 @@ func BenchmarkDecodeLayers(b *testing.B) {
 			type layer struct{ q, k, v, o, gate, up, down Weight }
 			ls := make([]layer, layers)
 			bytes := 0
+			var arena WeightArena // the weights in huge pages, as the CPU backend holds them
+			weight := func(rows, cols int) Weight {
+				w := benchWeight(r, wt, rows, cols)
+				w.Data, _ = arena.Copy(p, w.Data)
+				return w
+			}
 			for i := range ls {
-				l := layer{q: benchWeight(r, wt, dim, dim), k: benchWeight(r, wt, kvDim, dim),
-					v: benchWeight(r, wt, kvDim, dim), o: benchWeight(r, wt, dim, dim),
-					gate: benchWeight(r, wt, ffn, dim), up: benchWeight(r, wt, ffn, dim),
-					down: benchWeight(r, wt, dim, ffn)}
+				l := layer{q: weight(dim, dim), k: weight(kvDim, dim), v: weight(kvDim, dim),
+					o: weight(dim, dim), gate: weight(ffn, dim), up: weight(ffn, dim), down: weight(dim, ffn)}
 				for _, w := range []Weight{l.q, l.k, l.v, l.o, l.gate, l.up, l.down} {
 					bytes += len(w.Data)
 				}
 				ls[i] = l
 			}
-			out := benchWeight(r, wt, vocab, dim)
+			out := weight(vocab, dim)
 			bytes += len(out.Data)
 			x, h := normals(r, dim), normals(r, ffn)
 			q, k, v := make([]float32, dim), make([]float32, kvDim), make([]float32, kvDim)

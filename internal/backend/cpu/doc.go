@@ -8,12 +8,15 @@
 //     data-parallel loops of every kernel; the calling goroutine takes part, and a loop
 //     allocates nothing. A Pool also carries the kernel set its operations use.
 //   - Matrix products over a weight in its file's block format, read in place from the
-//     mapped file (Weight, MatMul, MatMuls, MatMulSwiGLU), for F32, F16, BF16, Q8_0, Q4_0,
+//     mapped file or from a copy in huge pages (WeightArena, arena.go) (Weight, MatMul,
+//     MatMuls, MatMulSwiGLU), for F32, F16, BF16, Q8_0, Q4_0,
 //     Q4_1, Q5_0, Q5_1, Q4_K, Q5_K and Q6_K weights (cpubackend dequantizes the other types row by row). Few tokens
 //     run as dot products row by row (matmul.go, matmul_q0.go: quantized weights against
 //     activations quantized to Q8_0 or Q8_K, as GGML does); many run as a GEMM over packed
 //     panels (gemm.go, gemm_q0.go). Q8_0 and Q4_0 weights sum each row in one order for
-//     any token count, so their products are batch-invariant.
+//     any token count, so their products are batch-invariant. BF16 weights meet many
+//     tokens on VDPBF16PS where the CPU runs it fast (gemm_bf16.go: AMD's; activations
+//     rounded to bfloat16).
 //   - Paged attention over a KVCacheLayer of F32 or F16 elements, or of int8 or FP8 codes
 //     with a scale per group (dequantized a block of one kv head at a time, then the F32
 //     kernels; package kvquant) (attention*.go):

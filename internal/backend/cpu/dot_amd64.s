@@ -11,6 +11,16 @@ TEXT ·cpuidECX1(SB), NOSPLIT, $0-4
 	MOVL CX, ret+0(FP)
 	RET
 
+// func cpuidVendor() (ebx, edx, ecx uint32)
+TEXT ·cpuidVendor(SB), NOSPLIT, $0-12
+	XORL AX, AX
+	XORL CX, CX
+	CPUID
+	MOVL BX, ebx+0(FP)
+	MOVL DX, edx+4(FP)
+	MOVL CX, ecx+8(FP)
+	RET
+
 // func dotF32AVX2(w, x *float32, n int) float32   (n % 8 == 0)
 TEXT ·dotF32AVX2(SB), NOSPLIT, $0-28
 	MOVQ w+0(FP), SI
@@ -1137,7 +1147,7 @@ gemv4f16loop:
 
 // GEMV_BF16_ROW is GEMV_F16_ROW for bf16 weights.
 #define GEMV_BF16_ROW(b0, b1, b2, b3, pf, acc0, acc1) \
-	PREFETCHT0  pf \
+	PREFETCHT1  pf \
 	VPMOVZXWD   b0, Y12 \
 	VPMOVZXWD   b1, Y13 \
 	VPSLLD      $16, Y12, Y12 \

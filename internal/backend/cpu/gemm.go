@@ -64,6 +64,19 @@ type gemmKernels struct {
 	// prefetch hints b into the caches (a no-op in pure Go): the next panel's weights are
 	// fetched while the current panel is multiplied.
 	prefetch func(b []byte)
+	// bf16x16 and bf16x8, where the CPU has them (nil otherwise), are the micro-kernels of
+	// the BF16 path (gemm_bf16.go), as gemmBF16TGeneric computes them: BF16 weights then
+	// meet their activations rounded to bfloat16, two columns per instruction.
+	bf16x16, bf16x8 func(w []byte, ldw int, xp []uint32, k2 int, acc []float32)
+	// bf16Fast says whether BF16 products take bf16x16 and bf16x8 (set) rather than the
+	// float tiles on widened panels: where the CPU runs VDPBF16PS fast (see bf16Fast).
+	bf16Fast bool
+}
+
+// takesBF16 reports whether the product with w takes the BF16 path: BF16 weights of an even
+// number of columns, on a CPU with fast bf16x16 and bf16x8 kernels.
+func (g gemmKernels) takesBF16(w Weight) bool {
+	return g.bf16x16 != nil && g.bf16Fast && w.Type == quant.BF16 && w.Cols%2 == 0
 }
 
 // genericGemmKernels returns the pure-Go micro-kernels, the twins of the SIMD ones.
@@ -107,6 +120,7 @@ type gemmScratch struct {
 	xq    []byte               // quantized activations
 	xbuf  []float32            // quantized activations widened back to float32, [nTokens][cols]
 	xt    []float32            // activations packed by token group (see packTokens)
+	xb    []uint32             // or, for the BF16 path, bfloat16 pairs (packTokensBF16)
 	slots []gemmSlot           // one per thread
 	prep  func(start, end int) // s.prepare, bound once
 	run   func(start, end int) // s.work, bound once
@@ -123,6 +137,7 @@ type gemmScratch struct {
 	// The product in progress, set under mu.
 	kern    *kernels
 	tiles   gemmKernels
+	bf16    bool // the BF16 path: tiles.bf16x16 on BF16 weights of an even number of columns
 	out     []float32
 	w       Weight
 	rb      int
@@ -152,8 +167,12 @@ func matMulGEMM(p *Pool, out []float32, w Weight, rb int, x []float32, nTokens i
 	cols := w.Cols
 
 	s.kern, s.tiles, s.out, s.w, s.rb, s.nTokens = k, gemmTileKernels(k), out, w, rb, nTokens
+	s.bf16 = s.tiles.takesBF16(w)
 	x = x[:nTokens*cols]
 	actType := activationFormat(w.Type)
+	if s.bf16 {
+		actType = quant.BF16
+	}
 	if !s.samePacked(x, cols, actType) {
 		if err := s.pack(p, x, cols, actType); err != nil {
 			return err
@@ -188,12 +207,15 @@ func (s *gemmScratch) samePacked(x []float32, cols int, actType quant.Type) bool
 }
 
 // pack quantizes the activations x ([s.nTokens][cols]) to actType and back when it is not
-// F32, packs them into s.xt by token groups and remembers them for samePacked.
+// F32, packs them into s.xt by token groups and remembers them for samePacked; for BF16 (the
+// BF16 path) it packs their bfloat16 pairs into s.xb instead.
 func (s *gemmScratch) pack(p *Pool, x []float32, cols int, actType quant.Type) error {
 	s.packed = false
 	nTokens := s.nTokens
 	s.xf = x
-	if actType != quant.F32 {
+	if actType == quant.BF16 {
+		s.xb = grow(s.xb, packedLen(nTokens, cols)/2)
+	} else if actType != quant.F32 {
 		xrb, err := actType.RowBytes(cols)
 		if err != nil {
 			return fmt.Errorf("cpu: matmul: activations: %w", err)
@@ -206,7 +228,9 @@ func (s *gemmScratch) pack(p *Pool, x []float32, cols int, actType quant.Type) e
 		}
 		s.xf = s.xbuf
 	}
-	s.xt = grow(s.xt, packedLen(nTokens, cols))
+	if actType != quant.BF16 {
+		s.xt = grow(s.xt, packedLen(nTokens, cols))
+	}
 	if s.prep == nil {
 		s.prep = s.prepare
 	}
@@ -261,6 +285,10 @@ func packedLen(nTokens, cols int) int {
 func (s *gemmScratch) prepare(start, end int) {
 	cols, n := s.w.Cols, s.nTokens
 	c0, c1 := start*gemmPackCols, min(end*gemmPackCols, cols)
+	if s.bf16 {
+		packTokensBF16(s.xb, s.xf, n, cols, c0, c1)
+		return
+	}
 	packTokens(s.xt, s.xf, n, cols, c0, c1)
 }
 
@@ -327,10 +355,12 @@ func (s *gemmScratch) multiplyPanel(sl *gemmSlot, i int) {
 	rows, cols, n := s.w.Rows, s.w.Cols, s.nTokens
 	r0 := i * gemmRows
 	nr := min(gemmRows, rows-r0)
-	pw, ldw := s.panel(sl, r0, nr)
-	if next := r0 + gemmRows; next < rows {
-		s.tiles.prefetch(s.w.Data[next*s.rb : min(next+gemmRows, rows)*s.rb])
+	if s.bf16 {
+		s.multiplyPanelBF16(sl, r0, nr)
+		return
 	}
+	pw, ldw := s.panel(sl, r0, nr)
+	s.prefetchNext(r0)
 	off := 0
 	for t0 := 0; t0 < n; {
 		wd := tokenGroupWidth(t0, n)
@@ -342,6 +372,13 @@ func (s *gemmScratch) multiplyPanel(sl *gemmSlot, i int) {
 		storeTile(s.out[t0*rows+r0:], rows, sl.tile[:gemmRows*wd], wd, min(wd, n-t0), nr)
 		off += wd * cols
 		t0 += wd
+	}
+}
+
+// prefetchNext hints the row panel after the one at row r0 into the caches.
+func (s *gemmScratch) prefetchNext(r0 int) {
+	if next := r0 + gemmRows; next < s.w.Rows {
+		s.tiles.prefetch(s.w.Data[next*s.rb : min(next+gemmRows, s.w.Rows)*s.rb])
 	}
 }
 
@@ -401,4 +438,12 @@ func (s *gemmScratch) panel(sl *gemmSlot, r0, nr int) ([]float32, int) {
 	}
 	clear(pw[nr*cols:])
 	return pw, cols
+}
+
+// RoundsBF16Activations reports whether the fastest kernel set of this CPU (NewPool's) takes
+// the BF16 path for products of many tokens with BF16 weights, rounding the activations to
+// bfloat16 (VDPBF16PS) where the other paths multiply them in float32: their results then
+// differ from a float32 reference by about bfloat16's precision.
+func RoundsBF16Activations() bool {
+	return gemmTileKernels(allKernels()[0]).takesBF16(Weight{Type: quant.BF16, Cols: 2})
 }

@@ -38,6 +38,15 @@ func hasF16C() bool { return cpuidECX1()&(1<<29) != 0 }
 // cpuidECX1 returns ECX of CPUID leaf 1.
 func cpuidECX1() uint32
 
+// cpuidVendor returns EBX, EDX and ECX of CPUID leaf 0: the vendor's name, 4 bytes each.
+func cpuidVendor() (ebx, edx, ecx uint32)
+
+// isAMD reports whether the CPU's vendor is AMD ("AuthenticAMD").
+func isAMD() bool {
+	b, d, c := cpuidVendor()
+	return b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163 // "Auth", "enti", "cAMD"
+}
+
 func avx2Kernels() *kernels {
 	return withMultiEach(&kernels{
 		name:    "avx2",

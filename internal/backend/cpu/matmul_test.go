@@ -118,8 +118,8 @@ func testMatMulShapes(t *testing.T, types []quant.Type, shapes []struct{ rows, c
 			for i := range x {
 				x[i] = float32(r.NormFloat64())
 			}
-			want, mag := referenceMatMul(t, w, x, sh.tokens)
 			for _, p := range pools {
+				want, mag := referenceMatMul(t, w, oracleInput(p, w, x, sh.tokens), sh.tokens)
 				out := make([]float32, sh.tokens*sh.rows)
 				if err := MatMul(p, out, w, x, sh.tokens); err != nil {
 					t.Fatal(err)

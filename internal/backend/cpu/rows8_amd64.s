@@ -90,11 +90,11 @@
 
 // ROWS8_PREFETCH asks for 8 blocks' worth (272 bytes) of the next 8 rows at R10.
 #define ROWS8_PREFETCH \
-	PREFETCHT0 (R10) \
-	PREFETCHT0 64(R10) \
-	PREFETCHT0 128(R10) \
-	PREFETCHT0 192(R10) \
-	PREFETCHT0 256(R10) \
+	PREFETCHT1 (R10) \
+	PREFETCHT1 64(R10) \
+	PREFETCHT1 128(R10) \
+	PREFETCHT1 192(R10) \
+	PREFETCHT1 256(R10) \
 	ADDQ       $272, R10
 
 // ROWS8_Q80 sums the current block of the 8 rows with the activations in Y4 by the row

@@ -1,6 +1,7 @@
 // Package cpubackend implements the backend op set (package backend) on the CPU: each op
 // checks its operands and calls the cpu package's kernels on a worker pool, eagerly.
-// Weights are the model file's mapped bytes, used in place.
+// Weight matrices are used in place (usually the model file's mapped bytes) or, after
+// SetCopyWeights, copied at upload into memory backed by huge pages (cpu.WeightArena).
 package cpubackend
 
 import (
@@ -25,6 +26,9 @@ type Backend struct {
 	mmOuts    [][]float32        // MatMuls' arguments, reused across calls
 	mmWeights []cpu.Weight
 	logits    []float32 // LogitsArgmax's logits, reused across calls
+
+	arena       cpu.WeightArena // the copies of the matrices uploaded
+	copyWeights bool            // UploadWeight copies matrices into arena
 }
 
 // New starts a CPU backend on a pool of threads workers (< 1: all cores), with the fastest
@@ -64,8 +68,15 @@ func (b *Backend) Close() error {
 	return nil
 }
 
-// UploadWeight wraps a matrix's bytes in place (no copy) and decodes a 1-D tensor to
-// float32.
+// SetCopyWeights makes UploadWeight copy matrices into memory backed by huge pages (a
+// cpu.WeightArena) instead of using their bytes where it finds them (usually the model
+// file's mapping, which the kernel maps in 4 KiB pages): decode steps stream the weights
+// faster, for one more copy of them in resident memory and a slower load. Call it before
+// uploading.
+func (b *Backend) SetCopyWeights(copy bool) { b.copyWeights = copy }
+
+// UploadWeight wraps a matrix's bytes in place, or copies them into the backend's huge-page
+// arena (see SetCopyWeights), and decodes a 1-D tensor to float32.
 func (b *Backend) UploadWeight(t *format.Tensor) (backend.Tensor, error) {
 	if err := t.Check(); err != nil {
 		return nil, fmt.Errorf("cpu upload: %w", err)
@@ -81,7 +92,11 @@ func (b *Backend) UploadWeight(t *format.Tensor) (backend.Tensor, error) {
 		return &tensor{shape: []int{len(v)}, f32: v}, nil
 	}
 	rows, cols := t.Rows()
-	return &tensor{shape: []int{rows, cols}, w: cpu.Weight{Type: t.Type, Rows: rows, Cols: cols, Data: t.Data}}, nil
+	data := t.Data
+	if b.copyWeights {
+		data, _ = b.arena.Copy(b.pool, data)
+	}
+	return &tensor{shape: []int{rows, cols}, w: cpu.Weight{Type: t.Type, Rows: rows, Cols: cols, Data: data}}, nil
 }
 
 // NewTensor allocates a zeroed F32 or I32 tensor of one or two dimensions.

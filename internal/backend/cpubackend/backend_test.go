@@ -74,6 +74,36 @@ func TestUploadWeight(t *testing.T) {
 	}
 }
 
+// TestUploadWeightCopied: after SetCopyWeights a matrix is a copy of the file's bytes
+// (equal, not the same memory), a vector decoded as before.
+func TestUploadWeightCopied(t *testing.T) {
+	b := newBackend(t)
+	b.SetCopyWeights(true)
+	vals := make([]float32, 64)
+	for i := range vals {
+		vals[i] = float32(i) - 31.5
+	}
+	m := f32File("m", []int{2, 32}, vals)
+	w, err := b.UploadWeight(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := w.(*tensor).w.Data
+	if unsafe.SliceData(got) == unsafe.SliceData(m.Data) {
+		t.Errorf("the matrix was not copied")
+	}
+	if !slices.Equal(got, m.Data) {
+		t.Errorf("the copy differs from the file's bytes")
+	}
+	v, err := b.UploadWeight(f32File("v", []int{3}, []float32{1, 2, 3}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := v.(*tensor).f32; !slices.Equal(got, []float32{1, 2, 3}) {
+		t.Errorf("vector decoded to %v", got)
+	}
+}
+
 // TestRowsView: a view shares its tensor's memory.
 func TestRowsView(t *testing.T) {
 	b := newBackend(t)

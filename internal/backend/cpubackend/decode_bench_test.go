@@ -15,14 +15,14 @@ import (
 )
 
 // BenchmarkDecodeSynth times single-sequence decode steps of a synthesized smollm2-135m
-// model (Q8_0 and BF16 weights) on the CPU backend, as `kvasir bench generate` does, after
+// model (Q8_0, Q4_0 and BF16 weights) on the CPU backend, as `kvasir bench generate` does, after
 // a prompt of 128 or 2,048 tokens (decoding 64 tokens from there, again and again), with an
 // F32 or F16 KV cache; it reports the wall time per token of each kind of op (run it with
 // -cpuprofile to see more of where a token's time goes). Select one case with, for
 // example, -bench 'DecodeSynth/Q8_0/ctx2048/F16'.
 func BenchmarkDecodeSynth(b *testing.B) {
 	const genLen = 64
-	for _, typ := range []quant.Type{quant.Q8_0, quant.BF16} {
+	for _, typ := range []quant.Type{quant.Q8_0, quant.Q4_0, quant.BF16} {
 		for _, promptLen := range []int{128, 2048} {
 			for _, kvType := range []quant.Type{quant.F32, quant.F16} {
 				b.Run(fmt.Sprintf("%s/ctx%d/%s", typ, promptLen, kvType), func(b *testing.B) {
