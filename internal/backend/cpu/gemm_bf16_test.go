@@ -46,7 +46,7 @@ func roundBF16(x []float32) []float32 {
 // oracleInput returns the activations the float64 oracle multiplies for pool p's product of
 // w with x (n tokens): x, or x rounded to bfloat16 where p takes the BF16 path.
 func oracleInput(p *Pool, w Weight, x []float32, n int) []float32 {
-	if n < gemmMinTokens(w.Type) || !gemmTileKernels(p.kern).takesBF16(w) {
+	if n < gemmMinTokens(p.kern, w.Type) || !gemmTileKernels(p.kern).takesBF16(w) {
 		return x
 	}
 	return roundBF16(x)
