@@ -51,9 +51,9 @@
 // and in all; the parsers also refuse {m,n} counts above 10000 and groups nested more than
 // 1000 deep. A non-recursive rule becomes one terminal when its expansion has at most
 // Limits.LexemeSize (2000) byte leaves; a larger one stays a parser rule. A counted
-// repetition of a body of at most 256 leaves counts its body once and 8 a copy (its
+// repetition of a body of at most 256 leaves counts its body once and 4 a copy (its
 // automaton grows with the count, not the leaves), so a JSON string of maxLength up to
-// about 200 is one terminal. Errors say what and where: GBNF and EBNF errors carry line:column, regex errors
+// about 480 is one terminal. Errors say what and where: GBNF and EBNF errors carry line:column, regex errors
 // a byte offset, compile errors the rule. Cache keeps compiled TokenGrammars keyed by
 // (front end, SHA-256 of the source, tokenizer identity), at most N of them, least
 // recently used evicted; concurrent requests for one key share one compile.
