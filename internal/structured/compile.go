@@ -244,8 +244,32 @@ func (lw *lowering) standalone(n *node) bool {
 	return size > standaloneSize && size <= lw.lim.LexemeSize
 }
 
-// standaloneSuffix is the largest part after a standalone repetition fused into its terminal.
+// standaloneSuffix is the largest part after a standalone repetition fused into its
+// terminal, and after a group distributed over its alternatives.
 const standaloneSuffix = 16
+
+// smallSuffix reports whether n is a small lexical part (not a rule reference) that may be
+// fused into the terminal before it.
+func (lw *lowering) smallSuffix(n *node) bool {
+	if n.op == opRef || lw.standalone(n) {
+		return false
+	}
+	size, ok := lw.exprSize(n)
+	return ok && size <= standaloneSuffix
+}
+
+// distribute returns (a | b ...) followed by suffix as (a suffix | b suffix ...).
+func distribute(alt, suffix *node) *node {
+	subs := make([]*node, len(alt.subs))
+	for i, a := range alt.subs {
+		if a.op == opConcat {
+			subs[i] = concatNode(append(append([]*node(nil), a.subs...), suffix)...)
+		} else {
+			subs[i] = concatNode(a, suffix)
+		}
+	}
+	return altNode(subs...)
+}
 
 // exprLexical reports whether n refers only to lexical rules (and fits as a terminal).
 func (lw *lowering) exprLexical(n *node) bool {
@@ -358,17 +382,21 @@ func (lw *lowering) lowerSeq(n *node) ([]sym, error) {
 	}
 	for i := 0; i < len(n.subs); i++ {
 		s := n.subs[i]
+		if s.op == opAlt && i+1 < len(n.subs) && lw.smallSuffix(n.subs[i+1]) && !lw.exprLexical(s) {
+			// (a | b) c as (a c | b c): each alternative's last terminal takes the small
+			// part after the group (a JSON string's closing quote after the alternatives
+			// that count out a long maxLength in blocks), so that it does not end after
+			// every character
+			s = distribute(s, n.subs[i+1])
+			i++
+		}
 		if lw.standalone(s) {
 			if err := flush(); err != nil {
 				return nil, err
 			}
-			if i+1 < len(n.subs) {
-				if next := n.subs[i+1]; next.op != opRef && !lw.standalone(next) {
-					if size, ok := lw.exprSize(next); ok && size <= standaloneSuffix {
-						s = concatNode(s, next)
-						i++
-					}
-				}
+			if i+1 < len(n.subs) && lw.smallSuffix(n.subs[i+1]) {
+				s = concatNode(s, n.subs[i+1])
+				i++
 			}
 			t, err := lw.terminal(s)
 			if err != nil {

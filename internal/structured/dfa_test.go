@@ -196,3 +196,52 @@ func TestRefineAgainstMoore(t *testing.T) {
 		}
 	}
 }
+
+// TestLongStringsLowering: strings of a long maxLength keep their language and are lowered
+// so that masks stay cheap: a large counted repetition is one terminal shared by every key
+// (not one automaton per key), and a group of alternatives counting a longer one out in
+// blocks takes the closing quote into each alternative, so that no terminal ends after
+// every character (each end walks the parser below a trie node).
+func TestLongStringsLowering(t *testing.T) {
+	char := `char ::= [^"\\] | "\\" ["\\/bfnrt]` + "\n"
+	shared := mustGBNF(t, `root ::= "{" ("\"a\":" "\"" (char){0,256} "\"" | "\"b\":" "\"" (char){0,256} "\"" ("," "\"a\":" "\"" (char){0,256} "\"")?) "}"`+"\n"+char)
+	big := 0
+	for _, d := range shared.terms {
+		if d.numStates() > 256 {
+			big++
+		}
+	}
+	if big != 1 {
+		t.Errorf("%d terminals of over 256 states, want the string's one shared", big)
+	}
+	blocks := mustGBNF(t, `root ::= "[" "\"" (((char){100}){0,2} (char){0,99} | ((char){100}){3} (char){0,5}) "\"" "]"`+"\n"+char)
+	for i, d := range blocks.terms {
+		accepting := 0
+		for q := range d.numStates() {
+			if d.accept[q] {
+				accepting++
+			}
+		}
+		if accepting > 1 && d.numStates() > 50 {
+			t.Errorf("terminal %d (%.60s) accepts in %d states", i, blocks.termName[i], accepting)
+		}
+	}
+	for _, tc := range []struct {
+		c    *Compiled
+		pre  string
+		post string
+		n    int
+		want bool
+	}{
+		{shared, `{"a":"`, `"}`, 0, true}, {shared, `{"a":"`, `"}`, 256, true}, {shared, `{"a":"`, `"}`, 257, false},
+		{shared, `{"b":"x","a":"`, `"}`, 256, true}, {shared, `{"b":"x","a":"`, `"}`, 257, false},
+		{blocks, `["`, `"]`, 0, true}, {blocks, `["`, `"]`, 99, true}, {blocks, `["`, `"]`, 100, true},
+		{blocks, `["`, `"]`, 299, true}, {blocks, `["`, `"]`, 300, true}, {blocks, `["`, `"]`, 305, true},
+		{blocks, `["`, `"]`, 306, false},
+	} {
+		s := tc.pre + strings.Repeat("x", tc.n) + tc.post
+		if got := tc.c.Matches(s); got != tc.want {
+			t.Errorf("%s x%d %s: Matches = %v, want %v", tc.pre, tc.n, tc.post, got, tc.want)
+		}
+	}
+}
