@@ -72,7 +72,7 @@ func Compile(g *Grammar, lim Limits) (*Compiled, error) {
 	lw := &lowering{g: g, lim: lim, deadline: deadline,
 		lexical: make([]int8, len(g.rules)), size: make([]int, len(g.rules)),
 		inlined: make([]*node, len(g.rules)), ruleSym: make([]int, len(g.rules)),
-		termIndex: map[string]int{}}
+		termIndex: map[string]int{}, sizes: map[*node]sizeResult{}}
 	for i := range lw.ruleSym {
 		lw.ruleSym[i] = -1
 	}
@@ -92,7 +92,8 @@ type lowering struct {
 	lexical   []int8 // per source rule: 0 unknown, 1 lexical, -1 not, 2 visiting
 	size      []int
 	inlined   []*node
-	ruleSym   []int // source rule -> lowered rule index (-1: not yet)
+	sizes     map[*node]sizeResult // exprSize's results
+	ruleSym   []int                // source rule -> lowered rule index (-1: not yet)
 	termIndex map[string]int
 	dfaStates int
 }
@@ -145,8 +146,25 @@ func (lw *lowering) isLexical(r int) bool {
 }
 
 // exprSize returns n's size in byte leaves with repetitions expanded, and whether every
-// rule n refers to is lexical.
+// rule n refers to is lexical. Sizes are remembered per node (lowering asks for them at
+// every level of nested groups).
 func (lw *lowering) exprSize(n *node) (int, bool) {
+	if r, ok := lw.sizes[n]; ok {
+		return r.size, r.ok
+	}
+	size, ok := lw.computeSize(n)
+	if n.op != opRef || lw.lexical[n.ref] != 2 { // a reference on the current path is not final
+		lw.sizes[n] = sizeResult{size, ok}
+	}
+	return size, ok
+}
+
+type sizeResult struct {
+	size int
+	ok   bool
+}
+
+func (lw *lowering) computeSize(n *node) (int, bool) {
 	switch n.op {
 	case opEmpty:
 		return 0, true
@@ -158,6 +176,9 @@ func (lw *lowering) exprSize(n *node) (int, bool) {
 		}
 		return lw.size[n.ref], true
 	case opRepeat:
+		if lw.standalone(n.subs[0]) {
+			return lw.lim.LexemeSize + 1, true
+		}
 		s, ok := lw.exprSize(n.subs[0])
 		k := n.max
 		if k < 0 {
@@ -175,6 +196,10 @@ func (lw *lowering) exprSize(n *node) (int, bool) {
 	}
 	total, all := 0, true
 	for _, s := range n.subs {
+		if lw.standalone(s) {
+			// not fused with its neighbours: see standalone
+			return lw.lim.LexemeSize + 1, true
+		}
 		size, ok := lw.exprSize(s)
 		total += size
 		all = all && ok
@@ -187,13 +212,64 @@ func (lw *lowering) exprSize(n *node) (int, bool) {
 
 // countedBodySize is the largest body (in byte leaves) whose counted repetition is sized by
 // its count rather than expanded (see exprSize), and countedCopySize what each copy counts
-// then: under the default LexemeSize, counts up to about 240, whose automata (count times
-// the body's states, minimized in as many rounds as the count) compile in tens of
-// milliseconds.
+// then: under the default LexemeSize, counts up to about 480 (a JSON string of maxLength 255
+// or 256 is one terminal), whose automata (count times the body's states, minimized by the
+// incremental refinement in time about linear in the states) compile in milliseconds.
 const (
 	countedBodySize = 256
-	countedCopySize = 8
+	countedCopySize = 4
 )
+
+// standaloneSize is the counted size (see exprSize) above which a counted repetition is a
+// terminal of its own instead of being fused with its neighbours.
+const standaloneSize = 512
+
+// standalone reports whether n is a large counted repetition (a JSON string of maxLength
+// above about 120) that fits as a terminal. Such a repetition is lowered as its own
+// terminal, fused only with a small part after it (the closing quote, so that the lexeme
+// does not end after every character), and whatever contains it stays a parser rule: the
+// terminal is then one automaton shared by every property and alternative that repeats the
+// same body as many times, where fusing it with each key made one automaton of thousands of
+// states per key (seconds of compile for a schema of a few such strings).
+func (lw *lowering) standalone(n *node) bool {
+	if n.op != opRepeat || n.max < 0 {
+		return false
+	}
+	s, ok := lw.exprSize(n.subs[0])
+	if !ok || s > countedBodySize {
+		return false
+	}
+	k := max(n.max, 1)
+	size := min(s*k, s+countedCopySize*k)
+	return size > standaloneSize && size <= lw.lim.LexemeSize
+}
+
+// standaloneSuffix is the largest part after a standalone repetition fused into its
+// terminal, and after a group distributed over its alternatives.
+const standaloneSuffix = 16
+
+// smallSuffix reports whether n is a small lexical part (not a rule reference) that may be
+// fused into the terminal before it.
+func (lw *lowering) smallSuffix(n *node) bool {
+	if n.op == opRef || lw.standalone(n) {
+		return false
+	}
+	size, ok := lw.exprSize(n)
+	return ok && size <= standaloneSuffix
+}
+
+// distribute returns (a | b ...) followed by suffix as (a suffix | b suffix ...).
+func distribute(alt, suffix *node) *node {
+	subs := make([]*node, len(alt.subs))
+	for i, a := range alt.subs {
+		if a.op == opConcat {
+			subs[i] = concatNode(append(append([]*node(nil), a.subs...), suffix)...)
+		} else {
+			subs[i] = concatNode(a, suffix)
+		}
+	}
+	return altNode(subs...)
+}
 
 // exprLexical reports whether n refers only to lexical rules (and fits as a terminal).
 func (lw *lowering) exprLexical(n *node) bool {
@@ -304,7 +380,31 @@ func (lw *lowering) lowerSeq(n *node) ([]sym, error) {
 		out = append(out, t)
 		return nil
 	}
-	for _, s := range n.subs {
+	for i := 0; i < len(n.subs); i++ {
+		s := n.subs[i]
+		if s.op == opAlt && i+1 < len(n.subs) && lw.smallSuffix(n.subs[i+1]) && !lw.exprLexical(s) {
+			// (a | b) c as (a c | b c): each alternative's last terminal takes the small
+			// part after the group (a JSON string's closing quote after the alternatives
+			// that count out a long maxLength in blocks), so that it does not end after
+			// every character
+			s = distribute(s, n.subs[i+1])
+			i++
+		}
+		if lw.standalone(s) {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+			if i+1 < len(n.subs) && lw.smallSuffix(n.subs[i+1]) {
+				s = concatNode(s, n.subs[i+1])
+				i++
+			}
+			t, err := lw.terminal(s)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, t)
+			continue
+		}
 		if s.op != opRef && lw.exprLexical(s) {
 			run = append(run, s)
 			continue

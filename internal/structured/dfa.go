@@ -1,10 +1,8 @@
 package structured
 
 import (
-	"encoding/binary"
 	"fmt"
 	"slices"
-	"sort"
 )
 
 // A terminal (lexeme) is a regular expression over bytes, matched by a deterministic finite
@@ -130,8 +128,17 @@ func (d *dfa) step(q uint32, b byte) uint32 { return d.next[int(q)*d.nclass+int(
 
 func (d *dfa) numStates() int { return len(d.accept) }
 
-// compileDFA builds the trimmed DFA of n within the state limits.
+// compileDFA builds the minimal trimmed DFA of n within the state limits.
 func compileDFA(n *node, maxNFA, maxDFA int, check func() error) (*dfa, error) {
+	d, err := determinize(n, maxNFA, maxDFA, check)
+	if err != nil {
+		return nil, err
+	}
+	return minimize(d), nil
+}
+
+// determinize builds the trimmed DFA of n by the subset construction over n's Thompson NFA.
+func determinize(n *node, maxNFA, maxDFA int, check func() error) (*dfa, error) {
 	a := &nfa{limit: maxNFA}
 	s0, s1, err := a.build(n)
 	if err != nil {
@@ -153,17 +160,18 @@ func compileDFA(n *node, maxNFA, maxDFA int, check func() error) (*dfa, error) {
 			}
 		}
 	}
-	buckets := make([][]int, nclass)
+	buckets := make([][]int32, nclass)
 
-	// closure returns the states reachable from set by epsilon moves, keeping only those
-	// that matter to a DFA state: states with a byte move, and the final state. It reuses
-	// a visit stamp per NFA state instead of a set.
+	// closure computes into buf the states reachable from set by epsilon moves, keeping
+	// only those that matter to a DFA state (states with a byte move, and the final state),
+	// sorted. It reuses a visit stamp per NFA state instead of a set.
 	stamp := make([]uint32, len(a.states))
 	gen := uint32(0)
-	var stack []int
-	closure := func(set []int) []int {
+	var stack []int32
+	var buf []int32
+	closure := func(set []int32) []int32 {
 		gen++
-		var out []int
+		buf = buf[:0]
 		stack = append(stack[:0], set...)
 		for len(stack) > 0 {
 			s := stack[len(stack)-1]
@@ -172,30 +180,40 @@ func compileDFA(n *node, maxNFA, maxDFA int, check func() error) (*dfa, error) {
 				continue
 			}
 			stamp[s] = gen
-			if a.states[s].to >= 0 || s == s1 {
-				out = append(out, s)
+			if a.states[s].to >= 0 || int(s) == s1 {
+				buf = append(buf, s)
 			}
-			stack = append(stack, a.states[s].eps...)
+			for _, e := range a.states[s].eps {
+				stack = append(stack, int32(e))
+			}
 		}
-		sort.Ints(out)
-		return out
+		slices.Sort(buf)
+		return buf
 	}
-	key := func(set []int) string {
-		buf := make([]byte, 0, 4*len(set))
+	hash := func(set []int32) uint64 {
+		h := uint64(fnvOffset)
 		for _, s := range set {
-			buf = binary.LittleEndian.AppendUint32(buf, uint32(s))
+			h = (h ^ uint64(s)) * 1099511628211
 		}
-		return string(buf)
+		return h
 	}
 
-	// raw DFA: state 0 is the empty set (dead)
-	sets := [][]int{nil}
-	index := map[string]int{key(nil): 0}
+	// raw DFA: state 0 is the empty set (dead); index maps a set's hash to its states
+	sets := [][]int32{nil}
+	index := map[uint64][]int32{}
 	var next []uint32
 	var accept []bool
-	first := closure([]int{s0})
-	index[key(first)] = 1
+	first := slices.Clone(closure([]int32{int32(s0)}))
+	index[hash(first)] = []int32{1}
 	sets = append(sets, first)
+	// the classes of one DFA state often move to the same NFA states: their targets are
+	// looked up once (moved[i] is a class already seen, by the hash of its moves)
+	type seenMove struct {
+		h  uint64
+		c  int
+		to uint32
+	}
+	var moved []seenMove
 	for q := 0; q < len(sets); q++ {
 		if q%64 == 0 {
 			if err := check(); err != nil {
@@ -204,7 +222,7 @@ func compileDFA(n *node, maxNFA, maxDFA int, check func() error) (*dfa, error) {
 		}
 		acc := false
 		for _, s := range sets[q] {
-			if s == s1 {
+			if int(s) == s1 {
 				acc = true
 			}
 		}
@@ -215,28 +233,46 @@ func compileDFA(n *node, maxNFA, maxDFA int, check func() error) (*dfa, error) {
 		}
 		for _, st := range sets[q] {
 			for _, c := range classesOf[st] {
-				buckets[c] = append(buckets[c], a.states[st].to)
+				buckets[c] = append(buckets[c], int32(a.states[st].to))
 			}
 		}
+		moved = moved[:0]
+	classes:
 		for c := range nclass {
-			var to int
-			if moved := buckets[c]; len(moved) > 0 {
-				cl := closure(moved)
-				k := key(cl)
-				var ok bool
-				if to, ok = index[k]; !ok {
-					if len(sets) >= maxDFA {
-						return nil, fmt.Errorf("automaton over %d states", maxDFA)
-					}
-					to = len(sets)
-					index[k] = to
-					sets = append(sets, cl)
+			mv := buckets[c]
+			if len(mv) == 0 {
+				next = append(next, 0)
+				continue
+			}
+			hm := hash(mv)
+			for _, m := range moved {
+				if m.h == hm && slices.Equal(buckets[m.c], mv) {
+					next = append(next, m.to)
+					continue classes
 				}
 			}
+			cl := closure(mv)
+			h := hash(cl)
+			to := -1
+			for _, r := range index[h] {
+				if slices.Equal(sets[r], cl) {
+					to = int(r)
+					break
+				}
+			}
+			if to < 0 {
+				if len(sets) >= maxDFA {
+					return nil, fmt.Errorf("automaton over %d states", maxDFA)
+				}
+				to = len(sets)
+				index[h] = append(index[h], int32(to))
+				sets = append(sets, slices.Clone(cl))
+			}
+			moved = append(moved, seenMove{hm, c, uint32(to)})
 			next = append(next, uint32(to))
 		}
 	}
-	return minimize(trim(class, nclass, next, accept)), nil
+	return trim(class, nclass, next, accept), nil
 }
 
 // byteClasses partitions the bytes so that bytes of one class behave alike in every move.
@@ -274,22 +310,36 @@ func byteClasses(a *nfa) ([256]uint8, int) {
 // trim keeps the states that can reach an accepting state, numbering the dead state 0.
 func trim(class [256]uint8, nclass int, next []uint32, accept []bool) *dfa {
 	n := len(accept)
-	live := make([]bool, n)
-	for q := range n {
-		live[q] = accept[q]
+	// live states: those an accepting state is reached from, found by a search backwards
+	// from the accepting states over the moves reversed (CSR lists of predecessors)
+	start := make([]int32, n+1)
+	for _, t := range next {
+		start[t+1]++
 	}
-	for changed := true; changed; {
-		changed = false
-		for q := range n {
-			if live[q] {
-				continue
-			}
-			for c := range nclass {
-				if live[next[q*nclass+c]] {
-					live[q] = true
-					changed = true
-					break
-				}
+	for q := range n {
+		start[q+1] += start[q]
+	}
+	preds := make([]int32, len(next))
+	fill := slices.Clone(start[:n])
+	for i, t := range next {
+		preds[fill[t]] = int32(i / nclass)
+		fill[t]++
+	}
+	live := make([]bool, n)
+	var queue []int32
+	for q := range n {
+		if accept[q] {
+			live[q] = true
+			queue = append(queue, int32(q))
+		}
+	}
+	for len(queue) > 0 {
+		t := queue[len(queue)-1]
+		queue = queue[:len(queue)-1]
+		for _, p := range preds[start[t]:start[t+1]] {
+			if !live[p] {
+				live[p] = true
+				queue = append(queue, p)
 			}
 		}
 	}
@@ -323,64 +373,13 @@ func trim(class [256]uint8, nclass int, next []uint32, accept []bool) *dfa {
 	return d
 }
 
-// minimize merges equivalent states (Moore's partition refinement: states start split by
-// whether they accept, and a block splits while its states move to different blocks on
-// some class). The dead state stays 0 and alone: it is the only state from which nothing
-// is accepted, since the DFA is trimmed.
+// minimize merges equivalent states (see refine); a DFA whose refinement would cost more
+// than maxMinimizeWork is returned as it is (it matches the same language).
 func minimize(d *dfa) *dfa {
 	n := d.numStates()
-	block := make([]uint32, n)
-	for q := range n {
-		switch {
-		case q == 0:
-			block[q] = 0
-		case d.accept[q]:
-			block[q] = 1
-		default:
-			block[q] = 2
-		}
-	}
-	nblocks := 0
-	same := func(q, r int) bool { // q and r have the same signature under block
-		if block[q] != block[r] {
-			return false
-		}
-		for c := range d.nclass {
-			if block[d.next[q*d.nclass+c]] != block[d.next[r*d.nclass+c]] {
-				return false
-			}
-		}
-		return true
-	}
-	for {
-		index := map[uint64][]int{} // signature hash -> representatives
-		fresh := make([]uint32, n)
-		count := 0
-		for q := range n {
-			h := uint64(block[q])*0x9e3779b97f4a7c15 + 1
-			for c := range d.nclass {
-				h = (h ^ uint64(block[d.next[q*d.nclass+c]])) * 0x100000001b3
-			}
-			found := -1
-			for _, r := range index[h] {
-				if same(q, r) {
-					found = r
-					break
-				}
-			}
-			if found >= 0 {
-				fresh[q] = fresh[found]
-				continue
-			}
-			index[h] = append(index[h], q)
-			fresh[q] = uint32(count)
-			count++
-		}
-		block = fresh
-		if count == nblocks {
-			break
-		}
-		nblocks = count
+	block, nblocks := refine(d, -1, maxMinimizeWork)
+	if block == nil {
+		return d
 	}
 	if nblocks == n {
 		return d
@@ -410,81 +409,35 @@ func minimize(d *dfa) *dfa {
 	return m
 }
 
+// maxMinimizeWork bounds the work of minimizing one automaton (in signature entries, see
+// refine: about a second).
+const maxMinimizeWork = 1 << 28
+
 // withinEquivalence returns, for each state of d, a representative state that behaves the
 // same on every input of at most k bytes: the same inputs keep it alive and the same ones
-// end in an accepting state. A lexeme's mask entry (the tokens that stay inside it, the trie
-// nodes where it may end) looks only at inputs as long as a token, so with k the longest
-// token's length, states of one class share one entry. That is what makes counted
-// repetitions cheap: in [^"]{0,1000} the states with more than k counts left are all alike,
-// so one trie walk serves them all instead of one walk per count.
+// end in an accepting state (nil when the refinement would cost more than maxWork). A
+// lexeme's mask entry (the tokens that stay inside it, the trie nodes where it may end)
+// looks only at inputs as long as a token, so with k the longest token's length, states of
+// one class share one entry. That is what makes counted repetitions cheap: in [^"]{0,1000}
+// the states with more than k counts left are all alike, so one trie walk serves them all
+// instead of one walk per count.
 //
-// It is Moore's partition refinement (see minimize) stopped after k rounds: after round i,
-// two states share a block exactly when no input of at most i bytes tells them apart.
-func withinEquivalence(d *dfa, k int) []uint32 {
-	n := d.numStates()
-	block := make([]uint32, n)
-	for q := range n {
-		switch {
-		case q == 0:
-			block[q] = 0
-		case d.accept[q]:
-			block[q] = 1
-		default:
-			block[q] = 2
-		}
+// It is refine stopped after k rounds; the representative is each block's first state.
+func withinEquivalence(d *dfa, k, maxWork int) []uint32 {
+	block, nblocks := refine(d, k, maxWork)
+	if block == nil {
+		return nil
 	}
-	// same reports whether q and r have one signature under block: their blocks and the
-	// blocks of their moves.
-	same := func(q, r int) bool {
-		if block[q] != block[r] {
-			return false
-		}
-		for c := range d.nclass {
-			if block[d.next[q*d.nclass+c]] != block[d.next[r*d.nclass+c]] {
-				return false
-			}
-		}
-		return true
+	first := make([]int64, nblocks)
+	for i := range first {
+		first[i] = -1
 	}
-	fresh := make([]uint32, n)
-	rep := make([]int, 0, n) // a state of each new block
-	nblocks := 0             // blocks of the partition before the round
-	for _, b := range []uint32{0, 1, 2} {
-		if slices.Contains(block, b) {
-			nblocks++
+	out := make([]uint32, len(block))
+	for q, b := range block {
+		if first[b] < 0 {
+			first[b] = int64(q)
 		}
-	}
-	for round := 0; round < k; round++ {
-		index := map[uint64][]uint32{} // signature hash -> new blocks
-		rep = rep[:0]
-		for q := range n {
-			h := uint64(block[q])*0x9e3779b97f4a7c15 + 1
-			for c := range d.nclass {
-				h = (h ^ uint64(block[d.next[q*d.nclass+c]])) * 0x100000001b3
-			}
-			found := false
-			for _, b := range index[h] {
-				if same(q, rep[b]) {
-					fresh[q], found = b, true
-					break
-				}
-			}
-			if !found {
-				b := uint32(len(rep))
-				index[h] = append(index[h], b)
-				rep = append(rep, q)
-				fresh[q] = b
-			}
-		}
-		block, fresh = fresh, block
-		if len(rep) == nblocks {
-			break // stable: no longer input tells more states apart
-		}
-		nblocks = len(rep)
-	}
-	out := make([]uint32, n)
-	for q := range n {
-		out[q] = uint32(rep[block[q]])
+		out[q] = uint32(first[b])
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package structured
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -56,12 +57,12 @@ func TestWithinEquivalence(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := c.terms[0]
-		reps := withinEquivalence(d, trie.maxDepth)
+		reps := withinEquivalence(d, trie.maxDepth, -1)
 		tg := NewTokenGrammar(c, trie, v)
 		classes := map[uint32]bool{}
 		for q := range uint32(d.numStates()) {
 			classes[reps[q]] = true
-			a, b := tg.walkLexeme(d, q, nil), tg.walkLexeme(d, reps[q], nil)
+			a, b := tg.walkLexeme(0, q, nil), tg.walkLexeme(0, reps[q], nil)
 			if !slices.Equal(a.ids, b.ids) || !slices.Equal(a.dense, b.dense) || !slices.Equal(a.ends, b.ends) {
 				t.Errorf("%s: state %d and its representative %d differ: %v %v / %v %v", re, q, reps[q], a.ids, a.ends, b.ids, b.ends)
 			}
@@ -95,5 +96,152 @@ body ::= ("abcd" | "efgh" | "ijkl" | "mnop" | "qrst" | "uvwx" | "yzAB" | "CDEF" 
 	}
 	if c.Matches("[" + strings.Repeat("efgh", 10) + "efg]") {
 		t.Error("a partial copy matched")
+	}
+}
+
+// mooreBlocks is Moore's partition refinement as the textbook states it, the reference of
+// refine: every round recomputes every state's signature over the blocks of the round
+// before, for at most rounds rounds (rounds < 0: until stable).
+func mooreBlocks(d *dfa, rounds int) []uint32 {
+	n := d.numStates()
+	block := make([]uint32, n)
+	for q := range n {
+		switch {
+		case q == 0:
+			block[q] = 0
+		case d.accept[q]:
+			block[q] = 1
+		default:
+			block[q] = 2
+		}
+	}
+	count := func(b []uint32) int {
+		seen := map[uint32]bool{}
+		for _, x := range b {
+			seen[x] = true
+		}
+		return len(seen)
+	}
+	for round := 0; rounds < 0 || round < rounds; round++ {
+		index := map[string]uint32{}
+		fresh := make([]uint32, n)
+		for q := range n {
+			key := fmt.Sprint(block[q])
+			for c := range d.nclass {
+				key += "," + fmt.Sprint(block[d.next[q*d.nclass+c]])
+			}
+			id, ok := index[key]
+			if !ok {
+				id = uint32(len(index))
+				index[key] = id
+			}
+			fresh[q] = id
+		}
+		stable := count(fresh) == count(block)
+		block = fresh
+		if stable {
+			break
+		}
+	}
+	return block
+}
+
+// samePartition reports whether two block assignments put the same states together.
+func samePartition(a, b []uint32) bool {
+	ab, ba := map[uint32]uint32{}, map[uint32]uint32{}
+	for q := range a {
+		if x, ok := ab[a[q]]; ok && x != b[q] {
+			return false
+		}
+		if x, ok := ba[b[q]]; ok && x != a[q] {
+			return false
+		}
+		ab[a[q]], ba[b[q]] = b[q], a[q]
+	}
+	return true
+}
+
+// TestRefineAgainstMoore: the incremental refinement gives Moore's partition after every
+// number of rounds and at the fixed point, on unminimized automata (as the subset
+// construction leaves them) of counted repetitions, loops and alternatives.
+func TestRefineAgainstMoore(t *testing.T) {
+	res := []string{`[a-c]{0,40}x`, `"[^"]{0,30}"`, `(ab){2,20}c?`, `[0-9]{3,12}(\.[0-9]{1,9})?`,
+		`(a|b)*abb`, `[ab]*a[ab]{4}`, `x(ab|cd)*|x(ab|cd)*`, `("(a|é|\\u[0-9a-f]{4}){0,50}"|[0-9]{1,20}|null)`,
+		`(abc|abd|ab){1,15}(x|y)?`, `[^"]{0,10}"(,[^"]{0,3}")*`}
+	for _, re := range res {
+		g, err := ParseRegex(re)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := (&lowering{g: g}).inline(g.rules[g.start].body)
+		raw, err := determinize(e, 1<<20, 1<<20, func() error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rounds := range []int{0, 1, 2, 3, 7, 20, -1} {
+			got, nblocks := refine(raw, rounds, -1)
+			want := mooreBlocks(raw, rounds)
+			if !samePartition(got, want) {
+				t.Errorf("%s, %d rounds: the partition differs from Moore's", re, rounds)
+			}
+			if m := slices.Max(got); int(m)+1 != nblocks {
+				t.Errorf("%s: %d blocks reported, ids up to %d", re, nblocks, m)
+			}
+		}
+		if got, want := minimize(raw).numStates(), slices.Max(mooreBlocks(raw, -1))+1; got != int(want) {
+			t.Errorf("%s: minimized to %d states, Moore %d", re, got, want)
+		}
+		if _, n := refine(raw, -1, 0); n != 0 {
+			t.Errorf("%s: a refinement over its work cap returned %d blocks", re, n)
+		}
+	}
+}
+
+// TestLongStringsLowering: strings of a long maxLength keep their language and are lowered
+// so that masks stay cheap: a large counted repetition is one terminal shared by every key
+// (not one automaton per key), and a group of alternatives counting a longer one out in
+// blocks takes the closing quote into each alternative, so that no terminal ends after
+// every character (each end walks the parser below a trie node).
+func TestLongStringsLowering(t *testing.T) {
+	char := `char ::= [^"\\] | "\\" ["\\/bfnrt]` + "\n"
+	shared := mustGBNF(t, `root ::= "{" ("\"a\":" "\"" (char){0,256} "\"" | "\"b\":" "\"" (char){0,256} "\"" ("," "\"a\":" "\"" (char){0,256} "\"")?) "}"`+"\n"+char)
+	big := 0
+	for _, d := range shared.terms {
+		if d.numStates() > 256 {
+			big++
+		}
+	}
+	if big != 1 {
+		t.Errorf("%d terminals of over 256 states, want the string's one shared", big)
+	}
+	blocks := mustGBNF(t, `root ::= "[" "\"" (((char){100}){0,2} (char){0,99} | ((char){100}){3} (char){0,5}) "\"" "]"`+"\n"+char)
+	for i, d := range blocks.terms {
+		accepting := 0
+		for q := range d.numStates() {
+			if d.accept[q] {
+				accepting++
+			}
+		}
+		if accepting > 1 && d.numStates() > 50 {
+			t.Errorf("terminal %d (%.60s) accepts in %d states", i, blocks.termName[i], accepting)
+		}
+	}
+	for _, tc := range []struct {
+		c    *Compiled
+		pre  string
+		post string
+		n    int
+		want bool
+	}{
+		{shared, `{"a":"`, `"}`, 0, true}, {shared, `{"a":"`, `"}`, 256, true}, {shared, `{"a":"`, `"}`, 257, false},
+		{shared, `{"b":"x","a":"`, `"}`, 256, true}, {shared, `{"b":"x","a":"`, `"}`, 257, false},
+		{blocks, `["`, `"]`, 0, true}, {blocks, `["`, `"]`, 99, true}, {blocks, `["`, `"]`, 100, true},
+		{blocks, `["`, `"]`, 299, true}, {blocks, `["`, `"]`, 300, true}, {blocks, `["`, `"]`, 305, true},
+		{blocks, `["`, `"]`, 306, false},
+	} {
+		s := tc.pre + strings.Repeat("x", tc.n) + tc.post
+		if got := tc.c.Matches(s); got != tc.want {
+			t.Errorf("%s x%d %s: Matches = %v, want %v", tc.pre, tc.n, tc.post, got, tc.want)
+		}
 	}
 }

@@ -51,9 +51,9 @@
 // and in all; the parsers also refuse {m,n} counts above 10000 and groups nested more than
 // 1000 deep. A non-recursive rule becomes one terminal when its expansion has at most
 // Limits.LexemeSize (2000) byte leaves; a larger one stays a parser rule. A counted
-// repetition of a body of at most 256 leaves counts its body once and 8 a copy (its
+// repetition of a body of at most 256 leaves counts its body once and 4 a copy (its
 // automaton grows with the count, not the leaves), so a JSON string of maxLength up to
-// about 200 is one terminal. Errors say what and where: GBNF and EBNF errors carry line:column, regex errors
+// about 480 is one terminal. Errors say what and where: GBNF and EBNF errors carry line:column, regex errors
 // a byte offset, compile errors the rule. Cache keeps compiled TokenGrammars keyed by
 // (front end, SHA-256 of the source, tokenizer identity), at most N of them, least
 // recently used evicted; concurrent requests for one key share one compile.
@@ -73,10 +73,23 @@
 // Lark's common terminals, no case-insensitive literals or regex flags, and no Lark lexer
 // semantics (priorities, contextual lexing): the language is the plain grammar's.
 //
+// Automata are built in about linear time: the subset construction hashes its subsets and
+// looks up each distinct move of a state once, and minimization is Moore's refinement done
+// incrementally (refine: a round revisits only the predecessors of states that changed
+// block), so a counted repetition costs its states, not its states times its count. A large
+// counted repetition (a JSON string of maxLength above about 120) is a terminal of its own,
+// fused only with a small part after it (the closing quote), and so shared by every key
+// that repeats the same body as often; a group of alternatives followed by a small part
+// takes that part into each alternative, so that a long string counted out in blocks of
+// 100 ends its last block only at the quote.
+//
 // Known slow spot: a wide class under a counted repetition ([a-z]{1,32}) makes one DFA
-// state per count, and each state's first mask walks the whole trie (about 1 ms on the
-// Llama 3 vocabulary) before it is cached. States alike on every input as long as the
-// longest token share one cached entry (withinEquivalence), so a repetition longer than
-// that ([^"]{0,1000}) costs about one walk per count within a token's length of its end, not
-// one per count.
+// state per count, and each state's first mask walks the trie (about 1 ms on the Llama 3
+// vocabulary) before it is cached. States alike on every input as long as the longest
+// token share one cached entry (withinEquivalence), so a repetition longer than that
+// ([^"]{0,1000}) costs about one walk per count within a token's length of its end, not one
+// per count; and a walk takes whole every subtree of the trie whose bytes the DFA state
+// loops on (inside an unbounded string, most of the vocabulary), but a counting state has
+// no such loop. Strings of maxLength above 1,000 (counted in blocks of 100, each shorter
+// than the longest token) pay one walk per count: several ms a mask.
 package structured

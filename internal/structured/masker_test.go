@@ -262,3 +262,36 @@ func TestMaskerAgainstReferenceStories260K(t *testing.T) {
 	}
 	requireSteps(t, total, 100)
 }
+
+// longStringGrammars are lowered the ways long JSON strings are (see
+// TestLongStringsLowering): a counted repetition shared as its own terminal, and a group
+// counting a longer one out in blocks with the closing quote taken into each alternative.
+var longStringGrammars = map[string]string{
+	"shared": `root ::= "{" ("\"a\":" "\"" (char){0,150} "\"" | "\"b\":" "\"" (char){0,150} "\"" ("," "\"a\":" "\"" (char){0,150} "\"")?) "}"
+char ::= [^"\\] | "\\" ["\\/bfnrt]`,
+	"blocks": `root ::= "[" "\"" (((char){100}){0,2} (char){0,99} | ((char){100}){3} (char){0,5}) "\"" "]"
+char ::= [^"\\] | "\\" ["\\/bfnrt]`,
+}
+
+// TestMaskerAgainstReferenceLongStrings compares masks with the byte-by-byte reference
+// over random generations from those grammars.
+func TestMaskerAgainstReferenceLongStrings(t *testing.T) {
+	v := smallVocab()
+	total := 0
+	for name, src := range longStringGrammars {
+		c := mustGBNF(t, src)
+		if c.NumRules() < 3 {
+			t.Fatalf("%s: %d parser rules: not lowered as long strings are", name, c.NumRules())
+		}
+		for seed := range uint64(12) {
+			total += checkGeneration(t, name, c, v, 80, seed)
+		}
+	}
+	requireSteps(t, total, 300)
+	llama := loadLlama3(t)
+	steps := 0
+	for name, src := range longStringGrammars {
+		steps += checkGeneration(t, name, mustGBNF(t, src), llama, 4, 1)
+	}
+	requireSteps(t, steps, 4)
+}

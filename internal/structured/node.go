@@ -43,6 +43,11 @@ func (s *byteSet) addRange(lo, hi byte) {
 }
 func (s *byteSet) empty() bool { return s[0]|s[1]|s[2]|s[3] == 0 }
 
+// contains reports whether every byte of t is in s.
+func (s *byteSet) contains(t *byteSet) bool {
+	return t[0]&^s[0]|t[1]&^s[1]|t[2]&^s[2]|t[3]&^s[3] == 0
+}
+
 func emptyNode() *node { return &node{op: opEmpty} }
 
 func byteNode(b byte) *node {

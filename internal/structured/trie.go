@@ -31,6 +31,10 @@ type TokenTrie struct {
 	id string
 	// maxDepth is the length of the longest token.
 	maxDepth int
+	// below[i] indexes belowSets: the bytes on the edges below node i (its descendants'
+	// labels), so a walk can see at once that a subtree stays in a state that loops on them.
+	below     []uint32
+	belowSets []byteSet
 }
 
 // NewTokenTrie builds the trie of v's tokens.
@@ -102,7 +106,34 @@ func NewTokenTrie(v Vocabulary) (*TokenTrie, error) {
 		t.end[node] = int32(len(t.label))
 	}
 	t.first = append(t.first, int32(len(t.toks)))
+	t.setBelow()
 	return t, nil
+}
+
+// setBelow computes below, children before parents (a child follows its parent in the
+// depth-first order).
+func (t *TokenTrie) setBelow() {
+	n := len(t.label)
+	sets := make([]byteSet, n)
+	for i := n - 1; i >= 0; i-- {
+		for j := i + 1; j < int(t.end[i]); j = int(t.end[j]) {
+			for w := range sets[i] {
+				sets[i][w] |= sets[j][w]
+			}
+			sets[i].add(t.label[j])
+		}
+	}
+	index := map[byteSet]uint32{}
+	t.below = make([]uint32, n)
+	for i, set := range sets {
+		id, ok := index[set]
+		if !ok {
+			id = uint32(len(t.belowSets))
+			index[set] = id
+			t.belowSets = append(t.belowSets, set)
+		}
+		t.below[i] = id
+	}
 }
 
 // tokensAt returns the tokens whose bytes are node i's prefix.

@@ -27,6 +27,8 @@ type TokenGrammar struct {
 	// reps maps each terminal's DFA states to a representative whose lexeme entry is the
 	// same (see withinEquivalence); nil for a terminal where no two states share one.
 	reps [][]uint32
+	// loops holds, per terminal and DFA state, the bytes on which the state moves to itself.
+	loops [][]byteSet
 }
 
 type lexKey struct {
@@ -41,18 +43,20 @@ type lexEntry struct {
 	ends  []int32     // trie nodes with children where the lexeme may end
 }
 
-// maxRefineWork bounds the work of withinEquivalence for one terminal (states x byte classes
-// x rounds, about 100 ms); a larger automaton keeps one cache entry per state.
+// maxRefineWork bounds the work of withinEquivalence for one terminal (signature entries,
+// see refine: about 100 ms); a larger automaton keeps one cache entry per state.
 const maxRefineWork = 1 << 25
 
 // NewTokenGrammar binds c to a tokenizer (trie must be built from vocab).
 func NewTokenGrammar(c *Compiled, trie *TokenTrie, vocab Vocabulary) *TokenGrammar {
-	g := &TokenGrammar{c: c, trie: trie, vocab: vocab, lexemes: map[lexKey]*lexEntry{}, reps: make([][]uint32, len(c.terms))}
+	g := &TokenGrammar{c: c, trie: trie, vocab: vocab, lexemes: map[lexKey]*lexEntry{},
+		reps: make([][]uint32, len(c.terms)), loops: make([][]byteSet, len(c.terms))}
 	for i, d := range c.terms {
+		g.loops[i] = selfLoops(d)
 		// A DFA of fewer states than the longest token has no two states alike within
 		// it unless minimization would have merged them.
-		if n := d.numStates(); n > trie.maxDepth && n*d.nclass*trie.maxDepth <= maxRefineWork {
-			g.reps[i] = withinEquivalence(d, trie.maxDepth)
+		if d.numStates() > trie.maxDepth {
+			g.reps[i] = withinEquivalence(d, trie.maxDepth, maxRefineWork)
 		}
 	}
 	return g
@@ -73,20 +77,55 @@ func (g *TokenGrammar) lexeme(term int32, q uint32, stack []uint32) *lexEntry {
 	if ok {
 		return e
 	}
-	e = g.walkLexeme(g.c.terms[term], q, stack)
+	e = g.walkLexeme(term, q, stack)
 	g.mu.Lock()
 	g.lexemes[key] = e
 	g.mu.Unlock()
 	return e
 }
 
+// selfLoops returns, per state of d, the bytes on which it moves to itself.
+func selfLoops(d *dfa) []byteSet {
+	var classBytes [256]byteSet
+	for b := range 256 {
+		classBytes[d.class[b]].add(byte(b))
+	}
+	loops := make([]byteSet, d.numStates())
+	for q := 1; q < d.numStates(); q++ {
+		for c, to := range d.next[q*d.nclass : (q+1)*d.nclass] {
+			if int(to) == q {
+				for w := range loops[q] {
+					loops[q][w] |= classBytes[c][w]
+				}
+			}
+		}
+	}
+	return loops
+}
+
 // sparseLimit is the most tokens a lexeme entry keeps as a list rather than a bitmask.
 const sparseLimit = 512
 
-// walkLexeme walks the whole trie over d alone from state q.
-func (g *TokenGrammar) walkLexeme(d *dfa, q uint32, stack []uint32) *lexEntry {
-	t := g.trie
+// walkLexeme walks the whole trie over terminal term's DFA alone from state q. Where the
+// walk reaches a state that loops on every byte below the node (inside a JSON string, most
+// subtrees of the vocabulary), the subtree stays in that state: its tokens are taken
+// without stepping through its nodes.
+func (g *TokenGrammar) walkLexeme(term int32, q uint32, stack []uint32) *lexEntry {
+	t, d, loops := g.trie, g.c.terms[term], g.loops[term]
 	e := &lexEntry{}
+	add := func(ids []int32) {
+		if e.dense == nil && len(e.ids)+len(ids) > sparseLimit {
+			e.dense = sample.NewMask(t.numTokens, e.ids...)
+			e.ids = nil
+		}
+		if e.dense == nil {
+			e.ids = append(e.ids, ids...)
+			return
+		}
+		for _, id := range ids {
+			e.dense.Set(id)
+		}
+	}
 	stack = append(stack[:0], q)
 	for i := 1; i < len(t.label); {
 		depth := int(t.depth[i])
@@ -96,19 +135,22 @@ func (g *TokenGrammar) walkLexeme(d *dfa, q uint32, stack []uint32) *lexEntry {
 			continue
 		}
 		stack = append(stack[:depth], s)
-		for _, id := range t.tokensAt(i) {
-			if e.dense != nil {
-				e.dense.Set(id)
-				continue
-			}
-			e.ids = append(e.ids, id)
-			if len(e.ids) > sparseLimit {
-				e.dense = sample.NewMask(t.numTokens, e.ids...)
-				e.ids = nil
-			}
-		}
-		if d.accept[s] && t.end[i] > int32(i+1) {
+		add(t.tokensAt(i))
+		end := int(t.end[i])
+		if d.accept[s] && end > i+1 {
 			e.ends = append(e.ends, int32(i))
+		}
+		if end > i+1 && loops[s].contains(&t.belowSets[t.below[i]]) {
+			add(t.toks[t.first[i+1]:t.first[end]])
+			if d.accept[s] {
+				for j := i + 1; j < end; j++ {
+					if int(t.end[j]) > j+1 {
+						e.ends = append(e.ends, int32(j))
+					}
+				}
+			}
+			i = end
+			continue
 		}
 		i++
 	}

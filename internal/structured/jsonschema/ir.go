@@ -106,16 +106,18 @@ func newAlt(choices ...expr) expr {
 
 // maxCountedRepeat is the largest repetition count written as one {m,n}; larger counts
 // are written as nested repetitions (GBNF parsers cap counts, and large counts make large
-// automata).
-const maxCountedRepeat = 1000
+// automata). It is also the block of the nested form: a JSON string's block of 400
+// characters is one terminal of the grammar engine, whose counting states share cached
+// masks while more than a token's length (128 bytes in Llama 3) is left in the block.
+const maxCountedRepeat = 400
 
 // repeat matches e between min and max times (max < 0: unbounded), writing counts above
-// maxCountedRepeat exactly as nested repetitions of blocks of 100.
+// maxCountedRepeat exactly as nested repetitions of blocks of maxCountedRepeat.
 func repeat(e expr, min, max int) expr {
 	if min <= maxCountedRepeat && max <= maxCountedRepeat {
 		return rep{e: e, min: min, max: max}
 	}
-	const block = 100
+	const block = maxCountedRepeat
 	blocks := func(lo, hi int) expr { return repeat(rep{e: e, min: block, max: block}, lo, hi) }
 	switch {
 	case min == max:
