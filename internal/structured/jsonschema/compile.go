@@ -1,6 +1,7 @@
 package jsonschema
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -382,11 +383,28 @@ func (c *compiler) compileFlat(f *flat) (expr, error) {
 		}
 		return nil
 	}
+	rest := *f
+	rest.excluded = nil // what the alternative admits but for "not"
+	for _, v := range f.excluded {
+		switch v.(type) {
+		case nil, bool, json.Number:
+			continue // written around below
+		}
+		if r, err := c.rejects(&rest, v, 0); err != nil {
+			return nil, err
+		} else if !r {
+			return nil, schemaError(f.ptr, "\"not\" with enum or const is supported only for null, booleans, integers and values the rest of the schema refuses")
+		}
+	}
 	if f.types&tNull != 0 {
 		choices = append(choices, lit("null"))
 	}
 	if f.types&tBoolean != 0 {
-		choices = append(choices, newAlt(lit("true"), lit("false")))
+		for _, b := range []bool{true, false} {
+			if !containsValue(f.excluded, b) {
+				choices = append(choices, lit(strconv.FormatBool(b)))
+			}
+		}
 	}
 	if f.types&tObject != 0 {
 		if err := add(c.compileObject(f)); err != nil {
@@ -416,6 +434,9 @@ func (c *compiler) compileEnum(f *flat) (expr, error) {
 	var choices []expr
 	seen := map[string]bool{}
 	for _, v := range f.enum {
+		if containsValue(f.excluded, v) {
+			continue
+		}
 		ok, err := c.admits(f, v)
 		if err != nil {
 			return nil, err
@@ -465,8 +486,8 @@ func (c *compiler) admits(f *flat, v any) (bool, error) {
 		if f.types&tArray == 0 {
 			return false, nil
 		}
-		if len(f.prefix) > 0 || len(f.items) > 0 || f.unique {
-			return false, schemaError(f.ptr, "an array enum/const beside items/prefixItems/uniqueItems is not supported")
+		if len(f.prefix) > 0 || len(f.items) > 0 || f.unique || len(f.contains) > 0 {
+			return false, schemaError(f.ptr, "an array enum/const beside items/prefixItems/uniqueItems/contains is not supported")
 		}
 		return len(v) >= f.minItems && (f.maxItems < 0 || len(v) <= f.maxItems), nil
 	case *object:
