@@ -27,6 +27,13 @@ type Options struct {
 	// Start names the start rule ("": root), so that the grammar can be a part of a larger
 	// one (a tool call's wrapper text around its arguments): no other rule takes the name.
 	Start string
+	// RulePrefix begins the name of every rule but the start rule, so that the grammars
+	// of several schemas can be joined into one without their rules meeting.
+	RulePrefix string
+	// Pointer is the JSON pointer (such as "/properties/city") of the schema to compile
+	// within the document; "" is the whole document. $ref resolves against the whole
+	// document either way.
+	Pointer string
 }
 
 // start returns the start rule's name.
@@ -95,7 +102,13 @@ func compileSchema(schema []byte, opt Options) (*grammar, error) {
 		return nil, err
 	}
 	c.g.names = append(c.g.names, opt.start())
-	body, err := c.compileAll([]node{{root, ""}}, "")
+	target := node{root, ""}
+	if opt.Pointer != "" {
+		if target, err = c.resolve("#"+opt.Pointer, ""); err != nil {
+			return nil, err
+		}
+	}
+	body, err := c.compileAll([]node{target}, target.ptr)
 	if err != nil {
 		return nil, err
 	}
@@ -141,6 +154,7 @@ func (c *compiler) define(base string, body expr) expr {
 
 // newName reserves a rule name derived from base.
 func (c *compiler) newName(base string) string {
+	base = c.opt.RulePrefix + base
 	name := base
 	for {
 		if _, taken := c.g.rules[name]; !taken && name != c.opt.start() {
