@@ -180,3 +180,31 @@ func TestMultiplesOf(t *testing.T) {
 		}
 	}
 }
+
+// TestPointerAndRulePrefix checks that Pointer compiles the subschema it names, resolving
+// $ref in the whole document, and that RulePrefix begins every rule name but the start's.
+func TestPointerAndRulePrefix(t *testing.T) {
+	doc := []byte(`{"$defs":{"d":{"type":"integer","minimum":3}},"properties":{"a/b":{"type":"array","items":{"$ref":"#/$defs/d"}}}}`)
+	g, err := ToGBNF(doc, Options{Pointer: "/properties/a~1b", Start: "args", RulePrefix: "x-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(g), "\n") {
+		name, _, _ := strings.Cut(line, " ::= ")
+		if name != "args" && !strings.HasPrefix(name, "x-") {
+			t.Errorf("rule %q lacks the prefix\n%s", name, g)
+		}
+	}
+	match, err := compileMatcher(strings.Replace(g, "args ::=", "root ::=", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for in, want := range map[string]bool{`[3,4]`: true, `[]`: true, `[2]`: false, `{"a/b":[3]}`: false} {
+		if match(in) != want {
+			t.Errorf("%s matched %v, want %v\n%s", in, !want, want, g)
+		}
+	}
+	if _, err := ToGBNF(doc, Options{Pointer: "/properties/nope"}); err == nil || !strings.Contains(err.Error(), "nothing at") {
+		t.Errorf("a pointer to nothing: %v", err)
+	}
+}
