@@ -378,16 +378,7 @@ func TestToolChoiceRequiredEveryFamily(t *testing.T) {
 	}
 	for _, parser := range toolcall.Names() {
 		t.Run(parser, func(t *testing.T) {
-			// A context with room for parallel calls spelled in the tiny vocabulary's bytes.
-			eng := openTinyEngine(t, kvasir.Options{}, quant.F32, 2048, testChatTemplate)
-			srv, err := New(eng, Config{ToolCallParser: parser, ModelNames: []string{testModelName}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { srv.Close() })
-			ts := httptest.NewServer(srv)
-			t.Cleanup(ts.Close)
-			env := &testEnv{eng: eng, srv: srv, ts: ts}
+			env := randomToolServer(t, parser)
 			var got chatResponse
 			env.post(t, "/v1/chat/completions", toolsBody(map[string]any{"tools": bounded, "tool_choice": "required", "temperature": 1, "n": 2, "max_tokens": 1500}), &got)
 			for i, c := range got.Choices {
@@ -414,6 +405,22 @@ func TestToolChoiceRequiredEveryFamily(t *testing.T) {
 			}
 		})
 	}
+}
+
+// randomToolServer is a server of the tiny random model reading tool calls with parser,
+// with the built-in tool_choice grammar and a context with room for parallel calls spelled
+// in the tiny vocabulary's bytes.
+func randomToolServer(t *testing.T, parser string) *testEnv {
+	t.Helper()
+	eng := openTinyEngine(t, kvasir.Options{}, quant.F32, 2048, testChatTemplate)
+	srv, err := New(eng, Config{ToolCallParser: parser, ModelNames: []string{testModelName}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	return &testEnv{eng: eng, srv: srv, ts: ts}
 }
 
 // TestToolConversation sends a conversation with an assistant turn's tool_calls and a tool
