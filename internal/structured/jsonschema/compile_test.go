@@ -77,6 +77,7 @@ func TestRefusals(t *testing.T) {
 		{`{"type":"integer","multipleOf":70,"minimum":0,"maximum":1e9}`, `#/multipleOf`},
 		{`{"format":"period"}`, `format "period"`},
 		{`false`, `admits no value`},
+		{`{"oneOf":[]}`, `admits no value`},
 		{`{"type":"string","enum":[1]}`, `admits no value`},
 		{`{`, `invalid JSON`},
 	}

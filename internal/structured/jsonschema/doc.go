@@ -40,7 +40,9 @@
 // Approximations (the grammar writes fewer values than the schema allows):
 //   - oneOf drops what it cannot prove exclusive but can prove shared: enum values
 //     another branch matches, a type every value of which two branches match, objects
-//     that have all of another "required"-only branch's properties.
+//     that have all of another "required"-only branch's properties; a string or number
+//     branch keeps only the lengths or values outside another's range, even where
+//     that one's pattern or multipleOf would let more through.
 //   - contains: with minItems above 1 or maxItems, the matching element comes first.
 //   - uniqueItems over items that are not a finite list of values: at most one element
 //     (minItems at most 1; otherwise refused).

@@ -228,10 +228,11 @@ func (c *compiler) applyObject(f *flat, o *object, ptr string, depth int) ([]*fl
 					for i, s := range subs {
 						onlyRequired[i] = onlyRequiredList(s)
 					}
-					if branches[0], err = c.exclusive(branches, onlyRequired, ptr+"/oneOf"); err != nil {
+					only, err := c.exclusive(branches, onlyRequired, ptr+"/oneOf")
+					if err != nil {
 						return nil, err
 					}
-					branches = branches[:1]
+					branches = [][]*flat{only}
 				}
 				for _, b := range branches {
 					next = append(next, b...)

@@ -22,7 +22,7 @@ func FuzzToGBNF(f *testing.F) {
 		`{"$defs":{"n":{"type":["null","object"],"properties":{"next":{"$ref":"#/$defs/n"}}}},"$ref":"#/$defs/n"}`,
 		`{"oneOf":[{"properties":{"k":{"const":"a"}},"required":["k"]},{"properties":{"k":{"enum":["b"]}},"required":["k"]},{"type":"integer"},{"type":"number"}]}`,
 		`{"type":"object","properties":{"a":{},"b":{}},"oneOf":[{"required":["a"]},{"required":["b"]}]}`,
-		`{"oneOf":[{"$ref":"#"},{"type":"array","items":{"$ref":"#"}}]}`,
+		`{"oneOf":[{"$ref":"#"},{"type":"array","items":{"$ref":"#"}}]}`, `{"oneOf":[]}`, `{"anyOf":[]}`,
 		`{"type":"integer","maximum":9,"not":{"enum":[1,2,3]},"oneOf":[{"minimum":5},{"maximum":4}]}`,
 		`{"type":"array","contains":{"const":1},"items":{"type":"integer"},"maxItems":3}`,
 		`{"type":"object","propertyNames":{"pattern":"^[a-z]+$"},"additionalProperties":{"type":"string"}}`,

@@ -18,7 +18,8 @@ import (
 // property whose values differ or that the other forbids, string patterns with different
 // literal prefixes, length, count or numeric ranges that do not meet, element types); it
 // goes when every value of it matches both (both whole, or the other branch only a
-// "required" list, which matches every value the schema around it does but objects); an enum keeps the values
+// "required" list, which matches every value the schema around it does but objects); a
+// string or number part keeps the lengths or values outside the other's range; an enum keeps the values
 // the other refuses; an object part is split into objects the other refuses (one of the
 // other's required properties absent, or one of its own properties present that the other
 // forbids). Anything else is refused, naming oneOf.
@@ -143,7 +144,12 @@ func (c *compiler) subtract(p, y *flat, yRequired bool) (kept []*flat, undecided
 			}
 			types &^= t
 		default:
-			return nil, t, nil
+			parts, exact := splitRange(p, y, t)
+			if len(parts) == 0 && !exact {
+				return nil, t, nil
+			}
+			types &^= t
+			objects = append(objects, parts...)
 		}
 	}
 	if types != 0 {
@@ -152,6 +158,36 @@ func (c *compiler) subtract(p, y *flat, yRequired bool) (kept []*flat, undecided
 		kept = append(kept, q)
 	}
 	return append(kept, objects...), 0, nil
+}
+
+// splitRange returns parts of p's values of type t (a string or number atom) outside y's
+// length or numeric range: p with its range cut to below or above y's. exact says the
+// parts are all of p's values y does not match (y constrains t by its range alone), so
+// that none at all means y matches every one.
+func splitRange(p, y *flat, t typeSet) (parts []*flat, exact bool) {
+	part := func(edit func(q *flat)) {
+		q := p.clone()
+		q.types = t
+		edit(q)
+		parts = append(parts, q)
+	}
+	if t == tString {
+		if y.minLen > p.minLen {
+			part(func(q *flat) { q.maxLen = minBound(q.maxLen, y.minLen-1) })
+		}
+		if y.maxLen >= 0 && (p.maxLen < 0 || p.maxLen > y.maxLen) {
+			part(func(q *flat) { q.minLen = max(q.minLen, y.maxLen+1) })
+		}
+		return parts, len(y.patterns) == 0 && len(y.formats) == 0 && len(y.excluded) == 0
+	}
+	if y.lo.set {
+		part(func(q *flat) { q.tighten(false, bound{v: y.lo.v, excl: !y.lo.excl, set: true}) })
+	}
+	if y.hi.set {
+		part(func(q *flat) { q.tighten(true, bound{v: y.hi.v, excl: !y.hi.excl, set: true}) })
+	}
+	parts = slices.DeleteFunc(parts, func(q *flat) bool { return boundsApart(q.hi, q.lo) })
+	return parts, len(y.multipleOf) == 0 && len(y.excluded) == 0
 }
 
 // splitObject returns objects of p that y provably refuses: p with one of y's required

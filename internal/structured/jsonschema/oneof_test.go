@@ -32,6 +32,12 @@ func TestOneOfExclusive(t *testing.T) {
 			[]string{`{"ps":"x"}`, `{"sh":"y"}`}, []string{`{}`}},
 		{"string lengths", `{"type":"string","oneOf":[{"maxLength":2},{"minLength":4}]}`,
 			[]string{`"ab"`, `"abcd"`}, []string{`"abc"`}},
+		{"integer beside a minimum", `{"oneOf":[{"type":"integer"},{"minimum":2}]}`,
+			[]string{`1`, `-5`, `2.5`, `"x"`, `null`}, []string{`2`, `3`}},
+		{"overlapping lengths", `{"type":"string","oneOf":[{"minLength":2},{"maxLength":4}]}`,
+			[]string{`"a"`, `""`, `"abcde"`}, []string{`"ab"`, `"abcd"`}},
+		{"overlapping numeric ranges", `{"type":"number","oneOf":[{"minimum":0,"maximum":10},{"exclusiveMinimum":5}]}`,
+			[]string{`0`, `5`, `4.5`, `11`, `10.5`}, []string{`6`, `10`, `-1`}},
 		{"string prefixes", `{"type":"string","oneOf":[{"pattern":"^id:"},{"pattern":"^key:"}]}`,
 			[]string{`"id:12"`, `"key:1"`}, []string{`"other"`}},
 		{"numeric ranges", `{"type":"integer","oneOf":[{"maximum":9},{"minimum":10,"maximum":99},{"exclusiveMinimum":99}]}`,
@@ -90,7 +96,7 @@ func TestOneOfExclusive(t *testing.T) {
 // are refused naming oneOf and its pointer, not compiled as anyOf.
 func TestOneOfUndecidable(t *testing.T) {
 	for _, schema := range []string{
-		`{"oneOf":[{"type":"integer"},{"minimum":2}]}`,
+		`{"oneOf":[{"type":"integer"},{"multipleOf":2}]}`,
 		`{"properties":{"a":{"oneOf":[{"type":"string","maxLength":5},{"type":"string","pattern":"^a"}]}}}`,
 		`{"oneOf":[{"type":"object","properties":{"a":{"type":"string"}}},{"type":"object","properties":{"b":{"type":"string"}}}]}`,
 	} {
