@@ -304,8 +304,9 @@ func TestToolChoice(t *testing.T) {
 	}
 
 	// The built-in grammar holds required and named choices to calls whose arguments are
-	// instances of the tools' schemas, even on a random model at temperature 1; a family
-	// whose calls are not JSON cannot be constrained yet.
+	// instances of the tools' schemas, even on a random model at temperature 1; a parameter
+	// a text-parameter family cannot write (qwen3_coder's raw strings take no format) is a
+	// 400 naming the keyword.
 	plain := newTestEnv(t, kvasir.Options{}, Config{ToolCallParser: "hermes"})
 	bounded := []any{
 		map[string]any{"type": "function", "function": map[string]any{"name": "get_weather", "parameters": map[string]any{"type": "object",
