@@ -229,7 +229,8 @@ func (a allowSet) Clone() sample.Stateful { return a }
 // greedy and sampled requests with a mask of eight tokens, each alone (so their tokens are
 // picked on the device), draw only those, and masked greedy decoding equals greedy
 // decoding under a logit bias of -100 on every other token (a different road: host
-// logits).
+// logits), and masked greedy with logprobs (host sampling, its masks computed while the
+// forward pass runs).
 func TestGPUProcessorMask(t *testing.T) {
 	e := gpuEngine(t)
 	allowed := []int32{4, 9, 33, 100, 101, 250, 400, 511}
@@ -251,7 +252,8 @@ func TestGPUProcessorMask(t *testing.T) {
 	}
 	// One at a time: a step with the biased request takes host logits for all.
 	var got [][][]int32
-	for _, r := range []Request{mk(SamplingParams{}, true), mk(SamplingParams{LogitBias: bias}, false), mk(SamplingParams{Temperature: 1, Seed: &seed}, true)} {
+	for _, r := range []Request{mk(SamplingParams{}, true), mk(SamplingParams{LogitBias: bias}, false), mk(SamplingParams{Temperature: 1, Seed: &seed}, true),
+		mk(SamplingParams{Logprobs: true}, true)} {
 		got = append(got, tokens(t, e, []Request{r})[0])
 	}
 	for i, r := range [][]int32{got[0][0], got[2][0]} {
@@ -263,6 +265,9 @@ func TestGPUProcessorMask(t *testing.T) {
 	}
 	if !slices.Equal(got[0][0], got[1][0]) {
 		t.Errorf("masked greedy %v, logit-biased greedy %v", got[0][0], got[1][0])
+	}
+	if !slices.Equal(got[0][0], got[3][0]) {
+		t.Errorf("masked greedy %v, masked greedy with logprobs (host sampling) %v", got[0][0], got[3][0])
 	}
 	fmt.Printf("RESULT|engine|processor mask on the device sampler (greedy = biased greedy)|%v|\n", slices.Equal(got[0][0], got[1][0]))
 }

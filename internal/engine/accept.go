@@ -226,11 +226,15 @@ func (e *Engine) draw(seq *sequence, logits []float32) (int32, bool) {
 	if seq.suppress != nil {
 		seq.suppress.Active = seq.numOutput() < seq.req.params.MinTokens
 	}
-	mask, err := e.currentMask(seq)
-	if err != nil {
+	var mask sample.Mask
+	var err error
+	if seq.premaskAt == len(seq.tokens) {
+		mask = seq.premask // computed while the step ran, from the same state
+	} else if mask, err = e.currentMask(seq); err != nil {
 		e.failRequest(seq.req, err)
 		return 0, false
 	}
+	seq.premaskAt = 0
 	if mask != nil {
 		logits = slices.Clone(logits)
 		mask.Apply(logits)
@@ -290,6 +294,27 @@ func (e *Engine) currentMask(seq *sequence) (sample.Mask, error) {
 		return nil, errNoToken
 	}
 	return mask, nil
+}
+
+// premasks computes the masks of a host-sampled step's rows while its forward pass runs,
+// for the sequences that draw one token from their row (no drafts to verify, no beam),
+// so that draw finds them ready instead of computing them after the pass: the masks
+// depend only on the tokens accepted so far, all known at launch. A mask that allows
+// nothing is left for draw to find again and fail the request.
+func (e *Engine) premasks(job *stepJob) {
+	for i := range job.plan.seqs {
+		sc := &job.plan.seqs[i]
+		seq := sc.seq
+		if !sc.sampling || sc.stale || sc.numSampling() != 1 || len(seq.maskers) == 0 || seq.status == statusFinished || seq.beam != nil {
+			continue
+		}
+		mask, err := e.currentMask(seq)
+		if err != nil || mask == nil {
+			continue
+		}
+		seq.premask = append(seq.premask[:0], mask...)
+		seq.premaskAt = len(seq.tokens)
+	}
 }
 
 // stepMasks returns the masks of a step's logits rows for a device pick (greedy or

@@ -211,6 +211,7 @@ type slowBackend struct {
 	delay  time.Duration
 	runs   atomic.Int64
 	failAt atomic.Int64
+	busy   atomic.Int32 // Runs under way
 }
 
 var errFailRun = errors.New("device lost")
@@ -220,6 +221,8 @@ func (s *slowBackend) Run(fn func() error) error {
 	if f := s.failAt.Load(); f > 0 && n >= f {
 		return errFailRun
 	}
+	s.busy.Add(1)
+	defer s.busy.Add(-1)
 	time.Sleep(s.delay)
 	return s.Backend.Run(fn)
 }

@@ -253,6 +253,7 @@ func (e *Engine) launch(job *stepJob) {
 	if masked {
 		job.masks = make(chan [][]uint32, 1)
 	}
+	hostMasked := job.mode == forwardLogits && e.anyMasker(job)
 	if e.cfg.DisableAsyncScheduling {
 		if masked {
 			job.masks <- e.stepMasks(job)
@@ -266,6 +267,10 @@ func (e *Engine) launch(job *stepJob) {
 		// While the device runs the step's layers; the forward pass waits for them only
 		// before its sampling.
 		job.masks <- e.stepMasks(job)
+	}
+	if hostMasked {
+		// The host samples after the forward pass: the masks are ready by then.
+		e.premasks(job)
 	}
 }
 
@@ -342,6 +347,9 @@ func (e *Engine) fast(job *stepJob, res stepResult) {
 			continue
 		}
 		job.picks = append(job.picks, e.takeRows(sc, runs[i], res, first)...)
+	}
+	for i := range job.plan.seqs {
+		job.plan.seqs[i].seq.premaskAt = 0 // this step's, used or not
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/kvasir-llm/kvasir/internal/sample"
 )
@@ -176,3 +177,50 @@ func (m *setMasker) Mask() sample.Mask      { return m.mask }
 func (m *setMasker) Accept([]int32) error   { return nil }
 func (m *setMasker) Rollback(int)           {}
 func (m *setMasker) Clone() sample.Stateful { return m }
+
+// busyMasker is cycleMasker that notes, at each Mask, whether a forward pass is under way
+// on its backend (waiting a little for one to start, since the loop hands the step over
+// just before).
+type busyMasker struct {
+	cycleMasker
+	sb            *slowBackend
+	during, masks int
+}
+
+func (b *busyMasker) Mask() sample.Mask {
+	b.masks++
+	for deadline := time.Now().Add(20 * time.Millisecond); time.Now().Before(deadline); time.Sleep(100 * time.Microsecond) {
+		if b.sb.busy.Load() > 0 {
+			b.during++
+			break
+		}
+	}
+	return b.cycleMasker.Mask()
+}
+
+// TestHostMasksOverlap: when the host samples (a CPU backend at temperature 1), a step's
+// masks are computed while its forward pass runs, not after it, with asynchronous
+// scheduling; serial scheduling computes them after. Either way the output keeps the mask.
+func TestHostMasksOverlap(t *testing.T) {
+	tm, sb := slowModel(t, newTinyModel(t), 10*time.Millisecond)
+	vocab := tm.fm.Config.VocabSize
+	seed := uint64(5)
+	for _, serial := range []bool{false, true} {
+		e := tm.engine(t, Config{DisableAsyncScheduling: serial, DisableJumpForward: true})
+		proc := &busyMasker{cycleMasker: cycleMasker{vocab: vocab}, sb: sb}
+		got := generate(t, e, []Request{{PromptTokens: randomPrompt(3, 8, vocab), Params: SamplingParams{MaxTokens: 12, IgnoreEOS: true, Temperature: 1, Seed: &seed},
+			Processors: []sample.Stateful{proc}}})[0][0].tokens
+		for j, tok := range got {
+			if int(tok)%3 != j%3 {
+				t.Fatalf("serial %v: token %d is %d, against the mask", serial, j, tok)
+			}
+		}
+		t.Logf("serial %v: %d of %d masks computed during a forward pass", serial, proc.during, proc.masks)
+		if !serial && proc.during < proc.masks-1 {
+			t.Errorf("async: only %d of %d masks were computed while the forward pass ran", proc.during, proc.masks)
+		}
+		if serial && proc.during != 0 {
+			t.Errorf("serial: %d masks computed during a forward pass", proc.during)
+		}
+	}
+}

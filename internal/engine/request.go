@@ -157,6 +157,12 @@ type sequence struct {
 	detok  *tokenizer.Detokenizer
 	stop   *sample.StopMatcher
 
+	// premask is the mask of the token the step in flight samples on the host, computed
+	// while its forward pass runs (premasks); it holds while premaskAt is the sequence's
+	// length (0: none), and is dropped once the step's result is taken.
+	premask   sample.Mask
+	premaskAt int
+
 	// beam is the sequence's state as a beam of a beam search (nil otherwise).
 	beam *beamState
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/kvasir-llm/kvasir"
 	"github.com/kvasir-llm/kvasir/internal/quant"
 	"github.com/kvasir-llm/kvasir/internal/sample"
+	"github.com/kvasir-llm/kvasir/internal/structured/toolcall"
 	"github.com/kvasir-llm/kvasir/internal/testdata"
 )
 
@@ -303,8 +304,9 @@ func TestToolChoice(t *testing.T) {
 	}
 
 	// The built-in grammar holds required and named choices to calls whose arguments are
-	// instances of the tools' schemas, even on a random model at temperature 1; a family
-	// whose calls are not JSON cannot be constrained yet.
+	// instances of the tools' schemas, even on a random model at temperature 1; a parameter
+	// a text-parameter family cannot write (qwen3_coder's raw strings take no format) is a
+	// 400 naming the keyword.
 	plain := newTestEnv(t, kvasir.Options{}, Config{ToolCallParser: "hermes"})
 	bounded := []any{
 		map[string]any{"type": "function", "function": map[string]any{"name": "get_weather", "parameters": map[string]any{"type": "object",
@@ -338,9 +340,11 @@ func TestToolChoice(t *testing.T) {
 		}
 	}
 	coder := newTestEnv(t, kvasir.Options{}, Config{ToolCallParser: "qwen3_coder"})
-	b, _ := json.Marshal(toolsBody(map[string]any{"tool_choice": "required"}))
-	if status, body := coder.do(t, http.MethodPost, "/v1/chat/completions", b); status != http.StatusBadRequest || !strings.Contains(string(body), "qwen3_coder") {
-		t.Errorf("required with qwen3_coder: status %d: %s", status, body)
+	dated := []any{map[string]any{"type": "function", "function": map[string]any{"name": "f", "parameters": map[string]any{"type": "object",
+		"properties": map[string]any{"d": map[string]any{"type": "string", "format": "date"}}}}}}
+	b, _ := json.Marshal(toolsBody(map[string]any{"tool_choice": "required", "tools": dated}))
+	if status, body := coder.do(t, http.MethodPost, "/v1/chat/completions", b); status != http.StatusBadRequest || !strings.Contains(string(body), `\"format\"`) {
+		t.Errorf("required with a raw-text parameter qwen3_coder cannot constrain: status %d: %s", status, body)
 	}
 	plain.post(t, "/v1/chat/completions", toolsBody(map[string]any{"tool_choice": "auto", "max_tokens": 3}), &res)
 	if len(res.Choices) != 1 {
@@ -361,6 +365,63 @@ func TestToolChoice(t *testing.T) {
 	if status, body := refusing.do(t, http.MethodPost, "/v1/chat/completions", b); status != http.StatusBadRequest || !strings.Contains(string(body), "unsupported keyword") {
 		t.Errorf("a grammar that fails: status %d: %s", status, body)
 	}
+}
+
+// TestToolChoiceRequiredEveryFamily holds a random model at temperature 1 to tool_choice
+// "required" in every family's syntax: each reply must end in calls (finish_reason
+// "tool_calls") of the offered functions whose arguments are instances of their schemas.
+func TestToolChoiceRequiredEveryFamily(t *testing.T) {
+	bounded := []any{
+		map[string]any{"type": "function", "function": map[string]any{"name": "get_weather", "parameters": map[string]any{"type": "object",
+			"properties": map[string]any{"city": map[string]any{"type": "string", "enum": []string{"Paris", "Oslo"}}, "days": map[string]any{"type": "integer", "minimum": 1, "maximum": 7}},
+			"required":   []string{"city", "days"}}}},
+		map[string]any{"type": "function", "function": map[string]any{"name": "get_time"}},
+	}
+	for _, parser := range toolcall.Names() {
+		t.Run(parser, func(t *testing.T) {
+			env := randomToolServer(t, parser)
+			var got chatResponse
+			env.post(t, "/v1/chat/completions", toolsBody(map[string]any{"tools": bounded, "tool_choice": "required", "temperature": 1, "n": 2, "max_tokens": 1500}), &got)
+			for i, c := range got.Choices {
+				if len(c.Message.ToolCalls) == 0 || deref(c.FinishReason) != "tool_calls" {
+					t.Errorf("choice %d: %+v (finish %s)", i, c.Message, deref(c.FinishReason))
+					continue
+				}
+				for _, tc := range c.Message.ToolCalls {
+					call := tc.Function
+					var args struct {
+						City *string `json:"city"`
+						Days *int    `json:"days"`
+					}
+					dec := json.NewDecoder(strings.NewReader(call.Arguments))
+					dec.DisallowUnknownFields()
+					err := dec.Decode(&args)
+					switch {
+					case call.Name == "get_time" && strings.ReplaceAll(call.Arguments, " ", "") == "{}":
+					case call.Name != "get_weather" || err != nil || args.City == nil || (*args.City != "Paris" && *args.City != "Oslo") ||
+						args.Days == nil || *args.Days < 1 || *args.Days > 7:
+						t.Errorf("choice %d: call %s(%s): %v", i, call.Name, call.Arguments, err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// randomToolServer is a server of the tiny random model reading tool calls with parser,
+// with the built-in tool_choice grammar and a context with room for parallel calls spelled
+// in the tiny vocabulary's bytes.
+func randomToolServer(t *testing.T, parser string) *testEnv {
+	t.Helper()
+	eng := openTinyEngine(t, kvasir.Options{}, quant.F32, 2048, testChatTemplate)
+	srv, err := New(eng, Config{ToolCallParser: parser, ModelNames: []string{testModelName}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	ts := httptest.NewServer(srv)
+	t.Cleanup(ts.Close)
+	return &testEnv{eng: eng, srv: srv, ts: ts}
 }
 
 // TestToolConversation sends a conversation with an assistant turn's tool_calls and a tool

@@ -1,6 +1,7 @@
 package jsonschema
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -26,6 +27,13 @@ type Options struct {
 	// Start names the start rule ("": root), so that the grammar can be a part of a larger
 	// one (a tool call's wrapper text around its arguments): no other rule takes the name.
 	Start string
+	// RulePrefix begins the name of every rule but the start rule, so that the grammars
+	// of several schemas can be joined into one without their rules meeting.
+	RulePrefix string
+	// Pointer is the JSON pointer (such as "/properties/city") of the schema to compile
+	// within the document; "" is the whole document. $ref resolves against the whole
+	// document either way.
+	Pointer string
 }
 
 // start returns the start rule's name.
@@ -94,7 +102,13 @@ func compileSchema(schema []byte, opt Options) (*grammar, error) {
 		return nil, err
 	}
 	c.g.names = append(c.g.names, opt.start())
-	body, err := c.compileAll([]node{{root, ""}}, "")
+	target := node{root, ""}
+	if opt.Pointer != "" {
+		if target, err = c.resolve("#"+opt.Pointer, ""); err != nil {
+			return nil, err
+		}
+	}
+	body, err := c.compileAll([]node{target}, target.ptr)
 	if err != nil {
 		return nil, err
 	}
@@ -140,6 +154,7 @@ func (c *compiler) define(base string, body expr) expr {
 
 // newName reserves a rule name derived from base.
 func (c *compiler) newName(base string) string {
+	base = c.opt.RulePrefix + base
 	name := base
 	for {
 		if _, taken := c.g.rules[name]; !taken && name != c.opt.start() {
@@ -382,11 +397,28 @@ func (c *compiler) compileFlat(f *flat) (expr, error) {
 		}
 		return nil
 	}
+	rest := *f
+	rest.excluded = nil // what the alternative admits but for "not"
+	for _, v := range f.excluded {
+		switch v.(type) {
+		case nil, bool, json.Number:
+			continue // written around below
+		}
+		if r, err := c.rejects(&rest, v, 0); err != nil {
+			return nil, err
+		} else if !r {
+			return nil, schemaError(f.ptr, "\"not\" with enum or const is supported only for null, booleans, integers and values the rest of the schema refuses")
+		}
+	}
 	if f.types&tNull != 0 {
 		choices = append(choices, lit("null"))
 	}
 	if f.types&tBoolean != 0 {
-		choices = append(choices, newAlt(lit("true"), lit("false")))
+		for _, b := range []bool{true, false} {
+			if !containsValue(f.excluded, b) {
+				choices = append(choices, lit(strconv.FormatBool(b)))
+			}
+		}
 	}
 	if f.types&tObject != 0 {
 		if err := add(c.compileObject(f)); err != nil {
@@ -416,6 +448,9 @@ func (c *compiler) compileEnum(f *flat) (expr, error) {
 	var choices []expr
 	seen := map[string]bool{}
 	for _, v := range f.enum {
+		if containsValue(f.excluded, v) {
+			continue
+		}
 		ok, err := c.admits(f, v)
 		if err != nil {
 			return nil, err
@@ -465,8 +500,8 @@ func (c *compiler) admits(f *flat, v any) (bool, error) {
 		if f.types&tArray == 0 {
 			return false, nil
 		}
-		if len(f.prefix) > 0 || len(f.items) > 0 || f.unique {
-			return false, schemaError(f.ptr, "an array enum/const beside items/prefixItems/uniqueItems is not supported")
+		if len(f.prefix) > 0 || len(f.items) > 0 || f.unique || len(f.contains) > 0 {
+			return false, schemaError(f.ptr, "an array enum/const beside items/prefixItems/uniqueItems/contains is not supported")
 		}
 		return len(v) >= f.minItems && (f.maxItems < 0 || len(v) <= f.maxItems), nil
 	case *object:

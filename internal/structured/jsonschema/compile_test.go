@@ -58,11 +58,17 @@ func TestNumberBounds(t *testing.T) {
 func TestRefusals(t *testing.T) {
 	cases := []struct{ schema, want string }{
 		{`{"properties":{"a":{"if":{"type":"string"}}}}`, `#/properties/a/if: keyword "if" is not supported`},
-		{`{"items":{"contains":{}}}`, `#/items/contains: keyword "contains"`},
+		{`{"items":{"contains":{},"maxContains":2}}`, `#/items/maxContains: keyword "maxContains"`},
+		{`{"contains":{},"minContains":2}`, `#/minContains: minContains above 1`},
+		{`{"type":"array","contains":{},"prefixItems":[{}]}`, `#/contains: contains beside prefixItems`},
+		{`{"propertyNames":{"maxLength":3}}`, `#/propertyNames/maxLength: propertyNames is supported only with pattern`},
+		{`{"type":"object","propertyNames":{"pattern":"^a"},"patternProperties":{"^b":{}}}`, `propertyNames beside patternProperties`},
+		{`{"type":"string","not":{"enum":["a"]}}`, `"not" with enum or const`},
+		{`{"type":"number","not":{"const":1.5}}`, `"not" with enum or const is supported for integers only`},
+		{`{"type":"array","uniqueItems":true,"minItems":2,"items":{"type":"string"}}`, `#/uniqueItems`},
 		{`{"unevaluatedProperties":false}`, `#/unevaluatedProperties`},
 		{`{"type":"string","pattern":"(a)\\1"}`, `backreference`},
 		{`{"type":"string","pattern":"^(?=a)"}`, `lookaround`},
-		{`{"type":"array","uniqueItems":true,"items":{"type":"string"}}`, `#/uniqueItems`},
 		{`{"$ref":"other.json#/a"}`, `leaves the document`},
 		{`{"$ref":"#/nope"}`, `nothing at /nope`},
 		{`{"$ref":"#"}`, `cycle`},
@@ -71,6 +77,7 @@ func TestRefusals(t *testing.T) {
 		{`{"type":"integer","multipleOf":70,"minimum":0,"maximum":1e9}`, `#/multipleOf`},
 		{`{"format":"period"}`, `format "period"`},
 		{`false`, `admits no value`},
+		{`{"oneOf":[]}`, `admits no value`},
 		{`{"type":"string","enum":[1]}`, `admits no value`},
 		{`{`, `invalid JSON`},
 	}
@@ -172,5 +179,33 @@ func TestMultiplesOf(t *testing.T) {
 		if match("-0") || match("007") {
 			t.Errorf("multipleOf %d matched a leading zero or -0", m)
 		}
+	}
+}
+
+// TestPointerAndRulePrefix checks that Pointer compiles the subschema it names, resolving
+// $ref in the whole document, and that RulePrefix begins every rule name but the start's.
+func TestPointerAndRulePrefix(t *testing.T) {
+	doc := []byte(`{"$defs":{"d":{"type":"integer","minimum":3}},"properties":{"a/b":{"type":"array","items":{"$ref":"#/$defs/d"}}}}`)
+	g, err := ToGBNF(doc, Options{Pointer: "/properties/a~1b", Start: "args", RulePrefix: "x-"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(g), "\n") {
+		name, _, _ := strings.Cut(line, " ::= ")
+		if name != "args" && !strings.HasPrefix(name, "x-") {
+			t.Errorf("rule %q lacks the prefix\n%s", name, g)
+		}
+	}
+	match, err := compileMatcher(strings.Replace(g, "args ::=", "root ::=", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for in, want := range map[string]bool{`[3,4]`: true, `[]`: true, `[2]`: false, `{"a/b":[3]}`: false} {
+		if match(in) != want {
+			t.Errorf("%s matched %v, want %v\n%s", in, !want, want, g)
+		}
+	}
+	if _, err := ToGBNF(doc, Options{Pointer: "/properties/nope"}); err == nil || !strings.Contains(err.Error(), "nothing at") {
+		t.Errorf("a pointer to nothing: %v", err)
 	}
 }

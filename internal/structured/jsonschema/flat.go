@@ -58,8 +58,9 @@ type flat struct {
 	ptr   string // where the alternative starts, for errors
 	types typeSet
 
-	hasEnum bool
-	enum    []any
+	hasEnum  bool
+	enum     []any
+	excluded []any // values a "not" with enum or const rules out
 
 	// Strings.
 	minLen, maxLen int // maxLen < 0: none
@@ -75,6 +76,7 @@ type flat struct {
 	items              []node
 	minItems, maxItems int
 	unique             bool
+	contains           []node // an element must satisfy these (and items)
 
 	// Objects.
 	shaped             bool // properties, patternProperties or additionalProperties seen
@@ -85,7 +87,8 @@ type flat struct {
 	addlSet            bool
 	required           []string
 	forbidden          []string
-	minProps, maxProps int // maxProps < 0: none
+	namePatterns       []node // propertyNames patterns every key must match
+	minProps, maxProps int    // maxProps < 0: none
 }
 
 func newFlat(ptr string) *flat {
@@ -96,6 +99,8 @@ func newFlat(ptr string) *flat {
 func (f *flat) clone() *flat {
 	g := *f
 	g.enum = slices.Clone(f.enum)
+	g.excluded = slices.Clone(f.excluded)
+	g.contains = slices.Clone(f.contains)
 	g.patterns = slices.Clone(f.patterns)
 	g.formats = slices.Clone(f.formats)
 	g.multipleOf = slices.Clone(f.multipleOf)
@@ -112,6 +117,7 @@ func (f *flat) clone() *flat {
 	g.addl = slices.Clone(f.addl)
 	g.required = slices.Clone(f.required)
 	g.forbidden = slices.Clone(f.forbidden)
+	g.namePatterns = slices.Clone(f.namePatterns)
 	return &g
 }
 
@@ -211,12 +217,25 @@ func (c *compiler) applyObject(f *flat, o *object, ptr string, depth int) ([]*fl
 			}
 			var next []*flat
 			for _, f := range fs {
-				for _, s := range subs {
-					out, err := c.apply(f.clone(), s, depth+1)
+				branches := make([][]*flat, len(subs))
+				for i, s := range subs {
+					if branches[i], err = c.apply(f.clone(), s, depth+1); err != nil {
+						return nil, err
+					}
+				}
+				if k == "oneOf" {
+					onlyRequired := make([]bool, len(subs))
+					for i, s := range subs {
+						onlyRequired[i] = onlyRequiredList(s)
+					}
+					only, err := c.exclusive(branches, onlyRequired, ptr+"/oneOf")
 					if err != nil {
 						return nil, err
 					}
-					next = append(next, out...)
+					branches = [][]*flat{only}
+				}
+				for _, b := range branches {
+					next = append(next, b...)
 				}
 			}
 			if len(next) > maxAlternatives {
@@ -442,6 +461,24 @@ func applyArray(f *flat, o *object, at func(string) string) error {
 	if err := countBounds(o, "minItems", "maxItems", at, &f.minItems, &f.maxItems); err != nil {
 		return err
 	}
+	if v, ok := o.get("contains"); ok {
+		minC := 1
+		if m, ok := o.get("minContains"); ok {
+			n, err := count(m, at("minContains"))
+			if err != nil {
+				return err
+			}
+			minC = n
+		}
+		switch _, hasMax := o.get("maxContains"); {
+		case hasMax:
+			return schemaError(at("maxContains"), "keyword \"maxContains\" is not supported")
+		case minC > 1:
+			return schemaError(at("minContains"), "minContains above 1 is not supported")
+		case minC == 1:
+			f.contains = append(f.contains, node{v, at("contains")})
+		}
+	}
 	if v, ok := o.get("uniqueItems"); ok {
 		b, ok := v.(bool)
 		if !ok {
@@ -499,7 +536,36 @@ func applyObjectShape(f *flat, o *object, at func(string) string) error {
 	if err := countBounds(o, "minProperties", "maxProperties", at, &f.minProps, &f.maxProps); err != nil {
 		return err
 	}
+	if v, ok := o.get("propertyNames"); ok {
+		return applyPropertyNames(f, v, at("propertyNames"))
+	}
 	return nil
+}
+
+// applyPropertyNames reads propertyNames: true, false (no keys), or a schema whose one
+// enforced keyword is pattern.
+func applyPropertyNames(f *flat, v any, ptr string) error {
+	switch v := v.(type) {
+	case bool:
+		if !v {
+			f.maxProps = 0
+		}
+		return nil
+	case *object:
+		for _, k := range v.keys {
+			if k != "pattern" && (classify(k) == supported || classify(k) == unsupported) {
+				return schemaError(ptr+"/"+escapePointer(k), "propertyNames is supported only with pattern, not %q", k)
+			}
+		}
+		if p, ok := v.get("pattern"); ok {
+			if _, ok := p.(string); !ok {
+				return schemaError(ptr+"/pattern", "pattern must be a string")
+			}
+			f.namePatterns = append(f.namePatterns, node{p, ptr + "/pattern"})
+		}
+		return nil
+	}
+	return schemaError(ptr, "a schema must be an object or a boolean, not %s", jsonKind(v))
 }
 
 // mergeShape adds one schema's properties/patternProperties/additionalProperties to f: a key
@@ -588,6 +654,22 @@ func (c *compiler) applyNot(fs []*flat, n node) ([]*flat, error) {
 				f.types &^= t
 			}
 			return fs, nil
+		case len(ks) == 1 && (ks[0] == "enum" || ks[0] == "const"):
+			vals := []any{v.vals["const"]}
+			if ks[0] == "enum" {
+				list, ok := v.vals["enum"].([]any)
+				if !ok {
+					return nil, schemaError(n.ptr+"/enum", "enum must be an array")
+				}
+				vals = list
+			}
+			for _, f := range fs {
+				f.excluded = append(f.excluded, vals...)
+				if containsValue(vals, nil) {
+					f.types &^= tNull
+				}
+			}
+			return fs, nil
 		case len(ks) == 1 && ks[0] == "required":
 			names, err := stringList(v.vals["required"], n.ptr+"/required")
 			if err != nil {
@@ -616,7 +698,7 @@ func (c *compiler) applyNot(fs []*flat, n node) ([]*flat, error) {
 			}
 			return out, nil
 		}
-		return nil, schemaError(n.ptr, "keyword \"not\" is supported only with {}, a type list or a required list")
+		return nil, schemaError(n.ptr, "keyword \"not\" is supported only with {}, a type list, an enum or const, or a required list")
 	}
 	return nil, schemaError(n.ptr, "a schema must be an object or a boolean, not %s", jsonKind(n.v))
 }

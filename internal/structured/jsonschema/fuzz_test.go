@@ -20,6 +20,12 @@ func FuzzToGBNF(f *testing.F) {
 		`{"dependencies":{"a":["b"]},"not":{"required":["c"]}}`,
 		`{"type":"array","uniqueItems":true,"items":{"enum":[1,2,3]}}`,
 		`{"$defs":{"n":{"type":["null","object"],"properties":{"next":{"$ref":"#/$defs/n"}}}},"$ref":"#/$defs/n"}`,
+		`{"oneOf":[{"properties":{"k":{"const":"a"}},"required":["k"]},{"properties":{"k":{"enum":["b"]}},"required":["k"]},{"type":"integer"},{"type":"number"}]}`,
+		`{"type":"object","properties":{"a":{},"b":{}},"oneOf":[{"required":["a"]},{"required":["b"]}]}`,
+		`{"oneOf":[{"$ref":"#"},{"type":"array","items":{"$ref":"#"}}]}`, `{"oneOf":[]}`, `{"anyOf":[]}`,
+		`{"type":"integer","maximum":9,"not":{"enum":[1,2,3]},"oneOf":[{"minimum":5},{"maximum":4}]}`,
+		`{"type":"array","contains":{"const":1},"items":{"type":"integer"},"maxItems":3}`,
+		`{"type":"object","propertyNames":{"pattern":"^[a-z]+$"},"additionalProperties":{"type":"string"}}`,
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s), false)

@@ -22,9 +22,9 @@ func classify(k string) keywordKind {
 	switch k {
 	case "$schema", "$id", "id", "$comment", "title", "description", "default", "examples", "example", "deprecated", "readOnly", "writeOnly", "$defs", "definitions", "$anchor", "contentMediaType", "contentEncoding", "contentSchema", "discriminator", "xml", "externalDocs", "$vocabulary":
 		return annotation
-	case "type", "enum", "const", "nullable", "$ref", "allOf", "anyOf", "oneOf", "not", "properties", "required", "additionalProperties", "patternProperties", "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "dependencies", "items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf":
+	case "type", "enum", "const", "nullable", "$ref", "allOf", "anyOf", "oneOf", "not", "properties", "required", "additionalProperties", "patternProperties", "minProperties", "maxProperties", "dependentRequired", "dependentSchemas", "dependencies", "items", "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "contains", "minContains", "maxContains", "propertyNames":
 		return supported
-	case "if", "contains", "minContains", "maxContains", "propertyNames", "unevaluatedItems", "unevaluatedProperties", "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor":
+	case "if", "unevaluatedItems", "unevaluatedProperties", "$dynamicRef", "$dynamicAnchor", "$recursiveRef", "$recursiveAnchor":
 		return unsupported
 	case "then", "else":
 		// These act only beside "if", which is refused; alone they are no-ops.

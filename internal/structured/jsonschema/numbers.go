@@ -3,6 +3,7 @@ package jsonschema
 import (
 	"encoding/json"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -73,7 +74,19 @@ func (c *compiler) compileNumber(f *flat) (expr, error) {
 			fracDigits = min(fracDigits, k)
 		}
 	}
-	if !f.lo.set && !f.hi.set && step == 0 && !noIntegers {
+	var skip []int64 // integers a "not" enum or const rules out
+	for _, v := range f.excluded {
+		if ok, err := c.admitsNumber(f, v); err != nil || !ok {
+			continue
+		}
+		x, _ := strconv.ParseFloat(string(v.(json.Number)), 64)
+		if x != math.Trunc(x) || math.Abs(x) > maxMagnitude {
+			return nil, schemaError(f.ptr, "\"not\" with enum or const is supported for integers only, not %v", v)
+		}
+		skip = append(skip, int64(x))
+	}
+	slices.Sort(skip)
+	if !f.lo.set && !f.hi.set && step == 0 && !noIntegers && len(skip) == 0 {
 		if integer {
 			return c.integerRule(), nil
 		}
@@ -100,7 +113,7 @@ func (c *compiler) compileNumber(f *flat) (expr, error) {
 	if noIntegers && step != 0 {
 		return nil, nil
 	}
-	if step != 0 && step <= maxRemainderStates && !f.lo.set && !f.hi.set {
+	if step != 0 && step <= maxRemainderStates && !f.lo.set && !f.hi.set && len(skip) == 0 {
 		return c.multiplesOf(step), nil
 	}
 	if noIntegers {
@@ -114,11 +127,23 @@ func (c *compiler) compileNumber(f *flat) (expr, error) {
 			}
 		} else {
 			for v := first; v <= ihi; v += step {
-				choices = append(choices, lit(strconv.FormatInt(v, 10)))
+				if !slices.Contains(skip, v) {
+					choices = append(choices, lit(strconv.FormatInt(v, 10)))
+				}
 			}
 		}
-	} else if ilo <= ihi {
-		choices = append(choices, integerRange(ilo, ihi))
+	} else {
+		// The range, less the integers skipped: the pieces between them.
+		from := ilo
+		for _, s := range append(skip, ihi+1) {
+			if s > ihi+1 || s < from {
+				continue
+			}
+			if from <= s-1 {
+				choices = append(choices, integerRange(from, s-1))
+			}
+			from = s + 1
+		}
 	}
 	if !integer {
 		// k.f with f > 0 lies in (k, k+1): inside [lo, hi] when k >= lo and k+1 <= hi,

@@ -131,6 +131,10 @@ func (c *compiler) compileObject(f *flat) (expr, error) {
 		}
 		pats[i] = re
 	}
+	names, err := c.namePattern(f, len(pats) > 0)
+	if err != nil {
+		return nil, err
+	}
 	// A declared property's value must also satisfy each pattern its name matches.
 	withPatterns := func(name string, nodes []node) []node {
 		out := slices.Clone(nodes)
@@ -148,7 +152,7 @@ func (c *compiler) compileObject(f *flat) (expr, error) {
 	addSlot := func(name string, nodes []node, ptr string) (bool, error) {
 		taken = append(taken, name)
 		required := slices.Contains(f.required, name)
-		if slices.Contains(f.forbidden, name) {
+		if slices.Contains(f.forbidden, name) || (names != nil && !names.MatchString(name)) {
 			return !required, nil
 		}
 		var v expr
@@ -185,7 +189,7 @@ func (c *compiler) compileObject(f *flat) (expr, error) {
 			return nil, err
 		}
 	}
-	extra, err := c.extraProperties(f, pats, taken, strictNoExtras)
+	extra, err := c.extraProperties(f, pats, names, taken, strictNoExtras)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +205,7 @@ func (c *compiler) compileObject(f *flat) (expr, error) {
 // pattern that no declared or forbidden name matches, and a value satisfying every pattern's
 // schema (a key may match several); properties matching no pattern are not written.
 // Without, its key is any name not taken and its value satisfies additionalProperties.
-func (c *compiler) extraProperties(f *flat, pats []*regexp.Regexp, taken []string, strictNoExtras bool) (expr, error) {
+func (c *compiler) extraProperties(f *flat, pats []*regexp.Regexp, names *regexp.Regexp, taken []string, strictNoExtras bool) (expr, error) {
 	kv := func(key, value expr) expr { return newSeq(key, c.ws, lit(":"), c.ws, value) }
 	if len(pats) > 0 {
 		var all []node
@@ -240,7 +244,43 @@ func (c *compiler) extraProperties(f *flat, pats []*regexp.Regexp, taken []strin
 			return nil, err
 		}
 	}
+	if names != nil {
+		// Keys the propertyNames pattern writes, when no taken name is among them.
+		if slices.ContainsFunc(taken, names.MatchString) {
+			return nil, nil
+		}
+		p := f.namePatterns[0]
+		key, err := patternString(p.v.(string), -1, p.ptr)
+		if err != nil {
+			return nil, err
+		}
+		return kv(key, value), nil
+	}
 	return kv(keyExcept(taken), value), nil
+}
+
+// namePattern returns the propertyNames pattern every key must match (nil: none).
+func (c *compiler) namePattern(f *flat, withPatternProperties bool) (*regexp.Regexp, error) {
+	if len(f.namePatterns) == 0 {
+		return nil, nil
+	}
+	p := f.namePatterns[0]
+	for _, q := range f.namePatterns[1:] {
+		if q.v != p.v {
+			return nil, schemaError(q.ptr, "more than one propertyNames pattern on one object is not supported")
+		}
+	}
+	if withPatternProperties {
+		return nil, schemaError(p.ptr, "propertyNames beside patternProperties is not supported")
+	}
+	if _, err := parsePattern(p.v.(string), p.ptr); err != nil {
+		return nil, err
+	}
+	re, err := regexp.Compile(p.v.(string))
+	if err != nil {
+		return nil, schemaError(p.ptr, "pattern %q: %v", p.v, err)
+	}
+	return re, nil
 }
 
 // keyExcept writes a JSON string of printable ASCII characters, without escapes, that is
@@ -327,7 +367,16 @@ func (c *compiler) compileArray(f *flat) (expr, error) {
 			return nil, err
 		}
 	}
+	if len(f.contains) > 0 {
+		return c.containingArray(f, items)
+	}
 	if f.unique && f.maxItems != 0 && f.maxItems != 1 {
+		if literals(items) == nil && len(f.prefix) == 0 && f.minItems <= 1 {
+			// Items that are not a finite list: at most one, which is always unique.
+			g := *f
+			g.maxItems, g.unique = 1, false
+			return c.compileArray(&g)
+		}
 		return c.uniqueArray(f, items, base)
 	}
 	prefix := make([]expr, len(f.prefix))
@@ -388,13 +437,41 @@ func (c *compiler) compileArray(f *flat) (expr, error) {
 	return newSeq(lit("["), c.ws, b, c.ws, lit("]")), nil
 }
 
+// containingArray writes arrays with contains: one element satisfies the contains schema
+// (and items) anywhere among elements satisfying items; with minItems above 1 or maxItems,
+// that element comes first.
+func (c *compiler) containingArray(f *flat, items expr) (expr, error) {
+	if len(f.contains) > 1 || len(f.prefix) > 0 || f.unique {
+		return nil, schemaError(f.contains[0].ptr, "contains beside prefixItems or uniqueItems, or several contains on one array, is not supported")
+	}
+	if f.maxItems == 0 || items == nil {
+		return nil, nil
+	}
+	wanted, err := c.compileAll(append(append([]node{}, f.items...), f.contains[0]), f.contains[0].ptr)
+	if err != nil || wanted == nil {
+		return nil, err
+	}
+	sep := newSeq(c.ws, lit(","), c.ws)
+	var body expr
+	if f.minItems <= 1 && f.maxItems < 0 {
+		body = newSeq(rep{e: newSeq(items, sep), min: 0, max: -1}, wanted, rep{e: newSeq(sep, items), min: 0, max: -1})
+	} else {
+		hi := -1
+		if f.maxItems > 0 {
+			hi = f.maxItems - 1
+		}
+		body = newSeq(wanted, repeat(newSeq(sep, items), max(f.minItems-1, 0), hi))
+	}
+	return newSeq(lit("["), c.ws, body, c.ws, lit("]")), nil
+}
+
 // uniqueArray writes arrays with uniqueItems where the grammar can decide it: when the
 // items are a finite list of values (an enum, a const, booleans), an array takes each value
 // at most once, in the list's order.
 func (c *compiler) uniqueArray(f *flat, items expr, base string) (expr, error) {
 	vals := literals(items)
 	if vals == nil || len(f.prefix) > 0 {
-		return nil, schemaError(f.ptr+"/uniqueItems", "keyword \"uniqueItems\" is supported only for items that are a finite list of values (enum, const, boolean)")
+		return nil, schemaError(f.ptr+"/uniqueItems", "keyword \"uniqueItems\" is supported only for items that are a finite list of values (enum, const, boolean), or with minItems at most 1 (then arrays hold at most one element)")
 	}
 	slots := make([]slot, len(vals))
 	for i, v := range vals {

@@ -73,7 +73,7 @@ func (c *compiler) compileString(f *flat) (expr, error) {
 		return newSeq(lit(`"`), body, lit(`"`)), nil
 	}
 	if len(f.formats) == 1 {
-		body := formatExpr(f.formats[0])
+		body := raiseMinimum(formatExpr(f.formats[0]), f.minLen)
 		if f.minLen > 0 || f.maxLen >= 0 {
 			lo, hi := lengths(body)
 			if lo < f.minLen || hi < 0 || (f.maxLen >= 0 && hi > f.maxLen) {

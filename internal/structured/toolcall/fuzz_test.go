@@ -1,6 +1,11 @@
 package toolcall
 
-import "testing"
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/kvasir-llm/kvasir/internal/structured"
+)
 
 // FuzzParsers feeds every parser arbitrary text in arbitrary pieces: no panic, and the
 // pieces hand out what the whole text does.
@@ -28,6 +33,34 @@ func FuzzParsers(f *testing.F) {
 			whole, wholeCalls := gather(t, name, text, nil, func(int) bool { return false })
 			pieces, piecesCalls := gather(t, name, text, nil, func(i int) bool { return cuts>>(uint(i)%64)&1 == 1 })
 			compareStreams(t, text, whole, wholeCalls, pieces, piecesCalls)
+		}
+	})
+}
+
+// FuzzGrammar builds every parser's grammar from arbitrary parameters schemas and names:
+// an error or a grammar the GBNF parser reads, never a panic.
+func FuzzGrammar(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"object","properties":{"a":{"type":"string","maxLength":3},"b":{"type":"integer"}},"required":["a"]}`,
+		`{"type":"object","properties":{"a":{"enum":["x","y"]},"b":{"$ref":"#/$defs/d"}},"$defs":{"d":{"type":"boolean"}}}`,
+		`{"type":"object","properties":{"a/b~c%":{"type":"array","items":{"type":"number"}}}}`,
+		``, `null`, `{}`, `[]`, `{"type":"string"}`,
+	} {
+		f.Add(s, "get_weather")
+	}
+	names := Names()
+	f.Fuzz(func(t *testing.T, params, name string) {
+		if len(params) > 2<<10 {
+			return
+		}
+		for _, parser := range names {
+			src, err := Grammar(parser, []Function{{Name: name, Parameters: json.RawMessage(params)}, {Name: "other"}}, "", true)
+			if err != nil {
+				continue
+			}
+			if _, err := structured.ParseGBNF(src); err != nil {
+				t.Fatalf("%s, parameters %q, name %q: %v\n%s", parser, params, name, err, src)
+			}
 		}
 	})
 }
