@@ -85,7 +85,7 @@ func (e *Engine) Constrain(s StructuredOutput) (Processor, error) {
 	g.once.Do(func() {
 		g.trie, g.err = structured.NewTokenTrie(e.l.tok)
 		g.cache = structured.NewCache(grammarCacheSize, structured.DefaultLimits(),
-			func(tg *structured.TokenGrammar) error { return probeMasks(tg, e.l.tok) })
+			func(tg *structured.TokenGrammar) error { return probeMasks(tg, e.l.tok, maxProbeMask) })
 	})
 	if g.err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStructuredOutput, g.err)
@@ -98,16 +98,16 @@ func (e *Engine) Constrain(s StructuredOutput) (Processor, error) {
 }
 
 // probeMasks walks tg for up to probeTokens random allowed tokens and reports a mask slower
-// than maxProbeMask (see the probe's constants).
-func probeMasks(tg *structured.TokenGrammar, vocab structured.Vocabulary) error {
+// than limit (maxProbeMask; see the probe's constants).
+func probeMasks(tg *structured.TokenGrammar, vocab structured.Vocabulary, limit time.Duration) error {
 	m := tg.NewMasker()
 	rng := rand.New(rand.NewPCG(1, 2))
 	var allowed []int32
 	for i := range probeTokens {
 		t0 := time.Now()
 		mask := m.Mask()
-		if d := time.Since(t0); d > maxProbeMask {
-			return fmt.Errorf("too slow to hold generation to: a token mask took %v (at most %v; after %d tokens)", d.Round(time.Millisecond), maxProbeMask, i)
+		if d := time.Since(t0); d > limit {
+			return fmt.Errorf("too slow to hold generation to: a token mask took %v (at most %v; after %d tokens)", d.Round(time.Microsecond), limit, i)
 		}
 		if m.Done() || mask == nil {
 			return nil
