@@ -133,13 +133,13 @@ var hostile = []struct {
 }{
 	{"unbounded recursion", `{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}`, []Limit{LimitDepth}},
 	{"a gigabyte string", `{{ 'a' * 1000000000 }}`, []Limit{LimitMemory}},
-	// range builds its list of 10^8 before the loop starts: memory or time runs out first.
-	{"range(1e8)", `{% for i in range(100000000) %}{% endfor %}`, []Limit{LimitDeadline, LimitMemory}},
+	// range would build its list of 10^8 before the loop starts: it is refused as the loop
+	// limit before a value is made.
+	{"range(1e8)", `{% for i in range(100000000) %}{% endfor %}`, []Limit{LimitIterations}},
 	{"a billion nested iterations", `{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(1000) %}{% endfor %}{% endfor %}{% endfor %}`, []Limit{LimitIterations}},
-	// Few iterations, each a filter over a million numbers, in bounded memory.
-	// Each sum builds a list of a million numbers: the deadline, or the memory limit
-	// where the list takes more than the worker may.
-	{"slow filters", `{% for i in range(1000) %}{{ range(1000000) | sum }}{% endfor %}`, []Limit{LimitDeadline, LimitMemory}},
+	// Few iterations, each a filter over many numbers, in bounded memory: each sum builds a
+	// list of as many numbers as the loop limit allows (the limits below hold 20,000).
+	{"slow filters", `{% for i in range(1000) %}{{ range(20000) | sum }}{{ range(20000) | join(',') | length }}{% endfor %}`, []Limit{LimitDeadline, LimitMemory, LimitIterations}},
 	{"a prompt too long", `{{ 'x' * 5000000 }}`, []Limit{LimitOutput}},
 }
 
@@ -228,7 +228,7 @@ func TestSandboxStackLimit(t *testing.T) {
 // TestSandboxCancel: a render whose context ends is stopped: it returns the context's
 // error at once and its worker is killed.
 func TestSandboxCancel(t *testing.T) {
-	sb := newTestSandbox(t, SandboxConfig{Workers: 1, Limits: Limits{Timeout: time.Minute, MaxMemoryBytes: 512 << 20}})
+	sb := newTestSandbox(t, SandboxConfig{Workers: 1, Limits: Limits{Timeout: time.Minute, MaxMemoryBytes: 512 << 20, MaxIterations: 1 << 40}})
 	tmpl := loadIn(t, sb, trojan(`{{ range(100000000) | join(',') }}`))
 	pids := children(t)
 	if len(pids) != 1 {
@@ -282,7 +282,7 @@ func TestSandboxRestartsKilledWorker(t *testing.T) {
 func TestSandboxCloseLeavesNothing(t *testing.T) {
 	before := runtime.NumGoroutine()
 	base := len(children(t))
-	sb, err := NewSandbox(SandboxConfig{Workers: 3, Limits: Limits{Timeout: 300 * time.Millisecond}})
+	sb, err := NewSandbox(SandboxConfig{Workers: 3, Limits: Limits{Timeout: 300 * time.Millisecond, MaxIterations: 1 << 40}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func (e *RaisedError) Error() string { return e.Message }
 func isReserved(name string) bool {
 	switch name {
 	case "messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token",
-		"raise_exception", "strftime_now", toJSONFilter, loopFunc, enterFunc, leaveFunc:
+		"raise_exception", "strftime_now", "range", toJSONFilter, loopFunc, enterFunc, leaveFunc:
 		return true
 	}
 	return false
@@ -208,6 +208,25 @@ func addCallables(data map[string]jinja.Value, now func() time.Time, limits Limi
 		st.raised = &RaisedError{Message: msg}
 		return jinja.Undefined(), st.raised
 	})
+	// range is Python's, but a range longer than the loop limit is refused before it is
+	// built: the library's range makes the whole list first, so range(10**8) would take a
+	// worker's memory before a single iteration counts.
+	data["range"] = jinja.NewCallable("range", func(args []jinja.Value, _ map[string]jinja.Value) (jinja.Value, error) {
+		start, stop, step, err := rangeArgs(args)
+		if err != nil {
+			return jinja.Undefined(), err
+		}
+		n := rangeLen(start, stop, step)
+		if n > uint64(max(limits.MaxIterations, 0)) {
+			st.limit = limits.limitError(LimitIterations)
+			return jinja.Undefined(), st.limit
+		}
+		items := make([]jinja.Value, 0, min(n, 1024)) // grown as it fills, as the library's
+		for i := range int64(n) {
+			items = append(items, jinja.NewInt(start+i*step))
+		}
+		return jinja.NewList(items), nil
+	})
 	data[loopFunc] = jinja.NewCallable(loopFunc, func([]jinja.Value, map[string]jinja.Value) (jinja.Value, error) {
 		if st.iterations++; st.iterations > limits.MaxIterations {
 			st.limit = limits.limitError(LimitIterations)
@@ -227,6 +246,40 @@ func addCallables(data map[string]jinja.Value, now func() time.Time, limits Limi
 		return empty, nil
 	})
 	return st
+}
+
+// rangeArgs reads range's arguments as Python does: (stop), (start, stop) or (start, stop,
+// step), integers, step not zero.
+func rangeArgs(args []jinja.Value) (start, stop, step int64, err error) {
+	for _, a := range args {
+		if !a.IsInt() {
+			return 0, 0, 0, fmt.Errorf("range: want integer arguments, got %s", a.String())
+		}
+	}
+	switch len(args) {
+	case 1:
+		return 0, args[0].AsInt(), 1, nil
+	case 2:
+		return args[0].AsInt(), args[1].AsInt(), 1, nil
+	case 3:
+		if args[2].AsInt() == 0 {
+			return 0, 0, 0, fmt.Errorf("range: step must not be zero")
+		}
+		return args[0].AsInt(), args[1].AsInt(), args[2].AsInt(), nil
+	}
+	return 0, 0, 0, fmt.Errorf("range: want 1 to 3 arguments, got %d", len(args))
+}
+
+// rangeLen returns how many values range(start, stop, step) holds (step not zero), in
+// unsigned arithmetic so that no span overflows.
+func rangeLen(start, stop, step int64) uint64 {
+	if step > 0 && start < stop {
+		return (uint64(stop)-uint64(start)-1)/uint64(step) + 1
+	}
+	if step < 0 && start > stop {
+		return (uint64(start)-uint64(stop)-1)/(-uint64(step)) + 1
+	}
+	return 0
 }
 
 // plainText renders v as template output would (strings unquoted).
