@@ -25,7 +25,7 @@ var hostileCases = []struct {
 }{
 	{"recursion", `{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}`, []chat.Limit{chat.LimitDepth}},
 	{"string", `{{ 'a' * 1000000000 }}`, []chat.Limit{chat.LimitMemory}},
-	{"range", `{% for i in range(100000000) %}{% endfor %}`, []chat.Limit{chat.LimitDeadline, chat.LimitMemory}},
+	{"range", `{% for i in range(100000000) %}{% endfor %}`, []chat.Limit{chat.LimitIterations}},
 	{"loops", `{% for i in range(1000) %}{% for j in range(1000) %}{% for k in range(1000) %}{% endfor %}{% endfor %}{% endfor %}`, []chat.Limit{chat.LimitIterations}},
 }
 
@@ -138,7 +138,7 @@ func TestHostileChatRequests(t *testing.T) {
 // killed one.
 func TestChatRenderCancelled(t *testing.T) {
 	env := newTestEnv(t, kvasir.Options{}, Config{ChatTemplate: trojanTemplate(), ChatTemplateWorkers: 1,
-		ChatTemplateLimits: chat.Limits{Timeout: time.Minute, MaxMemoryBytes: 512 << 20}})
+		ChatTemplateLimits: chat.Limits{Timeout: time.Minute, MaxMemoryBytes: 512 << 20, MaxIterations: 1 << 40}})
 	body, _ := json.Marshal(map[string]any{"messages": []map[string]any{{"role": "user", "content": "hi"}},
 		"max_tokens": 2, "chat_template_kwargs": map[string]any{"case": "slow"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
