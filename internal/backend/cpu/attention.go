@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/kvasir-llm/kvasir/internal/kvquant"
 	"github.com/kvasir-llm/kvasir/internal/quant"
@@ -53,6 +52,14 @@ func NewKeysOnlyKVCacheLayer(numBlocks, blockSize, kvHeads, headDim int, dtype q
 	return newKVCacheLayer(numBlocks, blockSize, kvHeads, headDim, dtype, true)
 }
 
+// zeroedLike returns a zeroed slice of s's length (nil for nil).
+func zeroedLike[T any](s []T) []T {
+	if s == nil {
+		return nil
+	}
+	return make([]T, len(s))
+}
+
 // newKVCacheLayer allocates a layer, its values the keys when keysOnly is set.
 func newKVCacheLayer(numBlocks, blockSize, kvHeads, headDim int, dtype quant.Type, keysOnly bool) (*KVCacheLayer, error) {
 	if numBlocks <= 0 || blockSize <= 0 || kvHeads <= 0 || headDim <= 0 {
@@ -76,7 +83,9 @@ func newKVCacheLayer(numBlocks, blockSize, kvHeads, headDim int, dtype quant.Typ
 	}
 	c.V, c.V16, c.V8, c.VS = c.K, c.K16, c.K8, c.KS
 	if !keysOnly {
-		c.V, c.V16, c.V8, c.VS = slices.Clone(c.K), slices.Clone(c.K16), slices.Clone(c.K8), slices.Clone(c.KS)
+		// Fresh zeroed buffers, not copies of the keys': make leaves the pages untouched until
+		// a token is written, where a copy would make the whole cache resident at once.
+		c.V, c.V16, c.V8, c.VS = zeroedLike(c.K), zeroedLike(c.K16), zeroedLike(c.K8), zeroedLike(c.KS)
 	}
 	return c, nil
 }
