@@ -34,8 +34,10 @@ type SandboxConfig struct {
 // without end, asks for gigabytes or loops for ever costs one worker (killed, and replaced)
 // and not the process that asked: a render past the deadline, or whose context ends, is
 // killed; one that overflows its stack or its memory dies. Each ends in a *LimitError
-// naming the limit. Workers are started as they are needed (up to Workers), kept for the
-// next render, and replaced in the background when one dies. It is safe for concurrent
+// naming the limit. The first Load starts the first worker and then, in the background,
+// the others up to Workers; they are kept for the next render and replaced in the
+// background when one dies, so that the pool's processes (and their memory) are there
+// from the start and never grow with the load. It is safe for concurrent
 // use; Close stops the workers.
 type Sandbox struct {
 	limits  Limits
@@ -96,6 +98,7 @@ var trivialConversation = Input{Messages: []Message{{Role: "user", Content: "Hel
 func (s *Sandbox) Load(ctx context.Context, source string) (*Template, error) {
 	t := &Template{limits: s.limits, src: source, sb: s, id: s.nextID.Add(1)}
 	_, err := t.RenderContext(ctx, trivialConversation)
+	s.fill()
 	var ce *CompileError
 	var re *remoteError
 	switch {
@@ -280,29 +283,37 @@ func (s *Sandbox) discard(w *worker) {
 	w.kill()
 	s.mu.Lock()
 	delete(s.live, w)
-	closed := s.closed
-	if !closed {
-		s.starts.Add(1)
-	}
 	s.mu.Unlock()
 	<-s.slots
-	if closed {
-		return
-	}
-	go func() {
-		defer s.starts.Done()
+	s.fill()
+}
+
+// fill starts workers in the background into every free slot (none once closed).
+func (s *Sandbox) fill() {
+	for {
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			return
+		}
 		select {
 		case s.slots <- struct{}{}:
 		default:
+			s.mu.Unlock()
 			return // every slot is taken: no worker is missing
 		}
-		w, err := s.start()
-		if err != nil {
-			<-s.slots
-			return // the next render starts one and reports the error
-		}
-		s.release(w)
-	}()
+		s.starts.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.starts.Done()
+			w, err := s.start()
+			if err != nil {
+				<-s.slots
+				return // the next render starts one and reports the error
+			}
+			s.release(w)
+		}()
+	}
 }
 
 // deathError is the error of a render whose worker died (err is what the pipe said): the
