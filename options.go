@@ -152,9 +152,9 @@ type CUDAOptions struct {
 	// WidenQuantized uploads quantized matrices dequantized to BF16, as kvasir did before
 	// its GPU kernels read GGML's block layouts (KVASIR_CUDA_QUANT=0): for comparisons.
 	WidenQuantized bool
-	// QuantGEMV names the kernel of decode's quantized GEMV (KVASIR_CUDA_GEMVQ): split
-	// (the default) or split8, which rounds the activations to 8 bits for the GPU's int8
-	// dot products; empty, the default. For comparisons.
+	// QuantGEMV names the kernel of decode's quantized GEMV (KVASIR_CUDA_GEMVQ): split8
+	// (the default), which rounds the activations to 8 bits for the GPU's int8 dot
+	// products, or split, on float32 activations; empty, the default.
 	QuantGEMV string
 }
 

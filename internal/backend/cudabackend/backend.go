@@ -33,11 +33,11 @@ type BackendOptions struct {
 	QuantGEMV *cuda.GEMVLayout
 }
 
-// DefaultQuantGEMV is the quantized GEMV layout decode uses unless told otherwise: split,
-// on float32 activations (split8's 8-bit activations, rounded once a launch, gave 1B Q4_K
-// and Q8_0 decode 14-16% more on the H200; not yet measured on 8B, so not the default:
-// docs/BENCHMARKS.md).
-const DefaultQuantGEMV = cuda.GEMVSplit
+// DefaultQuantGEMV is the quantized GEMV layout decode uses unless told otherwise:
+// split8, the activations rounded to 8 bits once a launch for the int8 dot products, as
+// llama.cpp's Q8_1 (on the H200, 8B decode 1.20x split's with Q4_K and 1.17x with Q8_0,
+// llama-3.2-1b 1.14-1.16x: docs/BENCHMARKS.md); split keeps float32 activations.
+const DefaultQuantGEMV = cuda.GEMVSplitX8
 
 // maxX8Cols bounds the columns of a quantized weight the int8 GEMV layout reads (its
 // scratch for the rounded x is reserved when the backend opens, GEMVMaxRows rows of it).

@@ -48,8 +48,8 @@ func uploadQuantized(t *testing.T, b *Backend, qt quant.Type, rows, cols int, va
 func TestBackendQuantizedMatMul(t *testing.T) {
 	// The default cubin cache: both backends (and the other GPU tests) share one compile.
 	split, split8 := cuda.GEMVSplit, cuda.GEMVSplitX8
-	b := openBackend(t, BackendOptions{QuantGEMV: &split})   // the default; MatMuls and MatMulSwiGLU in one launch
-	b8 := openBackend(t, BackendOptions{QuantGEMV: &split8}) // an int8 layout of decode
+	b := openBackend(t, BackendOptions{QuantGEMV: &split})   // float activations; MatMuls and MatMulSwiGLU in one launch
+	b8 := openBackend(t, BackendOptions{QuantGEMV: &split8}) // the default: activations rounded to 8 bits
 	wide := openBackend(t, BackendOptions{WidenQuantized: true})
 	r := rand.New(rand.NewPCG(7, 9))
 	for _, c := range []struct {
