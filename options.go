@@ -156,6 +156,12 @@ type CUDAOptions struct {
 	// (the default) or split8, which rounds the activations to 8 bits for the GPU's int8
 	// dot products; empty, the default. For comparisons.
 	QuantGEMV string
+	// Sparse2of4 says when 2:4 sparse BF16 or F16 linear-layer weights (kvasir prune
+	// --pattern 2:4) are compressed at load and multiplied through cuSPARSELt
+	// (libcusparseLt.so.0, loaded at the first such weight): auto (or ""; when the library
+	// loads, else densely with a log line), on (the library required: without it loading
+	// fails), or off (always densely).
+	Sparse2of4 string
 }
 
 // GPUMaxNumBatchedTokens and GPUMaxNumSeqs are a GPU's step token budget and running

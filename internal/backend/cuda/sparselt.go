@@ -2,7 +2,10 @@ package cuda
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"unsafe"
 
@@ -76,10 +79,27 @@ var sparseStatusNames = []string{"CUSPARSE_STATUS_SUCCESS", "CUSPARSE_STATUS_NOT
 // CuSPARSELtNames are the library names OpenCuSPARSELt tries, in order.
 var CuSPARSELtNames = []string{"libcusparseLt.so.0", "libcusparseLt.so"}
 
-// OpenCuSPARSELt loads libcusparseLt (CuSPARSELtNames), binds its entry points and reads
-// its version. Versions before 0.6 are refused: their compute-type enumeration differs.
+// wheelCuSPARSELt lists the libcusparseLt.so.0 of the Python wheels (nvidia-cusparselt-cu*)
+// in the system's site-packages, which the loader does not search.
+func wheelCuSPARSELt() []string {
+	var out []string
+	for _, pat := range []string{"/usr/local/lib/python3*/*-packages", "/usr/lib/python3*/*-packages", "/opt/*/lib/python3*/site-packages"} {
+		dirs, _ := filepath.Glob(pat)
+		for _, d := range dirs {
+			p := filepath.Join(d, "nvidia", "cusparselt", "lib", CuSPARSELtNames[0])
+			if _, err := os.Stat(p); err == nil {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// OpenCuSPARSELt loads libcusparseLt (CuSPARSELtNames through the loader's path and the
+// CUDA folders, then a Python wheel's copy), binds its entry points and reads its
+// version. Versions before 0.6 are refused: their compute-type enumeration differs.
 func OpenCuSPARSELt() (*CuSPARSELt, error) {
-	lib, err := openLibrary("cuSPARSELt", CuSPARSELtNames)
+	lib, err := openLibrary("cuSPARSELt", append(slices.Clone(CuSPARSELtNames), wheelCuSPARSELt()...))
 	if err != nil {
 		return nil, err
 	}

@@ -57,7 +57,9 @@ const maxX8Cols = 65536
 // synchronisation.
 //
 // Memory: weights in BF16, F16 or F32 are uploaded as they are; quantized weights are
-// dequantized to BF16 at upload; 1-D weights become F32. Activations are F32. MatMul over
+// dequantized to BF16 at upload; 1-D weights become F32; 2:4 sparse BF16/F16 linear-layer
+// weights are compressed for cuSPARSELt (BackendOptions.Sparse2of4, sparse.go) without a
+// dense copy. Activations are F32. MatMul over
 // a 16-bit weight runs a GEMV kernel (F32 activations, several weight rows per block) for up to 8 rows and
 // otherwise casts the activations to the weight's type for a cuBLAS GEMM with float32
 // accumulation. A KV cache holds the element type its KVSpec asks for (F32, F16, BF16, or
@@ -124,7 +126,7 @@ type Backend struct {
 const decodeSplits = 32
 
 // NewBackend opens the CUDA driver, the device, NVRTC and cuBLAS, and compiles (or loads
-// from cache) the kernels. Without a driver or a device it returns an error saying so.
+// from cache) the kernels; cuSPARSELt is opened at the first 2:4 weight uploaded. Without a driver or a device it returns an error saying so.
 func NewBackend(opt BackendOptions) (*Backend, error) {
 	if opt.Sparse2of4 < SparseAuto || opt.Sparse2of4 > SparseOff {
 		return nil, fmt.Errorf("cuda: 2:4 sparse mode %s: want auto, on or off", opt.Sparse2of4)
