@@ -55,6 +55,7 @@ const (
 	sparseOpN          = 0 // CUSPARSE_OPERATION_NON_TRANSPOSE
 	sparseOpT          = 1 // CUSPARSE_OPERATION_TRANSPOSE
 	sparseOrderCol     = 1 // CUSPARSE_ORDER_COL
+	sparseOrderRow     = 2 // CUSPARSE_ORDER_ROW
 	sparsity50         = 0 // CUSPARSELT_SPARSITY_50_PERCENT
 	sparseAlgDefault   = 0 // CUSPARSELT_MATMUL_ALG_DEFAULT
 	sparseCompute32F   = 2 // CUSPARSE_COMPUTE_32F (0.5 and later: 32I = 0, 16F = 1, 32F = 2)
@@ -207,6 +208,7 @@ type Sparse struct {
 	pin       runtime.Pinner // the handle and every plan's objects
 	plans     map[sparsePlanKey]*sparsePlan
 	workspace Buffer
+	moves     int     // times the workspace was reallocated (Moves)
 	stream    uintptr // cusparseLtMatmul takes an array of streams
 }
 
@@ -289,15 +291,15 @@ func SparseBucket(n int) int {
 	return p
 }
 
-// structured initializes desc as the weight of m rows and k columns (row-major, as
-// uploaded) seen as a column-major k x m matrix A, which the product transposes.
+// structured initializes desc as the weight of m rows and k columns, row-major as
+// uploaded: the product's A, not transposed, its 2:4 groups along the rows.
 func (s *Sparse) structured(desc *ltObject, dt DType, m, k int) error {
 	vt, err := cudaType(dt)
 	if err != nil {
 		return err
 	}
 	return s.lib.check("cusparseLtStructuredDescriptorInit", s.lib.ltStructuredInit(s.handle.ptr(), desc.ptr(),
-		int64(k), int64(m), int64(k), sparseAlignment, vt, sparseOrderCol, sparsity50))
+		int64(m), int64(k), int64(k), sparseAlignment, vt, sparseOrderRow, sparsity50))
 }
 
 // Compress checks that w (m rows of k values of BF16 or F16, row-major) is 2:4 along its
@@ -362,7 +364,7 @@ func (s *Sparse) Compress(w Buffer, m, k int) (*SparseWeight, error) {
 	var r int32
 	call := "cusparseLtSpMMACompress2"
 	if plan == nil {
-		r = s.lib.ltCompress2(s.handle.ptr(), sw.desc.ptr(), 1, sparseOpT, w.Ptr, sw.compressed.Ptr, tmp.Ptr, s.dev.stream)
+		r = s.lib.ltCompress2(s.handle.ptr(), sw.desc.ptr(), 1, sparseOpN, w.Ptr, sw.compressed.Ptr, tmp.Ptr, s.dev.stream)
 	} else {
 		call = "cusparseLtSpMMACompress"
 		r = s.lib.ltCompress(s.handle.ptr(), plan.plan.ptr(), w.Ptr, sw.compressed.Ptr, tmp.Ptr, s.dev.stream)
@@ -383,7 +385,7 @@ func (s *Sparse) pruneCheck(desc *ltObject, w Buffer) error {
 	}
 	defer s.dev.Free(valid)
 	s.dev.seq++
-	if err := s.lib.check("cusparseLtSpMMAPruneCheck2", s.lib.ltPruneCheck2(s.handle.ptr(), desc.ptr(), 1, sparseOpT, w.Ptr, valid.Ptr, s.dev.stream)); err != nil {
+	if err := s.lib.check("cusparseLtSpMMAPruneCheck2", s.lib.ltPruneCheck2(s.handle.ptr(), desc.ptr(), 1, sparseOpN, w.Ptr, valid.Ptr, s.dev.stream)); err != nil {
 		return err
 	}
 	v := make([]int32, 1)
@@ -423,8 +425,9 @@ func (s *Sparse) planFor(dt DType, m, k, cols int) (*sparsePlan, error) {
 	for _, o := range []*ltObject{p.a, p.b, p.c, p.matmul, p.alg, p.plan} {
 		s.pin.Pin(o)
 	}
-	// Column-major: D (m x cols) = op(A) · B with A the weight as k x m, transposed, and B
-	// the activations, cols rows of k values row-major = k x cols column-major.
+	// D (m x cols, column-major: cols rows of m values row-major, the output) = A · Bᵀ with
+	// A the weight (m x k, row-major) and B the activations (cols x k, row-major), the
+	// layout PyTorch's semi-structured linear gives cuSPARSELt.
 	h, lib := s.handle.ptr(), s.lib
 	var made []func() int32
 	undo := func(err error) (*sparsePlan, error) {
@@ -437,7 +440,7 @@ func (s *Sparse) planFor(dt DType, m, k, cols int) (*sparsePlan, error) {
 		return undo(err)
 	}
 	made = append(made, func() int32 { return lib.ltMatDestroy(p.a.ptr()) })
-	if err := lib.check("cusparseLtDenseDescriptorInit", lib.ltDenseInit(h, p.b.ptr(), int64(k), int64(cols), int64(k), sparseAlignment, vt, sparseOrderCol)); err != nil {
+	if err := lib.check("cusparseLtDenseDescriptorInit", lib.ltDenseInit(h, p.b.ptr(), int64(cols), int64(k), int64(k), sparseAlignment, vt, sparseOrderRow)); err != nil {
 		return undo(err)
 	}
 	made = append(made, func() int32 { return lib.ltMatDestroy(p.b.ptr()) })
@@ -445,7 +448,7 @@ func (s *Sparse) planFor(dt DType, m, k, cols int) (*sparsePlan, error) {
 		return undo(err)
 	}
 	made = append(made, func() int32 { return lib.ltMatDestroy(p.c.ptr()) })
-	if err := lib.check("cusparseLtMatmulDescriptorInit", lib.ltMatmulInit(h, p.matmul.ptr(), sparseOpT, sparseOpN,
+	if err := lib.check("cusparseLtMatmulDescriptorInit", lib.ltMatmulInit(h, p.matmul.ptr(), sparseOpN, sparseOpT,
 		p.a.ptr(), p.b.ptr(), p.c.ptr(), p.c.ptr(), sparseCompute32F)); err != nil {
 		return undo(err)
 	}
@@ -470,6 +473,7 @@ func (s *Sparse) planFor(dt DType, m, k, cols int) (*sparsePlan, error) {
 			return undo(err)
 		}
 		s.workspace = Buffer{}
+		s.moves++
 		if s.workspace, err = s.dev.Alloc(U8, p.workspace); err != nil {
 			return undo(err)
 		}
@@ -493,6 +497,10 @@ func (s *Sparse) destroyPlan(p *sparsePlan) error {
 
 // Plans returns how many plans the handle holds.
 func (s *Sparse) Plans() int { return len(s.plans) }
+
+// Moves returns how many times the shared workspace has been reallocated (a new plan
+// needing more): a captured graph holds its address, so a change invalidates graphs.
+func (s *Sparse) Moves() int { return s.moves }
 
 // MatMulT computes d = b · wᵀ on the stream (inside Do) for a compressed weight w of m rows
 // and k columns: b holds cols rows of k values and d cols rows of m values, both row-major

@@ -127,6 +127,13 @@ func TestGPUSparseMatMulMatchesDense(t *testing.T) {
 			e.do(t, func() error { return s.FreeSparseWeight(sw) })
 		}
 	}
+	if s.lib.ltCompress2 == nil {
+		// The plan-based compression made a plan of the smallest bucket for each shape.
+		for key := range buckets {
+			key.cols = sparseBucketMin
+			buckets[key] = true
+		}
+	}
 	if s.Plans() != len(buckets) {
 		t.Errorf("%d plans for %d shapes and buckets", s.Plans(), len(buckets))
 	}

@@ -259,8 +259,15 @@ func (b *Backend) matMulSparse(y, x cuda.Buffer, w *tensor, n int) error {
 	if err := b.dev.CopyAsync(cuda.Buffer{Ptr: xp.Ptr, DType: dt, Len: n * k}, xc); err != nil {
 		return err
 	}
+	moves := s.h.Moves()
 	if err := b.ops.SparseMatMulT(s.h, dp, xp, sw, rows); err != nil {
 		return err
+	}
+	if s.h.Moves() != moves {
+		// A new plan grew the workspace the captured graphs' products use.
+		if err := b.dropGraphs(); err != nil {
+			return err
+		}
 	}
 	return b.ops.Widen(cuda.Buffer{Ptr: y.Ptr, DType: cuda.F32, Len: n * m}, cuda.Buffer{Ptr: dp.Ptr, DType: dt, Len: n * m})
 }
