@@ -2,8 +2,8 @@ package cudabackend_test
 
 import (
 	"fmt"
+	"math"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
@@ -22,7 +22,7 @@ import (
 // compressed for cuSPARSELt (--sparse-2of4=on) and densely (off): prefill logits of a
 // 45-token prompt and of decode steps within the 16-bit products' tolerance of each
 // other and of the CPU reference (twice the dense run's error plus 1e-2: the sparse
-// products are rounded to BF16), and the first greedy tokens the same.
+// products are rounded to BF16), and the greedy tokens the same up to a near-tie.
 func TestBackendSparse2of4MatchesDense(t *testing.T) {
 	if _, n, err := cuda.Devices(); n == 0 {
 		t.Skipf("skipping GPU test: no CUDA device (%v)", err)
@@ -98,19 +98,30 @@ func TestBackendSparse2of4MatchesDense(t *testing.T) {
 		t.Errorf("prefill logits: relative error %.3e with 2:4 products, %.3e dense", errOn, errOff)
 	}
 	for i := range min(len(onLogits), len(offLogits)) {
-		if onToks[i] != offToks[i] {
-			break // the steps after a different token see different inputs
-		}
 		if e := relErr(onLogits[i], offLogits[i]); e > 2e-2 {
 			t.Errorf("step %d: logits with 2:4 products %.3e from the dense run's", i, e)
 		}
+		if onToks[i] != offToks[i] {
+			break // the steps after a different token see different inputs
+		}
 	}
+	// The greedy tokens agree until the dense run's choice is a near-tie: where they first
+	// differ, the dense logits may prefer their token by no more than 2% of the logits'
+	// RMS (the products' BF16 rounding moves logits by well under that).
 	same := 0
 	for same < steps && onToks[same] == offToks[same] {
 		same++
 	}
 	fmt.Printf("RESULT|model|2:4 pruned llama greedy tokens equal with cuSPARSELt on and off|%d of %d|%v vs %v\n", same, steps, onToks, offToks)
-	if same < 4 || !slices.Equal(onToks[:4], offToks[:4]) {
-		t.Errorf("greedy tokens with 2:4 products %v, dense %v", onToks, offToks)
+	if same < steps {
+		l := offLogits[same]
+		var ms float64
+		for _, v := range l {
+			ms += float64(v) * float64(v)
+		}
+		rms := math.Sqrt(ms / float64(len(l)))
+		if gap := float64(l[offToks[same]] - l[onToks[same]]); gap > 0.02*rms {
+			t.Errorf("step %d: token %d with 2:4 products, %d dense: the dense logits prefer theirs by %.4f (RMS %.4f)", same, onToks[same], offToks[same], gap, rms)
+		}
 	}
 }
