@@ -165,6 +165,9 @@ func (s *CuSPARSELt) Describe() string {
 			opt = append(opt, f.name)
 		}
 	}
+	if len(opt) == 0 {
+		opt = []string{"nothing optional"}
+	}
 	return fmt.Sprintf("cuSPARSELt %s (%s; %s; also %s)", s.Version(), s.lib.name, s.Compress, strings.Join(opt, ", "))
 }
 
