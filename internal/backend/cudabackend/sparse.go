@@ -73,6 +73,7 @@ type sparseState struct {
 	dense      int64          // bytes the compressed weights took densely
 	compressed int64          // bytes of the compressed weights
 	skipped    map[string]int // 2:4 weights left dense, by reason
+	notSparse  int            // linear-layer weights that are not 2:4 (dense, as they are)
 }
 
 // sparseHandle opens cuSPARSELt and its handle the first time a 2:4 weight is uploaded
@@ -119,6 +120,7 @@ func (b *Backend) uploadSparse(t *format.Tensor, dt cuda.DType, rows, cols int) 
 	data := t.Data[:dt.BytesOf(rows*cols)]
 	ok, negZero := cuda.Is2of4(data, cols)
 	if !ok {
+		s.notSparse++
 		return nil, nil
 	}
 	h, err := b.sparseHandle()
@@ -197,7 +199,8 @@ func (b *Backend) closeSparse() error {
 }
 
 // SparseSummary says how many weights are multiplied through cuSPARSELt and the memory
-// they take, and which 2:4 weights run densely and why ("" when no weight was 2:4).
+// they take, which 2:4 weights run densely and why, and how many linear-layer weights are
+// not 2:4 ("" when no weight was 2:4: a dense model says nothing).
 func (b *Backend) SparseSummary() string {
 	var out string
 	_ = b.dev.Do(func() error {
@@ -214,6 +217,9 @@ func (b *Backend) SparseSummary() string {
 		sort.Strings(reasons)
 		for _, r := range reasons {
 			parts = append(parts, fmt.Sprintf("%d run densely: %s", s.skipped[r], r))
+		}
+		if len(parts) > 0 && s.notSparse > 0 {
+			parts = append(parts, fmt.Sprintf("%d linear-layer weights are not 2:4 and run densely", s.notSparse))
 		}
 		if len(parts) > 0 {
 			out = "cuda 2:4 sparse weights (" + s.mode.String() + "): " + strings.Join(parts, "; ")

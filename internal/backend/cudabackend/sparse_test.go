@@ -83,6 +83,9 @@ func TestUploadSparseDecides(t *testing.T) {
 		if b.sparse.tried {
 			t.Errorf("mode %s, %s: cuSPARSELt was opened", c.mode, c.t.Name)
 		}
+		if want := map[bool]int{true: 1}[c.mode != SparseOff && c.t == dense]; b.sparse.notSparse != want {
+			t.Errorf("mode %s, %s: %d weights counted not 2:4, want %d", c.mode, c.t.Name, b.sparse.notSparse, want)
+		}
 	}
 	if lib, err := cuda.OpenCuSPARSELt(); err == nil {
 		t.Skipf("%s is installed: the missing-library cases are not run", lib.Describe())
