@@ -112,7 +112,7 @@ type Options struct {
 	// experts); zero fields take format.DefaultLimits (docs/API.md lists them).
 	ModelLimits format.Limits
 	// Log, when set, receives notes while loading: a draft model's download progress, a
-	// synthesized draft's warning.
+	// synthesized draft's warning, the CUDA backends' 2:4 sparse weights (CUDAOptions.Sparse2of4).
 	Log io.Writer
 	// OnRequestDone, when set, receives every finished request's stats, from the engine
 	// loop: it must return quickly.

@@ -126,7 +126,8 @@ type Backend struct {
 const decodeSplits = 32
 
 // NewBackend opens the CUDA driver, the device, NVRTC and cuBLAS, and compiles (or loads
-// from cache) the kernels; cuSPARSELt is opened at the first 2:4 weight uploaded. Without a driver or a device it returns an error saying so.
+// from cache) the kernels; cuSPARSELt is opened at the first 2:4 weight uploaded. Without a
+// driver or a device it returns an error saying so.
 func NewBackend(opt BackendOptions) (*Backend, error) {
 	if opt.Sparse2of4 < SparseAuto || opt.Sparse2of4 > SparseOff {
 		return nil, fmt.Errorf("cuda: 2:4 sparse mode %s: want auto, on or off", opt.Sparse2of4)
@@ -160,7 +161,6 @@ func NewBackend(opt BackendOptions) (*Backend, error) {
 	if b.sparse.log == nil {
 		b.sparse.log = io.Discard
 	}
-
 	if opt.QuantGEMV != nil {
 		b.quantGEMV = *opt.QuantGEMV
 	}
