@@ -64,6 +64,13 @@ func Load(fm *format.Model, opt Options) (*Loaded, error) {
 		l.closeBackends()
 		return nil, err
 	}
+	for r, be := range l.bes {
+		if s, ok := be.(interface{ SparseSummary() string }); ok && opt.Log != nil {
+			if line := s.SparseSummary(); line != "" {
+				fmt.Fprintf(opt.Log, "rank %d: %s\n", r, line)
+			}
+		}
+	}
 	return l, nil
 }
 
@@ -89,6 +96,10 @@ func newBackends(opt Options, ranks int) ([]backend.Backend, error) {
 		}
 		quantGEMV = &l
 	}
+	sparse, err := cudabackend.ParseSparseMode(opt.CUDA.Sparse2of4)
+	if err != nil {
+		return nil, err
+	}
 	for r := range ranks {
 		if !opt.Device.CUDA {
 			b, err := cpubackend.NewKernels(max(threads/ranks, 1), opt.CPUKernels)
@@ -102,7 +113,7 @@ func newBackends(opt Options, ranks int) ([]backend.Backend, error) {
 		ordinal := opt.Device.Ordinal + r
 		b, err := cudabackend.NewBackend(cudabackend.BackendOptions{Ordinal: ordinal,
 			OpTime: opt.CUDA.OpTime, DisablePDL: opt.CUDA.DisablePDL, DisableShadows: opt.CUDA.DisableShadows,
-			WidenQuantized: opt.CUDA.WidenQuantized, QuantGEMV: quantGEMV})
+			WidenQuantized: opt.CUDA.WidenQuantized, QuantGEMV: quantGEMV, Sparse2of4: sparse, Log: opt.Log})
 		if err != nil {
 			if ranks > 1 {
 				return fail(fmt.Errorf("device %s with %d ranks: rank %d on cuda:%d: %w", opt.Device, ranks, r, ordinal, err))

@@ -112,7 +112,7 @@ type Options struct {
 	// experts); zero fields take format.DefaultLimits (docs/API.md lists them).
 	ModelLimits format.Limits
 	// Log, when set, receives notes while loading: a draft model's download progress, a
-	// synthesized draft's warning.
+	// synthesized draft's warning, the CUDA backends' 2:4 sparse weights (CUDAOptions.Sparse2of4).
 	Log io.Writer
 	// OnRequestDone, when set, receives every finished request's stats, from the engine
 	// loop: it must return quickly.
@@ -156,6 +156,12 @@ type CUDAOptions struct {
 	// (the default), which rounds the activations to 8 bits for the GPU's int8 dot
 	// products, or split, on float32 activations; empty, the default.
 	QuantGEMV string
+	// Sparse2of4 says when 2:4 sparse BF16 or F16 linear-layer weights (kvasir prune
+	// --pattern 2:4) are compressed at load and multiplied through cuSPARSELt
+	// (libcusparseLt.so.0, loaded at the first such weight): auto (or ""; when the library
+	// loads, else densely with a log line), on (the library required: without it loading
+	// fails), or off (always densely).
+	Sparse2of4 string
 }
 
 // GPUMaxNumBatchedTokens and GPUMaxNumSeqs are a GPU's step token budget and running

@@ -82,3 +82,32 @@ func TestKVPolicyFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestSparse2of4Flag: --sparse-2of4 reaches Options.CUDA for the commands that load a
+// model (bench generate's load flags too), auto by default; a bad value is an error naming
+// the flag before anything is loaded.
+func TestSparse2of4Flag(t *testing.T) {
+	for _, scope := range []flagScope{loadFlags, allEngineFlags} {
+		options := func(args ...string) (kvasir.Options, error) {
+			fs := newFlags("test", "")
+			ef := addEngineFlags(fs, scope)
+			if err := fs.Parse(args); err != nil {
+				t.Fatal(err)
+			}
+			return ef.options()
+		}
+		for args, want := range map[string]string{"": "auto", "on": "on", "off": "off", "auto": "auto"} {
+			var a []string
+			if args != "" {
+				a = []string{"--sparse-2of4", args}
+			}
+			opt, err := options(a...)
+			if err != nil || opt.CUDA.Sparse2of4 != want {
+				t.Errorf("scope %d, --sparse-2of4 %q: %q, %v; want %q", scope, args, opt.CUDA.Sparse2of4, err, want)
+			}
+		}
+		if _, err := options("--sparse-2of4", "yes"); err == nil || !strings.HasPrefix(err.Error(), "--sparse-2of4: ") || !strings.Contains(err.Error(), "auto, on or off") {
+			t.Errorf("scope %d, --sparse-2of4 yes: %v", scope, err)
+		}
+	}
+}

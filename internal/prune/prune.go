@@ -68,7 +68,13 @@ func Prune(m *format.Model, out string, opt Options) error {
 		return fmt.Errorf("prune: sparsity %g is outside [0, 1)", opt.Sparsity)
 	}
 	c := m.Config
-	if err := calibrate.Check(c); err != nil {
+	check := c
+	if opt.Method == "magnitude" {
+		// Magnitude pruning reads only the weights: the rotary scaling and attention window
+		// the calibration forward pass cannot run do not matter to it (Llama 3's shapes).
+		check.Scaling, check.SlidingWindow = format.RopeScaling{}, 0
+	}
+	if err := calibrate.Check(check); err != nil {
 		return fmt.Errorf("prune: %w", err)
 	}
 	if err := checkLinear(m, opt.Pattern); err != nil {

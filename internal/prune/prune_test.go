@@ -13,6 +13,8 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/calibrate"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/model"
+	"github.com/kvasir-llm/kvasir/internal/quant"
+	"github.com/kvasir-llm/kvasir/internal/synth"
 	"github.com/kvasir-llm/kvasir/internal/testdata"
 )
 
@@ -492,6 +494,50 @@ func sameLogits(t *testing.T, a *format.Model, path string, n int) {
 			if math.Abs(float64(la[j]-lb[j])) > 1e-4 {
 				t.Fatalf("position %d logit %d: %g, before dropping %g", i, j, lb[j], la[j])
 			}
+		}
+	}
+}
+
+// TestMagnitudeIgnoresRopeScaling: magnitude pruning, which reads only the weights, prunes
+// a model with Llama 3's rope scaling (a shrunken synth llama-3.2-1b) to 2:4, while Wanda,
+// whose calibration runs the model, still refuses it.
+func TestMagnitudeIgnoresRopeScaling(t *testing.T) {
+	shape, err := synth.Lookup("llama-3.2-1b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &shape.Config
+	c.Dim, c.Heads, c.KVHeads, c.HeadDim, c.RopeDim, c.FFNDim, c.Layers, c.VocabSize = 64, 1, 1, 64, 64, 128, 1, 320
+	m, err := synth.Model(shape, quant.BF16, 9)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	out := filepath.Join(t.TempDir(), "out.gguf")
+	if err := Prune(m, out, Options{Method: "wanda", Pattern: Pattern{2, 4}, Calibration: [][]int32{{1, 2, 3, 4}}}); err == nil || !strings.Contains(err.Error(), "rope scaling") {
+		t.Errorf("wanda on a llama3-scaled model: %v, want the rope scaling refused", err)
+	}
+	if err := Prune(m, out, Options{Method: "magnitude", Pattern: Pattern{2, 4}}); err != nil {
+		t.Fatal(err)
+	}
+	pm, err := format.Open(out, format.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pm.Close()
+	d, err := calibrate.Load(pm, "blk.0.ffn_up.weight")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for g := 0; g < len(d.Data); g += 4 {
+		zeros := 0
+		for _, v := range d.Data[g : g+4] {
+			if v == 0 {
+				zeros++
+			}
+		}
+		if zeros < 2 {
+			t.Fatalf("group %d of ffn_up has %d zeros", g/4, zeros)
 		}
 	}
 }

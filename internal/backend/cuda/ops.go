@@ -89,6 +89,17 @@ func (o *Ops) Cast(out, in Buffer) error {
 		out, in, uint64(n))
 }
 
+// Widen computes out = (float32)in over a 16-bit buffer (F16 or BF16) into float32 out of
+// at least its length.
+func (o *Ops) Widen(out, in Buffer) error {
+	n := in.Len
+	if err := firstErr(need("widen", "in", in, 1, F16, BF16), need("widen", "out", out, n, F32)); err != nil {
+		return err
+	}
+	return o.Dev.Launch(o.Kern.mod, "widen_"+suffix(in.DType)+"_f32", Dim3{gridFor(n), 1, 1}, Dim3{threads, 1, 1}, 0,
+		out, in, uint64(n))
+}
+
 // Add computes out = a + b over float32 buffers of equal length; out may be a or b.
 func (o *Ops) Add(out, a, b Buffer) error {
 	n := out.Len
@@ -192,6 +203,19 @@ func (o *Ops) MatMulT(y, x, w Buffer, n, k, m int) error {
 			func() error { return o.BLAS.MatMulT(y, x, w, n, k, m) })
 	}
 	return o.BLAS.MatMulT(y, x, w, n, k, m)
+}
+
+// SparseMatMulT computes d = b · wᵀ for a 2:4 weight w through cuSPARSELt (Sparse.MatMulT),
+// timed in the op profile like MatMulT.
+func (o *Ops) SparseMatMulT(s *Sparse, d, b Buffer, w *SparseWeight, cols int) error {
+	if s == nil {
+		return fmt.Errorf("cusparselt matmul: no cuSPARSELt handle")
+	}
+	if o.Dev.times != nil {
+		return o.Dev.timed(fmt.Sprintf("cusparselt %s n=%d k=%d m=%d", b.DType, cols, w.Cols, w.Rows),
+			func() error { return s.MatMulT(d, b, w, cols) })
+	}
+	return s.MatMulT(d, b, w, cols)
 }
 
 // MatMulTStrided computes y = x · wᵀ as MatMulT does into a block of columns of a wider y:

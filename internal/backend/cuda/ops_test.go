@@ -53,7 +53,7 @@ func TestKernelSourceHasEveryKernel(t *testing.T) {
 			names = append(names, "gemv_"+n+"_"+dt, "gemvm_"+n+"_"+dt, "gemvglu_"+n+"_"+dt)
 		}
 	}
-	names = append(names, "gather_rows_f32", "cast_f32_f16", "cast_f32_bf16",
+	names = append(names, "gather_rows_f32", "cast_f32_f16", "cast_f32_bf16", "widen_f16_f32", "widen_bf16_f32",
 		"rmsnorm_f32_sh_bf16", "rmsnorm_f32_sh_f16", "swiglu_sh_bf16", "swiglu_sh_f16", "add_f32", "argmax_f32", "sample_f32",
 		"geglu_f32", "gelu_glu_f32", "bidir_attn_f32", "scale_f32", "sumsq_f32", "rmsnorm_split_f32", "lora_shrink_f32", "lora_expand_f32")
 	for _, n := range names {

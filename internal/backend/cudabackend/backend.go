@@ -2,6 +2,7 @@ package cudabackend
 
 import (
 	"fmt"
+	"io"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/backend/cuda"
@@ -31,6 +32,14 @@ type BackendOptions struct {
 	// QuantGEMV is the kernel layout of decode's quantized GEMV (cuda.GEMVLayout);
 	// unset, DefaultQuantGEMV. Its int8 layouts round the activations to 8 bits.
 	QuantGEMV *cuda.GEMVLayout
+	// Sparse2of4 says when 2:4 sparse BF16 or F16 linear-layer weights (kvasir prune
+	// --pattern 2:4) are compressed at upload and multiplied through cuSPARSELt
+	// (libcusparseLt.so.0): SparseAuto (the zero value) when the library loads, SparseOn
+	// requiring it, SparseOff never.
+	Sparse2of4 SparseMode
+	// Log receives the backend's notes: the cuSPARSELt library opened, 2:4 weights left
+	// dense and why (nil: none).
+	Log io.Writer
 }
 
 // DefaultQuantGEMV is the quantized GEMV layout decode uses unless told otherwise:
@@ -48,7 +57,9 @@ const maxX8Cols = 65536
 // synchronisation.
 //
 // Memory: weights in BF16, F16 or F32 are uploaded as they are; quantized weights are
-// dequantized to BF16 at upload; 1-D weights become F32. Activations are F32. MatMul over
+// dequantized to BF16 at upload; 1-D weights become F32; 2:4 sparse BF16/F16 linear-layer
+// weights are compressed for cuSPARSELt (BackendOptions.Sparse2of4, sparse.go) without a
+// dense copy. Activations are F32. MatMul over
 // a 16-bit weight runs a GEMV kernel (F32 activations, several weight rows per block) for up to 8 rows and
 // otherwise casts the activations to the weight's type for a cuBLAS GEMM with float32
 // accumulation. A KV cache holds the element type its KVSpec asks for (F32, F16, BF16, or
@@ -107,14 +118,20 @@ type Backend struct {
 	groups []*commGroup
 
 	moe moeState // the mixture-of-experts scratch and expert tables (moe.go)
+
+	sparse sparseState // cuSPARSELt and the 2:4 weights compressed for it (sparse.go)
 }
 
 // decodeSplits is the most split-K partitions decode attention uses per sequence and head.
 const decodeSplits = 32
 
 // NewBackend opens the CUDA driver, the device, NVRTC and cuBLAS, and compiles (or loads
-// from cache) the kernels. Without a driver or a device it returns an error saying so.
+// from cache) the kernels; cuSPARSELt is opened at the first 2:4 weight uploaded. Without a
+// driver or a device it returns an error saying so.
 func NewBackend(opt BackendOptions) (*Backend, error) {
+	if opt.Sparse2of4 < SparseAuto || opt.Sparse2of4 > SparseOff {
+		return nil, fmt.Errorf("cuda: 2:4 sparse mode %s: want auto, on or off", opt.Sparse2of4)
+	}
 	drv, n, err := cuda.Devices()
 	if err != nil {
 		return nil, err
@@ -139,7 +156,11 @@ func NewBackend(opt BackendOptions) (*Backend, error) {
 		cache = *opt.Cache
 	}
 	b := &Backend{dev: dev, nv: nv, blas: blasLib, allocs: map[uint64]cuda.Buffer{}, graphs: map[graphKey]*graphEntry{},
-		shadows: !opt.DisableShadows, castType: cuda.BF16, widen: opt.WidenQuantized, quantGEMV: DefaultQuantGEMV}
+		shadows: !opt.DisableShadows, castType: cuda.BF16, widen: opt.WidenQuantized, quantGEMV: DefaultQuantGEMV,
+		sparse: sparseState{mode: opt.Sparse2of4, log: opt.Log}}
+	if b.sparse.log == nil {
+		b.sparse.log = io.Discard
+	}
 	if opt.QuantGEMV != nil {
 		b.quantGEMV = *opt.QuantGEMV
 	}
@@ -196,6 +217,7 @@ func (b *Backend) AllocatedBytes() int64 {
 		for _, buf := range b.allocs {
 			n += int64(buf.Bytes())
 		}
+		n += b.sparseBytes()
 		return nil
 	})
 	return n
@@ -204,7 +226,7 @@ func (b *Backend) AllocatedBytes() int64 {
 // Close frees every buffer, the kernels and the cuBLAS handle, and stops the device.
 func (b *Backend) Close() error {
 	err := b.dev.Do(func() error {
-		errs := []error{b.dev.Sync(), b.dropGraphs()}
+		errs := []error{b.dev.Sync(), b.dropGraphs(), b.closeSparse()}
 		for _, buf := range b.allocs {
 			errs = append(errs, b.dev.Free(buf))
 		}
@@ -348,6 +370,14 @@ func (b *Backend) UploadWeight(t *format.Tensor) (backend.Tensor, error) {
 	if !direct || dt == cuda.I32 {
 		dt = cuda.BF16
 	}
+	if direct {
+		if sp, err := b.uploadSparse(t, dt, rows, cols); err != nil || sp != nil {
+			if err != nil {
+				return nil, fmt.Errorf("cuda upload: tensor %q: %w", t.Name, err)
+			}
+			return sp, nil
+		}
+	}
 	buf, err := b.alloc(dt, rows*cols)
 	if err != nil {
 		return nil, fmt.Errorf("cuda upload: tensor %q: %w", t.Name, err)
@@ -431,6 +461,11 @@ func (b *Backend) Free(t backend.Tensor) error {
 		return fmt.Errorf("cuda free: a view (Rows) is not freed on its own")
 	}
 	if err := b.dev.Sync(); err != nil {
+		return err
+	}
+	if c.sparse != nil {
+		err := b.freeSparse(c.sparse)
+		c.sparse, c.buf = nil, cuda.Buffer{}
 		return err
 	}
 	err := firstErr(b.forgetExperts(c), b.free(c.buf))

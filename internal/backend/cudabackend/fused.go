@@ -9,7 +9,7 @@ import (
 
 // matMulOperands checks out = x · wᵀ for one weight and returns the device tensors.
 func matMulOperands(op string, out *tensor, xs *tensor, w backend.Tensor, i int) (*tensor, error) {
-	wm, err := devTensor(op, fmt.Sprintf("w[%d]", i), w, weightTypes...)
+	wm, err := devWeight(op, fmt.Sprintf("w[%d]", i), w)
 	if err != nil {
 		return nil, err
 	}
@@ -35,7 +35,7 @@ func (b *Backend) MatMuls(outs []backend.Tensor, x backend.Tensor, ws []backend.
 	}
 	ys := make([]*tensor, len(ws))
 	wms := make([]*tensor, len(ws))
-	same := true // every weight 16-bit of the first one's type
+	same := true // every weight 16-bit of the first one's type, none 2:4 compressed
 	for i := range ws {
 		if ys[i], err = devTensor(op, fmt.Sprintf("out[%d]", i), outs[i], cuda.F32); err != nil {
 			return err
@@ -43,7 +43,7 @@ func (b *Backend) MatMuls(outs []backend.Tensor, x backend.Tensor, ws []backend.
 		if wms[i], err = matMulOperands(op, ys[i], xs, ws[i], i); err != nil {
 			return err
 		}
-		same = same && sixteenBit(wms[i].buf.DType) && wms[i].buf.DType == wms[0].buf.DType
+		same = same && sixteenBit(wms[i].buf.DType) && wms[i].buf.DType == wms[0].buf.DType && wms[i].sparse == nil
 	}
 	n, k := xs.rows(), xs.cols()
 	if b.quantMulti(wms, n) {
@@ -116,14 +116,15 @@ func (b *Backend) MatMulSwiGLU(out, x, gate, up backend.Tensor) error {
 	}
 	n, k, m := xs.rows(), xs.cols(), g.rows()
 	dt := g.buf.DType
-	if sixteenBit(dt) && dt == u.buf.DType && n <= cuda.GEMVMaxRows && k%8 == 0 {
+	dense := g.sparse == nil && u.sparse == nil // 2:4 weights go through matMul
+	if dense && sixteenBit(dt) && dt == u.buf.DType && n <= cuda.GEMVMaxRows && k%8 == 0 {
 		return b.ops.GEMVSwiGLU(o.buf, xs.buf, g.buf, u.buf, n, k, m)
 	}
 	if err := b.grow(&b.gluScratch, cuda.F32, n*m, n*m, op+" scratch"); err != nil {
 		return err
 	}
 	upOut := cuda.Buffer{Ptr: b.gluScratch.Ptr, DType: cuda.F32, Len: n * m}
-	if sixteenBit(dt) && dt == u.buf.DType {
+	if dense && sixteenBit(dt) && dt == u.buf.DType {
 		// The scratch holds x's cast and then the SwiGLU's shadow: size it for both
 		// first, so that growing it cannot drop the cast.
 		if b.shadows && !b.capturing {

@@ -115,7 +115,7 @@ func (b *Backend) MatMul(out, x, w backend.Tensor) error {
 	if err != nil {
 		return err
 	}
-	wm, err := devTensor("matmul", "w", w, weightTypes...)
+	wm, err := devWeight("matmul", "w", w)
 	if err != nil {
 		return err
 	}
@@ -125,12 +125,15 @@ func (b *Backend) MatMul(out, x, w backend.Tensor) error {
 	return b.matMul(o.buf, xs.buf, wm, xs.rows())
 }
 
-// matMul computes y = x · wᵀ for n rows of float32 x into float32 y (inside Run): cuBLAS
-// directly for F32 weights, the GEMV kernel for up to cuda.GEMVMaxRows rows of a 16-bit or
+// matMul computes y = x · wᵀ for n rows of float32 x into float32 y (inside Run): a 2:4
+// weight compressed at upload through cuSPARSELt (matMulSparse), cuBLAS directly for F32 weights, the GEMV kernel for up to cuda.GEMVMaxRows rows of a 16-bit or
 // quantized weight (for a quantized one in the backend's quantGEMV layout), else x cast to BF16 or the weight's type and cuBLAS (a quantized
 // weight dequantized chunk by chunk for it).
 func (b *Backend) matMul(y, x cuda.Buffer, w *tensor, n int) error {
 	m, k := w.rows(), w.cols()
+	if w.sparse != nil {
+		return b.matMulSparse(y, x, w, n)
+	}
 	if w.buf.DType == cuda.F32 {
 		return b.ops.MatMulT(y, x, w.buf, n, k, m)
 	}
@@ -479,7 +482,7 @@ func (b *Backend) Logits(dst []float32, x, w backend.Tensor) error {
 	if err != nil {
 		return err
 	}
-	wm, err := devTensor("logits", "w", w, weightTypes...)
+	wm, err := devWeight("logits", "w", w)
 	if err != nil {
 		return err
 	}

@@ -88,7 +88,7 @@ func (b *Backend) LogitsSample(dst []int32, x, w backend.Tensor, rows []backend.
 
 // logitsVocab returns the vocabulary of an output projection w (its rows).
 func logitsVocab(op string, w backend.Tensor) (int, error) {
-	wm, err := devTensor(op, "w", w, weightTypes...)
+	wm, err := devWeight(op, "w", w)
 	if err != nil {
 		return 0, err
 	}
@@ -149,7 +149,7 @@ func (b *Backend) deviceLogits(op string, x, w backend.Tensor, n, settings int) 
 	if err != nil {
 		return y, ids, 0, err
 	}
-	wm, err := devTensor(op, "w", w, weightTypes...)
+	wm, err := devWeight(op, "w", w)
 	if err != nil {
 		return y, ids, 0, err
 	}

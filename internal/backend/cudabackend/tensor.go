@@ -16,6 +16,9 @@ type tensor struct {
 	view  bool
 	// scale holds an FP8 weight's per-row scales (F32 [rows]; Len 0 for other types).
 	scale cuda.Buffer
+	// sparse is a 2:4 weight's compressed form (sparse.go); buf then has its type and
+	// length but no memory, and only matMul reads the weight.
+	sparse *cuda.SparseWeight
 }
 
 // DType returns the element type as a quant.Type.
@@ -43,6 +46,10 @@ func (t *tensor) Shape() []int { return t.shape }
 
 // Rows returns the view of the first n rows, at the same device address.
 func (t *tensor) Rows(n int) backend.Tensor {
+	if t.sparse != nil {
+		// A compressed weight has no row views: the next op's shape check reports it.
+		return t
+	}
 	per := t.cols()
 	if len(t.shape) < 2 {
 		per = 1
@@ -73,10 +80,26 @@ func (t *tensor) rows() int {
 // cols returns the innermost dimension.
 func (t *tensor) cols() int { return t.shape[len(t.shape)-1] }
 
-// devTensor returns t as a tensor of this backend holding one of dtypes.
+// devTensor returns t as a tensor of this backend holding one of dtypes, in memory of its
+// own (not a 2:4 weight compressed for cuSPARSELt).
 func devTensor(op, what string, t backend.Tensor, dtypes ...cuda.DType) (*tensor, error) {
+	c, err := anyTensor(op, what, t, dtypes...)
+	if err == nil && c.sparse != nil {
+		return nil, fmt.Errorf("cuda %s: %s is a 2:4 weight compressed for cuSPARSELt, which this op does not read (load with --sparse-2of4=off)", op, what)
+	}
+	return c, err
+}
+
+// devWeight returns t as a weight matrix of this backend for matMul, which also takes a
+// compressed 2:4 weight.
+func devWeight(op, what string, t backend.Tensor) (*tensor, error) {
+	return anyTensor(op, what, t, weightTypes...)
+}
+
+// anyTensor is devTensor accepting a compressed 2:4 weight too.
+func anyTensor(op, what string, t backend.Tensor, dtypes ...cuda.DType) (*tensor, error) {
 	c, ok := t.(*tensor)
-	if !ok || c == nil || c.buf.Ptr == 0 {
+	if !ok || c == nil || (c.buf.Ptr == 0 && c.sparse == nil) {
 		return nil, fmt.Errorf("cuda %s: %s is not a CUDA tensor", op, what)
 	}
 	for _, d := range dtypes {

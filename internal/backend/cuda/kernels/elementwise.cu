@@ -37,6 +37,15 @@ __device__ void cast_from_f32(T* out, const float* in, long long n) {
 extern "C" __global__ void cast_f32_f16(f16* out, const float* in, long long n) { cast_from_f32(out, in, n); }
 extern "C" __global__ void cast_f32_bf16(bf16* out, const float* in, long long n) { cast_from_f32(out, in, n); }
 
+// widen: out = (float)in over n 16-bit values; grid-stride.
+template <typename T>
+__device__ void widen_to_f32(float* out, const T* in, long long n) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        out[i] = to_f32(in[i]);
+}
+extern "C" __global__ void widen_f16_f32(float* out, const f16* in, long long n) { widen_to_f32(out, in, n); }
+extern "C" __global__ void widen_bf16_f32(float* out, const bf16* in, long long n) { widen_to_f32(out, in, n); }
+
 // add_f32: out = a + b over n values; out may alias a or b.
 extern "C" __global__ void add_f32(float* out, const float* a, const float* b, long long n) {
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
