@@ -358,6 +358,69 @@ __device__ __forceinline__ void accumulate_unit_x8(const unsigned char* const* w
     }
 }
 
+// q4k_pair reads pair p of a Q4_K row for the int8 path: the 16 bytes of quants whose low
+// nibbles are elements e .. e+15 of sub-block 2c and whose high nibbles the same elements of
+// sub-block 2c+1 (block p / 8, c = (p % 8) / 2, e = 16 (p % 2)), with both sub-blocks' scales
+// and mins: the two units the split layout would read apart, from one load of the quants.
+__device__ __forceinline__ void q4k_pair(const unsigned char* row, int p, int (&q)[2][4], float (&d)[2], float (&m)[2]) {
+    const unsigned char* b = row + (long long)(p >> 3) * q4_k::BYTES;
+    int c = (p & 7) >> 1;
+    float sc0, mn0, sc1, mn1;
+    scale_min_k4(b + 4, 2 * c, sc0, mn0);
+    scale_min_k4(b + 4, 2 * c + 1, sc1, mn1);
+    float dd = half_at(b), dm = half_at(b + 2);
+    d[0] = dd * sc0, m[0] = dm * mn0, d[1] = dd * sc1, m[1] = dm * mn1;
+    unsigned w[4];
+    ld16a(b + 16 + 32 * c + 16 * (p & 1), w);
+#pragma unroll
+    for (int j = 0; j < 4; j++) q[0][j] = (int)(w[j] & 0x0F0F0F0Fu), q[1][j] = (int)((w[j] >> 4) & 0x0F0F0F0Fu);
+}
+
+// accumulate_pair_x8 is accumulate_unit_x8 for Q4_K over pair p (q4k_pair): the units
+// 4c + e/16 and 4c + e/16 + 2 of the pair's block, added to acc in that order.
+template <int R, int NT>
+__device__ __forceinline__ void accumulate_pair_x8(const unsigned char* const* wr, int p, const unsigned* __restrict__ x8,
+                                                   const float* __restrict__ xd, int n, int k, float (&acc)[R][NT]) {
+    int wq[R][2][4];
+    float d[R][2], mn[R][2];
+#pragma unroll
+    for (int i = 0; i < R; i++) q4k_pair(wr[i], p, wq[i], d[i], mn[i]);
+    int u0 = (p >> 3) * 16 + 4 * ((p & 7) >> 1) + (p & 1);
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        if (t < n) {
+#pragma unroll
+            for (int s = 0; s < 2; s++) {
+                int u = u0 + 2 * s;
+                uint4 xq = __ldg((const uint4*)(x8 + (long long)t * (k >> 2)) + u);
+                float dx = __ldg(xd + (long long)t * (k >> 4) + u);
+                int xv[4] = {(int)xq.x, (int)xq.y, (int)xq.z, (int)xq.w};
+                int xs = 0;
+#pragma unroll
+                for (int j = 0; j < 4; j++) xs = dp4a(xv[j], 0x01010101, xs);
+#pragma unroll
+                for (int i = 0; i < R; i++) {
+                    int dot = 0;
+#pragma unroll
+                    for (int j = 0; j < 4; j++) dot = dp4a(wq[i][s][j], xv[j], dot);
+                    acc[i][t] += dx * (d[i][s] * (float)dot - mn[i][s] * (float)xs);
+                }
+            }
+        }
+    }
+}
+
+// pairs_x8 tells whether the int8 path of Q reads its rows in pairs of units (Q4_K, whose
+// two sub-blocks share each byte of quants) rather than unit by unit.
+template <typename Q>
+struct pairs_x8 {
+    static constexpr bool value = false;
+};
+template <>
+struct pairs_x8<q4_k> {
+    static constexpr bool value = true;
+};
+
 // split_sum brings together the W warps' partial sums of a block in the split layout: each
 // lane holds acc[i][t] for R weight rows and NT token rows; thread v < R*NT of the block
 // returns the block's total of value v (row v / NT, token v % NT), the warps' sums added in
@@ -386,7 +449,8 @@ __device__ __forceinline__ float split_sum(const float (&acc)[R][NT], int lane, 
 // rows, warp w taking units 32w + lane, 32w + lane + 32W, ... of each (so that a row of a
 // few thousand values is read by W warps at once rather than by one warp in sequence),
 // and the warps' sums meet in shared memory. With X8 it reads x as quantize_x8 rounded it
-// (x8, xd) and multiplies on dp4a; without, x itself (x8 and xd unused). blk is the
+// (x8, xd) and multiplies on dp4a (Q4_K two units a lane at a time: pairs_x8); without, x
+// itself (x8 and xd unused). blk is the
 // block's index among those of this weight (the multi-weight kernels run several weights in
 // one grid).
 template <typename Q, int R, int NT, int W, bool X8>
@@ -410,12 +474,17 @@ __device__ __forceinline__ void gemvqs_rows(long long blk, float* __restrict__ y
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[i][t] = 0.f;
     pdl_entry();
+    if constexpr (X8 && pairs_x8<Q>::value) {
 #pragma unroll 2
-    for (int u = wid * 32 + lane; u < units; u += 32 * W) {
-        if constexpr (X8)
-            accumulate_unit_x8<Q, R, NT>(wr, u, x8, xd, n, k, acc);
-        else
-            accumulate_unit<Q, R, NT>(wr, u, x, n, k, acc);
+        for (int p = wid * 32 + lane; p < (units >> 1); p += 32 * W) accumulate_pair_x8<R, NT>(wr, p, x8, xd, n, k, acc);
+    } else {
+#pragma unroll 2
+        for (int u = wid * 32 + lane; u < units; u += 32 * W) {
+            if constexpr (X8)
+                accumulate_unit_x8<Q, R, NT>(wr, u, x8, xd, n, k, acc);
+            else
+                accumulate_unit<Q, R, NT>(wr, u, x, n, k, acc);
+        }
     }
     float tot = split_sum<R, NT, W>(acc, lane, wid);
     int i = threadIdx.x / NT, t = threadIdx.x % NT;
