@@ -35,6 +35,11 @@ type StructuredOutput struct {
 	// Strict treats a JSON Schema object without additionalProperties as closed (OpenAI's
 	// strict mode).
 	Strict bool
+	// Triggers, when set, make the constraint lazy (llama.cpp's lazy grammars): the output
+	// is free until it contains one of them, and held to the language from the first one
+	// on, the trigger included, so the language's strings must begin with a trigger. It is
+	// how tool_choice "auto" holds a tool call, once begun, to the tools' schemas.
+	Triggers []string
 }
 
 // ErrStructuredOutput wraps every error of a StructuredOutput that cannot be compiled: a
@@ -70,7 +75,8 @@ type grammars struct {
 
 // Constrain compiles s for the engine's tokenizer and returns a fresh processor holding one
 // request's output to it (a Masker: tokens that cannot continue the language are masked,
-// end-of-generation is allowed exactly when the output is complete). Compiles are cached
+// end-of-generation is allowed exactly when the output is complete; with Triggers, only
+// from the first trigger on). Compiles are cached
 // by source and run on the caller's goroutine, never on the engine's loop, within time and
 // size limits; a repeated schema costs one compile.
 func (e *Engine) Constrain(s StructuredOutput) (Processor, error) {
@@ -93,6 +99,13 @@ func (e *Engine) Constrain(s StructuredOutput) (Processor, error) {
 	tg, err := g.cache.Get(kind, fe, src, g.trie, e.l.tok)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrStructuredOutput, err)
+	}
+	if len(s.Triggers) > 0 {
+		z, err := tg.NewLazy(s.Triggers)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrStructuredOutput, err)
+		}
+		return z, nil
 	}
 	return tg.NewMasker(), nil
 }

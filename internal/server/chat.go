@@ -112,7 +112,10 @@ func (s *Server) chatRequest(ctx context.Context, req *chatRequest) (kvasir.Requ
 		return kvasir.Request{}, nil, apiErr
 	}
 	if len(constrained) > 0 && len(procs) > 0 {
-		return kvasir.Request{}, nil, badRequest("tool_choice", "tool_choice and a structured output both constrain the output: give one")
+		if !tools.auto {
+			return kvasir.Request{}, nil, badRequest("tool_choice", "tool_choice and a structured output both constrain the output: give one")
+		}
+		procs = nil // "auto" leaves the reply to the structured output, as before its calls were held
 	}
 	procs = append(procs, constrained...)
 	if tools != nil && req.SkipSpecialTokens == nil {

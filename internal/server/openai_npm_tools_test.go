@@ -40,7 +40,7 @@ func TestOpenAINpmTools(t *testing.T) {
 			servers = append(servers, server{scriptedFamily: f, BaseURL: env.ts.URL + "/v1", Model: testModelName})
 		}
 		for _, parser := range toolcall.Names() {
-			env := randomToolServer(t, parser)
+			env := randomToolServer(t, parser, nil)
 			random = append(random, randomServer{Name: parser, BaseURL: env.ts.URL + "/v1", Model: testModelName})
 		}
 	})

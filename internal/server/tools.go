@@ -39,6 +39,8 @@ type toolRequest struct {
 	parser   string
 	tools    []toolcall.Tool
 	parallel bool
+	// auto: tool_choice "auto", whose lazy grammar gives way to a structured output.
+	auto bool
 }
 
 // toolFunction is the part of a tools entry the server reads.
@@ -93,6 +95,7 @@ func (s *Server) toolRequest(req *chatRequest) (*toolRequest, []kvasir.Processor
 	if mode == "" {
 		mode = "auto"
 	}
+	tr.auto = mode == "auto"
 	grammar := s.cfg.ToolGrammar
 	if grammar == nil {
 		grammar = s.toolGrammar
@@ -104,13 +107,18 @@ func (s *Server) toolRequest(req *chatRequest) (*toolRequest, []kvasir.Processor
 	return tr, procs, nil
 }
 
-// toolGrammar is the ToolGrammar of a server whose Config sets none: "auto" runs
-// unconstrained; "required" and a named function hold the reply to calls in the parser's
-// syntax whose arguments are instances of the tools' schemas (toolcall.Grammar), for the
-// families whose calls are JSON.
+// toolGrammar is the ToolGrammar of a server whose Config sets none: "required" and a
+// named function hold the reply to calls in the parser's syntax whose arguments are
+// instances of the tools' schemas (toolcall.Grammar); "auto" leaves the reply free until
+// it writes the mark a call begins with (toolcall.Triggers), and holds it to the same
+// calls from there on (a lazy grammar). Under "auto" a family without such a mark, or
+// tools whose schemas the grammar cannot enforce, leave the reply free, as before.
 func (s *Server) toolGrammar(c ToolChoice) ([]kvasir.Processor, error) {
+	var triggers []string
 	if c.Mode == "auto" {
-		return nil, nil
+		if triggers = toolcall.Triggers(c.Parser); triggers == nil {
+			return nil, nil
+		}
 	}
 	fns := make([]toolcall.Function, 0, len(c.Tools))
 	for _, raw := range c.Tools {
@@ -126,14 +134,16 @@ func (s *Server) toolGrammar(c ToolChoice) ([]kvasir.Processor, error) {
 		fns = append(fns, toolcall.Function{Name: t.Function.Name, Parameters: t.Function.Parameters})
 	}
 	gbnf, err := toolcall.Grammar(c.Parser, fns, c.Function, c.Parallel)
-	if err != nil {
-		return nil, err
+	if err == nil {
+		var proc kvasir.Processor
+		if proc, err = s.eng.Constrain(kvasir.StructuredOutput{Grammar: gbnf, Triggers: triggers}); err == nil {
+			return []kvasir.Processor{proc}, nil
+		}
 	}
-	proc, err := s.eng.Constrain(kvasir.StructuredOutput{Grammar: gbnf})
-	if err != nil {
-		return nil, err
+	if c.Mode == "auto" {
+		return nil, nil // a choice the model may make freely is not refused for its schemas
 	}
-	return []kvasir.Processor{proc}, nil
+	return nil, err
 }
 
 // describeChoice names a tool_choice mode in an error.

@@ -371,57 +371,139 @@ func TestToolChoice(t *testing.T) {
 // "required" in every family's syntax: each reply must end in calls (finish_reason
 // "tool_calls") of the offered functions whose arguments are instances of their schemas.
 func TestToolChoiceRequiredEveryFamily(t *testing.T) {
-	bounded := []any{
-		map[string]any{"type": "function", "function": map[string]any{"name": "get_weather", "parameters": map[string]any{"type": "object",
-			"properties": map[string]any{"city": map[string]any{"type": "string", "enum": []string{"Paris", "Oslo"}}, "days": map[string]any{"type": "integer", "minimum": 1, "maximum": 7}},
-			"required":   []string{"city", "days"}}}},
-		map[string]any{"type": "function", "function": map[string]any{"name": "get_time"}},
-	}
 	for _, parser := range toolcall.Names() {
 		t.Run(parser, func(t *testing.T) {
-			env := randomToolServer(t, parser)
+			env := randomToolServer(t, parser, nil)
 			var got chatResponse
-			env.post(t, "/v1/chat/completions", toolsBody(map[string]any{"tools": bounded, "tool_choice": "required", "temperature": 1, "n": 2, "max_tokens": 1500}), &got)
+			env.post(t, "/v1/chat/completions", toolsBody(map[string]any{"tools": boundedTools(), "tool_choice": "required", "temperature": 1, "n": 2, "max_tokens": 1500}), &got)
 			for i, c := range got.Choices {
-				if len(c.Message.ToolCalls) == 0 || deref(c.FinishReason) != "tool_calls" {
-					t.Errorf("choice %d: %+v (finish %s)", i, c.Message, deref(c.FinishReason))
-					continue
-				}
-				for _, tc := range c.Message.ToolCalls {
-					call := tc.Function
-					var args struct {
-						City *string `json:"city"`
-						Days *int    `json:"days"`
-					}
-					dec := json.NewDecoder(strings.NewReader(call.Arguments))
-					dec.DisallowUnknownFields()
-					err := dec.Decode(&args)
-					switch {
-					case call.Name == "get_time" && strings.ReplaceAll(call.Arguments, " ", "") == "{}":
-					case call.Name != "get_weather" || err != nil || args.City == nil || (*args.City != "Paris" && *args.City != "Oslo") ||
-						args.Days == nil || *args.Days < 1 || *args.Days > 7:
-						t.Errorf("choice %d: call %s(%s): %v", i, call.Name, call.Arguments, err)
-					}
+				if err := boundedCalls(c); err != nil {
+					t.Errorf("choice %d: %v", i, err)
 				}
 			}
 		})
 	}
 }
 
+// boundedTools are a function whose arguments the schema bounds (a city of two, 1 to 7
+// days) and one without arguments.
+func boundedTools() []any {
+	return []any{
+		map[string]any{"type": "function", "function": map[string]any{"name": "get_weather", "parameters": map[string]any{"type": "object",
+			"properties": map[string]any{"city": map[string]any{"type": "string", "enum": []string{"Paris", "Oslo"}}, "days": map[string]any{"type": "integer", "minimum": 1, "maximum": 7}},
+			"required":   []string{"city", "days"}}}},
+		map[string]any{"type": "function", "function": map[string]any{"name": "get_time"}},
+	}
+}
+
+// boundedCalls checks that a choice made calls of boundedTools whose arguments are
+// instances of their schemas, and finished for them.
+func boundedCalls(c chatChoice) error {
+	if len(c.Message.ToolCalls) == 0 || deref(c.FinishReason) != "tool_calls" {
+		return fmt.Errorf("no tool calls: %+v (finish %s)", c.Message, deref(c.FinishReason))
+	}
+	for _, tc := range c.Message.ToolCalls {
+		call := tc.Function
+		var args struct {
+			City *string `json:"city"`
+			Days *int    `json:"days"`
+		}
+		dec := json.NewDecoder(strings.NewReader(call.Arguments))
+		dec.DisallowUnknownFields()
+		err := dec.Decode(&args)
+		switch {
+		case call.Name == "get_time" && strings.ReplaceAll(call.Arguments, " ", "") == "{}":
+		case call.Name != "get_weather" || err != nil || args.City == nil || (*args.City != "Paris" && *args.City != "Oslo") ||
+			args.Days == nil || *args.Days < 1 || *args.Days > 7:
+			return fmt.Errorf("call %s(%s): %v", call.Name, call.Arguments, err)
+		}
+	}
+	return nil
+}
+
+// TestToolChoiceAutoHoldsCallsFromTheTrigger: under tool_choice "auto" the reply is free
+// text until it writes the mark a call begins with, and from there a call of the tools
+// whose arguments fit their schemas (the lazy grammar). A forced prefix makes the random
+// model write some text and the mark; without the lazy grammar the same replies make no
+// valid call, so the test can fail.
+func TestToolChoiceAutoHoldsCallsFromTheTrigger(t *testing.T) {
+	for _, parser := range []string{toolcall.Hermes, toolcall.Mistral, toolcall.Qwen3Coder, toolcall.GLM45} {
+		t.Run(parser, func(t *testing.T) {
+			prefix := "Let me look that up.\n" + toolcall.Triggers(parser)[0]
+			valid := 0
+			for _, lazy := range []bool{true, false} {
+				env := randomToolServer(t, parser, func(env *testEnv, c ToolChoice) ([]kvasir.Processor, error) {
+					procs := []kvasir.Processor{&forcedPrefix{tokens: byteTokens(prefix), vocab: env.eng.VocabSize()}}
+					if !lazy {
+						return procs, nil
+					}
+					grammar, err := env.srv.toolGrammar(c)
+					return append(procs, grammar...), err
+				})
+				var got chatResponse
+				env.post(t, "/v1/chat/completions", toolsBody(map[string]any{"tools": boundedTools(), "tool_choice": "auto", "temperature": 1, "n": 2, "max_tokens": 1500}), &got)
+				for i, c := range got.Choices {
+					err := boundedCalls(c)
+					if err == nil {
+						valid++
+					}
+					if lazy && err != nil {
+						t.Errorf("choice %d: %v", i, err)
+					}
+				}
+			}
+			if valid != 2 {
+				t.Errorf("%d of 4 choices made valid calls, want the 2 with the lazy grammar", valid)
+			}
+		})
+	}
+}
+
+// forcedPrefix is a processor that allows exactly the next token of a scripted prefix,
+// then any token.
+type forcedPrefix struct {
+	tokens []int32
+	pos    int
+	vocab  int
+}
+
+// Accept moves past the tokens written.
+func (f *forcedPrefix) Accept(tokens []int32) error { f.pos += len(tokens); return nil }
+
+// Rollback forgets the last n tokens.
+func (f *forcedPrefix) Rollback(n int) { f.pos -= n }
+
+// Clone copies the processor.
+func (f *forcedPrefix) Clone() sample.Stateful { c := *f; return &c }
+
+// Mask allows the prefix's next token, or every token after the prefix.
+func (f *forcedPrefix) Mask() sample.Mask {
+	if f.pos >= len(f.tokens) {
+		return nil
+	}
+	return sample.NewMask(f.vocab, f.tokens[f.pos])
+}
+
 // randomToolServer is a server of the tiny random model reading tool calls with parser,
-// with the built-in tool_choice grammar and a context with room for parallel calls spelled
+// with the built-in tool_choice grammar (or grammar, when not nil) and a context with room for parallel calls spelled
 // in the tiny vocabulary's bytes.
-func randomToolServer(t *testing.T, parser string) *testEnv {
+func randomToolServer(t *testing.T, parser string, grammar func(*testEnv, ToolChoice) ([]kvasir.Processor, error)) *testEnv {
 	t.Helper()
 	eng := openTinyEngine(t, kvasir.Options{}, quant.F32, 2048, testChatTemplate)
-	srv, err := New(eng, Config{ToolCallParser: parser, ModelNames: []string{testModelName}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	env := &testEnv{eng: eng}
+	cfg := Config{ToolCallParser: parser, ModelNames: []string{testModelName}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if grammar != nil {
+		cfg.ToolGrammar = func(c ToolChoice) ([]kvasir.Processor, error) { return grammar(env, c) }
+	}
+	srv, err := New(eng, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Close() })
 	ts := httptest.NewServer(srv)
 	t.Cleanup(ts.Close)
-	return &testEnv{eng: eng, srv: srv, ts: ts}
+	env.srv, env.ts = srv, ts
+	return env
 }
 
 // TestToolConversation sends a conversation with an assistant turn's tool_calls and a tool

@@ -67,6 +67,22 @@ func (k *Masker) Accept(tokens []int32) error {
 	return nil
 }
 
+// acceptText feeds text as one entry of the history (one Rollback forgets it) and reports
+// whether the grammar allows it; when it does not, the state is as before.
+func (k *Masker) acceptText(text []byte) bool {
+	if k.ended > 0 {
+		return false
+	}
+	for i, c := range text {
+		if !k.m.AcceptByte(c) {
+			k.m.Rollback(i)
+			return false
+		}
+	}
+	k.lens = append(k.lens, len(text))
+	return true
+}
+
 // Rollback forgets the last n accepted tokens.
 func (k *Masker) Rollback(n int) {
 	for range n {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -45,6 +46,9 @@ type syntax struct {
 	wrap func(calls string) string
 	// single: the family writes one call per reply.
 	single bool
+	// trigger is the text every reply of calls in this form begins with, and that text
+	// does not otherwise contain ("" for a family whose calls have no such mark).
+	trigger string
 }
 
 // jsonCall writes a call object whose name is under nameKey and the arguments under argsKey.
@@ -71,31 +75,31 @@ func around(open, closing string) func(string) string {
 var syntaxes = map[string][]syntax{
 	Hermes: {{call: func(name, args string, _ int) string {
 		return lit("<tool_call>\n{\"name\":"+jsonString(name)+",\"arguments\":") + " " + args + " " + lit("}\n</tool_call>")
-	}, sep: lit("\n"), wrap: around("", "")}},
-	Llama3JSON: {{call: jsonCall("name", "parameters"), wrap: around("", ""), single: true}},
+	}, sep: lit("\n"), wrap: around("", ""), trigger: "<tool_call>"}},
+	Llama3JSON: {{call: jsonCall("name", "parameters"), wrap: around("", ""), single: true, trigger: `{"name":`}},
 	Mistral: {
-		{call: jsonCall("name", "arguments"), sep: `","`, wrap: around("[TOOL_CALLS][", "]")},
+		{call: jsonCall("name", "arguments"), sep: `","`, wrap: around("[TOOL_CALLS][", "]"), trigger: "[TOOL_CALLS]"},
 		{call: func(name, args string, _ int) string {
 			return lit("[TOOL_CALLS]"+name+"[ARGS]") + " " + args
-		}, wrap: around("", "")},
+		}, wrap: around("", ""), trigger: "[TOOL_CALLS]"},
 	},
-	Granite:  {{call: jsonCall("name", "arguments"), sep: `","`, wrap: around("<|tool_call|>[", "]")}},
-	Apriel:   {{call: jsonCall("name", "arguments"), sep: `","`, wrap: around("<tool_calls>[", "]</tool_calls>")}},
-	CommandR: {{call: jsonCall("tool_name", "parameters"), sep: `","`, wrap: around("Action:\n```json\n[", "]\n```")}},
+	Granite:  {{call: jsonCall("name", "arguments"), sep: `","`, wrap: around("<|tool_call|>[", "]"), trigger: "<|tool_call|>"}},
+	Apriel:   {{call: jsonCall("name", "arguments"), sep: `","`, wrap: around("<tool_calls>[", "]</tool_calls>"), trigger: "<tool_calls>"}},
+	CommandR: {{call: jsonCall("tool_name", "parameters"), sep: `","`, wrap: around("Action:\n```json\n[", "]\n```"), trigger: "Action:\n```json"}},
 	DeepSeekV3: {
 		{call: func(name, args string, _ int) string {
 			return lit("<｜tool▁call▁begin｜>"+name+"<｜tool▁sep｜>") + " " + args + " " + lit("<｜tool▁call▁end｜>")
-		}, wrap: around("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")},
+		}, wrap: around("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"), trigger: "<｜tool▁calls▁begin｜>"},
 		{call: func(name, args string, _ int) string {
 			return lit("<｜tool▁call▁begin｜>function<｜tool▁sep｜>"+name+"\n```json\n") + " " + args + " " + lit("\n```<｜tool▁call▁end｜>")
-		}, wrap: around("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>")},
+		}, wrap: around("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"), trigger: "<｜tool▁calls▁begin｜>"},
 	},
 	KimiK2: {{call: func(name, args string, k int) string {
 		return lit("<|tool_call_begin|>functions."+name+":"+strconv.Itoa(k)+"<|tool_call_argument_begin|>") + " " + args + " " + lit("<|tool_call_end|>")
-	}, wrap: around("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>")}},
+	}, wrap: around("<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"), trigger: "<|tool_calls_section_begin|>"}},
 	FunctionaryV31: {{call: func(name, args string, _ int) string {
 		return lit("<function="+name+">") + " " + args + " " + lit("</function>")
-	}, wrap: around("", "")}},
+	}, wrap: around("", ""), trigger: "<function="}},
 	// The generation prompt ends with ">>>": the first call's name comes first.
 	FunctionaryV32: {{call: func(name, args string, k int) string {
 		if k == 0 {
@@ -105,16 +109,16 @@ var syntaxes = map[string][]syntax{
 	}, wrap: around("", "")}},
 	OpenAI: {{call: func(name, args string, _ int) string {
 		return lit("<|channel|>commentary to=functions."+name+" <|constrain|>json<|message|>") + " " + args + ` ("<|call|>")?`
-	}, wrap: around("", ""), single: true}},
+	}, wrap: around("", ""), single: true, trigger: "<|channel|>commentary to=functions."}},
 	Qwen3Coder: {{args: functionParams, call: func(name, args string, _ int) string {
 		return lit("<tool_call>\n<function="+name+">\n") + " " + args + " " + lit("</function>\n</tool_call>")
-	}, sep: lit("\n"), wrap: around("", "")}},
+	}, sep: lit("\n"), wrap: around("", ""), trigger: "<tool_call>"}},
 	SeedOSS: {{args: functionParams, call: func(name, args string, _ int) string {
 		return lit("<seed:tool_call>\n<function="+name+">\n") + " " + args + " " + lit("</function>\n</seed:tool_call>")
-	}, sep: lit("\n"), wrap: around("", "")}},
+	}, sep: lit("\n"), wrap: around("", ""), trigger: "<seed:tool_call>"}},
 	GLM45: {{args: argPairs, call: func(name, args string, _ int) string {
 		return lit("<tool_call>"+name+"\n") + " " + args + " " + lit("</tool_call>")
-	}, sep: lit("\n"), wrap: around("", "")}},
+	}, sep: lit("\n"), wrap: around("", ""), trigger: "<tool_call>"}},
 }
 
 // Grammar returns the GBNF grammar of replies that call functions in the syntax of the
@@ -184,6 +188,24 @@ func Grammar(parser string, fns []Function, fn string, parallel bool) (string, e
 		replies = append(replies, "("+form.wrap(body)+")")
 	}
 	return "root ::= " + strings.Join(replies, " | ") + "\n" + b.String(), nil
+}
+
+// Triggers returns the texts a reply's calls begin with in the syntax of the named parser
+// (each a prefix of every reply Grammar admits), for a lazy grammar that holds a reply to
+// calls from the first trigger on: tool_choice "auto". It returns nil for a family whose
+// calls carry no mark of their own (Functionary v3.2, whose replies start with the
+// function's name or "all").
+func Triggers(parser string) []string {
+	var out []string
+	for _, form := range syntaxes[parser] {
+		if form.trigger == "" {
+			return nil
+		}
+		if !slices.Contains(out, form.trigger) {
+			out = append(out, form.trigger)
+		}
+	}
+	return out
 }
 
 // argsRules writes the rules of one function's arguments in a family's form, start rule

@@ -116,3 +116,42 @@ func TestGrammarCalls(t *testing.T) {
 		t.Error("a named function that is not a tool was accepted")
 	}
 }
+
+// TestTriggersBeginEveryReply: each family's triggers are prefixes of its grammar's
+// replies (a lazy grammar refuses any other), the families with a mark have one, and a
+// reply's text before its calls does not hold a trigger by accident of the grammar.
+func TestTriggersBeginEveryReply(t *testing.T) {
+	for _, parser := range Names() {
+		triggers := Triggers(parser)
+		if parser == FunctionaryV32 {
+			if triggers != nil {
+				t.Errorf("%s: triggers %q, want none (its calls carry no mark)", parser, triggers)
+			}
+			continue
+		}
+		if len(triggers) == 0 {
+			t.Errorf("%s: no trigger", parser)
+			continue
+		}
+		src, err := Grammar(parser, grammarTools, "", true)
+		if err != nil {
+			t.Fatalf("%s: %v", parser, err)
+		}
+		g, err := structured.ParseGBNF(src)
+		if err != nil {
+			t.Fatalf("%s: %v", parser, err)
+		}
+		c, err := structured.Compile(g, structured.DefaultLimits())
+		if err != nil {
+			t.Fatalf("%s: %v", parser, err)
+		}
+		for _, trig := range triggers {
+			if !c.NewMatcher().AcceptString(trig) {
+				t.Errorf("%s: the grammar's replies do not begin with the trigger %q", parser, trig)
+			}
+		}
+		if c.NewMatcher().AcceptString("Sure, " + triggers[0]) {
+			t.Errorf("%s: the grammar admits text before the trigger", parser)
+		}
+	}
+}
