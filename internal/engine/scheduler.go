@@ -112,8 +112,11 @@ type scheduler struct {
 	// scoreChunk caps the tokens of a prefill chunk whose every row returns logits (a
 	// prompt-logprobs request), bounding the logits a step copies back.
 	scoreChunk int
-	waiting    []*sequence // sorted by before
-	running    []*sequence // sorted by before
+	// poolsEveryRow is a mean-pooling engine's: every prompt row's hidden state comes
+	// back, and no prefix hit is taken (see pooling.go).
+	poolsEveryRow bool
+	waiting       []*sequence // sorted by before
+	running       []*sequence // sorted by before
 
 	preemptions         int64
 	prefixQueries, hits int64
@@ -357,6 +360,13 @@ func (s *scheduler) schedule() (stepPlan, error) {
 				sc.rows = append(sc.rows, p-start)
 			}
 		}
+		if s.poolsEveryRow {
+			// The rows of prompt positions not pooled yet, but the last, which the
+			// sampling row below is.
+			for p := max(start, seq.poolCount); p < min(end, seq.numPrompt-1); p++ {
+				sc.rows = append(sc.rows, p-start)
+			}
+		}
 		if sc.sampling {
 			for p := end - 1 - sc.numDraft; p < end; p++ {
 				sc.rows = append(sc.rows, p-start)
@@ -452,7 +462,7 @@ func (s *scheduler) schedule() (stepPlan, error) {
 		}
 		var hits []kvcache.BlockID
 		numComputed := 0
-		if s.kv.PrefixCacheEnabled() && !seq.req.wantsPromptLogprobs() && !seq.req.policy.Drops() {
+		if s.kv.PrefixCacheEnabled() && !seq.req.wantsPromptLogprobs() && !seq.req.policy.Drops() && !s.poolsEveryRow {
 			hits, numComputed = s.kv.GetComputedBlocks(seq.tokens, seq.req.salt)
 		}
 		imported := importable(seq, numComputed/s.kv.BlockSize())
