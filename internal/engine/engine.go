@@ -278,7 +278,8 @@ func assemble(m Model, info ModelInfo, tok *tokenizer.Tokenizer, cfg Config, d d
 	*e = Engine{
 		cfg: cfg, model: m, tok: tok, vocab: info.VocabSize, massShape: massShape{info.MassLanes, info.MassHeads}, kv: mgr,
 		sched: &scheduler{cfg: cfg.SchedulerConfig, kv: mgr, maxModelLen: cfg.MaxModelLen, vocab: info.VocabSize, massShape: massShape{info.MassLanes, info.MassHeads},
-			spec: cfg.Speculation, scoreChunk: scoreBytes / (4 * info.VocabSize), poolsEveryRow: cfg.Pooling == PoolMean},
+			spec: cfg.Speculation, scoreChunk: scoreBytes / (4 * info.VocabSize), poolsEveryRow: cfg.Pooling == PoolMean,
+			waitsForShared: cfg.Pooling == PoolLast && !cfg.DisablePrefixCaching},
 		runner:   &runner{model: m, draft: d.model, draftShared: d.shared, blockSize: cfg.BlockSize},
 		rng:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		inFlight: make(map[string]*request),

@@ -146,3 +146,31 @@ func (e *Engine) finishPooled(job *stepJob) {
 		e.finishSeqWith(seq, Output{RequestID: seq.req.id, Index: seq.index, Embedding: p.vec}, FinishStop, nil, nil)
 	}
 }
+
+// sharesFresh reports, for a waiting sequence about to be admitted with numComputed
+// tokens from the prefix cache, the key of its first block when the step being planned
+// computes that block (none came from the cache) and whether it should wait: a sequence
+// admitted earlier in this plan computes the same first block. Blocks are offered to the
+// prefix cache only once a step is planned (Engine.offerPlanned), so inputs submitted
+// together, which all share a long instruction prefix, would all compute it in the first
+// step; the one waits a step instead and takes the prefix from the cache. Only a
+// last-token pooling engine waits (waitsForShared): for generation the step a prompt
+// waits is latency its first token pays.
+func (s *scheduler) sharesFresh(seq *sequence, numComputed int, fresh map[string]bool) (string, bool) {
+	bs := s.kv.BlockSize()
+	if !s.waitsForShared || numComputed >= bs || len(seq.tokens) <= bs {
+		return "", false
+	}
+	key := blockKey(seq.req.salt, seq.tokens[:bs])
+	return key, fresh[key]
+}
+
+// blockKey names a first block by its salt and tokens.
+func blockKey(salt string, tokens []int32) string {
+	b := make([]byte, 0, len(salt)+1+4*len(tokens))
+	b = append(append(b, salt...), 0)
+	for _, t := range tokens {
+		b = append(b, byte(t), byte(t>>8), byte(t>>16), byte(t>>24))
+	}
+	return string(b)
+}

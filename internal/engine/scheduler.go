@@ -113,10 +113,12 @@ type scheduler struct {
 	// prompt-logprobs request), bounding the logits a step copies back.
 	scoreChunk int
 	// poolsEveryRow is a mean-pooling engine's: every prompt row's hidden state comes
-	// back, and no prefix hit is taken (see pooling.go).
-	poolsEveryRow bool
-	waiting       []*sequence // sorted by before
-	running       []*sequence // sorted by before
+	// back, and no prefix hit is taken (see pooling.go). waitsForShared is a last-token
+	// pooling engine's with prefix caching: a prompt whose first block the step being
+	// planned computes for another waits a step to take it from the cache (sharesFresh).
+	poolsEveryRow, waitsForShared bool
+	waiting                       []*sequence // sorted by before
+	running                       []*sequence // sorted by before
 
 	preemptions         int64
 	prefixQueries, hits int64
@@ -447,6 +449,7 @@ func (s *scheduler) schedule() (stepPlan, error) {
 		return plan, nil
 	}
 	slots := s.runningSlots()
+	fresh := map[string]bool{} // first blocks this step computes (sharesFresh)
 	for len(s.waiting) > 0 && budget > 0 {
 		seq := s.waiting[0]
 		if slots+seq.slots() > s.cfg.MaxNumSeqs {
@@ -464,6 +467,10 @@ func (s *scheduler) schedule() (stepPlan, error) {
 		numComputed := 0
 		if s.kv.PrefixCacheEnabled() && !seq.req.wantsPromptLogprobs() && !seq.req.policy.Drops() && !s.poolsEveryRow {
 			hits, numComputed = s.kv.GetComputedBlocks(seq.tokens, seq.req.salt)
+		}
+		key, wait := s.sharesFresh(seq, numComputed, fresh)
+		if wait {
+			break
 		}
 		imported := importable(seq, numComputed/s.kv.BlockSize())
 		numNew := len(seq.tokens) - numComputed - len(imported)*s.kv.BlockSize()
@@ -498,6 +505,9 @@ func (s *scheduler) schedule() (stepPlan, error) {
 		if !seq.req.admitted {
 			seq.req.admitted = true
 			seq.req.cached = numComputed
+		}
+		if key != "" {
+			fresh[key] = true
 		}
 		take(seq, numNew, nil)
 	}
