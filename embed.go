@@ -81,15 +81,19 @@ type EmbedStats struct {
 	// Calls are the Embed (and Score) calls run, Inputs their sequences and Tokens the
 	// tokens of those; Forwards the batched forwards that ran them.
 	Calls, Inputs, Tokens, Forwards int64
+	// UsedKVBlocks is the KV blocks a decoder's engine holds now (0 for an encoder, which
+	// has no KV cache): back to 0 once no input is in flight.
+	UsedKVBlocks int
 }
 
 // Stats returns the Embedder's counters (a decoder's Forwards are its engine's steps).
 func (e *Embedder) Stats() EmbedStats {
-	forwards := e.forwards.Load()
+	s := EmbedStats{Calls: e.calls.Load(), Inputs: e.inputs.Load(), Tokens: e.tokens.Load(), Forwards: e.forwards.Load()}
 	if e.eng != nil {
-		forwards = e.eng.Stats().Steps
+		st := e.eng.Stats()
+		s.Forwards, s.UsedKVBlocks = st.Steps, st.UsedBlocks
 	}
-	return EmbedStats{Calls: e.calls.Load(), Inputs: e.inputs.Load(), Tokens: e.tokens.Load(), Forwards: forwards}
+	return s
 }
 
 // pooler runs sequences to one vector each (the batcher's forward) and releases the model.
