@@ -449,7 +449,7 @@ func (s *scheduler) schedule() (stepPlan, error) {
 		return plan, nil
 	}
 	slots := s.runningSlots()
-	fresh := map[string]bool{} // first blocks this step computes (sharesFresh)
+	var fresh map[string]bool // first blocks this step computes (sharesFresh)
 	for len(s.waiting) > 0 && budget > 0 {
 		seq := s.waiting[0]
 		if slots+seq.slots() > s.cfg.MaxNumSeqs {
@@ -507,6 +507,9 @@ func (s *scheduler) schedule() (stepPlan, error) {
 			seq.req.cached = numComputed
 		}
 		if key != "" {
+			if fresh == nil {
+				fresh = map[string]bool{}
+			}
 			fresh[key] = true
 		}
 		take(seq, numNew, nil)
