@@ -33,10 +33,12 @@ type EmbedderOptions struct {
 	// on an encoder; a decoder's is its engine's token budget (chunked prefill).
 	MaxBatchTokens int
 	// A decoder runs on a pooling engine: MaxNumSeqs caps its inputs in flight (0: the
-	// engine's default), KVCacheMemory is its KV cache budget (0: as Options'), and
-	// DisablePrefixCaching turns its prefix cache off. Encoders have no KV cache.
+	// engine's default), KVCacheMemory is its KV cache budget (0: as Options', on a GPU
+	// from GPUMemoryUtilization), and DisablePrefixCaching turns its prefix cache off.
+	// Encoders have no KV cache.
 	MaxNumSeqs           int
 	KVCacheMemory        int64
+	GPUMemoryUtilization float64
 	DisablePrefixCaching bool
 }
 

@@ -123,7 +123,7 @@ func (e *Embedder) openDecoder(path string, opt EmbedderOptions, pooling *backen
 		return err
 	}
 	lopt.MaxNumBatchedTokens, lopt.MaxNumSeqs = e.max, opt.MaxNumSeqs
-	lopt.KVCacheMemory, lopt.DisablePrefixCaching = opt.KVCacheMemory, opt.DisablePrefixCaching
+	lopt.KVCacheMemory, lopt.GPUMemoryUtilization, lopt.DisablePrefixCaching = opt.KVCacheMemory, opt.GPUMemoryUtilization, opt.DisablePrefixCaching
 	lopt.pooling = want
 	eng, err := start(l, lopt)
 	if err != nil {

@@ -99,7 +99,7 @@ func runServe(args []string) error {
 		// A decoder's pooling engine takes the engine's budget, sequences, cache and
 		// prefix caching flags; an encoder the budget alone (its forwards' tokens).
 		opt := kvasir.EmbedderOptions{Pooling: *pooling, Threads: ef.threads, Device: dev, MaxBatchTokens: ef.maxBatched,
-			MaxNumSeqs: ef.maxNumSeqs, KVCacheMemory: kvMem, DisablePrefixCaching: ef.noPrefixCaching}
+			MaxNumSeqs: ef.maxNumSeqs, KVCacheMemory: kvMem, GPUMemoryUtilization: ef.gpuMem, DisablePrefixCaching: ef.noPrefixCaching}
 		return serveEmbedder(path, *served, opt, ln, *drain, cfg, log)
 	}
 	if *pooling != "" {
