@@ -4,7 +4,8 @@
 // pipeline, which plans each step while the previous one runs (pipeline.go); what a step's
 // results do to a sequence: prompt logprobs scored, draft tokens verified and rolled back,
 // the next token sampled (accept.go); emitting tokens as text and stopping (emit.go); a
-// sequence's life from made or forked to finished (sequence.go); and beam search (beam.go).
+// sequence's life from made or forked to finished (sequence.go); beam search (beam.go); and
+// pooling engines, whose requests are embeddings of their prompts (pooling.go).
 //
 // A step carries any number of tokens per sequence with logits at any of them, so decode,
 // chunked prefill, prompt scoring and speculative verification are one mechanism. The
