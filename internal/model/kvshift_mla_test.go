@@ -128,3 +128,48 @@ func TestCompactKeysMLA(t *testing.T) {
 		}
 	}
 }
+
+// TestShiftKeysMLAQuantized: streaming's shift of a quantized MLA cache (int8, FP8): each
+// [kr | c] vector is dequantized, kr rotated, and quantized again with a scale of its own,
+// so the next token's logits match the unshifted prefill's up to that second rounding,
+// and differ clearly without the shift.
+func TestShiftKeysMLAQuantized(t *testing.T) {
+	const bs, n = 4, 9
+	tokens := testTokens(n)
+	s, err := synth.Lookup("deepseek-v2-tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := smallConfig(s.Config)
+	c.Layers = 1
+	fm := writeTwin(t, c, quant.F32, synth.GGUF)
+	for _, dt := range []quant.Type{quant.KVInt8, quant.KVFP8E4M3} {
+		t.Run(dt.String(), func(t *testing.T) {
+			m := cpuModel(t, fm, Parallel{1, 1}, dt)
+			kv, err := m.NewKVCache(12, bs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			plain, moved := []int32{1, 2, 3}, []int32{7, 4, 9}
+			prefillAt(t, m, kv, plain, tokens, 0)
+			want := decodeAt(t, m, kv, plain, 77, n)
+			prefillAt(t, m, kv, moved, tokens, 40)
+			unshifted := decodeAt(t, m, kv, moved, 77, n)
+			prefillAt(t, m, kv, moved, tokens, 40)
+			if err := kv.ShiftKeys(moved, -40); err != nil {
+				t.Fatal(err)
+			}
+			got := decodeAt(t, m, kv, moved, 77, n)
+			tol := map[quant.Type]float64{quant.KVInt8: 2e-2, quant.KVFP8E4M3: 8e-2}[dt]
+			e := relErr([][]float32{got}, [][]float32{want})
+			if e > tol {
+				t.Errorf("shifted: logits %.3g from the unshifted prefill's, allowed %g", e, tol)
+			}
+			u := relErr([][]float32{unshifted}, [][]float32{want})
+			t.Logf("%s: shifted %.3g, unshifted %.3g from the prefill at 0", dt, e, u)
+			if u < 10*e || u < 1e-3 {
+				t.Errorf("without the shift the logits are %.3g apart, with it %.3g: the test shows nothing", u, e)
+			}
+		})
+	}
+}
