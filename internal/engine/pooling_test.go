@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvasir-llm/kvasir/internal/kvcache"
 	"github.com/kvasir-llm/kvasir/internal/model"
 )
 
@@ -268,13 +269,14 @@ func TestPoolingEngineRefusals(t *testing.T) {
 	e := tm.engine(t, Config{Pooling: PoolMean, NumBlocks: 9, BlockSize: 16})
 	p := randomPrompt(3, 10, tm.fm.Config.VocabSize)
 	var pe *ParamError
-	for name, req := range map[string]Request{
-		"n":          {PromptTokens: p, Params: SamplingParams{N: 2}},
-		"beam":       {PromptTokens: p, Params: SamplingParams{N: 2, UseBeamSearch: true}},
-		"prompt lps": {PromptTokens: p, Params: SamplingParams{PromptLogprobs: true}},
+	for param, req := range map[string]Request{
+		"n":               {PromptTokens: p, Params: SamplingParams{N: 2}},
+		"use_beam_search": {PromptTokens: p, Params: SamplingParams{UseBeamSearch: true}},
+		"prompt_logprobs": {PromptTokens: p, Params: SamplingParams{PromptLogprobs: true}},
+		"kv_policy":       {PromptTokens: p, KVPolicy: &kvcache.PolicySpec{Name: kvcache.PolicyStreaming, BudgetTokens: 64}},
 	} {
-		if _, err := e.Generate(context.Background(), req); !errors.As(err, &pe) {
-			t.Errorf("%s: %v, want a parameter error", name, err)
+		if _, err := e.Generate(context.Background(), req); !errors.As(err, &pe) || pe.Param != param {
+			t.Errorf("%s: %v, want a parameter error naming it", param, err)
 		}
 	}
 	if _, err := e.Generate(context.Background(), Request{PromptTokens: randomPrompt(3, 8*16+1, tm.fm.Config.VocabSize)}); !errors.Is(err, ErrTooLong) {
