@@ -29,8 +29,17 @@ type EmbedderOptions struct {
 	CPUKernels string
 	// MaxBatchTokens bounds the tokens of one forward, and so the activations' memory:
 	// calls waiting together are batched up to it, and a call with more tokens runs in
-	// several forwards (0: DefaultEmbedBatchTokens). An input longer than it runs alone.
+	// several forwards (0: DefaultEmbedBatchTokens). An input longer than it runs alone
+	// on an encoder; a decoder's is its engine's token budget (chunked prefill).
 	MaxBatchTokens int
+	// A decoder runs on a pooling engine: MaxNumSeqs caps its inputs in flight (0: the
+	// engine's default), KVCacheMemory is its KV cache budget (0: as Options', on a GPU
+	// from GPUMemoryUtilization), and DisablePrefixCaching turns its prefix cache off.
+	// Encoders have no KV cache.
+	MaxNumSeqs           int
+	KVCacheMemory        int64
+	GPUMemoryUtilization float64
+	DisablePrefixCaching bool
 }
 
 // DefaultEmbedBatchTokens is the default EmbedderOptions.MaxBatchTokens.
@@ -45,15 +54,17 @@ type EmbedInput struct {
 }
 
 // Embedder serves an embedding model: an encoder (BERT family) with its embeddings and,
-// with a classifier head (a cross-encoder), relevance scores; or a decoder (Qwen3-Embedding
-// style) whose embedding is its final hidden state at the last token. Requests arriving
-// together are batched through one forward by a batcher goroutine. Its methods are safe
-// for concurrent use.
+// with a classifier head (a cross-encoder), relevance scores, requests arriving together
+// batched through one forward by a batcher goroutine; or a decoder (Qwen3-Embedding style)
+// whose embedding is its final hidden state at the last token (or their mean), run on a
+// pooling engine with prefix caching and continuous batching. Its methods are safe for
+// concurrent use.
 type Embedder struct {
 	name               string
 	dim, maxLen, vocab int
 	pooling            string
-	pooled             pooler
+	pooled             pooler                                    // an encoder's
+	eng                *Engine                                   // a decoder's pooling engine
 	classify           func(pooled []float32) ([]float32, error) // nil without a head
 	pairVocab          *tokenizer.Vocab                          // an encoder's, for TokenizePair
 	tok                *tokenizer.Tokenizer                      // nil when the model has no vocabulary
@@ -72,11 +83,19 @@ type EmbedStats struct {
 	// Calls are the Embed (and Score) calls run, Inputs their sequences and Tokens the
 	// tokens of those; Forwards the batched forwards that ran them.
 	Calls, Inputs, Tokens, Forwards int64
+	// UsedKVBlocks is the KV blocks a decoder's engine holds now (0 for an encoder, which
+	// has no KV cache): back to 0 once no input is in flight.
+	UsedKVBlocks int
 }
 
-// Stats returns the Embedder's counters.
+// Stats returns the Embedder's counters (a decoder's Forwards are its engine's steps).
 func (e *Embedder) Stats() EmbedStats {
-	return EmbedStats{Calls: e.calls.Load(), Inputs: e.inputs.Load(), Tokens: e.tokens.Load(), Forwards: e.forwards.Load()}
+	s := EmbedStats{Calls: e.calls.Load(), Inputs: e.inputs.Load(), Tokens: e.tokens.Load(), Forwards: e.forwards.Load()}
+	if e.eng != nil {
+		st := e.eng.Stats()
+		s.Forwards, s.UsedKVBlocks = st.Steps, st.UsedBlocks
+	}
+	return s
 }
 
 // pooler runs sequences to one vector each (the batcher's forward) and releases the model.
@@ -141,13 +160,14 @@ func OpenEmbedder(path string, opt EmbedderOptions) (*Embedder, error) {
 	if e.max <= 0 {
 		e.max = DefaultEmbedBatchTokens
 	}
-	var err error
-	if encoder.IsEncoder(path) {
-		err = e.openEncoder(path, opt, pooling)
-	} else {
-		err = e.openDecoder(path, opt, pooling)
+	if !encoder.IsEncoder(path) {
+		if err := e.openDecoder(path, opt, pooling); err != nil {
+			return nil, err
+		}
+		close(e.done) // no batcher: the engine batches
+		return e, nil
 	}
-	if err != nil {
+	if err := e.openEncoder(path, opt, pooling); err != nil {
 		return nil, err
 	}
 	go e.batch()
@@ -207,6 +227,10 @@ func (e *Embedder) Close() error {
 	e.once.Do(func() {
 		close(e.quit)
 		<-e.done
+		if e.eng != nil {
+			err = e.eng.Close()
+			return
+		}
 		err = e.pooled.Close()
 	})
 	return err
@@ -219,7 +243,7 @@ func (e *Embedder) ModelName() string { return e.name }
 func (e *Embedder) Dim() int { return e.dim }
 
 // MaxLen returns the most tokens one input may have: an encoder's positions, a decoder's
-// context length bounded by MaxBatchTokens (the tokens its scratch KV cache holds).
+// context length bounded by what its engine's KV cache holds.
 func (e *Embedder) MaxLen() int { return e.maxLen }
 
 // VocabSize returns the number of token ids the model knows.
@@ -276,6 +300,14 @@ func (e *Embedder) Embed(ctx context.Context, inputs []EmbedInput) ([][]float32,
 	}
 	if len(inputs) == 0 {
 		return nil, fmt.Errorf("no inputs")
+	}
+	if e.eng != nil {
+		select {
+		case <-e.quit:
+			return nil, ErrClosed
+		default:
+		}
+		return e.embedDecoder(ctx, inputs, job.tokens)
 	}
 	select {
 	case e.jobs <- job:

@@ -1,34 +1,27 @@
 package kvasir
 
 import (
+	"cmp"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
 	"github.com/kvasir-llm/kvasir/internal/encoder"
+	"github.com/kvasir-llm/kvasir/internal/engine"
 	"github.com/kvasir-llm/kvasir/internal/format"
 	"github.com/kvasir-llm/kvasir/internal/format/gguf"
-	"github.com/kvasir-llm/kvasir/internal/model"
 )
 
 // A decoder embedding model (Qwen3-Embedding and the like) embeds a text as its final
-// hidden state, after the output norm, at the last token. The Embedder runs it through the
-// decoder's own batched forward (model.ForwardHidden) over a scratch KV cache of its own:
-// an embedding is one prefill and no decode, so the engine's scheduler, sampling and
-// prefix cache would only hold blocks for nothing, and the Embedder's batcher already
-// gathers concurrent calls into one forward, as it does for encoders.
-
-// decoderBlockSize is the block size of a decoder embedder's scratch KV cache.
-const decoderBlockSize = 16
-
-// decoderPooler runs a decoder for its last tokens' hidden states.
-type decoderPooler struct {
-	l      *Loaded
-	kv     *model.KVCache
-	blocks int // blocks of kv
-	dim    int
-}
+// hidden state, after the output norm, at the last token (or their mean over the input's
+// tokens). The Embedder runs it on a pooling engine (internal/engine, Config.Pooling): each
+// input is a request through the engine's scheduler, paged KV cache and prefix cache, so
+// that inputs sharing a long instruction prefix compute it once, and inputs of concurrent
+// calls are batched step by step under the token budget (MaxBatchTokens) with chunked
+// prefill, as generation requests are. Mean pooling takes no prefix hits (the hidden
+// states of positions whose KV came from the cache were never computed).
 
 // DecoderPooling returns the pooling the metadata of the generative model at path names
 // for embeddings: "last" for a GGUF whose {arch}.pooling_type is 3 or a Hugging Face
@@ -99,7 +92,7 @@ func poolingName(n int64, raw any) string {
 	return fmt.Sprintf("pooling_type %v", raw)
 }
 
-// openDecoder binds a decoder for last-token embeddings.
+// openDecoder binds a decoder for last-token or mean embeddings on a pooling engine.
 func (e *Embedder) openDecoder(path string, opt EmbedderOptions, pooling *backend.PoolMode) error {
 	fm, err := format.Open(path, format.Options{})
 	if err != nil {
@@ -114,82 +107,69 @@ func (e *Embedder) openDecoder(path string, opt EmbedderOptions, pooling *backen
 		want = DecoderPooling(path)
 	}
 	switch want {
-	case "last":
+	case engine.PoolLast, engine.PoolMean:
 	case "":
 		fm.Close()
 		return fmt.Errorf("open %s: a %s decoder names no pooling: give pooling last (--pooling last) to embed with its last token", path, fm.Config.Arch)
 	default:
 		fm.Close()
-		return fmt.Errorf("open %s: pooling %s on a %s decoder: a decoder embeds with its last token only (pooling last)", path, want, fm.Config.Arch)
+		return fmt.Errorf("open %s: pooling %s on a %s decoder: a decoder embeds with its last token or the mean of its tokens (pooling last or mean)", path, want, fm.Config.Arch)
 	}
-	// An F32 cache on every device (a GPU's default is BF16): the embedding is the output,
-	// and one forward's cache is small beside the weights.
-	l, err := Load(fm, Options{Device: opt.Device, Threads: opt.Threads, CPUKernels: opt.CPUKernels, KVCacheDType: KVCacheF32})
+	// An F32 cache on every device (a GPU's default is BF16): the embedding is the output.
+	lopt := Options{Device: opt.Device, Threads: opt.Threads, CPUKernels: opt.CPUKernels, KVCacheDType: KVCacheF32}
+	l, err := Load(fm, lopt)
 	if err != nil {
 		fm.Close()
 		return err
 	}
-	c := fm.Config
-	// The cache holds one forward's tokens; each sequence rounds up to whole blocks, so
-	// a few blocks more let a forward of many short inputs fill it.
-	blocks := (e.max+decoderBlockSize-1)/decoderBlockSize + 64
-	kv, err := l.Model().NewKVCache(blocks, decoderBlockSize)
+	lopt.MaxNumBatchedTokens, lopt.MaxNumSeqs = e.max, opt.MaxNumSeqs
+	lopt.KVCacheMemory, lopt.GPUMemoryUtilization, lopt.DisablePrefixCaching = opt.KVCacheMemory, opt.GPUMemoryUtilization, opt.DisablePrefixCaching
+	lopt.pooling = want
+	eng, err := start(l, lopt)
 	if err != nil {
 		l.Close()
-		return fmt.Errorf("open %s: embedding KV cache of %d blocks: %w", path, blocks, err)
+		return fmt.Errorf("open %s: %w", path, err)
 	}
-	e.pooled = &decoderPooler{l: l, kv: kv, blocks: blocks, dim: c.Dim}
-	e.tok = l.Tokenizer()
-	e.name, e.dim, e.vocab, e.pooling = fm.Name(), c.Dim, c.VocabSize, "last"
-	e.maxLen = min(c.ContextLen, e.max)
-	if c.ContextLen <= 0 {
-		e.maxLen = e.max
-	}
+	c := fm.Config
+	e.eng, e.tok = eng, l.Tokenizer()
+	e.name, e.dim, e.vocab, e.pooling = fm.Name(), c.Dim, c.VocabSize, want
+	e.maxLen = eng.MaxModelLen()
 	return nil
 }
 
-// Forward runs the sequences in as few forwards as the cache's blocks allow and returns
-// each one's last hidden state.
-func (d *decoderPooler) Forward(seqs []encoder.Sequence) ([][]float32, error) {
-	var out [][]float32
-	for start := 0; start < len(seqs); {
-		b := &model.Batch{}
-		used := 0
-		end := start
-		for ; end < len(seqs); end++ {
-			n := len(seqs[end].Tokens)
-			nb := (n + decoderBlockSize - 1) / decoderBlockSize
-			if used+nb > d.blocks {
-				break
-			}
-			table := make([]int32, nb)
-			for i := range table {
-				table[i] = int32(used + i)
-			}
-			used += nb
-			q := len(b.Tokens)
-			for j, t := range seqs[end].Tokens {
-				b.Tokens = append(b.Tokens, t)
-				b.Positions = append(b.Positions, int32(j))
-				b.SlotMapping = append(b.SlotMapping, table[j/decoderBlockSize]*decoderBlockSize+int32(j%decoderBlockSize))
-			}
-			b.Seqs = append(b.Seqs, model.Seq{BlockTable: table, QueryStart: q, QueryLen: n, ContextLen: n})
-			b.LogitsIndices = append(b.LogitsIndices, len(b.Tokens)-1)
-		}
-		if end == start {
-			return nil, fmt.Errorf("decoder embedding: input of %d tokens, more than the %d the cache holds", len(seqs[start].Tokens), d.blocks*decoderBlockSize)
-		}
-		h, err := d.l.Model().ForwardHidden(b, d.kv)
-		if err != nil {
-			return nil, fmt.Errorf("decoder embedding: %w", err)
-		}
-		for i := range end - start {
-			out = append(out, h[i*d.dim:(i+1)*d.dim:(i+1)*d.dim])
-		}
-		start = end
+// embedDecoder runs inputs as requests of the pooling engine, submitted together, and
+// returns their embeddings in order. Cancelling ctx aborts them (their blocks are freed).
+func (e *Embedder) embedDecoder(ctx context.Context, inputs []EmbedInput, tokens int) ([][]float32, error) {
+	reqs := make([]Request, len(inputs))
+	for i, in := range inputs {
+		reqs[i] = Request{PromptTokens: in.Tokens}
 	}
-	return out, nil
+	chans, err := e.eng.GenerateAll(ctx, reqs)
+	if err != nil {
+		return nil, err
+	}
+	vecs := make([][]float32, len(inputs))
+	var first error
+	for i, ch := range chans {
+		for out := range ch { // read to the end, also after a failure, so nothing leaks
+			switch {
+			case out.Err != nil:
+				first = cmp.Or(first, fmt.Errorf("input %d: %w", i, out.Err))
+			case out.FinishReason == engine.FinishAbort:
+				first = cmp.Or(first, fmt.Errorf("input %d: aborted: %w", i, cmp.Or(ctx.Err(), ErrClosed)))
+			case out.Embedding != nil:
+				vecs[i] = out.Embedding
+			}
+		}
+		if vecs[i] == nil && first == nil {
+			first = fmt.Errorf("input %d: no embedding came back: %w", i, cmp.Or(ctx.Err(), ErrClosed))
+		}
+	}
+	if first != nil {
+		return nil, first
+	}
+	e.calls.Add(1)
+	e.inputs.Add(int64(len(inputs)))
+	e.tokens.Add(int64(tokens))
+	return vecs, nil
 }
-
-// Close releases the model, its backends and its file.
-func (d *decoderPooler) Close() error { return d.l.Close() }

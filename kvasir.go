@@ -272,6 +272,7 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 		Speculation:            sp.engine(),
 		KVPolicy:               opt.KVPolicy,
 		NewKVStore:             kvStore(l, opt, blockSize, &pool),
+		Pooling:                opt.pooling,
 	})
 	if err != nil {
 		if pool != nil {

@@ -136,6 +136,9 @@ type Options struct {
 	KVOffloadMemory int64
 	// KVPoolLog receives the pool's warnings (nil: slog.Default()).
 	KVPoolLog *slog.Logger
+	// pooling, set by OpenEmbedder, makes the engine a pooling engine (engine.Config.Pooling)
+	// for a decoder's embeddings.
+	pooling string
 }
 
 // CUDAOptions are the settings of the CUDA backends (see cudabackend.BackendOptions).

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """PyTorch/transformers oracle of kvasir's embeddings: the BERT encoder (embeddings and
-cross-encoder scores) and decoders' last-token embeddings.
+cross-encoder scores) and decoders' last-token and mean embeddings.
 
 Synthesizes the bert-tiny and bert-tiny-reranker Hugging Face folders with kvasir, serves
 each with `kvasir serve`, and compares over HTTP with transformers in float32:
@@ -12,9 +12,10 @@ each with `kvasir serve`, and compares over HTTP with transformers in float32:
   - /v1/score of text pairs against BertForSequenceClassification's sigmoid(logit) on the
     tokenizer's pair encoding (token_type_ids 0/1): |difference| <= --score-tol;
   - /v1/embeddings of token-id inputs from small synthesized Qwen3 and Llama decoders
-    (Hugging Face folders, f32) served with --pooling last, against Qwen3Model's and
-    LlamaModel's last hidden state (after the final norm) at the last token: cosine >=
-    --min-cos for every input.
+    (Hugging Face folders, f32) served with --pooling last and with --pooling mean (their
+    pooling engine; three of the inputs share a 200-token prefix, which the prefix cache
+    serves), against Qwen3Model's and LlamaModel's last hidden state (after the final norm)
+    at the last token, or its mean over the tokens: cosine >= --min-cos for every input.
 Exits 1 on any miss. Runs on the CPU or a GPU (torch picks cuda when present).
 
     CGO_ENABLED=0 go build -o bin/kvasir ./cmd/kvasir
@@ -159,16 +160,22 @@ def main():
         subprocess.run([args.kvasir, "synth", "--config", cfg, "--dtype", "f32", "--seed", "3", "--quiet", "-o", d], check=True)
         dec = cls.from_pretrained(d, dtype=torch.float32).to(dev).eval()
         ids = [[rng.randrange(0, config["vocab_size"]) for _ in range(n)] for n in (1, 2, 9, 40, 300)]
-        proc, base = serve(args.kvasir, args.kvasir_device, d, "--pooling", "last")
-        try:
-            got = post(base, "/embeddings", {"input": ids, "normalize": False})["data"]
-            for i, seq in enumerate(ids):
-                with torch.no_grad():
-                    want = dec(input_ids=torch.tensor([seq], device=dev)).last_hidden_state[0, -1].float().cpu()
-                check(f"{name} last-token embedding ids len {len(seq)}", cos(torch.tensor(got[i]["embedding"]), want))
-        finally:
-            proc.terminate()
-            proc.wait()
+        # Inputs sharing a 200-token prefix, so that the pooling engine's prefix cache
+        # serves all but the first (last-token pooling).
+        head = [rng.randrange(0, config["vocab_size"]) for _ in range(200)]
+        ids += [head + [rng.randrange(0, config["vocab_size"]) for _ in range(n)] for n in (1, 5, 17)]
+        for pooling in ("last", "mean"):
+            proc, base = serve(args.kvasir, args.kvasir_device, d, "--pooling", pooling)
+            try:
+                got = post(base, "/embeddings", {"input": ids, "normalize": False})["data"]
+                for i, seq in enumerate(ids):
+                    with torch.no_grad():
+                        h = dec(input_ids=torch.tensor([seq], device=dev)).last_hidden_state[0].float().cpu()
+                    want = h[-1] if pooling == "last" else h.mean(dim=0)
+                    check(f"{name} {pooling} embedding ids len {len(seq)}", cos(torch.tensor(got[i]["embedding"]), want))
+            finally:
+                proc.terminate()
+                proc.wait()
     print(f"{fails} failures (kvasir on {args.kvasir_device}, torch on {dev}, torch {torch.__version__})")
     sys.exit(1 if fails else 0)
 

@@ -84,3 +84,35 @@ func TestBenchEmbed(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchEmbedSharedPrefix: bench embed --shared-prefix on a decoder reports a rate
+// with prefix caching off and on for each pair and their ratio; an encoder, which has no
+// KV cache, and a prefix as long as the input are refused.
+func TestBenchEmbedSharedPrefix(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "config.json")
+	if err := os.WriteFile(cfg, []byte(`{"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2", "hidden_size": 64,
+		"intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
+		"vocab_size": 300, "max_position_embeddings": 512, "rms_norm_eps": 1e-6, "tie_word_embeddings": true}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "qwen2.gguf")
+	if err := runSynth([]string{"--config", cfg, "--dtype", "f32", "--quiet", "-o", path}); err != nil {
+		t.Fatal(err)
+	}
+	out := captureStdout(t, func() error {
+		return benchEmbed([]string{"-m", path, "--pooling", "last", "--num-inputs", "4", "--input-len", "40", "--shared-prefix", "32", "--repeats", "2", "--threads", "1", "--json"})
+	})
+	var r embedPrefixResult
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r.Inputs != 4 || r.SharedPrefix != 32 || r.Pooling != "last" || len(r.Off) != 2 || len(r.On) != 2 || r.Speedup <= 0 {
+		t.Errorf("bench embed --shared-prefix --json: %+v (%v): %s", r, err, out)
+	}
+	for _, args := range [][]string{
+		{"--shape", "bert-tiny", "--input-len", "8", "--shared-prefix", "4"},
+		{"-m", path, "--pooling", "last", "--input-len", "8", "--shared-prefix", "8"},
+	} {
+		if err := benchEmbed(args); err == nil {
+			t.Errorf("bench embed %v succeeded", args)
+		}
+	}
+}

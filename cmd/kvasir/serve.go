@@ -92,7 +92,14 @@ func runServe(args []string) error {
 		if err != nil {
 			return fmt.Errorf("--device: %w", err)
 		}
-		opt := kvasir.EmbedderOptions{Pooling: *pooling, Threads: ef.threads, Device: dev}
+		kvMem, err := kvasir.ParseBytes(ef.kvMemory)
+		if err != nil {
+			return fmt.Errorf("--kv-cache-memory: %w", err)
+		}
+		// A decoder's pooling engine takes the engine's budget, sequences, cache and
+		// prefix caching flags; an encoder the budget alone (its forwards' tokens).
+		opt := kvasir.EmbedderOptions{Pooling: *pooling, Threads: ef.threads, Device: dev, MaxBatchTokens: ef.maxBatched,
+			MaxNumSeqs: ef.maxNumSeqs, KVCacheMemory: kvMem, GPUMemoryUtilization: ef.gpuMem, DisablePrefixCaching: ef.noPrefixCaching}
 		return serveEmbedder(path, *served, opt, ln, *drain, cfg, log)
 	}
 	if *pooling != "" {

@@ -4,7 +4,8 @@
 // pipeline, which plans each step while the previous one runs (pipeline.go); what a step's
 // results do to a sequence: prompt logprobs scored, draft tokens verified and rolled back,
 // the next token sampled (accept.go); emitting tokens as text and stopping (emit.go); a
-// sequence's life from made or forked to finished (sequence.go); and beam search (beam.go).
+// sequence's life from made or forked to finished (sequence.go); beam search (beam.go); and
+// pooling engines, whose requests are embeddings of their prompts (pooling.go).
 //
 // A step carries any number of tokens per sequence with logits at any of them, so decode,
 // chunked prefill, prompt scoring and speculative verification are one mechanism. The
@@ -74,6 +75,10 @@ type Config struct {
 	// KVPolicy is the KV policy of requests that name none (Request.KVPolicy); the zero
 	// value is full (every token kept).
 	KVPolicy kvcache.PolicySpec
+	// Pooling, when set (PoolLast or PoolMean), makes a pooling engine: every request is an
+	// embedding of its prompt (Output.Embedding), computed through the scheduler and the
+	// prefix cache, on a model that returns hidden states (HiddenModel; see pooling.go).
+	Pooling string
 	// Now is the clock (time.Now when nil); tests may replace it.
 	Now func() time.Time
 }
@@ -97,6 +102,8 @@ type Engine struct {
 	vocab int
 	// massShape is ModelInfo's MassLanes and MassHeads.
 	massShape massShape
+	// hiddenDim is the size of a hidden state (a pooling engine's).
+	hiddenDim int
 	kv        *kvcache.Manager
 	sched     *scheduler
 	runner    *runner
@@ -254,6 +261,9 @@ func assemble(m Model, info ModelInfo, tok *tokenizer.Tokenizer, cfg Config, d d
 	if info.VocabSize <= 0 {
 		return nil, fmt.Errorf("engine: vocabulary of %d tokens", info.VocabSize)
 	}
+	if err := checkPooling(cfg, m); err != nil {
+		return nil, err
+	}
 	if cfg.MaxModelLen <= 0 {
 		cfg.MaxModelLen = info.ContextLen
 	}
@@ -269,7 +279,8 @@ func assemble(m Model, info ModelInfo, tok *tokenizer.Tokenizer, cfg Config, d d
 	*e = Engine{
 		cfg: cfg, model: m, tok: tok, vocab: info.VocabSize, massShape: massShape{info.MassLanes, info.MassHeads}, kv: mgr,
 		sched: &scheduler{cfg: cfg.SchedulerConfig, kv: mgr, maxModelLen: cfg.MaxModelLen, vocab: info.VocabSize, massShape: massShape{info.MassLanes, info.MassHeads},
-			spec: cfg.Speculation, scoreChunk: scoreBytes / (4 * info.VocabSize)},
+			spec: cfg.Speculation, scoreChunk: scoreBytes / (4 * info.VocabSize), poolsEveryRow: cfg.Pooling == PoolMean,
+			waitsForShared: cfg.Pooling == PoolLast && !cfg.DisablePrefixCaching},
 		runner:   &runner{model: m, draft: d.model, draftShared: d.shared, blockSize: cfg.BlockSize},
 		rng:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		inFlight: make(map[string]*request),
@@ -280,6 +291,9 @@ func assemble(m Model, info ModelInfo, tok *tokenizer.Tokenizer, cfg Config, d d
 	}
 	if _, err := e.policyFor(nil); err != nil {
 		return nil, fmt.Errorf("engine: %w", err)
+	}
+	if hm, ok := m.(HiddenModel); ok && cfg.Pooling != "" {
+		e.hiddenDim, e.runner.hidden = hm.HiddenDim(), hm
 	}
 	e.stats.NumBlocks = cfg.NumBlocks - 1
 	e.stats.Finished = make(map[string]int64)
@@ -400,6 +414,16 @@ func (e *Engine) prepare(req Request) (*request, error) {
 			return nil, paramErr("prompt", "token %d: id %d outside the vocabulary of %d", i, t, e.vocab)
 		}
 	}
+	if e.cfg.Pooling != "" {
+		if err := checkPoolingRequest(req, p); err != nil {
+			return nil, err
+		}
+		// The one "token" it waits for is its embedding; the prompt alone takes room.
+		p.MaxTokens = 1
+		if len(prompt) > e.cfg.MaxModelLen {
+			return nil, fmt.Errorf("%w: input of %d tokens exceeds the context length of %d tokens", ErrTooLong, len(prompt), e.cfg.MaxModelLen)
+		}
+	}
 	policy, err := e.policyFor(req.KVPolicy)
 	if err != nil {
 		return nil, err
@@ -423,6 +447,8 @@ func (e *Engine) prepare(req Request) (*request, error) {
 			return nil, fmt.Errorf("%w: kv_policy budget_tokens %d exceeds the whole KV pool of %d tokens", ErrTooLong, b, poolTokens)
 		}
 		maxLen = math.MaxInt
+	} else if e.cfg.Pooling != "" {
+		maxLen = math.MaxInt // the prompt fits (checked above): nothing follows it
 	} else if need := len(prompt) + maxTokens; need > maxLen {
 		return nil, fmt.Errorf("%w: prompt of %d tokens + max_tokens %d = %d tokens exceeds the context length of %d tokens (KV pool: %d tokens)", ErrTooLong, len(prompt), maxTokens, need, maxLen, poolTokens)
 	} else if need > poolTokens {

@@ -65,6 +65,9 @@ type Output struct {
 	Usage Usage
 	// Err is set when the engine failed the request (FinishReason is FinishAbort).
 	Err error
+	// Embedding, on the last Output of a pooling engine's request (Config.Pooling), is its
+	// prompt's pooled final hidden state, not normalized.
+	Embedding []float32
 }
 
 // RequestStats are the timings and counts of a finished request, handed to

@@ -35,6 +35,8 @@ type stepJob struct {
 	cost StepCost
 	// picks are the tokens fast sampled from the result, in order, for slow to stream.
 	picks []pick
+	// pooled are the embeddings the step completed (a pooling engine's), for slow.
+	pooled []pooled
 }
 
 // stepResult is what a step's forward pass returns: logits rows or token ids (see
@@ -42,6 +44,7 @@ type stepJob struct {
 type stepResult struct {
 	logits []float32
 	ids    []int32
+	hidden []float32 // a pooling engine's final hidden states, in place of logits
 	err    error
 
 	draftPasses, draftTokens int
@@ -346,6 +349,10 @@ func (e *Engine) fast(job *stepJob, res stepResult) {
 			}
 			continue
 		}
+		if res.hidden != nil {
+			e.poolRows(job, sc, res.hidden, first)
+			continue
+		}
 		job.picks = append(job.picks, e.takeRows(sc, runs[i], res, first)...)
 	}
 	for i := range job.plan.seqs {
@@ -387,6 +394,7 @@ func (e *Engine) slow(job *stepJob) {
 	}
 	e.emitStep++
 	e.stepPrompt, e.stepGen = 0, 0
+	e.finishPooled(job)
 	for _, p := range job.picks {
 		if p.seq.status != statusFinished {
 			e.emit(p)

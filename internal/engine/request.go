@@ -165,6 +165,11 @@ type sequence struct {
 
 	// beam is the sequence's state as a beam of a beam search (nil otherwise).
 	beam *beamState
+
+	// poolSum is the sum of the hidden states of its first poolCount prompt positions (a
+	// mean-pooling engine's sequence).
+	poolSum   []float64
+	poolCount int
 }
 
 // slots is the number of running slots (max-num-seqs) the sequence accounts for.

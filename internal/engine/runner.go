@@ -28,6 +28,8 @@ type runner struct {
 	// store and bio, with a KVStore: the step's block reads and imports (kvstore.go).
 	store KVStore
 	bio   BlockIO
+	// hidden is the model of a pooling engine, whose steps return hidden states.
+	hidden HiddenModel
 }
 
 // batchBuffer is one step's batch and the backing store of its block tables, reused from
@@ -54,6 +56,7 @@ const (
 	forwardLogits forwardMode = iota // model.Forward: logits rows back to the host
 	forwardGreedy                    // model.ForwardGreedy: greedy token ids
 	forwardSample                    // model.ForwardSample: tokens drawn on the device
+	forwardHidden                    // ForwardHidden: a pooling engine's hidden states
 )
 
 // copyBlocks performs copy-on-write orders: block Src's keys and values, in every layer,
@@ -142,6 +145,8 @@ func (r *runner) build(plan *stepPlan, mgr *kvcache.Manager) (*batchBuffer, []pl
 // (sampleRows takes each sampler's next uniform).
 func (r *runner) mode(plan *stepPlan, buf *batchBuffer) (forwardMode, []backend.SampleRow) {
 	switch {
+	case r.hidden != nil:
+		return forwardHidden, nil
 	case len(buf.batch.LogitsIndices) == 0 || scores(plan):
 		return forwardLogits, nil
 	case greedyOnly(plan):
@@ -223,6 +228,8 @@ func (r *runner) execute(job *stepJob) (res stepResult) {
 		res.ids, err = r.model.ForwardGreedy(b, masks)
 	case forwardSample:
 		res.ids, err = r.model.ForwardSample(b, job.rows, masks)
+	case forwardHidden:
+		res.hidden, err = r.hidden.ForwardHidden(b)
 	default:
 		res.logits, err = r.model.Forward(b)
 	}

@@ -112,8 +112,13 @@ type scheduler struct {
 	// scoreChunk caps the tokens of a prefill chunk whose every row returns logits (a
 	// prompt-logprobs request), bounding the logits a step copies back.
 	scoreChunk int
-	waiting    []*sequence // sorted by before
-	running    []*sequence // sorted by before
+	// poolsEveryRow is a mean-pooling engine's: every prompt row's hidden state comes
+	// back, and no prefix hit is taken (see pooling.go). waitsForShared is a last-token
+	// pooling engine's with prefix caching: a prompt whose first block the step being
+	// planned computes for another waits a step to take it from the cache (sharesFresh).
+	poolsEveryRow, waitsForShared bool
+	waiting                       []*sequence // sorted by before
+	running                       []*sequence // sorted by before
 
 	preemptions         int64
 	prefixQueries, hits int64
@@ -357,6 +362,13 @@ func (s *scheduler) schedule() (stepPlan, error) {
 				sc.rows = append(sc.rows, p-start)
 			}
 		}
+		if s.poolsEveryRow {
+			// The rows of prompt positions not pooled yet, but the last, which the
+			// sampling row below is.
+			for p := max(start, seq.poolCount); p < min(end, seq.numPrompt-1); p++ {
+				sc.rows = append(sc.rows, p-start)
+			}
+		}
 		if sc.sampling {
 			for p := end - 1 - sc.numDraft; p < end; p++ {
 				sc.rows = append(sc.rows, p-start)
@@ -437,6 +449,7 @@ func (s *scheduler) schedule() (stepPlan, error) {
 		return plan, nil
 	}
 	slots := s.runningSlots()
+	var fresh map[string]bool // first blocks this step computes (sharesFresh)
 	for len(s.waiting) > 0 && budget > 0 {
 		seq := s.waiting[0]
 		if slots+seq.slots() > s.cfg.MaxNumSeqs {
@@ -452,8 +465,12 @@ func (s *scheduler) schedule() (stepPlan, error) {
 		}
 		var hits []kvcache.BlockID
 		numComputed := 0
-		if s.kv.PrefixCacheEnabled() && !seq.req.wantsPromptLogprobs() && !seq.req.policy.Drops() {
+		if s.kv.PrefixCacheEnabled() && !seq.req.wantsPromptLogprobs() && !seq.req.policy.Drops() && !s.poolsEveryRow {
 			hits, numComputed = s.kv.GetComputedBlocks(seq.tokens, seq.req.salt)
+		}
+		key, wait := s.sharesFresh(seq, numComputed, fresh)
+		if wait {
+			break
 		}
 		imported := importable(seq, numComputed/s.kv.BlockSize())
 		numNew := len(seq.tokens) - numComputed - len(imported)*s.kv.BlockSize()
@@ -488,6 +505,12 @@ func (s *scheduler) schedule() (stepPlan, error) {
 		if !seq.req.admitted {
 			seq.req.admitted = true
 			seq.req.cached = numComputed
+		}
+		if key != "" {
+			if fresh == nil {
+				fresh = map[string]bool{}
+			}
+			fresh[key] = true
 		}
 		take(seq, numNew, nil)
 	}

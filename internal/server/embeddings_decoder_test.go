@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvasir-llm/kvasir"
 	"github.com/kvasir-llm/kvasir/internal/format"
@@ -92,8 +93,46 @@ func TestDecoderEmbeddings(t *testing.T) {
 	if len(rr.Results) != 2 || rr.Results[0].Index != 1 || math.Abs(rr.Results[0].Score-1) > 1e-5 {
 		t.Errorf("rerank of the query itself first with cosine 1: %+v", rr.Results)
 	}
-	long := "[" + strings.Repeat("5,", 64) + "5]"
+	long := "[" + strings.Repeat("5,", emb.MaxLen()) + "5]"
 	if status, body := env.do(t, http.MethodPost, "/v1/embeddings", []byte(`{"input": [`+long+`]}`)); status != http.StatusBadRequest {
-		t.Errorf("an input of 65 tokens for a maximum of 64: status %d: %s", status, body)
+		t.Errorf("an input of %d tokens for a maximum of %d: status %d: %.200s", emb.MaxLen()+1, emb.MaxLen(), status, body)
+	}
+	// A client that goes away while its long input is in prefill: the engine frees its
+	// blocks, and the next request is served.
+	ctx, cancel := context.WithCancel(context.Background())
+	body := `{"input": [[` + strings.Repeat("7,", 3000) + `7]]}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, ts.URL+"/v1/embeddings", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for emb.Stats().UsedKVBlocks == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if emb.Stats().UsedKVBlocks == 0 {
+		t.Fatal("the long input never held a block")
+	}
+	cancel()
+	if err := <-done; err == nil {
+		t.Error("the cancelled request got a response")
+	}
+	for emb.Stats().UsedKVBlocks != 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if n := emb.Stats().UsedKVBlocks; n != 0 {
+		t.Errorf("%d KV blocks held after the client went away", n)
+	}
+	env.post(t, "/v1/embeddings", map[string]any{"input": "after"}, &res)
+	if len(res.Data) != 1 {
+		t.Errorf("%d embeddings after the disconnect", len(res.Data))
 	}
 }
