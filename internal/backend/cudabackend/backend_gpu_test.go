@@ -42,10 +42,24 @@ import (
 // or device.
 func newBackend(t *testing.T) *cudabackend.Backend {
 	t.Helper()
+	return newBackendWith(t, cudabackend.BackendOptions{})
+}
+
+// quantGEMVs are decode's quantized GEMV layouts a test checks against an exact reference,
+// with the tolerance of each: float activations (split) as exact as the weights allow, the
+// default's activations rounded to 8 bits (split8) about 1e-2 of the logits.
+var quantGEMVs = []struct {
+	layout cuda.GEMVLayout
+	tol    float64
+}{{cuda.GEMVSplit, 1e-3}, {cuda.GEMVSplitX8, 5e-2}}
+
+// newBackendWith opens a backend with opt on the first device, or skips without one.
+func newBackendWith(t *testing.T, opt cudabackend.BackendOptions) *cudabackend.Backend {
+	t.Helper()
 	if _, n, err := cuda.Devices(); n == 0 {
 		t.Skipf("skipping GPU test: no CUDA device (%v)", err)
 	}
-	b, err := cudabackend.NewBackend(cudabackend.BackendOptions{})
+	b, err := cudabackend.NewBackend(opt)
 	if err != nil {
 		t.Fatal(err)
 	}
