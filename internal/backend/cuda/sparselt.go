@@ -387,16 +387,24 @@ func (s *Sparse) pruneCheck(desc *ltObject, w Buffer) error {
 		return err
 	}
 	defer s.dev.Free(valid)
+	// Zeroed first: a fresh allocation holds whatever was there, and the result is read
+	// as "valid" only where the library wrote 0.
+	if err := s.dev.Fill32(valid, 0); err != nil {
+		return err
+	}
 	s.dev.seq++
 	if err := s.lib.check("cusparseLtSpMMAPruneCheck2", s.lib.ltPruneCheck2(s.handle.ptr(), desc.ptr(), 1, sparseOpN, w.Ptr, valid.Ptr, s.dev.stream)); err != nil {
 		return err
+	}
+	if err := s.dev.Sync(); err != nil {
+		return fmt.Errorf("cusparseLtSpMMAPruneCheck2: %w", err)
 	}
 	v := make([]int32, 1)
 	if err := Download(s.dev, v, valid); err != nil {
 		return err
 	}
 	if v[0] != 0 {
-		return fmt.Errorf("the matrix is not 2:4 sparse along its rows (cusparseLtSpMMAPruneCheck2)")
+		return fmt.Errorf("the matrix is not 2:4 sparse along its rows (cusparseLtSpMMAPruneCheck2 wrote %d)", v[0])
 	}
 	return nil
 }
