@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"sync"
+
+	"github.com/kvasir-llm/kvasir/internal/sample"
 )
 
 // Vocabulary is what the masks need of a tokenizer (tokenizer.Tokenizer has these).
@@ -35,6 +38,14 @@ type TokenTrie struct {
 	// labels), so a walk can see at once that a subtree stays in a state that loops on them.
 	below     []uint32
 	belowSets []byteSet
+	// maxBelow[i] is the depth of the deepest node of i's subtree; bit r of safe[i] is set
+	// when node i's path and every path of its subtree stay inside reference language r
+	// (see reference.go).
+	maxBelow []uint16
+	safe     []uint8
+	// cover holds covered's masks by reference and depth, each reference's built once.
+	coverOnce [8]sync.Once
+	cover     [8][]sample.Mask
 }
 
 // NewTokenTrie builds the trie of v's tokens.
@@ -107,6 +118,7 @@ func NewTokenTrie(v Vocabulary) (*TokenTrie, error) {
 	}
 	t.first = append(t.first, int32(len(t.toks)))
 	t.setBelow()
+	t.setReferences()
 	return t, nil
 }
 

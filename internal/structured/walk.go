@@ -1,6 +1,7 @@
 package structured
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/kvasir-llm/kvasir/internal/sample"
@@ -29,6 +30,9 @@ type TokenGrammar struct {
 	reps [][]uint32
 	// loops holds, per terminal and DFA state, the bytes on which the state moves to itself.
 	loops [][]byteSet
+	// refReps holds, per terminal and reference language, a byte of each class of the
+	// bytes partitioned by both automata (see simulationDepth).
+	refReps [][][]byte
 }
 
 type lexKey struct {
@@ -50,9 +54,14 @@ const maxRefineWork = 1 << 25
 // NewTokenGrammar binds c to a tokenizer (trie must be built from vocab).
 func NewTokenGrammar(c *Compiled, trie *TokenTrie, vocab Vocabulary) *TokenGrammar {
 	g := &TokenGrammar{c: c, trie: trie, vocab: vocab, lexemes: map[lexKey]*lexEntry{},
-		reps: make([][]uint32, len(c.terms)), loops: make([][]byteSet, len(c.terms))}
+		reps: make([][]uint32, len(c.terms)), loops: make([][]byteSet, len(c.terms)),
+		refReps: make([][][]byte, len(c.terms))}
+	refs := referenceDFAs()
 	for i, d := range c.terms {
 		g.loops[i] = selfLoops(d)
+		for _, ref := range refs {
+			g.refReps[i] = append(g.refReps[i], classReps(d, ref))
+		}
 		// A DFA of fewer states than the longest token has no two states alike within
 		// it unless minimization would have merged them.
 		if d.numStates() > trie.maxDepth {
@@ -106,13 +115,39 @@ func selfLoops(d *dfa) []byteSet {
 // sparseLimit is the most tokens a lexeme entry keeps as a list rather than a bitmask.
 const sparseLimit = 512
 
-// walkLexeme walks the whole trie over terminal term's DFA alone from state q. Where the
-// walk reaches a state that loops on every byte below the node (inside a JSON string, most
-// subtrees of the vocabulary), the subtree stays in that state: its tokens are taken
-// without stepping through its nodes.
+// walkLexeme walks the whole trie over terminal term's DFA alone from state q. Two kinds
+// of subtree are taken whole, their tokens added without stepping through their nodes:
+// where the walk reaches a state that loops on every byte below the node (inside a JSON
+// string, many subtrees of the vocabulary), the subtree stays in that state; and where a
+// subtree stays inside a reference language that q's DFA survives, without accepting, as
+// deep as the subtree goes (see reference.go).
 func (g *TokenGrammar) walkLexeme(term int32, q uint32, stack []uint32) *lexEntry {
 	t, d, loops := g.trie, g.c.terms[term], g.loops[term]
+	refs := referenceDFAs()
+	var depths [8]uint16 // per reference, the simulation depth from q
+	var refMask uint8    // the references worth checking (depth above 1)
+	for r, ref := range refs {
+		h := simulationDepth(d, q, ref, g.refReps[term][r], t.maxDepth)
+		depths[r] = uint16(h)
+		if h > 1 {
+			refMask |= 1 << r
+		}
+	}
 	e := &lexEntry{}
+	// the tokens of the subtrees taken whole, from the trie's masks of them
+	for r := range refs {
+		if refMask&(1<<r) == 0 {
+			continue
+		}
+		m := t.covered(r, int(depths[r]))
+		if e.dense == nil {
+			e.dense = slices.Clone(m)
+			continue
+		}
+		for w, word := range m {
+			e.dense[w] |= word
+		}
+	}
 	add := func(ids []int32) {
 		if e.dense == nil && len(e.ids)+len(ids) > sparseLimit {
 			e.dense = sample.NewMask(t.numTokens, e.ids...)
@@ -128,6 +163,10 @@ func (g *TokenGrammar) walkLexeme(term int32, q uint32, stack []uint32) *lexEntr
 	}
 	stack = append(stack[:0], q)
 	for i := 1; i < len(t.label); {
+		if m := t.safe[i] & refMask; m != 0 && takeWhole(m, t.maxBelow[i], &depths) {
+			i = int(t.end[i]) // its tokens are in e.dense already
+			continue
+		}
 		depth := int(t.depth[i])
 		s := d.step(stack[depth-1], t.label[i])
 		if s == 0 {
@@ -155,6 +194,17 @@ func (g *TokenGrammar) walkLexeme(term int32, q uint32, stack []uint32) *lexEntr
 		i++
 	}
 	return e
+}
+
+// takeWhole reports whether a subtree no deeper than maxBelow, inside the reference
+// languages of bits m, is within the simulation depth of one of them.
+func takeWhole(m uint8, maxBelow uint16, depths *[8]uint16) bool {
+	for r := 0; m != 0; r, m = r+1, m>>1 {
+		if m&1 != 0 && maxBelow <= depths[r] {
+			return true
+		}
+	}
+	return false
 }
 
 // walker computes the masks of one Masker, reusing its buffers.

@@ -44,16 +44,21 @@ func entryIDs(e *lexEntry, n int) []int32 {
 	return ids
 }
 
-// TestWalkLexemeAgainstReference: the walk that takes whole subtrees where the DFA loops
-// gives the tokens and end nodes of a node-by-node walk, for every state of terminals
-// inside and outside JSON strings (where the loops are), on a small vocabulary and on
-// Llama 3's.
+// TestWalkLexemeAgainstReference: the walk that takes whole subtrees where the DFA loops,
+// or where they stay inside a reference language the state survives, gives the tokens and
+// end nodes of a node-by-node walk, for every state of terminals inside and outside JSON
+// strings, unbounded and counted (on Llama 3's vocabulary, 12 states spread over each
+// terminal), on a small vocabulary and on Llama 3's.
 func TestWalkLexemeAgainstReference(t *testing.T) {
 	grammars := []string{
 		`root ::= "\"" ([^"\\] | "\\" ["\\/bfnrt]){0,200} "\""`,
 		`root ::= "{\"a\": \"" [^"]* "\", \"b\": " [0-9]{1,5} "}"`,
 		`root ::= ([a-z ]* "." )+`,
 		`root ::= "x" [^\n]* "\n" [ ]{0,3}`,
+		// strings of JSON characters, unbounded and counted, in ASCII and beyond
+		`root ::= "{\"k\": \"" ([ !#-\[\]-~] | [\u0080-\U0010FFFF] | "\\" ["\\/bfnrt])* "\"}"`,
+		`root ::= "\"" ([ !#-\[\]-~] | [\u0080-\U0010FFFF]){0,40} "\","`,
+		`root ::= "\"" [ !#-\[\]-~]{2,30} "\":" [a-zA-Z0-9]{1,20} "@"`,
 	}
 	vocabs := map[string]Vocabulary{"small": smallVocab(), "llama3": loadLlama3(t)}
 	for vname, v := range vocabs {
@@ -61,15 +66,16 @@ func TestWalkLexemeAgainstReference(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		skipped := 0
+		skipped, covered := 0, 0
 		for _, src := range grammars {
 			c := mustGBNF(t, src)
 			tg := NewTokenGrammar(c, trie, v)
 			for term, d := range c.terms {
-				for q := uint32(1); q < uint32(d.numStates()); q++ {
-					if vname == "llama3" && q > 12 {
-						break // the reference walk of a 128k vocabulary is slow
-					}
+				step := uint32(1)
+				if vname == "llama3" { // the reference walk of a 128k vocabulary is slow: 12 states
+					step = max(1, uint32(d.numStates())/12)
+				}
+				for q := uint32(1); q < uint32(d.numStates()); q += step {
 					e := tg.walkLexeme(int32(term), q, nil)
 					ids, ends := referenceLexeme(trie, d, q)
 					if got := entryIDs(e, trie.numTokens); !slices.Equal(got, ids) {
@@ -77,6 +83,15 @@ func TestWalkLexemeAgainstReference(t *testing.T) {
 					}
 					if !slices.Equal(e.ends, ends) {
 						t.Fatalf("%s %s term %d state %d: ends %v, reference %v", vname, src, term, q, head(e.ends), head(ends))
+					}
+					for r, ref := range referenceDFAs() {
+						h := simulationDepth(d, q, ref, tg.refReps[term][r], trie.maxDepth)
+						for i := 1; i < len(trie.label) && h > 1; i++ {
+							if trie.safe[i]&(1<<r) != 0 && int(trie.maxBelow[i]) <= h {
+								covered++ // a subtree the walk from q takes whole by reference r
+								break
+							}
+						}
 					}
 					for i := 1; i < min(len(trie.label), 5000); i++ {
 						if trie.end[i] > int32(i+1) && tg.loops[term][q].contains(&trie.belowSets[trie.below[i]]) {
@@ -88,6 +103,42 @@ func TestWalkLexemeAgainstReference(t *testing.T) {
 		}
 		if skipped == 0 {
 			t.Errorf("%s: no subtree stays in a looping state: the fast path is not tested", vname)
+		}
+		if covered == 0 {
+			t.Errorf("%s: no subtree is taken by a reference language: the fast path is not tested", vname)
+		}
+	}
+}
+
+// TestSimulationDepth: the depth to which a state survives every string of a reference
+// language, against the counts written in the grammars.
+func TestSimulationDepth(t *testing.T) {
+	const limit = 200
+	cases := []struct {
+		src        string
+		ref        int // 0 JSON characters, 1 the same in ASCII, 2 letters and digits
+		want       int // from the state after the opening quote
+		afterQuote bool
+	}{
+		{`root ::= "\"" [^"\\]* "\""`, 0, limit, true},
+		{`root ::= "\"" [^"\\]{0,40} "\""`, 0, 40, true},
+		{`root ::= "\"" [^"\\]{0,40} "\""`, 1, 40, true},
+		{`root ::= "\"" [ -~]{3,9} "\""`, 0, 0, true},  // no code point above ASCII
+		{`root ::= "\"" [ -~]{3,9} "\""`, 1, 9, true},  // ASCII: every string of 9 bytes
+		{`root ::= "\"" [a-z0-9]{1,12} "@"`, 1, 0, true}, // dies on a space
+		{`root ::= "\"" [a-zA-Z0-9]{1,12} "@"`, 2, 12, true},
+		{`root ::= [a-zA-Z0-9]*`, 2, 0, false}, // accepting: lexeme ends are not skipped
+	}
+	for _, tc := range cases {
+		c := mustGBNF(t, tc.src)
+		d := c.terms[0]
+		q := d.start
+		if tc.afterQuote {
+			q = d.step(q, '"')
+		}
+		ref := referenceDFAs()[tc.ref]
+		if got := simulationDepth(d, q, ref, classReps(d, ref), limit); got != tc.want {
+			t.Errorf("%s, reference %d: depth %d, want %d", tc.src, tc.ref, got, tc.want)
 		}
 	}
 }

@@ -1,0 +1,182 @@
+package structured
+
+import (
+	"sync"
+
+	"github.com/kvasir-llm/kvasir/internal/sample"
+)
+
+// Reference languages let a lexeme walk take whole subtrees of the trie where no state of
+// the lexeme's DFA loops on their bytes: inside a JSON string whose tokens mix ASCII and
+// multi-byte UTF-8 (no single state loops on both a lead byte and a continuation byte), and
+// inside counted repetitions, whose states never loop.
+//
+// Each reference is a fixed regular language R* (R a character class: JSON string
+// characters, letters and digits). The trie records, per node, whether its path and every
+// path of its subtree stay inside R* from the start (a bit per reference), and the depth of
+// its deepest descendant. A lexeme's walk from DFA state q first finds, per reference, the
+// largest h such that every string of at most h bytes that stays inside R* keeps q's DFA
+// alive and never accepting (simulationDepth). Then a node whose bit is set and whose
+// subtree is no deeper than h stays alive, with no lexeme end, at every node below it: its
+// subtree's tokens are taken without stepping through its nodes. For an unbounded string h
+// is unbounded; for [^"]{0,40} in a string h is 40, so the subtrees of tokens of at most 40
+// bytes are taken whole.
+
+// referenceClasses are the character classes of the reference languages (at most 8).
+var referenceClasses = [][]runeRange{
+	// JSON string characters: printable ASCII but the quote and the backslash, and every
+	// code point above ASCII (DEL left out: not every string class admits it)
+	{{0x20, 0x21}, {0x23, 0x5b}, {0x5d, 0x7e}, {0x80, 0x10ffff}},
+	// the same in ASCII only (the strings of keys and patterns limited to ASCII)
+	{{0x20, 0x21}, {0x23, 0x5b}, {0x5d, 0x7e}},
+	// letters and digits (identifiers, the parts of an email address or a host name)
+	{{'0', '9'}, {'A', 'Z'}, {'a', 'z'}},
+}
+
+// referenceDFAs returns the DFAs of the reference languages, built once.
+var referenceDFAs = sync.OnceValue(func() []*dfa {
+	out := make([]*dfa, len(referenceClasses))
+	for i, rs := range referenceClasses {
+		d, err := compileDFA(repeatNode(classNode(rs), 0, -1), 1<<16, 1<<16, func() error { return nil })
+		if err != nil {
+			panic("structured: reference automaton: " + err.Error()) // fixed input: cannot happen
+		}
+		out[i] = d
+	}
+	return out
+})
+
+// setReferences computes safe and maxBelow (see TokenTrie).
+func (t *TokenTrie) setReferences() {
+	n := len(t.label)
+	t.maxBelow = make([]uint16, n)
+	for i := n - 1; i >= 0; i-- {
+		m := t.depth[i]
+		for j := i + 1; j < int(t.end[i]); j = int(t.end[j]) {
+			m = max(m, t.maxBelow[j])
+		}
+		t.maxBelow[i] = m
+	}
+	t.safe = make([]uint8, n)
+	state := make([]uint32, t.maxDepth+1)
+	for r, ref := range referenceDFAs() {
+		bit := uint8(1) << r
+		// alive: the node's path stays inside R* (its bit is set for now)
+		state[0] = ref.start
+		for i := 1; i < n; i++ {
+			d := t.depth[i]
+			s := uint32(0)
+			if state[d-1] != 0 {
+				s = ref.step(state[d-1], t.label[i])
+			}
+			state[d] = s
+			if s != 0 {
+				t.safe[i] |= bit
+			}
+		}
+		// safe: alive and every child safe (children follow their parent)
+		for i := n - 1; i > 0; i-- {
+			if t.safe[i]&bit == 0 {
+				continue
+			}
+			for j := i + 1; j < int(t.end[i]); j = int(t.end[j]) {
+				if t.safe[j]&bit == 0 {
+					t.safe[i] &^= bit
+					break
+				}
+			}
+		}
+	}
+}
+
+// covered returns the tokens of the nodes inside reference r whose subtrees are at most h
+// deep: the tokens that a walk with simulation depth h for r takes whole. A reference's
+// masks for every depth are built together on its first use and kept with the trie (each
+// depth's mask is the one before it and the tokens of the nodes exactly that deep): at
+// most len(referenceClasses) times (the longest token + 1) masks of the vocabulary's size,
+// about 6 MiB for Llama 3.
+func (t *TokenTrie) covered(r, h int) sample.Mask {
+	t.coverOnce[r].Do(func() {
+		words := sample.MaskWords(t.numTokens)
+		bit := uint8(1) << r
+		byDepth := make([][]int32, t.maxDepth+1)
+		for i := 1; i < len(t.label); i++ {
+			if t.safe[i]&bit != 0 {
+				byDepth[t.maxBelow[i]] = append(byDepth[t.maxBelow[i]], t.tokensAt(i)...)
+			}
+		}
+		masks := make([]sample.Mask, t.maxDepth+1)
+		all := make(sample.Mask, words*(t.maxDepth+1))
+		for d := range masks {
+			masks[d] = all[d*words : (d+1)*words : (d+1)*words]
+			if d > 0 {
+				copy(masks[d], masks[d-1])
+			}
+			for _, id := range byDepth[d] {
+				masks[d].Set(id)
+			}
+		}
+		t.cover[r] = masks
+	})
+	return t.cover[r][min(h, t.maxDepth)]
+}
+
+// maxSimulationPairs bounds the (state, reference state) pairs simulationDepth explores; a
+// DFA that needs more is credited with the depth reached (a smaller depth only takes fewer
+// subtrees whole).
+const maxSimulationPairs = 4096
+
+// simulationDepth returns the largest h (at most limit) such that every input of at most h
+// bytes that ref survives from its start keeps d alive and in non-accepting states from q.
+// reps holds one byte of each class of the partition of the bytes by (d's class, ref's
+// class). The search runs over pairs (d's state, ref's state) breadth first; a pair seen
+// before adds nothing new, so once no new pair appears the depth is unbounded.
+func simulationDepth(d *dfa, q uint32, ref *dfa, reps []byte, limit int) int {
+	type pair struct{ s, b uint32 }
+	seen := map[pair]bool{{q, ref.start}: true}
+	frontier := []pair{{q, ref.start}}
+	var next []pair
+	for level := 1; level <= limit; level++ {
+		next = next[:0]
+		for _, p := range frontier {
+			for _, c := range reps {
+				b := ref.step(p.b, c)
+				if b == 0 {
+					continue
+				}
+				s := d.step(p.s, c)
+				if s == 0 || d.accept[s] {
+					return level - 1
+				}
+				np := pair{s, b}
+				if !seen[np] {
+					if len(seen) >= maxSimulationPairs {
+						return level - 1
+					}
+					seen[np] = true
+					next = append(next, np)
+				}
+			}
+		}
+		if len(next) == 0 {
+			return limit
+		}
+		frontier, next = next, frontier
+	}
+	return limit
+}
+
+// classReps returns one byte of each class of the partition of the bytes by (a's class, b's
+// class).
+func classReps(a, b *dfa) []byte {
+	var reps []byte
+	seen := map[[2]uint8]bool{}
+	for c := range 256 {
+		k := [2]uint8{a.class[c], b.class[c]}
+		if !seen[k] {
+			seen[k] = true
+			reps = append(reps, byte(c))
+		}
+	}
+	return reps
+}
