@@ -123,8 +123,8 @@ func TestSimulationDepth(t *testing.T) {
 		{`root ::= "\"" [^"\\]* "\""`, 0, limit, true},
 		{`root ::= "\"" [^"\\]{0,40} "\""`, 0, 40, true},
 		{`root ::= "\"" [^"\\]{0,40} "\""`, 1, 40, true},
-		{`root ::= "\"" [ -~]{3,9} "\""`, 0, 0, true},  // no code point above ASCII
-		{`root ::= "\"" [ -~]{3,9} "\""`, 1, 9, true},  // ASCII: every string of 9 bytes
+		{`root ::= "\"" [ -~]{3,9} "\""`, 0, 0, true},    // no code point above ASCII
+		{`root ::= "\"" [ -~]{3,9} "\""`, 1, 9, true},    // ASCII: every string of 9 bytes
 		{`root ::= "\"" [a-z0-9]{1,12} "@"`, 1, 0, true}, // dies on a space
 		{`root ::= "\"" [a-zA-Z0-9]{1,12} "@"`, 2, 12, true},
 		{`root ::= [a-zA-Z0-9]*`, 2, 0, false}, // accepting: lexeme ends are not skipped
