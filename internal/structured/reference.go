@@ -46,7 +46,7 @@ var referenceDFAs = sync.OnceValue(func() []*dfa {
 	return out
 })
 
-// setReferences computes safe and maxBelow (see TokenTrie).
+// setReferences computes safe, maxBelow and cover (see TokenTrie).
 func (t *TokenTrie) setReferences() {
 	n := len(t.label)
 	t.maxBelow = make([]uint16, n)
@@ -58,6 +58,7 @@ func (t *TokenTrie) setReferences() {
 		t.maxBelow[i] = m
 	}
 	t.safe = make([]uint8, n)
+	t.cover = make([][]sample.Mask, len(referenceClasses))
 	state := make([]uint32, t.maxDepth+1)
 	for r, ref := range referenceDFAs() {
 		bit := uint8(1) << r
@@ -86,39 +87,39 @@ func (t *TokenTrie) setReferences() {
 				}
 			}
 		}
+		t.setCover(r)
 	}
 }
 
 // covered returns the tokens of the nodes inside reference r whose subtrees are at most h
-// deep: the tokens that a walk with simulation depth h for r takes whole. A reference's
-// masks for every depth are built together on its first use and kept with the trie (each
-// depth's mask is the one before it and the tokens of the nodes exactly that deep): at
-// most len(referenceClasses) times (the longest token + 1) masks of the vocabulary's size,
-// about 6 MiB for Llama 3.
-func (t *TokenTrie) covered(r, h int) sample.Mask {
-	t.coverOnce[r].Do(func() {
-		words := sample.MaskWords(t.numTokens)
-		bit := uint8(1) << r
-		byDepth := make([][]int32, t.maxDepth+1)
-		for i := 1; i < len(t.label); i++ {
-			if t.safe[i]&bit != 0 {
-				byDepth[t.maxBelow[i]] = append(byDepth[t.maxBelow[i]], t.tokensAt(i)...)
-			}
+// deep: the tokens that a walk with simulation depth h for r takes whole.
+func (t *TokenTrie) covered(r, h int) sample.Mask { return t.cover[r][min(h, t.maxDepth)] }
+
+// setCover builds covered's masks for reference r, every depth at once: each depth's mask
+// is the one before it and the tokens of the nodes whose subtrees are exactly that deep.
+// That is len(referenceClasses) times (the longest token + 1) masks of the vocabulary's
+// size (about 6 MiB for Llama 3), built with the trie so that no mask pays for them.
+func (t *TokenTrie) setCover(r int) {
+	words := sample.MaskWords(t.numTokens)
+	bit := uint8(1) << r
+	byDepth := make([][]int32, t.maxDepth+1)
+	for i := 1; i < len(t.label); i++ {
+		if t.safe[i]&bit != 0 {
+			byDepth[t.maxBelow[i]] = append(byDepth[t.maxBelow[i]], t.tokensAt(i)...)
 		}
-		masks := make([]sample.Mask, t.maxDepth+1)
-		all := make(sample.Mask, words*(t.maxDepth+1))
-		for d := range masks {
-			masks[d] = all[d*words : (d+1)*words : (d+1)*words]
-			if d > 0 {
-				copy(masks[d], masks[d-1])
-			}
-			for _, id := range byDepth[d] {
-				masks[d].Set(id)
-			}
+	}
+	masks := make([]sample.Mask, t.maxDepth+1)
+	all := make(sample.Mask, words*(t.maxDepth+1))
+	for d := range masks {
+		masks[d] = all[d*words : (d+1)*words : (d+1)*words]
+		if d > 0 {
+			copy(masks[d], masks[d-1])
 		}
-		t.cover[r] = masks
-	})
-	return t.cover[r][min(h, t.maxDepth)]
+		for _, id := range byDepth[d] {
+			masks[d].Set(id)
+		}
+	}
+	t.cover[r] = masks
 }
 
 // maxSimulationPairs bounds the (state, reference state) pairs simulationDepth explores; a

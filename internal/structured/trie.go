@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/kvasir-llm/kvasir/internal/sample"
 )
@@ -43,9 +42,8 @@ type TokenTrie struct {
 	// (see reference.go).
 	maxBelow []uint16
 	safe     []uint8
-	// cover holds covered's masks by reference and depth, each reference's built once.
-	coverOnce [8]sync.Once
-	cover     [8][]sample.Mask
+	// cover holds covered's masks by reference and depth.
+	cover [][]sample.Mask
 }
 
 // NewTokenTrie builds the trie of v's tokens.
