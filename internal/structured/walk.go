@@ -232,12 +232,23 @@ func (w *walker) mask(sets [][]item, ended bool) sample.Mask {
 	if !ended {
 		w.lexemes(sets)
 	}
-	if ended || w.c.accepting(last) || w.out.Count(w.trie.numTokens) == 0 {
+	if ended || w.c.accepting(last) || maskEmpty(w.out) {
 		for _, id := range w.trie.eog {
 			w.out.Set(id)
 		}
 	}
 	return w.out
+}
+
+// maskEmpty reports whether m allows no token (it stops at the first word that allows one,
+// where counting them read the whole mask).
+func maskEmpty(m sample.Mask) bool {
+	for _, word := range m {
+		if word != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // lexemes adds, for every item waiting on a terminal, the tokens its lexeme allows and the
