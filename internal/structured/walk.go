@@ -161,29 +161,43 @@ func (g *TokenGrammar) walkLexeme(term int32, q uint32, stack []uint32) *lexEntr
 			e.dense.Set(id)
 		}
 	}
-	stack = append(stack[:0], q)
-	for i := 1; i < len(t.label); {
-		if m := t.safe[i] & refMask; m != 0 && takeWhole(m, t.maxBelow[i], &depths) {
-			i = int(t.end[i]) // its tokens are in e.dense already
+	// the loop reads the trie's and the DFA's arrays directly: it visits up to every node
+	if cap(stack) < t.maxDepth+1 {
+		stack = make([]uint32, t.maxDepth+1)
+	}
+	stack = stack[:t.maxDepth+1]
+	stack[0] = q
+	label, depth, ends, first, toks := t.label, t.depth, t.end, t.first, t.toks
+	safe, maxBelow := t.safe, t.maxBelow
+	next, class, nclass, accept := d.next, &d.class, d.nclass, d.accept
+	for i := 1; i < len(label); {
+		end := int(ends[i])
+		if m := safe[i] & refMask; m != 0 && takeWhole(m, maxBelow[i], &depths) {
+			i = end // its tokens are in e.dense already
 			continue
 		}
-		depth := int(t.depth[i])
-		s := d.step(stack[depth-1], t.label[i])
+		dep := depth[i]
+		s := next[int(stack[dep-1])*nclass+int(class[label[i]])]
 		if s == 0 {
-			i = int(t.end[i])
+			i = end
 			continue
 		}
-		stack = append(stack[:depth], s)
-		add(t.tokensAt(i))
-		end := int(t.end[i])
-		if d.accept[s] && end > i+1 {
+		stack[dep] = s
+		if f0, f1 := first[i], first[i+1]; f0 < f1 {
+			add(toks[f0:f1])
+		}
+		if end == i+1 {
+			i++
+			continue
+		}
+		if accept[s] {
 			e.ends = append(e.ends, int32(i))
 		}
-		if end > i+1 && loops[s].contains(&t.belowSets[t.below[i]]) {
-			add(t.toks[t.first[i+1]:t.first[end]])
-			if d.accept[s] {
+		if l := &loops[s]; !l.empty() && l.contains(&t.belowSets[t.below[i]]) {
+			add(toks[first[i+1]:first[end]])
+			if accept[s] {
 				for j := i + 1; j < end; j++ {
-					if int(t.end[j]) > j+1 {
+					if int(ends[j]) > j+1 {
 						e.ends = append(e.ends, int32(j))
 					}
 				}
