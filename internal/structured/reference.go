@@ -1,6 +1,7 @@
 package structured
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/kvasir-llm/kvasir/internal/sample"
@@ -46,7 +47,10 @@ var referenceDFAs = sync.OnceValue(func() []*dfa {
 	return out
 })
 
-// setReferences computes safe, maxBelow and cover (see TokenTrie).
+// setReferences computes safe, maxBelow and the masks of covered and shallow (see
+// TokenTrie): 2 x len(referenceClasses) x (the longest token + 1) masks of the
+// vocabulary's size (about 12 MiB for Llama 3), built with the trie so that no mask pays
+// for them.
 func (t *TokenTrie) setReferences() {
 	n := len(t.label)
 	t.maxBelow = make([]uint16, n)
@@ -59,6 +63,7 @@ func (t *TokenTrie) setReferences() {
 	}
 	t.safe = make([]uint8, n)
 	t.cover = make([][]sample.Mask, len(referenceClasses))
+	t.shallowMasks = make([][]sample.Mask, len(referenceClasses))
 	state := make([]uint32, t.maxDepth+1)
 	for r, ref := range referenceDFAs() {
 		bit := uint8(1) << r
@@ -87,7 +92,8 @@ func (t *TokenTrie) setReferences() {
 				}
 			}
 		}
-		t.setCover(r)
+		t.cover[r] = t.byDepth(r, t.maxBelow)
+		t.shallowMasks[r] = t.byDepth(r, t.depth)
 	}
 }
 
@@ -95,17 +101,20 @@ func (t *TokenTrie) setReferences() {
 // deep: the tokens that a walk with simulation depth h for r takes whole.
 func (t *TokenTrie) covered(r, h int) sample.Mask { return t.cover[r][min(h, t.maxDepth)] }
 
-// setCover builds covered's masks for reference r, every depth at once: each depth's mask
-// is the one before it and the tokens of the nodes whose subtrees are exactly that deep.
-// That is len(referenceClasses) times (the longest token + 1) masks of the vocabulary's
-// size (about 6 MiB for Llama 3), built with the trie so that no mask pays for them.
-func (t *TokenTrie) setCover(r int) {
+// shallow returns the tokens of the nodes inside reference r at most h deep: those a
+// state with simulation depth h for r allows by themselves.
+func (t *TokenTrie) shallow(r, h int) sample.Mask { return t.shallowMasks[r][min(h, t.maxDepth)] }
+
+// byDepth returns masks for every depth 0..maxDepth at once: the mask of depth k holds the
+// tokens of the nodes inside reference r whose key is at most k, each mask being the one
+// before it and the tokens whose key is exactly k.
+func (t *TokenTrie) byDepth(r int, key []uint16) []sample.Mask {
 	words := sample.MaskWords(t.numTokens)
 	bit := uint8(1) << r
-	byDepth := make([][]int32, t.maxDepth+1)
+	ids := make([][]int32, t.maxDepth+1)
 	for i := 1; i < len(t.label); i++ {
 		if t.safe[i]&bit != 0 {
-			byDepth[t.maxBelow[i]] = append(byDepth[t.maxBelow[i]], t.tokensAt(i)...)
+			ids[key[i]] = append(ids[key[i]], t.tokensAt(i)...)
 		}
 	}
 	masks := make([]sample.Mask, t.maxDepth+1)
@@ -115,11 +124,11 @@ func (t *TokenTrie) setCover(r int) {
 		if d > 0 {
 			copy(masks[d], masks[d-1])
 		}
-		for _, id := range byDepth[d] {
+		for _, id := range ids[d] {
 			masks[d].Set(id)
 		}
 	}
-	t.cover[r] = masks
+	return masks
 }
 
 // maxSimulationPairs bounds the (state, reference state) pairs simulationDepth explores; a
@@ -128,11 +137,13 @@ func (t *TokenTrie) setCover(r int) {
 const maxSimulationPairs = 4096
 
 // simulationDepth returns the largest h (at most limit) such that every input of at most h
-// bytes that ref survives from its start keeps d alive and in non-accepting states from q.
+// bytes that ref survives from its start keeps d alive and in non-accepting states from q,
+// and whether every such input of h+1 bytes kills d (dies: then no input inside ref longer
+// than h survives, as in a counted repetition of ASCII characters when its count runs out).
 // reps holds one byte of each class of the partition of the bytes by (d's class, ref's
 // class). The search runs over pairs (d's state, ref's state) breadth first; a pair seen
 // before adds nothing new, so once no new pair appears the depth is unbounded.
-func simulationDepth(d *dfa, q uint32, ref *dfa, reps []byte, limit int) int {
+func simulationDepth(d *dfa, q uint32, ref *dfa, reps []byte, limit int) (h int, dies bool) {
 	type pair struct{ s, b uint32 }
 	seen := map[pair]bool{{q, ref.start}: true}
 	frontier := []pair{{q, ref.start}}
@@ -147,12 +158,12 @@ func simulationDepth(d *dfa, q uint32, ref *dfa, reps []byte, limit int) int {
 				}
 				s := d.step(p.s, c)
 				if s == 0 || d.accept[s] {
-					return level - 1
+					return level - 1, diesAfter(d, q, ref, reps, level-1)
 				}
 				np := pair{s, b}
 				if !seen[np] {
 					if len(seen) >= maxSimulationPairs {
-						return level - 1
+						return level - 1, false
 					}
 					seen[np] = true
 					next = append(next, np)
@@ -160,11 +171,49 @@ func simulationDepth(d *dfa, q uint32, ref *dfa, reps []byte, limit int) int {
 			}
 		}
 		if len(next) == 0 {
-			return limit
+			return limit, false
 		}
 		frontier, next = next, frontier
 	}
-	return limit
+	return limit, false
+}
+
+// maxDiesLevel bounds the pairs diesAfter keeps for one length (it looks them up in a list).
+const maxDiesLevel = 64
+
+// diesAfter reports whether every input of h+1 bytes that ref survives from its start
+// kills d from q. It follows every pair that inputs of each length reach (not only the new
+// ones, as simulationDepth does), so it gives up (false) past maxSimulationPairs of them in
+// all: a counted repetition of single-byte characters reaches one pair a length.
+func diesAfter(d *dfa, q uint32, ref *dfa, reps []byte, h int) bool {
+	type pair struct{ s, b uint32 }
+	level := []pair{{q, ref.start}}
+	var next []pair
+	work := 0
+	for n := 0; n < h; n++ {
+		next = next[:0]
+		for _, p := range level {
+			for _, c := range reps {
+				if b := ref.step(p.b, c); b != 0 {
+					if np := (pair{d.step(p.s, c), b}); !slices.Contains(next, np) {
+						next = append(next, np)
+					}
+				}
+			}
+		}
+		if work += len(next); work > maxSimulationPairs || len(next) > maxDiesLevel {
+			return false
+		}
+		level, next = next, level
+	}
+	for _, p := range level {
+		for _, c := range reps {
+			if ref.step(p.b, c) != 0 && d.step(p.s, c) != 0 {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // classReps returns one byte of each class of the partition of the bytes by (a's class, b's

@@ -42,8 +42,8 @@ type TokenTrie struct {
 	// (see reference.go).
 	maxBelow []uint16
 	safe     []uint8
-	// cover holds covered's masks by reference and depth.
-	cover [][]sample.Mask
+	// cover and shallowMasks hold covered's and shallow's masks by reference and depth.
+	cover, shallowMasks [][]sample.Mask
 }
 
 // NewTokenTrie builds the trie of v's tokens.

@@ -115,31 +115,41 @@ func selfLoops(d *dfa) []byteSet {
 // sparseLimit is the most tokens a lexeme entry keeps as a list rather than a bitmask.
 const sparseLimit = 512
 
-// walkLexeme walks the whole trie over terminal term's DFA alone from state q. Two kinds
+// walkLexeme walks the whole trie over terminal term's DFA alone from state q. Three kinds
 // of subtree are taken whole, their tokens added without stepping through their nodes:
 // where the walk reaches a state that loops on every byte below the node (inside a JSON
-// string, many subtrees of the vocabulary), the subtree stays in that state; and where a
+// string, many subtrees of the vocabulary), the subtree stays in that state; where a
 // subtree stays inside a reference language that q's DFA survives, without accepting, as
-// deep as the subtree goes (see reference.go).
+// deep as the subtree goes; and where q's DFA survives the reference's inputs up to h bytes
+// and dies on every longer one, a subtree inside the reference allows exactly its tokens at
+// most h deep (see reference.go).
 func (g *TokenGrammar) walkLexeme(term int32, q uint32, stack []uint32) *lexEntry {
 	t, d, loops := g.trie, g.c.terms[term], g.loops[term]
 	refs := referenceDFAs()
 	var depths [8]uint16 // per reference, the simulation depth from q
-	var refMask uint8    // the references worth checking (depth above 1)
+	var refMask uint8    // the references whose subtrees are taken whole
+	var dieMask uint8    // those of them where every longer input dies
 	for r, ref := range refs {
-		h := simulationDepth(d, q, ref, g.refReps[term][r], t.maxDepth)
+		h, dies := simulationDepth(d, q, ref, g.refReps[term][r], t.maxDepth)
 		depths[r] = uint16(h)
-		if h > 1 {
+		if dies && h > 0 {
+			dieMask |= 1 << r
+		}
+		if h > 1 || dies && h > 0 {
 			refMask |= 1 << r
 		}
 	}
 	e := &lexEntry{}
-	// the tokens of the subtrees taken whole, from the trie's masks of them
+	// the tokens of the subtrees taken whole, from the trie's masks of them: those at most
+	// h deep where every longer input dies, else the subtrees no deeper than h
 	for r := range refs {
 		if refMask&(1<<r) == 0 {
 			continue
 		}
 		m := t.covered(r, int(depths[r]))
+		if dieMask&(1<<r) != 0 {
+			m = t.shallow(r, int(depths[r]))
+		}
 		if e.dense == nil {
 			e.dense = slices.Clone(m)
 			continue
@@ -172,7 +182,7 @@ func (g *TokenGrammar) walkLexeme(term int32, q uint32, stack []uint32) *lexEntr
 	next, class, nclass, accept := d.next, &d.class, d.nclass, d.accept
 	for i := 1; i < len(label); {
 		end := int(ends[i])
-		if m := safe[i] & refMask; m != 0 && takeWhole(m, maxBelow[i], &depths) {
+		if m := safe[i] & refMask; m != 0 && (m&dieMask != 0 || takeWhole(m, maxBelow[i], &depths)) {
 			i = end // its tokens are in e.dense already
 			continue
 		}
