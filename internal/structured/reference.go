@@ -9,19 +9,23 @@ import (
 
 // Reference languages let a lexeme walk take whole subtrees of the trie where no state of
 // the lexeme's DFA loops on their bytes: inside a JSON string whose tokens mix ASCII and
-// multi-byte UTF-8 (no single state loops on both a lead byte and a continuation byte), and
-// inside counted repetitions, whose states never loop.
+// multi-byte UTF-8 (no single state loops on both a lead byte and a continuation byte),
+// inside counted repetitions, whose states never loop, and inside key patterns of ASCII
+// characters, whose subtrees hold tokens of other bytes.
 //
 // Each reference is a fixed regular language R* (R a character class: JSON string
-// characters, letters and digits). The trie records, per node, whether its path and every
-// path of its subtree stay inside R* from the start (a bit per reference), and the depth of
-// its deepest descendant. A lexeme's walk from DFA state q first finds, per reference, the
-// largest h such that every string of at most h bytes that stays inside R* keeps q's DFA
-// alive and never accepting (simulationDepth). Then a node whose bit is set and whose
-// subtree is no deeper than h stays alive, with no lexeme end, at every node below it: its
-// subtree's tokens are taken without stepping through its nodes. For an unbounded string h
-// is unbounded; for [^"]{0,40} in a string h is 40, so the subtrees of tokens of at most 40
-// bytes are taken whole.
+// characters; the same in ASCII; letters and digits). The trie records, per reference and
+// node whose path stays inside R* from the start: the depth of the deepest such node of its
+// subtree, the bytes on which paths of its subtree first leave R* (its exits), and the
+// tokens of such nodes, as a mask per depth. A lexeme's walk from DFA state q first finds,
+// per reference, the largest h such that every input of at most h bytes inside R* keeps
+// q's DFA alive and never accepting, whether every such input of h+1 bytes kills it, and
+// the exit bytes on which it survives from a state those inputs reach (simulationDepth).
+// At a node inside R* whose exits are none of those and whose part inside R* is at most h
+// deep (or goes deeper, where every longer input dies), every node of the subtree is
+// either inside R* and at most h deep, so allowed with no lexeme end, or dead: the subtree
+// is taken whole, its tokens from the trie's mask of depth h. For an unbounded string h is
+// unbounded; for [^"]{0,40} in a string h is 40.
 
 // referenceClasses are the character classes of the reference languages (at most 8).
 var referenceClasses = [][]runeRange{
@@ -47,27 +51,34 @@ var referenceDFAs = sync.OnceValue(func() []*dfa {
 	return out
 })
 
-// setReferences computes safe, maxBelow and the masks of covered and shallow (see
-// TokenTrie): 2 x len(referenceClasses) x (the longest token + 1) masks of the
-// vocabulary's size (about 12 MiB for Llama 3), built with the trie so that no mask pays
-// for them.
+// refNodes is what the trie keeps for one reference language (see the top of this file).
+type refNodes struct {
+	// node[i] packs the depth of the deepest node of i's subtree whose path stays inside
+	// the reference (0 when node i's own path leaves it) in its high 16 bits, and in its
+	// low 16 bits the index in exitSets of the bytes on which paths of i's subtree first
+	// leave the reference (maxExitSets when there are more sets than that).
+	node     []uint32
+	exitSets []byteSet
+	// masks[k] holds the tokens of the nodes inside the reference at most k deep.
+	masks []sample.Mask
+}
+
+// maxExitSets is the most exit sets a reference keeps (a walk checks them as bits of one
+// word); nodes with other exits are never taken whole by it.
+const maxExitSets = 64
+
+// setReferences computes refs: per reference about 6 bytes a node and (the longest token
+// + 1) masks of the vocabulary's size (about 2 MiB for Llama 3), built with the trie so
+// that no mask pays for them.
 func (t *TokenTrie) setReferences() {
 	n := len(t.label)
-	t.maxBelow = make([]uint16, n)
-	for i := n - 1; i >= 0; i-- {
-		m := t.depth[i]
-		for j := i + 1; j < int(t.end[i]); j = int(t.end[j]) {
-			m = max(m, t.maxBelow[j])
-		}
-		t.maxBelow[i] = m
-	}
-	t.safe = make([]uint8, n)
-	t.cover = make([][]sample.Mask, len(referenceClasses))
-	t.shallowMasks = make([][]sample.Mask, len(referenceClasses))
 	state := make([]uint32, t.maxDepth+1)
-	for r, ref := range referenceDFAs() {
-		bit := uint8(1) << r
-		// alive: the node's path stays inside R* (its bit is set for now)
+	exits := make([]byteSet, n)
+	for _, ref := range referenceDFAs() {
+		rn := refNodes{node: make([]uint32, n)}
+		depth := make([]uint16, n)
+		inside := make([]bool, n)
+		inside[0] = true
 		state[0] = ref.start
 		for i := 1; i < n; i++ {
 			d := t.depth[i]
@@ -76,59 +87,59 @@ func (t *TokenTrie) setReferences() {
 				s = ref.step(state[d-1], t.label[i])
 			}
 			state[d] = s
-			if s != 0 {
-				t.safe[i] |= bit
-			}
+			inside[i] = s != 0
 		}
-		// safe: alive and every child safe (children follow their parent)
-		for i := n - 1; i > 0; i-- {
-			if t.safe[i]&bit == 0 {
+		// children before parents (a child follows its parent in the depth-first order)
+		for i := n - 1; i >= 0; i-- {
+			exits[i] = byteSet{}
+			if !inside[i] {
 				continue
 			}
+			depth[i] = t.depth[i]
 			for j := i + 1; j < int(t.end[i]); j = int(t.end[j]) {
-				if t.safe[j]&bit == 0 {
-					t.safe[i] &^= bit
-					break
+				if !inside[j] {
+					exits[i].add(t.label[j])
+					continue
+				}
+				depth[i] = max(depth[i], depth[j])
+				for w := range exits[i] {
+					exits[i][w] |= exits[j][w]
 				}
 			}
 		}
-		t.cover[r] = t.byDepth(r, t.maxBelow)
-		t.shallowMasks[r] = t.byDepth(r, t.depth)
-	}
-}
-
-// covered returns the tokens of the nodes inside reference r whose subtrees are at most h
-// deep: the tokens that a walk with simulation depth h for r takes whole.
-func (t *TokenTrie) covered(r, h int) sample.Mask { return t.cover[r][min(h, t.maxDepth)] }
-
-// shallow returns the tokens of the nodes inside reference r at most h deep: those a
-// state with simulation depth h for r allows by themselves.
-func (t *TokenTrie) shallow(r, h int) sample.Mask { return t.shallowMasks[r][min(h, t.maxDepth)] }
-
-// byDepth returns masks for every depth 0..maxDepth at once: the mask of depth k holds the
-// tokens of the nodes inside reference r whose key is at most k, each mask being the one
-// before it and the tokens whose key is exactly k.
-func (t *TokenTrie) byDepth(r int, key []uint16) []sample.Mask {
-	words := sample.MaskWords(t.numTokens)
-	bit := uint8(1) << r
-	ids := make([][]int32, t.maxDepth+1)
-	for i := 1; i < len(t.label); i++ {
-		if t.safe[i]&bit != 0 {
-			ids[key[i]] = append(ids[key[i]], t.tokensAt(i)...)
+		index := map[byteSet]uint32{}
+		for i := range n {
+			id, ok := index[exits[i]]
+			if !ok {
+				id = min(uint32(len(rn.exitSets)), maxExitSets)
+				if id < maxExitSets {
+					index[exits[i]] = id
+					rn.exitSets = append(rn.exitSets, exits[i])
+				}
+			}
+			rn.node[i] = uint32(depth[i])<<16 | id
 		}
-	}
-	masks := make([]sample.Mask, t.maxDepth+1)
-	all := make(sample.Mask, words*(t.maxDepth+1))
-	for d := range masks {
-		masks[d] = all[d*words : (d+1)*words : (d+1)*words]
-		if d > 0 {
-			copy(masks[d], masks[d-1])
+		// the masks by depth: each the one before it and the tokens exactly that deep
+		words := sample.MaskWords(t.numTokens)
+		ids := make([][]int32, t.maxDepth+1)
+		for i := 1; i < n; i++ {
+			if inside[i] {
+				ids[t.depth[i]] = append(ids[t.depth[i]], t.tokensAt(i)...)
+			}
 		}
-		for _, id := range ids[d] {
-			masks[d].Set(id)
+		rn.masks = make([]sample.Mask, t.maxDepth+1)
+		all := make(sample.Mask, words*(t.maxDepth+1))
+		for k := range rn.masks {
+			rn.masks[k] = all[k*words : (k+1)*words : (k+1)*words]
+			if k > 0 {
+				copy(rn.masks[k], rn.masks[k-1])
+			}
+			for _, id := range ids[k] {
+				rn.masks[k].Set(id)
+			}
 		}
+		t.refs = append(t.refs, rn)
 	}
-	return masks
 }
 
 // maxSimulationPairs bounds the (state, reference state) pairs simulationDepth explores; a
@@ -138,16 +149,30 @@ const maxSimulationPairs = 4096
 
 // simulationDepth returns the largest h (at most limit) such that every input of at most h
 // bytes that ref survives from its start keeps d alive and in non-accepting states from q,
-// and whether every such input of h+1 bytes kills d (dies: then no input inside ref longer
-// than h survives, as in a counted repetition of ASCII characters when its count runs out).
+// whether every such input of h+1 bytes kills d (dies: then no input inside ref longer
+// than h survives, as in a counted repetition of ASCII characters when its count runs out),
+// and the bytes that leave ref but keep d alive after some input of at most h bytes inside
+// ref (a superset when the search stops at maxSimulationPairs).
 // reps holds one byte of each class of the partition of the bytes by (d's class, ref's
 // class). The search runs over pairs (d's state, ref's state) breadth first; a pair seen
 // before adds nothing new, so once no new pair appears the depth is unbounded.
-func simulationDepth(d *dfa, q uint32, ref *dfa, reps []byte, limit int) (h int, dies bool) {
+func simulationDepth(d *dfa, q uint32, ref *dfa, reps []byte, limit int) (h int, dies bool, exits byteSet) {
 	type pair struct{ s, b uint32 }
 	seen := map[pair]bool{{q, ref.start}: true}
 	frontier := []pair{{q, ref.start}}
 	var next []pair
+	// exitReps gathers, over the pairs found, the representatives of the bytes that leave
+	// the reference but not d; exits are their classes
+	var exitReps byteSet
+	addExits := func(p pair) {
+		for _, c := range reps {
+			if ref.step(p.b, c) == 0 && d.step(p.s, c) != 0 {
+				exitReps.add(c)
+			}
+		}
+	}
+	defer func() { exits = exitClasses(exitReps, d, ref) }()
+	addExits(pair{q, ref.start})
 	for level := 1; level <= limit; level++ {
 		next = next[:0]
 		for _, p := range frontier {
@@ -158,24 +183,45 @@ func simulationDepth(d *dfa, q uint32, ref *dfa, reps []byte, limit int) (h int,
 				}
 				s := d.step(p.s, c)
 				if s == 0 || d.accept[s] {
-					return level - 1, diesAfter(d, q, ref, reps, level-1)
+					return level - 1, diesAfter(d, q, ref, reps, level-1), exits
 				}
 				np := pair{s, b}
 				if !seen[np] {
 					if len(seen) >= maxSimulationPairs {
-						return level - 1, false
+						return level - 1, false, exits
 					}
 					seen[np] = true
+					addExits(np)
 					next = append(next, np)
 				}
 			}
 		}
 		if len(next) == 0 {
-			return limit, false
+			return limit, false, exits
 		}
 		frontier, next = next, frontier
 	}
-	return limit, false
+	return limit, false, exits
+}
+
+// exitClasses returns the bytes of the classes (in both d and ref) of the bytes in reps.
+func exitClasses(reps byteSet, d, ref *dfa) byteSet {
+	var set byteSet
+	if reps.empty() {
+		return set
+	}
+	var pairs [][2]uint8 // (d's class, ref's class) of the bytes of reps
+	for c := range 256 {
+		if reps.has(byte(c)) {
+			pairs = append(pairs, [2]uint8{d.class[c], ref.class[c]})
+		}
+	}
+	for b := range 256 {
+		if slices.Contains(pairs, [2]uint8{d.class[b], ref.class[b]}) {
+			set.add(byte(b))
+		}
+	}
+	return set
 }
 
 // maxDiesLevel bounds the pairs diesAfter keeps for one length (it looks them up in a list).

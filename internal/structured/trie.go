@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
-
-	"github.com/kvasir-llm/kvasir/internal/sample"
 )
 
 // Vocabulary is what the masks need of a tokenizer (tokenizer.Tokenizer has these).
@@ -37,13 +35,8 @@ type TokenTrie struct {
 	// labels), so a walk can see at once that a subtree stays in a state that loops on them.
 	below     []uint32
 	belowSets []byteSet
-	// maxBelow[i] is the depth of the deepest node of i's subtree; bit r of safe[i] is set
-	// when node i's path and every path of its subtree stay inside reference language r
-	// (see reference.go).
-	maxBelow []uint16
-	safe     []uint8
-	// cover and shallowMasks hold covered's and shallow's masks by reference and depth.
-	cover, shallowMasks [][]sample.Mask
+	// refs holds, per reference language, what walks need of it (see reference.go).
+	refs []refNodes
 }
 
 // NewTokenTrie builds the trie of v's tokens.

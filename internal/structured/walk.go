@@ -1,6 +1,7 @@
 package structured
 
 import (
+	"math/bits"
 	"slices"
 	"sync"
 
@@ -115,41 +116,42 @@ func selfLoops(d *dfa) []byteSet {
 // sparseLimit is the most tokens a lexeme entry keeps as a list rather than a bitmask.
 const sparseLimit = 512
 
-// walkLexeme walks the whole trie over terminal term's DFA alone from state q. Three kinds
+// walkLexeme walks the whole trie over terminal term's DFA alone from state q. Two kinds
 // of subtree are taken whole, their tokens added without stepping through their nodes:
 // where the walk reaches a state that loops on every byte below the node (inside a JSON
-// string, many subtrees of the vocabulary), the subtree stays in that state; where a
-// subtree stays inside a reference language that q's DFA survives, without accepting, as
-// deep as the subtree goes; and where q's DFA survives the reference's inputs up to h bytes
-// and dies on every longer one, a subtree inside the reference allows exactly its tokens at
-// most h deep (see reference.go).
+// string, many subtrees of the vocabulary), the subtree stays in that state; and where the
+// subtree's nodes are either inside a reference language that q's DFA survives without
+// accepting, or dead (see reference.go).
 func (g *TokenGrammar) walkLexeme(term int32, q uint32, stack []uint32) *lexEntry {
 	t, d, loops := g.trie, g.c.terms[term], g.loops[term]
 	refs := referenceDFAs()
-	var depths [8]uint16 // per reference, the simulation depth from q
-	var refMask uint8    // the references whose subtrees are taken whole
-	var dieMask uint8    // those of them where every longer input dies
-	for r, ref := range refs {
-		h, dies := simulationDepth(d, q, ref, g.refReps[term][r], t.maxDepth)
-		depths[r] = uint16(h)
-		if dies && h > 0 {
-			dieMask |= 1 << r
-		}
-		if h > 1 || dies && h > 0 {
-			refMask |= 1 << r
-		}
-	}
+	// per reference used: its nodes, the simulation depth from q (all depths when every
+	// longer input dies), and the exit sets q's DFA dies on, as bits (see reference.go)
+	var nodes [8][]uint32
+	var depths [8]uint32
+	var exitOK [8]uint64
+	used := 0
 	e := &lexEntry{}
-	// the tokens of the subtrees taken whole, from the trie's masks of them: those at most
-	// h deep where every longer input dies, else the subtrees no deeper than h
-	for r := range refs {
-		if refMask&(1<<r) == 0 {
+	for r, ref := range refs {
+		h, dies, exits := simulationDepth(d, q, ref, g.refReps[term][r], t.maxDepth)
+		if h == 0 {
 			continue
 		}
-		m := t.covered(r, int(depths[r]))
-		if dieMask&(1<<r) != 0 {
-			m = t.shallow(r, int(depths[r]))
+		rn := &t.refs[r]
+		nodes[used], depths[used] = rn.node, uint32(h)
+		if dies {
+			depths[used] = 1<<16 - 1
 		}
+		for k := range rn.exitSets {
+			x := &rn.exitSets[k]
+			if x[0]&exits[0]|x[1]&exits[1]|x[2]&exits[2]|x[3]&exits[3] == 0 {
+				exitOK[used] |= 1 << k
+			}
+		}
+		used++
+		// the tokens inside the reference at most h deep are allowed, so the subtrees
+		// taken whole need no more
+		m := rn.masks[min(h, t.maxDepth)]
 		if e.dense == nil {
 			e.dense = slices.Clone(m)
 			continue
@@ -178,13 +180,16 @@ func (g *TokenGrammar) walkLexeme(term int32, q uint32, stack []uint32) *lexEntr
 	stack = stack[:t.maxDepth+1]
 	stack[0] = q
 	label, depth, ends, first, toks := t.label, t.depth, t.end, t.first, t.toks
-	safe, maxBelow := t.safe, t.maxBelow
 	next, class, nclass, accept := d.next, &d.class, d.nclass, d.accept
+scan:
 	for i := 1; i < len(label); {
 		end := int(ends[i])
-		if m := safe[i] & refMask; m != 0 && (m&dieMask != 0 || takeWhole(m, maxBelow[i], &depths)) {
-			i = end // its tokens are in e.dense already
-			continue
+		for k := range used {
+			v := nodes[k][i]
+			if dep := v >> 16; dep != 0 && dep <= depths[k] && v&0xffff < maxExitSets && exitOK[k]>>(v&0xffff)&1 != 0 {
+				i = end // its tokens are in e.dense already
+				continue scan
+			}
 		}
 		dep := depth[i]
 		s := next[int(stack[dep-1])*nclass+int(class[label[i]])]
@@ -217,18 +222,16 @@ func (g *TokenGrammar) walkLexeme(term int32, q uint32, stack []uint32) *lexEntr
 		}
 		i++
 	}
-	return e
-}
-
-// takeWhole reports whether a subtree no deeper than maxBelow, inside the reference
-// languages of bits m, is within the simulation depth of one of them.
-func takeWhole(m uint8, maxBelow uint16, depths *[8]uint16) bool {
-	for r := 0; m != 0; r, m = r+1, m>>1 {
-		if m&1 != 0 && maxBelow <= depths[r] {
-			return true
+	if e.dense != nil && e.dense.Count(t.numTokens) <= sparseLimit {
+		// few tokens after all (a reference's mask of short tokens): a list ORs faster
+		for w, word := range e.dense {
+			for ; word != 0; word &= word - 1 {
+				e.ids = append(e.ids, int32(32*w+bits.TrailingZeros32(word)))
+			}
 		}
+		e.dense = nil
 	}
-	return false
+	return e
 }
 
 // walker computes the masks of one Masker, reusing its buffers.

@@ -66,7 +66,7 @@ func TestWalkLexemeAgainstReference(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		skipped, covered, died := 0, 0, 0
+		skipped, covered, died, exited := 0, 0, 0, 0
 		for _, src := range grammars {
 			c := mustGBNF(t, src)
 			tg := NewTokenGrammar(c, trie, v)
@@ -85,13 +85,21 @@ func TestWalkLexemeAgainstReference(t *testing.T) {
 						t.Fatalf("%s %s term %d state %d: ends %v, reference %v", vname, src, term, q, head(e.ends), head(ends))
 					}
 					for r, ref := range referenceDFAs() {
-						h, dies := simulationDepth(d, q, ref, tg.refReps[term][r], trie.maxDepth)
+						h, dies, exits := simulationDepth(d, q, ref, tg.refReps[term][r], trie.maxDepth)
 						if dies && h > 0 {
 							died++
 						}
-						for i := 1; i < len(trie.label) && h > 1; i++ {
-							if trie.safe[i]&(1<<r) != 0 && int(trie.maxBelow[i]) <= h {
+						rn := &trie.refs[r]
+						for i := 1; i < len(trie.label) && h > 0; i++ {
+							dep, id := int(rn.node[i]>>16), int(rn.node[i]&0xffff)
+							if dep == 0 || dep > h && !dies || id >= len(rn.exitSets) || trie.end[i] == int32(i+1) {
+								continue
+							}
+							if x := rn.exitSets[id]; x[0]&exits[0]|x[1]&exits[1]|x[2]&exits[2]|x[3]&exits[3] == 0 {
 								covered++ // a subtree the walk from q takes whole by reference r
+								if !x.empty() {
+									exited++ // one with nodes outside the reference, dead from q
+								}
 								break
 							}
 						}
@@ -107,8 +115,8 @@ func TestWalkLexemeAgainstReference(t *testing.T) {
 		if skipped == 0 {
 			t.Errorf("%s: no subtree stays in a looping state: the fast path is not tested", vname)
 		}
-		if covered == 0 || died == 0 {
-			t.Errorf("%s: %d states take subtrees by a reference language, %d where longer inputs die: a fast path is not tested", vname, covered, died)
+		if covered == 0 || died == 0 || exited == 0 {
+			t.Errorf("%s: %d states take subtrees by a reference language, %d where longer inputs die, %d with dead exits: a fast path is not tested", vname, covered, died, exited)
 		}
 	}
 }
@@ -143,7 +151,7 @@ func TestSimulationDepth(t *testing.T) {
 			q = d.step(q, '"')
 		}
 		ref := referenceDFAs()[tc.ref]
-		if got, dies := simulationDepth(d, q, ref, classReps(d, ref), limit); got != tc.want || dies != tc.dies {
+		if got, dies, _ := simulationDepth(d, q, ref, classReps(d, ref), limit); got != tc.want || dies != tc.dies {
 			t.Errorf("%s, reference %d: depth %d (dies %v), want %d (%v)", tc.src, tc.ref, got, dies, tc.want, tc.dies)
 		}
 	}
