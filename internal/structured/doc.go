@@ -87,14 +87,15 @@
 // states alike on every input as long as the longest token share one entry
 // (withinEquivalence), so the counting states of a long repetition more than a token's
 // length from its end cost one walk in all. Walks skip what they can decide without
-// stepping: a subtree whose bytes a DFA
-// state loops on stays in that state; and a subtree inside a reference language (JSON
-// string characters; the same in ASCII; letters and digits: reference.go) is decided by
-// the state's simulation depth h, the most bytes of the reference that it survives without
-// accepting: a subtree no deeper than h is all allowed, and where every longer input dies
-// (a counted ASCII string near its maxLength) the subtree allows exactly its tokens at most
-// h deep. The trie keeps those tokens as masks per reference and depth (about 12 MiB for
-// Llama 3), so a walk ORs one mask and steps only the nodes outside such subtrees.
+// stepping: a subtree whose bytes a DFA state loops on stays in that state; and a subtree
+// under a reference language (JSON string characters; the same in ASCII; letters and
+// digits: reference.go) is decided by the state's simulation depth h, the most bytes of
+// the reference it survives without accepting: where the subtree's part inside the
+// reference is at most h deep (or every longer input dies, as in a counted ASCII string
+// near its maxLength), and its paths leave the reference only on bytes the state dies on,
+// the subtree allows exactly its tokens inside the reference. The trie keeps those tokens
+// as one mask per reference and depth (about 6 MiB for Llama 3), so a walk ORs a mask and
+// steps only the nodes outside such subtrees.
 //
 // Known slow spots: a counting state whose string mixes ASCII and longer UTF-8 characters
 // near its maxLength, and patterns outside the reference languages under a counted
