@@ -266,10 +266,9 @@ func diesAfter(d *dfa, q uint32, ref *dfa, reps []byte, h int) bool {
 // class).
 func classReps(a, b *dfa) []byte {
 	var reps []byte
-	seen := map[[2]uint8]bool{}
+	seen := make([]bool, a.nclass*b.nclass)
 	for c := range 256 {
-		k := [2]uint8{a.class[c], b.class[c]}
-		if !seen[k] {
+		if k := int(a.class[c])*b.nclass + int(b.class[c]); !seen[k] {
 			seen[k] = true
 			reps = append(reps, byte(c))
 		}
