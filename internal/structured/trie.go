@@ -35,6 +35,8 @@ type TokenTrie struct {
 	// labels), so a walk can see at once that a subtree stays in a state that loops on them.
 	below     []uint32
 	belowSets []byteSet
+	// refs holds, per reference language, what walks need of it (see reference.go).
+	refs []refNodes
 }
 
 // NewTokenTrie builds the trie of v's tokens.
@@ -107,6 +109,7 @@ func NewTokenTrie(v Vocabulary) (*TokenTrie, error) {
 	}
 	t.first = append(t.first, int32(len(t.toks)))
 	t.setBelow()
+	t.setReferences()
 	return t, nil
 }
 

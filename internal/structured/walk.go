@@ -1,6 +1,8 @@
 package structured
 
 import (
+	"math/bits"
+	"slices"
 	"sync"
 
 	"github.com/kvasir-llm/kvasir/internal/sample"
@@ -29,6 +31,9 @@ type TokenGrammar struct {
 	reps [][]uint32
 	// loops holds, per terminal and DFA state, the bytes on which the state moves to itself.
 	loops [][]byteSet
+	// refReps holds, per terminal and reference language, a byte of each class of the
+	// bytes partitioned by both automata (see simulationDepth).
+	refReps [][][]byte
 }
 
 type lexKey struct {
@@ -50,9 +55,14 @@ const maxRefineWork = 1 << 25
 // NewTokenGrammar binds c to a tokenizer (trie must be built from vocab).
 func NewTokenGrammar(c *Compiled, trie *TokenTrie, vocab Vocabulary) *TokenGrammar {
 	g := &TokenGrammar{c: c, trie: trie, vocab: vocab, lexemes: map[lexKey]*lexEntry{},
-		reps: make([][]uint32, len(c.terms)), loops: make([][]byteSet, len(c.terms))}
+		reps: make([][]uint32, len(c.terms)), loops: make([][]byteSet, len(c.terms)),
+		refReps: make([][][]byte, len(c.terms))}
+	refs := referenceDFAs()
 	for i, d := range c.terms {
 		g.loops[i] = selfLoops(d)
+		for _, ref := range refs {
+			g.refReps[i] = append(g.refReps[i], classReps(d, ref))
+		}
 		// A DFA of fewer states than the longest token has no two states alike within
 		// it unless minimization would have merged them.
 		if d.numStates() > trie.maxDepth {
@@ -106,13 +116,50 @@ func selfLoops(d *dfa) []byteSet {
 // sparseLimit is the most tokens a lexeme entry keeps as a list rather than a bitmask.
 const sparseLimit = 512
 
-// walkLexeme walks the whole trie over terminal term's DFA alone from state q. Where the
-// walk reaches a state that loops on every byte below the node (inside a JSON string, most
-// subtrees of the vocabulary), the subtree stays in that state: its tokens are taken
-// without stepping through its nodes.
+// walkLexeme walks the whole trie over terminal term's DFA alone from state q. Two kinds
+// of subtree are taken whole, their tokens added without stepping through their nodes:
+// where the walk reaches a state that loops on every byte below the node (inside a JSON
+// string, many subtrees of the vocabulary), the subtree stays in that state; and where the
+// subtree's nodes are either inside a reference language that q's DFA survives without
+// accepting, or dead (see reference.go).
 func (g *TokenGrammar) walkLexeme(term int32, q uint32, stack []uint32) *lexEntry {
 	t, d, loops := g.trie, g.c.terms[term], g.loops[term]
+	refs := referenceDFAs()
+	// per reference used: its nodes, the simulation depth from q (all depths when every
+	// longer input dies), and the exit sets q's DFA dies on, as bits (see reference.go)
+	var nodes [8][]uint32
+	var depths [8]uint32
+	var exitOK [8]uint64
+	used := 0
 	e := &lexEntry{}
+	for r, ref := range refs {
+		h, dies, exits := simulationDepth(d, q, ref, g.refReps[term][r], t.maxDepth)
+		if h == 0 {
+			continue
+		}
+		rn := &t.refs[r]
+		nodes[used], depths[used] = rn.node, uint32(h)
+		if dies {
+			depths[used] = 1<<16 - 1
+		}
+		for k := range rn.exitSets {
+			x := &rn.exitSets[k]
+			if x[0]&exits[0]|x[1]&exits[1]|x[2]&exits[2]|x[3]&exits[3] == 0 {
+				exitOK[used] |= 1 << k
+			}
+		}
+		used++
+		// the tokens inside the reference at most h deep are allowed, so the subtrees
+		// taken whole need no more
+		m := rn.masks[min(h, t.maxDepth)]
+		if e.dense == nil {
+			e.dense = slices.Clone(m)
+			continue
+		}
+		for w, word := range m {
+			e.dense[w] |= word
+		}
+	}
 	add := func(ids []int32) {
 		if e.dense == nil && len(e.ids)+len(ids) > sparseLimit {
 			e.dense = sample.NewMask(t.numTokens, e.ids...)
@@ -126,25 +173,46 @@ func (g *TokenGrammar) walkLexeme(term int32, q uint32, stack []uint32) *lexEntr
 			e.dense.Set(id)
 		}
 	}
-	stack = append(stack[:0], q)
-	for i := 1; i < len(t.label); {
-		depth := int(t.depth[i])
-		s := d.step(stack[depth-1], t.label[i])
+	// the loop reads the trie's and the DFA's arrays directly: it visits up to every node
+	if cap(stack) < t.maxDepth+1 {
+		stack = make([]uint32, t.maxDepth+1)
+	}
+	stack = stack[:t.maxDepth+1]
+	stack[0] = q
+	label, depth, ends, first, toks := t.label, t.depth, t.end, t.first, t.toks
+	next, class, nclass, accept := d.next, &d.class, d.nclass, d.accept
+scan:
+	for i := 1; i < len(label); {
+		end := int(ends[i])
+		for k := range used {
+			v := nodes[k][i]
+			if dep := v >> 16; dep != 0 && dep <= depths[k] && v&0xffff < maxExitSets && exitOK[k]>>(v&0xffff)&1 != 0 {
+				i = end // its tokens are in e.dense already
+				continue scan
+			}
+		}
+		dep := depth[i]
+		s := next[int(stack[dep-1])*nclass+int(class[label[i]])]
 		if s == 0 {
-			i = int(t.end[i])
+			i = end
 			continue
 		}
-		stack = append(stack[:depth], s)
-		add(t.tokensAt(i))
-		end := int(t.end[i])
-		if d.accept[s] && end > i+1 {
+		stack[dep] = s
+		if f0, f1 := first[i], first[i+1]; f0 < f1 {
+			add(toks[f0:f1])
+		}
+		if end == i+1 {
+			i++
+			continue
+		}
+		if accept[s] {
 			e.ends = append(e.ends, int32(i))
 		}
-		if end > i+1 && loops[s].contains(&t.belowSets[t.below[i]]) {
-			add(t.toks[t.first[i+1]:t.first[end]])
-			if d.accept[s] {
+		if l := &loops[s]; !l.empty() && l.contains(&t.belowSets[t.below[i]]) {
+			add(toks[first[i+1]:first[end]])
+			if accept[s] {
 				for j := i + 1; j < end; j++ {
-					if int(t.end[j]) > j+1 {
+					if int(ends[j]) > j+1 {
 						e.ends = append(e.ends, int32(j))
 					}
 				}
@@ -153,6 +221,15 @@ func (g *TokenGrammar) walkLexeme(term int32, q uint32, stack []uint32) *lexEntr
 			continue
 		}
 		i++
+	}
+	if e.dense != nil && e.dense.Count(t.numTokens) <= sparseLimit {
+		// few tokens after all (a reference's mask of short tokens): a list ORs faster
+		for w, word := range e.dense {
+			for ; word != 0; word &= word - 1 {
+				e.ids = append(e.ids, int32(32*w+bits.TrailingZeros32(word)))
+			}
+		}
+		e.dense = nil
 	}
 	return e
 }
@@ -182,12 +259,23 @@ func (w *walker) mask(sets [][]item, ended bool) sample.Mask {
 	if !ended {
 		w.lexemes(sets)
 	}
-	if ended || w.c.accepting(last) || w.out.Count(w.trie.numTokens) == 0 {
+	if ended || w.c.accepting(last) || maskEmpty(w.out) {
 		for _, id := range w.trie.eog {
 			w.out.Set(id)
 		}
 	}
 	return w.out
+}
+
+// maskEmpty reports whether m allows no token (it stops at the first word that allows one,
+// where counting them read the whole mask).
+func maskEmpty(m sample.Mask) bool {
+	for _, word := range m {
+		if word != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // lexemes adds, for every item waiting on a terminal, the tokens its lexeme allows and the
