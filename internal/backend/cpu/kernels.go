@@ -43,6 +43,12 @@ type kernels struct {
 	panelQ4_0 func(pw []byte, dw []float32, w []byte, stride, nb int)
 	tileQ8_0  func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32)
 	tileQ4_0  func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32)
+	// q8Quads says the set's Q8_0 panels and tiles take Q4_0's layout (q0Form): panelQ8_0
+	// stores each quant plus 128 as an unsigned byte, as q8PanelU8Generic does, the
+	// activations are packed in int8 quads with corrections 128*sum(x), and tileQ8_0 is a
+	// Q4_0 tile (VNNI's VPDPBUSD: four products per lane and instruction where the int16
+	// pairs' VPDPWSSD adds two). The sums are the same exact integers.
+	q8Quads bool
 
 	// gemv4F32, gemv4F16 and gemv4BF16 are the float matrix-vector kernels: out[i] = dot
 	// of the row at w[i*stride:] (bytes) with x over len(x), for 4 rows at once.
