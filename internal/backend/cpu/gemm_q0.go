@@ -195,7 +195,11 @@ func (s *q0Product) multiplyPanel(sl *q0GEMMSlot, g int) {
 			if s.swiglu {
 				siluMul(s.kern, acc, sl.gate[t0*q0Rows:][:q0Rows*wd], acc, sl.exp)
 			}
-			storeQ0Tile(pt.out[t0*rows+r0:], rows, acc, wd, min(wd, n-t0), nr)
+			if nt := min(wd, n-t0); nt == gemmWide && nr == q0Rows {
+				s.kern.storeQ0Tile16(pt.out[t0*rows+r0:], rows, acc)
+			} else {
+				storeQ0Tile(pt.out[t0*rows+r0:], rows, acc, wd, nt, nr)
+			}
 			xpOff, xsOff, t0 = xpOff+xpLen, xsOff+xsLen, t0+wd
 		}
 	}
@@ -226,6 +230,12 @@ func storeQ0Tile(out []float32, ldo int, acc []float32, wd, nt, nr int) {
 			o[r] = acc[r*wd+t]
 		}
 	}
+}
+
+// storeQ0Tile16Generic is the scalar twin of the whole-tile store kernels: storeQ0Tile of
+// q0Rows rows of gemmWide tokens.
+func storeQ0Tile16Generic(out []float32, ldo int, acc []float32) {
+	storeQ0Tile(out, ldo, acc, gemmWide, gemmWide, q0Rows)
 }
 
 // packBlocks quantizes blocks [b0, b1) of every token's activations to Q8_0 into s.xq and

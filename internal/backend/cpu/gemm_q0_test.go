@@ -234,3 +234,25 @@ func fuzzQ0Tile(f *testing.F, wt quant.Type) {
 
 func FuzzQ0TileQ8_0(f *testing.F) { fuzzQ0Tile(f, quant.Q8_0) }
 func FuzzQ0TileQ4_0(f *testing.F) { fuzzQ0Tile(f, quant.Q4_0) }
+
+// TestStoreQ0Tile16 requires every set's whole-tile store to write each token's rows where
+// storeQ0Tile writes them, bit for bit, and nothing else of out, for several output widths.
+func TestStoreQ0Tile16(t *testing.T) {
+	r := rand.New(rand.NewSource(5))
+	for _, ldo := range []int{4, 5, 7, 64, 577} {
+		acc := randFloats(r, q0Rows*gemmWide, modeRandom)
+		n := (gemmWide-1)*ldo + q0Rows + 3
+		want := randFloats(r, n, modeRandom)
+		init := append([]float32(nil), want...)
+		storeQ0Tile(want[1:], ldo, acc, gemmWide, gemmWide, q0Rows)
+		for _, k := range allKernels() {
+			got := append([]float32(nil), init...)
+			k.storeQ0Tile16(got[1:], ldo, acc)
+			for i := range got {
+				if !sameBits(got[i], want[i]) {
+					t.Fatalf("%s ldo=%d: out[%d] = %v, storeQ0Tile wrote %v", k.name, ldo, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}

@@ -47,6 +47,7 @@ func avx512Kernels() *kernels {
 		rows8AVX2(rows8Q4_0VNNI, q4_0Bytes, w, stride, x, nb, out)
 	}
 	k.q8Quads = true
+	k.storeQ0Tile16 = storeQ0Tile16Z
 	k.panelQ8_0 = func(pw []byte, dw []float32, w []byte, stride, nb int) {
 		q0PanelAVX2(q8PanelU8AVX512, q8_0Bytes, 32, pw, dw, w, stride, nb)
 	}
@@ -235,3 +236,12 @@ func q4Tile16AVX512(pw *byte, dw *float32, xp *uint32, xs *uint32, nb int, acc *
 
 //go:noescape
 func q4Tile8AVX512(pw *byte, dw *float32, xp *uint32, xs *uint32, nb int, acc *float32)
+
+//go:noescape
+func storeQ0Tile16AVX512(out *float32, ldo int, acc *float32)
+
+// storeQ0Tile16Z checks the bounds of storeQ0Tile16AVX512 and calls it.
+func storeQ0Tile16Z(out []float32, ldo int, acc []float32) {
+	_, _ = out[(gemmWide-1)*ldo+q0Rows-1], acc[q0Rows*gemmWide-1]
+	storeQ0Tile16AVX512(unsafe.SliceData(out), ldo, unsafe.SliceData(acc))
+}
