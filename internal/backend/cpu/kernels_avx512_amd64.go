@@ -34,9 +34,9 @@ func hasAVX512() bool {
 // already (the matrix-vector kernel subtracts 8 times the activations' sums the same way),
 // and the many-token tiles use the same shift: their Q8_0 panel holds the quants plus 128
 // as unsigned bytes (q8Quads), so that Q8_0 runs on Q4_0's VPDPBUSD tile, four products
-// per lane and instruction, where avx2's int16 panel (VPDPWSSD here) added two. The Q4_K and Q6_K dots keep avx2's int16 pairs and scale them
-// with VPDPWSSD on Z registers (dotk_avx512_amd64.s); the Q5_0 dot loads its fifth bits
-// into a mask register.
+// per lane and instruction, where an int16 panel on VPDPWSSD adds two. The Q4_K and Q6_K
+// dots keep avx2's int16 pairs and scale them with VPDPWSSD on Z registers
+// (dotk_avx512_amd64.s); the Q5_0 dot loads its fifth bits into a mask register.
 func avx512Kernels() *kernels {
 	k := avx2Kernels()
 	k.name = avx512Name
