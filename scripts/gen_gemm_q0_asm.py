@@ -250,10 +250,11 @@ with open(path, 'w') as f:
 # instruction, without saturation, so the sums are the same exact integers. W = 16 tokens fill one Z register, W = 8 one Y
 # register (EVEX). An accumulation waits on the one before it (several cycles), so the
 # steps rotate over SETS accumulator sets, added together (integers: exact in any order)
-# before the scaling.
+# before the scaling; the float32 tile stays in registers 20..23 from the first block to
+# the last (each block's scaled sums added to it in block order, as before in memory).
 out = []
 P = out.append
-SETS = 4
+SETS = 2
 
 def tile512(name, W):
     v = 'Z' if W == 16 else 'Y'
@@ -262,7 +263,10 @@ def tile512(name, W):
     xblk = steps * 4 * W
     acc = lambda s, r: f'{v}{4*s + r}'
     X, B, D = f'{v}16', f'{v}17', f'{v}18'
+    tile = lambda r: f'{v}{20 + r}'
     tile_header(name)
+    for r in range(4):
+        P(f'\tVMOVUPS {r*W*4}(AX), {tile(r)}')
     P('')
     P(f'{name}loop:')
     for s in range(SETS):
@@ -282,9 +286,18 @@ def tile512(name, W):
         P(f'\tVMULPS {4*W}(DX), {B}, {D}')
         P(f'\tVCVTDQ2PS {a}, {a}')
         P(f'\tVMULPS {D}, {a}, {a}')
-        P(f'\tVADDPS {r*W*4}(AX), {a}, {a}')
-        P(f'\tVMOVUPS {a}, {r*W*4}(AX)')
-    tile_footer(name, W, wblk, xblk)
+        P(f'\tVADDPS {a}, {tile(r)}, {tile(r)}')
+    P(f'\tADDQ ${wblk}, SI')
+    P('\tADDQ $16, BX')
+    P(f'\tADDQ ${xblk}, DI')
+    P(f'\tADDQ ${8*W}, DX')
+    P('\tDECQ CX')
+    P(f'\tJNZ {name}loop')
+    for r in range(4):
+        P(f'\tVMOVUPS {tile(r)}, {r*W*4}(AX)')
+    P('\tVZEROUPPER')
+    P('\tRET')
+    P('')
 
 P('''//go:build amd64
 
@@ -298,13 +311,15 @@ P('''//go:build amd64
 // step loads one 4-byte group of W tokens into the vector of activations, broadcasts the
 // matching group of each of the 4 panel rows and multiplies and adds them lane-wise
 // (VPDPBUSD: unsigned weight bytes times signed quants) into int32 sums. Step k adds to set
-// k mod 4 of the sums, rows r in register 4*set + r; the sets are added, less the
+// k mod 2 of the sums, rows r in register 4*set + r; the sets are added, less the
 // corrections (the weights' bias times the activations' sums), then converted, multiplied
-// by d_w*d_x (exact) and added to the float32 tile in memory.
+// by d_w*d_x (exact) and added to the float32 tile, held in registers 20..23 over the
+// blocks.
 //
-// Registers: 0..15 the sums, 16 the activations, 17 the broadcast weights or d_w, 18 the
-// scales (Z for 16 tokens, Y for 8). SI the panel block, BX its d_w, DI the activation
-// block, DX its corrections then d_x, AX the tile, CX the blocks left.
+// Registers: 0..7 the sums, 16 the activations, 17 the broadcast weights or d_w, 18 the
+// scales, 20..23 the tile's rows (Z for 16 tokens, Y for 8). SI the panel block, BX its
+// d_w, DI the activation block, DX its corrections then d_x, AX the tile, CX the blocks
+// left.
 ''')
 tile512('q4Tile16AVX512', 16)
 tile512('q4Tile8AVX512', 8)
