@@ -137,7 +137,7 @@ tile('q4Tile16AVX2', 16, True)
 tile('q4Tile8AVX2', 8, True)
 
 # panels
-P('''// PANEL_SCALES stores the 4 rows' d_w of the block at SI (rows R8 apart, R9 = 3*R8) as
+PANEL_SCALES = '''// PANEL_SCALES stores the 4 rows' d_w of the block at SI (rows R8 apart, R9 = 3*R8) as
 // float32 at (BX) (clobbers R10, R11, X0).
 #define PANEL_SCALES \\
 	MOVWLZX     (SI), R10 \\
@@ -154,7 +154,8 @@ P('''// PANEL_SCALES stores the 4 rows' d_w of the block at SI (rows R8 apart, R
 	VCVTPH2PS   X0, X0 \\
 	VMOVUPS     X0, (BX)
 
-// func q8PanelAVX2(pw *byte, dw *float32, w *byte, stride int, nb int)   (nb > 0)
+'''
+P(PANEL_SCALES + '''// func q8PanelAVX2(pw *byte, dw *float32, w *byte, stride int, nb int)   (nb > 0)
 // Widens nb Q8_0 blocks of 4 rows (stride bytes apart) to int16, [block][row][32], and
 // their scales to float32, [block][row].
 TEXT ·q8PanelAVX2(SB), NOSPLIT, $0-40
@@ -243,26 +244,29 @@ path = os.path.join(here, '..', 'internal', 'backend', 'cpu', 'gemm_q0_amd64.s')
 with open(path, 'w') as f:
     f.write('\n'.join(out))
 
-# The AVX-512 set's tile kernels (gemm_q0_avx512_amd64.s): the same tiles with VNNI, whose
-# VPDPWSSD (Q8_0: int16 x int16 pairs) and VPDPBUSD (Q4_0: unsigned nibble x signed int8
-# quads) multiply and add into int32 lanes in one instruction, without saturation, so the
-# sums are the same exact integers. W = 16 tokens fill one Z register, W = 8 one Y
+# The AVX-512 set's tile kernels (gemm_q0_avx512_amd64.s): the quad tiles with VNNI, whose
+# VPDPBUSD (unsigned weight byte x signed int8 activation quads: Q4_0's nibbles, and Q8_0's
+# quants plus 128 in the set's q8Quads form) multiplies and adds into int32 lanes in one
+# instruction, without saturation, so the sums are the same exact integers. W = 16 tokens fill one Z register, W = 8 one Y
 # register (EVEX). An accumulation waits on the one before it (several cycles), so the
 # steps rotate over SETS accumulator sets, added together (integers: exact in any order)
-# before the scaling.
+# before the scaling; the float32 tile stays in registers 20..23 from the first block to
+# the last (each block's scaled sums added to it in block order, as before in memory).
 out = []
 P = out.append
-SETS = 4
+SETS = 2
 
-def tile512(name, W, q4):
+def tile512(name, W):
     v = 'Z' if W == 16 else 'Y'
-    steps = 8 if q4 else 16
-    wrow = 32 if q4 else 64
+    steps, wrow = 8, 32
     wblk = 4 * wrow
     xblk = steps * 4 * W
     acc = lambda s, r: f'{v}{4*s + r}'
     X, B, D = f'{v}16', f'{v}17', f'{v}18'
+    tile = lambda r: f'{v}{20 + r}'
     tile_header(name)
+    for r in range(4):
+        P(f'\tVMOVUPS {r*W*4}(AX), {tile(r)}')
     P('')
     P(f'{name}loop:')
     for s in range(SETS):
@@ -272,20 +276,28 @@ def tile512(name, W, q4):
         P(f'\tVMOVDQU32 {k*4*W}(DI), {X}')
         for r in range(4):
             P(f'\tVPBROADCASTD {r*wrow + k*4}(SI), {B}')
-            P(f'\t{"VPDPBUSD" if q4 else "VPDPWSSD"} {X}, {B}, {acc(k % SETS, r)}')
+            P(f'\tVPDPBUSD {X}, {B}, {acc(k % SETS, r)}')
     for r in range(4):
         a = acc(0, r)
         for s in range(1, SETS):
             P(f'\tVPADDD {acc(s, r)}, {a}, {a}')
-        if q4:
-            P(f'\tVPSUBD (DX), {a}, {a}')
+        P(f'\tVPSUBD (DX), {a}, {a}')
         P(f'\tVBROADCASTSS {r*4}(BX), {B}')
         P(f'\tVMULPS {4*W}(DX), {B}, {D}')
         P(f'\tVCVTDQ2PS {a}, {a}')
         P(f'\tVMULPS {D}, {a}, {a}')
-        P(f'\tVADDPS {r*W*4}(AX), {a}, {a}')
-        P(f'\tVMOVUPS {a}, {r*W*4}(AX)')
-    tile_footer(name, W, wblk, xblk)
+        P(f'\tVADDPS {a}, {tile(r)}, {tile(r)}')
+    P(f'\tADDQ ${wblk}, SI')
+    P('\tADDQ $16, BX')
+    P(f'\tADDQ ${xblk}, DI')
+    P(f'\tADDQ ${8*W}, DX')
+    P('\tDECQ CX')
+    P(f'\tJNZ {name}loop')
+    for r in range(4):
+        P(f'\tVMOVUPS {tile(r)}, {r*W*4}(AX)')
+    P('\tVZEROUPPER')
+    P('\tRET')
+    P('')
 
 P('''//go:build amd64
 
@@ -293,23 +305,63 @@ P('''//go:build amd64
 
 #include "textflag.h"
 
-// The AVX-512 set's tile kernels of the many-token Q8_0/Q4_0 path: the AVX2 tiles of
-// gemm_q0_amd64.s (same layouts, same arithmetic, see q0TileGeneric) with VNNI. Each step
-// loads one 4-byte group of W tokens into the vector of activations, broadcasts the
+// The AVX-512 set's tile kernels of the many-token Q8_0/Q4_0 path: the AVX2 Q4_0 tiles of
+// gemm_q0_amd64.s (same layouts, same arithmetic, see q0TileGeneric) with VNNI, which
+// serve Q8_0 too, whose panel this set stores as unsigned bytes (q8PanelU8AVX512). Each
+// step loads one 4-byte group of W tokens into the vector of activations, broadcasts the
 // matching group of each of the 4 panel rows and multiplies and adds them lane-wise
-// (VPDPWSSD for Q8_0's int16 pairs; VPDPBUSD for Q4_0's unsigned nibbles times signed
-// quants, so no sign trick is needed) into int32 sums. Step k adds to set k mod 4 of the
-// sums, rows r in register 4*set + r; the sets are added, Q4_0 less its corrections, then
-// converted, multiplied by d_w*d_x (exact) and added to the float32 tile in memory.
+// (VPDPBUSD: unsigned weight bytes times signed quants) into int32 sums. Step k adds to set
+// k mod 2 of the sums, rows r in register 4*set + r; the sets are added, less the
+// corrections (the weights' bias times the activations' sums), then converted, multiplied
+// by d_w*d_x (exact) and added to the float32 tile, held in registers 20..23 over the
+// blocks.
 //
-// Registers: 0..15 the sums, 16 the activations, 17 the broadcast weights or d_w, 18 the
-// scales (Z for 16 tokens, Y for 8). SI the panel block, BX its d_w, DI the activation
-// block, DX its corrections then d_x, AX the tile, CX the blocks left.
+// Registers: 0..7 the sums, 16 the activations, 17 the broadcast weights or d_w, 18 the
+// scales, 20..23 the tile's rows (Z for 16 tokens, Y for 8). SI the panel block, BX its
+// d_w, DI the activation block, DX its corrections then d_x, AX the tile, CX the blocks
+// left.
 ''')
-tile512('q8Tile16AVX512', 16, False)
-tile512('q8Tile8AVX512', 8, False)
-tile512('q4Tile16AVX512', 16, True)
-tile512('q4Tile8AVX512', 8, True)
+tile512('q4Tile16AVX512', 16)
+tile512('q4Tile8AVX512', 8)
+P(PANEL_SCALES + '''// func q8PanelU8AVX512(pw *byte, dw *float32, w *byte, stride int, nb int)   (nb > 0)
+// Copies nb Q8_0 blocks of 4 rows (stride bytes apart) as unsigned bytes, each quant plus
+// 128 (XOR 0x80), [block][row][32], and their scales to float32, [block][row]: the Q4_0
+// tiles' panel layout, with which the Q8_0 products of this set run on VPDPBUSD (see
+// q8PanelU8Generic). It needs AVX2 only; the set that multiplies it needs VNNI.
+TEXT ·q8PanelU8AVX512(SB), NOSPLIT, $0-40
+	MOVQ pw+0(FP), DI
+	MOVQ dw+8(FP), BX
+	MOVQ w+16(FP), SI
+	MOVQ stride+24(FP), R8
+	MOVQ nb+32(FP), CX
+	LEAQ (R8)(R8*2), R9
+	MOVL         $0x80808080, AX
+	VMOVD        AX, X15
+	VPBROADCASTD X15, Y15
+	LEAQ (SI)(R8*4), R12 // the next panel's rows, prefetched 136 bytes per block
+
+q8u8panelloop:
+	PREFETCHT0 (R12)
+	PREFETCHT0 64(R12)
+	PREFETCHT0 128(R12)
+	ADDQ       $136, R12
+	PANEL_SCALES
+	VPXOR      2(SI), Y15, Y1
+	VPXOR      2(SI)(R8*1), Y15, Y2
+	VPXOR      2(SI)(R8*2), Y15, Y3
+	VPXOR      2(SI)(R9*1), Y15, Y4
+	VMOVDQU    Y1, (DI)
+	VMOVDQU    Y2, 32(DI)
+	VMOVDQU    Y3, 64(DI)
+	VMOVDQU    Y4, 96(DI)
+	ADDQ       $34, SI
+	ADDQ       $128, DI
+	ADDQ       $16, BX
+	DECQ       CX
+	JNZ        q8u8panelloop
+	VZEROUPPER
+	RET
+''')
 path = os.path.join(here, '..', 'internal', 'backend', 'cpu', 'gemm_q0_avx512_amd64.s')
 with open(path, 'w') as f:
     f.write('\n'.join(out))

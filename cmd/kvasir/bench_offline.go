@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/kvasir-llm/kvasir"
 	"github.com/kvasir-llm/kvasir/internal/bench"
@@ -27,6 +28,7 @@ func benchOffline(args []string) error {
 	schemaPath := fs.String("json-schema", "", "hold every reply to this JSON Schema (structured output, as response_format json_schema)")
 	fs.Uint64Var(&o.Seed, "seed", 0, "random seed for prompts")
 	asJSON := fs.Bool("json", false, "print the results as JSON (vLLM's keys)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile (pprof) of the run, the requests' time only (not the load), to this file")
 	ef := addEngineFlags(fs, allEngineFlags)
 	sf := addSamplingFlags(fs)
 	if err := ef.parse(fs, args); err != nil {
@@ -67,8 +69,24 @@ func benchOffline(args []string) error {
 	params.IgnoreEOS = *ignoreEOS
 	meter := energy.Open()
 	defer meter.Close()
+	var prof *os.File
+	if *cpuProfile != "" {
+		if prof, err = os.Create(*cpuProfile); err != nil {
+			return fmt.Errorf("bench offline: --cpuprofile: %w", err)
+		}
+		defer prof.Close()
+		if err := pprof.StartCPUProfile(prof); err != nil {
+			return fmt.Errorf("bench offline: --cpuprofile %s: %w", *cpuProfile, err)
+		}
+	}
 	span := meter.Start()
 	res := bench.Offline(ctx, e, reqs, o.Concurrency, params)
+	if prof != nil {
+		pprof.StopCPUProfile()
+		if err := prof.Close(); err != nil {
+			return fmt.Errorf("bench offline: --cpuprofile %s: %w", *cpuProfile, err)
+		}
+	}
 	report := span.End(res.TotalOutputTokens)
 	res.Energy = &report
 	if *asJSON {

@@ -116,6 +116,11 @@ type OfflineResult struct {
 	P99E2ELms            float64 `json:"p99_e2el_ms"`
 	PrefixCacheHitRate   float64 `json:"prefix_cache_hit_rate"`
 	NumPreemptions       int64   `json:"num_preemptions"`
+	// CPUSeconds is the process's user plus system CPU time over the run (0 where it
+	// cannot be read), and OutputTokensPerCPUSecond the output tokens per such second: on
+	// a machine shared with other work they move less than the wall-clock rates.
+	CPUSeconds               float64 `json:"cpu_seconds,omitempty"`
+	OutputTokensPerCPUSecond float64 `json:"output_tokens_per_cpu_second,omitempty"`
 	// EngineSteps counts the engine steps (forward passes of the target) the run took;
 	// ForcedTokens the output tokens jump-forward appended without sampling.
 	EngineSteps  int64 `json:"engine_steps"`
@@ -142,6 +147,7 @@ func Offline(ctx context.Context, e *kvasir.Engine, reqs []OfflineRequest, concu
 	outputs := make([]RequestOutput, len(reqs))
 	sem := make(chan struct{}, concurrency)
 	var wg sync.WaitGroup
+	cpu0, cpuOK0 := ProcessCPU()
 	start := time.Now()
 	for i, r := range reqs {
 		sem <- struct{}{}
@@ -152,6 +158,7 @@ func Offline(ctx context.Context, e *kvasir.Engine, reqs []OfflineRequest, concu
 	}
 	wg.Wait()
 	dur := time.Since(start)
+	cpu1, cpuOK1 := ProcessCPU()
 	after := e.Stats()
 
 	m := CalculateMetrics(outputs, dur, []float64{99}, nil)
@@ -166,6 +173,10 @@ func Offline(ctx context.Context, e *kvasir.Engine, reqs []OfflineRequest, concu
 		MeanE2ELms: m.E2EL.Mean, MedianE2ELms: m.E2EL.Median, StdE2ELms: m.E2EL.Std, P99E2ELms: p99(m.E2EL),
 		NumPreemptions: after.Preemptions - before.Preemptions,
 		EngineSteps:    after.Steps - before.Steps, ForcedTokens: after.ForcedTokens - before.ForcedTokens,
+	}
+	if cpu := (cpu1 - cpu0).Seconds(); cpuOK0 && cpuOK1 && cpu > 0 {
+		res.CPUSeconds = cpu
+		res.OutputTokensPerCPUSecond = float64(res.TotalOutputTokens) / cpu
 	}
 	if q := after.PrefixQueries - before.PrefixQueries; q > 0 {
 		res.PrefixCacheHitRate = float64(after.PrefixHits-before.PrefixHits) / float64(q)
@@ -235,6 +246,10 @@ func WriteOfflineSummary(w io.Writer, r OfflineResult) {
 	fmt.Fprintf(w, "%-40s %10.2f\n", "Request throughput (req/s):", r.RequestThroughput)
 	fmt.Fprintf(w, "%-40s %10.2f\n", "Output token throughput (tok/s):", r.OutputThroughput)
 	fmt.Fprintf(w, "%-40s %10.2f\n", "Total token throughput (tok/s):", r.TotalTokenThroughput)
+	if r.CPUSeconds > 0 {
+		fmt.Fprintf(w, "%-40s %10.2f\n", "CPU time, user+system (s):", r.CPUSeconds)
+		fmt.Fprintf(w, "%-40s %10.2f\n", "Output tokens per CPU-second:", r.OutputTokensPerCPUSecond)
+	}
 	fmt.Fprintf(w, "%-40s %10.2f\n", "Prefix cache hit rate (%):", 100*r.PrefixCacheHitRate)
 	fmt.Fprintf(w, "%-40s %10d\n", "Preemptions:", r.NumPreemptions)
 	fmt.Fprintf(w, "%-40s %10d\n", "Engine steps:", r.EngineSteps)

@@ -37,13 +37,15 @@ const (
 //
 //   - A panel is q0Rows weight rows widened per block: Q8_0 quants sign-extended to int16,
 //     Q4_0 nibbles unpacked one per byte in element order, [block][row][32]; d_w as
-//     float32, [block][row]. It is made per thread, one panel at a time.
+//     float32, [block][row]. It is made per thread, one panel at a time. A kernel set with
+//     q8Quads (VNNI) lays Q8_0 out as Q4_0 instead: its quants plus 128 as unsigned bytes
+//     (XOR 0x80), so that one VPDPBUSD adds four products where VPDPWSSD adds two.
 //   - The activations, quantized to Q8_0, are packed once per call by token groups of W =
 //     16 tokens (the last group 8 or 16, padded with zeros): xp holds, per block and
 //     4-byte step, the group's W lanes, [block][step][W] uint32 (Q8_0 weights: quants
-//     2s, 2s+1 of the block as int16; Q4_0: quants 4s..4s+3 as int8); xs holds per block
-//     W int32 corrections 8*sum(x) (for the Q4_0 nibbles' offset of 8), then W d_x as
-//     float32 bits.
+//     2s, 2s+1 of the block as int16; Q4_0 and q8Quads: quants 4s..4s+3 as int8); xs holds
+//     per block W int32 corrections bias*sum(x) (for the weights' offset: 8 for Q4_0's
+//     nibbles, 128 for q8Quads, 0 otherwise), then W d_x as float32 bits.
 
 // q0GEMMSlot is the scratch of one worker of the many-token Q8_0/Q4_0 path: a panel's
 // widened quants, d_w and one tile of results (q0Rows x 16 tokens), and the same again for
@@ -56,11 +58,31 @@ type q0GEMMSlot struct {
 	gate       []float32 // the gate's tiles of every token group
 }
 
+// q0Form is the layout of a many-token Q8_0/Q4_0 product's panels and packed activations:
+// quads for int8 quads of activations against unsigned weight bytes (else int16 pairs,
+// Q8_0 only), bias what the panel adds to each weight quant (the corrections are bias
+// times the activations' block sums).
+type q0Form struct {
+	quads bool
+	bias  int32
+}
+
+// q0FormOf returns the form in which kernel set k multiplies weights of type wt.
+func q0FormOf(k *kernels, wt quant.Type) q0Form {
+	switch {
+	case wt == quant.Q4_0:
+		return q0Form{quads: true, bias: 8}
+	case k.q8Quads:
+		return q0Form{quads: true, bias: 128}
+	}
+	return q0Form{}
+}
+
 // q0GroupLens returns the lengths of the packed activations of one token group of width
-// wd over nb blocks: xp (uint32) for weights of type wt, and xs.
-func q0GroupLens(wt quant.Type, wd, nb int) (int, int) {
+// wd over nb blocks in form f: xp (uint32), and xs.
+func q0GroupLens(f q0Form, wd, nb int) (int, int) {
 	steps := q0Steps8
-	if wt == quant.Q4_0 {
+	if f.quads {
 		steps = q0Steps4
 	}
 	return nb * steps * wd, nb * 2 * wd
@@ -75,7 +97,7 @@ func (s *q0Product) matMulGEMM(p *Pool, panels int) {
 	var xpLen, xsLen int
 	for t0 := 0; t0 < s.nTokens; {
 		wd := tokenGroupWidth(t0, s.nTokens)
-		a, b := q0GroupLens(s.typ, wd, nb)
+		a, b := q0GroupLens(s.form, wd, nb)
 		xpLen, xsLen = xpLen+a, xsLen+b
 		t0 += wd
 	}
@@ -128,7 +150,7 @@ func (s *q0Product) widenPanel(w Weight, g int, pw []byte, dw []float32) int {
 		}
 		panel(pw, dw, w.Data[r0*s.rb:], s.rb, nb)
 	} else {
-		q0PanelPartial(s.typ == quant.Q4_0, pw, dw, w.Data[r0*s.rb:w.Rows*s.rb], s.rb, nb, nr)
+		q0PanelPartial(s.typ == quant.Q4_0, s.form, pw, dw, w.Data[r0*s.rb:w.Rows*s.rb], s.rb, nb, nr)
 	}
 	return nr
 }
@@ -158,7 +180,7 @@ func (s *q0Product) multiplyPanel(sl *q0GEMMSlot, g int) {
 		xpOff, xsOff := 0, 0
 		for t0 := 0; t0 < n; {
 			wd := tokenGroupWidth(t0, n)
-			xpLen, xsLen := q0GroupLens(s.typ, wd, nb)
+			xpLen, xsLen := q0GroupLens(s.form, wd, nb)
 			xp, xs := s.xp[xpOff:xpOff+xpLen], s.xs[xsOff:xsOff+xsLen]
 			acc := sl.acc[:q0Rows*wd]
 			if s.swiglu && pass == 0 {
@@ -173,7 +195,11 @@ func (s *q0Product) multiplyPanel(sl *q0GEMMSlot, g int) {
 			if s.swiglu {
 				siluMul(s.kern, acc, sl.gate[t0*q0Rows:][:q0Rows*wd], acc, sl.exp)
 			}
-			storeQ0Tile(pt.out[t0*rows+r0:], rows, acc, wd, min(wd, n-t0), nr)
+			if nt := min(wd, n-t0); nt == gemmWide && nr == q0Rows {
+				s.kern.storeQ0Tile16(pt.out[t0*rows+r0:], rows, acc)
+			} else {
+				storeQ0Tile(pt.out[t0*rows+r0:], rows, acc, wd, nt, nr)
+			}
 			xpOff, xsOff, t0 = xpOff+xpLen, xsOff+xsLen, t0+wd
 		}
 	}
@@ -206,24 +232,29 @@ func storeQ0Tile(out []float32, ldo int, acc []float32, wd, nt, nr int) {
 	}
 }
 
+// storeQ0Tile16Generic is the scalar twin of the whole-tile store kernels: storeQ0Tile of
+// q0Rows rows of gemmWide tokens.
+func storeQ0Tile16Generic(out []float32, ldo int, acc []float32) {
+	storeQ0Tile(out, ldo, acc, gemmWide, gemmWide, q0Rows)
+}
+
 // packBlocks quantizes blocks [b0, b1) of every token's activations to Q8_0 into s.xq and
 // packs them into s.xp and s.xs for the many-token path.
 func (s *q0Product) packBlocks(b0, b1 int) {
 	nb, n := s.cols/32, s.nTokens
-	q4 := s.typ == quant.Q4_0
 	xpOff, xsOff := 0, 0
 	for t0 := 0; t0 < n; {
 		wd := tokenGroupWidth(t0, n)
-		xpLen, xsLen := q0GroupLens(s.typ, wd, nb)
+		xpLen, xsLen := q0GroupLens(s.form, wd, nb)
 		xp, xs := s.xp[xpOff:xpOff+xpLen], s.xs[xsOff:xsOff+xsLen]
 		for t := range wd {
 			if t0+t >= n {
-				padQ0Lane(q4, xp, xs, wd, t, b0, b1)
+				padQ0Lane(s.form, xp, xs, wd, t, b0, b1)
 				continue
 			}
 			xq := s.xq[(t0+t)*s.xrb:][:nb*q8_0Bytes]
 			s.kern.quantQ8_0(xq[b0*q8_0Bytes:b1*q8_0Bytes], s.x[(t0+t)*s.cols+b0*32:][:(b1-b0)*32])
-			packQ0Lane(q4, xp, xs, wd, t, xq, b0, b1)
+			packQ0Lane(s.form, xp, xs, wd, t, xq, b0, b1)
 		}
 		xpOff += xpLen
 		xsOff += xsLen
@@ -232,12 +263,12 @@ func (s *q0Product) packBlocks(b0, b1 int) {
 }
 
 // packQ0Lane packs blocks [b0, b1) of one token's Q8_0 activations xq into lane t of a
-// token group of width wd (see the layout above).
-func packQ0Lane(q4 bool, xp, xs []uint32, wd, t int, xq []byte, b0, b1 int) {
+// token group of width wd in form f (see the layout above).
+func packQ0Lane(f q0Form, xp, xs []uint32, wd, t int, xq []byte, b0, b1 int) {
 	for b := b0; b < b1; b++ {
 		blk := xq[b*q8_0Bytes : (b+1)*q8_0Bytes]
 		q := (*[32]byte)(blk[2:])
-		if q4 {
+		if f.quads {
 			dst := xp[b*q0Steps4*wd:][:q0Steps4*wd]
 			var sum int32
 			for st := range q0Steps4 {
@@ -245,7 +276,7 @@ func packQ0Lane(q4 bool, xp, xs []uint32, wd, t int, xq []byte, b0, b1 int) {
 				dst[st*wd+t] = uint32(g[0]) | uint32(g[1])<<8 | uint32(g[2])<<16 | uint32(g[3])<<24
 				sum += int32(int8(g[0])) + int32(int8(g[1])) + int32(int8(g[2])) + int32(int8(g[3]))
 			}
-			xs[b*2*wd+t] = uint32(8 * sum)
+			xs[b*2*wd+t] = uint32(f.bias * sum)
 		} else {
 			dst := xp[b*q0Steps8*wd:][:q0Steps8*wd]
 			for st := range q0Steps8 {
@@ -258,10 +289,11 @@ func packQ0Lane(q4 bool, xp, xs []uint32, wd, t int, xq []byte, b0, b1 int) {
 	}
 }
 
-// padQ0Lane zeroes blocks [b0, b1) of lane t of a token group past the last token.
-func padQ0Lane(q4 bool, xp, xs []uint32, wd, t, b0, b1 int) {
+// padQ0Lane zeroes blocks [b0, b1) of lane t of a token group in form f past the last
+// token.
+func padQ0Lane(f q0Form, xp, xs []uint32, wd, t, b0, b1 int) {
 	steps := q0Steps8
-	if q4 {
+	if f.quads {
 		steps = q0Steps4
 	}
 	for b := b0; b < b1; b++ {
@@ -273,29 +305,40 @@ func padQ0Lane(q4 bool, xp, xs []uint32, wd, t, b0, b1 int) {
 }
 
 // q0PanelPartial widens the nr < q0Rows rows of a last partial panel (rows rb bytes apart
-// in w) as the panel kernels do and zeroes the missing rows (quants and d_w).
-func q0PanelPartial(q4 bool, pw []byte, dw []float32, w []byte, rb, nb, nr int) {
+// in w; Q4_0 weights if q4, else Q8_0) in form f as the panel kernels do and zeroes the
+// missing rows (quants and d_w).
+func q0PanelPartial(q4 bool, f q0Form, pw []byte, dw []float32, w []byte, rb, nb, nr int) {
+	pb := 64
+	if f.quads {
+		pb = 32
+	}
 	for b := range nb {
 		for r := range q0Rows {
 			if r < nr {
 				continue
 			}
 			dw[b*q0Rows+r] = 0
-			if q4 {
-				clear(pw[(b*q0Rows+r)*32:][:32])
-			} else {
-				clear(pw[(b*q0Rows+r)*64:][:64])
-			}
+			clear(pw[(b*q0Rows+r)*pb:][:pb])
 		}
 	}
 	for r := range nr {
-		q0PanelRow(q4, pw, dw, w[r*rb:(r+1)*rb], r, nb)
+		q0PanelRow(q4, f, pw, dw, w[r*rb:(r+1)*rb], r, nb)
 	}
 }
 
-// q0PanelRow widens one weight row into row r of a panel.
-func q0PanelRow(q4 bool, pw []byte, dw []float32, row []byte, r, nb int) {
+// q0PanelRow widens one weight row (Q4_0 if q4, else Q8_0) into row r of a panel in form
+// f.
+func q0PanelRow(q4 bool, f q0Form, pw []byte, dw []float32, row []byte, r, nb int) {
 	for b := range nb {
+		if !q4 && f.quads {
+			blk := row[b*q8_0Bytes : (b+1)*q8_0Bytes]
+			dst := pw[(b*q0Rows+r)*32:][:32]
+			for j, q := range blk[2:] {
+				dst[j] = q ^ 0x80 // int8(q) + 128
+			}
+			dw[b*q0Rows+r] = f16At(blk)
+			continue
+		}
 		if q4 {
 			blk := row[b*q4_0Bytes : (b+1)*q4_0Bytes]
 			dst := pw[(b*q0Rows+r)*32:][:32]
@@ -315,27 +358,35 @@ func q0PanelRow(q4 bool, pw []byte, dw []float32, row []byte, r, nb int) {
 	}
 }
 
-// q8PanelGeneric and q4PanelGeneric are the scalar twins of the panel kernels: they widen
-// nb blocks of q0Rows rows (stride bytes apart in w) into pw and dw.
+// q8PanelGeneric, q8PanelU8Generic and q4PanelGeneric are the scalar twins of the panel
+// kernels: they widen nb blocks of q0Rows rows (stride bytes apart in w) into pw and dw,
+// Q8_0 to int16 pairs, Q8_0 to unsigned bytes (the q8Quads form) and Q4_0 to nibble bytes.
 func q8PanelGeneric(pw []byte, dw []float32, w []byte, stride, nb int) {
 	for r := range q0Rows {
-		q0PanelRow(false, pw, dw, w[r*stride:], r, nb)
+		q0PanelRow(false, q0Form{}, pw, dw, w[r*stride:], r, nb)
+	}
+}
+
+func q8PanelU8Generic(pw []byte, dw []float32, w []byte, stride, nb int) {
+	for r := range q0Rows {
+		q0PanelRow(false, q0Form{quads: true, bias: 128}, pw, dw, w[r*stride:], r, nb)
 	}
 }
 
 func q4PanelGeneric(pw []byte, dw []float32, w []byte, stride, nb int) {
 	for r := range q0Rows {
-		q0PanelRow(true, pw, dw, w[r*stride:], r, nb)
+		q0PanelRow(true, q0Form{quads: true, bias: 8}, pw, dw, w[r*stride:], r, nb)
 	}
 }
 
 // q0TileGeneric is the scalar twin of the tile kernels: for the q0Rows rows of panel
 // (pw, dw) and the wd tokens of a packed group (xp, xs), it adds to acc[r*wd+t] each
 // block's float32(sum) * (d_w*d_x) in block order, sum the exact integer dot product of
-// the block's quants (Q4_0: nibbles less 8).
-func q0TileGeneric(q4 bool, wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
+// the block's quants (quads: the unsigned panel bytes times the activations, less
+// the correction in xs: the weights less their bias).
+func q0TileGeneric(quads bool, wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
 	steps := q0Steps8
-	if q4 {
+	if quads {
 		steps = q0Steps4
 	}
 	for b := range nb {
@@ -344,7 +395,7 @@ func q0TileGeneric(q4 bool, wd int, pw []byte, dw []float32, xp, xs []uint32, nb
 		for r := range q0Rows {
 			for t := range wd {
 				var s int32
-				if q4 {
+				if quads {
 					wq := pw[(b*q0Rows+r)*32:][:32]
 					for st := range steps {
 						v := x[st*wd+t]
@@ -376,6 +427,7 @@ type q0GEMMState struct {
 	xs    []uint32 // per block corrections and d_x, by token group
 	slots []q0GEMMSlot
 
+	form   q0Form               // the layout of the product in progress
 	panels int                  // the panel count of the product in progress
 	next   atomic.Int64         // the next panel to claim
 	pack   func(start, end int) // s.packBlocks, bound once

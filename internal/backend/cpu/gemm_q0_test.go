@@ -17,37 +17,76 @@ func q0Tiles(k *kernels, wt quant.Type) (func(pw []byte, dw []float32, w []byte,
 	return k.panelQ8_0, k.tileQ8_0, dotQ8_0Generic
 }
 
+// genericQuads is the generic set in the q8Quads form of the VNNI set: its pure-Go twins
+// q8PanelU8Generic and q0TileGeneric over Q4_0's layout, so that the form is checked
+// against the scalar reference on every machine.
+func genericQuads() *kernels {
+	k := *genericKernels()
+	k.name = "generic-quads"
+	k.q8Quads = true
+	k.panelQ8_0 = q8PanelU8Generic
+	k.tileQ8_0 = func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
+		q0TileGeneric(true, wd, pw, dw, xp, xs, nb, acc)
+	}
+	return &k
+}
+
+// q0Forms returns the kernel sets to check the tiles of: every set this CPU runs, then the
+// generic set in the q8Quads form.
+func q0Forms() []*kernels { return append(allKernels(), genericQuads()) }
+
+// q0Reference returns the generic twins of kernel set k's panel and tile kernels for weight
+// type wt: the generic set's, in k's form.
+func q0Reference(k *kernels, wt quant.Type) (func(pw []byte, dw []float32, w []byte, stride, nb int),
+	func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32)) {
+	g := genericKernels()
+	if wt == quant.Q8_0 && k.q8Quads {
+		g = genericQuads()
+	}
+	panel, tile, _ := q0Tiles(g, wt)
+	return panel, tile
+}
+
+// packQ0Group packs the Q8_0 activations xq (one per lane, nil past the last token) as a
+// group of wd lanes in form f.
+func packQ0Group(f q0Form, xq [][]byte, wd, nb int) ([]uint32, []uint32) {
+	xpLen, xsLen := q0GroupLens(f, wd, nb)
+	xp, xs := make([]uint32, xpLen), make([]uint32, xsLen)
+	for i := range wd {
+		if i >= len(xq) || xq[i] == nil {
+			padQ0Lane(f, xp, xs, wd, i, 0, nb)
+			continue
+		}
+		packQ0Lane(f, xp, xs, wd, i, xq[i], 0, nb)
+	}
+	return xp, xs
+}
+
 // checkQ0Tile widens 4 random weight rows (a padded stride apart) with every kernel set's
-// panel kernel and multiplies them with a packed group of wd lanes of which nt hold random
-// Q8_0 activations: the panels must equal the generic ones byte for byte, every tile must
-// equal the generic tile bit for bit in every lane, and every (row, token) result must equal
-// the scalar dot product (dotQ8_0Generic or dotQ4_0Generic) bit for bit.
+// panel kernel and multiplies them with a packed group of wd lanes (in the set's form) of
+// which nt hold random Q8_0 activations: the panels must equal the generic twins' of the
+// set's form byte for byte, every tile must equal the generic tile bit for bit in every
+// lane, and every (row, token) result must equal the scalar dot product (dotQ8_0Generic or
+// dotQ4_0Generic) bit for bit.
 func checkQ0Tile(t *testing.T, wt quant.Type, seed int64, nb, wd, nt, mode int) {
 	t.Helper()
 	r := rand.New(rand.NewSource(seed))
-	q4 := wt == quant.Q4_0
 	bb := wt.BlockBytes()
 	stride := nb*bb + r.Intn(3)*bb
 	w := randWeights(r, wt, (q0Rows-1)*stride/bb+nb, mode)
 	xq := make([][]byte, nt)
-	xpLen, xsLen := q0GroupLens(wt, wd, nb)
-	xp, xs := make([]uint32, xpLen), make([]uint32, xsLen)
-	for i := range wd {
-		if i >= nt {
-			padQ0Lane(q4, xp, xs, wd, i, 0, nb)
-			continue
-		}
+	for i := range xq {
 		xq[i] = randActivations(r, quant.Q8_0, nb, mode)
-		packQ0Lane(q4, xp, xs, wd, i, xq[i], 0, nb)
 	}
 
-	gpanel, gtile, _ := q0Tiles(genericKernels(), wt)
-	gpw, gdw := make([]byte, nb*q0PanelBlock), make([]float32, nb*q0Rows)
-	gpanel(gpw, gdw, w, stride, nb)
-	gacc := make([]float32, q0Rows*wd)
-	gtile(wd, gpw, gdw, xp, xs, nb, gacc)
+	for _, k := range q0Forms() {
+		xp, xs := packQ0Group(q0FormOf(k, wt), xq, wd, nb)
+		gpanel, gtile := q0Reference(k, wt)
+		gpw, gdw := make([]byte, nb*q0PanelBlock), make([]float32, nb*q0Rows)
+		gpanel(gpw, gdw, w, stride, nb)
+		gacc := make([]float32, q0Rows*wd)
+		gtile(wd, gpw, gdw, xp, xs, nb, gacc)
 
-	for _, k := range allKernels() {
 		panel, tile, dot := q0Tiles(k, wt)
 		pw, dw := make([]byte, nb*q0PanelBlock), make([]float32, nb*q0Rows)
 		panel(pw, dw, w, stride, nb)
@@ -92,8 +131,9 @@ func TestQ0Tiles(t *testing.T) {
 	}
 }
 
-// TestQ0TileExtremes drives the int16 stages to their bounds: every weight quant -128
-// (Q8_0) or nibble 15 (Q4_0) against activations all 127 or all -127, unit scales.
+// TestQ0TileExtremes drives the int16 stages and the shifted bytes to their bounds: every
+// weight quant -128 or 127 (Q8_0; 0 and 255 as the q8Quads form's unsigned bytes) or
+// nibble 15 (Q4_0) against activations all 127 or all -127, unit scales.
 func TestQ0TileExtremes(t *testing.T) {
 	const nb, wd = 3, gemmWide
 	for _, wt := range []quant.Type{quant.Q8_0, quant.Q4_0} {
@@ -114,12 +154,12 @@ func TestQ0TileExtremes(t *testing.T) {
 						x[b*q8_0Bytes+j] = byte(xv)
 					}
 				}
-				xpLen, xsLen := q0GroupLens(wt, wd, nb)
-				xp, xs := make([]uint32, xpLen), make([]uint32, xsLen)
-				for i := range wd {
-					packQ0Lane(wt == quant.Q4_0, xp, xs, wd, i, x, 0, nb)
+				lanes := make([][]byte, wd)
+				for i := range lanes {
+					lanes[i] = x
 				}
-				for _, k := range allKernels() {
+				for _, k := range q0Forms() {
+					xp, xs := packQ0Group(q0FormOf(k, wt), lanes, wd, nb)
 					panel, tile, dot := q0Tiles(k, wt)
 					pw, dw := make([]byte, nb*q0PanelBlock), make([]float32, nb*q0Rows)
 					panel(pw, dw, w, nb*bb, nb)
@@ -194,3 +234,25 @@ func fuzzQ0Tile(f *testing.F, wt quant.Type) {
 
 func FuzzQ0TileQ8_0(f *testing.F) { fuzzQ0Tile(f, quant.Q8_0) }
 func FuzzQ0TileQ4_0(f *testing.F) { fuzzQ0Tile(f, quant.Q4_0) }
+
+// TestStoreQ0Tile16 requires every set's whole-tile store to write each token's rows where
+// storeQ0Tile writes them, bit for bit, and nothing else of out, for several output widths.
+func TestStoreQ0Tile16(t *testing.T) {
+	r := rand.New(rand.NewSource(5))
+	for _, ldo := range []int{4, 5, 7, 64, 577} {
+		acc := randFloats(r, q0Rows*gemmWide, modeRandom)
+		n := (gemmWide-1)*ldo + q0Rows + 3
+		want := randFloats(r, n, modeRandom)
+		init := append([]float32(nil), want...)
+		storeQ0Tile(want[1:], ldo, acc, gemmWide, gemmWide, q0Rows)
+		for _, k := range allKernels() {
+			got := append([]float32(nil), init...)
+			k.storeQ0Tile16(got[1:], ldo, acc)
+			for i := range got {
+				if !sameBits(got[i], want[i]) {
+					t.Fatalf("%s ldo=%d: out[%d] = %v, storeQ0Tile wrote %v", k.name, ldo, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}

@@ -43,6 +43,15 @@ type kernels struct {
 	panelQ4_0 func(pw []byte, dw []float32, w []byte, stride, nb int)
 	tileQ8_0  func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32)
 	tileQ4_0  func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32)
+	// q8Quads says the set's Q8_0 panels and tiles take Q4_0's layout (q0Form): panelQ8_0
+	// stores each quant plus 128 as an unsigned byte, as q8PanelU8Generic does, the
+	// activations are packed in int8 quads with corrections 128*sum(x), and tileQ8_0 is a
+	// Q4_0 tile (VNNI's VPDPBUSD: four products per lane and instruction where the int16
+	// pairs' VPDPWSSD adds two). The sums are the same exact integers.
+	q8Quads bool
+	// storeQ0Tile16 writes a whole tile (q0Rows rows of gemmWide tokens, acc[r*16+t]) to
+	// out, token t's rows at out[t*ldo:], as storeQ0Tile does.
+	storeQ0Tile16 func(out []float32, ldo int, acc []float32)
 
 	// gemv4F32, gemv4F16 and gemv4BF16 are the float matrix-vector kernels: out[i] = dot
 	// of the row at w[i*stride:] (bytes) with x over len(x), for 4 rows at once.
@@ -180,8 +189,9 @@ func genericKernels() *kernels {
 		rows8Q4_0: func(w []byte, stride int, x []byte, nb int, out []float32) {
 			rows8Generic(dotQ4_0Generic, w, stride, x, nb, out)
 		},
-		panelQ8_0: q8PanelGeneric,
-		panelQ4_0: q4PanelGeneric,
+		panelQ8_0:     q8PanelGeneric,
+		storeQ0Tile16: storeQ0Tile16Generic,
+		panelQ4_0:     q4PanelGeneric,
 		tileQ8_0: func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
 			q0TileGeneric(false, wd, pw, dw, xp, xs, nb, acc)
 		},

@@ -49,17 +49,18 @@ func isAMD() bool {
 
 func avx2Kernels() *kernels {
 	return withMultiEach(&kernels{
-		name:    "avx2",
-		dotF32:  dotF32AVX2Slice,
-		dotF16:  dotF16AVX2Slice,
-		dotBF16: dotBF16AVX2Slice,
-		dotQ4K:  dotQ4KAVX2Slice,
-		dotQ5K:  func(w, x []byte, nb int) float32 { return dotKAVX2(dotQ5KAVX2, q5KBytes, w, x, nb) },
-		dotQ6K:  dotQ6KAVX2Slice,
-		dotQ5_0: func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ5_0AVX2, q5_0Bytes, w, x, nb) },
-		dotQ5_1: func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ5_1AVX2, q5_1Bytes, w, x, nb) },
-		dotQ4_1: func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ4_1AVX2, q4_1Bytes, w, x, nb) },
-		axpy:    axpyAVX2Slice,
+		name:          "avx2",
+		storeQ0Tile16: storeQ0Tile16Generic,
+		dotF32:        dotF32AVX2Slice,
+		dotF16:        dotF16AVX2Slice,
+		dotBF16:       dotBF16AVX2Slice,
+		dotQ4K:        dotQ4KAVX2Slice,
+		dotQ5K:        func(w, x []byte, nb int) float32 { return dotKAVX2(dotQ5KAVX2, q5KBytes, w, x, nb) },
+		dotQ6K:        dotQ6KAVX2Slice,
+		dotQ5_0:       func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ5_0AVX2, q5_0Bytes, w, x, nb) },
+		dotQ5_1:       func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ5_1AVX2, q5_1Bytes, w, x, nb) },
+		dotQ4_1:       func(w, x []byte, nb int) float32 { return dotQ0Slice(dotQ4_1AVX2, q4_1Bytes, w, x, nb) },
+		axpy:          axpyAVX2Slice,
 		loraShrink: func(x, a *[4][]float32, nt, nr int, u *[16]float32) {
 			loraShrinkDots(dotF32AVX2Slice, x, a, nt, nr, u)
 		},

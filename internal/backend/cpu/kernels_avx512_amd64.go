@@ -32,10 +32,11 @@ func hasAVX512() bool {
 // alternative, moving the weights' signs onto the activations, costs an absolute value and
 // a masked negation per row where the shift costs one XOR. Q4_0's nibbles are unsigned
 // already (the matrix-vector kernel subtracts 8 times the activations' sums the same way),
-// and the tile kernels need no trick: their Q8_0 panel is int16 (VPDPWSSD) and their Q4_0
-// panel unsigned nibbles. The Q4_K and Q6_K dots keep avx2's int16 pairs and scale them
-// with VPDPWSSD on Z registers (dotk_avx512_amd64.s); the Q5_0 dot loads its fifth bits
-// into a mask register.
+// and the many-token tiles use the same shift: their Q8_0 panel holds the quants plus 128
+// as unsigned bytes (q8Quads), so that Q8_0 runs on Q4_0's VPDPBUSD tile, four products
+// per lane and instruction, where an int16 panel on VPDPWSSD adds two. The Q4_K and Q6_K
+// dots keep avx2's int16 pairs and scale them with VPDPWSSD on Z registers
+// (dotk_avx512_amd64.s); the Q5_0 dot loads its fifth bits into a mask register.
 func avx512Kernels() *kernels {
 	k := avx2Kernels()
 	k.name = avx512Name
@@ -45,8 +46,13 @@ func avx512Kernels() *kernels {
 	k.rows8Q4_0 = func(w []byte, stride int, x []byte, nb int, out []float32) {
 		rows8AVX2(rows8Q4_0VNNI, q4_0Bytes, w, stride, x, nb, out)
 	}
+	k.q8Quads = true
+	k.storeQ0Tile16 = storeQ0Tile16Z
+	k.panelQ8_0 = func(pw []byte, dw []float32, w []byte, stride, nb int) {
+		q0PanelAVX2(q8PanelU8AVX512, q8_0Bytes, 32, pw, dw, w, stride, nb)
+	}
 	k.tileQ8_0 = func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
-		q0TileAVX2(q8Tile16AVX512, q8Tile8AVX512, q0Steps8, 64, wd, pw, dw, xp, xs, nb, acc)
+		q0TileAVX2(q4Tile16AVX512, q4Tile8AVX512, q0Steps4, 32, wd, pw, dw, xp, xs, nb, acc)
 	}
 	k.tileQ4_0 = func(wd int, pw []byte, dw []float32, xp, xs []uint32, nb int, acc []float32) {
 		q0TileAVX2(q4Tile16AVX512, q4Tile8AVX512, q0Steps4, 32, wd, pw, dw, xp, xs, nb, acc)
@@ -223,13 +229,19 @@ func rows8Q4_0VNNI(w *byte, stride int, x *byte, nb int, out *float32) {
 }
 
 //go:noescape
-func q8Tile16AVX512(pw *byte, dw *float32, xp *uint32, xs *uint32, nb int, acc *float32)
-
-//go:noescape
-func q8Tile8AVX512(pw *byte, dw *float32, xp *uint32, xs *uint32, nb int, acc *float32)
+func q8PanelU8AVX512(pw *byte, dw *float32, w *byte, stride int, nb int)
 
 //go:noescape
 func q4Tile16AVX512(pw *byte, dw *float32, xp *uint32, xs *uint32, nb int, acc *float32)
 
 //go:noescape
 func q4Tile8AVX512(pw *byte, dw *float32, xp *uint32, xs *uint32, nb int, acc *float32)
+
+//go:noescape
+func storeQ0Tile16AVX512(out *float32, ldo int, acc *float32)
+
+// storeQ0Tile16Z checks the bounds of storeQ0Tile16AVX512 and calls it.
+func storeQ0Tile16Z(out []float32, ldo int, acc []float32) {
+	_, _ = out[(gemmWide-1)*ldo+q0Rows-1], acc[q0Rows*gemmWide-1]
+	storeQ0Tile16AVX512(unsafe.SliceData(out), ldo, unsafe.SliceData(acc))
+}

@@ -93,6 +93,7 @@ func (s *q0Product) start(p *Pool, n int, swiglu bool, x []float32, nTokens int)
 		s.kernel, s.dot = p.kern.rows8Q4_0, dotQ4_0Generic
 	}
 	s.typ, s.cols, s.rb, s.xrb, s.nTokens, s.x = w.Type, w.Cols, rb, xrb, nTokens, x
+	s.form = q0FormOf(p.kern, w.Type)
 	s.nParts, s.swiglu = n, swiglu
 	defer s.forget()
 	if nTokens >= q0MinTokens {
