@@ -161,9 +161,10 @@ type CUDAOptions struct {
 	QuantGEMV string
 	// Sparse2of4 says when 2:4 sparse BF16 or F16 linear-layer weights (kvasir prune
 	// --pattern 2:4) are compressed at load and multiplied through cuSPARSELt
-	// (libcusparseLt.so.0, loaded at the first such weight): auto (or ""; when the library
-	// loads, else densely with a log line), on (the library required: without it loading
-	// fails), or off (always densely).
+	// (libcusparseLt.so.0, loaded at the first such weight): off (or "", the default:
+	// always densely; on the H200 the sparse products are slower), auto (when the library
+	// loads, else densely with a log line) or on (the library required: without it loading
+	// fails).
 	Sparse2of4 string
 }
 

@@ -67,7 +67,7 @@ func addEngineFlags(fs *flag.FlagSet, scope flagScope) *engineFlags {
 	fs.IntVar(&f.tensor, "tensor-parallel-size", 1, "split every layer's heads and MLP across this many ranks (GPUs, or CPU thread groups), summed by all-reduce")
 	fs.IntVar(&f.pipeline, "pipeline-parallel-size", 1, "split the layers into this many pipeline stages, one rank (or tensor-parallel group) each")
 	fs.IntVar(&f.threads, "threads", 0, "CPU worker threads (0: all cores)")
-	fs.StringVar(&f.sparse2of4, "sparse-2of4", "auto", "with --device cuda: multiply 2:4 sparse BF16/F16 linear-layer weights (kvasir prune --pattern 2:4) through cuSPARSELt (libcusparseLt.so.0), compressed at load: auto (when the library loads, else densely with a log line), on (the library required), or off")
+	fs.StringVar(&f.sparse2of4, "sparse-2of4", "off", "with --device cuda: multiply 2:4 sparse BF16/F16 linear-layer weights (kvasir prune --pattern 2:4) through cuSPARSELt (libcusparseLt.so.0), compressed at load, 44% less weight memory but slower products on an H200: off (the default: densely), auto (when the library loads, else densely with a log line) or on (the library required)")
 	fs.StringVar(&f.kvDType, "kv-cache-dtype", "auto", "KV cache element type: auto (f32 on the CPU, bf16 on a GPU), f32, f16 (half the memory of f32), bf16 (GPU only), or the quantized fp8 (= fp8_e4m3), fp8_e5m2 and int8 (= q8_0): a byte per element and a float32 scale per 32 (about 1.78x the tokens of f16; CPU and GPU)")
 	if scope == loadFlags {
 		return f

@@ -96,7 +96,7 @@ func TestSparse2of4Flag(t *testing.T) {
 			}
 			return ef.options()
 		}
-		for args, want := range map[string]string{"": "auto", "on": "on", "off": "off", "auto": "auto"} {
+		for args, want := range map[string]string{"": "off", "on": "on", "off": "off", "auto": "auto"} {
 			var a []string
 			if args != "" {
 				a = []string{"--sparse-2of4", args}

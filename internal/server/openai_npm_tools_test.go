@@ -20,7 +20,7 @@ import (
 // must end in calls with schema-valid arguments. It skips only when node or npm is missing
 // and KVASIR_REQUIRE_TESTDATA is unset.
 func TestOpenAINpmTools(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	type server struct {
 		scriptedFamily

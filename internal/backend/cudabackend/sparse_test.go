@@ -14,7 +14,7 @@ import (
 )
 
 func TestParseSparseMode(t *testing.T) {
-	for s, want := range map[string]SparseMode{"": SparseAuto, "auto": SparseAuto, "on": SparseOn, "off": SparseOff} {
+	for s, want := range map[string]SparseMode{"": SparseOff, "auto": SparseAuto, "on": SparseOn, "off": SparseOff} {
 		got, err := ParseSparseMode(s)
 		if err != nil || got != want {
 			t.Errorf("ParseSparseMode(%q) = %v, %v; want %v", s, got, err, want)
