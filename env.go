@@ -11,6 +11,7 @@ import "os"
 //	KVASIR_CUDA_PDL=0       Options.CUDA.DisablePDL
 //	KVASIR_CUDA_SHADOW=0    Options.CUDA.DisableShadows
 //	KVASIR_CUDA_QUANT=0     Options.CUDA.WidenQuantized
+//	KVASIR_CUDA_REPACK=1    Options.CUDA.RepackQuantized
 //	KVASIR_CUDA_GEMVQ=NAME  Options.CUDA.QuantGEMV
 const (
 	EnvCPUKernels = "KVASIR_CPU"
@@ -20,6 +21,7 @@ const (
 	EnvCUDAShadow = "KVASIR_CUDA_SHADOW"
 	EnvCUDAQuant  = "KVASIR_CUDA_QUANT"
 	EnvCUDAGEMVQ  = "KVASIR_CUDA_GEMVQ"
+	EnvCUDARepack = "KVASIR_CUDA_REPACK"
 )
 
 // withEnv returns opt with the overrides getenv reports (os.Getenv in Load).
@@ -41,6 +43,9 @@ func withEnv(opt Options, getenv func(string) string) Options {
 	}
 	if getenv(EnvCUDAQuant) == "0" {
 		opt.CUDA.WidenQuantized = true
+	}
+	if getenv(EnvCUDARepack) == "1" {
+		opt.CUDA.RepackQuantized = true
 	}
 	if l := getenv(EnvCUDAGEMVQ); l != "" {
 		opt.CUDA.QuantGEMV = l

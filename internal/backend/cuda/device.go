@@ -245,6 +245,13 @@ const (
 	FP8
 	// U8 is one raw byte an element: the codes of a quantized KV cache (KVCodes).
 	U8
+	// Q8_0R and Q6_KR are Q8_0 and Q6_K repacked at upload (Repack) so that every 16 bytes
+	// of quants a kernel loads start on a 16-byte boundary: GGML's blocks of 34 and 210
+	// bytes leave them 2-byte aligned, read two bytes a load. The same bytes a row,
+	// rearranged by super-blocks: Q8_0R puts 8 blocks' scales (16 bytes) before their 256
+	// quants, Q6_KR puts 8 blocks' low bits, then their high bits, scales and d.
+	Q8_0R
+	Q6_KR
 )
 
 // blockTypes gives each block type its name, weights a block and bytes a block.
@@ -255,6 +262,7 @@ var blockTypes = map[DType]struct {
 	Q8_0: {"q8_0", 32, 34}, Q4_0: {"q4_0", 32, 18}, Q4_1: {"q4_1", 32, 20}, Q5_0: {"q5_0", 32, 22},
 	Q5_1: {"q5_1", 32, 24}, Q4_K: {"q4_k", 256, 144}, Q5_K: {"q5_k", 256, 176}, Q6_K: {"q6_k", 256, 210},
 	Q2_K: {"q2_k", 256, 84}, Q3_K: {"q3_k", 256, 110},
+	Q8_0R: {"q8_0r", 256, 272}, Q6_KR: {"q6_kr", 2048, 1680},
 }
 
 // Block returns the elements and bytes of one block of a block type; ok is false for the

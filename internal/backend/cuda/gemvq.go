@@ -12,7 +12,7 @@ func Quantized(t DType) bool {
 }
 
 // quantizedTypes lists the block types, for the operand checks.
-var quantizedTypes = []DType{Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K}
+var quantizedTypes = []DType{Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q2_K, Q3_K, Q8_0R, Q6_KR}
 
 // GEMVQWarps is the warps of a gemvq block (the W of the GEMVQ_ONE lines in gemvq.cu),
 // which share its GEMVQRows weight rows (the R there).

@@ -20,12 +20,20 @@ var gemvqTypes = []struct {
 }{
 	{Q8_0, quant.Q8_0}, {Q4_0, quant.Q4_0}, {Q4_1, quant.Q4_1}, {Q5_0, quant.Q5_0},
 	{Q5_1, quant.Q5_1}, {Q4_K, quant.Q4_K}, {Q5_K, quant.Q5_K}, {Q6_K, quant.Q6_K},
-	{Q2_K, quant.Q2_K}, {Q3_K, quant.Q3_K},
+	{Q2_K, quant.Q2_K}, {Q3_K, quant.Q3_K}, {Q8_0R, quant.Q8_0}, {Q6_KR, quant.Q6_K},
 }
 
-// uploadQuant quantizes vals (rows of k) to qt on the host, uploads the blocks as dt, and
-// returns the buffer with the values the blocks decode to on the host.
-func (e *env) uploadQuant(t *testing.T, dt DType, qt quant.Type, vals []float32) (Buffer, []float32) {
+// fits reports whether rows of k values are whole blocks of dt (the repacked types'
+// blocks are super-blocks of 256 and 2048 values).
+func fits(dt DType, k int) bool {
+	e, _, _ := dt.Block()
+	return k%e == 0
+}
+
+// uploadQuant quantizes vals (rows of k) to qt on the host, uploads the blocks as dt
+// (repacked for Q8_0R and Q6_KR), and returns the buffer with the values the blocks decode
+// to on the host.
+func (e *env) uploadQuant(t *testing.T, dt DType, qt quant.Type, vals []float32, k int) (Buffer, []float32) {
 	t.Helper()
 	rb, err := qt.RowBytes(len(vals))
 	if err != nil {
@@ -37,6 +45,9 @@ func (e *env) uploadQuant(t *testing.T, dt DType, qt quant.Type, vals []float32)
 	}
 	held := make([]float32, len(vals))
 	if err := quant.Dequantize(qt, raw, held); err != nil {
+		t.Fatal(err)
+	}
+	if raw, err = Repack(dt, Unpacked(dt), raw, len(vals)/k, k); err != nil { // the reference decodes GGML's order
 		t.Fatal(err)
 	}
 	var b Buffer
@@ -57,9 +68,12 @@ func (e *env) uploadQuant(t *testing.T, dt DType, qt quant.Type, vals []float32)
 func testGEMVQ(t *testing.T, e *env, r *rand.Rand) {
 	for _, ty := range gemvqTypes {
 		for _, s := range []struct{ k, m int }{{512, 37}, {4096, 20}, {2304, 9}} {
+			if !fits(ty.dt, s.k) {
+				continue
+			}
 			xv := randVals(r, GEMVMaxRows*s.k, 1)
 			x, xh := e.upload(t, F32, xv)
-			w, wh := e.uploadQuant(t, ty.dt, ty.qt, randVals(r, s.m*s.k, 1))
+			w, wh := e.uploadQuant(t, ty.dt, ty.qt, randVals(r, s.m*s.k, 1), s.k)
 			for _, l := range []GEMVLayout{GEMVSplit} {
 				for n := 1; n <= GEMVMaxRows; n++ {
 					y := e.poisoned(t, F32, n*s.m)
@@ -94,13 +108,16 @@ func testGEMVQ(t *testing.T, e *env, r *rand.Rand) {
 // testGEMVQMulti checks the multi-weight launch of each layout against the same weights
 // one launch each: bit for bit, for every block type and row count.
 func testGEMVQMulti(t *testing.T, e *env, r *rand.Rand) {
-	const k = 512
 	ms := [GEMVMulti]int{37, 20, 9}
-	x, _ := e.upload(t, F32, randVals(r, GEMVMaxRows*k, 1))
+	x, _ := e.upload(t, F32, randVals(r, GEMVMaxRows*2048, 1))
 	for _, ty := range gemvqTypes {
+		k := 512
+		if !fits(ty.dt, k) {
+			k = 2048 // Q6_KR's super-blocks
+		}
 		var w [GEMVMulti]Buffer
 		for j := range w {
-			w[j], _ = e.uploadQuant(t, ty.dt, ty.qt, randVals(r, ms[j]*k, 1))
+			w[j], _ = e.uploadQuant(t, ty.dt, ty.qt, randVals(r, ms[j]*k, 1), k)
 		}
 		for _, l := range []GEMVLayout{GEMVSplit, GEMVSplitX8} {
 			for n := 1; n <= GEMVMaxRows; n++ {
@@ -180,6 +197,9 @@ func testGEMVQ8(t *testing.T, e *env, r *rand.Rand) {
 	}
 	for _, ty := range gemvqTypes {
 		for _, s := range []struct{ k, m int }{{512, 37}, {4096, 20}, {2304, 9}} {
+			if !fits(ty.dt, s.k) {
+				continue
+			}
 			xs := append([]float32(nil), xv[:GEMVMaxRows*s.k]...)
 			xb, _ := e.upload(t, F32, xs)
 			qq, dq := quantX8(xs)
@@ -187,7 +207,7 @@ func testGEMVQ8(t *testing.T, e *env, r *rand.Rand) {
 			for i, q := range qq {
 				held[i] = float32(q) * dq[i/16]
 			}
-			w, wh := e.uploadQuant(t, ty.dt, ty.qt, randVals(r, s.m*s.k, 1))
+			w, wh := e.uploadQuant(t, ty.dt, ty.qt, randVals(r, s.m*s.k, 1), s.k)
 			for _, l := range []GEMVLayout{GEMVSplitX8} {
 				for n := 1; n <= GEMVMaxRows; n++ {
 					y := e.poisoned(t, F32, n*s.m)
@@ -211,7 +231,7 @@ func testGEMVQ8(t *testing.T, e *env, r *rand.Rand) {
 // decode shapes of an 8B model, over enough copies (at least 256 MiB) that L2 holds none.
 func benchGEMVQ(t *testing.T, e *env, r *rand.Rand) {
 	dv := e.dev
-	for _, ty := range []struct{ dt DType }{{Q8_0}, {Q4_K}, {Q6_K}} {
+	for _, ty := range []struct{ dt DType }{{Q8_0}, {Q8_0R}, {Q4_K}, {Q6_K}, {Q6_KR}} {
 		for _, s := range []struct{ m, k int }{{4096, 4096}, {14336, 4096}, {4096, 14336}, {1024, 4096}} {
 			// Random blocks: their timing does not depend on the values (no host encoder
 			// run over half a billion weights).

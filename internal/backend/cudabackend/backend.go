@@ -29,6 +29,9 @@ type BackendOptions struct {
 	// WidenQuantized uploads quantized matrices dequantized to BF16 instead of in their
 	// GGML block layouts (the behaviour before the quantized kernels; for comparisons).
 	WidenQuantized bool
+	// RepackQuantized uploads Q8_0 and Q6_K matrices repacked for aligned loads where
+	// their rows allow it (cuda.Repacked) instead of in GGML's blocks.
+	RepackQuantized bool
 	// QuantGEMV is the kernel layout of decode's quantized GEMV (cuda.GEMVLayout);
 	// unset, DefaultQuantGEMV. Its int8 layouts round the activations to 8 bits.
 	QuantGEMV *cuda.GEMVLayout
@@ -85,6 +88,7 @@ type Backend struct {
 	castType   cuda.DType
 	gluScratch cuda.Buffer     // F32 up products of MatMulSwiGLU's cuBLAS path
 	widen      bool            // quantized matrices are uploaded as BF16 (BackendOptions.WidenQuantized)
+	repack     bool            // Q8_0 and Q6_K are repacked (BackendOptions.RepackQuantized)
 	quantGEMV  cuda.GEMVLayout // decode's quantized GEMV (BackendOptions.QuantGEMV)
 	dequant    cuda.Buffer     // BF16 rows of a quantized weight dequantized for cuBLAS (matMulDequantized)
 	logitsDev  cuda.Buffer     // F32 logits of the step
@@ -156,7 +160,7 @@ func NewBackend(opt BackendOptions) (*Backend, error) {
 		cache = *opt.Cache
 	}
 	b := &Backend{dev: dev, nv: nv, blas: blasLib, allocs: map[uint64]cuda.Buffer{}, graphs: map[graphKey]*graphEntry{},
-		shadows: !opt.DisableShadows, castType: cuda.BF16, widen: opt.WidenQuantized, quantGEMV: DefaultQuantGEMV,
+		shadows: !opt.DisableShadows, castType: cuda.BF16, widen: opt.WidenQuantized, repack: opt.RepackQuantized, quantGEMV: DefaultQuantGEMV,
 		sparse: sparseState{mode: opt.Sparse2of4, log: opt.Log}}
 	if b.sparse.log == nil {
 		b.sparse.log = io.Discard
@@ -318,7 +322,8 @@ var blockTypes = map[quant.Type]cuda.DType{
 
 // weightTypes are the device types a weight matrix may have.
 var weightTypes = []cuda.DType{cuda.F32, cuda.F16, cuda.BF16, cuda.FP8,
-	cuda.Q8_0, cuda.Q4_0, cuda.Q4_1, cuda.Q5_0, cuda.Q5_1, cuda.Q4_K, cuda.Q5_K, cuda.Q6_K, cuda.Q2_K, cuda.Q3_K}
+	cuda.Q8_0, cuda.Q4_0, cuda.Q4_1, cuda.Q5_0, cuda.Q5_1, cuda.Q4_K, cuda.Q5_K, cuda.Q6_K, cuda.Q2_K, cuda.Q3_K,
+	cuda.Q8_0R, cuda.Q6_KR}
 
 // sixteenBit reports whether dt is one of the 16-bit float types.
 func sixteenBit(dt cuda.DType) bool { return dt == cuda.F16 || dt == cuda.BF16 }
@@ -358,8 +363,16 @@ func (b *Backend) UploadWeight(t *format.Tensor) (backend.Tensor, error) {
 		return b.uploadFP8(t, rows, cols)
 	}
 	dt, direct := deviceType(t.Type)
+	data := t.Data
 	if q, ok := blockTypes[t.Type]; ok && !b.widen {
 		dt, direct = q, true
+		if b.repack {
+			dt = cuda.Repacked(q, cols)
+			var err error
+			if data, err = cuda.Repack(dt, q, t.Data[:q.BytesOf(rows*cols)], rows, cols); err != nil {
+				return nil, fmt.Errorf("cuda upload: tensor %q: %w", t.Name, err)
+			}
+		}
 		// The scratch for larger batches is reserved now: growing it inside a graph
 		// capture would fail.
 		n := min(rows, max(1, dequantScratch/cols)) * cols
@@ -383,7 +396,7 @@ func (b *Backend) UploadWeight(t *format.Tensor) (backend.Tensor, error) {
 		return nil, fmt.Errorf("cuda upload: tensor %q: %w", t.Name, err)
 	}
 	if direct {
-		err = cuda.Upload(b.dev, buf, t.Data[:buf.Bytes()])
+		err = cuda.Upload(b.dev, buf, data[:buf.Bytes()])
 	} else {
 		err = b.uploadDequantized(buf, t, rows, cols)
 	}

@@ -3,6 +3,7 @@ package cudabackend
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
@@ -51,11 +52,12 @@ func TestBackendQuantizedMatMul(t *testing.T) {
 	b := openBackend(t, BackendOptions{QuantGEMV: &split})   // float activations; MatMuls and MatMulSwiGLU in one launch
 	b8 := openBackend(t, BackendOptions{QuantGEMV: &split8}) // the default: activations rounded to 8 bits
 	wide := openBackend(t, BackendOptions{WidenQuantized: true})
+	packed := openBackend(t, BackendOptions{QuantGEMV: &split8, RepackQuantized: true}) // Q8_0, Q6_K repacked where they fit
 	r := rand.New(rand.NewPCG(7, 9))
 	for _, c := range []struct {
 		qt         quant.Type
 		rows, cols int
-	}{{quant.Q8_0, 300, 512}, {quant.Q4_0, 70, 1024}, {quant.Q4_K, 300, 512}, {quant.Q5_K, 33, 768}, {quant.Q6_K, 130, 512}, {quant.Q3_K, 70, 512}, {quant.Q2_K, 33, 768},
+	}{{quant.Q8_0, 300, 512}, {quant.Q4_0, 70, 1024}, {quant.Q4_K, 300, 512}, {quant.Q5_K, 33, 768}, {quant.Q6_K, 130, 512}, {quant.Q6_K, 40, 2048}, {quant.Q3_K, 70, 512}, {quant.Q2_K, 33, 768},
 		{quant.Q8_0, dequantScratch/1024 + 500, 1024}} {
 		vals := randVals(r, c.rows*c.cols, 1)
 		w, held := uploadQuantized(t, b, c.qt, c.rows, c.cols, vals)
@@ -82,6 +84,19 @@ func TestBackendQuantizedMatMul(t *testing.T) {
 					t.Fatal(err)
 				}
 				check(t, name+" int8 activations", cuda.BF16, tensorValues(t, b8, out8), want) // BF16's 1e-2 bound
+				// Repacked, the same units in the same order: the same sums bit for bit.
+				wp, _ := uploadQuantized(t, packed, c.qt, c.rows, c.cols, vals)
+				xp, _ := uploadMatrix(t, packed, cuda.F32, n, c.cols, xv)
+				outp := newOut(t, packed, n, c.rows)
+				if err := packed.Run(func() error { return packed.MatMul(outp, xp, wp) }); err != nil {
+					t.Fatal(err)
+				}
+				if dt := wp.(*tensor).buf.DType; dt != cuda.Repacked(w8.(*tensor).buf.DType, c.cols) {
+					t.Errorf("%s: the repacking backend holds it as %s", name, dt)
+				}
+				if got, want := tensorValues(t, packed, outp), tensorValues(t, b8, out8); !slices.Equal(got, want) {
+					t.Errorf("%s: repacked weights give other products than GGML's layout", name)
+				}
 			} else {
 				check(t, name+" vs widened", cuda.F32, tensorValues(t, b, out), f64s(tensorValues(t, wide, outw)))
 			}

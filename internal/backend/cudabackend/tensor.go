@@ -23,7 +23,8 @@ type tensor struct {
 
 // DType returns the element type as a quant.Type.
 func (t *tensor) DType() quant.Type {
-	switch t.buf.DType {
+	held := cuda.Unpacked(t.buf.DType) // a repacked matrix reports its GGML type
+	switch held {
 	case cuda.F16:
 		return quant.F16
 	case cuda.BF16:
@@ -34,7 +35,7 @@ func (t *tensor) DType() quant.Type {
 		return quant.FP8
 	}
 	for qt, dt := range blockTypes {
-		if dt == t.buf.DType {
+		if dt == held {
 			return qt
 		}
 	}

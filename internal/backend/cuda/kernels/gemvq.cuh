@@ -243,6 +243,42 @@ struct q3_k {
     }
 };
 
+// Q8_0R: Q8_0 repacked by super-blocks of 8 blocks (256 weights, 272 bytes): the 8 blocks'
+// f16 scales, then their 256 quants in element order, so that a unit's 16 quants are one
+// aligned 16-byte load (the Go side's Repack writes it).
+struct q8_0r {
+    static constexpr int ELEMS = 256, BYTES = 272;
+    static constexpr bool MIN = false;
+    static constexpr float BIAS = 128.f;
+    static __device__ __forceinline__ void unit(const unsigned char* row, int u, unsigned* q, float& d, float& m) {
+        const unsigned char* b = row + (long long)(u >> 4) * BYTES;
+        d = half_at(b + 2 * ((u & 15) >> 1)), m = 0.f;
+        ld16a(b + 16 + 16 * (u & 15), q);
+#pragma unroll
+        for (int i = 0; i < 4; i++) q[i] ^= 0x80808080u;
+    }
+};
+
+// Q6_KR: Q6_K repacked by super-blocks of 8 blocks (2048 weights, 1680 bytes): the 8
+// blocks' ql (128 bytes each), then their qh (64 each), their scales (16 each) and their d,
+// so that both of a unit's 16-byte loads are aligned (Repack writes it). Within a block the
+// layout is Q6_K's.
+struct q6_kr {
+    static constexpr int ELEMS = 2048, BYTES = 1680;
+    static constexpr bool MIN = false;
+    static constexpr float BIAS = 32.f;
+    static __device__ __forceinline__ void unit(const unsigned char* row, int u, unsigned* q, float& d, float& m) {
+        const unsigned char* b = row + (long long)(u >> 7) * BYTES;
+        int j = (u >> 4) & 7, e0 = (u & 15) * 16, n = e0 >> 7, t = (e0 >> 5) & 3, l0 = e0 & 31, sh = 4 * (t >> 1);
+        d = half_at(b + 1664 + 2 * j) * (float)(signed char)ldb(b + 1536 + 16 * j + (e0 >> 4)), m = 0.f;
+        unsigned h[4];
+        ld16a(b + 128 * j + 64 * n + 32 * (t & 1) + l0, q);
+        ld16a(b + 1024 + 64 * j + 32 * n + l0, h);
+#pragma unroll
+        for (int i = 0; i < 4; i++) q[i] = ((q[i] >> sh) & 0x0F0F0F0Fu) | (((h[i] >> (2 * t)) & 0x03030303u) << 4);
+    }
+};
+
 // unit_values decodes unit u of a row into its 16 float weights.
 template <typename Q>
 __device__ __forceinline__ void unit_values(const unsigned char* row, int u, float* v) {

@@ -174,6 +174,8 @@ MOE_GEMVQ_TYPE(q5_k)
 MOE_GEMVQ_TYPE(q6_k)
 MOE_GEMVQ_TYPE(q2_k)
 MOE_GEMVQ_TYPE(q3_k)
+MOE_GEMVQ_TYPE(q8_0r)
+MOE_GEMVQ_TYPE(q6_kr)
 
 // The 16-bit twins, with the dense kernels' rows a block (gemvKernel, gemvGLUKernel in
 // gemv.go): moe_gemv_* one matrix, moe_gemvglu_* y = silu(x · gateᵀ) * (x · upᵀ).
