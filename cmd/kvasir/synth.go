@@ -12,6 +12,7 @@ import (
 	"github.com/kvasir-llm/kvasir/internal/format/hfconfig"
 	"github.com/kvasir-llm/kvasir/internal/model"
 	"github.com/kvasir-llm/kvasir/internal/quant"
+	"github.com/kvasir-llm/kvasir/internal/quantize"
 	"github.com/kvasir-llm/kvasir/internal/synth"
 	"github.com/kvasir-llm/kvasir/internal/tokenizer"
 )
@@ -24,7 +25,7 @@ func runSynth(args []string) error {
 	fs := newFlags("synth", "--shape NAME | --config config.json  -o OUT(.gguf | folder)")
 	shape := fs.String("shape", "", "model shape: "+strings.Join(synth.Names(), ", ")+"; encoders (f32 weights, a small WordPiece vocabulary): "+strings.Join(encoder.SynthShapes(), ", "))
 	configPath := fs.String("config", "", "a Hugging Face config.json giving the shape instead of --shape")
-	dtypeName := fs.String("dtype", "f16", "weight type: f32, f16, bf16, q8_0, q4_0, q4_k (and the other GGUF types), or fp8 for a Hugging Face folder (an FP8 checkpoint: the linear layers as F8_E4M3 with per-channel weight_scale, the rest BF16)")
+	dtypeName := fs.String("dtype", "f16", "weight type: f32, f16, bf16, q8_0, q4_0, q4_k (and the other GGUF types), a mixed preset (q4_k_m, q5_k_m: as kvasir quantize writes them), or fp8 for a Hugging Face folder (an FP8 checkpoint: the linear layers as F8_E4M3 with per-channel weight_scale, the rest BF16)")
 	seed := fs.Uint64("seed", 0, "random seed; the same seed gives the same weights")
 	out := fs.String("o", "", "output: a .gguf file, or a folder for a Hugging Face model")
 	tokPath := fs.String("tokenizer", "", "attach a real tokenizer: a tokenizer.json, or a GGUF whose vocabulary is used")
@@ -45,9 +46,16 @@ func runSynth(args []string) error {
 	fp8 := strings.EqualFold(*dtypeName, "fp8")
 	dtype := quant.BF16
 	var err error
+	// preset is a mixed preset's plan (q4_k_m, q5_k_m: llama.cpp's choice of more bits for
+	// some matrices, as kvasir quantize writes them); nil for one type throughout.
+	var preset *quantize.Plan
 	if !fp8 {
 		if dtype, err = quant.ParseType(*dtypeName); err != nil {
-			return err
+			p, perr := quantize.ParsePlan(*dtypeName)
+			if perr != nil || p.More == quant.F32 {
+				return err
+			}
+			preset, dtype = &p, p.FileType()
 		}
 	}
 	var cfg format.Config
@@ -98,7 +106,13 @@ func runSynth(args []string) error {
 	if fp8 && !toHF {
 		return fmt.Errorf("fp8 weights are written to a Hugging Face folder (F8_E4M3 weights with a weight_scale); GGUF has no FP8 type")
 	}
-	tensors, err := synth.Tensors(cfg, dtype, *seed, target)
+	typeOf := func(string, []int) quant.Type { return dtype }
+	if preset != nil { // a GGUF: the check above refused a folder of its base type
+		typeOf = func(name string, shape []int) quant.Type {
+			return preset.TypeFor(name, shape, cfg.Layers, cfg.TiedEmbeddings)
+		}
+	}
+	tensors, err := synth.TensorsTyped(cfg, typeOf, *seed, target)
 	if err != nil {
 		return err
 	}

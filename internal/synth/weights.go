@@ -175,12 +175,19 @@ func mlaSpecs(c format.Config, p string) []spec {
 // whatever the dtype, target or number of threads: a GGUF and an HF twin hold one model.
 // Data is produced when written.
 func Tensors(c format.Config, dtype quant.Type, seed uint64, target Target) ([]format.OutTensor, error) {
+	return TensorsTyped(c, func(string, []int) quant.Type { return dtype }, seed, target)
+}
+
+// TensorsTyped is Tensors with each weight matrix's type chosen by typeOf from its name and
+// shape (outermost first), as a mixed preset such as Q4_K_M chooses them; the same
+// fallback to F16 applies.
+func TensorsTyped(c format.Config, typeOf func(name string, shape []int) quant.Type, seed uint64, target Target) ([]format.OutTensor, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	var out []format.OutTensor
 	for _, s := range specs(c, target) {
-		t := dtype
+		t := typeOf(s.name, s.shape)
 		cols := s.shape[len(s.shape)-1]
 		if s.float {
 			t = quant.F32
