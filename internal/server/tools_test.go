@@ -69,6 +69,8 @@ var scriptedFamilies = []scriptedFamily{
 		reply: "all\nLooking it up.>>>get_weather\n{\"city\": \"Paris\", \"days\": 3}>>>get_time\n{\"tz\": \"Europe/Paris\"}", Calls: twoCalls},
 	{Name: "command_r", template: "CohereForAI-c4ai-command-r-plus-tool_use.jinja", Parallel: true,
 		reply: "Action:\n```json\n[\n    {\n        \"tool_name\": \"get_weather\",\n        \"parameters\": {\"city\": \"Paris\", \"days\": 3}\n    },\n    {\n        \"tool_name\": \"get_time\",\n        \"parameters\": {\"tz\": \"Europe/Paris\"}\n    }\n]```", Calls: twoCalls},
+	{Name: "command_r7b", template: "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", Parallel: true, Reasoning: "I will look up the weather and the time.",
+		reply: "<|START_THINKING|>I will look up the weather and the time.<|END_THINKING|><|START_ACTION|>[\n    {\"tool_call_id\": \"0\", \"tool_name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\", \"days\": 3}},\n    {\"tool_call_id\": \"1\", \"tool_name\": \"get_time\", \"parameters\": {\"tz\": \"Europe/Paris\"}}\n]<|END_ACTION|>", Calls: twoCalls},
 	{Name: "kimi_k2", template: "Kimi-K2-Instruct.jinja", Parallel: true,
 		reply: `<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0<|tool_call_argument_begin|>{"city": "Paris", "days": 3}<|tool_call_end|><|tool_call_begin|>functions.get_time:1<|tool_call_argument_begin|>{"tz": "Europe/Paris"}<|tool_call_end|><|tool_calls_section_end|>`, Calls: twoCalls},
 	{Name: "glm45", template: "GLM-4.6.jinja", Parallel: true,
@@ -427,7 +429,7 @@ func boundedCalls(c chatChoice) error {
 // model write some text and the mark; without the lazy grammar the same replies make no
 // valid call, so the test can fail.
 func TestToolChoiceAutoHoldsCallsFromTheTrigger(t *testing.T) {
-	for _, parser := range []string{toolcall.Hermes, toolcall.Mistral, toolcall.Qwen3Coder, toolcall.GLM45} {
+	for _, parser := range []string{toolcall.Hermes, toolcall.Mistral, toolcall.Qwen3Coder, toolcall.GLM45, toolcall.CommandR7B} {
 		t.Run(parser, func(t *testing.T) {
 			prefix := "Let me look that up.\n" + toolcall.Triggers(parser)[0]
 			valid := 0

@@ -86,6 +86,11 @@ var syntaxes = map[string][]syntax{
 	Granite:  {{call: jsonCall("name", "arguments"), sep: `","`, wrap: around("<|tool_call|>[", "]"), trigger: "<|tool_call|>"}},
 	Apriel:   {{call: jsonCall("name", "arguments"), sep: `","`, wrap: around("<tool_calls>[", "]</tool_calls>"), trigger: "<tool_calls>"}},
 	CommandR: {{call: jsonCall("tool_name", "parameters"), sep: `","`, wrap: around("Action:\n```json\n[", "]\n```"), trigger: "Action:\n```json"}},
+	// Command R7B numbers each call with the count of the conversation's calls so far, which
+	// the grammar cannot know: any number is admitted, and the parser gives ids of its own.
+	CommandR7B: {{call: func(name, args string, _ int) string {
+		return lit(`{"tool_call_id":"`) + " [0-9]{1,6} " + lit(`","tool_name":`+jsonString(name)+`,"parameters":`) + " " + args + ` "}"`
+	}, sep: `","`, wrap: around("<|START_ACTION|>[", "]<|END_ACTION|>"), trigger: "<|START_ACTION|>"}},
 	DeepSeekV3: {
 		{call: func(name, args string, _ int) string {
 			return lit("<｜tool▁call▁begin｜>"+name+"<｜tool▁sep｜>") + " " + args + " " + lit("<｜tool▁call▁end｜>")

@@ -40,14 +40,21 @@ func TestGrammarCalls(t *testing.T) {
 		parser, key string
 		wrap        func(calls []string) string // a reply making these calls
 		parallel    bool                        // the family writes several calls in one reply
+		head        string                      // what a call object begins with, for {"name":
 	}{
-		{Hermes, "arguments", hermes, true},
-		{Llama3JSON, "parameters", func(calls []string) string { return strings.Join(calls, ";") }, false},
-		{Mistral, "arguments", array("[TOOL_CALLS]"), true},
-		{Granite, "arguments", array("<|tool_call|>"), true},
+		{Hermes, "arguments", hermes, true, ""},
+		{Llama3JSON, "parameters", func(calls []string) string { return strings.Join(calls, ";") }, false, ""},
+		{Mistral, "arguments", array("[TOOL_CALLS]"), true, ""},
+		{Granite, "arguments", array("<|tool_call|>"), true, ""},
+		{CommandR, "parameters", func(calls []string) string { return "Action:\n```json\n[" + strings.Join(calls, ",") + "]\n```" }, true, `{"tool_name":`},
+		{CommandR7B, "parameters", func(calls []string) string { return "<|START_ACTION|>[" + strings.Join(calls, ",") + "]<|END_ACTION|>" }, true,
+			`{"tool_call_id":"12","tool_name":`},
 	} {
 		t.Run(c.parser, func(t *testing.T) {
 			w, n := strings.ReplaceAll(weather, "ARGS", c.key), strings.ReplaceAll(now, "ARGS", c.key)
+			if c.head != "" {
+				w, n = strings.Replace(w, `{"name":`, c.head, 1), strings.Replace(n, `{"name":`, c.head, 1)
+			}
 			one := func(call string) string { return c.wrap([]string{call}) }
 			compile := func(fn string, parallel bool) *structured.Compiled {
 				src, err := Grammar(c.parser, grammarTools, fn, parallel)
@@ -88,6 +95,13 @@ func TestGrammarCalls(t *testing.T) {
 			} {
 				if single.Matches(bad) {
 					t.Errorf("admitted %q", bad)
+				}
+			}
+			if strings.Contains(c.head, `"12"`) {
+				for _, id := range []string{"", "x", "1234567"} { // Command R7B's count: 1 to 6 digits
+					if bad := one(strings.Replace(w, `"12"`, `"`+id+`"`, 1)); single.Matches(bad) {
+						t.Errorf("admitted %q", bad)
+					}
 				}
 			}
 			if c.parallel {

@@ -202,7 +202,8 @@ func apriel() *format {
 }
 
 // commandR reads Command-R's "Action: ```json [{"tool_name": ..., "parameters": {...}}]```"
-// and Command R7B's <|START_ACTION|>[...]<|END_ACTION|>.
+// and Command R7B's <|START_ACTION|>[...]<|END_ACTION|> (command_r7b reads R7B's replies
+// whole: its thinking and response markers too).
 func commandR() *format {
 	const action, start = "Action:", "<|START_ACTION|>"
 	return &format{markers: []string{action, start}, read: func(s string, final bool, rd *reader) region {
@@ -210,5 +211,27 @@ func commandR() *format {
 			return rd.readJSONRegion(s, len(start), '[', "", "<|END_ACTION|>", final)
 		}
 		return rd.readJSONRegion(s, len(action), '[', "```json", "```", final)
+	}}
+}
+
+// commandR7B reads Command R7B's replies: <|START_THINKING|>plan<|END_THINKING|> is
+// reasoning, <|START_ACTION|>[{"tool_call_id": "0", "tool_name": ..., "parameters": {...}},
+// ...]<|END_ACTION|> calls (the model's tool_call_id counts the conversation's calls, and
+// the template numbers them again, so calls get ids of their own), and
+// <|START_RESPONSE|>text<|END_RESPONSE|> content, the markers dropped.
+func commandR7B() *format {
+	const (
+		action, actionEnd = "<|START_ACTION|>", "<|END_ACTION|>"
+		think, thinkEnd   = "<|START_THINKING|>", "<|END_THINKING|>"
+		answer, answerEnd = "<|START_RESPONSE|>", "<|END_RESPONSE|>"
+	)
+	return &format{markers: []string{action, think, answer}, read: func(s string, final bool, rd *reader) region {
+		switch {
+		case strings.HasPrefix(s, think):
+			return region{done: true, end: len(think), pass: &passage{kind: Reasoning, ends: []string{thinkEnd}}}
+		case strings.HasPrefix(s, answer):
+			return region{done: true, end: len(answer), pass: &passage{kind: Content, ends: []string{answerEnd}}}
+		}
+		return rd.readJSONRegion(s, len(action), '[', "", actionEnd, final)
 	}}
 }

@@ -46,6 +46,18 @@ var scripted = []struct {
 		text:    "Checking.<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>get_time<｜tool▁sep｜>{}<｜tool▁call▁end｜><｜tool▁calls▁end｜>",
 		content: "Checking.", calls: []Call{{Name: "get_time", Arguments: `{}`}}},
 	{name: "command-r prose with Action", parser: CommandR, text: "Action: none needed.", content: "Action: none needed."},
+	{name: "command r7b thinking then calls", parser: CommandR7B,
+		text:      "<|START_THINKING|>I will look it up.<|END_THINKING|><|START_ACTION|>[\n    {\"tool_call_id\": \"4\", \"tool_name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}},\n    {\"tool_call_id\": \"5\", \"tool_name\": \"get_time\", \"parameters\": {}}\n]<|END_ACTION|>",
+		reasoning: "I will look it up.", calls: []Call{{Name: "get_weather", Arguments: `{"city": "Paris"}`}, {Name: "get_time", Arguments: `{}`}}},
+	{name: "command r7b response", parser: CommandR7B,
+		text: "<|START_THINKING|><|END_THINKING|><|START_RESPONSE|>It is sunny in Paris.<|END_RESPONSE|>", content: "It is sunny in Paris."},
+	{name: "command r7b response cut off", parser: CommandR7B,
+		text: "<|START_RESPONSE|>It is sun", content: "It is sun"},
+	{name: "command r7b prose with the action marker", parser: CommandR7B,
+		text: "Write <|START_ACTION|> to act.", content: "Write <|START_ACTION|> to act."},
+	{name: "command r7b call cut off", parser: CommandR7B,
+		text:  `<|START_ACTION|>[{"tool_call_id": "0", "tool_name": "get_weather", "parameters": {"city": "Pa`,
+		calls: []Call{{Name: "get_weather", Arguments: `{"city": "Pa`}}},
 	{name: "glm prose", parser: GLM45, text: "<tool_call> is how I call tools", content: "<tool_call> is how I call tools"},
 }
 

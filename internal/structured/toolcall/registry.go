@@ -17,6 +17,7 @@ const (
 	FunctionaryV31 = "functionary_v3_1"
 	FunctionaryV32 = "functionary_v3_2"
 	CommandR       = "command_r"
+	CommandR7B     = "command_r7b"
 	KimiK2         = "kimi_k2"
 	GLM45          = "glm45"
 	OpenAI         = "openai"
@@ -28,7 +29,7 @@ const (
 var formats = map[string]func() *format{
 	Hermes: hermes, Llama3JSON: llama3JSON, Mistral: mistral, Qwen3Coder: qwen3Coder,
 	DeepSeekV3: deepseekV3, Granite: granite, FunctionaryV31: functionaryV31,
-	FunctionaryV32: functionaryV32, CommandR: commandR, KimiK2: kimiK2, GLM45: glm45, OpenAI: harmony,
+	FunctionaryV32: functionaryV32, CommandR: commandR, CommandR7B: commandR7B, KimiK2: kimiK2, GLM45: glm45, OpenAI: harmony,
 	SeedOSS: seedOSS, Apriel: apriel,
 }
 
@@ -67,7 +68,7 @@ var detection = []struct {
 	{Mistral, []string{"[TOOL_CALLS]"}},
 	{FunctionaryV32, []string{">>>", "recipient"}},
 	{FunctionaryV31, []string{"<function="}},
-	{CommandR, []string{"<|START_ACTION|>"}},
+	{CommandR7B, []string{"<|START_ACTION|>"}},
 	{CommandR, []string{"Action:", "tool_name"}},
 	{Granite, []string{"<|tool_call|>"}},
 	{Hermes, []string{"<tool_call>"}},

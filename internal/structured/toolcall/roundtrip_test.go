@@ -67,7 +67,7 @@ var roundTrips = []struct {
 	{DeepSeekV3, "llama-cpp-deepseek-r1.jinja", 2},
 	{FunctionaryV31, "meetkai-functionary-medium-v3.1.jinja", 2},
 	{CommandR, "CohereForAI-c4ai-command-r-plus-tool_use.jinja", 2},
-	{CommandR, "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", 2},
+	{CommandR7B, "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja", 2},
 	{KimiK2, "Kimi-K2-Instruct.jinja", 2},
 	{KimiK2, "moonshotai-Kimi-K2.jinja", 2},
 	{GLM45, "GLM-4.6.jinja", 2},
@@ -85,10 +85,10 @@ var roundTrips = []struct {
 	{KimiK2, "Kimi-K2-Thinking.jinja", 2},
 }
 
-// renderedReply renders the conversation up to the assistant's tool-call turn through the
-// template with and without that turn, and returns what the turn adds: the text the model
-// writes (and the end of its turn).
-func renderedReply(t *testing.T, src string, calls []Call) string {
+// renderedReply renders the conversation up to the assistant's tool-call turn (with its
+// reasoning, for templates that render it) through the template with and without that
+// turn, and returns what the turn adds: the text the model writes (and the end of its turn).
+func renderedReply(t *testing.T, src string, calls []Call, reasoning string) string {
 	t.Helper()
 	tmpl, err := chat.New(src)
 	if err != nil {
@@ -100,11 +100,14 @@ func renderedReply(t *testing.T, src string, calls []Call) string {
 	for _, c := range calls {
 		tcs = append(tcs, chat.ToolCall{ID: c.ID, Type: "function", Function: chat.FunctionCall{Name: c.Name, Arguments: c.Arguments}})
 	}
-	assistant := chat.Message{Role: "assistant", Content: "", ToolCalls: tcs}
+	assistant := chat.Message{Role: "assistant", Content: "", ToolCalls: tcs, ReasoningContent: reasoning}
 	// A tool result after the turn keeps templates that treat a last assistant turn
 	// specially (gpt-oss drops its calls) rendering it as history.
 	result := chat.Message{Role: "tool", Content: `{"temp": 21}`, ToolCallID: calls[0].ID, Name: calls[0].Name}
 	in := chat.Input{Tools: weatherTools(), BOSToken: "<s>", EOSToken: "</s>", Now: now}
+	if reasoning != "" {
+		in.Extra = map[string]any{"enable_thinking": true} // the prompt leaves the thinking to the model
+	}
 	in.Messages, in.AddGenerationPrompt = []chat.Message{user}, true
 	prompt, err := tmpl.Render(in)
 	if err != nil {
@@ -145,7 +148,7 @@ func TestRoundTrip(t *testing.T) {
 				t.Errorf("Detect = %q, want %q", got, rt.parser)
 			}
 			calls := wantCalls[:rt.calls]
-			reply := renderedReply(t, src, calls)
+			reply := renderedReply(t, src, calls, "")
 			content, got := parseAll(t, rt.parser, reply, toolsOf(weatherTools()))
 			t.Logf("reply %q -> content %q, calls %+v", reply, content, got)
 			checkCalls(t, got, calls)
@@ -204,5 +207,35 @@ func checkCalls(t testing.TB, got, want []Call) {
 		if string(gb) != string(wb) {
 			t.Errorf("call %d: arguments %s, want %s", i, gb, wb)
 		}
+	}
+}
+
+// TestRoundTripReasoning renders an assistant turn with reasoning and calls through the
+// templates that write the reasoning into the turn, and parses it back: the reasoning comes
+// back as reasoning, the calls as calls, and nothing as content.
+func TestRoundTripReasoning(t *testing.T) {
+	const reasoning = "I will look up the weather, then the time."
+	for _, rt := range []struct{ parser, template string }{
+		{CommandR7B, "CohereForAI-c4ai-command-r7b-12-2024-tool_use.jinja"},
+	} {
+		t.Run(rt.template, func(t *testing.T) {
+			b, err := os.ReadFile(testdata.Path(t, "chat_templates") + "/" + rt.template)
+			if err != nil {
+				t.Fatal(err)
+			}
+			reply := renderedReply(t, string(b), wantCalls, reasoning)
+			if !strings.Contains(reply, reasoning) {
+				t.Fatalf("the template did not render the reasoning: %q", reply)
+			}
+			// The turn's own text: up to the end of the turn.
+			reply, _, _ = strings.Cut(reply, "<|END_OF_TURN_TOKEN|>")
+			out, calls := gather(t, rt.parser, reply, toolsOf(weatherTools()), func(int) bool { return false })
+			t.Logf("reply %q -> %+v", reply, out)
+			if out.reasoning != reasoning || strings.TrimSpace(out.content) != "" {
+				t.Errorf("reasoning %q, content %q; want %q and none", out.reasoning, out.content, reasoning)
+			}
+			checkCalls(t, calls, wantCalls)
+			checkStreamed(t, rt.parser, reply, toolsOf(weatherTools()))
+		})
 	}
 }
