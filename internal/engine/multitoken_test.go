@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // oracleProposer proposes fakeGreedy's continuation with deliberate mistakes: the draft
@@ -327,5 +328,45 @@ func TestEmptyProposalsTellPolicy(t *testing.T) {
 	}
 	if pol.sitsOut == 0 {
 		t.Error("no candidate was marked as sitting out under async scheduling")
+	}
+}
+
+// costPolicy drafts nothing and records the steps' costs.
+type costPolicy struct {
+	mu    sync.Mutex
+	costs []StepCost
+}
+
+func (*costPolicy) DraftLens(int, []SpecCandidate, []int) {}
+func (*costPolicy) Verified(string, int, int)             {}
+func (*costPolicy) Done(string)                           {}
+func (p *costPolicy) Stepped(c StepCost) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.costs = append(p.costs, c)
+}
+
+// TestStepClock: the policy's step costs are read on Config.StepClock when one is given
+// (the CPU's process time): a clock that advances 3 ms a reading makes every forward pass
+// cost 3 ms.
+func TestStepClock(t *testing.T) {
+	const vocab = 50
+	var ticks atomic.Int64
+	clock := func() time.Duration { return time.Duration(ticks.Add(1)) * 3 * time.Millisecond }
+	pol := &costPolicy{}
+	e, _ := fakeEngine(t, vocab, Config{Speculation: &Speculation{K: 2, Proposer: &emptyProposer{}, Policy: pol}, StepClock: clock}, false)
+	prompt := randomPrompt(50, 6, vocab)
+	if got := generate(t, e, []Request{{PromptTokens: prompt, Params: SamplingParams{MaxTokens: 6, IgnoreEOS: true}}}); !slices.Equal(got[0][0].tokens, fakeGreedy(vocab, prompt, 6)) {
+		t.Fatal("wrong tokens")
+	}
+	pol.mu.Lock()
+	defer pol.mu.Unlock()
+	if len(pol.costs) == 0 {
+		t.Fatal("no step reported")
+	}
+	for _, c := range pol.costs {
+		if c.Target != 3*time.Millisecond {
+			t.Errorf("step of %d tokens cost %v on the step clock, want 3ms", c.Tokens, c.Target)
+		}
 	}
 }
