@@ -22,6 +22,7 @@ package kvasir
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/kvasir-llm/kvasir/internal/engine"
 	"github.com/kvasir-llm/kvasir/internal/format"
@@ -256,6 +257,14 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 		budget = GPUMaxNumBatchedTokens
 	}
 	var pool *kvpool.Pool
+	// On the CPU the policy's step costs are CPU seconds: on a shared machine the wall
+	// time of a step follows the share of the cores it got, which moves 3x from step to
+	// step, and priced so, verify steps looked cheap at batch 8 (speculation cost 30% more
+	// CPU for no more throughput). On a GPU the device's time is the wall time.
+	var stepClock func() time.Duration
+	if !opt.Device.CUDA && sp != nil {
+		stepClock = processCPU()
+	}
 	e, err := engine.New(m, l.tok, engine.Config{
 		NumBlocks: sizing.NumBlocks, BlockSize: blockSize, MaxModelLen: opt.MaxModelLen,
 		SchedulerConfig: engine.SchedulerConfig{
@@ -273,6 +282,7 @@ func startEngine(l *Loaded, opt Options, sp *speculation) (*Engine, error) {
 		KVPolicy:               opt.KVPolicy,
 		NewKVStore:             kvStore(l, opt, blockSize, &pool),
 		Pooling:                opt.pooling,
+		StepClock:              stepClock,
 	})
 	if err != nil {
 		if pool != nil {

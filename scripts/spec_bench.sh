@@ -5,7 +5,10 @@
 # each method's ratio to the plain run of its round, and the acceptance it measured.
 #   TARGET=model DRAFT=draft-model [DEVICE=cpu|cuda] [CONCURRENCY="1 8 32 128"] [ROUNDS=2]
 #   [METHODS="plain ngram draft"] [K=4] [INPUT_LEN=128] [OUTPUT_LEN=128] [EXTRA="flags"]
-#   [KVASIR=bin/kvasir] [LOG=file] bash scripts/spec_bench.sh
+#   [KVASIR=bin/kvasir] [BINARIES="a=bin/kvasir b=/tmp/other"] [LOG=file] bash scripts/spec_bench.sh
+# BINARIES compares builds in one call: each round runs every speculative method with each
+# binary in turn (plain with the first), so that "method@name" rows of one round share their
+# plain run and the machine's drift between builds is alternated away.
 # Each run has max(8, 2 x C) requests of INPUT_LEN random prompt tokens and OUTPUT_LEN
 # output tokens (ignore_eos, greedy); the speculative runs use dynamic draft lengths up to K.
 # "CPU x plain" is the plain run's CPU time (user + system, model loading included, from
@@ -17,7 +20,8 @@
 # less those: the decode phase's work ratio, which the speedup predicted from acceptance
 # and step costs speaks of (the draft model's catch-up on the prompts stays in it).
 set -uo pipefail
-k=${KVASIR:-bin/kvasir}
+def="default=${KVASIR:-bin/kvasir}"
+bins=${BINARIES:-$def}
 device=${DEVICE:-cpu}
 conc=${CONCURRENCY:-"1 8 32 128"}
 rounds=${ROUNDS:-2}
@@ -45,6 +49,10 @@ for c in $conc; do
 	for r in $(seq "$rounds"); do
 		plain="" plaincpu="" plaindec=""
 		for m in $methods; do
+			for b in $bins; do
+			k=${b#*=}
+			label=$m
+			[ "$m" != plain ] && [ "$bins" != "$def" ] && label="$m@${b%%=*}"
 			args=(bench offline --device "$device" -m "$TARGET" --num-prompts "$n" --max-concurrency "$c"
 				--input-len "${INPUT_LEN:-128}" --output-len "${OUTPUT_LEN:-128}" --ignore-eos --temperature 0 --seed "$r" --json)
 			[ -n "${specs[$m]}" ] && args+=(--speculative-config "${specs[$m]}")
@@ -56,7 +64,7 @@ for c in $conc; do
 				res=$($k "${args[@]}" ${EXTRA:-} 2>>"$log")
 				cpu=""
 			fi
-			echo "C=$c round=$r $m: $res" >>"$log"
+			echo "C=$c round=$r $label: $res" >>"$log"
 			dec=""
 			if [ "${DECODE_CPU:-0}" = 1 ] && [ -n "$cpu" ]; then
 				base=("${args[@]}")
@@ -76,7 +84,9 @@ for c in $conc; do
 			[ -n "$plain" ] && [ -n "$tps" ] && ratio=$(awk -v a="$tps" -v b="$plain" 'BEGIN { printf "%.3f", a / b }')
 			[ -n "$plaincpu" ] && [ -n "$cpu" ] && cratio=$(awk -v a="$cpu" -v b="$plaincpu" 'BEGIN { printf "%.3f", b / a }')
 			[ -n "$acc" ] && acc=$(awk -v a="$acc" 'BEGIN { printf "%.1f", a }')
-			printf '| %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %s | %s |\n' "$c" "$r" "$m" "${tps:-0}" "$ratio" "${cpu:--}" "$cratio" "$dratio" "${acc:--}" "${al:--}" "${nd:--}"
+			printf '| %s | %s | %s | %.1f | %s | %s | %s | %s | %s | %s | %s |\n' "$c" "$r" "$label" "${tps:-0}" "$ratio" "${cpu:--}" "$cratio" "$dratio" "${acc:--}" "${al:--}" "${nd:--}"
+			[ "$m" = plain ] && break # plain runs once, with the first binary
+			done
 		done
 	done
 done

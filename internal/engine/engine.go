@@ -81,6 +81,12 @@ type Config struct {
 	Pooling string
 	// Now is the clock (time.Now when nil); tests may replace it.
 	Now func() time.Time
+	// StepClock, when set, is the clock a step's forward passes are timed on for the
+	// speculation policy (StepCost): a running total, read before and after each pass.
+	// Nil times them on the wall clock. A CPU backend may give the process's CPU time,
+	// which follows the work a pass does rather than the share of a shared machine's
+	// cores it happened to get.
+	StepClock func() time.Duration
 }
 
 // command is a message to the engine loop.
@@ -281,7 +287,7 @@ func assemble(m Model, info ModelInfo, tok *tokenizer.Tokenizer, cfg Config, d d
 		sched: &scheduler{cfg: cfg.SchedulerConfig, kv: mgr, maxModelLen: cfg.MaxModelLen, vocab: info.VocabSize, massShape: massShape{info.MassLanes, info.MassHeads},
 			spec: cfg.Speculation, scoreChunk: scoreBytes / (4 * info.VocabSize), poolsEveryRow: cfg.Pooling == PoolMean,
 			waitsForShared: cfg.Pooling == PoolLast && !cfg.DisablePrefixCaching},
-		runner:   &runner{model: m, draft: d.model, draftShared: d.shared, blockSize: cfg.BlockSize},
+		runner:   &runner{model: m, draft: d.model, draftShared: d.shared, blockSize: cfg.BlockSize, clock: stepClock(cfg.StepClock)},
 		rng:      rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 		inFlight: make(map[string]*request),
 		active:   make(map[string]*request),

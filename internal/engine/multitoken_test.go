@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // oracleProposer proposes fakeGreedy's continuation with deliberate mistakes: the draft
@@ -270,5 +272,101 @@ func TestEmptyProposalsKeepBatchWhole(t *testing.T) {
 	steps, calls := fm.steps.Load(), p.calls.Load()
 	if steps > 48 || calls > 32 {
 		t.Errorf("%d steps and %d proposals, want about 41 steps (one prefill, 40 decode steps) and 24 proposals (6 a sequence)", steps, calls)
+	}
+}
+
+// recordingPolicy drafts K for every candidate, as a policy on the prior's word does, and
+// records what it is told.
+type recordingPolicy struct {
+	mu       sync.Mutex
+	verified map[[2]int]int // (n, kept) -> calls
+	sitsOut  int            // candidates told they would sit out
+}
+
+func (p *recordingPolicy) DraftLens(_ int, cands []SpecCandidate, lens []int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, c := range cands {
+		lens[i] = c.MaxLen
+		if c.SitsOut {
+			p.sitsOut++
+		}
+	}
+}
+func (p *recordingPolicy) Verified(_ string, n, kept int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.verified[[2]int{n, kept}]++
+}
+func (*recordingPolicy) Done(string)      {}
+func (*recordingPolicy) Stepped(StepCost) {}
+
+// TestEmptyProposalsTellPolicy: a proposer's empty proposal for a sequence the policy gave
+// drafts reaches the policy as one draft not kept, so that a policy exploring until it has
+// verdicts (a dynamic one's cold start) is not left asking for drafts that never come,
+// each of which made the sequence sit a step out; and candidates in flight are marked as
+// sitting out if they draft.
+func TestEmptyProposalsTellPolicy(t *testing.T) {
+	const vocab = 50
+	var reqs []Request
+	for i := range 4 {
+		reqs = append(reqs, Request{PromptTokens: randomPrompt(40+i, 6, vocab), Params: SamplingParams{MaxTokens: 24, IgnoreEOS: true}})
+	}
+	p := &emptyProposer{}
+	pol := &recordingPolicy{verified: map[[2]int]int{}}
+	e, _ := fakeEngine(t, vocab, Config{Speculation: &Speculation{K: 3, Proposer: p, Policy: pol}}, false)
+	got := generateTogether(t, e, reqs)
+	for i, r := range reqs {
+		if !slices.Equal(got[i][0].tokens, fakeGreedy(vocab, r.PromptTokens, 24)) {
+			t.Fatalf("request %d: wrong tokens", i)
+		}
+	}
+	pol.mu.Lock()
+	defer pol.mu.Unlock()
+	if calls := p.calls.Load(); calls == 0 || int64(pol.verified[[2]int{1, 0}]) != calls || len(pol.verified) != 1 {
+		t.Errorf("%d empty proposals, the policy told %v; want each as one draft not kept", calls, pol.verified)
+	}
+	if pol.sitsOut == 0 {
+		t.Error("no candidate was marked as sitting out under async scheduling")
+	}
+}
+
+// costPolicy drafts nothing and records the steps' costs.
+type costPolicy struct {
+	mu    sync.Mutex
+	costs []StepCost
+}
+
+func (*costPolicy) DraftLens(int, []SpecCandidate, []int) {}
+func (*costPolicy) Verified(string, int, int)             {}
+func (*costPolicy) Done(string)                           {}
+func (p *costPolicy) Stepped(c StepCost) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.costs = append(p.costs, c)
+}
+
+// TestStepClock: the policy's step costs are read on Config.StepClock when one is given
+// (the CPU's process time): a clock that advances 3 ms a reading makes every forward pass
+// cost 3 ms.
+func TestStepClock(t *testing.T) {
+	const vocab = 50
+	var ticks atomic.Int64
+	clock := func() time.Duration { return time.Duration(ticks.Add(1)) * 3 * time.Millisecond }
+	pol := &costPolicy{}
+	e, _ := fakeEngine(t, vocab, Config{Speculation: &Speculation{K: 2, Proposer: &emptyProposer{}, Policy: pol}, StepClock: clock}, false)
+	prompt := randomPrompt(50, 6, vocab)
+	if got := generate(t, e, []Request{{PromptTokens: prompt, Params: SamplingParams{MaxTokens: 6, IgnoreEOS: true}}}); !slices.Equal(got[0][0].tokens, fakeGreedy(vocab, prompt, 6)) {
+		t.Fatal("wrong tokens")
+	}
+	pol.mu.Lock()
+	defer pol.mu.Unlock()
+	if len(pol.costs) == 0 {
+		t.Fatal("no step reported")
+	}
+	for _, c := range pol.costs {
+		if c.Target != 3*time.Millisecond {
+			t.Errorf("step of %d tokens cost %v on the step clock, want 3ms", c.Tokens, c.Target)
+		}
 	}
 }

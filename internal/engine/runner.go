@@ -30,6 +30,17 @@ type runner struct {
 	bio   BlockIO
 	// hidden is the model of a pooling engine, whose steps return hidden states.
 	hidden HiddenModel
+	// clock times the forward passes (Config.StepClock, or the wall clock).
+	clock func() time.Duration
+}
+
+// stepClock returns the clock of Config.StepClock: c, or the time since the first call.
+func stepClock(c func() time.Duration) func() time.Duration {
+	if c != nil {
+		return c
+	}
+	start := time.Now()
+	return func() time.Duration { return time.Since(start) }
 }
 
 // batchBuffer is one step's batch and the backing store of its block tables, reused from
@@ -209,14 +220,14 @@ func (r *runner) execute(job *stepJob) (res stepResult) {
 	b := &job.buf.batch
 	var err error
 	if len(job.drafts) > 0 {
-		t := time.Now()
+		t := r.clock()
 		if res.draftPasses, res.draftTokens, err = r.draftPhase(job); err != nil {
 			return stepResult{err: err}
 		}
-		res.draftTime = time.Since(t)
+		res.draftTime = r.clock() - t
 	}
-	t := time.Now()
-	defer func() { res.targetTime = time.Since(t) }()
+	t := r.clock()
+	defer func() { res.targetTime = r.clock() - t }()
 	// The layers' copies reported while the step ran are all handed over when it returns.
 	defer job.buf.layers.finish()
 	var masks MaskFunc

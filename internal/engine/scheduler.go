@@ -275,7 +275,7 @@ func (s *scheduler) draftLens() map[*sequence]int {
 		}
 		if room := s.draftRoom(seq, s.cfg.MaxNumBatchedTokens); room > 0 {
 			left := min(seq.req.maxTokens-seq.numOutput(), s.maxModelLen-len(seq.tokens))
-			cands = append(cands, SpecCandidate{Seq: string(seq.id), MaxLen: room, Lag: s.draftLag(seq), Left: left})
+			cands = append(cands, SpecCandidate{Seq: string(seq.id), MaxLen: room, Lag: s.draftLag(seq), Left: left, SitsOut: seq.pending > 0})
 			seqs = append(seqs, seq)
 		} else {
 			others++ // its one token
@@ -331,6 +331,11 @@ func (s *scheduler) propose(seq *sequence, want, budget int) []int32 {
 	if len(draft) == 0 {
 		seq.proposeMisses++
 		seq.proposeWait = 1 << min(seq.proposeMisses-1, 4)
+		if s.spec.Policy != nil {
+			// The policy asked for drafts that did not come (and the sequence may
+			// have sat a step out for them): for its estimate, a draft not kept.
+			s.spec.Policy.Verified(string(seq.id), 1, 0)
+		}
 	} else {
 		seq.proposeMisses = 0
 	}

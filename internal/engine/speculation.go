@@ -44,6 +44,8 @@ type SpecPolicy interface {
 	// cannot hold.
 	DraftLens(others int, cands []SpecCandidate, lens []int)
 	// Verified reports one verification: the sequence drafted n tokens, kept kept of them.
+	// A proposer's empty proposal for a sequence given drafts is reported as one draft
+	// token, none kept: a draft the policy asked for that yields nothing.
 	Verified(seq string, n, kept int)
 	// Done forgets a finished sequence.
 	Done(seq string)
@@ -65,6 +67,12 @@ type SpecCandidate struct {
 	// Left is the most tokens it may still produce (max_tokens and the context length);
 	// 0 when unknown.
 	Left int
+	// SitsOut says that drafting in this step costs the sequence this step: a step
+	// decoding it is in flight, so its last token is not known yet, and given drafts it
+	// sits this step out and verifies them in the next. A sequence that verified in the
+	// step before (the engine finishes such a step before it plans the next) or that has
+	// just been admitted drafts at once.
+	SitsOut bool
 }
 
 // StepCost is what a step cost: its target forward pass over Tokens tokens (VerifyTokens

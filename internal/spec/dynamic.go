@@ -101,6 +101,9 @@ type seqState struct {
 	// draft was a probe.
 	probeEvery int
 	probing    bool
+	// owed says a probe was paid for while the sequence was in flight: given it, the
+	// sequence sat that step out, and the probe runs in the next step it drafts in.
+	owed bool
 }
 
 // NewDynamic returns a dynamic policy.
@@ -180,6 +183,9 @@ func (d *Dynamic) choose(others int, cands []engine.SpecCandidate, lens []int) s
 			cs.gain[k] = cs.gain[k-1] + term
 		}
 		cs.lag = amortized(d.lag(st, c.Lag), c.Left, 1+cs.gain[limit])
+		if c.SitsOut {
+			cs.sitOut = 1 / horizon(c.Left, 1+cs.gain[limit])
+		}
 		d.cands = append(d.cands, cs)
 		top = max(top, a)
 	}
@@ -193,7 +199,7 @@ func (d *Dynamic) choose(others int, cands []engine.SpecCandidate, lens []int) s
 		for i := range d.cands {
 			c := &d.cands[i]
 			if k := c.draftsAt(logT); k > 0 {
-				gain += c.gain[k]
+				gain += c.gain[k] - c.sitOut
 				plan.add(c, k)
 			}
 		}
@@ -283,11 +289,18 @@ func amortized(lag, left int, perStep float64) int {
 	if lag <= 1 {
 		return lag
 	}
+	return int(math.Ceil(float64(lag) / horizon(left, perStep)))
+}
+
+// horizon returns the steps over which a one-off cost of starting to draft is spread: the
+// steps a sequence with left tokens to go may still draft at perStep expected tokens a
+// step, at most lagHorizon (left 0: unknown, lagHorizon).
+func horizon(left int, perStep float64) float64 {
 	steps := float64(lagHorizon)
 	if left > 0 {
 		steps = min(steps, max(1, float64(left)/perStep))
 	}
-	return int(math.Ceil(float64(lag) / steps))
+	return steps
 }
 
 // probe gives one draft token to candidates left without drafts whose wait is over, as
@@ -302,6 +315,13 @@ func (d *Dynamic) probe(cands []engine.SpecCandidate, lens []int, plan stepPlan)
 	d.credit = min(d.credit+share, max(probeCreditSteps*share, d.refused))
 	for i, c := range cands {
 		st := d.state(c.Seq)
+		if st.owed && !c.SitsOut && lens[i] == 0 && min(d.maxLen, c.MaxLen) >= 1 {
+			// The probe paid for (and sat out for) in an earlier step.
+			plan.add(&cand{lag: d.lag(st, c.Lag)}, 1)
+			lens[i], st.idle, st.probing, st.owed = 1, 0, true, false
+			continue
+		}
+		st.owed = false
 		if lens[i] > 0 {
 			st.idle, st.probing = 0, false
 			continue
@@ -313,12 +333,21 @@ func (d *Dynamic) probe(cands []engine.SpecCandidate, lens []int, plan stepPlan)
 		if st.idle < st.probeEvery {
 			continue
 		}
+		if c.SitsOut && plan.drafts > 0 {
+			// This step verifies, so the engine plans the next once it is done: then
+			// the probe costs no sit-out.
+			continue
+		}
 		next := plan
 		next.tokens++
 		next.drafts++
 		next.passes = max(next.passes, 1)
 		next.draftTokens += 1 + d.lag(st, c.Lag)
 		cost := d.seconds(next) - d.seconds(plan)
+		if c.SitsOut {
+			// Its token of this step is lost: a token's share of the step.
+			cost += d.seconds(plan) / float64(max(plan.tokens, 1))
+		}
 		if cost > d.credit {
 			d.refused = max(d.refused, cost)
 			continue
@@ -326,7 +355,7 @@ func (d *Dynamic) probe(cands []engine.SpecCandidate, lens []int, plan stepPlan)
 		d.credit -= cost
 		d.refused = 0
 		plan = next
-		lens[i], st.idle, st.probing = 1, 0, true
+		lens[i], st.idle, st.probing, st.owed = 1, 0, true, c.SitsOut
 	}
 }
 
@@ -403,17 +432,24 @@ func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Se
 
 // cand is a candidate of the step being planned: its index among the candidates, one over
 // the log of its acceptance estimate, the most drafts it may take, this step's share of the
-// tokens its draft must catch up on first (amortized), and gain[k], the expected tokens k
-// drafts add.
+// tokens its draft must catch up on first (amortized), this step's share of the token it
+// loses when drafting makes it sit this step out (engine.SpecCandidate.SitsOut), and
+// gain[k], the expected tokens k drafts add.
 type cand struct {
 	index      int
 	invLogA    float64
 	limit, lag int
+	sitOut     float64
 	gain       [engine.MaxSpeculativeTokens + 1]float64
 }
 
 // draftsAt returns the drafts the candidate takes at the threshold e^logT: those whose
-// expected gain a^j is at least the threshold, at most its limit.
+// expected gain a^j is at least the threshold, at most its limit; none when what they
+// gain does not cover the sit-out they cost.
 func (c *cand) draftsAt(logT float64) int {
-	return max(min(c.limit, int(logT*c.invLogA+1e-9)), 0)
+	k := max(min(c.limit, int(logT*c.invLogA+1e-9)), 0)
+	if k > 0 && c.gain[k] <= c.sitOut {
+		return 0
+	}
+	return k
 }
