@@ -31,6 +31,8 @@ func runQuantize(args []string) error {
 	imat := fs.String("imatrix", "", "importance matrix (llama.cpp's legacy .dat format, as kvasir imatrix writes) weighing the round-to-nearest scale search")
 	actOrder := fs.Bool("act-order", false, "gptq: quantize the columns with the largest inputs first (block scales then come from the unmodified weights)")
 	damp := fs.String("damp", "0.01", "gptq: fraction of the Hessian's mean diagonal added to its diagonal, or auto: chosen from 0.001, 0.003, 0.01, 0.03 by the perplexity of held-out calibration windows (every fourth; the model is quantized once per damping on the others)")
+	weighted := fs.Bool("weighted-scales", false, "gptq: choose the block scales by GPTQ's error weights (each column's 1/[H^-1]_ii as the later columns compensate it) instead of by the weights' magnitudes")
+	regrid := fs.Bool("regrid", false, "gptq: quantize twice, the second time onto block scales chosen beforehand from the error-compensated weights the first pass rounded (twice the time)")
 	noClip := fs.Bool("no-clip", false, "awq: fold the searched scales only, without the weight-clipping search")
 	threads := fs.Int("threads", 0, "CPU threads (0: all cores)")
 	quiet := fs.Bool("quiet", false, "no progress output")
@@ -55,7 +57,7 @@ func runQuantize(args []string) error {
 	if err != nil {
 		return err
 	}
-	gopt.ActOrder = *actOrder
+	gopt.ActOrder, gopt.Weighted, gopt.Regrid = *actOrder, *weighted, *regrid
 	opt := quantize.Options{Plan: plan, Method: *method, GPTQ: gopt, AWQ: quantize.AWQOptions{NoClip: *noClip}, Threads: *threads}
 	if opt.Threads <= 0 {
 		opt.Threads = runtime.NumCPU()

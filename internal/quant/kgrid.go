@@ -112,12 +112,17 @@ func (g SuperGrid) Pack(levels []int, dst []byte) {
 // keeping the super-block's scales of them, when that fits x better than the sub-block's
 // present ones. A quantizer that changes later elements after a super-block's grid was
 // chosen (GPTQ's error updates) can thus round each sub-block onto a range fitted to its
-// values as they are when it reaches it.
-func (g *SuperGrid) Refit(j int, x []float32) {
-	if len(x) != g.Sub || j < 0 || j >= QKK/g.Sub {
+// values as they are when it reaches it. With importance (one weight per element of x, nil
+// for none; Q6_K ignores it) the fit and the comparison weigh each element's error as
+// NewSuperGrid does with importance.
+func (g *SuperGrid) Refit(j int, x, importance []float32) {
+	if len(x) != g.Sub || j < 0 || j >= QKK/g.Sub || (importance != nil && len(importance) != g.Sub) {
 		return
 	}
-	old := g.sqErr(j, x)
+	if g.Type == Q6_K {
+		importance = nil
+	}
+	old := g.sqErr(j, x, importance)
 	d0, m0 := g.D[j], g.M[j]
 	var hdr [18]byte
 	switch g.Type {
@@ -136,7 +141,11 @@ func (g *SuperGrid) Refit(j int, x []float32) {
 		}
 		avX := float32(math.Sqrt(float64(sumX2 / 32)))
 		for l, v := range x {
-			weights[l] = avX + float32(math.Abs(float64(v)))
+			if importance != nil {
+				weights[l] = importance[l] * float32(math.Sqrt(float64(2*sumX2/32+v*v)))
+			} else {
+				weights[l] = avX + float32(math.Abs(float64(v)))
+			}
 		}
 		scale, mn := makeQKX2Quants(x, weights[:], nmax, L[:], laux[:], p)
 		s := (*[12]byte)(g.block[4:16])
@@ -166,7 +175,7 @@ func (g *SuperGrid) Refit(j int, x []float32) {
 		g.block[192+j] = byte(sc)
 		g.D[j] = float32(d * float32(sc))
 	}
-	if g.sqErr(j, x) < old {
+	if g.sqErr(j, x, importance) < old {
 		return
 	}
 	g.D[j], g.M[j] = d0, m0 // the present fit was no worse: keep it
@@ -177,13 +186,22 @@ func (g *SuperGrid) Refit(j int, x []float32) {
 	}
 }
 
-// sqErr is the squared error of sub-block j's values x rounded onto g.
-func (g *SuperGrid) sqErr(j int, x []float32) float64 {
+// sqErr is the squared error of sub-block j's values x rounded onto g, each element's
+// weighed by importance as Refit weighs it (nil: unweighted).
+func (g *SuperGrid) sqErr(j int, x, importance []float32) float64 {
+	var sumX2 float64
+	for _, v := range x {
+		sumX2 += float64(v) * float64(v)
+	}
 	var e float64
 	for l, v := range x {
 		i := j*g.Sub + l
 		d := float64(v - g.Value(i, g.Level(i, v)))
-		e += d * d
+		w := 1.0
+		if importance != nil {
+			w = float64(importance[l]) * math.Sqrt(2*sumX2/float64(len(x))+float64(v)*float64(v))
+		}
+		e += w * d * d
 	}
 	return e
 }

@@ -95,9 +95,9 @@ func TestSuperGridRefit(t *testing.T) {
 				for l := range sub {
 					sub[l] = sub[l]*float32(0.5+rng.Float64()) + float32(0.3*rng.NormFloat64())
 				}
-				before := g.sqErr(j, sub)
-				g.Refit(j, sub)
-				after := g.sqErr(j, sub)
+				before := g.sqErr(j, sub, nil)
+				g.Refit(j, sub, nil)
+				after := g.sqErr(j, sub, nil)
 				if after > before {
 					t.Fatalf("%s trial %d sub-block %d: error %g after refitting, %g before", typ, trial, j, after, before)
 				}

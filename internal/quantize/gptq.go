@@ -32,6 +32,11 @@ type GPTQOptions struct {
 	Damp      float64 // fraction of the mean diagonal added to H's diagonal (0: 0.01)
 	BlockSize int     // columns per lazy update (0: 128)
 	ActOrder  bool
+	// Weighted weighs the grids' scale searches by GPTQ's error weights 1/U[i][i]^2.
+	Weighted bool
+	// Regrid runs GPTQ twice, the second time on grids chosen from the weights the first
+	// rounded (see GPTQ).
+	Regrid bool
 	// AutoDamp makes Quantize choose Damp from DampGrid by the perplexity of held-out
 	// calibration windows (ChooseDamp) instead of taking it as given.
 	AutoDamp bool
@@ -133,13 +138,14 @@ type legacyGrid struct{ quant.Grid }
 func (g legacyGrid) Level(_ int, v float32) int { return g.Grid.Level(v) }
 func (g legacyGrid) Value(_, L int) float32     { return g.Grid.Value(L) }
 
-// newBlockGrid chooses the grid of one block x of type t from its values as they are.
-func newBlockGrid(t quant.Type, x []float32) (blockGrid, error) {
+// newBlockGrid chooses the grid of one block x of type t from its values as they are,
+// each element's error weighed by importance (nil: the type's own weighting).
+func newBlockGrid(t quant.Type, x, importance []float32) (blockGrid, error) {
 	if quant.HasSuperGrid(t) {
-		g, err := quant.NewSuperGrid(t, x, nil)
+		g, err := quant.NewSuperGrid(t, x, importance)
 		return &g, err
 	}
-	g, err := quant.NewGrid(t, x, nil)
+	g, err := quant.NewGrid(t, x, importance)
 	return legacyGrid{g}, err
 }
 
@@ -149,6 +155,15 @@ func newBlockGrid(t quant.Type, x []float32) (blockGrid, error) {
 // super-block: its sub-blocks' scales and mins (and the super-block's scales of them)
 // come from the 256 weights as the error updates have left them, and (without
 // act-order) each later sub-block's scale and min are refitted when GPTQ reaches it.
+//
+// With the prepared options' Weighted, every scale search weighs column i's rounding
+// error by 1/U[i][i]^2, what an error there adds to the layer's output error once the
+// later columns have compensated it (GPTQ's own measure), instead of by the weight's
+// magnitude. With Regrid, GPTQ runs twice: the second pass fixes every block's grid
+// beforehand, chosen by the type's full scale search from the weights the first pass
+// actually rounded (the error-compensated ones, whole super-blocks of them: a k-quant's
+// f16 super-block scales then fit its later sub-blocks too), and otherwise quantizes as
+// the first did.
 func GPTQ(w *calibrate.Dense, p *Prepared, t quant.Type) ([]byte, error) {
 	if !HasGPTQ(t) {
 		return nil, fmt.Errorf("gptq: %s has no grid here (GPTQ supports q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k)", t)
@@ -161,6 +176,70 @@ func GPTQ(w *calibrate.Dense, p *Prepared, t quant.Type) ([]byte, error) {
 	if cols != p.cols {
 		return nil, fmt.Errorf("gptq: %s: %d columns, Hessian of %d", w.Name, cols, p.cols)
 	}
+	var imp []float32 // per original column; nil without Weighted
+	if p.opt.Weighted {
+		imp = make([]float32, cols)
+		for i, c := range p.perm {
+			if d := p.u[i*cols+i]; d > 0 && !p.dead[c] {
+				imp[c] = float32(1 / (d * d))
+			}
+		}
+	}
+	var seen []float64
+	if p.opt.Regrid {
+		seen = make([]float64, rows*cols)
+	}
+	levels, grids, err := gptqPass(w, p, t, imp, nil, seen)
+	if err != nil {
+		return nil, err
+	}
+	if p.opt.Regrid {
+		nb := cols / blk
+		fixed := make([]blockGrid, rows*nb)
+		x := make([]float32, blk)
+		for r := range rows {
+			for b := range nb {
+				for j := range x {
+					x[j] = float32(seen[r*cols+b*blk+j])
+				}
+				var bi []float32
+				if imp != nil {
+					bi = imp[b*blk : (b+1)*blk]
+				}
+				if fixed[r*nb+b], err = newBlockGrid(t, x, bi); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if levels, grids, err = gptqPass(w, p, t, imp, fixed, nil); err != nil {
+			return nil, err
+		}
+	}
+	rb, _ := t.RowBytes(cols)
+	out := make([]byte, rows*rb)
+	bb := t.BlockBytes()
+	nb := cols / blk
+	for r := range rows {
+		for b := range nb {
+			g := grids[r*nb+b]
+			ls := levels[r*cols+b*blk:][:blk]
+			g.Pack(ls, out[r*rb+b*bb:])
+			for j, L := range ls {
+				w.Data[r*cols+b*blk+j] = g.Value(j, L)
+			}
+		}
+	}
+	return out, nil
+}
+
+// gptqPass is one GPTQ pass over w (left unchanged): it returns each weight's level (in
+// the original column order) and each row's block grids. imp weighs the scale searches
+// (nil: unweighted). With fixed, the block grids are those (refitted in place where the
+// pass refits sub-blocks); without, they are chosen as GPTQ describes. seen, if not nil,
+// receives each weight's value when it was rounded.
+func gptqPass(w *calibrate.Dense, p *Prepared, t quant.Type, imp []float32, fixed []blockGrid, seen []float64) ([]int, []blockGrid, error) {
+	rows, cols := w.Rows, w.Cols
+	blk := t.BlockSize()
 	perm, U, bs, actOrder := p.perm, p.u, p.opt.BlockSize, p.opt.ActOrder
 	// A block's grid is chosen from weights that every earlier column has updated: the
 	// blocks must not straddle the lazy updates' boundaries.
@@ -173,24 +252,37 @@ func GPTQ(w *calibrate.Dense, p *Prepared, t quant.Type) ([]byte, error) {
 			W[i] = float64(v)
 		}
 	}
-	// Grids: per row and block. Static (from the original weights) with act-order.
+	impOf := func(c, n int) []float32 {
+		if imp == nil {
+			return nil
+		}
+		return imp[c : c+n]
+	}
+	// Grids: per row and block. Given, or static (from the original weights) with
+	// act-order, or chosen when GPTQ reaches each block.
 	nb := cols / blk
-	grids := make([]blockGrid, rows*nb)
+	grids := fixed
 	x := make([]float32, blk)
-	if actOrder {
-		for r := range rows {
-			for b := range nb {
-				for j := range x {
-					x[j] = float32(W[r*cols+b*blk+j])
+	if grids == nil {
+		grids = make([]blockGrid, rows*nb)
+		if actOrder {
+			for r := range rows {
+				for b := range nb {
+					for j := range x {
+						x[j] = float32(W[r*cols+b*blk+j])
+					}
+					g, err := newBlockGrid(t, x, impOf(b*blk, blk))
+					if err != nil {
+						return nil, nil, err
+					}
+					grids[r*nb+b] = g
 				}
-				g, err := newBlockGrid(t, x)
-				if err != nil {
-					return nil, err
-				}
-				grids[r*nb+b] = g
 			}
 		}
 	}
+	// The grids are chosen as the columns are reached: in order, without act-order or
+	// given grids.
+	lazy := fixed == nil && !actOrder
 	// W's columns in processing order.
 	Wp := make([]float64, rows*cols)
 	for r := range rows {
@@ -206,29 +298,33 @@ func GPTQ(w *calibrate.Dense, p *Prepared, t quant.Type) ([]byte, error) {
 			c := perm[i]
 			d := U[i*cols+i]
 			for r := range rows {
-				if !actOrder && c%blk == 0 {
+				if lazy && c%blk == 0 {
 					// The first column of a block: its grid from the weights as they are now
 					// (without act-order columns go in order, so the block's columns are
 					// those of Wp at i..i+blk).
 					for j := range x {
 						x[j] = float32(Wp[r*cols+i+j])
 					}
-					g, err := newBlockGrid(t, x)
+					g, err := newBlockGrid(t, x, impOf(c, blk))
 					if err != nil {
-						return nil, err
+						return nil, nil, err
 					}
 					grids[r*nb+c/blk] = g
 				}
 				g := grids[r*nb+c/blk]
-				if sg, ok := g.(*quant.SuperGrid); ok && !actOrder && c%blk != 0 && c%sg.Sub == 0 {
-					// A later sub-block: its scale and min refitted to its weights as the
-					// updates have left them (the super-block's scales of them kept).
+				if sg, ok := g.(*quant.SuperGrid); ok && !actOrder && c%sg.Sub == 0 && (c%blk != 0 || !lazy) {
+					// A sub-block (a later one, when the grid was just chosen): its scale and
+					// min refitted to its weights as the updates have left them (the
+					// super-block's scales of them kept).
 					for j := range sg.Sub {
 						x[j] = float32(Wp[r*cols+i+j])
 					}
-					sg.Refit(c%blk/sg.Sub, x[:sg.Sub])
+					sg.Refit(c%blk/sg.Sub, x[:sg.Sub], impOf(c, sg.Sub))
 				}
 				v := Wp[r*cols+i]
+				if seen != nil {
+					seen[r*cols+c] = v
+				}
 				L := g.Level(c%blk, float32(v))
 				levels[r*cols+c] = L
 				q := float64(g.Value(c%blk, L))
@@ -255,20 +351,7 @@ func GPTQ(w *calibrate.Dense, p *Prepared, t quant.Type) ([]byte, error) {
 			}
 		}
 	}
-	rb, _ := t.RowBytes(cols)
-	out := make([]byte, rows*rb)
-	bb := t.BlockBytes()
-	for r := range rows {
-		for b := range nb {
-			g := grids[r*nb+b]
-			ls := levels[r*cols+b*blk:][:blk]
-			g.Pack(ls, out[r*rb+b*bb:])
-			for j, L := range ls {
-				w.Data[r*cols+b*blk+j] = g.Value(j, L)
-			}
-		}
-	}
-	return out, nil
+	return levels, grids, nil
 }
 
 // InverseCholeskyUpper returns the upper triangular U with U^T U = A^-1 for the symmetric

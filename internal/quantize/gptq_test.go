@@ -78,7 +78,8 @@ func rtn(t *testing.T, w *calibrate.Dense, typ quant.Type) *calibrate.Dense {
 
 // TestGPTQBeatsRoundToNearest checks, on correlated inputs, that GPTQ's quantized layer
 // changes the outputs less than round-to-nearest onto the same grid does (with and without
-// act-order; legacy and k-quant grids), and that the encoded rows decode to exactly the
+// act-order, with GPTQ's error weights in the scale searches, with the grids chosen again
+// from the compensated weights; legacy and k-quant grids), and that the encoded rows decode to exactly the
 // values GPTQ left in w.
 func TestGPTQBeatsRoundToNearest(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
@@ -100,11 +101,14 @@ func TestGPTQBeatsRoundToNearest(t *testing.T) {
 		}
 	}
 	for _, typ := range []quant.Type{quant.Q4_0, quant.Q4_1, quant.Q5_0, quant.Q8_0, quant.Q4_K, quant.Q5_K, quant.Q6_K} {
-		for _, actOrder := range []bool{false, true} {
-			w := randomWeights(rng, 48, 256)
-			orig := &calibrate.Dense{Rows: w.Rows, Cols: w.Cols, Data: append([]float32(nil), w.Data...)}
-			base := outputError(x, orig, rtn(t, orig, typ))
-			prep, err := Prepare(h, 256, GPTQOptions{ActOrder: actOrder, BlockSize: 64})
+		orig := randomWeights(rng, 48, 256)
+		base := outputError(x, orig, rtn(t, orig, typ))
+		var plain float64 // GPTQ's output error with the default options
+		for _, o := range []GPTQOptions{{}, {ActOrder: true}, {Weighted: true}, {Regrid: true}, {Weighted: true, Regrid: true}, {ActOrder: true, Regrid: true}} {
+			actOrder := o.ActOrder
+			w := &calibrate.Dense{Name: orig.Name, Rows: orig.Rows, Cols: orig.Cols, Data: append([]float32(nil), orig.Data...)}
+			o.BlockSize = 64
+			prep, err := Prepare(h, 256, o)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,9 +126,19 @@ func TestGPTQBeatsRoundToNearest(t *testing.T) {
 				}
 			}
 			got := outputError(x, orig, w)
-			t.Logf("%s act-order %v: output error GPTQ %.4g, RTN %.4g (ratio %.2f)", typ, actOrder, got, base, got/base)
+			t.Logf("%s act-order %v weighted %v regrid %v: output error GPTQ %.4g, RTN %.4g (ratio %.2f)", typ, actOrder, o.Weighted, o.Regrid, got, base, got/base)
 			if !(got < 0.8*base) {
-				t.Errorf("%s act-order %v: GPTQ output error %g not below 0.8 x RTN's %g", typ, actOrder, got, base)
+				t.Errorf("%s %+v: GPTQ output error %g not below 0.8 x RTN's %g", typ, o, got, base)
+			}
+			switch {
+			case o == GPTQOptions{BlockSize: 64}:
+				plain = got
+			case o == GPTQOptions{BlockSize: 64, Weighted: true} && (typ == quant.Q4_0 || typ == quant.Q4_K):
+				// The scale searches weighed by GPTQ's own error measure: at 4 bits, on
+				// inputs with a few large channels, the layer's output error falls.
+				if !(got < plain) {
+					t.Errorf("%s: weighted scale searches give output error %g, unweighted %g", typ, got, plain)
+				}
 			}
 		}
 	}
