@@ -65,6 +65,12 @@ type Compiled struct {
 // terminals (lexemes), the rest become parser rules whose adjacent literal parts are fused
 // into terminals.
 func Compile(g *Grammar, lim Limits) (*Compiled, error) {
+	return compile(g, lim, true)
+}
+
+// compile is Compile, embedding the automata of shared subexpressions when frags is set
+// (tests compare against the plain construction).
+func compile(g *Grammar, lim Limits, frags bool) (*Compiled, error) {
 	if g == nil || len(g.rules) == 0 {
 		return nil, fmt.Errorf("compile: empty grammar")
 	}
@@ -75,6 +81,9 @@ func Compile(g *Grammar, lim Limits) (*Compiled, error) {
 		termIndex: map[string]int{}, sizes: map[*node]sizeResult{}}
 	for i := range lw.ruleSym {
 		lw.ruleSym[i] = -1
+	}
+	if frags {
+		lw.frags = newFragments(lim.NFAStates, lim.DFAStates, lw.check)
 	}
 	c, err := lw.run()
 	if err != nil {
@@ -96,6 +105,7 @@ type lowering struct {
 	ruleSym   []int                // source rule -> lowered rule index (-1: not yet)
 	termIndex map[string]int
 	dfaStates int
+	frags     *fragments // subexpression automata shared by the terminals (nil: none)
 }
 
 func (lw *lowering) check() error {
@@ -285,6 +295,9 @@ func (lw *lowering) inline(n *node) *node {
 	case opRef:
 		if lw.inlined[n.ref] == nil {
 			lw.inlined[n.ref] = lw.inline(lw.g.rules[n.ref].body)
+			if lw.frags != nil {
+				lw.frags.shared[lw.inlined[n.ref]] = true
+			}
 		}
 		return lw.inlined[n.ref]
 	}
@@ -306,7 +319,7 @@ func (lw *lowering) terminal(n *node) (sym, error) {
 	if err := lw.check(); err != nil {
 		return 0, err
 	}
-	d, err := compileDFA(e, lw.lim.NFAStates, lw.lim.DFAStates, lw.check)
+	d, err := compileDFAWith(e, lw.frags, lw.lim.NFAStates, lw.lim.DFAStates, lw.check)
 	if err != nil {
 		return 0, fmt.Errorf("terminal %.80s: %w", name, err)
 	}

@@ -10,29 +10,63 @@ import (
 // over byte equivalence classes, and DFAs are trimmed so that every state but the dead one
 // can still reach an accepting state: a live state is then exactly a viable prefix.
 
-// nfaState is one state of a Thompson NFA: epsilon moves and at most one byte-set move.
+// nfaMove is a byte-set move of an NFA state.
+type nfaMove struct {
+	set byteSet
+	to  int32
+}
+
+// nfaState is one state of an NFA: epsilon moves and byte-set moves (Thompson's states
+// have at most one; an automaton embedded whole, see fragments, has one per target).
 type nfaState struct {
-	eps  []int
-	set  byteSet
-	to   int // -1: no byte move
-	used bool
+	eps   []int32
+	moves []nfaMove
 }
 
 type nfa struct {
 	states []nfaState
 	limit  int
+	// frags, when not nil, supplies the automata of subexpressions to embed instead of
+	// building their Thompson NFAs; root is the expression being compiled (never embedded
+	// in itself).
+	frags *fragments
+	root  *node
 }
 
 func (a *nfa) add() (int, error) {
 	if len(a.states) >= a.limit {
 		return 0, fmt.Errorf("automaton over %d states", a.limit)
 	}
-	a.states = append(a.states, nfaState{to: -1})
+	a.states = append(a.states, nfaState{})
 	return len(a.states) - 1, nil
+}
+
+func (a *nfa) move(from int, set byteSet, to int) {
+	a.states[from].moves = append(a.states[from].moves, nfaMove{set, int32(to)})
+}
+
+func (a *nfa) eps(from int, to ...int) {
+	for _, t := range to {
+		a.states[from].eps = append(a.states[from].eps, int32(t))
+	}
 }
 
 // build adds n's automaton between a new start and end state.
 func (a *nfa) build(n *node) (start, end int, err error) {
+	return a.buildPart(n, false)
+}
+
+// buildPart is build; body says n is the body of a repetition (see fragments.eligible).
+func (a *nfa) buildPart(n *node, body bool) (start, end int, err error) {
+	if a.frags != nil && n != a.root && a.frags.eligible(n, body) {
+		d, err := a.frags.get(n)
+		if err != nil {
+			return 0, 0, err
+		}
+		if d != nil {
+			return a.embed(d)
+		}
+	}
 	if start, err = a.add(); err != nil {
 		return
 	}
@@ -43,7 +77,7 @@ func (a *nfa) build(n *node) (start, end int, err error) {
 		if end, err = a.add(); err != nil {
 			return
 		}
-		a.states[start].set, a.states[start].to = n.set, end
+		a.move(start, n.set, end)
 	case opConcat:
 		end = start
 		for _, s := range n.subs {
@@ -51,7 +85,7 @@ func (a *nfa) build(n *node) (start, end int, err error) {
 			if err != nil {
 				return 0, 0, err
 			}
-			a.states[end].eps = append(a.states[end].eps, s0)
+			a.eps(end, s0)
 			end = s1
 		}
 	case opAlt:
@@ -63,22 +97,22 @@ func (a *nfa) build(n *node) (start, end int, err error) {
 			if err != nil {
 				return 0, 0, err
 			}
-			a.states[start].eps = append(a.states[start].eps, s0)
-			a.states[s1].eps = append(a.states[s1].eps, end)
+			a.eps(start, s0)
+			a.eps(s1, end)
 		}
 	case opRepeat:
 		end = start
 		sub := n.subs[0]
 		for range n.min {
-			s0, s1, err := a.build(sub)
+			s0, s1, err := a.buildPart(sub, true)
 			if err != nil {
 				return 0, 0, err
 			}
-			a.states[end].eps = append(a.states[end].eps, s0)
+			a.eps(end, s0)
 			end = s1
 		}
 		if n.max < 0 { // a loop: end -> sub -> end
-			s0, s1, err := a.build(sub)
+			s0, s1, err := a.buildPart(sub, true)
 			if err != nil {
 				return 0, 0, err
 			}
@@ -86,9 +120,9 @@ func (a *nfa) build(n *node) (start, end int, err error) {
 			if err != nil {
 				return 0, 0, err
 			}
-			a.states[end].eps = append(a.states[end].eps, loop)
-			a.states[loop].eps = append(a.states[loop].eps, s0)
-			a.states[s1].eps = append(a.states[s1].eps, loop)
+			a.eps(end, loop)
+			a.eps(loop, s0)
+			a.eps(s1, loop)
 			end = loop
 			break
 		}
@@ -98,19 +132,67 @@ func (a *nfa) build(n *node) (start, end int, err error) {
 			return 0, 0, err
 		}
 		for range n.max - n.min {
-			s0, s1, err := a.build(sub)
+			s0, s1, err := a.buildPart(sub, true)
 			if err != nil {
 				return 0, 0, err
 			}
-			a.states[end].eps = append(a.states[end].eps, s0, final)
+			a.eps(end, s0, final)
 			end = s1
 		}
-		a.states[end].eps = append(a.states[end].eps, final)
+		a.eps(end, final)
 		end = final
 	default:
 		return 0, 0, fmt.Errorf("internal error: rule reference inside a terminal")
 	}
 	return start, end, nil
+}
+
+// embed adds a copy of the trimmed DFA d as an NFA fragment: one state per live state of d
+// with one move per target, and epsilon moves from the accepting states to a new end.
+func (a *nfa) embed(d *dfa) (start, end int, err error) {
+	n := d.numStates()
+	if len(a.states)+n+1 > a.limit {
+		return 0, 0, fmt.Errorf("automaton over %d states", a.limit)
+	}
+	if d.start == 0 { // the empty language: a start with no way to the end
+		if start, err = a.add(); err != nil {
+			return
+		}
+		end, err = a.add()
+		return
+	}
+	base := len(a.states) - 1 // d's state q is base+q (the dead state 0 has no copy)
+	for range n - 1 {
+		a.add()
+	}
+	end, _ = a.add()
+	classBytes := d.classBytes()
+	for q := 1; q < n; q++ {
+		from := base + q
+		row := d.next[q*d.nclass : (q+1)*d.nclass]
+		first := len(a.states[from].moves)
+		for c, t := range row {
+			if t == 0 {
+				continue
+			}
+			to := int32(base + int(t))
+			merged := false
+			for i := first; i < len(a.states[from].moves); i++ {
+				if m := &a.states[from].moves[i]; m.to == to {
+					m.set.union(&classBytes[c])
+					merged = true
+					break
+				}
+			}
+			if !merged {
+				a.move(from, classBytes[c], int(to))
+			}
+		}
+		if d.accept[q] {
+			a.eps(from, end)
+		}
+	}
+	return base + int(d.start), end, nil
 }
 
 // dfa is a trimmed deterministic automaton over bytes. State 0 is the dead state (every
@@ -128,9 +210,24 @@ func (d *dfa) step(q uint32, b byte) uint32 { return d.next[int(q)*d.nclass+int(
 
 func (d *dfa) numStates() int { return len(d.accept) }
 
+// classBytes returns the bytes of each of d's byte classes.
+func (d *dfa) classBytes() []byteSet {
+	out := make([]byteSet, d.nclass)
+	for b := range 256 {
+		out[d.class[b]].add(byte(b))
+	}
+	return out
+}
+
 // compileDFA builds the minimal trimmed DFA of n within the state limits.
 func compileDFA(n *node, maxNFA, maxDFA int, check func() error) (*dfa, error) {
-	d, err := determinize(n, maxNFA, maxDFA, check)
+	return compileDFAWith(n, nil, maxNFA, maxDFA, check)
+}
+
+// compileDFAWith is compileDFA embedding the automata of n's subexpressions that frags
+// supplies (nil: none).
+func compileDFAWith(n *node, frags *fragments, maxNFA, maxDFA int, check func() error) (*dfa, error) {
+	d, err := determinizeWith(n, frags, maxNFA, maxDFA, check)
 	if err != nil {
 		return nil, err
 	}
@@ -139,24 +236,34 @@ func compileDFA(n *node, maxNFA, maxDFA int, check func() error) (*dfa, error) {
 
 // determinize builds the trimmed DFA of n by the subset construction over n's Thompson NFA.
 func determinize(n *node, maxNFA, maxDFA int, check func() error) (*dfa, error) {
-	a := &nfa{limit: maxNFA}
+	return determinizeWith(n, nil, maxNFA, maxDFA, check)
+}
+
+// determinizeWith is determinize over an NFA that embeds the automata frags supplies.
+func determinizeWith(n *node, frags *fragments, maxNFA, maxDFA int, check func() error) (*dfa, error) {
+	a := &nfa{limit: maxNFA, frags: frags, root: n}
 	s0, s1, err := a.build(n)
 	if err != nil {
 		return nil, err
 	}
 	class, nclass := byteClasses(a)
-	// classesOf[s]: the classes of the bytes of state s's byte move
-	classesOf := make([][]uint8, len(a.states))
+	// rep[c] is a byte of class c: every move's set holds all of a class or none of it
+	var rep [256]byte
+	for b := 255; b >= 0; b-- {
+		rep[class[b]] = byte(b)
+	}
+	// classMoves[s]: state s's byte moves as (class, target) pairs
+	type classMove struct {
+		c  uint8
+		to int32
+	}
+	classMoves := make([][]classMove, len(a.states))
 	for i := range a.states {
-		st := &a.states[i]
-		if st.to < 0 {
-			continue
-		}
-		var seen [256]bool
-		for b := range 256 {
-			if c := class[b]; st.set.has(byte(b)) && !seen[c] {
-				seen[c] = true
-				classesOf[i] = append(classesOf[i], c)
+		for _, m := range a.states[i].moves {
+			for c := range nclass {
+				if m.set.has(rep[c]) {
+					classMoves[i] = append(classMoves[i], classMove{uint8(c), m.to})
+				}
 			}
 		}
 	}
@@ -180,12 +287,10 @@ func determinize(n *node, maxNFA, maxDFA int, check func() error) (*dfa, error) 
 				continue
 			}
 			stamp[s] = gen
-			if a.states[s].to >= 0 || int(s) == s1 {
+			if len(a.states[s].moves) > 0 || int(s) == s1 {
 				buf = append(buf, s)
 			}
-			for _, e := range a.states[s].eps {
-				stack = append(stack, int32(e))
-			}
+			stack = append(stack, a.states[s].eps...)
 		}
 		slices.Sort(buf)
 		return buf
@@ -198,14 +303,44 @@ func determinize(n *node, maxNFA, maxDFA int, check func() error) (*dfa, error) 
 		return h
 	}
 
-	// raw DFA: state 0 is the empty set (dead); index maps a set's hash to its states
-	sets := [][]int32{nil}
-	index := map[uint64][]int32{}
-	var next []uint32
-	var accept []bool
-	first := slices.Clone(closure([]int32{int32(s0)}))
-	index[hash(first)] = []int32{1}
-	sets = append(sets, first)
+	// raw DFA: state 0 is the empty set (dead). The subsets are kept end to end in
+	// setData (state q's is setData[setAt[q]:setAt[q+1]]); index maps a subset's hash to
+	// the first state of that hash and chain links the others.
+	setData := make([]int32, 0, 4*len(a.states))
+	setAt := []int32{0, 0}
+	set := func(q int) []int32 { return setData[setAt[q]:setAt[q+1]] }
+	index := map[uint64]int32{}
+	chain := []int32{-1}
+	// single[t] is 1 + the state of the subset closure({t}) once known: in automata
+	// embedded whole most moves lead to one NFA state, and their closure and lookup are
+	// then done once
+	single := make([]int32, len(a.states))
+	next := make([]uint32, 0, 4*nclass)
+	accept := make([]bool, 0, 4)
+	lookup := func(cl []int32) (int, error) {
+		h := hash(cl)
+		head, ok := index[h]
+		if !ok {
+			head = -1
+		}
+		for r := head; r >= 0; r = chain[r] {
+			if slices.Equal(set(int(r)), cl) {
+				return int(r), nil
+			}
+		}
+		q := len(setAt) - 1
+		if q >= maxDFA {
+			return 0, fmt.Errorf("automaton over %d states", maxDFA)
+		}
+		setData = append(setData, cl...)
+		setAt = append(setAt, int32(len(setData)))
+		index[h] = int32(q)
+		chain = append(chain, head)
+		return q, nil
+	}
+	if _, err := lookup(closure([]int32{int32(s0)})); err != nil {
+		return nil, err
+	}
 	// the classes of one DFA state often move to the same NFA states: their targets are
 	// looked up once (moved[i] is a class already seen, by the hash of its moves)
 	type seenMove struct {
@@ -214,14 +349,14 @@ func determinize(n *node, maxNFA, maxDFA int, check func() error) (*dfa, error) 
 		to uint32
 	}
 	var moved []seenMove
-	for q := 0; q < len(sets); q++ {
+	for q := 0; q < len(setAt)-1; q++ {
 		if q%64 == 0 {
 			if err := check(); err != nil {
 				return nil, err
 			}
 		}
 		acc := false
-		for _, s := range sets[q] {
+		for _, s := range set(q) {
 			if int(s) == s1 {
 				acc = true
 			}
@@ -231,17 +366,21 @@ func determinize(n *node, maxNFA, maxDFA int, check func() error) (*dfa, error) 
 		for c := range buckets {
 			buckets[c] = buckets[c][:0]
 		}
-		for _, st := range sets[q] {
-			for _, c := range classesOf[st] {
-				buckets[c] = append(buckets[c], int32(a.states[st].to))
+		for _, st := range set(q) {
+			for _, m := range classMoves[st] {
+				buckets[m.c] = append(buckets[m.c], m.to)
 			}
 		}
 		moved = moved[:0]
 	classes:
 		for c := range nclass {
 			mv := buckets[c]
-			if len(mv) == 0 {
+			switch {
+			case len(mv) == 0:
 				next = append(next, 0)
+				continue
+			case len(mv) == 1 && single[mv[0]] > 0:
+				next = append(next, uint32(single[mv[0]]-1))
 				continue
 			}
 			hm := hash(mv)
@@ -251,22 +390,12 @@ func determinize(n *node, maxNFA, maxDFA int, check func() error) (*dfa, error) 
 					continue classes
 				}
 			}
-			cl := closure(mv)
-			h := hash(cl)
-			to := -1
-			for _, r := range index[h] {
-				if slices.Equal(sets[r], cl) {
-					to = int(r)
-					break
-				}
+			to, err := lookup(closure(mv))
+			if err != nil {
+				return nil, err
 			}
-			if to < 0 {
-				if len(sets) >= maxDFA {
-					return nil, fmt.Errorf("automaton over %d states", maxDFA)
-				}
-				to = len(sets)
-				index[h] = append(index[h], int32(to))
-				sets = append(sets, slices.Clone(cl))
+			if len(mv) == 1 {
+				single[mv[0]] = int32(to) + 1
 			}
 			moved = append(moved, seenMove{hm, c, uint32(to)})
 			next = append(next, uint32(to))
@@ -282,29 +411,36 @@ func byteClasses(a *nfa) ([256]uint8, int) {
 	seen := map[byteSet]bool{}
 	remap := make([]int, 2*256)
 	for _, st := range a.states {
-		if st.to < 0 || seen[st.set] {
-			continue
-		}
-		seen[st.set] = true
-		// split every class by membership in st.set: (old class, in set) -> new class
-		for i := range 2 * nclass {
-			remap[i] = -1
-		}
-		n := 0
-		for b := range 256 {
-			k := 2 * int(class[b])
-			if st.set.has(byte(b)) {
-				k++
+		for _, m := range st.moves {
+			if seen[m.set] {
+				continue
 			}
-			if remap[k] < 0 {
-				remap[k] = n
-				n++
-			}
-			class[b] = uint8(remap[k])
+			seen[m.set] = true
+			nclass = splitClasses(&class, nclass, &m.set, remap)
 		}
-		nclass = n
 	}
 	return class, nclass
+}
+
+// splitClasses splits every class of class by membership in set, returning the new number
+// of classes: (old class, in set) -> new class.
+func splitClasses(class *[256]uint8, nclass int, set *byteSet, remap []int) int {
+	for i := range 2 * nclass {
+		remap[i] = -1
+	}
+	n := 0
+	for b := range 256 {
+		k := 2 * int(class[b])
+		if set.has(byte(b)) {
+			k++
+		}
+		if remap[k] < 0 {
+			remap[k] = n
+			n++
+		}
+		class[b] = uint8(remap[k])
+	}
+	return n
 }
 
 // trim keeps the states that can reach an accepting state, numbering the dead state 0.

@@ -245,3 +245,26 @@ func TestLongStringsLowering(t *testing.T) {
 		}
 	}
 }
+
+// equivalentDFA reports whether a and b accept the same strings, by a search over the pairs
+// of states reachable together.
+func equivalentDFA(a, b *dfa) bool {
+	type pair struct{ p, q uint32 }
+	seen := map[pair]bool{{a.start, b.start}: true}
+	queue := []pair{{a.start, b.start}}
+	for len(queue) > 0 {
+		s := queue[len(queue)-1]
+		queue = queue[:len(queue)-1]
+		if a.accept[s.p] != b.accept[s.q] {
+			return false
+		}
+		for c := range 256 {
+			n := pair{a.step(s.p, byte(c)), b.step(s.q, byte(c))}
+			if !seen[n] {
+				seen[n] = true
+				queue = append(queue, n)
+			}
+		}
+	}
+	return true
+}

@@ -73,7 +73,9 @@
 // Lark's common terminals, no case-insensitive literals or regex flags, and no Lark lexer
 // semantics (priorities, contextual lexing): the language is the plain grammar's.
 //
-// Automata are built in about linear time: the subset construction hashes its subsets and
+// The subset construction embeds the minimal automata of rule bodies and repetition bodies
+// (fragment.go), built once per compile, instead of their Thompson NFAs, so its subsets stay
+// small and its raw automaton about minimal. Automata are built in about linear time: the subset construction hashes its subsets and
 // looks up each distinct move of a state once, and minimization is Moore's refinement done
 // incrementally (refine: a round revisits only the predecessors of states that changed
 // block), so a counted repetition costs its states, not its states times its count. A large

@@ -43,6 +43,13 @@ func (s *byteSet) addRange(lo, hi byte) {
 }
 func (s *byteSet) empty() bool { return s[0]|s[1]|s[2]|s[3] == 0 }
 
+// union adds the bytes of t to s.
+func (s *byteSet) union(t *byteSet) {
+	for w := range s {
+		s[w] |= t[w]
+	}
+}
+
 // contains reports whether every byte of t is in s.
 func (s *byteSet) contains(t *byteSet) bool {
 	return t[0]&^s[0]|t[1]&^s[1]|t[2]&^s[2]|t[3]&^s[3] == 0

@@ -1,0 +1,98 @@
+package jsonschema
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kvasir-llm/kvasir/internal/structured"
+	"github.com/kvasir-llm/kvasir/internal/testdata"
+	"github.com/kvasir-llm/kvasir/internal/tokenizer"
+)
+
+// TestCompileTimes (KVASIR_COMPILE_TIMES=1) times each phase of the compile of every
+// JSONSchemaBench schema on the Llama 3 vocabulary: schema to GBNF, GBNF to a Grammar,
+// Compile (lowering and automata), NewTokenGrammar (binding to the trie), and prints the
+// slowest ones.
+func TestCompileTimes(t *testing.T) {
+	now := time.Now
+	if os.Getenv("KVASIR_COMPILE_TIMES") == "cpu" {
+		now = cpuClock
+	}
+	if os.Getenv("KVASIR_COMPILE_TIMES") == "" {
+		t.Skip("set KVASIR_COMPILE_TIMES=1")
+	}
+	dir := testdata.Path(t, "tokenizers/llama3")
+	v, err := tokenizer.VocabFromLlama3Files(filepath.Join(dir, "encoder.json"), filepath.Join(dir, "vocab.bpe"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := tokenizer.New(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	trie, err := structured.NewTokenTrie(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		name                    string
+		gbnf, parse, comp, bind time.Duration
+		total                   time.Duration
+		terms, states           int
+	}
+	var rows []row
+	for _, p := range benchSchemas(t) {
+		src, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := row{name: filepath.Base(p)}
+		t0 := now()
+		text, err := ToGBNF(src, Options{})
+		if err != nil {
+			continue
+		}
+		t1 := now()
+		g, err := structured.ParseGBNF(text)
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		t2 := now()
+		lim := structured.DefaultLimits()
+		lim.Time = time.Minute // a loaded machine must not refuse what a quiet one compiles
+		c, err := structured.Compile(g, lim)
+		if err != nil {
+			t.Logf("%s: %v", r.name, err)
+			continue
+		}
+		t3 := now()
+		structured.NewTokenGrammar(c, trie, tok)
+		t4 := now()
+		r.gbnf, r.parse, r.comp, r.bind, r.total = t1.Sub(t0), t2.Sub(t1), t3.Sub(t2), t4.Sub(t3), t4.Sub(t0)
+		r.terms = c.NumTerminals()
+		rows = append(rows, r)
+	}
+	slices.SortFunc(rows, func(a, b row) int { return int(b.total - a.total) })
+	var totals []time.Duration
+	for _, r := range rows {
+		totals = append(totals, r.total)
+	}
+	slices.Sort(totals)
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d.Microseconds())/1e3) }
+	t.Logf("%d compiled: p50 %s ms, p99 %s ms", len(rows), ms(totals[int(float64(len(totals))*0.5+0.5)-1]), ms(totals[int(float64(len(totals))*0.99+0.5)-1]))
+	for _, r := range rows[:min(10, len(rows))] {
+		t.Logf("%-40s total %8s gbnf %8s parse %8s compile %8s bind %8s terms %d", r.name, ms(r.total), ms(r.gbnf), ms(r.parse), ms(r.comp), ms(r.bind), r.terms)
+	}
+}
+
+// cpuClock returns the process's CPU time (user and system) as a time.
+func cpuClock() time.Time {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Unix(0, ru.Utime.Nano()+ru.Stime.Nano())
+}
