@@ -96,7 +96,7 @@ func benchKVTransfer(args []string) error {
 	defer dec.Close()
 	fmt.Fprintln(os.Stderr, dec.KVCacheSizing())
 	if !pre.StreamsLayers() {
-		fmt.Fprintln(os.Stderr, "warning: a split model does not report KV layer by layer: both ways send chunks")
+		fmt.Fprintln(os.Stderr, "warning: this model's backend does not report KV layer by layer: both ways send chunks")
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -104,7 +104,7 @@ func benchKVTransfer(args []string) error {
 		return err
 	}
 	rc, err := kvtransfer.Listen(ln, kvtransfer.ReceiverConfig{Model: dec.ModelName(), BlockSize: dec.BlockSize(), BlockBytes: dec.BlockBytes(),
-		Layers: dec.BlockLayers(), KVCacheDType: dec.KVCacheDType(), MaxHeldBytes: 4 << 30, Logger: log})
+		Layers: dec.BlockLayers(), KVCacheDType: dec.KVCacheDType(), KVLayout: dec.KVLayout(), MaxHeldBytes: 4 << 30, Logger: log})
 	if err != nil {
 		ln.Close()
 		return err

@@ -400,6 +400,18 @@ func (m *Model) rankHooks(hook LayerHook, kv *KVCache) []func(int, LayerReader) 
 	return hooks
 }
 
+// KVLayout names how the bytes of a block in the host layout of KVCache.ReadBlocks depend
+// on the model's split: "" when they are the unsplit model's (not split, or split by
+// pipeline only: the stages' layers in order), else "tpT-ppP" (split by tensor: each rank's
+// part holds its own KV heads, the ranks' parts in rank order). Blocks move only between
+// caches of one layout.
+func (m *Model) KVLayout() string {
+	if m.par.Tensor <= 1 {
+		return ""
+	}
+	return fmt.Sprintf("tp%d-pp%d", m.par.Tensor, max(m.par.Pipeline, 1))
+}
+
 // logitsRank returns the rank that computes the logits: the last stage's first.
 func (m *Model) logitsRank() int { return (m.par.Pipeline - 1) * m.par.Tensor }
 
