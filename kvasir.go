@@ -388,6 +388,12 @@ func (e *Engine) BlockSize() int { return e.sizing.BlockSize }
 // "fp8_e5m2"): blocks move only between caches of one type.
 func (e *Engine) KVCacheDType() string { return e.l.m.KVCacheDType().String() }
 
+// KVLayout names how a KV block's bytes (ReadBlocks, KV transfers) depend on the model's
+// split: "" when they are the unsplit model's (not split, or split by pipeline only), else
+// "tpT-ppP" for a model split by tensor, whose blocks keep each rank's KV heads apart:
+// blocks move only between engines of one layout.
+func (e *Engine) KVLayout() string { return e.l.m.KVLayout() }
+
 // CacheConfig describes an engine's KV cache, as vLLM's cache_config_info metric does.
 type CacheConfig struct {
 	// BlockSize is the tokens per block and NumBlocks the blocks of the pool (the null
@@ -478,8 +484,9 @@ func (e *Engine) BlockLayers() int {
 }
 
 // StreamsLayers reports whether requests get their prompt's KV layer by layer as it is
-// computed (Request.OnLayerKV): the model is not split (its backend, the CPU's or CUDA's,
-// copies a layer's blocks out while the next layers compute).
+// computed (Request.OnLayerKV): every rank's backend (the CPU's or CUDA's) copies a
+// layer's blocks out while the next layers compute, the model split by tensor or pipeline
+// or not.
 func (e *Engine) StreamsLayers() bool { return e.e.StreamsLayers() }
 
 // LayerBlockBytes is the bytes of one layer's part of a block (BlockBytes over the model's

@@ -68,14 +68,15 @@ func benchKVTransfer(args []string) error {
 	outLen := fs.Int("output-len", 4, "tokens generated per request (TTFT is to the first)")
 	rounds := fs.Int("rounds", 3, "prompts measured per way of streaming (alternating which goes first)")
 	chunk := fs.Int("kv-transfer-chunk", server.DefaultPrefillChunk, "the prefill instance's --kv-transfer-chunk")
+	timeout := fs.Duration("kv-transfer-timeout", kvtransfer.DefaultTimeout, "both instances' --kv-transfer-timeout (a loaded machine may need more)")
 	asJSON := fs.Bool("json", false, "print the summary as JSON")
 	ef := addEngineFlags(fs, allEngineFlags)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if ef.model == "" || fs.NArg() > 0 || *promptLen < 1 || *rounds < 1 || *outLen < 1 || *chunk < 1 {
+	if ef.model == "" || fs.NArg() > 0 || *promptLen < 1 || *rounds < 1 || *outLen < 1 || *chunk < 1 || *timeout <= 0 {
 		fs.Usage()
-		return fmt.Errorf("need -m (and positive lengths, chunk and rounds)")
+		return fmt.Errorf("need -m (and positive lengths, chunk, rounds and timeout)")
 	}
 	open := func() (*kvasir.Engine, error) {
 		return ef.openEngine(func(opt *kvasir.Options, fm *format.Model) {
@@ -96,7 +97,7 @@ func benchKVTransfer(args []string) error {
 	defer dec.Close()
 	fmt.Fprintln(os.Stderr, dec.KVCacheSizing())
 	if !pre.StreamsLayers() {
-		fmt.Fprintln(os.Stderr, "warning: a split model does not report KV layer by layer: both ways send chunks")
+		fmt.Fprintln(os.Stderr, "warning: this model's backend does not report KV layer by layer: both ways send chunks")
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -104,7 +105,7 @@ func benchKVTransfer(args []string) error {
 		return err
 	}
 	rc, err := kvtransfer.Listen(ln, kvtransfer.ReceiverConfig{Model: dec.ModelName(), BlockSize: dec.BlockSize(), BlockBytes: dec.BlockBytes(),
-		Layers: dec.BlockLayers(), KVCacheDType: dec.KVCacheDType(), MaxHeldBytes: 4 << 30, Logger: log})
+		Layers: dec.BlockLayers(), KVCacheDType: dec.KVCacheDType(), KVLayout: dec.KVLayout(), MaxHeldBytes: 4 << 30, Timeout: *timeout, Logger: log})
 	if err != nil {
 		ln.Close()
 		return err
@@ -113,8 +114,8 @@ func benchKVTransfer(args []string) error {
 	var urls [3]string // decode, prefill by layers, prefill by chunks
 	for i, cfg := range []server.Config{
 		{Role: server.RoleDecode, KVReceiver: rc, KVTransferAddress: ln.Addr().String()},
-		{Role: server.RolePrefill, KVPrefillChunk: *chunk},
-		{Role: server.RolePrefill, KVPrefillChunk: *chunk, KVStreamChunks: true},
+		{Role: server.RolePrefill, KVPrefillChunk: *chunk, KVSender: &kvtransfer.Sender{Timeout: *timeout}},
+		{Role: server.RolePrefill, KVPrefillChunk: *chunk, KVStreamChunks: true, KVSender: &kvtransfer.Sender{Timeout: *timeout}},
 	} {
 		cfg.Logger = log
 		eng := pre

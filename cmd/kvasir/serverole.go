@@ -73,7 +73,7 @@ func (f *roleFlags) apply(cfg *server.Config, eng *kvasir.Engine, hostFlag strin
 	if *f.role == server.RolePrefill {
 		cfg.KVSender, cfg.KVPrefillChunk, cfg.KVStreamChunks = &kvtransfer.Sender{Timeout: *f.timeout}, *f.chunk, *f.stream == "chunks"
 		if !cfg.KVStreamChunks && !eng.StreamsLayers() {
-			log.Info("kv transfer: a split model does not report KV layer by layer: blocks go out chunk by chunk")
+			log.Info("kv transfer: this model's backend does not report KV layer by layer: blocks go out chunk by chunk")
 		}
 		return func() {}, nil
 	}
@@ -89,7 +89,7 @@ func (f *roleFlags) apply(cfg *server.Config, eng *kvasir.Engine, hostFlag strin
 		return nil, fmt.Errorf("--kv-transfer-port: %w", err)
 	}
 	rc, err := kvtransfer.Listen(ln, kvtransfer.ReceiverConfig{Model: eng.ModelName(), BlockSize: eng.BlockSize(), BlockBytes: eng.BlockBytes(), Layers: eng.BlockLayers(), KVCacheDType: eng.KVCacheDType(),
-		MaxHeldBytes: *f.memory, TTL: *f.ttl, Timeout: *f.timeout, Logger: log, OnDone: metrics.ObserveReceived})
+		KVLayout: eng.KVLayout(), MaxHeldBytes: *f.memory, TTL: *f.ttl, Timeout: *f.timeout, Logger: log, OnDone: metrics.ObserveReceived})
 	if err != nil {
 		ln.Close()
 		return nil, err

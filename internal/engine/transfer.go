@@ -2,6 +2,8 @@ package engine
 
 import (
 	"fmt"
+	"slices"
+	"sync"
 
 	"github.com/kvasir-llm/kvasir/internal/kvcache"
 	"github.com/kvasir-llm/kvasir/internal/model"
@@ -184,15 +186,17 @@ func (r *runner) writeImports(writes []importWrite) error {
 	return nil
 }
 
-// LayerKVFunc receives one layer's keys and values of a request's full prompt blocks that a
-// step has just completed (Request.OnLayerKV): first is the index in the prompt of the
-// first of them, data that layer's part of them, block after block, Engine.LayerBlockBytes
-// each, in the host layout of the block I/O seam (a model not split by tensor: the layer's
-// keys, then its values). It is called while the step runs, as soon as the layer's copy is
-// out of the cache (the next layers computing meanwhile), layer after layer, from a
-// goroutine of the step's, every call before the step's result is taken; it must return
-// quickly, and data is valid only during the call. A layer whose copy failed is not
-// reported.
+// LayerKVFunc receives one layer part of a request's full prompt blocks that a step has
+// just completed (Request.OnLayerKV): first is the index in the prompt of the first of
+// them, layer the part's index (0 to BlockBytes/LayerBlockBytes-1), data that part of them,
+// block after block, Engine.LayerBlockBytes each: bytes [layer x LayerBlockBytes, (layer+1)
+// x LayerBlockBytes) of each block in the host layout of the block I/O seam (on a model not
+// split by tensor, the layer's keys, then its values). It is called while the step runs, as
+// soon as the part is out of the cache (the next layers computing meanwhile): on a model
+// split by tensor or pipeline, once every rank's piece of it is (model.KVCache.LayerPieces).
+// It is called from a goroutine of the step's, part after part, every call before the
+// step's result is taken; it must return quickly, and data is valid only during the call.
+// A part whose copy failed is not reported.
 type LayerKVFunc func(first, layer int, data []byte)
 
 // layerStreamer is a Model whose steps call per-layer hooks (model.Batch.AfterLayer).
@@ -200,15 +204,18 @@ type layerStreamer interface {
 	StreamsLayers() bool
 	LayerBlockBytes() int
 	BlockBytes() int
+	LayerPieces() []model.LayerPiece
 }
 
 func (p *pagedModel) StreamsLayers() bool { return p.m.StreamsLayers() }
 
 func (p *pagedModel) LayerBlockBytes() int { return p.kv.LayerBlockBytes() }
 
+func (p *pagedModel) LayerPieces() []model.LayerPiece { return p.kv.LayerPieces() }
+
 // StreamsLayers reports whether the model's steps report prompt KV layer by layer
-// (Request.OnLayerKV): the model is not split and its backend reads a layer's blocks
-// between a step's ops (the CPU and CUDA backends).
+// (Request.OnLayerKV): every rank's backend reads a layer's blocks between a step's ops
+// (the CPU and CUDA backends), the model split by tensor or pipeline or not.
 func (e *Engine) StreamsLayers() bool {
 	ls, ok := e.model.(layerStreamer)
 	return ok && ls.StreamsLayers()
@@ -232,23 +239,36 @@ type layerReport struct {
 }
 
 // layerReads are a step's per-layer reads of the prompt blocks its requests want reported
-// (Request.OnLayerKV): one read of every report's blocks a layer, each layer's bytes in a
-// region of data, handed to the reports by a waiter goroutine as each layer's copy is done.
+// (Request.OnLayerKV): one read of every report's blocks for each layer piece the model's
+// ranks compute (model.LayerPiece), each piece's bytes in a region of data, handed to the
+// reports by a waiter goroutine part by part (LayerBlockBytes of each block), as soon as
+// the copies of every piece that falls in the part are done.
 type layerReads struct {
 	reports []layerReport
 	blocks  []int32 // the physical blocks of every report, in report order
 	bytes   int     // a block's layer part
-	layers  int
-	data    []byte // [layer][blocks][bytes]
-	// waits carries each layer's wait to the waiter (capacity: every layer, so the
-	// forward pass never waits for it); done closes when the waiter has handed them all.
+	layers  int     // a block's parts
+	// pieces are the model's layer pieces, which tile a block (model.KVCache.LayerPieces).
+	pieces []model.LayerPiece
+	// data holds piece p's bytes of every block at [p.Offset x n, (p.Offset+p.Bytes) x n)
+	// (n blocks): a piece that is a whole part (a model not split by tensor) is read in
+	// place as that part, [layer][blocks][bytes]; parts holds, in that layout, the parts
+	// made of several pieces, copied there by the waiter; filled counts each part's bytes
+	// a block in place so far.
+	data, parts []byte
+	filled      []int
+	// once starts the waiter at the step's first piece (the hook may be called from
+	// several ranks' goroutines at once); waits carries each piece's wait to it
+	// (capacity: every piece, so the forward pass never waits for it); done closes when
+	// the waiter has handed them all.
+	once  *sync.Once
 	waits chan layerWait
 	done  chan struct{}
 }
 
-// layerWait is one layer's copy on its way.
+// layerWait is one piece's copy on its way.
 type layerWait struct {
-	layer int
+	piece model.LayerPiece
 	wait  func() error
 }
 
@@ -272,7 +292,7 @@ func (r *runner) reportLayers(buf *batchBuffer, sc scheduled, table []int32) {
 	}
 	lr := &buf.layers
 	if lb := ls.LayerBlockBytes(); lb > 0 && lr.bytes != lb {
-		lr.bytes, lr.layers = lb, ls.BlockBytes()/lb
+		lr.bytes, lr.layers, lr.pieces = lb, ls.BlockBytes()/lb, ls.LayerPieces()
 	}
 	lr.reports = append(lr.reports, layerReport{fn: fn, first: first, at: len(lr.blocks), n: end - first})
 	lr.blocks = append(lr.blocks, table[first:end]...)
@@ -281,51 +301,85 @@ func (r *runner) reportLayers(buf *batchBuffer, sc scheduled, table []int32) {
 // reset empties the reads for the next step's build.
 func (lr *layerReads) reset() {
 	lr.reports, lr.blocks, lr.waits, lr.done = lr.reports[:0], lr.blocks[:0], nil, nil
+	lr.once = new(sync.Once)
+}
+
+// start sizes the step's buffers and starts the waiter (once, at the step's first piece).
+func (lr *layerReads) start() {
+	n := len(lr.blocks) * lr.bytes
+	if need := lr.layers * n; cap(lr.data) < need {
+		lr.data = make([]byte, need)
+	}
+	lr.data = lr.data[:lr.layers*n]
+	lr.filled = slices.Grow(lr.filled[:0], lr.layers)[:lr.layers]
+	clear(lr.filled)
+	lr.waits, lr.done = make(chan layerWait, len(lr.pieces)), make(chan struct{})
+	go lr.hand()
 }
 
 // afterLayer is the step's model.Batch.AfterLayer when it reports layers: it queues the
-// layer's read of every report's blocks and hands its wait to the waiter goroutine
-// (started at the step's first layer). A read that fails leaves the layer unreported
-// rather than failing the step.
-func (lr *layerReads) afterLayer(layer int, read model.LayerReader) error {
-	n := len(lr.blocks) * lr.bytes
-	if lr.waits == nil {
-		if need := lr.layers * n; cap(lr.data) < need {
-			lr.data = make([]byte, need)
-		}
-		lr.waits, lr.done = make(chan layerWait, lr.layers), make(chan struct{})
-		go lr.hand()
+// piece's read of every report's blocks and hands its wait to the waiter goroutine. A
+// read that fails leaves the piece's parts unreported rather than failing the step.
+func (lr *layerReads) afterLayer(piece model.LayerPiece, read model.LayerReader) error {
+	lr.once.Do(lr.start)
+	n := len(lr.blocks)
+	if piece.Offset < 0 || piece.Bytes <= 0 || piece.Offset+piece.Bytes > lr.layers*lr.bytes {
+		return fmt.Errorf("engine: layer %d's piece [%d, %d) outside a block of %d bytes", piece.Layer, piece.Offset, piece.Offset+piece.Bytes, lr.layers*lr.bytes)
 	}
-	if layer < 0 || layer >= lr.layers {
-		return fmt.Errorf("engine: layer %d of a model of %d", layer, lr.layers)
-	}
-	wait, err := read(lr.blocks, lr.data[layer*n:][:n])
+	wait, err := read(lr.blocks, lr.data[piece.Offset*n:][:piece.Bytes*n])
 	if err != nil {
 		// Not reported, the step unharmed: the prefill reads what it lacks out of the
 		// cache once the chunk is computed.
 		return nil
 	}
-	lr.waits <- layerWait{layer: layer, wait: wait}
+	lr.waits <- layerWait{piece: piece, wait: wait}
 	return nil
 }
 
-// hand waits for each layer's copy in turn and hands it to the reports (the waiter
-// goroutine).
+// hand waits for each piece's copy in turn, puts it in its parts and hands every part it
+// completes to the reports (the waiter goroutine).
 func (lr *layerReads) hand() {
 	defer close(lr.done)
-	n := len(lr.blocks) * lr.bytes
+	n, lb := len(lr.blocks), lr.bytes
 	for w := range lr.waits {
 		if w.wait() != nil {
 			continue // not reported: the prefill reads what it lacks out of the cache
 		}
-		data := lr.data[w.layer*n:][:n]
-		for _, rep := range lr.reports {
-			rep.fn(rep.first, w.layer, data[rep.at*lr.bytes:][:rep.n*lr.bytes])
+		p := w.piece
+		if p.Bytes == lb && p.Offset%lb == 0 {
+			// A whole part, read in place.
+			layer := p.Offset / lb
+			lr.filled[layer] = lb
+			lr.report(layer, lr.data[layer*n*lb:][:n*lb])
+			continue
+		}
+		if len(lr.parts) < len(lr.data) {
+			lr.parts = make([]byte, len(lr.data))
+		}
+		src := lr.data[p.Offset*n:][:p.Bytes*n]
+		for at := p.Offset; at < p.Offset+p.Bytes; {
+			layer := at / lb
+			end := min(p.Offset+p.Bytes, (layer+1)*lb)
+			for i := range n {
+				copy(lr.parts[layer*n*lb+i*lb+at-layer*lb:][:end-at], src[i*p.Bytes+at-p.Offset:][:end-at])
+			}
+			if lr.filled[layer] += end - at; lr.filled[layer] == lb {
+				lr.report(layer, lr.parts[layer*n*lb:][:n*lb])
+			}
+			at = end
 		}
 	}
 }
 
-// finish waits until the waiter has handed every layer queued (after the step's forward
+// report hands part layer of every report's blocks (data: the part of the step's blocks,
+// block after block) to the reports.
+func (lr *layerReads) report(layer int, data []byte) {
+	for _, rep := range lr.reports {
+		rep.fn(rep.first, layer, data[rep.at*lr.bytes:][:rep.n*lr.bytes])
+	}
+}
+
+// finish waits until the waiter has handed every piece queued (after the step's forward
 // pass, whatever its outcome).
 func (lr *layerReads) finish() {
 	if lr.waits == nil {

@@ -83,6 +83,11 @@ type Header struct {
 	// "int8", "fp8_e4m3", "fp8_e5m2"): caches of int8 and fp8 blocks have blocks of one
 	// size, and a block's bytes mean something else in each.
 	KVCacheDType string `json:"kv_cache_dtype,omitempty"`
+	// KVLayout is how the sender's split lays a block's bytes out (kvasir.Engine.KVLayout):
+	// empty for the unsplit model's layout (also a model split by pipeline only),
+	// "tpT-ppP" for one split by tensor, whose blocks mean the same KV only to an engine
+	// split the same way.
+	KVLayout string `json:"kv_layout,omitempty"`
 	// NumBlocks is the number of blocks, NumLayers the layers of each: NumBlocks x
 	// NumLayers layer frames follow, LayerBytes each.
 	NumBlocks int `json:"num_blocks"`

@@ -132,6 +132,9 @@ func TestSendReceive(t *testing.T) {
 		{other("t6", func(h *Header) { h.NumLayers = 2 }), "2 layers, this instance's are 16, 1000 and 4"},
 		// An fp8 cache's blocks are the size of an int8 cache's, but not its bytes.
 		{other("t5", func(h *Header) { h.KVCacheDType = "fp8_e4m3" }), "a kv cache of fp8_e4m3 elements, this instance's holds int8"},
+		// A tensor-parallel model's blocks keep each rank's KV heads apart: as many bytes,
+		// another meaning.
+		{other("t7", func(h *Header) { h.KVLayout = "tp2-pp1" }), "blocks laid out for a model split tp2-pp1, this instance's are for not by tensor"},
 	} {
 		bl := blocks
 		if c.h.BlockBytes != size {
@@ -143,7 +146,7 @@ func TestSendReceive(t *testing.T) {
 		}
 	}
 	st := r.Stats()
-	if st.Received != 1 || st.Taken != 1 || st.HeldBytes != 0 || st.Bytes != 3*size || st.Failed != 5 {
+	if st.Received != 1 || st.Taken != 1 || st.HeldBytes != 0 || st.Bytes != 3*size || st.Failed != 6 {
 		t.Errorf("stats %+v", st)
 	}
 }

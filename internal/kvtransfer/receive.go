@@ -28,6 +28,9 @@ type ReceiverConfig struct {
 	// KVCacheDType is the receiving cache's element type (Header.KVCacheDType): a
 	// transfer of another is refused.
 	KVCacheDType string
+	// KVLayout is the receiving engine's block layout (Header.KVLayout,
+	// kvasir.Engine.KVLayout): a transfer of another is refused.
+	KVLayout string
 	// MaxHeldBytes bounds the bytes of the transfers held at once, waiting for their
 	// requests; one that would pass it is refused (0: DefaultMaxHeldBytes).
 	MaxHeldBytes int64
@@ -230,6 +233,8 @@ func (r *Receiver) receive(conn net.Conn) (string, int64, error) {
 			h.BlockSize, h.BlockBytes, h.NumLayers, r.cfg.BlockSize, r.cfg.BlockBytes, r.cfg.Layers)
 	case h.KVCacheDType != r.cfg.KVCacheDType:
 		return h.ID, 0, fmt.Errorf("a kv cache of %s elements, this instance's holds %s (give both the same --kv-cache-dtype)", orUnnamed(h.KVCacheDType), orUnnamed(r.cfg.KVCacheDType))
+	case h.KVLayout != r.cfg.KVLayout:
+		return h.ID, 0, fmt.Errorf("blocks laid out for a model split %s, this instance's are for %s (split both by tensor, and then by pipeline, the same way)", layoutName(h.KVLayout), layoutName(r.cfg.KVLayout))
 	}
 	size := int64(h.NumBlocks) * int64(h.BlockBytes)
 	if err := r.reserve(h.ID, size); err != nil {
@@ -338,4 +343,12 @@ func orUnnamed(dt string) string {
 		return "unnamed"
 	}
 	return dt
+}
+
+// layoutName is a block layout's name in a message (Header.KVLayout).
+func layoutName(l string) string {
+	if l == "" {
+		return "not by tensor"
+	}
+	return l
 }

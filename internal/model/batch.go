@@ -27,23 +27,40 @@ type Batch struct {
 	// (usually each sequence's last token).
 	LogitsIndices []int
 	// AfterLayer, when set, is called by the forward pass after each layer has written the
-	// step's keys and values, before the next layer computes, with the layer's index and a
-	// reader of that layer's part of blocks: a prefill instance sends a layer's KV while
-	// the next layer computes. It is called only when Model.StreamsLayers, never
-	// otherwise; an error it returns fails the step.
+	// step's keys and values, before the next layer computes, with where that layer's part
+	// lies in a block and a reader of it: a prefill instance sends a layer's KV while the
+	// next layer computes. On a model not split by tensor the piece is the whole layer; on
+	// one split by tensor each rank of the layer's stage calls it for its own KV heads'
+	// piece of the layer (KVCache.LayerPieces), from the rank's goroutine, so calls may
+	// come at once from several goroutines. With a step split into pipeline micro-batches,
+	// a rank calls it during the last one, once the layer holds every micro-batch's keys
+	// and values. It is called only when Model.StreamsLayers, never otherwise; an error it
+	// returns fails the step.
 	AfterLayer LayerHook
 }
 
-// LayerHook is Batch.AfterLayer: called after layer's keys and values are written, with
-// read, which copies that layer's part of blocks out of the cache (valid during the call).
-type LayerHook func(layer int, read LayerReader) error
+// LayerHook is Batch.AfterLayer: called after piece's layer has written its keys and
+// values on piece's rank, with read, which copies that piece of blocks out of the cache
+// (valid during the call).
+type LayerHook func(piece LayerPiece, read LayerReader) error
 
-// LayerReader queues a copy of one layer's keys and values of blocks into dst in the host
-// layout of that layer of KVCache.ReadBlocks (block after block, keys then values, or
-// keys alone in an MLA model's cache, KVCache.LayerBlockBytes each) without holding up the step's next layers, and returns a
-// wait that returns once dst holds it (at once on the CPU; on a GPU once the copy, on a
-// stream of its own, is done). Every wait of a step must have returned before the next
-// step runs.
+// LayerPiece is one rank's part of one layer in the host layout of KVCache.ReadBlocks:
+// bytes [Offset, Offset+Bytes) of every block. The pieces of KVCache.LayerPieces tile a
+// block; on a model not split by tensor, layer l's piece is the whole layer, at offset
+// l x LayerBlockBytes.
+type LayerPiece struct {
+	// Layer is the model-wide index of the layer, Rank the rank that holds the piece.
+	Layer, Rank int
+	// Offset and Bytes place the piece in each block's bytes.
+	Offset, Bytes int
+}
+
+// LayerReader queues a copy of one layer piece's keys and values of blocks into dst, in the
+// host layout of that piece of KVCache.ReadBlocks (block after block, LayerPiece.Bytes
+// each: the rank's keys then values of the layer, or keys alone in an MLA model's cache),
+// without holding up the step's next layers, and returns a wait that returns once dst
+// holds it (at once on the CPU; on a GPU once the copy, on a stream of its own, is done).
+// Every wait of a step must have returned before the next step runs.
 type LayerReader func(blocks []int32, dst []byte) (wait func() error, err error)
 
 // Seq is one sequence's part of a Batch.

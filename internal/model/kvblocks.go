@@ -13,10 +13,30 @@ func (kv *KVCache) BlockBytes() int {
 }
 
 // LayerBlockBytes returns the bytes of one layer's part of a block in the host layout of
-// ReadBlocks (BlockBytes over the model's layers): a LayerReader's bytes a block, and, on
-// a model not split by tensor, exactly layer l's keys and values at offset l x
-// LayerBlockBytes of the block.
+// ReadBlocks (BlockBytes over the model's layers): on a model not split by tensor, exactly
+// layer l's keys and values at offset l x LayerBlockBytes of the block, a LayerReader's
+// bytes a block; on one split by tensor, a run of the block that the layer pieces of one
+// or more ranks fill (LayerPieces).
 func (kv *KVCache) LayerBlockBytes() int { return kv.BlockBytes() / kv.m.cfg.Layers }
+
+// LayerPieces returns where each rank's part of each layer lies in a block's host layout
+// (ReadBlocks), rank after rank, each rank's layers in order: the pieces an AfterLayer hook
+// is called with. They tile the block. On a model not split by tensor, piece l is layer l
+// at offset l x LayerBlockBytes; on one split by tensor, a layer has one piece on each rank
+// of its stage (the rank's KV heads), at that rank's place in the block.
+func (kv *KVCache) LayerPieces() []LayerPiece {
+	var out []LayerPiece
+	off := 0
+	for r, s := range kv.m.ranks {
+		spec := kv.parts[r].Spec()
+		per := spec.BlockBytes() / spec.Layers
+		for l := range spec.Layers {
+			out = append(out, LayerPiece{Layer: s.layer0 + l, Rank: r, Offset: off + l*per, Bytes: per})
+		}
+		off += spec.BlockBytes()
+	}
+	return out
+}
 
 // ReadBlocks copies the keys and values of blocks, every layer of every rank, into dst:
 // block after block in the order given, BlockBytes each; within a block, the ranks' parts

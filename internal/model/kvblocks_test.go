@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/kvasir-llm/kvasir/internal/backend"
@@ -120,7 +121,7 @@ func TestKVBlocksRefuse(t *testing.T) {
 // that layer wrote the step's keys and values and before the next layer wrote any: the
 // rows it reads are the layer's part of what the blocks hold after the step, while the
 // next layer's part of them is still what it was before. The step's logits are those of
-// a step without the hook, bit for bit, and a model split by pipeline never calls it.
+// a step without the hook, bit for bit.
 func TestAfterLayerHook(t *testing.T) {
 	fm := maskTwin(t)
 	const bs = 4
@@ -148,7 +149,11 @@ func TestAfterLayerHook(t *testing.T) {
 			lr := m.ranks[0].be.(backend.LayerKVReader)
 			var got [][]byte
 			b := batchFor(seqs, []int{0, 0}, []int{9, 6}, bs)
-			b.AfterLayer = func(layer int, read LayerReader) error {
+			b.AfterLayer = func(piece LayerPiece, read LayerReader) error {
+				layer := piece.Layer
+				if piece.Rank != 0 || piece.Offset != layer*lb || piece.Bytes != lb {
+					return fmt.Errorf("layer %d: piece %+v of an unsplit model", layer, piece)
+				}
 				if layer != len(got) {
 					return fmt.Errorf("layer %d after %d layers", layer, len(got))
 				}
@@ -201,17 +206,95 @@ func TestAfterLayerHook(t *testing.T) {
 			}
 		})
 	}
-	split := cpuModel(t, fm, Parallel{1, 2}, quant.F32)
-	if split.StreamsLayers() {
-		t.Fatal("a model split by pipeline claims to stream layers")
-	}
-	kv, err := split.NewKVCache(12, bs)
+}
+
+// TestAfterLayerHookSplit: on a model split by tensor, by pipeline or by both, every rank
+// calls the hook once for each of its layers' pieces (KVCache.LayerPieces, which tile a
+// block), and the bytes it reads are that piece of what the blocks hold after the step (in
+// the layout of ReadBlocks), though the two sequences of the step run as two pipeline
+// micro-batches; the logits are the unsplit model's.
+func TestAfterLayerHookSplit(t *testing.T) {
+	fm := maskTwin(t)
+	const bs = 4
+	seqs := []seqRun{maskSeqs[0], {prompt: testTokens(6), table: []int32{3, 0}}}
+	blocks := []int32{7, 1, 3}
+	whole := cpuModel(t, fm, Parallel{1, 1}, quant.F32)
+	wkv, err := whole.NewKVCache(12, bs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := batchFor(seqs, []int{0, 0}, []int{9, 6}, bs)
-	b.AfterLayer = func(int, LayerReader) error { return fmt.Errorf("called on a split model") }
-	if _, err := split.Forward(b, kv); err != nil {
+	want, err := whole.Forward(batchFor(seqs, []int{0, 0}, []int{9, 6}, bs), wkv)
+	if err != nil {
 		t.Fatal(err)
+	}
+	for _, p := range []Parallel{{2, 1}, {1, 2}, {2, 2}} {
+		t.Run(fmt.Sprintf("tp%d-pp%d", p.Tensor, p.Pipeline), func(t *testing.T) {
+			m := cpuModel(t, fm, p, quant.F32)
+			if !m.StreamsLayers() {
+				t.Fatal("a split CPU model does not stream layers")
+			}
+			kv, err := m.NewKVCache(12, bs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pieces := kv.LayerPieces()
+			covered := 0
+			for i, pc := range pieces {
+				if pc.Offset != covered {
+					t.Fatalf("piece %d %+v does not follow on at %d", i, pc, covered)
+				}
+				covered += pc.Bytes
+			}
+			if covered != kv.BlockBytes() || len(pieces) != p.Tensor*fm.Config.Layers {
+				t.Fatalf("%d pieces cover %d bytes of a block of %d", len(pieces), covered, kv.BlockBytes())
+			}
+			var mu sync.Mutex
+			got := map[LayerPiece][]byte{}
+			b := batchFor(seqs, []int{0, 0}, []int{9, 6}, bs)
+			b.AfterLayer = func(piece LayerPiece, read LayerReader) error {
+				rows := make([]byte, len(blocks)*piece.Bytes)
+				wait, err := read(blocks, rows)
+				if err == nil {
+					err = wait()
+				}
+				if err != nil {
+					return err
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if _, ok := got[piece]; ok {
+					return fmt.Errorf("piece %+v twice", piece)
+				}
+				got[piece] = rows
+				return nil
+			}
+			logits, err := m.Forward(b, kv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// float32 rounding apart (TestParallelMatchesWhole).
+			if e := relErr([][]float32{logits}, [][]float32{want}); e > 1e-5 {
+				t.Fatalf("the split model's step with the hook gives logits %.3g off the unsplit model's", e)
+			}
+			if len(got) != len(pieces) {
+				t.Fatalf("hook called for %d pieces of %d", len(got), len(pieces))
+			}
+			bb := kv.BlockBytes()
+			all := make([]byte, len(blocks)*bb)
+			if err := kv.ReadBlocks(blocks, all); err != nil {
+				t.Fatal(err)
+			}
+			for _, pc := range pieces {
+				rows, ok := got[pc]
+				if !ok {
+					t.Fatalf("piece %+v not reported", pc)
+				}
+				for i := range blocks {
+					if !bytes.Equal(rows[i*pc.Bytes:][:pc.Bytes], all[i*bb+pc.Offset:][:pc.Bytes]) {
+						t.Fatalf("piece %+v of block %d: the hook's bytes differ from the block's after the step", pc, blocks[i])
+					}
+				}
+			}
+		})
 	}
 }

@@ -362,12 +362,54 @@ func (m *Model) AttentionMassLanes() int {
 	return c.Layers * c.KVHeads
 }
 
-// StreamsLayers reports whether a step calls its Batch.AfterLayer hook: the model is not
-// split and its backend copies a layer's blocks out between a step's ops
-// (backend.LayerKVReader).
+// StreamsLayers reports whether a step calls its Batch.AfterLayer hook: every rank's
+// backend copies a layer's blocks out between a step's ops (backend.LayerKVReader), the
+// model split by tensor or pipeline or not.
 func (m *Model) StreamsLayers() bool {
-	_, ok := m.ranks[0].be.(backend.LayerKVReader)
-	return ok && len(m.ranks) == 1
+	for _, s := range m.ranks {
+		if _, ok := s.be.(backend.LayerKVReader); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// rankHooks returns each rank's after-layer hook for a step with hook (Batch.AfterLayer):
+// rank r's, called with the index of one of its layers, calls hook with that layer's piece
+// (KVCache.LayerPieces). It returns nil when hook is nil or the model cannot stream layers.
+func (m *Model) rankHooks(hook LayerHook, kv *KVCache) []func(int, LayerReader) error {
+	if hook == nil || !m.StreamsLayers() {
+		return nil
+	}
+	pieces := kv.LayerPieces()
+	hooks := make([]func(int, LayerReader) error, len(m.ranks))
+	for r := range m.ranks {
+		var mine []LayerPiece
+		for _, p := range pieces {
+			if p.Rank == r {
+				mine = append(mine, p)
+			}
+		}
+		hooks[r] = func(l int, read LayerReader) error {
+			if l < 0 || l >= len(mine) {
+				return fmt.Errorf("rank %d: layer %d of its %d", r, l, len(mine))
+			}
+			return hook(mine[l], read)
+		}
+	}
+	return hooks
+}
+
+// KVLayout names how the bytes of a block in the host layout of KVCache.ReadBlocks depend
+// on the model's split: "" when they are the unsplit model's (not split, or split by
+// pipeline only: the stages' layers in order), else "tpT-ppP" (split by tensor: each rank's
+// part holds its own KV heads, the ranks' parts in rank order). Blocks move only between
+// caches of one layout.
+func (m *Model) KVLayout() string {
+	if m.par.Tensor <= 1 {
+		return ""
+	}
+	return fmt.Sprintf("tp%d-pp%d", m.par.Tensor, max(m.par.Pipeline, 1))
 }
 
 // logitsRank returns the rank that computes the logits: the last stage's first.
@@ -406,8 +448,8 @@ func (m *Model) run(b *Batch, kv *KVCache, out stepOut, masks MaskFunc) error {
 		if err := s.prepare(b, kv.BlockSize); err != nil {
 			return err
 		}
-		if b.AfterLayer != nil && m.StreamsLayers() {
-			s.afterLayer = b.AfterLayer
+		if hooks := m.rankHooks(b.AfterLayer, kv); hooks != nil {
+			s.afterLayer = hooks[0]
 			defer func() { s.afterLayer = nil }()
 		}
 		return s.run(kv.parts[0], out, masks)

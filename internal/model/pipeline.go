@@ -79,9 +79,17 @@ func (m *Model) runSplit(b *Batch, kv *KVCache, out stepOut, masks MaskFunc) err
 	errs, maskErrs := make([]error, len(m.ranks)), make([]error, len(m.ranks))
 	var once sync.Once
 	var wg sync.WaitGroup
+	// The after-layer hooks run during the last micro-batch, when each layer holds every
+	// micro-batch's keys and values (a rank runs its micro-batches in order).
+	hooks := m.rankHooks(b.AfterLayer, kv)
 	for r, s := range m.ranks {
 		wg.Go(func() {
-			for _, mb := range mbs {
+			defer func() { s.afterLayer = nil }()
+			for i, mb := range mbs {
+				s.afterLayer = nil
+				if hooks != nil && i == len(mbs)-1 {
+					s.afterLayer = hooks[r]
+				}
 				err := s.prepare(&mb.batch, kv.BlockSize) // no adapters: LoRA refuses a split model
 				var part stepOut
 				var mf MaskFunc

@@ -54,8 +54,9 @@ type shard struct {
 	lora *loraSlots
 	// fp8 quantizes the linear layers' weights to FP8 at upload (Options.FP8).
 	fp8 bool
-	// afterLayer is the step's Batch.AfterLayer (nil: none, or the model cannot).
-	afterLayer LayerHook
+	// afterLayer is the step's Batch.AfterLayer for this rank, called with the index of
+	// one of the shard's layers (nil: none, or the model cannot; see Model.rankHooks).
+	afterLayer func(l int, read LayerReader) error
 }
 
 // upload binds and uploads the part's weights and the rotary frequencies (inside Run),

@@ -62,10 +62,23 @@ const transferTimeout = 300 * time.Millisecond
 // transfers with dial (nil: plain TCP). edits change its server configuration.
 func newRoleInstance(t *testing.T, role string, dial func(ctx context.Context, network, addr string) (net.Conn, error), edits ...func(*server.Config)) *roleInstance {
 	t.Helper()
+	return newSplitInstance(t, role, split{}, dial, edits...)
+}
+
+// split is how an instance's model is split over CPU ranks (0: not split).
+type split struct{ tp, pp int }
+
+func (s split) String() string { return fmt.Sprintf("tp%d-pp%d", max(s.tp, 1), max(s.pp, 1)) }
+
+// newSplitInstance is newRoleInstance with the model split over CPU ranks as sp says (one
+// thread a rank).
+func newSplitInstance(t *testing.T, role string, sp split, dial func(ctx context.Context, network, addr string) (net.Conn, error), edits ...func(*server.Config)) *roleInstance {
+	t.Helper()
 	path := testdata.Path(t, "models/stories260K/stories260K.gguf")
 	ev := server.NewKVEvents(0)
 	metrics := server.NewMetrics("stories")
-	eng, err := kvasir.Open(path, kvasir.Options{Threads: 1, KVCacheMemory: 4 << 20, OnRequestDone: metrics.OnRequestDone, OnKVEvent: ev.Record})
+	eng, err := kvasir.Open(path, kvasir.Options{Threads: max(sp.tp, 1) * max(sp.pp, 1), TensorParallel: sp.tp, PipelineParallel: sp.pp,
+		KVCacheMemory: 4 << 20, OnRequestDone: metrics.OnRequestDone, OnKVEvent: ev.Record})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +95,7 @@ func newRoleInstance(t *testing.T, role string, dial func(ctx context.Context, n
 			t.Fatal(err)
 		}
 		in.rc, err = kvtransfer.Listen(ln, kvtransfer.ReceiverConfig{Model: eng.ModelName(), BlockSize: eng.BlockSize(), Layers: eng.BlockLayers(),
-			BlockBytes: eng.BlockBytes(), KVCacheDType: eng.KVCacheDType(), Timeout: transferTimeout, Logger: log, OnDone: metrics.ObserveReceived})
+			BlockBytes: eng.BlockBytes(), KVCacheDType: eng.KVCacheDType(), KVLayout: eng.KVLayout(), Timeout: transferTimeout, Logger: log, OnDone: metrics.ObserveReceived})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,6 +238,114 @@ func TestDisaggregatedEqualsColocated(t *testing.T) {
 	}
 }
 
+// TestDisaggSplitPrefillEqualsColocated: a prefill instance whose model is split by tensor,
+// by pipeline or by both (CPU ranks) streams every (block, layer) part as it is computed,
+// each rank's piece of a layer read as that rank computes it, and greedy outputs through it
+// and a decode instance equal one unsplit colocated instance's; every transfer is taken and
+// no block is left held. The decode instance's model is split as the prefill's by tensor
+// (the blocks' bytes keep each rank's KV heads apart, so the two must agree), and not split
+// when the prefill's is only by pipeline (whose blocks' bytes are the unsplit model's).
+func TestDisaggSplitPrefillEqualsColocated(t *testing.T) {
+	want := colocated(t)
+	for _, c := range []struct{ prefill, decode split }{
+		{split{tp: 2}, split{tp: 2}},
+		{split{pp: 2}, split{}},
+		{split{tp: 2, pp: 2}, split{tp: 2, pp: 2}},
+	} {
+		t.Run(c.prefill.String(), func(t *testing.T) {
+			checkGoroutines(t)
+			p := newSplitInstance(t, server.RolePrefill, c.prefill, nil)
+			d := newSplitInstance(t, server.RoleDecode, c.decode, nil)
+			if !p.eng.StreamsLayers() {
+				t.Fatal("a split CPU prefill instance does not stream layers")
+			}
+			// Straight to the prefill endpoint first: every part went out as computed.
+			var res struct {
+				NumBlocks      int `json:"num_blocks"`
+				LayersStreamed int `json:"layers_streamed"`
+			}
+			if status := postPrefill(t, p.ts.URL, "split-0", d.rc.Addr().String(), disaggPrompts[0], &res); status != http.StatusOK || res.NumBlocks < 2 {
+				t.Fatalf("prefill: status %d, %d blocks", status, res.NumBlocks)
+			}
+			if layers := p.eng.BlockLayers(); res.LayersStreamed != res.NumBlocks*layers {
+				t.Errorf("%d parts streamed as computed, want every one of %d blocks x %d layers", res.LayersStreamed, res.NumBlocks, layers)
+			}
+			if got, ok := d.rc.Take("split-0"); !ok || len(got.Hashes) != res.NumBlocks {
+				t.Fatal("the transfer is not held whole")
+			}
+			ts := newDisaggRouter(t, p, d)
+			for i, prompt := range disaggPrompts {
+				if i == 0 {
+					continue // cached on the prefill instance: its blocks are read out of the cache
+				}
+				for _, stream := range []bool{false, true} {
+					if got := greedy(t, ts.URL, prompt, stream); got != want[i] {
+						t.Errorf("prompt %d (stream %v): disaggregated %q, colocated %q", i, stream, got, want[i])
+					}
+				}
+			}
+			if st := d.rc.Stats(); st.Received < int64(len(disaggPrompts)) || st.Taken != st.Received || st.Failed != 0 || st.HeldBytes != 0 {
+				t.Errorf("receiver: %+v, want at least %d transfers, each taken, none failed or held", st, len(disaggPrompts))
+			}
+			checkKVIdle(t, p, d)
+		})
+	}
+}
+
+// TestDisaggSplitLayoutRefused: a tensor-parallel prefill instance's blocks have as many
+// bytes as an unsplit decode instance's but keep each rank's KV heads apart, so the decode
+// instance refuses the transfer (naming the layouts) rather than import KV that means
+// something else, and computes the prompt itself: the output is still the colocated one.
+func TestDisaggSplitLayoutRefused(t *testing.T) {
+	want := colocated(t)
+	checkGoroutines(t)
+	p := newSplitInstance(t, server.RolePrefill, split{tp: 2}, nil)
+	d := newRoleInstance(t, server.RoleDecode, nil)
+	if p.eng.BlockBytes() != d.eng.BlockBytes() {
+		t.Fatalf("block bytes %d and %d: the test wants a split that keeps them", p.eng.BlockBytes(), d.eng.BlockBytes())
+	}
+	var res struct{ Error struct{ Message string } }
+	if status := postPrefill(t, p.ts.URL, "layout-0", d.rc.Addr().String(), disaggPrompts[0], &res); status != http.StatusBadGateway || !strings.Contains(res.Error.Message, "tp2-pp1") {
+		t.Fatalf("prefill to an unsplit decode instance: status %d, %q, want 502 naming the layout", status, res.Error.Message)
+	}
+	ts := newDisaggRouter(t, p, d)
+	if got := greedy(t, ts.URL, disaggPrompts[1], false); got != want[1] {
+		t.Errorf("%q after the refused transfer, colocated %q", got, want[1])
+	}
+	if st := d.rc.Stats(); st.Taken != 0 || st.Failed != 2 || st.HeldBytes != 0 {
+		t.Errorf("receiver: %+v, want two refused transfers, none taken or held", st)
+	}
+	checkKVIdle(t, p, d)
+}
+
+// TestDisaggSplitStalledTransfer: a tensor-parallel prefill instance's layer stream that
+// stalls after its first bytes is cut by both sides' timeouts, the decode instance computes
+// the prompt, and no block is left held.
+func TestDisaggSplitStalledTransfer(t *testing.T) {
+	f := &faultDialer{after: 1024}
+	f.fault = func(c *faultConn, b []byte) (int, error) {
+		time.Sleep(time.Until(time.Unix(0, c.writeDeadline.Load())))
+		return 0, os.ErrDeadlineExceeded
+	}
+	runSplitFault(t, f, split{tp: 2})
+}
+
+// TestDisaggSplitCorruptBlock: a byte flipped in a tensor-parallel prefill instance's layer
+// stream is caught by the receiver's checksum and the decode instance computes the prompt.
+func TestDisaggSplitCorruptBlock(t *testing.T) {
+	f := &faultDialer{after: 4096}
+	f.fault = func(c *faultConn, b []byte) (int, error) {
+		bad := bytes.Clone(b)
+		bad[c.f.after-c.written] ^= 0x40
+		c.written += int64(len(b))
+		return c.Conn.Write(bad)
+	}
+	_, d := runSplitFault(t, f, split{tp: 2, pp: 2})
+	if !strings.Contains(d.logs.String(), "checksum") {
+		t.Errorf("the decode instance's log names no checksum failure:\n%s", d.logs)
+	}
+}
+
 // TestKVPrefillLayersStreamed checks what a prefill instance reports of a transfer: every
 // (block, layer) part sent as its layer was computed on a CPU instance streaming layers,
 // none with --kv-transfer-stream chunks; for a prompt whose blocks it holds cached already
@@ -336,9 +457,14 @@ func (c *faultConn) Write(p []byte) (int, error) {
 // transfer failed (the decode instance computed the prompts), and that nothing is left
 // behind on the live instances. It returns the decode instance.
 func runFault(t *testing.T, f *faultDialer) (p, d *roleInstance) {
+	return runSplitFault(t, f, split{})
+}
+
+// runSplitFault is runFault with both instances' models split as sp says.
+func runSplitFault(t *testing.T, f *faultDialer, sp split) (p, d *roleInstance) {
 	want := colocated(t)
 	checkGoroutines(t)
-	p, d = newRoleInstance(t, server.RolePrefill, f.dial), newRoleInstance(t, server.RoleDecode, nil)
+	p, d = newSplitInstance(t, server.RolePrefill, sp, f.dial), newSplitInstance(t, server.RoleDecode, sp, nil)
 	ts := newDisaggRouter(t, p, d)
 	f.armed.Store(true)
 	for i, prompt := range disaggPrompts {

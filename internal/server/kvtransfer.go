@@ -173,7 +173,7 @@ func (s *Server) prefill(ctx context.Context, id, target string, kreq kvasir.Req
 	}
 	t := time.Now()
 	h := kvtransfer.Header{ID: id, Model: s.eng.ModelName(), BlockSize: bs, BlockBytes: src.bb, KVCacheDType: s.eng.KVCacheDType(),
-		NumBlocks: full, NumLayers: layers}
+		KVLayout: s.eng.KVLayout(), NumBlocks: full, NumLayers: layers}
 	sender := s.cfg.KVSender
 	if sender == nil {
 		sender = &kvtransfer.Sender{}
