@@ -207,9 +207,9 @@ func TestBackendAfterLayerHook(t *testing.T) {
 			b := stepBatch(step.lens, bs)
 			rows := make([][]byte, layers)
 			var waits []func() error
-			b.AfterLayer = func(layer int, read model.LayerReader) error {
-				rows[layer] = make([]byte, len(step.blocks)*lb)
-				wait, err := read(step.blocks, rows[layer])
+			b.AfterLayer = func(piece model.LayerPiece, read model.LayerReader) error { // one rank: a piece is a layer
+				rows[piece.Layer] = make([]byte, len(step.blocks)*piece.Bytes)
+				wait, err := read(step.blocks, rows[piece.Layer])
 				waits = append(waits, wait)
 				return err
 			}
