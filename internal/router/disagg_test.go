@@ -221,20 +221,35 @@ func TestDisaggregatedEqualsColocated(t *testing.T) {
 			p := newRoleInstance(t, server.RolePrefill, nil, func(c *server.Config) { c.KVStreamChunks = chunks })
 			d := newRoleInstance(t, server.RoleDecode, nil)
 			ts := newDisaggRouter(t, p, d)
-			for i, prompt := range disaggPrompts {
-				for _, stream := range []bool{false, true} {
-					if got := greedy(t, ts.URL, prompt, stream); got != want[i] {
-						t.Errorf("prompt %d (stream %v): disaggregated %q, colocated %q", i, stream, got, want[i])
-					}
-				}
-			}
+			checkDisaggGreedy(t, ts.URL, want, 0)
 			// The second run of a prompt skips the prefill when the router has seen the
 			// decode instance's events of the first.
-			if st := d.rc.Stats(); st.Received < int64(len(disaggPrompts)) || st.Taken != st.Received || st.Failed != 0 || st.HeldBytes != 0 {
-				t.Errorf("receiver: %+v, want at least %d transfers, each taken, none failed or held", st, len(disaggPrompts))
-			}
+			checkAllTaken(t, d)
 			checkKVIdle(t, p, d)
 		})
+	}
+}
+
+// checkDisaggGreedy checks that the greedy outputs of disaggPrompts[from:] through the
+// router at url, streamed and not, equal the colocated ones (want).
+func checkDisaggGreedy(t *testing.T, url string, want []string, from int) {
+	t.Helper()
+	for i, prompt := range disaggPrompts[from:] {
+		i += from
+		for _, stream := range []bool{false, true} {
+			if got := greedy(t, url, prompt, stream); got != want[i] {
+				t.Errorf("prompt %d (stream %v): disaggregated %q, colocated %q", i, stream, got, want[i])
+			}
+		}
+	}
+}
+
+// checkAllTaken checks that the decode instance d received a transfer for each of
+// disaggPrompts at least, took every one, and holds none.
+func checkAllTaken(t *testing.T, d *roleInstance) {
+	t.Helper()
+	if st := d.rc.Stats(); st.Received < int64(len(disaggPrompts)) || st.Taken != st.Received || st.Failed != 0 || st.HeldBytes != 0 {
+		t.Errorf("receiver: %+v, want at least %d transfers, each taken, none failed or held", st, len(disaggPrompts))
 	}
 }
 
@@ -274,19 +289,8 @@ func TestDisaggSplitPrefillEqualsColocated(t *testing.T) {
 				t.Fatal("the transfer is not held whole")
 			}
 			ts := newDisaggRouter(t, p, d)
-			for i, prompt := range disaggPrompts {
-				if i == 0 {
-					continue // cached on the prefill instance: its blocks are read out of the cache
-				}
-				for _, stream := range []bool{false, true} {
-					if got := greedy(t, ts.URL, prompt, stream); got != want[i] {
-						t.Errorf("prompt %d (stream %v): disaggregated %q, colocated %q", i, stream, got, want[i])
-					}
-				}
-			}
-			if st := d.rc.Stats(); st.Received < int64(len(disaggPrompts)) || st.Taken != st.Received || st.Failed != 0 || st.HeldBytes != 0 {
-				t.Errorf("receiver: %+v, want at least %d transfers, each taken, none failed or held", st, len(disaggPrompts))
-			}
+			checkDisaggGreedy(t, ts.URL, want, 1) // prompt 0 is cached on the prefill instance: its blocks are read out of the cache
+			checkAllTaken(t, d)
 			checkKVIdle(t, p, d)
 		})
 	}
