@@ -54,25 +54,33 @@ func TestBenchCompileRate(t *testing.T) {
 	}
 }
 
+// llama3Trie returns the tokenizer of Llama 3's 128k vocabulary (testdata) and its token
+// trie.
+func llama3Trie(tb testing.TB) (*tokenizer.Tokenizer, *structured.TokenTrie) {
+	tb.Helper()
+	dir := testdata.Path(tb, "tokenizers/llama3")
+	v, err := tokenizer.VocabFromLlama3Files(filepath.Join(dir, "encoder.json"), filepath.Join(dir, "vocab.bpe"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tok, err := tokenizer.New(v)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	trie, err := structured.NewTokenTrie(tok)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tok, trie
+}
+
 // BenchmarkMaskBenchSchemas reports mask and compile times on the Llama 3 vocabulary over
 // every 3rd JSONSchemaBench schema (o6251 left out: its masks take seconds), as `kvasir bench
 // grammar` measures them: each schema compiled and bound to the trie, then two simulated
 // generations of 32 tokens sharing one random source (so the paths, and the first walks of
 // each lexeme state, depend on the whole sample).
 func BenchmarkMaskBenchSchemas(b *testing.B) {
-	dir := testdata.Path(b, "tokenizers/llama3")
-	v, err := tokenizer.VocabFromLlama3Files(filepath.Join(dir, "encoder.json"), filepath.Join(dir, "vocab.bpe"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	tok, err := tokenizer.New(v)
-	if err != nil {
-		b.Fatal(err)
-	}
-	trie, err := structured.NewTokenTrie(tok)
-	if err != nil {
-		b.Fatal(err)
-	}
+	tok, trie := llama3Trie(b)
 	paths := benchSchemas(b)
 	fe := FrontEnd(Options{})
 	var masks, compiles []time.Duration

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"github.com/kvasir-llm/kvasir/internal/structured"
-	"github.com/kvasir-llm/kvasir/internal/testdata"
-	"github.com/kvasir-llm/kvasir/internal/tokenizer"
 )
 
 // TestCompileTimes (KVASIR_COMPILE_TIMES=1) times each phase of the compile of every
@@ -26,19 +24,7 @@ func TestCompileTimes(t *testing.T) {
 	if os.Getenv("KVASIR_COMPILE_TIMES") == "" {
 		t.Skip("set KVASIR_COMPILE_TIMES=1")
 	}
-	dir := testdata.Path(t, "tokenizers/llama3")
-	v, err := tokenizer.VocabFromLlama3Files(filepath.Join(dir, "encoder.json"), filepath.Join(dir, "vocab.bpe"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tok, err := tokenizer.New(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	trie, err := structured.NewTokenTrie(tok)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tok, trie := llama3Trie(t)
 	type row struct {
 		name                    string
 		gbnf, parse, comp, bind time.Duration
