@@ -17,18 +17,19 @@ func (e *Engine) emit(pk pick) {
 		r.firstToken = now
 	}
 	c := &r.clocks[seq.index]
+	prompt := 0
 	switch {
 	case c.tokens == 0:
 		c.first = now
 		// As vLLM counts it: a choice's whole prompt, cached or not, once it has its
 		// first token.
-		e.stepPrompt += len(r.prompt)
+		prompt = len(r.prompt)
 	case c.lastStep != e.emitStep:
 		c.itl = append(c.itl, now.Sub(c.last))
 	}
 	c.tokens++
 	c.last, c.lastStep = now, e.emitStep
-	e.stepGen++
+	e.countTokens(prompt, 1)
 	r.genCount++
 
 	out := Output{RequestID: r.id, Index: seq.index, TokenIDs: []int32{tok}, Logprobs: pk.lp}

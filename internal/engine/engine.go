@@ -710,6 +710,18 @@ func (e *Engine) failAll(err error) {
 	e.publishStats()
 }
 
+// countTokens adds prompt and generated tokens to the step's counts (OnStepDone) and to
+// the shared stats at once, as they are emitted, so that a client whose request ends in
+// this step finds them counted.
+func (e *Engine) countTokens(prompt, gen int) {
+	e.stepPrompt += prompt
+	e.stepGen += gen
+	e.mu.Lock()
+	e.stats.PromptTokens += int64(prompt)
+	e.stats.GenerationTokens += int64(gen)
+	e.mu.Unlock()
+}
+
 // publishStats copies the loop's gauges and counters into the shared snapshot.
 func (e *Engine) publishStats() {
 	used := e.cfg.NumBlocks - 1 - e.kv.NumFreeBlocks()

@@ -403,8 +403,6 @@ func (e *Engine) slow(job *stepJob) {
 	e.mu.Lock()
 	e.stats.Steps++
 	e.stats.ComputedPromptTokens += promptTokens
-	e.stats.PromptTokens += int64(e.stepPrompt)
-	e.stats.GenerationTokens += int64(e.stepGen)
 	e.mu.Unlock()
 	if e.stepGen > 0 && e.cfg.OnStepDone != nil {
 		e.cfg.OnStepDone(StepStats{PromptTokens: e.stepPrompt, GenerationTokens: e.stepGen})

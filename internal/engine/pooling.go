@@ -142,7 +142,7 @@ func (e *Engine) finishPooled(job *stepJob) {
 		if r := seq.req; r.firstToken.IsZero() {
 			r.firstToken = e.cfg.Now()
 		}
-		e.stepPrompt += seq.numPrompt
+		e.countTokens(seq.numPrompt, 0)
 		e.finishSeqWith(seq, Output{RequestID: seq.req.id, Index: seq.index, Embedding: p.vec}, FinishStop, nil, nil)
 	}
 }

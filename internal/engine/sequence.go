@@ -177,6 +177,7 @@ func (e *Engine) finishSeqWith(seq *sequence, out Output, reason string, stopRea
 func (e *Engine) complete(r *request) {
 	e.releaseImport(r)
 	e.endFetch(r)
+	e.publishStats() // before the stream closes: its client may read the metrics next
 	r.out.close()
 	delete(e.active, r.id)
 	e.mu.Lock()
