@@ -138,12 +138,30 @@ func FuzzGemv4Multi(f *testing.F) {
 // TestMatMulFewTokensMatchOne: below the GEMM crossover, each token of a float MatMul gets
 // the outputs of a MatMul of that token alone, bit for bit, so that a speculative verify
 // step gives its tokens the logits of decode steps (greedy speculation keeps the tokens).
+// It runs on every kernel set of this CPU (the tests' set first), with lengths with and
+// without a tail.
 func TestMatMulFewTokensMatchOne(t *testing.T) {
-	p := testPool(2)
+	sets := KernelSets()
+	if s := testKernelSet(); s != "" {
+		sets = []string{s}
+	}
+	for _, set := range sets {
+		for _, cols := range []int{96, 320, 97} {
+			t.Run(fmt.Sprintf("%s/cols=%d", set, cols), func(t *testing.T) { checkFewTokensMatchOne(t, set, cols) })
+		}
+	}
+}
+
+// checkFewTokensMatchOne is TestMatMulFewTokensMatchOne on kernel set set, cols columns.
+func checkFewTokensMatchOne(t *testing.T, set string, cols int) {
+	p, err := NewPoolKernels(2, set)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer p.Close()
-	r := rand.New(rand.NewSource(3))
+	r := rand.New(rand.NewSource(int64(3 + cols)))
 	for _, wt := range []quant.Type{quant.F32, quant.F16, quant.BF16} {
-		rows, cols := 37, 96
+		rows := 37
 		rb, err := wt.RowBytes(cols)
 		if err != nil {
 			t.Fatal(err)

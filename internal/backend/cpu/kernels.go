@@ -61,8 +61,10 @@ type kernels struct {
 	// gemv4F32Multi, gemv4F16Multi and gemv4BF16Multi are gemv4F32, gemv4F16 and gemv4BF16
 	// for nt = 2..maxMultiTokens tokens at once: token t's activations are x[t*xstride:][:n],
 	// its 4 outputs out[t*ostride:], each bit for bit those of the one-token kernel. The
-	// avx512 set reads the weights once for all the tokens (gemv_multi_avx512_amd64.s); the
-	// others call the one-token kernel per token (gemv4Each).
+	// avx512 set reads the weights once for all the tokens (gemv_multi_avx512_amd64.s), the
+	// avx2 set once from memory for up to 5 tokens and in two calls for 6 to 8, the second
+	// finding the rows in L1 (gemv_multi_avx2_amd64.s); the generic set calls the one-token
+	// kernel per token (gemv4Each).
 	gemv4F32Multi  gemv4MultiFunc
 	gemv4F16Multi  gemv4MultiFunc
 	gemv4BF16Multi gemv4MultiFunc

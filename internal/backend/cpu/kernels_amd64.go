@@ -47,8 +47,10 @@ func isAMD() bool {
 	return b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163 // "Auth", "enti", "cAMD"
 }
 
+// avx2Kernels returns the avx2 set. Its multi-token float kernels (gemv4MultiAVX2) read
+// each weight once from memory for 2 to 8 tokens.
 func avx2Kernels() *kernels {
-	return withMultiEach(&kernels{
+	k := &kernels{
 		name:          "avx2",
 		storeQ0Tile16: storeQ0Tile16Generic,
 		dotF32:        dotF32AVX2Slice,
@@ -115,7 +117,64 @@ func avx2Kernels() *kernels {
 		dequantI8:     dequantI8AVX2Slice,
 		dequantF8:     dequantF8AVX2Slice,
 		prefetchRows:  prefetchRowsAVX2,
-	})
+	}
+	k.gemv4F32Multi = func(w []byte, stride int, x []float32, xstride, n, nt int, out []float32, ostride int) {
+		gemv4MultiAVX2(&gemvMultiF32AVX2, 4, dotF32Bytes, w, stride, x, xstride, n, nt, out, ostride)
+	}
+	k.gemv4F16Multi = func(w []byte, stride int, x []float32, xstride, n, nt int, out []float32, ostride int) {
+		gemv4MultiAVX2(&gemvMultiF16AVX2, 2, dotF16Generic, w, stride, x, xstride, n, nt, out, ostride)
+	}
+	k.gemv4BF16Multi = func(w []byte, stride int, x []float32, xstride, n, nt int, out []float32, ostride int) {
+		gemv4MultiAVX2(&gemvMultiBF16AVX2, 2, dotBF16Generic, w, stride, x, xstride, n, nt, out, ostride)
+	}
+	return k
+}
+
+// avx2TokenGroup returns how many of nt tokens (2..maxMultiTokens) the first call of an
+// avx2 multi-token kernel takes: all up to multiAVX2Tokens, else 3, 4 or 5 of 6, 7 or 8,
+// leaving 3 for a second call, which finds the 4 rows in L1.
+func avx2TokenGroup(nt int) int {
+	if nt <= multiAVX2Tokens {
+		return nt
+	}
+	return nt - 3
+}
+
+// gemv4MultiAVX2 is a multi-token kernel of the avx2 set (kernels.gemv4F16Multi) over the
+// kernels ks of one weight type, es bytes a weight (gemv_multi_avx2_amd64.s): it checks
+// the bounds, runs the tokens in one or two groups (avx2TokenGroup) over the multiple of
+// 32 weights of the 4 rows and finishes each token's tail with tail, as gemv4AVX2 does.
+func gemv4MultiAVX2(ks *[multiAVX2Tokens + 1]gemvMultiKernel, es int, tail func(w []byte, x []float32) float32,
+	w []byte, stride int, x []float32, xstride, n, nt int, out []float32, ostride int) {
+	if nt < 2 || nt > maxMultiTokens {
+		panic("cpu: gemv4Multi: want 2 to 8 tokens")
+	}
+	_ = w[3*stride+es*n-1]
+	_ = x[(nt-1)*xstride+n-1]
+	_ = out[(nt-1)*ostride+3]
+	m := n &^ 31
+	if m > 0 {
+		for t := 0; t < nt; {
+			g := avx2TokenGroup(nt - t)
+			k := ks[g]
+			for r := 0; r < 4; r += k.rows {
+				k.run(&w[r*stride], stride, &x[t*xstride], 4*xstride, m, &out[t*ostride+r], 4*ostride)
+			}
+			t += g
+		}
+	} else {
+		for t := range nt {
+			clear(out[t*ostride : t*ostride+4])
+		}
+	}
+	if m < n {
+		for t := range nt {
+			xt := x[t*xstride:][:n]
+			for i := range 4 {
+				out[t*ostride+i] += tail(w[i*stride+es*m:], xt[m:])
+			}
+		}
+	}
 }
 
 // Assembly kernels (dot_amd64.s). Float kernels handle n rounded down to a multiple of 8;

@@ -176,7 +176,7 @@ func matVecFloat(p *Pool, out []float32, w Weight, rb int, xs []float32, nTokens
 
 // floatGroups computes the outputs of row groups [start, end) of a matVecFloat product.
 // Each group of 4 rows meets up to maxMultiTokens tokens per kernel call (gemv4F16Multi
-// and its twins: in the avx512 set each weight read once for all of them, each token's
+// and its twins: in the avx512 and avx2 sets each weight read from memory once for all of them, each token's
 // outputs bit for bit those of a call of its own), so that a speculative verify step of
 // 1+k tokens reads the weights about as often as a decode step; more tokens meet the
 // group, still in cache, in calls of multiRows4Tokens.
