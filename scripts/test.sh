@@ -88,8 +88,10 @@ fi
 # Every package but the abuse suite, which runs alone below.
 pkgs=$(go list ./... | grep -v '/test/abuse$')
 
+# A package's tests get 20 minutes (go test's default is 10): CI's fresh 2-core machine runs
+# two packages at once, and the server package's npm tests drive a few dozen servers.
 echo "== go test"
-gotest -count=1 $pkgs
+gotest -count=1 -timeout 20m $pkgs
 
 # Which SIMD kernel sets the differential tests above compared with the pure-Go twins on
 # this CPU, and which they skipped for lack of the instructions (KVASIR_REQUIRE_CPU=avx512
@@ -109,8 +111,8 @@ KVASIR_CPU=generic go test -count=1 ./internal/backend/...
 # take the same paths and cost ten times as long under the detector. Both ran in full above.
 echo "== go test -race (server and engine)"
 if [ "$(go env CGO_ENABLED)" = 1 ]; then
-	go test -race -count=1 -skip '^(TestOpenAINpmClient|TestOllamaNpmClient|TestOpenAINpmTools)$' ./internal/server
-	go test -race -count=1 -skip '^TestGreedyInvariance$/^stories260K' ./internal/engine
+	go test -race -count=1 -timeout 20m -skip '^(TestOpenAINpmClient|TestOllamaNpmClient|TestOpenAINpmTools)$' ./internal/server
+	go test -race -count=1 -timeout 20m -skip '^TestGreedyInvariance$/^stories260K' ./internal/engine
 elif [ "${KVASIR_REQUIRE_TESTDATA:-}" = 1 ]; then
 	echo "the race detector needs cgo: no C compiler (CGO_ENABLED=$(go env CGO_ENABLED))"; exit 1
 else

@@ -98,7 +98,8 @@ func newTestEnvOf(t testing.TB, opt kvasir.Options, cfg Config, wt quant.Type) *
 }
 
 // newTestServer makes a server on a tiny engine with weights of type wt, its metrics fed
-// by the engine, serving testModelName, logging nowhere (unless cfg says otherwise).
+// by the engine, serving testModelName, logging nowhere and rendering chat templates in one
+// sandbox worker (unless cfg says otherwise).
 func newTestServer(t testing.TB, opt kvasir.Options, cfg Config, wt quant.Type) (*kvasir.Engine, *Server) {
 	t.Helper()
 	if cfg.Metrics == nil {
@@ -111,6 +112,11 @@ func newTestServer(t testing.TB, opt kvasir.Options, cfg Config, wt quant.Type) 
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if cfg.ChatTemplateWorkers == 0 {
+		// One sandbox process per test server: the default's four, started for each of the
+		// package's hundreds of servers, were most of its processes.
+		cfg.ChatTemplateWorkers = 1
 	}
 	srv, err := New(eng, cfg)
 	if err != nil {

@@ -165,7 +165,7 @@ func scriptedServer(t testing.TB, f scriptedFamily, parser string) *testEnv {
 		t.Fatalf("the byte tokens of the reply decode to %q (%v), not the reply", got, err)
 	}
 	cfg := Config{ModelNames: []string{testModelName}, Metrics: NewMetrics(testModelName), ToolCallParser: parser,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), ChatTemplateWorkers: 1,
 		ToolGrammar: func(ToolChoice) ([]kvasir.Processor, error) {
 			return []kvasir.Processor{&forcedReply{tokens: byteTokens(f.reply), eos: 2, vocab: eng.VocabSize()}}, nil
 		}}
@@ -491,9 +491,10 @@ func (f *forcedPrefix) Mask() sample.Mask {
 // in the tiny vocabulary's bytes.
 func randomToolServer(t *testing.T, parser string, grammar func(*testEnv, ToolChoice) ([]kvasir.Processor, error)) *testEnv {
 	t.Helper()
-	eng := openTinyEngine(t, kvasir.Options{}, quant.F32, 2048, testChatTemplate)
+	eng := openTinyEngine(t, kvasir.Options{Threads: 1, KVCacheMemory: 32 << 20, MaxNumSeqs: 4}, quant.F32, 2048, testChatTemplate)
 	env := &testEnv{eng: eng}
-	cfg := Config{ToolCallParser: parser, ModelNames: []string{testModelName}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	cfg := Config{ToolCallParser: parser, ModelNames: []string{testModelName}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		ChatTemplateWorkers: 1}
 	if grammar != nil {
 		cfg.ToolGrammar = func(c ToolChoice) ([]kvasir.Processor, error) { return grammar(env, c) }
 	}
