@@ -223,7 +223,7 @@ func TestLongStringsLowering(t *testing.T) {
 			}
 		}
 		if accepting > 1 && d.numStates() > 50 {
-			t.Errorf("terminal %d (%.60s) accepts in %d states", i, blocks.termName[i], accepting)
+			t.Errorf("terminal %d (%.60s) accepts in %d states", i, blocks.termName(i), accepting)
 		}
 	}
 	for _, tc := range []struct {
