@@ -298,6 +298,9 @@ func (lw *lowering) exprLexical(n *node) bool {
 // inline returns n with every (lexical) rule reference replaced by the rule's body, interned
 // (see intern): equal expressions come back as one node.
 func (lw *lowering) inline(n *node) *node {
+	if lw.inlinedExpr == nil {
+		lw.inlinedExpr, lw.interned, lw.nodeID = map[*node]*node{}, map[uint64][]*node{}, map[*node]uint64{}
+	}
 	if out, ok := lw.inlinedExpr[n]; ok {
 		return out
 	}
