@@ -2,6 +2,7 @@ package structured
 
 import (
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -46,8 +47,9 @@ func (s sym) terminal() int { return int(-1 - s) }
 // Matchers and token Maskers hold the per-sequence state.
 type Compiled struct {
 	terms []*dfa
-	// termName is each terminal's expression, printed (its identity).
-	termName []string
+	// termExpr is each terminal's expression, its rule references inlined and interned
+	// (see lowering.intern): its identity, printed in messages.
+	termExpr []*node
 	rules    [][][]sym // rule -> alternatives -> symbols
 	ruleName []string
 	nullable []bool
@@ -78,7 +80,8 @@ func compile(g *Grammar, lim Limits, frags bool) (*Compiled, error) {
 	lw := &lowering{g: g, lim: lim, deadline: deadline,
 		lexical: make([]int8, len(g.rules)), size: make([]int, len(g.rules)),
 		inlined: make([]*node, len(g.rules)), ruleSym: make([]int, len(g.rules)),
-		termIndex: map[string]int{}, sizes: map[*node]sizeResult{}}
+		termIndex: map[*node]int{}, sizes: map[*node]sizeResult{},
+		inlinedExpr: map[*node]*node{}, interned: map[uint64][]*node{}, nodeID: map[*node]uint64{}}
 	for i := range lw.ruleSym {
 		lw.ruleSym[i] = -1
 	}
@@ -103,9 +106,14 @@ type lowering struct {
 	inlined   []*node
 	sizes     map[*node]sizeResult // exprSize's results
 	ruleSym   []int                // source rule -> lowered rule index (-1: not yet)
-	termIndex map[string]int
-	dfaStates int
-	frags     *fragments // subexpression automata shared by the terminals (nil: none)
+	termIndex map[*node]int        // an interned expression -> its terminal
+	// inlinedExpr memoizes inline by source node; interned holds the inlined nodes by the
+	// hash of their fields and children (see intern), nodeID numbers them.
+	inlinedExpr map[*node]*node
+	interned    map[uint64][]*node
+	nodeID      map[*node]uint64
+	dfaStates   int
+	frags       *fragments // subexpression automata shared by the terminals (nil: none)
 }
 
 func (lw *lowering) check() error {
@@ -287,11 +295,19 @@ func (lw *lowering) exprLexical(n *node) bool {
 	return ok && size <= lw.lim.LexemeSize
 }
 
-// inline returns n with every (lexical) rule reference replaced by the rule's body.
+// inline returns n with every (lexical) rule reference replaced by the rule's body, interned
+// (see intern): equal expressions come back as one node.
 func (lw *lowering) inline(n *node) *node {
+	if lw.inlinedExpr == nil {
+		lw.inlinedExpr, lw.interned, lw.nodeID = map[*node]*node{}, map[uint64][]*node{}, map[*node]uint64{}
+	}
+	if out, ok := lw.inlinedExpr[n]; ok {
+		return out
+	}
+	var out *node
 	switch n.op {
 	case opEmpty, opBytes:
-		return n
+		out = lw.intern(n)
 	case opRef:
 		if lw.inlined[n.ref] == nil {
 			lw.inlined[n.ref] = lw.inline(lw.g.rules[n.ref].body)
@@ -299,21 +315,53 @@ func (lw *lowering) inline(n *node) *node {
 				lw.frags.shared[lw.inlined[n.ref]] = true
 			}
 		}
-		return lw.inlined[n.ref]
+		out = lw.inlined[n.ref]
+	default:
+		e := &node{op: n.op, min: n.min, max: n.max, subs: make([]*node, len(n.subs))}
+		for i, s := range n.subs {
+			e.subs[i] = lw.inline(s)
+		}
+		out = lw.intern(e)
 	}
-	out := &node{op: n.op, min: n.min, max: n.max, subs: make([]*node, len(n.subs))}
-	for i, s := range n.subs {
-		out.subs[i] = lw.inline(s)
-	}
+	lw.inlinedExpr[n] = out
 	return out
+}
+
+// intern returns the node equal to n (same operator, fields and children, the children
+// being interned already) seen before in this compile, else n, recorded. Equal
+// expressions are then one pointer: a terminal's identity is its interned expression
+// (printing every terminal's expression as its key cost about a tenth of the compile of
+// schemas of hundreds of terminals), and the automaton of a subexpression that
+// several terminals embed (see fragments) is built once.
+func (lw *lowering) intern(n *node) *node {
+	h := uint64(fnvOffset)
+	mix := func(v uint64) { h = (h ^ v) * 1099511628211 }
+	mix(uint64(n.op))
+	mix(uint64(int64(n.min)))
+	mix(uint64(int64(n.max)))
+	mix(uint64(int64(n.ref)))
+	for _, w := range n.set {
+		mix(w)
+	}
+	for _, s := range n.subs {
+		mix(lw.nodeID[s])
+	}
+	for _, m := range lw.interned[h] {
+		if m.op == n.op && m.min == n.min && m.max == n.max && m.ref == n.ref && m.set == n.set &&
+			slices.Equal(m.subs, n.subs) {
+			return m
+		}
+	}
+	lw.interned[h] = append(lw.interned[h], n)
+	lw.nodeID[n] = uint64(len(lw.nodeID) + 1)
+	return n
 }
 
 // terminal returns the symbol of the terminal matching lexical expression n, sharing one
 // terminal between equal expressions.
 func (lw *lowering) terminal(n *node) (sym, error) {
 	e := lw.inline(n)
-	name := e.String()
-	if t, ok := lw.termIndex[name]; ok {
+	if t, ok := lw.termIndex[e]; ok {
 		return termSym(t), nil
 	}
 	if err := lw.check(); err != nil {
@@ -321,7 +369,7 @@ func (lw *lowering) terminal(n *node) (sym, error) {
 	}
 	d, err := compileDFAWith(e, lw.frags, lw.lim.NFAStates, lw.lim.DFAStates, lw.check)
 	if err != nil {
-		return 0, fmt.Errorf("terminal %.80s: %w", name, err)
+		return 0, fmt.Errorf("terminal %.80s: %w", e, err)
 	}
 	lw.dfaStates += d.numStates()
 	if lw.dfaStates > lw.lim.TotalDFAStates {
@@ -329,8 +377,8 @@ func (lw *lowering) terminal(n *node) (sym, error) {
 	}
 	t := len(lw.c.terms)
 	lw.c.terms = append(lw.c.terms, d)
-	lw.c.termName = append(lw.c.termName, name)
-	lw.termIndex[name] = t
+	lw.c.termExpr = append(lw.c.termExpr, e)
+	lw.termIndex[e] = t
 	return termSym(t), nil
 }
 
@@ -586,3 +634,6 @@ func (c *Compiled) NumTerminals() int { return len(c.terms) }
 
 // NumRules returns the number of parser rules of the compiled grammar.
 func (c *Compiled) NumRules() int { return len(c.rules) }
+
+// termName returns terminal t's expression, printed.
+func (c *Compiled) termName(t int) string { return c.termExpr[t].String() }

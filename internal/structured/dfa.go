@@ -204,6 +204,10 @@ type dfa struct {
 	accept []bool
 	hasOut []bool // some byte leads to a live state
 	start  uint32
+	// stable is 1 + the number of refinement rounds after which no two of d's states are
+	// alike (see refine) when d is minimal and that is known, else 0: no input longer than
+	// stable-1 bytes tells apart states that shorter ones do not.
+	stable int
 }
 
 func (d *dfa) step(q uint32, b byte) uint32 { return d.next[int(q)*d.nclass+int(d.class[b])] }
@@ -513,11 +517,12 @@ func trim(class [256]uint8, nclass int, next []uint32, accept []bool) *dfa {
 // than maxMinimizeWork is returned as it is (it matches the same language).
 func minimize(d *dfa) *dfa {
 	n := d.numStates()
-	block, nblocks := refine(d, -1, maxMinimizeWork)
+	block, nblocks, rounds := refine(d, -1, maxMinimizeWork)
 	if block == nil {
 		return d
 	}
 	if nblocks == n {
+		d.stable = rounds + 1
 		return d
 	}
 	// renumber so that the dead state's block is 0
@@ -533,7 +538,8 @@ func minimize(d *dfa) *dfa {
 		}
 	}
 	m := &dfa{class: d.class, nclass: d.nclass, next: make([]uint32, nblocks*d.nclass),
-		accept: make([]bool, nblocks), hasOut: make([]bool, nblocks), start: order[block[d.start]]}
+		accept: make([]bool, nblocks), hasOut: make([]bool, nblocks), start: order[block[d.start]],
+		stable: rounds + 1}
 	for q := range n {
 		b := order[block[q]]
 		m.accept[b] = d.accept[q]
@@ -560,7 +566,7 @@ const maxMinimizeWork = 1 << 28
 //
 // It is refine stopped after k rounds; the representative is each block's first state.
 func withinEquivalence(d *dfa, k, maxWork int) []uint32 {
-	block, nblocks := refine(d, k, maxWork)
+	block, nblocks, _ := refine(d, k, maxWork)
 	if block == nil {
 		return nil
 	}

@@ -179,7 +179,7 @@ func TestRefineAgainstMoore(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, rounds := range []int{0, 1, 2, 3, 7, 20, -1} {
-			got, nblocks := refine(raw, rounds, -1)
+			got, nblocks, _ := refine(raw, rounds, -1)
 			want := mooreBlocks(raw, rounds)
 			if !samePartition(got, want) {
 				t.Errorf("%s, %d rounds: the partition differs from Moore's", re, rounds)
@@ -188,10 +188,31 @@ func TestRefineAgainstMoore(t *testing.T) {
 				t.Errorf("%s: %d blocks reported, ids up to %d", re, nblocks, m)
 			}
 		}
-		if got, want := minimize(raw).numStates(), slices.Max(mooreBlocks(raw, -1))+1; got != int(want) {
+		m := minimize(raw)
+		if got, want := m.numStates(), slices.Max(mooreBlocks(raw, -1))+1; got != int(want) {
 			t.Errorf("%s: minimized to %d states, Moore %d", re, got, want)
 		}
-		if _, n := refine(raw, -1, 0); n != 0 {
+		// stable: within stable-1 rounds every state of the minimal DFA is its own class
+		// (what lets NewTokenGrammar skip withinEquivalence), and not within fewer
+		identity := func(reps []uint32) bool {
+			for q, r := range reps {
+				if int(r) != q {
+					return false
+				}
+			}
+			return true
+		}
+		if m.stable == 0 {
+			t.Errorf("%s: minimize did not record its rounds", re)
+		} else {
+			if !identity(withinEquivalence(m, m.stable-1, -1)) {
+				t.Errorf("%s: states alike within %d rounds, recorded as stable", re, m.stable-1)
+			}
+			if m.stable > 1 && identity(withinEquivalence(m, m.stable-2, -1)) {
+				t.Errorf("%s: stable within %d rounds, recorded as %d", re, m.stable-2, m.stable-1)
+			}
+		}
+		if _, n, _ := refine(raw, -1, 0); n != 0 {
 			t.Errorf("%s: a refinement over its work cap returned %d blocks", re, n)
 		}
 	}
@@ -223,7 +244,7 @@ func TestLongStringsLowering(t *testing.T) {
 			}
 		}
 		if accepting > 1 && d.numStates() > 50 {
-			t.Errorf("terminal %d (%.60s) accepts in %d states", i, blocks.termName[i], accepting)
+			t.Errorf("terminal %d (%.60s) accepts in %d states", i, blocks.termName(i), accepting)
 		}
 	}
 	for _, tc := range []struct {

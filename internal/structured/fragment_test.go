@@ -87,7 +87,7 @@ func TestFragmentsEquivalent(t *testing.T) {
 		}
 		for i := range plain.terms {
 			if !equivalentDFA(plain.terms[i], embedded.terms[i]) {
-				t.Errorf("%s: terminal %d (%.100s) differs with fragments", name, i, plain.termName[i])
+				t.Errorf("%s: terminal %d (%.100s) differs with fragments", name, i, plain.termName(i))
 			}
 			if p, e := plain.terms[i].numStates(), embedded.terms[i].numStates(); p != e {
 				t.Errorf("%s: terminal %d has %d states, with fragments %d (both minimal)", name, i, p, e)

@@ -18,10 +18,11 @@ import (
 // the round before: the others keep their signature, and within a block they all share the
 // signature of the block before the split. The result is the same partition as Moore's.
 //
-// It returns each state's block and the number of blocks, or nil when the work (signatures
-// computed, times the byte classes) would pass maxWork; callers then go without the
-// refinement, which only saves memory and time and never changes a language.
-func refine(d *dfa, rounds, maxWork int) ([]uint32, int) {
+// It returns each state's block, the number of blocks and the number of rounds after which
+// no block split any more (-1 when it stopped at rounds before that), or nil when the work
+// (signatures computed, times the byte classes) would pass maxWork; callers then go without
+// the refinement, which only saves memory and time and never changes a language.
+func refine(d *dfa, rounds, maxWork int) ([]uint32, int, int) {
 	n, nc := d.numStates(), d.nclass
 	block := make([]uint32, n)
 	// the blocks as doubly linked lists of their states
@@ -141,7 +142,7 @@ func refine(d *dfa, rounds, maxWork int) ([]uint32, int) {
 			}
 			work += (len(qs) + 1) * nc
 			if maxWork >= 0 && work > maxWork {
-				return nil, 0
+				return nil, 0, -1
 			}
 			// a state of the block that is not a candidate has the signature the whole
 			// block had: its group keeps the block's id (else the first group does)
@@ -178,7 +179,7 @@ func refine(d *dfa, rounds, maxWork int) ([]uint32, int) {
 			}
 		}
 		if len(moves) == 0 {
-			break // stable: no longer input tells more states apart
+			return block, len(head), round // stable: no longer input tells more states apart
 		}
 		// apply the round's splits together, so that every signature of the round was
 		// taken over the blocks of the round before
@@ -196,5 +197,5 @@ func refine(d *dfa, rounds, maxWork int) ([]uint32, int) {
 			}
 		}
 	}
-	return block, len(head)
+	return block, len(head), -1
 }

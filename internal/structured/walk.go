@@ -64,8 +64,11 @@ func NewTokenGrammar(c *Compiled, trie *TokenTrie, vocab Vocabulary) *TokenGramm
 			g.refReps[i] = append(g.refReps[i], classReps(d, ref))
 		}
 		// A DFA of fewer states than the longest token has no two states alike within
-		// it unless minimization would have merged them.
-		if d.numStates() > trie.maxDepth {
+		// it unless minimization would have merged them; nor has a minimal DFA whose
+		// refinement was stable within as many rounds (inputs that long tell apart all
+		// states that any input does): up to 10-30 ms of refinement a schema (bxci,
+		// o21306, github-funding) found each state its own class here.
+		if d.numStates() > trie.maxDepth && (d.stable == 0 || d.stable-1 > trie.maxDepth) {
 			g.reps[i] = withinEquivalence(d, trie.maxDepth, maxRefineWork)
 		}
 	}

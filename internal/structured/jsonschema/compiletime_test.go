@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -15,7 +17,10 @@ import (
 // TestCompileTimes (KVASIR_COMPILE_TIMES=1) times each phase of the compile of every
 // JSONSchemaBench schema on the Llama 3 vocabulary: schema to GBNF, GBNF to a Grammar,
 // Compile (lowering and automata), NewTokenGrammar (binding to the trie), and prints the
-// slowest ones.
+// slowest ones. KVASIR_COMPILE_ONLY (comma-separated substrings of file names) keeps only
+// the schemas named, KVASIR_COMPILE_REPEAT compiles each that many times (for a CPU
+// profile of the slow ones), and KVASIR_GBNF_OUT writes each schema's GBNF into that folder
+// (for structured's TestFragmentsEquivalent with KVASIR_GBNF_DIR).
 func TestCompileTimes(t *testing.T) {
 	now := time.Now
 	if os.Getenv("KVASIR_COMPILE_TIMES") == "cpu" {
@@ -32,7 +37,18 @@ func TestCompileTimes(t *testing.T) {
 		terms, states           int
 	}
 	var rows []row
+	only := strings.Split(os.Getenv("KVASIR_COMPILE_ONLY"), ",")
+	repeat, _ := strconv.Atoi(os.Getenv("KVASIR_COMPILE_REPEAT"))
+	gbnfOut := os.Getenv("KVASIR_GBNF_OUT")
+	var paths []string
 	for _, p := range benchSchemas(t) {
+		if slices.ContainsFunc(only, func(s string) bool { return strings.Contains(filepath.Base(p), s) }) {
+			for range max(repeat, 1) {
+				paths = append(paths, p)
+			}
+		}
+	}
+	for _, p := range paths {
 		src, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)
@@ -44,6 +60,12 @@ func TestCompileTimes(t *testing.T) {
 			continue
 		}
 		t1 := now()
+		if gbnfOut != "" {
+			name := strings.TrimSuffix(filepath.Base(p), ".json") + ".gbnf"
+			if err := os.WriteFile(filepath.Join(gbnfOut, name), []byte(text), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
 		g, err := structured.ParseGBNF(text)
 		if err != nil {
 			t.Fatalf("%s: %v", p, err)
