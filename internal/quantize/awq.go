@@ -28,28 +28,27 @@ import (
 // AWQ's second step (AWQClip), after the scales are folded, clips each block of weights
 // to the range that least changes its share of the layer's outputs.
 //
-// Both steps weigh each calibration token's squared error by the stage's TokenWeight,
-// 1/ms of the residual stream the block's output is added to: what the next RMSNorm
-// leaves of the error. Unweighted (AutoAWQ's sum over tokens), the few tokens whose
-// residual stream carries tens of times the others' energy (each sequence's first, on
-// which this model's early feed-forward blocks write outputs of 15-40 times the others'
-// energy) dominate the error, though the norm that follows scales their errors down by as
-// much.
+// Both steps sum the calibration tokens' squared errors as AutoAWQ does. With
+// TokenWeighted they weigh each token's by the stage's TokenWeight instead, 1/ms of the
+// residual stream the block's output is added to: what the next RMSNorm leaves of the
+// error, so that the few tokens whose residual stream carries tens of times the others'
+// energy (each sequence's first) weigh little. (On the trained 24.9M target this did not
+// lower held-out perplexity: docs/BENCHMARKS.md.)
 
 // AWQOptions tunes AWQ.
 type AWQOptions struct {
 	GridPoints int // alphas tried, evenly spaced over [0, 1] (0: 21)
 	MaxTokens  int // calibration rows the output error is measured on (0: 1024)
 	NoClip     bool
-	// Unweighted sums the tokens' squared errors as they are (AutoAWQ's objective)
-	// instead of weighing them by the stage's TokenWeight.
-	Unweighted bool
+	// TokenWeighted weighs each token's squared error by the stage's TokenWeight
+	// instead of summing them as they are (AutoAWQ's objective).
+	TokenWeighted bool
 }
 
 // tokenWeights returns the weight of each of s's tokens in AWQ's objectives: s's
-// TokenWeight, or nil (all 1) where it has none or opt says unweighted.
+// TokenWeight with opt's TokenWeighted, else nil (all 1; also where s has none).
 func tokenWeights(s *calibrate.Stage, opt AWQOptions) ([]float32, error) {
-	if opt.Unweighted || s.TokenWeight == nil {
+	if !opt.TokenWeighted || s.TokenWeight == nil {
 		return nil, nil
 	}
 	w, err := s.TokenWeight()

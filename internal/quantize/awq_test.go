@@ -206,10 +206,10 @@ func weightsOf(w []float32) func() ([]float32, error) {
 	return func() ([]float32, error) { return w, nil }
 }
 
-// TestAWQTokenWeights checks that AWQ's scale search weighs each token's error by the
-// stage's TokenWeight: on a feed-forward stage, negating the inputs of tokens of weight
+// TestAWQTokenWeights checks that AWQ's scale search, TokenWeighted, weighs each token's
+// error by the stage's TokenWeight: on a feed-forward stage, negating the inputs of tokens of weight
 // 0 (which leaves the channels' mean magnitudes as they are, but not silu's outputs)
-// changes nothing AWQ chooses, while unweighted it changes the choice.
+// changes nothing AWQ chooses, while unweighted (the default) it changes the choice.
 func TestAWQTokenWeights(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	p := cpu.NewPool(2)
@@ -246,23 +246,24 @@ func TestAWQTokenWeights(t *testing.T) {
 		}
 		return alpha, st.Norm.Data
 	}
-	a1, n1 := run(x, AWQOptions{})
-	a2, n2 := run(neg, AWQOptions{})
+	a1, n1 := run(x, AWQOptions{TokenWeighted: true})
+	a2, n2 := run(neg, AWQOptions{TokenWeighted: true})
 	t.Logf("weighted: alpha %.2f, %.2f with the weight-0 tokens negated", a1, a2)
 	if !slices.Equal(n1, n2) {
 		t.Fatal("tokens of weight 0 changed the scales AWQ chose")
 	}
-	u1, m1 := run(x, AWQOptions{Unweighted: true})
-	u2, m2 := run(neg, AWQOptions{Unweighted: true})
+	u1, m1 := run(x, AWQOptions{})
+	u2, m2 := run(neg, AWQOptions{})
 	t.Logf("unweighted: alpha %.2f, %.2f with them negated", u1, u2)
 	if slices.Equal(m1, m2) {
 		t.Fatal("unweighted, the negated tokens changed nothing either: the test shows nothing")
 	}
 }
 
-// TestAWQClipTokenWeights checks that the clipping search weighs tokens as their
-// TokenWeight says: weights of 0, 1 and 4 choose the ranges that the same rows taken 0,
-// 1 and 4 times choose unweighted (up to the float rounding of the two sums).
+// TestAWQClipTokenWeights checks that the clipping search, TokenWeighted, weighs tokens
+// as their TokenWeight says: weights of 0, 1 and 4 choose the ranges that the same rows
+// taken 0, 1 and 4 times choose (up to the float rounding of the two sums); without
+// TokenWeighted the weights are ignored.
 func TestAWQClipTokenWeights(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 16))
 	p := cpu.NewPool(2)
@@ -284,16 +285,16 @@ func TestAWQClipTokenWeights(t *testing.T) {
 			v.Data[i] *= 6
 		}
 	}
-	clip := func(st *calibrate.Stage) []float32 {
+	clip := func(st *calibrate.Stage, weighted bool) []float32 {
 		st.Kind, st.Linear = calibrate.FFNOutput, []*calibrate.Dense{clone(v)}
-		if _, err := AWQClip(p, st, []quant.Type{quant.Q4_0}, AWQOptions{MaxTokens: 1 << 20}); err != nil {
+		if _, err := AWQClip(p, st, []quant.Type{quant.Q4_0}, AWQOptions{MaxTokens: 1 << 20, TokenWeighted: weighted}); err != nil {
 			t.Fatal(err)
 		}
 		return st.Linear[0].Data
 	}
-	weighted := clip(&calibrate.Stage{Input: x, Tokens: tokens, TokenWeight: weightsOf(w)})
-	repeated := clip(&calibrate.Stage{Input: xr, Tokens: xr.Rows})
-	plain := clip(&calibrate.Stage{Input: x, Tokens: tokens})
+	weighted := clip(&calibrate.Stage{Input: x, Tokens: tokens, TokenWeight: weightsOf(w)}, true)
+	repeated := clip(&calibrate.Stage{Input: xr, Tokens: xr.Rows}, true)
+	plain := clip(&calibrate.Stage{Input: x, Tokens: tokens, TokenWeight: weightsOf(w)}, false)
 	differ := func(a, b []float32) int {
 		n := 0
 		for i := 0; i < len(a); i += quant.QK {
