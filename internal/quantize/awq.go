@@ -40,6 +40,9 @@ type AWQOptions struct {
 	GridPoints int // alphas tried, evenly spaced over [0, 1] (0: 21)
 	MaxTokens  int // calibration rows the output error is measured on (0: 1024)
 	NoClip     bool
+	// NoScales skips the scale search: AWQ leaves the stage as it is and only the
+	// clipping search (AWQClip) runs.
+	NoScales bool
 	// TokenWeighted weighs each token's squared error by the stage's TokenWeight
 	// instead of summing them as they are (AutoAWQ's objective).
 	TokenWeighted bool
@@ -76,6 +79,9 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (f
 	}
 	if s.Norm == nil && s.Producer == nil {
 		return 0, fmt.Errorf("awq: stage %s of layer %d has nothing to fold scales into", s.Kind, s.Layer)
+	}
+	if opt.NoScales {
+		return 0, nil
 	}
 	tw, err := tokenWeights(s, opt)
 	if err != nil {

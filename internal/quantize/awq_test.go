@@ -314,3 +314,31 @@ func TestAWQClipTokenWeights(t *testing.T) {
 		t.Fatalf("unweighted clipping agrees with the repeated rows as well (%d blocks differ) as weighted (%d): the test shows nothing", u, d)
 	}
 }
+
+// TestAWQNoScales checks that NoScales leaves a stage's weights, norm and input as they
+// are.
+func TestAWQNoScales(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	p := cpu.NewPool(2)
+	defer p.Close()
+	x := correlatedInputs(rng, 256, 64)
+	norm := &calibrate.Dense{Name: "norm", Rows: 1, Cols: 64, Data: make([]float32, 64)}
+	for i := range norm.Data {
+		norm.Data[i] = 1
+	}
+	w := randomWeights(rng, 32, 64)
+	st := &calibrate.Stage{Kind: calibrate.AttnOutput, Input: clone(x), Tokens: x.Rows, Linear: []*calibrate.Dense{clone(w)}, Norm: clone(norm)}
+	alpha, err := AWQ(p, st, []quant.Type{quant.Q4_0}, AWQOptions{NoScales: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alpha != 0 || !slices.Equal(st.Input.Data, x.Data) || !slices.Equal(st.Linear[0].Data, w.Data) || !slices.Equal(st.Norm.Data, norm.Data) {
+		t.Fatal("NoScales changed the stage")
+	}
+	if _, err := AWQ(p, st, []quant.Type{quant.Q4_0}, AWQOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(st.Norm.Data, norm.Data) {
+		t.Fatal("without NoScales the stage is unchanged too: the test shows nothing")
+	}
+}
