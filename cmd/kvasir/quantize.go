@@ -34,6 +34,9 @@ func runQuantize(args []string) error {
 	weighted := fs.Bool("weighted-scales", false, "gptq: choose the block scales by GPTQ's error weights (each column's 1/[H^-1]_ii as the later columns compensate it) instead of by the weights' magnitudes")
 	regrid := fs.Bool("regrid", false, "gptq: quantize twice, the second time onto block scales chosen beforehand from the error-compensated weights the first pass rounded (twice the time)")
 	noClip := fs.Bool("no-clip", false, "awq: fold the searched scales only, without the weight-clipping search")
+	noScales := fs.Bool("no-scales", false, "awq: skip the activation-aware scale search; only the weight-clipping search runs")
+	tokenWeights := fs.Bool("token-weights", false, "awq: weigh each calibration token's output error by 1/ms of its residual stream (what the next norm leaves of it) instead of alike, as AutoAWQ does")
+	awqRows := fs.Int("awq-rows", 1024, "awq: calibration rows the scale and clipping searches measure errors on (at most --calib-tokens)")
 	threads := fs.Int("threads", 0, "CPU threads (0: all cores)")
 	quiet := fs.Bool("quiet", false, "no progress output")
 	if err := fs.Parse(args); err != nil {
@@ -58,7 +61,7 @@ func runQuantize(args []string) error {
 		return err
 	}
 	gopt.ActOrder, gopt.Weighted, gopt.Regrid = *actOrder, *weighted, *regrid
-	opt := quantize.Options{Plan: plan, Method: *method, GPTQ: gopt, AWQ: quantize.AWQOptions{NoClip: *noClip}, Threads: *threads}
+	opt := quantize.Options{Plan: plan, Method: *method, GPTQ: gopt, AWQ: quantize.AWQOptions{NoClip: *noClip, NoScales: *noScales, TokenWeighted: *tokenWeights, MaxTokens: *awqRows}, Threads: *threads}
 	if opt.Threads <= 0 {
 		opt.Threads = runtime.NumCPU()
 	}

@@ -81,6 +81,16 @@ type Stage struct {
 	// SeqLen is the calibration sequences' length: Input's rows are Tokens/SeqLen
 	// sequences of SeqLen tokens, one after another.
 	SeqLen int
+	// TokenWeight returns, for each of the Tokens rows, 1/ms of the residual stream
+	// once the stage's block (attention for AttnInput and AttnOutput, feed-forward for
+	// FFNInput and FFNOutput) has added its output, with the block's weights as the stage
+	// was shown them, ms the mean square the next RMSNorm divides by; scaled to a mean of
+	// 1. An error e in a token's block output reaches the next normalized input as about
+	// e/rms, so sum_t w_t |e_t|^2 is the error the later layers see; tokens whose
+	// residual stream carries tens of times the others' energy (the first of each
+	// sequence) weigh little in it. It is computed on the first call (one more pass of
+	// the block) and shared by the block's two stages; nil where unknown.
+	TokenWeight func() ([]float32, error)
 }
 
 // Visitor is shown each stage in order. It may change the stage's Linear weights, its
@@ -239,13 +249,14 @@ func (r *runner) layer(l int, ly *Layer, visit Visitor) error {
 
 	// Attention.
 	xn := &Dense{Name: "attn_input", Rows: n, Cols: c.Dim, Data: make([]float32, n*c.Dim)}
+	attnWeight := r.blockWeights(func() ([]float32, error) { return r.attentionBlock(xn.Data, ly.Q, ly.K, ly.V, ly) })
 	if err := cpu.RMSNorm(r.p, xn.Data, r.x, ly.AttnNorm.Data, n, eps); err != nil {
 		return err
 	}
 	attend := func(x []float32, wq, wk, wv *Dense) ([]float32, error) {
 		return r.attentionBlock(x, wq, wk, wv, ly)
 	}
-	if err := visit(&Stage{Layer: l, Kind: AttnInput, Input: xn, Tokens: n, Linear: []*Dense{ly.Q, ly.K, ly.V}, Norm: ly.AttnNorm, Attention: attend, SeqLen: r.seqLen}); err != nil {
+	if err := visit(&Stage{Layer: l, Kind: AttnInput, Input: xn, Tokens: n, Linear: []*Dense{ly.Q, ly.K, ly.V}, Norm: ly.AttnNorm, Attention: attend, SeqLen: r.seqLen, TokenWeight: attnWeight}); err != nil {
 		return err
 	}
 	att := &Dense{Name: "attn_output", Rows: n, Cols: qDim}
@@ -254,7 +265,7 @@ func (r *runner) layer(l int, ly *Layer, visit Visitor) error {
 		return err
 	}
 	group := c.Heads / c.KVHeads
-	if err := visit(&Stage{Layer: l, Kind: AttnOutput, Input: att, Tokens: n, Linear: []*Dense{ly.O}, Producer: ly.V, ProducerBias: ly.VBias, KVGroup: group, HeadDim: hd}); err != nil {
+	if err := visit(&Stage{Layer: l, Kind: AttnOutput, Input: att, Tokens: n, Linear: []*Dense{ly.O}, Producer: ly.V, ProducerBias: ly.VBias, KVGroup: group, HeadDim: hd, TokenWeight: attnWeight}); err != nil {
 		return err
 	}
 	o := make([]float32, n*c.Dim)
@@ -264,11 +275,12 @@ func (r *runner) layer(l int, ly *Layer, visit Visitor) error {
 	addInto(r.x, o)
 
 	// Feed-forward.
+	ffnWeight := r.blockWeights(func() ([]float32, error) { return r.ffnBlock(xn.Data, ly) })
 	if err := cpu.RMSNorm(r.p, xn.Data, r.x, ly.FFNNorm.Data, n, eps); err != nil {
 		return err
 	}
 	xn.Name = "ffn_input"
-	if err := visit(&Stage{Layer: l, Kind: FFNInput, Input: xn, Tokens: n, Linear: []*Dense{ly.Gate, ly.Up}, Norm: ly.FFNNorm, Down: ly.Down}); err != nil {
+	if err := visit(&Stage{Layer: l, Kind: FFNInput, Input: xn, Tokens: n, Linear: []*Dense{ly.Gate, ly.Up}, Norm: ly.FFNNorm, Down: ly.Down, TokenWeight: ffnWeight}); err != nil {
 		return err
 	}
 	f := ly.Gate.Rows
@@ -283,7 +295,7 @@ func (r *runner) layer(l int, ly *Layer, visit Visitor) error {
 		gate[i] = g / (1 + float32(math.Exp(float64(-g)))) * up[i]
 	}
 	h := &Dense{Name: "ffn_output", Rows: n, Cols: f, Data: gate}
-	if err := visit(&Stage{Layer: l, Kind: FFNOutput, Input: h, Tokens: n, Linear: []*Dense{ly.Down}, Producer: ly.Up}); err != nil {
+	if err := visit(&Stage{Layer: l, Kind: FFNOutput, Input: h, Tokens: n, Linear: []*Dense{ly.Down}, Producer: ly.Up, TokenWeight: ffnWeight}); err != nil {
 		return err
 	}
 	if err := r.matMul(o, ly.Down, h.Data); err != nil {
@@ -399,6 +411,57 @@ func (r *runner) attention(out, q, k, v []float32, n int) {
 			}
 		}
 	})
+}
+
+// blockWeights returns a Stage.TokenWeight for the block whose output block computes:
+// on its first call it adds that output to the residual stream (in a copy) and weighs
+// each token by 1/(ms_t + eps), ms_t the mean square of its row, scaled to a mean of 1.
+func (r *runner) blockWeights(block func() ([]float32, error)) func() ([]float32, error) {
+	var w []float32
+	return func() ([]float32, error) {
+		if w != nil {
+			return w, nil
+		}
+		out, err := block()
+		if err != nil {
+			return nil, err
+		}
+		dim := r.c.Dim
+		inv := make([]float64, r.n)
+		var sum float64
+		for t := range r.n {
+			var ms float64
+			for i, v := range r.x[t*dim : (t+1)*dim] {
+				y := float64(v) + float64(out[t*dim+i])
+				ms += y * y
+			}
+			inv[t] = 1 / (ms/float64(dim) + r.c.NormEps)
+			sum += inv[t]
+		}
+		w = make([]float32, r.n)
+		for t, v := range inv {
+			w[t] = float32(v * float64(r.n) / sum)
+		}
+		return w, nil
+	}
+}
+
+// ffnBlock is the feed-forward block's output down(silu(gate x) * up x) for the run's
+// tokens' inputs x.
+func (r *runner) ffnBlock(x []float32, ly *Layer) ([]float32, error) {
+	f := ly.Gate.Rows
+	gate, up := make([]float32, r.n*f), make([]float32, r.n*f)
+	if err := r.matMul(gate, ly.Gate, x); err != nil {
+		return nil, err
+	}
+	if err := r.matMul(up, ly.Up, x); err != nil {
+		return nil, err
+	}
+	for i, g := range gate {
+		gate[i] = g / (1 + float32(math.Exp(float64(-g)))) * up[i]
+	}
+	out := make([]float32, r.n*ly.Down.Rows)
+	return out, r.matMul(out, ly.Down, gate)
 }
 
 func addInto(dst, src []float32) {

@@ -171,3 +171,66 @@ func TestStageBlocks(t *testing.T) {
 		t.Fatalf("checked %d layers of %d", checked, c.Layers)
 	}
 }
+
+// TestTokenWeights checks each stage's TokenWeight: a weight per token with a mean of 1,
+// the same for a block's two stages, and, for the last feed-forward block (whose output
+// the residual stream Run returns holds), proportional to 1/(ms + eps) of that stream's
+// rows.
+func TestTokenWeights(t *testing.T) {
+	m := openStories(t)
+	c := m.Config
+	seqs := [][]int32{{1, 403, 407, 261, 378, 425, 375, 302}, {1, 415, 443, 332, 260, 384, 290, 267}}
+	p := cpu.NewPool(2)
+	defer p.Close()
+	got := map[[2]int][]float32{}
+	x, err := Run(m, seqs, p, func(l int) (*Layer, error) { return LoadLayer(m, l) },
+		func(s *Stage) error {
+			w, err := s.TokenWeight()
+			if err != nil {
+				return err
+			}
+			if len(w) != s.Tokens {
+				t.Fatalf("layer %d %s: %d weights for %d tokens", s.Layer, s.Kind, len(w), s.Tokens)
+			}
+			var sum float64
+			for _, v := range w {
+				if !(v > 0) {
+					t.Fatalf("layer %d %s: weight %g", s.Layer, s.Kind, v)
+				}
+				sum += float64(v)
+			}
+			if mean := sum / float64(len(w)); math.Abs(mean-1) > 1e-4 {
+				t.Fatalf("layer %d %s: mean weight %g, want 1", s.Layer, s.Kind, mean)
+			}
+			got[[2]int{s.Layer, int(s.Kind)}] = w
+			return nil
+		}, func(int, *Layer) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range c.Layers {
+		a, o := got[[2]int{l, int(AttnInput)}], got[[2]int{l, int(AttnOutput)}]
+		f, d := got[[2]int{l, int(FFNInput)}], got[[2]int{l, int(FFNOutput)}]
+		for i := range a {
+			if a[i] != o[i] || f[i] != d[i] {
+				t.Fatalf("layer %d token %d: the block's two stages weigh it %g and %g (attention), %g and %g (feed-forward)", l, i, a[i], o[i], f[i], d[i])
+			}
+		}
+	}
+	last := got[[2]int{c.Layers - 1, int(FFNOutput)}]
+	n := len(last)
+	var ratio0 float64
+	for i := range n {
+		var ms float64
+		for _, v := range x[i*c.Dim : (i+1)*c.Dim] {
+			ms += float64(v) * float64(v)
+		}
+		r := float64(last[i]) * (ms/float64(c.Dim) + c.NormEps)
+		if i == 0 {
+			ratio0 = r
+		}
+		if math.Abs(r/ratio0-1) > 1e-3 {
+			t.Fatalf("token %d: weight times ms %g, token 0's %g: want the weight proportional to 1/ms", i, r, ratio0)
+		}
+	}
+}

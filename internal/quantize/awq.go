@@ -27,12 +27,41 @@ import (
 //
 // AWQ's second step (AWQClip), after the scales are folded, clips each block of weights
 // to the range that least changes its share of the layer's outputs.
+//
+// Both steps sum the calibration tokens' squared errors as AutoAWQ does. With
+// TokenWeighted they weigh each token's by the stage's TokenWeight instead, 1/ms of the
+// residual stream the block's output is added to: what the next RMSNorm leaves of the
+// error, so that the few tokens whose residual stream carries tens of times the others'
+// energy (each sequence's first) weigh little. (On the trained 24.9M target this did not
+// lower held-out perplexity: docs/BENCHMARKS.md.)
 
 // AWQOptions tunes AWQ.
 type AWQOptions struct {
 	GridPoints int // alphas tried, evenly spaced over [0, 1] (0: 21)
 	MaxTokens  int // calibration rows the output error is measured on (0: 1024)
 	NoClip     bool
+	// NoScales skips the scale search: AWQ leaves the stage as it is and only the
+	// clipping search (AWQClip) runs.
+	NoScales bool
+	// TokenWeighted weighs each token's squared error by the stage's TokenWeight
+	// instead of summing them as they are (AutoAWQ's objective).
+	TokenWeighted bool
+}
+
+// tokenWeights returns the weight of each of s's tokens in AWQ's objectives: s's
+// TokenWeight with opt's TokenWeighted, else nil (all 1; also where s has none).
+func tokenWeights(s *calibrate.Stage, opt AWQOptions) ([]float32, error) {
+	if !opt.TokenWeighted || s.TokenWeight == nil {
+		return nil, nil
+	}
+	w, err := s.TokenWeight()
+	if err != nil {
+		return nil, fmt.Errorf("awq: token weights: %w", err)
+	}
+	if len(w) != s.Tokens {
+		return nil, fmt.Errorf("awq: %d token weights for %d tokens", len(w), s.Tokens)
+	}
+	return w, nil
 }
 
 // AWQ searches the scales of one stage for its linear layers' target types, folds them
@@ -50,6 +79,13 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (f
 	}
 	if s.Norm == nil && s.Producer == nil {
 		return 0, fmt.Errorf("awq: stage %s of layer %d has nothing to fold scales into", s.Kind, s.Layer)
+	}
+	if opt.NoScales {
+		return 0, nil
+	}
+	tw, err := tokenWeights(s, opt)
+	if err != nil {
+		return 0, err
 	}
 	in := s.Input
 	cols := in.Cols
@@ -77,12 +113,29 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (f
 	for c, m := range mag {
 		smag[owner[c]] += m / float64(s.Tokens)
 	}
-	xs := sampleRows(in, s.Tokens, opt.MaxTokens)
+	xs, xw := sampleRows(in, s.Tokens, opt.MaxTokens, tw)
 	n := xs.Rows
+	// sqErr is sum_t w_t |got_t - want_t|^2 over the outputs' rows of width values, w
+	// the rows' weights (nil: 1).
+	sqErr := func(got, want []float32, width int, w []float32) float64 {
+		var total float64
+		for t := 0; t*width < len(got); t++ {
+			var e float64
+			for j := t * width; j < (t+1)*width; j++ {
+				d := float64(got[j] - want[j])
+				e += d * d
+			}
+			if w != nil {
+				e *= float64(w[t])
+			}
+			total += e
+		}
+		return total
+	}
 	ref := make([][]float32, len(s.Linear))
 	for i, w := range s.Linear {
 		ref[i] = make([]float32, n*w.Rows)
-		if err := calibrate.MatMul(p, ref[i], w, xs.Data, n); err != nil {
+		if err = calibrate.MatMul(p, ref[i], w, xs.Data, n); err != nil {
 			return 0, err
 		}
 	}
@@ -111,12 +164,14 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (f
 		attn = attn && isBlockType(t)
 	}
 	var xa, xasc []float32
-	var attnRef []float32
+	var attnRef, aw []float32
 	if attn {
 		rows := max(1, min(s.Tokens, opt.MaxTokens)/s.SeqLen) * s.SeqLen
 		xa = in.Data[:rows*cols]
 		xasc = make([]float32, len(xa))
-		var err error
+		if tw != nil {
+			aw = tw[:rows]
+		}
 		if attnRef, err = s.Attention(xa, s.Linear[0], s.Linear[1], s.Linear[2]); err != nil {
 			return 0, err
 		}
@@ -185,11 +240,7 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (f
 			if err != nil {
 				return 0, err
 			}
-			for j, v := range out {
-				d := float64(v - attnRef[j])
-				total += d * d
-			}
-			return total, nil
+			return sqErr(out, attnRef, cols, aw), nil
 		}
 		outs := make([][]float32, len(s.Linear))
 		for i, w := range s.Linear {
@@ -209,10 +260,7 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (f
 				return 0, err
 			}
 			if !mlp {
-				for j, v := range outs[i] {
-					d := float64(v - ref[i][j])
-					total += d * d
-				}
+				total += sqErr(outs[i], ref[i], w.Rows, xw)
 			}
 		}
 		if mlp {
@@ -220,10 +268,7 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (f
 			if err != nil {
 				return 0, err
 			}
-			for j, v := range out {
-				d := float64(v - mlpRef[j])
-				total += d * d
-			}
+			total += sqErr(out, mlpRef, s.Down.Rows, xw)
 		}
 		return total, nil
 	}
@@ -307,7 +352,22 @@ func AWQClip(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions
 	if cols%quant.QK != 0 {
 		return 0, nil // no whole blocks to clip
 	}
-	h, err := Hessian(p, sampleRows(in, s.Tokens, opt.MaxTokens))
+	tw, err := tokenWeights(s, opt)
+	if err != nil {
+		return 0, err
+	}
+	xs, xw := sampleRows(in, s.Tokens, opt.MaxTokens, tw)
+	if xw != nil {
+		// H = sum_t w_t x_t x_t^T: each row scaled by sqrt(w_t).
+		for t := range xs.Rows {
+			f := float32(math.Sqrt(float64(xw[t])))
+			row := xs.Row(t)
+			for c := range row {
+				row[c] *= f
+			}
+		}
+	}
+	h, err := Hessian(p, xs)
 	if err != nil {
 		return 0, err
 	}
@@ -389,18 +449,27 @@ func AWQClip(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions
 // calibration windows' length (8192 tokens in windows of 512, every 8th row: every BOS row
 // taken, at 8 times its share), and the first token of a window, whose feed-forward
 // output carries tens of times the energy of the others, would weigh on the error out of
-// proportion.
-func sampleRows(in *calibrate.Dense, tokens, maxRows int) *calibrate.Dense {
+// proportion. It also returns the taken rows' weights, w's entries for them (nil when w
+// is nil).
+func sampleRows(in *calibrate.Dense, tokens, maxRows int, w []float32) (*calibrate.Dense, []float32) {
 	n := min(tokens, maxRows)
 	stride := max(1, tokens/n)
 	for gcd(stride, tokens) != 1 {
 		stride++
 	}
 	xs := &calibrate.Dense{Rows: n, Cols: in.Cols, Data: make([]float32, n*in.Cols)}
-	for i := range n {
-		copy(xs.Row(i), in.Row(i*stride%tokens))
+	var xw []float32
+	if w != nil {
+		xw = make([]float32, n)
 	}
-	return xs
+	for i := range n {
+		t := i * stride % tokens
+		copy(xs.Row(i), in.Row(t))
+		if w != nil {
+			xw[i] = w[t]
+		}
+	}
+	return xs, xw
 }
 
 func gcd(a, b int) int {

@@ -178,7 +178,7 @@ func TestSampleRowsDoesNotAlias(t *testing.T) {
 	for i := range in.Data {
 		in.Data[i] = float32(i)
 	}
-	xs := sampleRows(in, tokens, 1024)
+	xs, _ := sampleRows(in, tokens, 1024, nil)
 	seen := map[float32]bool{}
 	first := 0
 	for _, v := range xs.Data {
@@ -196,7 +196,149 @@ func TestSampleRowsDoesNotAlias(t *testing.T) {
 	if want := 1024 / window; first > 2*want {
 		t.Fatalf("%d first-of-window rows of 1024, want about %d", first, want)
 	}
-	if all := sampleRows(in, 100, 1024); all.Rows != 100 {
+	if all, _ := sampleRows(in, 100, 1024, nil); all.Rows != 100 {
 		t.Fatalf("%d rows of 100 tokens, want all 100", all.Rows)
+	}
+}
+
+// weightsOf returns a Stage.TokenWeight giving w.
+func weightsOf(w []float32) func() ([]float32, error) {
+	return func() ([]float32, error) { return w, nil }
+}
+
+// TestAWQTokenWeights checks that AWQ's scale search, TokenWeighted, weighs each token's
+// error by the stage's TokenWeight: on a feed-forward stage, negating the inputs of tokens of weight
+// 0 (which leaves the channels' mean magnitudes as they are, but not silu's outputs)
+// changes nothing AWQ chooses, while unweighted (the default) it changes the choice.
+func TestAWQTokenWeights(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	p := cpu.NewPool(2)
+	defer p.Close()
+	const tokens, dim, ffn = 256, 64, 96
+	x := correlatedInputs(rng, tokens, dim)
+	w := make([]float32, tokens)
+	for i := range tokens {
+		if i%2 == 0 {
+			w[i] = 2
+		} else { // weight 0, and large: what the unweighted error would follow
+			for c := range x.Row(i) {
+				x.Row(i)[c] *= 6
+			}
+		}
+	}
+	neg := clone(x)
+	for i := 1; i < tokens; i += 2 {
+		for c := range neg.Row(i) {
+			neg.Row(i)[c] = -neg.Row(i)[c]
+		}
+	}
+	norm := &calibrate.Dense{Name: "norm", Rows: 1, Cols: dim, Data: make([]float32, dim)}
+	for i := range norm.Data {
+		norm.Data[i] = 1
+	}
+	gate, up, down := randomWeights(rng, ffn, dim), randomWeights(rng, ffn, dim), randomWeights(rng, dim, ffn)
+	run := func(in *calibrate.Dense, opt AWQOptions) (float64, []float32) {
+		st := &calibrate.Stage{Kind: calibrate.FFNInput, Input: clone(in), Tokens: tokens, Norm: clone(norm),
+			Linear: []*calibrate.Dense{clone(gate), clone(up)}, Down: down, TokenWeight: weightsOf(w)}
+		alpha, err := AWQ(p, st, []quant.Type{quant.Q4_0, quant.Q4_0}, opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return alpha, st.Norm.Data
+	}
+	a1, n1 := run(x, AWQOptions{TokenWeighted: true})
+	a2, n2 := run(neg, AWQOptions{TokenWeighted: true})
+	t.Logf("weighted: alpha %.2f, %.2f with the weight-0 tokens negated", a1, a2)
+	if !slices.Equal(n1, n2) {
+		t.Fatal("tokens of weight 0 changed the scales AWQ chose")
+	}
+	u1, m1 := run(x, AWQOptions{})
+	u2, m2 := run(neg, AWQOptions{})
+	t.Logf("unweighted: alpha %.2f, %.2f with them negated", u1, u2)
+	if slices.Equal(m1, m2) {
+		t.Fatal("unweighted, the negated tokens changed nothing either: the test shows nothing")
+	}
+}
+
+// TestAWQClipTokenWeights checks that the clipping search, TokenWeighted, weighs tokens
+// as their TokenWeight says: weights of 0, 1 and 4 choose the ranges that the same rows
+// taken 0, 1 and 4 times choose (up to the float rounding of the two sums); without
+// TokenWeighted the weights are ignored.
+func TestAWQClipTokenWeights(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	p := cpu.NewPool(2)
+	defer p.Close()
+	const tokens, dim = 300, 128
+	x := correlatedInputs(rng, tokens, dim)
+	w := make([]float32, tokens)
+	var rep []float32
+	for i := range tokens {
+		w[i] = []float32{0, 1, 4}[i%3]
+		for range int(w[i]) {
+			rep = append(rep, x.Row(i)...)
+		}
+	}
+	xr := &calibrate.Dense{Rows: len(rep) / dim, Cols: dim, Data: rep}
+	v := randomWeights(rng, 64, dim)
+	for i := range v.Data {
+		if rng.IntN(40) == 0 {
+			v.Data[i] *= 6
+		}
+	}
+	clip := func(st *calibrate.Stage, weighted bool) []float32 {
+		st.Kind, st.Linear = calibrate.FFNOutput, []*calibrate.Dense{clone(v)}
+		if _, err := AWQClip(p, st, []quant.Type{quant.Q4_0}, AWQOptions{MaxTokens: 1 << 20, TokenWeighted: weighted}); err != nil {
+			t.Fatal(err)
+		}
+		return st.Linear[0].Data
+	}
+	weighted := clip(&calibrate.Stage{Input: x, Tokens: tokens, TokenWeight: weightsOf(w)}, true)
+	repeated := clip(&calibrate.Stage{Input: xr, Tokens: xr.Rows}, true)
+	plain := clip(&calibrate.Stage{Input: x, Tokens: tokens, TokenWeight: weightsOf(w)}, false)
+	differ := func(a, b []float32) int {
+		n := 0
+		for i := 0; i < len(a); i += quant.QK {
+			if !slices.Equal(a[i:i+quant.QK], b[i:i+quant.QK]) {
+				n++
+			}
+		}
+		return n
+	}
+	blocks := len(v.Data) / quant.QK
+	d, u := differ(weighted, repeated), differ(plain, repeated)
+	t.Logf("of %d blocks, %d clipped otherwise than the repeated rows clip them weighted, %d unweighted", blocks, d, u)
+	if d > blocks/50 {
+		t.Fatalf("weighted: %d of %d blocks clipped otherwise than with repeated rows", d, blocks)
+	}
+	if u <= d {
+		t.Fatalf("unweighted clipping agrees with the repeated rows as well (%d blocks differ) as weighted (%d): the test shows nothing", u, d)
+	}
+}
+
+// TestAWQNoScales checks that NoScales leaves a stage's weights, norm and input as they
+// are.
+func TestAWQNoScales(t *testing.T) {
+	rng := rand.New(rand.NewPCG(17, 18))
+	p := cpu.NewPool(2)
+	defer p.Close()
+	x := correlatedInputs(rng, 256, 64)
+	norm := &calibrate.Dense{Name: "norm", Rows: 1, Cols: 64, Data: make([]float32, 64)}
+	for i := range norm.Data {
+		norm.Data[i] = 1
+	}
+	w := randomWeights(rng, 32, 64)
+	st := &calibrate.Stage{Kind: calibrate.AttnOutput, Input: clone(x), Tokens: x.Rows, Linear: []*calibrate.Dense{clone(w)}, Norm: clone(norm)}
+	alpha, err := AWQ(p, st, []quant.Type{quant.Q4_0}, AWQOptions{NoScales: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if alpha != 0 || !slices.Equal(st.Input.Data, x.Data) || !slices.Equal(st.Linear[0].Data, w.Data) || !slices.Equal(st.Norm.Data, norm.Data) {
+		t.Fatal("NoScales changed the stage")
+	}
+	if _, err := AWQ(p, st, []quant.Type{quant.Q4_0}, AWQOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Equal(st.Norm.Data, norm.Data) {
+		t.Fatal("without NoScales the stage is unchanged too: the test shows nothing")
 	}
 }
