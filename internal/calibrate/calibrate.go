@@ -283,18 +283,11 @@ func (r *runner) layer(l int, ly *Layer, visit Visitor) error {
 	if err := visit(&Stage{Layer: l, Kind: FFNInput, Input: xn, Tokens: n, Linear: []*Dense{ly.Gate, ly.Up}, Norm: ly.FFNNorm, Down: ly.Down, TokenWeight: ffnWeight}); err != nil {
 		return err
 	}
-	f := ly.Gate.Rows
-	gate, up := make([]float32, n*f), make([]float32, n*f)
-	if err := r.matMul(gate, ly.Gate, xn.Data); err != nil {
+	hidden, err := r.ffnHidden(xn.Data, ly)
+	if err != nil {
 		return err
 	}
-	if err := r.matMul(up, ly.Up, xn.Data); err != nil {
-		return err
-	}
-	for i, g := range gate {
-		gate[i] = g / (1 + float32(math.Exp(float64(-g)))) * up[i]
-	}
-	h := &Dense{Name: "ffn_output", Rows: n, Cols: f, Data: gate}
+	h := &Dense{Name: "ffn_output", Rows: n, Cols: ly.Gate.Rows, Data: hidden}
 	if err := visit(&Stage{Layer: l, Kind: FFNOutput, Input: h, Tokens: n, Linear: []*Dense{ly.Down}, Producer: ly.Up, TokenWeight: ffnWeight}); err != nil {
 		return err
 	}
@@ -449,6 +442,17 @@ func (r *runner) blockWeights(block func() ([]float32, error)) func() ([]float32
 // ffnBlock is the feed-forward block's output down(silu(gate x) * up x) for the run's
 // tokens' inputs x.
 func (r *runner) ffnBlock(x []float32, ly *Layer) ([]float32, error) {
+	h, err := r.ffnHidden(x, ly)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float32, r.n*ly.Down.Rows)
+	return out, r.matMul(out, ly.Down, h)
+}
+
+// ffnHidden is the feed-forward block's hidden activations silu(gate x) * up x, the down
+// projection's input, for the run's tokens' inputs x.
+func (r *runner) ffnHidden(x []float32, ly *Layer) ([]float32, error) {
 	f := ly.Gate.Rows
 	gate, up := make([]float32, r.n*f), make([]float32, r.n*f)
 	if err := r.matMul(gate, ly.Gate, x); err != nil {
@@ -460,8 +464,7 @@ func (r *runner) ffnBlock(x []float32, ly *Layer) ([]float32, error) {
 	for i, g := range gate {
 		gate[i] = g / (1 + float32(math.Exp(float64(-g)))) * up[i]
 	}
-	out := make([]float32, r.n*ly.Down.Rows)
-	return out, r.matMul(out, ly.Down, gate)
+	return gate, nil
 }
 
 func addInto(dst, src []float32) {
