@@ -337,13 +337,7 @@ func TestDisaggSplitStalledTransfer(t *testing.T) {
 // TestDisaggSplitCorruptBlock: a byte flipped in a tensor-parallel prefill instance's layer
 // stream is caught by the receiver's checksum and the decode instance computes the prompt.
 func TestDisaggSplitCorruptBlock(t *testing.T) {
-	f := &faultDialer{after: 4096}
-	f.fault = func(c *faultConn, b []byte) (int, error) {
-		bad := bytes.Clone(b)
-		bad[c.f.after-c.written] ^= 0x40
-		c.written += int64(len(b))
-		return c.Conn.Write(bad)
-	}
+	f := corruptingDialer()
 	_, d := runSplitFault(t, f, split{tp: 2, pp: 2})
 	if !strings.Contains(d.logs.String(), "checksum") {
 		t.Errorf("the decode instance's log names no checksum failure:\n%s", d.logs)
@@ -517,9 +511,10 @@ func TestDisaggPrefillKilledMidTransfer(t *testing.T) {
 	checkKVIdle(t, d)
 }
 
-// TestDisaggCorruptBlock flips one byte of a block in transit: the receiver's checksum
-// catches it, the transfer is refused, and the decode instance computes the prompt.
-func TestDisaggCorruptBlock(t *testing.T) {
+// corruptingDialer returns a dialer whose connections, once armed, flip one bit of the byte
+// at offset 4096 of what they write (a byte of a block in transit) and write the rest as
+// it is.
+func corruptingDialer() *faultDialer {
 	f := &faultDialer{after: 4096}
 	f.fault = func(c *faultConn, b []byte) (int, error) {
 		bad := bytes.Clone(b)
@@ -527,6 +522,13 @@ func TestDisaggCorruptBlock(t *testing.T) {
 		c.written += int64(len(b))
 		return c.Conn.Write(bad)
 	}
+	return f
+}
+
+// TestDisaggCorruptBlock flips one byte of a block in transit: the receiver's checksum
+// catches it, the transfer is refused, and the decode instance computes the prompt.
+func TestDisaggCorruptBlock(t *testing.T) {
+	f := corruptingDialer()
 	_, d := runFault(t, f)
 	if !strings.Contains(d.logs.String(), "checksum") {
 		t.Errorf("the decode instance's log names no checksum failure:\n%s", d.logs)
