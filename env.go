@@ -11,7 +11,7 @@ import "os"
 //	KVASIR_CUDA_PDL=0       Options.CUDA.DisablePDL
 //	KVASIR_CUDA_SHADOW=0    Options.CUDA.DisableShadows
 //	KVASIR_CUDA_QUANT=0     Options.CUDA.WidenQuantized
-//	KVASIR_CUDA_REPACK=1    Options.CUDA.RepackQuantized
+//	KVASIR_CUDA_REPACK=0    Options.CUDA.KeepGGMLLayout
 //	KVASIR_CUDA_GEMVQ=NAME  Options.CUDA.QuantGEMV
 const (
 	EnvCPUKernels = "KVASIR_CPU"
@@ -44,8 +44,8 @@ func withEnv(opt Options, getenv func(string) string) Options {
 	if getenv(EnvCUDAQuant) == "0" {
 		opt.CUDA.WidenQuantized = true
 	}
-	if getenv(EnvCUDARepack) == "1" {
-		opt.CUDA.RepackQuantized = true
+	if getenv(EnvCUDARepack) == "0" {
+		opt.CUDA.KeepGGMLLayout = true
 	}
 	if l := getenv(EnvCUDAGEMVQ); l != "" {
 		opt.CUDA.QuantGEMV = l

@@ -113,7 +113,7 @@ func newBackends(opt Options, ranks int) ([]backend.Backend, error) {
 		ordinal := opt.Device.Ordinal + r
 		b, err := cudabackend.NewBackend(cudabackend.BackendOptions{Ordinal: ordinal,
 			OpTime: opt.CUDA.OpTime, DisablePDL: opt.CUDA.DisablePDL, DisableShadows: opt.CUDA.DisableShadows,
-			WidenQuantized: opt.CUDA.WidenQuantized, RepackQuantized: opt.CUDA.RepackQuantized, QuantGEMV: quantGEMV, Sparse2of4: sparse, Log: opt.Log})
+			WidenQuantized: opt.CUDA.WidenQuantized, RepackQuantized: !opt.CUDA.KeepGGMLLayout, QuantGEMV: quantGEMV, Sparse2of4: sparse, Log: opt.Log})
 		if err != nil {
 			if ranks > 1 {
 				return fail(fmt.Errorf("device %s with %d ranks: rank %d on cuda:%d: %w", opt.Device, ranks, r, ordinal, err))

@@ -113,12 +113,12 @@ func TestEnvOverrides(t *testing.T) {
 	if got.CPUKernels != "generic" || !got.CPUWeightsInPlace || got.CUDA != (CUDAOptions{OpTime: true, DisablePDL: true, DisableShadows: true}) {
 		t.Errorf("overrides not applied: %+v", got)
 	}
-	env = map[string]string{EnvCUDAQuant: "0", EnvCUDAGEMVQ: "split8", EnvCUDARepack: "1"}
-	if got := withEnv(Options{}, get); got.CUDA != (CUDAOptions{WidenQuantized: true, QuantGEMV: "split8", RepackQuantized: true}) {
+	env = map[string]string{EnvCUDAQuant: "0", EnvCUDAGEMVQ: "split8", EnvCUDARepack: "0"}
+	if got := withEnv(Options{}, get); got.CUDA != (CUDAOptions{WidenQuantized: true, QuantGEMV: "split8", KeepGGMLLayout: true}) {
 		t.Errorf("quantization overrides not applied: %+v", got.CUDA)
 	}
 	// Values other than the documented ones leave the settings as they are.
-	env = map[string]string{EnvCUDAOpTime: "yes", EnvCUDAPDL: "1", EnvCUDAShadow: "off", EnvCUDAQuant: "1", EnvCUDARepack: "0", EnvCPUWeights: "copy"}
+	env = map[string]string{EnvCUDAOpTime: "yes", EnvCUDAPDL: "1", EnvCUDAShadow: "off", EnvCUDAQuant: "1", EnvCUDARepack: "1", EnvCPUWeights: "copy"}
 	if got := withEnv(Options{}, get); got.CUDA != (CUDAOptions{}) || got.CPUWeightsInPlace {
 		t.Errorf("undocumented values changed the options: %+v", got)
 	}
