@@ -82,15 +82,40 @@ func descendants(pid int) []int {
 	return out
 }
 
-// descendantsRSS is the resident set of all of pid's descendants.
+// descendantsRSS is the resident set of all of pid's descendants, less those caught
+// between fork and exec.
 func descendantsRSS(pid int) int64 {
 	var sum int64
 	for _, d := range descendants(pid) {
+		if unexeced(d) {
+			continue
+		}
 		if m, err := readMemory(d); err == nil {
 			sum += m.rss
 		}
 	}
 	return sum
+}
+
+// unexeced reports whether process pid has not yet run exec since its parent started it:
+// Go starts a child with clone(CLONE_VM|CLONE_VFORK), so until its exec the child runs in
+// its parent's address space and reports the parent's whole resident set as its own
+// (the server's memory, counted already), with the parent's command line. A sandbox
+// worker the server is starting is sampled so now and then.
+func unexeced(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The fields after the command name, which is in parentheses: state, then ppid.
+	_, rest, ok := strings.Cut(string(stat), ") ")
+	fields := strings.Fields(rest)
+	if !ok || len(fields) < 2 {
+		return false
+	}
+	own, err1 := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	parent, err2 := os.ReadFile(fmt.Sprintf("/proc/%s/cmdline", fields[1]))
+	return err1 == nil && err2 == nil && bytes.Equal(own, parent)
 }
 
 // memoryProbe measures what a case costs a server in memory: the growth of its own peak
