@@ -103,20 +103,27 @@ func (o *Ops) AllocX8(values int) error {
 		o.Dev.Free(q)
 		return fmt.Errorf("cuda x8 scratch: %w", err)
 	}
-	o.X8 = X8Scratch{Q: q, D: d}
+	o.X8, o.x8Of = X8Scratch{Q: q, D: d}, x8Copy{}
 	return nil
 }
 
 // FreeX8 frees o.X8.
 func (o *Ops) FreeX8() error {
 	err := firstErr(o.Dev.Free(o.X8.Q), o.Dev.Free(o.X8.D))
-	o.X8 = X8Scratch{}
+	o.X8, o.x8Of = X8Scratch{}, x8Copy{}
 	return err
 }
 
-// roundX8 rounds count values of x into o.X8 for an int8 GEMV (the callers fall back to
-// the float layout when o.X8 cannot hold them: an unreserved scratch, or a wider weight).
-func (o *Ops) roundX8(x Buffer, count int) error { return o.QuantizeX8(o.X8.Q, o.X8.D, x, count) }
+// roundX8 rounds count values of x into o.X8 for an int8 GEMV, unless the op that wrote x
+// left its rounding there and nothing was queued since (RMSNormX8, SwiGLUX8). The callers
+// fall back to the float layout when o.X8 cannot hold them (an unreserved scratch, or a
+// wider weight).
+func (o *Ops) roundX8(x Buffer, count int) error {
+	if c := o.x8Of; c.src == x.Ptr && c.count == count && c.seq == o.Dev.Seq() {
+		return nil
+	}
+	return o.QuantizeX8(o.X8.Q, o.X8.D, x, count)
+}
 
 // GEMVQWith is GEMVQ in the given kernel layout (the int8 one only where o.X8 holds the
 // n*k values of x; else the float layout).

@@ -144,7 +144,7 @@ func testGEMVQMulti(t *testing.T, e *env, r *rand.Rand) {
 	result(t, "kernel", "gemvq multi (split, split8) vs one launch a weight", "bit for bit", fmt.Sprintf("%d types x n=1..8", len(gemvqTypes)))
 }
 
-// quantX8 quantizes x (a multiple of 16 values) as quantize_x8 in gemvq.cu does, in
+// quantX8 quantizes x (a multiple of 16 values) as quantize_x8_vals in gemvq.cuh does, in
 // float32 with round-half-to-even: the signed bytes and a scale a unit of 16.
 func quantX8(x []float32) ([]int8, []float32) {
 	q, d := make([]int8, len(x)), make([]float32, len(x)/16)
@@ -303,5 +303,140 @@ func TestParseGEMVLayout(t *testing.T) {
 	}
 	if _, err := ParseGEMVLayout("fast"); err == nil || !strings.Contains(err.Error(), "split8") {
 		t.Errorf("an unknown layout: %v", err)
+	}
+}
+
+// testX8Copies checks the producers' int8 copies. RMSNormX8 and SwiGLUX8 write their
+// float32 outputs bit for bit as RMSNorm and SwiGLU do, and into o.X8 exactly the bytes and
+// scales QuantizeX8 makes of those outputs; an int8 GEMV queued right after reads the copy
+// (one launch fewer, the same product bit for bit as after the plain producer), and one
+// queued after another launch that changed the values rounds them itself.
+func testX8Copies(t *testing.T, e *env, r *rand.Rand) {
+	const eps, m = 1e-5, 40
+	// 4096 values a row fit the norm's registers; 9216 take its looping path.
+	for _, dim := range []int{4096, 9216} {
+		w, _ := e.upload(t, F32, randVals(r, dim, 1.5))
+		wq, _ := e.uploadQuant(t, Q4_K, quant.Q4_K, randVals(r, m*dim, 1), dim)
+		for _, rows := range []int{1, GEMVMaxRows} {
+			n := rows * dim
+			for _, withX := range []bool{false, true} {
+				name := fmt.Sprintf("rmsnorm x8 rows=%d dim=%d residual=%v", rows, dim, withX)
+				res0 := randVals(r, n, 2)
+				resA, _ := e.upload(t, F32, res0)
+				resB, _ := e.upload(t, F32, res0)
+				var x Buffer
+				if withX {
+					x, _ = e.upload(t, F32, randVals(r, n, 1))
+				}
+				outA, outB := e.poisoned(t, F32, n), e.poisoned(t, F32, n)
+				qA, dA := e.poisoned(t, I32, n/4), e.poisoned(t, F32, n/16)
+				e.do(t, func() error {
+					return firstErr(e.ops.RMSNorm(outA, resA, x, w, rows, dim, eps), e.ops.QuantizeX8(qA, dA, outA, n))
+				})
+				e.do(t, func() error { return e.ops.RMSNormX8(outB, resB, x, w, rows, dim, eps) })
+				sameBits(t, name+" out", e.download(t, outA), e.download(t, outB))
+				sameBits(t, name+" residual", e.download(t, resA), e.download(t, resB))
+				e.sameX8(t, name, qA, dA, n)
+			}
+			// The GEMV after each producer: the copy used at once, not after another launch.
+			name := fmt.Sprintf("gemvq x8 after rmsnorm rows=%d dim=%d", rows, dim)
+			res, _ := e.upload(t, F32, randVals(r, n, 2))
+			outA, outB := e.poisoned(t, F32, n), e.poisoned(t, F32, n)
+			var ys [4]Buffer
+			for i := range ys {
+				ys[i] = e.poisoned(t, F32, rows*m)
+			}
+			var launches [4]uint64
+			run := func(i int, fn func() error) {
+				e.do(t, func() error {
+					s0 := e.dev.Seq()
+					err := fn()
+					launches[i] = e.dev.Seq() - s0
+					return err
+				})
+			}
+			run(0, func() error {
+				return firstErr(e.ops.RMSNorm(outA, res, Buffer{}, w, rows, dim, eps), e.ops.GEMVQWith(GEMVSplitX8, ys[0], outA, wq, rows, dim, m))
+			})
+			run(1, func() error {
+				return firstErr(e.ops.RMSNormX8(outB, res, Buffer{}, w, rows, dim, eps), e.ops.GEMVQWith(GEMVSplitX8, ys[1], outB, wq, rows, dim, m))
+			})
+			run(2, func() error {
+				return firstErr(e.ops.RMSNorm(outA, res, Buffer{}, w, rows, dim, eps), e.ops.Add(outA, outA, outA),
+					e.ops.GEMVQWith(GEMVSplitX8, ys[2], outA, wq, rows, dim, m))
+			})
+			run(3, func() error {
+				return firstErr(e.ops.RMSNormX8(outB, res, Buffer{}, w, rows, dim, eps), e.ops.Add(outB, outB, outB),
+					e.ops.GEMVQWith(GEMVSplitX8, ys[3], outB, wq, rows, dim, m))
+			})
+			if launches != [4]uint64{3, 2, 4, 4} {
+				t.Errorf("%s: launches %v, want [3 2 4 4] (the copy read at once, rounded again after another launch)", name, launches)
+			}
+			sameBits(t, name, e.download(t, ys[0]), e.download(t, ys[1]))
+			sameBits(t, name+" after another launch", e.download(t, ys[2]), e.download(t, ys[3]))
+		}
+	}
+	// SwiGLU: out a separate buffer, and out = gate (as MatMulSwiGLU runs it).
+	for _, rows := range []int{1, GEMVMaxRows} {
+		const dim = 14336
+		n := rows * dim
+		gv, uv := randVals(r, n, 3), randVals(r, n, 1)
+		g, _ := e.upload(t, F32, gv)
+		u, _ := e.upload(t, F32, uv)
+		outA := e.poisoned(t, F32, n)
+		qA, dA := e.poisoned(t, I32, n/4), e.poisoned(t, F32, n/16)
+		e.do(t, func() error {
+			return firstErr(e.ops.SwiGLU(outA, g, u, rows, dim, dim), e.ops.QuantizeX8(qA, dA, outA, n))
+		})
+		want := e.download(t, outA)
+		outB := e.poisoned(t, F32, n)
+		e.do(t, func() error { return e.ops.SwiGLUX8(outB, g, u, n) })
+		name := fmt.Sprintf("swiglu x8 rows=%d dim=%d", rows, dim)
+		sameBits(t, name, want, e.download(t, outB))
+		e.sameX8(t, name, qA, dA, n)
+		gB, _ := e.upload(t, F32, gv)
+		e.do(t, func() error { return e.ops.SwiGLUX8(gB, gB, u, n) })
+		sameBits(t, name+" in place", want, e.download(t, gB))
+		e.sameX8(t, name+" in place", qA, dA, n)
+	}
+}
+
+// sameX8 fails unless o.X8 holds the n values' bytes in q and scales in d (QuantizeX8's).
+func (e *env) sameX8(t *testing.T, name string, q, d Buffer, n int) {
+	t.Helper()
+	wantQ, gotQ := e.downloadI32(t, q), e.downloadI32(t, Buffer{Ptr: e.ops.X8.Q.Ptr, DType: I32, Len: n / 4})
+	wantD, gotD := e.download(t, d), e.download(t, Buffer{Ptr: e.ops.X8.D.Ptr, DType: F32, Len: n / 16})
+	bad := 0
+	for i := range wantQ {
+		if gotQ[i] != wantQ[i] {
+			bad++
+		}
+	}
+	for i := range wantD {
+		if math.Float32bits(gotD[i]) != math.Float32bits(wantD[i]) {
+			bad++
+		}
+	}
+	if bad > 0 {
+		t.Errorf("%s: %d of %d x8 words and scales differ from QuantizeX8's", name, bad, len(wantQ)+len(wantD))
+	} else {
+		result(t, "kernel", name, "bit for bit", "x8 copy = QuantizeX8 of the output")
+	}
+}
+
+// sameBits fails unless got equals want bit for bit.
+func sameBits(t *testing.T, name string, want, got []float32) {
+	t.Helper()
+	bad := 0
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			if bad < 3 {
+				t.Errorf("%s: value %d is %g, want %g", name, i, got[i], want[i])
+			}
+			bad++
+		}
+	}
+	if bad > 0 || len(got) != len(want) {
+		t.Errorf("%s: %d of %d values differ (lengths %d, %d)", name, bad, len(want), len(got), len(want))
 	}
 }

@@ -14,6 +14,18 @@ type Ops struct {
 	BLAS *BLAS
 	// X8 is the int8 GEMV layout's rounded x (AllocX8); empty until reserved.
 	X8 X8Scratch
+	// x8Of says whose rounding X8 holds when a producing op wrote it (RMSNormX8,
+	// SwiGLUX8), so that the int8 GEMV reading that op's output skips its own rounding.
+	x8Of x8Copy
+}
+
+// x8Copy records that Ops.X8 holds the int8 rounding of count float32 values at src,
+// written by the op queued as the device's work number seq (Device.Seq): while nothing
+// else has been queued since, the copy cannot be stale.
+type x8Copy struct {
+	src   uint64
+	count int
+	seq   uint64
 }
 
 // threads is the block size of the row and element-wise kernels.
@@ -132,6 +144,33 @@ func (o *Ops) RMSNormShadow(out, shadow, residual, x, weight Buffer, rows, dim i
 		out, shadow, residual, x, weight, dim, eps)
 }
 
+// RMSNormX8 is RMSNorm into float32 out that also writes the int8 layout's rounding of
+// the normalized values into o.X8 (bytes and scales equal to QuantizeX8's of out), for the
+// int8 GEMV that reads out next (GEMVQWith, GEMVQMultiWith: they then launch no rounding
+// of their own). dim must be a multiple of 16 and o.X8 must hold rows*dim values.
+func (o *Ops) RMSNormX8(out, residual, x, weight Buffer, rows, dim int, eps float32) error {
+	if err := firstErr(need("rmsnorm", "out", out, rows*dim, F32), checkRMSNorm(out, residual, x, weight, rows, dim), o.checkX8("rmsnorm", rows*dim)); err != nil {
+		return err
+	}
+	if err := o.Dev.Launch(o.Kern.mod, "rmsnorm_f32_x8", Dim3{rows, 1, 1}, Dim3{normThreads(dim), 1, 1}, 0,
+		out, o.X8.Q, o.X8.D, residual, x, weight, dim, eps); err != nil {
+		return err
+	}
+	o.x8Of = x8Copy{src: out.Ptr, count: rows * dim, seq: o.Dev.Seq()}
+	return nil
+}
+
+// checkX8 reports why o.X8 cannot take the rounding of count values, if it cannot.
+func (o *Ops) checkX8(op string, count int) error {
+	if count <= 0 || count%16 != 0 {
+		return fmt.Errorf("cuda %s x8: %d values is not a positive multiple of 16", op, count)
+	}
+	if o.X8.Q.Len*4 < count {
+		return fmt.Errorf("cuda %s x8: the x8 scratch holds %d values, not %d", op, o.X8.Q.Len*4, count)
+	}
+	return nil
+}
+
 // checkRMSNorm checks the operands RMSNorm and RMSNormShadow share (out's type is each
 // one's own check): the shape, the float32 residual, x (when given) and weight, and that out
 // does not alias residual when x is added.
@@ -191,6 +230,23 @@ func (o *Ops) SwiGLUShadow(out, shadow, gate, up Buffer, n int) error {
 	}
 	return o.Dev.Launch(o.Kern.mod, "swiglu_sh_"+suffix(shadow.DType), Dim3{gridFor(n), 1, 1}, Dim3{threads, 1, 1}, 0,
 		out, shadow, gate, up, uint64(n))
+}
+
+// SwiGLUX8 writes out[i] = silu(gate[i]) * up[i] over n float32 values (a multiple of 16)
+// and their int8 rounding into o.X8, as RMSNormX8 does for the norm: the down projection's
+// int8 GEMV then reads it without a rounding launch. out may be gate or up.
+func (o *Ops) SwiGLUX8(out, gate, up Buffer, n int) error {
+	if err := firstErr(o.checkX8("swiglu", n), need("swiglu", "out", out, n, F32),
+		need("swiglu", "gate", gate, n, F32), need("swiglu", "up", up, n, F32)); err != nil {
+		return err
+	}
+	units := n / 16
+	if err := o.Dev.Launch(o.Kern.mod, "swiglu_x8_f32", Dim3{gridFor(units), 1, 1}, Dim3{threads, 1, 1}, 0,
+		out, o.X8.Q, o.X8.D, gate, up, uint64(units)); err != nil {
+		return err
+	}
+	o.x8Of = x8Copy{src: out.Ptr, count: n, seq: o.Dev.Seq()}
+	return nil
 }
 
 // MatMulT computes y = x · wᵀ with cuBLAS (see BLAS.MatMulT).

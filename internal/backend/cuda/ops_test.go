@@ -118,6 +118,7 @@ func TestGPU(t *testing.T) {
 		testGEMVQ(t, e, r)
 		testGEMVQ8(t, e, r)
 		testGEMVQMulti(t, e, r)
+		testX8Copies(t, e, r)
 		benchGEMVQ(t, e, r)
 	})
 	t.Run("argmax", func(t *testing.T) { testArgmax(t, e, r) })

@@ -90,6 +90,7 @@ type Backend struct {
 	widen      bool            // quantized matrices are uploaded as BF16 (BackendOptions.WidenQuantized)
 	repack     bool            // Q8_0 and Q6_K are repacked (BackendOptions.RepackQuantized)
 	quantGEMV  cuda.GEMVLayout // decode's quantized GEMV (BackendOptions.QuantGEMV)
+	blockTyped bool            // a weight went up in a GGML block type (x8Target)
 	dequant    cuda.Buffer     // BF16 rows of a quantized weight dequantized for cuBLAS (matMulDequantized)
 	logitsDev  cuda.Buffer     // F32 logits of the step
 	argmaxWork cuda.Buffer     // F32 partial maxima of cuda.Ops.Argmax
@@ -365,7 +366,7 @@ func (b *Backend) UploadWeight(t *format.Tensor) (backend.Tensor, error) {
 	dt, direct := deviceType(t.Type)
 	data := t.Data
 	if q, ok := blockTypes[t.Type]; ok && !b.widen {
-		dt, direct = q, true
+		dt, direct, b.blockTyped = q, true, true
 		if b.repack {
 			dt = cuda.Repacked(q, cols)
 			var err error

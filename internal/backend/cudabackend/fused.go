@@ -151,6 +151,9 @@ func (b *Backend) MatMulSwiGLU(out, x, gate, up backend.Tensor) error {
 		if err := b.matMulsQuantized([]cuda.Buffer{o.buf, upOut}, xs.buf, []*tensor{g, u}, n); err != nil {
 			return err
 		}
+		if b.x8Target(n, m) {
+			return b.ops.SwiGLUX8(o.buf, o.buf, upOut, n*m)
+		}
 	} else if err := firstErr(b.matMul(o.buf, xs.buf, g, n), b.matMul(upOut, xs.buf, u, n)); err != nil {
 		return err
 	}

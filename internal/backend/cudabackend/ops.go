@@ -61,6 +61,9 @@ func (b *Backend) RMSNorm(out, x, weight backend.Tensor, eps float32) error {
 		b.setShadow(o.buf.Ptr, sh.Len, sh.DType)
 		return nil
 	}
+	if o.buf.DType == cuda.F32 && b.x8Target(xs.rows(), xs.cols()) {
+		return b.ops.RMSNormX8(o.buf, xs.buf, cuda.Buffer{}, w.buf, xs.rows(), xs.cols(), eps)
+	}
 	return b.ops.RMSNorm(o.buf, xs.buf, cuda.Buffer{}, w.buf, xs.rows(), xs.cols(), eps)
 }
 
@@ -83,6 +86,9 @@ func (b *Backend) RMSNormResidual(out, residual, x, weight backend.Tensor, eps f
 		}
 		b.setShadow(o.buf.Ptr, sh.Len, sh.DType)
 		return nil
+	}
+	if o.buf.DType == cuda.F32 && b.x8Target(r.rows(), r.cols()) {
+		return b.ops.RMSNormX8(o.buf, r.buf, xs.buf, w.buf, r.rows(), r.cols(), eps)
 	}
 	return b.ops.RMSNorm(o.buf, r.buf, xs.buf, w.buf, r.rows(), r.cols(), eps)
 }

@@ -57,3 +57,13 @@ func (b *Backend) shadowOf(x cuda.Buffer, count int, dt cuda.DType) (cuda.Buffer
 	}
 	return cuda.Buffer{Ptr: b.scratch.Ptr, DType: dt, Len: count}, true
 }
+
+// x8Target reports whether a producing op of rows x cols float32 values (RMSNorm, the
+// SwiGLU of MatMulSwiGLU) should also write their int8 rounding for the quantized GEMV that
+// reads them next (cuda.Ops.RMSNormX8, SwiGLUX8), sparing that GEMV its rounding launch:
+// shadows on, decode's int8 layout, block-type weights on the device, no more rows than a
+// GEMV takes, and an x8 scratch that holds them.
+func (b *Backend) x8Target(rows, cols int) bool {
+	return b.shadows && b.blockTyped && b.quantGEMV.Int8() && rows <= cuda.GEMVMaxRows && cols%16 == 0 &&
+		b.ops.X8.Q.Len*4 >= rows*cols
+}

@@ -84,6 +84,26 @@ __device__ void swiglu_sh(float* out, S* shadow, const float* gate, const float*
 extern "C" __global__ void swiglu_sh_bf16(float* o, bf16* s, const float* g, const float* u, long long n) { swiglu_sh(o, s, g, u, n); }
 extern "C" __global__ void swiglu_sh_f16(float* o, f16* s, const float* g, const float* u, long long n) { swiglu_sh(o, s, g, u, n); }
 
+// swiglu_x8_f32: swiglu over contiguous float32 values, a unit of 16 a thread, into out
+// and the int8 layout's rounding of out (x8 and xd as quantize_x8_rows writes them), so
+// that the down projection's quantized GEMV needs no launch to round its input; out may
+// be gate or up.
+extern "C" __global__ void swiglu_x8_f32(float* out, unsigned char* x8, float* xd, const float* gate, const float* up, long long units) {
+    pdl_entry();
+    for (long long u = (long long)blockIdx.x * blockDim.x + threadIdx.x; u < units; u += (long long)gridDim.x * blockDim.x) {
+        float4 a[4];
+#pragma unroll
+        for (int c = 0; c < 4; c++) {
+            float4 g = ((const float4*)(gate + 16 * u))[c], v = ((const float4*)(up + 16 * u))[c];
+            a[c] = make_float4(g.x / (1.f + expf(-g.x)) * v.x, g.y / (1.f + expf(-g.y)) * v.y,
+                               g.z / (1.f + expf(-g.z)) * v.z, g.w / (1.f + expf(-g.w)) * v.w);
+        }
+#pragma unroll
+        for (int c = 0; c < 4; c++) ((float4*)(out + 16 * u))[c] = a[c];
+        store_x8(a, x8, xd, u);
+    }
+}
+
 // geglu_f32: out = gelu(gate) * up over n values with the tanh approximation of GELU,
 // gelu(g) = g/2 * (1 + tanh(sqrt(2/pi) * (g + 0.044715 g^3))) (Gemma's MLP); out may alias
 // gate or up.

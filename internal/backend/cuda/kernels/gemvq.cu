@@ -1,14 +1,16 @@
 // The quantized kernels (gemvq.cuh's templates per GGML type): GEMVs, BF16 dequantization
 // and embedding gathers.
 
-// quantize_x8_rows is quantize_x8 over rows of x: the int8 layout's rounding of x before
+// quantize_x8_rows is quantize_x8_vals over rows of x: the int8 layout's rounding of x before
 // its GEMV (x8 holds [n][k] bytes, d [n][k/16]; the tests check both against the host's).
 extern "C" __global__ void quantize_x8_rows(unsigned char* x8, float* d, const float* x, int units) {
     pdl_entry();
     for (int u = blockIdx.x * blockDim.x + threadIdx.x; u < units; u += gridDim.x * blockDim.x) {
-        unsigned q[4];
-        quantize_x8(x + 16LL * u, q, d + u);
-        *(uint4*)(x8 + 16LL * u) = make_uint4(q[0], q[1], q[2], q[3]);
+        const float4* xp = (const float4*)(x + 16LL * u);
+        float4 a[4];
+#pragma unroll
+        for (int c = 0; c < 4; c++) a[c] = __ldg(xp + c);
+        store_x8(a, x8, d, u);
     }
 }
 

@@ -337,12 +337,9 @@ __device__ __forceinline__ void accumulate_unit(const unsigned char* const* wr, 
 // two integer sums of four dp4a each (the second only for the types with a min, and shared
 // by the R weight rows).
 
-// quantize_x8 writes unit u (16 values) of x as signed bytes to q and its scale to *d.
-__device__ __forceinline__ void quantize_x8(const float* x, unsigned* q, float* d) {
-    const float4* xp = (const float4*)x;
-    float4 a[4];
-#pragma unroll
-    for (int c = 0; c < 4; c++) a[c] = __ldg(xp + c);
+// quantize_x8_vals writes 16 values (a, four float4) as signed bytes to q and their scale
+// to *d: the int8 layout's rounding of one unit of x.
+__device__ __forceinline__ void quantize_x8_vals(const float4* a, unsigned* q, float* d) {
     float amax = 0.f;
 #pragma unroll
     for (int c = 0; c < 4; c++) amax = fmaxf(amax, fmaxf(fmaxf(fabsf(a[c].x), fabsf(a[c].y)), fmaxf(fabsf(a[c].z), fabsf(a[c].w))));
@@ -356,8 +353,16 @@ __device__ __forceinline__ void quantize_x8(const float* x, unsigned* q, float* 
     *d = amax / 127.f;
 }
 
+// store_x8 rounds the 16 values of a and writes the bytes and scale where
+// quantize_x8_rows writes unit u: 16 bytes at x8 + 16u, the scale at d[u].
+__device__ __forceinline__ void store_x8(const float4* a, unsigned char* x8, float* d, long long u) {
+    unsigned q[4];
+    quantize_x8_vals(a, q, d + u);
+    *(uint4*)(x8 + 16LL * u) = make_uint4(q[0], q[1], q[2], q[3]);
+}
+
 // accumulate_unit_x8 is accumulate_unit on the int8 path: each token row's unit of x as
-// quantize_x8 rounded it (x8 and xd), the weights' quants as signed bytes, dp4a.
+// quantize_x8_vals rounded it (x8 and xd), the weights' quants as signed bytes, dp4a.
 template <typename Q, int R, int NT>
 __device__ __forceinline__ void accumulate_unit_x8(const unsigned char* const* wr, int u, const unsigned* __restrict__ x8,
                                                    const float* __restrict__ xd, int n, int k, float (&acc)[R][NT]) {
@@ -484,7 +489,7 @@ __device__ __forceinline__ float split_sum(const float (&acc)[R][NT], int lane, 
 // gemvqs_rows is the split-k layout of the GEMV: the W warps of a block share its R weight
 // rows, warp w taking units 32w + lane, 32w + lane + 32W, ... of each (so that a row of a
 // few thousand values is read by W warps at once rather than by one warp in sequence),
-// and the warps' sums meet in shared memory. With X8 it reads x as quantize_x8 rounded it
+// and the warps' sums meet in shared memory. With X8 it reads x as quantize_x8_vals rounded it
 // (x8, xd) and multiplies on dp4a (Q4_K two units a lane at a time: pairs_x8); without, x
 // itself (x8 and xd unused). blk is the
 // block's index among those of this weight (the multi-weight kernels run several weights in

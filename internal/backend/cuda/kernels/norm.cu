@@ -74,6 +74,24 @@ extern "C" __global__ void rmsnorm_bf16(bf16* o, float* r, const float* x, const
 extern "C" __global__ void rmsnorm_f32_sh_bf16(float* o, bf16* s, float* r, const float* x, const float* w, int dim, float eps) { rmsnorm(o, s, r, x, w, dim, eps); }
 extern "C" __global__ void rmsnorm_f32_sh_f16(float* o, f16* s, float* r, const float* x, const float* w, int dim, float eps) { rmsnorm(o, s, r, x, w, dim, eps); }
 
+// rmsnorm_f32_x8: float32 out plus the int8 layout's rounding of it (x8: [rows][dim]
+// bytes, xd: [rows][dim/16] scales; dim a multiple of 16), what quantize_x8_rows would
+// write from out, so that the quantized GEMV that reads out needs no launch of its own to
+// round it. The block's threads read back the row the block wrote (plain loads, after the
+// barrier that makes the block's writes visible to it).
+extern "C" __global__ void rmsnorm_f32_x8(float* o, unsigned char* x8, float* xd, float* r, const float* x, const float* w, int dim, float eps) {
+    rmsnorm(o, (bf16*)0, r, x, w, dim, eps);
+    __syncthreads();
+    long long row = blockIdx.x, units = dim / 16;
+    const float4* orow = (const float4*)(o + row * dim);
+    for (int u = threadIdx.x; u < units; u += blockDim.x) {
+        float4 a[4];
+#pragma unroll
+        for (int c = 0; c < 4; c++) a[c] = orow[4 * u + c];
+        store_x8(a, x8, xd, row * units + u);
+    }
+}
+
 // sumsq_f32: out[row] = the sum of the squares of x's row of dim values; grid = rows,
 // block a multiple of 32. The first half of an RMSNorm whose rows are split across
 // tensor-parallel ranks (rmsnorm_split_f32 is the second, after an all-reduce of out).
