@@ -142,7 +142,11 @@ func (o *Ops) GEMVQWith(l GEMVLayout, y, x, w Buffer, n, k, m int) error {
 		if err := o.roundX8(x, n*k); err != nil {
 			return err
 		}
-		return o.Dev.Launch(o.Kern.mod, gemvqKernel(n, w.DType)+"_x8", grid, block, 0, y, o.X8.Q, o.X8.D, w, n, k, m)
+		if err := o.Dev.Launch(o.Kern.mod, gemvqKernel(n, w.DType)+"_x8", grid, block, 0, y, o.X8.Q, o.X8.D, w, n, k, m); err != nil {
+			return err
+		}
+		o.keepX8(x, n*k, y)
+		return nil
 	}
 	return o.Dev.Launch(o.Kern.mod, gemvqKernel(n, w.DType), grid, block, 0, y, x, w, n, k, m)
 }
@@ -177,14 +181,35 @@ func (o *Ops) GEMVQMultiWith(l GEMVLayout, y [GEMVMulti]Buffer, x Buffer, w [GEM
 		blocks += (m[j] + GEMVQRows - 1) / GEMVQRows
 	}
 	name, x8, xd := gemvqKernel(n, w[0].DType)+"_m", x, x
-	if l == GEMVSplitX8 && o.X8.Q.Len*4 >= n*k {
+	int8 := l == GEMVSplitX8 && o.X8.Q.Len*4 >= n*k
+	if int8 {
 		if err := o.roundX8(x, n*k); err != nil {
 			return err
 		}
 		name, x8, xd = name+"x8", o.X8.Q, o.X8.D
 	}
-	return o.Dev.Launch(o.Kern.mod, name, Dim3{blocks, 1, 1}, Dim3{32 * GEMVQWarps, 1, 1}, 0,
-		y[0], y[1], y[2], x, x8, xd, w[0], w[1], w[2], n, k, m[0], m[1], m[2])
+	if err := o.Dev.Launch(o.Kern.mod, name, Dim3{blocks, 1, 1}, Dim3{32 * GEMVQWarps, 1, 1}, 0,
+		y[0], y[1], y[2], x, x8, xd, w[0], w[1], w[2], n, k, m[0], m[1], m[2]); err != nil {
+		return err
+	}
+	if int8 {
+		o.keepX8(x, n*k, y[:]...)
+	}
+	return nil
+}
+
+// keepX8 records, after an int8 GEMV of count values of x, that o.X8 still holds their
+// rounding: the GEMV only read x and o.X8 and wrote ys, so a GEMV of the same x queued
+// next (the v projection after q and k of another block type, say) need not round it
+// again. Nothing is recorded when a y overlaps x.
+func (o *Ops) keepX8(x Buffer, count int, ys ...Buffer) {
+	xEnd := x.Ptr + uint64(4*count)
+	for _, y := range ys {
+		if y.Len > 0 && y.Ptr < xEnd && x.Ptr < y.Ptr+uint64(y.Bytes()) {
+			return
+		}
+	}
+	o.x8Of = x8Copy{src: x.Ptr, count: count, seq: o.Dev.Seq()}
 }
 
 // QuantizeX8 quantizes count float32 values of x (a multiple of 16) as the GEMVSplitX8

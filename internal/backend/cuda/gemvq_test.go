@@ -369,6 +369,21 @@ func testX8Copies(t *testing.T, e *env, r *rand.Rand) {
 				return firstErr(e.ops.RMSNormX8(outB, res, Buffer{}, w, rows, dim, eps), e.ops.Add(outB, outB, outB),
 					e.ops.GEMVQWith(GEMVSplitX8, ys[3], outB, wq, rows, dim, m))
 			})
+			// Two GEMVs of one x in a row: the second reads the first one's rounding.
+			var twice uint64
+			y1, y2 := e.poisoned(t, F32, rows*m), e.poisoned(t, F32, rows*m)
+			e.do(t, func() error {
+				s0 := e.dev.Seq()
+				err := firstErr(e.ops.RMSNorm(outA, res, Buffer{}, w, rows, dim, eps),
+					e.ops.GEMVQWith(GEMVSplitX8, y1, outA, wq, rows, dim, m), e.ops.GEMVQWith(GEMVSplitX8, y2, outA, wq, rows, dim, m))
+				twice = e.dev.Seq() - s0
+				return err
+			})
+			if twice != 4 {
+				t.Errorf("%s: %d launches for a norm and two GEMVs of its output, want 4 (one rounding)", name, twice)
+			}
+			sameBits(t, name+" first GEMV of one x", e.download(t, ys[0]), e.download(t, y1))
+			sameBits(t, name+" second GEMV of one x", e.download(t, ys[0]), e.download(t, y2))
 			if launches != [4]uint64{3, 2, 4, 4} {
 				t.Errorf("%s: launches %v, want [3 2 4 4] (the copy read at once, rounded again after another launch)", name, launches)
 			}

@@ -23,7 +23,8 @@ func matMulOperands(op string, out *tensor, xs *tensor, w backend.Tensor, i int)
 // cuda.GEMVMaxRows rows of 16-bit weights of one type, or of quantized weights of one block
 // type in the split layout, one GEMV launch covers up to three weights (a grid over their
 // concatenated rows); for more rows of 16-bit weights x is cast to the weights' type once
-// and each weight runs its own cuBLAS GEMM. Other mixes run MatMul's path weight by weight.
+// and each weight runs its own cuBLAS GEMM. Other mixes run MatMul's path weight by weight,
+// but for runs of quantized weights of one block type, which share a launch.
 func (b *Backend) MatMuls(outs []backend.Tensor, x backend.Tensor, ws []backend.Tensor) error {
 	const op = "matmuls"
 	if len(outs) != len(ws) || len(ws) == 0 {
@@ -54,10 +55,25 @@ func (b *Backend) MatMuls(outs []backend.Tensor, x backend.Tensor, ws []backend.
 		return b.matMulsQuantized(bufs, xs.buf, wms, n)
 	}
 	if !same {
-		for i := range ws {
-			if err := b.matMul(ys[i].buf, xs.buf, wms[i], n); err != nil {
+		// Runs of quantized weights of one block type still share a launch (q and k of
+		// Q4_K beside a Q6_K v in a Q4_K_M file); the rest go one by one.
+		for i := 0; i < len(ws); {
+			j := i + 1
+			for j < len(ws) && b.quantMulti(wms[i:j+1], n) {
+				j++
+			}
+			if j-i > 1 {
+				bufs := make([]cuda.Buffer, 0, j-i)
+				for _, y := range ys[i:j] {
+					bufs = append(bufs, y.buf)
+				}
+				if err := b.matMulsQuantized(bufs, xs.buf, wms[i:j], n); err != nil {
+					return err
+				}
+			} else if err := b.matMul(ys[i].buf, xs.buf, wms[i], n); err != nil {
 				return err
 			}
+			i = j
 		}
 		return nil
 	}
