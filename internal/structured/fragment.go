@@ -18,6 +18,7 @@ type fragments struct {
 	memo           map[*node]*dfa // nil: built as a Thompson NFA
 	size           map[*node]int
 	shared         map[*node]bool // the bodies of inlined rules
+	spare          *direct        // the tables of the last direct build, for the next one
 }
 
 func newFragments(maxNFA, maxDFA int, check func() error) *fragments {
