@@ -65,12 +65,33 @@ func refine(d *dfa, rounds, maxWork int) ([]uint32, int, int) {
 		link(q, uint32(initial[kind]))
 	}
 
+	// each state's moves to live states, as (class, target) lists (CSR form): a move to the
+	// dead state is one to its block, which holds only it (a live state is never alike to
+	// it), so the lists tell states apart as the full rows do, and most rows are mostly
+	// dead (a key's or an enum value's characters have one move each of some 20-50 classes)
+	off := make([]int32, n+1)
+	for q := range n {
+		live := int32(0)
+		for _, t := range d.next[q*nc : (q+1)*nc] {
+			if t != 0 {
+				live++
+			}
+		}
+		off[q+1] = off[q] + live
+	}
+	moveClass := make([]uint8, off[n])
+	moveTo := make([]uint32, off[n])
 	// preds lists, for each state, the live states with a move into it (CSR form); moves
 	// into the dead state are left out, since it never changes block.
 	start := make([]int32, n+1)
-	for _, t := range d.next {
-		if t != 0 {
-			start[t+1]++
+	for q := range n {
+		i := off[q]
+		for c, t := range d.next[q*nc : (q+1)*nc] {
+			if t != 0 {
+				moveClass[i], moveTo[i] = uint8(c), t
+				i++
+				start[t+1]++
+			}
 		}
 	}
 	for q := range n {
@@ -78,24 +99,27 @@ func refine(d *dfa, rounds, maxWork int) ([]uint32, int, int) {
 	}
 	preds := make([]int32, start[n])
 	fill := append([]int32(nil), start[:n]...)
-	for i, t := range d.next {
-		if t != 0 {
-			preds[fill[t]] = int32(i / nc)
+	for q := range n {
+		for _, t := range moveTo[off[q]:off[q+1]] {
+			preds[fill[t]] = int32(q)
 			fill[t]++
 		}
 	}
 
 	sig := func(q int) uint64 {
 		h := uint64(0x9e3779b97f4a7c15)
-		for _, t := range d.next[q*nc : (q+1)*nc] {
-			h = (h ^ uint64(block[t])) * 0x100000001b3
+		for i := off[q]; i < off[q+1]; i++ {
+			h = (h ^ (uint64(moveClass[i])<<32 | uint64(block[moveTo[i]]))) * 0x100000001b3
 		}
 		return h
 	}
 	same := func(q, r int) bool {
-		a, b := d.next[q*nc:(q+1)*nc], d.next[r*nc:(r+1)*nc]
-		for c := range a {
-			if block[a[c]] != block[b[c]] {
+		a, b := off[q], off[r]
+		if off[q+1]-a != off[r+1]-b {
+			return false
+		}
+		for i := range off[q+1] - a {
+			if moveClass[a+i] != moveClass[b+i] || block[moveTo[a+i]] != block[moveTo[b+i]] {
 				return false
 			}
 		}
