@@ -1,6 +1,9 @@
 package structured
 
-import "slices"
+import (
+	"slices"
+	"sync"
+)
 
 // refine computes Moore's partition refinement of d's states, incrementally: it starts from
 // the blocks {dead}, {accepting}, {the other live states} and, in each round, splits every
@@ -25,8 +28,10 @@ func refine(d *dfa, rounds, maxWork int) ([]uint32, int, int) {
 	// the blocks as doubly linked lists of their states
 	head := make([]int32, 0, 3)
 	size := make([]int32, 0, 3)
-	next := make([]int32, n)
-	prev := make([]int32, n)
+	sc := refinePool.Get().(*refineScratch)
+	defer refinePool.Put(sc)
+	next := sc.int32s(&sc.next, n)
+	prev := sc.int32s(&sc.prev, n)
 	link := func(q int, b uint32) {
 		block[q] = b
 		next[q], prev[q] = head[b], -1
@@ -69,7 +74,7 @@ func refine(d *dfa, rounds, maxWork int) ([]uint32, int, int) {
 	// dead state is one to its block, which holds only it (a live state is never alike to
 	// it), so the lists tell states apart as the full rows do, and most rows are mostly
 	// dead (a key's or an enum value's characters have one move each of some 20-50 classes)
-	off := make([]int32, n+1)
+	off := sc.int32s(&sc.off, n+1)
 	for q := range n {
 		live := int32(0)
 		for _, t := range d.next[q*nc : (q+1)*nc] {
@@ -79,11 +84,11 @@ func refine(d *dfa, rounds, maxWork int) ([]uint32, int, int) {
 		}
 		off[q+1] = off[q] + live
 	}
-	moveClass := make([]uint8, off[n])
-	moveTo := make([]uint32, off[n])
+	moveClass := grown(&sc.moveClass, int(off[n]))
+	moveTo := grown(&sc.moveTo, int(off[n]))
 	// preds lists, for each state, the live states with a move into it (CSR form); moves
 	// into the dead state are left out, since it never changes block.
-	start := make([]int32, n+1)
+	start := sc.int32s(&sc.start, n+1)
 	for q := range n {
 		i := off[q]
 		for c, t := range d.next[q*nc : (q+1)*nc] {
@@ -97,8 +102,9 @@ func refine(d *dfa, rounds, maxWork int) ([]uint32, int, int) {
 	for q := range n {
 		start[q+1] += start[q]
 	}
-	preds := make([]int32, start[n])
-	fill := append([]int32(nil), start[:n]...)
+	preds := grown(&sc.preds, int(start[n]))
+	fill := grown(&sc.fill, n)
+	copy(fill, start[:n])
 	for q := range n {
 		for _, t := range moveTo[off[q]:off[q+1]] {
 			preds[fill[t]] = int32(q)
@@ -126,9 +132,9 @@ func refine(d *dfa, rounds, maxWork int) ([]uint32, int, int) {
 		return true
 	}
 
-	stamp := make([]uint32, n) // round+1 when a state is a candidate of the round
-	cands := make([]int, 0, n)
-	keys := make([]uint64, 0, n)
+	stamp := sc.uint32s(&sc.stamp, n) // round+1 when a state is a candidate of the round
+	cands := grown(&sc.cands, n)[:0]
+	keys := grown(&sc.keys, n)[:0]
 	for q := range n {
 		cands = append(cands, q)
 	}
@@ -229,4 +235,37 @@ func refine(d *dfa, rounds, maxWork int) ([]uint32, int, int) {
 		}
 	}
 	return block, len(head), -1
+}
+
+// refineScratch holds refine's working tables between calls (a compile refines hundreds
+// of automata; allocating them anew each time was a tenth of a compile's garbage).
+type refineScratch struct {
+	next, prev, off, start, preds, fill []int32
+	stamp, moveTo                       []uint32
+	moveClass                           []uint8
+	cands                               []int
+	keys                                []uint64
+}
+
+var refinePool = sync.Pool{New: func() any { return new(refineScratch) }}
+
+// grown returns (*buf)[:n], reallocated when too small; its contents are not cleared.
+func grown[T any](buf *[]T, n int) []T {
+	if cap(*buf) < n {
+		*buf = make([]T, n)
+	}
+	*buf = (*buf)[:n]
+	return *buf
+}
+
+func (sc *refineScratch) int32s(buf *[]int32, n int) []int32 {
+	s := grown(buf, n)
+	clear(s)
+	return s
+}
+
+func (sc *refineScratch) uint32s(buf *[]uint32, n int) []uint32 {
+	s := grown(buf, n)
+	clear(s)
+	return s
 }
