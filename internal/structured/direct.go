@@ -84,17 +84,33 @@ func directDFA(n *node, frags *fragments, limit int, check func() error) (*dfa, 
 // classes partitions the bytes by every byte set of n and of the automata it embeds.
 func (b *direct) classes(n *node) error {
 	nclass := 1
-	remap := make([]int, 2*256)
-	seen := map[byteSet]bool{}
-	visited := map[*node]bool{}
+	var remap [2 * 256]int
+	// the sets and inner nodes seen, in maps kept for the compile's next builds
+	seen, visited := map[byteSet]bool{}, map[*node]bool{}
+	if b.frags != nil {
+		if b.frags.seenSets == nil {
+			b.frags.seenSets, b.frags.seenNodes = map[byteSet]bool{}, map[*node]bool{}
+		}
+		seen, visited = b.frags.seenSets, b.frags.seenNodes
+		b.frags.seenSets, b.frags.seenNodes = nil, nil // a fragment built below uses its own
+		defer func() {
+			clear(seen)
+			clear(visited)
+			b.frags.seenSets, b.frags.seenNodes = seen, visited
+		}()
+	}
 	split := func(s *byteSet) {
 		if !seen[*s] {
 			seen[*s] = true
-			nclass = splitClasses(&b.class, nclass, s, remap)
+			nclass = splitClasses(&b.class, nclass, s, remap[:])
 		}
 	}
 	var walk func(n *node) error
 	walk = func(n *node) error {
+		if n.op == opBytes {
+			split(&n.set)
+			return nil
+		}
 		if visited[n] {
 			return nil
 		}
@@ -107,10 +123,7 @@ func (b *direct) classes(n *node) error {
 			}
 			return nil
 		}
-		switch n.op {
-		case opBytes:
-			split(&n.set)
-		case opRef:
+		if n.op == opRef {
 			return errNotDirect
 		}
 		for _, s := range n.subs {
