@@ -5,16 +5,18 @@ import (
 	"slices"
 )
 
-// direct builds the DFA of an expression without an NFA or a subset construction, where
-// that is possible: it builds from right to left, each part followed by the automaton of
-// what comes after it (its continuation), so that a state is made once with its final
-// moves. Where an expression may go on in two ways on one byte (an alternative or a
-// repetition whose next parts begin alike, "ab" | "ac"), the build gives up and the
-// subset construction runs instead.
+// direct builds the DFA of an expression without a Thompson NFA: it builds from right to
+// left, each part followed by the automaton of what comes after it (its continuation), so
+// that a state is made once with its final moves. Where the expression may go on in two
+// ways on one byte (an alternative or a repetition whose next parts begin alike, "ab" |
+// "ac"), the states are merged (see merge), and only those merged states go through a
+// subset construction. It gives up (errNotDirect, and the subset construction over the
+// NFA runs) on a rule reference, a loop whose body matches only the empty string, or a
+// table over its limits.
 //
-// Most terminals of JSON Schemas qualify: a key, a JSON string of a counted length (the
-// character cannot begin with the closing quote), enum values of distinct first bytes, the
-// key tries that exclude named properties. For them the subset construction's NFA, its
+// The terminals of JSON Schemas are mostly sequences with few merges: a key, a JSON string
+// of a counted length (the character cannot begin with the closing quote), enum values,
+// the key tries that exclude named properties. For them the subset construction's NFA, its
 // closures and subset lookups were most of the compile time (a string of maxLength 400:
 // 5,600 states, each a subset of NFA states to hash and look up). The automaton built is
 // deterministic and reachable but not always minimal; minimize follows as before, so the
