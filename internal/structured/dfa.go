@@ -230,8 +230,21 @@ func compileDFA(n *node, maxNFA, maxDFA int, check func() error) (*dfa, error) {
 
 // compileDFAWith is compileDFA embedding the automata of n's subexpressions that frags
 // supplies (nil: none).
+//
+// With frags, the automaton is built directly where n allows (see direct), else by the subset
+// construction; both are then minimized, so the result is the same.
 func compileDFAWith(n *node, frags *fragments, maxNFA, maxDFA int, check func() error) (*dfa, error) {
-	d, err := determinizeWith(n, frags, maxNFA, maxDFA, check)
+	var d *dfa
+	err := errNotDirect
+	if frags != nil {
+		d, err = directDFA(n, frags, maxNFA, check)
+		if err == nil && d.numStates() > maxDFA {
+			err = errNotDirect // the subset construction's raw automaton may be smaller
+		}
+	}
+	if err == errNotDirect {
+		d, err = determinizeWith(n, frags, maxNFA, maxDFA, check)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,9 @@ type fragments struct {
 	memo           map[*node]*dfa // nil: built as a Thompson NFA
 	size           map[*node]int
 	shared         map[*node]bool // the bodies of inlined rules
+	spare          *direct        // the tables of the last direct build, for the next one
+	seenSets       map[byteSet]bool
+	seenNodes      map[*node]bool // direct.classes' maps, cleared, for the next build
 }
 
 func newFragments(maxNFA, maxDFA int, check func() error) *fragments {

@@ -1,8 +1,8 @@
 package structured
 
 import (
-	"cmp"
 	"slices"
+	"sync"
 )
 
 // refine computes Moore's partition refinement of d's states, incrementally: it starts from
@@ -28,8 +28,10 @@ func refine(d *dfa, rounds, maxWork int) ([]uint32, int, int) {
 	// the blocks as doubly linked lists of their states
 	head := make([]int32, 0, 3)
 	size := make([]int32, 0, 3)
-	next := make([]int32, n)
-	prev := make([]int32, n)
+	sc := refinePool.Get().(*refineScratch)
+	defer refinePool.Put(sc)
+	next := sc.int32s(&sc.next, n)
+	prev := sc.int32s(&sc.prev, n)
 	link := func(q int, b uint32) {
 		block[q] = b
 		next[q], prev[q] = head[b], -1
@@ -68,45 +70,71 @@ func refine(d *dfa, rounds, maxWork int) ([]uint32, int, int) {
 		link(q, uint32(initial[kind]))
 	}
 
+	// each state's moves to live states, as (class, target) lists (CSR form): a move to the
+	// dead state is one to its block, which holds only it (a live state is never alike to
+	// it), so the lists tell states apart as the full rows do, and most rows are mostly
+	// dead (a key's or an enum value's characters have one move each of some 20-50 classes)
+	off := sc.int32s(&sc.off, n+1)
+	for q := range n {
+		live := int32(0)
+		for _, t := range d.next[q*nc : (q+1)*nc] {
+			if t != 0 {
+				live++
+			}
+		}
+		off[q+1] = off[q] + live
+	}
+	moveClass := grown(&sc.moveClass, int(off[n]))
+	moveTo := grown(&sc.moveTo, int(off[n]))
 	// preds lists, for each state, the live states with a move into it (CSR form); moves
 	// into the dead state are left out, since it never changes block.
-	start := make([]int32, n+1)
-	for _, t := range d.next {
-		if t != 0 {
-			start[t+1]++
+	start := sc.int32s(&sc.start, n+1)
+	for q := range n {
+		i := off[q]
+		for c, t := range d.next[q*nc : (q+1)*nc] {
+			if t != 0 {
+				moveClass[i], moveTo[i] = uint8(c), t
+				i++
+				start[t+1]++
+			}
 		}
 	}
 	for q := range n {
 		start[q+1] += start[q]
 	}
-	preds := make([]int32, start[n])
-	fill := append([]int32(nil), start[:n]...)
-	for i, t := range d.next {
-		if t != 0 {
-			preds[fill[t]] = int32(i / nc)
+	preds := grown(&sc.preds, int(start[n]))
+	fill := grown(&sc.fill, n)
+	copy(fill, start[:n])
+	for q := range n {
+		for _, t := range moveTo[off[q]:off[q+1]] {
+			preds[fill[t]] = int32(q)
 			fill[t]++
 		}
 	}
 
 	sig := func(q int) uint64 {
 		h := uint64(0x9e3779b97f4a7c15)
-		for _, t := range d.next[q*nc : (q+1)*nc] {
-			h = (h ^ uint64(block[t])) * 0x100000001b3
+		for i := off[q]; i < off[q+1]; i++ {
+			h = (h ^ (uint64(moveClass[i])<<32 | uint64(block[moveTo[i]]))) * 0x100000001b3
 		}
 		return h
 	}
 	same := func(q, r int) bool {
-		a, b := d.next[q*nc:(q+1)*nc], d.next[r*nc:(r+1)*nc]
-		for c := range a {
-			if block[a[c]] != block[b[c]] {
+		a, b := off[q], off[r]
+		if off[q+1]-a != off[r+1]-b {
+			return false
+		}
+		for i := range off[q+1] - a {
+			if moveClass[a+i] != moveClass[b+i] || block[moveTo[a+i]] != block[moveTo[b+i]] {
 				return false
 			}
 		}
 		return true
 	}
 
-	stamp := make([]uint32, n) // round+1 when a state is a candidate of the round
-	cands := make([]int, 0, n)
+	stamp := sc.uint32s(&sc.stamp, n) // round+1 when a state is a candidate of the round
+	cands := grown(&sc.cands, n)[:0]
+	keys := grown(&sc.keys, n)[:0]
 	for q := range n {
 		cands = append(cands, q)
 	}
@@ -127,7 +155,16 @@ func refine(d *dfa, rounds, maxWork int) ([]uint32, int, int) {
 		for _, q := range cands {
 			stamp[q] = mark
 		}
-		slices.SortFunc(cands, func(a, b int) int { return cmp.Compare(block[a], block[b]) })
+		// group the candidates by block: sorting packed (block, state) keys is several times
+		// faster than sorting states with a comparison function
+		keys = keys[:0]
+		for _, q := range cands {
+			keys = append(keys, uint64(block[q])<<32|uint64(q))
+		}
+		slices.Sort(keys)
+		for i, k := range keys {
+			cands[i] = int(uint32(k))
+		}
 		moves = moves[:0]
 		for i := 0; i < len(cands); {
 			b := block[cands[i]]
@@ -198,4 +235,37 @@ func refine(d *dfa, rounds, maxWork int) ([]uint32, int, int) {
 		}
 	}
 	return block, len(head), -1
+}
+
+// refineScratch holds refine's working tables between calls (a compile refines hundreds
+// of automata; allocating them anew each time was a tenth of a compile's garbage).
+type refineScratch struct {
+	next, prev, off, start, preds, fill []int32
+	stamp, moveTo                       []uint32
+	moveClass                           []uint8
+	cands                               []int
+	keys                                []uint64
+}
+
+var refinePool = sync.Pool{New: func() any { return new(refineScratch) }}
+
+// grown returns (*buf)[:n], reallocated when too small; its contents are not cleared.
+func grown[T any](buf *[]T, n int) []T {
+	if cap(*buf) < n {
+		*buf = make([]T, n)
+	}
+	*buf = (*buf)[:n]
+	return *buf
+}
+
+func (sc *refineScratch) int32s(buf *[]int32, n int) []int32 {
+	s := grown(buf, n)
+	clear(s)
+	return s
+}
+
+func (sc *refineScratch) uint32s(buf *[]uint32, n int) []uint32 {
+	s := grown(buf, n)
+	clear(s)
+	return s
 }
