@@ -5,7 +5,9 @@
 # each method's ratio to the plain run of its round, and the acceptance it measured.
 #   TARGET=model DRAFT=draft-model [DEVICE=cpu|cuda] [CONCURRENCY="1 8 32 128"] [ROUNDS=2]
 #   [METHODS="plain ngram draft"] [K=4] [INPUT_LEN=128] [OUTPUT_LEN=128] [EXTRA="flags"]
-#   [KVASIR=bin/kvasir] [BINARIES="a=bin/kvasir b=/tmp/other"] [LOG=file] bash scripts/spec_bench.sh
+#   [KVASIR=bin/kvasir] [BINARIES="a=bin/kvasir b=/tmp/other"] [DRAFT2=other-draft] [LOG=file] bash scripts/spec_bench.sh
+# DRAFT2 compares two draft models in one call: methods draft2 and fixed2 are draft and
+# fixed with DRAFT2 (a Q8_0 GGUF of DRAFT, say) in place of DRAFT.
 # BINARIES compares builds in one call: each round runs every speculative method with each
 # binary in turn (plain with the first), so that "method@name" rows of one round share their
 # plain run and the machine's drift between builds is alternated away.
@@ -34,10 +36,12 @@ declare -A specs=(
 	[ngram]="{\"method\": \"ngram\", \"num_speculative_tokens\": $K}"
 	[draft]="{\"model\": \"${DRAFT:-}\", \"num_speculative_tokens\": $K}"
 	[fixed]="{\"model\": \"${DRAFT:-}\", \"num_speculative_tokens\": $K, \"dynamic\": false}"
+	[draft2]="{\"model\": \"${DRAFT2:-}\", \"num_speculative_tokens\": $K}"
+	[fixed2]="{\"model\": \"${DRAFT2:-}\", \"num_speculative_tokens\": $K, \"dynamic\": false}"
 )
 # field prints a number of the JSON results.
 field() { grep -o "\"$1\": *[0-9.e+-]*" | head -1 | sed 's/.*: *//'; }
-echo "\`kvasir bench offline --device $device -m $(basename "$TARGET") --input-len ${INPUT_LEN:-128} --output-len ${OUTPUT_LEN:-128} --ignore-eos --temperature 0 --max-concurrency C --num-prompts max(8, 2C) ${EXTRA:-}\`, speculative: K = $K, draft $(basename "${DRAFT:-none}")"
+echo "\`kvasir bench offline --device $device -m $(basename "$TARGET") --input-len ${INPUT_LEN:-128} --output-len ${OUTPUT_LEN:-128} --ignore-eos --temperature 0 --max-concurrency C --num-prompts max(8, 2C) ${EXTRA:-}\`, speculative: K = $K, draft $(basename "${DRAFT:-none}")${DRAFT2:+, draft2 $(basename "$DRAFT2")}"
 echo
 echo "| C | round | method | output tok/s | x plain | CPU s | CPU x plain | decode CPU x plain | acceptance % | acceptance length | verifications |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"
