@@ -149,8 +149,9 @@ type CUDAOptions struct {
 	// DisablePDL turns off programmatic dependent launch of the decode kernels
 	// (KVASIR_CUDA_PDL=0).
 	DisablePDL bool
-	// DisableShadows makes cuBLAS steps cast their activations to BF16 with a kernel of
-	// their own instead of reading the copy the norm or SwiGLU wrote (KVASIR_CUDA_SHADOW=0).
+	// DisableShadows makes cuBLAS steps cast their activations to BF16, and the int8
+	// quantized GEMVs round theirs, with a kernel of their own instead of reading the copy
+	// the norm or SwiGLU wrote (KVASIR_CUDA_SHADOW=0).
 	DisableShadows bool
 	// WidenQuantized uploads quantized matrices dequantized to BF16, as kvasir did before
 	// its GPU kernels read GGML's block layouts (KVASIR_CUDA_QUANT=0): for comparisons.

@@ -22,9 +22,9 @@ type BackendOptions struct {
 	// DisablePDL launches the decode kernels without programmatic dependent launch (see
 	// cuda.DeviceOptions.DisablePDL).
 	DisablePDL bool
-	// DisableShadows makes the cuBLAS steps cast their activations to 16 bits with a
-	// kernel of their own instead of reading the copy the producing op (RMSNorm, SwiGLU)
-	// wrote beside its output.
+	// DisableShadows makes the cuBLAS steps cast their activations to 16 bits, and the
+	// int8 quantized GEMVs round theirs to 8, with a kernel of their own instead of reading
+	// the copy the producing op (RMSNorm, SwiGLU) wrote beside its output.
 	DisableShadows bool
 	// WidenQuantized uploads quantized matrices dequantized to BF16 instead of in their
 	// GGML block layouts (the behaviour before the quantized kernels; for comparisons).
