@@ -37,6 +37,7 @@ float __uint_as_float(unsigned);
 unsigned __byte_perm(unsigned, unsigned, unsigned);
 int __float2int_rn(float);
 uint4 make_uint4(unsigned, unsigned, unsigned, unsigned);
+float4 make_float4(float, float, float, float);
 int __dp4a(int, int, int);
 unsigned __vsub4(unsigned, unsigned);
 unsigned __float_as_uint(float);
