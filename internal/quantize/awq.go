@@ -26,7 +26,8 @@ import (
 //     one group share their scales (taken from the group's mean magnitudes).
 //
 // AWQ's second step (AWQClip), after the scales are folded, clips each block of weights
-// to the range that least changes its share of the layer's outputs.
+// to the range that least changes its share of the layer's outputs (on the grids with a
+// min, each end of the range apart).
 //
 // Both steps sum the calibration tokens' squared errors as AutoAWQ does. With
 // TokenWeighted they weigh each token's by the stage's TokenWeight instead, 1/ms of the
@@ -46,10 +47,11 @@ type AWQOptions struct {
 	// TokenWeighted weighs each token's squared error by the stage's TokenWeight
 	// instead of summing them as they are (AutoAWQ's objective).
 	TokenWeighted bool
-	// ClipEnds makes the clipping search shrink the two ends of a block's range apart on
-	// the types whose blocks store a min (q4_1, q5_1, q4_k, q5_k), instead of clamping to
-	// a range symmetric about 0 (see clipRanges).
-	ClipEnds bool
+	// SymmetricClip makes the clipping search clamp every block to a range symmetric
+	// about 0 (AutoAWQ's), also on the types whose blocks store a min (q4_1, q5_1, q4_k,
+	// q5_k), where by default it shrinks the two ends of the block's range apart (see
+	// clipRanges).
+	SymmetricClip bool
 }
 
 // tokenWeights returns the weight of each of s's tokens in AWQ's objectives: s's
@@ -378,8 +380,8 @@ func hasMin(t quant.Type) bool {
 // AWQClip is AWQ's clipping step, run on a stage after AWQ has folded its scales: for each
 // row and block of QK columns of the stage's linear layers (all but q and k, whose errors
 // meet in the attention scores, as AutoAWQ leaves them), the weights are clamped to
-// [-f a, f a], a the block's largest magnitude, with the f of clipShrinks (or, with
-// opt.ClipEnds on a grid with a min, to the range of clipRanges) whose quantized
+// [-f a, f a], a the block's largest magnitude, with the f of clipShrinks (on a grid
+// with a min, unless opt.SymmetricClip, to the range of clipRanges) whose quantized
 // weights change the block's share of the outputs least on the calibration inputs:
 // d^T H d, d the block's rounding error and H its inputs' second moments. It returns the
 // fraction of blocks clipped.
@@ -439,7 +441,7 @@ func AWQClip(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions
 				}
 			}
 		}
-		ranges := clipRanges(types[li], opt.ClipEnds)
+		ranges := clipRanges(types[li], !opt.SymmetricClip)
 		// bounds returns the range candidate k clamps block kb to.
 		bounds := func(k, kb int) (lo, hi float32) {
 			r := ranges[k]

@@ -369,7 +369,7 @@ func TestAWQClipEnds(t *testing.T) {
 	clip := func(typ quant.Type, ends bool) *calibrate.Dense {
 		v := clone(w)
 		st := &calibrate.Stage{Kind: calibrate.FFNOutput, Input: x, Tokens: x.Rows, Linear: []*calibrate.Dense{v}}
-		frac, err := AWQClip(p, st, []quant.Type{typ}, AWQOptions{ClipEnds: ends})
+		frac, err := AWQClip(p, st, []quant.Type{typ}, AWQOptions{SymmetricClip: !ends})
 		if err != nil {
 			t.Fatal(err)
 		}
