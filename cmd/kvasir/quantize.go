@@ -36,6 +36,7 @@ func runQuantize(args []string) error {
 	noClip := fs.Bool("no-clip", false, "awq: fold the searched scales only, without the weight-clipping search")
 	noScales := fs.Bool("no-scales", false, "awq: skip the activation-aware scale search; only the weight-clipping search runs")
 	tokenWeights := fs.Bool("token-weights", false, "awq: weigh each calibration token's output error by 1/ms of its residual stream (what the next norm leaves of it) instead of alike, as AutoAWQ does")
+	symClip := fs.Bool("symmetric-clip", false, "awq: clamp every block to a range symmetric about 0 (AutoAWQ's clipping) also on grids with a min (q4_1, q5_1, q4_k, q5_k), where the clipping search otherwise shrinks each block's two ends apart")
 	awqRows := fs.Int("awq-rows", 1024, "awq: calibration rows the scale and clipping searches measure errors on (at most --calib-tokens)")
 	threads := fs.Int("threads", 0, "CPU threads (0: all cores)")
 	quiet := fs.Bool("quiet", false, "no progress output")
@@ -61,7 +62,7 @@ func runQuantize(args []string) error {
 		return err
 	}
 	gopt.ActOrder, gopt.Weighted, gopt.Regrid = *actOrder, *weighted, *regrid
-	opt := quantize.Options{Plan: plan, Method: *method, GPTQ: gopt, AWQ: quantize.AWQOptions{NoClip: *noClip, NoScales: *noScales, TokenWeighted: *tokenWeights, MaxTokens: *awqRows}, Threads: *threads}
+	opt := quantize.Options{Plan: plan, Method: *method, GPTQ: gopt, AWQ: quantize.AWQOptions{NoClip: *noClip, NoScales: *noScales, TokenWeighted: *tokenWeights, MaxTokens: *awqRows, SymmetricClip: *symClip}, Threads: *threads}
 	if opt.Threads <= 0 {
 		opt.Threads = runtime.NumCPU()
 	}
@@ -76,6 +77,9 @@ func runQuantize(args []string) error {
 		}
 	default:
 		return fmt.Errorf("--method %q: want rtn, gptq or awq", *method)
+	}
+	if *symClip && (*method != "awq" || *noClip) {
+		return fmt.Errorf("--symmetric-clip shapes AWQ's clipping search: it needs --method awq without --no-clip")
 	}
 	if *imat != "" {
 		f, err := imatrix.Read(*imat)

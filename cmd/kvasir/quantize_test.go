@@ -38,6 +38,8 @@ func TestQuantizeRefuses(t *testing.T) {
 		{[]string{"--dtype", "q4_0", "--imatrix", empty}, "imatrix"},
 		{[]string{"--dtype", "q4_0", "--method", "gptq", "--damp", "0", "--calibration", short}, "want a fraction in (0, 1) or auto"},
 		{[]string{"--dtype", "q4_0", "--method", "gptq", "--damp", "automatic", "--calibration", short}, "want a fraction in (0, 1) or auto"},
+		{[]string{"--dtype", "q4_1", "--method", "gptq", "--symmetric-clip", "--calibration", short}, "needs --method awq"},
+		{[]string{"--dtype", "q4_1", "--method", "awq", "--symmetric-clip", "--no-clip", "--calibration", short}, "without --no-clip"},
 	}
 	for _, c := range cases {
 		_, stderr := runWithIO(t, "", func() error {

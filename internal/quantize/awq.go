@@ -26,7 +26,8 @@ import (
 //     one group share their scales (taken from the group's mean magnitudes).
 //
 // AWQ's second step (AWQClip), after the scales are folded, clips each block of weights
-// to the range that least changes its share of the layer's outputs.
+// to the range that least changes its share of the layer's outputs (on the grids with a
+// min, each end of the range apart).
 //
 // Both steps sum the calibration tokens' squared errors as AutoAWQ does. With
 // TokenWeighted they weigh each token's by the stage's TokenWeight instead, 1/ms of the
@@ -46,6 +47,11 @@ type AWQOptions struct {
 	// TokenWeighted weighs each token's squared error by the stage's TokenWeight
 	// instead of summing them as they are (AutoAWQ's objective).
 	TokenWeighted bool
+	// SymmetricClip makes the clipping search clamp every block to a range symmetric
+	// about 0 (AutoAWQ's), also on the types whose blocks store a min (q4_1, q5_1, q4_k,
+	// q5_k), where by default it shrinks the two ends of the block's range apart (see
+	// clipRanges).
+	SymmetricClip bool
 }
 
 // tokenWeights returns the weight of each of s's tokens in AWQ's objectives: s's
@@ -324,7 +330,7 @@ func AWQ(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions) (f
 	return bestAlpha, nil
 }
 
-// clipShrinks are the ranges AWQClip tries, as fractions of a block's largest magnitude:
+// clipShrinks are the fractions of a block's largest magnitude AWQClip clamps to:
 // 1, 0.95, ... 0.5 (AutoAWQ's grid).
 var clipShrinks = func() []float32 {
 	var f []float32
@@ -334,10 +340,48 @@ var clipShrinks = func() []float32 {
 	return f
 }()
 
+// clipRange is one range AWQClip tries on a block: [-lo a, hi a], a the block's largest
+// magnitude, or with ends [-lo n, hi p], n and p its largest magnitudes below and above 0.
+type clipRange struct {
+	lo, hi float32
+	ends   bool
+}
+
+// clipRanges returns the ranges AWQClip tries on blocks of t, the unclipped one first:
+// the symmetric ranges of clipShrinks (AutoAWQ's) or, with ends on a type whose blocks
+// store an offset besides the scale (q4_1, q5_1, q4_k, q5_k: the grid spans the block's
+// own minimum to its maximum, not -a to a), every pair of clipShrinks for the two ends,
+// each end shrunk toward 0 apart.
+func clipRanges(t quant.Type, ends bool) []clipRange {
+	var rs []clipRange
+	if !ends || !hasMin(t) {
+		for _, f := range clipShrinks {
+			rs = append(rs, clipRange{lo: f, hi: f})
+		}
+		return rs
+	}
+	for _, lo := range clipShrinks {
+		for _, hi := range clipShrinks {
+			rs = append(rs, clipRange{lo: lo, hi: hi, ends: true})
+		}
+	}
+	return rs
+}
+
+// hasMin reports whether t's blocks store an offset (a min) besides the scale.
+func hasMin(t quant.Type) bool {
+	switch t {
+	case quant.Q4_1, quant.Q5_1, quant.Q4_K, quant.Q5_K:
+		return true
+	}
+	return false
+}
+
 // AWQClip is AWQ's clipping step, run on a stage after AWQ has folded its scales: for each
 // row and block of QK columns of the stage's linear layers (all but q and k, whose errors
 // meet in the attention scores, as AutoAWQ leaves them), the weights are clamped to
-// [-f a, f a], a the block's largest magnitude, with the f of clipShrinks whose quantized
+// [-f a, f a], a the block's largest magnitude, with the f of clipShrinks (on a grid
+// with a min, unless opt.SymmetricClip, to the range of clipRanges) whose quantized
 // weights change the block's share of the outputs least on the calibration inputs:
 // d^T H d, d the block's rounding error and H its inputs' second moments. It returns the
 // fraction of blocks clipped.
@@ -384,21 +428,35 @@ func AWQClip(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions
 		if !isBlockType(types[li]) || (s.Kind == calibrate.AttnInput && li < 2) {
 			continue
 		}
+		// Each block's largest magnitude, and its largest value on either side of 0.
 		amax := make([]float32, w.Rows*nb)
+		pos := make([]float32, w.Rows*nb)
+		neg := make([]float32, w.Rows*nb)
 		for r := range w.Rows {
 			for b := range nb {
+				k := r*nb + b
 				for _, v := range w.Row(r)[b*quant.QK:][:quant.QK] {
-					amax[r*nb+b] = max(amax[r*nb+b], float32(math.Abs(float64(v))))
+					amax[k] = max(amax[k], float32(math.Abs(float64(v))))
+					pos[k], neg[k] = max(pos[k], v), max(neg[k], -v)
 				}
 			}
+		}
+		ranges := clipRanges(types[li], !opt.SymmetricClip)
+		// bounds returns the range candidate k clamps block kb to.
+		bounds := func(k, kb int) (lo, hi float32) {
+			r := ranges[k]
+			if r.ends {
+				return -r.lo * neg[kb], r.hi * pos[kb]
+			}
+			return -r.lo * amax[kb], r.hi * amax[kb]
 		}
 		best := make([]float64, w.Rows*nb)
 		choice := make([]int, w.Rows*nb)
 		c := make([]float32, len(w.Data))
-		for k, f := range clipShrinks {
+		for k := range ranges {
 			for i, v := range w.Data {
-				a := f * amax[i/quant.QK]
-				c[i] = min(max(v, -a), a)
+				lo, hi := bounds(k, i/quant.QK)
+				c[i] = min(max(v, lo), hi)
 			}
 			if err := quantDequant(types[li], c); err != nil {
 				return 0, fmt.Errorf("awq: %s: %w", w.Name, err)
@@ -428,8 +486,8 @@ func AWQClip(p *cpu.Pool, s *calibrate.Stage, types []quant.Type, opt AWQOptions
 			})
 		}
 		for i := range w.Data {
-			a := clipShrinks[choice[i/quant.QK]] * amax[i/quant.QK]
-			w.Data[i] = min(max(w.Data[i], -a), a)
+			lo, hi := bounds(choice[i/quant.QK], i/quant.QK)
+			w.Data[i] = min(max(w.Data[i], lo), hi)
 		}
 		for _, k := range choice {
 			if k > 0 {

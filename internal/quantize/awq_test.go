@@ -342,3 +342,76 @@ func TestAWQNoScales(t *testing.T) {
 		t.Fatal("without NoScales the stage is unchanged too: the test shows nothing")
 	}
 }
+
+// TestAWQClipEnds checks the two-ended clipping search on a grid with a min (q4_1): on
+// blocks whose tails differ in length on the two sides of 0 it clamps the shorter side's
+// end too (which the symmetric ranges, set by the longer side, cannot reach), raises no
+// element's magnitude, and lowers the output error on inputs held apart from the search
+// below the unclipped weights'; on q4_0, whose blocks have no min, it is the symmetric
+// search, weight for weight.
+func TestAWQClipEnds(t *testing.T) {
+	rng := rand.New(rand.NewPCG(21, 22))
+	p := cpu.NewPool(2)
+	defer p.Close()
+	all := correlatedInputs(rng, 1024, 128)
+	x := &calibrate.Dense{Rows: 512, Cols: 128, Data: all.Data[:512*128]}
+	held := &calibrate.Dense{Rows: 512, Cols: 128, Data: all.Data[512*128:]}
+	w := randomWeights(rng, 64, 128)
+	// Heavy tails, longer above 0 than below.
+	for i := range w.Data {
+		switch rng.IntN(30) {
+		case 0:
+			w.Data[i] = float32(math.Abs(float64(w.Data[i]))) * 8
+		case 1:
+			w.Data[i] = -float32(math.Abs(float64(w.Data[i]))) * 4
+		}
+	}
+	clip := func(typ quant.Type, ends bool) *calibrate.Dense {
+		v := clone(w)
+		st := &calibrate.Stage{Kind: calibrate.FFNOutput, Input: x, Tokens: x.Rows, Linear: []*calibrate.Dense{v}}
+		frac, err := AWQClip(p, st, []quant.Type{typ}, AWQOptions{SymmetricClip: !ends})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s ends %v: %.0f%% of blocks clipped", typ, ends, 100*frac)
+		return v
+	}
+	sym, ends := clip(quant.Q4_1, false), clip(quant.Q4_1, true)
+	// Blocks where the two-ended search clamped the side whose end is the smaller.
+	short := 0
+	for b := 0; b < len(w.Data); b += quant.QK {
+		var pos, neg float32
+		for _, v := range w.Data[b : b+quant.QK] {
+			pos, neg = max(pos, v), max(neg, -v)
+		}
+		for j, v := range w.Data[b : b+quant.QK] {
+			if ends.Data[b+j] != v && (v > 0) == (pos < neg) {
+				short++
+				break
+			}
+		}
+	}
+	if short == 0 {
+		t.Fatal("the two-ended search never clamped a block's shorter side")
+	}
+	for i, v := range ends.Data {
+		if math.Abs(float64(v)) > math.Abs(float64(w.Data[i])) {
+			t.Fatalf("element %d grew from %g to %g", i, w.Data[i], v)
+		}
+	}
+	errOf := func(c *calibrate.Dense) float64 {
+		q := clone(c)
+		if err := quantDequant(quant.Q4_1, q.Data); err != nil {
+			t.Fatal(err)
+		}
+		return outputError(held, w, q)
+	}
+	e0, eSym, eEnds := errOf(w), errOf(sym), errOf(ends)
+	t.Logf("q4_1 held-out output error: unclipped %.4g, symmetric %.4g, two ends %.4g (%d blocks clamped on their shorter side)", e0, eSym, eEnds, short)
+	if !(eEnds < e0) {
+		t.Fatalf("the two-ended clipping raised the held-out output error: %g, unclipped %g", eEnds, e0)
+	}
+	if !slices.Equal(clip(quant.Q4_0, true).Data, clip(quant.Q4_0, false).Data) {
+		t.Fatal("on q4_0 the two-ended search differs from the symmetric one")
+	}
+}
