@@ -81,6 +81,9 @@ func (o *Ops) GEMVQ(y, x, w Buffer, n, k, m int) error {
 // of four) and D the scales (F32, one a 16 values). Ops.AllocX8 reserves it.
 type X8Scratch struct{ Q, D Buffer }
 
+// Holds reports whether the scratch takes the rounding of count values.
+func (s X8Scratch) Holds(count int) bool { return s.Q.Len*4 >= count }
+
 // AllocX8 reserves o.X8 for GEMVs of up to values values of x (token rows times k, a
 // multiple of 16), freeing a smaller one. It allocates, so it must not run inside a graph
 // capture: the backend calls it when it opens.
@@ -88,7 +91,7 @@ func (o *Ops) AllocX8(values int) error {
 	if values <= 0 || values%16 != 0 {
 		return fmt.Errorf("cuda x8 scratch: %d values is not a positive multiple of 16", values)
 	}
-	if o.X8.Q.Len*4 >= values {
+	if o.X8.Holds(values) {
 		return nil
 	}
 	if err := o.FreeX8(); err != nil {
@@ -138,7 +141,7 @@ func (o *Ops) GEMVQWith(l GEMVLayout, y, x, w Buffer, n, k, m int) error {
 		return err
 	}
 	grid, block := Dim3{(m + GEMVQRows - 1) / GEMVQRows, 1, 1}, Dim3{32 * GEMVQWarps, 1, 1}
-	if l == GEMVSplitX8 && o.X8.Q.Len*4 >= n*k {
+	if l == GEMVSplitX8 && o.X8.Holds(n*k) {
 		if err := o.roundX8(x, n*k); err != nil {
 			return err
 		}
@@ -181,7 +184,7 @@ func (o *Ops) GEMVQMultiWith(l GEMVLayout, y [GEMVMulti]Buffer, x Buffer, w [GEM
 		blocks += (m[j] + GEMVQRows - 1) / GEMVQRows
 	}
 	name, x8, xd := gemvqKernel(n, w[0].DType)+"_m", x, x
-	int8 := l == GEMVSplitX8 && o.X8.Q.Len*4 >= n*k
+	int8 := l == GEMVSplitX8 && o.X8.Holds(n*k)
 	if int8 {
 		if err := o.roundX8(x, n*k); err != nil {
 			return err
@@ -209,6 +212,12 @@ func (o *Ops) keepX8(x Buffer, count int, ys ...Buffer) {
 			return
 		}
 	}
+	o.markX8(x, count)
+}
+
+// markX8 records that o.X8 now holds the rounding of count values at x, as of the work
+// queued so far.
+func (o *Ops) markX8(x Buffer, count int) {
 	o.x8Of = x8Copy{src: x.Ptr, count: count, seq: o.Dev.Seq()}
 }
 

@@ -156,7 +156,7 @@ func (o *Ops) RMSNormX8(out, residual, x, weight Buffer, rows, dim int, eps floa
 		out, o.X8.Q, o.X8.D, residual, x, weight, dim, eps); err != nil {
 		return err
 	}
-	o.x8Of = x8Copy{src: out.Ptr, count: rows * dim, seq: o.Dev.Seq()}
+	o.markX8(out, rows*dim)
 	return nil
 }
 
@@ -165,7 +165,7 @@ func (o *Ops) checkX8(op string, count int) error {
 	if count <= 0 || count%16 != 0 {
 		return fmt.Errorf("cuda %s x8: %d values is not a positive multiple of 16", op, count)
 	}
-	if o.X8.Q.Len*4 < count {
+	if !o.X8.Holds(count) {
 		return fmt.Errorf("cuda %s x8: the x8 scratch holds %d values, not %d", op, o.X8.Q.Len*4, count)
 	}
 	return nil
@@ -245,7 +245,7 @@ func (o *Ops) SwiGLUX8(out, gate, up Buffer, n int) error {
 		out, o.X8.Q, o.X8.D, gate, up, uint64(units)); err != nil {
 		return err
 	}
-	o.x8Of = x8Copy{src: out.Ptr, count: n, seq: o.Dev.Seq()}
+	o.markX8(out, n)
 	return nil
 }
 

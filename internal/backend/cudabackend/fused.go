@@ -20,11 +20,11 @@ func matMulOperands(op string, out *tensor, xs *tensor, w backend.Tensor, i int)
 }
 
 // MatMuls computes outs[i] = x · ws[i]ᵀ for every i (backend.MultiMatMuler). For up to
-// cuda.GEMVMaxRows rows of 16-bit weights of one type, or of quantized weights of one block
-// type in the split layout, one GEMV launch covers up to three weights (a grid over their
-// concatenated rows); for more rows of 16-bit weights x is cast to the weights' type once
-// and each weight runs its own cuBLAS GEMM. Other mixes run MatMul's path weight by weight,
-// but for runs of quantized weights of one block type, which share a launch.
+// cuda.GEMVMaxRows rows of 16-bit weights of one type, or of each run of quantized weights
+// of one block type (all of them, or q and k beside a v of another type) in the split
+// layout, one GEMV launch covers up to three weights (a grid over their concatenated rows);
+// for more rows of 16-bit weights x is cast to the weights' type once and each weight runs
+// its own cuBLAS GEMM. Other weights run MatMul's path one by one.
 func (b *Backend) MatMuls(outs []backend.Tensor, x backend.Tensor, ws []backend.Tensor) error {
 	const op = "matmuls"
 	if len(outs) != len(ws) || len(ws) == 0 {
@@ -47,16 +47,9 @@ func (b *Backend) MatMuls(outs []backend.Tensor, x backend.Tensor, ws []backend.
 		same = same && sixteenBit(wms[i].buf.DType) && wms[i].buf.DType == wms[0].buf.DType && wms[i].sparse == nil
 	}
 	n, k := xs.rows(), xs.cols()
-	if b.quantMulti(wms, n) {
-		bufs := make([]cuda.Buffer, len(ys))
-		for i, y := range ys {
-			bufs[i] = y.buf
-		}
-		return b.matMulsQuantized(bufs, xs.buf, wms, n)
-	}
 	if !same {
-		// Runs of quantized weights of one block type still share a launch (q and k of
-		// Q4_K beside a Q6_K v in a Q4_K_M file); the rest go one by one.
+		// Each run of quantized weights of one block type shares a launch; the rest go
+		// one by one.
 		for i := 0; i < len(ws); {
 			j := i + 1
 			for j < len(ws) && b.quantMulti(wms[i:j+1], n) {

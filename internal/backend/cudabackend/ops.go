@@ -54,17 +54,7 @@ func (b *Backend) RMSNorm(out, x, weight backend.Tensor, eps float32) error {
 	if err != nil {
 		return err
 	}
-	if sh, ok := b.shadowTarget(xs.rows(), xs.cols(), b.castType); ok {
-		if err := b.ops.RMSNormShadow(o.buf, sh, xs.buf, cuda.Buffer{}, w.buf, xs.rows(), xs.cols(), eps); err != nil {
-			return err
-		}
-		b.setShadow(o.buf.Ptr, sh.Len, sh.DType)
-		return nil
-	}
-	if o.buf.DType == cuda.F32 && b.x8Target(xs.rows(), xs.cols()) {
-		return b.ops.RMSNormX8(o.buf, xs.buf, cuda.Buffer{}, w.buf, xs.rows(), xs.cols(), eps)
-	}
-	return b.ops.RMSNorm(o.buf, xs.buf, cuda.Buffer{}, w.buf, xs.rows(), xs.cols(), eps)
+	return b.rmsNorm(o.buf, xs.buf, cuda.Buffer{}, w.buf, xs.rows(), xs.cols(), eps)
 }
 
 // RMSNormResidual adds x into residual and normalizes the sums into out.
@@ -80,17 +70,24 @@ func (b *Backend) RMSNormResidual(out, residual, x, weight backend.Tensor, eps f
 	if err := sameShape("rmsnorm residual", r, xs); err != nil {
 		return err
 	}
-	if sh, ok := b.shadowTarget(r.rows(), r.cols(), b.castType); ok {
-		if err := b.ops.RMSNormShadow(o.buf, sh, r.buf, xs.buf, w.buf, r.rows(), r.cols(), eps); err != nil {
+	return b.rmsNorm(o.buf, r.buf, xs.buf, w.buf, r.rows(), r.cols(), eps)
+}
+
+// rmsNorm runs the RMSNorm kernel that also writes what the next matrix product reads
+// instead of its float32 output, when one does: the 16-bit shadow for a cuBLAS GEMM, or the
+// int8 rounding for a quantized GEMV (x zero: no residual add).
+func (b *Backend) rmsNorm(out, residual, x, weight cuda.Buffer, rows, cols int, eps float32) error {
+	if sh, ok := b.shadowTarget(rows, cols, b.castType); ok {
+		if err := b.ops.RMSNormShadow(out, sh, residual, x, weight, rows, cols, eps); err != nil {
 			return err
 		}
-		b.setShadow(o.buf.Ptr, sh.Len, sh.DType)
+		b.setShadow(out.Ptr, sh.Len, sh.DType)
 		return nil
 	}
-	if o.buf.DType == cuda.F32 && b.x8Target(r.rows(), r.cols()) {
-		return b.ops.RMSNormX8(o.buf, r.buf, xs.buf, w.buf, r.rows(), r.cols(), eps)
+	if out.DType == cuda.F32 && b.x8Target(rows, cols) {
+		return b.ops.RMSNormX8(out, residual, x, weight, rows, cols, eps)
 	}
-	return b.ops.RMSNorm(o.buf, r.buf, xs.buf, w.buf, r.rows(), r.cols(), eps)
+	return b.ops.RMSNorm(out, residual, x, weight, rows, cols, eps)
 }
 
 // HeadNorm normalizes every head vector of x in place (the RMSNorm kernel over rows of one

@@ -65,5 +65,5 @@ func (b *Backend) shadowOf(x cuda.Buffer, count int, dt cuda.DType) (cuda.Buffer
 // GEMV takes, and an x8 scratch that holds them.
 func (b *Backend) x8Target(rows, cols int) bool {
 	return b.shadows && b.blockTyped && b.quantGEMV.Int8() && rows <= cuda.GEMVMaxRows && cols%16 == 0 &&
-		b.ops.X8.Q.Len*4 >= rows*cols
+		b.ops.X8.Holds(rows*cols)
 }
