@@ -66,56 +66,41 @@ func resetPeak(pid int) error {
 }
 
 // descendants returns the process ids of pid's children, their children, and so on (a
-// server's sandbox workers, say).
+// server's sandbox workers, say), less the children caught between fork and exec: Go
+// starts a child with clone(CLONE_VM|CLONE_VFORK), so until its exec the child runs in its
+// parent's address space and reports the parent's whole resident set as its own (the
+// server's memory, counted already), with the parent's command line. A sandbox worker the
+// server is starting is sampled so now and then.
 func descendants(pid int) []int {
+	parent, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	var out []int
 	for _, task := range tasks {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
 		for _, f := range strings.Fields(string(b)) {
-			if child, err := strconv.Atoi(f); err == nil {
-				out = append(out, child)
-				out = append(out, descendants(child)...)
+			child, cerr := strconv.Atoi(f)
+			if cerr != nil {
+				continue
 			}
+			if own, oerr := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", child)); err == nil && oerr == nil && bytes.Equal(own, parent) {
+				continue // not yet exec'd
+			}
+			out = append(out, child)
+			out = append(out, descendants(child)...)
 		}
 	}
 	return out
 }
 
-// descendantsRSS is the resident set of all of pid's descendants, less those caught
-// between fork and exec.
+// descendantsRSS is the resident set of all of pid's descendants.
 func descendantsRSS(pid int) int64 {
 	var sum int64
 	for _, d := range descendants(pid) {
-		if unexeced(d) {
-			continue
-		}
 		if m, err := readMemory(d); err == nil {
 			sum += m.rss
 		}
 	}
 	return sum
-}
-
-// unexeced reports whether process pid has not yet run exec since its parent started it:
-// Go starts a child with clone(CLONE_VM|CLONE_VFORK), so until its exec the child runs in
-// its parent's address space and reports the parent's whole resident set as its own
-// (the server's memory, counted already), with the parent's command line. A sandbox
-// worker the server is starting is sampled so now and then.
-func unexeced(pid int) bool {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The fields after the command name, which is in parentheses: state, then ppid.
-	_, rest, ok := strings.Cut(string(stat), ") ")
-	fields := strings.Fields(rest)
-	if !ok || len(fields) < 2 {
-		return false
-	}
-	own, err1 := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	parent, err2 := os.ReadFile(fmt.Sprintf("/proc/%s/cmdline", fields[1]))
-	return err1 == nil && err2 == nil && bytes.Equal(own, parent)
 }
 
 // memoryProbe measures what a case costs a server in memory: the growth of its own peak
