@@ -368,7 +368,9 @@ func clipRanges(t quant.Type, ends bool) []clipRange {
 	return rs
 }
 
-// hasMin reports whether t's blocks store an offset (a min) besides the scale.
+// hasMin reports whether t is one of the 4- and 5-bit types whose blocks store an offset (a
+// min) besides the scale: q4_1, q5_1, q4_k, q5_k (Q2_K's sub-blocks have mins too, but the
+// two-ended search was not measured on it and it keeps the symmetric one).
 func hasMin(t quant.Type) bool {
 	switch t {
 	case quant.Q4_1, quant.Q5_1, quant.Q4_K, quant.Q5_K:
