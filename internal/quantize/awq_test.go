@@ -124,9 +124,7 @@ func TestAWQClipLowersHeldOutError(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	p := cpu.NewPool(2)
 	defer p.Close()
-	all := correlatedInputs(rng, 1024, 128)
-	x := &calibrate.Dense{Rows: 512, Cols: 128, Data: all.Data[:512*128]}
-	held := &calibrate.Dense{Rows: 512, Cols: 128, Data: all.Data[512*128:]}
+	x, held := searchAndHeld(rng)
 	ws := []*calibrate.Dense{randomWeights(rng, 32, 128), randomWeights(rng, 32, 128), randomWeights(rng, 64, 128)}
 	// Heavy tails: a few large weights per row, which a clipped range rounds better.
 	for _, w := range ws {
@@ -353,9 +351,7 @@ func TestAWQClipEnds(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 22))
 	p := cpu.NewPool(2)
 	defer p.Close()
-	all := correlatedInputs(rng, 1024, 128)
-	x := &calibrate.Dense{Rows: 512, Cols: 128, Data: all.Data[:512*128]}
-	held := &calibrate.Dense{Rows: 512, Cols: 128, Data: all.Data[512*128:]}
+	x, held := searchAndHeld(rng)
 	w := randomWeights(rng, 64, 128)
 	// Heavy tails, longer above 0 than below.
 	for i := range w.Data {
@@ -414,4 +410,12 @@ func TestAWQClipEnds(t *testing.T) {
 	if !slices.Equal(clip(quant.Q4_0, true).Data, clip(quant.Q4_0, false).Data) {
 		t.Fatal("on q4_0 the two-ended search differs from the symmetric one")
 	}
+}
+
+// searchAndHeld returns 512 correlated inputs of 128 values for a search and 512 more from
+// the same distribution held apart from it.
+func searchAndHeld(rng *rand.Rand) (x, held *calibrate.Dense) {
+	all := correlatedInputs(rng, 1024, 128)
+	return &calibrate.Dense{Rows: 512, Cols: 128, Data: all.Data[:512*128]},
+		&calibrate.Dense{Rows: 512, Cols: 128, Data: all.Data[512*128:]}
 }
